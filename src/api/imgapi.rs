@@ -1,0 +1,307 @@
+//! IMGAPI client: list, get and download images, and import an image from an
+//! updates server into the datacenter IMGAPI (docs/triton/apis.md §1).
+
+use reqwest::Method;
+use serde_json::json;
+
+use super::{Api, ApiConfig, ApiError, Idempotent, RestClient, query};
+use crate::ids::ImageUuid;
+use crate::image::{Compression, ImageManifest};
+
+/// IMGAPI's page size and the limit sdc-clients pages with.
+pub const PAGE_LIMIT: usize = 1000;
+
+/// Filters for ListImages (`GET /images`). Unset fields are not sent.
+#[derive(Clone, Debug, Default)]
+pub struct ListImagesFilter {
+    /// Exact name, or `~substring`.
+    pub name: Option<String>,
+    pub version: Option<String>,
+    /// `active` (IMGAPI's default), `all`, `disabled`, `unactivated`.
+    pub state: Option<String>,
+    /// Exact type or `!type`.
+    pub image_type: Option<String>,
+    pub owner: Option<String>,
+    /// `tag.<key>=<value>` pairs (AND).
+    pub tags: Vec<(String, String)>,
+    /// Overrides the client's channel for this call (`*` = all).
+    pub channel: Option<String>,
+    /// Only images published at or after this image UUID or ISO date.
+    pub marker: Option<String>,
+}
+
+/// A started image file download: the response to stream from plus the
+/// integrity headers IMGAPI sent.
+pub struct ImageFileDownload {
+    pub response: reqwest::Response,
+    /// `Content-Length`, when sent.
+    pub content_length: Option<u64>,
+    /// `Content-MD5` (base64 of the MD5), when sent.
+    pub content_md5: Option<String>,
+}
+
+/// Client for one IMGAPI (the datacenter's, or an updates server).
+#[derive(Clone, Debug)]
+pub struct ImgapiClient {
+    rest: RestClient,
+    channel: Option<String>,
+}
+
+impl ImgapiClient {
+    pub fn new(base_url: &str, config: ApiConfig) -> Result<ImgapiClient, ApiError> {
+        // An updates-server URL may carry `?channel=x` (sdc-clients convention).
+        let (base, channel) = match base_url.split_once("?channel=") {
+            Some((b, c)) => (b, Some(c.to_string())),
+            None => (base_url, None),
+        };
+        Ok(ImgapiClient {
+            rest: RestClient::new(Api::Imgapi, base, config, Some("~2"))?,
+            channel,
+        })
+    }
+
+    /// Send `channel=` on every call (updates servers).
+    pub fn with_channel(mut self, channel: Option<String>) -> ImgapiClient {
+        if channel.is_some() {
+            self.channel = channel;
+        }
+        self
+    }
+
+    pub fn base_url(&self) -> &str {
+        self.rest.base_url()
+    }
+
+    pub fn channel(&self) -> Option<&str> {
+        self.channel.as_deref()
+    }
+
+    fn channel_pair(&self, explicit: Option<&String>) -> Option<(&'static str, String)> {
+        explicit
+            .or(self.channel.as_ref())
+            .map(|c| ("channel", c.clone()))
+    }
+
+    /// ListImages, following `marker` pages until a short page. Results are
+    /// in `published_at` order.
+    pub async fn list_images(
+        &self,
+        filter: &ListImagesFilter,
+    ) -> Result<Vec<ImageManifest>, ApiError> {
+        let mut base: Vec<(&str, String)> = Vec::new();
+        if let Some(v) = &filter.name {
+            base.push(("name", v.clone()));
+        }
+        if let Some(v) = &filter.version {
+            base.push(("version", v.clone()));
+        }
+        if let Some(v) = &filter.state {
+            base.push(("state", v.clone()));
+        }
+        if let Some(v) = &filter.image_type {
+            base.push(("type", v.clone()));
+        }
+        if let Some(v) = &filter.owner {
+            base.push(("owner", v.clone()));
+        }
+        let tag_keys: Vec<String> = filter
+            .tags
+            .iter()
+            .map(|(k, _)| format!("tag.{k}"))
+            .collect();
+        for ((_, v), key) in filter.tags.iter().zip(tag_keys.iter()) {
+            base.push((key.as_str(), v.clone()));
+        }
+        if let Some(c) = self.channel_pair(filter.channel.as_ref()) {
+            base.push(c);
+        }
+        let mut out: Vec<ImageManifest> = Vec::new();
+        let mut marker = filter.marker.clone();
+        loop {
+            let mut pairs = base.clone();
+            pairs.push(("limit", PAGE_LIMIT.to_string()));
+            if let Some(m) = &marker {
+                pairs.push(("marker", m.clone()));
+            }
+            let path = format!("/images{}", query(&pairs));
+            let page: Vec<ImageManifest> = self
+                .rest
+                .json(Method::GET, &path, Idempotent::Yes, None)
+                .await?;
+            let full = page.len() >= PAGE_LIMIT;
+            let mut page = page.into_iter().peekable();
+            // The marker is inclusive: drop the image we paged from.
+            if let (Some(m), Some(first)) = (&marker, page.peek()) {
+                if first.uuid.to_string() == *m && !out.is_empty() {
+                    page.next();
+                }
+            }
+            let before = out.len();
+            out.extend(page);
+            if !full || out.len() == before {
+                break;
+            }
+            marker = out.last().map(|i| i.uuid.to_string());
+        }
+        Ok(out)
+    }
+
+    /// The newest active image with this name (by `published_at`), if any.
+    pub async fn latest_image(&self, name: &str) -> Result<Option<ImageManifest>, ApiError> {
+        let images = self
+            .list_images(&ListImagesFilter {
+                name: Some(name.to_string()),
+                ..Default::default()
+            })
+            .await?;
+        Ok(images
+            .into_iter()
+            .filter(|i| i.name == name)
+            .max_by(|a, b| a.published_at.cmp(&b.published_at)))
+    }
+
+    /// GetImage.
+    pub async fn get_image(&self, uuid: ImageUuid) -> Result<ImageManifest, ApiError> {
+        let pairs: Vec<(&str, String)> = self.channel_pair(None).into_iter().collect();
+        let path = format!("/images/{uuid}{}", query(&pairs));
+        self.rest
+            .json(Method::GET, &path, Idempotent::Yes, None)
+            .await
+    }
+
+    /// GetImageFile: start the download and hand back the response for the
+    /// caller to stream and verify (size and sha1 against the manifest,
+    /// `Content-MD5` when present). Retries only the connection, never a
+    /// body that has started.
+    pub async fn get_image_file(&self, uuid: ImageUuid) -> Result<ImageFileDownload, ApiError> {
+        let pairs: Vec<(&str, String)> = self.channel_pair(None).into_iter().collect();
+        let path = format!("/images/{uuid}/file{}", query(&pairs));
+        let attempts = self.rest.config().retries + 1;
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            match self.start_file(&path).await {
+                Err(err) if attempt < attempts && err.is_transient() => {
+                    tokio::time::sleep(super::backoff_delay(self.rest.config().backoff, attempt))
+                        .await;
+                }
+                other => return other,
+            }
+        }
+    }
+
+    async fn start_file(&self, path: &str) -> Result<ImageFileDownload, ApiError> {
+        // The body can take far longer than a JSON call: time out on the
+        // headers here and leave the body to the caller's read timeouts.
+        let timeout = self.rest.config().timeout;
+        let fut = self.rest.request(Method::GET, path).send();
+        let resp = match tokio::time::timeout(timeout, fut).await {
+            Err(_) => {
+                return Err(ApiError::Timeout {
+                    api: Api::Imgapi,
+                    method: Method::GET,
+                    path: path.split('?').next().unwrap_or(path).to_string(),
+                    timeout,
+                });
+            }
+            Ok(r) => r.map_err(|err| self.rest.map_send_error(&Method::GET, path, timeout, err))?,
+        };
+        let status = resp.status();
+        if !status.is_success() {
+            let body = resp.bytes().await.unwrap_or_default();
+            return Err(ApiError::Status {
+                api: Api::Imgapi,
+                method: Method::GET,
+                path: path.split('?').next().unwrap_or(path).to_string(),
+                status: status.as_u16(),
+                body: super::ErrorBody::parse(&body),
+            });
+        }
+        let content_length = resp
+            .headers()
+            .get(reqwest::header::CONTENT_LENGTH)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.parse().ok());
+        let content_md5 = resp
+            .headers()
+            .get("content-md5")
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_string);
+        Ok(ImageFileDownload {
+            response: resp,
+            content_length,
+            content_md5,
+        })
+    }
+
+    /// AdminImportImage with `source=`: the IMGAPI pulls manifest and file
+    /// from another IMGAPI (an updates server) synchronously.
+    pub async fn import_from_source(
+        &self,
+        uuid: ImageUuid,
+        source_url: &str,
+    ) -> Result<ImageManifest, ApiError> {
+        let path = format!(
+            "/images/{uuid}{}",
+            query(&[
+                ("action", "import".to_string()),
+                ("source", source_url.to_string())
+            ])
+        );
+        self.rest
+            .json(Method::POST, &path, Idempotent::No, None)
+            .await
+    }
+
+    /// AdminImportImage with a manifest body (keeps uuid and published_at).
+    pub async fn import_manifest(
+        &self,
+        manifest: &ImageManifest,
+    ) -> Result<ImageManifest, ApiError> {
+        let path = format!("/images/{}?action=import", manifest.uuid);
+        let body = serde_json::to_value(manifest).unwrap_or(json!({}));
+        self.rest
+            .json(Method::POST, &path, Idempotent::No, Some(&body))
+            .await
+    }
+
+    /// AddImageFile (`PUT /images/:uuid/file`).
+    pub async fn add_image_file(
+        &self,
+        uuid: ImageUuid,
+        compression: Compression,
+        sha1: &str,
+        bytes: bytes::Bytes,
+    ) -> Result<ImageManifest, ApiError> {
+        let path = format!(
+            "/images/{uuid}/file{}",
+            query(&[
+                ("compression", compression.to_string()),
+                ("sha1", sha1.to_string())
+            ])
+        );
+        let raw = self
+            .rest
+            .send_raw(Method::PUT, &path, Idempotent::Yes, None, |rb| {
+                rb.header(reqwest::header::CONTENT_TYPE, "application/octet-stream")
+                    .body(bytes.clone())
+            })
+            .await?;
+        self.rest.decode(Method::PUT, &path, &raw.body)
+    }
+
+    /// ActivateImage.
+    pub async fn activate_image(&self, uuid: ImageUuid) -> Result<ImageManifest, ApiError> {
+        let path = format!("/images/{uuid}?action=activate");
+        self.rest
+            .json(Method::POST, &path, Idempotent::No, None)
+            .await
+    }
+
+    /// Ping (`GET /ping`).
+    pub async fn ping(&self) -> Result<serde_json::Value, ApiError> {
+        self.rest
+            .json(Method::GET, "/ping", Idempotent::Yes, None)
+            .await
+    }
+}

@@ -1,0 +1,5 @@
+//! Benchmarks (`agentsadm bench ...`). Each prints ratios measured in the same
+//! run, never absolute goals checked against a clock.
+
+pub mod install;
+pub mod rollout;

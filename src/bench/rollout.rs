@@ -1,0 +1,1 @@
+//! `agentsadm bench rollout` and `bench plan`: fleet rollout and planning cost.

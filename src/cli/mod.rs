@@ -1,0 +1,241 @@
+//! The command line: global options, the subcommand table, and the one place
+//! errors become a line on stderr and an exit status.
+//!
+//! Exit status (design.md): 0 converged / success, 1 nothing was done (bad
+//! input, API down, lock held), 2 finished with failed or skipped servers.
+//! Each subcommand module owns its own clap arguments and `run` function.
+
+pub mod bench;
+pub mod demo;
+pub mod flows;
+pub mod gz;
+pub mod orch;
+pub mod sim;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::Context;
+use clap::{Args, Parser, Subcommand};
+
+use crate::api::{ApiConfig, Apis};
+use crate::catalog::Catalog;
+use crate::output::Output;
+
+/// What every subcommand returns: an exit status, or an error that becomes
+/// one line on stderr and exit status 1.
+pub type CmdResult = anyhow::Result<ExitCode>;
+
+/// Exit status when a run finished but some servers failed or were skipped.
+pub const EXIT_PARTIAL: u8 = 2;
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "agentsadm",
+    version,
+    about = "Install, upgrade and track Triton global-zone agents, one component at a time"
+)]
+pub struct Cli {
+    #[command(flatten)]
+    pub global: GlobalOpts,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// Options every subcommand accepts.
+#[derive(Args, Clone, Debug, Default)]
+pub struct GlobalOpts {
+    /// SAPI URL (default: from the SDC config on a headnode).
+    #[arg(long, global = true, env = "SAPI_URL", value_name = "URL")]
+    pub sapi_url: Option<String>,
+    /// CNAPI URL (default: from the SDC config on a headnode).
+    #[arg(long, global = true, env = "CNAPI_URL", value_name = "URL")]
+    pub cnapi_url: Option<String>,
+    /// IMGAPI URL of this datacenter (default: from the SDC config).
+    #[arg(long, global = true, env = "IMGAPI_URL", value_name = "URL")]
+    pub imgapi_url: Option<String>,
+    /// Print one JSON document instead of text.
+    #[arg(long, global = true)]
+    pub json: bool,
+    /// Print less.
+    #[arg(short, long, global = true)]
+    pub quiet: bool,
+    /// Print more (repeat for debug).
+    #[arg(short, long, global = true, action = clap::ArgAction::Count)]
+    pub verbose: u8,
+    /// Append bunyan-style JSON log records to this file.
+    #[arg(long, global = true, value_name = "FILE")]
+    pub log_file: Option<PathBuf>,
+    /// Use this component catalog instead of the built-in one.
+    #[arg(long, global = true, value_name = "FILE")]
+    pub catalog: Option<PathBuf>,
+}
+
+impl GlobalOpts {
+    pub fn output(&self) -> Output {
+        Output {
+            json: self.json,
+            quiet: self.quiet,
+        }
+    }
+
+    pub fn load_catalog(&self) -> anyhow::Result<Catalog> {
+        match &self.catalog {
+            Some(p) => Ok(Catalog::load(p)?),
+            None => Ok(Catalog::builtin()),
+        }
+    }
+
+    /// The API clients, from flags, environment, or the headnode's SDC config.
+    pub fn apis(&self) -> anyhow::Result<Apis> {
+        let mut sapi = self.sapi_url.clone();
+        let mut cnapi = self.cnapi_url.clone();
+        let mut imgapi = self.imgapi_url.clone();
+        if sapi.is_none() || cnapi.is_none() || imgapi.is_none() {
+            if let Some(cfg) = read_sdc_config() {
+                let s = |k: &str| cfg.get(k).and_then(|v| v.as_str()).map(str::to_string);
+                let dc = s("datacenter_name");
+                let dns = s("dns_domain");
+                if sapi.is_none() {
+                    sapi = s("sapi_domain").map(|d| format!("http://{d}"));
+                }
+                if imgapi.is_none() {
+                    imgapi = s("imgapi_domain").map(|d| format!("http://{d}"));
+                }
+                if cnapi.is_none() {
+                    cnapi = match (dc, dns) {
+                        (Some(dc), Some(dns)) => Some(format!("http://cnapi.{dc}.{dns}")),
+                        _ => None,
+                    };
+                }
+            }
+        }
+        let missing = |what: &str, flag: &str, env: &str| {
+            anyhow::anyhow!(
+                "no {what} URL: pass {flag} or set {env} (on a headnode it is read from /lib/sdc/config.sh)"
+            )
+        };
+        let sapi = sapi.ok_or_else(|| missing("SAPI", "--sapi-url", "SAPI_URL"))?;
+        let cnapi = cnapi.ok_or_else(|| missing("CNAPI", "--cnapi-url", "CNAPI_URL"))?;
+        let imgapi = imgapi.ok_or_else(|| missing("IMGAPI", "--imgapi-url", "IMGAPI_URL"))?;
+        Apis::new(&imgapi, &sapi, &cnapi, ApiConfig::default()).context("invalid API URL")
+    }
+}
+
+/// `/lib/sdc/config.sh -json`, when this is a Triton global zone.
+pub fn read_sdc_config() -> Option<serde_json::Map<String, serde_json::Value>> {
+    let script = std::path::Path::new("/lib/sdc/config.sh");
+    if !script.exists() {
+        return None;
+    }
+    let out = std::process::Command::new("/bin/bash")
+        .arg(script)
+        .arg("-json")
+        .output()
+        .ok()?;
+    if !out.status.success() {
+        return None;
+    }
+    serde_json::from_slice(&out.stdout).ok()
+}
+
+#[derive(Subcommand, Debug)]
+pub enum Command {
+    /// List installed components per server (intent and reality).
+    List(orch::ListArgs),
+    /// List images available for components.
+    Avail(orch::AvailArgs),
+    /// Show the plan for update, install or remove without doing it.
+    Plan(orch::PlanArgs),
+    /// Update components on servers to a target image.
+    Update(orch::UpdateArgs),
+    /// Install a component on servers that do not have it.
+    Install(orch::InstallArgs),
+    /// Uninstall a component from servers and delete its SAPI instances.
+    Remove(orch::RemoveArgs),
+    /// Create SAPI agent services and instances for what is installed.
+    Adopt(flows::AdoptArgs),
+    /// Report drift between SAPI intent, CNAPI and the servers; optionally fix it.
+    Check(flows::CheckArgs),
+    /// Delete or factory-reset a server, cleaning up its SAPI agent instances.
+    Server(flows::ServerArgs),
+    /// Global-zone installer commands (run on one server).
+    Gz(gz::GzArgs),
+    /// Simulated datacenter.
+    Sim(sim::SimArgs),
+    /// Run the whole story on a simulated datacenter.
+    Demo(demo::DemoArgs),
+    /// Benchmarks.
+    Bench(bench::BenchArgs),
+}
+
+async fn dispatch(cli: Cli) -> CmdResult {
+    let g = cli.global;
+    match cli.command {
+        Command::List(a) => orch::run_list(&g, a).await,
+        Command::Avail(a) => orch::run_avail(&g, a).await,
+        Command::Plan(a) => orch::run_plan(&g, a).await,
+        Command::Update(a) => orch::run_update(&g, a).await,
+        Command::Install(a) => orch::run_install(&g, a).await,
+        Command::Remove(a) => orch::run_remove(&g, a).await,
+        Command::Adopt(a) => flows::run_adopt(&g, a).await,
+        Command::Check(a) => flows::run_check(&g, a).await,
+        Command::Server(a) => flows::run_server(&g, a).await,
+        Command::Gz(a) => gz::run(&g, a).await,
+        Command::Sim(a) => sim::run(&g, a).await,
+        Command::Demo(a) => demo::run(&g, a).await,
+        Command::Bench(a) => bench::run(&g, a).await,
+    }
+}
+
+/// Parse arguments, run the command, and turn the outcome into an exit
+/// status. Usage errors are one line on stderr and exit 1 (not clap's 2,
+/// which means "partial" here).
+pub fn main() -> ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => {
+            use clap::error::ErrorKind;
+            if matches!(
+                e.kind(),
+                ErrorKind::DisplayHelp
+                    | ErrorKind::DisplayVersion
+                    | ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand
+            ) {
+                let _ = e.print();
+                return if e.kind() == ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand {
+                    ExitCode::from(1)
+                } else {
+                    ExitCode::SUCCESS
+                };
+            }
+            let rendered = e.render().to_string();
+            let first = rendered.lines().next().unwrap_or("invalid arguments");
+            let first = first.strip_prefix("error: ").unwrap_or(first);
+            eprintln!("agentsadm: error: {first} (see 'agentsadm --help')");
+            return ExitCode::from(1);
+        }
+    };
+    if let Err(e) = crate::log::init(cli.global.verbose, cli.global.log_file.as_deref()) {
+        eprintln!("agentsadm: error: cannot open log file: {e}");
+        return ExitCode::from(1);
+    }
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("agentsadm: error: cannot start the async runtime: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    match runtime.block_on(dispatch(cli)) {
+        Ok(code) => code,
+        Err(e) => {
+            tracing::error!(error = format!("{e:#}"), "command failed");
+            eprintln!("agentsadm: error: {e:#}");
+            ExitCode::from(1)
+        }
+    }
+}

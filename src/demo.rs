@@ -1,0 +1,1 @@
+//! `agentsadm demo`: the whole story on an in-process simulated datacenter.

@@ -1,0 +1,2 @@
+//! Operator flows beyond update: setup, adoption, server delete and factory
+//! reset cleanup, drift checks.

@@ -1,0 +1,165 @@
+//! Logging: human-readable lines on stderr (`-v`), and bunyan-style JSON
+//! lines in `--log-file`, the format Triton operators read with `bunyan`.
+//!
+//! A bunyan record is one JSON object per line with `v: 0`, `level` (10 trace
+//! .. 60 fatal), `name`, `hostname`, `pid`, `time` (ISO 8601) and `msg`; any
+//! structured fields of the event are added as top-level keys.
+
+use std::fs::{File, OpenOptions};
+use std::io::Write;
+use std::path::Path;
+use std::sync::Mutex;
+
+use tracing::field::{Field, Visit};
+use tracing::{Event, Level, Subscriber};
+use tracing_subscriber::layer::{Context, SubscriberExt};
+use tracing_subscriber::util::SubscriberInitExt;
+use tracing_subscriber::{EnvFilter, Layer};
+
+/// A tracing layer writing bunyan JSON lines to a file.
+pub struct BunyanLayer {
+    file: Mutex<File>,
+    name: String,
+    hostname: String,
+}
+
+impl BunyanLayer {
+    pub fn open(path: &Path, name: &str) -> std::io::Result<BunyanLayer> {
+        let file = OpenOptions::new().create(true).append(true).open(path)?;
+        Ok(BunyanLayer {
+            file: Mutex::new(file),
+            name: name.to_string(),
+            hostname: hostname(),
+        })
+    }
+}
+
+fn hostname() -> String {
+    std::fs::read_to_string("/etc/hostname")
+        .map(|s| s.trim().to_string())
+        .ok()
+        .filter(|s| !s.is_empty())
+        .unwrap_or_else(|| "localhost".to_string())
+}
+
+/// Bunyan's numeric levels.
+pub fn bunyan_level(level: &Level) -> u8 {
+    match *level {
+        Level::TRACE => 10,
+        Level::DEBUG => 20,
+        Level::INFO => 30,
+        Level::WARN => 40,
+        Level::ERROR => 50,
+    }
+}
+
+struct JsonVisitor(serde_json::Map<String, serde_json::Value>);
+
+impl Visit for JsonVisitor {
+    fn record_str(&mut self, field: &Field, value: &str) {
+        self.0.insert(field.name().to_string(), value.into());
+    }
+    fn record_i64(&mut self, field: &Field, value: i64) {
+        self.0.insert(field.name().to_string(), value.into());
+    }
+    fn record_u64(&mut self, field: &Field, value: u64) {
+        self.0.insert(field.name().to_string(), value.into());
+    }
+    fn record_bool(&mut self, field: &Field, value: bool) {
+        self.0.insert(field.name().to_string(), value.into());
+    }
+    fn record_f64(&mut self, field: &Field, value: f64) {
+        self.0.insert(field.name().to_string(), value.into());
+    }
+    fn record_debug(&mut self, field: &Field, value: &dyn std::fmt::Debug) {
+        self.0
+            .insert(field.name().to_string(), format!("{value:?}").into());
+    }
+}
+
+impl<S: Subscriber> Layer<S> for BunyanLayer {
+    fn on_event(&self, event: &Event<'_>, _ctx: Context<'_, S>) {
+        let mut visitor = JsonVisitor(serde_json::Map::new());
+        event.record(&mut visitor);
+        let msg = visitor
+            .0
+            .remove("message")
+            .and_then(|m| m.as_str().map(str::to_string))
+            .unwrap_or_default();
+        let mut rec = serde_json::Map::new();
+        rec.insert("name".into(), self.name.clone().into());
+        rec.insert("hostname".into(), self.hostname.clone().into());
+        rec.insert("pid".into(), std::process::id().into());
+        rec.insert(
+            "level".into(),
+            bunyan_level(event.metadata().level()).into(),
+        );
+        rec.insert("component".into(), event.metadata().target().into());
+        for (k, v) in visitor.0 {
+            rec.insert(k, v);
+        }
+        rec.insert("msg".into(), msg.into());
+        rec.insert(
+            "time".into(),
+            humantime::format_rfc3339_millis(std::time::SystemTime::now())
+                .to_string()
+                .into(),
+        );
+        rec.insert("v".into(), 0.into());
+        if let Ok(line) = serde_json::to_string(&rec) {
+            if let Ok(mut f) = self.file.lock() {
+                let _ = writeln!(f, "{line}");
+            }
+        }
+    }
+}
+
+/// Install the global subscriber. `verbosity` 0 shows warnings, 1 info, 2+
+/// debug on stderr; the log file always gets debug and above.
+pub fn init(verbosity: u8, log_file: Option<&Path>) -> std::io::Result<()> {
+    let stderr_level = match verbosity {
+        0 => "warn",
+        1 => "info",
+        _ => "debug",
+    };
+    let stderr_filter = EnvFilter::try_from_env("AGENTSADM_LOG")
+        .unwrap_or_else(|_| EnvFilter::new(format!("agentsadm={stderr_level}")));
+    let stderr_layer = tracing_subscriber::fmt::layer()
+        .with_writer(std::io::stderr)
+        .with_target(false)
+        .with_filter(stderr_filter);
+    let file_layer = match log_file {
+        Some(p) => {
+            Some(BunyanLayer::open(p, "agentsadm")?.with_filter(EnvFilter::new("agentsadm=debug")))
+        }
+        None => None,
+    };
+    let _ = tracing_subscriber::registry()
+        .with(stderr_layer)
+        .with(file_layer)
+        .try_init();
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn writes_bunyan_records() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("log.json");
+        let layer = BunyanLayer::open(&path, "agentsadm").unwrap();
+        let subscriber = tracing_subscriber::registry().with(layer);
+        tracing::subscriber::with_default(subscriber, || {
+            tracing::warn!(server = "cn1", "install failed");
+        });
+        let text = std::fs::read_to_string(&path).unwrap();
+        let rec: serde_json::Value = serde_json::from_str(text.lines().next().unwrap()).unwrap();
+        assert_eq!(rec["v"], 0);
+        assert_eq!(rec["level"], 40);
+        assert_eq!(rec["msg"], "install failed");
+        assert_eq!(rec["server"], "cn1");
+        assert!(rec["time"].as_str().unwrap().ends_with('Z'));
+    }
+}
