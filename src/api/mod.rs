@@ -257,8 +257,6 @@ pub(crate) struct RestClient {
 }
 
 pub(crate) struct RawResponse {
-    pub status: StatusCode,
-    pub headers: reqwest::header::HeaderMap,
     pub body: bytes::Bytes,
 }
 
@@ -307,10 +305,6 @@ impl RestClient {
 
     pub(crate) fn config(&self) -> &ApiConfig {
         &self.config
-    }
-
-    pub(crate) fn http(&self) -> &reqwest::Client {
-        &self.http
     }
 
     /// Build a request with our standard headers.
@@ -369,7 +363,6 @@ impl RestClient {
             .await
             .map_err(|err| self.map_send_error(&method, path, timeout, err))?;
         let status = resp.status();
-        let headers = resp.headers().clone();
         let body = resp
             .bytes()
             .await
@@ -383,11 +376,7 @@ impl RestClient {
                 body: ErrorBody::parse(&body),
             });
         }
-        Ok(RawResponse {
-            status,
-            headers,
-            body,
-        })
+        Ok(RawResponse { body })
     }
 
     pub(crate) fn map_send_error(
