@@ -21,4 +21,5 @@ pub mod imagebuild;
 pub mod log;
 pub mod orchestrate;
 pub mod output;
+pub mod remote;
 pub mod sim;
