@@ -345,6 +345,17 @@ fn smf_template(spec: &ImageSpec) -> String {
     )
 }
 
+/// A manifest as non-apm packages ship it: no tokens left (nothing
+/// substitutes them at install time; dockerlogger and sdcadm copy the file
+/// into `/var/svc/manifest/site` as is).
+fn concrete_manifest(spec: &ImageSpec, root: &str) -> String {
+    smf_template(spec)
+        .replace("@@ENABLED@@", "true")
+        .replace("@@VERSION@@", &spec.version)
+        .replace("@@ROOT@@", root)
+        .replace("@@PREFIX@@", "/opt/smartdc")
+}
+
 fn apm_tree(spec: &ImageSpec) -> Vec<u8> {
     let p = &spec.package;
     let mut t = TreeBuilder::new();
@@ -486,7 +497,7 @@ fn dockerlogger_tree(spec: &ImageSpec) -> Vec<u8> {
         .file(
             &format!("{p}/dockerlogger.xml"),
             0o644,
-            smf_template(spec).as_bytes(),
+            concrete_manifest(spec, "/opt/smartdc/docker").as_bytes(),
         );
     t.finish()
 }
@@ -537,7 +548,7 @@ fn sdcadm_tree(spec: &ImageSpec) -> Vec<u8> {
         .file(
             &format!("{p}/smf/manifests/sdcadm-setup.xml"),
             0o644,
-            smf_template(spec).as_bytes(),
+            concrete_manifest(spec, "/opt/smartdc/sdcadm").as_bytes(),
         );
     t.finish()
 }

@@ -18,6 +18,7 @@
 //! failed integrity check or a broken transfer is retried with backoff; an
 //! archive that verifies but is refused by the unpacker is not.
 
+use std::collections::BTreeMap;
 use std::fs::{self, File};
 use std::io::{self, Read, Write};
 use std::path::{Path, PathBuf};
@@ -386,6 +387,66 @@ pub struct Fetched {
     pub cached_file: Option<PathBuf>,
 }
 
+/// What the blocking half does with the decompressed stream.
+#[derive(Clone, Debug)]
+enum Consumer {
+    /// Unpack into a staging directory.
+    Unpack {
+        staging: PathBuf,
+        options: UnpackOptions,
+    },
+    /// Keep only some members in memory (mockcloud).
+    Members {
+        expected_top: Option<String>,
+        wanted: Vec<String>,
+    },
+}
+
+/// What the consumer produced.
+#[derive(Clone, Debug)]
+enum Consumed {
+    Unpacked(Unpacked),
+    Members(String, BTreeMap<String, Vec<u8>>),
+}
+
+impl Consumer {
+    fn reset(&self) -> io::Result<()> {
+        match self {
+            Consumer::Unpack { staging, .. } => reset_dir(staging),
+            Consumer::Members { .. } => Ok(()),
+        }
+    }
+
+    fn consume<R: Read>(
+        &self,
+        reader: R,
+        compression: Compression,
+    ) -> Result<Consumed, UnpackError> {
+        match self {
+            Consumer::Unpack { staging, options } => {
+                unpack::unpack(reader, compression, staging, options).map(Consumed::Unpacked)
+            }
+            Consumer::Members {
+                expected_top,
+                wanted,
+            } => {
+                let wanted: Vec<&str> = wanted.iter().map(String::as_str).collect();
+                unpack::read_members(
+                    reader,
+                    compression,
+                    expected_top.as_deref(),
+                    &wanted,
+                    MAX_MEMBER_BYTES,
+                )
+                .map(|(top, m)| Consumed::Members(top, m))
+            }
+        }
+    }
+}
+
+/// The largest metadata member kept in memory (`package.json`).
+const MAX_MEMBER_BYTES: u64 = 1 << 20;
+
 /// Fetch `image` and unpack it into `staging` (created empty; on error it
 /// is left for the caller to remove).
 pub async fn fetch_and_unpack(
@@ -396,6 +457,10 @@ pub async fn fetch_and_unpack(
 ) -> Result<Fetched, FetchError> {
     let uuid = image.uuid();
     let expected = image.file().clone();
+    let consumer = Consumer::Unpack {
+        staging: staging.to_path_buf(),
+        options: options.unpack.clone(),
+    };
     let io_err = |what, path: &Path| {
         let path = path.to_path_buf();
         move |err| FetchError::Io {
@@ -405,19 +470,21 @@ pub async fn fetch_and_unpack(
             err,
         }
     };
-    // 1. A verified copy in the cache.
+    // A verified copy in the cache, re-verified while unpacking.
     if let Some(downloads) = &options.downloads {
         let cached = downloads.join(format!("{uuid}.file"));
         if cached.is_file() {
-            reset_dir(staging).map_err(io_err("cannot create staging directory", staging))?;
+            consumer
+                .reset()
+                .map_err(io_err("cannot create staging directory", staging))?;
             let file = File::open(&cached).map_err(io_err("cannot open cached image", &cached))?;
             let origin = cached.display().to_string();
-            let outcome = run_blocking(uuid, file, None, &expected, None, staging, options).await?;
+            let outcome = run_blocking(uuid, file, &expected, &consumer).await?;
             match outcome.verify(uuid, &expected, &origin, None) {
                 Ok(()) => {
-                    let (unpacked, digests) = outcome.into_result(uuid)?;
+                    let (consumed, digests) = outcome.into_result(uuid)?;
                     return Ok(Fetched {
-                        unpacked,
+                        unpacked: unpacked_of(consumed),
                         digests,
                         from_cache: true,
                         cached_file: Some(cached),
@@ -430,28 +497,82 @@ pub async fn fetch_and_unpack(
             }
         }
     }
+    let (consumed, digests, cached_file) = fetch(image, imgapi, &consumer, options).await?;
+    Ok(Fetched {
+        unpacked: unpacked_of(consumed),
+        digests,
+        from_cache: false,
+        cached_file,
+    })
+}
+
+fn unpacked_of(c: Consumed) -> Unpacked {
+    match c {
+        Consumed::Unpacked(u) => u,
+        Consumed::Members(top, _) => Unpacked {
+            top,
+            ..Default::default()
+        },
+    }
+}
+
+/// Fetch `image` and keep only the `wanted` members of its package (paths
+/// relative to the top-level directory) in memory, verifying size and sha1.
+/// Nothing is written to disk: the mockcloud install.
+pub async fn fetch_members(
+    image: &ResolvedImage,
+    imgapi: Option<&ImgapiClient>,
+    expected_top: &str,
+    wanted: &[&str],
+    options: &FetchOptions,
+) -> Result<(BTreeMap<String, Vec<u8>>, Digests), FetchError> {
+    let consumer = Consumer::Members {
+        expected_top: Some(expected_top.to_string()),
+        wanted: wanted.iter().map(|s| s.to_string()).collect(),
+    };
+    let mut options = options.clone();
+    options.downloads = None;
+    let (consumed, digests, _) = fetch(image, imgapi, &consumer, &options).await?;
+    match consumed {
+        Consumed::Members(_, m) => Ok((m, digests)),
+        Consumed::Unpacked(_) => Ok((BTreeMap::new(), digests)),
+    }
+}
+
+/// From a local file or IMGAPI (with retries of the whole transfer).
+async fn fetch(
+    image: &ResolvedImage,
+    imgapi: Option<&ImgapiClient>,
+    consumer: &Consumer,
+    options: &FetchOptions,
+) -> Result<(Consumed, Digests, Option<PathBuf>), FetchError> {
+    let uuid = image.uuid();
+    let expected = image.file().clone();
     match &image.source {
-        // 2. A local file: verify while unpacking; nothing to cache.
         ImageSource::File { file, .. } => {
-            reset_dir(staging).map_err(io_err("cannot create staging directory", staging))?;
-            let f = File::open(file).map_err(io_err("cannot open image file", file))?;
+            consumer.reset().map_err(|err| FetchError::Io {
+                uuid,
+                what: "cannot create staging directory for",
+                path: file.clone(),
+                err,
+            })?;
+            let f = File::open(file).map_err(|err| FetchError::Io {
+                uuid,
+                what: "cannot open image file",
+                path: file.clone(),
+                err,
+            })?;
             let origin = file.display().to_string();
-            let outcome = run_blocking(uuid, f, None, &expected, None, staging, options).await?;
+            let outcome = run_blocking(uuid, f, &expected, consumer).await?;
             outcome.verify(uuid, &expected, &origin, None)?;
-            let (unpacked, digests) = outcome.into_result(uuid)?;
-            Ok(Fetched {
-                unpacked,
-                digests,
-                from_cache: false,
-                cached_file: None,
-            })
+            let (consumed, digests) = outcome.into_result(uuid)?;
+            Ok((consumed, digests, None))
         }
-        // 3. IMGAPI, with retries of the whole transfer.
         ImageSource::Imgapi(_) => {
             let client = imgapi.ok_or(FetchError::NoImgapi { uuid })?;
             let mut attempt = 0;
             loop {
-                let result = download_once(client, image, staging, options).await;
+                let result = download_once(client, image, consumer, options).await;
                 match result {
                     Err(e) if e.is_retryable() && attempt < options.retries => {
                         attempt += 1;
@@ -475,15 +596,15 @@ fn reset_dir(dir: &Path) -> io::Result<()> {
 async fn download_once(
     client: &ImgapiClient,
     image: &ResolvedImage,
-    staging: &Path,
+    consumer: &Consumer,
     options: &FetchOptions,
-) -> Result<Fetched, FetchError> {
+) -> Result<(Consumed, Digests, Option<PathBuf>), FetchError> {
     let uuid = image.uuid();
     let expected = image.file().clone();
-    reset_dir(staging).map_err(|err| FetchError::Io {
+    consumer.reset().map_err(|err| FetchError::Io {
         uuid,
         what: "cannot create staging directory",
-        path: staging.to_path_buf(),
+        path: PathBuf::new(),
         err,
     })?;
     let download = client.get_image_file(uuid).await.map_err(|err| {
@@ -536,23 +657,20 @@ async fn download_once(
         rx,
         current: bytes::Bytes::new(),
     };
-    let consumer = {
+    let blocking = {
         let expected = expected.clone();
-        let staging = staging.to_path_buf();
-        let options = options.clone();
+        let consumer = consumer.clone();
         let want_md5 = content_md5.is_some();
-        tokio::task::spawn_blocking(move || {
-            pipeline(reader, tee, &expected, want_md5, &staging, &options)
-        })
+        tokio::task::spawn_blocking(move || pipeline(reader, tee, &expected, want_md5, &consumer))
     };
     let pumped = pump(download.response, tx, options.read_timeout).await;
-    let outcome = consumer.await.map_err(|e| FetchError::Io {
+    let outcome = blocking.await.map_err(|e| FetchError::Io {
         uuid,
         what: "unpack thread failed for",
-        path: staging.to_path_buf(),
+        path: PathBuf::new(),
         err: io::Error::other(e.to_string()),
     })?;
-    let result = (|| {
+    let checked = (|| {
         match pumped {
             Err(PumpError::Stalled) => {
                 return Err(FetchError::Stalled {
@@ -565,32 +683,31 @@ async fn download_once(
             }
             _ => {}
         }
-        if let Some(err) = outcome.tee_error {
-            let path = partial.clone().unwrap_or_default();
+        if let Some(err) = &outcome.tee_error {
             return Err(FetchError::Io {
                 uuid,
-                what: if unpack::is_disk_full(&err) {
+                what: if unpack::is_disk_full(err) {
                     "disk full writing the download"
                 } else {
                     "cannot write the download"
                 },
-                path,
-                err,
+                path: partial.clone().unwrap_or_default(),
+                err: io::Error::new(err.kind(), err.to_string()),
             });
         }
-        let origin = "the downloaded file".to_string();
-        outcome.verify(uuid, &expected, &origin, content_md5.as_deref())?;
-        Ok(outcome)
+        outcome.verify(
+            uuid,
+            &expected,
+            "the downloaded file",
+            content_md5.as_deref(),
+        )
     })();
-    let outcome = match result {
-        Ok(o) => o,
-        Err(e) => {
-            if let Some(p) = &partial {
-                let _ = fs::remove_file(p);
-            }
-            return Err(e);
+    if let Err(e) = checked {
+        if let Some(p) = &partial {
+            let _ = fs::remove_file(p);
         }
-    };
+        return Err(e);
+    }
     // Verified: keep the file for the next install, even if the archive turns
     // out to be unacceptable (the caller drops it then).
     let mut cached_file = None;
@@ -604,13 +721,8 @@ async fn download_once(
             }
         }
     }
-    let (unpacked, digests) = outcome.into_result(uuid)?;
-    Ok(Fetched {
-        unpacked,
-        digests,
-        from_cache: false,
-        cached_file,
-    })
+    let (consumed, digests) = outcome.into_result(uuid)?;
+    Ok((consumed, digests, cached_file))
 }
 
 enum PumpError {
@@ -636,14 +748,12 @@ async fn pump(
                 return Err(PumpError::Stalled);
             }
             Ok(Err(e)) => {
-                let msg = format!("{e}");
+                let msg = match std::error::Error::source(&e) {
+                    Some(s) => format!("{e}: {s}"),
+                    None => e.to_string(),
+                };
                 let _ = tx.send(Err(io::Error::other(msg.clone()))).await;
-                return Err(PumpError::Transfer(io::Error::other(format!(
-                    "{msg}{}",
-                    std::error::Error::source(&e)
-                        .map(|s| format!(": {s}"))
-                        .unwrap_or_default()
-                ))));
+                return Err(PumpError::Transfer(io::Error::other(msg)));
             }
             Ok(Ok(None)) => return Ok(()),
             Ok(Ok(Some(chunk))) => {
@@ -691,7 +801,6 @@ struct HashingReader<R> {
     oversize: bool,
     tee: Option<File>,
     tee_error: Option<io::Error>,
-    read_error: Option<String>,
 }
 
 impl<R: Read> Read for HashingReader<R> {
@@ -699,13 +808,7 @@ impl<R: Read> Read for HashingReader<R> {
         if self.oversize {
             return Err(io::Error::other("more bytes than the manifest says"));
         }
-        let n = match self.inner.read(buf) {
-            Ok(n) => n,
-            Err(e) => {
-                self.read_error = Some(e.to_string());
-                return Err(e);
-            }
-        };
+        let n = self.inner.read(buf)?;
         let data = &buf[..n];
         self.sha1.update(data);
         self.sha256.update(data);
@@ -731,7 +834,7 @@ impl<R: Read> Read for HashingReader<R> {
 
 /// What the blocking pipeline saw.
 struct Outcome {
-    unpack: Result<Unpacked, UnpackError>,
+    consumed: Result<Consumed, UnpackError>,
     digests: Digests,
     oversize: bool,
     tee_error: Option<io::Error>,
@@ -782,10 +885,10 @@ impl Outcome {
         Ok(())
     }
 
-    /// The unpacked tree and digests, or the unpacker's refusal.
-    fn into_result(self, uuid: ImageUuid) -> Result<(Unpacked, Digests), FetchError> {
-        match self.unpack {
-            Ok(u) => Ok((u, self.digests)),
+    /// What was consumed and the digests, or the unpacker's refusal.
+    fn into_result(self, uuid: ImageUuid) -> Result<(Consumed, Digests), FetchError> {
+        match self.consumed {
+            Ok(c) => Ok((c, self.digests)),
             Err(err) => Err(FetchError::Unpack { uuid, err }),
         }
     }
@@ -794,37 +897,28 @@ impl Outcome {
 async fn run_blocking(
     uuid: ImageUuid,
     reader: File,
-    tee: Option<File>,
     expected: &ImageFile,
-    content_md5: Option<&str>,
-    staging: &Path,
-    options: &FetchOptions,
+    consumer: &Consumer,
 ) -> Result<Outcome, FetchError> {
     let expected = expected.clone();
-    let staging = staging.to_path_buf();
-    let options = options.clone();
-    let want_md5 = content_md5.is_some();
-    let staging2 = staging.clone();
-    tokio::task::spawn_blocking(move || {
-        pipeline(reader, tee, &expected, want_md5, &staging, &options)
-    })
-    .await
-    .map_err(|e| FetchError::Io {
-        uuid,
-        what: "unpack thread failed for",
-        path: staging2,
-        err: io::Error::other(e.to_string()),
-    })
+    let consumer = consumer.clone();
+    tokio::task::spawn_blocking(move || pipeline(reader, None, &expected, false, &consumer))
+        .await
+        .map_err(|e| FetchError::Io {
+            uuid,
+            what: "unpack thread failed for",
+            path: PathBuf::new(),
+            err: io::Error::other(e.to_string()),
+        })
 }
 
-/// The blocking half: hash, save, decompress and unpack, then drain.
+/// The blocking half: hash, save, decompress and consume, then drain.
 fn pipeline<R: Read>(
     reader: R,
     tee: Option<File>,
     expected: &ImageFile,
     want_md5: bool,
-    staging: &Path,
-    options: &FetchOptions,
+    consumer: &Consumer,
 ) -> Outcome {
     let mut hashing = HashingReader {
         inner: reader,
@@ -836,9 +930,8 @@ fn pipeline<R: Read>(
         oversize: false,
         tee,
         tee_error: None,
-        read_error: None,
     };
-    let unpack = unpack::unpack(&mut hashing, expected.compression, staging, &options.unpack);
+    let consumed = consumer.consume(&mut hashing, expected.compression);
     // Drain whatever the archive did not need (gzip trailer, padding, or the
     // rest after a refusal) so the digests cover the whole file.
     if !hashing.oversize && hashing.tee_error.is_none() {
@@ -867,7 +960,7 @@ fn pipeline<R: Read>(
             .map(|m| base64::engine::general_purpose::STANDARD.encode(m.finalize())),
     };
     Outcome {
-        unpack,
+        consumed,
         digests,
         oversize: hashing.oversize,
         tee_error: hashing.tee_error.take(),

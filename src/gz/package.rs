@@ -37,6 +37,12 @@ impl Hook {
     }
 }
 
+impl std::fmt::Display for Hook {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 /// A parsed, validated `package.json`.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct PackageJson {
