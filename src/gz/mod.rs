@@ -7,9 +7,13 @@ pub mod fsutil;
 pub mod hooks;
 pub mod kinds;
 pub mod lock;
+pub mod mockcloud;
 pub mod package;
 pub mod paths;
 pub mod platform;
+pub mod report;
+pub mod session;
+pub mod standin;
 pub mod txn;
 pub mod unpack;
 
