@@ -199,6 +199,12 @@ pub enum FetchError {
         expected: String,
         actual: String,
     },
+    #[error("cannot download image {uuid} from IMGAPI; check that IMGAPI is up and retry")]
+    FileRequest {
+        uuid: ImageUuid,
+        #[source]
+        err: ApiError,
+    },
     #[error("image {uuid}: the download from IMGAPI failed")]
     Transfer {
         uuid: ImageUuid,
@@ -250,7 +256,9 @@ impl FetchError {
             | FetchError::UnknownComponent { .. }
             | FetchError::NoFile { .. }
             | FetchError::UnsupportedCompression { .. } => "resolve",
-            FetchError::Transfer { .. } | FetchError::Stalled { .. } => "download",
+            FetchError::Transfer { .. }
+            | FetchError::Stalled { .. }
+            | FetchError::FileRequest { .. } => "download",
             FetchError::SizeMismatch { .. }
             | FetchError::Truncated { .. }
             | FetchError::Sha1Mismatch { .. }
@@ -614,7 +622,7 @@ async fn download_once(
                 url: client.base_url().to_string(),
             }
         } else {
-            FetchError::Imgapi { uuid, err }
+            FetchError::FileRequest { uuid, err }
         }
     })?;
     if let Some(len) = download.content_length {

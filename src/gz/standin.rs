@@ -264,11 +264,14 @@ async fn get_file(State(inner): State<Shared>, Path(uuid): Path<String>) -> Resp
     let sha1 = manifest.file().map(|f| f.sha1.clone()).unwrap_or_default();
     let body = match fault {
         Some(Fault::Truncate { bytes, .. }) => {
+            // Headers and part of the body go out, then the connection drops.
             let part = bytes::Bytes::from(data[..bytes.min(len)].to_vec());
-            let stream = futures::stream::iter(vec![
-                Ok::<_, std::io::Error>(part),
-                Err(std::io::Error::other("connection reset")),
-            ]);
+            let stream = futures::stream::once(async move { Ok::<_, std::io::Error>(part) }).chain(
+                futures::stream::once(async {
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    Err(std::io::Error::other("connection reset"))
+                }),
+            );
             Body::from_stream(stream)
         }
         Some(Fault::Stall { bytes }) => {

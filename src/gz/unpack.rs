@@ -106,7 +106,9 @@ pub enum UnpackError {
     ThroughSymlink { path: String, link: String },
     #[error("archive entry {path:?} conflicts with an earlier entry: {reason}")]
     Conflict { path: String, reason: &'static str },
-    #[error("disk full while unpacking {path:?} into {dest}")]
+    #[error(
+        "disk full while unpacking {path:?} into {dest}; free space on that filesystem and retry"
+    )]
     DiskFull {
         path: String,
         dest: PathBuf,
