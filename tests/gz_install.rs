@@ -305,7 +305,6 @@ async fn remove_deletes_tree_links_instance_and_services() {
     let after: BTreeMap<String, String> = snapshot(srv.root())
         .into_iter()
         .filter(|(_, v)| !v.starts_with("dir"))
-        .filter(|(k, _)| k != "var/svc/smf-state.json")
         .collect();
     let empty: BTreeMap<String, String> = empty
         .into_iter()

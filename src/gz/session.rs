@@ -323,6 +323,28 @@ impl GzSession {
         Ok(())
     }
 
+    fn log_done(&self, r: &ComponentResult) {
+        tracing::info!(
+            server = %self.server,
+            component = %r.name,
+            action = ?r.action,
+            image = r.image_uuid.map(|i| i.to_string()).unwrap_or_default(),
+            from_image = r.from_image.map(|i| i.to_string()).unwrap_or_default(),
+            elapsed_ms = r.elapsed_ms,
+            "component done"
+        );
+    }
+
+    fn log_failure(&self, f: &GzFailure) {
+        tracing::error!(
+            server = %self.server,
+            component = f.component.as_deref().unwrap_or(""),
+            step = %f.step,
+            error = %f.message,
+            "component failed"
+        );
+    }
+
     fn sapi_target(&self) -> Option<SapiTarget<'_>> {
         if self.settings.no_sapi {
             return None;
@@ -534,10 +556,12 @@ impl GzSession {
             for outcome in outcomes {
                 match outcome {
                     Ok(done) => {
+                        self.log_done(&done.result);
                         result.warnings.extend(done.notes);
                         result.components.push(done.result);
                     }
                     Err(f) => {
+                        self.log_failure(&f);
                         if result.error.is_none() {
                             result.error = Some(f);
                         } else {
@@ -623,6 +647,7 @@ impl GzSession {
             }
         };
         let env = self.txn_env();
+        env.checkpoint("staged");
         let outcome = txn::install(&env, c, Op::Install, &txn_dir, &staged, current.clone()).await;
         let outcome = outcome.map_err(|f| {
             let _ = fsutil::remove_any(&txn_dir);
@@ -725,10 +750,12 @@ impl GzSession {
         for c in plan {
             match self.remove_one(&c).await {
                 Ok(done) => {
+                    self.log_done(&done.result);
                     result.warnings.extend(done.notes);
                     result.components.push(done.result);
                 }
                 Err(f) => {
+                    self.log_failure(&f);
                     result.error = Some(f);
                     break;
                 }
@@ -817,10 +844,14 @@ impl GzSession {
         };
         match self.rollback_one(&c).await {
             Ok(done) => {
+                self.log_done(&done.result);
                 result.warnings.extend(done.notes);
                 result.components.push(done.result);
             }
-            Err(f) => result.error = Some(f),
+            Err(f) => {
+                self.log_failure(&f);
+                result.error = Some(f);
+            }
         }
         self.post_report(&mut result).await;
         result

@@ -35,7 +35,7 @@
 //! commit (the next `agentsadm check` reports the image drift).
 //!
 //! Test checkpoints (`AGENTSADM_TEST_CRASH_AT=<name>` aborts the process
-//! there): `after-journal`, `after-old-hooks`, `after-move-old`,
+//! there): `staged` (before the journal), `after-journal`, `after-old-hooks`, `after-move-old`,
 //! `after-place-new`, `after-postinstall`, `after-smf`, `after-adopt`,
 //! `committing`, `after-previous`.
 

@@ -30,6 +30,13 @@ impl TestServer {
         // A GZ that agentsadm itself has run on (its state directory lives
         // under the agents prefix).
         std::fs::create_dir_all(dir.path().join("opt/smartdc/agents/.agentsadm")).unwrap();
+        // Its SMF repository (empty), as every GZ has one.
+        std::fs::create_dir_all(dir.path().join("var/svc")).unwrap();
+        std::fs::write(
+            dir.path().join("var/svc/smf-state.json"),
+            "{\n  \"services\": {}\n}\n",
+        )
+        .unwrap();
         let uuid = ServerUuid::new_v4();
         let s = Sysinfo {
             uuid,
@@ -267,7 +274,9 @@ fn walk(root: &Path, dir: &Path, out: &mut BTreeMap<String, String>) {
     for e in rd.flatten() {
         let p = e.path();
         let rel = p.strip_prefix(root).unwrap().to_string_lossy().into_owned();
-        if rel == "opt/smartdc/agents/.agentsadm" {
+        // agentsadm's own state (lock, download cache, journals) is not
+        // part of what "nothing changed" means.
+        if e.file_name() == ".agentsadm" {
             continue;
         }
         let md = std::fs::symlink_metadata(&p).unwrap();
@@ -315,6 +324,8 @@ pub fn assert_same(
 pub struct ApiState {
     /// Agent services: name -> uuid.
     pub services: BTreeMap<String, String>,
+    /// Agent services' params.image_uuid.
+    pub service_images: BTreeMap<String, String>,
     pub instances: BTreeMap<String, serde_json::Value>,
     /// "METHOD path" of every call.
     pub calls: Vec<String>,
@@ -354,7 +365,11 @@ impl Apis {
                 .iter()
                 .filter(|(n, _)| q.get("name").map(|x| x == *n).unwrap_or(true))
                 .map(|(n, u)| {
-                    serde_json::json!({"uuid": u, "name": n, "application_uuid": "00000000-0000-0000-0000-0000000000aa", "type": "agent"})
+                    let mut v = serde_json::json!({"uuid": u, "name": n, "application_uuid": "00000000-0000-0000-0000-0000000000aa", "type": "agent"});
+                    if let Some(img) = g.service_images.get(n) {
+                        v["params"] = serde_json::json!({"image_uuid": img});
+                    }
+                    v
                 })
                 .collect();
             Json(serde_json::Value::Array(list))
@@ -466,6 +481,16 @@ impl Apis {
             .unwrap()
             .services
             .insert(name.to_string(), u.clone());
+        u
+    }
+
+    pub fn add_service_with_image(&self, name: &str, image: &str) -> String {
+        let u = self.add_service(name);
+        self.state
+            .lock()
+            .unwrap()
+            .service_images
+            .insert(name.to_string(), image.to_string());
         u
     }
 
