@@ -48,7 +48,9 @@ pub enum Fault {
 
 #[derive(Default)]
 struct Inner {
-    images: BTreeMap<ImageUuid, (ImageManifest, Arc<Vec<u8>>)>,
+    /// Manifest, file bytes and their Content-MD5 (computed once, as IMGAPI
+    /// does at upload).
+    images: BTreeMap<ImageUuid, (ImageManifest, bytes::Bytes, String)>,
     faults: BTreeMap<ImageUuid, Fault>,
     manifest_hits: BTreeMap<ImageUuid, u32>,
     file_hits: BTreeMap<ImageUuid, u32>,
@@ -100,8 +102,10 @@ impl ImgapiStandIn {
 
     /// Serve a manifest with arbitrary file bytes (for mismatch tests).
     pub fn publish_raw(&self, manifest: ImageManifest, file: Vec<u8>) {
+        let md5 = base64::engine::general_purpose::STANDARD.encode(Md5::digest(&file));
         let mut g = self.inner.lock().unwrap_or_else(|p| p.into_inner());
-        g.images.insert(manifest.uuid, (manifest, Arc::new(file)));
+        g.images
+            .insert(manifest.uuid, (manifest, bytes::Bytes::from(file), md5));
     }
 
     pub fn set_fault(&self, uuid: ImageUuid, fault: Fault) {
@@ -208,7 +212,7 @@ async fn get_image(State(inner): State<Shared>, Path(uuid): Path<String>) -> Res
     }
     let found = {
         let g = inner.lock().unwrap_or_else(|p| p.into_inner());
-        g.images.get(&uuid).map(|(m, _)| m.clone())
+        g.images.get(&uuid).map(|(m, _, _)| m.clone())
     };
     match found {
         Some(m) => {
@@ -239,7 +243,7 @@ async fn get_file(State(inner): State<Shared>, Path(uuid): Path<String>) -> Resp
         let g = inner.lock().unwrap_or_else(|p| p.into_inner());
         g.images.get(&uuid).cloned()
     };
-    let Some((manifest, bytes)) = found else {
+    let Some((manifest, data, md5)) = found else {
         return error(
             StatusCode::NOT_FOUND,
             "ResourceNotFound",
@@ -249,23 +253,25 @@ async fn get_file(State(inner): State<Shared>, Path(uuid): Path<String>) -> Resp
     if let Some(Fault::FileDelay(d)) = fault {
         tokio::time::sleep(d).await;
     }
-    let mut data: Vec<u8> = bytes.as_ref().clone();
-    let md5 = base64::engine::general_purpose::STANDARD.encode(Md5::digest(&data));
     let md5 = if fault == Some(Fault::WrongMd5) {
         base64::engine::general_purpose::STANDARD.encode(Md5::digest(b"wrong"))
     } else {
         md5
     };
-    if fault == Some(Fault::Corrupt) && !data.is_empty() {
-        let mid = data.len() / 2;
-        data[mid] ^= 0x5a;
-    }
+    let data = if fault == Some(Fault::Corrupt) && !data.is_empty() {
+        let mut v = data.to_vec();
+        let mid = v.len() / 2;
+        v[mid] ^= 0x5a;
+        bytes::Bytes::from(v)
+    } else {
+        data
+    };
     let len = data.len();
     let sha1 = manifest.file().map(|f| f.sha1.clone()).unwrap_or_default();
     let body = match fault {
         Some(Fault::Truncate { bytes, .. }) => {
             // Headers and part of the body go out, then the connection drops.
-            let part = bytes::Bytes::from(data[..bytes.min(len)].to_vec());
+            let part = data.slice(..bytes.min(len));
             let stream = futures::stream::once(async move { Ok::<_, std::io::Error>(part) }).chain(
                 futures::stream::once(async {
                     tokio::time::sleep(Duration::from_millis(50)).await;
@@ -275,16 +281,17 @@ async fn get_file(State(inner): State<Shared>, Path(uuid): Path<String>) -> Resp
             Body::from_stream(stream)
         }
         Some(Fault::Stall { bytes }) => {
-            let part = bytes::Bytes::from(data[..bytes.min(len)].to_vec());
+            let part = data.slice(..bytes.min(len));
             let stream = futures::stream::once(async move { Ok::<_, std::io::Error>(part) })
                 .chain(futures::stream::pending());
             Body::from_stream(stream)
         }
         _ => {
-            // Chunks, as a real server streams a large file.
-            let chunks: Vec<Result<bytes::Bytes, std::io::Error>> = data
-                .chunks(256 * 1024)
-                .map(|c| Ok(bytes::Bytes::copy_from_slice(c)))
+            // Chunks, as a real server streams a large file (zero-copy slices).
+            const CHUNK: usize = 256 * 1024;
+            let chunks: Vec<Result<bytes::Bytes, std::io::Error>> = (0..len)
+                .step_by(CHUNK)
+                .map(|i| Ok(data.slice(i..(i + CHUNK).min(len))))
                 .collect();
             Body::from_stream(futures::stream::iter(chunks))
         }
