@@ -73,10 +73,11 @@ pub struct GzOpts {
 
 /// A duration: `30s`, `5m`, or plain seconds.
 fn parse_duration(s: &str) -> Result<Duration, String> {
-    if let Ok(secs) = s.parse::<f64>() {
-        if secs >= 0.0 && secs.is_finite() {
-            return Ok(Duration::from_secs_f64(secs));
-        }
+    if let Ok(secs) = s.parse::<f64>()
+        && secs >= 0.0
+        && secs.is_finite()
+    {
+        return Ok(Duration::from_secs_f64(secs));
     }
     humantime::parse_duration(s).map_err(|e| format!("{e} (use e.g. 30s, 5m)"))
 }
@@ -228,15 +229,15 @@ pub async fn run_captured(argv: Vec<String>, env: BTreeMap<String, String>) -> E
         ("cnapi_url", "CNAPI_URL"),
         ("imgapi_url", "IMGAPI_URL"),
     ] {
-        if matches.value_source(id) != Some(ValueSource::CommandLine) {
-            if let Some(v) = env.get(var) {
-                let slot = match id {
-                    "sapi_url" => &mut global.sapi_url,
-                    "cnapi_url" => &mut global.cnapi_url,
-                    _ => &mut global.imgapi_url,
-                };
-                *slot = Some(v.clone());
-            }
+        if matches.value_source(id) != Some(ValueSource::CommandLine)
+            && let Some(v) = env.get(var)
+        {
+            let slot = match id {
+                "sapi_url" => &mut global.sapi_url,
+                "cnapi_url" => &mut global.cnapi_url,
+                _ => &mut global.imgapi_url,
+            };
+            *slot = Some(v.clone());
         }
     }
     let Command::Gz(args) = cli.command else {

@@ -28,14 +28,14 @@ pub enum AdoptError {
     Service {
         service: String,
         #[source]
-        err: ApiError,
+        err: Box<ApiError>,
     },
     #[error("cannot record instance {instance} of {service} in SAPI")]
     Instance {
         service: String,
         instance: InstanceUuid,
         #[source]
-        err: ApiError,
+        err: Box<ApiError>,
     },
 }
 
@@ -52,7 +52,7 @@ pub async fn adopt(
         .await
         .map_err(|err| AdoptError::Service {
             service: service.to_string(),
-            err,
+            err: Box::new(err),
         })?;
     // SAPI filters by name already; stay strict in case a fake does not.
     let Some(svc) = services.into_iter().find(|s| s.name == service) else {
@@ -65,7 +65,7 @@ pub async fn adopt(
     let inst_err = |err| AdoptError::Instance {
         service: service.to_string(),
         instance,
-        err,
+        err: Box::new(err),
     };
     match sapi.get_instance(instance).await {
         Ok(existing) if existing.service_uuid == svc.uuid => {
@@ -103,7 +103,7 @@ pub async fn forget(
         Err(err) => Err(AdoptError::Instance {
             service: service.to_string(),
             instance,
-            err,
+            err: Box::new(err),
         }),
     }
 }

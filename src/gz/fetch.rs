@@ -55,10 +55,10 @@ impl ImageSource {
     /// file or manifest (`<x>.file` / `<x>.manifest` side by side, as on the
     /// USB key; `.imgfile` / `.imgmanifest` also work).
     pub fn from_arg(arg: &str) -> Result<ImageSource, FetchError> {
-        if let Ok(uuid) = arg.parse::<ImageUuid>() {
-            if !Path::new(arg).exists() {
-                return Ok(ImageSource::Imgapi(uuid));
-            }
+        if let Ok(uuid) = arg.parse::<ImageUuid>()
+            && !Path::new(arg).exists()
+        {
+            return Ok(ImageSource::Imgapi(uuid));
         }
         let path = PathBuf::from(arg);
         let ext = path
@@ -130,7 +130,7 @@ pub enum FetchError {
     Imgapi {
         uuid: ImageUuid,
         #[source]
-        err: ApiError,
+        err: Box<ApiError>,
     },
     #[error("no manifest next to image file {file} (expected {file}.manifest or <name>.manifest)")]
     NoManifestForFile { file: PathBuf },
@@ -203,7 +203,7 @@ pub enum FetchError {
     FileRequest {
         uuid: ImageUuid,
         #[source]
-        err: ApiError,
+        err: Box<ApiError>,
     },
     #[error("image {uuid}: the download from IMGAPI failed")]
     Transfer {
@@ -302,7 +302,10 @@ pub async fn resolve(
                         url: client.base_url().to_string(),
                     }
                 } else {
-                    FetchError::Imgapi { uuid: *uuid, err }
+                    FetchError::Imgapi {
+                        uuid: *uuid,
+                        err: Box::new(err),
+                    }
                 }
             })?
         }
@@ -622,18 +625,21 @@ async fn download_once(
                 url: client.base_url().to_string(),
             }
         } else {
-            FetchError::FileRequest { uuid, err }
+            FetchError::FileRequest {
+                uuid,
+                err: Box::new(err),
+            }
         }
     })?;
-    if let Some(len) = download.content_length {
-        if len != expected.size {
-            return Err(FetchError::SizeMismatch {
-                uuid,
-                origin: format!("IMGAPI's file ({})", client.base_url()),
-                expected: expected.size,
-                actual: len,
-            });
-        }
+    if let Some(len) = download.content_length
+        && len != expected.size
+    {
+        return Err(FetchError::SizeMismatch {
+            uuid,
+            origin: format!("IMGAPI's file ({})", client.base_url()),
+            expected: expected.size,
+            actual: len,
+        });
     }
     let content_md5 = download.content_md5.clone();
     // The partial file, unique so concurrent runs never share one.
@@ -823,13 +829,13 @@ impl<R: Read> Read for HashingReader<R> {
         if let Some(m) = &mut self.md5 {
             m.update(data);
         }
-        if let Some(f) = &mut self.tee {
-            if let Err(e) = f.write_all(data) {
-                let kind = e.kind();
-                self.tee_error = Some(e);
-                self.tee = None;
-                return Err(io::Error::new(kind, "cannot save the download"));
-            }
+        if let Some(f) = &mut self.tee
+            && let Err(e) = f.write_all(data)
+        {
+            let kind = e.kind();
+            self.tee_error = Some(e);
+            self.tee = None;
+            return Err(io::Error::new(kind, "cannot save the download"));
         }
         self.size += n as u64;
         if self.size > self.limit {
@@ -881,14 +887,14 @@ impl Outcome {
                 actual: d.sha1.clone(),
             });
         }
-        if let (Some(want), Some(got)) = (content_md5, &d.md5) {
-            if want.trim() != got {
-                return Err(FetchError::Md5Mismatch {
-                    uuid,
-                    expected: want.trim().to_string(),
-                    actual: got.clone(),
-                });
-            }
+        if let (Some(want), Some(got)) = (content_md5, &d.md5)
+            && want.trim() != got
+        {
+            return Err(FetchError::Md5Mismatch {
+                uuid,
+                expected: want.trim().to_string(),
+                actual: got.clone(),
+            });
         }
         Ok(())
     }
@@ -953,10 +959,10 @@ fn pipeline<R: Read>(
             }
         }
     }
-    if let Some(f) = &mut hashing.tee {
-        if let Err(e) = f.flush() {
-            hashing.tee_error = Some(e);
-        }
+    if let Some(f) = &mut hashing.tee
+        && let Err(e) = f.flush()
+    {
+        hashing.tee_error = Some(e);
     }
     let digests = Digests {
         size: hashing.size,

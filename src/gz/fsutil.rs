@@ -58,14 +58,14 @@ pub fn remove_any(path: &Path) -> io::Result<()> {
 }
 
 fn make_writable(path: &Path) {
-    if let Ok(md) = fs::symlink_metadata(path) {
-        if md.is_dir() {
-            let mode = md.permissions().mode() | 0o700;
-            let _ = fs::set_permissions(path, fs::Permissions::from_mode(mode));
-            if let Ok(rd) = fs::read_dir(path) {
-                for e in rd.flatten() {
-                    make_writable(&e.path());
-                }
+    if let Ok(md) = fs::symlink_metadata(path)
+        && md.is_dir()
+    {
+        let mode = md.permissions().mode() | 0o700;
+        let _ = fs::set_permissions(path, fs::Permissions::from_mode(mode));
+        if let Ok(rd) = fs::read_dir(path) {
+            for e in rd.flatten() {
+                make_writable(&e.path());
             }
         }
     }

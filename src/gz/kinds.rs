@@ -466,10 +466,11 @@ pub fn template_outputs(pkg_dir: &Path) -> io::Result<Vec<(PathBuf, String)>> {
     for e in rd {
         let e = e?;
         let name = e.file_name().to_string_lossy().into_owned();
-        if let Some(stem) = name.strip_suffix(".xml.in") {
-            if !stem.is_empty() && !stem.contains('/') {
-                out.push((e.path(), format!("opt/smartdc/agents/smf/{stem}.xml")));
-            }
+        if let Some(stem) = name.strip_suffix(".xml.in")
+            && !stem.is_empty()
+            && !stem.contains('/')
+        {
+            out.push((e.path(), format!("opt/smartdc/agents/smf/{stem}.xml")));
         }
     }
     out.sort();

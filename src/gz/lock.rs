@@ -85,7 +85,7 @@ impl ServerLock {
         // makes their message less precise.
         let _ = file.set_len(0);
         let _ = file.seek(SeekFrom::Start(0));
-        let _ = write!(file, "{}\n", std::process::id());
+        let _ = writeln!(file, "{}", std::process::id());
         let _ = file.flush();
         Ok(ServerLock {
             file,

@@ -349,11 +349,11 @@ impl MockServer {
         let aside = self.swap_dir().join(pkg);
         let _ = fsutil::remove_any(&aside);
         fsutil::rename_into(&live, &aside).map_err(io_err("move aside", &live))?;
-        if let (Some(s), Some(i)) = (sapi, instance) {
-            if let Err(err) = adopt::forget(s.client, &component.name, i).await {
-                let _ = fs::rename(&aside, &live);
-                return Err(MockError::Sapi { err });
-            }
+        if let (Some(s), Some(i)) = (sapi, instance)
+            && let Err(err) = adopt::forget(s.client, &component.name, i).await
+        {
+            let _ = fs::rename(&aside, &live);
+            return Err(MockError::Sapi { err });
         }
         let _ = fsutil::remove_any(&aside);
         let _ = fsutil::remove_any(&self.previous_dir().join(pkg));

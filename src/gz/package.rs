@@ -103,10 +103,10 @@ impl PackageJson {
             Hook::Preuninstall,
             Hook::Postuninstall,
         ] {
-            if let Some(s) = scripts.get(hook.as_str()) {
-                if !s.is_empty() {
-                    check_relative(&format!("scripts.{}", hook.as_str()), s)?;
-                }
+            if let Some(s) = scripts.get(hook.as_str())
+                && !s.is_empty()
+            {
+                check_relative(&format!("scripts.{}", hook.as_str()), s)?;
             }
         }
         let mut bin = BTreeMap::new();

@@ -128,7 +128,7 @@ pub enum GzError {
     #[error("the mockcloud layout needs --server-uuid (the server directory under {root}/servers)")]
     NoServerUuid { root: PathBuf },
     #[error(transparent)]
-    Lock(#[from] LockError),
+    Lock(#[from] Box<LockError>),
     #[error(transparent)]
     Recover(#[from] txn::RecoverError),
     #[error("no {api} URL: pass {flag} or set {env}{alt}")]
@@ -141,7 +141,7 @@ pub enum GzError {
     #[error("invalid API URL")]
     BadUrl {
         #[source]
-        err: ApiError,
+        err: Box<ApiError>,
     },
 }
 
@@ -271,8 +271,11 @@ impl GzSession {
                 Some(m) => m.lock_file(),
                 None => session.paths.lock_file(),
             };
-            session._lock =
-                Some(ServerLock::acquire(&lock_file, session.settings.lock_wait).await?);
+            session._lock = Some(
+                ServerLock::acquire(&lock_file, session.settings.lock_wait)
+                    .await
+                    .map_err(Box::new)?,
+            );
             session.recover()?;
         }
         Ok(session)
@@ -496,7 +499,7 @@ impl GzSession {
         let own = plan
             .iter()
             .map(|(c, _)| c)
-            .find(|c| c.smf_services.iter().any(|s| *s == fmri))?;
+            .find(|c| c.smf_services.contains(&fmri))?;
         if self.mock.is_some() {
             return None;
         }
@@ -1167,37 +1170,34 @@ fn txn_failure(c: &Component, f: &TxnFailure, current: &Option<Footprint>) -> Gz
     failure(Some(&c.name), &f.error.step(), &f.error, after)
 }
 
-fn clients(
-    settings: &GzSettings,
-    platform: &dyn Platform,
-) -> Result<
-    (
-        Option<ImgapiClient>,
-        Option<SapiClient>,
-        Option<CnapiClient>,
-    ),
-    GzError,
-> {
+/// The API clients a run may use (each absent when its URL is unknown).
+type Clients = (
+    Option<ImgapiClient>,
+    Option<SapiClient>,
+    Option<CnapiClient>,
+);
+
+fn clients(settings: &GzSettings, platform: &dyn Platform) -> Result<Clients, GzError> {
     let mut imgapi = settings.imgapi_url.clone();
     let mut sapi = settings.sapi_url.clone();
     let mut cnapi = settings.cnapi_url.clone();
-    if imgapi.is_none() || sapi.is_none() || cnapi.is_none() {
-        if let Some(cfg) = platform.sdc_config() {
-            let s = |k: &str| cfg.get(k).and_then(|v| v.as_str()).map(str::to_string);
-            if imgapi.is_none() {
-                imgapi = s("imgapi_domain").map(|d| format!("http://{d}"));
-            }
-            if sapi.is_none() {
-                sapi = s("sapi_domain").map(|d| format!("http://{d}"));
-            }
-            if cnapi.is_none() {
-                if let (Some(dc), Some(dns)) = (s("datacenter_name"), s("dns_domain")) {
-                    cnapi = Some(format!("http://cnapi.{dc}.{dns}"));
-                }
-            }
+    if (imgapi.is_none() || sapi.is_none() || cnapi.is_none())
+        && let Some(cfg) = platform.sdc_config()
+    {
+        let s = |k: &str| cfg.get(k).and_then(|v| v.as_str()).map(str::to_string);
+        if imgapi.is_none() {
+            imgapi = s("imgapi_domain").map(|d| format!("http://{d}"));
+        }
+        if sapi.is_none() {
+            sapi = s("sapi_domain").map(|d| format!("http://{d}"));
+        }
+        if cnapi.is_none()
+            && let (Some(dc), Some(dns)) = (s("datacenter_name"), s("dns_domain"))
+        {
+            cnapi = Some(format!("http://cnapi.{dc}.{dns}"));
         }
     }
-    let bad = |err| GzError::BadUrl { err };
+    let bad = |err| GzError::BadUrl { err: Box::new(err) };
     Ok((
         imgapi
             .map(|u| ImgapiClient::new(&u, settings.api.clone()))

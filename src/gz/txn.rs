@@ -151,7 +151,7 @@ pub enum TxnError {
         hook: Hook,
         package: String,
         #[source]
-        err: HookError,
+        err: Box<HookError>,
     },
     #[error("cannot {action} {path}")]
     Fs {
@@ -166,7 +166,7 @@ pub enum TxnError {
         action: &'static str,
         target: String,
         #[source]
-        err: PlatformError,
+        err: Box<PlatformError>,
     },
     #[error("SAPI adoption failed")]
     Sapi {
@@ -304,7 +304,7 @@ fn snapshot_smf(
         let state = env.platform.smf_state(&fmri).map_err(|err| TxnError::Smf {
             action: "state query",
             target: fmri.clone(),
-            err,
+            err: Box::new(err),
         })?;
         snap.services.insert(fmri, state);
     }
@@ -532,7 +532,7 @@ async fn swap_in(
             .map_err(|err| TxnError::Smf {
                 action: "import",
                 target: rel.clone(),
-                err,
+                err: Box::new(err),
             })?;
     }
     env.checkpoint("after-smf");
@@ -564,7 +564,7 @@ async fn run_hook(
         Err(err) => Err(TxnError::Hook {
             hook,
             package: pkg.name.clone(),
-            err,
+            err: Box::new(err),
         }),
     }
 }
@@ -577,18 +577,18 @@ async fn remove_old(env: &TxnEnv<'_>, old: &Footprint, txn_dir: &Path) -> Result
         .as_ref()
         .map(|t| paths.at(t))
         .filter(|t| t.is_dir());
-    if old.apm {
-        if let Some(dir) = &tree {
-            let pkg = PackageJson::read(dir)
-                .map_err(|err| TxnError::Package {
-                    package: paths.rel(dir),
-                    err,
-                })?
-                .unwrap_or_default();
-            if !pkg.name.is_empty() {
-                run_hook(env, Hook::Preuninstall, &pkg, dir).await?;
-                run_hook(env, Hook::Postuninstall, &pkg, dir).await?;
-            }
+    if old.apm
+        && let Some(dir) = &tree
+    {
+        let pkg = PackageJson::read(dir)
+            .map_err(|err| TxnError::Package {
+                package: paths.rel(dir),
+                err,
+            })?
+            .unwrap_or_default();
+        if !pkg.name.is_empty() {
+            run_hook(env, Hook::Preuninstall, &pkg, dir).await?;
+            run_hook(env, Hook::Postuninstall, &pkg, dir).await?;
         }
     }
     env.checkpoint("after-old-hooks");
@@ -648,12 +648,16 @@ fn unlink_owned(paths: &GzPaths, link: &Link) -> io::Result<()> {
     }
 }
 
-/// The rendered-manifest outputs of an installed apm tree, with their
-/// content before the postinstall ran (to tell whether it rendered them).
-fn render_inputs(
-    paths: &GzPaths,
-    installed: &Path,
-) -> Result<Vec<(PathBuf, String, Option<Vec<u8>>)>, TxnError> {
+/// A manifest template of an installed apm tree, the manifest it renders
+/// to (root-relative), and that file's content before the postinstall ran
+/// (to tell whether the postinstall rendered it).
+struct RenderInput {
+    template: PathBuf,
+    output: String,
+    before: Option<Vec<u8>>,
+}
+
+fn render_inputs(paths: &GzPaths, installed: &Path) -> Result<Vec<RenderInput>, TxnError> {
     let list = kinds::template_outputs(installed).map_err(fs_err(
         "smf",
         "list manifests of",
@@ -661,9 +665,13 @@ fn render_inputs(
     ))?;
     Ok(list
         .into_iter()
-        .map(|(template, rel)| {
-            let before = fs::read(paths.at(&rel)).ok();
-            (template, rel, before)
+        .map(|(template, output)| {
+            let before = fs::read(paths.at(&output)).ok();
+            RenderInput {
+                template,
+                output,
+                before,
+            }
         })
         .collect())
 }
@@ -673,10 +681,15 @@ fn render_manifests(
     env: &TxnEnv<'_>,
     pkg: &PackageJson,
     installed: &Path,
-    outputs: &[(PathBuf, String, Option<Vec<u8>>)],
+    outputs: &[RenderInput],
 ) -> Result<(), TxnError> {
-    for (template, rel, before) in outputs {
-        let out = env.paths.at(rel);
+    for RenderInput {
+        template,
+        output,
+        before,
+    } in outputs
+    {
+        let out = env.paths.at(output);
         let now = fs::read(&out).ok();
         let written_by_hook = now.is_some() && now != *before;
         if written_by_hook {
@@ -778,7 +791,7 @@ async fn remove_steps(
         env.platform.smf_delete(fmri).map_err(|err| TxnError::Smf {
             action: "delete",
             target: fmri.clone(),
-            err,
+            err: Box::new(err),
         })?;
     }
     for rel in &old.smf_manifests {
@@ -829,10 +842,10 @@ pub fn commit(env: &TxnEnv<'_>, journal: &Journal) {
     }
     discard(env, &txn_dir);
     let jpath = env.paths.journal_file(&journal.component);
-    if let Err(e) = fs::remove_file(&jpath) {
-        if e.kind() != io::ErrorKind::NotFound {
-            tracing::warn!(path = %jpath.display(), error = %e, "cannot remove the journal");
-        }
+    if let Err(e) = fs::remove_file(&jpath)
+        && e.kind() != io::ErrorKind::NotFound
+    {
+        tracing::warn!(path = %jpath.display(), error = %e, "cannot remove the journal");
     }
     let _ = fsutil::fsync_dir(&env.paths.journal_dir());
     env.platform.refresh_sysinfo();
@@ -976,10 +989,10 @@ pub fn rollback(env: &TxnEnv<'_>, journal: &Journal) -> Vec<String> {
     }
     discard(env, &txn_dir);
     let jpath = paths.journal_file(&journal.component);
-    if let Err(e) = fs::remove_file(&jpath) {
-        if e.kind() != io::ErrorKind::NotFound {
-            errors.push(format!("remove the journal {}: {e}", jpath.display()));
-        }
+    if let Err(e) = fs::remove_file(&jpath)
+        && e.kind() != io::ErrorKind::NotFound
+    {
+        errors.push(format!("remove the journal {}: {e}", jpath.display()));
     }
     let _ = fsutil::fsync_dir(&paths.journal_dir());
     for e in &errors {
@@ -1014,10 +1027,10 @@ fn restore_smf(env: &TxnEnv<'_>, journal: &Journal, txn_dir: &Path) -> Vec<Strin
     }
     for rel in &journal.smf.absent {
         let path = env.paths.at(rel);
-        if path.is_file() {
-            if let Err(e) = fs::remove_file(&path) {
-                errors.push(format!("remove {rel}: {e}"));
-            }
+        if path.is_file()
+            && let Err(e) = fs::remove_file(&path)
+        {
+            errors.push(format!("remove {rel}: {e}"));
         }
     }
     // The old manifests come back and are imported again.

@@ -334,13 +334,13 @@ fn check_top(
     let first = &parts[0];
     match top {
         None => {
-            if let Some(exp) = expected {
-                if first != exp {
-                    return Err(UnpackError::UnexpectedTop {
-                        found: first.clone(),
-                        expected: exp.to_string(),
-                    });
-                }
+            if let Some(exp) = expected
+                && first != exp
+            {
+                return Err(UnpackError::UnexpectedTop {
+                    found: first.clone(),
+                    expected: exp.to_string(),
+                });
             }
             if parts.len() == 1 && !kind.is_dir() {
                 return Err(UnpackError::TopNotDirectory {
@@ -540,17 +540,17 @@ impl Unpacker<'_> {
                     });
                 }
             };
-            if let Some(limit) = self.options.write_limit {
-                if self.written + n as u64 > limit {
-                    return Err(UnpackError::DiskFull {
-                        path: raw.to_string(),
-                        dest: self.dest.to_path_buf(),
-                        err: io::Error::new(
-                            io::ErrorKind::StorageFull,
-                            "No space left on device (injected write limit)",
-                        ),
-                    });
-                }
+            if let Some(limit) = self.options.write_limit
+                && self.written + n as u64 > limit
+            {
+                return Err(UnpackError::DiskFull {
+                    path: raw.to_string(),
+                    dest: self.dest.to_path_buf(),
+                    err: io::Error::new(
+                        io::ErrorKind::StorageFull,
+                        "No space left on device (injected write limit)",
+                    ),
+                });
             }
             file.write_all(&self.buf[..n])
                 .map_err(|err| self.write_error(raw, err))?;
