@@ -408,6 +408,8 @@ async fn execute(
                 return 1;
             };
             let inner_global = cli.global;
+            printer.json = inner_global.json;
+            printer.quiet = inner_global.quiet;
             Box::pin(execute(
                 &inner_global,
                 inner,

@@ -1,5 +1,57 @@
-//! The GZ installer: installs, upgrades, removes and reports components on
-//! one server, atomically, with rollback.
+//! The GZ installer (`agentsadm gz ...`): installs, upgrades, removes,
+//! rolls back and reports components on one server, atomically, on a real
+//! SmartOS global zone (`/`) or a rooted directory, by the same code.
+//!
+//! Modules, in the order an install uses them:
+//! - [`session`]: one run on one server — settings, the server [`lock`],
+//!   recovery of interrupted transactions, per-server ordering (core
+//!   components alone and in order, parallel-safe ones concurrently), SAPI
+//!   and CNAPI, `gz setup`;
+//! - [`fetch`]: resolve an image (IMGAPI or a local file + manifest), then
+//!   download, hash (sha1, sha256, MD5) and unpack it in one pass, with
+//!   retries and a verified-download cache;
+//! - [`unpack`]: the archive unpacker (refuses `..`, absolute paths, escaping
+//!   links, devices, more than one top-level directory);
+//! - [`kinds`]: what each component kind puts on disk and how its version
+//!   is recorded (apm agents, gz-tools, dockerlogger, sdcadm);
+//! - [`txn`]: the journaled swap with rollback and crash recovery;
+//! - [`hooks`]: apm-compatible lifecycle hooks; [`package`]: `package.json`;
+//! - [`platform`]: SMF, sysinfo and SDC config behind a trait (SmartOS,
+//!   rooted directory, mockcloud); [`mockcloud`]: the mockcloud layout;
+//! - [`adopt`]: SAPI adoption; [`report`]: the `server.agents` report;
+//! - [`paths`]: every path, relative to the root (the on-disk layout);
+//! - [`standin`]: a loopback IMGAPI with fault injection (tests, benchmark).
+//!
+//! # Entry points for the simulator
+//!
+//! - `crate::cli::gz::run_captured(argv, env)` runs `agentsadm gz ...`
+//!   in-process (what a CNAPI execute request of
+//!   `crate::remote::gz_execute_request` asks for) and returns the
+//!   `ExecuteResult` (stdout holds the `--json` document).
+//! - The library, for install-agent style tasks without a command line:
+//!   ```no_run
+//!   # async fn demo() {
+//!   use agentsadm::gz::{self, session::{GzSettings, Layout}, fetch::ImageSource};
+//!   let mut s = GzSettings::new("/var/sim/servers/<uuid>"); // a rooted GZ
+//!   s.imgapi_url = Some("http://127.0.0.1:1234".into());
+//!   s.sapi_url = Some("http://127.0.0.1:1235".into());
+//!   s.cnapi_url = Some("http://127.0.0.1:1236".into());
+//!   // or: s.layout = Layout::Mockcloud; s.root = <mockcloud root>;
+//!   //     s.server_uuid = Some(uuid);
+//!   let image = "2d11ad57-389f-4eff-abcb-6dd51646cf80".parse().unwrap();
+//!   let result = gz::install(s.clone(), &[ImageSource::Imgapi(image)]).await;
+//!   let removed = gz::uninstall(s.clone(), &["vm-agent".to_string()]).await;
+//!   let report = gz::report(s).await;
+//!   # }
+//!   ```
+//!   Each call takes the server's lock for its duration, so calls for
+//!   different roots run concurrently and calls for one root queue. Nothing
+//!   process-wide is touched (no chdir, no global subscriber, no env).
+//!
+//! A rooted server is a directory with `sysinfo.json` (`UUID`, `Hostname`,
+//! `Boot Parameters.headnode`); the simulator creates mock servers by
+//! writing that file (`platform::Sysinfo::to_json`). Its SMF state is kept
+//! in `var/svc/smf-state.json`.
 
 pub mod adopt;
 pub mod fetch;
@@ -16,6 +68,52 @@ pub mod session;
 pub mod standin;
 pub mod txn;
 pub mod unpack;
+
+use crate::remote::{AgentsReport, GzResult};
+
+use session::{GzError, GzSession, GzSettings};
+
+/// Install or upgrade images on the server `settings` describes (one run:
+/// lock, recovery, install, CNAPI report unless `no_cnapi`).
+pub async fn install(settings: GzSettings, sources: &[fetch::ImageSource]) -> GzResult {
+    let server = settings.server_uuid;
+    match GzSession::open(settings, true).await {
+        Ok(mut s) => s.install(sources).await,
+        Err(e) => failed_run(server, &e),
+    }
+}
+
+/// Remove components by name.
+pub async fn uninstall(settings: GzSettings, names: &[String]) -> GzResult {
+    let server = settings.server_uuid;
+    match GzSession::open(settings, true).await {
+        Ok(mut s) => s.remove(names).await,
+        Err(e) => failed_run(server, &e),
+    }
+}
+
+/// Restore the version kept from the last upgrade of `name`.
+pub async fn rollback(settings: GzSettings, name: &str) -> GzResult {
+    let server = settings.server_uuid;
+    match GzSession::open(settings, true).await {
+        Ok(mut s) => s.rollback(name).await,
+        Err(e) => failed_run(server, &e),
+    }
+}
+
+/// What is installed (no lock taken: a report never waits for an install).
+pub async fn report(settings: GzSettings) -> Result<AgentsReport, GzError> {
+    Ok(GzSession::open(settings, false).await?.report())
+}
+
+fn failed_run(server: Option<crate::ids::ServerUuid>, e: &GzError) -> GzResult {
+    GzResult {
+        server_uuid: server.unwrap_or(crate::ids::ServerUuid::from_u128(0)),
+        components: Vec::new(),
+        error: Some(e.to_failure()),
+        warnings: Vec::new(),
+    }
+}
 
 /// An error and its causes as one line (`a: b: c`), for results and logs.
 pub fn error_chain(err: &dyn std::error::Error) -> String {

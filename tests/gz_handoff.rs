@@ -1,0 +1,102 @@
+//! cn-agent cannot replace itself from inside its own SMF contract: the job
+//! is handed to the agentsadm-install service, which runs it with
+//! `gz run-job`.
+
+#[path = "common/gz.rs"]
+mod gz_common;
+
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+
+use agentsadm::gz::fetch::ImageSource;
+use agentsadm::gz::platform::{Platform, PlatformError, Rooted, ServiceState, Sysinfo};
+use agentsadm::gz::session::{GzSession, GzSettings};
+use agentsadm::remote::ComponentAction;
+use gz_common::*;
+
+/// A rooted GZ whose transient-job launcher only records the job.
+#[derive(Debug)]
+struct Launcher {
+    inner: Rooted,
+    jobs: Mutex<Vec<std::path::PathBuf>>,
+}
+
+impl Platform for Launcher {
+    fn name(&self) -> &'static str {
+        "smartos"
+    }
+    fn sysinfo(&self) -> Result<Sysinfo, PlatformError> {
+        self.inner.sysinfo()
+    }
+    fn sdc_config(&self) -> Option<serde_json::Map<String, serde_json::Value>> {
+        None
+    }
+    fn smf_import(&self, m: &Path) -> Result<(), PlatformError> {
+        self.inner.smf_import(m)
+    }
+    fn smf_delete(&self, f: &str) -> Result<(), PlatformError> {
+        self.inner.smf_delete(f)
+    }
+    fn smf_enable(&self, f: &str) -> Result<(), PlatformError> {
+        self.inner.smf_enable(f)
+    }
+    fn smf_disable(&self, f: &str) -> Result<(), PlatformError> {
+        self.inner.smf_disable(f)
+    }
+    fn smf_state(&self, f: &str) -> Result<Option<ServiceState>, PlatformError> {
+        self.inner.smf_state(f)
+    }
+    fn launch_transient_job(&self, job: &Path) -> Result<(), PlatformError> {
+        self.jobs.lock().unwrap().push(job.to_path_buf());
+        Ok(())
+    }
+}
+
+#[tokio::test]
+async fn cn_agent_inside_its_own_contract_hands_off_then_the_job_runs() {
+    let srv = TestServer::new(false);
+    let dir = tempfile::tempdir().unwrap();
+    let img = image("cn-agent", "2.0.0");
+    let f = write_image(&img, dir.path());
+    let argv: Vec<String> = vec![
+        "gz".into(),
+        "install".into(),
+        f.to_string_lossy().into_owned(),
+        "--root".into(),
+        srv.root().to_string_lossy().into_owned(),
+        "--no-sapi".into(),
+        "--no-cnapi".into(),
+        "--json".into(),
+    ];
+    let launcher = Arc::new(Launcher {
+        inner: Rooted::new(srv.root()),
+        jobs: Mutex::new(Vec::new()),
+    });
+    let mut s = GzSettings::new(srv.root());
+    s.no_sapi = true;
+    s.no_cnapi = true;
+    s.platform = Some(launcher.clone());
+    s.job_argv = Some(argv.clone());
+    s.env
+        .insert("SMF_FMRI".into(), "svc:/smartdc/agent/cn-agent:default".into());
+    let before = snapshot(srv.root());
+    let mut session = GzSession::open(s, true).await.unwrap();
+    let src = ImageSource::from_arg(f.to_str().unwrap()).unwrap();
+    let r = session.install(&[src]).await;
+    drop(session);
+    assert!(r.error.is_none(), "{:?}", r.error);
+    assert!(r.components.is_empty());
+    assert!(r.warnings[0].contains("handed to svc:/smartdc/agentsadm-install:default"), "{:?}", r.warnings);
+    let jobs = launcher.jobs.lock().unwrap().clone();
+    assert_eq!(jobs.len(), 1);
+    assert_same(&before, &snapshot(srv.root()), "handing off installs nothing");
+    // The service then runs the job.
+    let out = agentsadm::cli::gz::run_captured(
+        vec!["gz".into(), "run-job".into(), "--job".into(), jobs[0].to_string_lossy().into_owned()],
+        Default::default(),
+    )
+    .await;
+    let r = ok(&out);
+    assert_eq!(r.components[0].action, ComponentAction::Installed);
+    assert_eq!(srv.installed_image("cn-agent"), Some(img.manifest.uuid.to_string()));
+}
