@@ -445,15 +445,20 @@ async fn transient_imgapi_errors_are_retried() {
         )
         .await);
     assert_eq!(imgapi.hits(u2).1, 2);
-    // The verified download is reused by the next install (no new request).
-    ok(&srv
-        .gz(&["remove", "vm-agent", "--no-sapi", "--no-cnapi"], &env)
-        .await);
+    // The verified download of the installed image is reused (no new
+    // request); the replaced image's is dropped.
+    let downloads = srv.at("opt/smartdc/agents/.agentsadm/downloads");
+    assert!(!downloads.join(format!("{u}.file")).exists());
+    let u2s = u2.to_string();
     ok(&srv
         .gz(
-            &["install", &u2.to_string(), "--no-sapi", "--no-cnapi"],
+            &["install", "--force", &u2s, "--no-sapi", "--no-cnapi"],
             &env,
         )
         .await);
     assert_eq!(imgapi.hits(u2).1, 2);
+    ok(&srv
+        .gz(&["remove", "vm-agent", "--no-sapi", "--no-cnapi"], &env)
+        .await);
+    assert!(!downloads.join(format!("{u2}.file")).exists());
 }

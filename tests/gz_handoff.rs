@@ -77,8 +77,10 @@ async fn cn_agent_inside_its_own_contract_hands_off_then_the_job_runs() {
     s.no_cnapi = true;
     s.platform = Some(launcher.clone());
     s.job_argv = Some(argv.clone());
-    s.env
-        .insert("SMF_FMRI".into(), "svc:/smartdc/agent/cn-agent:default".into());
+    s.env.insert(
+        "SMF_FMRI".into(),
+        "svc:/smartdc/agent/cn-agent:default".into(),
+    );
     let before = snapshot(srv.root());
     let mut session = GzSession::open(s, true).await.unwrap();
     let src = ImageSource::from_arg(f.to_str().unwrap()).unwrap();
@@ -86,17 +88,33 @@ async fn cn_agent_inside_its_own_contract_hands_off_then_the_job_runs() {
     drop(session);
     assert!(r.error.is_none(), "{:?}", r.error);
     assert!(r.components.is_empty());
-    assert!(r.warnings[0].contains("handed to svc:/smartdc/agentsadm-install:default"), "{:?}", r.warnings);
+    assert!(
+        r.warnings[0].contains("handed to svc:/smartdc/agentsadm-install:default"),
+        "{:?}",
+        r.warnings
+    );
     let jobs = launcher.jobs.lock().unwrap().clone();
     assert_eq!(jobs.len(), 1);
-    assert_same(&before, &snapshot(srv.root()), "handing off installs nothing");
+    assert_same(
+        &before,
+        &snapshot(srv.root()),
+        "handing off installs nothing",
+    );
     // The service then runs the job.
     let out = agentsadm::cli::gz::run_captured(
-        vec!["gz".into(), "run-job".into(), "--job".into(), jobs[0].to_string_lossy().into_owned()],
+        vec![
+            "gz".into(),
+            "run-job".into(),
+            "--job".into(),
+            jobs[0].to_string_lossy().into_owned(),
+        ],
         Default::default(),
     )
     .await;
     let r = ok(&out);
     assert_eq!(r.components[0].action, ComponentAction::Installed);
-    assert_eq!(srv.installed_image("cn-agent"), Some(img.manifest.uuid.to_string()));
+    assert_eq!(
+        srv.installed_image("cn-agent"),
+        Some(img.manifest.uuid.to_string())
+    );
 }

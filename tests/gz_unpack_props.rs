@@ -106,12 +106,21 @@ fn check_links(base: &Path, dir: &Path) {
         let md = std::fs::symlink_metadata(e.path()).unwrap();
         if md.file_type().is_symlink() {
             let t = std::fs::read_link(e.path()).unwrap();
-            assert!(stays_inside(base, &e.path(), &t), "{} -> {}", e.path().display(), t.display());
+            assert!(
+                stays_inside(base, &e.path(), &t),
+                "{} -> {}",
+                e.path().display(),
+                t.display()
+            );
         } else if md.is_dir() {
             check_links(base, &e.path());
         } else {
             use std::os::unix::fs::PermissionsExt;
-            assert_eq!(md.permissions().mode() & 0o7000, 0, "setuid/setgid stripped");
+            assert_eq!(
+                md.permissions().mode() & 0o7000,
+                0,
+                "setuid/setgid stripped"
+            );
         }
     }
 }
@@ -148,7 +157,9 @@ fn garbage_never_panics() {
     for len in [0usize, 1, 100, 511, 512, 1024, 5000] {
         let mut data = vec![0u8; len];
         for b in data.iter_mut() {
-            seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            seed = seed
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
             *b = (seed >> 33) as u8;
         }
         for c in [Compression::None, Compression::Gzip, Compression::Bzip2] {

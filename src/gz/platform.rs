@@ -287,8 +287,15 @@ pub trait Platform: Send + Sync + fmt::Debug {
 #[derive(Debug, Default)]
 pub struct SmartOs;
 
+fn command_line(cmd: &str, args: &[&str]) -> String {
+    std::iter::once(cmd)
+        .chain(args.iter().copied())
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
 fn run(cmd: &str, args: &[&str]) -> Result<std::process::Output, PlatformError> {
-    let command = format!("{cmd} {}", args.join(" "));
+    let command = command_line(cmd, args);
     Command::new(cmd)
         .args(args)
         .output()
@@ -302,7 +309,7 @@ fn run_ok(cmd: &str, args: &[&str]) -> Result<std::process::Output, PlatformErro
     let out = run(cmd, args)?;
     if !out.status.success() {
         return Err(PlatformError::Command {
-            command: format!("{cmd} {}", args.join(" ")),
+            command: command_line(cmd, args),
             status: out.status.to_string(),
             stderr: String::from_utf8_lossy(&out.stderr).trim().to_string(),
         });

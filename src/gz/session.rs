@@ -119,7 +119,9 @@ impl GzSettings {
 /// Why a run could not start.
 #[derive(Debug, thiserror::Error)]
 pub enum GzError {
-    #[error("cannot identify the server at {root}")]
+    #[error(
+        "cannot identify the server at {root} (outside a SmartOS global zone, pass --root DIR with a sysinfo.json, or --server-uuid)"
+    )]
     Platform {
         root: PathBuf,
         #[source]
@@ -400,6 +402,13 @@ impl GzSession {
         Ok(())
     }
 
+    /// Drop the cached download of a replaced image.
+    fn forget_download(&self, old: Option<ImageUuid>, keep: Option<ImageUuid>) {
+        if let Some(old) = old.filter(|o| Some(*o) != keep) {
+            let _ = std::fs::remove_file(self.paths.downloads_dir().join(format!("{old}.file")));
+        }
+    }
+
     fn fetch_options(&self, component: &Component) -> FetchOptions {
         let mut o = self.settings.fetch.clone();
         o.downloads = Some(self.paths.downloads_dir());
@@ -656,6 +665,9 @@ impl GzSession {
             let _ = fsutil::remove_any(&txn_dir);
             txn_failure(c, &f, &current)
         })?;
+        // The cache keeps the installed image's file (a retry or reinstall
+        // needs no download), not the replaced one's.
+        self.forget_download(from, Some(uuid));
         let mut notes = Vec::new();
         adoption_note(c, outcome.adoption.as_ref(), &mut notes);
         Ok(Done {
@@ -814,6 +826,7 @@ impl GzSession {
                 let _ = fsutil::remove_any(&txn_dir);
                 txn_failure(c, &f, &Some(fp))
             })?;
+        self.forget_download(from, None);
         Ok(Done {
             result: ComponentResult {
                 name: c.name.clone(),

@@ -654,7 +654,14 @@ fn unlink_owned(paths: &GzPaths, link: &Link) -> io::Result<()> {
 struct RenderInput {
     template: PathBuf,
     output: String,
-    before: Option<Vec<u8>>,
+    before: Option<(Vec<u8>, Option<std::time::SystemTime>)>,
+}
+
+/// Content and mtime of a file, if it exists.
+fn file_state(path: &Path) -> Option<(Vec<u8>, Option<std::time::SystemTime>)> {
+    let data = fs::read(path).ok()?;
+    let mtime = fs::metadata(path).and_then(|m| m.modified()).ok();
+    Some((data, mtime))
 }
 
 fn render_inputs(paths: &GzPaths, installed: &Path) -> Result<Vec<RenderInput>, TxnError> {
@@ -666,7 +673,7 @@ fn render_inputs(paths: &GzPaths, installed: &Path) -> Result<Vec<RenderInput>, 
     Ok(list
         .into_iter()
         .map(|(template, output)| {
-            let before = fs::read(paths.at(&output)).ok();
+            let before = file_state(&paths.at(&output));
             RenderInput {
                 template,
                 output,
@@ -690,7 +697,9 @@ fn render_manifests(
     } in outputs
     {
         let out = env.paths.at(output);
-        let now = fs::read(&out).ok();
+        // Written (even with the same content) by the postinstall: leave it,
+        // the agent knows its own tokens (cn-agent-update is disabled).
+        let now = file_state(&out);
         let written_by_hook = now.is_some() && now != *before;
         if written_by_hook {
             continue;
