@@ -563,3 +563,32 @@ fn print_report(printer: &mut Printer, report: &AgentsReport) {
         printer.err(&format!("warning: {}: {}", e.name, e.message));
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn assert_send<T: Send>(_: &T) {}
+
+    /// The simulator spawns these on a multi-threaded runtime.
+    #[test]
+    fn entry_points_are_send() {
+        let f = run_captured(Vec::new(), BTreeMap::new());
+        assert_send(&f);
+        let g = crate::gz::install(GzSettings::new("/nonexistent"), &[]);
+        assert_send(&g);
+    }
+
+    #[tokio::test]
+    async fn captured_runs_report_usage_errors() {
+        let r = run_captured(vec!["gz".into(), "frobnicate".into()], BTreeMap::new()).await;
+        assert_eq!(r.exit_status, 1);
+        assert!(r.stderr.contains("frobnicate"), "{}", r.stderr);
+        let r = run_captured(vec!["list".into()], BTreeMap::new()).await;
+        assert_eq!(r.exit_status, 1);
+        assert!(r.stderr.contains("only `agentsadm gz"), "{}", r.stderr);
+        assert_eq!(parse_duration("90").unwrap(), Duration::from_secs(90));
+        assert_eq!(parse_duration("5m").unwrap(), Duration::from_secs(300));
+        assert!(parse_duration("soon").is_err());
+    }
+}

@@ -267,6 +267,11 @@ pub trait Platform: Send + Sync + fmt::Debug {
     fn smf_disable(&self, fmri: &str) -> Result<(), PlatformError>;
     /// The instance's state, `None` when it does not exist.
     fn smf_state(&self, fmri: &str) -> Result<Option<ServiceState>, PlatformError>;
+    /// `svcadm restart`: run the (restored) start method again.
+    fn smf_restart(&self, fmri: &str) -> Result<(), PlatformError> {
+        self.smf_disable(fmri)?;
+        self.smf_enable(fmri)
+    }
     /// `sysinfo -u` after the installed set changed (cn-agent does this so
     /// `SDC Agents` stays current). Failures are not worth failing for.
     fn refresh_sysinfo(&self) {}
@@ -370,6 +375,10 @@ impl Platform for SmartOs {
 
     fn smf_disable(&self, fmri: &str) -> Result<(), PlatformError> {
         run_ok(SVCADM, &["disable", "-s", fmri]).map(|_| ())
+    }
+
+    fn smf_restart(&self, fmri: &str) -> Result<(), PlatformError> {
+        run_ok(SVCADM, &["restart", fmri]).map(|_| ())
     }
 
     fn smf_state(&self, fmri: &str) -> Result<Option<ServiceState>, PlatformError> {

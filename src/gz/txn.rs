@@ -26,8 +26,8 @@
 //! go, the old tree and files move back, the old links return, a newly
 //! created instance UUID file goes, the old SMF manifests are restored and
 //! re-imported, services the new version added are deleted, and each
-//! instance is enabled or disabled as it was. Today's cn-agent does not
-//! re-import; we do.
+//! instance is enabled or disabled as it was (enabled ones are restarted so
+//! they run the restored code). Today's cn-agent does not re-import; we do.
 //!
 //! Not rolled back: what hooks did outside the package, the SMF manifests and
 //! services aside (files they wrote under `etc/`, calls they made); an
@@ -1065,10 +1065,14 @@ fn restore_smf(env: &TxnEnv<'_>, journal: &Journal, txn_dir: &Path) -> Vec<Strin
         let Some(want) = state else { continue };
         match p.smf_state(fmri) {
             Ok(Some(now)) => {
+                // An instance that stayed enabled may still run the new
+                // version's code (from a tree that is gone): restart it.
                 let r = if want.is_enabled() && !now.is_enabled() {
                     p.smf_enable(fmri)
                 } else if !want.is_enabled() && now.is_enabled() {
                     p.smf_disable(fmri)
+                } else if want.is_enabled() {
+                    p.smf_restart(fmri)
                 } else {
                     Ok(())
                 };
