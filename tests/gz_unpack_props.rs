@@ -88,11 +88,7 @@ fn stays_inside(base: &Path, link: &Path, target: &Path) -> bool {
     let mut p: PathBuf = link.parent().unwrap().to_path_buf();
     for c in target.components() {
         match c {
-            Component::ParentDir => {
-                if !p.pop() {
-                    return false;
-                }
-            }
+            Component::ParentDir if !p.pop() => return false,
             Component::Normal(s) => p.push(s),
             _ => {}
         }
