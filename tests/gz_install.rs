@@ -335,3 +335,21 @@ async fn report_lists_broken_agents_as_errors() {
     assert_eq!(rep.errors.len(), 1);
     assert_eq!(rep.errors[0].name, "legacy");
 }
+
+#[tokio::test]
+async fn bzip2_and_uncompressed_images_install() {
+    let srv = TestServer::new(false);
+    let dir = tempfile::tempdir().unwrap();
+    let mut s = spec("smartlogin", "1.0.0");
+    s.compression = agentsadm::image::Compression::Bzip2;
+    let f = write_image(&agentsadm::imagebuild::build(&s), dir.path());
+    let mut s = spec("amon-agent", "1.0.0");
+    s.compression = agentsadm::image::Compression::None;
+    let g = write_image(&agentsadm::imagebuild::build(&s), dir.path());
+    let r = ok(&srv
+        .gz_offline(&["install", f.to_str().unwrap(), g.to_str().unwrap()])
+        .await);
+    assert_eq!(r.components.len(), 2);
+    assert!(srv.installed_image("smartlogin").is_some());
+    assert!(srv.installed_image("amon-agent").is_some());
+}

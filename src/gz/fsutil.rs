@@ -71,12 +71,34 @@ fn make_writable(path: &Path) {
     }
 }
 
-/// Rename, creating the destination's parent first.
+/// Rename, creating the destination's parent first. Across filesystems
+/// (on SmartOS `/var` and `/opt` are separate datasets) the source is copied
+/// to a temporary name next to the destination, renamed over it (still
+/// atomic for readers of the destination), then removed.
 pub fn rename_into(from: &Path, to: &Path) -> io::Result<()> {
     if let Some(parent) = to.parent() {
         fs::create_dir_all(parent)?;
     }
-    fs::rename(from, to)
+    match fs::rename(from, to) {
+        Err(e) if e.raw_os_error() == Some(libc::EXDEV) => {
+            let dir = to.parent().unwrap_or(Path::new("."));
+            let name = to
+                .file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_default();
+            let tmp = dir.join(format!(
+                ".{name}.{:08x}.agentsadm-tmp",
+                rand::random::<u32>()
+            ));
+            let copied = copy_tree(from, &tmp).and_then(|()| fs::rename(&tmp, to));
+            if let Err(e) = copied {
+                let _ = remove_any(&tmp);
+                return Err(e);
+            }
+            remove_any(from)
+        }
+        other => other,
+    }
 }
 
 /// Copy a tree preserving symlinks (as links), modes and file contents.
@@ -111,6 +133,26 @@ pub fn read_trimmed(path: &Path) -> io::Result<Option<String>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn rename_across_filesystems_copies() {
+        use std::os::unix::fs::MetadataExt;
+        let a = tempfile::tempdir().unwrap();
+        let Ok(b) = tempfile::tempdir_in("/dev/shm") else {
+            return;
+        };
+        if fs::metadata(a.path()).unwrap().dev() == fs::metadata(b.path()).unwrap().dev() {
+            return;
+        }
+        let src = a.path().join("t");
+        fs::create_dir_all(src.join("d")).unwrap();
+        fs::write(src.join("d/f"), b"x").unwrap();
+        std::os::unix::fs::symlink("d/f", src.join("l")).unwrap();
+        let dst = b.path().join("x/t");
+        rename_into(&src, &dst).unwrap();
+        assert!(!exists(&src));
+        assert_eq!(fs::read(dst.join("l")).unwrap(), b"x");
+    }
 
     #[test]
     fn atomic_write_and_copy_tree() {
