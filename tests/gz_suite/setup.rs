@@ -3,15 +3,12 @@
 //! each SAPI agent service's params.image_uuid (compute node setup); and the
 //! bunyan log file.
 
-#[path = "common/gz.rs"]
-mod gz_common;
-
 use std::collections::BTreeMap;
 
+use crate::gz_common::*;
 use agentsadm::catalog::Catalog;
 use agentsadm::gz::standin::ImgapiStandIn;
 use agentsadm::remote::ComponentAction;
-use gz_common::*;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn headnode_setup_from_a_directory_then_again_changes_nothing() {

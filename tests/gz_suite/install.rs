@@ -2,14 +2,11 @@
 //! directory, for every component kind, through the in-process CLI entry
 //! point (`run_captured`) against a loopback IMGAPI stand-in.
 
-#[path = "common/gz.rs"]
-mod gz_common;
-
 use std::collections::BTreeMap;
 
+use crate::gz_common::*;
 use agentsadm::gz::standin::ImgapiStandIn;
 use agentsadm::remote::ComponentAction;
-use gz_common::*;
 
 fn offline_env(imgapi: &ImgapiStandIn) -> BTreeMap<String, String> {
     BTreeMap::from([("IMGAPI_URL".to_string(), imgapi.url())])

@@ -2,16 +2,13 @@
 //! the server changes (the previously installed version, its files, bins,
 //! instance UUID and SMF services stay exactly as they were).
 
-#[path = "common/gz.rs"]
-mod gz_common;
-
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+use crate::gz_common::*;
 use agentsadm::gz::standin::{Fault, ImgapiStandIn};
 use agentsadm::ids::ImageUuid;
 use agentsadm::imagebuild::{self, BuiltImage, Hooks};
-use gz_common::*;
 
 /// What a case publishes and how the install is run.
 struct Case {

@@ -2,15 +2,12 @@
 //! parallel-safe ones concurrently; a second run on the same server waits
 //! for the lock or fails naming its holder, and never interleaves.
 
-#[path = "common/gz.rs"]
-mod gz_common;
-
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+use crate::gz_common::*;
 use agentsadm::gz::lock::ServerLock;
 use agentsadm::imagebuild::{self, Hooks};
-use gz_common::*;
 
 /// Hooks recording `<name> <start|end> <seconds>` around a short sleep.
 fn timed_hooks() -> Hooks {

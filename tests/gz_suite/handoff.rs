@@ -2,17 +2,14 @@
 //! is handed to the agentsadm-install service, which runs it with
 //! `gz run-job`.
 
-#[path = "common/gz.rs"]
-mod gz_common;
-
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 
+use crate::gz_common::*;
 use agentsadm::gz::fetch::ImageSource;
 use agentsadm::gz::platform::{Platform, PlatformError, Rooted, ServiceState, Sysinfo};
 use agentsadm::gz::session::{GzSession, GzSettings};
 use agentsadm::remote::ComponentAction;
-use gz_common::*;
 
 /// A rooted GZ whose transient-job launcher only records the job.
 #[derive(Debug)]

@@ -2,11 +2,8 @@
 //! and params.image_uuid, never UpgradeInstance), SAPI instance removal, and
 //! the CNAPI `server.agents` report.
 
-#[path = "common/gz.rs"]
-mod gz_common;
-
+use crate::gz_common::*;
 use agentsadm::gz::standin::ImgapiStandIn;
-use gz_common::*;
 
 #[tokio::test]
 async fn adopts_updates_and_reports() {

@@ -2,18 +2,15 @@
 //! package.json,instance_uuid}` only, no hooks, cheap enough to run for many
 //! servers at once.
 
-#[path = "common/gz.rs"]
-mod gz_common;
-
 use std::collections::BTreeMap;
 use std::path::Path;
 
+use crate::gz_common::*;
 use agentsadm::api::cnapi::ExecuteResult;
 use agentsadm::gz::platform::Sysinfo;
 use agentsadm::gz::standin::{Fault, ImgapiStandIn};
 use agentsadm::ids::ServerUuid;
 use agentsadm::remote::ComponentAction;
-use gz_common::*;
 
 async fn mock(root: &Path, server: ServerUuid, args: &[&str], imgapi: &str) -> ExecuteResult {
     let mut argv: Vec<String> = vec!["gz".into()];

@@ -2,16 +2,13 @@
 //! old or the new version complete after the next run (journal + recovery),
 //! and a retry then succeeds.
 
-#[path = "common/gz.rs"]
-mod gz_common;
-
 use std::path::Path;
 use std::process::Command;
 
+use crate::gz_common::*;
 use agentsadm::gz::session::{GzSession, GzSettings};
 use agentsadm::imagebuild::{self, BuiltImage, Hooks};
 use agentsadm::remote::ComponentAction;
-use gz_common::*;
 
 fn version(semver: &str) -> BuiltImage {
     let mut s = spec("vm-agent", semver);

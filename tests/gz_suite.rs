@@ -1,0 +1,32 @@
+//! The GZ installer's integration tests, in one test binary (linking is
+//! the slow part of CI, so one binary instead of one per file).
+//!
+//! - `install`: every kind, upgrade hooks and instance UUIDs, rollback, remove, report;
+//! - `bad_input`: each bad input refused with the cause named, nothing changed;
+//! - `crash`: killed at every checkpoint, recovered to old or new;
+//! - `concurrency`: ordering, parallel-safe overlap, the server lock;
+//! - `sapi_cnapi`: adoption and the server.agents report;
+//! - `mockcloud`, `setup`, `handoff`: the other layouts and flows;
+//! - `unpack_props`: the unpacker never writes outside staging.
+
+#[path = "common/gz.rs"]
+mod gz_common;
+
+#[path = "gz_suite/bad_input.rs"]
+mod bad_input;
+#[path = "gz_suite/concurrency.rs"]
+mod concurrency;
+#[path = "gz_suite/crash.rs"]
+mod crash;
+#[path = "gz_suite/handoff.rs"]
+mod handoff;
+#[path = "gz_suite/install.rs"]
+mod install;
+#[path = "gz_suite/mockcloud.rs"]
+mod mockcloud;
+#[path = "gz_suite/sapi_cnapi.rs"]
+mod sapi_cnapi;
+#[path = "gz_suite/setup.rs"]
+mod setup;
+#[path = "gz_suite/unpack_props.rs"]
+mod unpack_props;
