@@ -12,10 +12,29 @@ use agentsadm::imagebuild::{self, Hooks};
 /// Hooks recording `<name> <start|end> <seconds>` around a short sleep.
 fn timed_hooks() -> Hooks {
     let body = "echo \"$npm_package_name start $(date +%s.%N)\" >> \"$npm_config_etc/times.log\"\n\
-                sleep 0.4\n\
+                sleep 0.2\n\
                 echo \"$npm_package_name end $(date +%s.%N)\" >> \"$npm_config_etc/times.log\"";
     Hooks {
         postinstall: Some(body.to_string()),
+        ..Default::default()
+    }
+}
+
+/// Hooks that record their interval and wait (up to 30 s) until `n`
+/// hooks have started: they only all succeed if they run at the same time.
+fn barrier_hooks(n: usize) -> Hooks {
+    let body = format!(
+        "echo \"$npm_package_name start $(date +%s.%N)\" >> \"$npm_config_etc/times.log\"\n\
+         touch \"$npm_config_etc/started.$npm_package_name\"\n\
+         for i in $(seq 300); do\n\
+           [ $(ls \"$npm_config_etc\"/started.* | wc -l) -ge {n} ] && break\n\
+           sleep 0.1\n\
+         done\n\
+         echo \"$npm_package_name end $(date +%s.%N)\" >> \"$npm_config_etc/times.log\"\n\
+         [ $(ls \"$npm_config_etc\"/started.* | wc -l) -ge {n} ]"
+    );
+    Hooks {
+        postinstall: Some(body),
         ..Default::default()
     }
 }
@@ -50,7 +69,11 @@ async fn core_components_run_alone_and_parallel_safe_ones_together() {
         "config-agent",
     ] {
         let mut s = spec(n, "1.0.0");
-        s.hooks = timed_hooks();
+        s.hooks = if ["vm-agent", "net-agent", "cmon-agent"].contains(&n) {
+            barrier_hooks(3)
+        } else {
+            timed_hooks()
+        };
         files.push(write_image(&imagebuild::build(&s), dir.path()));
     }
     let mut args = vec!["install"];
@@ -58,11 +81,12 @@ async fn core_components_run_alone_and_parallel_safe_ones_together() {
     ok(&srv.gz_offline(&args).await);
     let t = intervals(&srv);
     let parallel = ["vm-agent", "net-agent", "cmon-agent"];
-    // The parallel-safe set overlaps: every one started before any ended.
+    // The parallel-safe set overlapped: each hook waited for the other two
+    // to start (and fails otherwise), so every one started before any ended.
     let last_start = parallel.iter().map(|n| t[*n].0).fold(f64::MIN, f64::max);
     let first_end = parallel.iter().map(|n| t[*n].1).fold(f64::MAX, f64::min);
     assert!(
-        last_start < first_end,
+        last_start <= first_end,
         "parallel-safe agents ran one by one: {t:?}"
     );
     // Core ones run alone, in order: agents_core, config-agent, ..., cn-agent.
