@@ -17,7 +17,8 @@ use super::{Cli, CmdResult, Command, GlobalOpts};
 use crate::api::ApiConfig;
 use crate::api::cnapi::ExecuteResult;
 use crate::gz::fetch::ImageSource;
-use crate::gz::session::{GzSession, GzSettings, Layout, SetupSource};
+use crate::gz::session::{GzSession, GzSettings, Layout};
+use crate::gz::setup::SetupSource;
 use crate::ids::ServerUuid;
 use crate::remote::{AgentsReport, ComponentAction, GzResult};
 

@@ -65,6 +65,7 @@ pub mod paths;
 pub mod platform;
 pub mod report;
 pub mod session;
+pub mod setup;
 pub mod standin;
 pub mod txn;
 pub mod unpack;
