@@ -672,7 +672,7 @@ fn manifest_etag(body: &Value) -> String {
 /// A manifest response with the `Etag` IMGAPI sets (sha1 of the JSON).
 fn manifest_response(status: StatusCode, body: &Value) -> Response {
     let mut resp = json_response(STYLE, status, body);
-    if let Ok(v) = HeaderValue::from_str(&format!("\"{}\"", manifest_etag(body))) {
+    if let Ok(v) = HeaderValue::from_str(&manifest_etag(body)) {
         resp.headers_mut().insert(header::ETAG, v);
     }
     resp
