@@ -32,6 +32,7 @@ pub struct ListImagesFilter {
 
 /// A started image file download: the response to stream from plus the
 /// integrity headers IMGAPI sent.
+#[derive(Debug)]
 pub struct ImageFileDownload {
     pub response: reqwest::Response,
     /// `Content-Length`, when sent.

@@ -776,11 +776,14 @@ async fn get_file(
             // the stream: hyper closes the connection mid-body, as when
             // IMGAPI's storage errors after the headers went out.
             let half = file.bytes.slice(..size / 2);
-            let stream = futures::stream::iter(vec![
-                Ok::<Bytes, std::io::Error>(half),
-                Err(std::io::Error::other("injected truncation")),
-            ]);
-            Body::from_stream(stream.boxed())
+            let first = futures::stream::iter([Ok::<Bytes, std::io::Error>(half)]);
+            // A pause lets hyper flush the headers and the first half before
+            // the stream fails.
+            let fail = futures::stream::once(async {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+                Err(std::io::Error::other("injected truncation"))
+            });
+            Body::from_stream(first.chain(fail).boxed())
         }
     };
     let mut resp = (StatusCode::OK, body).into_response();
