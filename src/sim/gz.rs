@@ -42,7 +42,7 @@ use sha1::{Digest, Sha1};
 use crate::api::cnapi::{AgentEntry, ExecuteResult};
 use crate::api::sapi::{CreateInstance, ServiceType, object};
 use crate::api::{ApiError, Apis};
-use crate::ids::{ImageUuid, InstanceUuid, ServerUuid};
+use crate::ids::{ImageUuid, InstanceUuid, ServerUuid, ServiceUuid};
 use crate::image::Compression;
 use crate::imagebuild::hex;
 use crate::remote::{
@@ -210,8 +210,69 @@ pub trait GzOps: Send + Sync + 'static {
 }
 
 /// The mockcloud-layout stand-in for the GZ installer (module docs).
+///
+/// It is the only writer of the directories it manages, so it keeps each
+/// server's `server.agents` list in memory once read or written: a report
+/// after an install then costs no file reads (reading every component's
+/// three files on every install was most of the simulator's per-install
+/// CPU). Changing a managed directory behind its back is not supported.
 #[derive(Clone, Debug, Default)]
-pub struct MockcloudGz;
+pub struct MockcloudGz {
+    index: Arc<StandinCache>,
+}
+
+impl MockcloudGz {
+    pub fn new() -> MockcloudGz {
+        MockcloudGz::default()
+    }
+}
+
+/// What the stand-in remembers: `server.agents` per server root (by
+/// component directory name), and agent service UUIDs by SAPI URL and
+/// component name (dropped when SAPI no longer knows one).
+#[derive(Debug, Default)]
+struct StandinCache {
+    roots: std::sync::Mutex<std::collections::HashMap<PathBuf, BTreeMap<String, AgentEntry>>>,
+    services: std::sync::Mutex<std::collections::HashMap<(String, String), ServiceUuid>>,
+}
+
+impl StandinCache {
+    fn lock(
+        &self,
+    ) -> std::sync::MutexGuard<'_, std::collections::HashMap<PathBuf, BTreeMap<String, AgentEntry>>>
+    {
+        self.roots.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn set_root(&self, root: &Path, entries: BTreeMap<String, AgentEntry>) {
+        self.lock().insert(root.to_path_buf(), entries);
+    }
+
+    /// Record one directory's new state (`None`: removed), if the root is
+    /// indexed.
+    fn update(&self, root: &Path, dir: &str, entry: Option<AgentEntry>) {
+        if let Some(m) = self.lock().get_mut(root) {
+            match entry {
+                Some(e) => {
+                    m.insert(dir.to_string(), e);
+                }
+                None => {
+                    m.remove(dir);
+                }
+            }
+        }
+    }
+
+    fn get(&self, root: &Path) -> Option<Vec<AgentEntry>> {
+        self.lock().get(root).map(|m| m.values().cloned().collect())
+    }
+
+    fn services(
+        &self,
+    ) -> std::sync::MutexGuard<'_, std::collections::HashMap<(String, String), ServiceUuid>> {
+        self.services.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
 
 const SYSINFO_FILE: &str = "sysinfo.json";
 const AGENTS_DIR: &str = "agents";
@@ -249,19 +310,36 @@ impl MockcloudGz {
         })
     }
 
+    /// Write one component's directory. `fresh`: the server directory is
+    /// being created and nobody reads it yet, so plain writes will do.
     fn write_component(
         dir: &Path,
         package: &str,
         version: &str,
         image: ImageUuid,
         instance: Option<InstanceUuid>,
+        fresh: bool,
     ) -> Result<InstanceUuid, GzOpError> {
         let pdir = dir.join(AGENTS_DIR).join(package);
-        std::fs::create_dir_all(&pdir).map_err(io_err("create", &pdir))?;
         let pj = serde_json::to_vec_pretty(&json!({"name": package, "version": version}))
             .unwrap_or_default();
+        let image_line = format!("{image}\n");
+        if fresh {
+            std::fs::create_dir(&pdir).map_err(io_err("create", &pdir))?;
+            let inst = instance.unwrap_or_else(InstanceUuid::new_v4);
+            for (name, data) in [
+                ("package.json", pj.as_slice()),
+                ("image_uuid", image_line.as_bytes()),
+                ("instance_uuid", format!("{inst}\n").as_bytes()),
+            ] {
+                let path = pdir.join(name);
+                std::fs::write(&path, data).map_err(io_err("write", &path))?;
+            }
+            return Ok(inst);
+        }
+        std::fs::create_dir_all(&pdir).map_err(io_err("create", &pdir))?;
         write_atomic(&pdir.join("package.json"), &pj)?;
-        write_atomic(&pdir.join("image_uuid"), format!("{image}\n").as_bytes())?;
+        write_atomic(&pdir.join("image_uuid"), image_line.as_bytes())?;
         // The instance UUID is kept across upgrades, created on first install.
         let ipath = pdir.join("instance_uuid");
         let existing = std::fs::read_to_string(&ipath)
@@ -415,7 +493,12 @@ impl MockcloudGz {
         Ok((name, version))
     }
 
+    /// Adopt the instance into SAPI the way the dummy cn-agent does: find
+    /// the agent service by name (none: not managed, nothing to do), then
+    /// create the instance (an overwrite when it exists) with
+    /// `params.server_uuid` and `params.image_uuid`.
     async fn adopt(
+        cache: &StandinCache,
         env: &GzEnv,
         target: &GzTarget,
         component: &str,
@@ -427,35 +510,51 @@ impl MockcloudGz {
             instance,
             err,
         };
-        let services = env
-            .apis
-            .sapi
-            .list_services(Some(component), None, Some(ServiceType::Agent))
-            .await
-            .map_err(adopt_err)?;
-        // No service: the component is not managed; nothing to adopt.
-        let Some(service) = services.first() else {
-            return Ok(());
-        };
-        let create = CreateInstance {
-            uuid: Some(instance),
-            service_uuid: Some(service.uuid),
-            params: Some(object([
-                ("server_uuid", json!(target.server_uuid)),
-                ("image_uuid", json!(image)),
-            ])),
-            metadata: None,
-            exists: Some(true),
-        };
-        env.apis
-            .sapi
-            .create_instance(&create)
-            .await
-            .map_err(adopt_err)?;
+        let key = (env.sapi_url.clone(), component.to_string());
+        for attempt in 0..2 {
+            let cached = cache.services().get(&key).copied();
+            let service = match cached {
+                Some(s) => s,
+                None => {
+                    let services = env
+                        .apis
+                        .sapi
+                        .list_services(Some(component), None, Some(ServiceType::Agent))
+                        .await
+                        .map_err(adopt_err)?;
+                    match services.first() {
+                        Some(s) => {
+                            cache.services().insert(key.clone(), s.uuid);
+                            s.uuid
+                        }
+                        None => return Ok(()),
+                    }
+                }
+            };
+            let create = CreateInstance {
+                uuid: Some(instance),
+                service_uuid: Some(service),
+                params: Some(object([
+                    ("server_uuid", json!(target.server_uuid)),
+                    ("image_uuid", json!(image)),
+                ])),
+                metadata: None,
+                exists: Some(true),
+            };
+            match env.apis.sapi.create_instance(&create).await {
+                Ok(_) => return Ok(()),
+                // The service went away since it was looked up: look again.
+                Err(e) if e.is_not_found() && cached.is_some() && attempt == 0 => {
+                    cache.services().remove(&key);
+                }
+                Err(e) => return Err(adopt_err(e)),
+            }
+        }
         Ok(())
     }
 
     async fn install_one(
+        index: Arc<StandinCache>,
         env: Arc<GzEnv>,
         target: GzTarget,
         image: ImageUuid,
@@ -473,8 +572,18 @@ impl MockcloudGz {
             version
         };
         let before = read_component(&target.root.join(AGENTS_DIR).join(&package));
-        let instance = Self::write_component(&target.root, &package, &version, image, None)?;
-        Self::adopt(&env, &target, &manifest.name, instance, image).await?;
+        let instance = Self::write_component(&target.root, &package, &version, image, None, false)?;
+        index.update(
+            &target.root,
+            &package,
+            Some(AgentEntry {
+                name: package.clone(),
+                version: version.clone(),
+                image_uuid: Some(image),
+                uuid: Some(instance),
+            }),
+        );
+        Self::adopt(&index, &env, &target, &manifest.name, instance, image).await?;
         let action = match &before {
             None => ComponentAction::Installed,
             Some(b) if b.image_uuid == Some(image) => ComponentAction::Unchanged,
@@ -491,7 +600,11 @@ impl MockcloudGz {
         })
     }
 
-    fn remove_one(root: &Path, name: &str) -> Result<Option<ComponentResult>, GzOpError> {
+    fn remove_one(
+        index: &StandinCache,
+        root: &Path,
+        name: &str,
+    ) -> Result<Option<ComponentResult>, GzOpError> {
         let base = root.join(AGENTS_DIR);
         // By directory (package) name, or by a package.json name.
         let dir = base.join(name);
@@ -507,6 +620,9 @@ impl MockcloudGz {
         let Some(dir) = dir else { return Ok(None) };
         let before = read_component(&dir);
         std::fs::remove_dir_all(&dir).map_err(io_err("remove", &dir))?;
+        if let Some(d) = dir.file_name() {
+            index.update(root, &d.to_string_lossy(), None);
+        }
         Ok(Some(ComponentResult {
             name: name.to_string(),
             action: ComponentAction::Removed,
@@ -516,6 +632,30 @@ impl MockcloudGz {
             instance_uuid: None,
             elapsed_ms: 0,
         }))
+    }
+
+    /// The report from memory when this root is indexed, else from disk
+    /// (indexing it when every component read cleanly).
+    fn report_cached(index: &StandinCache, target: &GzTarget) -> AgentsReport {
+        if let Some(agents) = index.get(&target.root) {
+            return AgentsReport {
+                server_uuid: target.server_uuid,
+                agents,
+                errors: Vec::new(),
+            };
+        }
+        let report = Self::report_sync(target);
+        if report.errors.is_empty() {
+            index.set_root(
+                &target.root,
+                report
+                    .agents
+                    .iter()
+                    .map(|a| (a.name.clone(), a.clone()))
+                    .collect(),
+            );
+        }
+        report
     }
 
     fn report_sync(target: &GzTarget) -> AgentsReport {
@@ -548,6 +688,7 @@ impl MockcloudGz {
 
     /// The stand-in `agentsadm` command line (see the module docs).
     async fn run_cli(
+        index: Arc<StandinCache>,
         env: Arc<GzEnv>,
         target: GzTarget,
         argv: Vec<String>,
@@ -588,7 +729,7 @@ impl MockcloudGz {
         let args = &positional[2..];
         let result = match cmd.as_str() {
             "report" => {
-                let report = Self::report_sync(&target);
+                let report = Self::report_cached(&index, &target);
                 return ExecuteResult {
                     exit_status: 0,
                     stdout: serde_json::to_string(&report).unwrap_or_default() + "\n",
@@ -606,9 +747,10 @@ impl MockcloudGz {
                         return usage(&format!("{a:?} is not an image UUID"));
                     };
                     let r = if no_sapi {
-                        Self::install_no_sapi(env.clone(), target.clone(), image).await
+                        Self::install_no_sapi(index.clone(), env.clone(), target.clone(), image)
+                            .await
                     } else {
-                        Self::install_one(env.clone(), target.clone(), image).await
+                        Self::install_one(index.clone(), env.clone(), target.clone(), image).await
                     };
                     match r {
                         Ok(c) => out.components.push(c),
@@ -631,7 +773,7 @@ impl MockcloudGz {
                     error: None,
                 };
                 for name in args {
-                    match Self::remove_one(&target.root, name) {
+                    match Self::remove_one(&index, &target.root, name) {
                         Ok(Some(c)) => out.components.push(c),
                         Ok(None) => out.components.push(ComponentResult {
                             name: name.clone(),
@@ -658,7 +800,7 @@ impl MockcloudGz {
         };
         // Report to CNAPI like the real installer (unless --no-cnapi).
         if !no_cnapi {
-            let report = Self::report_sync(&target);
+            let report = Self::report_cached(&index, &target);
             if let Err(e) = env
                 .apis
                 .cnapi
@@ -681,6 +823,7 @@ impl MockcloudGz {
     }
 
     async fn install_no_sapi(
+        index: Arc<StandinCache>,
         env: Arc<GzEnv>,
         target: GzTarget,
         image: ImageUuid,
@@ -697,7 +840,17 @@ impl MockcloudGz {
             version
         };
         let before = read_component(&target.root.join(AGENTS_DIR).join(&package));
-        let instance = Self::write_component(&target.root, &package, &version, image, None)?;
+        let instance = Self::write_component(&target.root, &package, &version, image, None, false)?;
+        index.update(
+            &target.root,
+            &package,
+            Some(AgentEntry {
+                name: package.clone(),
+                version: version.clone(),
+                image_uuid: Some(image),
+                uuid: Some(instance),
+            }),
+        );
         Ok(ComponentResult {
             name: manifest.name,
             action: if before.is_some() {
@@ -742,6 +895,10 @@ impl GzOps for MockcloudGz {
             return Ok(());
         }
         let agents = target.root.join(AGENTS_DIR);
+        // No sysinfo yet: anything here is from an interrupted prepare.
+        if agents.exists() {
+            std::fs::remove_dir_all(&agents).map_err(io_err("remove", &agents))?;
+        }
         std::fs::create_dir_all(&agents).map_err(io_err("create", &agents))?;
         for c in seeded {
             Self::write_component(
@@ -750,6 +907,7 @@ impl GzOps for MockcloudGz {
                 &c.version,
                 c.image_uuid,
                 Some(c.instance_uuid),
+                true,
             )?;
         }
         let mut text = Vec::new();
@@ -758,7 +916,23 @@ impl GzOps for MockcloudGz {
         serde::Serialize::serialize(&Self::sysinfo(target), &mut ser)
             .map_err(|e| GzOpError::Failed(format!("cannot encode sysinfo: {e}")))?;
         // Written last: its presence marks a prepared server.
-        write_atomic(&sysinfo_path, &text)
+        write_atomic(&sysinfo_path, &text)?;
+        self.index.set_root(
+            &target.root,
+            seeded
+                .iter()
+                .map(|c| {
+                    let entry = AgentEntry {
+                        name: c.package.clone(),
+                        version: c.version.clone(),
+                        image_uuid: Some(c.image_uuid),
+                        uuid: Some(c.instance_uuid),
+                    };
+                    (c.package.clone(), entry)
+                })
+                .collect(),
+        );
+        Ok(())
     }
 
     fn install(
@@ -767,7 +941,12 @@ impl GzOps for MockcloudGz {
         target: GzTarget,
         image: ImageUuid,
     ) -> BoxFuture<'static, Result<(), GzOpError>> {
-        Box::pin(async move { Self::install_one(env, target, image).await.map(|_| ()) })
+        let index = self.index.clone();
+        Box::pin(async move {
+            Self::install_one(index, env, target, image)
+                .await
+                .map(|_| ())
+        })
     }
 
     fn uninstall(
@@ -776,16 +955,18 @@ impl GzOps for MockcloudGz {
         target: GzTarget,
         names: Vec<String>,
     ) -> BoxFuture<'static, Result<(), GzOpError>> {
+        let index = self.index.clone();
         Box::pin(async move {
             for n in &names {
-                Self::remove_one(&target.root, n)?;
+                Self::remove_one(&index, &target.root, n)?;
             }
             Ok(())
         })
     }
 
     fn report(&self, target: GzTarget) -> BoxFuture<'static, Result<AgentsReport, GzOpError>> {
-        Box::pin(async move { Ok(Self::report_sync(&target)) })
+        let index = self.index.clone();
+        Box::pin(async move { Ok(Self::report_cached(&index, &target)) })
     }
 
     fn run(
@@ -795,7 +976,7 @@ impl GzOps for MockcloudGz {
         argv: Vec<String>,
         vars: BTreeMap<String, String>,
     ) -> BoxFuture<'static, ExecuteResult> {
-        Box::pin(Self::run_cli(env, target, argv, vars))
+        Box::pin(Self::run_cli(self.index.clone(), env, target, argv, vars))
     }
 }
 
@@ -842,9 +1023,14 @@ mod tests {
             image_uuid: ImageUuid::from_u128(2),
             instance_uuid: InstanceUuid::from_u128(3),
         }];
-        MockcloudGz.prepare(&target, &seeded).unwrap();
+        let gz = MockcloudGz::new();
+        gz.prepare(&target, &seeded).unwrap();
         // Idempotent: a second prepare does not rewrite anything.
-        MockcloudGz.prepare(&target, &[]).unwrap();
+        gz.prepare(&target, &[]).unwrap();
+        assert_eq!(
+            MockcloudGz::report_cached(&gz.index, &target),
+            MockcloudGz::report_sync(&target)
+        );
         let report = MockcloudGz::report_sync(&target);
         assert_eq!(report.agents.len(), 1);
         assert_eq!(report.agents[0].name, "marlin");
