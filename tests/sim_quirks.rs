@@ -1155,7 +1155,7 @@ async fn cnapi_execute_runs_gz_commands_and_nothing_else() {
     assert!(r.stderr.contains("only run agentsadm command lines"));
     // Raw shape: exitCode/stdout/stderr with json, stdout only without.
     let url = format!("{}/servers/{}/execute", dc.urls().cnapi, cn.uuid);
-    let body = serde_json::to_value(&gz_execute_request(
+    let body = serde_json::to_value(gz_execute_request(
         &["gz".into(), "report".into()],
         Default::default(),
         Duration::from_secs(30),

@@ -68,10 +68,10 @@ impl Server {
     /// What is installed, the way sdcadm reads it: `server.agents`, else
     /// sysinfo `SDC Agents` (which lacks image and instance UUIDs).
     pub fn reported_agents(&self) -> Vec<AgentEntry> {
-        if let Some(agents) = &self.agents {
-            if !agents.is_empty() {
-                return agents.clone();
-            }
+        if let Some(agents) = &self.agents
+            && !agents.is_empty()
+        {
+            return agents.clone();
         }
         self.sysinfo
             .as_ref()

@@ -142,10 +142,11 @@ impl ImgapiClient {
             let full = page.len() >= PAGE_LIMIT;
             let mut page = page.into_iter().peekable();
             // The marker is inclusive: drop the image we paged from.
-            if let (Some(m), Some(first)) = (&marker, page.peek()) {
-                if first.uuid.to_string() == *m && !out.is_empty() {
-                    page.next();
-                }
+            if let (Some(m), Some(first)) = (&marker, page.peek())
+                && first.uuid.to_string() == *m
+                && !out.is_empty()
+            {
+                page.next();
             }
             let before = out.len();
             out.extend(page);

@@ -26,6 +26,14 @@
 //! in a real datacenter: IMGAPI, SAPI, CNAPI and the updates server on P,
 //! P+1, P+2, P+3 with `--port P`, ephemeral ports otherwise.
 
+// Handlers return a ready-made error `Response` early, and the errors of
+// starting a simulator or running a GZ operation happen once per call:
+// boxing them would only add noise.
+#![expect(
+    clippy::result_large_err,
+    reason = "error responses and errors are returned once per request"
+)]
+
 mod cnapi;
 pub mod config;
 mod core;
@@ -302,15 +310,15 @@ impl SimDc {
             None
         };
         let fresh = snapshot.is_none();
-        if let Some(s) = &snapshot {
-            if s.servers.len() != config.servers + 1 {
-                tracing::warn!(
-                    state = %state_dir.display(),
-                    "sim: the state directory has {} servers; --servers {} is ignored",
-                    s.servers.len(),
-                    config.servers
-                );
-            }
+        if let Some(s) = &snapshot
+            && s.servers.len() != config.servers + 1
+        {
+            tracing::warn!(
+                state = %state_dir.display(),
+                "sim: the state directory has {} servers; --servers {} is ignored",
+                s.servers.len(),
+                config.servers
+            );
         }
 
         let faults = Arc::new(Faults::new(config.rng_seed));
@@ -472,10 +480,8 @@ impl SimDc {
             tasks: Mutex::new(tasks),
             temp_dir,
         };
-        if fresh {
-            if let Some(spec) = dc.core.config.populate.clone() {
-                seed::populate(&dc.core, &spec)?;
-            }
+        if fresh && let Some(spec) = dc.core.config.populate.clone() {
+            seed::populate(&dc.core, &spec)?;
         }
         Ok(dc)
     }
@@ -653,10 +659,10 @@ impl SimDc {
                 abort.abort();
             }
         }
-        if self.temp_dir.is_none() {
-            if let Err(e) = persist::save(&self.core) {
-                tracing::warn!(error = %e, "sim: cannot save state on shutdown");
-            }
+        if self.temp_dir.is_none()
+            && let Err(e) = persist::save(&self.core)
+        {
+            tracing::warn!(error = %e, "sim: cannot save state on shutdown");
         }
         // Drop removes a temporary directory.
     }
