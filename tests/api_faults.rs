@@ -279,3 +279,43 @@ async fn scenario_faults_resolve_hostnames_and_reject_unknown_ones() {
     let err = SimDc::start(bad).await.unwrap_err();
     assert!(err.to_string().contains("\"cn0009\""), "{err}");
 }
+
+#[tokio::test]
+async fn downloads_are_checked_against_their_headers() {
+    let dc = small_dc(0).await;
+    let img = dc.apis().imgapi;
+    let m = img.latest_image("vm-agent").await.unwrap().unwrap();
+    let good = img
+        .get_image_file(m.uuid)
+        .await
+        .unwrap()
+        .verified_bytes()
+        .await
+        .unwrap();
+    assert_eq!(good.len() as u64, m.files[0].size);
+    dc.faults().corrupt_image("vm-agent");
+    let err = img
+        .get_image_file(m.uuid)
+        .await
+        .unwrap()
+        .verified_bytes()
+        .await
+        .unwrap_err();
+    assert!(matches!(err, ApiError::Integrity { .. }), "{err}");
+    assert!(err.to_string().contains("Content-MD5"), "{err}");
+    dc.faults().clear();
+    dc.faults().truncate_image(&m.uuid.to_string());
+    let err = img
+        .get_image_file(m.uuid)
+        .await
+        .unwrap()
+        .verified_bytes()
+        .await
+        .unwrap_err();
+    assert!(matches!(err, ApiError::Transport { .. }), "{err}");
+    assert!(
+        err.to_string()
+            .contains(&format!("/images/{}/file", m.uuid))
+    );
+    dc.shutdown().await;
+}

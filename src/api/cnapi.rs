@@ -437,6 +437,26 @@ impl CnapiClient {
         self.rest.decode(Method::GET, &path, &raw.body)
     }
 
+    /// Wait until the task finishes or `total` has passed, with as few
+    /// TaskWait calls as possible (each at most a minute, so a proxy in
+    /// between never sees an idle request for long). Returns the last task
+    /// seen, `active` when time ran out.
+    pub async fn wait_task_done(&self, id: TaskId, total: Duration) -> Result<Task, ApiError> {
+        let deadline = tokio::time::Instant::now() + total;
+        loop {
+            let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+            let task = self
+                .wait_task(
+                    id,
+                    left.clamp(Duration::from_secs(1), Duration::from_secs(60)),
+                )
+                .await?;
+            if task.is_done() || tokio::time::Instant::now() >= deadline {
+                return Ok(task);
+            }
+        }
+    }
+
     /// ServerDelete: removes the CNAPI record only (200, empty body).
     pub async fn delete_server(&self, uuid: ServerUuid) -> Result<(), ApiError> {
         self.rest
