@@ -1100,6 +1100,14 @@ async fn cnapi_setup_reset_delete_update_and_not_running() {
         instances_before
     );
     cnapi.delete_server(cn3.uuid).await.unwrap();
+    // A cn-agent still running on a deleted server registers it again.
+    dc.reregister(cn2.uuid).await.unwrap();
+    let back = cnapi.get_server(cn2.uuid).await.unwrap();
+    assert!(back.setup);
+    assert_eq!(
+        back.agents.unwrap().len(),
+        dc.catalog().default_set(false).len()
+    );
     // Not running: task routes refuse with ServerNotRunning.
     dc.set_running(cn1.uuid, false);
     let err = cnapi
@@ -1162,6 +1170,39 @@ async fn cnapi_execute_runs_gz_commands_and_nothing_else() {
             .any(|a| a.image_uuid == Some(img.uuid))
     );
     assert!(cn.root.join("agents/smartlogin/image_uuid").exists());
+    // gz setup --source imgapi on a factory-reset server installs the
+    // default set at the SAPI services' images.
+    cnapi.factory_reset(cn.uuid).await.unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while cnapi.get_server(cn.uuid).await.unwrap().setup {
+        assert!(std::time::Instant::now() < deadline);
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(
+        dc.gz_report(cn.uuid).await.unwrap().agents.is_empty(),
+        "wiped"
+    );
+    let req = gz_execute_request(
+        &[
+            "gz".into(),
+            "setup".into(),
+            "--source".into(),
+            "imgapi".into(),
+        ],
+        Default::default(),
+        Duration::from_secs(30),
+    );
+    let r = cnapi
+        .execute(cn.uuid, &req, Duration::from_secs(30))
+        .await
+        .unwrap();
+    assert_eq!(r.exit_status, 0, "{}", r.stderr);
+    let setup: GzResult = serde_json::from_str(&r.stdout).unwrap();
+    assert_eq!(
+        setup.components.len(),
+        dc.catalog().default_set(false).len()
+    );
+    assert_eq!(dc.server_agents(cn.uuid).len(), setup.components.len());
     // Any other script is not run: exit 127.
     let other = ExecuteRequest {
         script: "#!/bin/bash\nrm -rf /\n".into(),

@@ -134,6 +134,11 @@ pub enum GzOpError {
         #[source]
         err: ApiError,
     },
+    #[error("cannot list the agent services in SAPI to find the default images")]
+    Services {
+        #[source]
+        err: ApiError,
+    },
     /// A failure reported by the installer as text.
     #[error("{0}")]
     Failed(String),
@@ -688,7 +693,7 @@ impl MockcloudGz {
             exit_status: 1,
             stdout: String::new(),
             stderr: format!(
-                "agentsadm: error: {msg} (the simulator's stand-in installer supports gz install IMAGE_UUID..., gz remove NAME..., gz report)\n"
+                "agentsadm: error: {msg} (the simulator's stand-in installer supports gz install IMAGE_UUID..., gz remove NAME..., gz setup --source imgapi, gz report)\n"
             ),
         };
         // Flags the stand-in accepts and ignores: the real installer's
@@ -700,7 +705,8 @@ impl MockcloudGz {
         while let Some(a) = it.next() {
             match a.as_str() {
                 "--root" | "--layout" | "--server-uuid" | "--hook-timeout" | "--lock-wait"
-                | "--sapi-url" | "--cnapi-url" | "--imgapi-url" | "--log-file" => {
+                | "--source" | "--channel" | "--sapi-url" | "--cnapi-url" | "--imgapi-url"
+                | "--log-file" => {
                     it.next();
                 }
                 "--no-sapi" => no_sapi = true,
@@ -752,6 +758,46 @@ impl MockcloudGz {
                             });
                             break;
                         }
+                    }
+                }
+                out
+            }
+            "setup" => {
+                let mut out = GzResult {
+                    server_uuid: target.server_uuid,
+                    components: Vec::new(),
+                    error: None,
+                };
+                // The default set, each at its SAPI service's image.
+                match Self::setup_images(&env, target.headnode).await {
+                    Ok(images) => {
+                        for (name, image) in images {
+                            match Self::install_one(
+                                index.clone(),
+                                env.clone(),
+                                target.clone(),
+                                image,
+                            )
+                            .await
+                            {
+                                Ok(c) => out.components.push(c),
+                                Err(e) => {
+                                    out.error = Some(GzFailure {
+                                        component: Some(name),
+                                        step: "install".into(),
+                                        message: error_chain(&e),
+                                    });
+                                    break;
+                                }
+                            }
+                        }
+                    }
+                    Err(e) => {
+                        out.error = Some(GzFailure {
+                            component: None,
+                            step: "sapi".into(),
+                            message: error_chain(&e),
+                        })
                     }
                 }
                 out
@@ -810,6 +856,33 @@ impl MockcloudGz {
                 .map(|e| format!("agentsadm: error: {}\n", e.message))
                 .unwrap_or_default(),
         }
+    }
+
+    /// `gz setup --source imgapi`: every default component for this role
+    /// with its agent service's `params.image_uuid` (components without a
+    /// service or image are skipped, as unmanaged).
+    async fn setup_images(
+        env: &GzEnv,
+        headnode: bool,
+    ) -> Result<Vec<(String, ImageUuid)>, GzOpError> {
+        let services = env
+            .apis
+            .sapi
+            .list_agent_services()
+            .await
+            .map_err(|err| GzOpError::Services { err })?;
+        let catalog = crate::catalog::Catalog::builtin();
+        Ok(catalog
+            .default_set(headnode)
+            .into_iter()
+            .filter_map(|c| {
+                services
+                    .iter()
+                    .find(|s| s.name == c.name)
+                    .and_then(|s| s.image_uuid())
+                    .map(|i| (c.name.clone(), i))
+            })
+            .collect())
     }
 
     async fn install_no_sapi(

@@ -596,6 +596,25 @@ impl SimDc {
         self.core.touch();
     }
 
+    /// What a still-running cn-agent does after a CNAPI ServerDelete: its
+    /// sysinfo registration creates the record again (setup, with the
+    /// agents its GZ reports). No-op when the record exists.
+    pub async fn reregister(&self, uuid: ServerUuid) -> Result<(), GzOpError> {
+        let server = self
+            .core
+            .server(uuid)
+            .ok_or_else(|| GzOpError::Failed(format!("no simulated server {uuid}")))?;
+        if self.record(uuid).is_some() {
+            return Ok(());
+        }
+        let report = self.gz_report(uuid).await?;
+        let mut rec = ServerRecord::new(&server, &self.core.config.datacenter, true);
+        rec.agents = report.agents;
+        self.core.cnapi.servers().insert(uuid, rec);
+        self.core.touch();
+        Ok(())
+    }
+
     /// Populate the datacenter (when started with [`SimConfig::empty`]).
     pub fn seed(&self, spec: &SeedSpec) -> Result<SeedReport, SimError> {
         seed::populate(&self.core, spec)
