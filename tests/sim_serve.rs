@@ -42,6 +42,12 @@ async fn state_persists_across_restarts() {
     sapi.update_application(app.uuid, &Update::metadata(object([("lock", json!("me"))])))
         .await
         .unwrap();
+    let seeded = dc.seed_report().unwrap();
+    assert_eq!(
+        dc.default_image("vm-agent"),
+        Some(seeded.images["vm-agent"].uuid)
+    );
+    assert_eq!(seeded.servers_set_up, 3);
     let servers_before = dc.servers();
     let agents_before = dc.server_agents(cn.uuid);
     dc.set_running(dc.server("cn0002").unwrap().uuid, false);
@@ -50,6 +56,7 @@ async fn state_persists_across_restarts() {
     // A different --servers is ignored: the state wins.
     let dc = SimDc::start(config.servers(7)).await.unwrap();
     assert_eq!(dc.servers(), servers_before);
+    assert_eq!(dc.seed_report(), Some(seeded));
     assert_eq!(dc.server_agents(cn.uuid), agents_before);
     let got = dc.apis().imgapi.get_image(img.uuid).await.unwrap();
     assert_eq!(got.published_at, img.published_at);

@@ -7,15 +7,44 @@
 //!
 //! ```no_run
 //! # async fn f() -> Result<(), agentsadm::sim::SimError> {
-//! use agentsadm::sim::{SimConfig, SimDc};
-//! let dc = SimDc::start(SimConfig::default().servers(10)).await?;
-//! let apis = dc.apis();                       // IMGAPI, SAPI, CNAPI clients
-//! let cn = dc.server("cn0001").unwrap();       // uuid, hostname, root dir
-//! dc.faults().fail_installs_on(cn.uuid);       // inject a fault
-//! let servers = apis.cnapi.list_servers(&Default::default()).await.unwrap();
+//! use std::time::Duration;
+//! use agentsadm::sim::{BuildOptions, LatencySpec, PublishTarget, SimConfig, SimDc};
+//! let dc = SimDc::start(
+//!     SimConfig::default()
+//!         .servers(10)                          // headnode + cn0001..cn0010
+//!         .not_setup(["cn0010"])
+//!         .with_vms("cn0002", 3)
+//!         .install_latency(LatencySpec::fixed(50)),
+//! )
+//! .await?;
+//! let apis = dc.apis();                         // IMGAPI, SAPI, CNAPI clients
+//! let urls = dc.urls();                         // imgapi, sapi, cnapi, updates
+//! let cn = dc.server("cn0001").unwrap();        // uuid, hostname, root dir
+//! let default = dc.default_image("vm-agent");   // SAPI service params.image_uuid
+//! let newer = dc.publish_component("vm-agent", &BuildOptions::new("1.1.0"), PublishTarget::Dc);
+//! dc.faults().fail_installs_on(cn.uuid);        // faults, changeable any time
+//! let agents = dc.server_agents(cn.uuid);       // CNAPI's server.agents
 //! dc.shutdown().await;
 //! # Ok(()) }
 //! ```
+//!
+//! What a started datacenter holds (unless [`SimConfig::empty`]): an image
+//! of every catalog component at 1.0.0 in the DC IMGAPI and on the updates
+//! server (channels dev/staging/release), the SAPI `sdc` application
+//! (`metadata.update_channel`) with one `type=agent` service per component
+//! whose `params.image_uuid` is that image, and every server (except those
+//! listed not set up) with its default set installed, adopted (one SAPI
+//! instance each, `params.server_uuid` + `params.image_uuid`) and reported
+//! in `server.agents`. [`SeedSpec`] adds newer versions; [`SimDc::seed_report`]
+//! returns what was created.
+//!
+//! Servers act like Triton's: install-agent answers a task id at once and
+//! the task finishes after the injected latency (cn-agent's own upgrade
+//! completes early and shows in `server.agents` a little later);
+//! uninstall-agents, setup and factory-reset jobs run in the background;
+//! CNAPI execute runs `agentsadm` command lines built by
+//! [`crate::remote::gz_execute_request`] against the server's directory
+//! and nothing else. All GZ work goes through [`GzOps`] (see [`gz`]).
 //!
 //! Modules: [`config`] (shape, scenario JSON), [`faults`], [`gz`] (the seam
 //! to the GZ installer and its mockcloud stand-in), `imgapi`, `sapi`,
@@ -24,7 +53,9 @@
 //!
 //! Each API listens on its own loopback port, as each has its own address
 //! in a real datacenter: IMGAPI, SAPI, CNAPI and the updates server on P,
-//! P+1, P+2, P+3 with `--port P`, ephemeral ports otherwise.
+//! P+1, P+2, P+3 with `--port P`, ephemeral ports otherwise. Without a
+//! state directory, server directories live under `/dev/shm` (see
+//! [`default_temp_base`]) and are removed on shutdown or drop.
 
 // Handlers return a ready-made error `Response` early, and the errors of
 // starting a simulator or running a GZ operation happen once per call:
@@ -387,6 +418,7 @@ impl SimDc {
             shutdown: CancellationToken::new(),
             mutations,
             state_dir: state_dir.clone(),
+            seed_report: Mutex::new(snapshot.as_mut().and_then(|s| s.seed_report.take())),
             config,
         });
 
@@ -613,6 +645,29 @@ impl SimDc {
         self.core.cnapi.servers().insert(uuid, rec);
         self.core.touch();
         Ok(())
+    }
+
+    /// What seeding created: the default image of every component, the
+    /// newer ones, the SAPI application and services (`None` for an empty
+    /// datacenter).
+    pub fn seed_report(&self) -> Option<SeedReport> {
+        self.core
+            .seed_report
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    /// A component's default image: its SAPI agent service's
+    /// `params.image_uuid`.
+    pub fn default_image(&self, component: &str) -> Option<crate::ids::ImageUuid> {
+        self.core
+            .sapi
+            .lock()
+            .services
+            .iter()
+            .find(|s| s.name == component && s.is_agent())
+            .and_then(|s| s.image_uuid())
     }
 
     /// Populate the datacenter (when started with [`SimConfig::empty`]).
