@@ -1366,5 +1366,21 @@ async fn publish_via_client_to_the_updates_server_channel() {
     assert!(m.version.starts_with("4.0.0-master-"));
     let in_dev = client.get_image(m.uuid).await.unwrap_err();
     assert!(in_dev.is_not_found(), "not in the default channel");
+    // A private (non-dc) IMGAPI lists only active images to anonymous
+    // clients, whatever `state` asks for.
+    let mut unfinished = build(&image_spec(c, &BuildOptions::new("4.1.0"))).manifest;
+    unfinished.files.clear();
+    client.import_manifest(&unfinished).await.unwrap();
+    for state in ["unactivated", "all"] {
+        let listed = client
+            .list_images(&ListImagesFilter {
+                state: Some(state.into()),
+                channel: Some("*".into()),
+                ..Default::default()
+            })
+            .await
+            .unwrap();
+        assert!(listed.iter().all(|i| i.uuid != unfinished.uuid), "{state}");
+    }
     dc.shutdown().await;
 }

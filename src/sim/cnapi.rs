@@ -1300,6 +1300,7 @@ async fn run_command(
                     step: "injected".into(),
                     message: message.clone(),
                 }),
+                warnings: Vec::new(),
             };
             return CommandOutcome {
                 exit_code: Some(1),

@@ -737,6 +737,7 @@ impl MockcloudGz {
                     server_uuid: target.server_uuid,
                     components: Vec::new(),
                     error: None,
+                    warnings: Vec::new(),
                 };
                 for a in args {
                     let Ok(image) = a.parse::<ImageUuid>() else {
@@ -767,6 +768,7 @@ impl MockcloudGz {
                     server_uuid: target.server_uuid,
                     components: Vec::new(),
                     error: None,
+                    warnings: Vec::new(),
                 };
                 // The default set, each at its SAPI service's image.
                 match Self::setup_images(&env, target.headnode).await {
@@ -807,6 +809,7 @@ impl MockcloudGz {
                     server_uuid: target.server_uuid,
                     components: Vec::new(),
                     error: None,
+                    warnings: Vec::new(),
                 };
                 for name in args {
                     match Self::remove_one(&index, &target.root, name) {

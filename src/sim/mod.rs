@@ -860,3 +860,15 @@ async fn persister(core: Arc<DcCore>) {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn handles_are_shareable() {
+        fn assert_send_sync<T: Send + Sync>() {}
+        assert_send_sync::<SimDc>();
+        assert_send_sync::<Faults>();
+    }
+}
