@@ -332,7 +332,10 @@ fn cpu_time() -> Duration {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "measurement, prints figures"]
 async fn measure_install_cpu() {
-    let n = 1000;
+    let n: usize = std::env::var("SIM_MEASURE_SERVERS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1000);
     let dc = SimDc::start(SimConfig::default().servers(n)).await.unwrap();
     let apis = dc.apis();
     let targets = dc.compute_nodes();
@@ -375,7 +378,19 @@ async fn measure_install_cpu() {
         .publish_component("vm-agent", &BuildOptions::new("1.2.0"), PublishTarget::Dc)
         .unwrap();
     let (cpu2, wall2) = run(b.uuid).await;
+    // One HTTP round trip (client and server in this process), for scale.
+    let id = apis
+        .cnapi
+        .install_agent(targets[0].uuid, b.uuid)
+        .await
+        .unwrap();
+    let cpu = cpu_time();
+    for _ in 0..2000 {
+        apis.cnapi.get_task(id).await.unwrap();
+    }
+    let rtt_cpu = (cpu_time() - cpu).as_secs_f64() * 1000.0 / 2000.0;
     let mem = MemoryUsage::now();
+    eprintln!("one CNAPI GET round trip: {rtt_cpu:.3} ms CPU (client and server)");
     eprintln!(
         "{n} installs, 20-wide, no latency: half first touch {:.3} ms CPU/install ({:.2}s wall); prepared {:.3} ms CPU/install ({:.2}s wall); preparing a server alone {prepare_cpu:.3} ms; rss {} MB",
         cpu1.as_secs_f64() * 1000.0 / n as f64,

@@ -418,3 +418,77 @@ async fn publish(global: &GlobalOpts, a: PublishArgs) -> CmdResult {
     }
     Ok(ExitCode::SUCCESS)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Wrap {
+        #[command(flatten)]
+        serve: ServeArgs,
+    }
+
+    fn config(args: &[&str]) -> anyhow::Result<SimConfig> {
+        let w = Wrap::try_parse_from(std::iter::once("serve").chain(args.iter().copied()))?;
+        serve_config(&w.serve)
+    }
+
+    #[test]
+    fn flags_become_a_config() {
+        let c = config(&[
+            "--servers",
+            "7",
+            "--seed",
+            "3",
+            "--not-setup",
+            "cn0007,cn0006",
+            "--with-vms",
+            "cn0001=2",
+            "--install-latency",
+            "50",
+            "--latency-jitter",
+            "10",
+            "--slow",
+            "cn0002",
+            "--fail-rate",
+            "0.1",
+            "--api-burst",
+            "cnapi=3:500",
+            "--request-latency",
+            "sapi=5",
+            "--execute-transport",
+            "ur",
+        ])
+        .unwrap();
+        assert_eq!((c.servers, c.rng_seed), (7, 3));
+        assert_eq!(c.not_setup, ["cn0007", "cn0006"]);
+        assert_eq!(c.with_vms["cn0001"], 2);
+        assert_eq!(c.faults.install_latency.base_ms, 50);
+        assert_eq!(c.faults.install_latency.distribution, Distribution::Uniform);
+        assert_eq!(c.faults.slow_servers.factor, 10.0);
+        assert_eq!(c.faults.api_bursts["cnapi"].status, 500);
+        assert_eq!(c.faults.request_latency_ms["sapi"], 5);
+        assert_eq!(c.execute_transport, ExecuteTransport::Ur);
+        assert!(c.populate.as_ref().unwrap().dc_newer.is_some());
+        assert!(config(&["--empty"]).unwrap().populate.is_none());
+    }
+
+    #[test]
+    fn bad_flags_are_refused_with_the_flag_named() {
+        for (args, needle) in [
+            (vec!["--with-vms", "cn0001"], "--with-vms"),
+            (vec!["--api-burst", "cnapi=x"], "--api-burst"),
+            (vec!["--request-latency", "nope=1"], "unknown API"),
+            (
+                vec!["--latency-distribution", "zipf"],
+                "--latency-distribution",
+            ),
+            (vec!["--execute-transport", "ssh"], "--execute-transport"),
+        ] {
+            let err = config(&args).unwrap_err().to_string();
+            assert!(err.contains(needle), "{args:?}: {err}");
+        }
+    }
+}

@@ -462,6 +462,9 @@ impl MockcloudGz {
                 } else {
                     package_json = Some(s);
                 }
+                if image_uuid.is_some() && package_json.is_some() {
+                    break;
+                }
             }
         }
         let top = top.ok_or_else(|| bad("tarball missing agentName/ directory".into()))?;

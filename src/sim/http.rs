@@ -168,7 +168,12 @@ pub(crate) async fn api_layer(
         .get("x-request-id")
         .and_then(|v| v.to_str().ok())
         .map(str::to_string)
-        .unwrap_or_else(|| uuid::Uuid::new_v4().to_string());
+        // A v4 UUID from the thread RNG (no getrandom call per request).
+        .unwrap_or_else(|| {
+            uuid::Builder::from_random_bytes(rand::random())
+                .into_uuid()
+                .to_string()
+        });
     if info.is_down() {
         if let Some(ConnectInfo(conn)) = req.extensions().get::<ConnectInfo<Conn>>() {
             conn.cut();
