@@ -1031,6 +1031,11 @@ async fn cnapi_setup_reset_delete_update_and_not_running() {
     assert_eq!(cnapi.setup_server(cn1.uuid, None).await.unwrap(), None);
     let s3 = cnapi.get_server(cn3.uuid).await.unwrap();
     assert!(!s3.setup && s3.agents.as_ref().unwrap().is_empty());
+    // No cn-agent on a server that is not set up: tasks fail to connect.
+    let image = dc.default_image("vm-agent").unwrap();
+    let id = cnapi.install_agent(cn3.uuid, image).await.unwrap();
+    let t = cnapi.wait_task(id, Duration::from_secs(10)).await.unwrap();
+    assert!(t.error_message().unwrap().contains("ECONNREFUSED"), "{t:?}");
     assert!(
         cnapi
             .setup_server(cn3.uuid, Some("cn0003"))

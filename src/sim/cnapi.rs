@@ -951,6 +951,24 @@ async fn install_agent(
     json_response(STYLE, StatusCode::OK, &json!({"id": id}))
 }
 
+/// Only a set-up server runs cn-agent; CNAPI's task request to any other
+/// fails to connect.
+fn cn_agent_reachable(core: &DcCore, server: &MockServer) -> Result<(), String> {
+    let setup = core
+        .cnapi
+        .servers()
+        .get(&server.uuid)
+        .is_some_and(|r| r.setup);
+    if setup {
+        Ok(())
+    } else {
+        Err(format!(
+            "connect ECONNREFUSED {}:5309 (server {} is not set up, so cn-agent is not running)",
+            server.admin_ip, server.hostname
+        ))
+    }
+}
+
 /// Sleep unless the datacenter shuts down first (then `false`).
 async fn sleep_or_shutdown(core: &DcCore, d: Duration) -> bool {
     if d.is_zero() {
@@ -969,6 +987,11 @@ async fn run_agent_install(
     server: Arc<MockServer>,
     image: ImageUuid,
 ) {
+    if let Err(message) = cn_agent_reachable(&core, &server) {
+        core.cnapi
+            .finish_task(id, Err(format!("AgentInstall error: {message}")));
+        return;
+    }
     let name = core.image_name(image);
     let fate = core
         .faults
@@ -1104,6 +1127,12 @@ async fn uninstall_agents(
         .new_task(rec.uuid, "agents_uninstall", &request_id(&headers));
     let core2 = core.clone();
     tokio::spawn(async move {
+        if let Err(message) = cn_agent_reachable(&core2, &server) {
+            core2
+                .cnapi
+                .finish_task(id, Err(format!("AgentsUninstallTask error: {message}")));
+            return;
+        }
         let fate = core2.faults.install_fate(server.uuid, "");
         if fate.hang || !sleep_or_shutdown(&core2, fate.latency).await {
             return;

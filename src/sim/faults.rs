@@ -246,6 +246,13 @@ struct ServerFaults {
     truncated: BTreeSet<String>,
 }
 
+/// A scenario naming something that does not exist.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum ApplyError {
+    UnknownServer(String),
+    UnknownApi(String),
+}
+
 /// What the task runner must do for one install.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct InstallFate {
@@ -419,11 +426,11 @@ impl Faults {
         config: &FaultConfig,
         resolve: &dyn Fn(&str) -> Option<ServerUuid>,
         pick: &dyn Fn(usize) -> Vec<ServerUuid>,
-    ) -> Result<(), String> {
-        let all = |names: &[String]| -> Result<Vec<ServerUuid>, String> {
+    ) -> Result<(), ApplyError> {
+        let all = |names: &[String]| -> Result<Vec<ServerUuid>, ApplyError> {
             names
                 .iter()
-                .map(|n| resolve(n).ok_or_else(|| n.clone()))
+                .map(|n| resolve(n).ok_or_else(|| ApplyError::UnknownServer(n.clone())))
                 .collect()
         };
         {
@@ -445,12 +452,14 @@ impl Faults {
             s.corrupt.extend(config.corrupt_images.iter().cloned());
             s.truncated.extend(config.truncated_images.iter().cloned());
         }
+        let api_of =
+            |key: &str| SimApi::from_key(key).ok_or_else(|| ApplyError::UnknownApi(key.into()));
         for (key, burst) in &config.api_bursts {
-            let api = SimApi::from_key(key).ok_or_else(|| format!("api {key}"))?;
+            let api = api_of(key)?;
             self.burst(api, burst.count, burst.status);
         }
         for (key, ms) in &config.request_latency_ms {
-            let api = SimApi::from_key(key).ok_or_else(|| format!("api {key}"))?;
+            let api = api_of(key)?;
             self.set_request_latency(api, Duration::from_millis(*ms));
         }
         Ok(())

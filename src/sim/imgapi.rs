@@ -964,9 +964,6 @@ async fn create_image(
         Ok(c) => c,
         Err(r) => return r,
     };
-    if store.mode == ImgapiMode::Private && manifest.public {
-        // Fine on a private server; only a public one refuses private images.
-    }
     let img = StoredImage {
         manifest,
         activated: false,

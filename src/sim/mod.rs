@@ -826,18 +826,9 @@ fn apply_config(core: &Arc<DcCore>, fresh: bool) -> Result<(), SimError> {
     };
     core.faults
         .apply(&core.config.faults, &resolve, &pick)
-        .map_err(|what| {
-            if SimApi::ALL
-                .iter()
-                .any(|a| what == format!("api {}", a.key()))
-                || what.starts_with("api ")
-            {
-                SimError::UnknownApi {
-                    api: what.trim_start_matches("api ").to_string(),
-                }
-            } else {
-                SimError::UnknownServer { selector: what }
-            }
+        .map_err(|e| match e {
+            faults::ApplyError::UnknownServer(selector) => SimError::UnknownServer { selector },
+            faults::ApplyError::UnknownApi(api) => SimError::UnknownApi { api },
         })
 }
 
