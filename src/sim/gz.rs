@@ -708,8 +708,8 @@ impl MockcloudGz {
         while let Some(a) = it.next() {
             match a.as_str() {
                 "--root" | "--layout" | "--server-uuid" | "--hook-timeout" | "--lock-wait"
-                | "--source" | "--channel" | "--sapi-url" | "--cnapi-url" | "--imgapi-url"
-                | "--log-file" => {
+                | "--source" | "--channel" | "--api-timeout" | "--api-retries" | "--sapi-url"
+                | "--cnapi-url" | "--imgapi-url" | "--log-file" => {
                     it.next();
                 }
                 "--no-sapi" => no_sapi = true,
