@@ -401,3 +401,59 @@ async fn measure_install_cpu() {
     );
     dc.shutdown().await;
 }
+
+/// The rollout benchmark's shape against the simulator alone: 1000 servers,
+/// 50 ms injected latency, 20 at a time, each server touched for the first
+/// time. Prints wall / ideal. Run with
+/// `cargo test --release --test sim_serve -- --ignored --nocapture`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "measurement, prints figures"]
+async fn measure_rollout_shape() {
+    let n = 1000;
+    let dc = SimDc::start(
+        SimConfig::default()
+            .servers(n)
+            .install_latency(LatencySpec::fixed(50)),
+    )
+    .await
+    .unwrap();
+    let apis = dc.apis();
+    let img = dc
+        .publish_component("vm-agent", &BuildOptions::new("1.1.0"), PublishTarget::Dc)
+        .unwrap();
+    // The floor on this machine: the same schedule with bare sleeps.
+    let floor = Instant::now();
+    futures::stream::iter((0..n).map(|_| tokio::time::sleep(Duration::from_millis(50))))
+        .buffer_unordered(20)
+        .collect::<Vec<()>>()
+        .await;
+    let floor = floor.elapsed();
+    let cpu = cpu_time();
+    let wall = Instant::now();
+    let results: Vec<TaskStatus> = futures::stream::iter(dc.compute_nodes().into_iter().map(|s| {
+        let cnapi = apis.cnapi.clone();
+        async move {
+            let id = cnapi.install_agent(s.uuid, img.uuid).await.unwrap();
+            cnapi
+                .wait_task(id, Duration::from_secs(60))
+                .await
+                .unwrap()
+                .status
+        }
+    }))
+    .buffer_unordered(20)
+    .collect()
+    .await;
+    let wall = wall.elapsed();
+    let cpu = cpu_time() - cpu;
+    assert!(results.iter().all(|s| *s == TaskStatus::Complete));
+    let ideal = (n as f64 / 20.0).ceil() * 0.050;
+    eprintln!(
+        "rollout shape: {n} servers, 50 ms, 20-wide: wall {:.2}s, ideal {ideal:.2}s, wall/ideal {:.3} (bare sleeps: {:.3}), CPU {:.2}s",
+        wall.as_secs_f64(),
+        wall.as_secs_f64() / ideal,
+        floor.as_secs_f64() / ideal,
+        cpu.as_secs_f64()
+    );
+    dc.shutdown().await;
+}
