@@ -1001,10 +1001,10 @@ async fn run_agent_install(
         return;
     }
     let target = server.target(&core.config.datacenter);
-    if fate.fail || name.as_deref() == Some("cn-agent") || name.is_none() {
-        if !sleep_or_shutdown(&core, fate.latency).await {
-            return;
-        }
+    // These finish after the latency without doing the install here.
+    let finishes_early = fate.fail || name.as_deref() == Some("cn-agent") || name.is_none();
+    if finishes_early && !sleep_or_shutdown(&core, fate.latency).await {
+        return;
     }
     if fate.fail {
         core.cnapi.finish_task(
