@@ -161,6 +161,15 @@ pub enum ApiError {
     },
     #[error("{api} URL {url:?} is not a valid http(s) URL")]
     BadUrl { api: Api, url: String },
+    #[error(
+        "{api} {method} {path}: the download is damaged: {detail} (download it again; if this persists the file is damaged on the server)"
+    )]
+    Integrity {
+        api: Api,
+        method: Method,
+        path: String,
+        detail: String,
+    },
 }
 
 impl ApiError {
@@ -195,15 +204,25 @@ impl ApiError {
     }
 
     /// Worth retrying for an idempotent call: the service may be restarting
-    /// or overloaded. CNAPI's validation failures are 500s with a code and
-    /// are not transient.
+    /// or overloaded. Not transient: CNAPI's validation failures (500s with
+    /// a code), and the code-less `{"message"}` 500s SAPI sends for bad data
+    /// (an update of a missing object, an unknown manifest, a bad service
+    /// type), which answer the same every time. Other code-less 500s may
+    /// come from a backend that is down, so they are retried.
     pub fn is_transient(&self) -> bool {
         match self {
-            ApiError::Connect { .. } | ApiError::Timeout { .. } | ApiError::Transport { .. } => {
-                true
-            }
+            ApiError::Connect { .. }
+            | ApiError::Timeout { .. }
+            | ApiError::Transport { .. }
+            | ApiError::Integrity { .. } => true,
             ApiError::Status { status, body, .. } => {
+                let permanent_plain = *status == 500
+                    && body.code.is_none()
+                    && (body.message.starts_with("updateObject failed: no record")
+                        || body.message.contains("no such manifest")
+                        || body.message.starts_with("service type is invalid"));
                 *status >= 500
+                    && !permanent_plain
                     && !matches!(
                         body.code.as_deref(),
                         Some("InvalidParameters" | "InvalidArgument" | "ValidationFailed")
@@ -540,6 +559,28 @@ mod tests {
         );
         assert_eq!(b.errors.len(), 1);
         assert!(b.to_string().contains("[limit Invalid: limit must be"));
+    }
+
+    #[test]
+    fn transient_statuses() {
+        let err = |status: u16, body: &str| ApiError::Status {
+            api: Api::Sapi,
+            method: Method::PUT,
+            path: "/x".into(),
+            status,
+            body: ErrorBody::parse(body.as_bytes()),
+        };
+        assert!(err(503, r#"{"code":"ServiceUnavailableError","message":"x"}"#).is_transient());
+        assert!(err(500, r#"{"message":"internal error"}"#).is_transient());
+        assert!(
+            !err(
+                500,
+                r#"{"message":"updateObject failed: no record for bucket sapi_instances object x"}"#
+            )
+            .is_transient()
+        );
+        assert!(!err(500, r#"{"code":"InvalidParameters","message":"x"}"#).is_transient());
+        assert!(!err(404, r#"{"code":"ResourceNotFound","message":"x"}"#).is_transient());
     }
 
     #[test]
