@@ -51,7 +51,16 @@ fn image(i: &ImageRef) -> String {
 }
 
 /// The `+ - ~` lines of one server, in step order then intent changes.
-fn server_lines(sp: &super::plan::ServerPlan) -> Vec<String> {
+/// `grouped` leaves out instance UUIDs, so that servers with the same
+/// changes render the same.
+fn server_lines(sp: &super::plan::ServerPlan, grouped: bool) -> Vec<String> {
+    let inst = |i: &crate::ids::InstanceUuid| {
+        if grouped {
+            String::new()
+        } else {
+            format!(" {}", &i.to_string()[..8])
+        }
+    };
     let mut lines = Vec::new();
     for st in &sp.steps {
         let t = st.transport.as_str();
@@ -77,6 +86,13 @@ fn server_lines(sp: &super::plan::ServerPlan) -> Vec<String> {
         });
     }
     for ch in &sp.intent {
+        // An instance target that goes with an upgrade of the same component
+        // is implied by the `~` line (and listed in --json).
+        if let IntentChange::UpdateInstance { component, .. } = ch {
+            if sp.steps.iter().any(|st| st.component == *component) {
+                continue;
+            }
+        }
         lines.push(match ch {
             IntentChange::UpdateInstance {
                 component,
@@ -84,8 +100,8 @@ fn server_lines(sp: &super::plan::ServerPlan) -> Vec<String> {
                 image,
                 ..
             } => format!(
-                "~ SAPI instance {} of {component}: image_uuid {}",
-                &instance.to_string()[..8],
+                "~ SAPI instance{} of {component}: image_uuid {}",
+                inst(instance),
                 short(image)
             ),
             IntentChange::CreateInstance {
@@ -94,8 +110,8 @@ fn server_lines(sp: &super::plan::ServerPlan) -> Vec<String> {
                 image,
                 ..
             } => format!(
-                "+ SAPI instance {} of {component} (adopt), image_uuid {}",
-                &instance.to_string()[..8],
+                "+ SAPI instance{} of {component} (adopt), image_uuid {}",
+                inst(instance),
                 short(image)
             ),
             IntentChange::AdoptInstalled {
@@ -182,7 +198,7 @@ impl fmt::Display for PlanDisplay<'_> {
                 for (uuid, sp) in &p.servers {
                     let hn = if sp.headnode { " headnode" } else { "" };
                     writeln!(f, "  {} ({uuid}){hn}", sp.hostname)?;
-                    for line in server_lines(sp) {
+                    for line in server_lines(sp, false) {
                         writeln!(f, "    {line}")?;
                     }
                 }
@@ -191,7 +207,7 @@ impl fmt::Display for PlanDisplay<'_> {
                 let mut groups: BTreeMap<Vec<String>, Vec<&str>> = BTreeMap::new();
                 for sp in p.servers.values() {
                     groups
-                        .entry(server_lines(sp))
+                        .entry(server_lines(sp, true))
                         .or_default()
                         .push(&sp.hostname);
                 }
