@@ -64,7 +64,8 @@ impl FakeDc {
         }
     }
 
-    /// The current state.
+    /// The current state. A plain mutex guard: drop it before the next
+    /// call into the fake (a guard kept alive in the same statement deadlocks).
     pub fn dc(&self) -> MutexGuard<'_, ExampleDc> {
         self.dc.lock().unwrap_or_else(|e| e.into_inner())
     }
