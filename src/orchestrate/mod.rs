@@ -3,9 +3,9 @@
 //!
 //! The parts, in the order a run uses them:
 //!
-//! - `gather`: one ServerList, one ListServices, one ListInstances (I/O).
+//! - [`gather`]: one ServerList, one ListServices, one ListInstances (I/O).
 //! - [`reality`], [`intent`]: those answers indexed by server and component.
-//! - `images`: `--image` / `--latest` / `--channel` resolution and imports
+//! - [`images`]: `--image` / `--latest` / `--channel` resolution and imports
 //!   into the datacenter IMGAPI (I/O, before planning).
 //! - [`plan`]: the pure planner, and [`display`] for humans.
 //! - [`lock`]: one orchestrator per datacenter (SAPI application metadata).
@@ -13,13 +13,16 @@
 //!   install-agent tasks or `agentsadm gz` via CNAPI execute) and an
 //!   [`store::IntentStore`] (SAPI), reporting to a [`report::Reporter`];
 //!   [`outlier`] decides about slow servers; `progress` draws it.
-//! - `adopt`: create agent services and instances for what servers report.
+//! - [`adopt`]: create agent services and instances for what servers report.
 //! - [`testkit`] and [`fake`]: a deterministic example datacenter and an
 //!   in-memory transport / SAPI for tests and benchmarks.
 
+pub mod adopt;
 pub mod display;
 pub mod execute;
 pub mod fake;
+pub mod gather;
+pub mod images;
 pub mod intent;
 pub mod lock;
 pub mod outlier;
