@@ -12,7 +12,7 @@
 //! - [`execute`]: runs a plan through a [`transport::Transport`] (CNAPI
 //!   install-agent tasks or `agentsadm gz` via CNAPI execute) and an
 //!   [`store::IntentStore`] (SAPI), reporting to a [`report::Reporter`];
-//!   [`outlier`] decides about slow servers; `progress` draws it.
+//!   [`outlier`] decides about slow servers; [`progress`] draws it.
 //! - [`adopt`]: create agent services and instances for what servers report.
 //! - [`testkit`] and [`fake`]: a deterministic example datacenter and an
 //!   in-memory transport / SAPI for tests and benchmarks.
@@ -27,6 +27,7 @@ pub mod intent;
 pub mod lock;
 pub mod outlier;
 pub mod plan;
+pub mod progress;
 pub mod reality;
 pub mod report;
 pub mod store;
