@@ -76,7 +76,7 @@ fn plan_ok(dc: &ExampleDc, req: &Request, images: &ResolvedImages) -> Plan {
 fn update_one_component_everywhere() {
     let mut dc = ExampleDc::new(3);
     let target = dc.publish("vm-agent", "1.1.0");
-    let images = dc.images_with_targets(&[target.clone()]);
+    let images = dc.images_with_targets(std::slice::from_ref(&target));
     let p = plan_ok(
         &dc,
         &request(Operation::Update, &["vm-agent"], &[]),
@@ -195,7 +195,7 @@ fn skips_carry_reasons_and_blocking_only_when_it_matters() {
     dc.drop_instance(cn4, "vm-agent");
     dc.make_legacy(cn5, "vm-agent");
     dc.drop_instance(cn6, "vm-agent");
-    let images = dc.images_with_targets(&[target.clone()]);
+    let images = dc.images_with_targets(std::slice::from_ref(&target));
     let mut req = request(Operation::Update, &["vm-agent"], &[]);
     req.exclude = vec!["headnode".to_string()];
     let p = plan_ok(&dc, &req, &images);
@@ -333,10 +333,10 @@ fn update_without_image_converges_to_intent() {
 
 #[test]
 fn update_imports_targets_from_the_updates_server_first() {
-    let mut dc = ExampleDc::new(1);
+    let dc = ExampleDc::new(1);
     let mut target = dc.image_ref("cn-agent", "3.0.0");
     target.import_from = Some("https://updates.example.com?channel=dev".into());
-    let images = dc.images_with_targets(&[target.clone()]);
+    let images = dc.images_with_targets(std::slice::from_ref(&target));
     let p = plan_ok(
         &dc,
         &request(Operation::Update, &["cn-agent"], &[]),

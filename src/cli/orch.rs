@@ -29,8 +29,8 @@ use crate::orchestrate::images::{self, ImageChoice, ImageSources};
 use crate::orchestrate::lock::{self, DcLock, LockOptions, SapiLockStore};
 use crate::orchestrate::outlier::OutlierPolicy;
 use crate::orchestrate::plan::{
-    ComponentSelection, Operation, Plan, PlanOptions, PlanningInput, Request, ServerSelection, TransportMode,
-    resolve_servers,
+    ComponentSelection, Operation, Plan, PlanOptions, PlanningInput, Request, ServerSelection,
+    TransportMode, resolve_servers,
 };
 use crate::orchestrate::progress::{CliProgress, ProgressMode};
 use crate::orchestrate::store::SapiIntentStore;
@@ -254,7 +254,10 @@ impl InstallArgs {
                 servers: servers_selection(self.servers.servers),
                 exclude: self.exclude,
             },
-            choice: self.image.map(ImageChoice::Image).unwrap_or(ImageChoice::Intent),
+            choice: self
+                .image
+                .map(ImageChoice::Image)
+                .unwrap_or(ImageChoice::Intent),
             source: self.source,
             exec: self.exec,
         })
@@ -265,7 +268,10 @@ impl RemoveArgs {
     fn change(self, catalog: &Catalog) -> anyhow::Result<Change> {
         catalog.require(&self.component)?;
         if self.servers.servers.is_empty() {
-            bail!("name the servers to remove {} from with -s SERVERS", self.component);
+            bail!(
+                "name the servers to remove {} from with -s SERVERS",
+                self.component
+            );
         }
         Ok(Change {
             request: Request {
@@ -318,7 +324,11 @@ async fn updates_client(apis: &Apis, source: &ChannelArgs) -> anyhow::Result<Opt
 }
 
 /// The components whose images need resolving for a request.
-fn components_in_play<'c>(catalog: &'c Catalog, intent: &Intent, request: &Request) -> Vec<&'c Component> {
+fn components_in_play<'c>(
+    catalog: &'c Catalog,
+    intent: &Intent,
+    request: &Request,
+) -> Vec<&'c Component> {
     match &request.components {
         ComponentSelection::All => catalog
             .iter()
@@ -424,7 +434,9 @@ async fn run_change(g: &GlobalOpts, change: Change, plan_only: bool) -> CmdResul
         for w in &plan.warnings {
             eprintln!("warning: {w}");
         }
-        bail!("this plan restarts components that abort running work; re-run with -y to confirm (nothing was changed)");
+        bail!(
+            "this plan restarts components that abort running work; re-run with -y to confirm (nothing was changed)"
+        );
     }
     if !change.exec.yes {
         if out.json || !stdin_is_terminal() {
@@ -478,7 +490,9 @@ async fn execute_locked(
 ) -> anyhow::Result<crate::orchestrate::report::ExecReport> {
     let imported = images::import(&apis.imgapi, &plan.imports).await?;
     if imported > 0 {
-        out.line(format!("Imported {imported} image(s) into the datacenter IMGAPI."));
+        out.line(format!(
+            "Imported {imported} image(s) into the datacenter IMGAPI."
+        ));
     }
     let transport = CnapiTransport::new(
         apis.cnapi.clone(),
@@ -489,7 +503,10 @@ async fn execute_locked(
         },
     );
     let store = SapiIntentStore::new(apis.sapi.clone());
-    let progress = CliProgress::new(ProgressMode::detect(g.json, g.quiet), plan.operation.as_str());
+    let progress = CliProgress::new(
+        ProgressMode::detect(g.json, g.quiet),
+        plan.operation.as_str(),
+    );
     let options = ExecOptions {
         concurrency: exec.concurrency.max(1),
         task_timeout: exec.task_timeout,
@@ -572,7 +589,12 @@ pub struct ListRow {
 }
 
 /// The rows of `agentsadm list` (pure).
-pub fn list_rows(intent: &Intent, reality: &Reality, servers: &[ServerUuid], components: &[String]) -> Vec<ListRow> {
+pub fn list_rows(
+    intent: &Intent,
+    reality: &Reality,
+    servers: &[ServerUuid],
+    components: &[String],
+) -> Vec<ListRow> {
     let mut rows = Vec::new();
     for uuid in servers {
         let Some(s) = reality.get(uuid) else {
@@ -644,12 +666,27 @@ pub async fn run_list(g: &GlobalOpts, a: ListArgs) -> CmdResult {
                 r.component.clone(),
                 r.version.clone().unwrap_or_else(|| "-".into()),
                 r.image.map(|i| short(&i)).unwrap_or_else(|| "-".into()),
-                r.intended_image.map(|i| short(&i)).unwrap_or_else(|| "-".into()),
+                r.intended_image
+                    .map(|i| short(&i))
+                    .unwrap_or_else(|| "-".into()),
                 r.state.to_string(),
             ]
         })
         .collect();
-    out.line(table(&["HOSTNAME", "COMPONENT", "VERSION", "IMAGE", "INTENDED", "STATE"], &cells).trim_end());
+    out.line(
+        table(
+            &[
+                "HOSTNAME",
+                "COMPONENT",
+                "VERSION",
+                "IMAGE",
+                "INTENDED",
+                "STATE",
+            ],
+            &cells,
+        )
+        .trim_end(),
+    );
     Ok(exit(0))
 }
 
@@ -689,7 +726,9 @@ pub async fn run_avail(g: &GlobalOpts, a: AvailArgs) -> CmdResult {
     let mut oldest: BTreeMap<&str, Option<String>> = BTreeMap::new();
     for r in &rows {
         if running.contains_key(&r.image) || defaults.get(r.component.as_str()) == Some(&r.image) {
-            let e = oldest.entry(r.component.as_str()).or_insert(r.published_at.clone());
+            let e = oldest
+                .entry(r.component.as_str())
+                .or_insert(r.published_at.clone());
             if r.published_at < *e {
                 *e = r.published_at.clone();
             }
@@ -736,7 +775,20 @@ pub async fn run_avail(g: &GlobalOpts, a: AvailArgs) -> CmdResult {
             ]
         })
         .collect();
-    out.line(table(&["COMPONENT", "VERSION", "IMAGE", "PUBLISHED", "SERVERS", "NOTE"], &cells).trim_end());
+    out.line(
+        table(
+            &[
+                "COMPONENT",
+                "VERSION",
+                "IMAGE",
+                "PUBLISHED",
+                "SERVERS",
+                "NOTE",
+            ],
+            &cells,
+        )
+        .trim_end(),
+    );
     Ok(exit(0))
 }
 
@@ -767,7 +819,11 @@ pub async fn run_adopt(g: &GlobalOpts, a: AdoptArgs) -> CmdResult {
         out.warn(format!("cannot release the orchestrator lock: {e:#}"));
     }
     let report = result?;
-    let status = if report.failures.is_empty() { 0 } else { EXIT_PARTIAL };
+    let status = if report.failures.is_empty() {
+        0
+    } else {
+        EXIT_PARTIAL
+    };
     if out.json {
         out.json(&json!({"plan": plan, "executed": true, "result": report, "exit_status": status}));
     } else {
@@ -801,7 +857,11 @@ mod tests {
     }
 
     fn update(args: &[&str]) -> anyhow::Result<Change> {
-        let t = T::try_parse_from(std::iter::once("t").chain(std::iter::once("update")).chain(args.iter().copied()))?;
+        let t = T::try_parse_from(
+            std::iter::once("t")
+                .chain(std::iter::once("update"))
+                .chain(args.iter().copied()),
+        )?;
         match t.c {
             C::Update(u) => u.change(&Catalog::builtin()),
             _ => unreachable!(),
@@ -810,19 +870,42 @@ mod tests {
 
     #[test]
     fn update_arguments() {
-        let c = update(&["vm-agent", "-s", "cn1,cn2", "-s", "cn3", "-x", "cn4", "--latest", "-y", "-j", "5"]).unwrap();
-        assert_eq!(c.request.servers, ServerSelection::Named(vec!["cn1".into(), "cn2".into(), "cn3".into()]));
+        let c = update(&[
+            "vm-agent", "-s", "cn1,cn2", "-s", "cn3", "-x", "cn4", "--latest", "-y", "-j", "5",
+        ])
+        .unwrap();
+        assert_eq!(
+            c.request.servers,
+            ServerSelection::Named(vec!["cn1".into(), "cn2".into(), "cn3".into()])
+        );
         assert_eq!(c.request.exclude, vec!["cn4".to_string()]);
         assert_eq!(c.choice, ImageChoice::Latest);
         assert_eq!(c.exec.concurrency, 5);
         assert!(c.exec.yes);
         assert!(update(&[]).unwrap_err().to_string().contains("--all"));
-        assert!(update(&["vm-agnet"]).unwrap_err().to_string().contains("unknown component"));
+        assert!(
+            update(&["vm-agnet"])
+                .unwrap_err()
+                .to_string()
+                .contains("unknown component")
+        );
         let img = "fd5f189c-c26a-46a6-bd1a-b0e0150edf8f";
-        assert!(update(&["vm-agent", "cn-agent", "--image", img]).unwrap_err().to_string().contains("exactly one"));
+        assert!(
+            update(&["vm-agent", "cn-agent", "--image", img])
+                .unwrap_err()
+                .to_string()
+                .contains("exactly one")
+        );
         assert!(update(&["--all", "vm-agent"]).is_err());
         assert!(update(&["vm-agent", "--image", img, "--latest"]).is_err());
-        let c = update(&["--all", "--straggler-timeout", "10m", "--task-timeout", "5m"]).unwrap();
+        let c = update(&[
+            "--all",
+            "--straggler-timeout",
+            "10m",
+            "--task-timeout",
+            "5m",
+        ])
+        .unwrap();
         assert_eq!(c.exec.straggler_timeout, Some(Duration::from_secs(600)));
         assert_eq!(c.exec.task_timeout, Duration::from_secs(300));
         assert_eq!(c.exec.concurrency, 20);
@@ -832,10 +915,20 @@ mod tests {
     fn install_and_remove_need_servers() {
         let t = T::try_parse_from(["t", "install", "dockerlogger"]).unwrap();
         let C::Install(i) = t.c else { unreachable!() };
-        assert!(i.change(&Catalog::builtin()).unwrap_err().to_string().contains("--all-servers"));
+        assert!(
+            i.change(&Catalog::builtin())
+                .unwrap_err()
+                .to_string()
+                .contains("--all-servers")
+        );
         let t = T::try_parse_from(["t", "remove", "dockerlogger"]).unwrap();
         let C::Remove(r) = t.c else { unreachable!() };
-        assert!(r.change(&Catalog::builtin()).unwrap_err().to_string().contains("-s SERVERS"));
+        assert!(
+            r.change(&Catalog::builtin())
+                .unwrap_err()
+                .to_string()
+                .contains("-s SERVERS")
+        );
     }
 
     #[test]

@@ -88,10 +88,10 @@ fn server_lines(sp: &super::plan::ServerPlan, grouped: bool) -> Vec<String> {
     for ch in &sp.intent {
         // An instance target that goes with an upgrade of the same component
         // is implied by the `~` line (and listed in --json).
-        if let IntentChange::UpdateInstance { component, .. } = ch {
-            if sp.steps.iter().any(|st| st.component == *component) {
-                continue;
-            }
+        if let IntentChange::UpdateInstance { component, .. } = ch
+            && sp.steps.iter().any(|st| st.component == *component)
+        {
+            continue;
         }
         lines.push(match ch {
             IntentChange::UpdateInstance {

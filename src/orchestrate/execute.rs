@@ -275,10 +275,7 @@ impl<'a> Executor<'a> {
                 outcome.steps.extend(batch.iter().map(not_run));
                 continue;
             }
-            let results: Vec<(
-                StepResult,
-                Result<Option<InstanceUuid>, (StepFailure, bool)>,
-            )> = if batch.len() > 1 && self.options.parallel_within_server {
+            let results: Vec<StepRun> = if batch.len() > 1 && self.options.parallel_within_server {
                 futures::future::join_all(
                     batch.iter().map(|st| self.run_step(server, hostname, st)),
                 )
@@ -398,6 +395,13 @@ impl<'a> Executor<'a> {
         )
     }
 }
+
+/// A step's result and, on success, the instance the server reported; on
+/// failure, whether it timed out.
+type StepRun = (
+    StepResult,
+    Result<Option<InstanceUuid>, (StepFailure, bool)>,
+);
 
 fn not_run(step: &Step) -> StepResult {
     StepResult {

@@ -73,7 +73,7 @@ pub enum ImageError {
         image: String,
         source_label: String,
         #[source]
-        err: ApiError,
+        err: Box<ApiError>,
     },
     #[error(
         "image {image} is in neither the datacenter IMGAPI nor {looked_in}; check the UUID (agentsadm avail lists images)"
@@ -100,7 +100,7 @@ pub enum ImageError {
         version: String,
         source_url: String,
         #[source]
-        err: ApiError,
+        err: Box<ApiError>,
     },
 }
 
@@ -147,7 +147,7 @@ async fn get_opt(
         Err(err) => Err(ImageError::Lookup {
             image: uuid.to_string(),
             source_label: label.to_string(),
-            err,
+            err: Box::new(err),
         }),
     }
 }
@@ -210,7 +210,7 @@ pub async fn resolve(
                 match result.map_err(|err| ImageError::Lookup {
                     image: format!("newest {name}"),
                     source_label: label.clone(),
-                    err,
+                    err: Box::new(err),
                 })? {
                     None => {
                         out.unavailable.insert(name, label.clone());
@@ -312,7 +312,7 @@ pub async fn import(dc: &ImgapiClient, imports: &[ImageRef]) -> Result<usize, Im
                 name: i.name.clone(),
                 version: i.version.clone(),
                 source_url: source.clone(),
-                err,
+                err: Box::new(err),
             })?;
         done += 1;
     }

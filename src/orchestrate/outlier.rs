@@ -111,7 +111,7 @@ pub fn new_outliers<'a>(
             median,
         })
         .collect();
-    out.sort_by(|a, b| a.server.cmp(&b.server));
+    out.sort_by_key(|a| a.server);
     out
 }
 

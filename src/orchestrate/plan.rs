@@ -573,11 +573,11 @@ pub fn resolve_servers(reality: &Reality, names: &[String]) -> Result<Vec<Server
         if name.is_empty() {
             continue;
         }
-        if let Ok(uuid) = name.parse::<ServerUuid>() {
-            if reality.servers.contains_key(&uuid) {
-                out.push(uuid);
-                continue;
-            }
+        if let Ok(uuid) = name.parse::<ServerUuid>()
+            && reality.servers.contains_key(&uuid)
+        {
+            out.push(uuid);
+            continue;
         }
         match by_hostname.get(name).map(Vec::as_slice) {
             Some([one]) => out.push(*one),
@@ -780,15 +780,14 @@ fn plan_update(input: &PlanningInput, selected: Selected) -> Result<Plan, PlanEr
             if let (Some(target), Some(svc)) = (
                 input.images.targets.get(&c.name),
                 intent.services.get(&c.name),
-            ) {
-                if svc.default_image != Some(target.uuid) {
-                    plan.service_changes.push(ServiceChange {
-                        component: c.name.clone(),
-                        service: svc.uuid,
-                        from: svc.default_image,
-                        to: target.clone(),
-                    });
-                }
+            ) && svc.default_image != Some(target.uuid)
+            {
+                plan.service_changes.push(ServiceChange {
+                    component: c.name.clone(),
+                    service: svc.uuid,
+                    from: svc.default_image,
+                    to: target.clone(),
+                });
             }
         }
     }

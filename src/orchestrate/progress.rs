@@ -33,7 +33,10 @@ impl ProgressMode {
         use std::io::IsTerminal;
         if quiet {
             ProgressMode::Quiet
-        } else if !json && std::io::stderr().is_terminal() && std::env::var_os("AGENTSADM_NO_PROGRESS").is_none() {
+        } else if !json
+            && std::io::stderr().is_terminal()
+            && std::env::var_os("AGENTSADM_NO_PROGRESS").is_none()
+        {
             ProgressMode::Bars
         } else {
             ProgressMode::Lines
@@ -67,11 +70,11 @@ impl CliProgress {
     }
 
     fn line(&self, text: &str) {
-        if let Ok(b) = self.bars.lock() {
-            if let Some(b) = b.as_ref() {
-                let _ = b.multi.println(text);
-                return;
-            }
+        if let Ok(b) = self.bars.lock()
+            && let Some(b) = b.as_ref()
+        {
+            let _ = b.multi.println(text);
+            return;
         }
         eprintln!("{text}");
     }
@@ -82,9 +85,11 @@ impl CliProgress {
 }
 
 fn overall_style() -> ProgressStyle {
-    ProgressStyle::with_template("{elapsed_precise} [{wide_bar}] {pos}/{len} servers, ETA {eta} {msg}")
-        .unwrap_or_else(|_| ProgressStyle::default_bar())
-        .progress_chars("=> ")
+    ProgressStyle::with_template(
+        "{elapsed_precise} [{wide_bar}] {pos}/{len} servers, ETA {eta} {msg}",
+    )
+    .unwrap_or_else(|_| ProgressStyle::default_bar())
+    .progress_chars("=> ")
 }
 
 fn server_style() -> ProgressStyle {
@@ -120,21 +125,21 @@ impl Reporter for CliProgress {
                 }
             }
             ExecEvent::ServerStarted { server, hostname } => {
-                if let Ok(mut b) = self.bars.lock() {
-                    if let Some(b) = b.as_mut() {
-                        let bar = b.multi.add(ProgressBar::new_spinner());
-                        bar.set_style(server_style());
-                        bar.set_prefix(hostname.to_string());
-                        b.servers.insert(*server, bar);
-                    }
+                if let Ok(mut b) = self.bars.lock()
+                    && let Some(b) = b.as_mut()
+                {
+                    let bar = b.multi.add(ProgressBar::new_spinner());
+                    bar.set_style(server_style());
+                    bar.set_prefix(hostname.to_string());
+                    b.servers.insert(*server, bar);
                 }
             }
             ExecEvent::StepStarted { server, step, .. } => {
-                if let Ok(b) = self.bars.lock() {
-                    if let Some(bar) = b.as_ref().and_then(|b| b.servers.get(server)) {
-                        bar.set_message(format!("{} {}", step.component, step.action.verb()));
-                        bar.tick();
-                    }
+                if let Ok(b) = self.bars.lock()
+                    && let Some(bar) = b.as_ref().and_then(|b| b.servers.get(server))
+                {
+                    bar.set_message(format!("{} {}", step.component, step.action.verb()));
+                    bar.tick();
                 }
             }
             ExecEvent::StepFinished { .. } => {}
@@ -144,14 +149,14 @@ impl Reporter for CliProgress {
                     d.0 += 1;
                     *d
                 };
-                if let Ok(mut b) = self.bars.lock() {
-                    if let Some(b) = b.as_mut() {
-                        if let Some(bar) = b.servers.remove(server) {
-                            bar.finish_and_clear();
-                            b.multi.remove(&bar);
-                        }
-                        b.overall.inc(1);
+                if let Ok(mut b) = self.bars.lock()
+                    && let Some(b) = b.as_mut()
+                {
+                    if let Some(bar) = b.servers.remove(server) {
+                        bar.finish_and_clear();
+                        b.multi.remove(&bar);
                     }
+                    b.overall.inc(1);
                 }
                 let label = format!("{} ({server})", outcome.hostname);
                 match outcome.status {
@@ -176,7 +181,10 @@ impl Reporter for CliProgress {
                             .as_ref()
                             .map(ToString::to_string)
                             .unwrap_or_else(|| outcome.status.as_str().to_string());
-                        self.line(&format!("[{n}/{total}] {label}: {}: {why}", outcome.status.as_str()));
+                        self.line(&format!(
+                            "[{n}/{total}] {label}: {}: {why}",
+                            outcome.status.as_str()
+                        ));
                     }
                 }
             }
@@ -202,14 +210,14 @@ impl Reporter for CliProgress {
                 self.line("interrupted: no further servers will be started; run the same command again to finish");
             }
             ExecEvent::Finished(_) => {
-                if let Ok(mut b) = self.bars.lock() {
-                    if let Some(b) = b.take() {
-                        for bar in b.servers.values() {
-                            bar.finish_and_clear();
-                        }
-                        b.overall.finish_and_clear();
-                        let _ = b.multi.clear();
+                if let Ok(mut b) = self.bars.lock()
+                    && let Some(b) = b.take()
+                {
+                    for bar in b.servers.values() {
+                        bar.finish_and_clear();
                     }
+                    b.overall.finish_and_clear();
+                    let _ = b.multi.clear();
                 }
                 let (n, total) = self.count();
                 if self.mode == ProgressMode::Lines && n < total {

@@ -284,10 +284,10 @@ impl ExecReport {
         let mut rows: BTreeMap<&str, ComponentSummary> = BTreeMap::new();
         let mut order: Vec<&str> = plan.components.iter().map(String::as_str).collect();
         for s in &plan.skips {
-            if let Some(c) = s.component.as_deref() {
-                if !order.contains(&c) {
-                    order.push(c);
-                }
+            if let Some(c) = s.component.as_deref()
+                && !order.contains(&c)
+            {
+                order.push(c);
             }
         }
         for c in &order {

@@ -22,7 +22,7 @@ pub enum IntentWriteError {
     Api {
         what: String,
         #[source]
-        err: ApiError,
+        err: Box<ApiError>,
     },
     #[error(
         "{component} was installed but the server reports no instance UUID for it, so it cannot be adopted into SAPI; run 'agentsadm adopt' once the server reports it"
@@ -89,7 +89,7 @@ impl SapiIntentStore {
             .map(|_| ())
             .map_err(|err| IntentWriteError::Api {
                 what: format!("create instance {instance}"),
-                err,
+                err: Box::new(err),
             })
     }
 
@@ -119,7 +119,7 @@ impl SapiIntentStore {
                     }
                     Err(err) => Err(IntentWriteError::Api {
                         what: format!("update instance {instance}"),
-                        err,
+                        err: Box::new(err),
                     }),
                 }
             }
@@ -145,7 +145,7 @@ impl SapiIntentStore {
                     Err(err) if err.is_not_found() => Ok(()),
                     Err(err) => Err(IntentWriteError::Api {
                         what: format!("delete instance {instance}"),
-                        err,
+                        err: Box::new(err),
                     }),
                 }
             }
@@ -178,7 +178,7 @@ impl IntentStore for SapiIntentStore {
                 .map(|_| ())
                 .map_err(|err| IntentWriteError::Api {
                     what: format!("set the default image of service {}", change.component),
-                    err,
+                    err: Box::new(err),
                 })
         })
     }

@@ -163,10 +163,7 @@ impl CnapiTransport {
                     .map_err(|e| StepFailure::api("install-agent", &e))?;
                 let task = self.wait(id).await;
                 if self_replacing {
-                    let failed = match task {
-                        Ok(()) => None,
-                        Err(f) => Some(f),
-                    };
+                    let failed = task.err();
                     return self.confirm_image(server, step, to.uuid, failed).await;
                 }
                 task?;
@@ -277,21 +274,20 @@ impl CnapiTransport {
                 .reported_agents()
                 .into_iter()
                 .find(|a| a.name == package || a.name == step.component)
+                && a.image_uuid == Some(image)
             {
-                if a.image_uuid == Some(image) {
-                    return Ok(StepDone { instance: a.uuid });
-                }
+                return Ok(StepDone { instance: a.uuid });
             }
-            if let Some(f) = &task_failure {
-                if started.elapsed() >= self.config.confirm_grace_after_failure {
-                    return Err(StepFailure::new(
-                        f.stage.clone(),
-                        format!(
-                            "{} (and server.agents still does not show image {image} after {:?})",
-                            f.message, self.config.confirm_grace_after_failure
-                        ),
-                    ));
-                }
+            if let Some(f) = &task_failure
+                && started.elapsed() >= self.config.confirm_grace_after_failure
+            {
+                return Err(StepFailure::new(
+                    f.stage.clone(),
+                    format!(
+                        "{} (and server.agents still does not show image {image} after {:?})",
+                        f.message, self.config.confirm_grace_after_failure
+                    ),
+                ));
             }
             tokio::time::sleep(pause).await;
             pause = (pause * 2).min(max_pause);
