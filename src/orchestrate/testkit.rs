@@ -73,8 +73,8 @@ pub struct ExampleDc {
     pub servers: BTreeMap<ServerUuid, Server>,
     /// SAPI `type=agent` services.
     pub services: Vec<Service>,
-    /// SAPI `type=agent` instances.
-    pub instances: Vec<Instance>,
+    /// SAPI `type=agent` instances, by UUID.
+    pub instances: BTreeMap<InstanceUuid, Instance>,
     /// Images in the datacenter IMGAPI.
     pub images: BTreeMap<ImageUuid, ImageManifest>,
 }
@@ -86,7 +86,7 @@ impl ExampleDc {
             catalog: Catalog::builtin(),
             servers: BTreeMap::new(),
             services: Vec::new(),
-            instances: Vec::new(),
+            instances: BTreeMap::new(),
             images: BTreeMap::new(),
         }
     }
@@ -194,7 +194,7 @@ impl ExampleDc {
     pub fn unmanage(&mut self, component: &str) {
         let svc = service_uuid(component);
         self.services.retain(|s| s.uuid != svc);
-        self.instances.retain(|i| i.service_uuid != svc);
+        self.instances.retain(|_, i| i.service_uuid != svc);
     }
 
     /// Set (or clear) a service's default image.
@@ -288,7 +288,7 @@ impl ExampleDc {
     /// agents' own postinstall scripts adopt them.
     pub fn make_legacy(&mut self, server: ServerUuid, component: &str) {
         let uuid = instance_uuid(server, component);
-        if let Some(i) = self.instances.iter_mut().find(|i| i.uuid == uuid) {
+        if let Some(i) = self.instances.get_mut(&uuid) {
             i.params = None;
         }
     }
@@ -296,7 +296,7 @@ impl ExampleDc {
     /// Delete a component's instance on a server from SAPI.
     pub fn drop_instance(&mut self, server: ServerUuid, component: &str) {
         let uuid = instance_uuid(server, component);
-        self.instances.retain(|i| i.uuid != uuid);
+        self.instances.remove(&uuid);
     }
 
     pub fn set_setup(&mut self, server: ServerUuid, setup: bool) {
@@ -318,17 +318,19 @@ impl ExampleDc {
         service: ServiceUuid,
         params: Option<crate::api::sapi::Object>,
     ) {
-        self.instances.retain(|i| i.uuid != uuid);
-        self.instances.push(Instance {
+        self.instances.insert(
             uuid,
-            service_uuid: service,
-            params,
-            metadata: None,
-            manifests: None,
-            master: None,
-            job_uuid: None,
-            service_type: Some(ServiceType::Agent),
-        });
+            Instance {
+                uuid,
+                service_uuid: service,
+                params,
+                metadata: None,
+                manifests: None,
+                master: None,
+                job_uuid: None,
+                service_type: Some(ServiceType::Agent),
+            },
+        );
     }
 
     /// SAPI UpdateInstance merging params; `false` if there is no such instance.
@@ -337,7 +339,7 @@ impl ExampleDc {
         uuid: InstanceUuid,
         params: crate::api::sapi::Object,
     ) -> bool {
-        match self.instances.iter_mut().find(|i| i.uuid == uuid) {
+        match self.instances.get_mut(&uuid) {
             Some(i) => {
                 i.params.get_or_insert_with(Default::default).extend(params);
                 true
@@ -348,9 +350,12 @@ impl ExampleDc {
 
     /// SAPI DeleteInstance; `false` if there was no such instance.
     pub fn sapi_delete_instance(&mut self, uuid: InstanceUuid) -> bool {
-        let before = self.instances.len();
-        self.instances.retain(|i| i.uuid != uuid);
-        before != self.instances.len()
+        self.instances.remove(&uuid).is_some()
+    }
+
+    /// SAPI instances as a ListInstances answer.
+    pub fn instance_list(&self) -> Vec<Instance> {
+        self.instances.values().cloned().collect()
     }
 
     /// CNAPI records as a ServerList answer.
@@ -366,7 +371,7 @@ impl ExampleDc {
         Intent::build(
             &self.catalog,
             &self.services,
-            &self.instances,
+            &self.instance_list(),
             &self.reality(),
         )
     }
