@@ -36,7 +36,8 @@ pub fn gz_execute_request(
         args: args.to_vec(),
         env,
         json: true,
-        timeout: Some(timeout.as_secs().max(1)),
+        // CNAPI's execute timeout is in milliseconds.
+        timeout: Some((timeout.as_millis() as u64).max(1)),
     }
 }
 

@@ -151,7 +151,7 @@ pub struct ServerListFilter {
 }
 
 /// CommandExecute body. `json: true` asks CNAPI for
-/// `{exit_status, stdout, stderr}` instead of failing on a non-zero exit.
+/// `{exitCode, stdout, stderr}` instead of failing on a non-zero exit.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct ExecuteRequest {
     pub script: String,
@@ -161,19 +161,50 @@ pub struct ExecuteRequest {
     pub env: BTreeMap<String, String>,
     #[serde(default)]
     pub json: bool,
-    /// Seconds.
+    /// Milliseconds (cn-agent kills the command after it). Only honoured
+    /// when CNAPI runs commands through cn-agent; through Ur (CNAPI's
+    /// default) a `timeout` is refused with 409, see [`CnapiClient::execute`].
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub timeout: Option<u64>,
 }
 
-/// CommandExecute result with `json: true`.
+/// CommandExecute result with `json: true`. On the wire CNAPI sends
+/// `exitCode` (and `signal`); `exitCode` is `null` when cn-agent killed the
+/// command on its timeout, which reads as [`ExecuteResult::KILLED`].
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct ExecuteResult {
+    #[serde(
+        rename = "exitCode",
+        alias = "exit_status",
+        default = "killed_exit",
+        deserialize_with = "exit_code_or_killed"
+    )]
     pub exit_status: i32,
     #[serde(default)]
     pub stdout: String,
     #[serde(default)]
     pub stderr: String,
+}
+
+impl ExecuteResult {
+    /// The exit status reported for a command killed on its timeout (CNAPI
+    /// sends `exitCode: null` and a `signal`).
+    pub const KILLED: i32 = -1;
+}
+
+fn killed_exit() -> i32 {
+    ExecuteResult::KILLED
+}
+
+fn exit_code_or_killed<'de, D: serde::Deserializer<'de>>(d: D) -> Result<i32, D::Error> {
+    Ok(Option::<i32>::deserialize(d)?.unwrap_or(ExecuteResult::KILLED))
+}
+
+/// CNAPI's refusal of `timeout` when commands go through Ur.
+fn is_ur_timeout_refusal(e: &ApiError) -> bool {
+    e.status() == Some(409)
+        && e.code() == Some("InvalidArgument")
+        && matches!(e, ApiError::Status { body, .. } if body.message.contains("timeout only supported"))
 }
 
 #[derive(Deserialize)]
@@ -335,6 +366,12 @@ impl CnapiClient {
 
     /// CommandExecute with `json: true`; the HTTP call lasts as long as the
     /// command, so its timeout is the command's plus a margin.
+    ///
+    /// The command's own `timeout` (ms) only works when CNAPI runs commands
+    /// through cn-agent (`FEATURE_USE_CNAGENT_COMMAND_EXECUTE`); through Ur,
+    /// CNAPI's default, it answers 409 InvalidArgument before running
+    /// anything. Then the request is sent again without it, and only this
+    /// call's HTTP timeout bounds the command.
     pub async fn execute(
         &self,
         uuid: ServerUuid,
@@ -343,8 +380,24 @@ impl CnapiClient {
     ) -> Result<ExecuteResult, ApiError> {
         let mut req = request.clone();
         req.json = true;
-        req.timeout.get_or_insert(timeout.as_secs().max(1));
-        let body = serde_json::to_value(&req).unwrap_or_default();
+        req.timeout
+            .get_or_insert((timeout.as_millis() as u64).max(1));
+        match self.execute_once(uuid, &req, timeout).await {
+            Err(e) if is_ur_timeout_refusal(&e) => {
+                req.timeout = None;
+                self.execute_once(uuid, &req, timeout).await
+            }
+            other => other,
+        }
+    }
+
+    async fn execute_once(
+        &self,
+        uuid: ServerUuid,
+        req: &ExecuteRequest,
+        timeout: Duration,
+    ) -> Result<ExecuteResult, ApiError> {
+        let body = serde_json::to_value(req).unwrap_or_default();
         let path = format!("/servers/{uuid}/execute");
         let raw = self
             .rest

@@ -6,7 +6,7 @@ use serde_json::json;
 
 use super::{Api, ApiConfig, ApiError, Idempotent, RestClient, query};
 use crate::ids::ImageUuid;
-use crate::image::{Compression, ImageManifest};
+use crate::image::{Compression, ImageManifest, ImageState};
 
 /// IMGAPI's page size and the limit sdc-clients pages with.
 pub const PAGE_LIMIT: usize = 1000;
@@ -32,12 +32,23 @@ pub struct ListImagesFilter {
 
 /// A started image file download: the response to stream from plus the
 /// integrity headers IMGAPI sent.
+#[derive(Debug)]
 pub struct ImageFileDownload {
     pub response: reqwest::Response,
     /// `Content-Length`, when sent.
     pub content_length: Option<u64>,
     /// `Content-MD5` (base64 of the MD5), when sent.
     pub content_md5: Option<String>,
+}
+
+/// One update channel of an updates server.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Channel {
+    pub name: String,
+    #[serde(default)]
+    pub description: String,
+    #[serde(default)]
+    pub default: bool,
 }
 
 /// Client for one IMGAPI (the datacenter's, or an updates server).
@@ -234,38 +245,93 @@ impl ImgapiClient {
         })
     }
 
-    /// AdminImportImage with `source=`: the IMGAPI pulls manifest and file
-    /// from another IMGAPI (an updates server) synchronously.
+    /// Bring an image from another IMGAPI (an updates server, with
+    /// `?channel=x` on its URL if needed) into this one, the way IMGAPI
+    /// itself splits it (docs/triton/apis.md §1.7): AdminImportImage with
+    /// `source=` copies the manifest (UUID and `published_at` kept),
+    /// AddImageFile with `source=` pulls and checks the file, ActivateImage
+    /// publishes it. Resumable: an image already here and active is
+    /// returned as is; one left unactivated by an interrupted import is
+    /// finished.
     pub async fn import_from_source(
         &self,
         uuid: ImageUuid,
         source_url: &str,
     ) -> Result<ImageManifest, ApiError> {
-        let path = format!(
-            "/images/{uuid}{}",
-            query(&[
-                ("action", "import".to_string()),
-                ("source", source_url.to_string())
-            ])
-        );
+        let existing = match self.get_image_any_channel(uuid).await {
+            Ok(m) => Some(m),
+            Err(e) if e.is_not_found() => None,
+            Err(e) => return Err(e),
+        };
+        let manifest = match existing {
+            Some(m) if m.state == ImageState::Active => return Ok(m),
+            Some(m) => m,
+            None => {
+                let path = format!(
+                    "/images/{uuid}{}",
+                    self.query_with_channel(&[
+                        ("action", "import".to_string()),
+                        ("source", source_url.to_string())
+                    ])
+                );
+                self.rest
+                    .json(Method::POST, &path, Idempotent::No, None)
+                    .await?
+            }
+        };
+        if manifest.files.is_empty() {
+            let path = format!(
+                "/images/{uuid}/file{}",
+                self.query_with_channel(&[("source", source_url.to_string())])
+            );
+            let _: ImageManifest = self
+                .rest
+                .json(Method::PUT, &path, Idempotent::Yes, None)
+                .await?;
+        }
+        self.activate_image(uuid).await
+    }
+
+    /// GetImage across every channel (`channel=*`) on a channel server.
+    async fn get_image_any_channel(&self, uuid: ImageUuid) -> Result<ImageManifest, ApiError> {
+        let pairs: Vec<(&str, String)> = match &self.channel {
+            Some(_) => vec![("channel", "*".to_string())],
+            None => Vec::new(),
+        };
+        let path = format!("/images/{uuid}{}", query(&pairs));
         self.rest
-            .json(Method::POST, &path, Idempotent::No, None)
+            .json(Method::GET, &path, Idempotent::Yes, None)
             .await
     }
 
-    /// AdminImportImage with a manifest body (keeps uuid and published_at).
+    /// `pairs` plus this client's channel, as a query string.
+    fn query_with_channel(&self, pairs: &[(&str, String)]) -> String {
+        let mut all: Vec<(&str, String)> = pairs.to_vec();
+        if let Some(c) = self.channel_pair(None) {
+            all.push(c);
+        }
+        query(&all)
+    }
+
+    /// AdminImportImage with a manifest body (keeps uuid and published_at);
+    /// on a channel server the image lands in this client's channel.
     pub async fn import_manifest(
         &self,
         manifest: &ImageManifest,
     ) -> Result<ImageManifest, ApiError> {
-        let path = format!("/images/{}?action=import", manifest.uuid);
+        let path = format!(
+            "/images/{}{}",
+            manifest.uuid,
+            self.query_with_channel(&[("action", "import".to_string())])
+        );
         let body = serde_json::to_value(manifest).unwrap_or(json!({}));
         self.rest
             .json(Method::POST, &path, Idempotent::No, Some(&body))
             .await
     }
 
-    /// AddImageFile (`PUT /images/:uuid/file`).
+    /// AddImageFile (`PUT /images/:uuid/file`). Replacing the file of an
+    /// unactivated image is harmless, so it retries.
     pub async fn add_image_file(
         &self,
         uuid: ImageUuid,
@@ -275,7 +341,7 @@ impl ImgapiClient {
     ) -> Result<ImageManifest, ApiError> {
         let path = format!(
             "/images/{uuid}/file{}",
-            query(&[
+            self.query_with_channel(&[
                 ("compression", compression.to_string()),
                 ("sha1", sha1.to_string())
             ])
@@ -292,9 +358,43 @@ impl ImgapiClient {
 
     /// ActivateImage.
     pub async fn activate_image(&self, uuid: ImageUuid) -> Result<ImageManifest, ApiError> {
-        let path = format!("/images/{uuid}?action=activate");
+        let path = format!(
+            "/images/{uuid}{}",
+            self.query_with_channel(&[("action", "activate".to_string())])
+        );
         self.rest
             .json(Method::POST, &path, Idempotent::No, None)
+            .await
+    }
+
+    /// ChannelAddImage: also list the image in `channel`.
+    pub async fn channel_add(
+        &self,
+        uuid: ImageUuid,
+        channel: &str,
+    ) -> Result<ImageManifest, ApiError> {
+        let path = format!(
+            "/images/{uuid}{}",
+            self.query_with_channel(&[("action", "channel-add".to_string())])
+        );
+        let body = json!({ "channel": channel });
+        self.rest
+            .json(Method::POST, &path, Idempotent::Yes, Some(&body))
+            .await
+    }
+
+    /// DeleteImage (from this client's channel only, on a channel server).
+    pub async fn delete_image(&self, uuid: ImageUuid) -> Result<(), ApiError> {
+        let path = format!("/images/{uuid}{}", self.query_with_channel(&[]));
+        self.rest
+            .empty(Method::DELETE, &path, Idempotent::Yes, None)
+            .await
+    }
+
+    /// ListChannels (`GET /channels`; 404 on a server without channels).
+    pub async fn list_channels(&self) -> Result<Vec<Channel>, ApiError> {
+        self.rest
+            .json(Method::GET, "/channels", Idempotent::Yes, None)
             .await
     }
 

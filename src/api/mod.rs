@@ -195,15 +195,19 @@ impl ApiError {
     }
 
     /// Worth retrying for an idempotent call: the service may be restarting
-    /// or overloaded. CNAPI's validation failures are 500s with a code and
-    /// are not transient.
+    /// or overloaded. Not transient: CNAPI's validation failures (500s with
+    /// a code), and restify's code-less `{"message"}` 500s, which come from
+    /// an Error thrown on bad data (SAPI's update of a missing object, an
+    /// unknown manifest) and answer the same every time.
     pub fn is_transient(&self) -> bool {
         match self {
             ApiError::Connect { .. } | ApiError::Timeout { .. } | ApiError::Transport { .. } => {
                 true
             }
             ApiError::Status { status, body, .. } => {
+                let plain_error = *status == 500 && body.code.is_none() && !body.message.is_empty();
                 *status >= 500
+                    && !plain_error
                     && !matches!(
                         body.code.as_deref(),
                         Some("InvalidParameters" | "InvalidArgument" | "ValidationFailed")

@@ -1,0 +1,268 @@
+//! The fast path to a realistic datacenter, by direct calls (no HTTP):
+//!
+//! 1. Build a format-correct image of every catalog component at the seed
+//!    version and publish it to the DC IMGAPI and the updates server
+//!    (channels `dev`, `staging`, `release`); optionally a newer version in
+//!    the DC and a newer still on the updates server only (`dev`,
+//!    `experimental`).
+//! 2. Create the SAPI `sdc` application (`metadata.update_channel`,
+//!    `datacenter_name`...) and one `type=agent` service per component with
+//!    `params.image_uuid` = the seed image (the default for new servers).
+//! 3. Set up every server not listed as not-set-up: record the default set
+//!    (headnode or compute node) as installed (written to its directory on
+//!    first use), create one SAPI instance per component with
+//!    `params.server_uuid` and `params.image_uuid`, and set `server.agents`
+//!    as cn-agent would report it.
+//!
+//! Everything comes from a seeded RNG, so the same seed gives the same
+//! UUIDs.
+
+use std::collections::BTreeMap;
+
+use rand::rngs::SmallRng;
+use rand::{RngCore, SeedableRng};
+use serde::{Deserialize, Serialize};
+use serde_json::json;
+
+use super::SimError;
+use super::config::SeedSpec;
+use super::core::DcCore;
+use super::gz::SeededComponent;
+use super::imgapi::StoredFile;
+use crate::api::cnapi::AgentEntry;
+use crate::api::sapi::{Application, Instance, Service, ServiceType, object};
+use crate::catalog::{Component, ComponentKind};
+use crate::ids::{ApplicationUuid, ImageUuid, InstanceUuid, ServiceUuid};
+use crate::image::ImageManifest;
+use crate::imagebuild::{BuiltImage, ImageSpec, build};
+
+/// What seeding created, for tests and the demo.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct SeedReport {
+    pub application: Option<ApplicationUuid>,
+    /// Agent service per component name.
+    pub services: BTreeMap<String, ServiceUuid>,
+    /// The installed (default) image per component.
+    pub images: BTreeMap<String, ImageManifest>,
+    /// The newer image per component in the DC IMGAPI, if any.
+    pub dc_newer: BTreeMap<String, ImageManifest>,
+    /// The newer image per component on the updates server only, if any.
+    pub updates_newer: BTreeMap<String, ImageManifest>,
+    /// Servers set up by the seed.
+    pub servers_set_up: usize,
+}
+
+fn uuid_from(rng: &mut SmallRng) -> uuid::Uuid {
+    let mut b = [0u8; 16];
+    rng.fill_bytes(&mut b);
+    uuid::Builder::from_random_bytes(b).into_uuid()
+}
+
+/// Build an image of `c` at `semver` with a UUID from `rng` and a version in
+/// the real `<semver>-<branch>-<stamp>-g<sha>` form.
+pub(crate) fn seeded_image(
+    c: &Component,
+    semver: &str,
+    stamp: &str,
+    payload_bytes: usize,
+    rng: &mut SmallRng,
+) -> BuiltImage {
+    let mut spec = ImageSpec::for_component(c, semver);
+    spec.uuid = ImageUuid(uuid_from(rng));
+    let sha = spec.uuid.to_string()[..7].to_string();
+    spec.version = crate::image::agent_version_string(semver, "master", stamp, &sha);
+    spec.payload_bytes = payload_bytes;
+    build(&spec)
+}
+
+/// The version a component's `package.json` carries (sdcadm has the bare
+/// semver there; everything else the full build version).
+fn package_version(c: &Component, m: &ImageManifest) -> String {
+    match c.kind {
+        ComponentKind::Sdcadm => m
+            .semver()
+            .map(|v| v.to_string())
+            .unwrap_or_else(|| m.version.clone()),
+        _ => m.version.clone(),
+    }
+}
+
+/// Insert a built image into an IMGAPI store (activated now).
+pub(crate) fn insert_image(
+    core: &DcCore,
+    updates: bool,
+    mut img: BuiltImage,
+    channels: &[&str],
+) -> ImageManifest {
+    if img.manifest.published_at.is_none() {
+        img.manifest.published_at = Some(core.clock.next());
+    }
+    let file = StoredFile::new(img.file.into(), img.manifest.files[0].compression);
+    let svc = if updates { &core.updates } else { &core.imgapi };
+    let channels: Vec<String> = channels.iter().map(|c| c.to_string()).collect();
+    let mut store = svc.lock();
+    store.insert(img.manifest.clone(), file, channels);
+    let stored = &store.images[&img.manifest.uuid];
+    stored.current_manifest()
+}
+
+pub(crate) fn populate(core: &DcCore, spec: &SeedSpec) -> Result<SeedReport, SimError> {
+    if core
+        .sapi
+        .lock()
+        .applications
+        .iter()
+        .any(|a| a.name == "sdc")
+    {
+        return Err(SimError::AlreadySeeded);
+    }
+    if let Some(s) = core.fleet.values().find(|s| s.pending().is_none()) {
+        return Err(SimError::SeedTooLate {
+            server: s.hostname.clone(),
+        });
+    }
+    let mut rng = SmallRng::seed_from_u64(core.config.rng_seed ^ 0x5eed_da7a);
+    let mut report = SeedReport::default();
+    let components: Vec<&Component> = core.catalog.iter().collect();
+
+    // 1. Images.
+    for c in &components {
+        let img = seeded_image(
+            c,
+            &spec.version,
+            "20260101T000000Z",
+            spec.payload_bytes,
+            &mut rng,
+        );
+        let m = insert_image(core, false, img.clone(), &[]);
+        insert_image(core, true, img, &["dev", "staging", "release"]);
+        report.images.insert(c.name.clone(), m);
+    }
+    if let Some(v) = &spec.dc_newer {
+        for c in &components {
+            let img = seeded_image(c, v, "20260201T000000Z", spec.payload_bytes, &mut rng);
+            let m = insert_image(core, false, img.clone(), &[]);
+            insert_image(core, true, img, &["dev", "staging", "release"]);
+            report.dc_newer.insert(c.name.clone(), m);
+        }
+    }
+    if let Some(v) = &spec.updates_newer {
+        for c in &components {
+            let img = seeded_image(c, v, "20260301T000000Z", spec.payload_bytes, &mut rng);
+            let m = insert_image(core, true, img, &["dev", "experimental"]);
+            report.updates_newer.insert(c.name.clone(), m);
+        }
+    }
+
+    // 2. SAPI application and agent services.
+    let app_uuid = ApplicationUuid(uuid_from(&mut rng));
+    let admin_uuid = uuid_from(&mut rng);
+    {
+        let mut sapi = core.sapi.lock();
+        sapi.applications.push(Application {
+            uuid: app_uuid,
+            name: "sdc".to_string(),
+            owner_uuid: admin_uuid.to_string(),
+            params: object([("image_uuid", json!("00000000-0000-0000-0000-000000000000"))]),
+            metadata: object([
+                ("datacenter_name", json!(core.config.datacenter)),
+                ("dns_domain", json!(core.config.dns_domain)),
+                ("update_channel", json!(core.config.update_channel)),
+                ("ufds_admin_uuid", json!(admin_uuid)),
+                (
+                    "sapi_domain",
+                    json!(format!(
+                        "sapi.{}.{}",
+                        core.config.datacenter, core.config.dns_domain
+                    )),
+                ),
+            ]),
+            extra: Default::default(),
+        });
+        for c in &components {
+            let uuid = ServiceUuid(uuid_from(&mut rng));
+            sapi.services.push(Service {
+                uuid,
+                name: c.name.clone(),
+                application_uuid: app_uuid,
+                params: Some(object([
+                    ("image_uuid", json!(report.images[&c.name].uuid)),
+                    (
+                        "tags",
+                        json!({"smartdc_role": c.name, "smartdc_type": "core"}),
+                    ),
+                ])),
+                metadata: Some(object([("SERVICE_NAME", json!(c.name))])),
+                manifests: Some(Default::default()),
+                master: None,
+                service_type: Some(ServiceType::Agent),
+            });
+            report.services.insert(c.name.clone(), uuid);
+        }
+    }
+    report.application = Some(app_uuid);
+
+    // 3. Servers.
+    let not_setup: Vec<crate::ids::ServerUuid> = core
+        .config
+        .not_setup
+        .iter()
+        .map(|sel| {
+            super::resolve_selector(core, sel).ok_or_else(|| SimError::UnknownServer {
+                selector: sel.clone(),
+            })
+        })
+        .collect::<Result<_, _>>()?;
+    let mut sapi = core.sapi.lock();
+    let mut records = core.cnapi.servers();
+    for server in core.fleet.values() {
+        if not_setup.contains(&server.uuid) {
+            continue;
+        }
+        let mut seeded = Vec::new();
+        let mut agents = Vec::new();
+        for c in core.catalog.default_set(server.headnode) {
+            let m = &report.images[&c.name];
+            let instance = InstanceUuid(uuid_from(&mut rng));
+            let version = package_version(c, m);
+            seeded.push(SeededComponent {
+                name: c.name.clone(),
+                package: c.package_name().to_string(),
+                version: version.clone(),
+                image_uuid: m.uuid,
+                instance_uuid: instance,
+            });
+            agents.push(AgentEntry {
+                name: c.package_name().to_string(),
+                version,
+                image_uuid: Some(m.uuid),
+                uuid: Some(instance),
+            });
+            sapi.put_instance(Instance {
+                uuid: instance,
+                service_uuid: report.services[&c.name],
+                params: Some(object([
+                    ("server_uuid", json!(server.uuid)),
+                    ("image_uuid", json!(m.uuid)),
+                ])),
+                metadata: None,
+                manifests: None,
+                master: None,
+                job_uuid: None,
+                service_type: Some(ServiceType::Agent),
+            });
+        }
+        // The stand-in reports directories in name order.
+        agents.sort_by(|a, b| a.name.cmp(&b.name));
+        server.set_seeded(seeded);
+        if let Some(r) = records.get_mut(&server.uuid) {
+            r.setup = true;
+            r.agents = agents;
+        }
+        report.servers_set_up += 1;
+    }
+    drop(records);
+    drop(sapi);
+    core.touch();
+    Ok(report)
+}

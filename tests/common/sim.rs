@@ -1,0 +1,79 @@
+//! Helpers for tests against the simulated datacenter: raw HTTP requests
+//! (for what the clients never send, such as a missing Accept-Version) and
+//! a small started datacenter.
+
+#![allow(dead_code)]
+
+use std::time::Duration;
+
+use agentsadm::sim::{SimConfig, SimDc};
+
+/// A small populated datacenter: headnode + `cns` compute nodes.
+pub async fn small_dc(cns: usize) -> SimDc {
+    SimDc::start(SimConfig::default().servers(cns))
+        .await
+        .expect("simulator starts")
+}
+
+/// A raw HTTP answer.
+#[derive(Debug)]
+pub struct Raw {
+    pub status: u16,
+    pub headers: reqwest::header::HeaderMap,
+    pub text: String,
+}
+
+impl Raw {
+    pub fn json(&self) -> serde_json::Value {
+        serde_json::from_str(&self.text)
+            .unwrap_or_else(|e| panic!("not JSON ({e}): {:?}", self.text))
+    }
+
+    pub fn header(&self, name: &str) -> Option<String> {
+        self.headers
+            .get(name)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_string)
+    }
+}
+
+/// Send a request with exactly the given headers (no Accept-Version unless
+/// passed).
+pub async fn raw(
+    method: reqwest::Method,
+    url: &str,
+    headers: &[(&str, &str)],
+    body: Option<serde_json::Value>,
+) -> Result<Raw, reqwest::Error> {
+    let client = reqwest::Client::builder()
+        .timeout(Duration::from_secs(10))
+        .build()?;
+    let mut rb = client.request(method, url);
+    for (k, v) in headers {
+        rb = rb.header(*k, *v);
+    }
+    if let Some(b) = body {
+        rb = rb.json(&b);
+    }
+    let resp = rb.send().await?;
+    let status = resp.status().as_u16();
+    let headers = resp.headers().clone();
+    let text = resp.text().await?;
+    Ok(Raw {
+        status,
+        headers,
+        text,
+    })
+}
+
+pub async fn get(url: &str) -> Raw {
+    raw(reqwest::Method::GET, url, &[], None)
+        .await
+        .expect("GET")
+}
+
+pub async fn get_v2(url: &str) -> Raw {
+    raw(reqwest::Method::GET, url, &[("accept-version", "~2")], None)
+        .await
+        .expect("GET")
+}
