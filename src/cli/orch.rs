@@ -23,18 +23,17 @@ use crate::catalog::{Catalog, Component};
 use crate::ids::{ImageUuid, InstanceUuid, ServerUuid};
 use crate::orchestrate::adopt;
 use crate::orchestrate::display::DEFAULT_MAX_SERVERS;
-use crate::orchestrate::execute::{DEFAULT_CONCURRENCY, ExecOptions, Executor};
+use crate::orchestrate::execute::{DEFAULT_CONCURRENCY, ExecOptions};
 use crate::orchestrate::gather;
-use crate::orchestrate::images::{self, ImageChoice, ImageSources};
+use crate::orchestrate::images::{self, ImageChoice};
 use crate::orchestrate::lock::{self, DcLock, LockOptions, SapiLockStore};
 use crate::orchestrate::outlier::OutlierPolicy;
 use crate::orchestrate::plan::{
-    ComponentSelection, Operation, Plan, PlanOptions, PlanningInput, Request, ServerSelection,
-    TransportMode, resolve_servers,
+    ComponentSelection, Operation, Plan, Request, ServerSelection, TransportMode, resolve_servers,
 };
 use crate::orchestrate::progress::{CliProgress, ProgressMode};
-use crate::orchestrate::store::SapiIntentStore;
-use crate::orchestrate::transport::{CnapiTransport, CnapiTransportConfig};
+use crate::orchestrate::session::Session;
+use crate::orchestrate::transport::CnapiTransportConfig;
 use crate::orchestrate::{Intent, Reality};
 use crate::output::{Output, table};
 
@@ -323,21 +322,6 @@ async fn updates_client(apis: &Apis, source: &ChannelArgs) -> anyhow::Result<Opt
     Ok(Some(client))
 }
 
-/// The components whose images need resolving for a request.
-fn components_in_play<'c>(
-    catalog: &'c Catalog,
-    intent: &Intent,
-    request: &Request,
-) -> Vec<&'c Component> {
-    match &request.components {
-        ComponentSelection::All => catalog
-            .iter()
-            .filter(|c| c.bulk_update && intent.is_managed(&c.name))
-            .collect(),
-        ComponentSelection::Named(names) => names.iter().filter_map(|n| catalog.get(n)).collect(),
-    }
-}
-
 async fn confirm(question: &str) -> anyhow::Result<bool> {
     let question = question.to_string();
     tokio::task::spawn_blocking(move || {
@@ -382,30 +366,16 @@ async fn run_change(g: &GlobalOpts, change: Change, plan_only: bool) -> CmdResul
     let out = g.output();
     let catalog = g.load_catalog()?;
     let apis = g.apis()?;
-    let (intent, reality) = gather::gather(&apis, &catalog).await?;
     let updates = updates_client(&apis, &change.source).await?;
-    let components = components_in_play(&catalog, &intent, &change.request);
-    let images = images::resolve(
-        &catalog,
-        &components,
-        change.choice,
-        ImageSources {
-            dc: &apis.imgapi,
-            updates: updates.as_ref(),
-        },
-        &intent,
-    )
-    .await?;
-    let plan = crate::orchestrate::plan(&PlanningInput {
+    let session = Session {
+        apis: &apis,
         catalog: &catalog,
-        intent: &intent,
-        reality: &reality,
-        request: &change.request,
-        options: PlanOptions {
-            transport: change.exec.transport,
-        },
-        images: &images,
-    })?;
+        updates: updates.as_ref(),
+    };
+    let plan = session
+        .plan(&change.request, change.choice, change.exec.transport)
+        .await?
+        .plan;
 
     let max = if g.verbose > 0 {
         usize::MAX
@@ -459,7 +429,7 @@ async fn run_change(g: &GlobalOpts, change: Change, plan_only: bool) -> CmdResul
         &out,
     )
     .await?;
-    let result = execute_locked(g, &out, &catalog, &apis, &plan, &change.exec, &mut dc_lock).await;
+    let result = execute_locked(g, &out, &session, &plan, &change.exec, &mut dc_lock).await;
     if let Err(e) = dc_lock.release().await {
         out.warn(format!("cannot release the orchestrator lock: {e:#}"));
     }
@@ -482,27 +452,17 @@ async fn run_change(g: &GlobalOpts, change: Change, plan_only: bool) -> CmdResul
 async fn execute_locked(
     g: &GlobalOpts,
     out: &Output,
-    catalog: &Catalog,
-    apis: &Apis,
+    session: &Session<'_>,
     plan: &Plan,
     exec: &ExecArgs,
     dc_lock: &mut DcLock<'_>,
 ) -> anyhow::Result<crate::orchestrate::report::ExecReport> {
-    let imported = images::import(&apis.imgapi, &plan.imports).await?;
-    if imported > 0 {
+    if !plan.imports.is_empty() {
         out.line(format!(
-            "Imported {imported} image(s) into the datacenter IMGAPI."
+            "Importing {} image(s) into the datacenter IMGAPI...",
+            plan.imports.len()
         ));
     }
-    let transport = CnapiTransport::new(
-        apis.cnapi.clone(),
-        catalog.clone(),
-        CnapiTransportConfig {
-            execute_timeout: exec.task_timeout,
-            ..Default::default()
-        },
-    );
-    let store = SapiIntentStore::new(apis.sapi.clone());
     let progress = CliProgress::new(
         ProgressMode::detect(g.json, g.quiet),
         plan.operation.as_str(),
@@ -517,18 +477,16 @@ async fn execute_locked(
         straggler_timeout: exec.straggler_timeout,
         ..Default::default()
     };
-    let executor = Executor {
-        transport: &transport,
-        store: &store,
-        reporter: &progress,
-        options: &options,
+    let transport = CnapiTransportConfig {
+        execute_timeout: exec.task_timeout,
+        ..Default::default()
     };
     let cancel = async {
         if tokio::signal::ctrl_c().await.is_err() {
             std::future::pending::<()>().await;
         }
     };
-    let run = executor.execute(plan, cancel);
+    let run = session.execute(plan, &options, transport, &progress, cancel);
     tokio::pin!(run);
     let mut refresh = tokio::time::interval(LockOptions::default().refresh_every);
     refresh.tick().await;

@@ -13,6 +13,7 @@
 //!   install-agent tasks or `agentsadm gz` via CNAPI execute) and an
 //!   [`store::IntentStore`] (SAPI), reporting to a [`report::Reporter`];
 //!   [`outlier`] decides about slow servers; [`progress`] draws it.
+//! - [`session`]: the above as one library call (CLI, demo, tests).
 //! - [`adopt`]: create agent services and instances for what servers report.
 //! - [`testkit`] and [`fake`]: a deterministic example datacenter and an
 //!   in-memory transport / SAPI for tests and benchmarks.
@@ -30,6 +31,7 @@ pub mod plan;
 pub mod progress;
 pub mod reality;
 pub mod report;
+pub mod session;
 pub mod store;
 pub mod testkit;
 pub mod transport;
