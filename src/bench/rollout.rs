@@ -8,14 +8,21 @@
 //! wall time over the ideal measures the orchestrator's own overhead:
 //! scheduling, SAPI intent writes, bookkeeping, outlier checks.
 //!
-//! Backend: the in-process fake datacenter ([`crate::orchestrate::fake`]),
-//! which runs the real planner and executor with a transport that sleeps the
-//! latency and updates the server's record. The simulated datacenter (HTTP
-//! APIs and mock servers) will replace it once it lands; the JSON says
-//! which backend produced the figures.
+//! Backends (`--backend`):
+//! - `sim` (default): the simulated datacenter in the same process, over
+//!   loopback HTTP: intent and reality gathered from SAPI and CNAPI, SAPI
+//!   instance writes, CNAPI install-agent tasks waited on with
+//!   `/tasks/:id/wait`, the mock servers' installs (download and verify
+//!   of small images from the simulated IMGAPI, unpack, adoption, CNAPI
+//!   report), with the latency injected by the simulator. This is the
+//!   orchestrator's real path end to end.
+//! - `fake`: the in-process fake datacenter ([`crate::orchestrate::fake`]):
+//!   the real planner and executor, a transport that sleeps the latency.
+//!   It isolates the executor's own overhead.
 
 use std::time::{Duration, Instant};
 
+use futures::StreamExt;
 use serde::Serialize;
 use serde_json::json;
 
@@ -40,6 +47,19 @@ pub struct RolloutBenchArgs {
     /// Injected install latency per component, in milliseconds.
     #[arg(long, default_value_t = 50)]
     pub latency_ms: u64,
+    /// What the orchestrator runs against.
+    #[arg(long, value_enum, default_value_t = Backend::Sim)]
+    pub backend: Backend,
+}
+
+/// What `bench rollout` runs against.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum Backend {
+    /// The simulated datacenter over loopback HTTP.
+    #[default]
+    Sim,
+    /// The in-process fake transport (no HTTP).
+    Fake,
 }
 
 impl Default for RolloutBenchArgs {
@@ -48,6 +68,7 @@ impl Default for RolloutBenchArgs {
             servers: 1000,
             shar_servers: 200,
             latency_ms: 50,
+            backend: Backend::Sim,
         }
     }
 }
@@ -69,8 +90,8 @@ fn round3(v: f64) -> f64 {
 }
 
 /// Plan an update of `components` (None: every component, shar-style) on
-/// a fresh fleet of `servers`, execute it, and time the execution.
-async fn measure(
+/// a fresh fake fleet of `servers`, execute it, and time the execution.
+async fn measure_fake(
     mode: &str,
     servers: usize,
     concurrency: usize,
@@ -132,12 +153,27 @@ async fn measure(
         "benchmark rollout did not succeed everywhere:\n{}",
         report.render(&plan)
     );
-    // The shar-style ideal counts every component a compute node gets (the
-    // headnode has a couple more, which the ideal leaves out).
-    let per_server = names.len();
+    Ok(result(
+        mode,
+        servers,
+        concurrency,
+        names.len(),
+        latency,
+        wall,
+    ))
+}
+
+fn result(
+    mode: &str,
+    servers: usize,
+    concurrency: usize,
+    per_server: usize,
+    latency: Duration,
+    wall: f64,
+) -> ModeResult {
     let rounds = servers.div_ceil(concurrency);
     let ideal = rounds as f64 * latency.as_secs_f64() * per_server as f64;
-    Ok(ModeResult {
+    ModeResult {
         mode: mode.to_string(),
         servers,
         concurrency,
@@ -145,7 +181,118 @@ async fn measure(
         wall_s: round3(wall),
         ideal_s: round3(ideal),
         servers_per_s: round3(servers as f64 / wall),
-    })
+    }
+}
+
+/// The same against the simulated datacenter: a fresh one per mode, with
+/// the default set installed at 1.0.0 and 1.1.0 published; update to it.
+async fn measure_sim(
+    mode: &str,
+    servers: usize,
+    concurrency: usize,
+    latency: Duration,
+    components: Option<&[&str]>,
+) -> anyhow::Result<ModeResult> {
+    use crate::orchestrate::images::ImageChoice;
+    use crate::orchestrate::session::Session;
+    use crate::orchestrate::transport::CnapiTransportConfig;
+    use crate::sim::{LatencySpec, SeedSpec, SimConfig, SimDc};
+
+    let config = SimConfig::default()
+        .servers(servers.saturating_sub(1))
+        .populate(SeedSpec {
+            dc_newer: Some("1.1.0".to_string()),
+            ..SeedSpec::default()
+        })
+        // cn-agent's restart is part of the install latency here.
+        .cn_agent_restart(Duration::ZERO)
+        .install_latency(LatencySpec::fixed(latency.as_millis() as u64));
+    let dc = SimDc::start(config).await?;
+    // Mock servers write their GZ directory on first use; do that before
+    // the clock starts, as a real fleet's servers already exist.
+    let servers = dc.servers();
+    let prepared: Vec<_> = futures::stream::iter(servers.iter())
+        .map(|s| dc.gz_report(s.uuid))
+        .buffer_unordered(8)
+        .collect()
+        .await;
+    for p in prepared {
+        p?;
+    }
+    let servers = servers.len();
+    let apis = dc.apis();
+    let catalog = dc.catalog().clone();
+    let names: Vec<String> = match components {
+        Some(c) => c.iter().map(|s| s.to_string()).collect(),
+        None => catalog
+            .default_set(false)
+            .iter()
+            .map(|c| c.name.clone())
+            .collect(),
+    };
+    let session = Session {
+        apis: &apis,
+        catalog: &catalog,
+        updates: None,
+    };
+    let request = Request {
+        operation: Operation::Update,
+        components: ComponentSelection::Named(names.clone()),
+        servers: ServerSelection::All,
+        exclude: Vec::new(),
+    };
+    let planned = session
+        .plan(&request, ImageChoice::Latest, TransportMode::Auto)
+        .await?;
+    check_plan(&planned.plan, servers)?;
+    let options = ExecOptions {
+        concurrency,
+        parallel_within_server: components.is_some(),
+        ..Default::default()
+    };
+    let transport = CnapiTransportConfig {
+        confirm_poll: (Duration::from_millis(5), Duration::from_millis(50)),
+        ..Default::default()
+    };
+    let t = Instant::now();
+    let report = session
+        .execute(
+            &planned.plan,
+            &options,
+            transport,
+            &NullReporter,
+            std::future::pending(),
+        )
+        .await?;
+    let wall = t.elapsed().as_secs_f64();
+    dc.shutdown().await;
+    anyhow::ensure!(
+        report.all_succeeded(),
+        "benchmark rollout did not succeed everywhere:\n{}",
+        report.render(&planned.plan)
+    );
+    Ok(result(
+        mode,
+        servers,
+        concurrency,
+        names.len(),
+        latency,
+        wall,
+    ))
+}
+
+async fn measure(
+    backend: Backend,
+    mode: &str,
+    servers: usize,
+    concurrency: usize,
+    latency: Duration,
+    components: Option<&[&str]>,
+) -> anyhow::Result<ModeResult> {
+    match backend {
+        Backend::Sim => measure_sim(mode, servers, concurrency, latency, components).await,
+        Backend::Fake => measure_fake(mode, servers, concurrency, latency, components).await,
+    }
 }
 
 fn check_plan(plan: &Plan, servers: usize) -> anyhow::Result<()> {
@@ -161,12 +308,16 @@ fn check_plan(plan: &Plan, servers: usize) -> anyhow::Result<()> {
 pub async fn run(args: &RolloutBenchArgs) -> anyhow::Result<serde_json::Value> {
     let latency = Duration::from_millis(args.latency_ms.max(1));
     let one = ["vm-agent"];
-    let wide = measure("one-component", args.servers, 20, latency, Some(&one)).await?;
-    let narrow = measure("one-component", args.servers, 5, latency, Some(&one)).await?;
-    let shar = measure("shar-style", args.shar_servers, 5, latency, None).await?;
+    let b = args.backend;
+    let wide = measure(b, "one-component", args.servers, 20, latency, Some(&one)).await?;
+    let narrow = measure(b, "one-component", args.servers, 5, latency, Some(&one)).await?;
+    let shar = measure(b, "shar-style", args.shar_servers, 5, latency, None).await?;
     let ratio = |a: f64, b: f64| if b > 0.0 { round3(a / b) } else { 0.0 };
     Ok(json!({
-        "backend": "fake-transport (in-process; no HTTP)",
+        "backend": match b {
+            Backend::Sim => "simulator (in-process, loopback HTTP)",
+            Backend::Fake => "fake transport (in-process, no HTTP)",
+        },
         "latency_ms": args.latency_ms,
         "modes": [wide, narrow, shar],
         "wall_over_ideal_20": ratio(wide.wall_s, wide.ideal_s),
