@@ -183,11 +183,11 @@ impl fmt::Display for PlanDisplay<'_> {
         if !p.service_changes.is_empty() {
             writeln!(f, "\nSAPI service defaults (image for new servers):")?;
             for c in &p.service_changes {
-                let from = c
-                    .from
-                    .as_ref()
-                    .map(short)
-                    .unwrap_or_else(|| "unset".to_string());
+                let from = match (&c.from, &c.from_version) {
+                    (Some(u), Some(v)) => format!("{v} ({})", short(u)),
+                    (Some(u), None) => short(u),
+                    (None, _) => "unset".to_string(),
+                };
                 writeln!(f, "  ~ {}: {from} -> {}", c.component, image(&c.to))?;
             }
         }

@@ -308,6 +308,9 @@ pub struct ServiceChange {
     pub service: ServiceUuid,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub from: Option<ImageUuid>,
+    /// The current default's version, when its manifest is known.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub from_version: Option<String>,
     pub to: ImageRef,
 }
 
@@ -786,6 +789,10 @@ fn plan_update(input: &PlanningInput, selected: Selected) -> Result<Plan, PlanEr
                     component: c.name.clone(),
                     service: svc.uuid,
                     from: svc.default_image,
+                    from_version: svc
+                        .default_image
+                        .and_then(|i| input.images.lookup(&i))
+                        .map(|r| r.version.clone()),
                     to: target.clone(),
                 });
             }
