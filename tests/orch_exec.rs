@@ -530,3 +530,38 @@ async fn stale_locks_are_broken_and_a_taken_over_lock_is_not_released() {
         .unwrap();
     assert_eq!(l.broke.unwrap().owner, "root@hn:2");
 }
+
+#[tokio::test(start_paused = true)]
+async fn command_line_progress_handles_every_event() {
+    use agentsadm::orchestrate::progress::{CliProgress, ProgressMode};
+    for mode in [ProgressMode::Bars, ProgressMode::Lines, ProgressMode::Quiet] {
+        let (fake, targets) = setup(6, &["vm-agent", "cn-agent"]);
+        let cn2 = fake.dc().server_named("cn002");
+        let cn3 = fake.dc().server_named("cn003");
+        fake.faults().latency = Duration::from_secs(10);
+        fake.faults().fail.insert(cn2, (None, "boom".into()));
+        fake.faults().slow.insert(cn3, 50.0);
+        let p = plan_on(
+            &fake,
+            &request(Operation::Update, &["vm-agent", "cn-agent"], &[]),
+            &images(&fake, &targets),
+        );
+        let progress = CliProgress::new(mode, "update");
+        let options = ExecOptions {
+            straggler_timeout: Some(Duration::from_secs(60)),
+            ..Default::default()
+        };
+        let report = Executor {
+            transport: &fake,
+            store: &fake,
+            reporter: &progress,
+            options: &options,
+        }
+        .execute(&p, std::future::pending())
+        .await
+        .unwrap();
+        assert_eq!(report.counts().failed, 1);
+        assert_eq!(report.counts().timed_out, 1);
+        assert_eq!(report.outliers.len(), 1);
+    }
+}

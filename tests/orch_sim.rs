@@ -464,3 +464,88 @@ async fn command_line_exit_statuses() {
     let _ = ApiConfig::default();
     dc.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn adopt_recreates_services_and_instances_then_has_nothing_left() {
+    use agentsadm::api::sapi::{Update, UpdateAction, object};
+    use agentsadm::orchestrate::{adopt, gather};
+    let dc = sim(3).await;
+    let apis = dc.apis();
+    let catalog = dc.catalog().clone();
+    // Lose the vm-agent service and its instances; strip cmon-agent's params.
+    let services = apis.sapi.list_agent_services().await.unwrap();
+    let vm = services
+        .iter()
+        .find(|s| s.name == "vm-agent")
+        .unwrap()
+        .clone();
+    let cmon = services
+        .iter()
+        .find(|s| s.name == "cmon-agent")
+        .unwrap()
+        .clone();
+    for i in apis.sapi.list_service_instances(vm.uuid).await.unwrap() {
+        apis.sapi.delete_instance(i.uuid).await.unwrap();
+    }
+    apis.sapi.delete_service(vm.uuid).await.unwrap();
+    for i in apis.sapi.list_service_instances(cmon.uuid).await.unwrap() {
+        let strip = Update {
+            action: Some(UpdateAction::Delete),
+            params: Some(object([
+                ("server_uuid", serde_json::Value::Null),
+                ("image_uuid", serde_json::Value::Null),
+            ])),
+            metadata: None,
+        };
+        apis.sapi.update_instance(i.uuid, &strip).await.unwrap();
+    }
+
+    let (intent, reality) = gather::gather(&apis, &catalog).await.unwrap();
+    assert!(!intent.is_managed("vm-agent"));
+    let plan = adopt::plan_adoption(&catalog, &intent, &reality, None);
+    assert_eq!(plan.new_services.len(), 1, "{}", plan.render());
+    assert_eq!(plan.instances.len(), 8, "{}", plan.render());
+    let report = adopt::adopt(&apis.sapi, &plan, &intent).await.unwrap();
+    assert!(report.failures.is_empty(), "{report:?}");
+    assert_eq!((report.services_created, report.instances_adopted), (1, 8));
+
+    let (intent, reality) = gather::gather(&apis, &catalog).await.unwrap();
+    let again = adopt::plan_adoption(&catalog, &intent, &reality, None);
+    assert!(again.is_empty(), "{}", again.render());
+    let hn = dc.headnode().uuid;
+    let hn_vm = reality.get(&hn).unwrap().components["vm-agent"].image;
+    assert_eq!(intent.services["vm-agent"].default_image, hn_vm);
+    assert!(intent.instance(&hn, "cmon-agent").unwrap().has_params());
+    dc.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn avail_lists_newer_images_and_marks_the_default() {
+    let dc = sim(1).await;
+    let (code, out, err) = cli(&dc, &["avail", "vm-agent", "--json"]).await;
+    assert_eq!(code, 0, "{err}");
+    let rows: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let rows = rows.as_array().unwrap();
+    assert_eq!(rows.len(), 2, "{out}");
+    assert_eq!(rows[0]["default"], true);
+    assert_eq!(rows[0]["servers"], 2);
+    assert_eq!(rows[1]["servers"], 0);
+    let updates = dc.urls().updates.clone();
+    let (code, out, err) = cli(
+        &dc,
+        &[
+            "avail",
+            "vm-agent",
+            "--channel",
+            "dev",
+            "--updates-url",
+            &updates,
+            "--json",
+        ],
+    )
+    .await;
+    assert_eq!(code, 0, "{err}");
+    let rows: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(rows.as_array().unwrap().len(), 3, "{out}");
+    dc.shutdown().await;
+}
