@@ -540,3 +540,36 @@ fn large_plans_are_shown_grouped() {
     let json = serde_json::to_value(&p).unwrap();
     assert_eq!(json["servers"].as_object().unwrap().len(), 120);
 }
+
+#[test]
+fn latest_never_downgrades() {
+    let mut dc = ExampleDc::new(2);
+    let cn1 = dc.server_named("cn001");
+    dc.install(cn1, "vm-agent", "1.5.0");
+    let latest = dc.publish("vm-agent", "1.2.0");
+    let mut images = dc.images_with_targets(std::slice::from_ref(&latest));
+    images.no_downgrade = true;
+    let p = plan_ok(
+        &dc,
+        &request(Operation::Update, &["vm-agent"], &[]),
+        &images,
+    );
+    assert_eq!(p.servers.len(), 2, "the other two go to 1.2.0");
+    assert!(!p.servers.contains_key(&cn1));
+    assert!(p.skips.iter().any(|s| s.server == Some(cn1)
+        && matches!(s.reason, SkipReason::NewerInstalled { .. })
+        && !s.blocking));
+    // An explicit --image may downgrade.
+    images.no_downgrade = false;
+    let p = plan_ok(
+        &dc,
+        &request(Operation::Update, &["vm-agent"], &[]),
+        &images,
+    );
+    assert!(p.servers.contains_key(&cn1));
+    assert!(agentsadm::orchestrate::plan::is_newer(
+        "1.2.0-master-20260301T000000Z-g96cbc65",
+        "1.2.0-master-20260201T000000Z-gfae7adc"
+    ));
+    assert!(!agentsadm::orchestrate::plan::is_newer("garbage", "1.0.0"));
+}

@@ -197,6 +197,7 @@ pub async fn resolve(
             out.targets.insert(component.name.clone(), target);
         }
         ImageChoice::Latest => {
+            out.no_downgrade = true;
             let client = sources.updates.unwrap_or(sources.dc);
             let label = sources.updates_label();
             let found: Vec<(String, Result<Option<ImageManifest>, ApiError>)> =

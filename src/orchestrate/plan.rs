@@ -142,6 +142,9 @@ pub struct ResolvedImages {
     /// Images known to be in the datacenter IMGAPI (those intent refers
     /// to), by UUID, so intent targets have versions and can be checked.
     pub known: BTreeMap<ImageUuid, ImageRef>,
+    /// The targets are "the newest available" (`--latest`): never move a
+    /// server (or a service default) to an older version than it has.
+    pub no_downgrade: bool,
 }
 
 impl ResolvedImages {
@@ -342,6 +345,8 @@ pub enum SkipReason {
     NotInstalled,
     /// `--transport install-agent` cannot carry this component kind.
     TransportUnsupported { kind: String },
+    /// `--latest` found an older version than the server runs.
+    NewerInstalled { version: String, latest: String },
 }
 
 impl SkipReason {
@@ -377,6 +382,9 @@ impl SkipReason {
                 format!("already installed ({version}); use 'agentsadm update' to change it")
             }
             SkipReason::NotInstalled => "not installed and no SAPI instance".to_string(),
+            SkipReason::NewerInstalled { version, latest } => format!(
+                "runs {version}, newer than the latest image found ({latest}); pass --image to downgrade"
+            ),
             SkipReason::TransportUnsupported { kind } => format!(
                 "cn-agent's install-agent task cannot install {kind} components (use --transport auto)"
             ),
@@ -784,6 +792,11 @@ fn plan_update(input: &PlanningInput, selected: Selected) -> Result<Plan, PlanEr
                 input.images.targets.get(&c.name),
                 intent.services.get(&c.name),
             ) && svc.default_image != Some(target.uuid)
+                && !(input.images.no_downgrade
+                    && svc
+                        .default_image
+                        .and_then(|i| input.images.lookup(&i))
+                        .is_some_and(|r| is_newer(&r.version, &target.version)))
             {
                 plan.service_changes.push(ServiceChange {
                     component: c.name.clone(),
@@ -857,6 +870,19 @@ fn plan_update(input: &PlanningInput, selected: Selected) -> Result<Plan, PlanEr
                     },
                 },
             };
+            if input.images.no_downgrade && is_newer(&installed.version, &target.version) {
+                skips.push(server_component_skip(
+                    input,
+                    server,
+                    &c.name,
+                    SkipReason::NewerInstalled {
+                        version: installed.version.clone(),
+                        latest: target.version.clone(),
+                    },
+                    false,
+                ));
+                continue;
+            }
             if installed.image != Some(target.uuid) {
                 let Some(transport) = TransportKind::choose(c.kind, input.options.transport) else {
                     skips.push(server_component_skip(
@@ -1132,6 +1158,17 @@ fn plan_remove(input: &PlanningInput, selected: Selected) -> Result<Plan, PlanEr
         );
     }
     finish(input, plan)
+}
+
+/// Whether version `a` is strictly newer than `b`. Agent versions are
+/// semver with the build in the prerelease part
+/// (`1.2.0-master-20260301T000000Z-g96cbc65`), so semver order is release
+/// order for one branch. Unparsable versions are never called newer.
+pub fn is_newer(a: &str, b: &str) -> bool {
+    match (semver::Version::parse(a), semver::Version::parse(b)) {
+        (Ok(a), Ok(b)) => a > b,
+        _ => false,
+    }
 }
 
 /// Common tail: imports for targets that some step or service change uses,
