@@ -549,3 +549,48 @@ async fn avail_lists_newer_images_and_marks_the_default() {
     assert_eq!(rows.as_array().unwrap().len(), 3, "{out}");
     dc.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_cn_agent_self_update_is_reported_after_the_grace_period() {
+    let dc = sim(2).await;
+    let cn1 = dc.server("cn0001").unwrap();
+    dc.faults().fail_installs_on(cn1.uuid);
+    let apis = dc.apis();
+    let catalog = dc.catalog().clone();
+    let session = Session {
+        apis: &apis,
+        catalog: &catalog,
+        updates: None,
+    };
+    let req = request(Operation::Update, &["cn-agent"], &[]);
+    let planned = session
+        .plan(&req, ImageChoice::Latest, TransportMode::Auto)
+        .await
+        .unwrap();
+    let transport = CnapiTransportConfig {
+        confirm_grace_after_failure: Duration::from_millis(300),
+        ..fast_transport()
+    };
+    let report = session
+        .execute(
+            &planned.plan,
+            &options(),
+            transport,
+            &NullReporter,
+            std::future::pending(),
+        )
+        .await
+        .unwrap();
+    let f = report.servers[&cn1.uuid]
+        .failure
+        .as_ref()
+        .expect("cn0001 failed");
+    assert_eq!(f.component.as_deref(), Some("cn-agent"));
+    assert!(f.stage.starts_with("agent_install task"), "{f}");
+    assert!(
+        f.message.contains("server.agents still does not show"),
+        "{f}"
+    );
+    assert_eq!(report.counts().succeeded, 2);
+    dc.shutdown().await;
+}

@@ -109,6 +109,9 @@ pub struct CnapiTransportConfig {
     /// task reported a failure (the self-update cuts that task, so a
     /// failure there is expected and not conclusive).
     pub confirm_grace_after_failure: Duration,
+    /// How long to wait for the new cn-agent to report after its task
+    /// completed (it restarts, then reports).
+    pub confirm_timeout: Duration,
 }
 
 impl Default for CnapiTransportConfig {
@@ -118,7 +121,8 @@ impl Default for CnapiTransportConfig {
             execute_timeout: Duration::from_secs(30 * 60),
             execute_env: BTreeMap::new(),
             confirm_poll: (Duration::from_millis(200), Duration::from_secs(5)),
-            confirm_grace_after_failure: Duration::from_secs(120),
+            confirm_grace_after_failure: Duration::from_secs(30),
+            confirm_timeout: Duration::from_secs(10 * 60),
         }
     }
 }
@@ -277,6 +281,22 @@ impl CnapiTransport {
                 && a.image_uuid == Some(image)
             {
                 return Ok(StepDone { instance: a.uuid });
+            }
+            if task_failure.is_none() && started.elapsed() >= self.config.confirm_timeout {
+                let now = s
+                    .reported_agents()
+                    .into_iter()
+                    .find(|a| a.name == package || a.name == step.component)
+                    .and_then(|a| a.image_uuid)
+                    .map(|i| i.to_string())
+                    .unwrap_or_else(|| "nothing".to_string());
+                return Err(StepFailure::new(
+                    "confirm through server.agents",
+                    format!(
+                        "the install finished but after {:?} server.agents still reports {now}, not {image}: the new {} did not report (check its SMF service on the server)",
+                        self.config.confirm_timeout, step.component
+                    ),
+                ));
             }
             if let Some(f) = &task_failure
                 && started.elapsed() >= self.config.confirm_grace_after_failure
