@@ -594,3 +594,26 @@ async fn a_failed_cn_agent_self_update_is_reported_after_the_grace_period() {
     assert_eq!(report.counts().succeeded, 2);
     dc.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_orchestrators_started_together_one_runs_the_other_exits_1() {
+    let dc = sim(2).await;
+    dc.faults()
+        .set_install_latency(agentsadm::sim::LatencySpec::fixed(1500));
+    let a = cli(&dc, &["update", "vm-agent", "--latest", "-y"]);
+    let b = cli(&dc, &["update", "cmon-agent", "--latest", "-y"]);
+    let ((ca, oa, ea), (cb, ob, eb)) = tokio::join!(a, b);
+    let mut codes = [ca, cb];
+    codes.sort();
+    assert_eq!(codes, [0, 1], "a: {oa}{ea}\nb: {ob}{eb}");
+    let loser = if ca == 1 { &ea } else { &eb };
+    assert!(
+        loser.contains("another agentsadm is running in this datacenter"),
+        "{loser}"
+    );
+    assert!(loser.contains('@'), "names the holder: {loser}");
+    // The lock is released afterwards.
+    let app = dc.apis().sapi.sdc_application().await.unwrap().unwrap();
+    assert!(!app.metadata.contains_key(lock::LOCK_KEY));
+    dc.shutdown().await;
+}
