@@ -115,6 +115,11 @@ pub struct GzResult {
     pub components: Vec<ComponentResult>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<GzFailure>,
+    /// Things the operator should know that did not fail the run: adoption
+    /// skipped (no SAPI service), CNAPI report not posted, transactions of an
+    /// earlier interrupted run recovered, the job handed to the SMF service.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub warnings: Vec<String>,
 }
 
 #[cfg(test)]

@@ -673,6 +673,21 @@ async fn sapi_update_actions_and_missing_object_500() {
 async fn sapi_delete_semantics() {
     let dc = small_dc(0).await;
     let sapi = dc.apis().sapi;
+    let app = sapi
+        .create_application(
+            "other",
+            "930896af-bf8c-48d4-885c-6573a94b1853",
+            object([("a", json!(1))]),
+        )
+        .await
+        .unwrap();
+    assert_eq!(sapi.get_application(app.uuid).await.unwrap(), app);
+    sapi.delete_application(app.uuid).await.unwrap();
+    let err = sapi.delete_application(app.uuid).await.unwrap_err();
+    let ApiError::Status { status, body, .. } = &err else {
+        panic!()
+    };
+    assert_eq!((*status, body.message.as_str()), (404, ""));
     let inst = sapi.list_agent_instances().await.unwrap().remove(0);
     sapi.delete_instance(inst.uuid).await.unwrap();
     let err = sapi.delete_instance(inst.uuid).await.unwrap_err();
@@ -954,6 +969,11 @@ async fn cnapi_wait_returns_the_active_task_on_timeout() {
     let t = cnapi.wait_task(id, Duration::from_secs(1)).await.unwrap();
     assert_eq!(t.status, TaskStatus::Active, "timeout is not an error");
     assert!(started.elapsed() >= Duration::from_millis(900));
+    let t = cnapi
+        .wait_task_done(id, Duration::from_millis(1500))
+        .await
+        .unwrap();
+    assert_eq!(t.status, TaskStatus::Active);
     dc.shutdown().await;
 }
 
@@ -1080,6 +1100,14 @@ async fn cnapi_setup_reset_delete_update_and_not_running() {
         instances_before
     );
     cnapi.delete_server(cn3.uuid).await.unwrap();
+    // A cn-agent still running on a deleted server registers it again.
+    dc.reregister(cn2.uuid).await.unwrap();
+    let back = cnapi.get_server(cn2.uuid).await.unwrap();
+    assert!(back.setup);
+    assert_eq!(
+        back.agents.unwrap().len(),
+        dc.catalog().default_set(false).len()
+    );
     // Not running: task routes refuse with ServerNotRunning.
     dc.set_running(cn1.uuid, false);
     let err = cnapi
@@ -1142,6 +1170,39 @@ async fn cnapi_execute_runs_gz_commands_and_nothing_else() {
             .any(|a| a.image_uuid == Some(img.uuid))
     );
     assert!(cn.root.join("agents/smartlogin/image_uuid").exists());
+    // gz setup --source imgapi on a factory-reset server installs the
+    // default set at the SAPI services' images.
+    cnapi.factory_reset(cn.uuid).await.unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while cnapi.get_server(cn.uuid).await.unwrap().setup {
+        assert!(std::time::Instant::now() < deadline);
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(
+        dc.gz_report(cn.uuid).await.unwrap().agents.is_empty(),
+        "wiped"
+    );
+    let req = gz_execute_request(
+        &[
+            "gz".into(),
+            "setup".into(),
+            "--source".into(),
+            "imgapi".into(),
+        ],
+        Default::default(),
+        Duration::from_secs(30),
+    );
+    let r = cnapi
+        .execute(cn.uuid, &req, Duration::from_secs(30))
+        .await
+        .unwrap();
+    assert_eq!(r.exit_status, 0, "{}", r.stderr);
+    let setup: GzResult = serde_json::from_str(&r.stdout).unwrap();
+    assert_eq!(
+        setup.components.len(),
+        dc.catalog().default_set(false).len()
+    );
+    assert_eq!(dc.server_agents(cn.uuid).len(), setup.components.len());
     // Any other script is not run: exit 127.
     let other = ExecuteRequest {
         script: "#!/bin/bash\nrm -rf /\n".into(),
@@ -1155,7 +1216,7 @@ async fn cnapi_execute_runs_gz_commands_and_nothing_else() {
     assert!(r.stderr.contains("only run agentsadm command lines"));
     // Raw shape: exitCode/stdout/stderr with json, stdout only without.
     let url = format!("{}/servers/{}/execute", dc.urls().cnapi, cn.uuid);
-    let body = serde_json::to_value(&gz_execute_request(
+    let body = serde_json::to_value(gz_execute_request(
         &["gz".into(), "report".into()],
         Default::default(),
         Duration::from_secs(30),
@@ -1271,7 +1332,7 @@ async fn corrupt_and_truncated_files_fail_installs() {
     let id = cnapi.install_agent(cn.uuid, good.uuid).await.unwrap();
     let t = cnapi.wait_task(id, Duration::from_secs(10)).await.unwrap();
     assert_eq!(t.status, TaskStatus::Failure);
-    assert!(t.error_message().unwrap().contains("sha1"), "{t:?}");
+    assert!(t.error_message().unwrap().contains("Content-MD5"), "{t:?}");
     dc.faults().clear();
     dc.faults().truncate_image("firewaller");
     // The client sees the download break mid-body.
@@ -1305,5 +1366,21 @@ async fn publish_via_client_to_the_updates_server_channel() {
     assert!(m.version.starts_with("4.0.0-master-"));
     let in_dev = client.get_image(m.uuid).await.unwrap_err();
     assert!(in_dev.is_not_found(), "not in the default channel");
+    // A private (non-dc) IMGAPI lists only active images to anonymous
+    // clients, whatever `state` asks for.
+    let mut unfinished = build(&image_spec(c, &BuildOptions::new("4.1.0"))).manifest;
+    unfinished.files.clear();
+    client.import_manifest(&unfinished).await.unwrap();
+    for state in ["unactivated", "all"] {
+        let listed = client
+            .list_images(&ListImagesFilter {
+                state: Some(state.into()),
+                channel: Some("*".into()),
+                ..Default::default()
+            })
+            .await
+            .unwrap();
+        assert!(listed.iter().all(|i| i.uuid != unfinished.uuid), "{state}");
+    }
     dc.shutdown().await;
 }

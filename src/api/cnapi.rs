@@ -68,10 +68,10 @@ impl Server {
     /// What is installed, the way sdcadm reads it: `server.agents`, else
     /// sysinfo `SDC Agents` (which lacks image and instance UUIDs).
     pub fn reported_agents(&self) -> Vec<AgentEntry> {
-        if let Some(agents) = &self.agents {
-            if !agents.is_empty() {
-                return agents.clone();
-            }
+        if let Some(agents) = &self.agents
+            && !agents.is_empty()
+        {
+            return agents.clone();
         }
         self.sysinfo
             .as_ref()
@@ -435,6 +435,26 @@ impl CnapiClient {
             )
             .await?;
         self.rest.decode(Method::GET, &path, &raw.body)
+    }
+
+    /// Wait until the task finishes or `total` has passed, with as few
+    /// TaskWait calls as possible (each at most a minute, so a proxy in
+    /// between never sees an idle request for long). Returns the last task
+    /// seen, `active` when time ran out.
+    pub async fn wait_task_done(&self, id: TaskId, total: Duration) -> Result<Task, ApiError> {
+        let deadline = tokio::time::Instant::now() + total;
+        loop {
+            let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+            let task = self
+                .wait_task(
+                    id,
+                    left.clamp(Duration::from_secs(1), Duration::from_secs(60)),
+                )
+                .await?;
+            if task.is_done() || tokio::time::Instant::now() >= deadline {
+                return Ok(task);
+            }
+        }
     }
 
     /// ServerDelete: removes the CNAPI record only (200, empty body).

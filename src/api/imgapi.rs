@@ -1,6 +1,9 @@
 //! IMGAPI client: list, get and download images, and import an image from an
 //! updates server into the datacenter IMGAPI (docs/triton/apis.md §1).
 
+use futures::StreamExt;
+use futures::stream::BoxStream;
+use md5::Digest;
 use reqwest::Method;
 use serde_json::json;
 
@@ -31,7 +34,9 @@ pub struct ListImagesFilter {
 }
 
 /// A started image file download: the response to stream from plus the
-/// integrity headers IMGAPI sent.
+/// integrity headers IMGAPI sent. [`ImageFileDownload::verified_stream`]
+/// checks them as the body arrives; reading `response` directly leaves the
+/// checks to the caller.
 #[derive(Debug)]
 pub struct ImageFileDownload {
     pub response: reqwest::Response,
@@ -39,6 +44,97 @@ pub struct ImageFileDownload {
     pub content_length: Option<u64>,
     /// `Content-MD5` (base64 of the MD5), when sent.
     pub content_md5: Option<String>,
+    path: String,
+}
+
+impl ImageFileDownload {
+    /// The body as a stream of chunks that ends with an error instead of
+    /// `None` when the connection breaks mid-body or the bytes do not match
+    /// `Content-Length` / `Content-MD5` (IMGAPI cannot change the status
+    /// once the body has started, so a storage error shows up only this
+    /// way). The manifest's size and sha1 are still the caller's to check.
+    pub fn verified_stream(self) -> BoxStream<'static, Result<bytes::Bytes, ApiError>> {
+        struct State {
+            inner: BoxStream<'static, reqwest::Result<bytes::Bytes>>,
+            md5: md5::Md5,
+            received: u64,
+            content_length: Option<u64>,
+            content_md5: Option<String>,
+            path: String,
+            done: bool,
+        }
+        let state = State {
+            inner: self.response.bytes_stream().boxed(),
+            md5: md5::Md5::new(),
+            received: 0,
+            content_length: self.content_length,
+            content_md5: self.content_md5,
+            path: self.path,
+            done: false,
+        };
+        futures::stream::unfold(state, |mut st| async move {
+            if st.done {
+                return None;
+            }
+            match st.inner.next().await {
+                Some(Ok(chunk)) => {
+                    st.md5.update(&chunk);
+                    st.received += chunk.len() as u64;
+                    Some((Ok(chunk), st))
+                }
+                Some(Err(err)) => {
+                    st.done = true;
+                    let e = ApiError::Transport {
+                        api: Api::Imgapi,
+                        method: Method::GET,
+                        path: st.path.clone(),
+                        err,
+                    };
+                    Some((Err(e), st))
+                }
+                None => {
+                    st.done = true;
+                    let integrity = |detail: String| ApiError::Integrity {
+                        api: Api::Imgapi,
+                        method: Method::GET,
+                        path: st.path.clone(),
+                        detail,
+                    };
+                    if let Some(want) = st.content_length.filter(|w| *w != st.received) {
+                        let e = integrity(format!(
+                            "received {} bytes, Content-Length says {want}",
+                            st.received
+                        ));
+                        return Some((Err(e), st));
+                    }
+                    if let Some(want) = st.content_md5.clone() {
+                        use base64::Engine;
+                        let got = base64::engine::general_purpose::STANDARD
+                            .encode(std::mem::take(&mut st.md5).finalize());
+                        if got != want {
+                            let e = integrity(format!(
+                                "Content-MD5 is {want} but the bytes hash to {got}"
+                            ));
+                            return Some((Err(e), st));
+                        }
+                    }
+                    None
+                }
+            }
+        })
+        .boxed()
+    }
+
+    /// The whole body, checked as [`ImageFileDownload::verified_stream`]
+    /// does (for small files; stream big ones).
+    pub async fn verified_bytes(self) -> Result<bytes::Bytes, ApiError> {
+        let mut out = bytes::BytesMut::with_capacity(self.content_length.unwrap_or(0) as usize);
+        let mut stream = self.verified_stream();
+        while let Some(chunk) = stream.next().await {
+            out.extend_from_slice(&chunk?);
+        }
+        Ok(out.freeze())
+    }
 }
 
 /// One update channel of an updates server.
@@ -142,10 +238,11 @@ impl ImgapiClient {
             let full = page.len() >= PAGE_LIMIT;
             let mut page = page.into_iter().peekable();
             // The marker is inclusive: drop the image we paged from.
-            if let (Some(m), Some(first)) = (&marker, page.peek()) {
-                if first.uuid.to_string() == *m && !out.is_empty() {
-                    page.next();
-                }
+            if let (Some(m), Some(first)) = (&marker, page.peek())
+                && first.uuid.to_string() == *m
+                && !out.is_empty()
+            {
+                page.next();
             }
             let before = out.len();
             out.extend(page);
@@ -242,6 +339,7 @@ impl ImgapiClient {
             response: resp,
             content_length,
             content_md5,
+            path: path.split('?').next().unwrap_or(path).to_string(),
         })
     }
 

@@ -161,6 +161,15 @@ pub enum ApiError {
     },
     #[error("{api} URL {url:?} is not a valid http(s) URL")]
     BadUrl { api: Api, url: String },
+    #[error(
+        "{api} {method} {path}: the download is damaged: {detail} (download it again; if this persists the file is damaged on the server)"
+    )]
+    Integrity {
+        api: Api,
+        method: Method,
+        path: String,
+        detail: String,
+    },
 }
 
 impl ApiError {
@@ -201,9 +210,10 @@ impl ApiError {
     /// unknown manifest) and answer the same every time.
     pub fn is_transient(&self) -> bool {
         match self {
-            ApiError::Connect { .. } | ApiError::Timeout { .. } | ApiError::Transport { .. } => {
-                true
-            }
+            ApiError::Connect { .. }
+            | ApiError::Timeout { .. }
+            | ApiError::Transport { .. }
+            | ApiError::Integrity { .. } => true,
             ApiError::Status { status, body, .. } => {
                 let plain_error = *status == 500 && body.code.is_none() && !body.message.is_empty();
                 *status >= 500

@@ -238,6 +238,34 @@ impl SapiClient {
             .next())
     }
 
+    /// CreateApplication (SAPI answers 200 with the object). Not retried:
+    /// without a UUID a repeat would create a second application.
+    pub async fn create_application(
+        &self,
+        name: &str,
+        owner_uuid: &str,
+        metadata: Object,
+    ) -> Result<Application, ApiError> {
+        let body = serde_json::json!({
+            "name": name, "owner_uuid": owner_uuid, "metadata": metadata
+        });
+        self.rest
+            .json(Method::POST, "/applications", Idempotent::No, Some(&body))
+            .await
+    }
+
+    /// DeleteApplication (404 with an empty body when missing).
+    pub async fn delete_application(&self, uuid: ApplicationUuid) -> Result<(), ApiError> {
+        self.rest
+            .empty(
+                Method::DELETE,
+                &format!("/applications/{uuid}"),
+                Idempotent::Yes,
+                None,
+            )
+            .await
+    }
+
     pub async fn get_application(&self, uuid: ApplicationUuid) -> Result<Application, ApiError> {
         self.rest
             .json(

@@ -26,7 +26,7 @@ pub struct SimArgs {
 #[derive(Subcommand, Debug)]
 pub enum SimCommand {
     /// Serve IMGAPI, SAPI, CNAPI and an updates server on loopback.
-    Serve(ServeArgs),
+    Serve(Box<ServeArgs>),
     /// Build component images and publish them to an IMGAPI.
     Publish(PublishArgs),
 }
@@ -155,7 +155,7 @@ pub struct PublishArgs {
 
 pub async fn run(global: &GlobalOpts, args: SimArgs) -> CmdResult {
     match args.command {
-        SimCommand::Serve(a) => serve(global, a).await,
+        SimCommand::Serve(a) => serve(global, *a).await,
         SimCommand::Publish(a) => publish(global, a).await,
     }
 }

@@ -600,16 +600,16 @@ async fn list_servers(State(core): Core, RawQuery(rq): RawQuery) -> Response {
     if !errors.is_empty() {
         return invalid_parameters(StatusCode::INTERNAL_SERVER_ERROR, errors);
     }
-    if let Some(l) = limit {
-        if !(1..=LIST_MAX_LIMIT as i64).contains(&l) {
-            return invalid_parameters(
-                StatusCode::BAD_REQUEST,
-                vec![(
-                    "limit",
-                    format!("limit must be in the range 1-{LIST_MAX_LIMIT} (inclusive)"),
-                )],
-            );
-        }
+    if let Some(l) = limit
+        && !(1..=LIST_MAX_LIMIT as i64).contains(&l)
+    {
+        return invalid_parameters(
+            StatusCode::BAD_REQUEST,
+            vec![(
+                "limit",
+                format!("limit must be in the range 1-{LIST_MAX_LIMIT} (inclusive)"),
+            )],
+        );
     }
     let limit = limit.unwrap_or(LIST_MAX_LIMIT as i64) as usize;
     let offset = offset.unwrap_or(0).max(0) as usize;
@@ -1300,6 +1300,7 @@ async fn run_command(
                     step: "injected".into(),
                     message: message.clone(),
                 }),
+                warnings: Vec::new(),
             };
             return CommandOutcome {
                 exit_code: Some(1),
@@ -1399,10 +1400,10 @@ async fn setup_server(
     ) {
         return r;
     }
-    if let Some(l) = p.get("disk_layout").and_then(Value::as_str) {
-        if !["single", "mirror", "raidz1", "raidz2", "raidz3"].contains(&l) {
-            return invalid_argument(format!("invalid disk_layout: {l}"));
-        }
+    if let Some(l) = p.get("disk_layout").and_then(Value::as_str)
+        && !["single", "mirror", "raidz1", "raidz2", "raidz3"].contains(&l)
+    {
+        return invalid_argument(format!("invalid disk_layout: {l}"));
     }
     if rec.setup {
         return empty(StatusCode::NO_CONTENT);

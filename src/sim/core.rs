@@ -39,6 +39,8 @@ pub(crate) struct DcCore {
     /// Bumped on every change; the persister saves when it moves.
     pub mutations: Arc<AtomicU64>,
     pub state_dir: PathBuf,
+    /// What seeding created (persisted with the state).
+    pub seed_report: std::sync::Mutex<Option<super::SeedReport>>,
 }
 
 impl DcCore {

@@ -42,7 +42,7 @@ use sha1::{Digest, Sha1};
 use crate::api::cnapi::{AgentEntry, ExecuteResult};
 use crate::api::sapi::{CreateInstance, ServiceType, object};
 use crate::api::{ApiError, Apis};
-use crate::ids::{ImageUuid, InstanceUuid, ServerUuid};
+use crate::ids::{ImageUuid, InstanceUuid, ServerUuid, ServiceUuid};
 use crate::image::Compression;
 use crate::imagebuild::hex;
 use crate::remote::{
@@ -134,6 +134,11 @@ pub enum GzOpError {
         #[source]
         err: ApiError,
     },
+    #[error("cannot list the agent services in SAPI to find the default images")]
+    Services {
+        #[source]
+        err: ApiError,
+    },
     /// A failure reported by the installer as text.
     #[error("{0}")]
     Failed(String),
@@ -210,8 +215,69 @@ pub trait GzOps: Send + Sync + 'static {
 }
 
 /// The mockcloud-layout stand-in for the GZ installer (module docs).
+///
+/// It is the only writer of the directories it manages, so it keeps each
+/// server's `server.agents` list in memory once read or written: a report
+/// after an install then costs no file reads (reading every component's
+/// three files on every install was most of the simulator's per-install
+/// CPU). Changing a managed directory behind its back is not supported.
 #[derive(Clone, Debug, Default)]
-pub struct MockcloudGz;
+pub struct MockcloudGz {
+    index: Arc<StandinCache>,
+}
+
+impl MockcloudGz {
+    pub fn new() -> MockcloudGz {
+        MockcloudGz::default()
+    }
+}
+
+/// What the stand-in remembers: `server.agents` per server root (by
+/// component directory name), and agent service UUIDs by SAPI URL and
+/// component name (dropped when SAPI no longer knows one).
+#[derive(Debug, Default)]
+struct StandinCache {
+    roots: std::sync::Mutex<std::collections::HashMap<PathBuf, BTreeMap<String, AgentEntry>>>,
+    services: std::sync::Mutex<std::collections::HashMap<(String, String), ServiceUuid>>,
+}
+
+impl StandinCache {
+    fn lock(
+        &self,
+    ) -> std::sync::MutexGuard<'_, std::collections::HashMap<PathBuf, BTreeMap<String, AgentEntry>>>
+    {
+        self.roots.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn set_root(&self, root: &Path, entries: BTreeMap<String, AgentEntry>) {
+        self.lock().insert(root.to_path_buf(), entries);
+    }
+
+    /// Record one directory's new state (`None`: removed), if the root is
+    /// indexed.
+    fn update(&self, root: &Path, dir: &str, entry: Option<AgentEntry>) {
+        if let Some(m) = self.lock().get_mut(root) {
+            match entry {
+                Some(e) => {
+                    m.insert(dir.to_string(), e);
+                }
+                None => {
+                    m.remove(dir);
+                }
+            }
+        }
+    }
+
+    fn get(&self, root: &Path) -> Option<Vec<AgentEntry>> {
+        self.lock().get(root).map(|m| m.values().cloned().collect())
+    }
+
+    fn services(
+        &self,
+    ) -> std::sync::MutexGuard<'_, std::collections::HashMap<(String, String), ServiceUuid>> {
+        self.services.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
 
 const SYSINFO_FILE: &str = "sysinfo.json";
 const AGENTS_DIR: &str = "agents";
@@ -249,19 +315,36 @@ impl MockcloudGz {
         })
     }
 
+    /// Write one component's directory. `fresh`: the server directory is
+    /// being created and nobody reads it yet, so plain writes will do.
     fn write_component(
         dir: &Path,
         package: &str,
         version: &str,
         image: ImageUuid,
         instance: Option<InstanceUuid>,
+        fresh: bool,
     ) -> Result<InstanceUuid, GzOpError> {
         let pdir = dir.join(AGENTS_DIR).join(package);
-        std::fs::create_dir_all(&pdir).map_err(io_err("create", &pdir))?;
         let pj = serde_json::to_vec_pretty(&json!({"name": package, "version": version}))
             .unwrap_or_default();
+        let image_line = format!("{image}\n");
+        if fresh {
+            std::fs::create_dir(&pdir).map_err(io_err("create", &pdir))?;
+            let inst = instance.unwrap_or_else(InstanceUuid::new_v4);
+            for (name, data) in [
+                ("package.json", pj.as_slice()),
+                ("image_uuid", image_line.as_bytes()),
+                ("instance_uuid", format!("{inst}\n").as_bytes()),
+            ] {
+                let path = pdir.join(name);
+                std::fs::write(&path, data).map_err(io_err("write", &path))?;
+            }
+            return Ok(inst);
+        }
+        std::fs::create_dir_all(&pdir).map_err(io_err("create", &pdir))?;
         write_atomic(&pdir.join("package.json"), &pj)?;
-        write_atomic(&pdir.join("image_uuid"), format!("{image}\n").as_bytes())?;
+        write_atomic(&pdir.join("image_uuid"), image_line.as_bytes())?;
         // The instance UUID is kept across upgrades, created on first install.
         let ipath = pdir.join("instance_uuid");
         let existing = std::fs::read_to_string(&ipath)
@@ -307,19 +390,19 @@ impl MockcloudGz {
                     url: url.clone(),
                     err,
                 })?;
-        let md5_header = download.content_md5.clone();
+        // The client checks Content-Length and Content-MD5 as it streams;
+        // size and sha1 against the manifest are checked here, as cn-agent's
+        // getAgentImage does.
         let mut sha1 = Sha1::new();
-        let mut md5 = md5::Md5::new();
         let mut bytes = Vec::with_capacity(want.size as usize);
-        let mut stream = download.response.bytes_stream();
+        let mut stream = download.verified_stream();
         while let Some(chunk) = stream.next().await {
-            let chunk = chunk.map_err(|err| GzOpError::Stream {
+            let chunk = chunk.map_err(|err| GzOpError::Download {
                 image,
                 url: url.clone(),
                 err,
             })?;
             sha1.update(&chunk);
-            md5.update(&chunk);
             bytes.extend_from_slice(&chunk);
         }
         if bytes.len() as u64 != want.size {
@@ -334,16 +417,6 @@ impl MockcloudGz {
                 image,
                 detail: format!("sha1 {got} does not match the manifest's {}", want.sha1),
             });
-        }
-        if let Some(h) = md5_header {
-            use base64::Engine;
-            let got = base64::engine::general_purpose::STANDARD.encode(md5.finalize());
-            if got != h {
-                return Err(GzOpError::Verify {
-                    image,
-                    detail: format!("Content-MD5 {h} does not match the download's {got}"),
-                });
-            }
         }
         Ok((manifest, bytes))
     }
@@ -415,7 +488,12 @@ impl MockcloudGz {
         Ok((name, version))
     }
 
+    /// Adopt the instance into SAPI the way the dummy cn-agent does: find
+    /// the agent service by name (none: not managed, nothing to do), then
+    /// create the instance (an overwrite when it exists) with
+    /// `params.server_uuid` and `params.image_uuid`.
     async fn adopt(
+        cache: &StandinCache,
         env: &GzEnv,
         target: &GzTarget,
         component: &str,
@@ -427,35 +505,51 @@ impl MockcloudGz {
             instance,
             err,
         };
-        let services = env
-            .apis
-            .sapi
-            .list_services(Some(component), None, Some(ServiceType::Agent))
-            .await
-            .map_err(adopt_err)?;
-        // No service: the component is not managed; nothing to adopt.
-        let Some(service) = services.first() else {
-            return Ok(());
-        };
-        let create = CreateInstance {
-            uuid: Some(instance),
-            service_uuid: Some(service.uuid),
-            params: Some(object([
-                ("server_uuid", json!(target.server_uuid)),
-                ("image_uuid", json!(image)),
-            ])),
-            metadata: None,
-            exists: Some(true),
-        };
-        env.apis
-            .sapi
-            .create_instance(&create)
-            .await
-            .map_err(adopt_err)?;
+        let key = (env.sapi_url.clone(), component.to_string());
+        for attempt in 0..2 {
+            let cached = cache.services().get(&key).copied();
+            let service = match cached {
+                Some(s) => s,
+                None => {
+                    let services = env
+                        .apis
+                        .sapi
+                        .list_services(Some(component), None, Some(ServiceType::Agent))
+                        .await
+                        .map_err(adopt_err)?;
+                    match services.first() {
+                        Some(s) => {
+                            cache.services().insert(key.clone(), s.uuid);
+                            s.uuid
+                        }
+                        None => return Ok(()),
+                    }
+                }
+            };
+            let create = CreateInstance {
+                uuid: Some(instance),
+                service_uuid: Some(service),
+                params: Some(object([
+                    ("server_uuid", json!(target.server_uuid)),
+                    ("image_uuid", json!(image)),
+                ])),
+                metadata: None,
+                exists: Some(true),
+            };
+            match env.apis.sapi.create_instance(&create).await {
+                Ok(_) => return Ok(()),
+                // The service went away since it was looked up: look again.
+                Err(e) if e.is_not_found() && cached.is_some() && attempt == 0 => {
+                    cache.services().remove(&key);
+                }
+                Err(e) => return Err(adopt_err(e)),
+            }
+        }
         Ok(())
     }
 
     async fn install_one(
+        index: Arc<StandinCache>,
         env: Arc<GzEnv>,
         target: GzTarget,
         image: ImageUuid,
@@ -473,8 +567,18 @@ impl MockcloudGz {
             version
         };
         let before = read_component(&target.root.join(AGENTS_DIR).join(&package));
-        let instance = Self::write_component(&target.root, &package, &version, image, None)?;
-        Self::adopt(&env, &target, &manifest.name, instance, image).await?;
+        let instance = Self::write_component(&target.root, &package, &version, image, None, false)?;
+        index.update(
+            &target.root,
+            &package,
+            Some(AgentEntry {
+                name: package.clone(),
+                version: version.clone(),
+                image_uuid: Some(image),
+                uuid: Some(instance),
+            }),
+        );
+        Self::adopt(&index, &env, &target, &manifest.name, instance, image).await?;
         let action = match &before {
             None => ComponentAction::Installed,
             Some(b) if b.image_uuid == Some(image) => ComponentAction::Unchanged,
@@ -491,7 +595,11 @@ impl MockcloudGz {
         })
     }
 
-    fn remove_one(root: &Path, name: &str) -> Result<Option<ComponentResult>, GzOpError> {
+    fn remove_one(
+        index: &StandinCache,
+        root: &Path,
+        name: &str,
+    ) -> Result<Option<ComponentResult>, GzOpError> {
         let base = root.join(AGENTS_DIR);
         // By directory (package) name, or by a package.json name.
         let dir = base.join(name);
@@ -507,6 +615,9 @@ impl MockcloudGz {
         let Some(dir) = dir else { return Ok(None) };
         let before = read_component(&dir);
         std::fs::remove_dir_all(&dir).map_err(io_err("remove", &dir))?;
+        if let Some(d) = dir.file_name() {
+            index.update(root, &d.to_string_lossy(), None);
+        }
         Ok(Some(ComponentResult {
             name: name.to_string(),
             action: ComponentAction::Removed,
@@ -516,6 +627,30 @@ impl MockcloudGz {
             instance_uuid: None,
             elapsed_ms: 0,
         }))
+    }
+
+    /// The report from memory when this root is indexed, else from disk
+    /// (indexing it when every component read cleanly).
+    fn report_cached(index: &StandinCache, target: &GzTarget) -> AgentsReport {
+        if let Some(agents) = index.get(&target.root) {
+            return AgentsReport {
+                server_uuid: target.server_uuid,
+                agents,
+                errors: Vec::new(),
+            };
+        }
+        let report = Self::report_sync(target);
+        if report.errors.is_empty() {
+            index.set_root(
+                &target.root,
+                report
+                    .agents
+                    .iter()
+                    .map(|a| (a.name.clone(), a.clone()))
+                    .collect(),
+            );
+        }
+        report
     }
 
     fn report_sync(target: &GzTarget) -> AgentsReport {
@@ -548,6 +683,7 @@ impl MockcloudGz {
 
     /// The stand-in `agentsadm` command line (see the module docs).
     async fn run_cli(
+        index: Arc<StandinCache>,
         env: Arc<GzEnv>,
         target: GzTarget,
         argv: Vec<String>,
@@ -557,7 +693,7 @@ impl MockcloudGz {
             exit_status: 1,
             stdout: String::new(),
             stderr: format!(
-                "agentsadm: error: {msg} (the simulator's stand-in installer supports gz install IMAGE_UUID..., gz remove NAME..., gz report)\n"
+                "agentsadm: error: {msg} (the simulator's stand-in installer supports gz install IMAGE_UUID..., gz remove NAME..., gz setup --source imgapi, gz report)\n"
             ),
         };
         // Flags the stand-in accepts and ignores: the real installer's
@@ -569,7 +705,8 @@ impl MockcloudGz {
         while let Some(a) = it.next() {
             match a.as_str() {
                 "--root" | "--layout" | "--server-uuid" | "--hook-timeout" | "--lock-wait"
-                | "--sapi-url" | "--cnapi-url" | "--imgapi-url" | "--log-file" => {
+                | "--source" | "--channel" | "--sapi-url" | "--cnapi-url" | "--imgapi-url"
+                | "--log-file" => {
                     it.next();
                 }
                 "--no-sapi" => no_sapi = true,
@@ -588,7 +725,7 @@ impl MockcloudGz {
         let args = &positional[2..];
         let result = match cmd.as_str() {
             "report" => {
-                let report = Self::report_sync(&target);
+                let report = Self::report_cached(&index, &target);
                 return ExecuteResult {
                     exit_status: 0,
                     stdout: serde_json::to_string(&report).unwrap_or_default() + "\n",
@@ -600,15 +737,17 @@ impl MockcloudGz {
                     server_uuid: target.server_uuid,
                     components: Vec::new(),
                     error: None,
+                    warnings: Vec::new(),
                 };
                 for a in args {
                     let Ok(image) = a.parse::<ImageUuid>() else {
                         return usage(&format!("{a:?} is not an image UUID"));
                     };
                     let r = if no_sapi {
-                        Self::install_no_sapi(env.clone(), target.clone(), image).await
+                        Self::install_no_sapi(index.clone(), env.clone(), target.clone(), image)
+                            .await
                     } else {
-                        Self::install_one(env.clone(), target.clone(), image).await
+                        Self::install_one(index.clone(), env.clone(), target.clone(), image).await
                     };
                     match r {
                         Ok(c) => out.components.push(c),
@@ -624,14 +763,56 @@ impl MockcloudGz {
                 }
                 out
             }
+            "setup" => {
+                let mut out = GzResult {
+                    server_uuid: target.server_uuid,
+                    components: Vec::new(),
+                    error: None,
+                    warnings: Vec::new(),
+                };
+                // The default set, each at its SAPI service's image.
+                match Self::setup_images(&env, target.headnode).await {
+                    Ok(images) => {
+                        for (name, image) in images {
+                            match Self::install_one(
+                                index.clone(),
+                                env.clone(),
+                                target.clone(),
+                                image,
+                            )
+                            .await
+                            {
+                                Ok(c) => out.components.push(c),
+                                Err(e) => {
+                                    out.error = Some(GzFailure {
+                                        component: Some(name),
+                                        step: "install".into(),
+                                        message: error_chain(&e),
+                                    });
+                                    break;
+                                }
+                            }
+                        }
+                    }
+                    Err(e) => {
+                        out.error = Some(GzFailure {
+                            component: None,
+                            step: "sapi".into(),
+                            message: error_chain(&e),
+                        })
+                    }
+                }
+                out
+            }
             "remove" => {
                 let mut out = GzResult {
                     server_uuid: target.server_uuid,
                     components: Vec::new(),
                     error: None,
+                    warnings: Vec::new(),
                 };
                 for name in args {
-                    match Self::remove_one(&target.root, name) {
+                    match Self::remove_one(&index, &target.root, name) {
                         Ok(Some(c)) => out.components.push(c),
                         Ok(None) => out.components.push(ComponentResult {
                             name: name.clone(),
@@ -658,7 +839,7 @@ impl MockcloudGz {
         };
         // Report to CNAPI like the real installer (unless --no-cnapi).
         if !no_cnapi {
-            let report = Self::report_sync(&target);
+            let report = Self::report_cached(&index, &target);
             if let Err(e) = env
                 .apis
                 .cnapi
@@ -680,7 +861,35 @@ impl MockcloudGz {
         }
     }
 
+    /// `gz setup --source imgapi`: every default component for this role
+    /// with its agent service's `params.image_uuid` (components without a
+    /// service or image are skipped, as unmanaged).
+    async fn setup_images(
+        env: &GzEnv,
+        headnode: bool,
+    ) -> Result<Vec<(String, ImageUuid)>, GzOpError> {
+        let services = env
+            .apis
+            .sapi
+            .list_agent_services()
+            .await
+            .map_err(|err| GzOpError::Services { err })?;
+        let catalog = crate::catalog::Catalog::builtin();
+        Ok(catalog
+            .default_set(headnode)
+            .into_iter()
+            .filter_map(|c| {
+                services
+                    .iter()
+                    .find(|s| s.name == c.name)
+                    .and_then(|s| s.image_uuid())
+                    .map(|i| (c.name.clone(), i))
+            })
+            .collect())
+    }
+
     async fn install_no_sapi(
+        index: Arc<StandinCache>,
         env: Arc<GzEnv>,
         target: GzTarget,
         image: ImageUuid,
@@ -697,7 +906,17 @@ impl MockcloudGz {
             version
         };
         let before = read_component(&target.root.join(AGENTS_DIR).join(&package));
-        let instance = Self::write_component(&target.root, &package, &version, image, None)?;
+        let instance = Self::write_component(&target.root, &package, &version, image, None, false)?;
+        index.update(
+            &target.root,
+            &package,
+            Some(AgentEntry {
+                name: package.clone(),
+                version: version.clone(),
+                image_uuid: Some(image),
+                uuid: Some(instance),
+            }),
+        );
         Ok(ComponentResult {
             name: manifest.name,
             action: if before.is_some() {
@@ -742,6 +961,10 @@ impl GzOps for MockcloudGz {
             return Ok(());
         }
         let agents = target.root.join(AGENTS_DIR);
+        // No sysinfo yet: anything here is from an interrupted prepare.
+        if agents.exists() {
+            std::fs::remove_dir_all(&agents).map_err(io_err("remove", &agents))?;
+        }
         std::fs::create_dir_all(&agents).map_err(io_err("create", &agents))?;
         for c in seeded {
             Self::write_component(
@@ -750,6 +973,7 @@ impl GzOps for MockcloudGz {
                 &c.version,
                 c.image_uuid,
                 Some(c.instance_uuid),
+                true,
             )?;
         }
         let mut text = Vec::new();
@@ -758,7 +982,23 @@ impl GzOps for MockcloudGz {
         serde::Serialize::serialize(&Self::sysinfo(target), &mut ser)
             .map_err(|e| GzOpError::Failed(format!("cannot encode sysinfo: {e}")))?;
         // Written last: its presence marks a prepared server.
-        write_atomic(&sysinfo_path, &text)
+        write_atomic(&sysinfo_path, &text)?;
+        self.index.set_root(
+            &target.root,
+            seeded
+                .iter()
+                .map(|c| {
+                    let entry = AgentEntry {
+                        name: c.package.clone(),
+                        version: c.version.clone(),
+                        image_uuid: Some(c.image_uuid),
+                        uuid: Some(c.instance_uuid),
+                    };
+                    (c.package.clone(), entry)
+                })
+                .collect(),
+        );
+        Ok(())
     }
 
     fn install(
@@ -767,7 +1007,12 @@ impl GzOps for MockcloudGz {
         target: GzTarget,
         image: ImageUuid,
     ) -> BoxFuture<'static, Result<(), GzOpError>> {
-        Box::pin(async move { Self::install_one(env, target, image).await.map(|_| ()) })
+        let index = self.index.clone();
+        Box::pin(async move {
+            Self::install_one(index, env, target, image)
+                .await
+                .map(|_| ())
+        })
     }
 
     fn uninstall(
@@ -776,16 +1021,18 @@ impl GzOps for MockcloudGz {
         target: GzTarget,
         names: Vec<String>,
     ) -> BoxFuture<'static, Result<(), GzOpError>> {
+        let index = self.index.clone();
         Box::pin(async move {
             for n in &names {
-                Self::remove_one(&target.root, n)?;
+                Self::remove_one(&index, &target.root, n)?;
             }
             Ok(())
         })
     }
 
     fn report(&self, target: GzTarget) -> BoxFuture<'static, Result<AgentsReport, GzOpError>> {
-        Box::pin(async move { Ok(Self::report_sync(&target)) })
+        let index = self.index.clone();
+        Box::pin(async move { Ok(Self::report_cached(&index, &target)) })
     }
 
     fn run(
@@ -795,7 +1042,7 @@ impl GzOps for MockcloudGz {
         argv: Vec<String>,
         vars: BTreeMap<String, String>,
     ) -> BoxFuture<'static, ExecuteResult> {
-        Box::pin(Self::run_cli(env, target, argv, vars))
+        Box::pin(Self::run_cli(self.index.clone(), env, target, argv, vars))
     }
 }
 
@@ -842,9 +1089,14 @@ mod tests {
             image_uuid: ImageUuid::from_u128(2),
             instance_uuid: InstanceUuid::from_u128(3),
         }];
-        MockcloudGz.prepare(&target, &seeded).unwrap();
+        let gz = MockcloudGz::new();
+        gz.prepare(&target, &seeded).unwrap();
         // Idempotent: a second prepare does not rewrite anything.
-        MockcloudGz.prepare(&target, &[]).unwrap();
+        gz.prepare(&target, &[]).unwrap();
+        assert_eq!(
+            MockcloudGz::report_cached(&gz.index, &target),
+            MockcloudGz::report_sync(&target)
+        );
         let report = MockcloudGz::report_sync(&target);
         assert_eq!(report.agents.len(), 1);
         assert_eq!(report.agents[0].name, "marlin");

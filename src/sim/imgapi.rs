@@ -650,15 +650,15 @@ fn find_image<'a>(
 ) -> Result<&'a StoredImage, Response> {
     let channel = request_channel(store, q)?;
     let img = store.images.get(&uuid).ok_or_else(|| not_found(uuid))?;
-    if let Some(c) = channel {
-        if !img.channels.contains(&c) {
-            return Err(rest_error(
-                STYLE,
-                StatusCode::NOT_FOUND,
-                "ResourceNotFound",
-                "image not found",
-            ));
-        }
+    if let Some(c) = channel
+        && !img.channels.contains(&c)
+    {
+        return Err(rest_error(
+            STYLE,
+            StatusCode::NOT_FOUND,
+            "ResourceNotFound",
+            "image not found",
+        ));
     }
     Ok(img)
 }

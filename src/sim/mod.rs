@@ -7,15 +7,44 @@
 //!
 //! ```no_run
 //! # async fn f() -> Result<(), agentsadm::sim::SimError> {
-//! use agentsadm::sim::{SimConfig, SimDc};
-//! let dc = SimDc::start(SimConfig::default().servers(10)).await?;
-//! let apis = dc.apis();                       // IMGAPI, SAPI, CNAPI clients
-//! let cn = dc.server("cn0001").unwrap();       // uuid, hostname, root dir
-//! dc.faults().fail_installs_on(cn.uuid);       // inject a fault
-//! let servers = apis.cnapi.list_servers(&Default::default()).await.unwrap();
+//! use std::time::Duration;
+//! use agentsadm::sim::{BuildOptions, LatencySpec, PublishTarget, SimConfig, SimDc};
+//! let dc = SimDc::start(
+//!     SimConfig::default()
+//!         .servers(10)                          // headnode + cn0001..cn0010
+//!         .not_setup(["cn0010"])
+//!         .with_vms("cn0002", 3)
+//!         .install_latency(LatencySpec::fixed(50)),
+//! )
+//! .await?;
+//! let apis = dc.apis();                         // IMGAPI, SAPI, CNAPI clients
+//! let urls = dc.urls();                         // imgapi, sapi, cnapi, updates
+//! let cn = dc.server("cn0001").unwrap();        // uuid, hostname, root dir
+//! let default = dc.default_image("vm-agent");   // SAPI service params.image_uuid
+//! let newer = dc.publish_component("vm-agent", &BuildOptions::new("1.1.0"), PublishTarget::Dc);
+//! dc.faults().fail_installs_on(cn.uuid);        // faults, changeable any time
+//! let agents = dc.server_agents(cn.uuid);       // CNAPI's server.agents
 //! dc.shutdown().await;
 //! # Ok(()) }
 //! ```
+//!
+//! What a started datacenter holds (unless [`SimConfig::empty`]): an image
+//! of every catalog component at 1.0.0 in the DC IMGAPI and on the updates
+//! server (channels dev/staging/release), the SAPI `sdc` application
+//! (`metadata.update_channel`) with one `type=agent` service per component
+//! whose `params.image_uuid` is that image, and every server (except those
+//! listed not set up) with its default set installed, adopted (one SAPI
+//! instance each, `params.server_uuid` + `params.image_uuid`) and reported
+//! in `server.agents`. [`SeedSpec`] adds newer versions; [`SimDc::seed_report`]
+//! returns what was created.
+//!
+//! Servers act like Triton's: install-agent answers a task id at once and
+//! the task finishes after the injected latency (cn-agent's own upgrade
+//! completes early and shows in `server.agents` a little later);
+//! uninstall-agents, setup and factory-reset jobs run in the background;
+//! CNAPI execute runs `agentsadm` command lines built by
+//! [`crate::remote::gz_execute_request`] against the server's directory
+//! and nothing else. All GZ work goes through [`GzOps`] (see [`gz`]).
 //!
 //! Modules: [`config`] (shape, scenario JSON), [`faults`], [`gz`] (the seam
 //! to the GZ installer and its mockcloud stand-in), `imgapi`, `sapi`,
@@ -24,7 +53,17 @@
 //!
 //! Each API listens on its own loopback port, as each has its own address
 //! in a real datacenter: IMGAPI, SAPI, CNAPI and the updates server on P,
-//! P+1, P+2, P+3 with `--port P`, ephemeral ports otherwise.
+//! P+1, P+2, P+3 with `--port P`, ephemeral ports otherwise. Without a
+//! state directory, server directories live under `/dev/shm` (see
+//! [`default_temp_base`]) and are removed on shutdown or drop.
+
+// Handlers return a ready-made error `Response` early, and the errors of
+// starting a simulator or running a GZ operation happen once per call:
+// boxing them would only add noise.
+#![expect(
+    clippy::result_large_err,
+    reason = "error responses and errors are returned once per request"
+)]
 
 mod cnapi;
 pub mod config;
@@ -211,6 +250,26 @@ impl MemoryUsage {
     }
 }
 
+/// Where a datacenter without `--state` keeps its server directories:
+/// `$AGENTSADM_SIM_TMPDIR` if set, else `/dev/shm` when it is a writable
+/// directory (tmpfs: creating the many small files of a GZ costs a few
+/// microseconds there, against tens to hundreds on a busy ext4), else the
+/// system temporary directory.
+pub fn default_temp_base() -> PathBuf {
+    if let Some(d) = std::env::var_os("AGENTSADM_SIM_TMPDIR") {
+        return PathBuf::from(d);
+    }
+    let shm = Path::new("/dev/shm");
+    let writable = std::fs::metadata(shm)
+        .map(|m| m.is_dir() && !m.permissions().readonly())
+        .unwrap_or(false);
+    if writable {
+        shm.to_path_buf()
+    } else {
+        std::env::temp_dir()
+    }
+}
+
 /// Resolve a hostname or UUID to a server.
 pub(crate) fn resolve_selector(core: &DcCore, sel: &str) -> Option<ServerUuid> {
     if let Ok(u) = sel.parse::<ServerUuid>() {
@@ -256,7 +315,7 @@ pub fn sim_api_config() -> ApiConfig {
 impl SimDc {
     /// Start a datacenter with the mockcloud stand-in GZ installer.
     pub async fn start(config: SimConfig) -> Result<SimDc, SimError> {
-        SimDc::start_with(config, Arc::new(MockcloudGz)).await
+        SimDc::start_with(config, Arc::new(MockcloudGz::new())).await
     }
 
     /// Start a datacenter whose servers' GZ operations go through `gz`.
@@ -264,7 +323,7 @@ impl SimDc {
         let (state_dir, temp_dir) = match &config.state_dir {
             Some(d) => (d.clone(), None),
             None => {
-                let d = std::env::temp_dir().join(format!(
+                let d = default_temp_base().join(format!(
                     "agentsadm-sim-{}-{:08x}",
                     std::process::id(),
                     rand::thread_rng().next_u32()
@@ -282,15 +341,15 @@ impl SimDc {
             None
         };
         let fresh = snapshot.is_none();
-        if let Some(s) = &snapshot {
-            if s.servers.len() != config.servers + 1 {
-                tracing::warn!(
-                    state = %state_dir.display(),
-                    "sim: the state directory has {} servers; --servers {} is ignored",
-                    s.servers.len(),
-                    config.servers
-                );
-            }
+        if let Some(s) = &snapshot
+            && s.servers.len() != config.servers + 1
+        {
+            tracing::warn!(
+                state = %state_dir.display(),
+                "sim: the state directory has {} servers; --servers {} is ignored",
+                s.servers.len(),
+                config.servers
+            );
         }
 
         let faults = Arc::new(Faults::new(config.rng_seed));
@@ -359,6 +418,7 @@ impl SimDc {
             shutdown: CancellationToken::new(),
             mutations,
             state_dir: state_dir.clone(),
+            seed_report: Mutex::new(snapshot.as_mut().and_then(|s| s.seed_report.take())),
             config,
         });
 
@@ -452,10 +512,8 @@ impl SimDc {
             tasks: Mutex::new(tasks),
             temp_dir,
         };
-        if fresh {
-            if let Some(spec) = dc.core.config.populate.clone() {
-                seed::populate(&dc.core, &spec)?;
-            }
+        if fresh && let Some(spec) = dc.core.config.populate.clone() {
+            seed::populate(&dc.core, &spec)?;
         }
         Ok(dc)
     }
@@ -570,6 +628,48 @@ impl SimDc {
         self.core.touch();
     }
 
+    /// What a still-running cn-agent does after a CNAPI ServerDelete: its
+    /// sysinfo registration creates the record again (setup, with the
+    /// agents its GZ reports). No-op when the record exists.
+    pub async fn reregister(&self, uuid: ServerUuid) -> Result<(), GzOpError> {
+        let server = self
+            .core
+            .server(uuid)
+            .ok_or_else(|| GzOpError::Failed(format!("no simulated server {uuid}")))?;
+        if self.record(uuid).is_some() {
+            return Ok(());
+        }
+        let report = self.gz_report(uuid).await?;
+        let mut rec = ServerRecord::new(&server, &self.core.config.datacenter, true);
+        rec.agents = report.agents;
+        self.core.cnapi.servers().insert(uuid, rec);
+        self.core.touch();
+        Ok(())
+    }
+
+    /// What seeding created: the default image of every component, the
+    /// newer ones, the SAPI application and services (`None` for an empty
+    /// datacenter).
+    pub fn seed_report(&self) -> Option<SeedReport> {
+        self.core
+            .seed_report
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    /// A component's default image: its SAPI agent service's
+    /// `params.image_uuid`.
+    pub fn default_image(&self, component: &str) -> Option<crate::ids::ImageUuid> {
+        self.core
+            .sapi
+            .lock()
+            .services
+            .iter()
+            .find(|s| s.name == component && s.is_agent())
+            .and_then(|s| s.image_uuid())
+    }
+
     /// Populate the datacenter (when started with [`SimConfig::empty`]).
     pub fn seed(&self, spec: &SeedSpec) -> Result<SeedReport, SimError> {
         seed::populate(&self.core, spec)
@@ -633,10 +733,10 @@ impl SimDc {
                 abort.abort();
             }
         }
-        if self.temp_dir.is_none() {
-            if let Err(e) = persist::save(&self.core) {
-                tracing::warn!(error = %e, "sim: cannot save state on shutdown");
-            }
+        if self.temp_dir.is_none()
+            && let Err(e) = persist::save(&self.core)
+        {
+            tracing::warn!(error = %e, "sim: cannot save state on shutdown");
         }
         // Drop removes a temporary directory.
     }
@@ -758,5 +858,17 @@ async fn persister(core: Arc<DcCore>) {
                 Err(_) => {}
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn handles_are_shareable() {
+        fn assert_send_sync<T: Send + Sync>() {}
+        assert_send_sync::<SimDc>();
+        assert_send_sync::<Faults>();
     }
 }

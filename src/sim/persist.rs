@@ -52,6 +52,8 @@ pub(crate) struct Snapshot {
     pub servers: Vec<MockServerSpec>,
     pub records: Vec<ServerRecord>,
     pub sapi: SapiStore,
+    #[serde(default)]
+    pub seed_report: Option<super::SeedReport>,
     dc_images: Vec<ImageSnap>,
     updates_images: Vec<ImageSnap>,
 }
@@ -116,6 +118,11 @@ pub(crate) fn save(core: &DcCore) -> Result<(), SimError> {
         servers: core.fleet.values().map(|s| s.spec()).collect(),
         records: core.cnapi.servers().values().cloned().collect(),
         sapi: core.sapi.lock().clone(),
+        seed_report: core
+            .seed_report
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone(),
         dc_images,
         updates_images,
     };

@@ -659,17 +659,17 @@ async fn create_instance(
     else {
         return not_found("service", service_raw);
     };
-    if let Some(manifests) = p.get("manifests").and_then(Value::as_object) {
-        if let Some((_, m)) = manifests.iter().next() {
-            // No manifests exist in the simulator: any reference is unknown.
-            return plain_error(
-                STYLE,
-                format!(
-                    "first of 1 error: no such manifest: {}",
-                    m.as_str().unwrap_or_default()
-                ),
-            );
-        }
+    if let Some(manifests) = p.get("manifests").and_then(Value::as_object)
+        && let Some((_, m)) = manifests.iter().next()
+    {
+        // No manifests exist in the simulator: any reference is unknown.
+        return plain_error(
+            STYLE,
+            format!(
+                "first of 1 error: no such manifest: {}",
+                m.as_str().unwrap_or_default()
+            ),
+        );
     }
     let uuid = p
         .get("uuid")

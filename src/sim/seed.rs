@@ -263,6 +263,7 @@ pub(crate) fn populate(core: &DcCore, spec: &SeedSpec) -> Result<SeedReport, Sim
     }
     drop(records);
     drop(sapi);
+    *core.seed_report.lock().unwrap_or_else(|e| e.into_inner()) = Some(report.clone());
     core.touch();
     Ok(report)
 }
