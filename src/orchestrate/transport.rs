@@ -330,8 +330,8 @@ impl CnapiTransport {
             .execute(server, &request, self.config.execute_timeout)
             .await
             .map_err(|e| StepFailure::api("execute", &e))?;
-        match serde_json::from_str::<GzResult>(result.stdout.trim()) {
-            Ok(gz) => {
+        match parse_gz_result(&result.stdout) {
+            Some(gz) => {
                 if let Some(err) = gz.error {
                     return Err(StepFailure::new(format!("gz {}", err.step), err.message));
                 }
@@ -349,7 +349,7 @@ impl CnapiTransport {
                     .and_then(|c| c.instance_uuid);
                 Ok(StepDone { instance })
             }
-            Err(_) => Err(StepFailure::new(
+            None => Err(StepFailure::new(
                 "execute",
                 format!(
                     "agentsadm gz exited {} without a result document (is agentsadm installed at {}?): {}",
@@ -364,6 +364,21 @@ impl CnapiTransport {
             )),
         }
     }
+}
+
+/// The [`GzResult`] `agentsadm gz ... --json` printed: the whole of stdout,
+/// or, if something was printed before it, the document starting at the
+/// last line that opens a JSON object.
+fn parse_gz_result(stdout: &str) -> Option<GzResult> {
+    let text = stdout.trim();
+    if let Ok(r) = serde_json::from_str(text) {
+        return Some(r);
+    }
+    let start = text
+        .rmatch_indices("\n{")
+        .map(|(i, _)| i + 1)
+        .find(|&i| serde_json::from_str::<GzResult>(&text[i..]).is_ok())?;
+    serde_json::from_str(&text[start..]).ok()
 }
 
 /// The last few lines of command output, for error messages.
@@ -391,6 +406,17 @@ impl Transport for CnapiTransport {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn finds_the_result_document_after_other_output() {
+        let doc = r#"{
+  "server_uuid": "44454c4c-4800-1034-804a-b2c04f354d31",
+  "components": []
+}"#;
+        assert!(parse_gz_result(doc).is_some());
+        assert!(parse_gz_result(&format!("note: something\n{doc}\n")).is_some());
+        assert!(parse_gz_result("no json here").is_none());
+    }
 
     #[test]
     fn tail_keeps_the_last_lines() {
