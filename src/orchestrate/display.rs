@@ -195,7 +195,7 @@ impl fmt::Display for PlanDisplay<'_> {
         if !p.servers.is_empty() {
             writeln!(f, "\nServers:")?;
             if p.servers.len() <= self.max_servers {
-                for (uuid, sp) in &p.servers {
+                for (uuid, sp) in p.servers_in_order() {
                     let hn = if sp.headnode { " headnode" } else { "" };
                     writeln!(f, "  {} ({uuid}){hn}", sp.hostname)?;
                     for line in server_lines(sp, false) {

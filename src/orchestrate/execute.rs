@@ -2,11 +2,11 @@
 //!
 //! - Service default images are set first; if SAPI refuses, nothing else
 //!   happens (exit status 1).
-//! - Then servers run [`ExecOptions::concurrency`] at a time (default 20, the
-//!   RFD 82 figure; sdcadm used 5), in plan order. A server's turn: its
-//!   SAPI instance targets, then its steps batch by batch (core components
-//!   alone, the parallel-safe set concurrently), then the SAPI writes that
-//!   follow installs and removals.
+//! - Then servers run [`ExecOptions::concurrency`] at a time (default 20,
+//!   the RFD 82 figure; sdcadm used 5), in plan order (by hostname). A
+//!   server's turn: its SAPI instance targets, then its steps batch by batch
+//!   (core components alone, the parallel-safe set concurrently), then the
+//!   SAPI writes that follow installs and removals.
 //! - A failing server never stops the others; its remaining steps are not
 //!   run and the failure names the component, the stage and the remote
 //!   error. Each step is bounded by the task timeout.
@@ -117,7 +117,7 @@ impl<'a> Executor<'a> {
         });
 
         let concurrency = self.options.concurrency.max(1);
-        let mut queue = plan.servers.iter();
+        let mut queue = plan.servers_in_order().into_iter();
         let mut running = FuturesUnordered::new();
         let mut started: BTreeMap<ServerUuid, (Instant, &str)> = BTreeMap::new();
         let mut finished: Vec<Duration> = Vec::new();

@@ -458,6 +458,14 @@ impl Plan {
         self.servers.values().map(|s| s.steps.len()).sum()
     }
 
+    /// Servers in the order they are shown and run: by hostname, then
+    /// UUID (hostnames are what operators read; UUIDs break ties).
+    pub fn servers_in_order(&self) -> Vec<(&ServerUuid, &ServerPlan)> {
+        let mut v: Vec<(&ServerUuid, &ServerPlan)> = self.servers.iter().collect();
+        v.sort_by(|a, b| a.1.hostname.cmp(&b.1.hostname).then_with(|| a.0.cmp(b.0)));
+        v
+    }
+
     pub fn counts(&self) -> PlanCounts {
         let mut c = PlanCounts {
             servers: self.servers.len(),
