@@ -599,7 +599,7 @@ async fn a_failed_cn_agent_self_update_is_reported_after_the_grace_period() {
 async fn two_orchestrators_started_together_one_runs_the_other_exits_1() {
     let dc = sim(2).await;
     dc.faults()
-        .set_install_latency(agentsadm::sim::LatencySpec::fixed(1500));
+        .set_install_latency(agentsadm::sim::LatencySpec::fixed(3000));
     let a = cli(&dc, &["update", "vm-agent", "--latest", "-y"]);
     let b = cli(&dc, &["update", "cmon-agent", "--latest", "-y"]);
     let ((ca, oa, ea), (cb, ob, eb)) = tokio::join!(a, b);
