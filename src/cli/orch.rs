@@ -85,7 +85,7 @@ pub struct ChannelArgs {
     /// them into the datacenter IMGAPI).
     #[arg(short = 'C', long, value_name = "CHANNEL")]
     pub channel: Option<String>,
-    /// The updates server (default https://updates.tritondatacenter.com).
+    /// The updates server (default: `https://updates.tritondatacenter.com`).
     #[arg(long, env = "UPDATES_URL", value_name = "URL")]
     pub updates_url: Option<String>,
 }

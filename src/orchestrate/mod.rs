@@ -7,7 +7,7 @@
 //! - [`reality`], [`intent`]: those answers indexed by server and component.
 //! - [`images`]: `--image` / `--latest` / `--channel` resolution and imports
 //!   into the datacenter IMGAPI (I/O, before planning).
-//! - [`plan`]: the pure planner, and [`display`] for humans.
+//! - [`mod@plan`]: the pure planner, and [`display`] for humans.
 //! - [`lock`]: one orchestrator per datacenter (SAPI application metadata).
 //! - [`execute`]: runs a plan through a [`transport::Transport`] (CNAPI
 //!   install-agent tasks or `agentsadm gz` via CNAPI execute) and an
