@@ -154,7 +154,7 @@ pub enum Command {
     /// Uninstall a component from servers and delete its SAPI instances.
     Remove(orch::RemoveArgs),
     /// Create SAPI agent services and instances for what is installed.
-    Adopt(flows::AdoptArgs),
+    Adopt(orch::AdoptArgs),
     /// Report drift between SAPI intent, CNAPI and the servers; optionally fix it.
     Check(flows::CheckArgs),
     /// Delete or factory-reset a server, cleaning up its SAPI agent instances.
@@ -178,7 +178,7 @@ async fn dispatch(cli: Cli) -> CmdResult {
         Command::Update(a) => orch::run_update(&g, a).await,
         Command::Install(a) => orch::run_install(&g, a).await,
         Command::Remove(a) => orch::run_remove(&g, a).await,
-        Command::Adopt(a) => flows::run_adopt(&g, a).await,
+        Command::Adopt(a) => orch::run_adopt(&g, a).await,
         Command::Check(a) => flows::run_check(&g, a).await,
         Command::Server(a) => flows::run_server(&g, a).await,
         Command::Gz(a) => gz::run(&g, a).await,

@@ -1,0 +1,317 @@
+//! The plan as operators read it: sections with `+ - ~` lines sorted by
+//! server then component, skips with their reasons, warnings, and a summary
+//! line. Large fleets are shown grouped (servers with identical changes on
+//! one line) so a 2000-server plan stays readable; `--json` has every detail.
+
+use std::collections::BTreeMap;
+use std::fmt::{self, Write as _};
+
+use super::plan::{Action, ImageRef, IntentChange, Plan, Skip};
+use crate::ids::ImageUuid;
+
+/// Shown per server up to this many servers; beyond, grouped.
+pub const DEFAULT_MAX_SERVERS: usize = 50;
+
+/// A plan rendered for humans.
+pub struct PlanDisplay<'a> {
+    plan: &'a Plan,
+    max_servers: usize,
+}
+
+impl Plan {
+    /// Every server listed.
+    pub fn display(&self) -> PlanDisplay<'_> {
+        PlanDisplay {
+            plan: self,
+            max_servers: usize::MAX,
+        }
+    }
+
+    /// Servers listed one by one up to `max_servers`, grouped beyond.
+    pub fn display_compact(&self, max_servers: usize) -> PlanDisplay<'_> {
+        PlanDisplay {
+            plan: self,
+            max_servers,
+        }
+    }
+}
+
+impl fmt::Display for Plan {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.display().fmt(f)
+    }
+}
+
+fn short(uuid: &ImageUuid) -> String {
+    uuid.to_string()[..8].to_string()
+}
+
+fn image(i: &ImageRef) -> String {
+    format!("{} ({})", i.version, short(&i.uuid))
+}
+
+/// The `+ - ~` lines of one server, in step order then intent changes.
+/// `grouped` leaves out instance UUIDs, so that servers with the same
+/// changes render the same.
+fn server_lines(sp: &super::plan::ServerPlan, grouped: bool) -> Vec<String> {
+    let inst = |i: &crate::ids::InstanceUuid| {
+        if grouped {
+            String::new()
+        } else {
+            format!(" {}", &i.to_string()[..8])
+        }
+    };
+    let mut lines = Vec::new();
+    for st in &sp.steps {
+        let t = st.transport.as_str();
+        lines.push(match &st.action {
+            Action::Install { to } => format!("+ {} {} [{t}]", st.component, image(to)),
+            Action::Upgrade { from, to } => {
+                let from_img = from
+                    .image
+                    .as_ref()
+                    .map(|u| format!(" ({})", short(u)))
+                    .unwrap_or_default();
+                format!(
+                    "~ {} {}{} -> {} [{t}]",
+                    st.component,
+                    from.version,
+                    from_img,
+                    image(to)
+                )
+            }
+            Action::Remove { installed } => {
+                format!("- {} {} [{t}]", st.component, installed.version)
+            }
+        });
+    }
+    for ch in &sp.intent {
+        // An instance target that goes with an upgrade of the same component
+        // is implied by the `~` line (and listed in --json).
+        if let IntentChange::UpdateInstance { component, .. } = ch
+            && sp.steps.iter().any(|st| st.component == *component)
+        {
+            continue;
+        }
+        lines.push(match ch {
+            IntentChange::UpdateInstance {
+                component,
+                instance,
+                image,
+                ..
+            } => format!(
+                "~ SAPI instance{} of {component}: image_uuid {}",
+                inst(instance),
+                short(image)
+            ),
+            IntentChange::CreateInstance {
+                component,
+                instance,
+                image,
+                ..
+            } => format!(
+                "+ SAPI instance{} of {component} (adopt), image_uuid {}",
+                inst(instance),
+                short(image)
+            ),
+            IntentChange::AdoptInstalled {
+                component, image, ..
+            } => format!(
+                "+ SAPI instance of {component} (after install), image_uuid {}",
+                short(image)
+            ),
+            IntentChange::DeleteInstance {
+                component,
+                instance,
+            } => {
+                format!(
+                    "- SAPI instance {} of {component}",
+                    &instance.to_string()[..8]
+                )
+            }
+        });
+    }
+    lines
+}
+
+fn plural(n: usize, one: &str, many: &str) -> String {
+    format!("{n} {}", if n == 1 { one } else { many })
+}
+
+fn list_hosts(hosts: &[&str], limit: usize) -> String {
+    let mut shown: Vec<&str> = hosts.iter().copied().take(limit).collect();
+    if hosts.len() > limit {
+        shown.push("...");
+    }
+    shown.join(", ")
+}
+
+impl fmt::Display for PlanDisplay<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let p = self.plan;
+        let what = if p.components.is_empty() {
+            "(no components)".to_string()
+        } else {
+            p.components.join(", ")
+        };
+        writeln!(
+            f,
+            "Plan: {} {what} ({} selected)",
+            p.operation,
+            plural(p.selected_servers, "server", "servers")
+        )?;
+
+        if !p.targets.is_empty() {
+            writeln!(f, "\nTarget images:")?;
+            for (name, t) in &p.targets {
+                writeln!(f, "  {name} {} {}", t.version, t.uuid)?;
+            }
+        }
+        if !p.imports.is_empty() {
+            writeln!(f, "\nImport into the datacenter IMGAPI:")?;
+            for i in &p.imports {
+                writeln!(
+                    f,
+                    "  + {} {} {} from {}",
+                    i.name,
+                    i.version,
+                    i.uuid,
+                    i.import_from.as_deref().unwrap_or("?")
+                )?;
+            }
+        }
+        if !p.service_changes.is_empty() {
+            writeln!(f, "\nSAPI service defaults (image for new servers):")?;
+            for c in &p.service_changes {
+                let from = match (&c.from, &c.from_version) {
+                    (Some(u), Some(v)) => format!("{v} ({})", short(u)),
+                    (Some(u), None) => short(u),
+                    (None, _) => "unset".to_string(),
+                };
+                writeln!(f, "  ~ {}: {from} -> {}", c.component, image(&c.to))?;
+            }
+        }
+
+        if !p.servers.is_empty() {
+            writeln!(f, "\nServers:")?;
+            if p.servers.len() <= self.max_servers {
+                for (uuid, sp) in p.servers_in_order() {
+                    let hn = if sp.headnode { " headnode" } else { "" };
+                    writeln!(f, "  {} ({uuid}){hn}", sp.hostname)?;
+                    for line in server_lines(sp, false) {
+                        writeln!(f, "    {line}")?;
+                    }
+                }
+            } else {
+                // Group servers whose lines are identical.
+                let mut groups: BTreeMap<Vec<String>, Vec<&str>> = BTreeMap::new();
+                for sp in p.servers.values() {
+                    groups
+                        .entry(server_lines(sp, true))
+                        .or_default()
+                        .push(&sp.hostname);
+                }
+                let mut groups: Vec<_> = groups.into_iter().collect();
+                groups.sort_by(|a, b| b.1.len().cmp(&a.1.len()).then_with(|| a.0.cmp(&b.0)));
+                for (lines, hosts) in groups {
+                    writeln!(
+                        f,
+                        "  {}: {}",
+                        plural(hosts.len(), "server", "servers"),
+                        list_hosts(&hosts, 5)
+                    )?;
+                    for line in lines {
+                        writeln!(f, "    {line}")?;
+                    }
+                }
+            }
+        }
+
+        if !p.skips.is_empty() {
+            writeln!(f, "\nSkipped:")?;
+            write_skips(f, &p.skips)?;
+        }
+        if !p.warnings.is_empty() {
+            writeln!(f, "\nWarnings:")?;
+            for w in &p.warnings {
+                writeln!(f, "  ! {w}")?;
+            }
+        }
+
+        let c = p.counts();
+        let mut summary = String::new();
+        if p.is_empty() {
+            summary.push_str("Nothing to do");
+        } else {
+            let _ = write!(
+                summary,
+                "{} to change: {}, {}, {}",
+                plural(c.servers, "server", "servers"),
+                plural(c.upgrades, "upgrade", "upgrades"),
+                plural(c.installs, "install", "installs"),
+                plural(c.removals, "removal", "removals")
+            );
+            if c.intent_only_servers > 0 {
+                let _ = write!(
+                    summary,
+                    ", {} SAPI only",
+                    plural(c.intent_only_servers, "server", "servers")
+                );
+            }
+        }
+        if c.blocking_skips + c.other_skips > 0 {
+            let _ = write!(
+                summary,
+                "; {} skipped ({} blocking)",
+                c.blocking_skips + c.other_skips,
+                c.blocking_skips
+            );
+        }
+        writeln!(f, "\n{summary}.")
+    }
+}
+
+/// Skips grouped by (component, reason): a few are listed one per line,
+/// many are counted with some hostnames. Blocking skips are marked `!`.
+fn write_skips(f: &mut fmt::Formatter<'_>, skips: &[Skip]) -> fmt::Result {
+    let mut groups: BTreeMap<(bool, Option<&str>, String), Vec<&Skip>> = BTreeMap::new();
+    for s in skips {
+        groups
+            .entry((!s.blocking, s.component.as_deref(), s.reason.describe()))
+            .or_default()
+            .push(s);
+    }
+    for ((not_blocking, component, why), members) in groups {
+        let mark = if not_blocking { " " } else { "!" };
+        let prefix = component.map(|c| format!("{c}: ")).unwrap_or_default();
+        let with_server: Vec<&Skip> = members
+            .iter()
+            .copied()
+            .filter(|s| s.server.is_some())
+            .collect();
+        if with_server.is_empty() {
+            writeln!(f, "  {mark} {prefix}{why}")?;
+        } else if with_server.len() <= 3 {
+            for s in with_server {
+                writeln!(
+                    f,
+                    "  {mark} {prefix}{} ({}): {why}",
+                    s.hostname.as_deref().unwrap_or("?"),
+                    s.server.map(|u| u.to_string()).unwrap_or_default()
+                )?;
+            }
+        } else {
+            let hosts: Vec<&str> = with_server
+                .iter()
+                .map(|s| s.hostname.as_deref().unwrap_or("?"))
+                .collect();
+            writeln!(
+                f,
+                "  {mark} {prefix}{} ({}): {why}",
+                plural(hosts.len(), "server", "servers"),
+                list_hosts(&hosts, 5)
+            )?;
+        }
+    }
+    Ok(())
+}

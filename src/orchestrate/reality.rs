@@ -1,0 +1,147 @@
+//! Reality: what each server runs, as CNAPI reports it (`server.agents`, or
+//! sysinfo `SDC Agents` on old servers), indexed for the planner.
+//!
+//! CNAPI reports apm package names (`marlin`, not `marlin-agent`); entries are
+//! mapped to catalog components here, so the planner only ever sees component
+//! names. Entries that are not in the catalog (`cabase`, hand-installed
+//! packages) are kept aside for `list`, never planned.
+
+use std::collections::BTreeMap;
+
+use serde::Serialize;
+
+use crate::api::cnapi::{AgentEntry, Server};
+use crate::catalog::Catalog;
+use crate::ids::{ImageUuid, InstanceUuid, ServerUuid};
+
+/// One installed component on one server.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Installed {
+    pub version: String,
+    /// Absent when only sysinfo `SDC Agents` reported the component.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub image: Option<ImageUuid>,
+    /// The SAPI instance UUID the server keeps for it (`etc/<name>`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub instance: Option<InstanceUuid>,
+}
+
+/// One server as the planner needs it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct ServerState {
+    pub uuid: ServerUuid,
+    pub hostname: String,
+    pub headnode: bool,
+    pub setup: bool,
+    /// CNAPI `status`: `running`, `unknown`, `rebooting` (or absent).
+    pub status: String,
+    /// Catalog components the server reports, by component name.
+    pub components: BTreeMap<String, Installed>,
+    /// Reported packages that are not catalog components.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub foreign: Vec<AgentEntry>,
+}
+
+impl ServerState {
+    pub fn is_running(&self) -> bool {
+        self.status == "running"
+    }
+
+    /// `hostname (uuid)`, the way servers are named in messages.
+    pub fn label(&self) -> String {
+        format!("{} ({})", self.hostname, self.uuid)
+    }
+}
+
+/// Every server CNAPI knows, by UUID.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct Reality {
+    pub servers: BTreeMap<ServerUuid, ServerState>,
+}
+
+impl Reality {
+    /// Index a ServerList answer (requested with `extras=agents`).
+    pub fn from_servers(catalog: &Catalog, servers: &[Server]) -> Reality {
+        let mut out = BTreeMap::new();
+        for s in servers {
+            out.insert(s.uuid, server_state(catalog, s));
+        }
+        Reality { servers: out }
+    }
+
+    pub fn get(&self, uuid: &ServerUuid) -> Option<&ServerState> {
+        self.servers.get(uuid)
+    }
+
+    /// Which server reports which instance UUID, for matching legacy SAPI
+    /// instances that carry no `params.server_uuid`.
+    pub fn instance_index(&self) -> BTreeMap<InstanceUuid, (ServerUuid, &str)> {
+        let mut index = BTreeMap::new();
+        for s in self.servers.values() {
+            for (name, inst) in &s.components {
+                if let Some(i) = inst.instance {
+                    index.insert(i, (s.uuid, name.as_str()));
+                }
+            }
+        }
+        index
+    }
+}
+
+fn server_state(catalog: &Catalog, s: &Server) -> ServerState {
+    let mut components = BTreeMap::new();
+    let mut foreign = Vec::new();
+    for entry in s.reported_agents() {
+        match catalog.get(&entry.name) {
+            Some(c) => {
+                components.insert(
+                    c.name.clone(),
+                    Installed {
+                        version: entry.version.clone(),
+                        image: entry.image_uuid,
+                        instance: entry.uuid,
+                    },
+                );
+            }
+            None => foreign.push(entry),
+        }
+    }
+    ServerState {
+        uuid: s.uuid,
+        hostname: s.hostname.clone(),
+        headnode: s.headnode,
+        setup: s.setup,
+        status: s.status.clone().unwrap_or_else(|| "unknown".to_string()),
+        components,
+        foreign,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn maps_package_names_and_keeps_foreign_entries() {
+        let s: Server = serde_json::from_value(json!({
+            "uuid": "44454c4c-4800-1034-804a-b2c04f354d31", "hostname": "cn1",
+            "setup": true, "status": "running",
+            "agents": [
+                {"name": "marlin", "version": "1.0.0"},
+                {"name": "cabase", "version": "1.0.0"},
+                {"name": "vm-agent", "version": "2.0.0",
+                 "image_uuid": "11111111-1111-4111-8111-111111111111",
+                 "uuid": "22222222-2222-4222-8222-222222222222"}
+            ]
+        }))
+        .unwrap();
+        let r = Reality::from_servers(&Catalog::builtin(), &[s]);
+        let st = r.servers.values().next().unwrap();
+        assert!(st.components.contains_key("marlin-agent"));
+        assert!(st.components.contains_key("vm-agent"));
+        assert_eq!(st.foreign.len(), 1);
+        assert_eq!(r.instance_index().len(), 1);
+        assert!(st.is_running());
+    }
+}

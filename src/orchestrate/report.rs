@@ -1,0 +1,490 @@
+//! What execution reports: events for progress displays ([`Reporter`]), and
+//! the final [`ExecReport`] with per-server outcomes, the per-component
+//! summary (done / failed / skipped, p50 / p90 / max install time), outliers
+//! and the exit status.
+//!
+//! The library never draws anything; [`super::progress`] turns events into
+//! bars or plain lines for the command line.
+
+use std::collections::BTreeMap;
+use std::fmt::{self, Write as _};
+use std::sync::Mutex;
+use std::time::Duration;
+
+use serde::Serialize;
+
+use super::outlier::{Outlier, duration_secs, percentile_sorted};
+use super::plan::{Plan, Step};
+use super::transport::StepFailure;
+use crate::ids::ServerUuid;
+
+/// Something that happened during execution.
+#[derive(Debug)]
+pub enum ExecEvent<'a> {
+    Started {
+        servers: usize,
+        steps: usize,
+        concurrency: usize,
+    },
+    ServerStarted {
+        server: ServerUuid,
+        hostname: &'a str,
+    },
+    StepStarted {
+        server: ServerUuid,
+        hostname: &'a str,
+        step: &'a Step,
+    },
+    StepFinished {
+        server: ServerUuid,
+        hostname: &'a str,
+        step: &'a Step,
+        elapsed: Duration,
+        failure: Option<&'a StepFailure>,
+    },
+    ServerFinished {
+        server: ServerUuid,
+        outcome: &'a ServerOutcome,
+    },
+    Outlier(&'a Outlier),
+    /// Stopped waiting for these servers (`--straggler-timeout`).
+    StragglersAbandoned {
+        servers: &'a [(ServerUuid, String)],
+    },
+    Interrupted,
+    Finished(&'a ExecReport),
+}
+
+/// Receives execution events. Called from the executor's task; must not block.
+pub trait Reporter: Send + Sync {
+    fn event(&self, event: &ExecEvent<'_>);
+}
+
+/// Ignores everything.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct NullReporter;
+
+impl Reporter for NullReporter {
+    fn event(&self, _event: &ExecEvent<'_>) {}
+}
+
+/// Records one line per event; for tests.
+#[derive(Debug, Default)]
+pub struct RecordingReporter {
+    pub lines: Mutex<Vec<String>>,
+}
+
+impl RecordingReporter {
+    pub fn lines(&self) -> Vec<String> {
+        self.lines.lock().map(|l| l.clone()).unwrap_or_default()
+    }
+}
+
+impl Reporter for RecordingReporter {
+    fn event(&self, event: &ExecEvent<'_>) {
+        let line = match event {
+            ExecEvent::Started { servers, .. } => format!("start {servers}"),
+            ExecEvent::ServerStarted { hostname, .. } => format!("server-start {hostname}"),
+            ExecEvent::StepStarted { hostname, step, .. } => {
+                format!("step-start {hostname} {}", step.component)
+            }
+            ExecEvent::StepFinished {
+                hostname,
+                step,
+                failure,
+                ..
+            } => format!(
+                "step-done {hostname} {} {}",
+                step.component,
+                if failure.is_some() { "failed" } else { "ok" }
+            ),
+            ExecEvent::ServerFinished { outcome, .. } => {
+                format!(
+                    "server-done {} {}",
+                    outcome.hostname,
+                    outcome.status.as_str()
+                )
+            }
+            ExecEvent::Outlier(o) => format!("outlier {}", o.hostname),
+            ExecEvent::StragglersAbandoned { servers } => format!("stragglers {}", servers.len()),
+            ExecEvent::Interrupted => "interrupted".to_string(),
+            ExecEvent::Finished(_) => "finished".to_string(),
+        };
+        if let Ok(mut l) = self.lines.lock() {
+            l.push(line);
+        }
+    }
+}
+
+/// How one server ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ServerStatus {
+    Succeeded,
+    Failed,
+    /// A step exceeded the task timeout, or the server was abandoned as a
+    /// straggler.
+    TimedOut,
+    /// Running when the operator interrupted the run.
+    Interrupted,
+    /// Never started (interrupted before its turn).
+    NotStarted,
+}
+
+impl ServerStatus {
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            ServerStatus::Succeeded => "succeeded",
+            ServerStatus::Failed => "failed",
+            ServerStatus::TimedOut => "timed-out",
+            ServerStatus::Interrupted => "interrupted",
+            ServerStatus::NotStarted => "not-started",
+        }
+    }
+}
+
+/// How one step ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum StepStatus {
+    Done,
+    Failed,
+    /// Not attempted because an earlier step on the server failed.
+    NotRun,
+}
+
+/// One step's outcome.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct StepResult {
+    pub component: String,
+    pub action: &'static str,
+    pub status: StepStatus,
+    #[serde(with = "duration_secs")]
+    pub elapsed: Duration,
+}
+
+/// Why a server failed: the component (if any), the stage and the remote
+/// error text.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Failure {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub component: Option<String>,
+    pub stage: String,
+    pub message: String,
+}
+
+impl fmt::Display for Failure {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.component {
+            Some(c) => write!(f, "{c}: {}: {}", self.stage, self.message),
+            None => write!(f, "{}: {}", self.stage, self.message),
+        }
+    }
+}
+
+/// One server's outcome.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct ServerOutcome {
+    pub hostname: String,
+    pub status: ServerStatus,
+    #[serde(with = "duration_secs")]
+    pub elapsed: Duration,
+    pub steps: Vec<StepResult>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub failure: Option<Failure>,
+}
+
+/// Everything execution did.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct ExecReport {
+    pub servers: BTreeMap<ServerUuid, ServerOutcome>,
+    pub outliers: Vec<Outlier>,
+    pub service_changes: usize,
+    #[serde(with = "duration_secs")]
+    pub elapsed: Duration,
+    pub interrupted: bool,
+}
+
+/// Per-component line of the summary table.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct ComponentSummary {
+    pub component: String,
+    pub done: usize,
+    pub failed: usize,
+    pub skipped: usize,
+    #[serde(skip_serializing_if = "Option::is_none", with = "opt_duration_secs")]
+    pub p50: Option<Duration>,
+    #[serde(skip_serializing_if = "Option::is_none", with = "opt_duration_secs")]
+    pub p90: Option<Duration>,
+    #[serde(skip_serializing_if = "Option::is_none", with = "opt_duration_secs")]
+    pub max: Option<Duration>,
+    /// A component-wide skip reason (unmanaged, not bulk-updatable, ...).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub note: Option<String>,
+}
+
+mod opt_duration_secs {
+    use std::time::Duration;
+
+    pub fn serialize<S: serde::Serializer>(d: &Option<Duration>, s: S) -> Result<S::Ok, S::Error> {
+        match d {
+            Some(d) => super::duration_secs::serialize(d, s),
+            None => s.serialize_none(),
+        }
+    }
+}
+
+/// Server counts by status.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct StatusCounts {
+    pub succeeded: usize,
+    pub failed: usize,
+    pub timed_out: usize,
+    pub interrupted: usize,
+    pub not_started: usize,
+}
+
+impl ExecReport {
+    pub fn counts(&self) -> StatusCounts {
+        let mut c = StatusCounts::default();
+        for o in self.servers.values() {
+            match o.status {
+                ServerStatus::Succeeded => c.succeeded += 1,
+                ServerStatus::Failed => c.failed += 1,
+                ServerStatus::TimedOut => c.timed_out += 1,
+                ServerStatus::Interrupted => c.interrupted += 1,
+                ServerStatus::NotStarted => c.not_started += 1,
+            }
+        }
+        c
+    }
+
+    /// Whether every planned server succeeded.
+    pub fn all_succeeded(&self) -> bool {
+        !self.interrupted
+            && self
+                .servers
+                .values()
+                .all(|o| o.status == ServerStatus::Succeeded)
+    }
+
+    /// 0 when the plan was carried out completely with nothing blocking
+    /// skipped, 2 otherwise (design.md exit statuses).
+    pub fn exit_status(&self, plan: &Plan) -> u8 {
+        if self.all_succeeded() && !plan.has_blocking_skips() {
+            0
+        } else {
+            2
+        }
+    }
+
+    /// The per-component summary table's rows, in the plan's component order.
+    pub fn summary(&self, plan: &Plan) -> Vec<ComponentSummary> {
+        let mut times: BTreeMap<&str, Vec<Duration>> = BTreeMap::new();
+        let mut rows: BTreeMap<&str, ComponentSummary> = BTreeMap::new();
+        let mut order: Vec<&str> = plan.components.iter().map(String::as_str).collect();
+        for s in &plan.skips {
+            if let Some(c) = s.component.as_deref()
+                && !order.contains(&c)
+            {
+                order.push(c);
+            }
+        }
+        for c in &order {
+            rows.insert(
+                c,
+                ComponentSummary {
+                    component: c.to_string(),
+                    done: 0,
+                    failed: 0,
+                    skipped: 0,
+                    p50: None,
+                    p90: None,
+                    max: None,
+                    note: None,
+                },
+            );
+        }
+        for o in self.servers.values() {
+            for st in &o.steps {
+                let Some(row) = rows.get_mut(st.component.as_str()) else {
+                    continue;
+                };
+                match st.status {
+                    StepStatus::Done => {
+                        row.done += 1;
+                        times
+                            .entry(row_key(&order, &st.component))
+                            .or_default()
+                            .push(st.elapsed);
+                    }
+                    StepStatus::Failed => row.failed += 1,
+                    StepStatus::NotRun => row.skipped += 1,
+                }
+            }
+        }
+        for s in &plan.skips {
+            match (&s.server, &s.component) {
+                (Some(_), Some(c)) => {
+                    if let Some(row) = rows.get_mut(c.as_str()) {
+                        row.skipped += 1;
+                    }
+                }
+                (None, Some(c)) => {
+                    if let Some(row) = rows.get_mut(c.as_str()) {
+                        row.note = Some(s.reason.describe());
+                    }
+                }
+                // A whole server left out: every component it would have
+                // had counts it only when it blocks convergence.
+                (Some(_), None) if s.blocking => {
+                    for row in rows.values_mut().filter(|r| r.note.is_none()) {
+                        row.skipped += 1;
+                    }
+                }
+                _ => {}
+            }
+        }
+        for (c, mut t) in times {
+            t.sort();
+            if let Some(row) = rows.get_mut(c) {
+                row.p50 = Some(percentile_sorted(&t, 50.0));
+                row.p90 = Some(percentile_sorted(&t, 90.0));
+                row.max = t.last().copied();
+            }
+        }
+        order.iter().filter_map(|c| rows.remove(c)).collect()
+    }
+
+    /// The final text: summary table, failures, timeouts, outliers, and a
+    /// one-line verdict.
+    pub fn render(&self, plan: &Plan) -> String {
+        let mut out = String::new();
+        let rows: Vec<Vec<String>> = self
+            .summary(plan)
+            .into_iter()
+            .map(|r| {
+                vec![
+                    r.component,
+                    r.done.to_string(),
+                    r.failed.to_string(),
+                    r.skipped.to_string(),
+                    r.p50.map(fmt_duration).unwrap_or_else(|| "-".into()),
+                    r.p90.map(fmt_duration).unwrap_or_else(|| "-".into()),
+                    r.max.map(fmt_duration).unwrap_or_else(|| "-".into()),
+                    r.note.unwrap_or_default(),
+                ]
+            })
+            .collect();
+        if !rows.is_empty() {
+            out.push_str(&crate::output::table(
+                &[
+                    "COMPONENT",
+                    "DONE",
+                    "FAILED",
+                    "SKIPPED",
+                    "P50",
+                    "P90",
+                    "MAX",
+                    "NOTE",
+                ],
+                &rows,
+            ));
+        }
+        let failed: Vec<(&ServerUuid, &ServerOutcome)> = self
+            .servers
+            .iter()
+            .filter(|(_, o)| matches!(o.status, ServerStatus::Failed | ServerStatus::TimedOut))
+            .collect();
+        if !failed.is_empty() {
+            out.push_str("\nFailed:\n");
+            for (uuid, o) in failed {
+                let why = o
+                    .failure
+                    .as_ref()
+                    .map(ToString::to_string)
+                    .unwrap_or_else(|| o.status.as_str().to_string());
+                let _ = writeln!(out, "  {} ({uuid}): {why}", o.hostname);
+            }
+        }
+        if !self.outliers.is_empty() {
+            out.push_str("\nOutliers (slow servers):\n");
+            for o in &self.outliers {
+                let _ = writeln!(
+                    out,
+                    "  {} ({}): {} elapsed when flagged, median {}",
+                    o.hostname,
+                    o.server,
+                    fmt_duration(o.elapsed),
+                    fmt_duration(o.median)
+                );
+            }
+        }
+        let c = self.counts();
+        let skipped = plan.skips.iter().filter(|s| s.blocking).count();
+        let _ = write!(
+            out,
+            "\n{} {} of {} servers",
+            match plan.operation {
+                super::plan::Operation::Update => "Updated",
+                super::plan::Operation::Install => "Installed on",
+                super::plan::Operation::Remove => "Removed from",
+            },
+            c.succeeded,
+            self.servers.len()
+        );
+        let mut extra = Vec::new();
+        if c.failed > 0 {
+            extra.push(format!("{} failed", c.failed));
+        }
+        if c.timed_out > 0 {
+            extra.push(format!("{} timed out", c.timed_out));
+        }
+        if c.interrupted + c.not_started > 0 {
+            extra.push(format!("{} interrupted", c.interrupted + c.not_started));
+        }
+        if skipped > 0 {
+            extra.push(format!("{skipped} skipped"));
+        }
+        if !extra.is_empty() {
+            let _ = write!(out, " ({})", extra.join(", "));
+        }
+        let _ = writeln!(out, " in {}.", fmt_duration(self.elapsed));
+        out
+    }
+}
+
+fn row_key<'a>(order: &[&'a str], component: &str) -> &'a str {
+    order
+        .iter()
+        .copied()
+        .find(|c| *c == component)
+        .unwrap_or("")
+}
+
+/// Short human durations: `850ms`, `4.2s`, `3m05s`, `1h02m`.
+pub fn fmt_duration(d: Duration) -> String {
+    let ms = d.as_millis();
+    if ms < 1000 {
+        format!("{ms}ms")
+    } else if ms < 60_000 {
+        format!("{:.1}s", d.as_secs_f64())
+    } else if ms < 3_600_000 {
+        format!("{}m{:02}s", ms / 60_000, (ms / 1000) % 60)
+    } else {
+        format!("{}h{:02}m", ms / 3_600_000, (ms / 60_000) % 60)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_are_short() {
+        assert_eq!(fmt_duration(Duration::from_millis(850)), "850ms");
+        assert_eq!(fmt_duration(Duration::from_millis(4200)), "4.2s");
+        assert_eq!(fmt_duration(Duration::from_secs(185)), "3m05s");
+        assert_eq!(fmt_duration(Duration::from_secs(3720)), "1h02m");
+    }
+}

@@ -1,0 +1,426 @@
+//! How a planned step reaches a server.
+//!
+//! [`Transport`] runs one [`Step`] on one server and returns when the server
+//! has done it (or failed). Two real carriers exist, both through CNAPI, and
+//! [`CnapiTransport`] implements both, choosing by the step's
+//! [`TransportKind`] (the plan decided it):
+//!
+//! - **install-agent**: `POST /servers/:uuid/install-agent {image_uuid}`
+//!   (cn-agent's `agent_install` task; every Triton has it) and
+//!   `uninstall-agents` for removals. Waiting uses `GET /tasks/:id/wait`
+//!   in chunks, never tight polling. It only knows apm packages, which is
+//!   why the default ("auto") mode sends gz-tools, dockerlogger and sdcadm
+//!   through execute.
+//! - **execute**: CNAPI CommandExecute of `agentsadm gz install|remove ...
+//!   --json` on the server ([`crate::remote`]), parsing the printed
+//!   [`GzResult`]. It gives the atomic install with rollback and handles
+//!   every component kind. CNAPI documents execute as deprecated, but it is
+//!   the only way to run an installer without Ur; a dedicated cn-agent task
+//!   would slot in here as a third carrier.
+//!
+//! cn-agent cannot replace itself in-process: its task finishes (or is cut)
+//! before the new cn-agent runs. For it (the catalog's `core-last`
+//! component) success is confirmed through CNAPI `server.agents` showing
+//! the new image, whatever the task said, as sdcadm does.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use futures::future::BoxFuture;
+use serde::Serialize;
+
+use super::plan::{Action, Step, TransportKind};
+use crate::api::ApiError;
+use crate::api::cnapi::{CnapiClient, TaskStatus};
+use crate::catalog::{Catalog, OrderClass};
+use crate::ids::{ImageUuid, InstanceUuid, ServerUuid, TaskId};
+use crate::remote::{GzResult, gz_execute_request};
+
+/// What a successful step reports back.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct StepDone {
+    /// The instance UUID the server keeps for the component, when known
+    /// (needed to adopt a fresh install into SAPI).
+    pub instance: Option<InstanceUuid>,
+}
+
+/// A step that failed on the server or on the way there: which part of the
+/// step (`install-agent`, `agent_install task`, `gz hook:postinstall`,
+/// `confirm`, ...) and the remote error text.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, thiserror::Error)]
+#[error("{stage}: {message}")]
+pub struct StepFailure {
+    pub stage: String,
+    pub message: String,
+}
+
+impl StepFailure {
+    pub fn new(stage: impl Into<String>, message: impl Into<String>) -> StepFailure {
+        StepFailure {
+            stage: stage.into(),
+            message: message.into(),
+        }
+    }
+
+    fn api(stage: &str, err: &ApiError) -> StepFailure {
+        StepFailure::new(stage, error_chain(err))
+    }
+}
+
+/// An error and its causes on one line.
+pub fn error_chain(err: &dyn std::error::Error) -> String {
+    let mut text = err.to_string();
+    let mut source = err.source();
+    while let Some(s) = source {
+        let s_text = s.to_string();
+        if !text.contains(&s_text) {
+            text.push_str(": ");
+            text.push_str(&s_text);
+        }
+        source = s.source();
+    }
+    text
+}
+
+/// Runs one step on one server.
+pub trait Transport: Send + Sync {
+    fn run<'a>(
+        &'a self,
+        server: ServerUuid,
+        step: &'a Step,
+    ) -> BoxFuture<'a, Result<StepDone, StepFailure>>;
+}
+
+/// Tuning of [`CnapiTransport`].
+#[derive(Clone, Debug)]
+pub struct CnapiTransportConfig {
+    /// How long one `GET /tasks/:id/wait` may block server-side. The whole
+    /// step is bounded by the executor's task timeout, not by this.
+    pub wait_chunk: Duration,
+    /// Timeout given to CNAPI execute (and so to `agentsadm gz`).
+    pub execute_timeout: Duration,
+    /// Environment for `agentsadm gz` on the server (API URLs when the
+    /// server cannot read its SDC config, as in the simulator).
+    pub execute_env: BTreeMap<String, String>,
+    /// First and longest pause between `GET /servers/:uuid` while waiting
+    /// for cn-agent to report its new image.
+    pub confirm_poll: (Duration, Duration),
+    /// How long to keep looking at `server.agents` after cn-agent's own
+    /// task reported a failure (the self-update cuts that task, so a
+    /// failure there is expected and not conclusive).
+    pub confirm_grace_after_failure: Duration,
+    /// How long to wait for the new cn-agent to report after its task
+    /// completed (it restarts, then reports).
+    pub confirm_timeout: Duration,
+}
+
+impl Default for CnapiTransportConfig {
+    fn default() -> Self {
+        CnapiTransportConfig {
+            wait_chunk: Duration::from_secs(60),
+            execute_timeout: Duration::from_secs(30 * 60),
+            execute_env: BTreeMap::new(),
+            confirm_poll: (Duration::from_millis(200), Duration::from_secs(5)),
+            confirm_grace_after_failure: Duration::from_secs(30),
+            confirm_timeout: Duration::from_secs(10 * 60),
+        }
+    }
+}
+
+/// The real transport: CNAPI install-agent / uninstall-agents tasks and
+/// CNAPI execute of `agentsadm gz`.
+#[derive(Clone, Debug)]
+pub struct CnapiTransport {
+    cnapi: CnapiClient,
+    catalog: Catalog,
+    config: CnapiTransportConfig,
+}
+
+impl CnapiTransport {
+    pub fn new(
+        cnapi: CnapiClient,
+        catalog: Catalog,
+        config: CnapiTransportConfig,
+    ) -> CnapiTransport {
+        CnapiTransport {
+            cnapi,
+            catalog,
+            config,
+        }
+    }
+
+    fn package_name(&self, component: &str) -> String {
+        self.catalog
+            .get(component)
+            .map(|c| c.package_name().to_string())
+            .unwrap_or_else(|| component.to_string())
+    }
+
+    async fn run_step(&self, server: ServerUuid, step: &Step) -> Result<StepDone, StepFailure> {
+        let self_replacing = step.order == OrderClass::CoreLast;
+        match (step.transport, &step.action) {
+            (TransportKind::InstallAgent, Action::Install { to } | Action::Upgrade { to, .. }) => {
+                let id = self
+                    .cnapi
+                    .install_agent(server, to.uuid)
+                    .await
+                    .map_err(|e| StepFailure::api("install-agent", &e))?;
+                let task = self.wait(id).await;
+                if self_replacing {
+                    let failed = task.err();
+                    return self.confirm_image(server, step, to.uuid, failed).await;
+                }
+                task?;
+                self.done(server, step).await
+            }
+            (TransportKind::InstallAgent, Action::Remove { .. }) => {
+                let id = self
+                    .cnapi
+                    .uninstall_agents(server, &[self.package_name(&step.component)])
+                    .await
+                    .map_err(|e| StepFailure::api("uninstall-agents", &e))?;
+                self.wait(id).await?;
+                Ok(StepDone::default())
+            }
+            (TransportKind::Execute, action) => {
+                let args: Vec<String> = match action {
+                    Action::Install { to } | Action::Upgrade { to, .. } => {
+                        vec![
+                            "gz".into(),
+                            "install".into(),
+                            to.uuid.to_string(),
+                            "--json".into(),
+                        ]
+                    }
+                    Action::Remove { .. } => {
+                        vec![
+                            "gz".into(),
+                            "remove".into(),
+                            step.component.clone(),
+                            "--json".into(),
+                        ]
+                    }
+                };
+                let done = self.execute(server, step, &args).await?;
+                match action {
+                    Action::Install { to } | Action::Upgrade { to, .. } if self_replacing => {
+                        // The installer handed the swap to a transient SMF
+                        // service; the new cn-agent reports when it runs.
+                        let mut confirmed = self.confirm_image(server, step, to.uuid, None).await?;
+                        confirmed.instance = confirmed.instance.or(done.instance);
+                        Ok(confirmed)
+                    }
+                    _ => Ok(done),
+                }
+            }
+        }
+    }
+
+    /// Wait for a task with `GET /tasks/:id/wait`, chunk after chunk.
+    async fn wait(&self, id: TaskId) -> Result<(), StepFailure> {
+        loop {
+            let task = self
+                .cnapi
+                .wait_task(id, self.config.wait_chunk)
+                .await
+                .map_err(|e| StepFailure::api("task wait", &e))?;
+            match task.status {
+                TaskStatus::Active => continue,
+                TaskStatus::Complete => return Ok(()),
+                TaskStatus::Failure => {
+                    return Err(StepFailure::new(
+                        format!("{} task {id}", task.task),
+                        task.error_message()
+                            .unwrap_or_else(|| "failed without an error message".to_string()),
+                    ));
+                }
+            }
+        }
+    }
+
+    /// After a successful install: the instance UUID the server reports.
+    async fn done(&self, server: ServerUuid, step: &Step) -> Result<StepDone, StepFailure> {
+        if !matches!(step.action, Action::Install { .. }) {
+            return Ok(StepDone::default());
+        }
+        let s = self
+            .cnapi
+            .get_server(server)
+            .await
+            .map_err(|e| StepFailure::api("read server.agents", &e))?;
+        let package = self.package_name(&step.component);
+        let instance = s
+            .reported_agents()
+            .into_iter()
+            .find(|a| a.name == package || a.name == step.component)
+            .and_then(|a| a.uuid);
+        Ok(StepDone { instance })
+    }
+
+    /// Poll `GET /servers/:uuid` until the component reports `image`.
+    async fn confirm_image(
+        &self,
+        server: ServerUuid,
+        step: &Step,
+        image: ImageUuid,
+        task_failure: Option<StepFailure>,
+    ) -> Result<StepDone, StepFailure> {
+        let package = self.package_name(&step.component);
+        let started = tokio::time::Instant::now();
+        let (mut pause, max_pause) = self.config.confirm_poll;
+        loop {
+            let s = self
+                .cnapi
+                .get_server(server)
+                .await
+                .map_err(|e| StepFailure::api("confirm through server.agents", &e))?;
+            if let Some(a) = s
+                .reported_agents()
+                .into_iter()
+                .find(|a| a.name == package || a.name == step.component)
+                && a.image_uuid == Some(image)
+            {
+                return Ok(StepDone { instance: a.uuid });
+            }
+            if task_failure.is_none() && started.elapsed() >= self.config.confirm_timeout {
+                let now = s
+                    .reported_agents()
+                    .into_iter()
+                    .find(|a| a.name == package || a.name == step.component)
+                    .and_then(|a| a.image_uuid)
+                    .map(|i| i.to_string())
+                    .unwrap_or_else(|| "nothing".to_string());
+                return Err(StepFailure::new(
+                    "confirm through server.agents",
+                    format!(
+                        "the install finished but after {:?} server.agents still reports {now}, not {image}: the new {} did not report (check its SMF service on the server)",
+                        self.config.confirm_timeout, step.component
+                    ),
+                ));
+            }
+            if let Some(f) = &task_failure
+                && started.elapsed() >= self.config.confirm_grace_after_failure
+            {
+                return Err(StepFailure::new(
+                    f.stage.clone(),
+                    format!(
+                        "{} (and server.agents still does not show image {image} after {:?})",
+                        f.message, self.config.confirm_grace_after_failure
+                    ),
+                ));
+            }
+            tokio::time::sleep(pause).await;
+            pause = (pause * 2).min(max_pause);
+        }
+    }
+
+    async fn execute(
+        &self,
+        server: ServerUuid,
+        step: &Step,
+        args: &[String],
+    ) -> Result<StepDone, StepFailure> {
+        let request = gz_execute_request(
+            args,
+            self.config.execute_env.clone(),
+            self.config.execute_timeout,
+        );
+        let result = self
+            .cnapi
+            .execute(server, &request, self.config.execute_timeout)
+            .await
+            .map_err(|e| StepFailure::api("execute", &e))?;
+        match parse_gz_result(&result.stdout) {
+            Some(gz) => {
+                if let Some(err) = gz.error {
+                    return Err(StepFailure::new(format!("gz {}", err.step), err.message));
+                }
+                if result.exit_status != 0 {
+                    return Err(StepFailure::new(
+                        "gz",
+                        format!("exited {} ({})", result.exit_status, tail(&result.stderr)),
+                    ));
+                }
+                let package = self.package_name(&step.component);
+                let instance = gz
+                    .components
+                    .iter()
+                    .find(|c| c.name == step.component || c.name == package)
+                    .and_then(|c| c.instance_uuid);
+                Ok(StepDone { instance })
+            }
+            None => Err(StepFailure::new(
+                "execute",
+                format!(
+                    "agentsadm gz exited {} without a result document (is agentsadm installed at {}?): {}",
+                    result.exit_status,
+                    crate::remote::GZ_BINARY,
+                    tail(if result.stderr.trim().is_empty() {
+                        &result.stdout
+                    } else {
+                        &result.stderr
+                    })
+                ),
+            )),
+        }
+    }
+}
+
+/// The [`GzResult`] `agentsadm gz ... --json` printed: the whole of stdout,
+/// or, if something was printed before it, the document starting at the
+/// last line that opens a JSON object.
+fn parse_gz_result(stdout: &str) -> Option<GzResult> {
+    let text = stdout.trim();
+    if let Ok(r) = serde_json::from_str(text) {
+        return Some(r);
+    }
+    let start = text
+        .rmatch_indices("\n{")
+        .map(|(i, _)| i + 1)
+        .find(|&i| serde_json::from_str::<GzResult>(&text[i..]).is_ok())?;
+    serde_json::from_str(&text[start..]).ok()
+}
+
+/// The last few lines of command output, for error messages.
+fn tail(text: &str) -> String {
+    let lines: Vec<&str> = text.trim().lines().collect();
+    let start = lines.len().saturating_sub(3);
+    let joined = lines[start..].join(" | ");
+    if joined.is_empty() {
+        "no output".to_string()
+    } else {
+        joined
+    }
+}
+
+impl Transport for CnapiTransport {
+    fn run<'a>(
+        &'a self,
+        server: ServerUuid,
+        step: &'a Step,
+    ) -> BoxFuture<'a, Result<StepDone, StepFailure>> {
+        Box::pin(self.run_step(server, step))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn finds_the_result_document_after_other_output() {
+        let doc = r#"{
+  "server_uuid": "44454c4c-4800-1034-804a-b2c04f354d31",
+  "components": []
+}"#;
+        assert!(parse_gz_result(doc).is_some());
+        assert!(parse_gz_result(&format!("note: something\n{doc}\n")).is_some());
+        assert!(parse_gz_result("no json here").is_none());
+    }
+
+    #[test]
+    fn tail_keeps_the_last_lines() {
+        assert_eq!(tail("a\nb\nc\nd\n"), "b | c | d");
+        assert_eq!(tail("  "), "no output");
+    }
+}

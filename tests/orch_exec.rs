@@ -1,0 +1,567 @@
+//! Executor tests against the fake datacenter, with tokio's paused clock:
+//! sleeps advance virtual time, so timings are exact and tests are instant.
+//!
+//! Includes the convergence test: plan, execute, gather again, re-plan,
+//! and the plan must be empty.
+
+use std::time::Duration;
+
+use agentsadm::orchestrate::execute::{ExecError, ExecOptions, Executor};
+use agentsadm::orchestrate::fake::FakeDc;
+use agentsadm::orchestrate::lock::{self, LockError, LockOptions, LockRecord, LockStore};
+use agentsadm::orchestrate::outlier::OutlierPolicy;
+use agentsadm::orchestrate::plan::{
+    ComponentSelection, ImageRef, Operation, Plan, PlanOptions, PlanningInput, Request,
+    ResolvedImages, ServerSelection, TransportMode, plan,
+};
+use agentsadm::orchestrate::report::{ExecReport, RecordingReporter, ServerStatus, StepStatus};
+use agentsadm::orchestrate::testkit::ExampleDc;
+
+fn request(op: Operation, components: &[&str], servers: &[&str]) -> Request {
+    Request {
+        operation: op,
+        components: if components == ["--all"] {
+            ComponentSelection::All
+        } else {
+            ComponentSelection::Named(components.iter().map(|s| s.to_string()).collect())
+        },
+        servers: if servers.is_empty() {
+            ServerSelection::All
+        } else {
+            ServerSelection::Named(servers.iter().map(|s| s.to_string()).collect())
+        },
+        exclude: Vec::new(),
+    }
+}
+
+fn plan_on(fake: &FakeDc, req: &Request, images: &ResolvedImages) -> Plan {
+    let (intent, reality) = fake.snapshot();
+    let catalog = fake.dc().catalog.clone();
+    plan(&PlanningInput {
+        catalog: &catalog,
+        intent: &intent,
+        reality: &reality,
+        request: req,
+        options: PlanOptions {
+            transport: TransportMode::Auto,
+        },
+        images,
+    })
+    .expect("plan")
+}
+
+async fn run(fake: &FakeDc, plan: &Plan, options: &ExecOptions) -> ExecReport {
+    let reporter = RecordingReporter::default();
+    Executor {
+        transport: fake,
+        store: fake,
+        reporter: &reporter,
+        options,
+    }
+    .execute(plan, std::future::pending())
+    .await
+    .expect("execute")
+}
+
+/// A fake datacenter with `n` CNs and `component` published at 2.0.0.
+fn setup(n: usize, components: &[&str]) -> (FakeDc, Vec<ImageRef>) {
+    let mut dc = ExampleDc::new(n);
+    let targets = components.iter().map(|c| dc.publish(c, "2.0.0")).collect();
+    (FakeDc::new(dc), targets)
+}
+
+fn images(fake: &FakeDc, targets: &[ImageRef]) -> ResolvedImages {
+    fake.dc().images_with_targets(targets)
+}
+
+#[tokio::test(start_paused = true)]
+async fn update_all_converges_and_replans_empty() {
+    let names: Vec<String> = agentsadm::catalog::Catalog::builtin()
+        .names()
+        .map(str::to_string)
+        .collect();
+    let refs: Vec<&str> = names.iter().map(String::as_str).collect();
+    let (fake, targets) = setup(12, &refs);
+    fake.faults().latency = Duration::from_millis(100);
+    let images = images(&fake, &targets);
+    let req = request(Operation::Update, &["--all"], &[]);
+    let p = plan_on(&fake, &req, &images);
+    assert_eq!(p.servers.len(), 13);
+    let report = run(&fake, &p, &ExecOptions::default()).await;
+    assert!(report.all_succeeded(), "{}", report.render(&p));
+    assert_eq!(report.exit_status(&p), 0);
+    assert_eq!(report.service_changes, p.service_changes.len());
+    let again = plan_on(&fake, &req, &images);
+    assert!(again.is_empty(), "re-plan is not empty:\n{again}");
+    // And without naming images: intent alone now says 2.0.0.
+    let known = fake.dc().known_images();
+    let again = plan_on(&fake, &req, &known);
+    assert!(
+        again.is_empty(),
+        "re-plan from intent is not empty:\n{again}"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn install_and_remove_converge() {
+    let (fake, _) = setup(4, &[]);
+    let images = fake.dc().known_images();
+    let req = request(Operation::Install, &["dockerlogger"], &["cn001", "cn002"]);
+    let p = plan_on(&fake, &req, &images);
+    let report = run(&fake, &p, &ExecOptions::default()).await;
+    assert!(report.all_succeeded(), "{}", report.render(&p));
+    let (intent, reality) = fake.snapshot();
+    let cn1 = fake.dc().server_named("cn001");
+    let inst = intent.instance(&cn1, "dockerlogger").expect("adopted");
+    assert_eq!(
+        Some(inst.uuid),
+        reality.get(&cn1).unwrap().components["dockerlogger"].instance
+    );
+    assert!(inst.has_params());
+    assert!(plan_on(&fake, &req, &images).servers.is_empty());
+
+    let req = request(Operation::Remove, &["dockerlogger"], &["cn001", "cn002"]);
+    let p = plan_on(&fake, &req, &images);
+    assert_eq!(p.servers.len(), 2);
+    let report = run(&fake, &p, &ExecOptions::default()).await;
+    assert!(report.all_succeeded());
+    let again = plan_on(&fake, &req, &images);
+    assert!(again.is_empty(), "{again}");
+    assert!(fake.snapshot().0.instance(&cn1, "dockerlogger").is_none());
+}
+
+#[tokio::test(start_paused = true)]
+async fn runs_concurrency_servers_at_a_time() {
+    let (fake, targets) = setup(39, &["vm-agent"]);
+    fake.faults().latency = Duration::from_secs(1);
+    let p = plan_on(
+        &fake,
+        &request(Operation::Update, &["vm-agent"], &[]),
+        &images(&fake, &targets),
+    );
+    assert_eq!(p.servers.len(), 40);
+    let report = run(&fake, &p, &ExecOptions::default()).await;
+    // 40 servers, 20 at a time, 1 s each: two rounds.
+    assert_eq!(report.elapsed.as_secs(), 2, "{:?}", report.elapsed);
+    let options = ExecOptions {
+        concurrency: 5,
+        ..Default::default()
+    };
+    let (fake, targets) = setup(39, &["vm-agent"]);
+    fake.faults().latency = Duration::from_secs(1);
+    let p = plan_on(
+        &fake,
+        &request(Operation::Update, &["vm-agent"], &[]),
+        &images(&fake, &targets),
+    );
+    let report = run(&fake, &p, &options).await;
+    assert_eq!(report.elapsed.as_secs(), 8, "{:?}", report.elapsed);
+}
+
+#[tokio::test(start_paused = true)]
+async fn parallel_safe_components_share_a_server() {
+    let comps = [
+        "agents_core",
+        "config-agent",
+        "vm-agent",
+        "net-agent",
+        "cmon-agent",
+        "smartlogin",
+        "cn-agent",
+    ];
+    let (fake, targets) = setup(0, &comps);
+    fake.faults().latency = Duration::from_secs(1);
+    let imgs = images(&fake, &targets);
+    let p = plan_on(&fake, &request(Operation::Update, &comps, &[]), &imgs);
+    let report = run(&fake, &p, &ExecOptions::default()).await;
+    // core-first, core-second, the four parallel-safe ones together, cn-agent.
+    assert_eq!(report.elapsed.as_secs(), 4);
+    let order: Vec<String> = fake.steps_run().into_iter().map(|(_, c)| c).collect();
+    assert_eq!(order.first().map(String::as_str), Some("agents_core"));
+    assert_eq!(order.get(1).map(String::as_str), Some("config-agent"));
+    assert_eq!(order.last().map(String::as_str), Some("cn-agent"));
+
+    // Shar-style: one after the other.
+    let (fake, targets) = setup(0, &comps);
+    fake.faults().latency = Duration::from_secs(1);
+    let p = plan_on(
+        &fake,
+        &request(Operation::Update, &comps, &[]),
+        &images(&fake, &targets),
+    );
+    let options = ExecOptions {
+        parallel_within_server: false,
+        ..Default::default()
+    };
+    let report = run(&fake, &p, &options).await;
+    assert_eq!(report.elapsed.as_secs(), 7);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_failing_server_is_isolated_and_reported() {
+    let (fake, targets) = setup(5, &["agents_core", "vm-agent"]);
+    let cn2 = fake.dc().server_named("cn002");
+    let cn3 = fake.dc().server_named("cn003");
+    fake.faults().fail.insert(
+        cn2,
+        (
+            Some("vm-agent".into()),
+            "AgentInstall error: postinstall exited 1".into(),
+        ),
+    );
+    fake.faults().fail.insert(
+        cn3,
+        (
+            Some("agents_core".into()),
+            "AgentInstall error: disk full".into(),
+        ),
+    );
+    let p = plan_on(
+        &fake,
+        &request(Operation::Update, &["agents_core", "vm-agent"], &[]),
+        &images(&fake, &targets),
+    );
+    let report = run(&fake, &p, &ExecOptions::default()).await;
+    assert_eq!(report.exit_status(&p), 2);
+    let c = report.counts();
+    assert_eq!((c.succeeded, c.failed), (4, 2));
+    let o2 = &report.servers[&cn2];
+    let f = o2.failure.as_ref().unwrap();
+    assert_eq!(f.component.as_deref(), Some("vm-agent"));
+    assert_eq!(f.stage, "agent_install task");
+    assert!(f.message.contains("postinstall exited 1"));
+    // agents_core failed on cn003: vm-agent was never attempted there.
+    let o3 = &report.servers[&cn3];
+    assert_eq!(
+        o3.steps.iter().map(|s| s.status).collect::<Vec<_>>(),
+        [StepStatus::Failed, StepStatus::NotRun]
+    );
+    let text = report.render(&p);
+    assert!(
+        text.contains("cn002 (")
+            && text
+                .contains("vm-agent: agent_install task: AgentInstall error: postinstall exited 1"),
+        "{text}"
+    );
+    assert!(text.contains("Updated 4 of 6 servers (2 failed)"), "{text}");
+    // The summary counts per component.
+    let rows = report.summary(&p);
+    let vm = rows.iter().find(|r| r.component == "vm-agent").unwrap();
+    assert_eq!((vm.done, vm.failed, vm.skipped), (4, 1, 1));
+    assert!(vm.p50.is_some() && vm.max.is_some());
+}
+
+#[tokio::test(start_paused = true)]
+async fn sapi_failure_stops_the_server_before_any_step() {
+    let (fake, targets) = setup(2, &["vm-agent"]);
+    let cn1 = fake.dc().server_named("cn001");
+    fake.faults().sapi_fail.insert(cn1);
+    let p = plan_on(
+        &fake,
+        &request(Operation::Update, &["vm-agent"], &[]),
+        &images(&fake, &targets),
+    );
+    let report = run(&fake, &p, &ExecOptions::default()).await;
+    let o = &report.servers[&cn1];
+    assert_eq!(o.status, ServerStatus::Failed);
+    assert_eq!(o.failure.as_ref().unwrap().stage, "sapi");
+    assert!(!fake.steps_run().iter().any(|(s, _)| *s == cn1));
+    assert_eq!(report.counts().succeeded, 2);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_hung_task_times_out_without_holding_up_the_rest() {
+    let (fake, targets) = setup(3, &["vm-agent"]);
+    let cn1 = fake.dc().server_named("cn001");
+    fake.faults().hang.insert(cn1);
+    fake.faults().latency = Duration::from_secs(1);
+    let p = plan_on(
+        &fake,
+        &request(Operation::Update, &["vm-agent"], &[]),
+        &images(&fake, &targets),
+    );
+    let options = ExecOptions {
+        task_timeout: Duration::from_secs(60),
+        ..Default::default()
+    };
+    let report = run(&fake, &p, &options).await;
+    let o = &report.servers[&cn1];
+    assert_eq!(o.status, ServerStatus::TimedOut);
+    assert!(
+        o.failure
+            .as_ref()
+            .unwrap()
+            .message
+            .contains("--task-timeout")
+    );
+    assert_eq!(report.counts().succeeded, 3);
+    assert_eq!(report.elapsed.as_secs(), 60);
+}
+
+#[tokio::test(start_paused = true)]
+async fn outliers_are_warned_once_and_stragglers_abandoned() {
+    let (fake, targets) = setup(9, &["vm-agent"]);
+    let cn4 = fake.dc().server_named("cn004");
+    fake.faults().latency = Duration::from_secs(10);
+    fake.faults().slow.insert(cn4, 100.0);
+    let p = plan_on(
+        &fake,
+        &request(Operation::Update, &["vm-agent"], &[]),
+        &images(&fake, &targets),
+    );
+
+    let reporter = RecordingReporter::default();
+    let options = ExecOptions::default();
+    let report = Executor {
+        transport: &fake,
+        store: &fake,
+        reporter: &reporter,
+        options: &options,
+    }
+    .execute(&p, std::future::pending())
+    .await
+    .unwrap();
+    // Median 10 s: threshold max(30 s, 40 s) = 40 s; cn004 runs 1000 s.
+    assert_eq!(report.outliers.len(), 1);
+    assert_eq!(report.outliers[0].hostname, "cn004");
+    assert_eq!(report.outliers[0].median, Duration::from_secs(10));
+    assert!(
+        report.outliers[0].elapsed > Duration::from_secs(40)
+            && report.outliers[0].elapsed <= Duration::from_secs(42)
+    );
+    assert_eq!(
+        reporter
+            .lines()
+            .iter()
+            .filter(|l| l.starts_with("outlier"))
+            .count(),
+        1
+    );
+    assert!(report.all_succeeded());
+    assert!(
+        report
+            .render(&p)
+            .contains("Outliers (slow servers):\n  cn004")
+    );
+
+    // With a straggler timeout the run ends 30 s after only cn004 is left.
+    let (fake, targets) = setup(9, &["vm-agent"]);
+    fake.faults().latency = Duration::from_secs(10);
+    fake.faults().slow.insert(cn4, 100.0);
+    let p = plan_on(
+        &fake,
+        &request(Operation::Update, &["vm-agent"], &[]),
+        &images(&fake, &targets),
+    );
+    let options = ExecOptions {
+        straggler_timeout: Some(Duration::from_secs(30)),
+        outlier: OutlierPolicy {
+            factor: 2.0,
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    let report = run(&fake, &p, &options).await;
+    let o = &report.servers[&cn4];
+    assert_eq!(o.status, ServerStatus::TimedOut);
+    assert_eq!(o.failure.as_ref().unwrap().stage, "straggler");
+    assert!(
+        report.elapsed < Duration::from_secs(80),
+        "{:?}",
+        report.elapsed
+    );
+    assert_eq!(report.exit_status(&p), 2);
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_interrupted_run_run_again_finishes_the_job() {
+    let (fake, targets) = setup(9, &["vm-agent"]);
+    fake.faults().latency = Duration::from_secs(1);
+    let imgs = images(&fake, &targets);
+    let req = request(Operation::Update, &["vm-agent"], &[]);
+    let p = plan_on(&fake, &req, &imgs);
+    let options = ExecOptions {
+        concurrency: 2,
+        ..Default::default()
+    };
+    let reporter = RecordingReporter::default();
+    let report = Executor {
+        transport: &fake,
+        store: &fake,
+        reporter: &reporter,
+        options: &options,
+    }
+    .execute(&p, tokio::time::sleep(Duration::from_millis(2500)))
+    .await
+    .unwrap();
+    assert!(report.interrupted);
+    let c = report.counts();
+    assert_eq!((c.succeeded, c.interrupted, c.not_started), (4, 2, 4));
+    assert_eq!(report.exit_status(&p), 2);
+
+    // The same command again: only what is left.
+    let again = plan_on(&fake, &req, &imgs);
+    assert_eq!(again.servers.len(), 6);
+    assert!(
+        again.service_changes.is_empty(),
+        "the service default was set by the first run"
+    );
+    let report = run(&fake, &again, &options).await;
+    assert!(report.all_succeeded());
+    assert!(plan_on(&fake, &req, &imgs).is_empty());
+}
+
+struct FailingStore;
+impl agentsadm::orchestrate::store::IntentStore for FailingStore {
+    fn apply<'a>(
+        &'a self,
+        _: agentsadm::ids::ServerUuid,
+        _: &'a agentsadm::orchestrate::plan::IntentChange,
+        _: Option<agentsadm::ids::InstanceUuid>,
+    ) -> futures::future::BoxFuture<'a, Result<(), agentsadm::orchestrate::store::IntentWriteError>>
+    {
+        Box::pin(async { Ok(()) })
+    }
+    fn set_service_image<'a>(
+        &'a self,
+        _: &'a agentsadm::orchestrate::plan::ServiceChange,
+    ) -> futures::future::BoxFuture<'a, Result<(), agentsadm::orchestrate::store::IntentWriteError>>
+    {
+        Box::pin(async {
+            Err(agentsadm::orchestrate::store::IntentWriteError::Injected {
+                message: "SAPI is down".into(),
+            })
+        })
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_failed_service_change_touches_no_server() {
+    let (fake, targets) = setup(2, &["vm-agent"]);
+    let p = plan_on(
+        &fake,
+        &request(Operation::Update, &["vm-agent"], &[]),
+        &images(&fake, &targets),
+    );
+    let reporter = RecordingReporter::default();
+    let options = ExecOptions::default();
+    let err = Executor {
+        transport: &fake,
+        store: &FailingStore,
+        reporter: &reporter,
+        options: &options,
+    }
+    .execute(&p, std::future::pending())
+    .await
+    .unwrap_err();
+    assert!(matches!(err, ExecError::ServiceChange { .. }));
+    assert!(err.to_string().contains("no server was touched"));
+    assert!(fake.steps_run().is_empty());
+}
+
+#[tokio::test(start_paused = true)]
+async fn exactly_one_of_two_concurrent_orchestrators_gets_the_lock() {
+    let fake = FakeDc::new(ExampleDc::empty());
+    fake.faults().lock_latency = Duration::from_millis(20);
+    let opts = LockOptions::default();
+    let (a, b) = tokio::join!(
+        lock::acquire(&fake, "root@hn:1", "update vm-agent", &opts),
+        lock::acquire(&fake, "root@hn:2", "update cn-agent", &opts),
+    );
+    let (winner, loser) = match (a, b) {
+        (Ok(w), Err(l)) | (Err(l), Ok(w)) => (w, l),
+        (a, b) => panic!("expected exactly one winner: {a:?} {b:?}"),
+    };
+    match &loser {
+        LockError::Held { owner, .. } => assert_eq!(owner, &winner.record().owner),
+        other => panic!("unexpected {other:?}"),
+    }
+    assert!(loser.to_string().contains("--break-lock"));
+    // A third one later is refused too, naming the holder.
+    let err = lock::acquire(&fake, "root@hn:3", "remove x", &opts)
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains(&winner.record().owner));
+    winner.release().await.unwrap();
+    assert!(fake.lock_record().is_none());
+    let l = lock::acquire(&fake, "root@hn:3", "remove x", &opts)
+        .await
+        .unwrap();
+    l.release().await.unwrap();
+}
+
+#[tokio::test(start_paused = true)]
+async fn stale_locks_are_broken_and_a_taken_over_lock_is_not_released() {
+    let fake = FakeDc::new(ExampleDc::empty());
+    let old = LockRecord {
+        owner: "root@elsewhere:99".into(),
+        token: "old".into(),
+        operation: "update --all".into(),
+        started: "2020-01-01T00:00:00Z".into(),
+        refreshed: "2020-01-01T00:00:00Z".into(),
+    };
+    fake.write(&old).await.unwrap();
+    let opts = LockOptions::default();
+    let mut l = lock::acquire(&fake, "root@hn:1", "update vm-agent", &opts)
+        .await
+        .unwrap();
+    assert_eq!(
+        l.broke.as_ref().map(|r| r.owner.as_str()),
+        Some("root@elsewhere:99")
+    );
+    l.refresh().await.unwrap();
+
+    // Someone breaks it: refresh notices, release leaves theirs alone.
+    let mut theirs = l.record().clone();
+    theirs.token = "theirs".into();
+    theirs.owner = "root@hn:2".into();
+    fake.write(&theirs).await.unwrap();
+    assert!(matches!(l.refresh().await, Err(LockError::Lost { .. })));
+    l.release().await.unwrap();
+    assert_eq!(fake.lock_record().unwrap().token, "theirs");
+
+    // --break-lock takes a fresh lock.
+    let forced = LockOptions {
+        break_lock: true,
+        ..LockOptions::default()
+    };
+    let l = lock::acquire(&fake, "root@hn:3", "update", &forced)
+        .await
+        .unwrap();
+    assert_eq!(l.broke.unwrap().owner, "root@hn:2");
+}
+
+#[tokio::test(start_paused = true)]
+async fn command_line_progress_handles_every_event() {
+    use agentsadm::orchestrate::progress::{CliProgress, ProgressMode};
+    for mode in [ProgressMode::Bars, ProgressMode::Lines, ProgressMode::Quiet] {
+        let (fake, targets) = setup(6, &["vm-agent", "cn-agent"]);
+        let cn2 = fake.dc().server_named("cn002");
+        let cn3 = fake.dc().server_named("cn003");
+        fake.faults().latency = Duration::from_secs(10);
+        fake.faults().fail.insert(cn2, (None, "boom".into()));
+        fake.faults().slow.insert(cn3, 50.0);
+        let p = plan_on(
+            &fake,
+            &request(Operation::Update, &["vm-agent", "cn-agent"], &[]),
+            &images(&fake, &targets),
+        );
+        let progress = CliProgress::new(mode, "update");
+        let options = ExecOptions {
+            straggler_timeout: Some(Duration::from_secs(60)),
+            ..Default::default()
+        };
+        let report = Executor {
+            transport: &fake,
+            store: &fake,
+            reporter: &progress,
+            options: &options,
+        }
+        .execute(&p, std::future::pending())
+        .await
+        .unwrap();
+        assert_eq!(report.counts().failed, 1);
+        assert_eq!(report.counts().timed_out, 1);
+        assert_eq!(report.outliers.len(), 1);
+    }
+}

@@ -1,0 +1,619 @@
+//! The orchestrator against the simulated datacenter (real HTTP to
+//! IMGAPI, SAPI and CNAPI on loopback, mock servers, cn-agent tasks and
+//! `agentsadm gz` through CNAPI execute): convergence (plan, execute,
+//! re-plan, empty), imports from the updates server, install / remove,
+//! failure reports, the SAPI lock, and the command line's exit statuses.
+
+use std::collections::BTreeMap;
+use std::process::Stdio;
+use std::time::Duration;
+
+use agentsadm::api::ApiConfig;
+use agentsadm::orchestrate::execute::ExecOptions;
+use agentsadm::orchestrate::images::ImageChoice;
+use agentsadm::orchestrate::lock::{self, LockOptions, SapiLockStore};
+use agentsadm::orchestrate::plan::{
+    Action, ComponentSelection, Operation, Request, ServerSelection, TransportKind, TransportMode,
+};
+use agentsadm::orchestrate::report::{NullReporter, ServerStatus};
+use agentsadm::orchestrate::session::Session;
+use agentsadm::orchestrate::transport::CnapiTransportConfig;
+use agentsadm::sim::{SeedSpec, SimConfig, SimDc};
+
+async fn sim(cns: usize) -> SimDc {
+    SimDc::start(
+        SimConfig::default()
+            .servers(cns)
+            .populate(SeedSpec::with_newer()),
+    )
+    .await
+    .expect("simulator starts")
+}
+
+fn request(op: Operation, components: &[&str], servers: &[&str]) -> Request {
+    Request {
+        operation: op,
+        components: if components == ["--all"] {
+            ComponentSelection::All
+        } else {
+            ComponentSelection::Named(components.iter().map(|s| s.to_string()).collect())
+        },
+        servers: if servers.is_empty() {
+            ServerSelection::All
+        } else {
+            ServerSelection::Named(servers.iter().map(|s| s.to_string()).collect())
+        },
+        exclude: Vec::new(),
+    }
+}
+
+fn fast_transport() -> CnapiTransportConfig {
+    CnapiTransportConfig {
+        wait_chunk: Duration::from_secs(5),
+        execute_timeout: Duration::from_secs(60),
+        confirm_poll: (Duration::from_millis(20), Duration::from_millis(200)),
+        confirm_grace_after_failure: Duration::from_secs(2),
+        ..Default::default()
+    }
+}
+
+fn options() -> ExecOptions {
+    ExecOptions {
+        task_timeout: Duration::from_secs(60),
+        ..Default::default()
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn update_all_to_latest_converges() {
+    let dc = sim(4).await;
+    let apis = dc.apis();
+    let catalog = dc.catalog().clone();
+    let session = Session {
+        apis: &apis,
+        catalog: &catalog,
+        updates: None,
+    };
+    let req = request(Operation::Update, &["--all"], &[]);
+    let planned = session
+        .plan(&req, ImageChoice::Latest, TransportMode::Auto)
+        .await
+        .unwrap();
+    let p = &planned.plan;
+    assert_eq!(p.servers.len(), 5, "{p}");
+    let hn = dc.headnode().uuid;
+    let hn_steps: Vec<(&str, TransportKind)> = p.servers[&hn]
+        .steps
+        .iter()
+        .map(|s| (s.component.as_str(), s.transport))
+        .collect();
+    assert_eq!(hn_steps.first().map(|s| s.0), Some("agents_core"));
+    assert_eq!(hn_steps.last().map(|s| s.0), Some("cn-agent"));
+    assert!(hn_steps.contains(&("gz-tools", TransportKind::Execute)));
+    assert!(hn_steps.contains(&("vm-agent", TransportKind::InstallAgent)));
+
+    let report = session
+        .execute(
+            p,
+            &options(),
+            fast_transport(),
+            &NullReporter,
+            std::future::pending(),
+        )
+        .await
+        .unwrap();
+    assert!(report.all_succeeded(), "{}", report.render(p));
+    assert_eq!(report.exit_status(p), 0);
+
+    let again = session
+        .plan(&req, ImageChoice::Latest, TransportMode::Auto)
+        .await
+        .unwrap();
+    assert!(
+        again.plan.is_empty(),
+        "re-plan is not empty:\n{}",
+        again.plan
+    );
+    let again = session
+        .plan(&req, ImageChoice::Intent, TransportMode::Auto)
+        .await
+        .unwrap();
+    assert!(
+        again.plan.is_empty(),
+        "re-plan from intent is not empty:\n{}",
+        again.plan
+    );
+    // cn-agent's new image shows in CNAPI (confirmed through server.agents).
+    let agents = dc.server_agents(hn);
+    let cn_agent = agents.iter().find(|a| a.name == "cn-agent").unwrap();
+    let target = &p.targets["cn-agent"];
+    assert_eq!(cn_agent.image_uuid, Some(target.uuid));
+    dc.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn latest_from_the_updates_server_is_imported_first() {
+    let dc = sim(2).await;
+    let apis = dc.apis();
+    let catalog = dc.catalog().clone();
+    let updates = dc.updates_client().with_channel(Some("dev".to_string()));
+    let session = Session {
+        apis: &apis,
+        catalog: &catalog,
+        updates: Some(&updates),
+    };
+    let req = request(Operation::Update, &["vm-agent"], &[]);
+    let planned = session
+        .plan(&req, ImageChoice::Latest, TransportMode::Auto)
+        .await
+        .unwrap();
+    let p = &planned.plan;
+    assert_eq!(p.imports.len(), 1, "{p}");
+    let target = p.targets["vm-agent"].clone();
+    assert!(
+        apis.imgapi
+            .get_image(target.uuid)
+            .await
+            .unwrap_err()
+            .is_not_found()
+    );
+    let report = session
+        .execute(
+            p,
+            &options(),
+            fast_transport(),
+            &NullReporter,
+            std::future::pending(),
+        )
+        .await
+        .unwrap();
+    assert!(report.all_succeeded(), "{}", report.render(p));
+    assert_eq!(
+        apis.imgapi.get_image(target.uuid).await.unwrap().uuid,
+        target.uuid
+    );
+    let again = session
+        .plan(&req, ImageChoice::Latest, TransportMode::Auto)
+        .await
+        .unwrap();
+    assert!(again.plan.is_empty(), "{}", again.plan);
+    dc.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn install_then_remove_converge_and_keep_sapi_in_step() {
+    let dc = sim(3).await;
+    let apis = dc.apis();
+    let catalog = dc.catalog().clone();
+    let session = Session {
+        apis: &apis,
+        catalog: &catalog,
+        updates: None,
+    };
+    let cn1 = dc.server("cn0001").unwrap();
+    let req = request(Operation::Install, &["dockerlogger"], &["cn0001", "cn0002"]);
+    let planned = session
+        .plan(&req, ImageChoice::Intent, TransportMode::Auto)
+        .await
+        .unwrap();
+    assert_eq!(planned.plan.servers.len(), 2, "{}", planned.plan);
+    assert!(
+        planned
+            .plan
+            .servers
+            .values()
+            .all(|s| s.steps[0].transport == TransportKind::Execute)
+    );
+    let report = session
+        .execute(
+            &planned.plan,
+            &options(),
+            fast_transport(),
+            &NullReporter,
+            std::future::pending(),
+        )
+        .await
+        .unwrap();
+    assert!(report.all_succeeded(), "{}", report.render(&planned.plan));
+    let after = session
+        .plan(&req, ImageChoice::Intent, TransportMode::Auto)
+        .await
+        .unwrap();
+    assert!(after.plan.servers.is_empty(), "{}", after.plan);
+    let inst = after
+        .intent
+        .instance(&cn1.uuid, "dockerlogger")
+        .expect("adopted instance");
+    assert!(inst.has_params());
+    let reported = after.reality.get(&cn1.uuid).unwrap().components["dockerlogger"].instance;
+    assert_eq!(reported, Some(inst.uuid));
+
+    // Remove cmon-agent (install-agent transport: uninstall-agents).
+    let req = request(Operation::Remove, &["cmon-agent"], &["cn0001"]);
+    let planned = session
+        .plan(&req, ImageChoice::Intent, TransportMode::Auto)
+        .await
+        .unwrap();
+    assert!(matches!(
+        planned.plan.servers[&cn1.uuid].steps[0].action,
+        Action::Remove { .. }
+    ));
+    let report = session
+        .execute(
+            &planned.plan,
+            &options(),
+            fast_transport(),
+            &NullReporter,
+            std::future::pending(),
+        )
+        .await
+        .unwrap();
+    assert!(report.all_succeeded(), "{}", report.render(&planned.plan));
+    let after = session
+        .plan(&req, ImageChoice::Intent, TransportMode::Auto)
+        .await
+        .unwrap();
+    assert!(after.plan.is_empty(), "{}", after.plan);
+    assert!(after.intent.instance(&cn1.uuid, "cmon-agent").is_none());
+    assert!(
+        !after
+            .reality
+            .get(&cn1.uuid)
+            .unwrap()
+            .components
+            .contains_key("cmon-agent")
+    );
+    dc.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failing_server_reports_the_remote_error_and_the_rest_converge() {
+    let dc = sim(4).await;
+    let cn2 = dc.server("cn0002").unwrap();
+    dc.faults().fail_installs_on(cn2.uuid);
+    let apis = dc.apis();
+    let catalog = dc.catalog().clone();
+    let session = Session {
+        apis: &apis,
+        catalog: &catalog,
+        updates: None,
+    };
+    let req = request(Operation::Update, &["vm-agent", "gz-tools"], &[]);
+    let planned = session
+        .plan(&req, ImageChoice::Latest, TransportMode::Auto)
+        .await
+        .unwrap();
+    let report = session
+        .execute(
+            &planned.plan,
+            &options(),
+            fast_transport(),
+            &NullReporter,
+            std::future::pending(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(report.exit_status(&planned.plan), 2);
+    let o = &report.servers[&cn2.uuid];
+    assert_eq!(o.status, ServerStatus::Failed);
+    let f = o.failure.as_ref().unwrap();
+    assert!(f.component.is_some());
+    assert!(!f.message.is_empty());
+    assert_eq!(
+        report.counts().succeeded,
+        4,
+        "{}",
+        report.render(&planned.plan)
+    );
+    let text = report.render(&planned.plan);
+    assert!(text.contains(&format!("cn0002 ({})", cn2.uuid)), "{text}");
+
+    // Fix the server, run the same command again: only cn0002 is left.
+    dc.faults().clear();
+    let again = session
+        .plan(&req, ImageChoice::Latest, TransportMode::Auto)
+        .await
+        .unwrap();
+    assert_eq!(
+        again.plan.servers.keys().copied().collect::<Vec<_>>(),
+        vec![cn2.uuid]
+    );
+    let report = session
+        .execute(
+            &again.plan,
+            &options(),
+            fast_transport(),
+            &NullReporter,
+            std::future::pending(),
+        )
+        .await
+        .unwrap();
+    assert!(report.all_succeeded(), "{}", report.render(&again.plan));
+    dc.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_sapi_lock_admits_one_orchestrator() {
+    let dc = sim(0).await;
+    let apis = dc.apis();
+    let store = SapiLockStore::new(apis.sapi.clone()).await.unwrap();
+    let opts = LockOptions {
+        settle: Duration::from_millis(200),
+        ..Default::default()
+    };
+    let (a, b) = tokio::join!(
+        lock::acquire(&store, "root@hn:1", "update vm-agent", &opts),
+        lock::acquire(&store, "root@hn:2", "update cn-agent", &opts),
+    );
+    assert!(a.is_ok() != b.is_ok(), "exactly one wins: {a:?} {b:?}");
+    let winner = a.or(b).unwrap();
+    let app = apis.sapi.sdc_application().await.unwrap().unwrap();
+    assert_eq!(
+        app.metadata[lock::LOCK_KEY]["owner"],
+        winner.record().owner.as_str()
+    );
+    winner.release().await.unwrap();
+    let app = apis.sapi.sdc_application().await.unwrap().unwrap();
+    assert!(!app.metadata.contains_key(lock::LOCK_KEY));
+    dc.shutdown().await;
+}
+
+/// Run the agentsadm binary against the simulator.
+async fn cli(dc: &SimDc, args: &[&str]) -> (i32, String, String) {
+    let urls = dc.urls();
+    let env: BTreeMap<&str, &str> = BTreeMap::from([
+        ("SAPI_URL", urls.sapi.as_str()),
+        ("CNAPI_URL", urls.cnapi.as_str()),
+        ("IMGAPI_URL", urls.imgapi.as_str()),
+        ("AGENTSADM_NO_PROGRESS", "1"),
+    ]);
+    let out = tokio::time::timeout(
+        Duration::from_secs(120),
+        tokio::process::Command::new(env!("CARGO_BIN_EXE_agentsadm"))
+            .args(args)
+            .envs(env)
+            .stdin(Stdio::null())
+            .output(),
+    )
+    .await
+    .expect("agentsadm finishes")
+    .expect("agentsadm runs");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn command_line_exit_statuses() {
+    let dc = sim(3).await;
+    let cn3 = dc.server("cn0003").unwrap();
+
+    // Bad input: unknown server, exit 1, nothing changed.
+    let before = dc.mutation_count();
+    let (code, _, err) = cli(
+        &dc,
+        &["update", "vm-agent", "--latest", "-y", "-s", "cn0001,nope"],
+    )
+    .await;
+    assert_eq!(code, 1, "{err}");
+    assert!(err.contains("unknown server nope"), "{err}");
+    assert_eq!(dc.mutation_count(), before);
+
+    // -n prints the plan and changes nothing.
+    let (code, out, err) = cli(&dc, &["update", "vm-agent", "--latest", "-n"]).await;
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("4 servers to change: 4 upgrades"), "{out}");
+    assert_eq!(dc.mutation_count(), before);
+
+    // Without -y and no terminal: refuses, exit 1.
+    let (code, _, err) = cli(&dc, &["update", "vm-agent", "--latest"]).await;
+    assert_eq!(code, 1);
+    assert!(err.contains("pass -y"), "{err}");
+    assert_eq!(dc.mutation_count(), before);
+
+    // A server down: the rest converge, exit 2, the skip is named.
+    dc.set_running(cn3.uuid, false);
+    let (code, out, err) = cli(&dc, &["update", "vm-agent", "--latest", "-y"]).await;
+    assert_eq!(code, 2, "{out}\n{err}");
+    assert!(out.contains("Updated 3 of 3 servers (1 skipped)"), "{out}");
+    assert!(out.contains("cn0003"), "{out}");
+
+    // Back up: the same command finishes the job, exit 0; JSON output.
+    dc.set_running(cn3.uuid, true);
+    let (code, out, err) = cli(&dc, &["update", "vm-agent", "--latest", "-y", "--json"]).await;
+    assert_eq!(code, 0, "{out}\n{err}");
+    let doc: serde_json::Value = serde_json::from_str(&out).expect("one JSON document");
+    assert_eq!(doc["exit_status"], 0);
+    assert_eq!(doc["result"]["servers"].as_object().unwrap().len(), 1);
+    assert_eq!(doc["summary"][0]["component"], "vm-agent");
+
+    // Nothing left to do: exit 0.
+    let (code, out, _) = cli(&dc, &["update", "vm-agent", "-y"]).await;
+    assert_eq!(code, 0);
+    assert!(out.contains("Nothing to do"), "{out}");
+
+    // The lock held by someone else: exit 1 naming the holder.
+    let apis = dc.apis();
+    let store = SapiLockStore::new(apis.sapi.clone()).await.unwrap();
+    let held = lock::acquire(
+        &store,
+        "ops@otherhost:4242",
+        "update --all",
+        &LockOptions {
+            settle: Duration::from_millis(10),
+            ..Default::default()
+        },
+    )
+    .await
+    .unwrap();
+    let (code, _, err) = cli(&dc, &["update", "cmon-agent", "--latest", "-y"]).await;
+    assert_eq!(code, 1);
+    assert!(err.contains("ops@otherhost:4242"), "{err}");
+    held.release().await.unwrap();
+
+    // list and adopt.
+    let (code, out, _) = cli(&dc, &["list", "-s", "cn0001", "vm-agent", "--json"]).await;
+    assert_eq!(code, 0);
+    let rows: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(rows[0]["state"], "ok");
+    let (code, out, _) = cli(&dc, &["adopt", "-n"]).await;
+    assert_eq!(code, 0);
+    assert!(out.contains("0 instances to adopt"), "{out}");
+    let _ = ApiConfig::default();
+    dc.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn adopt_recreates_services_and_instances_then_has_nothing_left() {
+    use agentsadm::api::sapi::{Update, UpdateAction, object};
+    use agentsadm::orchestrate::{adopt, gather};
+    let dc = sim(3).await;
+    let apis = dc.apis();
+    let catalog = dc.catalog().clone();
+    // Lose the vm-agent service and its instances; strip cmon-agent's params.
+    let services = apis.sapi.list_agent_services().await.unwrap();
+    let vm = services
+        .iter()
+        .find(|s| s.name == "vm-agent")
+        .unwrap()
+        .clone();
+    let cmon = services
+        .iter()
+        .find(|s| s.name == "cmon-agent")
+        .unwrap()
+        .clone();
+    for i in apis.sapi.list_service_instances(vm.uuid).await.unwrap() {
+        apis.sapi.delete_instance(i.uuid).await.unwrap();
+    }
+    apis.sapi.delete_service(vm.uuid).await.unwrap();
+    for i in apis.sapi.list_service_instances(cmon.uuid).await.unwrap() {
+        let strip = Update {
+            action: Some(UpdateAction::Delete),
+            params: Some(object([
+                ("server_uuid", serde_json::Value::Null),
+                ("image_uuid", serde_json::Value::Null),
+            ])),
+            metadata: None,
+        };
+        apis.sapi.update_instance(i.uuid, &strip).await.unwrap();
+    }
+
+    let (intent, reality) = gather::gather(&apis, &catalog).await.unwrap();
+    assert!(!intent.is_managed("vm-agent"));
+    let plan = adopt::plan_adoption(&catalog, &intent, &reality, None);
+    assert_eq!(plan.new_services.len(), 1, "{}", plan.render());
+    assert_eq!(plan.instances.len(), 8, "{}", plan.render());
+    let report = adopt::adopt(&apis.sapi, &plan, &intent).await.unwrap();
+    assert!(report.failures.is_empty(), "{report:?}");
+    assert_eq!((report.services_created, report.instances_adopted), (1, 8));
+
+    let (intent, reality) = gather::gather(&apis, &catalog).await.unwrap();
+    let again = adopt::plan_adoption(&catalog, &intent, &reality, None);
+    assert!(again.is_empty(), "{}", again.render());
+    let hn = dc.headnode().uuid;
+    let hn_vm = reality.get(&hn).unwrap().components["vm-agent"].image;
+    assert_eq!(intent.services["vm-agent"].default_image, hn_vm);
+    assert!(intent.instance(&hn, "cmon-agent").unwrap().has_params());
+    dc.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn avail_lists_newer_images_and_marks_the_default() {
+    let dc = sim(1).await;
+    let (code, out, err) = cli(&dc, &["avail", "vm-agent", "--json"]).await;
+    assert_eq!(code, 0, "{err}");
+    let rows: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let rows = rows.as_array().unwrap();
+    assert_eq!(rows.len(), 2, "{out}");
+    assert_eq!(rows[0]["default"], true);
+    assert_eq!(rows[0]["servers"], 2);
+    assert_eq!(rows[1]["servers"], 0);
+    let updates = dc.urls().updates.clone();
+    let (code, out, err) = cli(
+        &dc,
+        &[
+            "avail",
+            "vm-agent",
+            "--channel",
+            "dev",
+            "--updates-url",
+            &updates,
+            "--json",
+        ],
+    )
+    .await;
+    assert_eq!(code, 0, "{err}");
+    let rows: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(rows.as_array().unwrap().len(), 3, "{out}");
+    dc.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_cn_agent_self_update_is_reported_after_the_grace_period() {
+    let dc = sim(2).await;
+    let cn1 = dc.server("cn0001").unwrap();
+    dc.faults().fail_installs_on(cn1.uuid);
+    let apis = dc.apis();
+    let catalog = dc.catalog().clone();
+    let session = Session {
+        apis: &apis,
+        catalog: &catalog,
+        updates: None,
+    };
+    let req = request(Operation::Update, &["cn-agent"], &[]);
+    let planned = session
+        .plan(&req, ImageChoice::Latest, TransportMode::Auto)
+        .await
+        .unwrap();
+    let transport = CnapiTransportConfig {
+        confirm_grace_after_failure: Duration::from_millis(300),
+        ..fast_transport()
+    };
+    let report = session
+        .execute(
+            &planned.plan,
+            &options(),
+            transport,
+            &NullReporter,
+            std::future::pending(),
+        )
+        .await
+        .unwrap();
+    let f = report.servers[&cn1.uuid]
+        .failure
+        .as_ref()
+        .expect("cn0001 failed");
+    assert_eq!(f.component.as_deref(), Some("cn-agent"));
+    assert!(f.stage.starts_with("agent_install task"), "{f}");
+    assert!(
+        f.message.contains("server.agents still does not show"),
+        "{f}"
+    );
+    assert_eq!(report.counts().succeeded, 2);
+    dc.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_orchestrators_started_together_one_runs_the_other_exits_1() {
+    let dc = sim(2).await;
+    dc.faults()
+        .set_install_latency(agentsadm::sim::LatencySpec::fixed(3000));
+    let a = cli(&dc, &["update", "vm-agent", "--latest", "-y"]);
+    let b = cli(&dc, &["update", "cmon-agent", "--latest", "-y"]);
+    let ((ca, oa, ea), (cb, ob, eb)) = tokio::join!(a, b);
+    let mut codes = [ca, cb];
+    codes.sort();
+    assert_eq!(codes, [0, 1], "a: {oa}{ea}\nb: {ob}{eb}");
+    let loser = if ca == 1 { &ea } else { &eb };
+    assert!(
+        loser.contains("another agentsadm is running in this datacenter"),
+        "{loser}"
+    );
+    assert!(loser.contains('@'), "names the holder: {loser}");
+    // The lock is released afterwards.
+    let app = dc.apis().sapi.sdc_application().await.unwrap().unwrap();
+    assert!(!app.metadata.contains_key(lock::LOCK_KEY));
+    dc.shutdown().await;
+}
