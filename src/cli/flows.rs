@@ -1,22 +1,273 @@
-//! Flow commands: adopt, check, server delete / factory-reset.
+//! Flow commands: `check` (drift, `--fix`) and `server delete|factory-reset`.
+//!
+//! Both print their plan, ask (or take `-y`), take the datacenter lock and
+//! carry it out. `--json` prints one document. Exit status: 0 clean / done,
+//! 1 nothing done (bad input, API down, refused, declined), 2 drift remains
+//! or some repair / deletion failed (re-run to finish).
 
-use clap::Args;
+use std::process::ExitCode;
+use std::time::Duration;
 
+use anyhow::bail;
+use clap::{Args, Subcommand};
+use serde_json::json;
+
+use super::orch::{ServersArg, confirm, stdin_is_terminal, take_lock};
 use super::{CmdResult, GlobalOpts};
+use crate::flows::check::{self, CheckConfig, CheckRequest, RepairOptions};
+use crate::flows::cleanup::{self, ServerAction};
+use crate::orchestrate::execute::{DEFAULT_CONCURRENCY, ExecOptions};
+use crate::orchestrate::lock::{DcLock, LockOptions, SapiLockStore};
+use crate::orchestrate::progress::{CliProgress, ProgressMode};
+use crate::orchestrate::transport::CnapiTransportConfig;
 
 #[derive(Args, Debug)]
-pub struct AdoptArgs {}
-#[derive(Args, Debug)]
-pub struct CheckArgs {}
-#[derive(Args, Debug)]
-pub struct ServerArgs {}
+pub struct CheckArgs {
+    #[command(flatten)]
+    pub servers: ServersArg,
+    /// Also ask each server for its own report (`agentsadm gz report`
+    /// through CNAPI execute) and compare it with CNAPI.
+    #[arg(long)]
+    pub live: bool,
+    /// Repair what can be repaired (shows the repairs and asks first).
+    #[arg(long)]
+    pub fix: bool,
+    /// Do not ask for confirmation.
+    #[arg(short = 'y', long = "yes")]
+    pub yes: bool,
+    /// Servers repaired (or asked for their report) at once.
+    #[arg(short = 'j', long, default_value_t = DEFAULT_CONCURRENCY, value_name = "N")]
+    pub concurrency: usize,
+    /// Give up on one install or upgrade after this long.
+    #[arg(long, value_parser = humantime::parse_duration, default_value = "30m", value_name = "DURATION")]
+    pub task_timeout: Duration,
+    /// Take the datacenter lock even if another agentsadm holds it.
+    #[arg(long)]
+    pub break_lock: bool,
+}
 
-pub async fn run_adopt(_g: &GlobalOpts, _a: AdoptArgs) -> CmdResult {
-    anyhow::bail!("not implemented yet")
+#[derive(Args, Debug)]
+pub struct ServerArgs {
+    #[command(subcommand)]
+    pub command: ServerCommand,
 }
-pub async fn run_check(_g: &GlobalOpts, _a: CheckArgs) -> CmdResult {
-    anyhow::bail!("not implemented yet")
+
+#[derive(Subcommand, Debug)]
+pub enum ServerCommand {
+    /// Delete the server's SAPI agent instances, then its CNAPI record.
+    Delete(ServerTarget),
+    /// Delete the server's SAPI agent instances, then factory-reset it
+    /// (refused, with nothing deleted, when it has VMs).
+    FactoryReset(ServerTarget),
 }
-pub async fn run_server(_g: &GlobalOpts, _a: ServerArgs) -> CmdResult {
-    anyhow::bail!("not implemented yet")
+
+#[derive(Args, Debug)]
+pub struct ServerTarget {
+    /// The server (UUID or hostname).
+    #[arg(value_name = "SERVER")]
+    pub server: String,
+    /// Do not ask for confirmation.
+    #[arg(short = 'y', long = "yes")]
+    pub yes: bool,
+    /// Only show what would be deleted.
+    #[arg(short = 'n', long = "dry-run")]
+    pub dry_run: bool,
+    /// Take the datacenter lock even if another agentsadm holds it.
+    #[arg(long)]
+    pub break_lock: bool,
+}
+
+fn exit(code: u8) -> ExitCode {
+    ExitCode::from(code)
+}
+
+/// Ask unless `-y`; refuse without a terminal. `Ok(false)`: declined.
+async fn confirmed(yes: bool, json: bool, question: &str) -> anyhow::Result<bool> {
+    if yes {
+        return Ok(true);
+    }
+    if json || !stdin_is_terminal() {
+        bail!("refusing to change anything without confirmation: pass -y (nothing was changed)");
+    }
+    confirm(question).await
+}
+
+/// Run `work` while refreshing the datacenter lock, then release it.
+async fn with_lock<T>(
+    lock: DcLock<'_>,
+    out: &crate::output::Output,
+    work: impl std::future::Future<Output = T>,
+) -> T {
+    let mut lock = lock;
+    tokio::pin!(work);
+    let mut refresh = tokio::time::interval(LockOptions::default().refresh_every);
+    refresh.tick().await;
+    let result = loop {
+        tokio::select! {
+            r = &mut work => break r,
+            _ = refresh.tick() => {
+                if let Err(e) = lock.refresh().await {
+                    out.warn(format!("{e:#}"));
+                }
+            }
+        }
+    };
+    if let Err(e) = lock.release().await {
+        out.warn(format!("cannot release the orchestrator lock: {e:#}"));
+    }
+    result
+}
+
+pub async fn run_check(g: &GlobalOpts, a: CheckArgs) -> CmdResult {
+    let out = g.output();
+    let catalog = g.load_catalog()?;
+    let apis = g.apis()?;
+    let request = CheckRequest {
+        servers: a.servers.servers.clone(),
+        live: a.live,
+    };
+    let config = CheckConfig {
+        concurrency: a.concurrency.max(1),
+        ..CheckConfig::default()
+    };
+    let run = check::check(&apis, &catalog, &request, &config).await?;
+    if !out.json {
+        out.line(run.render().trim_end());
+    }
+    if !a.fix {
+        let status = run.exit_status();
+        if out.json {
+            let mut doc = run.to_json();
+            doc["exit_status"] = json!(status);
+            out.json(&doc);
+        }
+        return Ok(exit(status));
+    }
+
+    let plan = run.repair_plan(&catalog);
+    if !out.json {
+        out.line(format!("\n{}", plan.render().trim_end()));
+    }
+    if plan.is_empty() {
+        let status = run.exit_status();
+        if out.json {
+            out.json(&json!({
+                "check": run.to_json(), "repairs": plan, "executed": false, "exit_status": status,
+            }));
+        }
+        return Ok(exit(status));
+    }
+    if !confirmed(a.yes, out.json, "Repair?").await? {
+        out.line("Nothing was changed.");
+        return Ok(exit(1));
+    }
+
+    let lock_store = SapiLockStore::new(apis.sapi.clone()).await?;
+    let dc_lock = take_lock(&lock_store, "check --fix", a.break_lock, &out).await?;
+    let progress = CliProgress::new(ProgressMode::detect(g.json, g.quiet), "repair");
+    let exec = ExecOptions {
+        concurrency: a.concurrency.max(1),
+        task_timeout: a.task_timeout,
+        ..Default::default()
+    };
+    let transport = CnapiTransportConfig {
+        execute_timeout: a.task_timeout,
+        ..Default::default()
+    };
+    let cancel = async {
+        if tokio::signal::ctrl_c().await.is_err() {
+            std::future::pending::<()>().await;
+        }
+    };
+    let options = RepairOptions {
+        exec: &exec,
+        transport: &transport,
+        reporter: &progress,
+    };
+    let outcome = with_lock(
+        dc_lock,
+        &out,
+        check::fix(&apis, &catalog, &request, &config, &plan, options, cancel),
+    )
+    .await?;
+    let status = outcome.exit_status();
+    if out.json {
+        out.json(&json!({
+            "check": run.to_json(),
+            "repairs": plan,
+            "executed": true,
+            "result": outcome.repairs,
+            "after": outcome.after.to_json(),
+            "exit_status": status,
+        }));
+        return Ok(exit(status));
+    }
+    let r = &outcome.repairs;
+    for f in &r.failures {
+        eprintln!("error: cannot {}: {}", f.what, f.message);
+    }
+    if let Some(servers) = &r.servers {
+        out.line(format!("\n{}", servers.render(&plan.plan).trim_end()));
+    }
+    out.line(format!(
+        "\nRepaired: {} CNAPI reports, {} SAPI writes, {} replaced instances deleted{}.",
+        r.reports_posted,
+        r.sapi_done,
+        r.replaced_deleted,
+        if r.failures.is_empty() {
+            String::new()
+        } else {
+            format!("; {} failed", r.failures.len())
+        }
+    ));
+    out.line(format!(
+        "\nAfter repair:\n{}",
+        outcome.after.render().trim_end()
+    ));
+    Ok(exit(status))
+}
+
+pub async fn run_server(g: &GlobalOpts, a: ServerArgs) -> CmdResult {
+    let (action, target) = match a.command {
+        ServerCommand::Delete(t) => (ServerAction::Delete, t),
+        ServerCommand::FactoryReset(t) => (ServerAction::FactoryReset, t),
+    };
+    let out = g.output();
+    let apis = g.apis()?;
+    let plan = cleanup::prepare(&apis, action, &target.server).await?;
+    if !out.json {
+        out.line(plan.render().trim_end());
+    }
+    if target.dry_run {
+        if out.json {
+            out.json(&json!({"plan": plan, "executed": false, "exit_status": 0}));
+        }
+        return Ok(exit(0));
+    }
+    let question = match action {
+        ServerAction::Delete => "Delete?",
+        ServerAction::FactoryReset => "Factory-reset (this wipes the server)?",
+    };
+    if !confirmed(target.yes, out.json, question).await? {
+        out.line("Nothing was changed.");
+        return Ok(exit(1));
+    }
+    let lock_store = SapiLockStore::new(apis.sapi.clone()).await?;
+    let operation = format!("server {} {}", action.as_str(), plan.server);
+    let dc_lock = take_lock(&lock_store, &operation, target.break_lock, &out).await?;
+    let report = with_lock(dc_lock, &out, cleanup::execute(&apis, &plan)).await;
+    let status = report.exit_status();
+    if out.json {
+        out.json(&json!({"plan": plan, "executed": true, "result": report, "exit_status": status}));
+    } else {
+        let text = report.render(&plan);
+        for line in text.lines() {
+            if line.starts_with("error:") || line.starts_with("warning:") {
+                eprintln!("{line}");
+            } else {
+                out.line(line);
+            }
+        }
+    }
+    Ok(exit(status))
 }

@@ -322,7 +322,7 @@ async fn updates_client(apis: &Apis, source: &ChannelArgs) -> anyhow::Result<Opt
     Ok(Some(client))
 }
 
-async fn confirm(question: &str) -> anyhow::Result<bool> {
+pub(crate) async fn confirm(question: &str) -> anyhow::Result<bool> {
     let question = question.to_string();
     tokio::task::spawn_blocking(move || {
         use std::io::Write;
@@ -336,12 +336,12 @@ async fn confirm(question: &str) -> anyhow::Result<bool> {
     .context("cannot read the answer")?
 }
 
-fn stdin_is_terminal() -> bool {
+pub(crate) fn stdin_is_terminal() -> bool {
     use std::io::IsTerminal;
     std::io::stdin().is_terminal()
 }
 
-async fn take_lock<'a>(
+pub(crate) async fn take_lock<'a>(
     store: &'a SapiLockStore,
     operation: &str,
     break_lock: bool,

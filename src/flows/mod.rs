@@ -1,2 +1,15 @@
-//! Operator flows beyond update: setup, adoption, server delete and factory
-//! reset cleanup, drift checks.
+//! Operator flows beyond update: drift checks and their repair, server
+//! delete and factory-reset cleanup, and the helpers the setup scripts in
+//! `installer/` call.
+//!
+//! - [`drift`]: the pure drift finder (findings with a stable `kind` and a
+//!   proposed fix); [`repair`]: the pure repair planner.
+//! - [`check`]: `agentsadm check` as a library call: gather intent, reality
+//!   and (with `--live`) the servers' own reports, find drift, and with
+//!   `--fix` carry out the repairs through the orchestrator.
+//! - [`cleanup`]: `agentsadm server delete|factory-reset`.
+
+pub mod check;
+pub mod cleanup;
+pub mod drift;
+pub mod repair;
