@@ -1,0 +1,406 @@
+//! The drift finder and the repair planner without I/O: every finding kind
+//! on the example datacenter, the golden text of `agentsadm check`, the
+//! JSON `kind` strings, and convergence (apply the repairs to the example
+//! datacenter, find again: only informational findings remain).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::PathBuf;
+
+use agentsadm::api::cnapi::AgentEntry;
+use agentsadm::flows::drift::{self, DriftInput, Finding, FindingKind, Fix};
+use agentsadm::flows::repair::{self, SapiRepair};
+use agentsadm::ids::{ImageUuid, InstanceUuid, ServerUuid};
+use agentsadm::orchestrate::plan::{Action, ImageRef, IntentChange};
+use agentsadm::orchestrate::store::instance_params;
+use agentsadm::orchestrate::testkit::{
+    ExampleDc, derived_uuid, image_ref, image_uuid, instance_uuid, server_uuid, service_uuid,
+};
+use agentsadm::remote::AgentsReport;
+
+fn golden(name: &str, actual: &str) {
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/golden")
+        .join(name);
+    if std::env::var_os("UPDATE_GOLDEN").is_some() {
+        std::fs::write(&path, actual).unwrap();
+        return;
+    }
+    let expected = std::fs::read_to_string(&path).unwrap_or_else(|_| {
+        panic!(
+            "missing golden file {}; run with UPDATE_GOLDEN=1",
+            path.display()
+        )
+    });
+    assert_eq!(
+        actual, expected,
+        "golden file {name} differs (UPDATE_GOLDEN=1 rewrites it)"
+    );
+}
+
+fn images(dc: &ExampleDc) -> BTreeMap<ImageUuid, ImageRef> {
+    dc.images.values().map(|m| (m.uuid, image_ref(m))).collect()
+}
+
+fn find(
+    dc: &ExampleDc,
+    live: &BTreeMap<ServerUuid, AgentsReport>,
+    selection: Option<&BTreeSet<ServerUuid>>,
+) -> (drift::Survey, Vec<Finding>) {
+    let servers = dc.server_list();
+    let instances = dc.instance_list();
+    let images = images(dc);
+    drift::find(&DriftInput {
+        catalog: &dc.catalog,
+        servers: &servers,
+        services: &dc.services,
+        instances: &instances,
+        live,
+        images: &images,
+        selection,
+    })
+}
+
+fn inst(seed: &str) -> InstanceUuid {
+    InstanceUuid(derived_uuid(seed))
+}
+
+/// Every kind of drift at once.
+fn drifted() -> (ExampleDc, BTreeMap<ServerUuid, AgentsReport>) {
+    let mut dc = ExampleDc::new(4);
+    let (cn1, cn2, cn4) = (
+        dc.server_named("cn001"),
+        dc.server_named("cn002"),
+        dc.server_named("cn004"),
+    );
+    // cn001: a pending update (wrong image) and a missing install.
+    let newer = dc.publish("vm-agent", "1.1.0").uuid;
+    dc.sapi_merge_params(instance_uuid(cn1, "vm-agent"), instance_params(cn1, newer));
+    dc.remove_installed(cn1, "cmon-agent");
+    // cn002: installed without instance, legacy instance, duplicate.
+    dc.drop_instance(cn2, "smartlogin");
+    dc.make_legacy(cn2, "net-agent");
+    dc.sapi_put_instance(
+        inst("dup"),
+        service_uuid("vm-agent"),
+        Some(instance_params(cn2, image_uuid("vm-agent", "1.0.0"))),
+    );
+    // A server that is not set up, with an instance left over.
+    let cn5 = dc.add_server("cn005", false);
+    dc.set_setup(cn5, false);
+    dc.sapi_put_instance(
+        inst("reset"),
+        service_uuid("vm-agent"),
+        Some(instance_params(cn5, image_uuid("vm-agent", "1.0.0"))),
+    );
+    // Instances of a deleted server and of nobody.
+    dc.sapi_put_instance(
+        inst("deleted"),
+        service_uuid("firewaller"),
+        Some(instance_params(
+            server_uuid(99),
+            image_uuid("firewaller", "1.0.0"),
+        )),
+    );
+    dc.sapi_put_instance(inst("orphan"), service_uuid("amon-agent"), None);
+    // Service defaults: unset, and not in IMGAPI.
+    dc.set_service_default("hagfish-watcher", None);
+    dc.set_service_default("amon-relay", Some(image_uuid("amon-relay", "9.9.9")));
+    // cn004: unmanaged marlin-agent and a foreign package.
+    dc.install(cn4, "marlin-agent", "1.0.0");
+    let cabase = dc.publish("cabase", "1.0.0").uuid;
+    dc.set_installed(cn4, "cabase", cabase, None);
+    // cn004's own report: it already runs a newer net-agent than CNAPI says.
+    let newer_net = dc.publish("net-agent", "1.1.0").uuid;
+    let mut agents: Vec<AgentEntry> = dc.servers[&cn4].agents.clone().unwrap_or_default();
+    for a in agents.iter_mut().filter(|a| a.name == "net-agent") {
+        a.image_uuid = Some(newer_net);
+        a.version = "1.1.0".into();
+    }
+    let live = BTreeMap::from([(
+        cn4,
+        AgentsReport {
+            server_uuid: cn4,
+            agents,
+            errors: Vec::new(),
+        },
+    )]);
+    (dc, live)
+}
+
+fn summary(findings: &[Finding]) -> Vec<(String, String, FindingKind, &'static str)> {
+    findings
+        .iter()
+        .map(|f| {
+            let action = match &f.fix {
+                Fix::Install { .. } => "install",
+                Fix::Upgrade { .. } => "upgrade",
+                Fix::AdoptInstance { .. } => "adopt-instance",
+                Fix::SetParams { .. } => "set-params",
+                Fix::DeleteInstance { .. } => "delete-instance",
+                Fix::SetServiceDefault { .. } => "set-service-default",
+                Fix::PostLiveReport => "post-live-report",
+                Fix::Manual { .. } => "manual",
+                Fix::None => "none",
+            };
+            (
+                f.hostname.clone().unwrap_or_else(|| "-".into()),
+                f.component.clone().unwrap_or_default(),
+                f.kind,
+                action,
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn a_clean_datacenter_has_no_findings() {
+    let dc = ExampleDc::new(3);
+    let (_, findings) = find(&dc, &BTreeMap::new(), None);
+    // marlin-agent is not installed anywhere by default: nothing at all.
+    assert!(findings.is_empty(), "{findings:#?}");
+    assert_eq!(
+        drift::render(&findings, 4),
+        "No drift found (4 servers checked).\n"
+    );
+}
+
+#[test]
+fn every_kind_is_found_with_its_fix() {
+    let (dc, live) = drifted();
+    let (_, findings) = find(&dc, &live, None);
+    let got = summary(&findings);
+    let k = |h: &str, c: &str, kind: FindingKind, a: &'static str| {
+        (h.to_string(), c.to_string(), kind, a)
+    };
+    use FindingKind::*;
+    let expected = vec![
+        k(
+            "-",
+            "amon-relay",
+            DefaultImageNotInImgapi,
+            "set-service-default",
+        ),
+        k(
+            "-",
+            "hagfish-watcher",
+            ServiceWithoutDefaultImage,
+            "set-service-default",
+        ),
+        k("cn001", "cmon-agent", MissingInstall, "install"),
+        k("cn001", "vm-agent", WrongImage, "upgrade"),
+        k("cn002", "net-agent", InstanceWithoutParams, "set-params"),
+        k(
+            "cn002",
+            "smartlogin",
+            InstalledWithoutInstance,
+            "adopt-instance",
+        ),
+        k("cn002", "vm-agent", DuplicateInstance, "delete-instance"),
+        k("cn004", "cabase", UnmanagedComponent, "none"),
+        k("cn004", "marlin-agent", UnmanagedComponent, "none"),
+        k("cn004", "net-agent", WrongImage, "upgrade"),
+        k("cn004", "net-agent", StaleCnapiReport, "post-live-report"),
+        k(
+            "cn005",
+            "vm-agent",
+            InstanceForUnsetupServer,
+            "delete-instance",
+        ),
+        k(
+            "-",
+            "firewaller",
+            InstanceForMissingServer,
+            "delete-instance",
+        ),
+        k(
+            "-",
+            "amon-agent",
+            InstanceForMissingServer,
+            "delete-instance",
+        ),
+    ];
+    // Datacenter-wide ones first; orphans by server UUID (none sorts first).
+    let mut sorted_expected = expected.clone();
+    sorted_expected.sort();
+    let mut sorted_got = got.clone();
+    sorted_got.sort();
+    assert_eq!(sorted_got, sorted_expected, "{got:#?}");
+    // Every kind appears in this scenario.
+    let kinds: BTreeSet<FindingKind> = findings.iter().map(|f| f.kind).collect();
+    assert_eq!(kinds.len(), FindingKind::ALL.len());
+    assert!(drift::has_drift(&findings));
+
+    golden("flows_check.txt", &drift::render(&findings, 6));
+
+    // The JSON kind strings are stable.
+    let json = serde_json::to_value(&findings).unwrap();
+    let kinds: BTreeSet<String> = json
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f["kind"].as_str().unwrap().to_string())
+        .collect();
+    let expected: BTreeSet<String> = [
+        "missing-install",
+        "wrong-image",
+        "installed-without-instance",
+        "instance-for-missing-server",
+        "instance-for-unsetup-server",
+        "instance-without-params",
+        "duplicate-instance",
+        "stale-cnapi-report",
+        "service-without-default-image",
+        "default-image-not-in-imgapi",
+        "unmanaged-component",
+    ]
+    .map(String::from)
+    .into();
+    assert_eq!(kinds, expected);
+    for k in FindingKind::ALL {
+        assert_eq!(serde_json::to_value(k).unwrap(), k.as_str());
+    }
+    let first = &json.as_array().unwrap()[0];
+    assert_eq!(first["kind"], "instance-for-missing-server");
+    assert_eq!(first["fix"]["action"], "delete-instance");
+}
+
+#[test]
+fn selection_limits_to_servers() {
+    let (dc, live) = drifted();
+    let cn2 = dc.server_named("cn002");
+    let only = BTreeSet::from([cn2]);
+    let (_, findings) = find(&dc, &live, Some(&only));
+    assert!(!findings.is_empty());
+    assert!(
+        findings.iter().all(|f| f.server == Some(cn2)),
+        "{findings:#?}"
+    );
+}
+
+#[test]
+fn server_steps_wait_for_running_servers_and_never_restart_marlin() {
+    let mut dc = ExampleDc::new(2);
+    let (cn1, cn2) = (dc.server_named("cn001"), dc.server_named("cn002"));
+    let newer = dc.publish("vm-agent", "1.1.0").uuid;
+    dc.sapi_merge_params(instance_uuid(cn1, "vm-agent"), instance_params(cn1, newer));
+    dc.set_status(cn1, "unknown");
+    // marlin-agent managed, installed, with a pending update.
+    dc.manage("marlin-agent");
+    dc.install(cn2, "marlin-agent", "1.0.0");
+    let m2 = dc.publish("marlin-agent", "2.0.0").uuid;
+    dc.sapi_merge_params(instance_uuid(cn2, "marlin-agent"), instance_params(cn2, m2));
+    // An instance naming an image IMGAPI does not have.
+    dc.sapi_merge_params(
+        instance_uuid(cn2, "cmon-agent"),
+        instance_params(cn2, image_uuid("cmon-agent", "7.0.0")),
+    );
+    let (_, findings) = find(&dc, &BTreeMap::new(), None);
+    let hint = |host: &str, c: &str| match findings
+        .iter()
+        .find(|f| f.hostname.as_deref() == Some(host) && f.component.as_deref() == Some(c))
+        .map(|f| &f.fix)
+    {
+        Some(Fix::Manual { hint }) => hint.clone(),
+        other => panic!("{host} {c}: {other:?}"),
+    };
+    assert!(hint("cn001", "vm-agent").contains("not running"));
+    assert!(hint("cn002", "marlin-agent").contains("aborts running work"));
+    assert!(hint("cn002", "cmon-agent").contains("not in the datacenter IMGAPI"));
+    let plan = repair::plan_repairs(
+        &dc.catalog,
+        &find(&dc, &BTreeMap::new(), None).0,
+        &BTreeMap::new(),
+        &findings,
+    );
+    assert!(plan.is_empty());
+    assert_eq!(plan.manual, 3);
+}
+
+/// Apply a repair plan to the example datacenter the way SAPI, CNAPI and
+/// the servers would.
+fn apply(
+    dc: &mut ExampleDc,
+    plan: &repair::RepairPlan,
+    live: &mut BTreeMap<ServerUuid, AgentsReport>,
+) {
+    for r in &plan.reports {
+        dc.servers.get_mut(&r.server).unwrap().agents = Some(r.agents.clone());
+    }
+    live.clear();
+    for r in &plan.sapi {
+        match r {
+            SapiRepair::Service(c) => dc.set_service_default(&c.component, Some(c.to.uuid)),
+            SapiRepair::Instance { server, change, .. } => match change {
+                IntentChange::CreateInstance {
+                    service,
+                    instance,
+                    image,
+                    ..
+                } => dc.sapi_put_instance(
+                    *instance,
+                    *service,
+                    Some(instance_params(server.unwrap(), *image)),
+                ),
+                IntentChange::UpdateInstance {
+                    instance, image, ..
+                } => {
+                    assert!(
+                        dc.sapi_merge_params(*instance, instance_params(server.unwrap(), *image))
+                    );
+                }
+                IntentChange::DeleteInstance { instance, .. } => {
+                    assert!(dc.sapi_delete_instance(*instance));
+                }
+                IntentChange::AdoptInstalled { .. } => panic!("not a SAPI-only repair"),
+            },
+        }
+    }
+    for (server, sp) in &plan.plan.servers {
+        for st in &sp.steps {
+            match &st.action {
+                Action::Install { to } => {
+                    // A fresh install makes a fresh instance UUID.
+                    let new = inst(&format!("new/{server}/{}", st.component));
+                    dc.set_installed(*server, &st.component, to.uuid, Some(new));
+                    assert!(sp.intent.iter().any(|c| matches!(c,
+                        IntentChange::AdoptInstalled { component, .. } if *component == st.component)));
+                    dc.sapi_put_instance(
+                        new,
+                        service_uuid(&st.component),
+                        Some(instance_params(*server, to.uuid)),
+                    );
+                }
+                Action::Upgrade { to, .. } => {
+                    let keep = dc.installed(*server, &st.component).and_then(|a| a.uuid);
+                    dc.set_installed(*server, &st.component, to.uuid, keep);
+                }
+                Action::Remove { .. } => panic!("repairs never remove"),
+            }
+        }
+    }
+    for r in &plan.replaced {
+        dc.sapi_delete_instance(r.instance);
+    }
+}
+
+#[test]
+fn repairs_converge() {
+    let (mut dc, mut live) = drifted();
+    let (survey, findings) = find(&dc, &live, None);
+    let plan = repair::plan_repairs(&dc.catalog, &survey, &live, &findings);
+    assert_eq!(plan.manual, 0, "{}", plan.render());
+    assert_eq!(plan.reports.len(), 1);
+    assert_eq!(plan.replaced.len(), 1);
+    // cmon-agent install on cn001, vm-agent on cn001 and net-agent on cn004.
+    assert_eq!(plan.plan.step_count(), 3, "{}", plan.render());
+    golden("flows_repairs.txt", &plan.render());
+
+    apply(&mut dc, &plan, &mut live);
+    let (_, after) = find(&dc, &live, None);
+    assert!(!drift::has_drift(&after), "{}", drift::render(&after, 6));
+    assert!(
+        after
+            .iter()
+            .all(|f| f.kind == FindingKind::UnmanagedComponent)
+    );
+}
