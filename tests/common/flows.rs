@@ -1,0 +1,174 @@
+//! Helpers for the flows tests: a small simulated datacenter, `check` and
+//! `check --fix` with settings fit for loopback, and SAPI shortcuts to make
+//! drift.
+
+#![allow(dead_code)]
+
+use std::time::Duration;
+
+use agentsadm::api::sapi::{CreateInstance, Instance, Update, UpdateAction, object};
+use agentsadm::flows::check::{
+    self, CheckConfig, CheckRequest, CheckRun, FixOutcome, RepairOptions,
+};
+use agentsadm::flows::drift::FindingKind;
+use agentsadm::ids::{InstanceUuid, ServerUuid, ServiceUuid};
+use agentsadm::orchestrate::execute::ExecOptions;
+use agentsadm::orchestrate::report::NullReporter;
+use agentsadm::orchestrate::transport::CnapiTransportConfig;
+use agentsadm::sim::{SimConfig, SimDc};
+
+/// Headnode, cn0001, cn0002 set up; cn0003 not set up.
+pub async fn small_dc() -> SimDc {
+    SimDc::start(SimConfig::default().servers(3).not_setup(["cn0003"]))
+        .await
+        .expect("simulator starts")
+}
+
+pub fn server(dc: &SimDc, hostname: &str) -> ServerUuid {
+    dc.server(hostname)
+        .unwrap_or_else(|| panic!("no server {hostname}"))
+        .uuid
+}
+
+pub async fn check(dc: &SimDc, live: bool) -> CheckRun {
+    check::check(
+        &dc.apis(),
+        dc.catalog(),
+        &CheckRequest {
+            servers: Vec::new(),
+            live,
+        },
+        &CheckConfig::default(),
+    )
+    .await
+    .expect("check runs")
+}
+
+pub fn transport() -> CnapiTransportConfig {
+    CnapiTransportConfig {
+        wait_chunk: Duration::from_secs(5),
+        execute_timeout: Duration::from_secs(60),
+        confirm_poll: (Duration::from_millis(20), Duration::from_millis(200)),
+        confirm_grace_after_failure: Duration::from_secs(2),
+        ..Default::default()
+    }
+}
+
+pub fn exec_options() -> ExecOptions {
+    ExecOptions {
+        task_timeout: Duration::from_secs(60),
+        tick: Duration::from_millis(100),
+        ..Default::default()
+    }
+}
+
+/// `check --fix -y` through the library.
+pub async fn fix(dc: &SimDc, run: &CheckRun) -> FixOutcome {
+    let plan = run.repair_plan(dc.catalog());
+    let request = CheckRequest {
+        servers: Vec::new(),
+        live: run.live_requested,
+    };
+    check::fix(
+        &dc.apis(),
+        dc.catalog(),
+        &request,
+        &CheckConfig::default(),
+        &plan,
+        RepairOptions {
+            exec: &exec_options(),
+            transport: &transport(),
+            reporter: &NullReporter,
+        },
+        std::future::pending(),
+    )
+    .await
+    .expect("fix runs")
+}
+
+/// The drift findings (not informational) as (hostname or "-", component, kind).
+pub fn drift(run: &CheckRun) -> Vec<(String, String, FindingKind)> {
+    run.findings
+        .iter()
+        .filter(|f| !f.informational)
+        .map(|f| {
+            (
+                f.hostname.clone().unwrap_or_else(|| "-".into()),
+                f.component.clone().unwrap_or_default(),
+                f.kind,
+            )
+        })
+        .collect()
+}
+
+pub fn one(host: &str, component: &str, kind: FindingKind) -> Vec<(String, String, FindingKind)> {
+    vec![(host.to_string(), component.to_string(), kind)]
+}
+
+/// The SAPI instance of a component on a server (by params.server_uuid).
+pub async fn instance_of(dc: &SimDc, server: ServerUuid, component: &str) -> Option<Instance> {
+    let apis = dc.apis();
+    let svc = service(dc, component).await;
+    apis.sapi
+        .list_agent_instances()
+        .await
+        .unwrap()
+        .into_iter()
+        .find(|i| i.service_uuid == svc && i.server_uuid() == Some(server))
+}
+
+pub async fn service(dc: &SimDc, component: &str) -> ServiceUuid {
+    dc.apis()
+        .sapi
+        .list_agent_services()
+        .await
+        .unwrap()
+        .into_iter()
+        .find(|s| s.name == component)
+        .unwrap_or_else(|| panic!("no service {component}"))
+        .uuid
+}
+
+/// Create an agent instance with these params (or none).
+pub async fn put_instance(
+    dc: &SimDc,
+    uuid: InstanceUuid,
+    component: &str,
+    params: Option<serde_json::Map<String, serde_json::Value>>,
+) {
+    let svc = service(dc, component).await;
+    dc.apis()
+        .sapi
+        .create_instance(&CreateInstance {
+            uuid: Some(uuid),
+            service_uuid: Some(svc),
+            params,
+            ..Default::default()
+        })
+        .await
+        .expect("create instance");
+}
+
+/// Remove params keys from a service.
+pub async fn delete_service_param(dc: &SimDc, component: &str, key: &str) {
+    let svc = service(dc, component).await;
+    let update = Update {
+        action: Some(UpdateAction::Delete),
+        params: Some(object([(key, "")])),
+        metadata: None,
+    };
+    dc.apis()
+        .sapi
+        .update_service(svc, &update)
+        .await
+        .expect("update service");
+}
+
+/// Assert a check finds nothing but informational findings.
+pub fn assert_clean(run: &CheckRun) {
+    assert!(
+        !run.has_drift() && run.warnings.is_empty(),
+        "expected no drift:\n{}",
+        run.render()
+    );
+}

@@ -1,0 +1,441 @@
+//! `agentsadm check` and `check --fix` against the simulated datacenter:
+//! for each finding kind, make the drift through the APIs, find it, fix it,
+//! and check again (nothing left). Plus the command line's exit statuses
+//! and its `--json` document.
+
+#[path = "common/flows.rs"]
+mod flows_common;
+
+use std::process::Command;
+use std::time::Duration;
+
+use agentsadm::api::cnapi::AgentEntry;
+use agentsadm::api::sapi::{Update, object};
+use agentsadm::flows::drift::{FindingKind, Fix};
+use agentsadm::ids::{ImageUuid, InstanceUuid, ServerUuid};
+use agentsadm::orchestrate::store::instance_params;
+use agentsadm::sim::{BuildOptions, PublishTarget};
+
+use flows_common::*;
+
+/// Find exactly `expected`, fix it, and find nothing after.
+async fn find_fix_recheck(
+    dc: &agentsadm::sim::SimDc,
+    live: bool,
+    expected: Vec<(String, String, FindingKind)>,
+) -> agentsadm::flows::check::FixOutcome {
+    let run = check(dc, live).await;
+    assert_eq!(drift(&run), expected, "{}", run.render());
+    assert_eq!(run.exit_status(), 2);
+    let plan = run.repair_plan(dc.catalog());
+    assert!(!plan.is_empty(), "{}", plan.render());
+    assert_eq!(plan.manual, 0, "{}", plan.render());
+    let outcome = fix(dc, &run).await;
+    assert!(
+        !outcome.repairs.failed(),
+        "repairs failed: {:?}",
+        outcome.repairs
+    );
+    assert_clean(&outcome.after);
+    assert_eq!(outcome.exit_status(), 0);
+    // A second, independent check agrees.
+    assert_clean(&check(dc, live).await);
+    outcome
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fresh_datacenter_is_clean_also_live() {
+    let dc = small_dc().await;
+    let run = check(&dc, false).await;
+    assert_clean(&run);
+    assert_eq!(run.servers_checked, 4);
+    assert_eq!(run.exit_status(), 0);
+    let live = check(&dc, true).await;
+    assert_clean(&live);
+    // The headnode and the two set-up compute nodes were asked.
+    assert_eq!(live.live.len(), 3);
+    assert!(live.repair_plan(dc.catalog()).is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn missing_install() {
+    let dc = small_dc().await;
+    let cn = server(&dc, "cn0001");
+    let old = instance_of(&dc, cn, "cmon-agent").await.unwrap().uuid;
+    // cn-agent's agents_uninstall task: the component goes, SAPI keeps the
+    // instance (as the real one does).
+    let apis = dc.apis();
+    let task = apis
+        .cnapi
+        .uninstall_agents(cn, &["cmon-agent".to_string()])
+        .await
+        .unwrap();
+    apis.cnapi
+        .wait_task_done(task, Duration::from_secs(30))
+        .await
+        .unwrap();
+    let outcome = find_fix_recheck(
+        &dc,
+        false,
+        one("cn0001", "cmon-agent", FindingKind::MissingInstall),
+    )
+    .await;
+    assert_eq!(outcome.repairs.replaced_deleted, 1);
+    // Installed again, with one instance (the new one) in SAPI.
+    let now = dc
+        .server_agents(cn)
+        .into_iter()
+        .find(|a| a.name == "cmon-agent")
+        .expect("cmon-agent reported again");
+    let inst = instance_of(&dc, cn, "cmon-agent").await.unwrap();
+    assert_eq!(now.uuid, Some(inst.uuid));
+    assert_ne!(inst.uuid, old);
+    assert!(apis.sapi.get_instance(old).await.is_err());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn wrong_image() {
+    let dc = small_dc().await;
+    let cn = server(&dc, "cn0002");
+    let newer = dc
+        .publish_component("vm-agent", &BuildOptions::new("1.1.0"), PublishTarget::Dc)
+        .unwrap()
+        .uuid;
+    let inst = instance_of(&dc, cn, "vm-agent").await.unwrap().uuid;
+    dc.apis()
+        .sapi
+        .update_instance(inst, &Update::params(instance_params(cn, newer)))
+        .await
+        .unwrap();
+    let run = check(&dc, false).await;
+    let f = run
+        .findings
+        .iter()
+        .find(|f| f.kind == FindingKind::WrongImage)
+        .unwrap();
+    assert!(matches!(&f.fix, Fix::Upgrade { image, .. } if image.uuid == newer));
+    find_fix_recheck(
+        &dc,
+        false,
+        one("cn0002", "vm-agent", FindingKind::WrongImage),
+    )
+    .await;
+    let now = dc
+        .server_agents(cn)
+        .into_iter()
+        .find(|a| a.name == "vm-agent")
+        .unwrap();
+    assert_eq!(now.image_uuid, Some(newer));
+    assert_eq!(now.uuid, Some(inst), "an upgrade keeps the instance");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn installed_without_instance() {
+    let dc = small_dc().await;
+    let cn = server(&dc, "cn0001");
+    let inst = instance_of(&dc, cn, "smartlogin").await.unwrap().uuid;
+    dc.apis().sapi.delete_instance(inst).await.unwrap();
+    find_fix_recheck(
+        &dc,
+        false,
+        one(
+            "cn0001",
+            "smartlogin",
+            FindingKind::InstalledWithoutInstance,
+        ),
+    )
+    .await;
+    let back = instance_of(&dc, cn, "smartlogin").await.unwrap();
+    assert_eq!(back.uuid, inst, "the UUID the server keeps is adopted");
+    assert!(back.image_uuid().is_some());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn instance_without_params() {
+    let dc = small_dc().await;
+    let cn = server(&dc, "cn0002");
+    let inst = instance_of(&dc, cn, "net-agent").await.unwrap().uuid;
+    // What the agents' own postinstall scripts create: no params.
+    dc.apis().sapi.delete_instance(inst).await.unwrap();
+    put_instance(&dc, inst, "net-agent", None).await;
+    find_fix_recheck(
+        &dc,
+        false,
+        one("cn0002", "net-agent", FindingKind::InstanceWithoutParams),
+    )
+    .await;
+    let fixed = dc.apis().sapi.get_instance(inst).await.unwrap();
+    assert_eq!(fixed.server_uuid(), Some(cn));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn duplicate_instance() {
+    let dc = small_dc().await;
+    let hn = dc.headnode().uuid;
+    let image = dc.default_image("vm-agent").unwrap();
+    let extra = InstanceUuid::new_v4();
+    put_instance(&dc, extra, "vm-agent", Some(instance_params(hn, image))).await;
+    find_fix_recheck(
+        &dc,
+        false,
+        one("headnode", "vm-agent", FindingKind::DuplicateInstance),
+    )
+    .await;
+    assert!(dc.apis().sapi.get_instance(extra).await.is_err());
+    assert!(instance_of(&dc, hn, "vm-agent").await.is_some());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn instances_for_missing_and_unsetup_servers() {
+    let dc = small_dc().await;
+    let image = dc.default_image("firewaller").unwrap();
+    let gone = ServerUuid::new_v4();
+    let (a, b, c) = (
+        InstanceUuid::new_v4(),
+        InstanceUuid::new_v4(),
+        InstanceUuid::new_v4(),
+    );
+    put_instance(&dc, a, "firewaller", Some(instance_params(gone, image))).await;
+    // A legacy instance no server reports.
+    put_instance(&dc, b, "amon-agent", None).await;
+    // cn0003 was never set up.
+    let cn3 = server(&dc, "cn0003");
+    put_instance(&dc, c, "firewaller", Some(instance_params(cn3, image))).await;
+    let run = check(&dc, false).await;
+    let mut got = drift(&run);
+    got.sort();
+    let mut expected = vec![
+        (
+            "-".to_string(),
+            "firewaller".to_string(),
+            FindingKind::InstanceForMissingServer,
+        ),
+        (
+            "-".to_string(),
+            "amon-agent".to_string(),
+            FindingKind::InstanceForMissingServer,
+        ),
+        (
+            "cn0003".to_string(),
+            "firewaller".to_string(),
+            FindingKind::InstanceForUnsetupServer,
+        ),
+    ];
+    expected.sort();
+    assert_eq!(got, expected, "{}", run.render());
+    let outcome = fix(&dc, &run).await;
+    assert!(!outcome.repairs.failed(), "{:?}", outcome.repairs);
+    assert_eq!(outcome.repairs.sapi_done, 3);
+    assert_clean(&outcome.after);
+    assert_clean(&check(&dc, false).await);
+    for i in [a, b, c] {
+        assert!(dc.apis().sapi.get_instance(i).await.is_err());
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stale_cnapi_report() {
+    let dc = small_dc().await;
+    let cn = server(&dc, "cn0001");
+    let before = dc.server_agents(cn);
+    // CNAPI loses one entry and has a wrong image for another.
+    let mut stale: Vec<AgentEntry> = before
+        .iter()
+        .filter(|a| a.name != "hagfish-watcher")
+        .cloned()
+        .collect();
+    for a in stale.iter_mut().filter(|a| a.name == "amon-relay") {
+        a.image_uuid = Some(ImageUuid::new_v4());
+        a.version = "0.9.0".into();
+    }
+    dc.apis()
+        .cnapi
+        .update_server_agents(cn, &stale)
+        .await
+        .unwrap();
+    // Without --live, CNAPI is trusted: hagfish-watcher looks missing and
+    // amon-relay looks wrong. With --live the server's own report wins and
+    // only the stale report is drift.
+    let plain = check(&dc, false).await;
+    assert!(plain.has_drift());
+    let mut expected = vec![
+        (
+            "cn0001".to_string(),
+            "amon-relay".to_string(),
+            FindingKind::StaleCnapiReport,
+        ),
+        (
+            "cn0001".to_string(),
+            "hagfish-watcher".to_string(),
+            FindingKind::StaleCnapiReport,
+        ),
+    ];
+    expected.sort();
+    let outcome = find_fix_recheck(&dc, true, expected).await;
+    assert_eq!(outcome.repairs.reports_posted, 1);
+    let mut after = dc.server_agents(cn);
+    let mut want = before.clone();
+    after.sort();
+    want.sort();
+    assert_eq!(after, want);
+    assert_clean(&check(&dc, false).await);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn service_defaults() {
+    let dc = small_dc().await;
+    let installed = dc.default_image("cmon-agent").unwrap();
+    delete_service_param(&dc, "cmon-agent", "image_uuid").await;
+    let svc = service(&dc, "net-agent").await;
+    dc.apis()
+        .sapi
+        .update_service(
+            svc,
+            &Update::params(object([("image_uuid", ImageUuid::new_v4().to_string())])),
+        )
+        .await
+        .unwrap();
+    let mut expected = vec![
+        (
+            "-".to_string(),
+            "cmon-agent".to_string(),
+            FindingKind::ServiceWithoutDefaultImage,
+        ),
+        (
+            "-".to_string(),
+            "net-agent".to_string(),
+            FindingKind::DefaultImageNotInImgapi,
+        ),
+    ];
+    expected.sort();
+    let run = check(&dc, false).await;
+    let mut got = drift(&run);
+    got.sort();
+    assert_eq!(got, expected, "{}", run.render());
+    let outcome = fix(&dc, &run).await;
+    assert!(!outcome.repairs.failed(), "{:?}", outcome.repairs);
+    assert_clean(&outcome.after);
+    // The headnode's image became the default again.
+    assert_eq!(dc.default_image("cmon-agent"), Some(installed));
+    assert!(dc.default_image("net-agent").is_some());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unmanaged_components_are_informational() {
+    let dc = small_dc().await;
+    let cn = server(&dc, "cn0002");
+    let mut agents = dc.server_agents(cn);
+    agents.push(AgentEntry {
+        name: "cabase".into(),
+        version: "1.0.3".into(),
+        image_uuid: None,
+        uuid: None,
+    });
+    dc.apis()
+        .cnapi
+        .update_server_agents(cn, &agents)
+        .await
+        .unwrap();
+    let run = check(&dc, false).await;
+    assert_eq!(drift(&run), vec![]);
+    let f: Vec<_> = run
+        .findings
+        .iter()
+        .map(|f| (f.kind, f.component.clone().unwrap_or_default()))
+        .collect();
+    assert_eq!(
+        f,
+        vec![(FindingKind::UnmanagedComponent, "cabase".to_string())]
+    );
+    assert_eq!(run.exit_status(), 0);
+    assert!(run.repair_plan(dc.catalog()).is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn many_kinds_at_once_converge_in_one_fix() {
+    let dc = small_dc().await;
+    let (cn1, cn2) = (server(&dc, "cn0001"), server(&dc, "cn0002"));
+    let apis = dc.apis();
+    let task = apis
+        .cnapi
+        .uninstall_agents(cn2, &["firewaller".to_string()])
+        .await
+        .unwrap();
+    apis.cnapi
+        .wait_task_done(task, Duration::from_secs(30))
+        .await
+        .unwrap();
+    let inst = instance_of(&dc, cn1, "vm-agent").await.unwrap().uuid;
+    apis.sapi.delete_instance(inst).await.unwrap();
+    put_instance(&dc, InstanceUuid::new_v4(), "cmon-agent", None).await;
+    delete_service_param(&dc, "amon-agent", "image_uuid").await;
+    let run = check(&dc, true).await;
+    assert_eq!(drift(&run).len(), 4, "{}", run.render());
+    let outcome = fix(&dc, &run).await;
+    assert!(!outcome.repairs.failed(), "{:?}", outcome.repairs);
+    assert_clean(&outcome.after);
+    assert_clean(&check(&dc, true).await);
+}
+
+fn cli(dc: &agentsadm::sim::SimDc, args: &[&str]) -> std::process::Output {
+    let urls = dc.urls();
+    Command::new(env!("CARGO_BIN_EXE_agentsadm"))
+        .args(args)
+        .env("SAPI_URL", &urls.sapi)
+        .env("CNAPI_URL", &urls.cnapi)
+        .env("IMGAPI_URL", &urls.imgapi)
+        .env("AGENTSADM_NO_PROGRESS", "1")
+        .output()
+        .expect("agentsadm runs")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn command_line_exit_statuses_and_json() {
+    let dc = small_dc().await;
+    // Clean: 0.
+    let out = tokio::task::block_in_place(|| cli(&dc, &["check"]));
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    assert!(String::from_utf8_lossy(&out.stdout).contains("No drift found"));
+
+    // Drift: 2, with stable kinds in --json.
+    let cn = server(&dc, "cn0001");
+    let inst = instance_of(&dc, cn, "smartlogin").await.unwrap().uuid;
+    dc.apis().sapi.delete_instance(inst).await.unwrap();
+    let out = tokio::task::block_in_place(|| cli(&dc, &["check", "--json"]));
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(doc["findings"][0]["kind"], "installed-without-instance");
+    assert_eq!(doc["findings"][0]["fix"]["action"], "adopt-instance");
+    assert_eq!(doc["exit_status"], 2);
+
+    // --fix without -y and without a terminal: refused, nothing changed.
+    let before = dc.mutation_count();
+    let out = tokio::task::block_in_place(|| cli(&dc, &["check", "--fix"]));
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("-y"));
+    assert_eq!(dc.mutation_count(), before);
+
+    // Bad input: 1.
+    let out = tokio::task::block_in_place(|| cli(&dc, &["check", "-s", "nosuchhost"]));
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("nosuchhost"));
+
+    // --fix -y: repaired, 0; a second check: 0.
+    let out = tokio::task::block_in_place(|| cli(&dc, &["check", "--fix", "-y", "--json"]));
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(doc["executed"], true);
+    assert_eq!(doc["after"]["findings"], serde_json::json!([]));
+    let out = tokio::task::block_in_place(|| cli(&dc, &["check", "--live"]));
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+
+    // APIs down: 1.
+    let out = Command::new(env!("CARGO_BIN_EXE_agentsadm"))
+        .args(["check"])
+        .env("SAPI_URL", "http://127.0.0.1:9")
+        .env("CNAPI_URL", "http://127.0.0.1:9")
+        .env("IMGAPI_URL", "http://127.0.0.1:9")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+}
