@@ -1,0 +1,319 @@
+//! `agentsadm server delete|factory-reset` against the simulated
+//! datacenter: no `type=agent` instance of the server is left (found by
+//! params and by `server.agents`), other servers are untouched, a factory
+//! reset that CNAPI would refuse deletes nothing, a run that failed half
+//! way finishes when run again, and a re-run after the CNAPI record is gone
+//! still cleans SAPI.
+
+#[path = "common/flows.rs"]
+mod flows_common;
+
+use std::collections::BTreeMap;
+use std::process::Command;
+use std::time::Duration;
+
+use agentsadm::api::sapi::Instance;
+use agentsadm::flows::cleanup::{self, CleanupError, CnapiOutcome, InstanceStatus, ServerAction};
+use agentsadm::ids::{InstanceUuid, ServerUuid};
+use agentsadm::orchestrate::store::instance_params;
+use agentsadm::sim::{SimApi, SimConfig, SimDc};
+
+use flows_common::*;
+
+async fn dc_with_vms() -> SimDc {
+    SimDc::start(SimConfig::default().servers(3).with_vms("cn0003", 2))
+        .await
+        .expect("simulator starts")
+}
+
+/// Every agent instance, keyed by the server its params name (legacy ones
+/// under the nil UUID).
+async fn instances_by_server(dc: &SimDc) -> BTreeMap<ServerUuid, Vec<Instance>> {
+    let mut out: BTreeMap<ServerUuid, Vec<Instance>> = BTreeMap::new();
+    for i in dc.apis().sapi.list_agent_instances().await.unwrap() {
+        out.entry(i.server_uuid().unwrap_or(ServerUuid::from_u128(0)))
+            .or_default()
+            .push(i);
+    }
+    for v in out.values_mut() {
+        v.sort_by_key(|i| i.uuid);
+    }
+    out
+}
+
+/// Make one of the server's instances legacy (no params), as the agents'
+/// postinstall scripts create them; return its UUID.
+async fn make_legacy(dc: &SimDc, server: ServerUuid, component: &str) -> InstanceUuid {
+    let inst = instance_of(dc, server, component).await.unwrap().uuid;
+    dc.apis().sapi.delete_instance(inst).await.unwrap();
+    put_instance(dc, inst, component, None).await;
+    inst
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn delete_removes_every_instance_of_the_server_only() {
+    let dc = small_dc().await;
+    let cn = server(&dc, "cn0001");
+    let legacy = make_legacy(&dc, cn, "vm-agent").await;
+    let before = instances_by_server(&dc).await;
+    let own = before[&cn].len();
+    assert!(own > 5);
+
+    let plan = cleanup::prepare(&dc.apis(), ServerAction::Delete, "cn0001")
+        .await
+        .unwrap();
+    assert_eq!(plan.server, cn);
+    // Params-linked plus the legacy one found through server.agents.
+    assert_eq!(plan.instances.len(), own + 1);
+    let l = plan.instances.iter().find(|i| i.uuid == legacy).unwrap();
+    assert_eq!(l.via, vec!["server.agents"]);
+
+    let report = cleanup::execute(&dc.apis(), &plan).await;
+    assert_eq!(report.exit_status(), 0, "{report:?}");
+    assert_eq!(report.cnapi, CnapiOutcome::Deleted);
+    assert!(dc.record(cn).is_none());
+
+    let after = instances_by_server(&dc).await;
+    assert!(!after.contains_key(&cn));
+    assert!(dc.apis().sapi.get_instance(legacy).await.is_err());
+    // Nobody else lost anything.
+    let mut others = before.clone();
+    others.remove(&cn);
+    let legacy_bucket = ServerUuid::from_u128(0);
+    if let Some(v) = others.get_mut(&legacy_bucket) {
+        v.retain(|i| i.uuid != legacy);
+        if v.is_empty() {
+            others.remove(&legacy_bucket);
+        }
+    }
+    assert_eq!(after, others);
+    // And a drift check finds nothing left behind.
+    assert_clean(&check(&dc, false).await);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_partial_failure_finishes_on_the_next_run() {
+    let dc = small_dc().await;
+    let cn = server(&dc, "cn0002");
+    let plan = cleanup::prepare(&dc.apis(), ServerAction::Delete, &cn.to_string())
+        .await
+        .unwrap();
+    let n = plan.instances.len();
+    // An earlier run got through a few before failing.
+    for i in plan.instances.iter().take(3) {
+        dc.apis().sapi.delete_instance(i.uuid).await.unwrap();
+    }
+    // SAPI fails every request now (more than the client retries).
+    dc.faults().burst(SimApi::Sapi, 10_000, 503);
+    let report = cleanup::execute(&dc.apis(), &plan).await;
+    assert_eq!(report.exit_status(), 2);
+    assert!(matches!(report.cnapi, CnapiOutcome::NotRun { .. }));
+    assert!(
+        dc.record(cn).is_some(),
+        "CNAPI is not called before SAPI is clean"
+    );
+    assert!(
+        report
+            .instances
+            .iter()
+            .any(|i| i.status == InstanceStatus::Failed)
+    );
+    dc.faults().clear();
+
+    // Re-run: the rest goes, then CNAPI.
+    let plan = cleanup::prepare(&dc.apis(), ServerAction::Delete, "cn0002")
+        .await
+        .unwrap();
+    assert_eq!(plan.instances.len(), n - 3);
+    let report = cleanup::execute(&dc.apis(), &plan).await;
+    assert_eq!(report.exit_status(), 0, "{report:?}");
+    assert!(dc.record(cn).is_none());
+    assert!(!instances_by_server(&dc).await.contains_key(&cn));
+
+    // Once more: nothing in CNAPI, nothing in SAPI: an unknown server.
+    let err = cleanup::prepare(&dc.apis(), ServerAction::Delete, &cn.to_string())
+        .await
+        .unwrap_err();
+    assert!(matches!(err, CleanupError::UnknownServer { .. }), "{err}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn delete_after_the_cnapi_record_is_gone_cleans_sapi() {
+    let dc = small_dc().await;
+    let cn = server(&dc, "cn0001");
+    let own = instances_by_server(&dc).await[&cn].len();
+    // `sdc-server delete`: CNAPI only (TRITON-416).
+    dc.apis().cnapi.delete_server(cn).await.unwrap();
+    let plan = cleanup::prepare(&dc.apis(), ServerAction::Delete, &cn.to_string())
+        .await
+        .unwrap();
+    assert!(!plan.in_cnapi);
+    assert_eq!(plan.instances.len(), own);
+    let report = cleanup::execute(&dc.apis(), &plan).await;
+    assert_eq!(report.cnapi, CnapiOutcome::AlreadyGone);
+    assert_eq!(report.exit_status(), 0);
+    assert!(!instances_by_server(&dc).await.contains_key(&cn));
+    // A hostname CNAPI no longer knows cannot be resolved.
+    let err = cleanup::prepare(&dc.apis(), ServerAction::Delete, "cn0001")
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("unknown server cn0001"), "{err}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn factory_reset_cleans_up_and_resets() {
+    let dc = dc_with_vms().await;
+    let cn = server(&dc, "cn0001");
+    let other = server(&dc, "cn0002");
+    let legacy = make_legacy(&dc, cn, "smartlogin").await;
+    let before = instances_by_server(&dc).await;
+    let plan = cleanup::prepare(&dc.apis(), ServerAction::FactoryReset, "cn0001")
+        .await
+        .unwrap();
+    let report = cleanup::execute(&dc.apis(), &plan).await;
+    assert_eq!(report.exit_status(), 0, "{report:?}");
+    assert!(matches!(
+        report.cnapi,
+        CnapiOutcome::ResetStarted {
+            agents_cleared: true,
+            ..
+        }
+    ));
+    let after = instances_by_server(&dc).await;
+    assert!(!after.contains_key(&cn));
+    assert!(dc.apis().sapi.get_instance(legacy).await.is_err());
+    assert_eq!(after.get(&other), before.get(&other));
+    assert!(dc.server_agents(cn).is_empty());
+    // The reset job finishes: the record stays, not set up.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while dc.record(cn).is_some_and(|r| r.setup) {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "reset never finished"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(dc.record(cn).is_some());
+    assert_clean(&check(&dc, false).await);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn factory_reset_with_vms_is_refused_without_deleting_anything() {
+    let dc = dc_with_vms().await;
+    let cn = server(&dc, "cn0003");
+    let before = dc.mutation_count();
+    let err = cleanup::prepare(&dc.apis(), ServerAction::FactoryReset, "cn0003")
+        .await
+        .unwrap_err();
+    assert!(matches!(err, CleanupError::HasVms { vms: 2, .. }), "{err}");
+    assert!(err.to_string().contains("nothing was changed"));
+    assert_eq!(dc.mutation_count(), before);
+    assert!(instances_by_server(&dc).await.contains_key(&cn));
+
+    // VMs that appear between the plan and the reset: CNAPI's 409 with a
+    // bare string body is reported as CNAPI said it.
+    let cn1 = server(&dc, "cn0001");
+    let plan = cleanup::prepare(&dc.apis(), ServerAction::FactoryReset, "cn0001")
+        .await
+        .unwrap();
+    dc.add_vms(cn1, 1);
+    let report = cleanup::execute(&dc.apis(), &plan).await;
+    assert_eq!(report.exit_status(), 2);
+    match &report.cnapi {
+        CnapiOutcome::Failed { message } => {
+            assert!(
+                message.contains("may not be reset because it has 1 vms"),
+                "{message}"
+            );
+        }
+        other => panic!("{other:?}"),
+    }
+    assert!(dc.record(cn1).is_some_and(|r| r.setup));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn refusals_for_the_headnode_and_servers_that_are_down() {
+    let dc = small_dc().await;
+    let err = cleanup::prepare(&dc.apis(), ServerAction::Delete, "headnode")
+        .await
+        .unwrap_err();
+    assert!(matches!(err, CleanupError::Headnode { .. }), "{err}");
+    let cn = server(&dc, "cn0002");
+    dc.set_running(cn, false);
+    let err = cleanup::prepare(&dc.apis(), ServerAction::FactoryReset, "cn0002")
+        .await
+        .unwrap_err();
+    assert!(matches!(err, CleanupError::NotRunning { .. }), "{err}");
+    // Deleting a server that is down is fine (its record goes).
+    assert!(
+        cleanup::prepare(&dc.apis(), ServerAction::Delete, "cn0002")
+            .await
+            .is_ok()
+    );
+}
+
+fn cli(dc: &SimDc, args: &[&str]) -> std::process::Output {
+    let urls = dc.urls();
+    Command::new(env!("CARGO_BIN_EXE_agentsadm"))
+        .args(args)
+        .env("SAPI_URL", &urls.sapi)
+        .env("CNAPI_URL", &urls.cnapi)
+        .env("IMGAPI_URL", &urls.imgapi)
+        .output()
+        .expect("agentsadm runs")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn command_line() {
+    let dc = dc_with_vms().await;
+    let cn = server(&dc, "cn0001");
+    // Unknown server: 1, nothing changed.
+    let before = dc.mutation_count();
+    let out = tokio::task::block_in_place(|| cli(&dc, &["server", "delete", "nosuchhost", "-y"]));
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("unknown server nosuchhost"));
+    // VMs: refused, 1, nothing changed.
+    let out =
+        tokio::task::block_in_place(|| cli(&dc, &["server", "factory-reset", "cn0003", "-y"]));
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("2 VMs"));
+    // Without -y and no terminal: refused.
+    let out = tokio::task::block_in_place(|| cli(&dc, &["server", "delete", "cn0001"]));
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    assert!(String::from_utf8_lossy(&out.stdout).contains("SAPI instance"));
+    assert_eq!(dc.mutation_count(), before);
+    // Dry run.
+    let out =
+        tokio::task::block_in_place(|| cli(&dc, &["server", "delete", "cn0001", "-n", "--json"]));
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(doc["executed"], false);
+    assert_eq!(dc.mutation_count(), before);
+    // Delete for real, by hostname, --json.
+    let out =
+        tokio::task::block_in_place(|| cli(&dc, &["server", "delete", "cn0001", "-y", "--json"]));
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(doc["result"]["cnapi"]["status"], "deleted");
+    assert!(doc["plan"]["instances"].as_array().unwrap().len() > 5);
+    assert!(dc.record(cn).is_none());
+    // Re-run by UUID: nothing left anywhere: 1 with a clear message.
+    let out =
+        tokio::task::block_in_place(|| cli(&dc, &["server", "delete", &cn.to_string(), "-y"]));
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("unknown server"));
+    // A leftover the CNAPI delete left behind is still cleaned by UUID.
+    let image = dc.default_image("vm-agent").unwrap();
+    put_instance(
+        &dc,
+        InstanceUuid::new_v4(),
+        "vm-agent",
+        Some(instance_params(cn, image)),
+    )
+    .await;
+    let out =
+        tokio::task::block_in_place(|| cli(&dc, &["server", "delete", &cn.to_string(), "-y"]));
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    assert!(String::from_utf8_lossy(&out.stdout).contains("CNAPI no longer has"));
+    assert!(!instances_by_server(&dc).await.contains_key(&cn));
+}
