@@ -1,10 +1,13 @@
-//! Flow commands: `check` (drift, `--fix`) and `server delete|factory-reset`.
+//! Flow commands: `check` (drift, `--fix`), `server delete|factory-reset`,
+//! `adopt --local` (headnode setup) and `installer ...` (the helpers the
+//! scripts in `installer/` call).
 //!
-//! Both print their plan, ask (or take `-y`), take the datacenter lock and
+//! check and server print their plan, ask (or take `-y`), take the datacenter lock and
 //! carry it out. `--json` prints one document. Exit status: 0 clean / done,
 //! 1 nothing done (bad input, API down, refused, declined), 2 drift remains
 //! or some repair / deletion failed (re-run to finish).
 
+use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
@@ -14,8 +17,13 @@ use serde_json::json;
 
 use super::orch::{ServersArg, confirm, stdin_is_terminal, take_lock};
 use super::{CmdResult, GlobalOpts};
+use crate::api::SapiClient;
 use crate::flows::check::{self, CheckConfig, CheckRequest, RepairOptions};
 use crate::flows::cleanup::{self, ServerAction};
+use crate::flows::setup_state::SetupState;
+use crate::flows::{headnode, usbkey};
+use crate::gz::session::GzSettings;
+use crate::ids::ImageUuid;
 use crate::orchestrate::execute::{DEFAULT_CONCURRENCY, ExecOptions};
 use crate::orchestrate::lock::{DcLock, LockOptions, SapiLockStore};
 use crate::orchestrate::progress::{CliProgress, ProgressMode};
@@ -268,6 +276,205 @@ pub async fn run_server(g: &GlobalOpts, a: ServerArgs) -> CmdResult {
                 out.line(line);
             }
         }
+    }
+    Ok(exit(status))
+}
+
+#[derive(Args, Debug)]
+pub struct InstallerArgs {
+    #[command(subcommand)]
+    pub command: InstallerCommand,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum InstallerCommand {
+    /// Build (or add to) the USB key's per-component image directory:
+    /// `<DIR>/<name>/<uuid>.{manifest,file}` and `<DIR>/index.json`.
+    Build {
+        /// The directory (e.g. the stage's `extra/agents`).
+        #[arg(long, value_name = "DIR")]
+        out: PathBuf,
+        /// Make this image its component's default (repeatable); otherwise
+        /// the newest image of each component is.
+        #[arg(long = "default", value_name = "UUID")]
+        defaults: Vec<ImageUuid>,
+        /// Also copy this agentsshar in and point `latest` at it, for old
+        /// tooling that still reads `/usbkey/extra/agents/latest`.
+        #[arg(long, value_name = "FILE")]
+        shar: Option<PathBuf>,
+        /// Image files (each with its `.manifest` next to it) or manifests.
+        #[arg(value_name = "IMAGE")]
+        images: Vec<PathBuf>,
+    },
+    /// Import the directory's default images (every image with --all) into
+    /// the datacenter IMGAPI (headnode setup, once IMGAPI runs).
+    Import {
+        #[arg(value_name = "DIR")]
+        dir: PathBuf,
+        #[arg(long)]
+        all: bool,
+    },
+    /// Read or update `/var/lib/setup.json` under a GZ root.
+    State {
+        /// The global zone root.
+        #[arg(long, value_name = "DIR", default_value = "/")]
+        root: PathBuf,
+        #[command(subcommand)]
+        command: StateCommand,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+pub enum StateCommand {
+    /// Record states as seen (and the last one as current).
+    Add {
+        #[arg(required = true, value_name = "STATE")]
+        states: Vec<String>,
+    },
+    /// Set `complete: true`.
+    Complete,
+    /// Exit 0 if the state was seen, 1 if not.
+    Has {
+        #[arg(value_name = "STATE")]
+        state: String,
+    },
+    /// Print the setup state.
+    Show,
+}
+
+pub async fn run_installer(g: &GlobalOpts, a: InstallerArgs) -> CmdResult {
+    let out = g.output();
+    match a.command {
+        InstallerCommand::Build {
+            out: dir,
+            defaults,
+            shar,
+            images,
+        } => {
+            let catalog = g.load_catalog()?;
+            if images.is_empty() && defaults.is_empty() && shar.is_none() {
+                bail!("name the image files to put in {}", dir.display());
+            }
+            let report = usbkey::build(&catalog, &dir, &images, &defaults, shar.as_deref())?;
+            if out.json {
+                out.json(&report);
+            } else {
+                out.line(format!(
+                    "{}: {} images added; defaults:",
+                    dir.display(),
+                    report.added.len()
+                ));
+                for (name, image) in &report.index.images {
+                    out.line(format!("  {name} {image}"));
+                }
+                if let Some(l) = &report.latest {
+                    out.line(format!("  latest -> {l}"));
+                }
+            }
+            Ok(exit(0))
+        }
+        InstallerCommand::Import { dir, all } => {
+            let catalog = g.load_catalog()?;
+            let imgapi = match &g.imgapi_url {
+                Some(u) => crate::api::ImgapiClient::new(u, crate::api::ApiConfig::default())?,
+                None => g.apis()?.imgapi,
+            };
+            let report = usbkey::import(&catalog, &imgapi, &dir, all).await?;
+            if out.json {
+                out.json(&report);
+            } else {
+                out.line(format!(
+                    "Imported {} images into {} ({} already there).",
+                    report.imported.len(),
+                    imgapi.base_url(),
+                    report.present.len()
+                ));
+            }
+            Ok(exit(0))
+        }
+        InstallerCommand::State { root, command } => {
+            let mut state = SetupState::load(&root)?;
+            match command {
+                StateCommand::Add { states } => {
+                    for s in &states {
+                        state.add(s);
+                    }
+                    state.save()?;
+                }
+                StateCommand::Complete => {
+                    state.mark_complete();
+                    state.save()?;
+                }
+                StateCommand::Has { state: s } => {
+                    return Ok(exit(if state.has(&s) { 0 } else { 1 }));
+                }
+                StateCommand::Show => {
+                    if out.json {
+                        out.json(&state.to_json());
+                    } else {
+                        out.line(format!(
+                            "complete: {}\nseen: {}",
+                            state.is_complete(),
+                            state.seen().join(", ")
+                        ));
+                    }
+                }
+            }
+            Ok(exit(0))
+        }
+    }
+}
+
+/// `agentsadm adopt --local`: adopt what this GZ has installed.
+pub async fn run_adopt_local(g: &GlobalOpts, a: super::orch::AdoptArgs) -> CmdResult {
+    let out = g.output();
+    let catalog = g.load_catalog()?;
+    let sapi_url = match &g.sapi_url {
+        Some(u) => u.clone(),
+        None => super::read_sdc_config()
+            .and_then(|c| c.get("sapi_domain")?.as_str().map(|d| format!("http://{d}")))
+            .ok_or_else(|| {
+                anyhow::anyhow!(
+                    "no SAPI URL: pass --sapi-url or set SAPI_URL (on a headnode it is read from /lib/sdc/config.sh)"
+                )
+            })?,
+    };
+    let sapi = SapiClient::new(&sapi_url, crate::api::ApiConfig::default())?;
+    let mut settings = GzSettings::new(&a.root);
+    settings.catalog = catalog.clone();
+    settings.no_sapi = true;
+    settings.no_cnapi = true;
+    let server = headnode::local_server(settings).await?;
+    let (intent, plan) = headnode::plan(&sapi, &catalog, &server).await?;
+    if !out.json {
+        out.line(plan.render().trim_end());
+    }
+    if a.dry_run || plan.is_empty() {
+        if out.json {
+            out.json(&json!({"plan": plan, "executed": false}));
+        }
+        return Ok(exit(0));
+    }
+    let lock_store = SapiLockStore::new(sapi.clone()).await?;
+    let dc_lock = take_lock(&lock_store, "adopt --local", a.break_lock, &out).await?;
+    let result = with_lock(
+        dc_lock,
+        &out,
+        crate::orchestrate::adopt::adopt(&sapi, &plan, &intent),
+    )
+    .await;
+    let report = result?;
+    let status = if report.failures.is_empty() { 0 } else { 2 };
+    if out.json {
+        out.json(&json!({"plan": plan, "executed": true, "result": report, "exit_status": status}));
+    } else {
+        for (server, component, e) in &report.failures {
+            eprintln!("error: cannot adopt {component} on {server}: {e}");
+        }
+        out.line(format!(
+            "Adopted {} instances; created {} services; set {} default images.",
+            report.instances_adopted, report.services_created, report.defaults_set
+        ));
     }
     Ok(exit(status))
 }

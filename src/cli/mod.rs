@@ -159,6 +159,9 @@ pub enum Command {
     Check(flows::CheckArgs),
     /// Delete or factory-reset a server, cleaning up its SAPI agent instances.
     Server(flows::ServerArgs),
+    /// Helpers for the setup scripts in installer/: the USB key's image
+    /// directory, image import, setup state.
+    Installer(flows::InstallerArgs),
     /// Global-zone installer commands (run on one server).
     Gz(gz::GzArgs),
     /// Simulated datacenter.
@@ -181,6 +184,7 @@ async fn dispatch(cli: Cli) -> CmdResult {
         Command::Adopt(a) => orch::run_adopt(&g, a).await,
         Command::Check(a) => flows::run_check(&g, a).await,
         Command::Server(a) => flows::run_server(&g, a).await,
+        Command::Installer(a) => flows::run_installer(&g, a).await,
         Command::Gz(a) => gz::run(&g, a).await,
         Command::Sim(a) => sim::run(&g, a).await,
         Command::Demo(a) => demo::run(&g, a).await,

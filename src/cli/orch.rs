@@ -196,6 +196,13 @@ pub struct AdoptArgs {
     /// Take the datacenter lock even if another agentsadm holds it.
     #[arg(long)]
     pub break_lock: bool,
+    /// Adopt what this server's own global zone has installed instead of
+    /// what CNAPI reports (headnode setup, before CNAPI exists).
+    #[arg(long, conflicts_with = "servers")]
+    pub local: bool,
+    /// The global zone root for --local.
+    #[arg(long, value_name = "DIR", default_value = "/", requires = "local")]
+    pub root: std::path::PathBuf,
 }
 
 /// A changing command, normalised.
@@ -751,6 +758,9 @@ pub async fn run_avail(g: &GlobalOpts, a: AvailArgs) -> CmdResult {
 }
 
 pub async fn run_adopt(g: &GlobalOpts, a: AdoptArgs) -> CmdResult {
+    if a.local {
+        return super::flows::run_adopt_local(g, a).await;
+    }
     let out = g.output();
     let catalog = g.load_catalog()?;
     let apis = g.apis()?;

@@ -8,8 +8,15 @@
 //!   and (with `--live`) the servers' own reports, find drift, and with
 //!   `--fix` carry out the repairs through the orchestrator.
 //! - [`cleanup`]: `agentsadm server delete|factory-reset`.
+//! - Setup: [`usbkey`] (the USB key's per-component image directory and
+//!   its import into IMGAPI), [`headnode`] (`agentsadm adopt --local`),
+//!   [`setup_state`] (`/var/lib/setup.json`); the scripts that use them
+//!   are in `installer/`.
 
 pub mod check;
 pub mod cleanup;
 pub mod drift;
+pub mod headnode;
 pub mod repair;
+pub mod setup_state;
+pub mod usbkey;

@@ -287,6 +287,12 @@ impl GzSession {
         self.headnode
     }
 
+    /// The server's sysinfo (UUID, hostname, headnode), as the platform
+    /// reads it.
+    pub fn sysinfo(&self) -> Result<platform::Sysinfo, PlatformError> {
+        self.platform.sysinfo()
+    }
+
     pub fn paths(&self) -> &GzPaths {
         &self.paths
     }
