@@ -147,15 +147,19 @@ impl RepairPlan {
         }
         let _ = writeln!(
             out,
-            "\n{} repairs ({} CNAPI reports, {} SAPI writes, {} server steps); {} findings need manual action.",
-            self.len(),
+            "\n{} ({} CNAPI, {} SAPI, {} on servers); {} manual action.",
+            plural(self.len(), "repair", "repairs"),
             self.reports.len(),
             self.sapi.len(),
             self.plan.step_count(),
-            self.manual
+            plural(self.manual, "finding needs", "findings need")
         );
         out
     }
+}
+
+fn plural(n: usize, one: &str, many: &str) -> String {
+    format!("{n} {}", if n == 1 { one } else { many })
 }
 
 fn short(u: &impl ToString) -> String {
