@@ -404,3 +404,38 @@ fn repairs_converge() {
             .all(|f| f.kind == FindingKind::UnmanagedComponent)
     );
 }
+
+#[test]
+fn servers_being_set_up_and_silent_servers_are_not_cleaned_up() {
+    let mut dc = ExampleDc::new(2);
+    let cn2 = dc.server_named("cn002");
+    // cn002 is being set up: its fresh instances are not leftovers.
+    dc.set_setup(cn2, false);
+    dc.servers.get_mut(&cn2).unwrap().setting_up = Some(true);
+    // A legacy instance nobody reports, while a server reports no UUIDs.
+    dc.sapi_put_instance(inst("legacy"), service_uuid("vm-agent"), None);
+    let cn1 = dc.server_named("cn001");
+    for a in dc
+        .servers
+        .get_mut(&cn1)
+        .unwrap()
+        .agents
+        .iter_mut()
+        .flatten()
+    {
+        a.uuid = None;
+    }
+    let (_, findings) = find(&dc, &BTreeMap::new(), None);
+    assert!(
+        findings.iter().all(|f| f.server != Some(cn2)),
+        "{findings:#?}"
+    );
+    let orphan = findings
+        .iter()
+        .find(|f| f.kind == FindingKind::InstanceForMissingServer)
+        .unwrap();
+    match &orphan.fix {
+        Fix::Manual { hint } => assert!(hint.contains("cn001"), "{hint}"),
+        other => panic!("{other:?}"),
+    }
+}

@@ -307,6 +307,12 @@ pub fn find(input: &DriftInput) -> (Survey, Vec<Finding>) {
     let survey = Survey::build(input);
     let mut out = Vec::new();
     let selected = |s: &ServerUuid| input.selection.is_none_or(|set| set.contains(s));
+    let setting_up: BTreeSet<ServerUuid> = input
+        .servers
+        .iter()
+        .filter(|s| s.setting_up == Some(true))
+        .map(|s| s.uuid)
+        .collect();
 
     for state in survey.reality.servers.values() {
         if !selected(&state.uuid) {
@@ -319,12 +325,29 @@ pub fn find(input: &DriftInput) -> (Survey, Vec<Finding>) {
         }
         if state.setup {
             server_findings(input, &survey, state, &mut out);
-        } else {
+        } else if !setting_up.contains(&state.uuid) {
+            // A server being set up gets its instances before CNAPI marks
+            // it set up: they are not leftovers.
             unsetup_findings(&survey, state, &mut out);
         }
     }
 
     if input.selection.is_none() {
+        // A legacy instance (no params) is only known to be an orphan when
+        // every set-up server reports its instance UUIDs: one that reports
+        // none (CNAPI's list cleared at setup, or only sysinfo's) may be
+        // its owner.
+        let silent: Vec<&str> = survey
+            .reality
+            .servers
+            .values()
+            .filter(|s| {
+                s.setup
+                    && (s.components.is_empty()
+                        || s.components.values().any(|i| i.instance.is_none()))
+            })
+            .map(|s| s.hostname.as_str())
+            .collect();
         for u in &survey.intent.unlinked {
             let details = match u.server {
                 Some(s) => format!(
@@ -343,7 +366,21 @@ pub fn find(input: &DriftInput) -> (Survey, Vec<Finding>) {
                 component: Some(u.component.clone()),
                 instance: Some(u.uuid),
                 details,
-                fix: Fix::DeleteInstance { instance: u.uuid },
+                fix: if u.server.is_none() && !silent.is_empty() {
+                    let mut names: Vec<&str> = silent.iter().copied().take(5).collect();
+                    if silent.len() > 5 {
+                        names.push("...");
+                    }
+                    Fix::Manual {
+                        hint: format!(
+                            "not deleted automatically: {} report no instance UUIDs ({}), so one of them may own it; run 'agentsadm check --live'",
+                            if silent.len() == 1 { "a server does" } else { "some servers do" },
+                            names.join(", ")
+                        ),
+                    }
+                } else {
+                    Fix::DeleteInstance { instance: u.uuid }
+                },
                 informational: false,
             });
         }
