@@ -5,7 +5,7 @@
 //!   (the orchestrator's [`gather::fetch`]), with `--live` each selected
 //!   server's own `agentsadm gz report` through CNAPI execute, and a GetImage
 //!   for every image intent or reality names; then the pure finder.
-//! - [`repair`]: carry out a [`RepairPlan`]: CNAPI reports, SAPI writes
+//! - [`repair()`]: carry out a [`RepairPlan`]: CNAPI reports, SAPI writes
 //!   through the orchestrator's [`SapiIntentStore`], server steps through the
 //!   orchestrator's [`Executor`] and [`CnapiTransport`].
 //! - [`fix`]: repair, check again, delete the instances installs replaced
