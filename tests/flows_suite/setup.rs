@@ -5,9 +5,6 @@
 //! datacenter, the agentsadm binary and cn_tools served by a loopback
 //! "assets zone". Also shellcheck of the scripts (skipped without it).
 
-#[path = "common/flows.rs"]
-mod flows_common;
-
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::process::Output;
@@ -22,7 +19,7 @@ use agentsadm::sim::{SimConfig, SimDc};
 use axum::Router;
 use axum::routing::get;
 
-use flows_common::*;
+use crate::flows_common::*;
 
 const BIN: &str = env!("CARGO_BIN_EXE_agentsadm");
 

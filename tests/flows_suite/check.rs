@@ -3,9 +3,6 @@
 //! and check again (nothing left). Plus the command line's exit statuses
 //! and its `--json` document.
 
-#[path = "common/flows.rs"]
-mod flows_common;
-
 use std::process::Command;
 use std::time::Duration;
 
@@ -16,7 +13,7 @@ use agentsadm::ids::{ImageUuid, InstanceUuid, ServerUuid};
 use agentsadm::orchestrate::store::instance_params;
 use agentsadm::sim::{BuildOptions, PublishTarget};
 
-use flows_common::*;
+use crate::flows_common::*;
 
 /// Find exactly `expected`, fix it, and find nothing after.
 async fn find_fix_recheck(

@@ -5,9 +5,6 @@
 //! way finishes when run again, and a re-run after the CNAPI record is gone
 //! still cleans SAPI.
 
-#[path = "common/flows.rs"]
-mod flows_common;
-
 use std::collections::BTreeMap;
 use std::process::Command;
 use std::time::Duration;
@@ -18,7 +15,7 @@ use agentsadm::ids::{InstanceUuid, ServerUuid};
 use agentsadm::orchestrate::store::instance_params;
 use agentsadm::sim::{SimApi, SimConfig, SimDc};
 
-use flows_common::*;
+use crate::flows_common::*;
 
 async fn dc_with_vms() -> SimDc {
     SimDc::start(SimConfig::default().servers(3).with_vms("cn0003", 2))

@@ -1,0 +1,23 @@
+//! The flows suite (one test binary, to keep link time down):
+//!
+//! - `drift`: the drift finder and repair planner without I/O (every
+//!   finding kind, golden text, convergence on the example datacenter);
+//! - `check`: `check` / `check --fix` against the simulator, one test per
+//!   finding kind (make the drift, find it, fix it, check again), and the
+//!   command line's exit statuses and `--json`;
+//! - `server`: `server delete|factory-reset` against the simulator;
+//! - `setup`: the `installer/` scripts end to end (USB key build, headnode
+//!   with no API, adoption, import, a compute node from empty through
+//!   `agentsetup.sh`), and shellcheck.
+
+#[path = "common/flows.rs"]
+mod flows_common;
+
+#[path = "flows_suite/check.rs"]
+mod check;
+#[path = "flows_suite/drift.rs"]
+mod drift;
+#[path = "flows_suite/server.rs"]
+mod server;
+#[path = "flows_suite/setup.rs"]
+mod setup;
