@@ -188,6 +188,24 @@ async fn dispatch(cli: Cli) -> CmdResult {
     }
 }
 
+/// clap's message as one line: its first paragraph (some messages, such as
+/// missing required arguments, list the arguments on the next lines),
+/// without the `error: ` prefix.
+fn usage_error_line(rendered: &str) -> String {
+    let paragraph: Vec<&str> = rendered
+        .lines()
+        .map(str::trim)
+        .take_while(|l| !l.is_empty())
+        .collect();
+    let line = paragraph.join(" ");
+    let line = line.strip_prefix("error: ").unwrap_or(&line);
+    if line.is_empty() {
+        "invalid arguments".to_string()
+    } else {
+        line.to_string()
+    }
+}
+
 /// Parse arguments, run the command, and turn the outcome into an exit
 /// status. Usage errors are one line on stderr and exit 1 (not clap's 2,
 /// which means "partial" here).
@@ -210,8 +228,7 @@ pub fn main() -> ExitCode {
                 };
             }
             let rendered = e.render().to_string();
-            let first = rendered.lines().next().unwrap_or("invalid arguments");
-            let first = first.strip_prefix("error: ").unwrap_or(first);
+            let first = usage_error_line(&rendered);
             eprintln!("agentsadm: error: {first} (see 'agentsadm --help')");
             return ExitCode::from(1);
         }
@@ -233,7 +250,8 @@ pub fn main() -> ExitCode {
     match runtime.block_on(dispatch(cli)) {
         Ok(code) => code,
         Err(e) => {
-            tracing::error!(error = format!("{e:#}"), "command failed");
+            // The log file keeps the record; stderr gets the one line below.
+            tracing::error!(target: crate::log::FILE_ONLY_TARGET, error = format!("{e:#}"), "command failed");
             eprintln!("agentsadm: error: {e:#}");
             ExitCode::from(1)
         }

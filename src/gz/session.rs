@@ -332,7 +332,10 @@ impl GzSession {
     }
 
     fn log_failure(&self, f: &GzFailure) {
+        // The command line prints the failure itself (one line); the log
+        // file keeps the structured record.
         tracing::error!(
+            target: crate::log::FILE_ONLY_TARGET,
             server = %self.server,
             component = f.component.as_deref().unwrap_or(""),
             step = %f.step,
