@@ -106,10 +106,10 @@ impl<S: Subscriber> Layer<S> for BunyanLayer {
                 .into(),
         );
         rec.insert("v".into(), 0.into());
-        if let Ok(line) = serde_json::to_string(&rec) {
-            if let Ok(mut f) = self.file.lock() {
-                let _ = writeln!(f, "{line}");
-            }
+        if let Ok(line) = serde_json::to_string(&rec)
+            && let Ok(mut f) = self.file.lock()
+        {
+            let _ = writeln!(f, "{line}");
         }
     }
 }

@@ -266,7 +266,7 @@ async fn rollout_of_500_servers_with_faults_converges_on_the_second_run() {
             n += 1;
             // Short bursts: an idempotent request outlives one with its
             // retries, a POST that lands in one fails its server.
-            if n % 2 == 0 {
+            if n.is_multiple_of(2) {
                 faults.burst(SimApi::Cnapi, BURST, 503);
             } else {
                 faults.burst(SimApi::Sapi, BURST, 503);

@@ -91,23 +91,23 @@ impl GlobalOpts {
         let mut sapi = self.sapi_url.clone();
         let mut cnapi = self.cnapi_url.clone();
         let mut imgapi = self.imgapi_url.clone();
-        if sapi.is_none() || cnapi.is_none() || imgapi.is_none() {
-            if let Some(cfg) = read_sdc_config() {
-                let s = |k: &str| cfg.get(k).and_then(|v| v.as_str()).map(str::to_string);
-                let dc = s("datacenter_name");
-                let dns = s("dns_domain");
-                if sapi.is_none() {
-                    sapi = s("sapi_domain").map(|d| format!("http://{d}"));
-                }
-                if imgapi.is_none() {
-                    imgapi = s("imgapi_domain").map(|d| format!("http://{d}"));
-                }
-                if cnapi.is_none() {
-                    cnapi = match (dc, dns) {
-                        (Some(dc), Some(dns)) => Some(format!("http://cnapi.{dc}.{dns}")),
-                        _ => None,
-                    };
-                }
+        if (sapi.is_none() || cnapi.is_none() || imgapi.is_none())
+            && let Some(cfg) = read_sdc_config()
+        {
+            let s = |k: &str| cfg.get(k).and_then(|v| v.as_str()).map(str::to_string);
+            let dc = s("datacenter_name");
+            let dns = s("dns_domain");
+            if sapi.is_none() {
+                sapi = s("sapi_domain").map(|d| format!("http://{d}"));
+            }
+            if imgapi.is_none() {
+                imgapi = s("imgapi_domain").map(|d| format!("http://{d}"));
+            }
+            if cnapi.is_none() {
+                cnapi = match (dc, dns) {
+                    (Some(dc), Some(dns)) => Some(format!("http://cnapi.{dc}.{dns}")),
+                    _ => None,
+                };
             }
         }
         let missing = |what: &str, flag: &str, env: &str| {
