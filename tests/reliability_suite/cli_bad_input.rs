@@ -7,16 +7,11 @@
 //! The real binary runs against one simulated datacenter (and a rooted
 //! global zone for `gz`), several cases at a time.
 
-#[path = "common/gz.rs"]
-mod gz_common;
-#[path = "common/rel.rs"]
-mod rel;
-
 use futures::StreamExt;
 
+use crate::gz_common::{TestServer, image, ok, snapshot, write_image};
+use crate::rel::{Run, agentsadm, assert_same_state, dc_env, dc_state};
 use agentsadm::sim::{SeedSpec, SimConfig, SimDc};
-use gz_common::{TestServer, image, ok, snapshot, write_image};
-use rel::{Run, agentsadm, assert_same_state, dc_env, dc_state};
 
 /// A loopback port nothing listens on (connection refused at once).
 const DEAD_URL: &str = "http://127.0.0.1:1";
@@ -432,6 +427,6 @@ async fn gz_commands_refuse_bad_input_with_one_line_and_change_nothing() {
     ];
     let failures = run_all(cases, Vec::new()).await;
     assert!(failures.is_empty(), "{}", failures.join("\n\n"));
-    gz_common::assert_same(&before, &snapshot(srv.root()), "gz bad input");
+    crate::gz_common::assert_same(&before, &snapshot(srv.root()), "gz bad input");
     srv.assert_no_leftovers();
 }

@@ -2,10 +2,7 @@
 //! `bench all` prints one table of all of them (or, with `--json`, one
 //! object), at sizes small enough for the test suite.
 
-#[path = "common/rel.rs"]
-mod rel;
-
-use rel::{Run, agentsadm};
+use crate::rel::{Run, agentsadm};
 use serde_json::Value;
 
 /// The whole of stdout as one JSON object (trailing text fails).

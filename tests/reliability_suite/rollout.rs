@@ -17,9 +17,6 @@
 //! components, so both transports run: vm-agent through CNAPI
 //! install-agent tasks, gz-tools through CNAPI execute of `agentsadm gz`.
 
-#[path = "common/rel.rs"]
-mod rel;
-
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;

@@ -20,19 +20,16 @@
 //! `tests/gz_suite/crash.rs` covers the same checkpoints with an abort from
 //! inside (and fresh installs); this file is the external-kill counterpart.
 
-#[path = "common/gz.rs"]
-mod gz_common;
-
 use std::collections::BTreeMap;
 use std::os::unix::process::ExitStatusExt;
 use std::path::Path;
 use std::process::Stdio;
 use std::time::Duration;
 
+use crate::gz_common::{TestServer, assert_same, ok, snapshot, spec};
 use agentsadm::gz::session::{GzSession, GzSettings};
 use agentsadm::gz::standin::ImgapiStandIn;
 use agentsadm::imagebuild::{self, BuiltImage, Hooks};
-use gz_common::{TestServer, assert_same, ok, snapshot, spec};
 use tokio::io::{AsyncBufReadExt, BufReader};
 
 const FMRI: &str = "svc:/smartdc/agent/vm-agent:default";
