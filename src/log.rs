@@ -106,13 +106,17 @@ impl<S: Subscriber> Layer<S> for BunyanLayer {
                 .into(),
         );
         rec.insert("v".into(), 0.into());
-        if let Ok(line) = serde_json::to_string(&rec) {
-            if let Ok(mut f) = self.file.lock() {
-                let _ = writeln!(f, "{line}");
-            }
+        if let Ok(line) = serde_json::to_string(&rec)
+            && let Ok(mut f) = self.file.lock()
+        {
+            let _ = writeln!(f, "{line}");
         }
     }
 }
+
+/// Target of events meant for the log file only: the command line prints
+/// the same error itself, as one line on stderr.
+pub const FILE_ONLY_TARGET: &str = "agentsadm::log_file_only";
 
 /// Install the global subscriber. `verbosity` 0 shows warnings, 1 info, 2+
 /// debug on stderr; the log file always gets debug and above.
@@ -127,7 +131,10 @@ pub fn init(verbosity: u8, log_file: Option<&Path>) -> std::io::Result<()> {
     let stderr_layer = tracing_subscriber::fmt::layer()
         .with_writer(std::io::stderr)
         .with_target(false)
-        .with_filter(stderr_filter);
+        .with_filter(stderr_filter)
+        .with_filter(tracing_subscriber::filter::filter_fn(|meta| {
+            meta.target() != FILE_ONLY_TARGET
+        }));
     let file_layer = match log_file {
         Some(p) => {
             Some(BunyanLayer::open(p, "agentsadm")?.with_filter(EnvFilter::new("agentsadm=debug")))

@@ -529,9 +529,16 @@ fn print_result(printer: &mut Printer, result: &GzResult) -> u8 {
                     .as_deref()
                     .map(|c| format!("{c}: "))
                     .unwrap_or_default();
+                // A run that could not identify its server has no UUID
+                // to name (the message names the root instead).
+                let server = if result.server_uuid.as_uuid().is_nil() {
+                    String::new()
+                } else {
+                    format!(" on server {}", result.server_uuid)
+                };
                 printer.err(&format!(
-                    "agentsadm: error: {who}{} failed on server {}: {}",
-                    f.step, result.server_uuid, f.message
+                    "agentsadm: error: {who}{} failed{server}: {}",
+                    f.step, f.message
                 ));
             }
             1

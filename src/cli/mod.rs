@@ -91,23 +91,23 @@ impl GlobalOpts {
         let mut sapi = self.sapi_url.clone();
         let mut cnapi = self.cnapi_url.clone();
         let mut imgapi = self.imgapi_url.clone();
-        if sapi.is_none() || cnapi.is_none() || imgapi.is_none() {
-            if let Some(cfg) = read_sdc_config() {
-                let s = |k: &str| cfg.get(k).and_then(|v| v.as_str()).map(str::to_string);
-                let dc = s("datacenter_name");
-                let dns = s("dns_domain");
-                if sapi.is_none() {
-                    sapi = s("sapi_domain").map(|d| format!("http://{d}"));
-                }
-                if imgapi.is_none() {
-                    imgapi = s("imgapi_domain").map(|d| format!("http://{d}"));
-                }
-                if cnapi.is_none() {
-                    cnapi = match (dc, dns) {
-                        (Some(dc), Some(dns)) => Some(format!("http://cnapi.{dc}.{dns}")),
-                        _ => None,
-                    };
-                }
+        if (sapi.is_none() || cnapi.is_none() || imgapi.is_none())
+            && let Some(cfg) = read_sdc_config()
+        {
+            let s = |k: &str| cfg.get(k).and_then(|v| v.as_str()).map(str::to_string);
+            let dc = s("datacenter_name");
+            let dns = s("dns_domain");
+            if sapi.is_none() {
+                sapi = s("sapi_domain").map(|d| format!("http://{d}"));
+            }
+            if imgapi.is_none() {
+                imgapi = s("imgapi_domain").map(|d| format!("http://{d}"));
+            }
+            if cnapi.is_none() {
+                cnapi = match (dc, dns) {
+                    (Some(dc), Some(dns)) => Some(format!("http://cnapi.{dc}.{dns}")),
+                    _ => None,
+                };
             }
         }
         let missing = |what: &str, flag: &str, env: &str| {
@@ -192,6 +192,24 @@ async fn dispatch(cli: Cli) -> CmdResult {
     }
 }
 
+/// clap's message as one line: its first paragraph (some messages, such as
+/// missing required arguments, list the arguments on the next lines),
+/// without the `error: ` prefix.
+fn usage_error_line(rendered: &str) -> String {
+    let paragraph: Vec<&str> = rendered
+        .lines()
+        .map(str::trim)
+        .take_while(|l| !l.is_empty())
+        .collect();
+    let line = paragraph.join(" ");
+    let line = line.strip_prefix("error: ").unwrap_or(&line);
+    if line.is_empty() {
+        "invalid arguments".to_string()
+    } else {
+        line.to_string()
+    }
+}
+
 /// Parse arguments, run the command, and turn the outcome into an exit
 /// status. Usage errors are one line on stderr and exit 1 (not clap's 2,
 /// which means "partial" here).
@@ -214,8 +232,7 @@ pub fn main() -> ExitCode {
                 };
             }
             let rendered = e.render().to_string();
-            let first = rendered.lines().next().unwrap_or("invalid arguments");
-            let first = first.strip_prefix("error: ").unwrap_or(first);
+            let first = usage_error_line(&rendered);
             eprintln!("agentsadm: error: {first} (see 'agentsadm --help')");
             return ExitCode::from(1);
         }
@@ -237,7 +254,8 @@ pub fn main() -> ExitCode {
     match runtime.block_on(dispatch(cli)) {
         Ok(code) => code,
         Err(e) => {
-            tracing::error!(error = format!("{e:#}"), "command failed");
+            // The log file keeps the record; stderr gets the one line below.
+            tracing::error!(target: crate::log::FILE_ONLY_TARGET, error = format!("{e:#}"), "command failed");
             eprintln!("agentsadm: error: {e:#}");
             ExitCode::from(1)
         }

@@ -61,6 +61,13 @@ impl ImageSource {
             return Ok(ImageSource::Imgapi(uuid));
         }
         let path = PathBuf::from(arg);
+        if !path.exists() {
+            // Neither a UUID nor a file: say both, rather than asking for a
+            // manifest next to a file that is not there.
+            return Err(FetchError::NoSuchImage {
+                arg: arg.to_string(),
+            });
+        }
         let ext = path
             .extension()
             .map(|e| e.to_string_lossy().into_owned())
@@ -132,6 +139,8 @@ pub enum FetchError {
         #[source]
         err: Box<ApiError>,
     },
+    #[error("{arg:?} is neither an image UUID (8-4-4-4-12 hex digits) nor an existing image file")]
+    NoSuchImage { arg: String },
     #[error("no manifest next to image file {file} (expected {file}.manifest or <name>.manifest)")]
     NoManifestForFile { file: PathBuf },
     #[error("no image file next to manifest {manifest} (expected <name>.file)")]
@@ -248,6 +257,7 @@ impl FetchError {
             FetchError::NoImgapi { .. }
             | FetchError::NotFound { .. }
             | FetchError::Imgapi { .. }
+            | FetchError::NoSuchImage { .. }
             | FetchError::NoManifestForFile { .. }
             | FetchError::NoFileForManifest { .. }
             | FetchError::ManifestRead { .. }

@@ -116,6 +116,38 @@ fn failed_run(server: Option<crate::ids::ServerUuid>, e: &GzError) -> GzResult {
     }
 }
 
+/// How long a `wait:` checkpoint waits to be killed before it aborts by
+/// itself (a test that forgot its process must not leave it behind).
+const CHECKPOINT_WAIT: std::time::Duration = std::time::Duration::from_secs(600);
+
+/// A test checkpoint (`AGENTSADM_TEST_CRASH_AT`, see [`txn`]): `<name>`
+/// aborts the process there; `wait:<name>` prints `agentsadm: test
+/// checkpoint <name> reached` on stderr and blocks until the process is
+/// killed from outside, so a test can deliver a real SIGKILL at a known
+/// step. Anything else does nothing.
+pub fn test_checkpoint(crash_at: Option<&str>, name: &str) {
+    let Some(at) = crash_at else {
+        return;
+    };
+    if at == name {
+        eprintln!("agentsadm: test crash at {name}");
+        std::process::abort();
+    }
+    if at.strip_prefix("wait:") == Some(name) {
+        use std::io::Write;
+        let mut err = std::io::stderr().lock();
+        let _ = writeln!(
+            err,
+            "agentsadm: test checkpoint {name} reached; waiting to be killed"
+        );
+        let _ = err.flush();
+        drop(err);
+        // Blocks this thread only; the test kills the whole process.
+        std::thread::sleep(CHECKPOINT_WAIT);
+        std::process::abort();
+    }
+}
+
 /// An error and its causes as one line (`a: b: c`), for results and logs.
 pub fn error_chain(err: &dyn std::error::Error) -> String {
     let mut s = err.to_string();

@@ -32,7 +32,8 @@ use super::setup::{SetupSource, setup_dir_sources};
 use super::txn::{self, Op, SapiTarget, TxnEnv, TxnFailure};
 use super::unpack::UnpackOptions;
 
-/// Test knob: abort the process at this transaction checkpoint.
+/// Test knob: abort the process at this checkpoint, or with `wait:<name>`
+/// stop there until killed (see [`super::test_checkpoint`]).
 pub const CRASH_AT_ENV: &str = "AGENTSADM_TEST_CRASH_AT";
 /// Test knob: unpacking fails with "disk full" after this many bytes.
 pub const UNPACK_LIMIT_ENV: &str = "AGENTSADM_TEST_UNPACK_LIMIT";
@@ -338,7 +339,10 @@ impl GzSession {
     }
 
     fn log_failure(&self, f: &GzFailure) {
+        // The command line prints the failure itself (one line); the log
+        // file keeps the structured record.
         tracing::error!(
+            target: crate::log::FILE_ONLY_TARGET,
             server = %self.server,
             component = f.component.as_deref().unwrap_or(""),
             step = %f.step,
@@ -416,6 +420,7 @@ impl GzSession {
                 .settings
                 .knob(UNPACK_LIMIT_ENV)
                 .and_then(|v| v.parse().ok()),
+            crash_at: self.crash_at.clone(),
         };
         o
     }
@@ -621,7 +626,12 @@ impl GzSession {
             fetch::fetch_and_unpack(image, self.imgapi.as_ref(), &txn_dir.join("new"), &options)
                 .await;
         let fetched = match fetched {
-            Ok(f) => f,
+            Ok(f) => {
+                // The image is downloaded and verified (and, from IMGAPI,
+                // kept in the download cache); nothing is swapped yet.
+                self.txn_env().checkpoint("downloaded");
+                f
+            }
             Err(e) => {
                 let _ = fsutil::remove_any(&txn_dir);
                 if matches!(&e, FetchError::Unpack { err, .. } if err.is_bad_archive()) {

@@ -35,9 +35,12 @@
 //! commit (the next `agentsadm check` reports the image drift).
 //!
 //! Test checkpoints (`AGENTSADM_TEST_CRASH_AT=<name>` aborts the process
-//! there): `staged` (before the journal), `after-journal`, `after-old-hooks`, `after-move-old`,
-//! `after-place-new`, `after-postinstall`, `after-smf`, `after-adopt`,
-//! `committing`, `after-previous`.
+//! there, `wait:<name>` stops there until killed; see
+//! [`super::test_checkpoint`]): `mid-unpack` and `downloaded` (fetch),
+//! `staged` (before the journal), `after-journal`, `after-preuninstall`,
+//! `after-postuninstall`, `after-old-hooks`, `after-move-old`,
+//! `after-preinstall`, `after-place-new`, `after-postinstall`, `after-smf`,
+//! `after-adopt`, `committing`, `after-previous`.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs;
@@ -134,12 +137,9 @@ pub struct TxnEnv<'a> {
 }
 
 impl TxnEnv<'_> {
-    /// Abort the process at a named point, for crash tests.
+    /// Abort (or wait to be killed) at a named point, for crash tests.
     pub fn checkpoint(&self, name: &str) {
-        if self.crash_at == Some(name) {
-            eprintln!("agentsadm: test crash at {name}");
-            std::process::abort();
-        }
+        super::test_checkpoint(self.crash_at, name);
     }
 }
 
@@ -521,7 +521,6 @@ async fn swap_in(
         let installed = paths.at(tree);
         let outputs = render_inputs(paths, &installed)?;
         run_hook(env, Hook::Postinstall, pkg, &installed).await?;
-        env.checkpoint("after-postinstall");
         render_manifests(env, pkg, &installed, &outputs)?;
     }
     // 5. SMF.
@@ -555,7 +554,13 @@ async fn run_hook(
     pkg: &PackageJson,
     cwd: &Path,
 ) -> Result<(), TxnError> {
-    match hooks::run_hook(hook, pkg, cwd, env.hooks).await {
+    let ran = hooks::run_hook(hook, pkg, cwd, env.hooks).await;
+    if ran.is_ok() {
+        // `after-preinstall`, `after-postuninstall`, ...: whether or not
+        // the package has the hook, the step is over.
+        env.checkpoint(&format!("after-{}", hook.as_str()));
+    }
+    match ran {
         Ok(Some(out)) => {
             tracing::debug!(package = %pkg.name, hook = hook.as_str(), stdout = %out.stdout.trim(), stderr = %out.stderr.trim(), "hook done");
             Ok(())

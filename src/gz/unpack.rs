@@ -46,6 +46,9 @@ pub struct UnpackOptions {
     /// Fail with [`UnpackError::DiskFull`] once this many content bytes have
     /// been written (fault injection; `None` = the disk decides).
     pub write_limit: Option<u64>,
+    /// `AGENTSADM_TEST_CRASH_AT`: the `mid-unpack` checkpoint fires once
+    /// the first file's content is written (see [`super::test_checkpoint`]).
+    pub crash_at: Option<String>,
 }
 
 impl Default for UnpackOptions {
@@ -54,6 +57,7 @@ impl Default for UnpackOptions {
             single_top: true,
             expected_top: None,
             write_limit: None,
+            crash_at: None,
         }
     }
 }
@@ -178,9 +182,14 @@ pub fn unpack<R: Read>(
     let entries = archive
         .entries()
         .map_err(|err| UnpackError::Corrupt { compression, err })?;
+    let mut mid_unpack = options.crash_at.is_some();
     for entry in entries {
         let mut entry = entry.map_err(|err| UnpackError::Corrupt { compression, err })?;
         state.entry(&mut entry)?;
+        if mid_unpack && state.written > 0 {
+            mid_unpack = false;
+            super::test_checkpoint(options.crash_at.as_deref(), "mid-unpack");
+        }
     }
     if state.entries == 0 {
         return Err(UnpackError::Empty);

@@ -25,7 +25,7 @@ use futures::stream::{FuturesUnordered, StreamExt};
 use tokio::time::Instant;
 
 use super::outlier::{self, OutlierPolicy};
-use super::plan::{Plan, ServerPlan, Step};
+use super::plan::{Plan, ServerPlan, Step, TransportKind};
 use super::report::{
     ExecEvent, ExecReport, Failure, Reporter, ServerOutcome, ServerStatus, StepResult, StepStatus,
 };
@@ -276,10 +276,7 @@ impl<'a> Executor<'a> {
                 continue;
             }
             let results: Vec<StepRun> = if batch.len() > 1 && self.options.parallel_within_server {
-                futures::future::join_all(
-                    batch.iter().map(|st| self.run_step(server, hostname, st)),
-                )
-                .await
+                self.run_together(server, hostname, batch).await
             } else {
                 let mut v = Vec::with_capacity(batch.len());
                 for st in batch {
@@ -334,6 +331,38 @@ impl<'a> Executor<'a> {
         }
         outcome.elapsed = started.elapsed();
         outcome
+    }
+
+    /// A batch of parallel-safe steps, concurrently, except that the steps
+    /// through `agentsadm gz` (CNAPI execute) start once the cn-agent tasks
+    /// are done. Both report the server's whole agent set to CNAPI
+    /// (cn-agent's refreshAgents, the installer's report), each from its
+    /// own read of the disk: run together, the later POST can carry a read
+    /// taken before the other install finished and undo its report (a lost
+    /// update; CNAPI 5xx retries widen the window). In this order the
+    /// installer reads last. Results are in the batch's order.
+    async fn run_together(
+        &self,
+        server: ServerUuid,
+        hostname: &str,
+        batch: &[Step],
+    ) -> Vec<StepRun> {
+        let (cn_agent, gz): (Vec<usize>, Vec<usize>) =
+            (0..batch.len()).partition(|&i| batch[i].transport != TransportKind::Execute);
+        let mut out: Vec<Option<StepRun>> = (0..batch.len()).map(|_| None).collect();
+        for group in [cn_agent, gz] {
+            let runs = futures::future::join_all(
+                group
+                    .iter()
+                    .map(|&i| self.run_step(server, hostname, &batch[i])),
+            )
+            .await;
+            for (i, run) in group.into_iter().zip(runs) {
+                out[i] = Some(run);
+            }
+        }
+        // Every index is in exactly one group, so nothing is dropped here.
+        out.into_iter().flatten().collect()
     }
 
     /// Run one step under the task timeout. The error carries whether it
