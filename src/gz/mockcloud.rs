@@ -18,7 +18,7 @@ use std::path::{Path, PathBuf};
 
 use crate::api::ImgapiClient;
 use crate::api::cnapi::AgentEntry;
-use crate::catalog::Component;
+use crate::catalog::{Component, ComponentKind};
 use crate::ids::{ImageUuid, InstanceUuid, ServerUuid};
 use crate::remote::{AgentsReport, ComponentAction, ReportError};
 
@@ -27,6 +27,15 @@ use super::fetch::{self, FetchError, FetchOptions, ResolvedImage};
 use super::fsutil;
 use super::package::PackageJson;
 use super::txn::SapiTarget;
+
+/// The `package.json` a gz-tools install records (its image has none).
+fn gz_tools_package_json(name: &str, version: &str) -> Vec<u8> {
+    let mut text =
+        serde_json::to_vec_pretty(&serde_json::json!({"name": name, "version": version}))
+            .unwrap_or_default();
+    text.push(b'\n');
+    text
+}
 
 /// One mock server's directory.
 #[derive(Clone, Debug)]
@@ -220,9 +229,17 @@ impl MockServer {
                 expected: uuid.to_string(),
             });
         }
-        let pj_bytes = members
-            .get("package.json")
-            .ok_or_else(|| missing("package.json"))?;
+        // gz-tools images carry no package.json (the image's version is
+        // theirs); the layout needs one, so it is written from the manifest.
+        let synthesized;
+        let pj_bytes = match members.get("package.json") {
+            Some(b) => b,
+            None if component.kind == ComponentKind::GzTools => {
+                synthesized = gz_tools_package_json(pkg, &image.manifest.version);
+                &synthesized
+            }
+            None => return Err(missing("package.json")),
+        };
         let pj = PackageJson::parse(pj_bytes).map_err(|e| MockError::Mismatch {
             uuid,
             file: format!("{pkg}/package.json"),

@@ -1304,9 +1304,7 @@ async fn run_command(
             stderr: "agentsadm sim: simulated servers only run agentsadm command lines (remote::EXEC_SCRIPT); the script was not run\n".into(),
         };
     };
-    let mut argv = args.to_vec();
-    argv.push("--root".into());
-    argv.push(server.root.display().to_string());
+    let argv = args.to_vec();
     let changing = argv.first().map(String::as_str) == Some("gz")
         && argv.get(1).is_some_and(|c| CHANGING.contains(&c.as_str()));
     let mut latency = Duration::ZERO;
@@ -1364,6 +1362,17 @@ async fn run_command(
     }
     let env = core.env();
     let mut vars = env.command_env();
+    if core.config.execute_transport == super::ExecuteTransport::CnAgent {
+        // cn-agent's command_execute runs commands inside cn-agent's own
+        // SMF contract (its environment says so); Ur's do not.
+        if let Some(fmri) = core
+            .catalog
+            .get("cn-agent")
+            .and_then(|c| c.smf_services.first())
+        {
+            vars.insert("SMF_FMRI".into(), fmri.clone());
+        }
+    }
     vars.extend(request.env.clone());
     let run = core
         .gz
@@ -1482,30 +1491,17 @@ async fn setup_server(
     json_response(STYLE, StatusCode::ACCEPTED, &json!({"job_uuid": job}))
 }
 
-/// The server-setup workflow, reduced to what matters for agents: install
-/// each default component's image (SAPI service `params.image_uuid`), report,
-/// mark set up.
+/// The server-setup workflow, reduced to what matters for agents: `gz setup
+/// --source imgapi` (each default component at its SAPI service's
+/// `params.image_uuid`), report, mark set up.
 async fn run_setup_job(core: Arc<DcCore>, server: Arc<MockServer>) {
     if !sleep_or_shutdown(&core, Duration::from_millis(core.config.setup_job_ms)).await {
         return;
     }
-    let images: Vec<ImageUuid> = {
-        let sapi = core.sapi.lock();
-        core.catalog
-            .default_set(server.headnode)
-            .into_iter()
-            .filter_map(|c| {
-                sapi.services
-                    .iter()
-                    .find(|s| s.name == c.name && s.is_agent())
-                    .and_then(|s| s.image_uuid())
-            })
-            .collect()
-    };
     let result = match core.ensure_prepared(&server) {
         Ok(()) => {
             core.gz
-                .setup(core.env(), server.target(&core.config.datacenter), images)
+                .setup(core.env(), server.target(&core.config.datacenter))
                 .await
         }
         Err(e) => Err(e),

@@ -14,7 +14,7 @@ use super::SimConfig;
 use super::cnapi::CnapiState;
 use super::faults::Faults;
 use super::fleet::MockServer;
-use super::gz::{GzEnv, GzOpError, GzOps, error_chain};
+use super::gz::{GzEnv, GzOpError, GzOps, SeedImage, error_chain};
 use super::imgapi::{ImgapiService, PublishClock};
 use super::sapi::SapiService;
 use crate::catalog::Catalog;
@@ -65,7 +65,23 @@ impl DcCore {
     }
 
     pub(crate) fn ensure_prepared(&self, server: &MockServer) -> Result<(), GzOpError> {
-        server.ensure_prepared(self.gz.as_ref(), &self.config.datacenter)
+        server.ensure_prepared(self.gz.as_ref(), &self.config.datacenter, &|i| {
+            self.seed_image(i)
+        })
+    }
+
+    /// A seeded image from the DC IMGAPI (else the updates server), read
+    /// from the store: seeding is not subject to injected faults.
+    pub(crate) fn seed_image(&self, image: ImageUuid) -> Option<SeedImage> {
+        [&self.imgapi, &self.updates].into_iter().find_map(|svc| {
+            let store = svc.lock();
+            let stored = store.images.get(&image)?;
+            let file = stored.file.as_ref()?;
+            Some(SeedImage {
+                manifest: stored.current_manifest(),
+                file: file.bytes.clone(),
+            })
+        })
     }
 
     /// What cn-agent's refreshAgents does: read the GZ and set
