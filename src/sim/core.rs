@@ -19,6 +19,7 @@ use super::imgapi::{ImgapiService, PublishClock};
 use super::sapi::SapiService;
 use crate::catalog::Catalog;
 use crate::ids::{ImageUuid, ServerUuid};
+use crate::remote::ComponentResult;
 
 pub(crate) struct DcCore {
     pub config: SimConfig,
@@ -92,6 +93,17 @@ impl DcCore {
             Err(e) => {
                 tracing::warn!(server = %server.hostname, error = %error_chain(&e), "sim: cannot read the GZ to refresh server.agents")
             }
+        }
+        self.touch();
+    }
+
+    /// After a cn-agent task ran the installer: `server.agents` with the
+    /// entries of the components it touched replaced from its result
+    /// ([`super::gz::apply_results`]), as cn-agent's refreshAgents would
+    /// find them.
+    pub(crate) fn record_results(&self, server: &MockServer, results: &[ComponentResult]) {
+        if let Some(r) = self.cnapi.servers().get_mut(&server.uuid) {
+            super::gz::apply_results(&self.catalog, &mut r.agents, results);
         }
         self.touch();
     }

@@ -81,7 +81,7 @@ use crate::gz::session::{GzError, GzSettings, Layout};
 use crate::gz::setup::SetupSource;
 use crate::ids::{ImageUuid, InstanceUuid, ServerUuid};
 use crate::image::ImageManifest;
-use crate::remote::{AgentsReport, GzResult};
+use crate::remote::{AgentsReport, ComponentAction, ComponentResult, GzResult};
 
 /// How each mock server's GZ is laid out (module docs).
 #[derive(
@@ -240,13 +240,14 @@ pub trait GzOps: Send + Sync + 'static {
     ) -> Result<(), GzOpError>;
 
     /// Install or upgrade one image from the DC IMGAPI, keep or create the
-    /// instance UUID, adopt it into SAPI.
+    /// instance UUID, adopt it into SAPI. Returns what changed, as the
+    /// installer's result document says.
     fn install(
         &self,
         env: Arc<GzEnv>,
         target: GzTarget,
         image: ImageUuid,
-    ) -> BoxFuture<'static, Result<(), GzOpError>>;
+    ) -> BoxFuture<'static, Result<Vec<ComponentResult>, GzOpError>>;
 
     /// Remove agents by name (cn-agent's: the package names; missing ones
     /// are not an error). SAPI is left alone, as cn-agent leaves it.
@@ -255,7 +256,7 @@ pub trait GzOps: Send + Sync + 'static {
         env: Arc<GzEnv>,
         target: GzTarget,
         names: Vec<String>,
-    ) -> BoxFuture<'static, Result<(), GzOpError>>;
+    ) -> BoxFuture<'static, Result<Vec<ComponentResult>, GzOpError>>;
 
     /// Server setup's agent step: the default set of the server's role at
     /// each SAPI agent service's image.
@@ -464,16 +465,45 @@ fn write_sysinfo(target: &GzTarget) -> Result<(), GzOpError> {
     std::fs::rename(&tmp, &path).map_err(prepare_err(target, "rename into", &path))
 }
 
-/// The GzResult's error as an operation error.
-fn outcome(result: GzResult) -> Result<(), GzOpError> {
+/// The GzResult's components, or its error as an operation error.
+fn outcome(result: GzResult) -> Result<Vec<ComponentResult>, GzOpError> {
     match result.error {
-        None => Ok(()),
+        None => Ok(result.components),
         Some(f) => Err(GzOpError::Installer {
             component: f.component,
             step: f.step,
             message: f.message,
         }),
     }
+}
+
+/// `server.agents` after an installer run that did `results`, from the
+/// list before it: the run's result document carries, for each component
+/// it touched, exactly what the installer's report reads back (entry name
+/// the package's, version, image, instance UUID), so the changed entries
+/// are replaced and the rest kept, without reading the whole GZ again
+/// (that read was most of a mock install's CPU).
+pub fn apply_results(catalog: &Catalog, agents: &mut Vec<AgentEntry>, results: &[ComponentResult]) {
+    for r in results {
+        let name = catalog
+            .get(&r.name)
+            .map(|c| c.package_name().to_string())
+            .unwrap_or_else(|| r.name.clone());
+        agents.retain(|a| a.name != name);
+        match r.action {
+            ComponentAction::Removed | ComponentAction::Absent => {}
+            ComponentAction::Installed
+            | ComponentAction::Upgraded
+            | ComponentAction::Unchanged
+            | ComponentAction::RolledBack => agents.push(AgentEntry {
+                name,
+                version: r.version.clone().unwrap_or_default(),
+                image_uuid: r.image_uuid,
+                uuid: r.instance_uuid,
+            }),
+        }
+    }
+    agents.sort();
 }
 
 impl GzOps for InstallerGz {
@@ -529,7 +559,7 @@ impl GzOps for InstallerGz {
         env: Arc<GzEnv>,
         target: GzTarget,
         image: ImageUuid,
-    ) -> BoxFuture<'static, Result<(), GzOpError>> {
+    ) -> BoxFuture<'static, Result<Vec<ComponentResult>, GzOpError>> {
         let settings = self.settings(Some(&env), &target);
         let queue = self.queue(target.server_uuid);
         Box::pin(async move {
@@ -544,7 +574,7 @@ impl GzOps for InstallerGz {
         env: Arc<GzEnv>,
         target: GzTarget,
         names: Vec<String>,
-    ) -> BoxFuture<'static, Result<(), GzOpError>> {
+    ) -> BoxFuture<'static, Result<Vec<ComponentResult>, GzOpError>> {
         // cn-agent names agents by package; the installer by component.
         // Names of nothing agentsadm manages have nothing to remove.
         let components: Vec<String> = names
@@ -565,7 +595,7 @@ impl GzOps for InstallerGz {
         Box::pin(async move {
             let settings = settings?;
             if components.is_empty() {
-                return Ok(());
+                return Ok(Vec::new());
             }
             let _turn = queue.lock().await;
             outcome(crate::gz::uninstall(settings, &components).await)
@@ -582,7 +612,7 @@ impl GzOps for InstallerGz {
         Box::pin(async move {
             let settings = settings?;
             let _turn = queue.lock().await;
-            outcome(crate::gz::setup(settings, &SetupSource::Imgapi).await)
+            outcome(crate::gz::setup(settings, &SetupSource::Imgapi).await).map(|_| ())
         })
     }
 
@@ -1042,6 +1072,49 @@ mod tests {
         assert_eq!(replace_tokens(b"nothing", &t), b"nothing");
         assert!(contains(b"abc", b"bc"));
         assert!(!contains(b"abc", b""));
+    }
+
+    #[test]
+    fn results_replace_the_entries_they_touched() {
+        let cat = Catalog::builtin();
+        let entry = |name: &str, img: u128| AgentEntry {
+            name: name.into(),
+            version: "1.0.0".into(),
+            image_uuid: Some(ImageUuid::from_u128(img)),
+            uuid: Some(InstanceUuid::from_u128(img + 100)),
+        };
+        let mut agents = vec![
+            entry("marlin", 1),
+            entry("vm-agent", 2),
+            entry("net-agent", 3),
+        ];
+        let result = |name: &str, action, img: Option<u128>| ComponentResult {
+            name: name.into(),
+            action,
+            from_image: None,
+            image_uuid: img.map(ImageUuid::from_u128),
+            version: img.map(|_| "2.0.0".to_string()),
+            instance_uuid: img.map(|i| InstanceUuid::from_u128(i + 100)),
+            elapsed_ms: 1,
+        };
+        apply_results(
+            &cat,
+            &mut agents,
+            &[
+                result("marlin-agent", ComponentAction::Upgraded, Some(7)),
+                result("net-agent", ComponentAction::Removed, None),
+                result("cmon-agent", ComponentAction::Installed, Some(8)),
+            ],
+        );
+        let mut want = vec![
+            entry("cmon-agent", 8),
+            entry("marlin", 7),
+            entry("vm-agent", 2),
+        ];
+        want[0].version = "2.0.0".into();
+        want[1].version = "2.0.0".into();
+        want.sort();
+        assert_eq!(agents, want);
     }
 
     #[test]
