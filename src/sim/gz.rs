@@ -288,11 +288,14 @@ pub struct InstallerGz {
     hook_timeout: Duration,
     /// Built templates by role and image set; each slot is locked while
     /// its template is built.
-    templates: Mutex<HashMap<TemplateKey, Arc<Mutex<Option<Arc<Template>>>>>>,
+    templates: Mutex<HashMap<TemplateKey, TemplateSlot>>,
     built: AtomicU64,
     /// Changing operations queue per server here (module docs).
     queues: Mutex<HashMap<ServerUuid, Arc<tokio::sync::Mutex<()>>>>,
 }
+
+/// A template, once built; locked while it is being built.
+type TemplateSlot = Arc<Mutex<Option<Arc<Template>>>>;
 
 /// Commands that change a server (and so queue behind each other).
 const CHANGING: [&str; 5] = ["install", "remove", "setup", "rollback", "run-job"];
@@ -406,6 +409,8 @@ impl InstallerGz {
         let dir = self.scratch.join(format!("{}-{n}", self.layout.as_str()));
         let built = Template::build(self, &key, &dir, images);
         let _ = crate::gz::fsutil::remove_any(&dir);
+        // Nothing is kept on disk (an empty directory only if in use).
+        let _ = std::fs::remove_dir(&self.scratch);
         let t = Arc::new(built?);
         *slot = Some(t.clone());
         Ok(t)
