@@ -497,3 +497,41 @@ impl MockServer {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::catalog::Catalog;
+    use crate::gz::fetch::ImageSource;
+    use crate::imagebuild::{ImageSpec, build};
+
+    /// gz-tools images carry no package.json; the layout records one from
+    /// the manifest, so the component installs and reports like the rest.
+    #[tokio::test]
+    async fn gz_tools_installs_without_a_package_json() {
+        let cat = Catalog::builtin();
+        let c = cat.get("gz-tools").unwrap();
+        let img = build(&ImageSpec::for_component(c, "1.0.0"));
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("img.file");
+        let manifest = dir.path().join("img.manifest");
+        fs::write(&file, &img.file).unwrap();
+        fs::write(&manifest, serde_json::to_vec(&img.manifest).unwrap()).unwrap();
+        let source = ImageSource::File { file, manifest };
+        let resolved = fetch::resolve(&source, None).await.unwrap();
+        let server = ServerUuid::from_u128(9);
+        let m = MockServer::new(&dir.path().join("mc"), server);
+        let out = m
+            .install(c, &resolved, None, &FetchOptions::default(), None, false)
+            .await
+            .unwrap();
+        assert_eq!(out.action, ComponentAction::Installed);
+        assert_eq!(out.version.as_deref(), Some(img.manifest.version.as_str()));
+        let report = m.report(server);
+        assert!(report.errors.is_empty(), "{:?}", report.errors);
+        assert_eq!(report.agents.len(), 1);
+        assert_eq!(report.agents[0].name, "gz-tools");
+        assert_eq!(report.agents[0].version, img.manifest.version);
+        assert_eq!(report.agents[0].image_uuid, Some(img.manifest.uuid));
+    }
+}
