@@ -352,3 +352,82 @@ async fn a_state_directory_keeps_its_layout_and_seeds_servers_later() {
     assert!(!dir.path().join("templates").join("mockcloud-0").exists());
     dc.shutdown().await;
 }
+
+/// The orchestrator with every step through CNAPI execute: the real
+/// `agentsadm gz` installs each component on rooted servers, cn-agent
+/// hands itself to agentsadm-install and is confirmed through
+/// server.agents; the datacenter converges and each GZ agrees with CNAPI.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn orchestrated_update_through_execute_converges() {
+    use agentsadm::orchestrate::execute::ExecOptions;
+    use agentsadm::orchestrate::images::ImageChoice;
+    use agentsadm::orchestrate::plan::{
+        ComponentSelection, Operation, Request, ServerSelection, TransportMode,
+    };
+    use agentsadm::orchestrate::report::NullReporter;
+    use agentsadm::orchestrate::session::Session;
+    use agentsadm::orchestrate::transport::CnapiTransportConfig;
+    use agentsadm::sim::SeedSpec;
+
+    let dc = SimDc::start(
+        SimConfig::default()
+            .servers(2)
+            .populate(SeedSpec::with_newer()),
+    )
+    .await
+    .unwrap();
+    let apis = dc.apis();
+    let catalog = dc.catalog().clone();
+    let session = Session {
+        apis: &apis,
+        catalog: &catalog,
+        updates: None,
+    };
+    let req = Request {
+        operation: Operation::Update,
+        components: ComponentSelection::All,
+        servers: ServerSelection::All,
+        exclude: Vec::new(),
+    };
+    let planned = session
+        .plan(&req, ImageChoice::Latest, TransportMode::Execute)
+        .await
+        .unwrap();
+    let transport = CnapiTransportConfig {
+        wait_chunk: Duration::from_secs(5),
+        execute_timeout: Duration::from_secs(60),
+        confirm_poll: (Duration::from_millis(20), Duration::from_millis(200)),
+        ..Default::default()
+    };
+    let options = ExecOptions {
+        task_timeout: Duration::from_secs(60),
+        ..Default::default()
+    };
+    let report = session
+        .execute(
+            &planned.plan,
+            &options,
+            transport,
+            &NullReporter,
+            std::future::pending(),
+        )
+        .await
+        .unwrap();
+    assert!(report.all_succeeded(), "{}", report.render(&planned.plan));
+    let again = session
+        .plan(&req, ImageChoice::Latest, TransportMode::Execute)
+        .await
+        .unwrap();
+    assert!(again.plan.is_empty(), "{}", again.plan);
+    let cn_agent = &planned.plan.targets["cn-agent"];
+    for s in dc.servers() {
+        let gz = dc.gz_report(s.uuid).await.unwrap();
+        assert_eq!(gz.agents, dc.server_agents(s.uuid), "{}", s.hostname);
+        assert!(
+            gz.agents
+                .iter()
+                .any(|a| a.name == "cn-agent" && a.image_uuid == Some(cn_agent.uuid))
+        );
+    }
+    dc.shutdown().await;
+}
