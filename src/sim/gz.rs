@@ -13,8 +13,11 @@
 //! - [`GzOps::install`] / [`GzOps::uninstall`]: cn-agent's `agent_install` /
 //!   `agents_uninstall` tasks: `gz::install` of one image from the DC
 //!   IMGAPI (download, verify, unpack, hooks, swap with rollback, instance
-//!   UUID kept, SAPI adoption) and `gz::uninstall`. Reporting to CNAPI is
-//!   the caller's job, as cn-agent's `refreshAgents` is separate.
+//!   UUID kept, SAPI adoption) and `gz::uninstall` (SAPI untouched, as
+//!   cn-agent leaves it). Reporting to CNAPI is the caller's job, as
+//!   cn-agent's `refreshAgents` is separate; the caller updates
+//!   `server.agents` from the returned results ([`apply_results`]) rather
+//!   than reading the whole GZ again.
 //! - [`GzOps::setup`]: the server-setup job's agent step, `gz setup
 //!   --source imgapi`.
 //! - [`GzOps::report`]: the `server.agents` list the installer reads.
