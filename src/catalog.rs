@@ -158,9 +158,16 @@ pub struct Catalog {
 impl Catalog {
     /// The catalog compiled into the binary.
     pub fn builtin() -> Catalog {
-        // The builtin catalog is checked by a unit test, so this cannot fail
-        // in a released binary.
-        Catalog::parse(BUILTIN_CATALOG, "builtin").expect("builtin catalog is valid")
+        // Parsed once: every GZ installer run starts from it (thousands of
+        // runs in one simulator process).
+        static BUILTIN: std::sync::OnceLock<Catalog> = std::sync::OnceLock::new();
+        BUILTIN
+            .get_or_init(|| {
+                // The builtin catalog is checked by a unit test, so this
+                // cannot fail in a released binary.
+                Catalog::parse(BUILTIN_CATALOG, "builtin").expect("builtin catalog is valid")
+            })
+            .clone()
     }
 
     /// Load a catalog file.

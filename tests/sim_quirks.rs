@@ -1174,7 +1174,14 @@ async fn cnapi_execute_runs_gz_commands_and_nothing_else() {
             .iter()
             .any(|a| a.image_uuid == Some(img.uuid))
     );
-    assert!(cn.root.join("agents/smartlogin/image_uuid").exists());
+    // The real installer put it in the server's rooted GZ.
+    let installed = cn
+        .root
+        .join("opt/smartdc/agents/lib/node_modules/smartlogin/image_uuid");
+    assert_eq!(
+        std::fs::read_to_string(installed).unwrap().trim(),
+        img.uuid.to_string()
+    );
     // gz setup --source imgapi on a factory-reset server installs the
     // default set at the SAPI services' images.
     cnapi.factory_reset(cn.uuid).await.unwrap();
@@ -1193,6 +1200,7 @@ async fn cnapi_execute_runs_gz_commands_and_nothing_else() {
             "setup".into(),
             "--source".into(),
             "imgapi".into(),
+            "--json".into(),
         ],
         Default::default(),
         Duration::from_secs(30),
@@ -1202,12 +1210,29 @@ async fn cnapi_execute_runs_gz_commands_and_nothing_else() {
         .await
         .unwrap();
     assert_eq!(r.exit_status, 0, "{}", r.stderr);
+    // The set includes cn-agent, and execute runs inside cn-agent's SMF
+    // contract: the whole job goes to the agentsadm-install service, which
+    // runs it after cn-agent's restart delay and reports to CNAPI.
     let setup: GzResult = serde_json::from_str(&r.stdout).unwrap();
-    assert_eq!(
-        setup.components.len(),
-        dc.catalog().default_set(false).len()
+    assert!(setup.error.is_none(), "{setup:?}");
+    assert!(
+        setup
+            .warnings
+            .iter()
+            .any(|w| w.contains("agentsadm-install")),
+        "{setup:?}"
     );
-    assert_eq!(dc.server_agents(cn.uuid).len(), setup.components.len());
+    // (A factory reset leaves server.agents as it was: watch the GZ.)
+    let want = dc.catalog().default_set(false).len();
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let report = dc.gz_report(cn.uuid).await.unwrap();
+        if report.agents.len() == want && dc.server_agents(cn.uuid) == report.agents {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "setup job never ran");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
     // Any other script is not run: exit 127.
     let other = ExecuteRequest {
         script: "#!/bin/bash\nrm -rf /\n".into(),
@@ -1222,7 +1247,7 @@ async fn cnapi_execute_runs_gz_commands_and_nothing_else() {
     // Raw shape: exitCode/stdout/stderr with json, stdout only without.
     let url = format!("{}/servers/{}/execute", dc.urls().cnapi, cn.uuid);
     let body = serde_json::to_value(gz_execute_request(
-        &["gz".into(), "report".into()],
+        &["gz".into(), "report".into(), "--json".into()],
         Default::default(),
         Duration::from_secs(30),
     ))
@@ -1337,7 +1362,10 @@ async fn corrupt_and_truncated_files_fail_installs() {
     let id = cnapi.install_agent(cn.uuid, good.uuid).await.unwrap();
     let t = cnapi.wait_task(id, Duration::from_secs(10)).await.unwrap();
     assert_eq!(t.status, TaskStatus::Failure);
-    assert!(t.error_message().unwrap().contains("Content-MD5"), "{t:?}");
+    // The installer's verifier: the sha1 the manifest records.
+    let message = t.error_message().unwrap();
+    assert!(message.contains("sha1"), "{t:?}");
+    assert!(message.contains("nothing changed"), "{t:?}");
     dc.faults().clear();
     dc.faults().truncate_image("firewaller");
     // The client sees the download break mid-body.

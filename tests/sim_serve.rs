@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use agentsadm::api::cnapi::{ServerListFilter, TaskStatus};
 use agentsadm::api::sapi::{Update, object};
 use agentsadm::sim::{
-    BuildOptions, LatencySpec, MemoryUsage, PublishTarget, SeedSpec, SimConfig, SimDc,
+    BuildOptions, GzLayout, LatencySpec, MemoryUsage, PublishTarget, SeedSpec, SimConfig, SimDc,
     sim_api_config,
 };
 use futures::StreamExt;
@@ -237,9 +237,9 @@ async fn sim_serve_refuses_bad_flags() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("cannot read scenario file"));
 }
 
-/// 2000 servers (mockcloud's reference scale) on this machine: they start,
-/// page through CNAPI, and a 20-wide rollout over 200 of them completes.
-/// Prints the resident memory.
+/// 2000 servers (mockcloud's reference scale, in the installer's mockcloud
+/// layout) on this machine: they start, page through CNAPI, and a 20-wide
+/// rollout over 200 of them completes. Prints the resident memory.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_thousand_servers() {
     let before = MemoryUsage::now();
@@ -247,6 +247,7 @@ async fn two_thousand_servers() {
     let dc = SimDc::start(
         SimConfig::default()
             .servers(2000)
+            .gz_layout(GzLayout::Mockcloud)
             .install_latency(LatencySpec::fixed(20))
             .populate(SeedSpec::default()),
     )
@@ -314,29 +315,46 @@ async fn two_thousand_servers() {
     dc.shutdown().await;
 }
 
-/// CPU time of this process so far (user + system), from /proc/self/stat.
+/// CPU time of this process so far (user + system), and of its reaped
+/// children (the hooks rooted installs run), from /proc/self/stat.
 fn cpu_time() -> Duration {
     let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
     // Fields after the command name (which may hold spaces) start at ") ".
     let rest = stat.rsplit_once(") ").map(|(_, r)| r).unwrap_or("");
     let f: Vec<&str> = rest.split_whitespace().collect();
     let ticks = |i: usize| f.get(i).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
-    // utime and stime are fields 14 and 15 (1-based), 11 and 12 here.
-    Duration::from_millis((ticks(11) + ticks(12)) * 10)
+    // utime, stime, cutime, cstime are fields 14-17 (1-based), 11-14 here.
+    Duration::from_millis((ticks(11) + ticks(12) + ticks(13) + ticks(14)) * 10)
 }
 
 /// Measures the simulator's CPU cost per install (install-agent + wait,
-/// tiny image, HTTP included) on servers touched for the first time and
-/// on servers already prepared. Not a test: run with
-/// `cargo test --release --test sim_serve -- --ignored --nocapture`.
+/// tiny image, HTTP included, the real installer) on servers touched for
+/// the first time and on servers already prepared, in both layouts
+/// (`SIM_MEASURE_SERVERS`, default 1000 mockcloud and 300 rooted). Not a
+/// test: run with `cargo test --release --test sim_serve -- --ignored
+/// --nocapture`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "measurement, prints figures"]
 async fn measure_install_cpu() {
-    let n: usize = std::env::var("SIM_MEASURE_SERVERS")
+    let n_env: Option<usize> = std::env::var("SIM_MEASURE_SERVERS")
         .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(1000);
-    let dc = SimDc::start(SimConfig::default().servers(n)).await.unwrap();
+        .and_then(|v| v.parse().ok());
+    // SIM_MEASURE_LAYOUT=rooted|mockcloud measures one layout only.
+    let only = std::env::var("SIM_MEASURE_LAYOUT").ok();
+    for (layout, n) in [
+        (GzLayout::Mockcloud, n_env.unwrap_or(1000)),
+        (GzLayout::Rooted, n_env.unwrap_or(300)),
+    ] {
+        if only.as_deref().is_none_or(|o| o == layout.as_str()) {
+            measure_install_cpu_in(layout, n).await;
+        }
+    }
+}
+
+async fn measure_install_cpu_in(layout: GzLayout, n: usize) {
+    let dc = SimDc::start(SimConfig::default().servers(n).gz_layout(layout))
+        .await
+        .unwrap();
     let apis = dc.apis();
     let targets = dc.compute_nodes();
     let run = |image: agentsadm::ids::ImageUuid| {
@@ -369,7 +387,13 @@ async fn measure_install_cpu() {
     for s in targets.iter().skip(n / 2) {
         dc.gz_report(s.uuid).await.unwrap();
     }
-    let prepare_cpu = (cpu_time() - cpu).as_secs_f64() * 1000.0 / (n / 2) as f64;
+    let prepare_cpu = (cpu_time() - cpu).as_secs_f64() * 1000.0 / (n - n / 2) as f64;
+    // One report alone (what refreshing server.agents reads).
+    let cpu = cpu_time();
+    for s in targets.iter().skip(n / 2) {
+        dc.gz_report(s.uuid).await.unwrap();
+    }
+    let report_cpu = (cpu_time() - cpu).as_secs_f64() * 1000.0 / (n - n / 2) as f64;
     let a = dc
         .publish_component("vm-agent", &BuildOptions::new("1.1.0"), PublishTarget::Dc)
         .unwrap();
@@ -390,9 +414,13 @@ async fn measure_install_cpu() {
     }
     let rtt_cpu = (cpu_time() - cpu).as_secs_f64() * 1000.0 / 2000.0;
     let mem = MemoryUsage::now();
-    eprintln!("one CNAPI GET round trip: {rtt_cpu:.3} ms CPU (client and server)");
     eprintln!(
-        "{n} installs, 20-wide, no latency: half first touch {:.3} ms CPU/install ({:.2}s wall); prepared {:.3} ms CPU/install ({:.2}s wall); preparing a server alone {prepare_cpu:.3} ms; rss {} MB",
+        "[{}] one CNAPI GET round trip: {rtt_cpu:.3} ms CPU (client and server)",
+        layout.as_str()
+    );
+    eprintln!(
+        "[{}] {n} installs, 20-wide, no latency: half first touch {:.3} ms CPU/install ({:.2}s wall); prepared {:.3} ms CPU/install ({:.2}s wall); preparing a server alone {prepare_cpu:.3} ms; a GZ report {report_cpu:.3} ms; rss {} MB",
+        layout.as_str(),
         cpu1.as_secs_f64() * 1000.0 / n as f64,
         wall1.as_secs_f64(),
         cpu2.as_secs_f64() * 1000.0 / n as f64,
@@ -402,9 +430,98 @@ async fn measure_install_cpu() {
     dc.shutdown().await;
 }
 
-/// The rollout benchmark's shape against the simulator alone: 1000 servers,
-/// 50 ms injected latency, 20 at a time, each server touched for the first
-/// time. Prints wall / ideal. Run with
+/// Time to start a 200-server rooted datacenter with the default set
+/// seeded (two real installs build the seed templates) and to prepare
+/// every server's GZ from them, against a real install of the default set
+/// per server. Run with `cargo test --release --test sim_serve --
+/// --ignored --nocapture`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "measurement, prints figures"]
+async fn measure_rooted_prepare() {
+    let n = 200;
+    let cpu = cpu_time();
+    let wall = Instant::now();
+    let dc = SimDc::start(SimConfig::default().servers(n)).await.unwrap();
+    let (start_wall, start_cpu) = (wall.elapsed(), cpu_time() - cpu);
+    let servers = dc.servers();
+    let cpu = cpu_time();
+    let wall = Instant::now();
+    let prepared: Vec<_> = futures::stream::iter(servers.iter())
+        .map(|s| dc.gz_report(s.uuid))
+        .buffer_unordered(8)
+        .collect()
+        .await;
+    let (prep_wall, prep_cpu) = (wall.elapsed(), cpu_time() - cpu);
+    for p in prepared {
+        assert!(p.unwrap().errors.is_empty());
+    }
+    let files: usize = walkdir_count(&servers[1].root);
+    // The same set installed for real on a few servers (factory reset,
+    // then `gz setup --source imgapi` through execute).
+    let cnapi = dc.apis().cnapi;
+    let sample: Vec<_> = servers.iter().skip(1).take(10).collect();
+    for s in &sample {
+        cnapi.factory_reset(s.uuid).await.unwrap();
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let cpu = cpu_time();
+    let wall = Instant::now();
+    for s in &sample {
+        let req = agentsadm::remote::gz_execute_request(
+            &[
+                "gz".into(),
+                "setup".into(),
+                "--source".into(),
+                "imgapi".into(),
+                "--json".into(),
+            ],
+            Default::default(),
+            Duration::from_secs(60),
+        );
+        let mut req = req;
+        // Not inside cn-agent (no hand-off): what agentsetup does.
+        req.env
+            .insert("SMF_FMRI".into(), "svc:/system/agentsetup:default".into());
+        let r = cnapi
+            .execute(s.uuid, &req, Duration::from_secs(60))
+            .await
+            .unwrap();
+        assert_eq!(r.exit_status, 0, "{}", r.stderr);
+    }
+    let (real_wall, real_cpu) = (wall.elapsed(), cpu_time() - cpu);
+    eprintln!(
+        "rooted prepare: start of a {n}-server DC {:.2}s wall ({:.2}s CPU with hooks, two real installs of the default set included); preparing all {} servers {:.2}s wall ({:.2} ms CPU/server, {files} files each); a real install of the default set: {:.1} ms wall, {:.1} ms CPU (hooks included) per server",
+        start_wall.as_secs_f64(),
+        start_cpu.as_secs_f64(),
+        servers.len(),
+        prep_wall.as_secs_f64(),
+        prep_cpu.as_secs_f64() * 1000.0 / servers.len() as f64,
+        real_wall.as_secs_f64() * 1000.0 / sample.len() as f64,
+        real_cpu.as_secs_f64() * 1000.0 / sample.len() as f64,
+    );
+    dc.shutdown().await;
+}
+
+fn walkdir_count(dir: &std::path::Path) -> usize {
+    std::fs::read_dir(dir)
+        .map(|rd| {
+            rd.flatten()
+                .map(|e| {
+                    let p = e.path();
+                    1 + if std::fs::symlink_metadata(&p).is_ok_and(|m| m.is_dir()) {
+                        walkdir_count(&p)
+                    } else {
+                        0
+                    }
+                })
+                .sum()
+        })
+        .unwrap_or(0)
+}
+
+/// The rollout benchmark's shape against the simulator alone: 1000 servers
+/// (mockcloud layout), 50 ms injected latency, 20 at a time, each server
+/// touched for the first time. Prints wall / ideal. Run with
 /// `cargo test --release --test sim_serve -- --ignored --nocapture`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "measurement, prints figures"]
@@ -413,6 +530,7 @@ async fn measure_rollout_shape() {
     let dc = SimDc::start(
         SimConfig::default()
             .servers(n)
+            .gz_layout(GzLayout::Mockcloud)
             .install_latency(LatencySpec::fixed(50)),
     )
     .await

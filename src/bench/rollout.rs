@@ -15,7 +15,8 @@
 //!   `/tasks/:id/wait`, the mock servers' installs (download and verify
 //!   of small images from the simulated IMGAPI, unpack, adoption, CNAPI
 //!   report), with the latency injected by the simulator. This is the
-//!   orchestrator's real path end to end.
+//!   orchestrator's real path end to end; the mock servers run the real GZ
+//!   installer in its mockcloud layout (a few files per install).
 //! - `fake`: the in-process fake datacenter ([`crate::orchestrate::fake`]):
 //!   the real planner and executor, a transport that sleeps the latency.
 //!   It isolates the executor's own overhead.
@@ -196,7 +197,7 @@ async fn measure_sim(
     use crate::orchestrate::images::ImageChoice;
     use crate::orchestrate::session::Session;
     use crate::orchestrate::transport::CnapiTransportConfig;
-    use crate::sim::{LatencySpec, SeedSpec, SimConfig, SimDc};
+    use crate::sim::{GzLayout, LatencySpec, SeedSpec, SimConfig, SimDc};
 
     let config = SimConfig::default()
         .servers(servers.saturating_sub(1))
@@ -206,6 +207,9 @@ async fn measure_sim(
         })
         // cn-agent's restart is part of the install latency here.
         .cn_agent_restart(Duration::ZERO)
+        // The real installer in its cheapest layout: the benchmark is about
+        // the orchestrator, not about writing GZ trees.
+        .gz_layout(GzLayout::Mockcloud)
         .install_latency(LatencySpec::fixed(latency.as_millis() as u64));
     let dc = SimDc::start(config).await?;
     // Mock servers write their GZ directory on first use; do that before

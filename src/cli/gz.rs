@@ -7,6 +7,7 @@
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::sync::Arc;
 use std::time::Duration;
 
 use clap::parser::ValueSource;
@@ -17,6 +18,7 @@ use super::{Cli, CmdResult, Command, GlobalOpts};
 use crate::api::ApiConfig;
 use crate::api::cnapi::ExecuteResult;
 use crate::gz::fetch::ImageSource;
+use crate::gz::platform::Platform;
 use crate::gz::session::{GzSession, GzSettings, Layout};
 use crate::gz::setup::SetupSource;
 use crate::ids::ServerUuid;
@@ -177,7 +179,7 @@ pub async fn run(global: &GlobalOpts, args: GzArgs) -> CmdResult {
         capture: None,
     };
     let argv: Vec<String> = std::env::args().skip(1).collect();
-    let code = execute(global, args, BTreeMap::new(), argv, &mut printer).await;
+    let code = execute(global, args, BTreeMap::new(), argv, None, &mut printer).await;
     Ok(ExitCode::from(code))
 }
 
@@ -188,6 +190,17 @@ pub async fn run(global: &GlobalOpts, args: GzArgs) -> CmdResult {
 /// lock). No global state is touched: logging with `--log-file` goes to a
 /// subscriber scoped to this call.
 pub async fn run_captured(argv: Vec<String>, env: BTreeMap<String, String>) -> ExecuteResult {
+    run_captured_on(argv, env, None).await
+}
+
+/// [`run_captured`] with the GZ's [`Platform`] given instead of the one the
+/// root implies: the simulator's rooted servers hand cn-agent's own
+/// replacement to a simulated agentsadm-install service this way.
+pub async fn run_captured_on(
+    argv: Vec<String>,
+    env: BTreeMap<String, String>,
+    platform: Option<Arc<dyn Platform>>,
+) -> ExecuteResult {
     let mut printer = Printer {
         capture: Some((String::new(), String::new())),
         ..Default::default()
@@ -224,23 +237,7 @@ pub async fn run_captured(argv: Vec<String>, env: BTreeMap<String, String>) -> E
         }
     };
     let mut global = cli.global;
-    // The caller's environment wins over this process's (but not over flags).
-    for (id, var) in [
-        ("sapi_url", "SAPI_URL"),
-        ("cnapi_url", "CNAPI_URL"),
-        ("imgapi_url", "IMGAPI_URL"),
-    ] {
-        if matches.value_source(id) != Some(ValueSource::CommandLine)
-            && let Some(v) = env.get(var)
-        {
-            let slot = match id {
-                "sapi_url" => &mut global.sapi_url,
-                "cnapi_url" => &mut global.cnapi_url,
-                _ => &mut global.imgapi_url,
-            };
-            *slot = Some(v.clone());
-        }
-    }
+    env_urls(&mut global, &matches, &env);
     let Command::Gz(args) = cli.command else {
         return ExecuteResult {
             exit_status: 1,
@@ -274,7 +271,7 @@ pub async fn run_captured(argv: Vec<String>, env: BTreeMap<String, String>) -> E
         },
         None => None,
     };
-    let fut = execute(&global, args, env, argv, &mut printer);
+    let fut = execute(&global, args, env, argv, platform, &mut printer);
     let code = match log {
         Some(d) => fut.with_subscriber(d).await,
         None => fut.await,
@@ -284,6 +281,27 @@ pub async fn run_captured(argv: Vec<String>, env: BTreeMap<String, String>) -> E
         exit_status: code as i32,
         stdout,
         stderr,
+    }
+}
+
+/// The API URLs of an in-process run's environment `env` win over this
+/// process's (but not over flags).
+fn env_urls(global: &mut GlobalOpts, matches: &clap::ArgMatches, env: &BTreeMap<String, String>) {
+    for (id, var) in [
+        ("sapi_url", "SAPI_URL"),
+        ("cnapi_url", "CNAPI_URL"),
+        ("imgapi_url", "IMGAPI_URL"),
+    ] {
+        if matches.value_source(id) != Some(ValueSource::CommandLine)
+            && let Some(v) = env.get(var)
+        {
+            let slot = match id {
+                "sapi_url" => &mut global.sapi_url,
+                "cnapi_url" => &mut global.cnapi_url,
+                _ => &mut global.imgapi_url,
+            };
+            *slot = Some(v.clone());
+        }
     }
 }
 
@@ -321,15 +339,17 @@ async fn execute(
     args: GzArgs,
     env: BTreeMap<String, String>,
     argv: Vec<String>,
+    platform: Option<Arc<dyn Platform>>,
     printer: &mut Printer,
 ) -> u8 {
-    let mut settings = match settings(global, &args.opts, env) {
+    let mut settings = match settings(global, &args.opts, env.clone()) {
         Ok(s) => s,
         Err(e) => {
             printer.err(&format!("agentsadm: error: {e:#}"));
             return 1;
         }
     };
+    settings.platform = platform.clone();
     match args.command {
         GzCommand::Report { post } => {
             let session = match GzSession::open(settings, false).await {
@@ -408,14 +428,17 @@ async fn execute(
                 printer.err("agentsadm: error: a job must be a gz command");
                 return 1;
             };
-            let inner_global = cli.global;
+            let mut inner_global = cli.global;
+            env_urls(&mut inner_global, &matches, &env);
             printer.json = inner_global.json;
             printer.quiet = inner_global.quiet;
+            // The job runs in this run's environment (the SMF service's).
             Box::pin(execute(
                 &inner_global,
                 inner,
-                BTreeMap::new(),
+                env,
                 Vec::new(),
+                platform,
                 printer,
             ))
             .await

@@ -13,8 +13,8 @@ use crate::api::imgapi::ImgapiClient;
 use crate::image::Compression;
 use crate::imagebuild::{Hooks, build};
 use crate::sim::{
-    BurstSpec, Distribution, ExecuteTransport, MemoryUsage, SeedSpec, SimApi, SimConfig, SimDc,
-    image_spec, publish_via_client, sim_api_config,
+    BurstSpec, Distribution, ExecuteTransport, GzLayout, MemoryUsage, SeedSpec, SimApi, SimConfig,
+    SimDc, image_spec, publish_via_client, sim_api_config,
 };
 
 #[derive(Args, Debug)]
@@ -114,6 +114,10 @@ pub struct ServeArgs {
     /// How CNAPI runs execute: cn-agent (timeout honoured) or ur.
     #[arg(long, value_name = "T")]
     pub execute_transport: Option<String>,
+    /// Each server's GZ: `rooted` (a full GZ tree, hooks run; the default)
+    /// or `mockcloud` (three files per component; for thousands of servers).
+    #[arg(long, value_enum, value_name = "LAYOUT")]
+    pub gz_layout: Option<GzLayout>,
 }
 
 /// `sim publish` options.
@@ -266,6 +270,9 @@ pub fn serve_config(a: &ServeArgs) -> anyhow::Result<SimConfig> {
             .parse()
             .with_context(|| format!("--request-latency {l:?}: bad milliseconds"))?;
         f.request_latency_ms.insert(api, ms);
+    }
+    if let Some(l) = a.gz_layout {
+        c.gz_layout = l;
     }
     if let Some(ms) = a.cn_agent_restart_ms {
         c.cn_agent_restart_ms = ms;
@@ -460,8 +467,11 @@ mod tests {
             "sapi=5",
             "--execute-transport",
             "ur",
+            "--gz-layout",
+            "mockcloud",
         ])
         .unwrap();
+        assert_eq!(c.gz_layout, GzLayout::Mockcloud);
         assert_eq!((c.servers, c.rng_seed), (7, 3));
         assert_eq!(c.not_setup, ["cn0007", "cn0006"]);
         assert_eq!(c.with_vms["cn0001"], 2);

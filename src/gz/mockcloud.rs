@@ -18,7 +18,7 @@ use std::path::{Path, PathBuf};
 
 use crate::api::ImgapiClient;
 use crate::api::cnapi::AgentEntry;
-use crate::catalog::Component;
+use crate::catalog::{Component, ComponentKind};
 use crate::ids::{ImageUuid, InstanceUuid, ServerUuid};
 use crate::remote::{AgentsReport, ComponentAction, ReportError};
 
@@ -27,6 +27,15 @@ use super::fetch::{self, FetchError, FetchOptions, ResolvedImage};
 use super::fsutil;
 use super::package::PackageJson;
 use super::txn::SapiTarget;
+
+/// The `package.json` a gz-tools install records (its image has none).
+fn gz_tools_package_json(name: &str, version: &str) -> Vec<u8> {
+    let mut text =
+        serde_json::to_vec_pretty(&serde_json::json!({"name": name, "version": version}))
+            .unwrap_or_default();
+    text.push(b'\n');
+    text
+}
 
 /// One mock server's directory.
 #[derive(Clone, Debug)]
@@ -220,9 +229,17 @@ impl MockServer {
                 expected: uuid.to_string(),
             });
         }
-        let pj_bytes = members
-            .get("package.json")
-            .ok_or_else(|| missing("package.json"))?;
+        // gz-tools images carry no package.json (the image's version is
+        // theirs); the layout needs one, so it is written from the manifest.
+        let synthesized;
+        let pj_bytes = match members.get("package.json") {
+            Some(b) => b,
+            None if component.kind == ComponentKind::GzTools => {
+                synthesized = gz_tools_package_json(pkg, &image.manifest.version);
+                &synthesized
+            }
+            None => return Err(missing("package.json")),
+        };
         let pj = PackageJson::parse(pj_bytes).map_err(|e| MockError::Mismatch {
             uuid,
             file: format!("{pkg}/package.json"),
@@ -478,5 +495,43 @@ impl MockServer {
             agents,
             errors,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::catalog::Catalog;
+    use crate::gz::fetch::ImageSource;
+    use crate::imagebuild::{ImageSpec, build};
+
+    /// gz-tools images carry no package.json; the layout records one from
+    /// the manifest, so the component installs and reports like the rest.
+    #[tokio::test]
+    async fn gz_tools_installs_without_a_package_json() {
+        let cat = Catalog::builtin();
+        let c = cat.get("gz-tools").unwrap();
+        let img = build(&ImageSpec::for_component(c, "1.0.0"));
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("img.file");
+        let manifest = dir.path().join("img.manifest");
+        fs::write(&file, &img.file).unwrap();
+        fs::write(&manifest, serde_json::to_vec(&img.manifest).unwrap()).unwrap();
+        let source = ImageSource::File { file, manifest };
+        let resolved = fetch::resolve(&source, None).await.unwrap();
+        let server = ServerUuid::from_u128(9);
+        let m = MockServer::new(&dir.path().join("mc"), server);
+        let out = m
+            .install(c, &resolved, None, &FetchOptions::default(), None, false)
+            .await
+            .unwrap();
+        assert_eq!(out.action, ComponentAction::Installed);
+        assert_eq!(out.version.as_deref(), Some(img.manifest.version.as_str()));
+        let report = m.report(server);
+        assert!(report.errors.is_empty(), "{:?}", report.errors);
+        assert_eq!(report.agents.len(), 1);
+        assert_eq!(report.agents[0].name, "gz-tools");
+        assert_eq!(report.agents[0].version, img.manifest.version);
+        assert_eq!(report.agents[0].image_uuid, Some(img.manifest.uuid));
     }
 }

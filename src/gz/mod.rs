@@ -41,6 +41,7 @@
 //!   let image = "2d11ad57-389f-4eff-abcb-6dd51646cf80".parse().unwrap();
 //!   let result = gz::install(s.clone(), &[ImageSource::Imgapi(image)]).await;
 //!   let removed = gz::uninstall(s.clone(), &["vm-agent".to_string()]).await;
+//!   let set_up = gz::setup(s.clone(), &gz::setup::SetupSource::Imgapi).await;
 //!   let report = gz::report(s).await;
 //!   # }
 //!   ```
@@ -89,6 +90,16 @@ pub async fn uninstall(settings: GzSettings, names: &[String]) -> GzResult {
     let server = settings.server_uuid;
     match GzSession::open(settings, true).await {
         Ok(mut s) => s.remove(names).await,
+        Err(e) => failed_run(server, &e),
+    }
+}
+
+/// Install the default set of the server's role (`gz setup`): from a
+/// USB-key style directory, or each SAPI agent service's image.
+pub async fn setup(settings: GzSettings, source: &setup::SetupSource) -> GzResult {
+    let server = settings.server_uuid;
+    match GzSession::open(settings, true).await {
+        Ok(mut s) => s.setup(source).await,
         Err(e) => failed_run(server, &e),
     }
 }

@@ -70,6 +70,10 @@ pub struct GzSettings {
     pub sapi_url: Option<String>,
     pub cnapi_url: Option<String>,
     pub api: ApiConfig,
+    /// Ready-made API clients to use instead of building them from the
+    /// URLs (and `api`): the simulator shares one connection pool across
+    /// thousands of runs rather than building three HTTP clients per run.
+    pub clients: Option<crate::api::Apis>,
     /// Extra environment for hooks (and the test knobs).
     pub env: BTreeMap<String, String>,
     pub catalog: Catalog,
@@ -100,6 +104,7 @@ impl GzSettings {
             sapi_url: None,
             cnapi_url: None,
             api: ApiConfig::default(),
+            clients: None,
             env: BTreeMap::new(),
             catalog: Catalog::builtin(),
             platform: None,
@@ -1198,6 +1203,13 @@ type Clients = (
 );
 
 fn clients(settings: &GzSettings, platform: &dyn Platform) -> Result<Clients, GzError> {
+    if let Some(a) = &settings.clients {
+        return Ok((
+            Some(a.imgapi.clone()),
+            Some(a.sapi.clone()),
+            Some(a.cnapi.clone()),
+        ));
+    }
     let mut imgapi = settings.imgapi_url.clone();
     let mut sapi = settings.sapi_url.clone();
     let mut cnapi = settings.cnapi_url.clone();

@@ -935,9 +935,10 @@ async fn install_agent(
         .cnapi
         .new_task(rec.uuid, "agent_install", &request_id(&headers));
     let core2 = core.clone();
+    let arrived = tokio::time::Instant::now();
     tokio::spawn(async move {
         match image {
-            Some(Ok(image)) => run_agent_install(core2, id, server, image).await,
+            Some(Ok(image)) => run_agent_install(core2, id, server, image, arrived).await,
             Some(Err(bad)) => core2.cnapi.finish_task(
                 id,
                 Err(format!("AgentInstall error: invalid image_uuid {bad:?}")),
@@ -980,12 +981,26 @@ async fn sleep_or_shutdown(core: &DcCore, d: Duration) -> bool {
     }
 }
 
+/// Sleep until `deadline` unless the datacenter shuts down first (then
+/// `false`). Injected latencies run from the request's arrival, so the
+/// simulator's own work before the timer starts does not lengthen them.
+async fn sleep_until_or_shutdown(core: &DcCore, deadline: tokio::time::Instant) -> bool {
+    if deadline <= tokio::time::Instant::now() {
+        return true;
+    }
+    tokio::select! {
+        _ = tokio::time::sleep_until(deadline) => true,
+        _ = core.shutdown.cancelled() => false,
+    }
+}
+
 /// cn-agent's `agent_install` task, with the injected faults.
 async fn run_agent_install(
     core: Arc<DcCore>,
     id: TaskId,
     server: Arc<MockServer>,
     image: ImageUuid,
+    arrived: tokio::time::Instant,
 ) {
     if let Err(message) = cn_agent_reachable(&core, &server) {
         core.cnapi
@@ -1001,9 +1016,10 @@ async fn run_agent_install(
         return;
     }
     let target = server.target(&core.config.datacenter);
+    let deadline = arrived + fate.latency;
     // These finish after the latency without doing the install here.
     let finishes_early = fate.fail || name.as_deref() == Some("cn-agent") || name.is_none();
-    if finishes_early && !sleep_or_shutdown(&core, fate.latency).await {
+    if finishes_early && !sleep_until_or_shutdown(&core, deadline).await {
         return;
     }
     if fate.fail {
@@ -1047,7 +1063,8 @@ async fn run_agent_install(
             Err(e) => Err(e),
         };
         match result {
-            Ok(()) => core.refresh_agents(&server).await,
+            // The new cn-agent starts and reports the whole GZ.
+            Ok(_) => core.refresh_agents(&server).await,
             Err(e) => {
                 tracing::warn!(server = %server.hostname, error = %error_chain(&e), "sim: cn-agent self-update failed; server.agents unchanged")
             }
@@ -1059,11 +1076,11 @@ async fn run_agent_install(
     // path of a benchmark (it only shows when it exceeds the latency).
     let work = async {
         core.ensure_prepared(&server)?;
-        core.gz.install(core.env(), target, image).await?;
-        core.refresh_agents(&server).await;
+        let results = core.gz.install(core.env(), target, image).await?;
+        core.record_results(&server, &results);
         Ok::<(), super::gz::GzOpError>(())
     };
-    let (result, alive) = tokio::join!(work, sleep_or_shutdown(&core, fate.latency));
+    let (result, alive) = tokio::join!(work, sleep_until_or_shutdown(&core, deadline));
     if !alive {
         return;
     }
@@ -1136,6 +1153,7 @@ async fn uninstall_agents(
         .cnapi
         .new_task(rec.uuid, "agents_uninstall", &request_id(&headers));
     let core2 = core.clone();
+    let arrived = tokio::time::Instant::now();
     tokio::spawn(async move {
         if let Err(message) = cn_agent_reachable(&core2, &server) {
             core2
@@ -1144,6 +1162,7 @@ async fn uninstall_agents(
             return;
         }
         let fate = core2.faults.install_fate(server.uuid, "");
+        let deadline = arrived + fate.latency;
         if fate.hang {
             return;
         }
@@ -1151,11 +1170,11 @@ async fn uninstall_agents(
         let target = server.target(&core2.config.datacenter);
         let work = async {
             core2.ensure_prepared(&server)?;
-            core2.gz.uninstall(core2.env(), target, names).await?;
-            core2.refresh_agents(&server).await;
+            let results = core2.gz.uninstall(core2.env(), target, names).await?;
+            core2.record_results(&server, &results);
             Ok::<(), super::gz::GzOpError>(())
         };
-        let (result, alive) = tokio::join!(work, sleep_or_shutdown(&core2, fate.latency));
+        let (result, alive) = tokio::join!(work, sleep_until_or_shutdown(&core2, deadline));
         if !alive {
             return;
         }
@@ -1304,9 +1323,8 @@ async fn run_command(
             stderr: "agentsadm sim: simulated servers only run agentsadm command lines (remote::EXEC_SCRIPT); the script was not run\n".into(),
         };
     };
-    let mut argv = args.to_vec();
-    argv.push("--root".into());
-    argv.push(server.root.display().to_string());
+    let arrived = tokio::time::Instant::now();
+    let argv = args.to_vec();
     let changing = argv.first().map(String::as_str) == Some("gz")
         && argv.get(1).is_some_and(|c| CHANGING.contains(&c.as_str()));
     let mut latency = Duration::ZERO;
@@ -1327,7 +1345,7 @@ async fn run_command(
             }
         }
         if fate.fail {
-            if !sleep_or_shutdown(core, fate.latency).await {
+            if !sleep_until_or_shutdown(core, arrived + fate.latency).await {
                 return killed();
             }
             let message = format!(
@@ -1364,12 +1382,23 @@ async fn run_command(
     }
     let env = core.env();
     let mut vars = env.command_env();
+    if core.config.execute_transport == super::ExecuteTransport::CnAgent {
+        // cn-agent's command_execute runs commands inside cn-agent's own
+        // SMF contract (its environment says so); Ur's do not.
+        if let Some(fmri) = core
+            .catalog
+            .get("cn-agent")
+            .and_then(|c| c.smf_services.first())
+        {
+            vars.insert("SMF_FMRI".into(), fmri.clone());
+        }
+    }
     vars.extend(request.env.clone());
     let run = core
         .gz
         .run(env, server.target(&core.config.datacenter), argv, vars);
     let fut = async {
-        let (r, alive) = tokio::join!(run, sleep_or_shutdown(core, latency));
+        let (r, alive) = tokio::join!(run, sleep_until_or_shutdown(core, arrived + latency));
         alive.then_some(r)
     };
     let result = match timeout_ms {
@@ -1482,30 +1511,17 @@ async fn setup_server(
     json_response(STYLE, StatusCode::ACCEPTED, &json!({"job_uuid": job}))
 }
 
-/// The server-setup workflow, reduced to what matters for agents: install
-/// each default component's image (SAPI service `params.image_uuid`), report,
-/// mark set up.
+/// The server-setup workflow, reduced to what matters for agents: `gz setup
+/// --source imgapi` (each default component at its SAPI service's
+/// `params.image_uuid`), report, mark set up.
 async fn run_setup_job(core: Arc<DcCore>, server: Arc<MockServer>) {
     if !sleep_or_shutdown(&core, Duration::from_millis(core.config.setup_job_ms)).await {
         return;
     }
-    let images: Vec<ImageUuid> = {
-        let sapi = core.sapi.lock();
-        core.catalog
-            .default_set(server.headnode)
-            .into_iter()
-            .filter_map(|c| {
-                sapi.services
-                    .iter()
-                    .find(|s| s.name == c.name && s.is_agent())
-                    .and_then(|s| s.image_uuid())
-            })
-            .collect()
-    };
     let result = match core.ensure_prepared(&server) {
         Ok(()) => {
             core.gz
-                .setup(core.env(), server.target(&core.config.datacenter), images)
+                .setup(core.env(), server.target(&core.config.datacenter))
                 .await
         }
         Err(e) => Err(e),

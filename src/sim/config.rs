@@ -7,6 +7,7 @@
 //!
 //! ```json
 //! {"servers": 50, "rng_seed": 7, "not_setup": ["cn0050"], "with_vms": {"cn0001": 2},
+//!  "gz_layout": "rooted",
 //!  "populate": {"version": "1.0.0", "dc_newer": "1.1.0", "updates_newer": "1.2.0"},
 //!  "faults": {"install_latency": {"base_ms": 50, "jitter_ms": 20, "distribution": "lognormal"},
 //!             "slow_servers": {"servers": ["cn0003"], "factor": 10},
@@ -22,6 +23,7 @@ use serde::{Deserialize, Serialize};
 
 use super::SimError;
 use super::faults::{FaultConfig, LatencySpec};
+use super::gz::GzLayout;
 
 /// How CNAPI carries CommandExecute (docs: Ur unless
 /// `FEATURE_USE_CNAGENT_COMMAND_EXECUTE` is set).
@@ -116,6 +118,10 @@ pub struct SimConfig {
     /// 2.8.0; the simulator's synthetic images start at 1.0.0, so the
     /// default is 1.0.0. Set 2.8.0 to see the 412 PreconditionFailed.
     pub uninstall_min_cn_agent: String,
+    /// How each server's GZ is laid out: a full rooted GZ (default; hooks
+    /// run) or the mockcloud layout (three files per component; for
+    /// thousands of servers and benchmarks). See [`super::gz`].
+    pub gz_layout: GzLayout,
     pub faults: FaultConfig,
 }
 
@@ -138,6 +144,7 @@ impl Default for SimConfig {
             sapi_crash_restart_ms: 0,
             execute_transport: ExecuteTransport::CnAgent,
             uninstall_min_cn_agent: "1.0.0".to_string(),
+            gz_layout: GzLayout::default(),
             faults: FaultConfig::default(),
         }
     }
@@ -232,6 +239,12 @@ impl SimConfig {
         self
     }
 
+    /// Lay servers' GZs out this way.
+    pub fn gz_layout(mut self, layout: GzLayout) -> Self {
+        self.gz_layout = layout;
+        self
+    }
+
     pub fn sapi_crash_restart(mut self, d: Duration) -> Self {
         self.sapi_crash_restart_ms = d.as_millis() as u64;
         self
@@ -244,7 +257,7 @@ mod tests {
 
     #[test]
     fn scenario_json_round_trips_and_rejects_typos() {
-        let text = r#"{"servers": 50, "rng_seed": 7, "not_setup": ["cn0050"],
+        let text = r#"{"servers": 50, "rng_seed": 7, "not_setup": ["cn0050"], "gz_layout": "mockcloud",
             "with_vms": {"cn0001": 2},
             "populate": {"version": "1.0.0", "dc_newer": "1.1.0"},
             "faults": {"install_latency": {"base_ms": 50, "jitter_ms": 20, "distribution": "lognormal"},
@@ -253,6 +266,7 @@ mod tests {
                        "api_bursts": {"cnapi": {"count": 3, "status": 503}}}}"#;
         let c: SimConfig = serde_json::from_str(text).unwrap();
         assert_eq!(c.servers, 50);
+        assert_eq!(c.gz_layout, GzLayout::Mockcloud);
         assert_eq!(
             c.populate.as_ref().unwrap().dc_newer.as_deref(),
             Some("1.1.0")

@@ -14,11 +14,12 @@ use super::SimConfig;
 use super::cnapi::CnapiState;
 use super::faults::Faults;
 use super::fleet::MockServer;
-use super::gz::{GzEnv, GzOpError, GzOps, error_chain};
+use super::gz::{GzEnv, GzOpError, GzOps, SeedImage, error_chain};
 use super::imgapi::{ImgapiService, PublishClock};
 use super::sapi::SapiService;
 use crate::catalog::Catalog;
 use crate::ids::{ImageUuid, ServerUuid};
+use crate::remote::ComponentResult;
 
 pub(crate) struct DcCore {
     pub config: SimConfig,
@@ -65,7 +66,23 @@ impl DcCore {
     }
 
     pub(crate) fn ensure_prepared(&self, server: &MockServer) -> Result<(), GzOpError> {
-        server.ensure_prepared(self.gz.as_ref(), &self.config.datacenter)
+        server.ensure_prepared(self.gz.as_ref(), &self.config.datacenter, &|i| {
+            self.seed_image(i)
+        })
+    }
+
+    /// A seeded image from the DC IMGAPI (else the updates server), read
+    /// from the store: seeding is not subject to injected faults.
+    pub(crate) fn seed_image(&self, image: ImageUuid) -> Option<SeedImage> {
+        [&self.imgapi, &self.updates].into_iter().find_map(|svc| {
+            let store = svc.lock();
+            let stored = store.images.get(&image)?;
+            let file = stored.file.as_ref()?;
+            Some(SeedImage {
+                manifest: stored.current_manifest(),
+                file: file.bytes.clone(),
+            })
+        })
     }
 
     /// What cn-agent's refreshAgents does: read the GZ and set
@@ -76,6 +93,17 @@ impl DcCore {
             Err(e) => {
                 tracing::warn!(server = %server.hostname, error = %error_chain(&e), "sim: cannot read the GZ to refresh server.agents")
             }
+        }
+        self.touch();
+    }
+
+    /// After a cn-agent task ran the installer: `server.agents` with the
+    /// entries of the components it touched replaced from its result
+    /// ([`super::gz::apply_results`]), as cn-agent's refreshAgents would
+    /// find them.
+    pub(crate) fn record_results(&self, server: &MockServer, results: &[ComponentResult]) {
+        if let Some(r) = self.cnapi.servers().get_mut(&server.uuid) {
+            super::gz::apply_results(&self.catalog, &mut r.agents, results);
         }
         self.touch();
     }

@@ -15,7 +15,7 @@ use rand::rngs::SmallRng;
 use rand::{RngCore, SeedableRng};
 use serde::{Deserialize, Serialize};
 
-use super::gz::{GzOpError, GzOps, GzTarget, SeededComponent};
+use super::gz::{GzOpError, GzOps, GzTarget, ImageLookup, SeededComponent};
 use crate::ids::ServerUuid;
 
 /// The persisted description of one mock server.
@@ -115,10 +115,11 @@ impl MockServer {
         &self,
         gz: &dyn GzOps,
         datacenter: &str,
+        images: ImageLookup<'_>,
     ) -> Result<(), GzOpError> {
         let mut p = self.lock();
         if let Some(seeded) = p.as_ref() {
-            gz.prepare(&self.target(datacenter), seeded)?;
+            gz.prepare(&self.target(datacenter), seeded, images)?;
             *p = None;
         }
         Ok(())

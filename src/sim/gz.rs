@@ -1,53 +1,112 @@
-//! The seam between the simulator and a mock server's global zone.
+//! The seam between the simulator and a mock server's global zone, and its
+//! one implementation, [`InstallerGz`]: the real GZ installer
+//! ([`crate::gz`]) run in-process against the server's directory.
 //!
 //! CNAPI tasks (install-agent, uninstall-agents, server setup) and CNAPI
-//! execute need to act on one server's GZ. They do it only through
-//! [`GzOps`], so the GZ installer can be swapped in without touching the
-//! simulator:
+//! execute act on one server's GZ only through [`GzOps`]:
 //!
-//! - [`GzOps::prepare`]: make the server's directory a GZ (sysinfo file,
-//!   components a seeded datacenter says are installed). Called once,
-//!   lazily, before the first operation on that server, so 2000 idle mock
-//!   servers cost no files.
-//! - [`GzOps::install`] / [`GzOps::uninstall`]: what cn-agent's
-//!   `agent_install` / `agents_uninstall` tasks do to the GZ (download and
-//!   verify from the DC IMGAPI, unpack, keep the instance UUID, adopt into
-//!   SAPI). Reporting to CNAPI is the caller's job, as cn-agent's
-//!   `refreshAgents` is separate from the install.
-//! - [`GzOps::report`]: the `server.agents` list, read from the GZ.
-//! - [`GzOps::run`]: run an `agentsadm` command line (what CNAPI execute of
-//!   [`crate::remote::gz_execute_request`] runs), with stdout, stderr and
-//!   exit status captured. The caller has already appended `--root <dir>`.
+//! - [`GzOps::seeded_agents`] / [`GzOps::prepare`]: what a seeded server
+//!   reports, and making its directory exactly what the installer leaves
+//!   after installing the seeded components (see "Seeding" below). Prepare
+//!   runs once, lazily, before the first operation on a server, so 2000
+//!   idle mock servers cost no files.
+//! - [`GzOps::install`] / [`GzOps::uninstall`]: cn-agent's `agent_install` /
+//!   `agents_uninstall` tasks: `gz::install` of one image from the DC
+//!   IMGAPI (download, verify, unpack, hooks, swap with rollback, instance
+//!   UUID kept, SAPI adoption) and `gz::uninstall` (SAPI untouched, as
+//!   cn-agent leaves it). Reporting to CNAPI is the caller's job, as
+//!   cn-agent's `refreshAgents` is separate; the caller updates
+//!   `server.agents` from the returned results ([`apply_results`]) rather
+//!   than reading the whole GZ again.
+//! - [`GzOps::setup`]: the server-setup job's agent step, `gz setup
+//!   --source imgapi`.
+//! - [`GzOps::report`]: the `server.agents` list the installer reads.
+//! - [`GzOps::run`]: an `agentsadm` command line (CNAPI execute of
+//!   [`crate::remote::gz_execute_request`]) through
+//!   [`crate::cli::gz::run_captured_on`], output captured.
 //!
-//! [`MockcloudGz`] is the stand-in used until the real installer lands: the
-//! mockcloud layout of cn-agent's dummy backend (docs/triton/agent-install.md
-//! §4), `<root>/agents/<package>/{image_uuid,package.json,instance_uuid}`,
-//! with only those two files extracted from the image, SAPI adoption with
-//! `params.server_uuid` and `params.image_uuid`, and a `gz` command line
-//! limited to `install`, `remove` and `report`. The real implementation will
-//! call the installer library for install/remove/report and
-//! `crate::cli::gz::run_captured` for [`GzOps::run`].
+//! # Layouts
+//!
+//! [`GzLayout::Rooted`] (the default) makes every mock server a full
+//! rooted GZ (`<server>/sysinfo.json`, `opt/smartdc/agents/...`, SMF state
+//! in `var/svc/smf-state.json`); hooks run, SMF manifests are imported,
+//! cn-agent replacing itself through execute is handed to a simulated
+//! agentsadm-install service ([`GzEnv::cn_agent_restart`] later, it runs
+//! `gz run-job`). [`GzLayout::Mockcloud`] is the installer's mockcloud
+//! layout (`<state>/servers/<uuid>/agents/<name>/{image_uuid,package.json,
+//! instance_uuid}`, no hooks, no SMF): a handful of files per install, for
+//! thousands of servers and the rollout benchmark. Either way the server's
+//! directory is `<state>/servers/<uuid>` (for mockcloud, `<state>` is the
+//! mockcloud root).
+//!
+//! # Seeding
+//!
+//! A seeded server must look exactly as if the installer had installed its
+//! components. The first server of each role (headnode or compute node,
+//! with its set of images) gets a real install: `gz::install` of the
+//! image files (as headnode setup does from the USB key, no SAPI, no
+//! CNAPI) into a scratch template server. Its files are then kept in
+//! memory, and each server of that role is written from them, with the
+//! template's root path, server UUID and instance UUIDs replaced by the
+//! server's. Writing ~150 small files from memory costs a fraction of an
+//! install (no unpacking, hashing, hooks, journal or fsync).
+//!
+//! # Per-server lock
+//!
+//! The installer takes a per-server file lock and polls it every 50 ms
+//! when it is busy; two installs on one mock server (parallel-safe
+//! components sent as separate tasks) would then finish up to 50 ms late.
+//! [`InstallerGz`] queues the changing operations of one server on an
+//! async mutex first, so the file lock is always free when asked for.
 
-use std::collections::BTreeMap;
-use std::io::Read;
+use std::collections::{BTreeMap, HashMap};
+use std::io;
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
-use futures::StreamExt;
+use bytes::Bytes;
 use futures::future::BoxFuture;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
-use sha1::{Digest, Sha1};
+use tokio_util::sync::CancellationToken;
 
+use crate::api::Apis;
 use crate::api::cnapi::{AgentEntry, ExecuteResult};
-use crate::api::sapi::{CreateInstance, ServiceType, object};
-use crate::api::{ApiError, Apis};
-use crate::ids::{ImageUuid, InstanceUuid, ServerUuid, ServiceUuid};
-use crate::image::Compression;
-use crate::imagebuild::hex;
-use crate::remote::{
-    AgentsReport, ComponentAction, ComponentResult, GzFailure, GzResult, ReportError,
-};
+use crate::catalog::Catalog;
+use crate::gz::fetch::ImageSource;
+use crate::gz::mockcloud::MockServer as MockcloudServer;
+use crate::gz::paths::GzPaths;
+use crate::gz::platform::{Platform, PlatformError, Rooted, ServiceState, Sysinfo};
+use crate::gz::session::{GzError, GzSettings, Layout};
+use crate::gz::setup::SetupSource;
+use crate::ids::{ImageUuid, InstanceUuid, ServerUuid};
+use crate::image::ImageManifest;
+use crate::remote::{AgentsReport, ComponentAction, ComponentResult, GzResult};
+
+/// How each mock server's GZ is laid out (module docs).
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize, clap::ValueEnum,
+)]
+#[serde(rename_all = "kebab-case")]
+pub enum GzLayout {
+    /// A full rooted GZ per server: hooks run, SMF state kept.
+    #[default]
+    Rooted,
+    /// The installer's mockcloud layout: three files per component.
+    Mockcloud,
+}
+
+impl GzLayout {
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            GzLayout::Rooted => "rooted",
+            GzLayout::Mockcloud => "mockcloud",
+        }
+    }
+}
 
 /// One mock server as its GZ sees it.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -57,18 +116,25 @@ pub struct GzTarget {
     pub headnode: bool,
     pub datacenter: String,
     pub admin_ip: String,
-    /// The server's directory; the GZ root for the installer.
+    /// The server's directory (`<state>/servers/<uuid>`).
     pub root: PathBuf,
 }
 
-/// Where the server's GZ reaches the datacenter's APIs.
+/// Where the server's GZ reaches the datacenter's APIs, and what it needs
+/// from the simulator around it.
 #[derive(Clone, Debug)]
 pub struct GzEnv {
     pub imgapi_url: String,
     pub sapi_url: String,
     pub cnapi_url: String,
-    /// Clients for those URLs, shared by every operation.
+    /// Clients for those URLs, shared by every operation (one connection
+    /// pool for the whole datacenter).
     pub apis: Apis,
+    /// How long cn-agent takes to come back after replacing itself (when
+    /// the agentsadm-install service runs a handed-over job).
+    pub cn_agent_restart: Duration,
+    /// Cancelled when the datacenter shuts down.
+    pub shutdown: CancellationToken,
 }
 
 impl GzEnv {
@@ -89,71 +155,68 @@ impl GzEnv {
 pub struct SeededComponent {
     /// Component (and image) name.
     pub name: String,
-    /// Package / directory name (differs for marlin-agent).
-    pub package: String,
-    pub version: String,
     pub image_uuid: ImageUuid,
     pub instance_uuid: InstanceUuid,
 }
+
+/// An image as seeding needs it: its manifest and file.
+#[derive(Clone, Debug)]
+pub struct SeedImage {
+    pub manifest: ImageManifest,
+    pub file: Bytes,
+}
+
+/// Finds seeded images (in the simulator's IMGAPI stores, not over HTTP:
+/// seeding is not subject to injected faults).
+pub type ImageLookup<'a> = &'a (dyn Fn(ImageUuid) -> Option<SeedImage> + Sync);
 
 /// Why a GZ operation failed. The message plus its source chain becomes the
 /// task's error text (`AgentInstall error: ...`).
 #[derive(Debug, thiserror::Error)]
 pub enum GzOpError {
-    #[error("Image not found at {url}/images/{image}")]
-    ImageNotFound { image: ImageUuid, url: String },
-    #[error("cannot download image {image} from {url}")]
-    Download {
-        image: ImageUuid,
-        url: String,
-        #[source]
-        err: ApiError,
+    /// The installer's run failed: its result document's error (which says
+    /// what is installed now and what to do next).
+    #[error("{prefix}{step} failed: {message}", prefix = component.as_deref().map(|c| format!("{c}: ")).unwrap_or_default())]
+    Installer {
+        component: Option<String>,
+        step: String,
+        message: String,
     },
-    #[error("cannot read image {image} file from {url}")]
-    Stream {
-        image: ImageUuid,
-        url: String,
+    #[error("cannot read the GZ of server {server}")]
+    Report {
+        server: ServerUuid,
         #[source]
-        err: reqwest::Error,
+        err: GzError,
     },
-    #[error("image {image} file is not what its manifest says: {detail}")]
-    Verify { image: ImageUuid, detail: String },
-    #[error("image {image} is not a valid agent image: {detail}")]
-    BadImage { image: ImageUuid, detail: String },
-    #[error("cannot {action} {path}")]
-    Io {
+    #[error("cannot {action} {path} while preparing the GZ of server {server}")]
+    Prepare {
+        server: ServerUuid,
         action: &'static str,
         path: PathBuf,
         #[source]
-        err: std::io::Error,
+        err: io::Error,
     },
-    #[error("cannot adopt {component} instance {instance} into SAPI")]
-    Adopt {
-        component: String,
-        instance: InstanceUuid,
-        #[source]
-        err: ApiError,
+    #[error(
+        "cannot install the seeded {role} set into a template server under {dir}: {detail} (the simulator's seed images are broken)"
+    )]
+    Template {
+        role: &'static str,
+        dir: PathBuf,
+        detail: String,
     },
-    #[error("cannot list the agent services in SAPI to find the default images")]
-    Services {
-        #[source]
-        err: ApiError,
-    },
-    /// A failure reported by the installer as text.
-    #[error("{0}")]
-    Failed(String),
+    #[error(
+        "seeded image {image} is in neither simulated IMGAPI (was the state directory edited?)"
+    )]
+    MissingImage { image: ImageUuid },
+    #[error("{root} is not <mockcloud root>/servers/<uuid> of server {server}")]
+    NotMockcloud { server: ServerUuid, root: PathBuf },
+    #[error("no simulated server {server}")]
+    UnknownServer { server: ServerUuid },
 }
 
 /// `err` and its sources joined with `: `, for task error messages.
 pub fn error_chain(err: &(dyn std::error::Error + 'static)) -> String {
-    let mut out = err.to_string();
-    let mut cur = err.source();
-    while let Some(e) = cur {
-        out.push_str(": ");
-        out.push_str(&e.to_string());
-        cur = e.source();
-    }
-    out
+    crate::gz::error_chain(err)
 }
 
 /// The per-server agent operations the simulator needs (see the module
@@ -161,30 +224,54 @@ pub fn error_chain(err: &(dyn std::error::Error + 'static)) -> String {
 /// servers; calls for one server may also overlap (parallel-safe
 /// components install concurrently on a real server).
 pub trait GzOps: Send + Sync + 'static {
-    /// Make `target.root` a GZ with `seeded` installed. Idempotent.
-    fn prepare(&self, target: &GzTarget, seeded: &[SeededComponent]) -> Result<(), GzOpError>;
+    /// What a server of this role with `seeded` installed reports as
+    /// `server.agents` (its directory is not touched).
+    fn seeded_agents(
+        &self,
+        headnode: bool,
+        seeded: &[SeededComponent],
+        images: ImageLookup<'_>,
+    ) -> Result<Vec<AgentEntry>, GzOpError>;
+
+    /// Make `target.root` a GZ with `seeded` installed, exactly as the
+    /// installer leaves it. Idempotent.
+    fn prepare(
+        &self,
+        target: &GzTarget,
+        seeded: &[SeededComponent],
+        images: ImageLookup<'_>,
+    ) -> Result<(), GzOpError>;
 
     /// Install or upgrade one image from the DC IMGAPI, keep or create the
-    /// instance UUID, adopt it into SAPI.
+    /// instance UUID, adopt it into SAPI. Returns what changed, as the
+    /// installer's result document says.
     fn install(
         &self,
         env: Arc<GzEnv>,
         target: GzTarget,
         image: ImageUuid,
-    ) -> BoxFuture<'static, Result<(), GzOpError>>;
+    ) -> BoxFuture<'static, Result<Vec<ComponentResult>, GzOpError>>;
 
-    /// Remove components by name (missing ones are not an error).
+    /// Remove agents by name (cn-agent's: the package names; missing ones
+    /// are not an error). SAPI is left alone, as cn-agent leaves it.
     fn uninstall(
         &self,
         env: Arc<GzEnv>,
         target: GzTarget,
         names: Vec<String>,
-    ) -> BoxFuture<'static, Result<(), GzOpError>>;
+    ) -> BoxFuture<'static, Result<Vec<ComponentResult>, GzOpError>>;
+
+    /// Server setup's agent step: the default set of the server's role at
+    /// each SAPI agent service's image.
+    fn setup(&self, env: Arc<GzEnv>, target: GzTarget)
+    -> BoxFuture<'static, Result<(), GzOpError>>;
 
     /// The `server.agents` report read from the GZ.
     fn report(&self, target: GzTarget) -> BoxFuture<'static, Result<AgentsReport, GzOpError>>;
 
-    /// Run `agentsadm <argv...>` against the GZ and capture its output.
+    /// Run `agentsadm <argv...>` against the GZ (the implementation adds
+    /// the options that address it) and capture its output. `vars` is the
+    /// environment of the command (API URLs, cn-agent's `SMF_FMRI`).
     fn run(
         &self,
         env: Arc<GzEnv>,
@@ -192,816 +279,287 @@ pub trait GzOps: Send + Sync + 'static {
         argv: Vec<String>,
         vars: BTreeMap<String, String>,
     ) -> BoxFuture<'static, ExecuteResult>;
-
-    /// Server setup's agent step: install each image in order (the real
-    /// flow runs `agentsadm gz setup --source imgapi` through execute).
-    fn setup(
-        &self,
-        env: Arc<GzEnv>,
-        target: GzTarget,
-        images: Vec<ImageUuid>,
-    ) -> BoxFuture<'static, Result<(), GzOpError>> {
-        let futs: Vec<_> = images
-            .into_iter()
-            .map(|i| self.install(env.clone(), target.clone(), i))
-            .collect();
-        Box::pin(async move {
-            for f in futs {
-                f.await?;
-            }
-            Ok(())
-        })
-    }
 }
 
-/// The mockcloud-layout stand-in for the GZ installer (module docs).
-///
-/// It is the only writer of the directories it manages, so it keeps each
-/// server's `server.agents` list in memory once read or written: a report
-/// after an install then costs no file reads (reading every component's
-/// three files on every install was most of the simulator's per-install
-/// CPU). Changing a managed directory behind its back is not supported.
-#[derive(Clone, Debug, Default)]
-pub struct MockcloudGz {
-    index: Arc<StandinCache>,
+/// The real GZ installer behind [`GzOps`] (module docs).
+#[derive(Debug)]
+pub struct InstallerGz {
+    layout: GzLayout,
+    /// Where seed templates are installed (removed once read).
+    scratch: PathBuf,
+    catalog: Catalog,
+    hook_timeout: Duration,
+    /// Built templates by role and image set; each slot is locked while
+    /// its template is built.
+    templates: Mutex<HashMap<TemplateKey, TemplateSlot>>,
+    built: AtomicU64,
+    /// Changing operations queue per server here (module docs).
+    queues: Mutex<HashMap<ServerUuid, Arc<tokio::sync::Mutex<()>>>>,
 }
 
-impl MockcloudGz {
-    pub fn new() -> MockcloudGz {
-        MockcloudGz::default()
-    }
-}
+/// A template, once built; locked while it is being built.
+type TemplateSlot = Arc<Mutex<Option<Arc<Template>>>>;
 
-/// What the stand-in remembers: `server.agents` per server root (by
-/// component directory name), and agent service UUIDs by SAPI URL and
-/// component name (dropped when SAPI no longer knows one).
-#[derive(Debug, Default)]
-struct StandinCache {
-    roots: std::sync::Mutex<std::collections::HashMap<PathBuf, BTreeMap<String, AgentEntry>>>,
-    services: std::sync::Mutex<std::collections::HashMap<(String, String), ServiceUuid>>,
-}
+/// Commands that change a server (and so queue behind each other).
+const CHANGING: [&str; 5] = ["install", "remove", "setup", "rollback", "run-job"];
 
-impl StandinCache {
-    fn lock(
-        &self,
-    ) -> std::sync::MutexGuard<'_, std::collections::HashMap<PathBuf, BTreeMap<String, AgentEntry>>>
-    {
-        self.roots.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    fn set_root(&self, root: &Path, entries: BTreeMap<String, AgentEntry>) {
-        self.lock().insert(root.to_path_buf(), entries);
-    }
-
-    /// Record one directory's new state (`None`: removed), if the root is
-    /// indexed.
-    fn update(&self, root: &Path, dir: &str, entry: Option<AgentEntry>) {
-        if let Some(m) = self.lock().get_mut(root) {
-            match entry {
-                Some(e) => {
-                    m.insert(dir.to_string(), e);
-                }
-                None => {
-                    m.remove(dir);
-                }
-            }
+impl InstallerGz {
+    /// An installer for servers under `state_dir/servers`, with seed
+    /// templates built in `state_dir/templates`.
+    pub fn new(layout: GzLayout, state_dir: &Path) -> InstallerGz {
+        InstallerGz {
+            layout,
+            scratch: state_dir.join("templates"),
+            catalog: Catalog::builtin(),
+            hook_timeout: Duration::from_secs(60),
+            templates: Mutex::new(HashMap::new()),
+            built: AtomicU64::new(0),
+            queues: Mutex::new(HashMap::new()),
         }
     }
 
-    fn get(&self, root: &Path) -> Option<Vec<AgentEntry>> {
-        self.lock().get(root).map(|m| m.values().cloned().collect())
+    pub fn layout(&self) -> GzLayout {
+        self.layout
     }
 
-    fn services(
+    fn queue(&self, server: ServerUuid) -> Arc<tokio::sync::Mutex<()>> {
+        self.queues
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .entry(server)
+            .or_default()
+            .clone()
+    }
+
+    /// The mockcloud root of a server directory `<root>/servers/<uuid>`.
+    fn mockcloud_root(target: &GzTarget) -> Result<PathBuf, GzOpError> {
+        let bad = || GzOpError::NotMockcloud {
+            server: target.server_uuid,
+            root: target.root.clone(),
+        };
+        let root = target
+            .root
+            .parent()
+            .and_then(Path::parent)
+            .ok_or_else(bad)?;
+        if MockcloudServer::new(root, target.server_uuid).dir() != target.root {
+            return Err(bad());
+        }
+        Ok(root.to_path_buf())
+    }
+
+    /// The options that point `agentsadm gz` at the server's GZ.
+    fn address(&self, target: &GzTarget) -> Result<Vec<String>, GzOpError> {
+        Ok(match self.layout {
+            GzLayout::Rooted => vec!["--root".into(), target.root.display().to_string()],
+            GzLayout::Mockcloud => vec![
+                "--layout".into(),
+                "mockcloud".into(),
+                "--root".into(),
+                Self::mockcloud_root(target)?.display().to_string(),
+                "--server-uuid".into(),
+                target.server_uuid.to_string(),
+            ],
+        })
+    }
+
+    /// Installer settings for one operation on `target` (reporting to
+    /// CNAPI is left to the caller).
+    fn settings(&self, env: Option<&GzEnv>, target: &GzTarget) -> Result<GzSettings, GzOpError> {
+        let mut s = match self.layout {
+            GzLayout::Rooted => GzSettings::new(&target.root),
+            GzLayout::Mockcloud => {
+                let mut s = GzSettings::new(Self::mockcloud_root(target)?);
+                s.layout = Layout::Mockcloud;
+                s
+            }
+        };
+        s.server_uuid = Some(target.server_uuid);
+        s.no_cnapi = true;
+        s.hook_timeout = self.hook_timeout;
+        s.catalog = self.catalog.clone();
+        // Loopback: retry a broken download quickly.
+        s.fetch.backoff = Duration::from_millis(20);
+        if let Some(env) = env {
+            s.imgapi_url = Some(env.imgapi_url.clone());
+            s.sapi_url = Some(env.sapi_url.clone());
+            s.cnapi_url = Some(env.cnapi_url.clone());
+            s.clients = Some(env.apis.clone());
+        }
+        Ok(s)
+    }
+
+    /// The template for a role and image set, built on first use.
+    fn template(
         &self,
-    ) -> std::sync::MutexGuard<'_, std::collections::HashMap<(String, String), ServiceUuid>> {
-        self.services.lock().unwrap_or_else(|e| e.into_inner())
+        headnode: bool,
+        seeded: &[SeededComponent],
+        images: ImageLookup<'_>,
+    ) -> Result<Arc<Template>, GzOpError> {
+        let key = TemplateKey::new(headnode, seeded);
+        let slot = self
+            .templates
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .entry(key.clone())
+            .or_default()
+            .clone();
+        let mut slot = slot.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(t) = slot.as_ref() {
+            return Ok(t.clone());
+        }
+        let n = self.built.fetch_add(1, Ordering::Relaxed);
+        let dir = self.scratch.join(format!("{}-{n}", self.layout.as_str()));
+        let built = Template::build(self, &key, &dir, images);
+        let _ = crate::gz::fsutil::remove_any(&dir);
+        // Nothing is kept on disk (an empty directory only if in use).
+        let _ = std::fs::remove_dir(&self.scratch);
+        let t = Arc::new(built?);
+        *slot = Some(t.clone());
+        Ok(t)
+    }
+
+    /// A prepared server's directory with nothing installed.
+    fn prepare_empty(target: &GzTarget) -> Result<(), GzOpError> {
+        let root = &target.root;
+        std::fs::create_dir_all(root).map_err(prepare_err(target, "create", root))?;
+        write_sysinfo(target)
     }
 }
 
-const SYSINFO_FILE: &str = "sysinfo.json";
-const AGENTS_DIR: &str = "agents";
-
-fn io_err<'a>(
+fn prepare_err<'a>(
+    target: &'a GzTarget,
     action: &'static str,
     path: &'a Path,
-) -> impl FnOnce(std::io::Error) -> GzOpError + 'a {
-    move |err| GzOpError::Io {
+) -> impl FnOnce(io::Error) -> GzOpError + 'a {
+    move |err| GzOpError::Prepare {
+        server: target.server_uuid,
         action,
         path: path.to_path_buf(),
         err,
     }
 }
 
-/// Write a file through a temporary name, so a reader never sees half of it.
-fn write_atomic(path: &Path, data: &[u8]) -> Result<(), GzOpError> {
-    let tmp = path.with_extension("tmp");
-    std::fs::write(&tmp, data).map_err(io_err("write", &tmp))?;
-    std::fs::rename(&tmp, path).map_err(io_err("rename into", path))
+/// The sysinfo file mockcloud's create-server writes (4-space JSON), with
+/// what the installer reads (`UUID`, `Hostname`, `Boot Parameters.headnode`).
+fn sysinfo_json(target: &GzTarget) -> Vec<u8> {
+    let v = json!({
+        "UUID": target.server_uuid,
+        "Hostname": target.hostname,
+        "System Type": "Virtual",
+        "SDC Version": "7.0",
+        "Setup": "true",
+        "Datacenter Name": target.datacenter,
+        "Boot Parameters": {"headnode": if target.headnode { "true" } else { "false" }},
+        "Admin IP": target.admin_ip,
+    });
+    let mut text = Vec::new();
+    let fmt = serde_json::ser::PrettyFormatter::with_indent(b"    ");
+    let mut ser = serde_json::Serializer::with_formatter(&mut text, fmt);
+    // Serializing a JSON value into memory cannot fail.
+    let _ = Serialize::serialize(&v, &mut ser);
+    text.push(b'\n');
+    text
 }
 
-impl MockcloudGz {
-    /// The sysinfo file mockcloud's create-server writes (4-space JSON).
-    fn sysinfo(target: &GzTarget) -> serde_json::Value {
-        json!({
-            "UUID": target.server_uuid,
-            "Hostname": target.hostname,
-            "System Type": "Virtual",
-            "SDC Version": "7.0",
-            "Setup": "true",
-            "Datacenter Name": target.datacenter,
-            "Boot Parameters": {"headnode": if target.headnode { "true" } else { "false" }},
-            "Admin IP": target.admin_ip,
-        })
-    }
+/// Write `sysinfo.json`, last: its presence marks a prepared server.
+fn write_sysinfo(target: &GzTarget) -> Result<(), GzOpError> {
+    let path = target
+        .root
+        .join(crate::gz::paths::SYSINFO_FILE)
+        .to_path_buf();
+    let tmp = target.root.join(".sysinfo.json.tmp");
+    std::fs::write(&tmp, sysinfo_json(target)).map_err(prepare_err(target, "write", &tmp))?;
+    std::fs::rename(&tmp, &path).map_err(prepare_err(target, "rename into", &path))
+}
 
-    /// Write one component's directory. `fresh`: the server directory is
-    /// being created and nobody reads it yet, so plain writes will do.
-    fn write_component(
-        dir: &Path,
-        package: &str,
-        version: &str,
-        image: ImageUuid,
-        instance: Option<InstanceUuid>,
-        fresh: bool,
-    ) -> Result<InstanceUuid, GzOpError> {
-        let pdir = dir.join(AGENTS_DIR).join(package);
-        let pj = serde_json::to_vec_pretty(&json!({"name": package, "version": version}))
-            .unwrap_or_default();
-        let image_line = format!("{image}\n");
-        if fresh {
-            std::fs::create_dir(&pdir).map_err(io_err("create", &pdir))?;
-            let inst = instance.unwrap_or_else(InstanceUuid::new_v4);
-            for (name, data) in [
-                ("package.json", pj.as_slice()),
-                ("image_uuid", image_line.as_bytes()),
-                ("instance_uuid", format!("{inst}\n").as_bytes()),
-            ] {
-                let path = pdir.join(name);
-                std::fs::write(&path, data).map_err(io_err("write", &path))?;
-            }
-            return Ok(inst);
-        }
-        std::fs::create_dir_all(&pdir).map_err(io_err("create", &pdir))?;
-        write_atomic(&pdir.join("package.json"), &pj)?;
-        write_atomic(&pdir.join("image_uuid"), image_line.as_bytes())?;
-        // The instance UUID is kept across upgrades, created on first install.
-        let ipath = pdir.join("instance_uuid");
-        let existing = std::fs::read_to_string(&ipath)
-            .ok()
-            .and_then(|s| s.trim().parse::<InstanceUuid>().ok());
-        let inst = match (existing, instance) {
-            (Some(e), _) => e,
-            (None, Some(i)) => i,
-            (None, None) => InstanceUuid::new_v4(),
-        };
-        if existing.is_none() {
-            write_atomic(&ipath, format!("{inst}\n").as_bytes())?;
-        }
-        Ok(inst)
+/// The GzResult's components, or its error as an operation error.
+fn outcome(result: GzResult) -> Result<Vec<ComponentResult>, GzOpError> {
+    match result.error {
+        None => Ok(result.components),
+        Some(f) => Err(GzOpError::Installer {
+            component: f.component,
+            step: f.step,
+            message: f.message,
+        }),
     }
+}
 
-    /// Download and verify an image file (size, sha1, and `Content-MD5` when
-    /// sent), as cn-agent's `getAgentImage` does.
-    async fn fetch(
-        env: &GzEnv,
-        image: ImageUuid,
-    ) -> Result<(crate::image::ImageManifest, Vec<u8>), GzOpError> {
-        let url = env.imgapi_url.clone();
-        let manifest = match env.apis.imgapi.get_image(image).await {
-            Ok(m) => m,
-            Err(e) if e.is_not_found() => return Err(GzOpError::ImageNotFound { image, url }),
-            Err(err) => return Err(GzOpError::Download { image, url, err }),
-        };
-        let want = manifest
-            .file()
-            .cloned()
-            .ok_or_else(|| GzOpError::BadImage {
-                image,
-                detail: "the manifest lists no file".into(),
-            })?;
-        let download =
-            env.apis
-                .imgapi
-                .get_image_file(image)
-                .await
-                .map_err(|err| GzOpError::Download {
-                    image,
-                    url: url.clone(),
-                    err,
-                })?;
-        // The client checks Content-Length and Content-MD5 as it streams;
-        // size and sha1 against the manifest are checked here, as cn-agent's
-        // getAgentImage does.
-        let mut sha1 = Sha1::new();
-        let mut bytes = Vec::with_capacity(want.size as usize);
-        let mut stream = download.verified_stream();
-        while let Some(chunk) = stream.next().await {
-            let chunk = chunk.map_err(|err| GzOpError::Download {
-                image,
-                url: url.clone(),
-                err,
-            })?;
-            sha1.update(&chunk);
-            bytes.extend_from_slice(&chunk);
-        }
-        if bytes.len() as u64 != want.size {
-            return Err(GzOpError::Verify {
-                image,
-                detail: format!("Unexpected file size ({} vs {})", want.size, bytes.len()),
-            });
-        }
-        let got = hex(&sha1.finalize());
-        if got != want.sha1 {
-            return Err(GzOpError::Verify {
-                image,
-                detail: format!("sha1 {got} does not match the manifest's {}", want.sha1),
-            });
-        }
-        Ok((manifest, bytes))
-    }
-
-    /// Extract `<top>/image_uuid` and `<top>/package.json` (all mockcloud
-    /// keeps) and check the image UUID inside matches.
-    fn unpack_metadata(
-        image: ImageUuid,
-        compression: Compression,
-        bytes: &[u8],
-    ) -> Result<(String, String), GzOpError> {
-        let bad = |detail: String| GzOpError::BadImage { image, detail };
-        let reader: Box<dyn Read + '_> = match compression {
-            Compression::Gzip => Box::new(flate2::read::GzDecoder::new(bytes)),
-            Compression::Bzip2 => Box::new(bzip2::read::BzDecoder::new(bytes)),
-            Compression::None => Box::new(bytes),
-            Compression::Xz => return Err(bad("xz images are not supported".into())),
-        };
-        let mut archive = tar::Archive::new(reader);
-        let mut top: Option<String> = None;
-        let mut image_uuid = None;
-        let mut package_json = None;
-        let entries = archive
-            .entries()
-            .map_err(|e| bad(format!("not a tar archive: {e}")))?;
-        for entry in entries {
-            let mut entry = entry.map_err(|e| bad(format!("corrupt tar archive: {e}")))?;
-            let path = entry
-                .path()
-                .map_err(|e| bad(format!("bad path in archive: {e}")))?
-                .to_string_lossy()
-                .into_owned();
-            let first = path.split('/').next().unwrap_or("").to_string();
-            let top = top.get_or_insert_with(|| first.clone());
-            let rel = path.strip_prefix(&format!("{top}/")).unwrap_or("");
-            if rel == "image_uuid" || rel == "package.json" {
-                let mut s = String::new();
-                entry
-                    .read_to_string(&mut s)
-                    .map_err(|e| bad(format!("cannot read {path}: {e}")))?;
-                if rel == "image_uuid" {
-                    image_uuid = Some(s);
-                } else {
-                    package_json = Some(s);
-                }
-                if image_uuid.is_some() && package_json.is_some() {
-                    break;
-                }
-            }
-        }
-        let top = top.ok_or_else(|| bad("tarball missing agentName/ directory".into()))?;
-        let inside =
-            image_uuid.ok_or_else(|| bad(format!("no {top}/image_uuid in the tarball")))?;
-        if inside.trim() != image.to_string() {
-            return Err(bad(format!(
-                "{top}/image_uuid says {}, not {image}",
-                inside.trim()
-            )));
-        }
-        // gz-tools images carry no package.json: the top directory names
-        // the component and the manifest has the version.
-        let Some(pj) = package_json else {
-            return Ok((top, String::new()));
-        };
-        let pj: serde_json::Value =
-            serde_json::from_str(&pj).map_err(|e| bad(format!("{top}/package.json: {e}")))?;
-        let name = pj["name"]
-            .as_str()
-            .ok_or_else(|| bad(format!("{top}/package.json has no name")))?
-            .to_string();
-        let version = pj["version"].as_str().unwrap_or("").to_string();
-        Ok((name, version))
-    }
-
-    /// Adopt the instance into SAPI the way the dummy cn-agent does: find
-    /// the agent service by name (none: not managed, nothing to do), then
-    /// create the instance (an overwrite when it exists) with
-    /// `params.server_uuid` and `params.image_uuid`.
-    async fn adopt(
-        cache: &StandinCache,
-        env: &GzEnv,
-        target: &GzTarget,
-        component: &str,
-        instance: InstanceUuid,
-        image: ImageUuid,
-    ) -> Result<(), GzOpError> {
-        let adopt_err = |err| GzOpError::Adopt {
-            component: component.to_string(),
-            instance,
-            err,
-        };
-        let key = (env.sapi_url.clone(), component.to_string());
-        for attempt in 0..2 {
-            let cached = cache.services().get(&key).copied();
-            let service = match cached {
-                Some(s) => s,
-                None => {
-                    let services = env
-                        .apis
-                        .sapi
-                        .list_services(Some(component), None, Some(ServiceType::Agent))
-                        .await
-                        .map_err(adopt_err)?;
-                    match services.first() {
-                        Some(s) => {
-                            cache.services().insert(key.clone(), s.uuid);
-                            s.uuid
-                        }
-                        None => return Ok(()),
-                    }
-                }
-            };
-            let create = CreateInstance {
-                uuid: Some(instance),
-                service_uuid: Some(service),
-                params: Some(object([
-                    ("server_uuid", json!(target.server_uuid)),
-                    ("image_uuid", json!(image)),
-                ])),
-                metadata: None,
-                exists: Some(true),
-            };
-            match env.apis.sapi.create_instance(&create).await {
-                Ok(_) => return Ok(()),
-                // The service went away since it was looked up: look again.
-                Err(e) if e.is_not_found() && cached.is_some() && attempt == 0 => {
-                    cache.services().remove(&key);
-                }
-                Err(e) => return Err(adopt_err(e)),
-            }
-        }
-        Ok(())
-    }
-
-    async fn install_one(
-        index: Arc<StandinCache>,
-        env: Arc<GzEnv>,
-        target: GzTarget,
-        image: ImageUuid,
-    ) -> Result<ComponentResult, GzOpError> {
-        let started = std::time::Instant::now();
-        let (manifest, bytes) = Self::fetch(&env, image).await?;
-        let compression = manifest
-            .file()
-            .map(|f| f.compression)
-            .unwrap_or(Compression::Gzip);
-        let (package, version) = Self::unpack_metadata(image, compression, &bytes)?;
-        let version = if version.is_empty() {
-            manifest.version.clone()
-        } else {
-            version
-        };
-        let before = read_component(&target.root.join(AGENTS_DIR).join(&package));
-        let instance = Self::write_component(&target.root, &package, &version, image, None, false)?;
-        index.update(
-            &target.root,
-            &package,
-            Some(AgentEntry {
-                name: package.clone(),
-                version: version.clone(),
-                image_uuid: Some(image),
-                uuid: Some(instance),
+/// `server.agents` after an installer run that did `results`, from the
+/// list before it: the run's result document carries, for each component
+/// it touched, exactly what the installer's report reads back (entry name
+/// the package's, version, image, instance UUID), so the changed entries
+/// are replaced and the rest kept, without reading the whole GZ again
+/// (that read was most of a mock install's CPU).
+pub fn apply_results(catalog: &Catalog, agents: &mut Vec<AgentEntry>, results: &[ComponentResult]) {
+    for r in results {
+        let name = catalog
+            .get(&r.name)
+            .map(|c| c.package_name().to_string())
+            .unwrap_or_else(|| r.name.clone());
+        agents.retain(|a| a.name != name);
+        match r.action {
+            ComponentAction::Removed | ComponentAction::Absent => {}
+            ComponentAction::Installed
+            | ComponentAction::Upgraded
+            | ComponentAction::Unchanged
+            | ComponentAction::RolledBack => agents.push(AgentEntry {
+                name,
+                version: r.version.clone().unwrap_or_default(),
+                image_uuid: r.image_uuid,
+                uuid: r.instance_uuid,
             }),
-        );
-        Self::adopt(&index, &env, &target, &manifest.name, instance, image).await?;
-        let action = match &before {
-            None => ComponentAction::Installed,
-            Some(b) if b.image_uuid == Some(image) => ComponentAction::Unchanged,
-            Some(_) => ComponentAction::Upgraded,
-        };
-        Ok(ComponentResult {
-            name: manifest.name.clone(),
-            action,
-            from_image: before.and_then(|b| b.image_uuid),
-            image_uuid: Some(image),
-            version: Some(version),
-            instance_uuid: Some(instance),
-            elapsed_ms: started.elapsed().as_millis() as u64,
-        })
-    }
-
-    fn remove_one(
-        index: &StandinCache,
-        root: &Path,
-        name: &str,
-    ) -> Result<Option<ComponentResult>, GzOpError> {
-        let base = root.join(AGENTS_DIR);
-        // By directory (package) name, or by a package.json name.
-        let dir = base.join(name);
-        let dir = if dir.is_dir() {
-            Some(dir)
-        } else {
-            std::fs::read_dir(&base).ok().and_then(|rd| {
-                rd.flatten()
-                    .map(|e| e.path())
-                    .find(|p| read_component(p).is_some_and(|c| c.name == name))
-            })
-        };
-        let Some(dir) = dir else { return Ok(None) };
-        let before = read_component(&dir);
-        std::fs::remove_dir_all(&dir).map_err(io_err("remove", &dir))?;
-        if let Some(d) = dir.file_name() {
-            index.update(root, &d.to_string_lossy(), None);
-        }
-        Ok(Some(ComponentResult {
-            name: name.to_string(),
-            action: ComponentAction::Removed,
-            from_image: before.as_ref().and_then(|b| b.image_uuid),
-            image_uuid: None,
-            version: before.map(|b| b.version),
-            instance_uuid: None,
-            elapsed_ms: 0,
-        }))
-    }
-
-    /// The report from memory when this root is indexed, else from disk
-    /// (indexing it when every component read cleanly).
-    fn report_cached(index: &StandinCache, target: &GzTarget) -> AgentsReport {
-        if let Some(agents) = index.get(&target.root) {
-            return AgentsReport {
-                server_uuid: target.server_uuid,
-                agents,
-                errors: Vec::new(),
-            };
-        }
-        let report = Self::report_sync(target);
-        if report.errors.is_empty() {
-            index.set_root(
-                &target.root,
-                report
-                    .agents
-                    .iter()
-                    .map(|a| (a.name.clone(), a.clone()))
-                    .collect(),
-            );
-        }
-        report
-    }
-
-    fn report_sync(target: &GzTarget) -> AgentsReport {
-        let base = target.root.join(AGENTS_DIR);
-        let mut agents = Vec::new();
-        let mut errors = Vec::new();
-        if let Ok(rd) = std::fs::read_dir(&base) {
-            let mut dirs: Vec<PathBuf> = rd.flatten().map(|e| e.path()).collect();
-            dirs.sort();
-            for d in dirs {
-                let dir_name = d
-                    .file_name()
-                    .map(|n| n.to_string_lossy().into_owned())
-                    .unwrap_or_default();
-                match read_component(&d) {
-                    Some(c) if c.image_uuid.is_some() => agents.push(c),
-                    _ => errors.push(ReportError {
-                        name: dir_name,
-                        message: "missing or unreadable image_uuid or package.json".into(),
-                    }),
-                }
-            }
-        }
-        AgentsReport {
-            server_uuid: target.server_uuid,
-            agents,
-            errors,
         }
     }
+    agents.sort();
+}
 
-    /// The stand-in `agentsadm` command line (see the module docs).
-    async fn run_cli(
-        index: Arc<StandinCache>,
-        env: Arc<GzEnv>,
-        target: GzTarget,
-        argv: Vec<String>,
-        vars: BTreeMap<String, String>,
-    ) -> ExecuteResult {
-        let usage = |msg: &str| ExecuteResult {
-            exit_status: 1,
-            stdout: String::new(),
-            stderr: format!(
-                "agentsadm: error: {msg} (the simulator's stand-in installer supports gz install IMAGE_UUID..., gz remove NAME..., gz setup --source imgapi, gz report)\n"
-            ),
-        };
-        // Flags the stand-in accepts and ignores: the real installer's
-        // options that make no difference to the mockcloud layout.
-        let mut positional = Vec::new();
-        let mut no_sapi = false;
-        let mut no_cnapi = false;
-        let mut it = argv.iter();
-        while let Some(a) = it.next() {
-            match a.as_str() {
-                "--root" | "--layout" | "--server-uuid" | "--hook-timeout" | "--lock-wait"
-                | "--source" | "--channel" | "--api-timeout" | "--api-retries" | "--sapi-url"
-                | "--cnapi-url" | "--imgapi-url" | "--log-file" => {
-                    it.next();
-                }
-                "--no-sapi" => no_sapi = true,
-                "--no-cnapi" => no_cnapi = true,
-                s if s.starts_with("--") || s == "-v" || s == "-q" => {}
-                s => positional.push(s.to_string()),
-            }
-        }
-        let _ = vars;
-        let (Some(gz), Some(cmd)) = (positional.first(), positional.get(1)) else {
-            return usage("expected 'gz <command>'");
-        };
-        if gz != "gz" {
-            return usage(&format!("unknown command {gz:?}"));
-        }
-        let args = &positional[2..];
-        let result = match cmd.as_str() {
-            "report" => {
-                let report = Self::report_cached(&index, &target);
-                return ExecuteResult {
-                    exit_status: 0,
-                    stdout: serde_json::to_string(&report).unwrap_or_default() + "\n",
-                    stderr: String::new(),
-                };
-            }
-            "install" => {
-                let mut out = GzResult {
-                    server_uuid: target.server_uuid,
-                    components: Vec::new(),
-                    error: None,
-                    warnings: Vec::new(),
-                };
-                for a in args {
-                    let Ok(image) = a.parse::<ImageUuid>() else {
-                        return usage(&format!("{a:?} is not an image UUID"));
-                    };
-                    let r = if no_sapi {
-                        Self::install_no_sapi(index.clone(), env.clone(), target.clone(), image)
-                            .await
-                    } else {
-                        Self::install_one(index.clone(), env.clone(), target.clone(), image).await
-                    };
-                    match r {
-                        Ok(c) => out.components.push(c),
-                        Err(e) => {
-                            out.error = Some(GzFailure {
-                                component: None,
-                                step: "install".into(),
-                                message: error_chain(&e),
-                            });
-                            break;
-                        }
-                    }
-                }
-                out
-            }
-            "setup" => {
-                let mut out = GzResult {
-                    server_uuid: target.server_uuid,
-                    components: Vec::new(),
-                    error: None,
-                    warnings: Vec::new(),
-                };
-                // The default set, each at its SAPI service's image.
-                match Self::setup_images(&env, target.headnode).await {
-                    Ok(images) => {
-                        for (name, image) in images {
-                            match Self::install_one(
-                                index.clone(),
-                                env.clone(),
-                                target.clone(),
-                                image,
-                            )
-                            .await
-                            {
-                                Ok(c) => out.components.push(c),
-                                Err(e) => {
-                                    out.error = Some(GzFailure {
-                                        component: Some(name),
-                                        step: "install".into(),
-                                        message: error_chain(&e),
-                                    });
-                                    break;
-                                }
-                            }
-                        }
-                    }
-                    Err(e) => {
-                        out.error = Some(GzFailure {
-                            component: None,
-                            step: "sapi".into(),
-                            message: error_chain(&e),
-                        })
-                    }
-                }
-                out
-            }
-            "remove" => {
-                let mut out = GzResult {
-                    server_uuid: target.server_uuid,
-                    components: Vec::new(),
-                    error: None,
-                    warnings: Vec::new(),
-                };
-                for name in args {
-                    match Self::remove_one(&index, &target.root, name) {
-                        Ok(Some(c)) => out.components.push(c),
-                        Ok(None) => out.components.push(ComponentResult {
-                            name: name.clone(),
-                            action: ComponentAction::Absent,
-                            from_image: None,
-                            image_uuid: None,
-                            version: None,
-                            instance_uuid: None,
-                            elapsed_ms: 0,
-                        }),
-                        Err(e) => {
-                            out.error = Some(GzFailure {
-                                component: Some(name.clone()),
-                                step: "remove".into(),
-                                message: error_chain(&e),
-                            });
-                            break;
-                        }
-                    }
-                }
-                out
-            }
-            other => return usage(&format!("unknown gz command {other:?}")),
-        };
-        // Report to CNAPI like the real installer (unless --no-cnapi).
-        if !no_cnapi {
-            let report = Self::report_cached(&index, &target);
-            if let Err(e) = env
-                .apis
-                .cnapi
-                .update_server_agents(target.server_uuid, &report.agents)
-                .await
-            {
-                tracing::debug!(server = %target.server_uuid, error = %e, "stand-in gz: CNAPI report failed");
-            }
-        }
-        let failed = result.error.is_some();
-        ExecuteResult {
-            exit_status: i32::from(failed),
-            stdout: serde_json::to_string(&result).unwrap_or_default() + "\n",
-            stderr: result
-                .error
-                .as_ref()
-                .map(|e| format!("agentsadm: error: {}\n", e.message))
-                .unwrap_or_default(),
-        }
-    }
-
-    /// `gz setup --source imgapi`: every default component for this role
-    /// with its agent service's `params.image_uuid` (components without a
-    /// service or image are skipped, as unmanaged).
-    async fn setup_images(
-        env: &GzEnv,
+impl GzOps for InstallerGz {
+    fn seeded_agents(
+        &self,
         headnode: bool,
-    ) -> Result<Vec<(String, ImageUuid)>, GzOpError> {
-        let services = env
-            .apis
-            .sapi
-            .list_agent_services()
-            .await
-            .map_err(|err| GzOpError::Services { err })?;
-        let catalog = crate::catalog::Catalog::builtin();
-        Ok(catalog
-            .default_set(headnode)
-            .into_iter()
-            .filter_map(|c| {
-                services
-                    .iter()
-                    .find(|s| s.name == c.name)
-                    .and_then(|s| s.image_uuid())
-                    .map(|i| (c.name.clone(), i))
+        seeded: &[SeededComponent],
+        images: ImageLookup<'_>,
+    ) -> Result<Vec<AgentEntry>, GzOpError> {
+        if seeded.is_empty() {
+            return Ok(Vec::new());
+        }
+        let t = self.template(headnode, seeded, images)?;
+        let instances = t.instance_map(seeded);
+        Ok(t.report
+            .agents
+            .iter()
+            .map(|a| {
+                let mut a = a.clone();
+                if let Some(u) = a.uuid.and_then(|u| instances.get(&u.to_string())) {
+                    a.uuid = u.parse().ok();
+                }
+                a
             })
             .collect())
     }
 
-    async fn install_no_sapi(
-        index: Arc<StandinCache>,
-        env: Arc<GzEnv>,
-        target: GzTarget,
-        image: ImageUuid,
-    ) -> Result<ComponentResult, GzOpError> {
-        let (manifest, bytes) = Self::fetch(&env, image).await?;
-        let compression = manifest
-            .file()
-            .map(|f| f.compression)
-            .unwrap_or(Compression::Gzip);
-        let (package, version) = Self::unpack_metadata(image, compression, &bytes)?;
-        let version = if version.is_empty() {
-            manifest.version.clone()
-        } else {
-            version
-        };
-        let before = read_component(&target.root.join(AGENTS_DIR).join(&package));
-        let instance = Self::write_component(&target.root, &package, &version, image, None, false)?;
-        index.update(
-            &target.root,
-            &package,
-            Some(AgentEntry {
-                name: package.clone(),
-                version: version.clone(),
-                image_uuid: Some(image),
-                uuid: Some(instance),
-            }),
-        );
-        Ok(ComponentResult {
-            name: manifest.name,
-            action: if before.is_some() {
-                ComponentAction::Upgraded
-            } else {
-                ComponentAction::Installed
-            },
-            from_image: before.and_then(|b| b.image_uuid),
-            image_uuid: Some(image),
-            version: Some(version),
-            instance_uuid: Some(instance),
-            elapsed_ms: 0,
-        })
-    }
-}
-
-/// Read one mockcloud agent directory into a `server.agents` entry: name
-/// from `package.json` (else the directory), version, image and instance.
-fn read_component(dir: &Path) -> Option<AgentEntry> {
-    let pj: serde_json::Value = std::fs::read(dir.join("package.json"))
-        .ok()
-        .and_then(|b| serde_json::from_slice(&b).ok())?;
-    let dir_name = dir.file_name()?.to_string_lossy().into_owned();
-    let image_uuid = std::fs::read_to_string(dir.join("image_uuid"))
-        .ok()
-        .and_then(|s| s.trim().parse().ok());
-    let uuid = std::fs::read_to_string(dir.join("instance_uuid"))
-        .ok()
-        .and_then(|s| s.trim().parse().ok());
-    Some(AgentEntry {
-        name: pj["name"].as_str().map(str::to_string).unwrap_or(dir_name),
-        version: pj["version"].as_str().unwrap_or("").to_string(),
-        image_uuid,
-        uuid,
-    })
-}
-
-impl GzOps for MockcloudGz {
-    fn prepare(&self, target: &GzTarget, seeded: &[SeededComponent]) -> Result<(), GzOpError> {
-        let sysinfo_path = target.root.join(SYSINFO_FILE);
-        if sysinfo_path.exists() {
+    fn prepare(
+        &self,
+        target: &GzTarget,
+        seeded: &[SeededComponent],
+        images: ImageLookup<'_>,
+    ) -> Result<(), GzOpError> {
+        let sysinfo = target.root.join(crate::gz::paths::SYSINFO_FILE);
+        if sysinfo.exists() {
             return Ok(());
         }
-        let agents = target.root.join(AGENTS_DIR);
         // No sysinfo yet: anything here is from an interrupted prepare.
-        if agents.exists() {
-            std::fs::remove_dir_all(&agents).map_err(io_err("remove", &agents))?;
-        }
-        std::fs::create_dir_all(&agents).map_err(io_err("create", &agents))?;
-        for c in seeded {
-            Self::write_component(
-                &target.root,
-                &c.package,
-                &c.version,
-                c.image_uuid,
-                Some(c.instance_uuid),
-                true,
-            )?;
-        }
-        let mut text = Vec::new();
-        let fmt = serde_json::ser::PrettyFormatter::with_indent(b"    ");
-        let mut ser = serde_json::Serializer::with_formatter(&mut text, fmt);
-        serde::Serialize::serialize(&Self::sysinfo(target), &mut ser)
-            .map_err(|e| GzOpError::Failed(format!("cannot encode sysinfo: {e}")))?;
-        // Written last: its presence marks a prepared server.
-        write_atomic(&sysinfo_path, &text)?;
-        self.index.set_root(
+        crate::gz::fsutil::remove_any(&target.root).map_err(prepare_err(
+            target,
+            "clear",
             &target.root,
-            seeded
-                .iter()
-                .map(|c| {
-                    let entry = AgentEntry {
-                        name: c.package.clone(),
-                        version: c.version.clone(),
-                        image_uuid: Some(c.image_uuid),
-                        uuid: Some(c.instance_uuid),
-                    };
-                    (c.package.clone(), entry)
-                })
-                .collect(),
-        );
-        Ok(())
+        ))?;
+        if seeded.is_empty() {
+            return Self::prepare_empty(target);
+        }
+        let t = self.template(target.headnode, seeded, images)?;
+        t.write(target, seeded)
     }
 
     fn install(
@@ -1009,104 +567,580 @@ impl GzOps for MockcloudGz {
         env: Arc<GzEnv>,
         target: GzTarget,
         image: ImageUuid,
-    ) -> BoxFuture<'static, Result<(), GzOpError>> {
-        let index = self.index.clone();
+    ) -> BoxFuture<'static, Result<Vec<ComponentResult>, GzOpError>> {
+        let settings = self.settings(Some(&env), &target);
+        let queue = self.queue(target.server_uuid);
         Box::pin(async move {
-            Self::install_one(index, env, target, image)
-                .await
-                .map(|_| ())
+            let settings = settings?;
+            let _turn = queue.lock().await;
+            outcome(crate::gz::install(settings, &[ImageSource::Imgapi(image)]).await)
         })
     }
 
     fn uninstall(
         &self,
-        _env: Arc<GzEnv>,
+        env: Arc<GzEnv>,
         target: GzTarget,
         names: Vec<String>,
-    ) -> BoxFuture<'static, Result<(), GzOpError>> {
-        let index = self.index.clone();
+    ) -> BoxFuture<'static, Result<Vec<ComponentResult>, GzOpError>> {
+        // cn-agent names agents by package; the installer by component.
+        // Names of nothing agentsadm manages have nothing to remove.
+        let components: Vec<String> = names
+            .iter()
+            .filter_map(|n| {
+                self.catalog
+                    .iter()
+                    .find(|c| c.name == *n || c.package_name() == n)
+                    .map(|c| c.name.clone())
+            })
+            .collect();
+        // cn-agent's agents_uninstall leaves SAPI alone.
+        let settings = self.settings(Some(&env), &target).map(|mut s| {
+            s.no_sapi = true;
+            s
+        });
+        let queue = self.queue(target.server_uuid);
         Box::pin(async move {
-            for n in &names {
-                Self::remove_one(&index, &target.root, n)?;
+            let settings = settings?;
+            if components.is_empty() {
+                return Ok(Vec::new());
             }
-            Ok(())
+            let _turn = queue.lock().await;
+            outcome(crate::gz::uninstall(settings, &components).await)
+        })
+    }
+
+    fn setup(
+        &self,
+        env: Arc<GzEnv>,
+        target: GzTarget,
+    ) -> BoxFuture<'static, Result<(), GzOpError>> {
+        let settings = self.settings(Some(&env), &target);
+        let queue = self.queue(target.server_uuid);
+        Box::pin(async move {
+            let settings = settings?;
+            let _turn = queue.lock().await;
+            outcome(crate::gz::setup(settings, &SetupSource::Imgapi).await).map(|_| ())
         })
     }
 
     fn report(&self, target: GzTarget) -> BoxFuture<'static, Result<AgentsReport, GzOpError>> {
-        let index = self.index.clone();
-        Box::pin(async move { Ok(Self::report_cached(&index, &target)) })
+        let settings = self.settings(None, &target);
+        Box::pin(async move {
+            crate::gz::report(settings?)
+                .await
+                .map_err(|err| GzOpError::Report {
+                    server: target.server_uuid,
+                    err,
+                })
+        })
     }
 
     fn run(
         &self,
         env: Arc<GzEnv>,
         target: GzTarget,
-        argv: Vec<String>,
+        mut argv: Vec<String>,
         vars: BTreeMap<String, String>,
     ) -> BoxFuture<'static, ExecuteResult> {
-        Box::pin(Self::run_cli(self.index.clone(), env, target, argv, vars))
+        let address = match self.address(&target) {
+            Ok(a) => a,
+            Err(e) => {
+                let result = ExecuteResult {
+                    exit_status: 1,
+                    stdout: String::new(),
+                    stderr: format!("agentsadm: error: {}\n", error_chain(&e)),
+                };
+                return Box::pin(async move { result });
+            }
+        };
+        argv.extend(address);
+        let changing = argv.first().map(String::as_str) == Some("gz")
+            && argv.get(1).is_some_and(|c| CHANGING.contains(&c.as_str()));
+        let queue = self.queue(target.server_uuid);
+        // A rooted server hands cn-agent's own replacement to the simulated
+        // agentsadm-install service; mockcloud has no SMF (no handoff).
+        let platform: Option<Arc<dyn Platform>> = match self.layout {
+            GzLayout::Rooted => Some(Arc::new(SimPlatform {
+                rooted: Rooted::new(&target.root),
+                jobs: JobService {
+                    queue: queue.clone(),
+                    vars: vars.clone(),
+                    delay: env.cn_agent_restart,
+                    shutdown: env.shutdown.clone(),
+                },
+            })),
+            GzLayout::Mockcloud => None,
+        };
+        Box::pin(async move {
+            let _turn = match changing {
+                true => Some(queue.lock_owned().await),
+                false => None,
+            };
+            crate::cli::gz::run_captured_on(argv, vars, platform).await
+        })
     }
+}
+
+// ---------------------------------------------------------------------------
+// The simulated agentsadm-install service
+
+/// A rooted GZ whose agentsadm-install SMF service runs handed-over jobs:
+/// after cn-agent's restart delay, once the handing run has finished,
+/// `agentsadm gz run-job --job <file>` runs (in-process) and its install
+/// reports to CNAPI like any other.
+#[derive(Debug)]
+struct SimPlatform {
+    rooted: Rooted,
+    jobs: JobService,
+}
+
+#[derive(Debug, Clone)]
+struct JobService {
+    queue: Arc<tokio::sync::Mutex<()>>,
+    vars: BTreeMap<String, String>,
+    delay: Duration,
+    shutdown: CancellationToken,
+}
+
+impl Platform for SimPlatform {
+    fn name(&self) -> &'static str {
+        "simulated rooted"
+    }
+    fn sysinfo(&self) -> Result<Sysinfo, PlatformError> {
+        self.rooted.sysinfo()
+    }
+    fn sdc_config(&self) -> Option<serde_json::Map<String, serde_json::Value>> {
+        self.rooted.sdc_config()
+    }
+    fn smf_import(&self, manifest: &Path) -> Result<(), PlatformError> {
+        self.rooted.smf_import(manifest)
+    }
+    fn smf_delete(&self, fmri: &str) -> Result<(), PlatformError> {
+        self.rooted.smf_delete(fmri)
+    }
+    fn smf_enable(&self, fmri: &str) -> Result<(), PlatformError> {
+        self.rooted.smf_enable(fmri)
+    }
+    fn smf_disable(&self, fmri: &str) -> Result<(), PlatformError> {
+        self.rooted.smf_disable(fmri)
+    }
+    fn smf_state(&self, fmri: &str) -> Result<Option<ServiceState>, PlatformError> {
+        self.rooted.smf_state(fmri)
+    }
+    fn launch_transient_job(&self, job: &Path) -> Result<(), PlatformError> {
+        let handle =
+            tokio::runtime::Handle::try_current().map_err(|_| PlatformError::Unsupported {
+                what: "handing a job to agentsadm-install outside the simulator's runtime",
+                platform: "simulated rooted",
+            })?;
+        let jobs = self.jobs.clone();
+        let argv = vec![
+            "gz".to_string(),
+            "run-job".to_string(),
+            "--job".to_string(),
+            job.display().to_string(),
+        ];
+        handle.spawn(async move {
+            tokio::select! {
+                _ = tokio::time::sleep(jobs.delay) => {}
+                _ = jobs.shutdown.cancelled() => return,
+            }
+            // After the run that handed the job over (it holds the turn).
+            let _turn = jobs.queue.lock().await;
+            let mut vars = jobs.vars;
+            vars.insert(
+                "SMF_FMRI".into(),
+                crate::gz::platform::INSTALL_SERVICE_FMRI.into(),
+            );
+            let r = crate::cli::gz::run_captured_on(argv, vars, None).await;
+            if r.exit_status != 0 {
+                tracing::warn!(stderr = %r.stderr.trim(), "sim: the agentsadm-install job failed");
+            }
+        });
+        Ok(())
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Seed templates
+
+/// A role and its seeded image set (name order).
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+struct TemplateKey {
+    headnode: bool,
+    images: Vec<(String, ImageUuid)>,
+}
+
+impl TemplateKey {
+    fn new(headnode: bool, seeded: &[SeededComponent]) -> TemplateKey {
+        let mut images: Vec<(String, ImageUuid)> = seeded
+            .iter()
+            .map(|s| (s.name.clone(), s.image_uuid))
+            .collect();
+        images.sort();
+        TemplateKey { headnode, images }
+    }
+
+    fn role(&self) -> &'static str {
+        if self.headnode {
+            "headnode"
+        } else {
+            "compute node"
+        }
+    }
+}
+
+/// One thing in a template server's directory.
+#[derive(Debug)]
+enum Node {
+    Dir {
+        mode: u32,
+    },
+    File {
+        data: Bytes,
+        mode: u32,
+        /// Holds a template token (path, server or instance UUID).
+        patch: bool,
+    },
+    Link {
+        target: String,
+    },
+}
+
+/// A server the installer set up, held in memory (module docs).
+#[derive(Debug)]
+struct Template {
+    /// The template server's directory, as it appears in files.
+    dir: String,
+    server: ServerUuid,
+    /// Component name to the instance UUID the install created.
+    instances: BTreeMap<String, InstanceUuid>,
+    /// Server-relative paths, parents before children.
+    nodes: Vec<(PathBuf, Node)>,
+    report: AgentsReport,
+}
+
+impl Template {
+    /// Install the key's images for real into `scratch` and read the
+    /// result into memory.
+    fn build(
+        gz: &InstallerGz,
+        key: &TemplateKey,
+        scratch: &Path,
+        images: ImageLookup<'_>,
+    ) -> Result<Template, GzOpError> {
+        let fail = |detail: String| GzOpError::Template {
+            role: key.role(),
+            dir: scratch.to_path_buf(),
+            detail,
+        };
+        let io_fail = |what: &str, path: &Path, e: io::Error| {
+            fail(format!("cannot {what} {}: {e}", path.display()))
+        };
+        let server = ServerUuid::new_v4();
+        let target = GzTarget {
+            server_uuid: server,
+            hostname: "seed-template".into(),
+            headnode: key.headnode,
+            datacenter: "template".into(),
+            admin_ip: "127.0.0.1".into(),
+            root: scratch.join("servers").join(server.to_string()),
+        };
+        let _ = crate::gz::fsutil::remove_any(scratch);
+        InstallerGz::prepare_empty(&target)?;
+        // The images as files, the way headnode setup finds them on the
+        // USB key (outside the server's directory).
+        let files = scratch.join("images");
+        std::fs::create_dir_all(&files).map_err(|e| io_fail("create", &files, e))?;
+        let mut sources = Vec::new();
+        for (_, uuid) in &key.images {
+            let img = images(*uuid).ok_or(GzOpError::MissingImage { image: *uuid })?;
+            let file = files.join(format!("{uuid}.file"));
+            let manifest = files.join(format!("{uuid}.manifest"));
+            std::fs::write(&file, &img.file).map_err(|e| io_fail("write", &file, e))?;
+            let text = serde_json::to_vec(&img.manifest).unwrap_or_default();
+            std::fs::write(&manifest, text).map_err(|e| io_fail("write", &manifest, e))?;
+            sources.push(ImageSource::File { file, manifest });
+        }
+        let mut settings = gz.settings(None, &target)?;
+        settings.no_sapi = true;
+        settings.headnode = Some(key.headnode);
+        // The installer is async; seeding is not. A thread of its own with
+        // its own runtime keeps this usable from inside any runtime.
+        let run = std::thread::scope(|s| {
+            s.spawn(|| {
+                let rt = tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()?;
+                let installed = rt.block_on(crate::gz::install(settings.clone(), &sources));
+                let report = rt.block_on(crate::gz::report(settings));
+                Ok::<_, io::Error>((installed, report))
+            })
+            .join()
+        });
+        let (installed, report) = match run {
+            Ok(Ok(r)) => r,
+            Ok(Err(e)) => return Err(fail(format!("cannot start a runtime: {e}"))),
+            Err(_) => return Err(fail("the install thread panicked".into())),
+        };
+        if let Some(e) = &installed.error {
+            return Err(fail(format!(
+                "{}{} failed: {}",
+                e.component
+                    .as_deref()
+                    .map(|c| format!("{c}: "))
+                    .unwrap_or_default(),
+                e.step,
+                e.message
+            )));
+        }
+        let report = report.map_err(|e| fail(error_chain(&e)))?;
+        if !report.errors.is_empty() {
+            return Err(fail(format!("its report has errors: {:?}", report.errors)));
+        }
+        let instances: BTreeMap<String, InstanceUuid> = installed
+            .components
+            .iter()
+            .filter_map(|c| c.instance_uuid.map(|i| (c.name.clone(), i)))
+            .collect();
+        let dir = target.root.display().to_string();
+        let mut tokens = vec![dir.clone(), server.to_string()];
+        tokens.extend(instances.values().map(|i| i.to_string()));
+        // Per-run files: the lock (its holder) and the sysinfo (per server).
+        let skip: Vec<PathBuf> = vec![
+            PathBuf::from(crate::gz::paths::SYSINFO_FILE),
+            match gz.layout {
+                GzLayout::Rooted => GzPaths::new("").lock_file(),
+                GzLayout::Mockcloud => MockcloudServer::new(Path::new(""), server)
+                    .lock_file()
+                    .strip_prefix(format!("servers/{server}"))
+                    .map(Path::to_path_buf)
+                    .unwrap_or_default(),
+            },
+        ];
+        let mut nodes = Vec::new();
+        snapshot(&target.root, Path::new(""), &skip, &tokens, &mut nodes)
+            .map_err(|e| io_fail("read", &target.root, e))?;
+        Ok(Template {
+            dir,
+            server,
+            instances,
+            nodes,
+            report,
+        })
+    }
+
+    /// Template instance UUID to the server's, as strings.
+    fn instance_map(&self, seeded: &[SeededComponent]) -> HashMap<String, String> {
+        self.instances
+            .iter()
+            .filter_map(|(name, t)| {
+                seeded
+                    .iter()
+                    .find(|s| s.name == *name)
+                    .map(|s| (t.to_string(), s.instance_uuid.to_string()))
+            })
+            .collect()
+    }
+
+    /// Write the template as `target`'s GZ.
+    fn write(&self, target: &GzTarget, seeded: &[SeededComponent]) -> Result<(), GzOpError> {
+        let mut tokens: Vec<(Vec<u8>, Vec<u8>)> = vec![
+            (
+                self.dir.as_bytes().to_vec(),
+                target.root.display().to_string().into_bytes(),
+            ),
+            (
+                self.server.to_string().into_bytes(),
+                target.server_uuid.to_string().into_bytes(),
+            ),
+        ];
+        tokens.extend(
+            self.instance_map(seeded)
+                .into_iter()
+                .map(|(a, b)| (a.into_bytes(), b.into_bytes())),
+        );
+        let root = &target.root;
+        std::fs::create_dir_all(root).map_err(prepare_err(target, "create", root))?;
+        for (rel, node) in &self.nodes {
+            let path = root.join(rel);
+            match node {
+                Node::Dir { mode } => std::fs::DirBuilder::new()
+                    .mode(*mode)
+                    .create(&path)
+                    .map_err(prepare_err(target, "create", &path))?,
+                Node::File { data, mode, patch } => {
+                    let patched;
+                    let data: &[u8] = if *patch {
+                        patched = replace_tokens(data, &tokens);
+                        &patched
+                    } else {
+                        data
+                    };
+                    let mut f = std::fs::OpenOptions::new()
+                        .write(true)
+                        .create_new(true)
+                        .mode(*mode)
+                        .open(&path)
+                        .map_err(prepare_err(target, "create", &path))?;
+                    io::Write::write_all(&mut f, data)
+                        .map_err(prepare_err(target, "write", &path))?;
+                }
+                Node::Link { target: to } => {
+                    let to = replace_tokens(to.as_bytes(), &tokens);
+                    let to = String::from_utf8_lossy(&to).into_owned();
+                    std::os::unix::fs::symlink(&to, &path)
+                        .map_err(prepare_err(target, "link", &path))?;
+                }
+            }
+        }
+        write_sysinfo(target)
+    }
+}
+
+/// Read `dir` (relative `rel` under the template root) into `out`, parents
+/// first, in name order.
+fn snapshot(
+    root: &Path,
+    rel: &Path,
+    skip: &[PathBuf],
+    tokens: &[String],
+    out: &mut Vec<(PathBuf, Node)>,
+) -> io::Result<()> {
+    let dir = root.join(rel);
+    let mut names: Vec<_> = std::fs::read_dir(&dir)?
+        .map(|e| e.map(|e| e.file_name()))
+        .collect::<io::Result<_>>()?;
+    names.sort();
+    for name in names {
+        let rel = rel.join(&name);
+        if skip.contains(&rel) {
+            continue;
+        }
+        let path = root.join(&rel);
+        let md = std::fs::symlink_metadata(&path)?;
+        let mode = md.permissions().mode() & 0o7777;
+        if md.file_type().is_symlink() {
+            let target = std::fs::read_link(&path)?.display().to_string();
+            out.push((rel, Node::Link { target }));
+        } else if md.is_dir() {
+            out.push((rel.clone(), Node::Dir { mode }));
+            snapshot(root, &rel, skip, tokens, out)?;
+        } else {
+            let data = Bytes::from(std::fs::read(&path)?);
+            let patch = tokens.iter().any(|t| contains(&data, t.as_bytes()));
+            out.push((rel, Node::File { data, mode, patch }));
+        }
+    }
+    Ok(())
+}
+
+fn contains(haystack: &[u8], needle: &[u8]) -> bool {
+    !needle.is_empty() && haystack.windows(needle.len()).any(|w| w == needle)
+}
+
+/// `data` with every occurrence of each `from` replaced by its `to`.
+fn replace_tokens(data: &[u8], tokens: &[(Vec<u8>, Vec<u8>)]) -> Vec<u8> {
+    let mut cur = data.to_vec();
+    for (from, to) in tokens {
+        if from.is_empty() || !contains(&cur, from) {
+            continue;
+        }
+        let mut next = Vec::with_capacity(cur.len());
+        let mut i = 0;
+        while i < cur.len() {
+            if cur[i..].starts_with(from) {
+                next.extend_from_slice(to);
+                i += from.len();
+            } else {
+                next.push(cur[i]);
+                i += 1;
+            }
+        }
+        cur = next;
+    }
+    cur
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::catalog::Catalog;
-    use crate::imagebuild::{ImageSpec, build};
 
     #[test]
-    fn unpacks_only_metadata_and_checks_uuid() {
-        let cat = Catalog::builtin();
-        for c in cat.iter() {
-            let img = build(&ImageSpec::for_component(c, "1.0.0"));
-            let comp = img.manifest.files[0].compression;
-            let (name, version) =
-                MockcloudGz::unpack_metadata(img.manifest.uuid, comp, &img.file).unwrap();
-            assert_eq!(name, c.package_name());
-            assert!(
-                version.starts_with("1.0.0") || c.name == "gz-tools",
-                "{c}: {version}"
-            );
-            let other = ImageUuid::from_u128(7);
-            let err = MockcloudGz::unpack_metadata(other, comp, &img.file).unwrap_err();
-            assert!(err.to_string().contains("not a valid agent image"), "{err}");
-        }
+    fn tokens_are_replaced_everywhere() {
+        let t = vec![
+            (b"/t/root".to_vec(), b"/servers/abc".to_vec()),
+            (b"1111".to_vec(), b"2222".to_vec()),
+        ];
+        assert_eq!(
+            replace_tokens(b"x=/t/root/opt 1111 /t/root\n", &t),
+            b"x=/servers/abc/opt 2222 /servers/abc\n"
+        );
+        assert_eq!(replace_tokens(b"nothing", &t), b"nothing");
+        assert!(contains(b"abc", b"bc"));
+        assert!(!contains(b"abc", b""));
     }
 
     #[test]
-    fn prepare_writes_seeded_layout_and_report_reads_it() {
-        let dir = tempfile::tempdir().unwrap();
-        let target = GzTarget {
-            server_uuid: ServerUuid::from_u128(1),
+    fn results_replace_the_entries_they_touched() {
+        let cat = Catalog::builtin();
+        let entry = |name: &str, img: u128| AgentEntry {
+            name: name.into(),
+            version: "1.0.0".into(),
+            image_uuid: Some(ImageUuid::from_u128(img)),
+            uuid: Some(InstanceUuid::from_u128(img + 100)),
+        };
+        let mut agents = vec![
+            entry("marlin", 1),
+            entry("vm-agent", 2),
+            entry("net-agent", 3),
+        ];
+        let result = |name: &str, action, img: Option<u128>| ComponentResult {
+            name: name.into(),
+            action,
+            from_image: None,
+            image_uuid: img.map(ImageUuid::from_u128),
+            version: img.map(|_| "2.0.0".to_string()),
+            instance_uuid: img.map(|i| InstanceUuid::from_u128(i + 100)),
+            elapsed_ms: 1,
+        };
+        apply_results(
+            &cat,
+            &mut agents,
+            &[
+                result("marlin-agent", ComponentAction::Upgraded, Some(7)),
+                result("net-agent", ComponentAction::Removed, None),
+                result("cmon-agent", ComponentAction::Installed, Some(8)),
+            ],
+        );
+        let mut want = vec![
+            entry("cmon-agent", 8),
+            entry("marlin", 7),
+            entry("vm-agent", 2),
+        ];
+        want[0].version = "2.0.0".into();
+        want[1].version = "2.0.0".into();
+        want.sort();
+        assert_eq!(agents, want);
+    }
+
+    #[test]
+    fn mockcloud_root_is_two_levels_up() {
+        let uuid = ServerUuid::from_u128(5);
+        let mut target = GzTarget {
+            server_uuid: uuid,
             hostname: "cn0001".into(),
             headnode: false,
             datacenter: "coal".into(),
             admin_ip: "10.99.99.10".into(),
-            root: dir.path().join("s"),
+            root: PathBuf::from(format!("/state/servers/{uuid}")),
         };
-        let seeded = vec![SeededComponent {
-            name: "marlin-agent".into(),
-            package: "marlin".into(),
-            version: "1.0.0".into(),
-            image_uuid: ImageUuid::from_u128(2),
-            instance_uuid: InstanceUuid::from_u128(3),
-        }];
-        let gz = MockcloudGz::new();
-        gz.prepare(&target, &seeded).unwrap();
-        // Idempotent: a second prepare does not rewrite anything.
-        gz.prepare(&target, &[]).unwrap();
         assert_eq!(
-            MockcloudGz::report_cached(&gz.index, &target),
-            MockcloudGz::report_sync(&target)
+            InstallerGz::mockcloud_root(&target).unwrap(),
+            PathBuf::from("/state")
         );
-        let report = MockcloudGz::report_sync(&target);
-        assert_eq!(report.agents.len(), 1);
-        assert_eq!(report.agents[0].name, "marlin");
-        assert_eq!(report.agents[0].uuid, Some(InstanceUuid::from_u128(3)));
-        std::fs::create_dir_all(target.root.join("agents/broken")).unwrap();
-        let report = MockcloudGz::report_sync(&target);
-        assert_eq!(report.errors.len(), 1);
-        assert_eq!(report.errors[0].name, "broken");
+        target.root = PathBuf::from("/state/elsewhere");
+        assert!(InstallerGz::mockcloud_root(&target).is_err());
     }
 }

@@ -44,10 +44,14 @@
 //! uninstall-agents, setup and factory-reset jobs run in the background;
 //! CNAPI execute runs `agentsadm` command lines built by
 //! [`crate::remote::gz_execute_request`] against the server's directory
-//! and nothing else. All GZ work goes through [`GzOps`] (see [`gz`]).
+//! and nothing else. All GZ work goes through [`GzOps`], whose one
+//! implementation runs the real GZ installer ([`crate::gz`]) in-process:
+//! each server is a full rooted GZ ([`GzLayout::Rooted`], the default) or,
+//! for thousands of servers, the installer's mockcloud layout
+//! ([`SimConfig::gz_layout`], `sim serve --gz-layout mockcloud`).
 //!
 //! Modules: [`config`] (shape, scenario JSON), [`faults`], [`gz`] (the seam
-//! to the GZ installer and its mockcloud stand-in), `imgapi`, `sapi`,
+//! to the GZ installer, layouts, seeding), `imgapi`, `sapi`,
 //! `cnapi` (the HTTP services), `fleet` (mock servers), [`seed`] (the fast
 //! path to a populated datacenter), [`publish`], `persist` (`--state DIR`).
 //!
@@ -94,7 +98,10 @@ use tokio_util::sync::CancellationToken;
 pub use self::cnapi::{LIST_MAX_LIMIT, ServerRecord};
 pub use self::config::{ExecuteTransport, SeedSpec, SimConfig};
 pub use self::faults::{BurstSpec, Distribution, FaultConfig, Faults, LatencySpec, SimApi};
-pub use self::gz::{GzEnv, GzOpError, GzOps, GzTarget, MockcloudGz, SeededComponent};
+pub use self::gz::{
+    GzEnv, GzLayout, GzOpError, GzOps, GzTarget, ImageLookup, InstallerGz, SeedImage,
+    SeededComponent,
+};
 pub use self::imgapi::{DEFAULT_CHANNEL, STANDARD_CHANNELS};
 pub use self::publish::{BuildOptions, PublishTarget, image_spec, publish_via_client};
 pub use self::seed::SeedReport;
@@ -185,6 +192,11 @@ pub enum SimError {
     AlreadySeeded,
     #[error("cannot seed: server {server} is already in use; seed before running tasks on servers")]
     SeedTooLate { server: String },
+    #[error("cannot seed the simulated datacenter")]
+    Seed {
+        #[source]
+        err: GzOpError,
+    },
     #[error("cannot create API clients for the simulator")]
     Client {
         #[source]
@@ -313,13 +325,10 @@ pub fn sim_api_config() -> ApiConfig {
 }
 
 impl SimDc {
-    /// Start a datacenter with the mockcloud stand-in GZ installer.
-    pub async fn start(config: SimConfig) -> Result<SimDc, SimError> {
-        SimDc::start_with(config, Arc::new(MockcloudGz::new())).await
-    }
-
-    /// Start a datacenter whose servers' GZ operations go through `gz`.
-    pub async fn start_with(config: SimConfig, gz: Arc<dyn GzOps>) -> Result<SimDc, SimError> {
+    /// Start a datacenter. Its servers' GZ operations run the real GZ
+    /// installer in the configured [`GzLayout`] (a state directory keeps
+    /// the layout it was created with).
+    pub async fn start(mut config: SimConfig) -> Result<SimDc, SimError> {
         let (state_dir, temp_dir) = match &config.state_dir {
             Some(d) => (d.clone(), None),
             None => {
@@ -351,6 +360,18 @@ impl SimDc {
                 config.servers
             );
         }
+        if let Some(layout) = snapshot.as_ref().and_then(|s| s.gz_layout)
+            && layout != config.gz_layout
+        {
+            tracing::warn!(
+                state = %state_dir.display(),
+                "sim: the state directory's servers have the {} layout; --gz-layout {} is ignored",
+                layout.as_str(),
+                config.gz_layout.as_str()
+            );
+            config.gz_layout = layout;
+        }
+        let gz: Arc<dyn GzOps> = Arc::new(InstallerGz::new(config.gz_layout, &state_dir));
 
         let faults = Arc::new(Faults::new(config.rng_seed));
         let mutations = Arc::new(AtomicU64::new(0));
@@ -472,6 +493,8 @@ impl SimDc {
             sapi_url: urls.sapi.clone(),
             cnapi_url: urls.cnapi.clone(),
             apis: apis.clone(),
+            cn_agent_restart: Duration::from_millis(core.config.cn_agent_restart_ms),
+            shutdown: core.shutdown.clone(),
         }));
 
         // Server state from the configuration.
@@ -596,7 +619,7 @@ impl SimDc {
         let server = self
             .core
             .server(uuid)
-            .ok_or_else(|| GzOpError::Failed(format!("no simulated server {uuid}")))?;
+            .ok_or(GzOpError::UnknownServer { server: uuid })?;
         self.core.ensure_prepared(&server)?;
         self.core
             .gz
@@ -635,7 +658,7 @@ impl SimDc {
         let server = self
             .core
             .server(uuid)
-            .ok_or_else(|| GzOpError::Failed(format!("no simulated server {uuid}")))?;
+            .ok_or(GzOpError::UnknownServer { server: uuid })?;
         if self.record(uuid).is_some() {
             return Ok(());
         }

@@ -54,6 +54,9 @@ pub(crate) struct Snapshot {
     pub sapi: SapiStore,
     #[serde(default)]
     pub seed_report: Option<super::SeedReport>,
+    /// The layout the servers' directories have.
+    #[serde(default)]
+    pub gz_layout: Option<super::GzLayout>,
     dc_images: Vec<ImageSnap>,
     updates_images: Vec<ImageSnap>,
 }
@@ -123,6 +126,7 @@ pub(crate) fn save(core: &DcCore) -> Result<(), SimError> {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .clone(),
+        gz_layout: Some(core.config.gz_layout),
         dc_images,
         updates_images,
     };

@@ -10,9 +10,10 @@
 //!    `params.image_uuid` = the seed image (the default for new servers).
 //! 3. Set up every server not listed as not-set-up: record the default set
 //!    (headnode or compute node) as installed (written to its directory on
-//!    first use), create one SAPI instance per component with
+//!    first use, exactly as the installer leaves it: see
+//!    [`super::gz`] "Seeding"), create one SAPI instance per component with
 //!    `params.server_uuid` and `params.image_uuid`, and set `server.agents`
-//!    as cn-agent would report it.
+//!    to what the installer reports for that set.
 //!
 //! Everything comes from a seeded RNG, so the same seed gives the same
 //! UUIDs.
@@ -29,9 +30,8 @@ use super::config::SeedSpec;
 use super::core::DcCore;
 use super::gz::SeededComponent;
 use super::imgapi::StoredFile;
-use crate::api::cnapi::AgentEntry;
 use crate::api::sapi::{Application, Instance, Service, ServiceType, object};
-use crate::catalog::{Component, ComponentKind};
+use crate::catalog::Component;
 use crate::ids::{ApplicationUuid, ImageUuid, InstanceUuid, ServiceUuid};
 use crate::image::ImageManifest;
 use crate::imagebuild::{BuiltImage, ImageSpec, build};
@@ -73,18 +73,6 @@ pub(crate) fn seeded_image(
     spec.version = crate::image::agent_version_string(semver, "master", stamp, &sha);
     spec.payload_bytes = payload_bytes;
     build(&spec)
-}
-
-/// The version a component's `package.json` carries (sdcadm has the bare
-/// semver there; everything else the full build version).
-fn package_version(c: &Component, m: &ImageManifest) -> String {
-    match c.kind {
-        ComponentKind::Sdcadm => m
-            .semver()
-            .map(|v| v.to_string())
-            .unwrap_or_else(|| m.version.clone()),
-        _ => m.version.clone(),
-    }
 }
 
 /// Insert a built image into an IMGAPI store (activated now).
@@ -213,37 +201,40 @@ pub(crate) fn populate(core: &DcCore, spec: &SeedSpec) -> Result<SeedReport, Sim
             })
         })
         .collect::<Result<_, _>>()?;
-    let mut sapi = core.sapi.lock();
-    let mut records = core.cnapi.servers();
+    // What each server has and reports, from a real install of its role's
+    // set (built once per role, before any store is locked).
+    let lookup = |i| core.seed_image(i);
+    let mut planned = Vec::new();
     for server in core.fleet.values() {
         if not_setup.contains(&server.uuid) {
             continue;
         }
-        let mut seeded = Vec::new();
-        let mut agents = Vec::new();
-        for c in core.catalog.default_set(server.headnode) {
-            let m = &report.images[&c.name];
-            let instance = InstanceUuid(uuid_from(&mut rng));
-            let version = package_version(c, m);
-            seeded.push(SeededComponent {
+        let seeded: Vec<SeededComponent> = core
+            .catalog
+            .default_set(server.headnode)
+            .into_iter()
+            .map(|c| SeededComponent {
                 name: c.name.clone(),
-                package: c.package_name().to_string(),
-                version: version.clone(),
-                image_uuid: m.uuid,
-                instance_uuid: instance,
-            });
-            agents.push(AgentEntry {
-                name: c.package_name().to_string(),
-                version,
-                image_uuid: Some(m.uuid),
-                uuid: Some(instance),
-            });
+                image_uuid: report.images[&c.name].uuid,
+                instance_uuid: InstanceUuid(uuid_from(&mut rng)),
+            })
+            .collect();
+        let agents = core
+            .gz
+            .seeded_agents(server.headnode, &seeded, &lookup)
+            .map_err(|err| SimError::Seed { err })?;
+        planned.push((server.clone(), seeded, agents));
+    }
+    let mut sapi = core.sapi.lock();
+    let mut records = core.cnapi.servers();
+    for (server, seeded, agents) in planned {
+        for c in &seeded {
             sapi.put_instance(Instance {
-                uuid: instance,
+                uuid: c.instance_uuid,
                 service_uuid: report.services[&c.name],
                 params: Some(object([
                     ("server_uuid", json!(server.uuid)),
-                    ("image_uuid", json!(m.uuid)),
+                    ("image_uuid", json!(c.image_uuid)),
                 ])),
                 metadata: None,
                 manifests: None,
@@ -252,8 +243,6 @@ pub(crate) fn populate(core: &DcCore, spec: &SeedSpec) -> Result<SeedReport, Sim
                 service_type: Some(ServiceType::Agent),
             });
         }
-        // The stand-in reports directories in name order.
-        agents.sort_by(|a, b| a.name.cmp(&b.name));
         server.set_seeded(seeded);
         if let Some(r) = records.get_mut(&server.uuid) {
             r.setup = true;
