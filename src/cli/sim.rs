@@ -311,6 +311,10 @@ async fn serve(_global: &GlobalOpts, a: ServeArgs) -> CmdResult {
         "state_dir": dc.state_dir(),
         "rss_mb": mem.rss_kb / 1024,
     });
+    // Listen for SIGTERM before announcing the URLs: a script that reads
+    // the line and stops us at once must get a clean shutdown (and a saved
+    // state), not the default action of the signal.
+    let stop = stop_signal();
     println!("{line}");
     eprintln!(
         "simulated datacenter with {} servers is up; to use it:\n  export IMGAPI_URL={} SAPI_URL={} CNAPI_URL={}\n(updates server: {}; Ctrl-C to stop)",
@@ -320,7 +324,7 @@ async fn serve(_global: &GlobalOpts, a: ServeArgs) -> CmdResult {
         urls.cnapi,
         urls.updates
     );
-    wait_for_signal().await;
+    stop.await;
     eprintln!("stopping the simulated datacenter");
     let persistent = a.state.is_some();
     if persistent {
@@ -332,19 +336,27 @@ async fn serve(_global: &GlobalOpts, a: ServeArgs) -> CmdResult {
     Ok(ExitCode::SUCCESS)
 }
 
-async fn wait_for_signal() {
+/// A future that resolves on Ctrl-C or SIGTERM. On Unix the handlers are
+/// installed when this is called, not when the future is first polled.
+fn stop_signal() -> impl std::future::Future<Output = ()> {
     #[cfg(unix)]
-    {
+    let streams = {
         use tokio::signal::unix::{SignalKind, signal};
-        if let Ok(mut term) = signal(SignalKind::terminate()) {
+        signal(SignalKind::terminate())
+            .and_then(|t| signal(SignalKind::interrupt()).map(|i| (t, i)))
+            .ok()
+    };
+    async move {
+        #[cfg(unix)]
+        if let Some((mut term, mut int)) = streams {
             tokio::select! {
-                _ = tokio::signal::ctrl_c() => {}
+                _ = int.recv() => {}
                 _ = term.recv() => {}
             }
             return;
         }
+        let _ = tokio::signal::ctrl_c().await;
     }
-    let _ = tokio::signal::ctrl_c().await;
 }
 
 fn hooks_from(a: &PublishArgs) -> anyhow::Result<Option<Hooks>> {

@@ -328,7 +328,7 @@ impl SimDc {
     /// Start a datacenter. Its servers' GZ operations run the real GZ
     /// installer in the configured [`GzLayout`] (a state directory keeps
     /// the layout it was created with).
-    pub async fn start(mut config: SimConfig) -> Result<SimDc, SimError> {
+    pub async fn start(config: SimConfig) -> Result<SimDc, SimError> {
         let (state_dir, temp_dir) = match &config.state_dir {
             Some(d) => (d.clone(), None),
             None => {
@@ -340,6 +340,22 @@ impl SimDc {
                 (d.clone(), Some(d))
             }
         };
+        let result = SimDc::start_in(config, state_dir, temp_dir.clone()).await;
+        // A refused start must not leave its temporary directory behind
+        // (every refused `sim serve` would otherwise leak one into /dev/shm).
+        if result.is_err()
+            && let Some(d) = &temp_dir
+        {
+            let _ = std::fs::remove_dir_all(d);
+        }
+        result
+    }
+
+    async fn start_in(
+        mut config: SimConfig,
+        state_dir: PathBuf,
+        temp_dir: Option<PathBuf>,
+    ) -> Result<SimDc, SimError> {
         std::fs::create_dir_all(state_dir.join("servers")).map_err(|err| SimError::StateDir {
             path: state_dir.clone(),
             err,

@@ -446,7 +446,6 @@ async fn gz_commands_refuse_bad_input_with_one_line_and_change_nothing() {
 /// temporary state directory behind (each refused start leaks one into
 /// /dev/shm today).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "needs sim fix: SimDc::start_with creates its temporary state directory before checking the configuration and does not remove it when the check fails"]
 async fn a_refused_sim_serve_leaves_no_state_directory() {
     let tmp = tempfile::tempdir().unwrap();
     let env = vec![(
