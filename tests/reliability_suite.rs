@@ -15,7 +15,7 @@
 //!   `bench all` one table.
 //!
 //! Elsewhere: two orchestrators started together (one runs, the other
-//! exits 1 naming the holder) is `orch_sim.rs`
+//! exits 1 naming the holder) is `orch_suite/sim.rs`
 //! `two_orchestrators_started_together_one_runs_the_other_exits_1`; the
 //! unpacker's short-name property test is `gz_suite/unpack_props.rs`; the
 //! abort-at-checkpoint crash tests (fresh installs too) are

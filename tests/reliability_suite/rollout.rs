@@ -13,7 +13,7 @@
 //!
 //! The run goes through the orchestrator's [`Session`] against an
 //! in-process simulated datacenter over loopback HTTP (the command line
-//! is a thin layer over the same call; `orch_sim.rs` covers it). Two
+//! is a thin layer over the same call; `orch_suite/sim.rs` covers it). Two
 //! components, so both transports run: vm-agent through CNAPI
 //! install-agent tasks, gz-tools through CNAPI execute of `agentsadm gz`.
 

@@ -2,8 +2,7 @@
 //! process and through `agentsadm sim serve`), `sim publish`, scale (2000
 //! servers), and rollouts across many servers at once.
 
-#[path = "common/sim.rs"]
-mod sim_common;
+use crate::sim_common;
 
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
@@ -331,7 +330,7 @@ fn cpu_time() -> Duration {
 /// tiny image, HTTP included, the real installer) on servers touched for
 /// the first time and on servers already prepared, in both layouts
 /// (`SIM_MEASURE_SERVERS`, default 1000 mockcloud and 300 rooted). Not a
-/// test: run with `cargo test --release --test sim_serve -- --ignored
+/// test: run with `cargo test --release --test sim_suite serve:: -- --ignored
 /// --nocapture`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "measurement, prints figures"]
@@ -433,7 +432,7 @@ async fn measure_install_cpu_in(layout: GzLayout, n: usize) {
 /// Time to start a 200-server rooted datacenter with the default set
 /// seeded (two real installs build the seed templates) and to prepare
 /// every server's GZ from them, against a real install of the default set
-/// per server. Run with `cargo test --release --test sim_serve --
+/// per server. Run with `cargo test --release --test sim_suite serve:: --
 /// --ignored --nocapture`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "measurement, prints figures"]
@@ -522,7 +521,7 @@ fn walkdir_count(dir: &std::path::Path) -> usize {
 /// The rollout benchmark's shape against the simulator alone: 1000 servers
 /// (mockcloud layout), 50 ms injected latency, 20 at a time, each server
 /// touched for the first time. Prints wall / ideal. Run with
-/// `cargo test --release --test sim_serve -- --ignored --nocapture`.
+/// `cargo test --release --test sim_suite serve:: -- --ignored --nocapture`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "measurement, prints figures"]
 async fn measure_rollout_shape() {

@@ -4,8 +4,7 @@
 //! and error bodies become typed errors whose message names the API, the
 //! call and what to do.
 
-#[path = "common/sim.rs"]
-mod sim_common;
+use crate::sim_common;
 
 use std::time::{Duration, Instant};
 

@@ -3,8 +3,7 @@
 //! clients where they can express the call and raw HTTP where a client
 //! deliberately never does it (no Accept-Version, UpgradeInstance...).
 
-#[path = "common/sim.rs"]
-mod sim_common;
+use crate::sim_common;
 
 use std::time::Duration;
 

@@ -1,0 +1,15 @@
+//! The orchestrator's integration tests, in one test binary (linking is the
+//! slow part of CI, so one binary instead of one per file).
+//!
+//! - `plan`: planner scenarios and golden plans (pure);
+//! - `exec`: the executor, outliers, stragglers and the lock on the fake
+//!   datacenter, with a paused clock;
+//! - `sim`: plan, execute and re-plan against the simulated datacenter, the
+//!   CLI's exit statuses, two orchestrators started together.
+
+#[path = "orch_suite/exec.rs"]
+mod exec;
+#[path = "orch_suite/plan.rs"]
+mod plan;
+#[path = "orch_suite/sim.rs"]
+mod sim;

@@ -1,0 +1,21 @@
+//! The simulator's and the API clients' integration tests, in one test
+//! binary (linking is the slow part of CI, so one binary instead of one per
+//! file).
+//!
+//! - `quirks`: every simulated wire quirk, through the real clients;
+//! - `api_faults`: the clients' retries, timeouts and error bodies against
+//!   injected faults;
+//! - `gz`: the real GZ installer behind the simulator (both layouts);
+//! - `serve`: `agentsadm sim serve` / `sim publish`, persistence, scale.
+
+#[path = "common/sim.rs"]
+mod sim_common;
+
+#[path = "sim_suite/api_faults.rs"]
+mod api_faults;
+#[path = "sim_suite/gz.rs"]
+mod gz;
+#[path = "sim_suite/quirks.rs"]
+mod quirks;
+#[path = "sim_suite/serve.rs"]
+mod serve;
