@@ -132,18 +132,19 @@ pub struct Timings {
 }
 
 impl Timings {
-    /// Installs of about a tenth of a second with a long tail, slow servers
-    /// ten times slower. Outlier checks run once a second and wait for
-    /// `median + margin`, so a slow server must take over two seconds to be
-    /// flagged while it runs: ten times three batches of ~100 ms does.
+    /// Installs of 60-140 ms, slow servers twenty times slower. Outlier
+    /// checks run once a second and flag a server past
+    /// `max(3 x median, median + margin)`; a slow server (three batches of
+    /// 1.2-2.8 s) stays flagged-while-running with a second to spare even
+    /// when a busy machine adds a second or two to every server.
     pub fn standard() -> Timings {
         Timings {
             install_latency: LatencySpec {
                 base_ms: 60,
-                jitter_ms: 40,
-                distribution: Distribution::Lognormal,
+                jitter_ms: 80,
+                distribution: Distribution::Uniform,
             },
-            slow_factor: 10.0,
+            slow_factor: 20.0,
             outlier_margin: Duration::from_secs(1),
         }
     }
@@ -195,9 +196,14 @@ impl Reporter for Tally {
                 }
             }
             ExecEvent::ServerFinished { outcome, .. }
-                if matches!(outcome.status, ServerStatus::Failed | ServerStatus::TimedOut) =>
+                if matches!(
+                    outcome.status,
+                    ServerStatus::Failed | ServerStatus::TimedOut
+                ) =>
             {
-                *c.servers_failed.entry(outcome.hostname.clone()).or_default() += 1;
+                *c.servers_failed
+                    .entry(outcome.hostname.clone())
+                    .or_default() += 1;
             }
             ExecEvent::Outlier(o) => c.outliers.push(o.hostname.clone()),
             _ => {}
@@ -338,7 +344,11 @@ impl Summary {
             c.matched,
             c.unlinked,
             c.duplicates,
-            if c.is_exact() { ", exact" } else { ", NOT exact" }
+            if c.is_exact() {
+                ", exact"
+            } else {
+                ", NOT exact"
+            }
         );
         let rows: Vec<Vec<String>> = self
             .acts
