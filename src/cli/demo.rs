@@ -140,6 +140,38 @@ pub async fn run(g: &GlobalOpts, a: DemoArgs) -> CmdResult {
         );
     }
     let cast = Cast::new(a.servers)?;
+    // Once a command has listened for Ctrl-C, the signal no longer ends the
+    // process by itself: stop the story here (dropping the simulator
+    // removes its directory).
+    let (dc, summary) = tokio::select! {
+        told = tell(g, &a, &cast) => told?,
+        _ = tokio::signal::ctrl_c() => {
+            bail!("interrupted; the simulated datacenter was stopped and removed")
+        }
+    };
+    if a.keep {
+        let urls = dc.urls();
+        println!(
+            "\nThe simulated datacenter keeps running; in another shell:\n\
+             export IMGAPI_URL={} SAPI_URL={} CNAPI_URL={} UPDATES_URL={}\n\
+             Press Ctrl-C to stop it.",
+            urls.imgapi, urls.sapi, urls.cnapi, urls.updates
+        );
+        let _ = tokio::signal::ctrl_c().await;
+    }
+    dc.shutdown().await;
+    if summary.surprises.is_empty() {
+        Ok(ExitCode::SUCCESS)
+    } else {
+        bail!(
+            "the story did not go as designed: {}",
+            summary.surprises.join("; ")
+        )
+    }
+}
+
+/// Tell the story; the datacenter (still running) and the summary.
+async fn tell(g: &GlobalOpts, a: &DemoArgs, cast: &Cast) -> anyhow::Result<(SimDc, Summary)> {
     let timings = Timings::standard();
     let started = Instant::now();
 
@@ -442,27 +474,8 @@ pub async fn run(g: &GlobalOpts, a: DemoArgs) -> CmdResult {
         surprises: story.surprises.clone(),
     };
     println!("{}", summary.render().trim_end());
-
-    if a.keep {
-        println!(
-            "\nThe simulated datacenter keeps running; in another shell:\n\
-             export IMGAPI_URL={} SAPI_URL={} CNAPI_URL={} UPDATES_URL={}\n\
-             Press Ctrl-C to stop it.",
-            urls.imgapi, urls.sapi, urls.cnapi, urls.updates
-        );
-        let _ = tokio::signal::ctrl_c().await;
-    }
-    story.dc.shutdown().await;
-    if summary.surprises.is_empty() {
-        Ok(ExitCode::SUCCESS)
-    } else {
-        bail!(
-            "the story did not go as designed: {}",
-            summary.surprises.join("; ")
-        )
-    }
+    Ok((story.dc, summary))
 }
-
 /// Wait for CNAPI to show the server set up (its setup job done); the
 /// number of components `server.agents` then lists.
 async fn wait_until_set_up(apis: &Apis, uuid: ServerUuid, hostname: &str) -> anyhow::Result<usize> {
