@@ -285,6 +285,8 @@ pub struct Summary {
     pub total: Duration,
     /// Servers the datacenter started with (headnode included).
     pub servers_started: usize,
+    /// `agentsadm` commands run.
+    pub commands: usize,
     pub tally: TallyCounts,
     pub census: Census,
     /// Commands whose exit status was not what the story expects.
@@ -296,6 +298,12 @@ impl Summary {
     pub fn render(&self) -> String {
         let mut out = String::new();
         let t = &self.tally;
+        let _ = writeln!(
+            out,
+            "Ran {} agentsadm commands in {} acts.",
+            self.commands,
+            self.acts.len()
+        );
         let _ = writeln!(
             out,
             "Servers: {} at the start (headnode included), {} listed by CNAPI now.",

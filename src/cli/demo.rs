@@ -57,6 +57,7 @@ struct Story {
     acts: Vec<ActTime>,
     current: Option<(usize, String, Instant)>,
     started: Instant,
+    commands: usize,
     surprises: Vec<String>,
 }
 
@@ -90,6 +91,7 @@ impl Story {
     /// what the operator exported (the updates server URL).
     async fn run(&mut self, shown: &[&str], hidden_args: &[&str], expect: u8) -> u8 {
         println!("\n$ agentsadm {}", shown.join(" "));
+        self.commands += 1;
         let mut args: Vec<String> = vec!["agentsadm".into()];
         args.extend(self.hidden.iter().cloned());
         args.extend(shown.iter().map(|s| s.to_string()));
@@ -210,6 +212,7 @@ async fn tell(g: &GlobalOpts, a: &DemoArgs, cast: &Cast) -> anyhow::Result<(SimD
         acts: Vec::new(),
         current: Some((1, "Build the datacenter".to_string(), act1)),
         started,
+        commands: 0,
         surprises: Vec::new(),
     };
     for h in cast.manta.iter().chain(&cast.new_servers).chain(&cast.slow) {
@@ -234,7 +237,7 @@ async fn tell(g: &GlobalOpts, a: &DemoArgs, cast: &Cast) -> anyhow::Result<(SimD
 
     // Act 2: new servers.
     story.act(2, "Set up servers the new way");
-    let seeded = cast.servers + 1 - cast.new_servers.len();
+    let seeded = cast.servers - cast.new_servers.len();
     story.say(format!(
         "The headnode and {seeded} compute nodes come from the simulator's seed: each GZ written from a real\n\
          install of its default set. {} are new and not set up yet:",
@@ -469,6 +472,7 @@ async fn tell(g: &GlobalOpts, a: &DemoArgs, cast: &Cast) -> anyhow::Result<(SimD
         acts: story.acts.clone(),
         total: story.started.elapsed(),
         servers_started: cast.servers + 1,
+        commands: story.commands,
         tally: story.tally.counts(),
         census,
         surprises: story.surprises.clone(),
