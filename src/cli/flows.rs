@@ -187,10 +187,11 @@ pub async fn run_check(g: &GlobalOpts, a: CheckArgs) -> CmdResult {
             std::future::pending::<()>().await;
         }
     };
+    let reporter = g.reporter(&progress);
     let options = RepairOptions {
         exec: &exec,
         transport: &transport,
-        reporter: &progress,
+        reporter: &reporter,
     };
     let outcome = with_lock(
         dc_lock,

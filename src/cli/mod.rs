@@ -14,12 +14,14 @@ pub mod sim;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::sync::Arc;
 
 use anyhow::Context;
 use clap::{Args, Parser, Subcommand};
 
 use crate::api::{ApiConfig, Apis};
 use crate::catalog::Catalog;
+use crate::orchestrate::report::{ExecEvent, Reporter};
 use crate::output::Output;
 
 /// What every subcommand returns: an exit status, or an error that becomes
@@ -69,6 +71,35 @@ pub struct GlobalOpts {
     /// Use this component catalog instead of the built-in one.
     #[arg(long, global = true, value_name = "FILE")]
     pub catalog: Option<PathBuf>,
+    /// Also sent every execution event (not an option: set by callers that
+    /// run commands in this process, such as the demo, to count what ran).
+    #[arg(skip)]
+    pub observer: Option<Observer>,
+}
+
+/// An extra [`Reporter`] for commands run in this process.
+#[derive(Clone)]
+pub struct Observer(pub Arc<dyn Reporter>);
+
+impl std::fmt::Debug for Observer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Observer")
+    }
+}
+
+/// The command line's progress display, then the observer (if any).
+pub(crate) struct Tee<'a> {
+    progress: &'a dyn Reporter,
+    observer: Option<&'a dyn Reporter>,
+}
+
+impl Reporter for Tee<'_> {
+    fn event(&self, event: &ExecEvent<'_>) {
+        self.progress.event(event);
+        if let Some(o) = self.observer {
+            o.event(event);
+        }
+    }
 }
 
 impl GlobalOpts {
@@ -76,6 +107,14 @@ impl GlobalOpts {
         Output {
             json: self.json,
             quiet: self.quiet,
+        }
+    }
+
+    /// Where execution events go: `progress`, and the observer if set.
+    pub(crate) fn reporter<'a>(&'a self, progress: &'a dyn Reporter) -> Tee<'a> {
+        Tee {
+            progress,
+            observer: self.observer.as_ref().map(|o| o.0.as_ref()),
         }
     }
 
@@ -251,7 +290,13 @@ pub fn main() -> ExitCode {
             return ExitCode::from(1);
         }
     };
-    match runtime.block_on(dispatch(cli)) {
+    runtime.block_on(run_parsed(cli))
+}
+
+/// Run a parsed command line; an error becomes one line on stderr and
+/// exit status 1.
+async fn run_parsed(cli: Cli) -> ExitCode {
+    match dispatch(cli).await {
         Ok(code) => code,
         Err(e) => {
             // The log file keeps the record; stderr gets the one line below.
@@ -260,4 +305,30 @@ pub fn main() -> ExitCode {
             ExitCode::from(1)
         }
     }
+}
+
+/// Run one `agentsadm` command line in this process, as the binary would
+/// (same parsing, output, errors and exit status), with `observer` also
+/// receiving execution events. `args` starts with the program name. For the
+/// demo; logging is whatever this process set up.
+pub async fn run_in_process<I, T>(args: I, observer: Option<Observer>) -> ExitCode
+where
+    I: IntoIterator<Item = T>,
+    T: Into<std::ffi::OsString> + Clone,
+{
+    let mut cli = match Cli::try_parse_from(args) {
+        Ok(cli) => cli,
+        Err(e) => {
+            let first = usage_error_line(&e.render().to_string());
+            eprintln!("agentsadm: error: {first} (see 'agentsadm --help')");
+            return ExitCode::from(1);
+        }
+    };
+    if matches!(cli.command, Command::Demo(_)) {
+        eprintln!("agentsadm: error: the demo cannot run inside itself");
+        return ExitCode::from(1);
+    }
+    cli.global.observer = observer;
+    // Boxed: dispatch reaches this function again through the demo.
+    Box::pin(run_parsed(cli)).await
 }

@@ -67,9 +67,12 @@ pub struct ExecArgs {
     /// Give up on one step after this long (e.g. 30m).
     #[arg(long, value_parser = humantime::parse_duration, default_value = "30m", value_name = "DURATION")]
     pub task_timeout: Duration,
-    /// A server is an outlier past max(FACTOR x median, median + 30s).
+    /// A server is an outlier past max(FACTOR x median, median + MARGIN).
     #[arg(long, default_value_t = 3.0, value_name = "FACTOR")]
     pub outlier_factor: f64,
+    /// The MARGIN above: at least this much over the median (e.g. 30s, 1s).
+    #[arg(long, value_parser = humantime::parse_duration, default_value = "30s", value_name = "DURATION")]
+    pub outlier_margin: Duration,
     /// Once only outliers are left, stop waiting for them after this long.
     #[arg(long, value_parser = humantime::parse_duration, value_name = "DURATION")]
     pub straggler_timeout: Option<Duration>,
@@ -97,6 +100,10 @@ pub struct ListArgs {
     pub components: Vec<String>,
     #[command(flatten)]
     pub servers: ServersArg,
+    /// One line per component and installed image, with how many servers
+    /// run it and in which state (for fleets too large to list per server).
+    #[arg(long)]
+    pub summary: bool,
 }
 
 #[derive(Args, Debug)]
@@ -479,6 +486,7 @@ async fn execute_locked(
         task_timeout: exec.task_timeout,
         outlier: OutlierPolicy {
             factor: exec.outlier_factor,
+            margin: exec.outlier_margin,
             ..Default::default()
         },
         straggler_timeout: exec.straggler_timeout,
@@ -493,7 +501,8 @@ async fn execute_locked(
             std::future::pending::<()>().await;
         }
     };
-    let run = session.execute(plan, &options, transport, &progress, cancel);
+    let reporter = g.reporter(&progress);
+    let run = session.execute(plan, &options, transport, &reporter, cancel);
     tokio::pin!(run);
     let mut refresh = tokio::time::interval(LockOptions::default().refresh_every);
     refresh.tick().await;
@@ -600,6 +609,39 @@ pub fn list_rows(
     rows
 }
 
+/// One line of `agentsadm list --summary`: the servers running one
+/// image of one component, counted by state.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct ListSummaryRow {
+    pub component: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub version: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub image: Option<ImageUuid>,
+    pub servers: usize,
+    pub states: BTreeMap<&'static str, usize>,
+}
+
+/// Group `list` rows by (component, version, image) (pure).
+pub fn list_summary(rows: &[ListRow]) -> Vec<ListSummaryRow> {
+    let mut groups: BTreeMap<(&str, Option<&str>, Option<ImageUuid>), ListSummaryRow> =
+        BTreeMap::new();
+    for r in rows {
+        let g = groups
+            .entry((r.component.as_str(), r.version.as_deref(), r.image))
+            .or_insert_with(|| ListSummaryRow {
+                component: r.component.clone(),
+                version: r.version.clone(),
+                image: r.image,
+                servers: 0,
+                states: BTreeMap::new(),
+            });
+        g.servers += 1;
+        *g.states.entry(r.state).or_default() += 1;
+    }
+    groups.into_values().collect()
+}
+
 fn short(u: &impl ToString) -> String {
     u.to_string().chars().take(8).collect()
 }
@@ -619,6 +661,10 @@ pub async fn run_list(g: &GlobalOpts, a: ListArgs) -> CmdResult {
         resolve_servers(&reality, &a.servers.servers)?
     };
     let rows = list_rows(&intent, &reality, &servers, &components);
+    if a.summary {
+        print_list_summary(&out, servers.len(), &rows);
+        return Ok(exit(0));
+    }
     if out.json {
         out.json(&rows);
         return Ok(exit(0));
@@ -653,6 +699,48 @@ pub async fn run_list(g: &GlobalOpts, a: ListArgs) -> CmdResult {
         .trim_end(),
     );
     Ok(exit(0))
+}
+
+fn print_list_summary(out: &Output, servers: usize, rows: &[ListRow]) {
+    let summary = list_summary(rows);
+    if out.json {
+        out.json(&summary);
+        return;
+    }
+    let states = |m: &BTreeMap<&str, usize>| {
+        m.iter()
+            .map(|(s, n)| format!("{s} {n}"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    let cells: Vec<Vec<String>> = summary
+        .iter()
+        .map(|r| {
+            vec![
+                r.component.clone(),
+                r.version.clone().unwrap_or_else(|| "-".into()),
+                r.image.map(|i| short(&i)).unwrap_or_else(|| "-".into()),
+                r.servers.to_string(),
+                states(&r.states),
+            ]
+        })
+        .collect();
+    out.line(
+        table(
+            &["COMPONENT", "VERSION", "IMAGE", "SERVERS", "STATES"],
+            &cells,
+        )
+        .trim_end(),
+    );
+    let mut totals: BTreeMap<&str, usize> = BTreeMap::new();
+    for r in rows {
+        *totals.entry(r.state).or_default() += 1;
+    }
+    out.line(format!(
+        "{servers} servers, {} installed components ({}).",
+        rows.len(),
+        states(&totals)
+    ));
 }
 
 pub async fn run_avail(g: &GlobalOpts, a: AvailArgs) -> CmdResult {
@@ -877,6 +965,9 @@ mod tests {
         assert_eq!(c.exec.straggler_timeout, Some(Duration::from_secs(600)));
         assert_eq!(c.exec.task_timeout, Duration::from_secs(300));
         assert_eq!(c.exec.concurrency, 20);
+        assert_eq!(c.exec.outlier_margin, Duration::from_secs(30));
+        let c = update(&["--all", "--outlier-margin", "1s"]).unwrap();
+        assert_eq!(c.exec.outlier_margin, Duration::from_secs(1));
     }
 
     #[test]
@@ -917,5 +1008,20 @@ mod tests {
         assert_eq!(state("net-agent"), Some("not-adopted"));
         assert_eq!(state("cmon-agent"), Some("missing"));
         assert_eq!(state("smartlogin"), Some("ok"));
+        let all: Vec<ServerUuid> = dc.reality().servers.keys().copied().collect();
+        let rows = list_rows(&dc.intent(), &dc.reality(), &all, &[]);
+        let summary = list_summary(&rows);
+        assert_eq!(
+            summary.iter().map(|r| r.servers).sum::<usize>(),
+            rows.len(),
+            "every row is counted once"
+        );
+        let vm: Vec<&ListSummaryRow> = summary
+            .iter()
+            .filter(|r| r.component == "vm-agent")
+            .collect();
+        assert_eq!(vm.len(), 1, "one image of vm-agent installed");
+        assert_eq!(vm[0].states.get("pending"), Some(&1));
+        assert_eq!(vm[0].states.get("ok"), Some(&(vm[0].servers - 1)));
     }
 }

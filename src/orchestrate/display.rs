@@ -205,7 +205,8 @@ impl fmt::Display for PlanDisplay<'_> {
             } else {
                 // Group servers whose lines are identical.
                 let mut groups: BTreeMap<Vec<String>, Vec<&str>> = BTreeMap::new();
-                for sp in p.servers.values() {
+                // In run order, so that the hostnames shown read cn0001, cn0002...
+                for (_, sp) in p.servers_in_order() {
                     groups
                         .entry(server_lines(sp, true))
                         .or_default()

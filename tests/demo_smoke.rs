@@ -1,0 +1,157 @@
+//! `agentsadm demo` end to end with the built binary on a small datacenter:
+//! it exits 0 and every act shows its key lines (the Manta warning, the
+//! outlier warnings, the failure report naming the failing server, the
+//! check clean after the fix, the delete's cleanup, the exact census).
+
+use std::io::Read;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use agentsadm::demo::Cast;
+
+const BIN: &str = env!("CARGO_BIN_EXE_agentsadm");
+
+/// Catches a hang; the run itself takes about ten seconds.
+const HANG_TIMEOUT: Duration = Duration::from_secs(180);
+
+/// Run the binary with stdout and stderr in one stream (as on a terminal,
+/// progress lines among the command output), stdin closed.
+fn run(args: &[&str]) -> (Option<i32>, String) {
+    let (mut reader, writer) = std::io::pipe().expect("pipe");
+    let mut cmd = Command::new(BIN);
+    cmd.args(args)
+        .stdin(Stdio::null())
+        .stdout(writer.try_clone().expect("pipe clone"))
+        .stderr(writer);
+    for v in ["SAPI_URL", "CNAPI_URL", "IMGAPI_URL", "UPDATES_URL"] {
+        cmd.env_remove(v);
+    }
+    let mut child = cmd.spawn().expect("agentsadm runs");
+    // The command holds the only write ends now.
+    drop(cmd);
+    let reading = std::thread::spawn(move || {
+        let mut out = String::new();
+        let _ = reader.read_to_string(&mut out);
+        out
+    });
+    let deadline = Instant::now() + HANG_TIMEOUT;
+    let status = loop {
+        if let Some(s) = child.try_wait().expect("wait") {
+            break s;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("agentsadm {args:?} did not finish in {HANG_TIMEOUT:?}");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    (status.code(), reading.join().expect("reader"))
+}
+
+/// The text from the last line starting with `start` to the next `$ ` or
+/// `=== ` line.
+fn last_section<'a>(out: &'a str, start: &str) -> &'a str {
+    let from = out
+        .rfind(&format!("\n{start}"))
+        .unwrap_or_else(|| panic!("no {start:?} in the output:\n{out}"))
+        + 1;
+    let rest = &out[from..];
+    let end = rest[1..]
+        .find("\n$ ")
+        .into_iter()
+        .chain(rest[1..].find("\n=== "))
+        .min()
+        .map(|i| i + 1)
+        .unwrap_or(rest.len());
+    &rest[..end]
+}
+
+#[test]
+fn the_story_runs_on_twelve_servers() {
+    let cast = Cast::new(12).unwrap();
+    let (code, out) = run(&["demo", "--servers", "12"]);
+    assert_eq!(code, Some(0), "{out}");
+    let has = |s: &str| assert!(out.contains(s), "missing {s:?} in:\n{out}");
+
+    for n in 1..=10 {
+        has(&format!("=== [{n}/10] "));
+    }
+    // Act 2: the new servers, set up through CNAPI, adopted.
+    for h in &cast.new_servers {
+        has(&format!("# {h}: setup job "));
+    }
+    let listed = last_section(
+        &out,
+        &format!("$ agentsadm list -s {}", cast.new_servers.join(",")),
+    );
+    assert!(
+        listed.lines().filter(|l| l.ends_with(" ok")).count() >= 2 * 12,
+        "{listed}"
+    );
+    // Act 3 and 4.
+    has("$ agentsadm list --summary");
+    has("$ agentsadm install marlin-agent -s cn0003,cn0004,cn0005 -y");
+    has("restarting it aborts running Manta jobs");
+    // Act 7: the plan skips marlin-agent; the update warns about the slow
+    // servers and reports the failing one with its remote error.
+    has("marlin-agent: never updated in bulk");
+    let update = last_section(
+        &out,
+        "$ agentsadm update --all --latest -C release -y --outlier-margin 1s",
+    );
+    for h in &cast.slow {
+        assert!(
+            update.contains(&format!("warning: {h} ("))
+                && update.contains(") is slow: running for"),
+            "no outlier warning for {h}:\n{update}"
+        );
+    }
+    assert!(
+        update.contains(&format!("Failed:\n  {} (", cast.failing)),
+        "{update}"
+    );
+    assert!(
+        update.contains(&format!(
+            "injected failure installing config-agent on {}",
+            cast.failing
+        )),
+        "{update}"
+    );
+    assert!(update.contains("(exit status 2)"), "{update}");
+    // Act 8: drift on the failing server, fixed, clean.
+    let first_check = &out[out.find("\n$ agentsadm check\n").expect("check")..];
+    assert!(
+        first_check.contains(&format!("{} (", cast.failing))
+            && first_check.contains("wrong-image config-agent"),
+        "{first_check}"
+    );
+    has("$ agentsadm check --fix -y");
+    let last_check = last_section(&out, "$ agentsadm check\n");
+    assert!(last_check.contains("No drift found"), "{last_check}");
+    assert!(!last_check.contains("exit status"), "{last_check}");
+    // Act 9: the deleted server's instances are gone, CNAPI forgot it.
+    has(&format!("$ agentsadm server delete {} -y", cast.deleted));
+    has("Deleted 12 SAPI instances (0 already gone, 0 failed).");
+    has(&format!(
+        "# SAPI agent instances of {} now: 0; CNAPI GET /servers/",
+        cast.deleted
+    ));
+    has("answers 404 for it.");
+    // Act 10.
+    has(&format!("Failed servers: {}.", cast.failing));
+    has(", exact.");
+    has("Total: ");
+    assert!(!out.contains("unexpected:"), "{out}");
+}
+
+#[test]
+fn too_few_servers_is_refused_before_anything_starts() {
+    let (code, out) = run(&["demo", "--servers", "5"]);
+    assert_eq!(code, Some(1), "{out}");
+    assert!(
+        out.contains("the demo needs at least 10 compute nodes, not 5"),
+        "{out}"
+    );
+    assert!(!out.contains("==="), "nothing ran: {out}");
+}
