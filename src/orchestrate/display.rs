@@ -161,11 +161,23 @@ impl fmt::Display for PlanDisplay<'_> {
             plural(p.selected_servers, "server", "servers")
         )?;
 
-        if !p.targets.is_empty() {
+        // Only the components the plan changes: a bulk update names every
+        // component, and fifteen lines of images already in place hide the
+        // four that move.
+        let changed = p.changed_components();
+        let (shown, unchanged): (Vec<_>, Vec<_>) = p
+            .targets
+            .iter()
+            .partition(|(name, _)| changed.contains(name.as_str()));
+        if !shown.is_empty() {
             writeln!(f, "\nTarget images:")?;
-            for (name, t) in &p.targets {
+            for (name, t) in &shown {
                 writeln!(f, "  {name} {} {}", t.version, t.uuid)?;
             }
+        }
+        if !unchanged.is_empty() {
+            let names: Vec<&str> = unchanged.iter().map(|(n, _)| n.as_str()).collect();
+            writeln!(f, "\nNo change for: {}", names.join(", "))?;
         }
         if !p.imports.is_empty() {
             writeln!(f, "\nImport into the datacenter IMGAPI:")?;

@@ -453,6 +453,19 @@ impl Plan {
         self.skips.iter().any(|s| s.blocking)
     }
 
+    /// The components something in the plan changes: a step, a SAPI
+    /// instance or service write, or an image import.
+    pub fn changed_components(&self) -> std::collections::BTreeSet<&str> {
+        let mut out = std::collections::BTreeSet::new();
+        for s in self.servers.values() {
+            out.extend(s.steps.iter().map(|st| st.component.as_str()));
+            out.extend(s.intent.iter().map(IntentChange::component));
+        }
+        out.extend(self.service_changes.iter().map(|c| c.component.as_str()));
+        out.extend(self.imports.iter().map(|i| i.name.as_str()));
+        out
+    }
+
     /// Total number of steps.
     pub fn step_count(&self) -> usize {
         self.servers.values().map(|s| s.steps.len()).sum()

@@ -360,9 +360,12 @@ impl ExecReport {
     /// one-line verdict.
     pub fn render(&self, plan: &Plan) -> String {
         let mut out = String::new();
+        // Components nothing happened to stay out of the table (they are in
+        // the JSON summary); a note (marlin-agent skipped in bulk) keeps a row.
         let rows: Vec<Vec<String>> = self
             .summary(plan)
             .into_iter()
+            .filter(|r| r.done + r.failed + r.skipped > 0 || r.note.is_some())
             .map(|r| {
                 vec![
                     r.component,

@@ -573,3 +573,34 @@ fn latest_never_downgrades() {
     ));
     assert!(!agentsadm::orchestrate::plan::is_newer("garbage", "1.0.0"));
 }
+
+#[test]
+fn bulk_update_lists_only_the_components_that_move() {
+    // What `update --all --latest` resolves when only vm-agent has a newer
+    // image: a target for every component, most of them already in place.
+    let mut dc = ExampleDc::new(2);
+    let names: Vec<String> = dc.catalog.names().map(str::to_string).collect();
+    let targets: Vec<_> = names
+        .iter()
+        .map(|n| dc.publish(n, if n == "vm-agent" { "1.1.0" } else { "1.0.0" }))
+        .collect();
+    let images = dc.images_with_targets(&targets);
+    let p = plan_ok(&dc, &request(Operation::Update, &["--all"], &[]), &images);
+    let shown = p.display().to_string();
+    assert_eq!(
+        p.changed_components().into_iter().collect::<Vec<_>>(),
+        vec!["vm-agent"]
+    );
+    let targets = shown
+        .split("Target images:")
+        .nth(1)
+        .and_then(|s| s.split("\n\n").next())
+        .expect("a Target images section");
+    assert!(targets.contains("vm-agent 1.1.0"), "{shown}");
+    assert_eq!(targets.trim().lines().count(), 1, "{shown}");
+    let unchanged = shown
+        .lines()
+        .find(|l| l.starts_with("No change for: "))
+        .expect("a No change line");
+    assert!(unchanged.contains("cn-agent") && !unchanged.contains("vm-agent"));
+}
