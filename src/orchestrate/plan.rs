@@ -21,7 +21,7 @@ use std::fmt;
 use serde::Serialize;
 
 use super::intent::{InstanceLink, Intent};
-use super::reality::{Installed, Reality};
+use super::reality::{Installed, Reality, ServerState};
 use crate::catalog::{Catalog, CatalogError, Component, ComponentKind, OrderClass};
 use crate::ids::{ImageUuid, InstanceUuid, ServerUuid, ServiceUuid};
 
@@ -698,6 +698,45 @@ fn server_component_skip(
     }
 }
 
+/// A blocking skip for a server that is not running, so nothing can run on
+/// it; `None` when it is running.
+fn not_running_skip(
+    input: &PlanningInput,
+    server: ServerUuid,
+    state: &ServerState,
+) -> Option<Skip> {
+    (!state.is_running()).then(|| {
+        server_skip(
+            input,
+            server,
+            SkipReason::NotRunning {
+                status: state.status.clone(),
+            },
+            true,
+        )
+    })
+}
+
+/// The transport for component `c` under the chosen mode, or the blocking
+/// skip that says no transport can carry it.
+fn transport_for(
+    input: &PlanningInput,
+    server: ServerUuid,
+    c: &Component,
+) -> Result<TransportKind, Skip> {
+    TransportKind::choose(c.kind, input.options.transport).ok_or_else(|| {
+        server_component_skip(
+            input,
+            server,
+            &c.name,
+            SkipReason::TransportUnsupported {
+                kind: c.kind.as_str().to_string(),
+            },
+            true,
+        )
+    })
+}
+
 /// Leave out excluded and not-set-up servers. Returns whether the server
 /// stays in play.
 fn server_in_play(
@@ -905,17 +944,12 @@ fn plan_update(input: &PlanningInput, selected: Selected) -> Result<Plan, PlanEr
                 continue;
             }
             if installed.image != Some(target.uuid) {
-                let Some(transport) = TransportKind::choose(c.kind, input.options.transport) else {
-                    skips.push(server_component_skip(
-                        input,
-                        server,
-                        &c.name,
-                        SkipReason::TransportUnsupported {
-                            kind: c.kind.as_str().to_string(),
-                        },
-                        true,
-                    ));
-                    continue;
+                let transport = match transport_for(input, server, c) {
+                    Ok(t) => t,
+                    Err(skip) => {
+                        skips.push(skip);
+                        continue;
+                    }
                 };
                 steps.push(Step {
                     component: c.name.clone(),
@@ -952,15 +986,8 @@ fn plan_update(input: &PlanningInput, selected: Selected) -> Result<Plan, PlanEr
             }
         }
         plan.skips.extend(skips);
-        if !steps.is_empty() && !state.is_running() {
-            plan.skips.push(server_skip(
-                input,
-                server,
-                SkipReason::NotRunning {
-                    status: state.status.clone(),
-                },
-                true,
-            ));
+        if let Some(skip) = not_running_skip(input, server, state).filter(|_| !steps.is_empty()) {
+            plan.skips.push(skip);
             continue;
         }
         if !steps.is_empty() || !changes.is_empty() {
@@ -1022,7 +1049,6 @@ fn plan_install(input: &PlanningInput, selected: Selected) -> Result<Plan, PlanE
     let mut plan = empty_plan(input, &selected);
     plan.components = vec![c.name.clone()];
     plan.targets = BTreeMap::from([(c.name.clone(), target.clone())]);
-    let transport = TransportKind::choose(c.kind, input.options.transport);
     for &server in &selected.servers {
         if !server_in_play(input, &selected, server, &mut plan.skips) {
             continue;
@@ -1042,28 +1068,14 @@ fn plan_install(input: &PlanningInput, selected: Selected) -> Result<Plan, PlanE
             ));
             continue;
         }
-        if !state.is_running() {
-            plan.skips.push(server_skip(
-                input,
-                server,
-                SkipReason::NotRunning {
-                    status: state.status.clone(),
-                },
-                true,
-            ));
-            continue;
-        }
-        let Some(transport) = transport else {
-            plan.skips.push(server_component_skip(
-                input,
-                server,
-                &c.name,
-                SkipReason::TransportUnsupported {
-                    kind: c.kind.as_str().to_string(),
-                },
-                true,
-            ));
-            continue;
+        let transport = match not_running_skip(input, server, state)
+            .map_or_else(|| transport_for(input, server, c), Err)
+        {
+            Ok(t) => t,
+            Err(skip) => {
+                plan.skips.push(skip);
+                continue;
+            }
         };
         plan.servers.insert(
             server,
@@ -1102,7 +1114,6 @@ fn plan_remove(input: &PlanningInput, selected: Selected) -> Result<Plan, PlanEr
     }
     let mut plan = empty_plan(input, &selected);
     plan.components = vec![c.name.clone()];
-    let transport = TransportKind::choose(c.kind, input.options.transport);
     for &server in &selected.servers {
         if !server_in_play(input, &selected, server, &mut plan.skips) {
             continue;
@@ -1127,28 +1138,14 @@ fn plan_remove(input: &PlanningInput, selected: Selected) -> Result<Plan, PlanEr
         });
         let mut steps = Vec::new();
         if let Some(installed) = state.components.get(&c.name) {
-            if !state.is_running() {
-                plan.skips.push(server_skip(
-                    input,
-                    server,
-                    SkipReason::NotRunning {
-                        status: state.status.clone(),
-                    },
-                    true,
-                ));
-                continue;
-            }
-            let Some(transport) = transport else {
-                plan.skips.push(server_component_skip(
-                    input,
-                    server,
-                    &c.name,
-                    SkipReason::TransportUnsupported {
-                        kind: c.kind.as_str().to_string(),
-                    },
-                    true,
-                ));
-                continue;
+            let transport = match not_running_skip(input, server, state)
+                .map_or_else(|| transport_for(input, server, c), Err)
+            {
+                Ok(t) => t,
+                Err(skip) => {
+                    plan.skips.push(skip);
+                    continue;
+                }
             };
             steps.push(Step {
                 component: c.name.clone(),
