@@ -11,6 +11,7 @@
 //! to write, so hyper drops the connection without sending a byte.
 
 use std::io;
+use std::marker::PhantomData;
 use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -20,7 +21,8 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use axum::body::Body;
 use axum::extract::connect_info::{ConnectInfo, Connected};
-use axum::extract::{Request, State};
+use axum::extract::{FromRequestParts, Request, State};
+use axum::http::request::Parts;
 use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
@@ -266,6 +268,32 @@ pub(crate) fn negotiate_version(
             format!("{raw} is not supported by {method} {path}"),
         )
     })
+}
+
+/// An API's JSON style, as a type, so an extractor can answer in it.
+pub(crate) trait ApiStyle {
+    const STYLE: JsonStyle;
+}
+
+/// The negotiated `Accept-Version` major as a handler argument: it rejects
+/// the request with the API's own 400 InvalidVersion before the handler
+/// runs, as restify's router does.
+pub(crate) struct ApiVersion<S> {
+    pub major: u64,
+    style: PhantomData<S>,
+}
+
+impl<S: ApiStyle, T: Send + Sync> FromRequestParts<T> for ApiVersion<S> {
+    type Rejection = Response;
+
+    async fn from_request_parts(parts: &mut Parts, _state: &T) -> Result<Self, Response> {
+        negotiate_version(S::STYLE, &parts.headers, &parts.method, parts.uri.path()).map(|major| {
+            ApiVersion {
+                major,
+                style: PhantomData,
+            }
+        })
+    }
 }
 
 /// Decode a query string into pairs, keeping repeated keys in order.

@@ -34,8 +34,8 @@ use sha1::{Digest, Sha1};
 
 use super::faults::FileFault;
 use super::http::{
-    ApiInfo, JsonStyle, bad_method, json_response, negotiate_version, not_found_route, parse_query,
-    query_get, rest_error, rest_error_fields,
+    ApiInfo, ApiStyle, ApiVersion, JsonStyle, bad_method, json_response, not_found_route,
+    parse_query, query_get, rest_error, rest_error_fields,
 };
 use crate::api::ApiConfig;
 use crate::api::imgapi::ImgapiClient;
@@ -395,9 +395,14 @@ async fn method_not_allowed(method: Method) -> Response {
 
 type Svc = State<Arc<ImgapiService>>;
 
-fn version(headers: &HeaderMap, method: &Method, uri: &axum::http::Uri) -> Result<u64, Response> {
-    negotiate_version(STYLE, headers, method, uri.path())
+/// IMGAPI's style for the shared extractors.
+struct Imgapi;
+
+impl ApiStyle for Imgapi {
+    const STYLE: JsonStyle = STYLE;
 }
+
+type Version = ApiVersion<Imgapi>;
 
 /// The UUID in an `/images/:uuid` path; anything else is an unknown route.
 fn image_uuid(raw: &str, path: &str) -> Result<ImageUuid, Response> {
@@ -503,15 +508,9 @@ fn tag_search_value(v: &Value) -> String {
 
 async fn list_images(
     State(svc): Svc,
-    method: Method,
-    uri: Uri,
-    headers: HeaderMap,
+    ApiVersion { major: v, .. }: Version,
     RawQuery(raw): RawQuery,
 ) -> Response {
-    let v = match version(&headers, &method, &uri) {
-        Ok(v) => v,
-        Err(r) => return r,
-    };
     let q = parse_query(raw.as_deref());
     let store = svc.lock();
     let limit_to_active = store.mode != ImgapiMode::Dc;
@@ -681,17 +680,13 @@ fn manifest_response(status: StatusCode, body: &Value) -> Response {
 async fn get_image(
     State(svc): Svc,
     Path(raw): Path<String>,
-    method: Method,
+    ApiVersion { major: v, .. }: Version,
     uri: Uri,
     headers: HeaderMap,
     RawQuery(rq): RawQuery,
 ) -> Response {
     let uuid = match image_uuid(&raw, uri.path()) {
         Ok(u) => u,
-        Err(r) => return r,
-    };
-    let v = match version(&headers, &method, &uri) {
-        Ok(v) => v,
         Err(r) => return r,
     };
     let q = parse_query(rq.as_deref());
@@ -936,16 +931,10 @@ fn create_channels(store: &ImgapiStore, q: &[(String, String)]) -> Result<Vec<St
 
 async fn create_image(
     State(svc): Svc,
-    method: Method,
-    uri: Uri,
-    headers: HeaderMap,
+    ApiVersion { major: v, .. }: Version,
     RawQuery(rq): RawQuery,
     body: Bytes,
 ) -> Response {
-    let v = match version(&headers, &method, &uri) {
-        Ok(v) => v,
-        Err(r) => return r,
-    };
     let q = parse_query(rq.as_deref());
     let Ok(body) = serde_json::from_slice::<Value>(&body) else {
         return rest_error(
@@ -976,22 +965,16 @@ async fn create_image(
     manifest_response(StatusCode::OK, &out)
 }
 
-#[allow(clippy::too_many_arguments)]
 async fn image_action(
     State(svc): Svc,
     Path(raw): Path<String>,
-    method: Method,
+    ApiVersion { major: v, .. }: Version,
     uri: Uri,
-    headers: HeaderMap,
     RawQuery(rq): RawQuery,
     body: Bytes,
 ) -> Response {
     let uuid = match image_uuid(&raw, uri.path()) {
         Ok(u) => u,
-        Err(r) => return r,
-    };
-    let v = match version(&headers, &method, &uri) {
-        Ok(v) => v,
         Err(r) => return r,
     };
     let q = parse_query(rq.as_deref());
@@ -1263,7 +1246,7 @@ async fn import_from_source(
 async fn add_file(
     State(svc): Svc,
     Path(raw): Path<String>,
-    method: Method,
+    ApiVersion { major: v, .. }: Version,
     uri: Uri,
     headers: HeaderMap,
     RawQuery(rq): RawQuery,
@@ -1271,10 +1254,6 @@ async fn add_file(
 ) -> Response {
     let uuid = match image_uuid(&raw, uri.path()) {
         Ok(u) => u,
-        Err(r) => return r,
-    };
-    let v = match version(&headers, &method, &uri) {
-        Ok(v) => v,
         Err(r) => return r,
     };
     let q = parse_query(rq.as_deref());

@@ -15,16 +15,16 @@ use std::time::Duration;
 
 use axum::Router;
 use axum::body::Bytes;
-use axum::extract::{ConnectInfo, Path, RawQuery, State};
-use axum::http::{HeaderMap, Method, StatusCode, Uri};
-use axum::response::Response;
+use axum::extract::{ConnectInfo, FromRequest, Path, RawQuery, Request, State};
+use axum::http::{Method, StatusCode, Uri};
+use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post, put};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
 
 use super::http::{
-    ApiInfo, Conn, JsonStyle, bad_method, empty, json_response, negotiate_version, not_found_route,
-    parse_query, plain_error, query_get, rest_error,
+    ApiInfo, ApiStyle, ApiVersion, Conn, JsonStyle, bad_method, empty, json_response,
+    not_found_route, parse_query, plain_error, query_get, rest_error,
 };
 use crate::api::sapi::{Application, Instance, Service, ServiceType};
 use crate::ids::{ApplicationUuid, InstanceUuid, ServiceUuid};
@@ -145,9 +145,14 @@ async fn method_not_allowed(method: Method) -> Response {
     bad_method(STYLE, &method)
 }
 
-fn version(headers: &HeaderMap, method: &Method, uri: &axum::http::Uri) -> Result<u64, Response> {
-    negotiate_version(STYLE, headers, method, uri.path())
+/// SAPI's style for the shared extractors.
+struct Sapi;
+
+impl ApiStyle for Sapi {
+    const STYLE: JsonStyle = STYLE;
 }
+
+type Version = ApiVersion<Sapi>;
 
 fn not_found(kind: &str, uuid: &str) -> Response {
     rest_error(
@@ -189,6 +194,21 @@ fn params(raw_query: Option<&str>, body: &Bytes) -> Result<Map<String, Value>, R
         map.insert(k, Value::String(v));
     }
     Ok(map)
+}
+
+/// [`params`] as a handler argument (the last one: it reads the body).
+struct Params(Map<String, Value>);
+
+impl<T: Send + Sync> FromRequest<T> for Params {
+    type Rejection = Response;
+
+    async fn from_request(req: Request, state: &T) -> Result<Self, Response> {
+        let raw_query = req.uri().query().map(str::to_owned);
+        let body = Bytes::from_request(req, state)
+            .await
+            .map_err(IntoResponse::into_response)?;
+        params(raw_query.as_deref(), &body).map(Params)
+    }
 }
 
 fn obj_field(p: &Map<String, Value>, key: &str) -> Option<Map<String, Value>> {
@@ -254,11 +274,7 @@ async fn list_applications(State(svc): Svc, RawQuery(rq): RawQuery) -> Response 
     json_response(STYLE, StatusCode::OK, &apps)
 }
 
-async fn create_application(State(svc): Svc, RawQuery(rq): RawQuery, body: Bytes) -> Response {
-    let p = match params(rq.as_deref(), &body) {
-        Ok(p) => p,
-        Err(r) => return r,
-    };
+async fn create_application(State(svc): Svc, Params(p): Params) -> Response {
     let missing: Vec<&str> = ["name", "owner_uuid"]
         .into_iter()
         .filter(|k| !p.get(*k).is_some_and(Value::is_string))
@@ -364,13 +380,8 @@ fn no_record(bucket: &str, uuid: &str) -> Response {
 async fn update_application(
     State(svc): Svc,
     Path(uuid): Path<String>,
-    RawQuery(rq): RawQuery,
-    body: Bytes,
+    Params(p): Params,
 ) -> Response {
-    let p = match params(rq.as_deref(), &body) {
-        Ok(p) => p,
-        Err(r) => return r,
-    };
     let action = match update_action(&p) {
         Ok(a) => a,
         Err(r) => return r,
@@ -428,15 +439,9 @@ fn parse_type(v: Option<&Value>) -> Result<ServiceType, Response> {
 
 async fn list_services(
     State(svc): Svc,
-    method: Method,
-    uri: Uri,
-    headers: HeaderMap,
+    ApiVersion { major: v, .. }: Version,
     RawQuery(rq): RawQuery,
 ) -> Response {
-    let v = match version(&headers, &method, &uri) {
-        Ok(v) => v,
-        Err(r) => return r,
-    };
     let q = parse_query(rq.as_deref());
     // v1 clients get an implicit type=vm; an explicit type overrides it.
     let type_filter = match query_get(&q, "type") {
@@ -471,20 +476,9 @@ fn type_str(t: Option<ServiceType>) -> &'static str {
 
 async fn create_service(
     State(svc): Svc,
-    method: Method,
-    uri: Uri,
-    headers: HeaderMap,
-    RawQuery(rq): RawQuery,
-    body: Bytes,
+    ApiVersion { major: v, .. }: Version,
+    Params(p): Params,
 ) -> Response {
-    let v = match version(&headers, &method, &uri) {
-        Ok(v) => v,
-        Err(r) => return r,
-    };
-    let p = match params(rq.as_deref(), &body) {
-        Ok(p) => p,
-        Err(r) => return r,
-    };
     let missing: Vec<&str> = ["name", "application_uuid"]
         .into_iter()
         .filter(|k| !p.get(*k).is_some_and(Value::is_string))
@@ -528,14 +522,8 @@ async fn create_service(
 async fn get_service(
     State(svc): Svc,
     Path(uuid): Path<String>,
-    method: Method,
-    uri: Uri,
-    headers: HeaderMap,
+    ApiVersion { major: v, .. }: Version,
 ) -> Response {
-    let v = match version(&headers, &method, &uri) {
-        Ok(v) => v,
-        Err(r) => return r,
-    };
     let store = svc.lock();
     match store.services.iter().find(|s| s.uuid.to_string() == uuid) {
         Some(s) => json_response(STYLE, StatusCode::OK, &ser_service(s, v)),
@@ -543,24 +531,12 @@ async fn get_service(
     }
 }
 
-#[allow(clippy::too_many_arguments)]
 async fn update_service(
     State(svc): Svc,
     Path(uuid): Path<String>,
-    method: Method,
-    uri: Uri,
-    headers: HeaderMap,
-    RawQuery(rq): RawQuery,
-    body: Bytes,
+    ApiVersion { major: v, .. }: Version,
+    Params(p): Params,
 ) -> Response {
-    let v = match version(&headers, &method, &uri) {
-        Ok(v) => v,
-        Err(r) => return r,
-    };
-    let p = match params(rq.as_deref(), &body) {
-        Ok(p) => p,
-        Err(r) => return r,
-    };
     let action = match update_action(&p) {
         Ok(a) => a,
         Err(r) => return r,
@@ -593,15 +569,9 @@ async fn delete_service(State(svc): Svc, Path(uuid): Path<String>) -> Response {
 
 async fn list_instances(
     State(svc): Svc,
-    method: Method,
-    uri: Uri,
-    headers: HeaderMap,
+    ApiVersion { major: v, .. }: Version,
     RawQuery(rq): RawQuery,
 ) -> Response {
-    let v = match version(&headers, &method, &uri) {
-        Ok(v) => v,
-        Err(r) => return r,
-    };
     let q = parse_query(rq.as_deref());
     // service_uuid is the only filter when given; else type (implicitly vm
     // for v1 clients). server_uuid and everything else are ignored.
@@ -633,20 +603,9 @@ async fn list_instances(
 
 async fn create_instance(
     State(svc): Svc,
-    method: Method,
-    uri: Uri,
-    headers: HeaderMap,
-    RawQuery(rq): RawQuery,
-    body: Bytes,
+    ApiVersion { major: v, .. }: Version,
+    Params(p): Params,
 ) -> Response {
-    let v = match version(&headers, &method, &uri) {
-        Ok(v) => v,
-        Err(r) => return r,
-    };
-    let p = match params(rq.as_deref(), &body) {
-        Ok(p) => p,
-        Err(r) => return r,
-    };
     let Some(service_raw) = p.get("service_uuid").and_then(Value::as_str) else {
         return missing_keys(&["service_uuid"]);
     };
@@ -697,14 +656,8 @@ async fn create_instance(
 async fn get_instance(
     State(svc): Svc,
     Path(uuid): Path<String>,
-    method: Method,
-    uri: Uri,
-    headers: HeaderMap,
+    ApiVersion { major: v, .. }: Version,
 ) -> Response {
-    let v = match version(&headers, &method, &uri) {
-        Ok(v) => v,
-        Err(r) => return r,
-    };
     let store = svc.lock();
     match uuid.parse().ok().and_then(|u| store.instance(u)) {
         Some(i) => json_response(STYLE, StatusCode::OK, &ser_instance(i, v)),
@@ -727,24 +680,12 @@ async fn get_payload(State(svc): Svc, Path(uuid): Path<String>) -> Response {
     }
 }
 
-#[allow(clippy::too_many_arguments)]
 async fn update_instance(
     State(svc): Svc,
     Path(uuid): Path<String>,
-    method: Method,
-    uri: Uri,
-    headers: HeaderMap,
-    RawQuery(rq): RawQuery,
-    body: Bytes,
+    ApiVersion { major: v, .. }: Version,
+    Params(p): Params,
 ) -> Response {
-    let v = match version(&headers, &method, &uri) {
-        Ok(v) => v,
-        Err(r) => return r,
-    };
-    let p = match params(rq.as_deref(), &body) {
-        Ok(p) => p,
-        Err(r) => return r,
-    };
     let action = match update_action(&p) {
         Ok(a) => a,
         Err(r) => return r,
@@ -769,25 +710,13 @@ async fn delete_instance(State(svc): Svc, Path(uuid): Path<String>) -> Response 
     }
 }
 
-#[allow(clippy::too_many_arguments)]
 async fn upgrade_instance(
     State(svc): Svc,
     Path(uuid): Path<String>,
     ConnectInfo(conn): ConnectInfo<Conn>,
-    method: Method,
-    uri: Uri,
-    headers: HeaderMap,
-    RawQuery(rq): RawQuery,
-    body: Bytes,
+    ApiVersion { major: v, .. }: Version,
+    Params(p): Params,
 ) -> Response {
-    let v = match version(&headers, &method, &uri) {
-        Ok(v) => v,
-        Err(r) => return r,
-    };
-    let p = match params(rq.as_deref(), &body) {
-        Ok(p) => p,
-        Err(r) => return r,
-    };
     if !p.get("image_uuid").is_some_and(Value::is_string) {
         return rest_error(
             STYLE,
