@@ -38,8 +38,8 @@ use super::core::DcCore;
 use super::fleet::MockServer;
 use super::gz::error_chain;
 use super::http::{
-    ApiInfo, JsonStyle, bad_method, empty, json_response, not_found_route, parse_query, rest_error,
-    rest_error_fields,
+    ApiInfo, JsonStyle, bad_method, empty, json_response, merge_params, not_found_route,
+    parse_query, rest_error, rest_error_fields,
 };
 use super::imgapi::iso_millis;
 use crate::api::cnapi::{AgentEntry, ExecuteRequest, Task, TaskEvent, TaskStatus};
@@ -460,24 +460,7 @@ fn params(
     raw_query: Option<&str>,
     body: &Bytes,
 ) -> Result<Map<String, Value>, Response> {
-    let mut map = if body.is_empty() {
-        Map::new()
-    } else {
-        match serde_json::from_slice::<Value>(body) {
-            Ok(Value::Object(m)) => m,
-            _ => {
-                return Err(rest_error(
-                    STYLE,
-                    StatusCode::BAD_REQUEST,
-                    "InvalidContent",
-                    "Invalid JSON in request body",
-                ));
-            }
-        }
-    };
-    for (k, v) in parse_query(raw_query) {
-        map.insert(k, Value::String(v));
-    }
+    let mut map = merge_params(STYLE, raw_query, body)?;
     if let Some(u) = server_uuid {
         map.insert("server_uuid".into(), Value::String(u.to_string()));
     }

@@ -296,6 +296,35 @@ impl<S: ApiStyle, T: Send + Sync> FromRequestParts<T> for ApiVersion<S> {
     }
 }
 
+/// A JSON-object body and the query string merged the way restify's
+/// `mapParams` does: a query key wins over the same body key. A body that
+/// is not a JSON object gets the API's 400 InvalidContent.
+pub(crate) fn merge_params(
+    style: JsonStyle,
+    raw_query: Option<&str>,
+    body: &[u8],
+) -> Result<serde_json::Map<String, Value>, Response> {
+    let mut map = if body.is_empty() {
+        serde_json::Map::new()
+    } else {
+        match serde_json::from_slice::<Value>(body) {
+            Ok(Value::Object(m)) => m,
+            _ => {
+                return Err(rest_error(
+                    style,
+                    StatusCode::BAD_REQUEST,
+                    "InvalidContent",
+                    "Invalid JSON in request body",
+                ));
+            }
+        }
+    };
+    for (k, v) in parse_query(raw_query) {
+        map.insert(k, Value::String(v));
+    }
+    Ok(map)
+}
+
 /// Decode a query string into pairs, keeping repeated keys in order.
 pub(crate) fn parse_query(raw: Option<&str>) -> Vec<(String, String)> {
     let Some(raw) = raw else {

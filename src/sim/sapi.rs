@@ -23,7 +23,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
 
 use super::http::{
-    ApiInfo, ApiStyle, ApiVersion, Conn, JsonStyle, bad_method, empty, json_response,
+    ApiInfo, ApiStyle, ApiVersion, Conn, JsonStyle, bad_method, empty, json_response, merge_params,
     not_found_route, parse_query, plain_error, query_get, rest_error,
 };
 use crate::api::sapi::{Application, Instance, Service, ServiceType};
@@ -172,28 +172,9 @@ fn missing_keys(keys: &[&str]) -> Response {
     )
 }
 
-/// Body plus query string, merged the way restify's `mapParams` does (the
-/// query wins on a clash).
+/// Body plus query string (the query wins on a clash).
 fn params(raw_query: Option<&str>, body: &Bytes) -> Result<Map<String, Value>, Response> {
-    let mut map = if body.is_empty() {
-        Map::new()
-    } else {
-        match serde_json::from_slice::<Value>(body) {
-            Ok(Value::Object(m)) => m,
-            _ => {
-                return Err(rest_error(
-                    STYLE,
-                    StatusCode::BAD_REQUEST,
-                    "InvalidContent",
-                    "Invalid JSON in request body",
-                ));
-            }
-        }
-    };
-    for (k, v) in parse_query(raw_query) {
-        map.insert(k, Value::String(v));
-    }
-    Ok(map)
+    merge_params(STYLE, raw_query, body)
 }
 
 /// [`params`] as a handler argument (the last one: it reads the body).
