@@ -508,3 +508,49 @@ pub fn manifest_with(img: &BuiltImage, f: impl FnOnce(&mut ImageManifest)) -> Bu
     f(&mut out.manifest);
     out
 }
+
+/// Walk an unpacked tree and assert that every symbolic link, resolved
+/// lexically from its own directory, stays under `base`, and that no file
+/// kept a setuid or setgid bit.
+pub fn assert_links_inside(base: &Path, dir: &Path) {
+    for e in std::fs::read_dir(dir).unwrap() {
+        let e = e.unwrap();
+        let md = std::fs::symlink_metadata(e.path()).unwrap();
+        if md.file_type().is_symlink() {
+            let t = std::fs::read_link(e.path()).unwrap();
+            assert!(
+                link_stays_inside(base, &e.path(), &t),
+                "{} -> {}",
+                e.path().display(),
+                t.display()
+            );
+        } else if md.is_dir() {
+            assert_links_inside(base, &e.path());
+        } else {
+            assert_eq!(
+                md.permissions().mode() & 0o7000,
+                0,
+                "setuid/setgid stripped: {}",
+                e.path().display()
+            );
+        }
+    }
+}
+
+/// Whether `target`, read from the link at `link`, stays under `base`
+/// (lexically, as the unpacker checks).
+fn link_stays_inside(base: &Path, link: &Path, target: &Path) -> bool {
+    use std::path::Component;
+    if target.is_absolute() {
+        return false;
+    }
+    let mut p: PathBuf = link.parent().unwrap().to_path_buf();
+    for c in target.components() {
+        match c {
+            Component::ParentDir if !p.pop() => return false,
+            Component::Normal(s) => p.push(s),
+            _ => {}
+        }
+    }
+    p.starts_with(base)
+}

@@ -2,8 +2,6 @@
 //! writes outside its destination; when it succeeds, no symbolic link in
 //! the result resolves outside the package.
 
-use std::path::{Component, Path, PathBuf};
-
 use agentsadm::gz::unpack::{UnpackOptions, unpack};
 use agentsadm::image::Compression;
 use proptest::prelude::*;
@@ -79,48 +77,6 @@ fn archive(entries: &[(String, Kind)]) -> Vec<u8> {
     b.into_inner().unwrap()
 }
 
-/// Resolve a link target lexically from its directory; `None` if it leaves
-/// `base`.
-fn stays_inside(base: &Path, link: &Path, target: &Path) -> bool {
-    if target.is_absolute() {
-        return false;
-    }
-    let mut p: PathBuf = link.parent().unwrap().to_path_buf();
-    for c in target.components() {
-        match c {
-            Component::ParentDir if !p.pop() => return false,
-            Component::Normal(s) => p.push(s),
-            _ => {}
-        }
-    }
-    p.starts_with(base)
-}
-
-fn check_links(base: &Path, dir: &Path) {
-    for e in std::fs::read_dir(dir).unwrap() {
-        let e = e.unwrap();
-        let md = std::fs::symlink_metadata(e.path()).unwrap();
-        if md.file_type().is_symlink() {
-            let t = std::fs::read_link(e.path()).unwrap();
-            assert!(
-                stays_inside(base, &e.path(), &t),
-                "{} -> {}",
-                e.path().display(),
-                t.display()
-            );
-        } else if md.is_dir() {
-            check_links(base, &e.path());
-        } else {
-            use std::os::unix::fs::PermissionsExt;
-            assert_eq!(
-                md.permissions().mode() & 0o7000,
-                0,
-                "setuid/setgid stripped"
-            );
-        }
-    }
-}
-
 proptest! {
     #![proptest_config(ProptestConfig { cases: 300, .. ProptestConfig::default() })]
     #[test]
@@ -142,7 +98,7 @@ proptest! {
         prop_assert_eq!(std::fs::read(sentinel.join("keep")).unwrap(), b"keep".to_vec());
         if let Ok(u) = result {
             let base = if single_top { dest.join(&u.top) } else { dest.clone() };
-            check_links(&base, &dest);
+            crate::gz_common::assert_links_inside(&base, &dest);
         }
     }
 }

@@ -10,7 +10,6 @@
 //! type and random bytes.)
 
 use std::io::Write;
-use std::path::{Component, Path, PathBuf};
 
 use agentsadm::catalog::Catalog;
 use agentsadm::gz::unpack::{UnpackOptions, unpack};
@@ -158,43 +157,6 @@ fn gzip(data: &[u8]) -> Vec<u8> {
     e.finish().unwrap()
 }
 
-/// Whether `target`, read from the link at `link`, stays under `base`
-/// (lexically, as the unpacker checks).
-fn stays_inside(base: &Path, link: &Path, target: &Path) -> bool {
-    if target.is_absolute() {
-        return false;
-    }
-    let mut p: PathBuf = link.parent().unwrap().to_path_buf();
-    for c in target.components() {
-        match c {
-            Component::ParentDir if !p.pop() => return false,
-            Component::Normal(s) => p.push(s),
-            _ => {}
-        }
-    }
-    p.starts_with(base)
-}
-
-fn check_links(base: &Path, dir: &Path) {
-    for e in std::fs::read_dir(dir).unwrap() {
-        let e = e.unwrap();
-        let md = std::fs::symlink_metadata(e.path()).unwrap();
-        if md.file_type().is_symlink() {
-            let t = std::fs::read_link(e.path()).unwrap();
-            assert!(
-                stays_inside(base, &e.path(), &t),
-                "{} -> {}",
-                e.path().display(),
-                t.display()
-            );
-        } else if md.is_dir() {
-            check_links(base, &e.path());
-        }
-    }
-}
-
-/// Unpack `data` into `<tmp>/stage` next to a sentinel directory; assert
-/// nothing but `stage` changed, and links stay inside on success.
 fn unpack_contained(data: &[u8], compression: Compression, single_top: bool) {
     let dir = tempfile::tempdir().unwrap();
     let dest = dir.path().join("stage");
@@ -225,7 +187,7 @@ fn unpack_contained(data: &[u8], compression: Compression, single_top: bool) {
         } else {
             dest.clone()
         };
-        check_links(&base, &dest);
+        crate::gz_common::assert_links_inside(&base, &dest);
     }
 }
 
