@@ -20,7 +20,9 @@ use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 
 use super::intent::Intent;
-use super::plan::{ImageRef, ResolvedImages};
+use super::plan::{
+    ComponentSelection, ImageRef, Operation, Request, ResolvedImages, ServerSelection,
+};
 use super::reality::Reality;
 use super::store::instance_params;
 use crate::api::cnapi::{AgentEntry, Server};
@@ -443,5 +445,25 @@ mod hex {
 
     pub fn encode_sha1(data: &[u8]) -> String {
         crate::imagebuild::hex(&Sha1::digest(data))
+    }
+}
+
+/// A request as the command line would build it: `["--all"]` selects every
+/// component, no servers selects every server.
+pub fn request(operation: Operation, components: &[&str], servers: &[&str]) -> Request {
+    let named = |names: &[&str]| names.iter().map(|s| s.to_string()).collect();
+    Request {
+        operation,
+        components: if components == ["--all"] {
+            ComponentSelection::All
+        } else {
+            ComponentSelection::Named(named(components))
+        },
+        servers: if servers.is_empty() {
+            ServerSelection::All
+        } else {
+            ServerSelection::Named(named(servers))
+        },
+        exclude: Vec::new(),
     }
 }

@@ -11,28 +11,11 @@ use agentsadm::orchestrate::fake::FakeDc;
 use agentsadm::orchestrate::lock::{self, LockError, LockOptions, LockRecord, LockStore};
 use agentsadm::orchestrate::outlier::OutlierPolicy;
 use agentsadm::orchestrate::plan::{
-    ComponentSelection, ImageRef, Operation, Plan, PlanOptions, PlanningInput, Request,
-    ResolvedImages, ServerSelection, TransportMode, plan,
+    ImageRef, Operation, Plan, PlanOptions, PlanningInput, Request, ResolvedImages, TransportMode,
+    plan,
 };
 use agentsadm::orchestrate::report::{ExecReport, RecordingReporter, ServerStatus, StepStatus};
-use agentsadm::orchestrate::testkit::ExampleDc;
-
-fn request(op: Operation, components: &[&str], servers: &[&str]) -> Request {
-    Request {
-        operation: op,
-        components: if components == ["--all"] {
-            ComponentSelection::All
-        } else {
-            ComponentSelection::Named(components.iter().map(|s| s.to_string()).collect())
-        },
-        servers: if servers.is_empty() {
-            ServerSelection::All
-        } else {
-            ServerSelection::Named(servers.iter().map(|s| s.to_string()).collect())
-        },
-        exclude: Vec::new(),
-    }
-}
+use agentsadm::orchestrate::testkit::{ExampleDc, request};
 
 fn plan_on(fake: &FakeDc, req: &Request, images: &ResolvedImages) -> Plan {
     let (intent, reality) = fake.snapshot();

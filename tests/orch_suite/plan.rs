@@ -7,11 +7,10 @@ use std::path::PathBuf;
 
 use agentsadm::ids::ServerUuid;
 use agentsadm::orchestrate::plan::{
-    Action, ComponentSelection, IntentChange, Operation, Plan, PlanError, PlanOptions,
-    PlanningInput, Request, ResolvedImages, ServerSelection, SkipReason, TransportKind,
-    TransportMode, plan,
+    Action, IntentChange, Operation, Plan, PlanError, PlanOptions, PlanningInput, Request,
+    ResolvedImages, SkipReason, TransportKind, TransportMode, plan,
 };
-use agentsadm::orchestrate::testkit::{ExampleDc, instance_uuid};
+use agentsadm::orchestrate::testkit::{ExampleDc, instance_uuid, request};
 
 fn golden(name: &str, actual: &str) {
     let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -32,23 +31,6 @@ fn golden(name: &str, actual: &str) {
         expected, actual,
         "golden file {name} differs (UPDATE_GOLDEN=1 rewrites it)"
     );
-}
-
-fn request(op: Operation, components: &[&str], servers: &[&str]) -> Request {
-    Request {
-        operation: op,
-        components: if components == ["--all"] {
-            ComponentSelection::All
-        } else {
-            ComponentSelection::Named(components.iter().map(|s| s.to_string()).collect())
-        },
-        servers: if servers.is_empty() {
-            ServerSelection::All
-        } else {
-            ServerSelection::Named(servers.iter().map(|s| s.to_string()).collect())
-        },
-        exclude: Vec::new(),
-    }
 }
 
 fn plan_with(

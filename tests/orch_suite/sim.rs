@@ -12,11 +12,10 @@ use agentsadm::api::ApiConfig;
 use agentsadm::orchestrate::execute::ExecOptions;
 use agentsadm::orchestrate::images::ImageChoice;
 use agentsadm::orchestrate::lock::{self, LockOptions, SapiLockStore};
-use agentsadm::orchestrate::plan::{
-    Action, ComponentSelection, Operation, Request, ServerSelection, TransportKind, TransportMode,
-};
+use agentsadm::orchestrate::plan::{Action, Operation, TransportKind, TransportMode};
 use agentsadm::orchestrate::report::{NullReporter, ServerStatus};
 use agentsadm::orchestrate::session::Session;
+use agentsadm::orchestrate::testkit::request;
 use agentsadm::orchestrate::transport::CnapiTransportConfig;
 use agentsadm::sim::{SeedSpec, SimConfig, SimDc};
 
@@ -28,23 +27,6 @@ async fn sim(cns: usize) -> SimDc {
     )
     .await
     .expect("simulator starts")
-}
-
-fn request(op: Operation, components: &[&str], servers: &[&str]) -> Request {
-    Request {
-        operation: op,
-        components: if components == ["--all"] {
-            ComponentSelection::All
-        } else {
-            ComponentSelection::Named(components.iter().map(|s| s.to_string()).collect())
-        },
-        servers: if servers.is_empty() {
-            ServerSelection::All
-        } else {
-            ServerSelection::Named(servers.iter().map(|s| s.to_string()).collect())
-        },
-        exclude: Vec::new(),
-    }
 }
 
 fn fast_transport() -> CnapiTransportConfig {
