@@ -47,6 +47,17 @@ impl Hooks {
     }
 }
 
+/// How an image file is packed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ImageFormat {
+    /// A (compressed) tar stream with one top-level directory.
+    Tarball,
+    /// A GNU sharutils shell archive wrapped the way Triton's `mk-shar`
+    /// scripts wrap it (docs/triton/agent-install.md §§5.3-5.4): no
+    /// `image_uuid` inside; for sdcadm the tree is in `contents.tgz`.
+    Shar,
+}
+
 /// What to build.
 #[derive(Clone, Debug, PartialEq)]
 pub struct ImageSpec {
@@ -62,6 +73,10 @@ pub struct ImageSpec {
     pub payload_bytes: usize,
     pub hooks: Hooks,
     pub compression: Compression,
+    /// How the file is packed: a tarball, or a shell archive as Triton
+    /// builds dockerlogger and sdcadm (`compression` is then ignored: a shar
+    /// is stored uncompressed).
+    pub format: ImageFormat,
     pub description: String,
     pub published_at: Option<String>,
     /// SMF FMRI the package delivers (`svc:/smartdc/agent/<name>:default`).
@@ -71,7 +86,8 @@ pub struct ImageSpec {
 impl ImageSpec {
     /// Defaults for a catalog component at a semver: a v4 UUID, a version in
     /// the real build form, a 4 KiB payload, the default hooks, and the
-    /// compression real builds use (gzip; none for dockerlogger).
+    /// packing real builds use (gzip'd tarballs; shars for dockerlogger and
+    /// sdcadm).
     pub fn for_component(c: &Component, semver: &str) -> ImageSpec {
         let uuid = ImageUuid::new_v4();
         let sha = &uuid.to_string()[..7];
@@ -88,8 +104,12 @@ impl ImageSpec {
                 _ => Hooks::default(),
             },
             compression: match c.kind {
-                ComponentKind::Dockerlogger => Compression::None,
+                ComponentKind::Dockerlogger | ComponentKind::Sdcadm => Compression::None,
                 _ => Compression::Gzip,
+            },
+            format: match c.kind {
+                ComponentKind::Dockerlogger | ComponentKind::Sdcadm => ImageFormat::Shar,
+                _ => ImageFormat::Tarball,
             },
             description: c.description.clone(),
             published_at: None,
@@ -134,13 +154,23 @@ pub struct BuiltImage {
 
 /// Build the image described by `spec`.
 pub fn build(spec: &ImageSpec) -> BuiltImage {
-    let tar_bytes = match spec.kind {
-        ComponentKind::ApmAgent => apm_tree(spec),
-        ComponentKind::GzTools => gz_tools_tree(spec),
-        ComponentKind::Dockerlogger => dockerlogger_tree(spec),
-        ComponentKind::Sdcadm => sdcadm_tree(spec),
+    let (file, compression) = match (spec.format, spec.kind) {
+        (ImageFormat::Shar, ComponentKind::Dockerlogger) => {
+            (dockerlogger_shar(spec).into_bytes(), Compression::None)
+        }
+        (ImageFormat::Shar, ComponentKind::Sdcadm) => {
+            (sdcadm_shar(spec).into_bytes(), Compression::None)
+        }
+        _ => {
+            let tar_bytes = match spec.kind {
+                ComponentKind::ApmAgent => apm_tree(spec),
+                ComponentKind::GzTools => gz_tools_tree(spec),
+                ComponentKind::Dockerlogger => dockerlogger_tree(spec),
+                ComponentKind::Sdcadm => sdcadm_tree(spec),
+            };
+            (compress(&tar_bytes, spec.compression), spec.compression)
+        }
     };
-    let file = compress(&tar_bytes, spec.compression);
     let sha1 = hex(&Sha1::digest(&file));
     let mut tags = BTreeMap::new();
     tags.insert("smartdc_service".to_string(), json!("true"));
@@ -160,7 +190,7 @@ pub fn build(spec: &ImageSpec) -> BuiltImage {
         files: vec![ImageFile {
             sha1,
             size: file.len() as u64,
-            compression: spec.compression,
+            compression,
             stor: None,
         }],
         description: Some(spec.description.clone()),
@@ -471,86 +501,166 @@ fn gz_tools_tree(spec: &ImageSpec) -> Vec<u8> {
 }
 
 fn dockerlogger_tree(spec: &ImageSpec) -> Vec<u8> {
-    let p = &spec.package;
+    let mut files: Vec<(String, u32, Vec<u8>)> = vec![
+        (
+            "image_uuid".into(),
+            0o644,
+            format!("{}\n", spec.uuid).into_bytes(),
+        ),
+        ("package.json".into(), 0o644, package_json(spec, false)),
+    ];
+    files.extend(
+        dockerlogger_files(spec)
+            .into_iter()
+            .map(|(name, mode, data)| (name.to_string(), mode, data)),
+    );
+    files_tree(Some(&spec.package), &files)
+}
+
+/// A tar of `files` (paths relative to `top`, or to the archive root),
+/// each parent directory entered once before its first file.
+fn files_tree(top: Option<&str>, files: &[(String, u32, Vec<u8>)]) -> Vec<u8> {
     let mut t = TreeBuilder::new();
-    t.dir(p)
-        .file(
-            &format!("{p}/image_uuid"),
-            0o644,
-            format!("{}\n", spec.uuid).as_bytes(),
-        )
-        .file(
-            &format!("{p}/package.json"),
-            0o644,
-            &package_json(spec, false),
-        )
-        .file(
-            &format!("{p}/dockerlogger"),
-            0o755,
-            &payload(spec, spec.payload_bytes),
-        )
-        .file(
-            &format!("{p}/dockerlogger-setup.sh"),
-            0o755,
-            b"#!/bin/bash\nmkdir -p /lib/sdc/docker\n",
-        )
-        .file(
-            &format!("{p}/dockerlogger.xml"),
-            0o644,
-            concrete_manifest(spec, "/opt/smartdc/docker").as_bytes(),
-        );
+    let mut made = std::collections::BTreeSet::new();
+    let full = |rel: &str| match top {
+        Some(top) if rel.is_empty() => top.to_string(),
+        Some(top) => format!("{top}/{rel}"),
+        None => rel.to_string(),
+    };
+    if top.is_some() {
+        t.dir(&full(""));
+    }
+    for (path, mode, data) in files {
+        let mut at = String::new();
+        for part in path
+            .split('/')
+            .collect::<Vec<_>>()
+            .split_last()
+            .map(|(_, d)| d)
+            .unwrap_or(&[])
+        {
+            at = if at.is_empty() {
+                part.to_string()
+            } else {
+                format!("{at}/{part}")
+            };
+            if made.insert(at.clone()) {
+                t.dir(&full(&at));
+            }
+        }
+        t.file(&full(path), *mode, data);
+    }
     t.finish()
 }
 
-fn sdcadm_tree(spec: &ImageSpec) -> Vec<u8> {
+/// dockerlogger's files: (name in the package, mode, content).
+fn dockerlogger_files(spec: &ImageSpec) -> Vec<(&'static str, u32, Vec<u8>)> {
+    vec![
+        ("dockerlogger", 0o755, payload(spec, spec.payload_bytes)),
+        (
+            "dockerlogger-setup.sh",
+            0o755,
+            b"#!/bin/bash\nmkdir -p /lib/sdc/docker\n".to_vec(),
+        ),
+        (
+            "dockerlogger.xml",
+            0o644,
+            concrete_manifest(spec, "/opt/smartdc/docker").into_bytes(),
+        ),
+    ]
+}
+
+/// The dockerlogger image as Triton builds it: a shar of `dockerlogger/`
+/// between a header that moves to /var/tmp and a trailer that runs its
+/// `install.sh` (which agentsadm never runs: it reads the files).
+fn dockerlogger_shar(spec: &ImageSpec) -> String {
     let p = &spec.package;
+    let install = b"#!/bin/bash\n# copies the files into /opt/smartdc/docker and imports the manifest\nexit 0\n";
+    let files = dockerlogger_files(spec);
+    let mut members: Vec<(String, u32, &[u8])> =
+        vec![(format!("{p}/install.sh"), 0o755, install.as_slice())];
+    members.extend(
+        files
+            .iter()
+            .map(|(name, mode, data)| (format!("{p}/{name}"), *mode, data.as_slice())),
+    );
+    let members: Vec<(&str, u32, &[u8])> = members
+        .iter()
+        .map(|(path, mode, data)| (path.as_str(), *mode, *data))
+        .collect();
+    format!(
+        "#!/bin/sh\nif [ `pwd` != '/var/tmp' ]; then\n  cd /var/tmp\nfi\n\n# Clean up possible previous runs\nrm -fr {p}\n{}\nset -o errexit\nset -o pipefail\n\nif [[ -f {p}/install.sh ]]; then\n    (cd {p} && /bin/bash ./install.sh)\nfi\n\nrm -fr {p}\n\nexit 0\n",
+        crate::gz::shar::write(&members)
+    )
+}
+
+/// The sdcadm image as Triton builds it: a shar of `contents.tgz` (the tree,
+/// no top-level directory) and `install-sdcadm.sh`, after a header that
+/// checks for the headnode and writes an md5sum helper (a here-document).
+fn sdcadm_shar(spec: &ImageSpec) -> String {
+    let contents = compress(&files_tree(None, &sdcadm_files(spec)), Compression::Gzip);
+    let install =
+        b"#!/bin/bash\n# swaps /opt/smartdc/sdcadm for the unpacked contents.tgz\nexit 0\n";
+    let members: [(&str, u32, &[u8]); 2] = [
+        ("contents.tgz", 0o644, &contents),
+        ("install-sdcadm.sh", 0o755, install),
+    ];
+    format!(
+        "#!/bin/bash\n#\n# This shar will install/upgrade \"sdcadm\" on a headnode GZ.\n#\n[[ \"$(zonename)\" == \"global\" ]] || exit 3\nmkdir -p /var/tmp/sdcadm/.temp_bin\ncat > /var/tmp/sdcadm/.temp_bin/md5sum << 'EOFTOOL'\n#!/bin/bash\nexec openssl dgst -md5 \"$@\"\nEOFTOOL\n{}\nset -o errexit\necho \"Installing sdcadm {}.\"\nbash ./install-sdcadm.sh\nexit 0\n",
+        crate::gz::shar::write(&members),
+        spec.version
+    )
+}
+
+/// sdcadm's tree, paths relative to /opt/smartdc/sdcadm.
+fn sdcadm_files(spec: &ImageSpec) -> Vec<(String, u32, Vec<u8>)> {
     let semver = spec.version.split('-').next().unwrap_or(&spec.version);
     let mut pj = spec.clone();
     // sdcadm's package.json carries the bare semver; the stamp is in
     // etc/buildstamp (agent-install.md §5.4).
     pj.version = semver.to_string();
     pj.hooks = Hooks::default();
-    let mut t = TreeBuilder::new();
-    t.dir(p)
-        .file(
-            &format!("{p}/package.json"),
+    vec![
+        ("package.json".into(), 0o644, package_json(&pj, false)),
+        (
+            "etc/buildstamp".into(),
             0o644,
-            &package_json(&pj, false),
-        )
-        .file(
-            &format!("{p}/image_uuid"),
-            0o644,
-            format!("{}\n", spec.uuid).as_bytes(),
-        )
-        .dir(&format!("{p}/etc"))
-        .file(
-            &format!("{p}/etc/buildstamp"),
-            0o644,
-            format!("{}\n", spec.version).as_bytes(),
-        )
-        .dir(&format!("{p}/bin"))
-        .file(
-            &format!("{p}/bin/sdcadm"),
+            format!("{}\n", spec.version).into_bytes(),
+        ),
+        (
+            "bin/sdcadm".into(),
             0o755,
-            b"#!/bin/bash\necho sdcadm\n",
-        )
-        .dir(&format!("{p}/lib"))
-        .file(
-            &format!("{p}/lib/payload.bin"),
+            b"#!/bin/bash\necho sdcadm\n".to_vec(),
+        ),
+        (
+            "lib/payload.bin".into(),
             0o644,
-            &payload(spec, spec.payload_bytes),
-        )
-        .dir(&format!("{p}/man"))
-        .dir(&format!("{p}/man/man1"))
-        .file(&format!("{p}/man/man1/sdcadm.1"), 0o644, b".TH sdcadm 1\n")
-        .dir(&format!("{p}/smf"))
-        .dir(&format!("{p}/smf/manifests"))
-        .file(
-            &format!("{p}/smf/manifests/sdcadm-setup.xml"),
+            payload(spec, spec.payload_bytes),
+        ),
+        (
+            "man/man1/sdcadm.1".into(),
             0o644,
-            concrete_manifest(spec, "/opt/smartdc/sdcadm").as_bytes(),
-        );
-    t.finish()
+            b".TH sdcadm 1\n".to_vec(),
+        ),
+        (
+            "smf/manifests/sdcadm-setup.xml".into(),
+            0o644,
+            concrete_manifest(spec, "/opt/smartdc/sdcadm").into_bytes(),
+        ),
+    ]
+}
+
+fn sdcadm_tree(spec: &ImageSpec) -> Vec<u8> {
+    let mut files = sdcadm_files(spec);
+    files.insert(
+        1,
+        (
+            "image_uuid".into(),
+            0o644,
+            format!("{}\n", spec.uuid).into_bytes(),
+        ),
+    );
+    files_tree(Some(&spec.package), &files)
 }
 
 #[cfg(test)]
@@ -560,9 +670,14 @@ mod tests {
     use std::io::Read;
 
     fn entries(img: &BuiltImage) -> Vec<(String, tar::EntryType)> {
+        let shar;
         let reader: Box<dyn Read> = match img.manifest.files[0].compression {
             Compression::Gzip => Box::new(flate2::read::GzDecoder::new(&img.file[..])),
             Compression::Bzip2 => Box::new(bzip2::read::BzDecoder::new(&img.file[..])),
+            _ if crate::gz::shar::is_shar(&img.file) => {
+                shar = crate::gz::shar::to_tar(&img.file, Some(&img.manifest.name)).unwrap();
+                Box::new(&shar[..])
+            }
             _ => Box::new(&img.file[..]),
         };
         let mut ar = tar::Archive::new(reader);
@@ -593,7 +708,13 @@ mod tests {
                 names.iter().all(|(n, _)| n.starts_with(&top)),
                 "{c}: {names:?}"
             );
-            assert!(names.iter().any(|(n, _)| n == &format!("{top}image_uuid")));
+            // Shars (dockerlogger, sdcadm) carry no image_uuid, as Triton's.
+            let shar = spec.format == ImageFormat::Shar;
+            assert_eq!(
+                names.iter().any(|(n, _)| n == &format!("{top}image_uuid")),
+                !shar,
+                "{c}"
+            );
         }
     }
 

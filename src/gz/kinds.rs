@@ -246,7 +246,17 @@ pub fn stage(
             })
         }
         ComponentKind::Sdcadm => {
-            read_image_uuid(&pkg_dir, &id_file, kind_name, uuid, true)?;
+            // The real image is a shar of `contents.tgz` (the tree, no
+            // top-level directory) and `install-sdcadm.sh`, with no
+            // image_uuid inside: the sha1-checked manifest names it. A
+            // package directory with the tree itself is read as well.
+            let shar_layout = pkg_dir.join(SDCADM_CONTENTS).is_file();
+            let pkg_dir = if shar_layout {
+                unpack_sdcadm_contents(&pkg_dir, txn_dir, top)?
+            } else {
+                read_image_uuid(&pkg_dir, &id_file, kind_name, uuid, true)?;
+                pkg_dir
+            };
             read_package(&pkg_dir, top, top, "sdcadm", true)?;
             let root = txn_dir.join("root");
             let mut links = Vec::new();
@@ -353,7 +363,9 @@ pub fn stage(
             finish_overlay(component, manifest, footprint, None, &root, record_sha256)
         }
         ComponentKind::Dockerlogger => {
-            read_image_uuid(&pkg_dir, &id_file, kind_name, uuid, true)?;
+            // Triton's dockerlogger shar carries no image_uuid (its
+            // install.sh records nothing either): checked when present.
+            read_image_uuid(&pkg_dir, &id_file, kind_name, uuid, false)?;
             read_package(&pkg_dir, top, top, "dockerlogger", false)?;
             let root = txn_dir.join("root");
             let mut overlay = Vec::new();
@@ -406,6 +418,37 @@ pub fn stage(
             finish_overlay(component, manifest, footprint, None, &root, record_sha256)
         }
     }
+}
+
+/// The tree inside sdcadm's shar image.
+const SDCADM_CONTENTS: &str = "contents.tgz";
+
+/// Unpack sdcadm's `contents.tgz` (entries at its top level, checked like
+/// any archive) and put the tree where the package was, so that
+/// `<txn>/new/sdcadm` is the tree to swap in, as for every tree kind (crash
+/// recovery reads an empty `<txn>/new` as "the tree has moved").
+fn unpack_sdcadm_contents(
+    pkg_dir: &Path,
+    txn_dir: &Path,
+    top: &str,
+) -> Result<PathBuf, LayoutError> {
+    let inner = pkg_dir.join(SDCADM_CONTENTS);
+    let file = File::open(&inner).map_err(io_err(&inner))?;
+    let tree = txn_dir.join("new-tree");
+    fs::create_dir_all(&tree).map_err(io_err(&tree))?;
+    let opts = UnpackOptions {
+        single_top: false,
+        ..Default::default()
+    };
+    unpack::unpack(file, crate::image::Compression::Gzip, &tree, &opts).map_err(|err| {
+        LayoutError::Inner {
+            file: format!("{top}/{SDCADM_CONTENTS}"),
+            err,
+        }
+    })?;
+    fs::remove_dir_all(pkg_dir).map_err(io_err(pkg_dir))?;
+    fs::rename(&tree, pkg_dir).map_err(io_err(pkg_dir))?;
+    Ok(pkg_dir.to_path_buf())
 }
 
 /// Write the record into the overlay and complete the staged version.
@@ -653,7 +696,10 @@ mod tests {
             &img.file[..],
             img.manifest.files[0].compression,
             &new,
-            &UnpackOptions::default(),
+            &UnpackOptions {
+                expected_top: Some(c.package_name().to_string()),
+                ..Default::default()
+            },
         )
         .unwrap();
         let r = stage(c, &img.manifest, d.path(), headnode, "abc");

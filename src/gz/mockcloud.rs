@@ -217,9 +217,19 @@ impl MockServer {
             uuid,
             file: format!("{pkg}/{file}"),
         };
-        let id = members
-            .get("image_uuid")
-            .ok_or_else(|| missing("image_uuid"))?;
+        // dockerlogger and sdcadm images are shell archives with no
+        // image_uuid (sdcadm's package.json is inside its contents.tgz): the
+        // sha1-checked manifest speaks for them, as for gz-tools' version.
+        let from_manifest = matches!(
+            component.kind,
+            ComponentKind::Dockerlogger | ComponentKind::Sdcadm
+        );
+        let manifest_id = format!("{uuid}\n").into_bytes();
+        let id = match members.get("image_uuid") {
+            Some(id) => id,
+            None if from_manifest => &manifest_id,
+            None => return Err(missing("image_uuid")),
+        };
         let id_text = String::from_utf8_lossy(id).trim().to_string();
         if id_text.parse::<ImageUuid>().ok() != Some(uuid) {
             return Err(MockError::Mismatch {
@@ -230,11 +240,12 @@ impl MockServer {
             });
         }
         // gz-tools images carry no package.json (the image's version is
-        // theirs); the layout needs one, so it is written from the manifest.
+        // theirs), nor do the shars; the layout needs one, so it is written
+        // from the manifest.
         let synthesized;
         let pj_bytes = match members.get("package.json") {
             Some(b) => b,
-            None if component.kind == ComponentKind::GzTools => {
+            None if component.kind == ComponentKind::GzTools || from_manifest => {
                 synthesized = gz_tools_package_json(pkg, &image.manifest.version);
                 &synthesized
             }

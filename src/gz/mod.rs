@@ -11,7 +11,8 @@
 //!   download, hash (sha1, sha256, MD5) and unpack it in one pass, with
 //!   retries and a verified-download cache;
 //! - [`unpack`]: the archive unpacker (refuses `..`, absolute paths, escaping
-//!   links, devices, more than one top-level directory);
+//!   links, devices, more than one top-level directory); [`shar`]: the
+//!   shell archives dockerlogger and sdcadm images are, read without running;
 //! - [`kinds`]: what each component kind puts on disk and how its version
 //!   is recorded (apm agents, gz-tools, dockerlogger, sdcadm);
 //! - [`txn`]: the journaled swap with rollback and crash recovery;
@@ -67,6 +68,7 @@ pub mod platform;
 pub mod report;
 pub mod session;
 pub mod setup;
+pub mod shar;
 pub mod standin;
 pub mod txn;
 pub mod unpack;

@@ -22,7 +22,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs::{self, File, OpenOptions};
-use std::io::{self, BufReader, Read, Write};
+use std::io::{self, BufRead, BufReader, Read, Write};
 use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::{Component as PathComponent, Path, PathBuf};
 use std::time::{Duration, SystemTime};
@@ -81,6 +81,11 @@ pub enum UnpackError {
         compression: Compression,
         #[source]
         err: io::Error,
+    },
+    #[error("the image is a shell archive that cannot be read")]
+    Shar {
+        #[source]
+        err: super::shar::SharError,
     },
     #[error("the archive is empty")]
     Empty,
@@ -158,6 +163,29 @@ pub fn decompressor<'a, R: Read + 'a>(
     }
 }
 
+/// The tar stream of an image file. An uncompressed file may instead be a
+/// shell archive (dockerlogger and sdcadm images, see [`super::shar`]): it
+/// is read whole and repacked as tar, its loose members placed under `top`.
+fn tar_stream<'a, R: Read + 'a>(
+    reader: R,
+    compression: Compression,
+    top: Option<&str>,
+) -> Result<Box<dyn Read + 'a>, UnpackError> {
+    if compression != Compression::None {
+        return decompressor(reader, compression);
+    }
+    let mut buffered = BufReader::with_capacity(IO_BUFFER, reader);
+    let corrupt = |err| UnpackError::Corrupt { compression, err };
+    let head = buffered.fill_buf().map_err(corrupt)?;
+    if !super::shar::is_shar(head) {
+        return Ok(Box::new(buffered));
+    }
+    let mut all = Vec::new();
+    buffered.read_to_end(&mut all).map_err(corrupt)?;
+    let tar = super::shar::to_tar(&all, top).map_err(|err| UnpackError::Shar { err })?;
+    Ok(Box::new(io::Cursor::new(tar)))
+}
+
 /// Unpack a `compression`-compressed tar stream into `dest`, which must be
 /// an existing, empty directory. On error, `dest` may hold a partial tree
 /// (never anything outside it); the caller removes it.
@@ -167,7 +195,11 @@ pub fn unpack<R: Read>(
     dest: &Path,
     options: &UnpackOptions,
 ) -> Result<Unpacked, UnpackError> {
-    let decoder = decompressor(reader, compression)?;
+    let top = options
+        .single_top
+        .then_some(options.expected_top.as_deref())
+        .flatten();
+    let decoder = tar_stream(reader, compression, top)?;
     let mut archive = tar::Archive::new(decoder);
     let mut state = Unpacker {
         dest,
@@ -214,7 +246,7 @@ pub fn read_members<R: Read>(
     wanted: &[&str],
     max_member_bytes: u64,
 ) -> Result<(String, BTreeMap<String, Vec<u8>>), UnpackError> {
-    let decoder = decompressor(reader, compression)?;
+    let decoder = tar_stream(reader, compression, expected_top)?;
     let mut archive = tar::Archive::new(decoder);
     let mut top: Option<String> = None;
     let mut out = BTreeMap::new();

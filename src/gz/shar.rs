@@ -1,0 +1,602 @@
+//! Reading GNU sharutils shell archives without running them: Triton's
+//! dockerlogger and sdcadm images are shars (`files[0].compression: none`),
+//! made by `shar` and wrapped in a header and an installer call
+//! (docs/triton/agent-install.md §§5.3-5.4).
+//!
+//! sdcadm and today's update path run the shar as root. agentsadm only reads
+//! its members out, turns them into a tar stream, and hands that stream to
+//! the same unpacker every other image goes through, so a shar gets exactly
+//! the path checks of a tarball (no `..`, no absolute paths, one top-level
+//! directory) and the installer's own atomic swap instead of the shar's
+//! `install.sh`.
+//!
+//! What is read, line by line (every other line is shell logic and skipped):
+//! - `sed 's/^X//' << 'D' > 'PATH' &&`: a text member; one leading `X` is
+//!   removed from each line up to the line `D`;
+//! - `sed 's/^X//' << 'D' | uudecode &&`: a uuencoded member, named by its
+//!   `begin MODE PATH` line;
+//! - `mkdir 'DIR'` and `chmod MODE 'PATH'`;
+//! - ``test `LC_ALL=C wc -c < 'PATH'` -ne N``: the member's size, checked;
+//! - any other here-document (the md5 checks, sdcadm's md5sum helper) is
+//!   skipped whole.
+//!
+//! Anything else that would change the members (gzip'd or base64 members,
+//! an unterminated here-document, a bad uuencoded line, a size that does not
+//! match) is refused with the line number.
+
+use std::collections::BTreeMap;
+
+/// Why a shell archive cannot be read.
+#[derive(Debug, thiserror::Error)]
+#[error("line {line} of the shell archive: {reason}")]
+pub struct SharError {
+    pub line: usize,
+    pub reason: String,
+}
+
+/// Whether the first bytes of an uncompressed image file are a shell script
+/// (a shar) rather than a tar stream.
+pub fn is_shar(prefix: &[u8]) -> bool {
+    prefix.starts_with(b"#!/bin/sh") || prefix.starts_with(b"#!/bin/bash")
+}
+
+/// One member of a shar.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Member {
+    Dir {
+        path: String,
+    },
+    File {
+        path: String,
+        mode: u32,
+        data: Vec<u8>,
+    },
+}
+
+/// The members of a shar, in archive order (directories first when a
+/// `mkdir` names them).
+pub fn members(shar: &[u8]) -> Result<Vec<Member>, SharError> {
+    let lines: Vec<&[u8]> = split_lines(shar);
+    let mut dirs: Vec<String> = Vec::new();
+    let mut files: BTreeMap<String, (u32, Vec<u8>)> = BTreeMap::new();
+    let mut order: Vec<String> = Vec::new();
+    let mut i = 0;
+    while i < lines.len() {
+        let line_no = i + 1;
+        let err = |reason: String| SharError {
+            line: line_no,
+            reason,
+        };
+        let text = String::from_utf8_lossy(lines[i]);
+        let trimmed = text.trim_start();
+        if let Some(rest) = trimmed.strip_prefix("sed 's/^X//' << ") {
+            let (delim, after) = heredoc_delimiter(rest)
+                .ok_or_else(|| err("a member's here-document has no delimiter".to_string()))?;
+            let (body, next) = heredoc_body(&lines, i + 1, &delim)
+                .ok_or_else(|| err(format!("the here-document ending in {delim:?} never ends")))?;
+            let body: Vec<&[u8]> = body.iter().map(|l| strip_x(l)).collect();
+            let after = after.trim();
+            if let Some(target) = after.strip_prefix("> ") {
+                let target = target.trim_end_matches("&&").trim();
+                let path = shell_unquote(target)
+                    .ok_or_else(|| err(format!("cannot read the member name {target}")))?;
+                let mut data = Vec::new();
+                for l in &body {
+                    data.extend_from_slice(l);
+                    data.push(b'\n');
+                }
+                if !files.contains_key(&path) {
+                    order.push(path.clone());
+                }
+                files.insert(path, (0o644, data));
+            } else if after.trim_end_matches("&&").trim() == "| uudecode" {
+                let (path, data) = uudecode(&body).map_err(|(offset, reason)| SharError {
+                    line: i + 2 + offset,
+                    reason,
+                })?;
+                if !files.contains_key(&path) {
+                    order.push(path.clone());
+                }
+                files.insert(path, (0o644, data));
+            } else {
+                return Err(err(format!(
+                    "members encoded as {after:?} are not supported (only text and uuencode)"
+                )));
+            }
+            i = next;
+            continue;
+        }
+        if let Some(rest) = trimmed.strip_prefix("mkdir ") {
+            if let Some(path) = shell_unquote(rest.trim())
+                && !dirs.contains(&path)
+            {
+                dirs.push(path);
+            }
+        } else if let Some(rest) = trimmed.strip_prefix("chmod ") {
+            if let Some((mode, target)) = rest.split_once(' ') {
+                let path = shell_unquote(target.trim());
+                let mode = u32::from_str_radix(mode, 8).ok();
+                if let (Some(path), Some(mode)) = (path, mode) {
+                    match files.get_mut(&path) {
+                        Some(f) => f.0 = mode & 0o7777,
+                        None => return Err(err(format!("chmod of {path:?}, which is no member"))),
+                    }
+                }
+            }
+        } else if let Some(rest) = trimmed.strip_prefix("test `LC_ALL=C wc -c < ") {
+            // 'PATH'` -ne N && \
+            if let Some((target, tail)) = rest.split_once('`') {
+                let path = shell_unquote(target.trim());
+                let size = tail
+                    .trim()
+                    .strip_prefix("-ne ")
+                    .and_then(|s| s.split_whitespace().next())
+                    .and_then(|s| s.parse::<usize>().ok());
+                if let (Some(path), Some(size)) = (path, size) {
+                    match files.get(&path) {
+                        Some((_, data)) if data.len() != size => {
+                            return Err(err(format!(
+                                "{path:?} decodes to {} bytes, the archive says {size}",
+                                data.len()
+                            )));
+                        }
+                        Some(_) => {}
+                        None => {
+                            return Err(err(format!("size check of {path:?}, which is no member")));
+                        }
+                    }
+                }
+            }
+        } else if let Some((_, rest)) = split_heredoc(trimmed) {
+            // Another here-document (md5 checks, a helper script): its body
+            // is data for a command agentsadm does not run.
+            if let Some((delim, _)) = heredoc_delimiter(rest) {
+                let (_, next) = heredoc_body(&lines, i + 1, &delim).ok_or_else(|| {
+                    err(format!("the here-document ending in {delim:?} never ends"))
+                })?;
+                i = next;
+                continue;
+            }
+        }
+        i += 1;
+    }
+    if files.is_empty() {
+        return Err(SharError {
+            line: lines.len(),
+            reason: "it holds no files".to_string(),
+        });
+    }
+    let mut out: Vec<Member> = dirs.into_iter().map(|path| Member::Dir { path }).collect();
+    for path in order {
+        let (mode, data) = files.remove(&path).expect("every ordered path is a member");
+        out.push(Member::File { path, mode, data });
+    }
+    Ok(out)
+}
+
+/// The members of a shar as an uncompressed tar stream. With `top`, a shar
+/// whose members sit at its top level (sdcadm's `contents.tgz` and
+/// `install-sdcadm.sh`) is placed under that directory, so it unpacks like a
+/// package.
+pub fn to_tar(shar: &[u8], top: Option<&str>) -> Result<Vec<u8>, SharError> {
+    let members = members(shar)?;
+    let first_component = |p: &str| {
+        p.trim_start_matches("./")
+            .split('/')
+            .next()
+            .map(str::to_string)
+    };
+    let already_under_top = top.is_none_or(|top| {
+        members.iter().all(|m| {
+            let path = match m {
+                Member::Dir { path } | Member::File { path, .. } => path,
+            };
+            first_component(path).as_deref() == Some(top)
+        })
+    });
+    let prefix = match top {
+        Some(top) if !already_under_top => format!("{top}/"),
+        _ => String::new(),
+    };
+    let mut builder = tar::Builder::new(Vec::new());
+    let append = |builder: &mut tar::Builder<Vec<u8>>,
+                  path: &str,
+                  kind: tar::EntryType,
+                  mode: u32,
+                  data: &[u8]| {
+        let mut h = tar::Header::new_gnu();
+        h.set_entry_type(kind);
+        h.set_mode(mode);
+        h.set_size(data.len() as u64);
+        // The path goes in unchecked: the unpacker refuses what must be
+        // refused, with the same errors a tarball gets.
+        builder
+            .append_data(&mut h, format!("{prefix}{path}"), data)
+            .or_else(|_| {
+                // append_data refuses `..` itself; keep the raw name so the
+                // unpacker reports it.
+                let mut h = tar::Header::new_gnu();
+                h.set_entry_type(kind);
+                h.set_mode(mode);
+                h.set_size(data.len() as u64);
+                let name = format!("{prefix}{path}");
+                let bytes = name.as_bytes();
+                let field = &mut h.as_old_mut().name;
+                if bytes.len() > field.len() {
+                    return Err(std::io::Error::other("member name too long"));
+                }
+                field[..bytes.len()].copy_from_slice(bytes);
+                h.set_cksum();
+                builder.append(&h, data)
+            })
+    };
+    if !prefix.is_empty() {
+        append(&mut builder, "", tar::EntryType::Directory, 0o755, &[]).map_err(tar_err)?;
+    }
+    for m in &members {
+        match m {
+            Member::Dir { path } => append(
+                &mut builder,
+                &format!("{}/", path.trim_end_matches('/')),
+                tar::EntryType::Directory,
+                0o755,
+                &[],
+            ),
+            Member::File { path, mode, data } => {
+                append(&mut builder, path, tar::EntryType::Regular, *mode, data)
+            }
+        }
+        .map_err(tar_err)?;
+    }
+    builder.into_inner().map_err(tar_err)
+}
+
+fn tar_err(e: std::io::Error) -> SharError {
+    SharError {
+        line: 0,
+        reason: format!("cannot repack a member: {e}"),
+    }
+}
+
+fn split_lines(data: &[u8]) -> Vec<&[u8]> {
+    let mut lines: Vec<&[u8]> = data.split(|b| *b == b'\n').collect();
+    if data.ends_with(b"\n") {
+        lines.pop();
+    }
+    lines
+}
+
+/// `cmd << 'D' ...` / `<< \D` / `<<D`: the text after `<<`.
+fn split_heredoc(line: &str) -> Option<(&str, &str)> {
+    let at = line.find("<<")?;
+    // `<<<` is a here-string, not a here-document.
+    if line[at + 2..].starts_with('<') {
+        return None;
+    }
+    Some((
+        &line[..at],
+        line[at + 2..].trim_start_matches('-').trim_start(),
+    ))
+}
+
+/// The delimiter of a here-document (`'D'`, `\D`, `"D"` or `D`) and what
+/// follows it on the line.
+fn heredoc_delimiter(rest: &str) -> Option<(String, &str)> {
+    let rest = rest.trim_start();
+    let (delim, after) = if let Some(r) = rest.strip_prefix('\'') {
+        let end = r.find('\'')?;
+        (&r[..end], &r[end + 1..])
+    } else if let Some(r) = rest.strip_prefix('"') {
+        let end = r.find('"')?;
+        (&r[..end], &r[end + 1..])
+    } else {
+        let r = rest.strip_prefix('\\').unwrap_or(rest);
+        let end = r
+            .find(|c: char| c.is_whitespace() || c == ';' || c == '|' || c == '&' || c == ')')
+            .unwrap_or(r.len());
+        (&r[..end], &r[end..])
+    };
+    (!delim.is_empty()).then(|| (delim.to_string(), after))
+}
+
+/// The lines of a here-document starting at `start`, and the index after its
+/// delimiter line.
+fn heredoc_body<'a>(
+    lines: &[&'a [u8]],
+    start: usize,
+    delim: &str,
+) -> Option<(Vec<&'a [u8]>, usize)> {
+    let end = (start..lines.len()).find(|&j| lines[j] == delim.as_bytes())?;
+    Some((lines[start..end].to_vec(), end + 1))
+}
+
+fn strip_x(line: &[u8]) -> &[u8] {
+    line.strip_prefix(b"X").unwrap_or(line)
+}
+
+/// A shell word made of single-quoted parts and `\'` (how shar quotes
+/// names): `'it'\''s'` is `it's`. Bare words are taken as they are.
+fn shell_unquote(word: &str) -> Option<String> {
+    let mut out = String::new();
+    let mut rest = word;
+    if !rest.starts_with('\'') && !rest.starts_with('\\') {
+        return (!rest.is_empty() && !rest.contains(char::is_whitespace)).then(|| rest.to_string());
+    }
+    while !rest.is_empty() {
+        if let Some(r) = rest.strip_prefix('\'') {
+            let end = r.find('\'')?;
+            out.push_str(&r[..end]);
+            rest = &r[end + 1..];
+        } else if let Some(r) = rest.strip_prefix("\\'") {
+            out.push('\'');
+            rest = r;
+        } else {
+            return None;
+        }
+    }
+    Some(out)
+}
+
+/// Decode a uuencoded body (`begin MODE PATH` ... `end`). Errors carry the
+/// offset of the bad line within the body.
+fn uudecode(body: &[&[u8]]) -> Result<(String, Vec<u8>), (usize, String)> {
+    let first = body
+        .first()
+        .ok_or((0, "an empty uuencoded member".to_string()))?;
+    let header = String::from_utf8_lossy(first);
+    if header.starts_with("begin-base64") {
+        return Err((
+            0,
+            "base64 members are not supported (only uuencode)".to_string(),
+        ));
+    }
+    let mut parts = header.splitn(3, ' ');
+    let (Some("begin"), Some(_mode), Some(path)) = (parts.next(), parts.next(), parts.next())
+    else {
+        return Err((0, format!("expected `begin MODE NAME`, found {header:?}")));
+    };
+    let mut data = Vec::new();
+    for (k, line) in body.iter().enumerate().skip(1) {
+        if *line == b"end" {
+            return Ok((path.to_string(), data));
+        }
+        let Some(&len_char) = line.first() else {
+            return Err((k, "an empty uuencoded line".to_string()));
+        };
+        let len = usize::from(len_char.wrapping_sub(b' ') & 0x3f);
+        if len == 0 {
+            continue;
+        }
+        let chars = &line[1..];
+        let needed = len.div_ceil(3) * 4;
+        if chars.len() < needed {
+            return Err((
+                k,
+                format!("a uuencoded line is short: {len} bytes need {needed} characters"),
+            ));
+        }
+        let mut decoded = Vec::with_capacity(needed / 4 * 3);
+        for group in chars[..needed].chunks(4) {
+            let mut v = [0u8; 4];
+            for (slot, c) in v.iter_mut().zip(group) {
+                if !(b' '..=b'`').contains(c) {
+                    return Err((k, format!("{:?} is not a uuencode character", *c as char)));
+                }
+                *slot = c.wrapping_sub(b' ') & 0x3f;
+            }
+            decoded.push((v[0] << 2) | (v[1] >> 4));
+            decoded.push((v[1] << 4) | (v[2] >> 2));
+            decoded.push((v[2] << 6) | v[3]);
+        }
+        data.extend_from_slice(&decoded[..len]);
+    }
+    Err((
+        body.len(),
+        "the uuencoded member has no `end` line".to_string(),
+    ))
+}
+
+/// Write `data` uuencoded (for the image builder's shars), 45 bytes a line
+/// as uuencode does.
+pub fn uuencode(path: &str, data: &[u8]) -> String {
+    let enc = |v: u8| if v == 0 { '`' } else { (v + b' ') as char };
+    let mut out = format!("begin 600 {path}\n");
+    for chunk in data.chunks(45) {
+        out.push(enc(chunk.len() as u8));
+        for group in chunk.chunks(3) {
+            let b = [
+                group[0],
+                *group.get(1).unwrap_or(&0),
+                *group.get(2).unwrap_or(&0),
+            ];
+            out.push(enc(b[0] >> 2));
+            out.push(enc(((b[0] << 4) | (b[1] >> 4)) & 0x3f));
+            out.push(enc(((b[1] << 2) | (b[2] >> 6)) & 0x3f));
+            out.push(enc(b[2] & 0x3f));
+        }
+        out.push('\n');
+    }
+    out.push_str("`\nend\n");
+    out
+}
+
+/// A shar in GNU sharutils' layout for `files` (path, mode, content): text
+/// members as `sed` here-documents, anything else uuencoded, then `chmod`
+/// and the size check. Enough of sharutils' output for [`members`] and for
+/// `sh` to unpack it; the image builder wraps it the way Triton's `mk-shar`
+/// scripts do.
+pub fn write(files: &[(&str, u32, &[u8])]) -> String {
+    let quote = |p: &str| format!("'{}'", p.replace('\'', "'\\''"));
+    let mut out = String::new();
+    let mut made: Vec<String> = Vec::new();
+    for (path, mode, data) in files {
+        out.push_str(&format!("# ============= {path} ==============\n"));
+        let mut dir = String::new();
+        for part in path
+            .split('/')
+            .collect::<Vec<_>>()
+            .split_last()
+            .map(|(_, d)| d)
+            .unwrap_or(&[])
+        {
+            dir = if dir.is_empty() {
+                part.to_string()
+            } else {
+                format!("{dir}/{part}")
+            };
+            if !made.contains(&dir) {
+                out.push_str(&format!(
+                    "if test ! -d {q}; then\n  mkdir {q}\nfi\n",
+                    q = quote(&dir)
+                ));
+                made.push(dir.clone());
+            }
+        }
+        let text = std::str::from_utf8(data)
+            .ok()
+            .filter(|t| t.ends_with('\n') && !t.contains('\0'));
+        match text {
+            Some(t) => {
+                out.push_str(&format!(
+                    "  sed 's/^X//' << 'SHAR_EOF' > {} &&\n",
+                    quote(path)
+                ));
+                for line in t.lines() {
+                    // A leading X, or a line that reads as the delimiter,
+                    // is protected by an X that sed removes.
+                    if line.starts_with('X') || line == "SHAR_EOF" {
+                        out.push('X');
+                    }
+                    out.push_str(line);
+                    out.push('\n');
+                }
+            }
+            None => {
+                out.push_str("  sed 's/^X//' << 'SHAR_EOF' | uudecode &&\n");
+                out.push_str(&uuencode(path, data));
+            }
+        }
+        out.push_str("SHAR_EOF\n");
+        out.push_str(&format!("  chmod {mode:04o} {}\n", quote(path)));
+        out.push_str(&format!(
+            "test `LC_ALL=C wc -c < {q}` -ne {n} && \\\n  echo \"restoration warning:  size of {q} is not {n}\"\n",
+            q = quote(path),
+            n = data.len()
+        ));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn uuencode_round_trips_every_length() {
+        for n in 0..200usize {
+            let data: Vec<u8> = (0..n).map(|i| (i * 37 % 256) as u8).collect();
+            let text = uuencode("x/y", &data);
+            let lines: Vec<&[u8]> = split_lines(text.as_bytes());
+            let (path, got) = uudecode(&lines).expect("decodes");
+            assert_eq!(path, "x/y");
+            assert_eq!(got, data, "length {n}");
+        }
+    }
+
+    #[test]
+    fn written_shars_read_back() {
+        let bin: Vec<u8> = (0..=255u8).collect();
+        let shar = write(&[
+            ("pkg/a.sh", 0o755, b"#!/bin/sh\nXecho\nSHAR_EOF\n"),
+            ("pkg/bin/tool", 0o755, &bin),
+            ("pkg/no newline 'q'", 0o644, b"abc"),
+        ]);
+        let got = members(shar.as_bytes()).expect("reads");
+        assert_eq!(
+            got,
+            vec![
+                Member::Dir { path: "pkg".into() },
+                Member::Dir {
+                    path: "pkg/bin".into()
+                },
+                Member::File {
+                    path: "pkg/a.sh".into(),
+                    mode: 0o755,
+                    data: b"#!/bin/sh\nXecho\nSHAR_EOF\n".to_vec()
+                },
+                Member::File {
+                    path: "pkg/bin/tool".into(),
+                    mode: 0o755,
+                    data: bin
+                },
+                Member::File {
+                    path: "pkg/no newline 'q'".into(),
+                    mode: 0o644,
+                    data: b"abc".to_vec()
+                },
+            ]
+        );
+    }
+
+    #[test]
+    fn refusals_name_the_line() {
+        let base = write(&[("pkg/f", 0o644, b"hello\n")]);
+        let wrong_size = base.replace("-ne 6", "-ne 7");
+        let e = members(wrong_size.as_bytes()).unwrap_err();
+        assert!(e.reason.contains("decodes to 6 bytes"), "{e}");
+        assert!(e.line > 1);
+
+        let unterminated = base.replace("SHAR_EOF\n  chmod", "  chmod");
+        let e = members(unterminated.as_bytes()).unwrap_err();
+        assert!(e.reason.contains("never ends"), "{e}");
+
+        let gz = "#!/bin/sh\n  sed 's/^X//' << 'SHAR_EOF' | uudecode && gzip -dc x.gz > 'f'\nX\nSHAR_EOF\n";
+        let e = members(gz.as_bytes()).unwrap_err();
+        assert!(e.reason.contains("not supported"), "{e}");
+
+        let e = members(b"#!/bin/sh\necho nothing here\n").unwrap_err();
+        assert!(e.reason.contains("no files"), "{e}");
+
+        let bad_uu = "#!/bin/sh\nsed 's/^X//' << 'SHAR_EOF' | uudecode &&\nbegin 600 f\nM~~~~\n`\nend\nSHAR_EOF\n";
+        let e = members(bad_uu.as_bytes()).unwrap_err();
+        assert_eq!(e.line, 4, "{e}");
+    }
+
+    #[test]
+    fn other_heredocs_are_skipped() {
+        let shar = format!(
+            "#!/bin/bash\ncat > /tmp/md5sum << 'EOFTOOL'\nsed 's/^X//' << 'SHAR_EOF' > 'evil' &&\nEOFTOOL\n{}(\n  md5sum -c\n) << \\SHAR_EOF\nabc  pkg/f\nSHAR_EOF\n",
+            write(&[("pkg/f", 0o644, b"ok\n")])
+        );
+        let got = members(shar.as_bytes()).expect("reads");
+        assert_eq!(got.len(), 2, "{got:?}");
+    }
+
+    #[test]
+    fn to_tar_places_loose_members_under_the_top() {
+        let shar = write(&[
+            ("contents.tgz", 0o644, b"\x1f\x8b"),
+            ("install.sh", 0o755, b"x\n"),
+        ]);
+        let tar_bytes = to_tar(shar.as_bytes(), Some("sdcadm")).expect("tar");
+        let mut a = tar::Archive::new(&tar_bytes[..]);
+        let names: Vec<String> = a
+            .entries()
+            .unwrap()
+            .map(|e| e.unwrap().path().unwrap().display().to_string())
+            .collect();
+        assert_eq!(
+            names,
+            vec!["sdcadm/", "sdcadm/contents.tgz", "sdcadm/install.sh"]
+        );
+
+        let packaged = write(&[("sdcadm/x", 0o644, b"x\n")]);
+        let tar_bytes = to_tar(packaged.as_bytes(), Some("sdcadm")).expect("tar");
+        let mut a = tar::Archive::new(&tar_bytes[..]);
+        assert_eq!(
+            a.entries().unwrap().count(),
+            2,
+            "sdcadm/ and sdcadm/x, not sdcadm/sdcadm/x"
+        );
+    }
+}
