@@ -28,5 +28,7 @@ mod mockcloud;
 mod sapi_cnapi;
 #[path = "gz_suite/setup.rs"]
 mod setup;
+#[path = "gz_suite/shar.rs"]
+mod shar;
 #[path = "gz_suite/unpack_props.rs"]
 mod unpack_props;

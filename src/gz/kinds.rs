@@ -5,9 +5,9 @@
 //! | kind | footprint | version / image record | instance UUID |
 //! |---|---|---|---|
 //! | apm agent | `opt/smartdc/agents/lib/node_modules/<pkg>/` (whole tree), bins in `opt/smartdc/agents/bin`, SMF manifests generated into `opt/smartdc/agents/smf` | `<pkg>/package.json` and `<pkg>/image_uuid` in the tree (Triton's) | `opt/smartdc/agents/etc/<pkg>` (Triton's) |
-//! | sdcadm | `opt/smartdc/sdcadm/` (whole tree), links `opt/smartdc/bin/sdcadm`, `opt/smartdc/man/man1/sdcadm.1`, its SMF manifests copied to `var/svc/manifest/site` | record `.agentsadm/installed/sdcadm.json`; else the tree's `image_uuid`, `etc/buildstamp`, `package.json` | `opt/smartdc/agents/etc/sdcadm` |
+//! | sdcadm (a shar of `contents.tgz`, or a package directory) | `opt/smartdc/sdcadm/` (whole tree), links `opt/smartdc/bin/sdcadm`, `opt/smartdc/man/man1/sdcadm.1`, its SMF manifests copied to `var/svc/manifest/site` | record `.agentsadm/installed/sdcadm.json`; else the tree's `image_uuid`, `etc/buildstamp`, `package.json` | `opt/smartdc/agents/etc/sdcadm` |
 //! | gz-tools | the files of `tools.tar.gz` (headnode) or `cn_tools.tar.gz` laid over `opt/smartdc` | record `.agentsadm/installed/gz-tools.json`; else Triton's `opt/smartdc/etc/gz-tools.image` (image only) | `opt/smartdc/agents/etc/gz-tools` |
-//! | dockerlogger | `opt/smartdc/docker/bin/{dockerlogger,dockerlogger-setup.sh}`, `var/svc/manifest/site/dockerlogger.xml` | record `.agentsadm/installed/dockerlogger.json` (Triton keeps none on the node) | `opt/smartdc/docker/etc/dockerlogger.uuid` (Triton's) |
+//! | dockerlogger (a shar; its `install.sh` is never run) | `opt/smartdc/docker/bin/{dockerlogger,dockerlogger-setup.sh}`, `var/svc/manifest/site/dockerlogger.xml` | record `.agentsadm/installed/dockerlogger.json` (Triton keeps none on the node) | `opt/smartdc/docker/etc/dockerlogger.uuid` (Triton's) |
 //!
 //! The record of a non-apm kind lists its files, links and manifests, so an
 //! upgrade removes files the new version no longer has and `gz remove` knows

@@ -28,7 +28,7 @@ use std::collections::BTreeMap;
 
 /// Why a shell archive cannot be read.
 #[derive(Debug, thiserror::Error)]
-#[error("line {line} of the shell archive: {reason}")]
+#[error("line {line}: {reason}")]
 pub struct SharError {
     pub line: usize,
     pub reason: String,
@@ -175,27 +175,18 @@ pub fn members(shar: &[u8]) -> Result<Vec<Member>, SharError> {
 }
 
 /// The members of a shar as an uncompressed tar stream. With `top`, a shar
-/// whose members sit at its top level (sdcadm's `contents.tgz` and
-/// `install-sdcadm.sh`) is placed under that directory, so it unpacks like a
-/// package.
+/// of loose files only (sdcadm's `contents.tgz` and `install-sdcadm.sh`) is
+/// placed under that directory, so it unpacks like a package.
 pub fn to_tar(shar: &[u8], top: Option<&str>) -> Result<Vec<u8>, SharError> {
     let members = members(shar)?;
-    let first_component = |p: &str| {
-        p.trim_start_matches("./")
-            .split('/')
-            .next()
-            .map(str::to_string)
-    };
-    let already_under_top = top.is_none_or(|top| {
-        members.iter().all(|m| {
-            let path = match m {
-                Member::Dir { path } | Member::File { path, .. } => path,
-            };
-            first_component(path).as_deref() == Some(top)
-        })
+    // Only a shar of loose files is wrapped; anything with a directory
+    // goes to the unpacker as it is, to be judged like a tarball.
+    let loose = members.iter().all(|m| match m {
+        Member::File { path, .. } => !path.trim_start_matches("./").contains('/'),
+        Member::Dir { .. } => false,
     });
     let prefix = match top {
-        Some(top) if !already_under_top => format!("{top}/"),
+        Some(top) if loose => format!("{top}/"),
         _ => String::new(),
     };
     let mut builder = tar::Builder::new(Vec::new());
