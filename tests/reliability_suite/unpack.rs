@@ -2,7 +2,8 @@
 //! build — long names (GNU `L` records and pax `path`/`linkpath` records,
 //! which carry names past tar's 100-byte field, `..` and absolute paths
 //! included) and corrupted bytes (flipped bytes, truncation) of a real
-//! component image, raw and gzip-compressed.
+//! component image, raw and gzip-compressed; and the shell archives
+//! dockerlogger and sdcadm images are, corrupted the same way.
 //!
 //! Property: it never panics, never writes outside its destination, and
 //! when it succeeds no symbolic link in the result resolves outside it.
@@ -239,6 +240,52 @@ proptest! {
         } else {
             unpack_contained(&data, Compression::None, true);
         }
+    }
+}
+
+/// A real dockerlogger shar (made by GNU sharutils) and a shar agentsadm
+/// writes with hostile member names, corrupted the same way.
+fn shar_samples() -> [Vec<u8>; 2] {
+    let real = std::fs::read(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/fixtures/shar/dockerlogger.sh"),
+    )
+    .unwrap();
+    let hostile = format!(
+        "#!/bin/sh\n{}exit 0\n",
+        agentsadm::gz::shar::write(&[
+            ("dockerlogger/ok", 0o755, b"ok\n"),
+            ("dockerlogger/../../up", 0o644, b"\x00\x01binary"),
+            ("/abs/path", 0o644, b"x\n"),
+            ("dockerlogger/it's", 0o4755, b"setuid\n"),
+        ])
+    )
+    .into_bytes();
+    [real, hostile]
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 150, .. ProptestConfig::default() })]
+
+    /// Shell archives go through the same unpacker (repacked as tar): no
+    /// corruption of one makes it write outside the destination or panic.
+    #[test]
+    fn corrupted_shars_never_escape_or_panic(
+        which in 0usize..2,
+        flips in prop::collection::vec((any::<prop::sample::Index>(), any::<u8>()), 0..12),
+        cut in prop::option::of(any::<prop::sample::Index>()),
+        single_top in any::<bool>(),
+    ) {
+        let mut data = shar_samples()[which].clone();
+        for (at, byte) in &flips {
+            // Keep the `#!` line so the bytes are read as a shar.
+            let i = 12 + at.index(data.len() - 12);
+            data[i] ^= byte | 1;
+        }
+        if let Some(c) = cut {
+            data.truncate(12 + c.index(data.len() - 12));
+        }
+        unpack_contained(&data, Compression::None, single_top);
     }
 }
 
