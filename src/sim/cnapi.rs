@@ -492,6 +492,21 @@ fn prepopulate(core: &DcCore, raw: &str) -> Result<ServerRecord, Response> {
     })
 }
 
+/// The start of every task endpoint, in CNAPI's order: the server record
+/// (bad or unknown UUID), then whether its cn-agent is heard (not running:
+/// no task), then the request's parameters.
+fn task_request(
+    core: &DcCore,
+    raw: &str,
+    raw_query: Option<&str>,
+    body: &Bytes,
+) -> Result<(ServerRecord, Map<String, Value>), Response> {
+    let rec = prepopulate(core, raw)?;
+    require_running(&rec)?;
+    let p = params(Some(raw), raw_query, body)?;
+    Ok((rec, p))
+}
+
 fn require_running(rec: &ServerRecord) -> Result<(), Response> {
     if rec.status == "running" {
         Ok(())
@@ -893,15 +908,8 @@ async fn install_agent(
     RawQuery(rq): RawQuery,
     body: Bytes,
 ) -> Response {
-    let rec = match prepopulate(&core, &raw) {
+    let (rec, p) = match task_request(&core, &raw, rq.as_deref(), &body) {
         Ok(r) => r,
-        Err(r) => return r,
-    };
-    if let Err(r) = require_running(&rec) {
-        return r;
-    }
-    let p = match params(Some(&raw), rq.as_deref(), &body) {
-        Ok(p) => p,
         Err(r) => return r,
     };
     let server = match physical(&core, rec.uuid) {
@@ -1083,15 +1091,8 @@ async fn uninstall_agents(
     RawQuery(rq): RawQuery,
     body: Bytes,
 ) -> Response {
-    let rec = match prepopulate(&core, &raw) {
+    let (rec, p) = match task_request(&core, &raw, rq.as_deref(), &body) {
         Ok(r) => r,
-        Err(r) => return r,
-    };
-    if let Err(r) = require_running(&rec) {
-        return r;
-    }
-    let p = match params(Some(&raw), rq.as_deref(), &body) {
-        Ok(p) => p,
         Err(r) => return r,
     };
     let names: Vec<String> = match p.get("agents") {
@@ -1187,15 +1188,8 @@ async fn execute(
     RawQuery(rq): RawQuery,
     body: Bytes,
 ) -> Response {
-    let rec = match prepopulate(&core, &raw) {
+    let (rec, p) = match task_request(&core, &raw, rq.as_deref(), &body) {
         Ok(r) => r,
-        Err(r) => return r,
-    };
-    if let Err(r) = require_running(&rec) {
-        return r;
-    }
-    let p = match params(Some(&raw), rq.as_deref(), &body) {
-        Ok(p) => p,
         Err(r) => return r,
     };
     let mut errors = Vec::new();
@@ -1435,15 +1429,8 @@ async fn setup_server(
     RawQuery(rq): RawQuery,
     body: Bytes,
 ) -> Response {
-    let rec = match prepopulate(&core, &raw) {
+    let (rec, p) = match task_request(&core, &raw, rq.as_deref(), &body) {
         Ok(r) => r,
-        Err(r) => return r,
-    };
-    if let Err(r) = require_running(&rec) {
-        return r;
-    }
-    let p = match params(Some(&raw), rq.as_deref(), &body) {
-        Ok(p) => p,
         Err(r) => return r,
     };
     if let Err(r) = strict(
@@ -1530,15 +1517,8 @@ async fn factory_reset(
     RawQuery(rq): RawQuery,
     body: Bytes,
 ) -> Response {
-    let rec = match prepopulate(&core, &raw) {
+    let (rec, p) = match task_request(&core, &raw, rq.as_deref(), &body) {
         Ok(r) => r,
-        Err(r) => return r,
-    };
-    if let Err(r) = require_running(&rec) {
-        return r;
-    }
-    let p = match params(Some(&raw), rq.as_deref(), &body) {
-        Ok(p) => p,
         Err(r) => return r,
     };
     if let Err(r) = strict(&p, &["server_uuid", "creator_uuid", "origin"]) {
