@@ -317,7 +317,7 @@ async fn serve(_global: &GlobalOpts, a: ServeArgs) -> CmdResult {
     let stop = stop_signal();
     println!("{line}");
     eprintln!(
-        "simulated datacenter with {} servers is up; to use it:\n  export IMGAPI_URL={} SAPI_URL={} CNAPI_URL={}\n(updates server: {}; Ctrl-C to stop)",
+        "simulated datacenter with {} servers is up; to use it:\n  export IMGAPI_URL={} SAPI_URL={} CNAPI_URL={} UPDATES_URL={}\n(UPDATES_URL is the simulated updates server; Ctrl-C to stop)",
         dc.servers().len(),
         urls.imgapi,
         urls.sapi,
