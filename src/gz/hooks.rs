@@ -99,6 +99,27 @@ fn tails(stdout: &str, stderr: &str) -> String {
     s
 }
 
+/// Spawn `cmd`, retrying briefly while the kernel says the script is busy
+/// (`ETXTBSY`). The unpacker has just written the script; if another
+/// thread of this process forks in that moment (concurrent installs, the
+/// simulator), the child holds a copy of the write descriptor until its own
+/// exec, and exec of the script fails although nothing is wrong with it.
+async fn spawn_retrying_busy(
+    cmd: &mut tokio::process::Command,
+) -> std::io::Result<tokio::process::Child> {
+    let mut delay = Duration::from_millis(5);
+    for _ in 0..8 {
+        match cmd.spawn() {
+            Err(e) if e.raw_os_error() == Some(libc::ETXTBSY) => {
+                tokio::time::sleep(delay).await;
+                delay *= 2;
+            }
+            other => return other,
+        }
+    }
+    cmd.spawn()
+}
+
 /// What a successful hook printed (kept for the log).
 #[derive(Clone, Debug, Default)]
 pub struct HookOutput {
@@ -135,11 +156,13 @@ pub async fn run_hook(
         .kill_on_drop(true)
         // Its own process group, so a timeout kills everything it started.
         .process_group(0);
-    let mut child = cmd.spawn().map_err(|err| HookError::Spawn {
-        hook: hook.as_str(),
-        script: PathBuf::from(script),
-        err,
-    })?;
+    let mut child = spawn_retrying_busy(&mut cmd)
+        .await
+        .map_err(|err| HookError::Spawn {
+            hook: hook.as_str(),
+            script: PathBuf::from(script),
+            err,
+        })?;
     let pid = child.id();
     let stdout = tokio::spawn(tail(child.stdout.take()));
     let stderr = tokio::spawn(tail(child.stderr.take()));
