@@ -420,6 +420,59 @@ pub fn stage(
     }
 }
 
+/// sdcadm's configuration file, root-relative.
+pub const SDCADM_CONF: &str = "var/sdcadm/sdcadm.conf";
+
+/// Why sdcadm's configuration was not updated after an install.
+#[derive(Debug, thiserror::Error)]
+pub enum SdcadmConfError {
+    #[error("{path} is not a JSON object; left as it is")]
+    NotAnObject { path: PathBuf },
+    #[error("cannot update {path}")]
+    Io {
+        path: PathBuf,
+        #[source]
+        err: io::Error,
+    },
+}
+
+/// Record the headnode's UUID as `serverUuid` in sdcadm's configuration,
+/// as sdcadm's own installer does (so sdcadm need not ask sysinfo on every
+/// run), keeping every other setting. Returns whether the file changed.
+/// The file is configuration, not part of the component: an upgrade or
+/// removal never takes it away.
+pub fn record_sdcadm_server(
+    conf: &Path,
+    server: crate::ids::ServerUuid,
+) -> Result<bool, SdcadmConfError> {
+    let io_err = |err| SdcadmConfError::Io {
+        path: conf.to_path_buf(),
+        err,
+    };
+    let mut obj = match fs::read(conf) {
+        Ok(bytes) if bytes.iter().all(u8::is_ascii_whitespace) => serde_json::Map::new(),
+        Ok(bytes) => match serde_json::from_slice::<serde_json::Value>(&bytes) {
+            Ok(serde_json::Value::Object(m)) => m,
+            _ => {
+                return Err(SdcadmConfError::NotAnObject {
+                    path: conf.to_path_buf(),
+                });
+            }
+        },
+        Err(e) if e.kind() == io::ErrorKind::NotFound => serde_json::Map::new(),
+        Err(e) => return Err(io_err(e)),
+    };
+    let want = serde_json::Value::String(server.to_string());
+    if obj.get("serverUuid") == Some(&want) {
+        return Ok(false);
+    }
+    obj.insert("serverUuid".to_string(), want);
+    let mut text = serde_json::to_vec_pretty(&obj).unwrap_or_default();
+    text.push(b'\n');
+    fsutil::write_atomic(conf, &text).map_err(io_err)?;
+    Ok(true)
+}
+
 /// The tree inside sdcadm's shar image.
 const SDCADM_CONTENTS: &str = "contents.tgz";
 

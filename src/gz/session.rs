@@ -13,7 +13,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::api::{ApiConfig, ApiError, CnapiClient, ImgapiClient, SapiClient};
-use crate::catalog::{Catalog, Component, Placement};
+use crate::catalog::{Catalog, Component, ComponentKind, Placement};
 use crate::ids::{ImageUuid, ServerUuid};
 use crate::remote::{AgentsReport, ComponentAction, ComponentResult, GzFailure, GzResult};
 
@@ -682,6 +682,17 @@ impl GzSession {
         self.forget_download(from, Some(uuid));
         let mut notes = Vec::new();
         adoption_note(c, outcome.adoption.as_ref(), &mut notes);
+        if c.kind == ComponentKind::Sdcadm {
+            let conf = self.paths.at(kinds::SDCADM_CONF);
+            if let Err(e) = kinds::record_sdcadm_server(&conf, self.server()) {
+                // sdcadm works without it (it asks sysinfo); say so, keep
+                // the install.
+                notes.push(format!(
+                    "sdcadm: serverUuid not recorded: {}; sdcadm will look it up itself",
+                    super::error_chain(&e)
+                ));
+            }
+        }
         Ok(Done {
             result: ComponentResult {
                 name: c.name.clone(),

@@ -99,6 +99,13 @@ fn real_gnu_shars_read_back_byte_for_byte() {
 #[tokio::test]
 async fn real_dockerlogger_and_sdcadm_shars_install_and_report() {
     let hn = TestServer::new(true);
+    // An operator's sdcadm setting, which the install must keep.
+    std::fs::create_dir_all(hn.at("var/sdcadm")).unwrap();
+    std::fs::write(
+        hn.at("var/sdcadm/sdcadm.conf"),
+        "{\"updatesServerUrl\": \"https://updates.example.com\"}\n",
+    )
+    .unwrap();
     let dir = tempfile::tempdir().unwrap();
     let dl = shar_image("dockerlogger", "1.3.0", fixture("dockerlogger.sh"));
     let sa = shar_image("sdcadm", "1.42.0", fixture("sdcadm.sh"));
@@ -141,6 +148,11 @@ async fn real_dockerlogger_and_sdcadm_shars_install_and_report() {
 
     let rep = report(&hn.gz(&["report"], &BTreeMap::new()).await);
     assert!(rep.errors.is_empty(), "{:?}", rep.errors);
+    // As install-sdcadm.sh does: the headnode's UUID in sdcadm's config.
+    let conf: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(hn.at("var/sdcadm/sdcadm.conf")).unwrap()).unwrap();
+    assert_eq!(conf["serverUuid"], rep.server_uuid.to_string());
+    assert_eq!(conf["updatesServerUrl"], "https://updates.example.com");
     let by_name: BTreeMap<&str, &AgentEntry> =
         rep.agents.iter().map(|a| (a.name.as_str(), a)).collect();
     assert_eq!(by_name["dockerlogger"].image_uuid, Some(dl.manifest.uuid));
