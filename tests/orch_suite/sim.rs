@@ -13,7 +13,7 @@ use agentsadm::orchestrate::execute::ExecOptions;
 use agentsadm::orchestrate::images::ImageChoice;
 use agentsadm::orchestrate::lock::{self, LockOptions, SapiLockStore};
 use agentsadm::orchestrate::plan::{Action, Operation, TransportKind, TransportMode};
-use agentsadm::orchestrate::report::{NullReporter, ServerStatus};
+use agentsadm::orchestrate::report::{ExecReport, NullReporter, ServerStatus};
 use agentsadm::orchestrate::session::Session;
 use agentsadm::orchestrate::testkit::request;
 use agentsadm::orchestrate::transport::CnapiTransportConfig;
@@ -37,6 +37,20 @@ fn fast_transport() -> CnapiTransportConfig {
         confirm_grace_after_failure: Duration::from_secs(2),
         ..Default::default()
     }
+}
+
+/// Execute `plan` with the fast settings above and no progress output.
+async fn run(session: &Session<'_>, plan: &agentsadm::orchestrate::plan::Plan) -> ExecReport {
+    session
+        .execute(
+            plan,
+            &options(),
+            fast_transport(),
+            &NullReporter,
+            std::future::pending(),
+        )
+        .await
+        .unwrap()
 }
 
 fn options() -> ExecOptions {
@@ -74,16 +88,7 @@ async fn update_all_to_latest_converges() {
     assert!(hn_steps.contains(&("gz-tools", TransportKind::Execute)));
     assert!(hn_steps.contains(&("vm-agent", TransportKind::InstallAgent)));
 
-    let report = session
-        .execute(
-            p,
-            &options(),
-            fast_transport(),
-            &NullReporter,
-            std::future::pending(),
-        )
-        .await
-        .unwrap();
+    let report = run(&session, p).await;
     assert!(report.all_succeeded(), "{}", report.render(p));
     assert_eq!(report.exit_status(p), 0);
 
@@ -139,16 +144,7 @@ async fn latest_from_the_updates_server_is_imported_first() {
             .unwrap_err()
             .is_not_found()
     );
-    let report = session
-        .execute(
-            p,
-            &options(),
-            fast_transport(),
-            &NullReporter,
-            std::future::pending(),
-        )
-        .await
-        .unwrap();
+    let report = run(&session, p).await;
     assert!(report.all_succeeded(), "{}", report.render(p));
     assert_eq!(
         apis.imgapi.get_image(target.uuid).await.unwrap().uuid,
@@ -186,16 +182,7 @@ async fn install_then_remove_converge_and_keep_sapi_in_step() {
             .values()
             .all(|s| s.steps[0].transport == TransportKind::Execute)
     );
-    let report = session
-        .execute(
-            &planned.plan,
-            &options(),
-            fast_transport(),
-            &NullReporter,
-            std::future::pending(),
-        )
-        .await
-        .unwrap();
+    let report = run(&session, &planned.plan).await;
     assert!(report.all_succeeded(), "{}", report.render(&planned.plan));
     let after = session
         .plan(&req, ImageChoice::Intent, TransportMode::Auto)
@@ -220,16 +207,7 @@ async fn install_then_remove_converge_and_keep_sapi_in_step() {
         planned.plan.servers[&cn1.uuid].steps[0].action,
         Action::Remove { .. }
     ));
-    let report = session
-        .execute(
-            &planned.plan,
-            &options(),
-            fast_transport(),
-            &NullReporter,
-            std::future::pending(),
-        )
-        .await
-        .unwrap();
+    let report = run(&session, &planned.plan).await;
     assert!(report.all_succeeded(), "{}", report.render(&planned.plan));
     let after = session
         .plan(&req, ImageChoice::Intent, TransportMode::Auto)
@@ -265,16 +243,7 @@ async fn a_failing_server_reports_the_remote_error_and_the_rest_converge() {
         .plan(&req, ImageChoice::Latest, TransportMode::Auto)
         .await
         .unwrap();
-    let report = session
-        .execute(
-            &planned.plan,
-            &options(),
-            fast_transport(),
-            &NullReporter,
-            std::future::pending(),
-        )
-        .await
-        .unwrap();
+    let report = run(&session, &planned.plan).await;
     assert_eq!(report.exit_status(&planned.plan), 2);
     let o = &report.servers[&cn2.uuid];
     assert_eq!(o.status, ServerStatus::Failed);
@@ -300,16 +269,7 @@ async fn a_failing_server_reports_the_remote_error_and_the_rest_converge() {
         again.plan.servers.keys().copied().collect::<Vec<_>>(),
         vec![cn2.uuid]
     );
-    let report = session
-        .execute(
-            &again.plan,
-            &options(),
-            fast_transport(),
-            &NullReporter,
-            std::future::pending(),
-        )
-        .await
-        .unwrap();
+    let report = run(&session, &again.plan).await;
     assert!(report.all_succeeded(), "{}", report.render(&again.plan));
     dc.shutdown().await;
 }
