@@ -106,22 +106,21 @@ pub fn members(shar: &[u8]) -> Result<Vec<Member>, SharError> {
             i = next;
             continue;
         }
+        // sharutils quotes every name it writes; the wrapper's own shell
+        // (`mkdir -p $TMP`, `chmod +x .../md5sum`) names other things.
         if let Some(rest) = trimmed.strip_prefix("mkdir ") {
-            if let Some(path) = shell_unquote(rest.trim())
+            if let Some(path) = quoted(rest.trim())
                 && !dirs.contains(&path)
             {
                 dirs.push(path);
             }
         } else if let Some(rest) = trimmed.strip_prefix("chmod ") {
-            if let Some((mode, target)) = rest.split_once(' ') {
-                let path = shell_unquote(target.trim());
-                let mode = u32::from_str_radix(mode, 8).ok();
-                if let (Some(path), Some(mode)) = (path, mode) {
-                    match files.get_mut(&path) {
-                        Some(f) => f.0 = mode & 0o7777,
-                        None => return Err(err(format!("chmod of {path:?}, which is no member"))),
-                    }
-                }
+            if let Some((mode, target)) = rest.split_once(' ')
+                && let (Some(path), Ok(mode)) =
+                    (quoted(target.trim()), u32::from_str_radix(mode, 8))
+                && let Some(f) = files.get_mut(&path)
+            {
+                f.0 = mode & 0o7777;
             }
         } else if let Some(rest) = trimmed.strip_prefix("test `LC_ALL=C wc -c < ") {
             // 'PATH'` -ne N && \
@@ -326,6 +325,13 @@ fn shell_unquote(word: &str) -> Option<String> {
         }
     }
     Some(out)
+}
+
+/// A name as sharutils writes it: single-quoted (see [`shell_unquote`]).
+fn quoted(word: &str) -> Option<String> {
+    word.starts_with('\'')
+        .then(|| shell_unquote(word))
+        .flatten()
 }
 
 /// Decode a uuencoded body (`begin MODE PATH` ... `end`). Errors carry the
@@ -556,7 +562,7 @@ mod tests {
     #[test]
     fn other_heredocs_are_skipped() {
         let shar = format!(
-            "#!/bin/bash\ncat > /tmp/md5sum << 'EOFTOOL'\nsed 's/^X//' << 'SHAR_EOF' > 'evil' &&\nEOFTOOL\n{}(\n  md5sum -c\n) << \\SHAR_EOF\nabc  pkg/f\nSHAR_EOF\n",
+            "#!/bin/bash\nmkdir -p /var/tmp/x\nmkdir /abs\ncat > /tmp/md5sum << 'EOFTOOL'\nsed 's/^X//' << 'SHAR_EOF' > 'evil' &&\nEOFTOOL\nchmod +x /tmp/md5sum\nchmod 755 /tmp/md5sum\n{}(\n  md5sum -c\n) << \\SHAR_EOF\nabc  pkg/f\nSHAR_EOF\n",
             write(&[("pkg/f", 0o644, b"ok\n")])
         );
         let got = members(shar.as_bytes()).expect("reads");
