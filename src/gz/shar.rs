@@ -85,19 +85,13 @@ pub fn members(shar: &[u8]) -> Result<Vec<Member>, SharError> {
                     data.extend_from_slice(l);
                     data.push(b'\n');
                 }
-                if !files.contains_key(&path) {
-                    order.push(path.clone());
-                }
-                files.insert(path, (0o644, data));
+                add_member(&mut files, &mut order, path, data).map_err(err)?;
             } else if after.trim_end_matches("&&").trim() == "| uudecode" {
                 let (path, data) = uudecode(&body).map_err(|(offset, reason)| SharError {
                     line: i + 2 + offset,
                     reason,
                 })?;
-                if !files.contains_key(&path) {
-                    order.push(path.clone());
-                }
-                files.insert(path, (0o644, data));
+                add_member(&mut files, &mut order, path, data).map_err(err)?;
             } else {
                 return Err(err(format!(
                     "members encoded as {after:?} are not supported (only text and uuencode)"
@@ -171,6 +165,23 @@ pub fn members(shar: &[u8]) -> Result<Vec<Member>, SharError> {
         out.push(Member::File { path, mode, data });
     }
     Ok(out)
+}
+
+/// Record a member; a name twice is refused (`sh` would keep the first and
+/// skip the second, a tarball's unpacker refuses the conflict: neither is
+/// what a well-formed shar needs).
+fn add_member(
+    files: &mut BTreeMap<String, (u32, Vec<u8>)>,
+    order: &mut Vec<String>,
+    path: String,
+    data: Vec<u8>,
+) -> Result<(), String> {
+    if files.contains_key(&path) {
+        return Err(format!("{path:?} is in the archive twice"));
+    }
+    order.push(path.clone());
+    files.insert(path, (0o644, data));
+    Ok(())
 }
 
 /// The members of a shar as an uncompressed tar stream. With `top`, a shar
@@ -550,6 +561,10 @@ mod tests {
         let gz = "#!/bin/sh\n  sed 's/^X//' << 'SHAR_EOF' | uudecode && gzip -dc x.gz > 'f'\nX\nSHAR_EOF\n";
         let e = members(gz.as_bytes()).unwrap_err();
         assert!(e.reason.contains("not supported"), "{e}");
+
+        let twice = write(&[("pkg/f", 0o644, b"a\n"), ("pkg/f", 0o644, b"b\n")]);
+        let e = members(twice.as_bytes()).unwrap_err();
+        assert!(e.reason.contains("twice"), "{e}");
 
         let e = members(b"#!/bin/sh\necho nothing here\n").unwrap_err();
         assert!(e.reason.contains("no files"), "{e}");
