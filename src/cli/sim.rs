@@ -139,7 +139,8 @@ pub struct PublishArgs {
     /// Filler bytes in each image.
     #[arg(long, default_value_t = 4096, value_name = "BYTES")]
     pub size: usize,
-    /// gzip, bzip2 or none (default: the kind's usual).
+    /// gzip, bzip2 or none (default: the kind's usual: gzip'd tarballs, shars for
+    /// dockerlogger and sdcadm; gzip or bzip2 make those kinds tarballs too).
     #[arg(long)]
     pub compression: Option<String>,
     /// Lifecycle scripts: NAME=BASH (preinstall, postinstall, preuninstall,

@@ -70,6 +70,11 @@ pub fn image_spec(c: &Component, opts: &BuildOptions) -> ImageSpec {
     }
     if let Some(c) = opts.compression {
         spec.compression = c;
+        // A shar is stored uncompressed; asking for compression asks for
+        // the tarball form of a shar kind.
+        if c != crate::image::Compression::None {
+            spec.format = crate::imagebuild::ImageFormat::Tarball;
+        }
     }
     spec
 }
