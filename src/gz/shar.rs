@@ -188,7 +188,13 @@ fn add_member(
 /// of loose files only (sdcadm's `contents.tgz` and `install-sdcadm.sh`) is
 /// placed under that directory, so it unpacks like a package.
 pub fn to_tar(shar: &[u8], top: Option<&str>) -> Result<Vec<u8>, SharError> {
-    let members = members(shar)?;
+    into_tar(members(shar)?, top)
+}
+
+/// [`to_tar`] for members already read: each member's data is released as
+/// it goes into the tar stream, so a large image is held about twice, not
+/// three times.
+pub fn into_tar(members: Vec<Member>, top: Option<&str>) -> Result<Vec<u8>, SharError> {
     // Only a shar of loose files is wrapped; anything with a directory
     // goes to the unpacker as it is, to be judged like a tarball.
     let loose = members.iter().all(|m| match m {
@@ -234,7 +240,7 @@ pub fn to_tar(shar: &[u8], top: Option<&str>) -> Result<Vec<u8>, SharError> {
     if !prefix.is_empty() {
         append(&mut builder, "", tar::EntryType::Directory, 0o755, &[]).map_err(tar_err)?;
     }
-    for m in &members {
+    for m in members {
         match m {
             Member::Dir { path } => append(
                 &mut builder,
@@ -244,7 +250,7 @@ pub fn to_tar(shar: &[u8], top: Option<&str>) -> Result<Vec<u8>, SharError> {
                 &[],
             ),
             Member::File { path, mode, data } => {
-                append(&mut builder, path, tar::EntryType::Regular, *mode, data)
+                append(&mut builder, &path, tar::EntryType::Regular, mode, &data)
             }
         }
         .map_err(tar_err)?;
@@ -383,7 +389,7 @@ fn uudecode(body: &[&[u8]]) -> Result<(String, Vec<u8>), (usize, String)> {
                 format!("a uuencoded line is short: {len} bytes need {needed} characters"),
             ));
         }
-        let mut decoded = Vec::with_capacity(needed / 4 * 3);
+        let start = data.len();
         for group in chars[..needed].chunks(4) {
             let mut v = [0u8; 4];
             for (slot, c) in v.iter_mut().zip(group) {
@@ -392,11 +398,14 @@ fn uudecode(body: &[&[u8]]) -> Result<(String, Vec<u8>), (usize, String)> {
                 }
                 *slot = c.wrapping_sub(b' ') & 0x3f;
             }
-            decoded.push((v[0] << 2) | (v[1] >> 4));
-            decoded.push((v[1] << 4) | (v[2] >> 2));
-            decoded.push((v[2] << 6) | v[3]);
+            data.extend_from_slice(&[
+                (v[0] << 2) | (v[1] >> 4),
+                (v[1] << 4) | (v[2] >> 2),
+                (v[2] << 6) | v[3],
+            ]);
         }
-        data.extend_from_slice(&decoded[..len]);
+        // The last group may carry padding past the line's length.
+        data.truncate(start + len);
     }
     Err((
         body.len(),

@@ -182,7 +182,10 @@ fn tar_stream<'a, R: Read + 'a>(
     }
     let mut all = Vec::new();
     buffered.read_to_end(&mut all).map_err(corrupt)?;
-    let tar = super::shar::to_tar(&all, top).map_err(|err| UnpackError::Shar { err })?;
+    let shar_err = |err| UnpackError::Shar { err };
+    let members = super::shar::members(&all).map_err(shar_err)?;
+    drop(all);
+    let tar = super::shar::into_tar(members, top).map_err(shar_err)?;
     Ok(Box::new(io::Cursor::new(tar)))
 }
 
