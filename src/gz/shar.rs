@@ -25,6 +25,7 @@
 //! match) is refused with the line number.
 
 use std::collections::BTreeMap;
+use std::io::{self, BufRead};
 
 /// Why a shell archive cannot be read.
 #[derive(Debug, thiserror::Error)]
@@ -53,51 +54,125 @@ pub enum Member {
     },
 }
 
-/// The members of a shar, in archive order (directories first when a
-/// `mkdir` names them).
+/// Why a shar could not be read from a stream.
+#[derive(Debug, thiserror::Error)]
+pub enum ReadError {
+    /// The stream itself failed (a broken download): not the archive's fault.
+    #[error("cannot read the archive")]
+    Io(#[source] io::Error),
+    #[error(transparent)]
+    Shar(#[from] SharError),
+}
+
+/// The members of an in-memory shar, in archive order (directories first
+/// when a `mkdir` names them).
 pub fn members(shar: &[u8]) -> Result<Vec<Member>, SharError> {
-    let lines: Vec<&[u8]> = split_lines(shar);
+    read_members(shar).map_err(|e| match e {
+        ReadError::Shar(e) => e,
+        // A byte slice does not fail to read.
+        ReadError::Io(e) => SharError {
+            line: 0,
+            reason: e.to_string(),
+        },
+    })
+}
+
+/// Lines of a stream, numbered from 1, without their newline.
+struct Lines<R> {
+    reader: R,
+    buf: Vec<u8>,
+    number: usize,
+}
+
+impl<R: BufRead> Lines<R> {
+    fn next(&mut self) -> Result<Option<(usize, &[u8])>, ReadError> {
+        self.buf.clear();
+        let n = self
+            .reader
+            .read_until(b'\n', &mut self.buf)
+            .map_err(ReadError::Io)?;
+        if n == 0 {
+            return Ok(None);
+        }
+        self.number += 1;
+        if self.buf.last() == Some(&b'\n') {
+            self.buf.pop();
+        }
+        Ok(Some((self.number, &self.buf)))
+    }
+}
+
+/// Where a member's here-document goes.
+enum Sink {
+    Text { path: String, data: Vec<u8> },
+    Uuencoded(UuDecoder),
+}
+
+/// The members of a shar read line by line from `reader`: nothing but the
+/// members' contents is kept, so a large image is not held twice.
+pub fn read_members<R: BufRead>(reader: R) -> Result<Vec<Member>, ReadError> {
+    let mut lines = Lines {
+        reader,
+        buf: Vec::new(),
+        number: 0,
+    };
     let mut dirs: Vec<String> = Vec::new();
     let mut files: BTreeMap<String, (u32, Vec<u8>)> = BTreeMap::new();
     let mut order: Vec<String> = Vec::new();
-    let mut i = 0;
-    while i < lines.len() {
-        let line_no = i + 1;
+    while let Some((line_no, raw)) = lines.next()? {
         let err = |reason: String| SharError {
             line: line_no,
             reason,
         };
-        let text = String::from_utf8_lossy(lines[i]);
+        let text = String::from_utf8_lossy(raw).into_owned();
         let trimmed = text.trim_start();
         if let Some(rest) = trimmed.strip_prefix("sed 's/^X//' << ") {
             let (delim, after) = heredoc_delimiter(rest)
                 .ok_or_else(|| err("a member's here-document has no delimiter".to_string()))?;
-            let (body, next) = heredoc_body(&lines, i + 1, &delim)
-                .ok_or_else(|| err(format!("the here-document ending in {delim:?} never ends")))?;
-            let body: Vec<&[u8]> = body.iter().map(|l| strip_x(l)).collect();
-            let after = after.trim();
-            if let Some(target) = after.strip_prefix("> ") {
-                let target = target.trim_end_matches("&&").trim();
-                let path = shell_unquote(target)
+            let after = after.trim().trim_end_matches("&&").trim();
+            let mut sink = if let Some(target) = after.strip_prefix("> ") {
+                let path = shell_unquote(target.trim())
                     .ok_or_else(|| err(format!("cannot read the member name {target}")))?;
-                let mut data = Vec::new();
-                for l in &body {
-                    data.extend_from_slice(l);
-                    data.push(b'\n');
+                Sink::Text {
+                    path,
+                    data: Vec::new(),
                 }
-                add_member(&mut files, &mut order, path, data).map_err(err)?;
-            } else if after.trim_end_matches("&&").trim() == "| uudecode" {
-                let (path, data) = uudecode(&body).map_err(|(offset, reason)| SharError {
-                    line: i + 2 + offset,
-                    reason,
-                })?;
-                add_member(&mut files, &mut order, path, data).map_err(err)?;
+            } else if after == "| uudecode" {
+                Sink::Uuencoded(UuDecoder::default())
             } else {
                 return Err(err(format!(
                     "members encoded as {after:?} are not supported (only text and uuencode)"
-                )));
-            }
-            i = next;
+                ))
+                .into());
+            };
+            let end_no = loop {
+                let Some((no, l)) = lines.next()? else {
+                    return Err(
+                        err(format!("the here-document ending in {delim:?} never ends")).into(),
+                    );
+                };
+                if l == delim.as_bytes() {
+                    break no;
+                }
+                let l = strip_x(l);
+                match &mut sink {
+                    Sink::Text { data, .. } => {
+                        data.extend_from_slice(l);
+                        data.push(b'\n');
+                    }
+                    Sink::Uuencoded(d) => {
+                        d.feed(l).map_err(|reason| SharError { line: no, reason })?
+                    }
+                }
+            };
+            let (path, data) = match sink {
+                Sink::Text { path, data } => (path, data),
+                Sink::Uuencoded(d) => d.finish().map_err(|reason| SharError {
+                    line: end_no,
+                    reason,
+                })?,
+            };
+            add_member(&mut files, &mut order, path, data).map_err(err)?;
             continue;
         }
         // sharutils quotes every name it writes; the wrapper's own shell
@@ -131,33 +206,41 @@ pub fn members(shar: &[u8]) -> Result<Vec<Member>, SharError> {
                             return Err(err(format!(
                                 "{path:?} decodes to {} bytes, the archive says {size}",
                                 data.len()
-                            )));
+                            ))
+                            .into());
                         }
                         Some(_) => {}
                         None => {
-                            return Err(err(format!("size check of {path:?}, which is no member")));
+                            return Err(
+                                err(format!("size check of {path:?}, which is no member")).into()
+                            );
                         }
                     }
                 }
             }
-        } else if let Some((_, rest)) = split_heredoc(trimmed) {
+        } else if let Some((_, rest)) = split_heredoc(trimmed)
+            && let Some((delim, _)) = heredoc_delimiter(rest)
+        {
             // Another here-document (md5 checks, a helper script): its body
             // is data for a command agentsadm does not run.
-            if let Some((delim, _)) = heredoc_delimiter(rest) {
-                let (_, next) = heredoc_body(&lines, i + 1, &delim).ok_or_else(|| {
-                    err(format!("the here-document ending in {delim:?} never ends"))
-                })?;
-                i = next;
-                continue;
+            loop {
+                let Some((_, l)) = lines.next()? else {
+                    return Err(
+                        err(format!("the here-document ending in {delim:?} never ends")).into(),
+                    );
+                };
+                if l == delim.as_bytes() {
+                    break;
+                }
             }
         }
-        i += 1;
     }
     if files.is_empty() {
         return Err(SharError {
-            line: lines.len(),
+            line: lines.number,
             reason: "it holds no files".to_string(),
-        });
+        }
+        .into());
     }
     let mut out: Vec<Member> = dirs.into_iter().map(|path| Member::Dir { path }).collect();
     for path in order {
@@ -265,14 +348,6 @@ fn tar_err(e: std::io::Error) -> SharError {
     }
 }
 
-fn split_lines(data: &[u8]) -> Vec<&[u8]> {
-    let mut lines: Vec<&[u8]> = data.split(|b| *b == b'\n').collect();
-    if data.ends_with(b"\n") {
-        lines.pop();
-    }
-    lines
-}
-
 /// `cmd << 'D' ...` / `<< \D` / `<<D`: the text after `<<`.
 fn split_heredoc(line: &str) -> Option<(&str, &str)> {
     let at = line.find("<<")?;
@@ -304,17 +379,6 @@ fn heredoc_delimiter(rest: &str) -> Option<(String, &str)> {
         (&r[..end], &r[end..])
     };
     (!delim.is_empty()).then(|| (delim.to_string(), after))
-}
-
-/// The lines of a here-document starting at `start`, and the index after its
-/// delimiter line.
-fn heredoc_body<'a>(
-    lines: &[&'a [u8]],
-    start: usize,
-    delim: &str,
-) -> Option<(Vec<&'a [u8]>, usize)> {
-    let end = (start..lines.len()).find(|&j| lines[j] == delim.as_bytes())?;
-    Some((lines[start..end].to_vec(), end + 1))
 }
 
 fn strip_x(line: &[u8]) -> &[u8] {
@@ -351,66 +415,79 @@ fn quoted(word: &str) -> Option<String> {
         .flatten()
 }
 
-/// Decode a uuencoded body (`begin MODE PATH` ... `end`). Errors carry the
-/// offset of the bad line within the body.
-fn uudecode(body: &[&[u8]]) -> Result<(String, Vec<u8>), (usize, String)> {
-    let first = body
-        .first()
-        .ok_or((0, "an empty uuencoded member".to_string()))?;
-    let header = String::from_utf8_lossy(first);
-    if header.starts_with("begin-base64") {
-        return Err((
-            0,
-            "base64 members are not supported (only uuencode)".to_string(),
-        ));
-    }
-    let mut parts = header.splitn(3, ' ');
-    let (Some("begin"), Some(_mode), Some(path)) = (parts.next(), parts.next(), parts.next())
-    else {
-        return Err((0, format!("expected `begin MODE NAME`, found {header:?}")));
-    };
-    let mut data = Vec::new();
-    for (k, line) in body.iter().enumerate().skip(1) {
-        if *line == b"end" {
-            return Ok((path.to_string(), data));
+/// A uuencoded member, decoded a line at a time: `begin MODE PATH`, the
+/// encoded lines, `end`.
+#[derive(Default)]
+struct UuDecoder {
+    path: Option<String>,
+    data: Vec<u8>,
+    ended: bool,
+}
+
+impl UuDecoder {
+    fn feed(&mut self, line: &[u8]) -> Result<(), String> {
+        if self.ended {
+            return Ok(());
+        }
+        if self.path.is_none() {
+            let header = String::from_utf8_lossy(line);
+            if header.starts_with("begin-base64") {
+                return Err("base64 members are not supported (only uuencode)".to_string());
+            }
+            let mut parts = header.splitn(3, ' ');
+            let (Some("begin"), Some(_mode), Some(path)) =
+                (parts.next(), parts.next(), parts.next())
+            else {
+                return Err(format!("expected `begin MODE NAME`, found {header:?}"));
+            };
+            self.path = Some(path.to_string());
+            return Ok(());
+        }
+        if line == b"end" {
+            self.ended = true;
+            return Ok(());
         }
         let Some(&len_char) = line.first() else {
-            return Err((k, "an empty uuencoded line".to_string()));
+            return Err("an empty uuencoded line".to_string());
         };
         let len = usize::from(len_char.wrapping_sub(b' ') & 0x3f);
         if len == 0 {
-            continue;
+            return Ok(());
         }
         let chars = &line[1..];
         let needed = len.div_ceil(3) * 4;
         if chars.len() < needed {
-            return Err((
-                k,
-                format!("a uuencoded line is short: {len} bytes need {needed} characters"),
+            return Err(format!(
+                "a uuencoded line is short: {len} bytes need {needed} characters"
             ));
         }
-        let start = data.len();
+        let start = self.data.len();
         for group in chars[..needed].chunks(4) {
             let mut v = [0u8; 4];
             for (slot, c) in v.iter_mut().zip(group) {
                 if !(b' '..=b'`').contains(c) {
-                    return Err((k, format!("{:?} is not a uuencode character", *c as char)));
+                    return Err(format!("{:?} is not a uuencode character", *c as char));
                 }
                 *slot = c.wrapping_sub(b' ') & 0x3f;
             }
-            data.extend_from_slice(&[
+            self.data.extend_from_slice(&[
                 (v[0] << 2) | (v[1] >> 4),
                 (v[1] << 4) | (v[2] >> 2),
                 (v[2] << 6) | v[3],
             ]);
         }
         // The last group may carry padding past the line's length.
-        data.truncate(start + len);
+        self.data.truncate(start + len);
+        Ok(())
     }
-    Err((
-        body.len(),
-        "the uuencoded member has no `end` line".to_string(),
-    ))
+
+    fn finish(self) -> Result<(String, Vec<u8>), String> {
+        match (self.path, self.ended) {
+            (Some(path), true) => Ok((path, self.data)),
+            (None, _) => Err("an empty uuencoded member".to_string()),
+            (Some(_), false) => Err("the uuencoded member has no `end` line".to_string()),
+        }
+    }
 }
 
 /// Write `data` uuencoded (for the image builder's shars), 45 bytes a line
@@ -513,8 +590,11 @@ mod tests {
         for n in 0..200usize {
             let data: Vec<u8> = (0..n).map(|i| (i * 37 % 256) as u8).collect();
             let text = uuencode("x/y", &data);
-            let lines: Vec<&[u8]> = split_lines(text.as_bytes());
-            let (path, got) = uudecode(&lines).expect("decodes");
+            let mut d = UuDecoder::default();
+            for line in text.lines() {
+                d.feed(line.as_bytes()).expect("decodes");
+            }
+            let (path, got) = d.finish().expect("complete");
             assert_eq!(path, "x/y");
             assert_eq!(got, data, "length {n}");
         }

@@ -180,12 +180,11 @@ fn tar_stream<'a, R: Read + 'a>(
     if !super::shar::is_shar(head) {
         return Ok(Box::new(buffered));
     }
-    let mut all = Vec::new();
-    buffered.read_to_end(&mut all).map_err(corrupt)?;
-    let shar_err = |err| UnpackError::Shar { err };
-    let members = super::shar::members(&all).map_err(shar_err)?;
-    drop(all);
-    let tar = super::shar::into_tar(members, top).map_err(shar_err)?;
+    let members = super::shar::read_members(buffered).map_err(|e| match e {
+        super::shar::ReadError::Io(err) => UnpackError::Corrupt { compression, err },
+        super::shar::ReadError::Shar(err) => UnpackError::Shar { err },
+    })?;
+    let tar = super::shar::into_tar(members, top).map_err(|err| UnpackError::Shar { err })?;
     Ok(Box::new(io::Cursor::new(tar)))
 }
 
