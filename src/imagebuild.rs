@@ -531,19 +531,7 @@ fn files_tree(top: Option<&str>, files: &[(String, u32, Vec<u8>)]) -> Vec<u8> {
         t.dir(&full(""));
     }
     for (path, mode, data) in files {
-        let mut at = String::new();
-        for part in path
-            .split('/')
-            .collect::<Vec<_>>()
-            .split_last()
-            .map(|(_, d)| d)
-            .unwrap_or(&[])
-        {
-            at = if at.is_empty() {
-                part.to_string()
-            } else {
-                format!("{at}/{part}")
-            };
+        for at in crate::gz::shar::parent_dirs(path) {
             if made.insert(at.clone()) {
                 t.dir(&full(&at));
             }

@@ -514,6 +514,13 @@ pub fn uuencode(path: &str, data: &[u8]) -> String {
     out
 }
 
+/// The directories above a relative path, outermost first (`a/b/c`: `a`,
+/// `a/b`).
+pub fn parent_dirs(path: &str) -> Vec<String> {
+    let parts: Vec<&str> = path.split('/').collect();
+    (1..parts.len()).map(|n| parts[..n].join("/")).collect()
+}
+
 /// A shar in GNU sharutils' layout for `files` (path, mode, content): text
 /// members as `sed` here-documents, anything else uuencoded, then `chmod`
 /// and the size check. Enough of sharutils' output for [`members`] and for
@@ -525,25 +532,13 @@ pub fn write(files: &[(&str, u32, &[u8])]) -> String {
     let mut made: Vec<String> = Vec::new();
     for (path, mode, data) in files {
         out.push_str(&format!("# ============= {path} ==============\n"));
-        let mut dir = String::new();
-        for part in path
-            .split('/')
-            .collect::<Vec<_>>()
-            .split_last()
-            .map(|(_, d)| d)
-            .unwrap_or(&[])
-        {
-            dir = if dir.is_empty() {
-                part.to_string()
-            } else {
-                format!("{dir}/{part}")
-            };
+        for dir in parent_dirs(path) {
             if !made.contains(&dir) {
                 out.push_str(&format!(
                     "if test ! -d {q}; then\n  mkdir {q}\nfi\n",
                     q = quote(&dir)
                 ));
-                made.push(dir.clone());
+                made.push(dir);
             }
         }
         let text = std::str::from_utf8(data)
