@@ -737,6 +737,20 @@ fn transport_for(
     })
 }
 
+/// How component `c` reaches a server that must run a step now, or the
+/// blocking skip that says why it cannot (not running, no transport).
+fn runnable_transport(
+    input: &PlanningInput,
+    server: ServerUuid,
+    state: &ServerState,
+    c: &Component,
+) -> Result<TransportKind, Skip> {
+    match not_running_skip(input, server, state) {
+        Some(skip) => Err(skip),
+        None => transport_for(input, server, c),
+    }
+}
+
 /// Leave out excluded and not-set-up servers. Returns whether the server
 /// stays in play.
 fn server_in_play(
@@ -1068,9 +1082,7 @@ fn plan_install(input: &PlanningInput, selected: Selected) -> Result<Plan, PlanE
             ));
             continue;
         }
-        let transport = match not_running_skip(input, server, state)
-            .map_or_else(|| transport_for(input, server, c), Err)
-        {
+        let transport = match runnable_transport(input, server, state, c) {
             Ok(t) => t,
             Err(skip) => {
                 plan.skips.push(skip);
@@ -1138,9 +1150,7 @@ fn plan_remove(input: &PlanningInput, selected: Selected) -> Result<Plan, PlanEr
         });
         let mut steps = Vec::new();
         if let Some(installed) = state.components.get(&c.name) {
-            let transport = match not_running_skip(input, server, state)
-                .map_or_else(|| transport_for(input, server, c), Err)
-            {
+            let transport = match runnable_transport(input, server, state, c) {
                 Ok(t) => t,
                 Err(skip) => {
                     plan.skips.push(skip);
