@@ -658,6 +658,36 @@ mod tests {
         assert_eq!(e.line, 4, "{e}");
     }
 
+    /// Older sharutils (4.2, still on some build hosts) prefix every line
+    /// of a member with `X`, uuencoded ones included.
+    #[test]
+    fn every_line_prefixed_with_x_reads_the_same() {
+        let uu: String = uuencode("pkg/b", b"\x00\x01\x02binary")
+            .lines()
+            .map(|l| format!("X{l}\n"))
+            .collect();
+        let shar = format!(
+            "#!/bin/sh\nif test ! -d 'pkg'; then\n  mkdir 'pkg'\nfi\nsed 's/^X//' << 'SHAR_EOF' > 'pkg/a' &&\nX#!/bin/sh\nXXecho\nSHAR_EOF\nchmod 0755 'pkg/a'\nsed 's/^X//' << 'SHAR_EOF' | uudecode &&\n{uu}SHAR_EOF\n"
+        );
+        let got = members(shar.as_bytes()).expect("reads");
+        assert_eq!(
+            got,
+            vec![
+                Member::Dir { path: "pkg".into() },
+                Member::File {
+                    path: "pkg/a".into(),
+                    mode: 0o755,
+                    data: b"#!/bin/sh\nXecho\n".to_vec()
+                },
+                Member::File {
+                    path: "pkg/b".into(),
+                    mode: 0o644,
+                    data: b"\x00\x01\x02binary".to_vec()
+                },
+            ]
+        );
+    }
+
     #[test]
     fn other_heredocs_are_skipped() {
         let shar = format!(
