@@ -12,6 +12,7 @@ use agentsadm::api::cnapi::AgentEntry;
 use agentsadm::gz::shar::{self, Member};
 use agentsadm::image::{Compression, ImageFile};
 use agentsadm::imagebuild::BuiltImage;
+use agentsadm::remote::ComponentAction;
 use sha1::{Digest, Sha1};
 
 fn fixture(name: &str) -> Vec<u8> {
@@ -288,4 +289,52 @@ fn builder_shars_unpack_with_sh() {
             "{path}"
         );
     }
+}
+
+/// An sdcadm that Triton's own installer put in place (no agentsadm record,
+/// an absolute link, as older install-sdcadm.sh wrote it) is upgraded from
+/// the shar like any other version, and rolled back to it.
+#[tokio::test]
+async fn upgrades_an_sdcadm_installed_by_its_own_shar() {
+    let hn = TestServer::new(true);
+    let old = hn.at("opt/smartdc/sdcadm");
+    std::fs::create_dir_all(old.join("bin")).unwrap();
+    std::fs::create_dir_all(old.join("etc")).unwrap();
+    std::fs::write(old.join("bin/sdcadm"), "#!/bin/bash\necho old\n").unwrap();
+    std::fs::write(old.join("etc/buildstamp"), "1.30.0-20240101T000000Z\n").unwrap();
+    std::fs::write(
+        old.join("package.json"),
+        "{\"name\": \"sdcadm\", \"version\": \"1.30.0\"}\n",
+    )
+    .unwrap();
+    std::fs::create_dir_all(hn.at("opt/smartdc/bin")).unwrap();
+    std::os::unix::fs::symlink(
+        "/opt/smartdc/sdcadm/bin/sdcadm",
+        hn.at("opt/smartdc/bin/sdcadm"),
+    )
+    .unwrap();
+
+    let dir = tempfile::tempdir().unwrap();
+    let sa = shar_image("sdcadm", "1.42.0", fixture("sdcadm.sh"));
+    let f = write_image(&sa, dir.path());
+    let r = ok(&hn.gz_offline(&["install", f.to_str().unwrap()]).await);
+    assert_eq!(r.components[0].action, ComponentAction::Upgraded);
+    assert_eq!(
+        std::fs::read_to_string(old.join("etc/buildstamp")).unwrap(),
+        "1.42.0-20261122T000000Z\n"
+    );
+    assert_eq!(
+        std::fs::read_link(hn.at("opt/smartdc/bin/sdcadm")).unwrap(),
+        Path::new("../sdcadm/bin/sdcadm")
+    );
+    hn.assert_no_leftovers();
+
+    // Back to the version Triton installed.
+    ok(&hn.gz_offline(&["rollback", "sdcadm"]).await);
+    assert_eq!(
+        std::fs::read_to_string(old.join("bin/sdcadm")).unwrap(),
+        "#!/bin/bash\necho old\n"
+    );
+    assert!(hn.at("opt/smartdc/bin/sdcadm").exists());
+    hn.assert_no_leftovers();
 }
