@@ -338,3 +338,39 @@ async fn upgrades_an_sdcadm_installed_by_its_own_shar() {
     assert!(hn.at("opt/smartdc/bin/sdcadm").exists());
     hn.assert_no_leftovers();
 }
+
+/// A dockerlogger its own shar installed (files and a SAPI instance UUID,
+/// no version record) is upgraded in place, keeping that instance UUID.
+#[tokio::test]
+async fn upgrades_a_dockerlogger_installed_by_its_own_shar() {
+    let cn = TestServer::new(false);
+    let bin = cn.at("opt/smartdc/docker/bin");
+    std::fs::create_dir_all(&bin).unwrap();
+    std::fs::write(bin.join("dockerlogger"), b"old binary").unwrap();
+    std::fs::write(bin.join("dockerlogger-setup.sh"), "#!/bin/bash\n").unwrap();
+    std::fs::create_dir_all(cn.at("opt/smartdc/docker/etc")).unwrap();
+    let instance = "6f1c3b9e-2a47-4c1e-9d0b-5b1f6a3c2d10";
+    std::fs::write(
+        cn.at("opt/smartdc/docker/etc/dockerlogger.uuid"),
+        format!("{instance}\n"),
+    )
+    .unwrap();
+
+    let dir = tempfile::tempdir().unwrap();
+    let dl = shar_image("dockerlogger", "1.3.0", fixture("dockerlogger.sh"));
+    let f = write_image(&dl, dir.path());
+    let r = ok(&cn.gz_offline(&["install", f.to_str().unwrap()]).await);
+    assert_eq!(r.components[0].action, ComponentAction::Upgraded);
+    assert_eq!(
+        r.components[0]
+            .instance_uuid
+            .map(|u| u.to_string())
+            .as_deref(),
+        Some(instance)
+    );
+    assert_eq!(
+        std::fs::read(bin.join("dockerlogger")).unwrap(),
+        dockerlogger_binary()
+    );
+    cn.assert_no_leftovers();
+}
