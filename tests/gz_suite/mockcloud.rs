@@ -151,3 +151,29 @@ async fn many_mock_servers_install_at_once() {
         assert_eq!(std::fs::read_to_string(p).unwrap().trim(), uuid);
     }
 }
+
+/// dockerlogger's image is a shell archive with no image_uuid or
+/// package.json: the mockcloud layout records both from the manifest.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mockcloud_installs_a_shar_image() {
+    let imgapi = ImgapiStandIn::start().await.unwrap();
+    let url = imgapi.url();
+    let root = tempfile::tempdir().unwrap();
+    let server = new_server(root.path());
+    let img = image("dockerlogger", "1.0.0");
+    assert!(agentsadm::gz::shar::is_shar(&img.file));
+    imgapi.publish(&img);
+    let r = ok(&mock(
+        root.path(),
+        server,
+        &["install", &img.manifest.uuid.to_string()],
+        &url,
+    )
+    .await);
+    assert_eq!(r.components[0].action, ComponentAction::Installed);
+    let rep = report(&mock(root.path(), server, &["report"], &url).await);
+    assert_eq!(rep.agents.len(), 1);
+    assert_eq!(rep.agents[0].name, "dockerlogger");
+    assert_eq!(rep.agents[0].image_uuid, Some(img.manifest.uuid));
+    assert_eq!(rep.agents[0].version, img.manifest.version);
+}
