@@ -1069,18 +1069,28 @@ async fn run_agent_install(
         core.ensure_prepared(&server)?;
         let results = core.gz.install(core.env(), target, image).await?;
         core.record_results(&server, &results);
-        Ok::<(), super::gz::GzOpError>(())
+        Ok(())
     };
-    let (result, alive) = tokio::join!(work, sleep_until_or_shutdown(&core, deadline));
+    finish_within(&core, id, deadline, "AgentInstall", work).await;
+}
+
+/// Run a task's `work` inside its injected latency (the task ends at
+/// `deadline` or when the work does, whichever is later), then finish the
+/// task, its error prefixed with cn-agent's task name. Nothing is finished
+/// if the datacenter shuts down first.
+async fn finish_within(
+    core: &DcCore,
+    id: TaskId,
+    deadline: tokio::time::Instant,
+    task_name: &str,
+    work: impl std::future::Future<Output = Result<(), super::gz::GzOpError>>,
+) {
+    let (result, alive) = tokio::join!(work, sleep_until_or_shutdown(core, deadline));
     if !alive {
         return;
     }
-    match result {
-        Ok(()) => core.cnapi.finish_task(id, Ok(())),
-        Err(e) => core
-            .cnapi
-            .finish_task(id, Err(format!("AgentInstall error: {}", error_chain(&e)))),
-    }
+    let result = result.map_err(|e| format!("{task_name} error: {}", error_chain(&e)));
+    core.cnapi.finish_task(id, result);
     core.touch();
 }
 
@@ -1156,20 +1166,9 @@ async fn uninstall_agents(
             core2.ensure_prepared(&server)?;
             let results = core2.gz.uninstall(core2.env(), target, names).await?;
             core2.record_results(&server, &results);
-            Ok::<(), super::gz::GzOpError>(())
+            Ok(())
         };
-        let (result, alive) = tokio::join!(work, sleep_until_or_shutdown(&core2, deadline));
-        if !alive {
-            return;
-        }
-        match result {
-            Ok(()) => core2.cnapi.finish_task(id, Ok(())),
-            Err(e) => core2.cnapi.finish_task(
-                id,
-                Err(format!("AgentsUninstallTask error: {}", error_chain(&e))),
-            ),
-        }
-        core2.touch();
+        finish_within(&core2, id, deadline, "AgentsUninstallTask", work).await;
     });
     json_response(STYLE, StatusCode::OK, &json!({"id": id}))
 }
