@@ -8,13 +8,13 @@ use std::collections::BTreeMap;
 use std::process::Stdio;
 use std::time::Duration;
 
-use agentsadm::api::ApiConfig;
+use agentsadm::api::{ApiConfig, Apis};
 use agentsadm::orchestrate::execute::ExecOptions;
 use agentsadm::orchestrate::images::ImageChoice;
 use agentsadm::orchestrate::lock::{self, LockOptions, SapiLockStore};
-use agentsadm::orchestrate::plan::{Action, Operation, TransportKind, TransportMode};
+use agentsadm::orchestrate::plan::{Action, Operation, Request, TransportKind, TransportMode};
 use agentsadm::orchestrate::report::{ExecReport, NullReporter, ServerStatus};
-use agentsadm::orchestrate::session::Session;
+use agentsadm::orchestrate::session::{Planned, Session};
 use agentsadm::orchestrate::testkit::request;
 use agentsadm::orchestrate::transport::CnapiTransportConfig;
 use agentsadm::sim::{SeedSpec, SimConfig, SimDc};
@@ -37,6 +37,23 @@ fn fast_transport() -> CnapiTransportConfig {
         confirm_grace_after_failure: Duration::from_secs(2),
         ..Default::default()
     }
+}
+
+/// An orchestrator session on the simulator, no updates server.
+fn session_on<'a>(dc: &'a SimDc, apis: &'a Apis) -> Session<'a> {
+    Session {
+        apis,
+        catalog: dc.catalog(),
+        updates: None,
+    }
+}
+
+/// Plan `req` against the current intent (no new images).
+async fn plan_intent(session: &Session<'_>, req: &Request) -> Planned {
+    session
+        .plan(req, ImageChoice::Intent, TransportMode::Auto)
+        .await
+        .unwrap()
 }
 
 /// Execute `plan` with the fast settings above and no progress output.
@@ -64,12 +81,7 @@ fn options() -> ExecOptions {
 async fn update_all_to_latest_converges() {
     let dc = sim(4).await;
     let apis = dc.apis();
-    let catalog = dc.catalog().clone();
-    let session = Session {
-        apis: &apis,
-        catalog: &catalog,
-        updates: None,
-    };
+    let session = session_on(&dc, &apis);
     let req = request(Operation::Update, &["--all"], &[]);
     let planned = session
         .plan(&req, ImageChoice::Latest, TransportMode::Auto)
@@ -101,10 +113,7 @@ async fn update_all_to_latest_converges() {
         "re-plan is not empty:\n{}",
         again.plan
     );
-    let again = session
-        .plan(&req, ImageChoice::Intent, TransportMode::Auto)
-        .await
-        .unwrap();
+    let again = plan_intent(&session, &req).await;
     assert!(
         again.plan.is_empty(),
         "re-plan from intent is not empty:\n{}",
@@ -162,18 +171,10 @@ async fn latest_from_the_updates_server_is_imported_first() {
 async fn install_then_remove_converge_and_keep_sapi_in_step() {
     let dc = sim(3).await;
     let apis = dc.apis();
-    let catalog = dc.catalog().clone();
-    let session = Session {
-        apis: &apis,
-        catalog: &catalog,
-        updates: None,
-    };
+    let session = session_on(&dc, &apis);
     let cn1 = dc.server("cn0001").unwrap();
     let req = request(Operation::Install, &["dockerlogger"], &["cn0001", "cn0002"]);
-    let planned = session
-        .plan(&req, ImageChoice::Intent, TransportMode::Auto)
-        .await
-        .unwrap();
+    let planned = plan_intent(&session, &req).await;
     assert_eq!(planned.plan.servers.len(), 2, "{}", planned.plan);
     assert!(
         planned
@@ -184,10 +185,7 @@ async fn install_then_remove_converge_and_keep_sapi_in_step() {
     );
     let report = run(&session, &planned.plan).await;
     assert!(report.all_succeeded(), "{}", report.render(&planned.plan));
-    let after = session
-        .plan(&req, ImageChoice::Intent, TransportMode::Auto)
-        .await
-        .unwrap();
+    let after = plan_intent(&session, &req).await;
     assert!(after.plan.servers.is_empty(), "{}", after.plan);
     let inst = after
         .intent
@@ -199,20 +197,14 @@ async fn install_then_remove_converge_and_keep_sapi_in_step() {
 
     // Remove cmon-agent (install-agent transport: uninstall-agents).
     let req = request(Operation::Remove, &["cmon-agent"], &["cn0001"]);
-    let planned = session
-        .plan(&req, ImageChoice::Intent, TransportMode::Auto)
-        .await
-        .unwrap();
+    let planned = plan_intent(&session, &req).await;
     assert!(matches!(
         planned.plan.servers[&cn1.uuid].steps[0].action,
         Action::Remove { .. }
     ));
     let report = run(&session, &planned.plan).await;
     assert!(report.all_succeeded(), "{}", report.render(&planned.plan));
-    let after = session
-        .plan(&req, ImageChoice::Intent, TransportMode::Auto)
-        .await
-        .unwrap();
+    let after = plan_intent(&session, &req).await;
     assert!(after.plan.is_empty(), "{}", after.plan);
     assert!(after.intent.instance(&cn1.uuid, "cmon-agent").is_none());
     assert!(
@@ -232,12 +224,7 @@ async fn a_failing_server_reports_the_remote_error_and_the_rest_converge() {
     let cn2 = dc.server("cn0002").unwrap();
     dc.faults().fail_installs_on(cn2.uuid);
     let apis = dc.apis();
-    let catalog = dc.catalog().clone();
-    let session = Session {
-        apis: &apis,
-        catalog: &catalog,
-        updates: None,
-    };
+    let session = session_on(&dc, &apis);
     let req = request(Operation::Update, &["vm-agent", "gz-tools"], &[]);
     let planned = session
         .plan(&req, ImageChoice::Latest, TransportMode::Auto)
@@ -498,12 +485,7 @@ async fn a_failed_cn_agent_self_update_is_reported_after_the_grace_period() {
     let cn1 = dc.server("cn0001").unwrap();
     dc.faults().fail_installs_on(cn1.uuid);
     let apis = dc.apis();
-    let catalog = dc.catalog().clone();
-    let session = Session {
-        apis: &apis,
-        catalog: &catalog,
-        updates: None,
-    };
+    let session = session_on(&dc, &apis);
     let req = request(Operation::Update, &["cn-agent"], &[]);
     let planned = session
         .plan(&req, ImageChoice::Latest, TransportMode::Auto)
