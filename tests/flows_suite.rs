@@ -12,6 +12,10 @@
 
 #[path = "common/flows.rs"]
 mod flows_common;
+#[path = "common/golden.rs"]
+mod golden_common;
+#[path = "common/tools.rs"]
+mod tools_common;
 
 #[path = "flows_suite/check.rs"]
 mod check;

@@ -11,6 +11,8 @@
 
 #[path = "common/gz.rs"]
 mod gz_common;
+#[path = "common/tools.rs"]
+mod tools_common;
 
 #[path = "gz_suite/bad_input.rs"]
 mod bad_input;
@@ -30,5 +32,7 @@ mod sapi_cnapi;
 mod setup;
 #[path = "gz_suite/shar.rs"]
 mod shar;
+#[path = "gz_suite/shar_reader.rs"]
+mod shar_reader;
 #[path = "gz_suite/unpack_props.rs"]
 mod unpack_props;

@@ -9,6 +9,8 @@
 
 #[path = "orch_suite/exec.rs"]
 mod exec;
+#[path = "common/golden.rs"]
+mod golden_common;
 #[path = "orch_suite/plan.rs"]
 mod plan;
 #[path = "orch_suite/sim.rs"]

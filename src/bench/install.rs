@@ -27,9 +27,9 @@ use crate::catalog::Catalog;
 use crate::gz::fetch::ImageSource;
 use crate::gz::platform::Sysinfo;
 use crate::gz::session::{GzSession, GzSettings};
-use crate::gz::standin::ImgapiStandIn;
 use crate::ids::ServerUuid;
 use crate::imagebuild::{self, Hooks, ImageSpec};
+use crate::sim::standin::ImgapiStandIn;
 
 /// Options of `agentsadm bench install`.
 #[derive(clap::Args, Clone, Debug)]
@@ -40,6 +40,19 @@ pub struct InstallBenchArgs {
     /// Runs of each path (the median is reported).
     #[arg(long, default_value_t = 5)]
     pub runs: usize,
+}
+
+impl InstallBenchArgs {
+    /// These settings as `bench install` options (for `bench all`, which
+    /// runs each benchmark in its own process).
+    pub fn to_argv(&self) -> Vec<String> {
+        vec![
+            "--image-mb".into(),
+            self.image_mb.to_string(),
+            "--runs".into(),
+            self.runs.to_string(),
+        ]
+    }
 }
 
 impl Default for InstallBenchArgs {

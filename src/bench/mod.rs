@@ -3,8 +3,8 @@
 //!
 //! Every benchmark module exposes a clap `Args` struct and
 //! `async fn run(args) -> anyhow::Result<serde_json::Value>` returning the one
-//! JSON object it prints. `bench all` ([`run_all`]) runs them in turn, with
-//! options to shrink each, and prints one table (or, with `--json`, one
+//! JSON object it prints. `bench all` ([`run_all`]) runs each in its own
+//! process, in turn, with options to shrink each, and prints one table (or, with `--json`, one
 //! object holding each benchmark's object and the machine it ran on).
 
 pub mod install;
@@ -137,23 +137,25 @@ pub struct AllReport {
     pub all_ok: bool,
 }
 
-/// Run the selected benchmarks in turn. A benchmark that fails (say, `curl`
-/// missing for `install`) is recorded as `{"error": ...}` and the others
-/// still run.
+/// Run the selected benchmarks in turn, each in its own process (this
+/// binary, `bench <name> ...`), so each one's peak RSS and allocator state
+/// are its own: in one process the plan benchmark's peak would include the
+/// install benchmark's buffers. A benchmark that fails (say, `curl` missing
+/// for `install`) is recorded as `{"error": ...}` and the others still run.
 pub async fn run_all(settings: &AllSettings) -> AllReport {
     let started = Instant::now();
     let load_before = load_average();
     let mut out = serde_json::Map::new();
     let mut all_ok = true;
     for b in &settings.benchmarks {
-        let result = match b {
-            Benchmark::Install => install::run(&settings.install).await,
-            Benchmark::Rollout => rollout::run(&settings.rollout).await,
-            Benchmark::Plan => plan::run(&settings.plan).await,
+        let argv = match b {
+            Benchmark::Install => settings.install.to_argv(),
+            Benchmark::Rollout => settings.rollout.to_argv(),
+            Benchmark::Plan => settings.plan.to_argv(),
         };
-        let value = result.unwrap_or_else(|e| {
+        let value = run_in_own_process(*b, &argv).await.unwrap_or_else(|e| {
             all_ok = false;
-            json!({ "error": format!("{e:#}") })
+            json!({ "error": e })
         });
         out.insert(b.as_str().to_string(), value);
     }
@@ -169,6 +171,40 @@ pub async fn run_all(settings: &AllSettings) -> AllReport {
         value: Value::Object(out),
         all_ok,
     }
+}
+
+/// `agentsadm bench <name> <argv>` as a child process: its one JSON object,
+/// or what went wrong (its last stderr line, or why it could not start).
+async fn run_in_own_process(bench: Benchmark, argv: &[String]) -> Result<Value, String> {
+    let exe = std::env::current_exe().map_err(|e| {
+        format!(
+            "cannot find this program to run bench {}: {e}",
+            bench.as_str()
+        )
+    })?;
+    let output = tokio::process::Command::new(&exe)
+        .arg("bench")
+        .arg(bench.as_str())
+        .args(argv)
+        .env_remove("AGENTSADM_TEST_CRASH_AT")
+        .stdin(std::process::Stdio::null())
+        .output()
+        .await
+        .map_err(|e| format!("cannot run {} bench {}: {e}", exe.display(), bench.as_str()))?;
+    if !output.status.success() {
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        let last = stderr.lines().rev().find(|l| !l.trim().is_empty());
+        let last = last.unwrap_or("no message");
+        // The child's own `agentsadm: error: ` prefix is noise in a table.
+        let last = last.strip_prefix("agentsadm: error: ").unwrap_or(last);
+        return Err(last.to_string());
+    }
+    serde_json::from_slice(&output.stdout).map_err(|e| {
+        format!(
+            "bench {} printed something other than one JSON object: {e}",
+            bench.as_str()
+        )
+    })
 }
 
 /// The machine the figures come from: CPU, cores, OS, build.

@@ -34,6 +34,20 @@ pub struct PlanBenchArgs {
     pub runs: usize,
 }
 
+impl PlanBenchArgs {
+    /// These settings as `bench plan` options (for `bench all`).
+    pub fn to_argv(&self) -> Vec<String> {
+        vec![
+            "--servers".into(),
+            self.servers.to_string(),
+            "--components".into(),
+            self.components.to_string(),
+            "--runs".into(),
+            self.runs.to_string(),
+        ]
+    }
+}
+
 impl Default for PlanBenchArgs {
     fn default() -> Self {
         PlanBenchArgs {

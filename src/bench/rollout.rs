@@ -63,6 +63,31 @@ pub enum Backend {
     Fake,
 }
 
+impl Backend {
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            Backend::Sim => "sim",
+            Backend::Fake => "fake",
+        }
+    }
+}
+
+impl RolloutBenchArgs {
+    /// These settings as `bench rollout` options (for `bench all`).
+    pub fn to_argv(&self) -> Vec<String> {
+        vec![
+            "--servers".into(),
+            self.servers.to_string(),
+            "--shar-servers".into(),
+            self.shar_servers.to_string(),
+            "--latency-ms".into(),
+            self.latency_ms.to_string(),
+            "--backend".into(),
+            self.backend.as_str().into(),
+        ]
+    }
+}
+
 impl Default for RolloutBenchArgs {
     fn default() -> Self {
         RolloutBenchArgs {

@@ -5,11 +5,14 @@
 //! input, API down, lock held), 2 finished with failed or skipped servers.
 //! Each subcommand module owns its own clap arguments and `run` function.
 
+#[cfg(feature = "sim")]
 pub mod bench;
+#[cfg(feature = "sim")]
 pub mod demo;
 pub mod flows;
 pub mod gz;
 pub mod orch;
+#[cfg(feature = "sim")]
 pub mod sim;
 
 use std::path::PathBuf;
@@ -204,10 +207,13 @@ pub enum Command {
     /// Global-zone installer commands (run on one server).
     Gz(gz::GzArgs),
     /// Simulated datacenter.
+    #[cfg(feature = "sim")]
     Sim(sim::SimArgs),
     /// Run the whole story on a simulated datacenter.
+    #[cfg(feature = "sim")]
     Demo(demo::DemoArgs),
     /// Benchmarks.
+    #[cfg(feature = "sim")]
     Bench(bench::BenchArgs),
 }
 
@@ -225,8 +231,11 @@ async fn dispatch(cli: Cli) -> CmdResult {
         Command::Server(a) => flows::run_server(&g, a).await,
         Command::Installer(a) => flows::run_installer(&g, a).await,
         Command::Gz(a) => gz::run(&g, a).await,
+        #[cfg(feature = "sim")]
         Command::Sim(a) => sim::run(&g, a).await,
+        #[cfg(feature = "sim")]
         Command::Demo(a) => demo::run(&g, a).await,
+        #[cfg(feature = "sim")]
         Command::Bench(a) => bench::run(&g, a).await,
     }
 }
@@ -311,6 +320,7 @@ async fn run_parsed(cli: Cli) -> ExitCode {
 /// (same parsing, output, errors and exit status), with `observer` also
 /// receiving execution events. `args` starts with the program name. For the
 /// demo; logging is whatever this process set up.
+#[cfg(feature = "sim")]
 pub async fn run_in_process<I, T>(args: I, observer: Option<Observer>) -> ExitCode
 where
     I: IntoIterator<Item = T>,

@@ -21,7 +21,6 @@
 //!   rooted directory, mockcloud); [`mockcloud`]: the mockcloud layout;
 //! - [`adopt`]: SAPI adoption; [`report`]: the `server.agents` report;
 //! - [`paths`]: every path, relative to the root (the on-disk layout);
-//! - [`standin`]: a loopback IMGAPI with fault injection (tests, benchmark).
 //!
 //! # Entry points for the simulator
 //!
@@ -69,7 +68,6 @@ pub mod report;
 pub mod session;
 pub mod setup;
 pub mod shar;
-pub mod standin;
 pub mod txn;
 pub mod unpack;
 

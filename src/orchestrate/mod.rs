@@ -21,6 +21,7 @@
 pub mod adopt;
 pub mod display;
 pub mod execute;
+#[cfg(feature = "sim")]
 pub mod fake;
 pub mod gather;
 pub mod images;
@@ -33,6 +34,7 @@ pub mod reality;
 pub mod report;
 pub mod session;
 pub mod store;
+#[cfg(feature = "sim")]
 pub mod testkit;
 pub mod transport;
 

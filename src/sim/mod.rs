@@ -81,6 +81,7 @@ mod persist;
 pub mod publish;
 mod sapi;
 pub mod seed;
+pub mod standin;
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;

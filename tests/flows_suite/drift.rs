@@ -3,8 +3,8 @@
 //! JSON `kind` strings, and convergence (apply the repairs to the example
 //! datacenter, find again: only informational findings remain).
 
+use crate::golden_common::golden;
 use std::collections::{BTreeMap, BTreeSet};
-use std::path::PathBuf;
 
 use agentsadm::api::cnapi::AgentEntry;
 use agentsadm::flows::drift::{self, DriftInput, Finding, FindingKind, Fix};
@@ -16,26 +16,6 @@ use agentsadm::orchestrate::testkit::{
     ExampleDc, derived_uuid, image_ref, image_uuid, instance_uuid, server_uuid, service_uuid,
 };
 use agentsadm::remote::AgentsReport;
-
-fn golden(name: &str, actual: &str) {
-    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/golden")
-        .join(name);
-    if std::env::var_os("UPDATE_GOLDEN").is_some() {
-        std::fs::write(&path, actual).unwrap();
-        return;
-    }
-    let expected = std::fs::read_to_string(&path).unwrap_or_else(|_| {
-        panic!(
-            "missing golden file {}; run with UPDATE_GOLDEN=1",
-            path.display()
-        )
-    });
-    assert_eq!(
-        actual, expected,
-        "golden file {name} differs (UPDATE_GOLDEN=1 rewrites it)"
-    );
-}
 
 fn images(dc: &ExampleDc) -> BTreeMap<ImageUuid, ImageRef> {
     dc.images.values().map(|m| (m.uuid, image_ref(m))).collect()

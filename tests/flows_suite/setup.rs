@@ -3,7 +3,7 @@
 //! with no API (then adopt and import once SAPI and IMGAPI are up), and set
 //! up a compute node from empty with `agentsetup.sh` against the simulated
 //! datacenter, the agentsadm binary and cn_tools served by a loopback
-//! "assets zone". Also shellcheck of the scripts (skipped without it).
+//! "assets zone". Also shellcheck of the scripts (a failure under CI=true without it).
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
@@ -426,12 +426,7 @@ async fn agentsetup_refuses_what_it_cannot_fetch() {
 
 #[test]
 fn scripts_pass_shellcheck() {
-    let found = std::process::Command::new("shellcheck")
-        .arg("--version")
-        .output()
-        .is_ok_and(|o| o.status.success());
-    if !found {
-        eprintln!("shellcheck is not installed; skipped");
+    if !crate::tools_common::require_tool("shellcheck", "shellcheck") {
         return;
     }
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("installer");

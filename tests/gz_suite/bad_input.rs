@@ -6,9 +6,9 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use crate::gz_common::*;
-use agentsadm::gz::standin::{Fault, ImgapiStandIn};
 use agentsadm::ids::ImageUuid;
 use agentsadm::imagebuild::{self, BuiltImage, Hooks};
+use agentsadm::sim::standin::{Fault, ImgapiStandIn};
 
 /// What a case publishes and how the install is run.
 struct Case {

@@ -5,8 +5,8 @@
 use std::collections::BTreeMap;
 
 use crate::gz_common::*;
-use agentsadm::gz::standin::ImgapiStandIn;
 use agentsadm::remote::ComponentAction;
+use agentsadm::sim::standin::ImgapiStandIn;
 
 fn offline_env(imgapi: &ImgapiStandIn) -> BTreeMap<String, String> {
     BTreeMap::from([("IMGAPI_URL".to_string(), imgapi.url())])

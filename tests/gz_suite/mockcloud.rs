@@ -8,9 +8,9 @@ use std::path::Path;
 use crate::gz_common::*;
 use agentsadm::api::cnapi::ExecuteResult;
 use agentsadm::gz::platform::Sysinfo;
-use agentsadm::gz::standin::{Fault, ImgapiStandIn};
 use agentsadm::ids::ServerUuid;
 use agentsadm::remote::ComponentAction;
+use agentsadm::sim::standin::{Fault, ImgapiStandIn};
 
 async fn mock(root: &Path, server: ServerUuid, args: &[&str], imgapi: &str) -> ExecuteResult {
     let mut argv: Vec<String> = vec!["gz".into()];

@@ -7,8 +7,8 @@ use std::collections::BTreeMap;
 
 use crate::gz_common::*;
 use agentsadm::catalog::Catalog;
-use agentsadm::gz::standin::ImgapiStandIn;
 use agentsadm::remote::ComponentAction;
+use agentsadm::sim::standin::ImgapiStandIn;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn headnode_setup_from_a_directory_then_again_changes_nothing() {

@@ -3,7 +3,7 @@
 //! Golden files live in `tests/golden/`; run with `UPDATE_GOLDEN=1` to
 //! rewrite them after an intended change, and review the diff.
 
-use std::path::PathBuf;
+use crate::golden_common::golden;
 
 use agentsadm::ids::ServerUuid;
 use agentsadm::orchestrate::plan::{
@@ -11,27 +11,6 @@ use agentsadm::orchestrate::plan::{
     ResolvedImages, SkipReason, TransportKind, TransportMode, plan,
 };
 use agentsadm::orchestrate::testkit::{ExampleDc, instance_uuid, request};
-
-fn golden(name: &str, actual: &str) {
-    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/golden")
-        .join(name);
-    if std::env::var_os("UPDATE_GOLDEN").is_some() {
-        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
-        std::fs::write(&path, actual).unwrap();
-        return;
-    }
-    let expected = std::fs::read_to_string(&path).unwrap_or_else(|_| {
-        panic!(
-            "missing golden file {}; run with UPDATE_GOLDEN=1",
-            path.display()
-        )
-    });
-    assert_eq!(
-        expected, actual,
-        "golden file {name} differs (UPDATE_GOLDEN=1 rewrites it)"
-    );
-}
 
 fn plan_with(
     dc: &ExampleDc,

@@ -28,8 +28,8 @@ use std::time::Duration;
 
 use crate::gz_common::{TestServer, assert_same, ok, snapshot, spec};
 use agentsadm::gz::session::{GzSession, GzSettings};
-use agentsadm::gz::standin::ImgapiStandIn;
 use agentsadm::imagebuild::{self, BuiltImage, Hooks};
+use agentsadm::sim::standin::ImgapiStandIn;
 use tokio::io::{AsyncBufReadExt, BufReader};
 
 const FMRI: &str = "svc:/smartdc/agent/vm-agent:default";

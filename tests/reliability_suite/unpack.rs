@@ -253,7 +253,7 @@ fn shar_samples() -> [Vec<u8>; 2] {
     .unwrap();
     let hostile = format!(
         "#!/bin/sh\n{}exit 0\n",
-        agentsadm::gz::shar::write(&[
+        agentsadm::imagebuild::shar::write(&[
             ("dockerlogger/ok", 0o755, b"ok\n"),
             ("dockerlogger/../../up", 0o644, b"\x00\x01binary"),
             ("/abs/path", 0o644, b"x\n"),

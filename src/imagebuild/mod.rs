@@ -8,6 +8,8 @@
 //! from the real ones (dockerlogger and sdcadm are tarballs rather than shell
 //! archives; gz-tools also carries `gz-tools/image_uuid`) it is noted below.
 
+pub mod shar;
+
 use std::collections::BTreeMap;
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -531,7 +533,7 @@ fn files_tree(top: Option<&str>, files: &[(String, u32, Vec<u8>)]) -> Vec<u8> {
         t.dir(&full(""));
     }
     for (path, mode, data) in files {
-        for at in crate::gz::shar::parent_dirs(path) {
+        for at in shar::parent_dirs(path) {
             if made.insert(at.clone()) {
                 t.dir(&full(&at));
             }
@@ -578,7 +580,7 @@ fn dockerlogger_shar(spec: &ImageSpec) -> String {
         .collect();
     format!(
         "#!/bin/sh\nif [ `pwd` != '/var/tmp' ]; then\n  cd /var/tmp\nfi\n\n# Clean up possible previous runs\nrm -fr {p}\n{}\nset -o errexit\nset -o pipefail\n\nif [[ -f {p}/install.sh ]]; then\n    (cd {p} && /bin/bash ./install.sh)\nfi\n\nrm -fr {p}\n\nexit 0\n",
-        crate::gz::shar::write(&members)
+        shar::write(&members)
     )
 }
 
@@ -595,7 +597,7 @@ fn sdcadm_shar(spec: &ImageSpec) -> String {
     ];
     format!(
         "#!/bin/bash\n#\n# This shar will install/upgrade \"sdcadm\" on a headnode GZ.\n#\n[[ \"$(zonename)\" == \"global\" ]] || exit 3\nmkdir -p /var/tmp/sdcadm/.temp_bin\ncat > /var/tmp/sdcadm/.temp_bin/md5sum << 'EOFTOOL'\n#!/bin/bash\nexec openssl dgst -md5 \"$@\"\nEOFTOOL\n{}\nset -o errexit\necho \"Installing sdcadm {}.\"\nbash ./install-sdcadm.sh\nexit 0\n",
-        crate::gz::shar::write(&members),
+        shar::write(&members),
         spec.version
     )
 }

@@ -2,8 +2,8 @@
 //! tests: GetImage and GetImageFile with the real status codes, error bodies
 //! and file headers (docs/triton/apis.md §1.6), plus fault injection per
 //! image (error statuses, delays, truncated, corrupt or stalled files). The
-//! full simulator lives in `crate::sim`; this is only what one server's
-//! installer talks to.
+//! full simulator is the rest of `crate::sim`; this is only what one
+//! server's installer talks to.
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
