@@ -329,8 +329,12 @@ pub(crate) fn merge_params(
 /// Restify's query parser reads `+` as a space and keeps a `%` that starts
 /// no valid escape, as `application/x-www-form-urlencoded` decoding does.
 pub(crate) fn parse_query(raw: Option<&str>) -> Vec<(String, String)> {
-    raw.map(|raw| form_urlencoded::parse(raw.as_bytes()).into_owned().collect())
-        .unwrap_or_default()
+    raw.map(|raw| {
+        form_urlencoded::parse(raw.as_bytes())
+            .into_owned()
+            .collect()
+    })
+    .unwrap_or_default()
 }
 
 /// The first value of `key`.

@@ -54,7 +54,7 @@ use crate::sim::http::{
     rest_error_fields,
 };
 
-pub use self::record::ServerRecord;
+pub use self::record::{ServerRecord, ServerStatus};
 pub(crate) use self::tasks::TaskStore;
 
 const STYLE: JsonStyle = JsonStyle::Compact;
@@ -215,7 +215,7 @@ fn task_request(
 }
 
 fn require_running(rec: &ServerRecord) -> Result<(), Response> {
-    if rec.status == "running" {
+    if rec.status == ServerStatus::Running {
         Ok(())
     } else {
         Err(rest_error(

@@ -7,8 +7,26 @@ use serde_json::{Map, Value, json};
 
 use crate::api::cnapi::AgentEntry;
 use crate::ids::ServerUuid;
-
 use crate::sim::fleet::MockServer;
+
+/// Whether CNAPI hears the server's cn-agent (`status`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ServerStatus {
+    Running,
+    /// No heartbeat: task routes answer ServerNotRunning.
+    Unknown,
+}
+
+impl ServerStatus {
+    /// The wire form.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ServerStatus::Running => "running",
+            ServerStatus::Unknown => "unknown",
+        }
+    }
+}
 
 /// A CNAPI server record (the Moray object plus computed fields).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -21,8 +39,7 @@ pub struct ServerRecord {
     pub setting_up: bool,
     pub reserved: bool,
     pub reservoir: bool,
-    /// `running` or `unknown`.
-    pub status: String,
+    pub status: ServerStatus,
     pub transitional_status: String,
     pub boot_platform: String,
     pub current_platform: String,
@@ -85,7 +102,7 @@ impl ServerRecord {
             setting_up: false,
             reserved: false,
             reservoir: false,
-            status: "running".to_string(),
+            status: ServerStatus::Running,
             transitional_status: String::new(),
             boot_platform: "20260101T000000Z".to_string(),
             current_platform: "20260101T000000Z".to_string(),
@@ -171,7 +188,7 @@ impl ServerRecord {
         put("setting_up", json!(self.setting_up));
         put("reserved", json!(self.reserved));
         put("reservoir", json!(self.reservoir));
-        put("status", json!(self.status));
+        put("status", json!(self.status.as_str()));
         put("transitional_status", json!(self.transitional_status));
         put("boot_platform", json!(self.boot_platform));
         put("current_platform", json!(self.current_platform));
@@ -194,7 +211,7 @@ impl ServerRecord {
             put("next_reboot", json!(n));
         }
         if g.last_heartbeat {
-            let hb = (self.status == "running").then(|| now.to_string());
+            let hb = (self.status == ServerStatus::Running).then(|| now.to_string());
             put("last_heartbeat", json!(hb));
         }
         if g.agents {

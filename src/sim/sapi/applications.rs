@@ -91,14 +91,14 @@ pub(super) async fn update_application(
         return no_record("sapi_applications", &uuid);
     };
     let mut params = Some(std::mem::take(&mut app.params));
-    apply_change(&mut params, p.get("params"), &action);
+    apply_change(&mut params, p.get("params"), action);
     app.params = params.unwrap_or_default();
     let mut metadata = Some(std::mem::take(&mut app.metadata));
-    apply_change(&mut metadata, p.get("metadata"), &action);
+    apply_change(&mut metadata, p.get("metadata"), action);
     app.metadata = metadata.unwrap_or_default();
     for key in ["metadata_schema", "manifests"] {
         let mut cur = app.extra.get(key).and_then(Value::as_object).cloned();
-        apply_change(&mut cur, p.get(key), &action);
+        apply_change(&mut cur, p.get(key), action);
         match cur {
             Some(c) => app.extra.insert(key.to_string(), Value::Object(c)),
             None => app.extra.remove(key),

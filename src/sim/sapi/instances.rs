@@ -153,9 +153,9 @@ pub(super) async fn update_instance(
     let Some(mut inst) = uuid.parse().ok().and_then(|u| store.instance(u)).cloned() else {
         return no_record("sapi_instances", &uuid);
     };
-    apply_change(&mut inst.params, p.get("params"), &action);
-    apply_change(&mut inst.metadata, p.get("metadata"), &action);
-    apply_change(&mut inst.manifests, p.get("manifests"), &action);
+    apply_change(&mut inst.params, p.get("params"), action);
+    apply_change(&mut inst.metadata, p.get("metadata"), action);
+    apply_change(&mut inst.manifests, p.get("manifests"), action);
     store.put_instance(inst.clone());
     json_response(STYLE, StatusCode::OK, &ser_instance(&inst, v))
 }

@@ -190,15 +190,28 @@ async fn sync_cache() -> Response {
     empty(StatusCode::NO_CONTENT)
 }
 
+/// How an update changes an object's attributes (`action`, any case).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum UpdateAction {
+    /// Merge the given keys in (the default).
+    Update,
+    /// Replace the attribute with the given object.
+    Replace,
+    /// Remove the given keys.
+    Delete,
+}
+
 /// The `action` of an update, or SAPI's 409 with an empty message.
-fn update_action(p: &Map<String, Value>) -> Result<String, Response> {
+fn update_action(p: &Map<String, Value>) -> Result<UpdateAction, Response> {
     let action = p
         .get("action")
         .and_then(Value::as_str)
         .unwrap_or("update")
         .to_lowercase();
     match action.as_str() {
-        "update" | "replace" | "delete" => Ok(action),
+        "update" => Ok(UpdateAction::Update),
+        "replace" => Ok(UpdateAction::Replace),
+        "delete" => Ok(UpdateAction::Delete),
         _ => Err(rest_error(
             STYLE,
             StatusCode::CONFLICT,
@@ -209,13 +222,17 @@ fn update_action(p: &Map<String, Value>) -> Result<String, Response> {
 }
 
 /// Apply one attribute change (`attributes.js applyChange`).
-fn apply_change(target: &mut Option<Map<String, Value>>, change: Option<&Value>, action: &str) {
+fn apply_change(
+    target: &mut Option<Map<String, Value>>,
+    change: Option<&Value>,
+    action: UpdateAction,
+) {
     let Some(change) = change else { return };
     match action {
-        "replace" => {
+        UpdateAction::Replace => {
             *target = change.as_object().cloned();
         }
-        "delete" => {
+        UpdateAction::Delete => {
             if let Some(t) = target.as_mut() {
                 match change {
                     Value::Object(o) => o.keys().for_each(|k| {
@@ -228,7 +245,7 @@ fn apply_change(target: &mut Option<Map<String, Value>>, change: Option<&Value>,
                 }
             }
         }
-        _ => {
+        UpdateAction::Update => {
             if let Some(o) = change.as_object() {
                 let t = target.get_or_insert_with(Map::new);
                 for (k, v) in o {
@@ -260,14 +277,14 @@ mod tests {
     #[test]
     fn apply_change_actions() {
         let mut t = Some(Map::from_iter([("a".to_string(), json!(1))]));
-        apply_change(&mut t, Some(&json!({"b": 2})), "update");
+        apply_change(&mut t, Some(&json!({"b": 2})), UpdateAction::Update);
         assert_eq!(Value::Object(t.clone().unwrap()), json!({"a": 1, "b": 2}));
-        apply_change(&mut t, Some(&json!({"a": null})), "delete");
+        apply_change(&mut t, Some(&json!({"a": null})), UpdateAction::Delete);
         assert_eq!(Value::Object(t.clone().unwrap()), json!({"b": 2}));
-        apply_change(&mut t, Some(&json!({"c": 3})), "replace");
+        apply_change(&mut t, Some(&json!({"c": 3})), UpdateAction::Replace);
         assert_eq!(Value::Object(t.clone().unwrap()), json!({"c": 3}));
         let mut none = None;
-        apply_change(&mut none, Some(&json!({"x": 1})), "update");
+        apply_change(&mut none, Some(&json!({"x": 1})), UpdateAction::Update);
         assert!(none.is_some());
     }
 }

@@ -141,9 +141,9 @@ pub(super) async fn update_service(
     else {
         return no_record("sapi_services", &uuid);
     };
-    apply_change(&mut s.params, p.get("params"), &action);
-    apply_change(&mut s.metadata, p.get("metadata"), &action);
-    apply_change(&mut s.manifests, p.get("manifests"), &action);
+    apply_change(&mut s.params, p.get("params"), action);
+    apply_change(&mut s.metadata, p.get("metadata"), action);
+    apply_change(&mut s.manifests, p.get("manifests"), action);
     let out = ser_service(s, v);
     json_response(STYLE, StatusCode::OK, &out)
 }
