@@ -15,6 +15,29 @@ use super::create::{import_from_source, import_manifest};
 use super::store::ImgapiService;
 use super::{STYLE, Svc, Version, find_image, image_uuid, manifest_response, not_found};
 
+/// The actions that change a stored image in place.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum ImageAction {
+    Activate,
+    Enable,
+    Disable,
+    Update,
+    ChannelAdd,
+}
+
+impl ImageAction {
+    fn parse(action: &str) -> Option<ImageAction> {
+        match action {
+            "activate" => Some(ImageAction::Activate),
+            "enable" => Some(ImageAction::Enable),
+            "disable" => Some(ImageAction::Disable),
+            "update" => Some(ImageAction::Update),
+            "channel-add" => Some(ImageAction::ChannelAdd),
+            _ => None,
+        }
+    }
+}
+
 pub(super) async fn image_action(
     State(svc): Svc,
     Path(raw): Path<String>,
@@ -43,15 +66,15 @@ pub(super) async fn image_action(
             }
         }
     };
-    let action = query_get(&q, "action").unwrap_or("").to_string();
-    match action.as_str() {
+    let action = query_get(&q, "action").unwrap_or("");
+    if let Some(action) = ImageAction::parse(action) {
+        return simple_action(&svc, uuid, action, &q, &body, v);
+    }
+    match action {
         "import" if query_get(&q, "source").is_some() => {
             import_from_source(&svc, uuid, &q, v).await
         }
         "import" => import_manifest(&svc, uuid, &q, &body, v),
-        "activate" | "enable" | "disable" | "update" | "channel-add" => {
-            simple_action(&svc, uuid, &action, &q, &body, v)
-        }
         "" => rest_error_fields(
             STYLE,
             StatusCode::UNPROCESSABLE_ENTITY,
@@ -72,7 +95,7 @@ pub(super) async fn image_action(
 fn simple_action(
     svc: &ImgapiService,
     uuid: ImageUuid,
-    action: &str,
+    action: ImageAction,
     q: &[(String, String)],
     body: &Value,
     v: u64,
@@ -80,7 +103,7 @@ fn simple_action(
     let mut store = svc.lock();
     let uses_channels = store.uses_channels();
     let known_channel = |c: &str| store.has_channel(c);
-    if action == "channel-add" {
+    if action == ImageAction::ChannelAdd {
         // Pretend the endpoint does not exist without channels.
         if !uses_channels {
             return rest_error_fields(
@@ -110,7 +133,7 @@ fn simple_action(
         return not_found(uuid);
     };
     match action {
-        "activate" => {
+        ImageAction::Activate => {
             if img.activated {
                 return rest_error(
                     STYLE,
@@ -133,9 +156,9 @@ fn simple_action(
             }
             img.activated = true;
         }
-        "enable" => img.manifest.disabled = false,
-        "disable" => img.manifest.disabled = true,
-        "update" => {
+        ImageAction::Enable => img.manifest.disabled = false,
+        ImageAction::Disable => img.manifest.disabled = true,
+        ImageAction::Update => {
             if let Some(obj) = body.as_object() {
                 for (k, val) in obj {
                     match k.as_str() {
@@ -160,7 +183,7 @@ fn simple_action(
                 }
             }
         }
-        "channel-add" => {
+        ImageAction::ChannelAdd => {
             let name = body
                 .get("channel")
                 .and_then(Value::as_str)
@@ -170,7 +193,6 @@ fn simple_action(
                 img.channels.push(name);
             }
         }
-        _ => {}
     }
     let img = img.clone();
     let out = store.serialize(&img, v, false);
