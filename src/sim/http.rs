@@ -326,17 +326,15 @@ pub(crate) fn merge_params(
 }
 
 /// Decode a query string into pairs, keeping repeated keys in order.
+/// Restify's query parser reads `+` as a space and keeps a `%` that starts
+/// no valid escape, as `application/x-www-form-urlencoded` decoding does.
 pub(crate) fn parse_query(raw: Option<&str>) -> Vec<(String, String)> {
-    let Some(raw) = raw else {
-        return Vec::new();
-    };
-    raw.split('&')
-        .filter(|p| !p.is_empty())
-        .map(|p| match p.split_once('=') {
-            Some((k, v)) => (percent_decode(k), percent_decode(v)),
-            None => (percent_decode(p), String::new()),
-        })
-        .collect()
+    raw.map(|raw| {
+        form_urlencoded::parse(raw.as_bytes())
+            .into_owned()
+            .collect()
+    })
+    .unwrap_or_default()
 }
 
 /// The first value of `key`.
@@ -347,67 +345,15 @@ pub(crate) fn query_get<'a>(pairs: &'a [(String, String)], key: &str) -> Option<
         .map(|(_, v)| v.as_str())
 }
 
-fn percent_decode(s: &str) -> String {
-    let bytes = s.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        match bytes[i] {
-            b'+' => out.push(b' '),
-            b'%' if i + 2 < bytes.len() => {
-                let hex = std::str::from_utf8(&bytes[i + 1..i + 3]).ok();
-                match hex.and_then(|h| u8::from_str_radix(h, 16).ok()) {
-                    Some(b) => {
-                        out.push(b);
-                        i += 2;
-                    }
-                    None => out.push(b'%'),
-                }
-            }
-            b => out.push(b),
-        }
-        i += 1;
-    }
-    String::from_utf8_lossy(&out).into_owned()
-}
+/// The last second an HTTP-date can carry (9999-12-31T23:59:59Z).
+const LAST_HTTP_DATE: Duration = Duration::from_secs(253_402_300_799);
 
-/// An HTTP-date (RFC 7231 IMF-fixdate), for `Last-Modified`.
+/// An HTTP-date (RFC 7231 IMF-fixdate), for `Last-Modified`. `httpdate`
+/// formats years 1970 to 9999 only (and panics outside them), so a file
+/// time before 1970 reads as the epoch and one after 9999 as its last
+/// second.
 pub(crate) fn http_date(t: SystemTime) -> String {
-    let secs = t
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_secs())
-        .unwrap_or(0);
-    let days = (secs / 86_400) as i64;
-    let rem = secs % 86_400;
-    let (y, m, d) = civil_from_days(days);
-    const DAYS: [&str; 7] = ["Thu", "Fri", "Sat", "Sun", "Mon", "Tue", "Wed"];
-    const MONTHS: [&str; 12] = [
-        "Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec",
-    ];
-    format!(
-        "{}, {:02} {} {} {:02}:{:02}:{:02} GMT",
-        DAYS[(days.rem_euclid(7)) as usize],
-        d,
-        MONTHS[(m - 1) as usize],
-        y,
-        rem / 3600,
-        (rem / 60) % 60,
-        rem % 60
-    )
-}
-
-/// Howard Hinnant's days-to-civil conversion.
-fn civil_from_days(z: i64) -> (i64, u32, u32) {
-    let z = z + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let y = yoe + era * 400;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
-    (if m <= 2 { y + 1 } else { y }, m, d)
+    httpdate::fmt_http_date(t.clamp(UNIX_EPOCH, UNIX_EPOCH + LAST_HTTP_DATE))
 }
 
 /// The connection a request arrived on; a handler can cut it.
@@ -558,6 +504,24 @@ mod tests {
         let t = UNIX_EPOCH + Duration::from_secs(1_795_348_122);
         assert_eq!(http_date(t), "Sun, 22 Nov 2026 11:48:42 GMT");
         assert_eq!(http_date(UNIX_EPOCH), "Thu, 01 Jan 1970 00:00:00 GMT");
+    }
+
+    #[test]
+    fn http_dates_outside_what_httpdate_formats() {
+        let before = UNIX_EPOCH - Duration::from_secs(86_400);
+        assert_eq!(http_date(before), "Thu, 01 Jan 1970 00:00:00 GMT");
+        let after = UNIX_EPOCH + LAST_HTTP_DATE + Duration::from_secs(86_400);
+        assert_eq!(http_date(after), "Fri, 31 Dec 9999 23:59:59 GMT");
+    }
+
+    #[test]
+    fn query_decoding_keeps_bad_escapes() {
+        let q = parse_query(Some("a=%zz&b=100%&c=%2B&&=v"));
+        assert_eq!(query_get(&q, "a"), Some("%zz"));
+        assert_eq!(query_get(&q, "b"), Some("100%"));
+        assert_eq!(query_get(&q, "c"), Some("+"));
+        assert_eq!(query_get(&q, ""), Some("v"));
+        assert!(parse_query(None).is_empty());
     }
 
     #[test]

@@ -96,7 +96,7 @@ use serde::{Deserialize, Serialize};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
-pub use self::cnapi::{LIST_MAX_LIMIT, ServerRecord};
+pub use self::cnapi::{LIST_MAX_LIMIT, ServerRecord, ServerStatus};
 pub use self::config::{ExecuteTransport, SeedSpec, SimConfig};
 pub use self::faults::{BurstSpec, Distribution, FaultConfig, Faults, LatencySpec, SimApi};
 pub use self::gz::{
@@ -156,10 +156,15 @@ pub enum SimError {
         "simulator state {path} has format {found}, this agentsadm writes another (remove the state directory to start fresh)"
     )]
     StateVersion { path: PathBuf, found: u32 },
+    /// An image file of the state directory is not the one recorded.
     #[error(
-        "simulator state {path} is damaged: {detail} (remove the state directory to start fresh)"
+        "simulator state {path} is damaged: sha1 {sha1} does not match the recorded {recorded} (remove the state directory to start fresh)"
     )]
-    StateCorrupt { path: PathBuf, detail: String },
+    StateCorrupt {
+        path: PathBuf,
+        sha1: String,
+        recorded: String,
+    },
     #[error("cannot encode the simulator state")]
     StateEncode {
         #[source]
@@ -647,7 +652,11 @@ impl SimDc {
     /// Set a server's CNAPI `status` (`running`, or `unknown` when false).
     pub fn set_running(&self, uuid: ServerUuid, running: bool) {
         if let Some(r) = self.core.cnapi.servers().get_mut(&uuid) {
-            r.status = if running { "running" } else { "unknown" }.to_string();
+            r.status = if running {
+                ServerStatus::Running
+            } else {
+                ServerStatus::Unknown
+            };
         }
         self.core.touch();
     }
@@ -840,7 +849,7 @@ fn apply_config(core: &Arc<DcCore>, fresh: bool) -> Result<(), SimError> {
         for sel in &core.config.faults.not_running {
             let u = resolve(sel).ok_or_else(|| unknown(sel))?;
             if let Some(r) = records.get_mut(&u) {
-                r.status = "unknown".to_string();
+                r.status = ServerStatus::Unknown;
             }
         }
     }

@@ -185,10 +185,8 @@ pub(crate) fn restore_images(
                 if f.sha1 != meta.sha1 {
                     return Err(SimError::StateCorrupt {
                         path,
-                        detail: format!(
-                            "sha1 {} does not match the recorded {}",
-                            f.sha1, meta.sha1
-                        ),
+                        sha1: f.sha1,
+                        recorded: meta.sha1,
                     });
                 }
                 f.mtime = UNIX_EPOCH + Duration::from_millis(meta.mtime_ms);

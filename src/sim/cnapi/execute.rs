@@ -1,0 +1,275 @@
+//! CNAPI's CommandExecute: the request's checks, and running the
+//! `agentsadm` command lines the orchestrator sends against a mock server
+//! (install latency and failure injection for the ones that change it).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::body::Bytes;
+use axum::extract::{Path, RawQuery, State};
+use axum::http::StatusCode;
+use axum::response::Response;
+use serde_json::{Value, json};
+
+use crate::api::cnapi::ExecuteRequest;
+use crate::ids::ImageUuid;
+use crate::remote::{GzFailure, GzResult};
+use crate::sim::ExecuteTransport;
+use crate::sim::core::DcCore;
+use crate::sim::fleet::MockServer;
+use crate::sim::gz::error_chain;
+use crate::sim::http::{json_response, rest_error};
+
+use super::{
+    Core, STYLE, bool_param, invalid_argument, invalid_parameters, physical, sleep_or_shutdown,
+    sleep_until_or_shutdown, task_request,
+};
+
+/// What a command run produced (cn-agent's `command_execute` result).
+struct CommandOutcome {
+    exit_code: Option<i32>,
+    signal: Option<&'static str>,
+    stdout: String,
+    stderr: String,
+}
+
+pub(super) async fn execute(
+    State(core): Core,
+    Path(raw): Path<String>,
+    RawQuery(rq): RawQuery,
+    body: Bytes,
+) -> Response {
+    let (rec, p) = match task_request(&core, &raw, rq.as_deref(), &body) {
+        Ok(r) => r,
+        Err(r) => return r,
+    };
+    let mut errors = Vec::new();
+    if !p.get("script").is_some_and(Value::is_string) {
+        errors.push(("script", "value was not a string".to_string()));
+    }
+    if p.get("args").is_some_and(|a| !a.is_array()) {
+        errors.push(("args", "value was not an array".to_string()));
+    }
+    if p.get("env").is_some_and(|e| !e.is_object()) {
+        errors.push(("env", "value was not an object".to_string()));
+    }
+    let json_flag = match p.get("json") {
+        None => false,
+        Some(v) => match bool_param(v) {
+            Some(b) => b,
+            None => {
+                errors.push(("json", "Invalid value".to_string()));
+                false
+            }
+        },
+    };
+    if p.get("timeout").is_some_and(|t| !t.is_number()) {
+        errors.push(("timeout", "value was not a number".to_string()));
+    }
+    if !errors.is_empty() {
+        return invalid_parameters(StatusCode::INTERNAL_SERVER_ERROR, errors);
+    }
+    let timeout_ms = p.get("timeout").and_then(Value::as_u64);
+    if timeout_ms.is_some() && core.config.execute_transport == ExecuteTransport::Ur {
+        return invalid_argument(
+            "timeout only supported when using cn-agent (See: FEATURE_USE_CNAGENT_COMMAND_EXECUTE)",
+        );
+    }
+    let request = ExecuteRequest {
+        script: p["script"].as_str().unwrap_or_default().to_string(),
+        args: p
+            .get("args")
+            .and_then(Value::as_array)
+            .map(|a| {
+                a.iter()
+                    .map(|v| match v {
+                        Value::String(s) => s.clone(),
+                        other => other.to_string(),
+                    })
+                    .collect()
+            })
+            .unwrap_or_default(),
+        env: p
+            .get("env")
+            .and_then(Value::as_object)
+            .map(|o| {
+                o.iter()
+                    .map(|(k, v)| (k.clone(), v.as_str().unwrap_or_default().to_string()))
+                    .collect()
+            })
+            .unwrap_or_default(),
+        json: json_flag,
+        timeout: timeout_ms,
+    };
+    let server = match physical(&core, rec.uuid) {
+        Ok(s) => s,
+        Err(r) => return r,
+    };
+    let outcome = run_command(&core, &server, request, timeout_ms).await;
+    if json_flag {
+        json_response(
+            STYLE,
+            StatusCode::OK,
+            &json!({
+                "exitCode": outcome.exit_code,
+                "signal": outcome.signal,
+                "stderr": outcome.stderr,
+                "stdout": outcome.stdout,
+            }),
+        )
+    } else if outcome.exit_code != Some(0) {
+        // Without json, a non-zero exit is an InternalError and stderr is lost.
+        rest_error(
+            STYLE,
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "InternalError",
+            "Error executing on remote system",
+        )
+    } else {
+        json_response(STYLE, StatusCode::OK, &json!(outcome.stdout.trim()))
+    }
+}
+
+/// `gz` subcommands that change the server (and so get install latency
+/// and failure injection).
+const CHANGING: [&str; 4] = ["install", "remove", "setup", "rollback"];
+
+/// Run an execute request on a mock server. Only `agentsadm` command lines
+/// built by `remote::gz_execute_request` run; any other script is answered
+/// as a server without that command would: exit 127 and nothing run.
+async fn run_command(
+    core: &Arc<DcCore>,
+    server: &Arc<MockServer>,
+    request: ExecuteRequest,
+    timeout_ms: Option<u64>,
+) -> CommandOutcome {
+    let Some(args) = crate::remote::parse_gz_execute(&request) else {
+        return CommandOutcome {
+            exit_code: Some(127),
+            signal: None,
+            stdout: String::new(),
+            stderr: "agentsadm sim: simulated servers only run agentsadm command lines (remote::EXEC_SCRIPT); the script was not run\n".into(),
+        };
+    };
+    let arrived = tokio::time::Instant::now();
+    let argv = args.to_vec();
+    let changing = argv.first().map(String::as_str) == Some("gz")
+        && argv.get(1).is_some_and(|c| CHANGING.contains(&c.as_str()));
+    let mut latency = Duration::ZERO;
+    if changing {
+        let component = component_of(core, &argv);
+        let fate = core.faults.install_fate(server.uuid, &component);
+        latency = fate.latency;
+        if fate.hang {
+            match timeout_ms {
+                Some(ms) => {
+                    sleep_or_shutdown(core, Duration::from_millis(ms)).await;
+                    return killed();
+                }
+                None => {
+                    core.shutdown.cancelled().await;
+                    return killed();
+                }
+            }
+        }
+        if fate.fail {
+            if !sleep_until_or_shutdown(core, arrived + fate.latency).await {
+                return killed();
+            }
+            let message = format!(
+                "injected failure installing {component} on {}",
+                server.hostname
+            );
+            let result = GzResult {
+                server_uuid: server.uuid,
+                components: Vec::new(),
+                error: Some(GzFailure {
+                    component: Some(component),
+                    step: "injected".into(),
+                    message: message.clone(),
+                }),
+                warnings: Vec::new(),
+            };
+            return CommandOutcome {
+                exit_code: Some(1),
+                signal: None,
+                stdout: serde_json::to_string(&result).unwrap_or_default() + "\n",
+                stderr: format!("agentsadm: error: {message}\n"),
+            };
+        }
+    }
+    // A changing command takes at least the injected latency; its real
+    // work runs inside it.
+    if let Err(e) = core.ensure_prepared(server) {
+        return CommandOutcome {
+            exit_code: Some(1),
+            signal: None,
+            stdout: String::new(),
+            stderr: format!("agentsadm: error: {}\n", error_chain(&e)),
+        };
+    }
+    let env = core.env();
+    let mut vars = env.command_env();
+    if core.config.execute_transport == ExecuteTransport::CnAgent {
+        // cn-agent's command_execute runs commands inside cn-agent's own
+        // SMF contract (its environment says so); Ur's do not.
+        if let Some(fmri) = core
+            .catalog
+            .get("cn-agent")
+            .and_then(|c| c.smf_services.first())
+        {
+            vars.insert("SMF_FMRI".into(), fmri.clone());
+        }
+    }
+    vars.extend(request.env.clone());
+    let run = core
+        .gz
+        .run(env, server.target(&core.config.datacenter), argv, vars);
+    let fut = async {
+        let (r, alive) = tokio::join!(run, sleep_until_or_shutdown(core, arrived + latency));
+        alive.then_some(r)
+    };
+    let result = match timeout_ms {
+        Some(ms) => match tokio::time::timeout(Duration::from_millis(ms), fut).await {
+            Ok(Some(r)) => r,
+            _ => return killed(),
+        },
+        None => match fut.await {
+            Some(r) => r,
+            None => return killed(),
+        },
+    };
+    if changing {
+        core.touch();
+    }
+    CommandOutcome {
+        exit_code: Some(result.exit_status),
+        signal: None,
+        stdout: result.stdout,
+        stderr: result.stderr,
+    }
+}
+
+fn killed() -> CommandOutcome {
+    CommandOutcome {
+        exit_code: None,
+        signal: Some("SIGTERM"),
+        stdout: String::new(),
+        stderr: String::new(),
+    }
+}
+
+/// The component a `gz` command line is about (for fault selection): the
+/// first operand, with image UUIDs resolved to their name.
+fn component_of(core: &DcCore, argv: &[String]) -> String {
+    let operand = argv
+        .iter()
+        .skip(2)
+        .find(|a| !a.starts_with('-'))
+        .cloned()
+        .unwrap_or_default();
+    match operand.parse::<ImageUuid>() {
+        Ok(u) => core.image_name(u).unwrap_or(operand),
+        Err(_) => operand,
+    }
+}
