@@ -13,6 +13,7 @@ pub mod bench;
 pub mod catalog;
 pub mod cli;
 pub mod demo;
+pub mod error;
 pub mod flows;
 pub mod gz;
 pub mod ids;

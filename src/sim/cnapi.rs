@@ -36,13 +36,13 @@ use tokio::sync::watch;
 
 use super::core::DcCore;
 use super::fleet::MockServer;
-use super::gz::error_chain;
 use super::http::{
     ApiInfo, JsonStyle, bad_method, empty, json_response, merge_params, not_found_route,
     parse_query, rest_error, rest_error_fields,
 };
 use super::imgapi::iso_millis;
 use crate::api::cnapi::{AgentEntry, ExecuteRequest, Task, TaskEvent, TaskStatus};
+use crate::error::error_chain;
 use crate::ids::{ImageUuid, JobUuid, ServerUuid, TaskId};
 use crate::remote::{GzFailure, GzResult};
 
