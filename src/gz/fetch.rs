@@ -33,7 +33,6 @@ use crate::api::{ApiError, ImgapiClient};
 use crate::catalog::{Catalog, CatalogError, Component};
 use crate::ids::ImageUuid;
 use crate::image::{Compression, ImageFile, ImageManifest};
-use crate::imagebuild::hex;
 
 use super::unpack::{self, UnpackError, UnpackOptions, Unpacked};
 
@@ -976,8 +975,8 @@ fn pipeline<R: Read>(
     }
     let digests = Digests {
         size: hashing.size,
-        sha1: hex(&hashing.sha1.finalize_reset()),
-        sha256: hex(&hashing.sha256.finalize_reset()),
+        sha1: format!("{:x}", hashing.sha1.finalize_reset()),
+        sha256: format!("{:x}", hashing.sha256.finalize_reset()),
         md5: hashing
             .md5
             .take()

@@ -41,7 +41,6 @@ use crate::api::ApiConfig;
 use crate::api::imgapi::ImgapiClient;
 use crate::ids::ImageUuid;
 use crate::image::{ADMIN_OWNER, Compression, ImageFile, ImageManifest, ImageState};
-use crate::imagebuild::hex;
 
 const STYLE: JsonStyle = JsonStyle::Pretty;
 
@@ -120,7 +119,7 @@ pub struct StoredFile {
 
 impl StoredFile {
     pub(crate) fn new(bytes: Bytes, compression: Compression) -> StoredFile {
-        let sha1 = hex(&Sha1::digest(&bytes));
+        let sha1 = format!("{:x}", Sha1::digest(&bytes));
         let md5_b64 = base64::engine::general_purpose::STANDARD.encode(Md5::digest(&bytes));
         StoredFile {
             bytes,
@@ -663,9 +662,10 @@ fn find_image<'a>(
 }
 
 fn manifest_etag(body: &Value) -> String {
-    hex(&Sha1::digest(
-        serde_json::to_vec(body).unwrap_or_default().as_slice(),
-    ))
+    format!(
+        "{:x}",
+        Sha1::digest(serde_json::to_vec(body).unwrap_or_default().as_slice())
+    )
 }
 
 /// A manifest response with the `Etag` IMGAPI sets (sha1 of the JSON).
