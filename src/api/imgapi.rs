@@ -7,7 +7,7 @@ use md5::Digest;
 use reqwest::Method;
 use serde_json::json;
 
-use super::{Api, ApiConfig, ApiError, Idempotent, RestClient, query};
+use super::{Api, ApiConfig, ApiError, Idempotent, RestClient, query, strip_query};
 use crate::ids::ImageUuid;
 use crate::image::{Compression, ImageManifest, ImageState};
 
@@ -284,18 +284,19 @@ impl ImgapiClient {
     pub async fn get_image_file(&self, uuid: ImageUuid) -> Result<ImageFileDownload, ApiError> {
         let pairs: Vec<(&str, String)> = self.channel_pair(None).into_iter().collect();
         let path = format!("/images/{uuid}/file{}", query(&pairs));
-        let attempts = self.rest.config().retries + 1;
         let mut attempt = 0;
-        loop {
-            attempt += 1;
-            match self.start_file(&path).await {
-                Err(err) if attempt < attempts && err.is_transient() => {
-                    tokio::time::sleep(super::backoff_delay(self.rest.config().backoff, attempt))
-                        .await;
-                }
-                other => return other,
-            }
-        }
+        self.rest
+            .config()
+            .retry_policy()
+            .run(
+                || self.start_file(&path),
+                ApiError::is_transient,
+                |err, delay| {
+                    attempt += 1;
+                    tracing::debug!(image = %uuid, attempt, error = %err, "image file download did not start; retrying after {delay:?}");
+                },
+            )
+            .await
     }
 
     async fn start_file(&self, path: &str) -> Result<ImageFileDownload, ApiError> {
@@ -308,7 +309,7 @@ impl ImgapiClient {
                 return Err(ApiError::Timeout {
                     api: Api::Imgapi,
                     method: Method::GET,
-                    path: path.split('?').next().unwrap_or(path).to_string(),
+                    path: strip_query(path),
                     timeout,
                 });
             }
@@ -320,7 +321,7 @@ impl ImgapiClient {
             return Err(ApiError::Status {
                 api: Api::Imgapi,
                 method: Method::GET,
-                path: path.split('?').next().unwrap_or(path).to_string(),
+                path: strip_query(path),
                 status: status.as_u16(),
                 body: super::ErrorBody::parse(&body),
             });
@@ -339,7 +340,7 @@ impl ImgapiClient {
             response: resp,
             content_length,
             content_md5,
-            path: path.split('?').next().unwrap_or(path).to_string(),
+            path: strip_query(path),
         })
     }
 

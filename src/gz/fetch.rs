@@ -29,7 +29,7 @@ use md5::Md5;
 use sha1::{Digest, Sha1};
 use sha2::Sha256;
 
-use crate::api::{ApiError, ImgapiClient};
+use crate::api::{ApiError, ImgapiClient, RetryPolicy};
 use crate::catalog::{Catalog, CatalogError, Component};
 use crate::ids::ImageUuid;
 use crate::image::{Compression, ImageFile, ImageManifest};
@@ -380,9 +380,17 @@ pub struct FetchOptions {
     pub read_timeout: Duration,
     /// Extra whole-download attempts after a broken or corrupt transfer.
     pub retries: u32,
-    /// First retry delay; doubles each attempt.
+    /// First retry delay; doubles each attempt, with jitter (see
+    /// [`crate::api::retry`]).
     pub backoff: Duration,
     pub unpack: UnpackOptions,
+}
+
+impl FetchOptions {
+    /// How a broken or corrupt download is retried.
+    pub fn retry_policy(&self) -> RetryPolicy {
+        RetryPolicy::new(self.retries, self.backoff)
+    }
 }
 
 impl Default for FetchOptions {
@@ -591,18 +599,17 @@ async fn fetch(
         ImageSource::Imgapi(_) => {
             let client = imgapi.ok_or(FetchError::NoImgapi { uuid })?;
             let mut attempt = 0;
-            loop {
-                let result = download_once(client, image, consumer, options).await;
-                match result {
-                    Err(e) if e.is_retryable() && attempt < options.retries => {
+            options
+                .retry_policy()
+                .run(
+                    || download_once(client, image, consumer, options),
+                    FetchError::is_retryable,
+                    |e, delay| {
                         attempt += 1;
-                        let delay = options.backoff.saturating_mul(1 << (attempt - 1).min(6));
                         tracing::warn!(image = %uuid, attempt, error = %e, "image download failed; retrying in {delay:?}");
-                        tokio::time::sleep(delay).await;
-                    }
-                    other => return other,
-                }
-            }
+                    },
+                )
+                .await
         }
     }
 }
