@@ -147,6 +147,27 @@ pub struct Channel {
     pub default: bool,
 }
 
+/// An updates-server URL may carry `?channel=x` (the sdc-clients
+/// convention): the base URL without its query, and the channel (decoded).
+/// A URL without a `channel` parameter is returned as given, so a bad one is
+/// reported as the operator wrote it.
+fn split_channel(base_url: &str) -> (String, Option<String>) {
+    let Ok(mut url) = reqwest::Url::parse(base_url) else {
+        return (base_url.to_string(), None);
+    };
+    let channel = url
+        .query_pairs()
+        .find(|(key, _)| key == "channel")
+        .map(|(_, value)| value.into_owned());
+    match channel {
+        Some(channel) => {
+            url.set_query(None);
+            (url.to_string(), Some(channel))
+        }
+        None => (base_url.to_string(), None),
+    }
+}
+
 /// Client for one IMGAPI (the datacenter's, or an updates server).
 #[derive(Clone, Debug)]
 pub struct ImgapiClient {
@@ -156,13 +177,9 @@ pub struct ImgapiClient {
 
 impl ImgapiClient {
     pub fn new(base_url: &str, config: ApiConfig) -> Result<ImgapiClient, ApiError> {
-        // An updates-server URL may carry `?channel=x` (sdc-clients convention).
-        let (base, channel) = match base_url.split_once("?channel=") {
-            Some((b, c)) => (b, Some(c.to_string())),
-            None => (base_url, None),
-        };
+        let (base, channel) = split_channel(base_url);
         Ok(ImgapiClient {
-            rest: RestClient::new(Api::Imgapi, base, config, Some("~2"))?,
+            rest: RestClient::new(Api::Imgapi, &base, config, Some("~2"))?,
             channel,
         })
     }
@@ -502,5 +519,31 @@ impl ImgapiClient {
         self.rest
             .json(Method::GET, "/ping", Idempotent::Yes, None)
             .await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn channel_comes_off_the_base_url() {
+        let client = ImgapiClient::new(
+            "https://updates.example.com?channel=dev",
+            ApiConfig::default(),
+        )
+        .unwrap();
+        assert_eq!(client.base_url(), "https://updates.example.com");
+        assert_eq!(client.channel(), Some("dev"));
+        let client = ImgapiClient::new(
+            "http://10.0.0.5:8080/imgapi/?channel=release%2Dcandidate",
+            ApiConfig::default(),
+        )
+        .unwrap();
+        assert_eq!(client.base_url(), "http://10.0.0.5:8080/imgapi");
+        assert_eq!(client.channel(), Some("release-candidate"));
+        let client = ImgapiClient::new("http://10.0.0.5/", ApiConfig::default()).unwrap();
+        assert_eq!(client.base_url(), "http://10.0.0.5");
+        assert_eq!(client.channel(), None);
     }
 }
