@@ -7,6 +7,8 @@
 //! - `concurrency`: ordering, parallel-safe overlap, the server lock;
 //! - `sapi_cnapi`: adoption and the server.agents report;
 //! - `mockcloud`, `setup`, `handoff`: the other layouts and flows;
+//! - `fetch`: local image files verified and unpacked, a corrupt one refused;
+//! - `unpack`: the unpacker's rules, one example each;
 //! - `unpack_props`: the unpacker never writes outside staging.
 
 #[path = "common/gz.rs"]
@@ -18,6 +20,8 @@ mod bad_input;
 mod concurrency;
 #[path = "gz_suite/crash.rs"]
 mod crash;
+#[path = "gz_suite/fetch.rs"]
+mod fetch;
 #[path = "gz_suite/handoff.rs"]
 mod handoff;
 #[path = "gz_suite/install.rs"]
@@ -30,5 +34,7 @@ mod sapi_cnapi;
 mod setup;
 #[path = "gz_suite/shar.rs"]
 mod shar;
+#[path = "gz_suite/unpack.rs"]
+mod unpack;
 #[path = "gz_suite/unpack_props.rs"]
 mod unpack_props;
