@@ -200,6 +200,15 @@ impl ImgapiClient {
         self.channel.as_deref()
     }
 
+    /// The URL another IMGAPI imports from (AdminImportImage's `source=`):
+    /// the base URL with this client's channel, if any, as `?channel=x`.
+    pub fn source_url(&self) -> String {
+        match &self.channel {
+            Some(c) => format!("{}{}", self.base_url(), query(&[("channel", c.clone())])),
+            None => self.base_url().to_string(),
+        }
+    }
+
     fn channel_pair(&self, explicit: Option<&String>) -> Option<(&'static str, String)> {
         explicit
             .or(self.channel.as_ref())
@@ -542,8 +551,16 @@ mod tests {
         .unwrap();
         assert_eq!(client.base_url(), "http://10.0.0.5:8080/imgapi");
         assert_eq!(client.channel(), Some("release-candidate"));
+        assert_eq!(
+            client.source_url(),
+            "http://10.0.0.5:8080/imgapi?channel=release-candidate"
+        );
+        let odd = client.with_channel(Some("a b&c".into()));
+        let again = ImgapiClient::new(&odd.source_url(), ApiConfig::default()).unwrap();
+        assert_eq!(again.channel(), Some("a b&c"));
         let client = ImgapiClient::new("http://10.0.0.5/", ApiConfig::default()).unwrap();
         assert_eq!(client.base_url(), "http://10.0.0.5");
         assert_eq!(client.channel(), None);
+        assert_eq!(client.source_url(), "http://10.0.0.5");
     }
 }
