@@ -10,6 +10,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use crate::api::ImgapiClient;
+use crate::error::error_chain;
 
 use super::super::unpack;
 use super::pipeline::{Consumed, Consumer, pipeline};
@@ -156,10 +157,9 @@ async fn pump(
                 return Err(PumpError::Stalled);
             }
             Ok(Err(e)) => {
-                let msg = match std::error::Error::source(&e) {
-                    Some(s) => format!("{e}: {s}"),
-                    None => e.to_string(),
-                };
+                // Flattened: the error travels to the blocking half too,
+                // and io::Error cannot share a reqwest::Error.
+                let msg = error_chain(&e);
                 let _ = tx.send(Err(io::Error::other(msg.clone()))).await;
                 return Err(PumpError::Transfer(io::Error::other(msg)));
             }
