@@ -22,6 +22,7 @@
 pub mod api;
 pub mod catalog;
 pub mod cli;
+pub mod error;
 pub mod flows;
 pub mod gz;
 pub mod ids;

@@ -7,6 +7,8 @@
 //! - `concurrency`: ordering, parallel-safe overlap, the server lock;
 //! - `sapi_cnapi`: adoption and the server.agents report;
 //! - `mockcloud`, `setup`, `handoff`: the other layouts and flows;
+//! - `fetch`: local image files verified and unpacked, a corrupt one refused;
+//! - `unpack`: the unpacker's rules, one example each;
 //! - `unpack_props`: the unpacker never writes outside staging.
 
 #[path = "common/gz.rs"]
@@ -20,6 +22,8 @@ mod bad_input;
 mod concurrency;
 #[path = "gz_suite/crash.rs"]
 mod crash;
+#[path = "gz_suite/fetch.rs"]
+mod fetch;
 #[path = "gz_suite/handoff.rs"]
 mod handoff;
 #[path = "gz_suite/install.rs"]
@@ -34,5 +38,7 @@ mod setup;
 mod shar;
 #[path = "gz_suite/shar_reader.rs"]
 mod shar_reader;
+#[path = "gz_suite/unpack.rs"]
+mod unpack;
 #[path = "gz_suite/unpack_props.rs"]
 mod unpack_props;

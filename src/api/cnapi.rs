@@ -423,7 +423,10 @@ impl CnapiClient {
     /// still `active` if it did not finish in time (that is not an error).
     pub async fn wait_task(&self, id: TaskId, timeout: Duration) -> Result<Task, ApiError> {
         let secs = timeout.as_secs().max(1);
-        let path = format!("/tasks/{id}/wait?timeout={secs}");
+        let path = format!(
+            "/tasks/{id}/wait{}",
+            query(&[("timeout", secs.to_string())])
+        );
         let raw = self
             .rest
             .send_raw(

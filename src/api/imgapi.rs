@@ -7,7 +7,7 @@ use md5::Digest;
 use reqwest::Method;
 use serde_json::json;
 
-use super::{Api, ApiConfig, ApiError, Idempotent, RestClient, query};
+use super::{Api, ApiConfig, ApiError, Idempotent, RestClient, query, strip_query};
 use crate::ids::ImageUuid;
 use crate::image::{Compression, ImageManifest, ImageState};
 
@@ -147,6 +147,27 @@ pub struct Channel {
     pub default: bool,
 }
 
+/// An updates-server URL may carry `?channel=x` (the sdc-clients
+/// convention): the base URL without its query, and the channel (decoded).
+/// A URL without a `channel` parameter is returned as given, so a bad one is
+/// reported as the operator wrote it.
+fn split_channel(base_url: &str) -> (String, Option<String>) {
+    let Ok(mut url) = reqwest::Url::parse(base_url) else {
+        return (base_url.to_string(), None);
+    };
+    let channel = url
+        .query_pairs()
+        .find(|(key, _)| key == "channel")
+        .map(|(_, value)| value.into_owned());
+    match channel {
+        Some(channel) => {
+            url.set_query(None);
+            (url.to_string(), Some(channel))
+        }
+        None => (base_url.to_string(), None),
+    }
+}
+
 /// Client for one IMGAPI (the datacenter's, or an updates server).
 #[derive(Clone, Debug)]
 pub struct ImgapiClient {
@@ -156,13 +177,9 @@ pub struct ImgapiClient {
 
 impl ImgapiClient {
     pub fn new(base_url: &str, config: ApiConfig) -> Result<ImgapiClient, ApiError> {
-        // An updates-server URL may carry `?channel=x` (sdc-clients convention).
-        let (base, channel) = match base_url.split_once("?channel=") {
-            Some((b, c)) => (b, Some(c.to_string())),
-            None => (base_url, None),
-        };
+        let (base, channel) = split_channel(base_url);
         Ok(ImgapiClient {
-            rest: RestClient::new(Api::Imgapi, base, config, Some("~2"))?,
+            rest: RestClient::new(Api::Imgapi, &base, config, Some("~2"))?,
             channel,
         })
     }
@@ -181,6 +198,15 @@ impl ImgapiClient {
 
     pub fn channel(&self) -> Option<&str> {
         self.channel.as_deref()
+    }
+
+    /// The URL another IMGAPI imports from (AdminImportImage's `source=`):
+    /// the base URL with this client's channel, if any, as `?channel=x`.
+    pub fn source_url(&self) -> String {
+        match &self.channel {
+            Some(c) => format!("{}{}", self.base_url(), query(&[("channel", c.clone())])),
+            None => self.base_url().to_string(),
+        }
     }
 
     fn channel_pair(&self, explicit: Option<&String>) -> Option<(&'static str, String)> {
@@ -284,18 +310,19 @@ impl ImgapiClient {
     pub async fn get_image_file(&self, uuid: ImageUuid) -> Result<ImageFileDownload, ApiError> {
         let pairs: Vec<(&str, String)> = self.channel_pair(None).into_iter().collect();
         let path = format!("/images/{uuid}/file{}", query(&pairs));
-        let attempts = self.rest.config().retries + 1;
         let mut attempt = 0;
-        loop {
-            attempt += 1;
-            match self.start_file(&path).await {
-                Err(err) if attempt < attempts && err.is_transient() => {
-                    tokio::time::sleep(super::backoff_delay(self.rest.config().backoff, attempt))
-                        .await;
-                }
-                other => return other,
-            }
-        }
+        self.rest
+            .config()
+            .retry_policy()
+            .run(
+                || self.start_file(&path),
+                ApiError::is_transient,
+                |err, delay| {
+                    attempt += 1;
+                    tracing::debug!(image = %uuid, attempt, error = %err, "image file download did not start; retrying after {delay:?}");
+                },
+            )
+            .await
     }
 
     async fn start_file(&self, path: &str) -> Result<ImageFileDownload, ApiError> {
@@ -308,7 +335,7 @@ impl ImgapiClient {
                 return Err(ApiError::Timeout {
                     api: Api::Imgapi,
                     method: Method::GET,
-                    path: path.split('?').next().unwrap_or(path).to_string(),
+                    path: strip_query(path),
                     timeout,
                 });
             }
@@ -320,7 +347,7 @@ impl ImgapiClient {
             return Err(ApiError::Status {
                 api: Api::Imgapi,
                 method: Method::GET,
-                path: path.split('?').next().unwrap_or(path).to_string(),
+                path: strip_query(path),
                 status: status.as_u16(),
                 body: super::ErrorBody::parse(&body),
             });
@@ -339,7 +366,7 @@ impl ImgapiClient {
             response: resp,
             content_length,
             content_md5,
-            path: path.split('?').next().unwrap_or(path).to_string(),
+            path: strip_query(path),
         })
     }
 
@@ -501,5 +528,39 @@ impl ImgapiClient {
         self.rest
             .json(Method::GET, "/ping", Idempotent::Yes, None)
             .await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn channel_comes_off_the_base_url() {
+        let client = ImgapiClient::new(
+            "https://updates.example.com?channel=dev",
+            ApiConfig::default(),
+        )
+        .unwrap();
+        assert_eq!(client.base_url(), "https://updates.example.com");
+        assert_eq!(client.channel(), Some("dev"));
+        let client = ImgapiClient::new(
+            "http://10.0.0.5:8080/imgapi/?channel=release%2Dcandidate",
+            ApiConfig::default(),
+        )
+        .unwrap();
+        assert_eq!(client.base_url(), "http://10.0.0.5:8080/imgapi");
+        assert_eq!(client.channel(), Some("release-candidate"));
+        assert_eq!(
+            client.source_url(),
+            "http://10.0.0.5:8080/imgapi?channel=release-candidate"
+        );
+        let odd = client.with_channel(Some("a b&c".into()));
+        let again = ImgapiClient::new(&odd.source_url(), ApiConfig::default()).unwrap();
+        assert_eq!(again.channel(), Some("a b&c"));
+        let client = ImgapiClient::new("http://10.0.0.5/", ApiConfig::default()).unwrap();
+        assert_eq!(client.base_url(), "http://10.0.0.5");
+        assert_eq!(client.channel(), None);
+        assert_eq!(client.source_url(), "http://10.0.0.5");
     }
 }

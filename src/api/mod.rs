@@ -3,25 +3,28 @@
 //! docs/triton/apis.md §0.
 //!
 //! - Every call has a timeout.
-//! - Idempotent calls retry with exponential backoff on connect errors,
-//!   timeouts and 5xx answers; other calls never retry, so a task is never
-//!   started twice.
+//! - Idempotent calls retry on connect errors, timeouts and 5xx answers,
+//!   under the one [`retry`] policy; other calls never retry, so a task is
+//!   never started twice.
 //! - Error bodies (`{code, message, errors?}`, or restify's plain `{message}`
 //!   500s) become [`ApiError::Status`] with the parsed body.
 
 pub mod cnapi;
 pub mod imgapi;
+pub mod retry;
 pub mod sapi;
 
 use std::fmt;
 use std::time::Duration;
 
+use percent_encoding::{AsciiSet, NON_ALPHANUMERIC, utf8_percent_encode};
 use reqwest::{Method, StatusCode};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
 pub use cnapi::CnapiClient;
 pub use imgapi::ImgapiClient;
+pub use retry::RetryPolicy;
 pub use sapi::SapiClient;
 
 /// Which API a call went to, for messages.
@@ -240,9 +243,16 @@ pub struct ApiConfig {
     pub timeout: Duration,
     /// Extra attempts for idempotent calls.
     pub retries: u32,
-    /// First backoff; doubles each attempt, with jitter.
+    /// First backoff; doubles each attempt, with jitter (see [`retry`]).
     pub backoff: Duration,
     pub user_agent: String,
+}
+
+impl ApiConfig {
+    /// How an idempotent call retries.
+    pub fn retry_policy(&self) -> RetryPolicy {
+        RetryPolicy::new(self.retries, self.backoff)
+    }
 }
 
 impl Default for ApiConfig {
@@ -350,23 +360,22 @@ impl RestClient {
         build: impl Fn(reqwest::RequestBuilder) -> reqwest::RequestBuilder,
     ) -> Result<RawResponse, ApiError> {
         let timeout = timeout.unwrap_or(self.config.timeout);
-        let attempts = match idempotent {
-            Idempotent::Yes => self.config.retries + 1,
-            Idempotent::No => 1,
+        let policy = match idempotent {
+            Idempotent::Yes => self.config.retry_policy(),
+            Idempotent::No => RetryPolicy::new(0, self.config.backoff),
         };
+        let build = &build;
         let mut attempt = 0;
-        loop {
-            attempt += 1;
-            let result = self.send_once(method.clone(), path, timeout, &build).await;
-            match result {
-                Err(err) if attempt < attempts && err.is_transient() => {
-                    let delay = backoff_delay(self.config.backoff, attempt);
+        policy
+            .run(
+                || self.send_once(method.clone(), path, timeout, build),
+                ApiError::is_transient,
+                |err, delay| {
+                    attempt += 1;
                     tracing::debug!(api = %self.api, %method, path, attempt, error = %err, "retrying after {delay:?}");
-                    tokio::time::sleep(delay).await;
-                }
-                other => return other,
-            }
-        }
+                },
+            )
+            .await
     }
 
     async fn send_once(
@@ -481,30 +490,19 @@ impl RestClient {
     }
 }
 
-fn strip_query(path: &str) -> String {
+/// The path of a request without its query, for messages.
+pub(crate) fn strip_query(path: &str) -> String {
     path.split('?').next().unwrap_or(path).to_string()
 }
 
-/// Exponential backoff with up to 50% jitter, so 20 workers retrying the same
-/// overloaded API do not come back in lockstep.
-fn backoff_delay(base: Duration, attempt: u32) -> Duration {
-    let exp = base.saturating_mul(1u32 << (attempt - 1).min(6));
-    let jitter = rand::random::<f64>() * 0.5;
-    exp.mul_f64(1.0 + jitter).min(Duration::from_secs(10))
-}
-
-/// Percent-encode a query value.
-pub(crate) fn qv(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    for b in s.bytes() {
-        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b'~') {
-            out.push(b as char);
-        } else {
-            out.push_str(&format!("%{b:02X}"));
-        }
-    }
-    out
-}
+/// What a query key or value may carry unencoded: RFC 3986's unreserved
+/// characters. Everything else, `+` and spaces included, is percent-encoded,
+/// which restify and the Triton APIs decode alike.
+const QUERY_COMPONENT: &AsciiSet = &NON_ALPHANUMERIC
+    .remove(b'-')
+    .remove(b'_')
+    .remove(b'.')
+    .remove(b'~');
 
 /// Build `?k=v&...` from pairs (empty string when there are none).
 pub(crate) fn query(pairs: &[(&str, String)]) -> String {
@@ -513,7 +511,13 @@ pub(crate) fn query(pairs: &[(&str, String)]) -> String {
     }
     let parts: Vec<String> = pairs
         .iter()
-        .map(|(k, v)| format!("{k}={}", qv(v)))
+        .map(|(k, v)| {
+            format!(
+                "{}={}",
+                utf8_percent_encode(k, QUERY_COMPONENT),
+                utf8_percent_encode(v, QUERY_COMPONENT)
+            )
+        })
         .collect();
     format!("?{}", parts.join("&"))
 }
@@ -590,13 +594,9 @@ mod tests {
             query(&[("name", "~agent".into()), ("tag.k", "a b".into())]),
             "?name=~agent&tag.k=a%20b"
         );
-    }
-
-    #[test]
-    fn backoff_grows_and_caps() {
-        let base = Duration::from_millis(100);
-        assert!(backoff_delay(base, 1) >= base);
-        assert!(backoff_delay(base, 3) >= Duration::from_millis(400));
-        assert!(backoff_delay(base, 30) <= Duration::from_secs(10));
+        assert_eq!(
+            query(&[("source", "https://u.example.com?channel=dev&x=1+2".into())]),
+            "?source=https%3A%2F%2Fu.example.com%3Fchannel%3Ddev%26x%3D1%2B2"
+        );
     }
 }

@@ -355,7 +355,10 @@ async fn execute(
             let session = match GzSession::open(settings, false).await {
                 Ok(s) => s,
                 Err(e) => {
-                    printer.err(&format!("agentsadm: error: {}", crate::gz::error_chain(&e)));
+                    printer.err(&format!(
+                        "agentsadm: error: {}",
+                        crate::error::error_chain(&e)
+                    ));
                     return 1;
                 }
             };
@@ -371,7 +374,7 @@ async fn execute(
                     printer.err(&format!(
                         "agentsadm: error: cannot post server.agents of {} to CNAPI: {}; retry later",
                         session.server(),
-                        crate::gz::error_chain(&e)
+                        crate::error::error_chain(&e)
                     ));
                     return 1;
                 }
@@ -470,7 +473,7 @@ async fn execute(
                                     error: Some(crate::remote::GzFailure {
                                         component: None,
                                         step: "resolve".into(),
-                                        message: crate::gz::error_chain(&e),
+                                        message: crate::error::error_chain(&e),
                                     }),
                                     warnings: Vec::new(),
                                 };

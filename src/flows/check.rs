@@ -25,13 +25,14 @@ use super::repair::{self, RepairPlan, Replaced, SapiRepair};
 use crate::api::cnapi::CnapiClient;
 use crate::api::{ApiError, Apis};
 use crate::catalog::Catalog;
+use crate::error::error_chain;
 use crate::ids::{ImageUuid, ServerUuid};
 use crate::orchestrate::execute::{DEFAULT_CONCURRENCY, ExecOptions, Executor};
 use crate::orchestrate::gather::{self, Answers, GatherError};
 use crate::orchestrate::plan::{ImageRef, IntentChange, PlanError, resolve_servers};
 use crate::orchestrate::report::{ExecReport, Reporter};
 use crate::orchestrate::store::{IntentStore, SapiIntentStore};
-use crate::orchestrate::transport::{CnapiTransport, CnapiTransportConfig, error_chain};
+use crate::orchestrate::transport::{CnapiTransport, CnapiTransportConfig};
 use crate::remote::{AgentsReport, gz_execute_request};
 
 /// What to check.

@@ -27,8 +27,8 @@ use serde::Serialize;
 use crate::api::cnapi::{Server, ServerListFilter};
 use crate::api::sapi::{Instance, Service};
 use crate::api::{ApiError, Apis};
+use crate::error::error_chain;
 use crate::ids::{InstanceUuid, JobUuid, ServerUuid};
-use crate::orchestrate::transport::error_chain;
 
 /// What to do to the server.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]

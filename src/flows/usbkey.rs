@@ -210,7 +210,7 @@ fn hash_file(path: &Path) -> Result<(u64, String), UsbkeyError> {
         size += n as u64;
         hasher.update(&buf[..n]);
     }
-    Ok((size, crate::imagebuild::hex(&hasher.finalize())))
+    Ok((size, format!("{:x}", hasher.finalize())))
 }
 
 /// Images already in a directory built before, by component.

@@ -254,7 +254,7 @@ impl MockServer {
         let pj = PackageJson::parse(pj_bytes).map_err(|e| MockError::Mismatch {
             uuid,
             file: format!("{pkg}/package.json"),
-            found: super::error_chain(&e),
+            found: crate::error::error_chain(&e),
             expected: "a valid package.json".into(),
         })?;
         if pj.name != pkg {
@@ -473,7 +473,7 @@ impl MockServer {
                 Err(e) => {
                     errors.push(ReportError {
                         name: name.clone(),
-                        message: super::error_chain(&e),
+                        message: crate::error::error_chain(&e),
                     });
                     continue;
                 }

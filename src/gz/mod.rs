@@ -158,18 +158,3 @@ pub fn test_checkpoint(crash_at: Option<&str>, name: &str) {
         std::process::abort();
     }
 }
-
-/// An error and its causes as one line (`a: b: c`), for results and logs.
-pub fn error_chain(err: &dyn std::error::Error) -> String {
-    let mut s = err.to_string();
-    let mut cur = err.source();
-    while let Some(e) = cur {
-        let text = e.to_string();
-        if !s.ends_with(&text) {
-            s.push_str(": ");
-            s.push_str(&text);
-        }
-        cur = e.source();
-    }
-    s
-}

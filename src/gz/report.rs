@@ -45,7 +45,7 @@ pub fn report(paths: &GzPaths, catalog: &Catalog, server: ServerUuid) -> AgentsR
             Ok(None) => {}
             Err(e) => errors.push(ReportError {
                 name: c.name.clone(),
-                message: super::error_chain(&e),
+                message: crate::error::error_chain(&e),
             }),
         }
     }
@@ -142,7 +142,7 @@ fn apm_agents(paths: &GzPaths, agents: &mut Vec<AgentEntry>, errors: &mut Vec<Re
                 continue;
             }
             Err(e) => {
-                errors.push(fail(super::error_chain(&e)));
+                errors.push(fail(crate::error::error_chain(&e)));
                 continue;
             }
         };

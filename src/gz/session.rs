@@ -18,7 +18,6 @@ use crate::ids::{ImageUuid, ServerUuid};
 use crate::remote::{AgentsReport, ComponentAction, ComponentResult, GzFailure, GzResult};
 
 use super::adopt::{self, Adoption};
-use super::error_chain;
 use super::fetch::{self, FetchError, FetchOptions, ImageSource, ResolvedImage};
 use super::fsutil;
 use super::hooks::HookEnv;
@@ -31,6 +30,7 @@ use super::platform::{self, Platform, PlatformError};
 use super::setup::{SetupSource, setup_dir_sources};
 use super::txn::{self, Op, SapiTarget, TxnEnv, TxnFailure};
 use super::unpack::UnpackOptions;
+use crate::error::error_chain;
 
 /// Test knob: abort the process at this checkpoint, or with `wait:<name>`
 /// stop there until killed (see [`super::test_checkpoint`]).
@@ -689,7 +689,7 @@ impl GzSession {
                 // the install.
                 notes.push(format!(
                     "sdcadm: serverUuid not recorded: {}; sdcadm will look it up itself",
-                    super::error_chain(&e)
+                    crate::error::error_chain(&e)
                 ));
             }
         }

@@ -9,8 +9,8 @@ use std::path::{Path, PathBuf};
 use crate::catalog::Component;
 use crate::ids::ImageUuid;
 
-use super::error_chain;
 use super::fetch::ImageSource;
+use crate::error::error_chain;
 
 /// Where `gz setup` takes images from.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -447,7 +447,7 @@ pub async fn install(
             })
         }
         Err(error) => {
-            tracing::warn!(component = %component.name, error = %crate::gz::error_chain(&error), "rolling back");
+            tracing::warn!(component = %component.name, error = %crate::error::error_chain(&error), "rolling back");
             let rollback_errors = rollback(env, &journal);
             Err(TxnFailure {
                 error,
@@ -1031,11 +1031,14 @@ fn restore_smf(env: &TxnEnv<'_>, journal: &Journal, txn_dir: &Path) -> Vec<Strin
             match p.smf_state(fmri) {
                 Ok(Some(_)) => {
                     if let Err(e) = p.smf_delete(fmri) {
-                        errors.push(format!("delete {fmri}: {}", crate::gz::error_chain(&e)));
+                        errors.push(format!("delete {fmri}: {}", crate::error::error_chain(&e)));
                     }
                 }
                 Ok(None) => {}
-                Err(e) => errors.push(format!("state of {fmri}: {}", crate::gz::error_chain(&e))),
+                Err(e) => errors.push(format!(
+                    "state of {fmri}: {}",
+                    crate::error::error_chain(&e)
+                )),
             }
         }
     }
@@ -1062,7 +1065,7 @@ fn restore_smf(env: &TxnEnv<'_>, journal: &Journal, txn_dir: &Path) -> Vec<Strin
             continue;
         }
         if let Err(e) = p.smf_import(&dest) {
-            errors.push(format!("import {rel}: {}", crate::gz::error_chain(&e)));
+            errors.push(format!("import {rel}: {}", crate::error::error_chain(&e)));
         }
     }
     // Each instance enabled or disabled as it was.
@@ -1084,14 +1087,17 @@ fn restore_smf(env: &TxnEnv<'_>, journal: &Journal, txn_dir: &Path) -> Vec<Strin
                 if let Err(e) = r {
                     errors.push(format!(
                         "restore state of {fmri}: {}",
-                        crate::gz::error_chain(&e)
+                        crate::error::error_chain(&e)
                     ));
                 }
             }
             Ok(None) => errors.push(format!(
                 "{fmri} was {want} before and is gone; import its manifest by hand"
             )),
-            Err(e) => errors.push(format!("state of {fmri}: {}", crate::gz::error_chain(&e))),
+            Err(e) => errors.push(format!(
+                "state of {fmri}: {}",
+                crate::error::error_chain(&e)
+            )),
         }
     }
     errors

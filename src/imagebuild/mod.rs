@@ -173,7 +173,7 @@ pub fn build(spec: &ImageSpec) -> BuiltImage {
             (compress(&tar_bytes, spec.compression), spec.compression)
         }
     };
-    let sha1 = hex(&Sha1::digest(&file));
+    let sha1 = format!("{:x}", Sha1::digest(&file));
     let mut tags = BTreeMap::new();
     tags.insert("smartdc_service".to_string(), json!("true"));
     tags.insert("buildstamp".to_string(), json!(spec.buildstamp()));
@@ -213,15 +213,6 @@ pub fn write_to_dir(img: &BuiltImage, dir: &Path) -> std::io::Result<(PathBuf, P
     std::fs::write(&m, text + "\n")?;
     std::fs::write(&f, &img.file)?;
     Ok((m, f))
-}
-
-/// Lowercase hex of a digest.
-pub fn hex(bytes: &[u8]) -> String {
-    let mut s = String::with_capacity(bytes.len() * 2);
-    for b in bytes {
-        s.push_str(&format!("{b:02x}"));
-    }
-    s
 }
 
 fn compress(tar: &[u8], compression: Compression) -> Vec<u8> {
@@ -691,7 +682,10 @@ mod tests {
             let img = build(&spec);
             assert_eq!(img.manifest.name, c.name);
             assert_eq!(img.manifest.files[0].size, img.file.len() as u64);
-            assert_eq!(img.manifest.files[0].sha1, hex(&Sha1::digest(&img.file)));
+            assert_eq!(
+                img.manifest.files[0].sha1,
+                format!("{:x}", Sha1::digest(&img.file))
+            );
             let names = entries(&img);
             let top = format!("{}/", c.package_name());
             assert!(

@@ -326,7 +326,7 @@ pub async fn adopt(
                             })
                             .await
                             .map(|_| ())
-                            .map_err(|e| super::transport::error_chain(&e)),
+                            .map_err(|e| crate::error::error_chain(&e)),
                     };
                     (i.server, i.component.clone(), result)
                 }

@@ -30,7 +30,8 @@ use super::report::{
     ExecEvent, ExecReport, Failure, Reporter, ServerOutcome, ServerStatus, StepResult, StepStatus,
 };
 use super::store::{IntentStore, IntentWriteError};
-use super::transport::{StepFailure, Transport, error_chain};
+use super::transport::{StepFailure, Transport};
+use crate::error::error_chain;
 use crate::ids::{InstanceUuid, ServerUuid};
 
 /// Servers updated at once unless `--concurrency` says otherwise (RFD 82).

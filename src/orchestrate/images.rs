@@ -47,11 +47,7 @@ pub struct ImageSources<'a> {
 impl ImageSources<'_> {
     /// The `source=` URL AdminImportImage pulls from.
     fn import_source(&self) -> Option<String> {
-        let u = self.updates?;
-        Some(match u.channel() {
-            Some(c) => format!("{}?channel={c}", u.base_url()),
-            None => u.base_url().to_string(),
-        })
+        self.updates.map(ImgapiClient::source_url)
     }
 
     fn updates_label(&self) -> String {

@@ -444,7 +444,7 @@ mod hex {
     use sha1::{Digest, Sha1};
 
     pub fn encode_sha1(data: &[u8]) -> String {
-        crate::imagebuild::hex(&Sha1::digest(data))
+        format!("{:x}", Sha1::digest(data))
     }
 }
 

@@ -33,6 +33,7 @@ use super::plan::{Action, Step, TransportKind};
 use crate::api::ApiError;
 use crate::api::cnapi::{CnapiClient, TaskStatus};
 use crate::catalog::{Catalog, OrderClass};
+use crate::error::error_chain;
 use crate::ids::{ImageUuid, InstanceUuid, ServerUuid, TaskId};
 use crate::remote::{GzResult, gz_execute_request};
 
@@ -65,21 +66,6 @@ impl StepFailure {
     fn api(stage: &str, err: &ApiError) -> StepFailure {
         StepFailure::new(stage, error_chain(err))
     }
-}
-
-/// An error and its causes on one line.
-pub fn error_chain(err: &dyn std::error::Error) -> String {
-    let mut text = err.to_string();
-    let mut source = err.source();
-    while let Some(s) = source {
-        let s_text = s.to_string();
-        if !text.contains(&s_text) {
-            text.push_str(": ");
-            text.push_str(&s_text);
-        }
-        source = s.source();
-    }
-    text
 }
 
 /// Runs one step on one server.

@@ -14,10 +14,11 @@ use super::SimConfig;
 use super::cnapi::CnapiState;
 use super::faults::Faults;
 use super::fleet::MockServer;
-use super::gz::{GzEnv, GzOpError, GzOps, SeedImage, error_chain};
+use super::gz::{GzEnv, GzOpError, GzOps, SeedImage};
 use super::imgapi::{ImgapiService, PublishClock};
 use super::sapi::SapiService;
 use crate::catalog::Catalog;
+use crate::error::error_chain;
 use crate::ids::{ImageUuid, ServerUuid};
 use crate::remote::ComponentResult;
 

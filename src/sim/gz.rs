@@ -76,6 +76,7 @@ use tokio_util::sync::CancellationToken;
 use crate::api::Apis;
 use crate::api::cnapi::{AgentEntry, ExecuteResult};
 use crate::catalog::Catalog;
+use crate::error::error_chain;
 use crate::gz::fetch::ImageSource;
 use crate::gz::mockcloud::MockServer as MockcloudServer;
 use crate::gz::paths::GzPaths;
@@ -212,11 +213,6 @@ pub enum GzOpError {
     NotMockcloud { server: ServerUuid, root: PathBuf },
     #[error("no simulated server {server}")]
     UnknownServer { server: ServerUuid },
-}
-
-/// `err` and its sources joined with `: `, for task error messages.
-pub fn error_chain(err: &(dyn std::error::Error + 'static)) -> String {
-    crate::gz::error_chain(err)
 }
 
 /// The per-server agent operations the simulator needs (see the module

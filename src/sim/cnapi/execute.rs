@@ -12,12 +12,12 @@ use axum::response::Response;
 use serde_json::{Value, json};
 
 use crate::api::cnapi::ExecuteRequest;
+use crate::error::error_chain;
 use crate::ids::ImageUuid;
 use crate::remote::{GzFailure, GzResult};
 use crate::sim::ExecuteTransport;
 use crate::sim::core::DcCore;
 use crate::sim::fleet::MockServer;
-use crate::sim::gz::error_chain;
 use crate::sim::http::{json_response, rest_error};
 
 use super::{

@@ -12,10 +12,11 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::Response;
 use serde_json::{Value, json};
 
+use crate::error::error_chain;
 use crate::ids::{ImageUuid, TaskId};
 use crate::sim::core::DcCore;
 use crate::sim::fleet::MockServer;
-use crate::sim::gz::{GzOpError, error_chain};
+use crate::sim::gz::GzOpError;
 use crate::sim::http::{json_response, rest_error};
 
 use super::tasks::{TaskFailure, TaskKind};

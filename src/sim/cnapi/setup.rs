@@ -11,10 +11,10 @@ use axum::http::StatusCode;
 use axum::response::Response;
 use serde_json::{Value, json};
 
+use crate::error::error_chain;
 use crate::ids::JobUuid;
 use crate::sim::core::DcCore;
 use crate::sim::fleet::MockServer;
-use crate::sim::gz::error_chain;
 use crate::sim::http::{empty, json_response};
 
 use super::{Core, STYLE, invalid_argument, physical, sleep_or_shutdown, strict, task_request};

@@ -14,8 +14,9 @@ use serde_json::json;
 use tokio::sync::watch;
 
 use crate::api::cnapi::{Task, TaskEvent, TaskStatus};
+use crate::error::error_chain;
 use crate::ids::{ImageUuid, ServerUuid, TaskId};
-use crate::sim::gz::{GzOpError, error_chain};
+use crate::sim::gz::GzOpError;
 use crate::sim::http::{json_response, parse_query, query_get, rest_error};
 use crate::sim::imgapi::iso_millis;
 

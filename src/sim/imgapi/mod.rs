@@ -36,7 +36,6 @@ use serde_json::{Value, json};
 use sha1::{Digest, Sha1};
 
 use crate::ids::ImageUuid;
-use crate::imagebuild::hex;
 use crate::sim::http::{
     ApiStyle, ApiVersion, JsonStyle, bad_method, json_response, not_found_route, query_get,
     rest_error, rest_error_fields,
@@ -217,9 +216,10 @@ fn find_image<'a>(
 }
 
 fn manifest_etag(body: &Value) -> String {
-    hex(&Sha1::digest(
-        serde_json::to_vec(body).unwrap_or_default().as_slice(),
-    ))
+    format!(
+        "{:x}",
+        Sha1::digest(serde_json::to_vec(body).unwrap_or_default().as_slice())
+    )
 }
 
 /// A manifest response with the `Etag` IMGAPI sets (sha1 of the JSON).

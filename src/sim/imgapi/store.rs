@@ -20,7 +20,6 @@ use crate::api::ApiConfig;
 use crate::api::imgapi::ImgapiClient;
 use crate::ids::ImageUuid;
 use crate::image::{Compression, ImageFile, ImageManifest, ImageState};
-use crate::imagebuild::hex;
 use crate::sim::http::{ApiInfo, rest_error_fields};
 
 use super::{DEFAULT_CHANNEL, STANDARD_CHANNELS, STYLE};
@@ -82,7 +81,7 @@ pub struct StoredFile {
 
 impl StoredFile {
     pub(crate) fn new(bytes: Bytes, compression: Compression) -> StoredFile {
-        let sha1 = hex(&Sha1::digest(&bytes));
+        let sha1 = format!("{:x}", Sha1::digest(&bytes));
         let md5_b64 = base64::engine::general_purpose::STANDARD.encode(Md5::digest(&bytes));
         StoredFile {
             bytes,

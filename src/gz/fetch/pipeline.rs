@@ -1,0 +1,267 @@
+//! The blocking half of a fetch: every byte of the image file is hashed
+//! (sha1, sha256, and MD5 when IMGAPI sent `Content-MD5`), optionally saved,
+//! and fed through the decompressor to a consumer (the unpacker, or the
+//! mockcloud's member reader); then the rest of the stream is drained so the
+//! digests cover the whole file, and [`Outcome::verify`] checks size, sha1
+//! and MD5.
+
+use std::collections::BTreeMap;
+use std::fs::{self, File};
+use std::io::{self, Read, Write};
+use std::path::{Path, PathBuf};
+
+use base64::Engine;
+use md5::Md5;
+use sha1::{Digest, Sha1};
+use sha2::Sha256;
+
+use crate::ids::ImageUuid;
+use crate::image::{Compression, ImageFile};
+
+use super::super::unpack::{self, UnpackError, UnpackOptions, Unpacked};
+use super::{Digests, FetchError};
+
+/// What the blocking half does with the decompressed stream.
+#[derive(Clone, Debug)]
+pub(super) enum Consumer {
+    /// Unpack into a staging directory.
+    Unpack {
+        staging: PathBuf,
+        options: UnpackOptions,
+    },
+    /// Keep only some members in memory (mockcloud).
+    Members {
+        expected_top: Option<String>,
+        wanted: Vec<String>,
+    },
+}
+
+/// What the consumer produced.
+#[derive(Clone, Debug)]
+pub(super) enum Consumed {
+    Unpacked(Unpacked),
+    Members(String, BTreeMap<String, Vec<u8>>),
+}
+
+impl Consumer {
+    pub(super) fn reset(&self) -> io::Result<()> {
+        match self {
+            Consumer::Unpack { staging, .. } => reset_dir(staging),
+            Consumer::Members { .. } => Ok(()),
+        }
+    }
+
+    pub(super) fn consume<R: Read>(
+        &self,
+        reader: R,
+        compression: Compression,
+    ) -> Result<Consumed, UnpackError> {
+        match self {
+            Consumer::Unpack { staging, options } => {
+                unpack::unpack(reader, compression, staging, options).map(Consumed::Unpacked)
+            }
+            Consumer::Members {
+                expected_top,
+                wanted,
+            } => {
+                let wanted: Vec<&str> = wanted.iter().map(String::as_str).collect();
+                unpack::read_members(
+                    reader,
+                    compression,
+                    expected_top.as_deref(),
+                    &wanted,
+                    MAX_MEMBER_BYTES,
+                )
+                .map(|(top, m)| Consumed::Members(top, m))
+            }
+        }
+    }
+}
+
+/// The largest metadata member kept in memory (`package.json`).
+const MAX_MEMBER_BYTES: u64 = 1 << 20;
+
+/// Recreate `dir` empty.
+fn reset_dir(dir: &Path) -> io::Result<()> {
+    super::super::fsutil::remove_any(dir)?;
+    fs::create_dir_all(dir)
+}
+
+/// Hashes (and optionally saves) every byte read through it.
+struct HashingReader<R> {
+    inner: R,
+    sha1: Sha1,
+    sha256: Sha256,
+    md5: Option<Md5>,
+    size: u64,
+    /// Stop after this many bytes: more than the manifest says is an error,
+    /// and an endless stream must not fill the disk.
+    limit: u64,
+    oversize: bool,
+    tee: Option<File>,
+    tee_error: Option<io::Error>,
+}
+
+impl<R: Read> Read for HashingReader<R> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        if self.oversize {
+            return Err(io::Error::other("more bytes than the manifest says"));
+        }
+        let n = self.inner.read(buf)?;
+        let data = &buf[..n];
+        self.sha1.update(data);
+        self.sha256.update(data);
+        if let Some(m) = &mut self.md5 {
+            m.update(data);
+        }
+        if let Some(f) = &mut self.tee
+            && let Err(e) = f.write_all(data)
+        {
+            let kind = e.kind();
+            self.tee_error = Some(e);
+            self.tee = None;
+            return Err(io::Error::new(kind, "cannot save the download"));
+        }
+        self.size += n as u64;
+        if self.size > self.limit {
+            self.oversize = true;
+            return Err(io::Error::other("more bytes than the manifest says"));
+        }
+        Ok(n)
+    }
+}
+
+/// What the blocking pipeline saw.
+pub(super) struct Outcome {
+    consumed: Result<Consumed, UnpackError>,
+    pub(super) digests: Digests,
+    oversize: bool,
+    pub(super) tee_error: Option<io::Error>,
+}
+
+impl Outcome {
+    /// Size, sha1 and MD5 against the manifest (and header).
+    pub(super) fn verify(
+        &self,
+        uuid: ImageUuid,
+        expected: &ImageFile,
+        origin: &str,
+        content_md5: Option<&str>,
+    ) -> Result<(), FetchError> {
+        let d = &self.digests;
+        if self.oversize || d.size > expected.size {
+            return Err(FetchError::SizeMismatch {
+                uuid,
+                origin: origin.to_string(),
+                expected: expected.size,
+                actual: d.size,
+            });
+        }
+        if d.size < expected.size {
+            return Err(FetchError::Truncated {
+                uuid,
+                expected: expected.size,
+                actual: d.size,
+            });
+        }
+        if !d.sha1.eq_ignore_ascii_case(&expected.sha1) {
+            return Err(FetchError::Sha1Mismatch {
+                uuid,
+                origin: origin.to_string(),
+                expected: expected.sha1.clone(),
+                actual: d.sha1.clone(),
+            });
+        }
+        if let (Some(want), Some(got)) = (content_md5, &d.md5)
+            && want.trim() != got
+        {
+            return Err(FetchError::Md5Mismatch {
+                uuid,
+                expected: want.trim().to_string(),
+                actual: got.clone(),
+            });
+        }
+        Ok(())
+    }
+
+    /// What was consumed and the digests, or the unpacker's refusal.
+    pub(super) fn into_result(self, uuid: ImageUuid) -> Result<(Consumed, Digests), FetchError> {
+        match self.consumed {
+            Ok(c) => Ok((c, self.digests)),
+            Err(err) => Err(FetchError::Unpack { uuid, err }),
+        }
+    }
+}
+
+pub(super) async fn run_blocking(
+    uuid: ImageUuid,
+    reader: File,
+    expected: &ImageFile,
+    consumer: &Consumer,
+) -> Result<Outcome, FetchError> {
+    let expected = expected.clone();
+    let consumer = consumer.clone();
+    tokio::task::spawn_blocking(move || pipeline(reader, None, &expected, false, &consumer))
+        .await
+        .map_err(|e| FetchError::Io {
+            uuid,
+            what: "unpack thread failed for",
+            path: PathBuf::new(),
+            err: io::Error::other(e.to_string()),
+        })
+}
+
+/// The blocking half: hash, save, decompress and consume, then drain.
+pub(super) fn pipeline<R: Read>(
+    reader: R,
+    tee: Option<File>,
+    expected: &ImageFile,
+    want_md5: bool,
+    consumer: &Consumer,
+) -> Outcome {
+    let mut hashing = HashingReader {
+        inner: reader,
+        sha1: Sha1::new(),
+        sha256: Sha256::new(),
+        md5: want_md5.then(Md5::new),
+        size: 0,
+        limit: expected.size,
+        oversize: false,
+        tee,
+        tee_error: None,
+    };
+    let consumed = consumer.consume(&mut hashing, expected.compression);
+    // Drain whatever the archive did not need (gzip trailer, padding, or the
+    // rest after a refusal) so the digests cover the whole file.
+    if !hashing.oversize && hashing.tee_error.is_none() {
+        let mut buf = vec![0u8; 256 * 1024];
+        loop {
+            match hashing.read(&mut buf) {
+                Ok(0) => break,
+                Ok(_) => {}
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(_) => break,
+            }
+        }
+    }
+    if let Some(f) = &mut hashing.tee
+        && let Err(e) = f.flush()
+    {
+        hashing.tee_error = Some(e);
+    }
+    let digests = Digests {
+        size: hashing.size,
+        sha1: format!("{:x}", hashing.sha1.finalize_reset()),
+        sha256: format!("{:x}", hashing.sha256.finalize_reset()),
+        md5: hashing
+            .md5
+            .take()
+            .map(|m| base64::engine::general_purpose::STANDARD.encode(m.finalize())),
+    };
+    Outcome {
+        consumed,
+        digests,
+        oversize: hashing.oversize,
+        tee_error: hashing.tee_error.take(),
+    }
+}

@@ -1,0 +1,203 @@
+//! Where an image comes from (an IMGAPI UUID, or a local file beside its
+//! manifest) and its manifest: [`resolve`], then [`check_manifest`] that it
+//! is a component image agentsadm installs.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+
+use crate::api::ImgapiClient;
+use crate::catalog::{Catalog, Component};
+use crate::ids::ImageUuid;
+use crate::image::{Compression, ImageFile, ImageManifest};
+
+use super::FetchError;
+
+/// Where an image comes from.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ImageSource {
+    /// An image UUID, fetched from the datacenter IMGAPI.
+    Imgapi(ImageUuid),
+    /// A local image file and its IMGAPI-style manifest.
+    File { file: PathBuf, manifest: PathBuf },
+}
+
+impl ImageSource {
+    /// Parse a command-line argument: an image UUID, or a path to an image
+    /// file or manifest (`<x>.file` / `<x>.manifest` side by side, as on the
+    /// USB key; `.imgfile` / `.imgmanifest` also work).
+    pub fn from_arg(arg: &str) -> Result<ImageSource, FetchError> {
+        if let Ok(uuid) = arg.parse::<ImageUuid>()
+            && !Path::new(arg).exists()
+        {
+            return Ok(ImageSource::Imgapi(uuid));
+        }
+        let path = PathBuf::from(arg);
+        if !path.exists() {
+            // Neither a UUID nor a file: say both, rather than asking for a
+            // manifest next to a file that is not there.
+            return Err(FetchError::NoSuchImage {
+                arg: arg.to_string(),
+            });
+        }
+        let ext = path
+            .extension()
+            .map(|e| e.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        let (file, manifest) = if ext == "manifest" || ext == "imgmanifest" {
+            let candidates = [path.with_extension("file"), path.with_extension("imgfile")];
+            let file = candidates
+                .iter()
+                .find(|p| p.exists())
+                .cloned()
+                .ok_or_else(|| FetchError::NoFileForManifest {
+                    manifest: path.clone(),
+                })?;
+            (file, path)
+        } else {
+            let mut candidates = vec![
+                path.with_extension("manifest"),
+                path.with_extension("imgmanifest"),
+            ];
+            candidates.push(PathBuf::from(format!("{arg}.manifest")));
+            let manifest = candidates
+                .iter()
+                .find(|p| p.exists())
+                .cloned()
+                .ok_or_else(|| FetchError::NoManifestForFile { file: path.clone() })?;
+            (path, manifest)
+        };
+        if !file.exists() {
+            return Err(FetchError::NoManifestForFile { file });
+        }
+        Ok(ImageSource::File { file, manifest })
+    }
+}
+
+impl std::fmt::Display for ImageSource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ImageSource::Imgapi(u) => write!(f, "{u}"),
+            ImageSource::File { file, .. } => write!(f, "{}", file.display()),
+        }
+    }
+}
+
+/// A manifest plus where its file is.
+#[derive(Clone, Debug)]
+pub struct ResolvedImage {
+    pub manifest: ImageManifest,
+    pub source: ImageSource,
+}
+
+impl ResolvedImage {
+    pub fn uuid(&self) -> ImageUuid {
+        self.manifest.uuid
+    }
+
+    /// files[0]; [`resolve`] made sure it exists.
+    pub fn file(&self) -> &ImageFile {
+        // Invariant: check_manifest refused manifests without a file.
+        self.manifest.file().expect("resolved images have a file")
+    }
+}
+
+/// Get the manifest of `source`.
+pub async fn resolve(
+    source: &ImageSource,
+    imgapi: Option<&ImgapiClient>,
+) -> Result<ResolvedImage, FetchError> {
+    let manifest = match source {
+        ImageSource::Imgapi(uuid) => {
+            let client = imgapi.ok_or(FetchError::NoImgapi { uuid: *uuid })?;
+            client.get_image(*uuid).await.map_err(|err| {
+                if err.is_not_found() {
+                    FetchError::NotFound {
+                        uuid: *uuid,
+                        url: client.base_url().to_string(),
+                    }
+                } else {
+                    FetchError::Imgapi {
+                        uuid: *uuid,
+                        err: Box::new(err),
+                    }
+                }
+            })?
+        }
+        ImageSource::File { manifest, .. } => {
+            let text = fs::read(manifest).map_err(|err| FetchError::ManifestRead {
+                path: manifest.clone(),
+                err,
+            })?;
+            serde_json::from_slice(&text).map_err(|err| FetchError::ManifestParse {
+                path: manifest.clone(),
+                err,
+            })?
+        }
+    };
+    Ok(ResolvedImage {
+        manifest,
+        source: source.clone(),
+    })
+}
+
+/// Check a manifest is a component image we can install, and return the
+/// component.
+pub fn check_manifest<'c>(
+    manifest: &ImageManifest,
+    catalog: &'c Catalog,
+) -> Result<&'c Component, FetchError> {
+    let uuid = manifest.uuid;
+    if manifest.image_type != "other" {
+        return Err(FetchError::WrongType {
+            uuid,
+            name: manifest.name.clone(),
+            found: manifest.image_type.clone(),
+        });
+    }
+    let component =
+        catalog
+            .require(&manifest.name)
+            .map_err(|err| FetchError::UnknownComponent {
+                uuid,
+                name: manifest.name.clone(),
+                err,
+            })?;
+    let file = manifest.file().ok_or_else(|| FetchError::NoFile {
+        uuid,
+        name: manifest.name.clone(),
+    })?;
+    if file.compression == Compression::Xz {
+        return Err(FetchError::UnsupportedCompression {
+            uuid,
+            name: manifest.name.clone(),
+            compression: file.compression,
+        });
+    }
+    Ok(component)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn from_arg_finds_manifest_pairs() {
+        let d = tempfile::tempdir().unwrap();
+        let u = ImageUuid::from_u128(5);
+        let f = d.path().join(format!("{u}.file"));
+        let m = d.path().join(format!("{u}.manifest"));
+        fs::write(&f, b"x").unwrap();
+        fs::write(&m, b"{}").unwrap();
+        let want = ImageSource::File {
+            file: f.clone(),
+            manifest: m.clone(),
+        };
+        assert_eq!(ImageSource::from_arg(f.to_str().unwrap()).unwrap(), want);
+        assert_eq!(ImageSource::from_arg(m.to_str().unwrap()).unwrap(), want);
+        assert_eq!(
+            ImageSource::from_arg(&u.to_string()).unwrap(),
+            ImageSource::Imgapi(u)
+        );
+        assert!(ImageSource::from_arg("/nope/x.tgz").is_err());
+    }
+}
