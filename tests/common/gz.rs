@@ -203,16 +203,12 @@ pub fn raw_image(name: &str, uuid: ImageUuid, tar: &[u8]) -> BuiltImage {
     manifest.uuid = uuid;
     manifest.name = name.to_string();
     manifest.files = vec![ImageFile {
-        sha1: hex(&Sha1::digest(&file)),
+        sha1: format!("{:x}", Sha1::digest(&file)),
         size: file.len() as u64,
         compression: Compression::Gzip,
         stor: None,
     }];
     BuiltImage { manifest, file }
-}
-
-pub fn hex(b: &[u8]) -> String {
-    b.iter().map(|x| format!("{x:02x}")).collect()
 }
 
 /// A tar of a minimal valid vm-agent package, then `extra` entries appended
@@ -288,7 +284,7 @@ fn walk(root: &Path, dir: &Path, out: &mut BTreeMap<String, String>) {
             format!("dir {mode:o}")
         } else {
             let data = std::fs::read(&p).unwrap();
-            format!("file {mode:o} {}", hex(&Sha1::digest(&data)))
+            format!("file {mode:o} {}", format!("{:x}", Sha1::digest(&data)))
         };
         out.insert(rel, desc);
     }

@@ -28,7 +28,7 @@ fn shar_image(name: &str, version: &str, bytes: Vec<u8>) -> BuiltImage {
     let mut img = image(name, "1.0.0");
     img.manifest.version = version.to_string();
     img.manifest.files = vec![ImageFile {
-        sha1: hex(&Sha1::digest(&bytes)),
+        sha1: format!("{:x}", Sha1::digest(&bytes)),
         size: bytes.len() as u64,
         compression: Compression::None,
         stor: None,
