@@ -48,6 +48,29 @@ pub struct ServersArg {
     pub servers: Vec<String>,
 }
 
+/// `--transport`: how steps reach servers.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum TransportArg {
+    /// apm agents through CNAPI install-agent (works with any Triton),
+    /// gz-tools, dockerlogger and sdcadm through `agentsadm gz` via execute.
+    #[default]
+    Auto,
+    /// `agentsadm gz` on the server for everything (atomic installs).
+    Execute,
+    /// CNAPI install-agent / uninstall-agents only; other kinds are skipped.
+    InstallAgent,
+}
+
+impl From<TransportArg> for TransportMode {
+    fn from(arg: TransportArg) -> TransportMode {
+        match arg {
+            TransportArg::Auto => TransportMode::Auto,
+            TransportArg::Execute => TransportMode::Execute,
+            TransportArg::InstallAgent => TransportMode::InstallAgent,
+        }
+    }
+}
+
 /// Options of every changing command.
 #[derive(Args, Clone, Debug)]
 pub struct ExecArgs {
@@ -62,8 +85,8 @@ pub struct ExecArgs {
     pub concurrency: usize,
     /// How steps reach servers: auto (apm agents through CNAPI install-agent,
     /// other kinds through `agentsadm gz` via CNAPI execute), execute, install-agent.
-    #[arg(long, value_enum, default_value_t = TransportMode::Auto)]
-    pub transport: TransportMode,
+    #[arg(long, value_enum, default_value_t = TransportArg::Auto)]
+    pub transport: TransportArg,
     /// Give up on one step after this long (e.g. 30m).
     #[arg(long, value_parser = humantime::parse_duration, default_value = "30m", value_name = "DURATION")]
     pub task_timeout: Duration,
@@ -387,7 +410,7 @@ async fn run_change(g: &GlobalOpts, change: Change, plan_only: bool) -> CmdResul
         updates: updates.as_ref(),
     };
     let plan = session
-        .plan(&change.request, change.choice, change.exec.transport)
+        .plan(&change.request, change.choice, change.exec.transport.into())
         .await?
         .plan;
 
