@@ -3,6 +3,7 @@
 //!
 //! - `plan`: planner scenarios and golden plans (pure);
 //! - `adopt`: adoption planning (pure);
+//! - `list`: the rows of `agentsadm list` and its summary (pure);
 //! - `exec`: the executor, outliers, stragglers and the lock on the fake
 //!   datacenter, with a paused clock;
 //! - `sim`: plan, execute and re-plan against the simulated datacenter, the
@@ -12,6 +13,8 @@
 mod adopt;
 #[path = "orch_suite/exec.rs"]
 mod exec;
+#[path = "orch_suite/list.rs"]
+mod list;
 #[path = "orch_suite/plan.rs"]
 mod plan;
 #[path = "orch_suite/sim.rs"]

@@ -7,9 +7,11 @@
 
 pub mod bench;
 pub mod demo;
+mod execution;
 pub mod flows;
 pub mod gz;
 pub mod orch;
+pub mod progress;
 pub mod sim;
 
 use std::path::PathBuf;
