@@ -1,5 +1,5 @@
 //! `agentsadm plan|update|install|remove`: normalise the arguments into a
-//! [`Change`], plan, show the plan, confirm, then execute under the
+//! `Change`, plan, show the plan, confirm, then execute under the
 //! datacenter lock.
 
 use anyhow::bail;
