@@ -2,15 +2,21 @@
 //! slow part of CI, so one binary instead of one per file).
 //!
 //! - `plan`: planner scenarios and golden plans (pure);
+//! - `adopt`: adoption planning (pure);
+//! - `list`: the rows of `agentsadm list` and its summary (pure);
 //! - `exec`: the executor, outliers, stragglers and the lock on the fake
 //!   datacenter, with a paused clock;
 //! - `sim`: plan, execute and re-plan against the simulated datacenter, the
 //!   CLI's exit statuses, two orchestrators started together.
 
+#[path = "orch_suite/adopt.rs"]
+mod adopt;
 #[path = "orch_suite/exec.rs"]
 mod exec;
 #[path = "common/golden.rs"]
 mod golden_common;
+#[path = "orch_suite/list.rs"]
+mod list;
 #[path = "orch_suite/plan.rs"]
 mod plan;
 #[path = "orch_suite/sim.rs"]

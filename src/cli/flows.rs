@@ -15,7 +15,8 @@ use anyhow::bail;
 use clap::{Args, Subcommand};
 use serde_json::json;
 
-use super::orch::{ServersArg, confirm, stdin_is_terminal, take_lock};
+use super::execution::{Execution, interrupted, with_dc_lock};
+use super::orch::{ServersArg, confirm, stdin_is_terminal};
 use super::{CmdResult, GlobalOpts};
 use crate::api::SapiClient;
 use crate::flows::check::{self, CheckConfig, CheckRequest, RepairOptions};
@@ -25,9 +26,6 @@ use crate::flows::{headnode, usbkey};
 use crate::gz::session::GzSettings;
 use crate::ids::ImageUuid;
 use crate::orchestrate::execute::{DEFAULT_CONCURRENCY, ExecOptions};
-use crate::orchestrate::lock::{DcLock, LockOptions, SapiLockStore};
-use crate::orchestrate::progress::{CliProgress, ProgressMode};
-use crate::orchestrate::transport::CnapiTransportConfig;
 
 #[derive(Args, Debug)]
 pub struct CheckArgs {
@@ -100,30 +98,15 @@ async fn confirmed(yes: bool, json: bool, question: &str) -> anyhow::Result<bool
     confirm(question).await
 }
 
-/// Run `work` while refreshing the datacenter lock, then release it.
-async fn with_lock<T>(
-    lock: DcLock<'_>,
-    out: &crate::output::Output,
-    work: impl std::future::Future<Output = T>,
-) -> T {
-    let mut lock = lock;
-    tokio::pin!(work);
-    let mut refresh = tokio::time::interval(LockOptions::default().refresh_every);
-    refresh.tick().await;
-    let result = loop {
-        tokio::select! {
-            r = &mut work => break r,
-            _ = refresh.tick() => {
-                if let Err(e) = lock.refresh().await {
-                    out.warn(format!("{e:#}"));
-                }
-            }
+impl CheckArgs {
+    /// The executor's options for `--fix`.
+    fn exec_options(&self) -> ExecOptions {
+        ExecOptions {
+            concurrency: self.concurrency.max(1),
+            task_timeout: self.task_timeout,
+            ..Default::default()
         }
-    };
-    if let Err(e) = lock.release().await {
-        out.warn(format!("cannot release the orchestrator lock: {e:#}"));
     }
-    result
 }
 
 pub async fn run_check(g: &GlobalOpts, a: CheckArgs) -> CmdResult {
@@ -170,35 +153,23 @@ pub async fn run_check(g: &GlobalOpts, a: CheckArgs) -> CmdResult {
         return Ok(exit(1));
     }
 
-    let lock_store = SapiLockStore::new(apis.sapi.clone()).await?;
-    let dc_lock = take_lock(&lock_store, "check --fix", a.break_lock, &out).await?;
-    let progress = CliProgress::new(ProgressMode::detect(g.json, g.quiet), "repair");
-    let exec = ExecOptions {
-        concurrency: a.concurrency.max(1),
-        task_timeout: a.task_timeout,
-        ..Default::default()
-    };
-    let transport = CnapiTransportConfig {
-        execute_timeout: a.task_timeout,
-        ..Default::default()
-    };
-    let cancel = async {
-        if tokio::signal::ctrl_c().await.is_err() {
-            std::future::pending::<()>().await;
-        }
-    };
-    let reporter = g.reporter(&progress);
+    let execution = Execution::new(g, "repair", a.exec_options());
+    let reporter = execution.reporter();
     let options = RepairOptions {
-        exec: &exec,
-        transport: &transport,
+        exec: &execution.options,
+        transport: &execution.transport,
         reporter: &reporter,
     };
-    let outcome = with_lock(
-        dc_lock,
-        &out,
-        check::fix(&apis, &catalog, &request, &config, &plan, options, cancel),
-    )
-    .await?;
+    let work = check::fix(
+        &apis,
+        &catalog,
+        &request,
+        &config,
+        &plan,
+        options,
+        interrupted(),
+    );
+    let outcome = with_dc_lock(&apis.sapi, "check --fix", a.break_lock, &out, work).await??;
     let status = outcome.exit_status();
     if out.json {
         out.json(&json!({
@@ -261,10 +232,9 @@ pub async fn run_server(g: &GlobalOpts, a: ServerArgs) -> CmdResult {
         out.line("Nothing was changed.");
         return Ok(exit(1));
     }
-    let lock_store = SapiLockStore::new(apis.sapi.clone()).await?;
     let operation = format!("server {} {}", action.as_str(), plan.server);
-    let dc_lock = take_lock(&lock_store, &operation, target.break_lock, &out).await?;
-    let report = with_lock(dc_lock, &out, cleanup::execute(&apis, &plan)).await;
+    let work = cleanup::execute(&apis, &plan);
+    let report = with_dc_lock(&apis.sapi, &operation, target.break_lock, &out, work).await?;
     let status = report.exit_status();
     if out.json {
         out.json(&json!({"plan": plan, "executed": true, "result": report, "exit_status": status}));
@@ -456,15 +426,8 @@ pub async fn run_adopt_local(g: &GlobalOpts, a: super::orch::AdoptArgs) -> CmdRe
         }
         return Ok(exit(0));
     }
-    let lock_store = SapiLockStore::new(sapi.clone()).await?;
-    let dc_lock = take_lock(&lock_store, "adopt --local", a.break_lock, &out).await?;
-    let result = with_lock(
-        dc_lock,
-        &out,
-        crate::orchestrate::adopt::adopt(&sapi, &plan, &intent),
-    )
-    .await;
-    let report = result?;
+    let work = crate::orchestrate::adopt::adopt(&sapi, &plan, &intent);
+    let report = with_dc_lock(&sapi, "adopt --local", a.break_lock, &out, work).await??;
     let status = if report.failures.is_empty() { 0 } else { 2 };
     if out.json {
         out.json(&json!({"plan": plan, "executed": true, "result": report, "exit_status": status}));

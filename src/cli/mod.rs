@@ -9,9 +9,11 @@
 pub mod bench;
 #[cfg(feature = "sim")]
 pub mod demo;
+mod execution;
 pub mod flows;
 pub mod gz;
 pub mod orch;
+pub mod progress;
 #[cfg(feature = "sim")]
 pub mod sim;
 

@@ -181,7 +181,7 @@ pub async fn check(
             }
             targets.push((s.uuid, s.label()));
         }
-        let results: Vec<(ServerUuid, String, Result<AgentsReport, String>)> =
+        let results: Vec<(ServerUuid, String, Result<AgentsReport, LiveReportError>)> =
             stream::iter(targets)
                 .map(|(uuid, label)| async move {
                     (uuid, label, live_report(&apis.cnapi, uuid, config).await)
@@ -194,7 +194,7 @@ pub async fn check(
                 Ok(report) => {
                     live.insert(uuid, report);
                 }
-                Err(e) => warnings.push(format!("{label}: no live report: {e}")),
+                Err(e) => warnings.push(format!("{label}: no live report: {}", error_chain(&e))),
             }
         }
         warnings.sort();
@@ -267,19 +267,36 @@ async fn lookup_images(
     Ok(out)
 }
 
+/// Why a server's own report could not be read.
+#[derive(Debug, thiserror::Error)]
+pub enum LiveReportError {
+    /// CNAPI execute failed; its message says how.
+    #[error(transparent)]
+    Execute(ApiError),
+    #[error(
+        "'agentsadm gz report' exited {exit_status} ({tail}); is agentsadm installed at {binary}?",
+        binary = crate::remote::GZ_BINARY
+    )]
+    NoReport {
+        exit_status: i32,
+        /// The last lines of its stderr (else stdout), joined with ` | `.
+        tail: String,
+    },
+}
+
 /// A server's own report: `agentsadm gz report --json` through CNAPI
-/// execute. The error is one line saying what went wrong.
+/// execute.
 pub async fn live_report(
     cnapi: &CnapiClient,
     server: ServerUuid,
     config: &CheckConfig,
-) -> Result<AgentsReport, String> {
+) -> Result<AgentsReport, LiveReportError> {
     let args: Vec<String> = ["gz", "report", "--json"].map(String::from).to_vec();
     let request = gz_execute_request(&args, config.execute_env.clone(), config.live_timeout);
     let result = cnapi
         .execute(server, &request, config.live_timeout)
         .await
-        .map_err(|e| error_chain(&e))?;
+        .map_err(LiveReportError::Execute)?;
     match parse_last_json::<AgentsReport>(&result.stdout) {
         Some(r) if result.exit_status == 0 => Ok(r),
         _ => {
@@ -289,12 +306,10 @@ pub async fn live_report(
                 result.stderr.trim()
             };
             let tail: Vec<&str> = text.lines().rev().take(3).collect();
-            Err(format!(
-                "'agentsadm gz report' exited {} ({}); is agentsadm installed at {}?",
-                result.exit_status,
-                tail.into_iter().rev().collect::<Vec<_>>().join(" | "),
-                crate::remote::GZ_BINARY
-            ))
+            Err(LiveReportError::NoReport {
+                exit_status: result.exit_status,
+                tail: tail.into_iter().rev().collect::<Vec<_>>().join(" | "),
+            })
         }
     }
 }

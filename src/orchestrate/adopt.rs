@@ -29,6 +29,7 @@ use super::store::instance_params;
 use crate::api::ApiError;
 use crate::api::sapi::{CreateInstance, CreateService, SapiClient, ServiceType, Update, object};
 use crate::catalog::Catalog;
+use crate::error::error_chain;
 use crate::ids::{ImageUuid, InstanceUuid, ServerUuid, ServiceUuid};
 
 /// A service to create.
@@ -241,6 +242,17 @@ pub enum AdoptError {
     },
 }
 
+/// One instance that could not be adopted; the others still are. The
+/// report keeps its text (the server and component are beside it).
+#[derive(Debug, thiserror::Error)]
+enum InstanceAdoptError {
+    #[error("no SAPI service for {component}")]
+    NoService { component: String },
+    /// SAPI refused the instance; its message says why.
+    #[error(transparent)]
+    Api(ApiError),
+}
+
 /// What adoption did.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
 pub struct AdoptReport {
@@ -310,13 +322,15 @@ pub async fn adopt(
         report.defaults_set += 1;
     }
 
-    let results: Vec<(ServerUuid, String, Result<(), String>)> =
+    let results: Vec<(ServerUuid, String, Result<(), InstanceAdoptError>)> =
         stream::iter(plan.instances.iter())
             .map(|i| {
                 let service = services.get(&i.component).copied();
                 async move {
                     let result = match service {
-                        None => Err(format!("no SAPI service for {}", i.component)),
+                        None => Err(InstanceAdoptError::NoService {
+                            component: i.component.clone(),
+                        }),
                         Some(service) => sapi
                             .create_instance(&CreateInstance {
                                 uuid: Some(i.instance),
@@ -326,7 +340,7 @@ pub async fn adopt(
                             })
                             .await
                             .map(|_| ())
-                            .map_err(|e| crate::error::error_chain(&e)),
+                            .map_err(InstanceAdoptError::Api),
                     };
                     (i.server, i.component.clone(), result)
                 }
@@ -337,7 +351,7 @@ pub async fn adopt(
     for (server, component, r) in results {
         match r {
             Ok(()) => report.instances_adopted += 1,
-            Err(e) => report.failures.push((server, component, e)),
+            Err(e) => report.failures.push((server, component, error_chain(&e))),
         }
     }
     report.failures.sort();
@@ -358,62 +372,4 @@ async fn set_default(
             what: format!("set the default image of service {component}"),
             err,
         })
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::orchestrate::testkit::{ExampleDc, image_uuid, instance_uuid};
-
-    #[test]
-    fn adopts_what_is_missing_and_leaves_pending_updates_alone() {
-        let mut dc = ExampleDc::new(2);
-        let hn = dc.server_named("headnode");
-        let (cn1, cn2) = (dc.server_named("cn001"), dc.server_named("cn002"));
-        dc.unmanage("vm-agent");
-        dc.set_service_default("net-agent", None);
-        dc.make_legacy(cn1, "cmon-agent");
-        dc.drop_instance(cn2, "smartlogin");
-        // A pending update: params complete, image differs from installed.
-        let newer = dc.publish("amon-agent", "2.0.0").uuid;
-        dc.sapi_merge_params(
-            instance_uuid(cn1, "amon-agent"),
-            instance_params(cn1, newer),
-        );
-        // No instance UUID reported.
-        let img = image_uuid("hagfish-watcher", "1.0.0");
-        dc.set_installed(cn2, "hagfish-watcher", img, None);
-
-        let plan = plan_adoption(&dc.catalog, &dc.intent(), &dc.reality(), None);
-        assert_eq!(
-            plan.new_services,
-            vec![NewService {
-                component: "vm-agent".into(),
-                default_image: Some(image_uuid("vm-agent", "1.0.0"))
-            }]
-        );
-        assert_eq!(plan.service_defaults.len(), 1);
-        assert_eq!(plan.service_defaults[0].component, "net-agent");
-        let adopted: Vec<(ServerUuid, &str, bool)> = plan
-            .instances
-            .iter()
-            .map(|i| (i.server, i.component.as_str(), i.exists))
-            .collect();
-        assert!(adopted.contains(&(cn1, "cmon-agent", true)));
-        assert!(adopted.contains(&(cn2, "smartlogin", false)));
-        assert!(adopted.contains(&(hn, "vm-agent", false)));
-        assert!(!adopted.iter().any(|(_, c, _)| *c == "amon-agent"));
-        assert_eq!(plan.skips.len(), 1);
-        assert!(plan.skips[0].reason.contains("no instance UUID"));
-        // Three vm-agent instances (all servers) + cmon + smartlogin.
-        assert_eq!(plan.instances.len(), 5);
-
-        let only_cn2 = plan_adoption(&dc.catalog, &dc.intent(), &dc.reality(), Some(&[cn2]));
-        assert!(only_cn2.instances.iter().all(|i| i.server == cn2));
-        assert_eq!(
-            only_cn2.new_services.len(),
-            1,
-            "services are datacenter-wide"
-        );
-    }
 }

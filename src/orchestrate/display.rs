@@ -9,9 +9,6 @@ use std::fmt::{self, Write as _};
 use super::plan::{Action, ImageRef, IntentChange, Plan, Skip};
 use crate::ids::ImageUuid;
 
-/// Shown per server up to this many servers; beyond, grouped.
-pub const DEFAULT_MAX_SERVERS: usize = 50;
-
 /// A plan rendered for humans.
 pub struct PlanDisplay<'a> {
     plan: &'a Plan,

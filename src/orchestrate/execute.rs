@@ -27,7 +27,8 @@ use tokio::time::Instant;
 use super::outlier::{self, OutlierPolicy};
 use super::plan::{Plan, ServerPlan, Step, TransportKind};
 use super::report::{
-    ExecEvent, ExecReport, Failure, Reporter, ServerOutcome, ServerStatus, StepResult, StepStatus,
+    ExecEvent, ExecReport, Failure, FailureStage, Reporter, ServerOutcome, ServerStatus,
+    StepResult, StepStatus,
 };
 use super::store::{IntentStore, IntentWriteError};
 use super::transport::{StepFailure, Transport};
@@ -187,7 +188,7 @@ impl<'a> Executor<'a> {
                                     steps: Vec::new(),
                                     failure: Some(Failure {
                                         component: None,
-                                        stage: "straggler".to_string(),
+                                        stage: FailureStage::Straggler,
                                         message: format!(
                                             "stopped waiting {} after every other server finished (--straggler-timeout); the work may still complete on the server",
                                             super::report::fmt_duration(limit)
@@ -218,7 +219,7 @@ impl<'a> Executor<'a> {
                     steps: Vec::new(),
                     failure: Some(Failure {
                         component: None,
-                        stage: "interrupted".to_string(),
+                        stage: FailureStage::Interrupted,
                         message: "the run was interrupted while this server was in progress; run the same command again to finish".to_string(),
                     }),
                 },
@@ -261,7 +262,7 @@ impl<'a> Executor<'a> {
                 outcome.status = ServerStatus::Failed;
                 outcome.failure = Some(Failure {
                     component: Some(change.component().to_string()),
-                    stage: "sapi".to_string(),
+                    stage: FailureStage::Sapi,
                     message: error_chain(&err),
                 });
                 outcome.steps = sp.steps.iter().map(not_run).collect();
@@ -323,7 +324,7 @@ impl<'a> Executor<'a> {
                     outcome.status = ServerStatus::Failed;
                     outcome.failure = Some(Failure {
                         component: Some(change.component().to_string()),
-                        stage: "sapi".to_string(),
+                        stage: FailureStage::Sapi,
                         message: error_chain(&err),
                     });
                     break;
@@ -393,7 +394,7 @@ impl<'a> Executor<'a> {
             Ok(Err(f)) => Err((f, false)),
             Err(_) => Err((
                 StepFailure::new(
-                    "timeout",
+                    FailureStage::Timeout,
                     format!(
                         "no result after {} (--task-timeout); the task may still be running on the server",
                         super::report::fmt_duration(self.options.task_timeout)

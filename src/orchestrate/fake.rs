@@ -22,6 +22,7 @@ use super::intent::Intent;
 use super::lock::{LockError, LockRecord, LockStore};
 use super::plan::{Action, IntentChange, ServiceChange, Step};
 use super::reality::Reality;
+use super::report::FailureStage;
 use super::store::{IntentStore, IntentWriteError, instance_params};
 use super::testkit::{ExampleDc, instance_uuid};
 use super::transport::{StepDone, StepFailure, Transport};
@@ -109,7 +110,7 @@ impl FakeDc {
             tokio::time::sleep(delay).await;
         }
         if let Some(message) = fail {
-            return Err(StepFailure::new("agent_install task", message));
+            return Err(StepFailure::new(agent_install_failure(), message));
         }
         let instance = {
             let mut dc = self.dc();
@@ -121,7 +122,7 @@ impl FakeDc {
                         .unwrap_or_else(|| instance_uuid(server, &step.component));
                     if !dc.images.contains_key(&to.uuid) {
                         return Err(StepFailure::new(
-                            "agent_install task",
+                            agent_install_failure(),
                             format!("AgentInstall error: Image not found: {}", to.uuid),
                         ));
                     }
@@ -257,5 +258,14 @@ impl LockStore for FakeDc {
             }
             Ok(())
         })
+    }
+}
+
+/// The stage of a failure the fake reports: cn-agent's install task,
+/// without a task id.
+fn agent_install_failure() -> FailureStage {
+    FailureStage::Task {
+        task: "agent_install".to_string(),
+        id: None,
     }
 }

@@ -12,7 +12,8 @@
 //! - [`execute`]: runs a plan through a [`transport::Transport`] (CNAPI
 //!   install-agent tasks or `agentsadm gz` via CNAPI execute) and an
 //!   [`store::IntentStore`] (SAPI), reporting to a [`report::Reporter`];
-//!   [`outlier`] decides about slow servers; [`progress`] draws it.
+//!   [`outlier`] decides about slow servers. The library draws nothing:
+//!   the command line turns the reporter's events into progress.
 //! - [`session`]: the above as one library call (CLI, demo, tests).
 //! - [`adopt`]: create agent services and instances for what servers report.
 //! - [`testkit`] and [`fake`]: a deterministic example datacenter and an
@@ -29,7 +30,6 @@ pub mod intent;
 pub mod lock;
 pub mod outlier;
 pub mod plan;
-pub mod progress;
 pub mod reality;
 pub mod report;
 pub mod session;

@@ -3,9 +3,10 @@
 //! summary (done / failed / skipped, p50 / p90 / max install time), outliers
 //! and the exit status.
 //!
-//! The library never draws anything; [`super::progress`] turns events into
-//! bars or plain lines for the command line.
+//! The library never draws anything: the command line turns events into
+//! bars or plain lines (`cli::progress`).
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::fmt::{self, Write as _};
 use std::sync::Mutex;
@@ -16,7 +17,7 @@ use serde::Serialize;
 use super::outlier::{Outlier, duration_secs, percentile_sorted};
 use super::plan::{Plan, Step};
 use super::transport::StepFailure;
-use crate::ids::ServerUuid;
+use crate::ids::{ServerUuid, TaskId};
 
 /// Something that happened during execution.
 #[derive(Debug)]
@@ -163,13 +164,94 @@ pub struct StepResult {
     pub elapsed: Duration,
 }
 
+/// Which part of a server's turn failed. Text and `--json` (field
+/// `stage`) show it as [`FailureStage::as_str`], a name operators and
+/// scripts match on, so the names never change.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum FailureStage {
+    /// A SAPI instance write before or after the steps: `sapi`.
+    Sapi,
+    /// Abandoned by `--straggler-timeout`: `straggler`.
+    Straggler,
+    /// In progress when the run was interrupted: `interrupted`.
+    Interrupted,
+    /// A step ran into `--task-timeout`: `timeout`.
+    Timeout,
+    /// CNAPI refused `POST /servers/:uuid/install-agent`: `install-agent`.
+    InstallAgent,
+    /// CNAPI refused `POST /servers/:uuid/uninstall-agents`:
+    /// `uninstall-agents`.
+    UninstallAgents,
+    /// `GET /tasks/:id/wait` failed: `task wait`.
+    TaskWait,
+    /// A cn-agent task ended in failure: `agent_install task <id>` (the
+    /// in-memory transport of the tests has no task id).
+    Task { task: String, id: Option<TaskId> },
+    /// Reading the instance a fresh install reports: `read server.agents`.
+    ReadServerAgents,
+    /// Waiting for a component that replaces itself (cn-agent) to report
+    /// its new image: `confirm through server.agents`.
+    ConfirmServerAgents,
+    /// CNAPI execute failed, or `agentsadm gz` printed no result: `execute`.
+    Execute,
+    /// `agentsadm gz` exited non-zero without naming a step: `gz`.
+    Gz,
+    /// `agentsadm gz` failed at one of its steps: `gz <step>` (`gz
+    /// hook:postinstall`, `gz download`, ...).
+    GzStep { step: String },
+}
+
+impl FailureStage {
+    /// The stage as shown; fixed names are borrowed, task and `gz` step
+    /// names are formatted.
+    pub fn as_str(&self) -> Cow<'_, str> {
+        Cow::Borrowed(match self {
+            FailureStage::Sapi => "sapi",
+            FailureStage::Straggler => "straggler",
+            FailureStage::Interrupted => "interrupted",
+            FailureStage::Timeout => "timeout",
+            FailureStage::InstallAgent => "install-agent",
+            FailureStage::UninstallAgents => "uninstall-agents",
+            FailureStage::TaskWait => "task wait",
+            FailureStage::ReadServerAgents => "read server.agents",
+            FailureStage::ConfirmServerAgents => "confirm through server.agents",
+            FailureStage::Execute => "execute",
+            FailureStage::Gz => "gz",
+            FailureStage::Task { task, id: Some(id) } => {
+                return Cow::Owned(format!("{task} task {id}"));
+            }
+            FailureStage::Task { task, id: None } => return Cow::Owned(format!("{task} task")),
+            FailureStage::GzStep { step } => return Cow::Owned(format!("gz {step}")),
+        })
+    }
+}
+
+impl fmt::Display for FailureStage {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.as_str())
+    }
+}
+
+impl Serialize for FailureStage {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&self.as_str())
+    }
+}
+
+/// Compares with the stage as shown (`stage == "sapi"`).
+impl PartialEq<&str> for FailureStage {
+    fn eq(&self, other: &&str) -> bool {
+        self.as_str() == *other
+    }
+}
+
 /// Why a server failed: the component (if any), the stage and the remote
 /// error text.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct Failure {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub component: Option<String>,
-    pub stage: String,
+    pub stage: FailureStage,
     pub message: String,
 }
 

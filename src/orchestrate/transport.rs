@@ -30,6 +30,7 @@ use futures::future::BoxFuture;
 use serde::Serialize;
 
 use super::plan::{Action, Step, TransportKind};
+use super::report::FailureStage;
 use crate::api::ApiError;
 use crate::api::cnapi::{CnapiClient, TaskStatus};
 use crate::catalog::{Catalog, OrderClass};
@@ -47,23 +48,25 @@ pub struct StepDone {
 
 /// A step that failed on the server or on the way there: which part of the
 /// step (`install-agent`, `agent_install task`, `gz hook:postinstall`,
-/// `confirm`, ...) and the remote error text.
+/// `confirm through server.agents`, ...) and the remote error text.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, thiserror::Error)]
 #[error("{stage}: {message}")]
 pub struct StepFailure {
-    pub stage: String,
+    pub stage: FailureStage,
+    /// The remote error text (for API errors, the whole chain on one line:
+    /// it is shown as data in reports, not printed as a cause chain).
     pub message: String,
 }
 
 impl StepFailure {
-    pub fn new(stage: impl Into<String>, message: impl Into<String>) -> StepFailure {
+    pub fn new(stage: FailureStage, message: impl Into<String>) -> StepFailure {
         StepFailure {
-            stage: stage.into(),
+            stage,
             message: message.into(),
         }
     }
 
-    fn api(stage: &str, err: &ApiError) -> StepFailure {
+    fn api(stage: FailureStage, err: &ApiError) -> StepFailure {
         StepFailure::new(stage, error_chain(err))
     }
 }
@@ -150,7 +153,7 @@ impl CnapiTransport {
                     .cnapi
                     .install_agent(server, to.uuid)
                     .await
-                    .map_err(|e| StepFailure::api("install-agent", &e))?;
+                    .map_err(|e| StepFailure::api(FailureStage::InstallAgent, &e))?;
                 let task = self.wait(id).await;
                 if self_replacing {
                     let failed = task.err();
@@ -164,7 +167,7 @@ impl CnapiTransport {
                     .cnapi
                     .uninstall_agents(server, &[self.package_name(&step.component)])
                     .await
-                    .map_err(|e| StepFailure::api("uninstall-agents", &e))?;
+                    .map_err(|e| StepFailure::api(FailureStage::UninstallAgents, &e))?;
                 self.wait(id).await?;
                 Ok(StepDone::default())
             }
@@ -209,15 +212,20 @@ impl CnapiTransport {
                 .cnapi
                 .wait_task(id, self.config.wait_chunk)
                 .await
-                .map_err(|e| StepFailure::api("task wait", &e))?;
+                .map_err(|e| StepFailure::api(FailureStage::TaskWait, &e))?;
             match task.status {
                 TaskStatus::Active => continue,
                 TaskStatus::Complete => return Ok(()),
                 TaskStatus::Failure => {
+                    let message = task
+                        .error_message()
+                        .unwrap_or_else(|| "failed without an error message".to_string());
                     return Err(StepFailure::new(
-                        format!("{} task {id}", task.task),
-                        task.error_message()
-                            .unwrap_or_else(|| "failed without an error message".to_string()),
+                        FailureStage::Task {
+                            task: task.task,
+                            id: Some(id),
+                        },
+                        message,
                     ));
                 }
             }
@@ -233,7 +241,7 @@ impl CnapiTransport {
             .cnapi
             .get_server(server)
             .await
-            .map_err(|e| StepFailure::api("read server.agents", &e))?;
+            .map_err(|e| StepFailure::api(FailureStage::ReadServerAgents, &e))?;
         let package = self.package_name(&step.component);
         let instance = s
             .reported_agents()
@@ -259,7 +267,7 @@ impl CnapiTransport {
                 .cnapi
                 .get_server(server)
                 .await
-                .map_err(|e| StepFailure::api("confirm through server.agents", &e))?;
+                .map_err(|e| StepFailure::api(FailureStage::ConfirmServerAgents, &e))?;
             if let Some(a) = s
                 .reported_agents()
                 .into_iter()
@@ -277,7 +285,7 @@ impl CnapiTransport {
                     .map(|i| i.to_string())
                     .unwrap_or_else(|| "nothing".to_string());
                 return Err(StepFailure::new(
-                    "confirm through server.agents",
+                    FailureStage::ConfirmServerAgents,
                     format!(
                         "the install finished but after {:?} server.agents still reports {now}, not {image}: the new {} did not report (check its SMF service on the server)",
                         self.config.confirm_timeout, step.component
@@ -315,15 +323,18 @@ impl CnapiTransport {
             .cnapi
             .execute(server, &request, self.config.execute_timeout)
             .await
-            .map_err(|e| StepFailure::api("execute", &e))?;
+            .map_err(|e| StepFailure::api(FailureStage::Execute, &e))?;
         match parse_gz_result(&result.stdout) {
             Some(gz) => {
                 if let Some(err) = gz.error {
-                    return Err(StepFailure::new(format!("gz {}", err.step), err.message));
+                    return Err(StepFailure::new(
+                        FailureStage::GzStep { step: err.step },
+                        err.message,
+                    ));
                 }
                 if result.exit_status != 0 {
                     return Err(StepFailure::new(
-                        "gz",
+                        FailureStage::Gz,
                         format!("exited {} ({})", result.exit_status, tail(&result.stderr)),
                     ));
                 }
@@ -336,7 +347,7 @@ impl CnapiTransport {
                 Ok(StepDone { instance })
             }
             None => Err(StepFailure::new(
-                "execute",
+                FailureStage::Execute,
                 format!(
                     "agentsadm gz exited {} without a result document (is agentsadm installed at {}?): {}",
                     result.exit_status,

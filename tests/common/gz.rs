@@ -284,7 +284,7 @@ fn walk(root: &Path, dir: &Path, out: &mut BTreeMap<String, String>) {
             format!("dir {mode:o}")
         } else {
             let data = std::fs::read(&p).unwrap();
-            format!("file {mode:o} {}", format!("{:x}", Sha1::digest(&data)))
+            format!("file {mode:o} {:x}", Sha1::digest(&data))
         };
         out.insert(rel, desc);
     }

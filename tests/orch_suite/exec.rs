@@ -516,7 +516,7 @@ async fn stale_locks_are_broken_and_a_taken_over_lock_is_not_released() {
 
 #[tokio::test(start_paused = true)]
 async fn command_line_progress_handles_every_event() {
-    use agentsadm::orchestrate::progress::{CliProgress, ProgressMode};
+    use agentsadm::cli::progress::{CliProgress, ProgressMode};
     for mode in [ProgressMode::Bars, ProgressMode::Lines, ProgressMode::Quiet] {
         let (fake, targets) = setup(6, &["vm-agent", "cn-agent"]);
         let cn2 = fake.dc().server_named("cn002");

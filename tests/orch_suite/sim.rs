@@ -510,7 +510,7 @@ async fn a_failed_cn_agent_self_update_is_reported_after_the_grace_period() {
         .as_ref()
         .expect("cn0001 failed");
     assert_eq!(f.component.as_deref(), Some("cn-agent"));
-    assert!(f.stage.starts_with("agent_install task"), "{f}");
+    assert!(f.stage.as_str().starts_with("agent_install task"), "{f}");
     assert!(
         f.message.contains("server.agents still does not show"),
         "{f}"

@@ -174,7 +174,7 @@ fn check_outcomes(
                     .as_ref()
                     .unwrap_or_else(|| panic!("{} {:?} without a cause", o.hostname, o.status));
                 assert!(
-                    !f.stage.is_empty() && !f.message.is_empty(),
+                    !f.stage.as_str().is_empty() && !f.message.is_empty(),
                     "{}: empty cause {f:?}",
                     o.hostname
                 );
@@ -281,7 +281,8 @@ async fn rollout_of_500_servers_with_faults_converges_on_the_second_run() {
     for o in report.servers.values() {
         if let Some(f) = &o.failure {
             let c = f.component.as_deref().unwrap_or("-");
-            let stage = f.stage.split(" task ").next().unwrap_or_default();
+            let stage = f.stage.to_string();
+            let stage = stage.split(" task ").next().unwrap_or_default();
             *causes.entry(format!("{c}: {stage}")).or_default() += 1;
             if std::env::var_os("REL_VERBOSE").is_some() {
                 eprintln!("  {}: {f}", o.hostname);

@@ -1,4 +1,6 @@
-//! Progress on the command line: the only place that knows indicatif.
+//! Progress on the command line, drawn from the executor's events: the
+//! only place that knows indicatif (the library only emits
+//! [`ExecEvent`]s to a [`Reporter`]).
 //!
 //! - On a terminal: one overall bar (servers done / total, ETA) and one
 //!   line per active server (its current component and step, elapsed),
@@ -15,8 +17,8 @@ use std::time::Duration;
 
 use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
 
-use super::report::{ExecEvent, Reporter, ServerStatus, fmt_duration};
 use crate::ids::ServerUuid;
+use crate::orchestrate::report::{ExecEvent, Reporter, ServerStatus, fmt_duration};
 
 /// How progress is shown.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

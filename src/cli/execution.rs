@@ -1,0 +1,106 @@
+//! What the commands that change the datacenter set up the same way.
+//!
+//! - [`with_dc_lock`]: take the orchestrator lock (warning when it breaks
+//!   a stale one), refresh it while the work runs, release it after.
+//! - [`Execution`]: for the commands that run steps on servers (`update`,
+//!   `install`, `remove`, `check --fix`), the executor's options, the
+//!   CNAPI transport's configuration and the progress display, built from
+//!   the command line once.
+//! - [`interrupted`]: Ctrl-C, which stops starting servers.
+
+use std::future::Future;
+
+use super::GlobalOpts;
+use super::Tee;
+use super::progress::{CliProgress, ProgressMode};
+use crate::api::SapiClient;
+use crate::orchestrate::execute::ExecOptions;
+use crate::orchestrate::lock::{self, LockOptions, SapiLockStore};
+use crate::orchestrate::transport::CnapiTransportConfig;
+use crate::output::Output;
+
+/// How one run reaches servers and shows its progress.
+pub(crate) struct Execution<'g> {
+    pub(crate) options: ExecOptions,
+    pub(crate) transport: CnapiTransportConfig,
+    progress: CliProgress,
+    global: &'g GlobalOpts,
+}
+
+impl<'g> Execution<'g> {
+    /// `verb` names the operation in progress lines ("update", "repair").
+    pub(crate) fn new(
+        g: &'g GlobalOpts,
+        verb: &'static str,
+        options: ExecOptions,
+    ) -> Execution<'g> {
+        // `agentsadm gz` on a server may take as long as one step may.
+        let transport = CnapiTransportConfig {
+            execute_timeout: options.task_timeout,
+            ..Default::default()
+        };
+        Execution {
+            options,
+            transport,
+            progress: CliProgress::new(ProgressMode::detect(g.json, g.quiet), verb),
+            global: g,
+        }
+    }
+
+    /// Where execution events go: the progress display, then the
+    /// observer of an in-process run (the demo), if any.
+    pub(crate) fn reporter(&self) -> Tee<'_> {
+        self.global.reporter(&self.progress)
+    }
+}
+
+/// Resolves when the operator presses Ctrl-C; never, where it cannot be
+/// caught.
+pub(crate) async fn interrupted() {
+    if tokio::signal::ctrl_c().await.is_err() {
+        std::future::pending::<()>().await;
+    }
+}
+
+/// Take the datacenter lock for `operation`, run `work` while refreshing
+/// the lock, then release it. Failing to refresh or release is a warning:
+/// the work has started (or is done) and stopping it would leave it half
+/// done.
+pub(crate) async fn with_dc_lock<T>(
+    sapi: &SapiClient,
+    operation: &str,
+    break_lock: bool,
+    out: &Output,
+    work: impl Future<Output = T>,
+) -> anyhow::Result<T> {
+    let store = SapiLockStore::new(sapi.clone()).await?;
+    let options = LockOptions {
+        break_lock,
+        ..LockOptions::default()
+    };
+    let mut dc_lock = lock::acquire(&store, &lock::this_owner(), operation, &options).await?;
+    if let Some(old) = &dc_lock.broke {
+        out.warn(format!(
+            "broke the orchestrator lock of {} ({:?}, last seen {})",
+            old.owner, old.operation, old.refreshed
+        ));
+    }
+    tokio::pin!(work);
+    let mut refresh = tokio::time::interval(options.refresh_every);
+    // The first tick is immediate; the lock was just written.
+    refresh.tick().await;
+    let result = loop {
+        tokio::select! {
+            r = &mut work => break r,
+            _ = refresh.tick() => {
+                if let Err(e) = dc_lock.refresh().await {
+                    out.warn(format!("{e:#}"));
+                }
+            }
+        }
+    };
+    if let Err(e) = dc_lock.release().await {
+        out.warn(format!("cannot release the orchestrator lock: {e:#}"));
+    }
+    Ok(result)
+}

@@ -1,0 +1,416 @@
+//! `agentsadm plan|update|install|remove`: normalise the arguments into a
+//! `Change`, plan, show the plan, confirm, then execute under the
+//! datacenter lock.
+
+use anyhow::bail;
+use clap::{ArgAction, Args, Subcommand};
+use serde_json::json;
+
+use super::{
+    ChannelArgs, ExecArgs, ExecSettings, ServersArg, confirm, exit, stdin_is_terminal,
+    updates_client,
+};
+use crate::catalog::Catalog;
+use crate::cli::execution::{Execution, interrupted, with_dc_lock};
+use crate::cli::{CmdResult, EXIT_PARTIAL, GlobalOpts};
+use crate::ids::ImageUuid;
+use crate::orchestrate::images::ImageChoice;
+use crate::orchestrate::plan::{ComponentSelection, Operation, Request, ServerSelection};
+use crate::orchestrate::session::Session;
+
+/// Servers shown one by one in a plan up to this many; beyond, servers with
+/// the same changes are grouped (`-v` lists them all).
+pub const DEFAULT_MAX_SERVERS: usize = 50;
+
+#[derive(Args, Debug)]
+pub struct PlanArgs {
+    #[command(subcommand)]
+    pub command: PlanCommand,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum PlanCommand {
+    /// The plan of `agentsadm update`.
+    Update(UpdateArgs),
+    /// The plan of `agentsadm install`.
+    Install(InstallArgs),
+    /// The plan of `agentsadm remove`.
+    Remove(RemoveArgs),
+}
+
+#[derive(Args, Debug)]
+pub struct UpdateArgs {
+    /// Components to update.
+    #[arg(value_name = "COMPONENT")]
+    pub components: Vec<String>,
+    /// Every bulk-updatable managed component (never marlin-agent).
+    #[arg(short = 'a', long, conflicts_with = "components")]
+    pub all: bool,
+    /// Update to this image (one component only).
+    #[arg(long, value_name = "UUID", conflicts_with = "latest")]
+    pub image: Option<ImageUuid>,
+    /// Update to the newest image (of the updates server's channel with
+    /// --channel, else of the datacenter IMGAPI).
+    #[arg(long)]
+    pub latest: bool,
+    #[command(flatten)]
+    pub source: ChannelArgs,
+    #[command(flatten)]
+    pub servers: ServersArg,
+    /// Servers to leave alone (UUIDs or hostnames).
+    #[arg(short = 'x', long, value_name = "SERVERS", value_delimiter = ',', action = ArgAction::Append)]
+    pub exclude: Vec<String>,
+    #[command(flatten)]
+    pub exec: ExecArgs,
+}
+
+#[derive(Args, Debug)]
+pub struct InstallArgs {
+    /// The component to install.
+    #[arg(value_name = "COMPONENT")]
+    pub component: String,
+    /// The image (default: the SAPI service's params.image_uuid).
+    #[arg(long, value_name = "UUID")]
+    pub image: Option<ImageUuid>,
+    #[command(flatten)]
+    pub source: ChannelArgs,
+    #[command(flatten)]
+    pub servers: ServersArg,
+    /// Every set-up server that lacks the component.
+    #[arg(long, conflicts_with = "servers")]
+    pub all_servers: bool,
+    /// Servers to leave alone (UUIDs or hostnames).
+    #[arg(short = 'x', long, value_name = "SERVERS", value_delimiter = ',', action = ArgAction::Append)]
+    pub exclude: Vec<String>,
+    #[command(flatten)]
+    pub exec: ExecArgs,
+}
+
+#[derive(Args, Debug)]
+pub struct RemoveArgs {
+    /// The component to remove.
+    #[arg(value_name = "COMPONENT")]
+    pub component: String,
+    #[command(flatten)]
+    pub servers: ServersArg,
+    #[command(flatten)]
+    pub exec: ExecArgs,
+}
+
+/// A changing command, normalised.
+#[derive(Debug)]
+struct Change {
+    request: Request,
+    choice: ImageChoice,
+    source: ChannelArgs,
+    exec: ExecSettings,
+}
+
+impl UpdateArgs {
+    fn change(self, catalog: &Catalog) -> anyhow::Result<Change> {
+        if !self.all && self.components.is_empty() {
+            bail!("name the components to update, or pass --all");
+        }
+        for c in &self.components {
+            catalog.require(c)?;
+        }
+        if self.image.is_some() && (self.all || self.components.len() != 1) {
+            bail!("--image needs exactly one component (run one update per image)");
+        }
+        Ok(Change {
+            request: Request {
+                operation: Operation::Update,
+                components: if self.all {
+                    ComponentSelection::All
+                } else {
+                    ComponentSelection::Named(self.components)
+                },
+                servers: servers_selection(self.servers.servers),
+                exclude: self.exclude,
+            },
+            choice: match (self.image, self.latest) {
+                (Some(i), _) => ImageChoice::Image(i),
+                (None, true) => ImageChoice::Latest,
+                (None, false) => ImageChoice::Intent,
+            },
+            source: self.source,
+            exec: self.exec.into(),
+        })
+    }
+}
+
+impl InstallArgs {
+    fn change(self, catalog: &Catalog) -> anyhow::Result<Change> {
+        catalog.require(&self.component)?;
+        if self.servers.servers.is_empty() && !self.all_servers {
+            bail!("name the servers with -s SERVERS, or pass --all-servers");
+        }
+        Ok(Change {
+            request: Request {
+                operation: Operation::Install,
+                components: ComponentSelection::Named(vec![self.component]),
+                servers: servers_selection(self.servers.servers),
+                exclude: self.exclude,
+            },
+            choice: self
+                .image
+                .map(ImageChoice::Image)
+                .unwrap_or(ImageChoice::Intent),
+            source: self.source,
+            exec: self.exec.into(),
+        })
+    }
+}
+
+impl RemoveArgs {
+    fn change(self, catalog: &Catalog) -> anyhow::Result<Change> {
+        catalog.require(&self.component)?;
+        if self.servers.servers.is_empty() {
+            bail!(
+                "name the servers to remove {} from with -s SERVERS",
+                self.component
+            );
+        }
+        Ok(Change {
+            request: Request {
+                operation: Operation::Remove,
+                components: ComponentSelection::Named(vec![self.component]),
+                servers: servers_selection(self.servers.servers),
+                exclude: Vec::new(),
+            },
+            choice: ImageChoice::Intent,
+            source: ChannelArgs::default(),
+            exec: self.exec.into(),
+        })
+    }
+}
+
+fn servers_selection(names: Vec<String>) -> ServerSelection {
+    if names.is_empty() {
+        ServerSelection::All
+    } else {
+        ServerSelection::Named(names)
+    }
+}
+
+/// plan / update / install / remove.
+async fn run_change(g: &GlobalOpts, change: Change, plan_only: bool) -> CmdResult {
+    let out = g.output();
+    let catalog = g.load_catalog()?;
+    let apis = g.apis()?;
+    let updates = updates_client(&apis, &change.source).await?;
+    let session = Session {
+        apis: &apis,
+        catalog: &catalog,
+        updates: updates.as_ref(),
+    };
+    let exec = change.exec;
+    let plan = session
+        .plan(&change.request, change.choice, exec.transport)
+        .await?
+        .plan;
+
+    let max = if g.verbose > 0 {
+        usize::MAX
+    } else {
+        DEFAULT_MAX_SERVERS
+    };
+    if !out.json {
+        out.line(plan.display_compact(max).to_string().trim_end());
+    }
+    let partial = if plan.has_blocking_skips() {
+        EXIT_PARTIAL
+    } else {
+        0
+    };
+    if plan_only || exec.dry_run || plan.is_empty() {
+        if out.json {
+            out.json(&json!({"plan": plan, "executed": false, "exit_status": if plan_only || exec.dry_run { 0 } else { partial }}));
+        }
+        if plan_only || exec.dry_run {
+            return Ok(exit(0));
+        }
+        return Ok(exit(partial));
+    }
+
+    if plan.needs_explicit_yes && !exec.yes {
+        for w in &plan.warnings {
+            eprintln!("warning: {w}");
+        }
+        bail!(
+            "this plan restarts components that abort running work; re-run with -y to confirm (nothing was changed)"
+        );
+    }
+    if !exec.yes {
+        if out.json || !stdin_is_terminal() {
+            bail!("refusing to change servers without confirmation: pass -y (nothing was changed)");
+        }
+        for w in &plan.warnings {
+            eprintln!("warning: {w}");
+        }
+        if !confirm("Proceed?").await? {
+            out.line("Nothing was changed.");
+            return Ok(exit(1));
+        }
+    }
+
+    let execution = Execution::new(g, plan.operation.as_str(), exec.options);
+    let reporter = execution.reporter();
+    let work = async {
+        if !plan.imports.is_empty() {
+            out.line(format!(
+                "Importing {} image(s) into the datacenter IMGAPI...",
+                plan.imports.len()
+            ));
+        }
+        session
+            .execute(
+                &plan,
+                &execution.options,
+                execution.transport.clone(),
+                &reporter,
+                interrupted(),
+            )
+            .await
+    };
+    let operation = format!("{} {}", plan.operation, plan.components.join(","));
+    let report = with_dc_lock(&apis.sapi, &operation, exec.break_lock, &out, work).await??;
+    let status = report.exit_status(&plan);
+    if out.json {
+        out.json(&json!({
+            "plan": plan,
+            "executed": true,
+            "result": report,
+            "summary": report.summary(&plan),
+            "exit_status": status,
+        }));
+    } else if !out.quiet || status != 0 {
+        println!("\n{}", report.render(&plan).trim_end());
+    }
+    Ok(exit(status))
+}
+
+pub async fn run_plan(g: &GlobalOpts, a: PlanArgs) -> CmdResult {
+    let catalog = g.load_catalog()?;
+    let change = match a.command {
+        PlanCommand::Update(u) => u.change(&catalog)?,
+        PlanCommand::Install(i) => i.change(&catalog)?,
+        PlanCommand::Remove(r) => r.change(&catalog)?,
+    };
+    run_change(g, change, true).await
+}
+
+pub async fn run_update(g: &GlobalOpts, a: UpdateArgs) -> CmdResult {
+    let change = a.change(&g.load_catalog()?)?;
+    run_change(g, change, false).await
+}
+
+pub async fn run_install(g: &GlobalOpts, a: InstallArgs) -> CmdResult {
+    let change = a.change(&g.load_catalog()?)?;
+    run_change(g, change, false).await
+}
+
+pub async fn run_remove(g: &GlobalOpts, a: RemoveArgs) -> CmdResult {
+    let change = a.change(&g.load_catalog()?)?;
+    run_change(g, change, false).await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+    use std::time::Duration;
+
+    #[derive(Parser, Debug)]
+    struct T {
+        #[command(subcommand)]
+        c: C,
+    }
+    #[derive(Subcommand, Debug)]
+    enum C {
+        Update(UpdateArgs),
+        Install(InstallArgs),
+        Remove(RemoveArgs),
+    }
+
+    fn update(args: &[&str]) -> anyhow::Result<Change> {
+        let t = T::try_parse_from(
+            std::iter::once("t")
+                .chain(std::iter::once("update"))
+                .chain(args.iter().copied()),
+        )?;
+        match t.c {
+            C::Update(u) => u.change(&Catalog::builtin()),
+            _ => unreachable!(),
+        }
+    }
+
+    #[test]
+    fn update_arguments() {
+        let c = update(&[
+            "vm-agent", "-s", "cn1,cn2", "-s", "cn3", "-x", "cn4", "--latest", "-y", "-j", "5",
+        ])
+        .unwrap();
+        assert_eq!(
+            c.request.servers,
+            ServerSelection::Named(vec!["cn1".into(), "cn2".into(), "cn3".into()])
+        );
+        assert_eq!(c.request.exclude, vec!["cn4".to_string()]);
+        assert_eq!(c.choice, ImageChoice::Latest);
+        assert_eq!(c.exec.options.concurrency, 5);
+        assert!(c.exec.yes);
+        assert!(update(&[]).unwrap_err().to_string().contains("--all"));
+        assert!(
+            update(&["vm-agnet"])
+                .unwrap_err()
+                .to_string()
+                .contains("unknown component")
+        );
+        let img = "fd5f189c-c26a-46a6-bd1a-b0e0150edf8f";
+        assert!(
+            update(&["vm-agent", "cn-agent", "--image", img])
+                .unwrap_err()
+                .to_string()
+                .contains("exactly one")
+        );
+        assert!(update(&["--all", "vm-agent"]).is_err());
+        assert!(update(&["vm-agent", "--image", img, "--latest"]).is_err());
+        let c = update(&[
+            "--all",
+            "--straggler-timeout",
+            "10m",
+            "--task-timeout",
+            "5m",
+        ])
+        .unwrap();
+        assert_eq!(
+            c.exec.options.straggler_timeout,
+            Some(Duration::from_secs(600))
+        );
+        assert_eq!(c.exec.options.task_timeout, Duration::from_secs(300));
+        assert_eq!(c.exec.options.concurrency, 20);
+        assert_eq!(c.exec.options.outlier.margin, Duration::from_secs(30));
+        let c = update(&["--all", "--outlier-margin", "1s"]).unwrap();
+        assert_eq!(c.exec.options.outlier.margin, Duration::from_secs(1));
+    }
+
+    #[test]
+    fn install_and_remove_need_servers() {
+        let t = T::try_parse_from(["t", "install", "dockerlogger"]).unwrap();
+        let C::Install(i) = t.c else { unreachable!() };
+        assert!(
+            i.change(&Catalog::builtin())
+                .unwrap_err()
+                .to_string()
+                .contains("--all-servers")
+        );
+        let t = T::try_parse_from(["t", "remove", "dockerlogger"]).unwrap();
+        let C::Remove(r) = t.c else { unreachable!() };
+        assert!(
+            r.change(&Catalog::builtin())
+                .unwrap_err()
+                .to_string()
+                .contains("-s SERVERS")
+        );
+    }
+}

@@ -1,0 +1,202 @@
+//! The orchestrator's commands: list, avail, plan, update, install, remove
+//! and adopt.
+//!
+//! Every changing command goes the same way: gather intent and reality,
+//! resolve images, plan (pure), print the plan, stop there with `-n`, ask
+//! (or take `-y`), take the datacenter lock, import images, execute with
+//! progress, print the summary. `--json` prints one document instead of
+//! text. Exit status: 0 converged, 1 nothing done (bad input, API down,
+//! lock held, declined), 2 finished with failed or skipped servers.
+//!
+//! - [`change`]: the commands `plan`, `update`, `install` and `remove`;
+//! - [`list`]: the command `list` (per server, or `--summary`);
+//! - [`avail`]: the command `avail`;
+//! - [`adopt`]: the command `adopt`.
+//!
+//! This module holds the arguments they share, turned into the library's
+//! settings ([`ExecOptions`], [`TransportMode`]) once.
+
+use std::process::ExitCode;
+use std::time::Duration;
+
+use anyhow::Context;
+use clap::{ArgAction, Args};
+
+use crate::api::{ApiConfig, Apis, ImgapiClient};
+use crate::orchestrate::execute::{DEFAULT_CONCURRENCY, ExecOptions};
+use crate::orchestrate::outlier::OutlierPolicy;
+use crate::orchestrate::plan::TransportMode;
+
+pub mod adopt;
+pub mod avail;
+pub mod change;
+pub mod list;
+
+pub use adopt::{AdoptArgs, run_adopt};
+pub use avail::{AvailArgs, run_avail};
+pub use change::{
+    InstallArgs, PlanArgs, PlanCommand, RemoveArgs, UpdateArgs, run_install, run_plan, run_remove,
+    run_update,
+};
+pub use list::{ListArgs, ListRow, ListSummaryRow, list_rows, list_summary, run_list};
+
+/// The updates server sdcadm uses by default.
+pub const DEFAULT_UPDATES_URL: &str = "https://updates.tritondatacenter.com";
+
+/// `-s SERVERS`: UUIDs or hostnames, comma-separated or repeated.
+#[derive(Args, Clone, Debug, Default)]
+pub struct ServersArg {
+    /// Servers (UUIDs or hostnames), comma-separated or repeated.
+    #[arg(short = 's', long = "servers", value_name = "SERVERS", value_delimiter = ',', action = ArgAction::Append)]
+    pub servers: Vec<String>,
+}
+
+/// `--transport`: how steps reach servers.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum TransportArg {
+    /// apm agents through CNAPI install-agent (works with any Triton),
+    /// gz-tools, dockerlogger and sdcadm through `agentsadm gz` via execute.
+    #[default]
+    Auto,
+    /// `agentsadm gz` on the server for everything (atomic installs).
+    Execute,
+    /// CNAPI install-agent / uninstall-agents only; other kinds are skipped.
+    InstallAgent,
+}
+
+impl From<TransportArg> for TransportMode {
+    fn from(arg: TransportArg) -> TransportMode {
+        match arg {
+            TransportArg::Auto => TransportMode::Auto,
+            TransportArg::Execute => TransportMode::Execute,
+            TransportArg::InstallAgent => TransportMode::InstallAgent,
+        }
+    }
+}
+
+/// Options of every changing command.
+#[derive(Args, Clone, Debug)]
+pub struct ExecArgs {
+    /// Only show the plan.
+    #[arg(short = 'n', long = "dry-run")]
+    pub dry_run: bool,
+    /// Do not ask for confirmation.
+    #[arg(short = 'y', long = "yes")]
+    pub yes: bool,
+    /// Servers changed at once.
+    #[arg(short = 'j', long, default_value_t = DEFAULT_CONCURRENCY, value_name = "N")]
+    pub concurrency: usize,
+    /// How steps reach servers: auto (apm agents through CNAPI install-agent,
+    /// other kinds through `agentsadm gz` via CNAPI execute), execute, install-agent.
+    #[arg(long, value_enum, default_value_t = TransportArg::Auto)]
+    pub transport: TransportArg,
+    /// Give up on one step after this long (e.g. 30m).
+    #[arg(long, value_parser = humantime::parse_duration, default_value = "30m", value_name = "DURATION")]
+    pub task_timeout: Duration,
+    /// A server is an outlier past max(FACTOR x median, median + MARGIN).
+    #[arg(long, default_value_t = 3.0, value_name = "FACTOR")]
+    pub outlier_factor: f64,
+    /// The MARGIN above: at least this much over the median (e.g. 30s, 1s).
+    #[arg(long, value_parser = humantime::parse_duration, default_value = "30s", value_name = "DURATION")]
+    pub outlier_margin: Duration,
+    /// Once only outliers are left, stop waiting for them after this long.
+    #[arg(long, value_parser = humantime::parse_duration, value_name = "DURATION")]
+    pub straggler_timeout: Option<Duration>,
+    /// Take the datacenter lock even if another agentsadm holds it.
+    #[arg(long)]
+    pub break_lock: bool,
+}
+
+/// What [`ExecArgs`] come to: the confirmation and lock choices, the
+/// planner's transport mode and the executor's options.
+#[derive(Clone, Debug)]
+pub struct ExecSettings {
+    pub dry_run: bool,
+    pub yes: bool,
+    pub break_lock: bool,
+    pub transport: TransportMode,
+    pub options: ExecOptions,
+}
+
+impl From<ExecArgs> for ExecSettings {
+    fn from(a: ExecArgs) -> ExecSettings {
+        ExecSettings {
+            dry_run: a.dry_run,
+            yes: a.yes,
+            break_lock: a.break_lock,
+            transport: a.transport.into(),
+            options: ExecOptions {
+                concurrency: a.concurrency.max(1),
+                task_timeout: a.task_timeout,
+                outlier: OutlierPolicy {
+                    factor: a.outlier_factor,
+                    margin: a.outlier_margin,
+                    ..Default::default()
+                },
+                straggler_timeout: a.straggler_timeout,
+                ..Default::default()
+            },
+        }
+    }
+}
+
+/// Where images come from.
+#[derive(Args, Clone, Debug, Default)]
+pub struct ChannelArgs {
+    /// Look for images on the updates server in this channel (and import
+    /// them into the datacenter IMGAPI).
+    #[arg(short = 'C', long, value_name = "CHANNEL")]
+    pub channel: Option<String>,
+    /// The updates server (default: `https://updates.tritondatacenter.com`).
+    #[arg(long, env = "UPDATES_URL", value_name = "URL")]
+    pub updates_url: Option<String>,
+}
+
+fn exit(code: u8) -> ExitCode {
+    ExitCode::from(code)
+}
+
+/// The updates server client, when `--channel` or `--updates-url` asks
+/// for one. Without `--channel`, the channel is the `sdc` application's
+/// `update_channel` (as sdcadm does).
+async fn updates_client(apis: &Apis, source: &ChannelArgs) -> anyhow::Result<Option<ImgapiClient>> {
+    if source.channel.is_none() && source.updates_url.is_none() {
+        return Ok(None);
+    }
+    let url = source.updates_url.as_deref().unwrap_or(DEFAULT_UPDATES_URL);
+    let mut channel = source.channel.clone();
+    if channel.is_none()
+        && let Ok(Some(app)) = apis.sapi.sdc_application().await
+    {
+        channel = app
+            .metadata
+            .get("update_channel")
+            .and_then(|v| v.as_str())
+            .map(str::to_string);
+    }
+    let client = ImgapiClient::new(url, ApiConfig::default())
+        .with_context(|| format!("invalid updates server URL {url:?}"))?
+        .with_channel(channel);
+    Ok(Some(client))
+}
+
+/// Ask a yes/no question on the terminal (no by default).
+pub(crate) async fn confirm(question: &str) -> anyhow::Result<bool> {
+    let question = question.to_string();
+    tokio::task::spawn_blocking(move || {
+        use std::io::Write;
+        eprint!("{question} [y/N] ");
+        let _ = std::io::stderr().flush();
+        let mut answer = String::new();
+        std::io::stdin().read_line(&mut answer)?;
+        Ok(matches!(answer.trim(), "y" | "Y" | "yes"))
+    })
+    .await
+    .context("cannot read the answer")?
+}
+
+/// Whether someone can answer a question.
+pub(crate) fn stdin_is_terminal() -> bool {
+    use std::io::IsTerminal;
+    std::io::stdin().is_terminal()
+}

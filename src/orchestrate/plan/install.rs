@@ -1,0 +1,87 @@
+//! `agentsadm install COMPONENT`: put one managed component on the
+//! selected servers that lack it, at the explicit target or the service's
+//! default image, and adopt the instance each server reports afterwards.
+
+use std::collections::BTreeMap;
+
+use super::request::PlanningInput;
+use super::select::{Selected, runnable_transport, server_in_play, single_component};
+use super::skip::{SkipReason, server_component_skip};
+use super::types::{Action, IntentChange, Plan, ServerPlan, Step};
+use super::{PlanError, empty_plan, finish};
+
+/// The install plan.
+pub(super) fn plan_install(input: &PlanningInput, selected: Selected) -> Result<Plan, PlanError> {
+    let c = single_component(input)?;
+    let Some(service) = input.intent.services.get(&c.name) else {
+        return Err(PlanError::Unmanaged {
+            component: c.name.clone(),
+        });
+    };
+    let target =
+        match input.images.targets.get(&c.name) {
+            Some(t) => t.clone(),
+            None => {
+                let image = service
+                    .default_image
+                    .ok_or_else(|| PlanError::NoInstallImage {
+                        component: c.name.clone(),
+                    })?;
+                input.images.lookup(&image).cloned().ok_or_else(|| {
+                    PlanError::InstallImageMissing {
+                        component: c.name.clone(),
+                        image,
+                    }
+                })?
+            }
+        };
+    let mut plan = empty_plan(input, &selected);
+    plan.components = vec![c.name.clone()];
+    plan.targets = BTreeMap::from([(c.name.clone(), target.clone())]);
+    for &server in &selected.servers {
+        if !server_in_play(input, &selected, server, &mut plan.skips) {
+            continue;
+        }
+        let Some(state) = input.reality.get(&server) else {
+            continue;
+        };
+        if let Some(installed) = state.components.get(&c.name) {
+            plan.skips.push(server_component_skip(
+                input,
+                server,
+                &c.name,
+                SkipReason::AlreadyInstalled {
+                    version: installed.version.clone(),
+                },
+                false,
+            ));
+            continue;
+        }
+        let transport = match runnable_transport(input, server, state, c) {
+            Ok(t) => t,
+            Err(skip) => {
+                plan.skips.push(skip);
+                continue;
+            }
+        };
+        plan.servers.insert(
+            server,
+            ServerPlan {
+                hostname: state.hostname.clone(),
+                headnode: state.headnode,
+                steps: vec![Step {
+                    component: c.name.clone(),
+                    order: c.order,
+                    action: Action::Install { to: target.clone() },
+                    transport,
+                }],
+                intent: vec![IntentChange::AdoptInstalled {
+                    component: c.name.clone(),
+                    service: service.uuid,
+                    image: target.uuid,
+                }],
+            },
+        );
+    }
+    finish(input, plan)
+}

@@ -1,0 +1,265 @@
+//! The plan itself: per server, the steps (install, upgrade, remove of one
+//! component, each with its transport) and the SAPI writes around them;
+//! the service default changes, imports, skips and warnings of the whole
+//! run. Every collection is ordered, so a plan prints the same every time.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use serde::Serialize;
+
+use super::request::{ImageRef, Operation, TransportKind};
+use super::skip::Skip;
+use crate::catalog::OrderClass;
+use crate::ids::{ImageUuid, InstanceUuid, ServerUuid, ServiceUuid};
+use crate::orchestrate::reality::Installed;
+
+/// A component as installed, in a plan.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct InstalledRef {
+    pub version: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub image: Option<ImageUuid>,
+}
+
+impl From<&Installed> for InstalledRef {
+    fn from(i: &Installed) -> InstalledRef {
+        InstalledRef {
+            version: i.version.clone(),
+            image: i.image,
+        }
+    }
+}
+
+/// What one step does to one component.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(tag = "action", rename_all = "lowercase")]
+pub enum Action {
+    Install { to: ImageRef },
+    Upgrade { from: InstalledRef, to: ImageRef },
+    Remove { installed: InstalledRef },
+}
+
+impl Action {
+    pub fn verb(&self) -> &'static str {
+        match self {
+            Action::Install { .. } => "install",
+            Action::Upgrade { .. } => "upgrade",
+            Action::Remove { .. } => "remove",
+        }
+    }
+
+    /// The image the step installs, if any.
+    pub fn target(&self) -> Option<&ImageRef> {
+        match self {
+            Action::Install { to } | Action::Upgrade { to, .. } => Some(to),
+            Action::Remove { .. } => None,
+        }
+    }
+}
+
+/// One component change on one server.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Step {
+    pub component: String,
+    pub order: OrderClass,
+    #[serde(flatten)]
+    pub action: Action,
+    pub transport: TransportKind,
+}
+
+/// A SAPI change tied to one server.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(tag = "change", rename_all = "kebab-case")]
+pub enum IntentChange {
+    /// Before the steps: set `params` (server and target image) on the
+    /// existing instance.
+    UpdateInstance {
+        component: String,
+        service: ServiceUuid,
+        instance: InstanceUuid,
+        image: ImageUuid,
+    },
+    /// Before the steps: create the instance the server already reports
+    /// (installed but never adopted), with params.
+    CreateInstance {
+        component: String,
+        service: ServiceUuid,
+        instance: InstanceUuid,
+        image: ImageUuid,
+    },
+    /// After an install: create (or overwrite) the instance with the UUID
+    /// the server reports for the new component.
+    AdoptInstalled {
+        component: String,
+        service: ServiceUuid,
+        image: ImageUuid,
+    },
+    /// After a removal (or when the component is already gone): delete the
+    /// instance.
+    DeleteInstance {
+        component: String,
+        instance: InstanceUuid,
+    },
+}
+
+impl IntentChange {
+    /// Whether the change is written before the server's steps run.
+    pub fn runs_before_steps(&self) -> bool {
+        matches!(
+            self,
+            IntentChange::UpdateInstance { .. } | IntentChange::CreateInstance { .. }
+        )
+    }
+
+    pub fn component(&self) -> &str {
+        match self {
+            IntentChange::UpdateInstance { component, .. }
+            | IntentChange::CreateInstance { component, .. }
+            | IntentChange::AdoptInstalled { component, .. }
+            | IntentChange::DeleteInstance { component, .. } => component,
+        }
+    }
+}
+
+/// Everything that happens on one server, in order.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct ServerPlan {
+    pub hostname: String,
+    pub headnode: bool,
+    /// Sorted by order class, then component name.
+    pub steps: Vec<Step>,
+    pub intent: Vec<IntentChange>,
+}
+
+impl ServerPlan {
+    /// Steps grouped into batches that run one after the other: each core
+    /// component alone, all parallel-safe components together.
+    pub fn batches(&self) -> Vec<&[Step]> {
+        let mut out = Vec::new();
+        let mut start = 0;
+        while start < self.steps.len() {
+            let mut end = start + 1;
+            if !self.steps[start].order.runs_alone() {
+                while end < self.steps.len() && !self.steps[end].order.runs_alone() {
+                    end += 1;
+                }
+            }
+            out.push(&self.steps[start..end]);
+            start = end;
+        }
+        out
+    }
+}
+
+/// A change to a service's default image (`params.image_uuid`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct ServiceChange {
+    pub component: String,
+    pub service: ServiceUuid,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub from: Option<ImageUuid>,
+    /// The current default's version, when its manifest is known.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub from_version: Option<String>,
+    pub to: ImageRef,
+}
+
+/// The complete plan.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Plan {
+    pub operation: Operation,
+    /// The components in play, in install order.
+    pub components: Vec<String>,
+    /// Explicit target images, by component.
+    pub targets: BTreeMap<String, ImageRef>,
+    /// Images to import into the datacenter IMGAPI before executing.
+    pub imports: Vec<ImageRef>,
+    /// Service default images to set before executing.
+    pub service_changes: Vec<ServiceChange>,
+    pub servers: BTreeMap<ServerUuid, ServerPlan>,
+    pub skips: Vec<Skip>,
+    /// Things the operator must read before confirming.
+    pub warnings: Vec<String>,
+    /// Set when the plan touches a component that must be confirmed with
+    /// `-y` explicitly (marlin-agent).
+    pub needs_explicit_yes: bool,
+    /// How many servers the request selected (before skips).
+    pub selected_servers: usize,
+}
+
+/// Counts for the summary line.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct PlanCounts {
+    pub servers: usize,
+    pub installs: usize,
+    pub upgrades: usize,
+    pub removals: usize,
+    pub intent_only_servers: usize,
+    pub blocking_skips: usize,
+    pub other_skips: usize,
+}
+
+impl Plan {
+    /// Nothing to do at all: no steps, no SAPI writes, no imports.
+    pub fn is_empty(&self) -> bool {
+        self.servers.is_empty() && self.service_changes.is_empty() && self.imports.is_empty()
+    }
+
+    /// Whether any skip leaves the request unfulfilled.
+    pub fn has_blocking_skips(&self) -> bool {
+        self.skips.iter().any(|s| s.blocking)
+    }
+
+    /// The components something in the plan changes: a step, a SAPI
+    /// instance or service write, or an image import.
+    pub fn changed_components(&self) -> BTreeSet<&str> {
+        let mut out = BTreeSet::new();
+        for s in self.servers.values() {
+            out.extend(s.steps.iter().map(|st| st.component.as_str()));
+            out.extend(s.intent.iter().map(IntentChange::component));
+        }
+        out.extend(self.service_changes.iter().map(|c| c.component.as_str()));
+        out.extend(self.imports.iter().map(|i| i.name.as_str()));
+        out
+    }
+
+    /// Total number of steps.
+    pub fn step_count(&self) -> usize {
+        self.servers.values().map(|s| s.steps.len()).sum()
+    }
+
+    /// Servers in the order they are shown and run: by hostname, then
+    /// UUID (hostnames are what operators read; UUIDs break ties).
+    pub fn servers_in_order(&self) -> Vec<(&ServerUuid, &ServerPlan)> {
+        let mut v: Vec<(&ServerUuid, &ServerPlan)> = self.servers.iter().collect();
+        v.sort_by(|a, b| a.1.hostname.cmp(&b.1.hostname).then_with(|| a.0.cmp(b.0)));
+        v
+    }
+
+    pub fn counts(&self) -> PlanCounts {
+        let mut c = PlanCounts {
+            servers: self.servers.len(),
+            ..Default::default()
+        };
+        for sp in self.servers.values() {
+            if sp.steps.is_empty() {
+                c.intent_only_servers += 1;
+            }
+            for st in &sp.steps {
+                match st.action {
+                    Action::Install { .. } => c.installs += 1,
+                    Action::Upgrade { .. } => c.upgrades += 1,
+                    Action::Remove { .. } => c.removals += 1,
+                }
+            }
+        }
+        for s in &self.skips {
+            if s.blocking {
+                c.blocking_skips += 1;
+            } else {
+                c.other_skips += 1;
+            }
+        }
+        c
+    }
+}

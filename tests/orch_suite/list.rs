@@ -1,0 +1,38 @@
+//! `agentsadm list`'s rows and summary on the example datacenter (pure).
+
+use agentsadm::cli::orch::{ListSummaryRow, list_rows, list_summary};
+use agentsadm::ids::ServerUuid;
+use agentsadm::orchestrate::store::instance_params;
+use agentsadm::orchestrate::testkit::{ExampleDc, instance_uuid};
+
+#[test]
+fn list_states() {
+    let mut dc = ExampleDc::new(1);
+    let cn1 = dc.server_named("cn001");
+    let newer = dc.publish("vm-agent", "2.0.0").uuid;
+    dc.set_service_default("vm-agent", Some(newer));
+    dc.sapi_merge_params(instance_uuid(cn1, "vm-agent"), instance_params(cn1, newer));
+    dc.drop_instance(cn1, "net-agent");
+    dc.remove_installed(cn1, "cmon-agent");
+    let rows = list_rows(&dc.intent(), &dc.reality(), &[cn1], &[]);
+    let state = |c: &str| rows.iter().find(|r| r.component == c).map(|r| r.state);
+    assert_eq!(state("vm-agent"), Some("pending"));
+    assert_eq!(state("net-agent"), Some("not-adopted"));
+    assert_eq!(state("cmon-agent"), Some("missing"));
+    assert_eq!(state("smartlogin"), Some("ok"));
+    let all: Vec<ServerUuid> = dc.reality().servers.keys().copied().collect();
+    let rows = list_rows(&dc.intent(), &dc.reality(), &all, &[]);
+    let summary = list_summary(&rows);
+    assert_eq!(
+        summary.iter().map(|r| r.servers).sum::<usize>(),
+        rows.len(),
+        "every row is counted once"
+    );
+    let vm: Vec<&ListSummaryRow> = summary
+        .iter()
+        .filter(|r| r.component == "vm-agent")
+        .collect();
+    assert_eq!(vm.len(), 1, "one image of vm-agent installed");
+    assert_eq!(vm[0].states.get("pending"), Some(&1));
+    assert_eq!(vm[0].states.get("ok"), Some(&(vm[0].servers - 1)));
+}
