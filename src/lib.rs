@@ -21,5 +21,6 @@ pub mod imagebuild;
 pub mod log;
 pub mod orchestrate;
 pub mod output;
+pub mod platform;
 pub mod remote;
 pub mod sim;

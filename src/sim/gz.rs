@@ -23,7 +23,7 @@
 //! - [`GzOps::report`]: the `server.agents` list the installer reads.
 //! - [`GzOps::run`]: an `agentsadm` command line (CNAPI execute of
 //!   [`crate::remote::gz_execute_request`]) through
-//!   [`crate::cli::gz::run_captured_on`], output captured.
+//!   [`crate::gz::command::run_captured_on`], output captured.
 //!
 //! # Layouts
 //!
@@ -77,13 +77,16 @@ use crate::api::Apis;
 use crate::api::cnapi::{AgentEntry, ExecuteResult};
 use crate::catalog::Catalog;
 use crate::gz::fetch::ImageSource;
-use crate::gz::mockcloud::MockServer as MockcloudServer;
+use crate::gz::layout::mockcloud::MockcloudGz;
+use crate::gz::layout::{Layout, LayoutKind};
 use crate::gz::paths::GzPaths;
-use crate::gz::platform::{Platform, PlatformError, Rooted, ServiceState, Sysinfo};
-use crate::gz::session::{GzError, GzSettings, Layout};
+use crate::gz::session::{GzError, GzSettings};
 use crate::gz::setup::SetupSource;
 use crate::ids::{ImageUuid, InstanceUuid, ServerUuid};
 use crate::image::ImageManifest;
+use crate::platform::{
+    INSTALL_SERVICE_FMRI, Platform, PlatformFuture, Rooted, SdcConfig, ServiceState, Sysinfo,
+};
 use crate::remote::{AgentsReport, ComponentAction, ComponentResult, GzResult};
 
 /// How each mock server's GZ is laid out (module docs).
@@ -342,7 +345,7 @@ impl InstallerGz {
             .parent()
             .and_then(Path::parent)
             .ok_or_else(bad)?;
-        if MockcloudServer::new(root, target.server_uuid).dir() != target.root {
+        if MockcloudGz::new(root, target.server_uuid).dir() != target.root {
             return Err(bad());
         }
         Ok(root.to_path_buf())
@@ -370,7 +373,7 @@ impl InstallerGz {
             GzLayout::Rooted => GzSettings::new(&target.root),
             GzLayout::Mockcloud => {
                 let mut s = GzSettings::new(Self::mockcloud_root(target)?);
-                s.layout = Layout::Mockcloud;
+                s.layout = LayoutKind::Mockcloud;
                 s
             }
         };
@@ -677,7 +680,7 @@ impl GzOps for InstallerGz {
                 true => Some(queue.lock_owned().await),
                 false => None,
             };
-            crate::cli::gz::run_captured_on(argv, vars, platform).await
+            crate::gz::command::run_captured_on(argv, vars, platform).await
         })
     }
 }
@@ -707,33 +710,28 @@ impl Platform for SimPlatform {
     fn name(&self) -> &'static str {
         "simulated rooted"
     }
-    fn sysinfo(&self) -> Result<Sysinfo, PlatformError> {
+    fn sysinfo(&self) -> PlatformFuture<'_, Sysinfo> {
         self.rooted.sysinfo()
     }
-    fn sdc_config(&self) -> Option<serde_json::Map<String, serde_json::Value>> {
+    fn sdc_config(&self) -> BoxFuture<'_, Option<SdcConfig>> {
         self.rooted.sdc_config()
     }
-    fn smf_import(&self, manifest: &Path) -> Result<(), PlatformError> {
+    fn smf_import<'a>(&'a self, manifest: &'a Path) -> PlatformFuture<'a, ()> {
         self.rooted.smf_import(manifest)
     }
-    fn smf_delete(&self, fmri: &str) -> Result<(), PlatformError> {
+    fn smf_delete<'a>(&'a self, fmri: &'a str) -> PlatformFuture<'a, ()> {
         self.rooted.smf_delete(fmri)
     }
-    fn smf_enable(&self, fmri: &str) -> Result<(), PlatformError> {
+    fn smf_enable<'a>(&'a self, fmri: &'a str) -> PlatformFuture<'a, ()> {
         self.rooted.smf_enable(fmri)
     }
-    fn smf_disable(&self, fmri: &str) -> Result<(), PlatformError> {
+    fn smf_disable<'a>(&'a self, fmri: &'a str) -> PlatformFuture<'a, ()> {
         self.rooted.smf_disable(fmri)
     }
-    fn smf_state(&self, fmri: &str) -> Result<Option<ServiceState>, PlatformError> {
+    fn smf_state<'a>(&'a self, fmri: &'a str) -> PlatformFuture<'a, Option<ServiceState>> {
         self.rooted.smf_state(fmri)
     }
-    fn launch_transient_job(&self, job: &Path) -> Result<(), PlatformError> {
-        let handle =
-            tokio::runtime::Handle::try_current().map_err(|_| PlatformError::Unsupported {
-                what: "handing a job to agentsadm-install outside the simulator's runtime",
-                platform: "simulated rooted",
-            })?;
+    fn launch_transient_job<'a>(&'a self, job: &'a Path) -> PlatformFuture<'a, ()> {
         let jobs = self.jobs.clone();
         let argv = vec![
             "gz".to_string(),
@@ -741,24 +739,24 @@ impl Platform for SimPlatform {
             "--job".to_string(),
             job.display().to_string(),
         ];
-        handle.spawn(async move {
-            tokio::select! {
-                _ = tokio::time::sleep(jobs.delay) => {}
-                _ = jobs.shutdown.cancelled() => return,
-            }
-            // After the run that handed the job over (it holds the turn).
-            let _turn = jobs.queue.lock().await;
-            let mut vars = jobs.vars;
-            vars.insert(
-                "SMF_FMRI".into(),
-                crate::gz::platform::INSTALL_SERVICE_FMRI.into(),
-            );
-            let r = crate::cli::gz::run_captured_on(argv, vars, None).await;
-            if r.exit_status != 0 {
-                tracing::warn!(stderr = %r.stderr.trim(), "sim: the agentsadm-install job failed");
-            }
-        });
-        Ok(())
+        Box::pin(async move {
+            // Platform calls run inside the simulator's runtime.
+            tokio::spawn(async move {
+                tokio::select! {
+                    _ = tokio::time::sleep(jobs.delay) => {}
+                    _ = jobs.shutdown.cancelled() => return,
+                }
+                // After the run that handed the job over (it holds the turn).
+                let _turn = jobs.queue.lock().await;
+                let mut vars = jobs.vars;
+                vars.insert("SMF_FMRI".into(), INSTALL_SERVICE_FMRI.into());
+                let r = crate::gz::command::run_captured_on(argv, vars, None).await;
+                if r.exit_status != 0 {
+                    tracing::warn!(stderr = %r.stderr.trim(), "sim: the agentsadm-install job failed");
+                }
+            });
+            Ok(())
+        })
     }
 }
 
@@ -912,7 +910,8 @@ impl Template {
             PathBuf::from(crate::gz::paths::SYSINFO_FILE),
             match gz.layout {
                 GzLayout::Rooted => GzPaths::new("").lock_file(),
-                GzLayout::Mockcloud => MockcloudServer::new(Path::new(""), server)
+                GzLayout::Mockcloud => MockcloudGz::new(Path::new(""), server)
+                    .paths()
                     .lock_file()
                     .strip_prefix(format!("servers/{server}"))
                     .map(Path::to_path_buf)

@@ -7,9 +7,9 @@ use std::path::Path;
 
 use crate::gz_common::*;
 use agentsadm::api::cnapi::ExecuteResult;
-use agentsadm::gz::platform::Sysinfo;
 use agentsadm::gz::standin::{Fault, ImgapiStandIn};
 use agentsadm::ids::ServerUuid;
+use agentsadm::platform::Sysinfo;
 use agentsadm::remote::ComponentAction;
 
 async fn mock(root: &Path, server: ServerUuid, args: &[&str], imgapi: &str) -> ExecuteResult {
@@ -29,7 +29,7 @@ async fn mock(root: &Path, server: ServerUuid, args: &[&str], imgapi: &str) -> E
         argv.push(a.to_string());
     }
     let env = BTreeMap::from([("IMGAPI_URL".to_string(), imgapi.to_string())]);
-    agentsadm::cli::gz::run_captured(argv, env).await
+    agentsadm::gz::command::run_captured(argv, env).await
 }
 
 fn new_server(root: &Path) -> ServerUuid {
