@@ -33,7 +33,7 @@
 //!
 //! The operating system (SMF, sysinfo, the SDC config) is
 //! [`crate::platform`]; the installer depends on it, never the reverse, and
-//! on nothing of the command line ([`crate::cli`] calls [`command::run`]).
+//! on nothing of the command line (which calls [`command::run`]).
 //! Every platform call is awaited and file work runs on the blocking pool,
 //! so thousands of runs can share the simulator's runtime workers.
 //!

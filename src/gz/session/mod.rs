@@ -11,9 +11,9 @@
 //! the layout where things are and how to stage an image, and runs each
 //! change as a transaction ([`super::txn`]).
 //!
-//! - [`install`]: `gz install` (planning, the cn-agent hand-off, groups);
-//! - [`remove`]: `gz remove`; [`rollback`]: `gz rollback`;
-//! - [`setup`]: `gz setup`; [`report`]: the report and posting it to CNAPI.
+//! - `install`: `gz install` (planning, the cn-agent hand-off, groups);
+//! - `remove`: `gz remove`; `rollback`: `gz rollback`;
+//! - `setup`: `gz setup`; `report`: the report and posting it to CNAPI.
 
 mod install;
 mod remove;

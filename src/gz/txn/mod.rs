@@ -32,8 +32,9 @@
 //! test checkpoints run on the task itself, so a `wait:` checkpoint stops
 //! the run as it did when everything ran inline.
 //!
-//! Modules: [`swap`] (steps 3-6 and the removal steps), [`undo`] (rollback),
-//! [`recover`] (journals a killed run left behind).
+//! Modules: `swap` (steps 3-6 and the removal steps), `commit` (the end of
+//! every transaction), `undo` (rollback), `recover` (journals a killed run
+//! left behind).
 //!
 //! Rollback (a failed step, or recovery of a `swapping` journal) undoes in
 //! reverse and keeps going past errors, reporting them: new links and files
@@ -56,12 +57,16 @@
 //! `after-preinstall`, `after-place-new`, `after-postinstall`, `after-smf`,
 //! `after-adopt`, `committing`, `after-previous`.
 
+mod commit;
 mod recover;
 mod swap;
 mod undo;
 
+pub use commit::commit;
 pub use recover::{RecoverError, Recovered, recover};
 pub use undo::rollback;
+
+use commit::{discard, finish};
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs;
@@ -79,7 +84,7 @@ use super::adopt::{AdoptError, Adoption};
 use super::fsutil;
 use super::hooks::{HookEnv, HookError};
 use super::kinds::{self, Footprint, StagedVersion};
-use super::layout::{KeptForm, Layout};
+use super::layout::Layout;
 use super::package::{Hook, PackageError};
 use super::paths::GzPaths;
 use super::step::Step;
@@ -559,127 +564,6 @@ pub async fn remove(
     finish(env, journal, outcome).await
 }
 
-/// The end of every transaction: when its steps all succeeded, the journal
-/// moves to `committing` and the commit runs; otherwise (or when that
-/// journal write fails) everything is undone.
-async fn finish<T>(
-    env: &TxnEnv<'_>,
-    mut journal: Journal,
-    steps: Result<T, TxnError>,
-) -> Result<T, TxnFailure> {
-    let error = match steps {
-        Ok(value) => {
-            journal.phase = Phase::Committing;
-            match write_journal(env, &journal).await {
-                Ok(()) => {
-                    env.checkpoint("committing");
-                    commit(env, &journal).await;
-                    return Ok(value);
-                }
-                Err(error) => error,
-            }
-        }
-        Err(error) => {
-            tracing::warn!(component = %journal.component, error = %super::error_chain(&error), "rolling back");
-            error
-        }
-    };
-    let rollback_errors = rollback(env, &journal).await;
-    Err(TxnFailure {
-        error,
-        rollback_errors,
-        rolled_back: true,
-    })
-}
-
 fn txn_dir_of(paths: &GzPaths, journal: &Journal) -> PathBuf {
     paths.staging_dir().join(&journal.txn)
-}
-
-/// Finish a transaction whose changes all succeeded. Idempotent: a commit
-/// interrupted at any point is finished by calling it again.
-pub async fn commit(env: &TxnEnv<'_>, journal: &Journal) {
-    let form = env.layout.kept_form();
-    let paths = env.paths().clone();
-    let j = journal.clone();
-    if blocking(move || keep_previous(&paths, &j, form)).await {
-        env.checkpoint("after-previous");
-    }
-    let paths = env.paths().clone();
-    let j = journal.clone();
-    blocking(move || {
-        discard(&paths, &txn_dir_of(&paths, &j));
-        let jpath = paths.journal_file(&j.component);
-        if let Err(e) = fs::remove_file(&jpath)
-            && e.kind() != io::ErrorKind::NotFound
-        {
-            tracing::warn!(path = %jpath.display(), error = %e, "cannot remove the journal");
-        }
-        let _ = fsutil::fsync_dir(&paths.journal_dir());
-    })
-    .await;
-    env.platform.refresh_sysinfo().await;
-}
-
-/// Make the replaced version `previous/<component>` (an upgrade), or drop
-/// the kept one (a removal). Returns whether a version was kept just now.
-fn keep_previous(paths: &GzPaths, journal: &Journal, form: KeptForm) -> bool {
-    let old_dir = txn_dir_of(paths, journal).join("old");
-    let previous = paths.previous_dir().join(&journal.component);
-    let keep = journal.op != Op::Remove && journal.old.is_some();
-    if !keep {
-        discard(paths, &previous);
-        return false;
-    }
-    let cannot_keep = |e: io::Error| {
-        tracing::warn!(component = %journal.component, error = %e, "cannot keep the previous version; gz rollback will not be possible");
-    };
-    match form {
-        KeptForm::Whole => {
-            if !old_dir.exists() {
-                return false;
-            }
-            if let Some(old) = &journal.old {
-                let text = serde_json::to_vec_pretty(old).unwrap_or_default();
-                if let Err(e) = fs::write(old_dir.join("footprint.json"), text) {
-                    tracing::warn!(component = %journal.component, error = %e, "cannot record the previous version; gz rollback will not be possible");
-                }
-            }
-            discard(paths, &previous);
-            if let Err(e) = fsutil::rename_into(&old_dir, &previous) {
-                cannot_keep(e);
-            }
-        }
-        KeptForm::TreeOnly => {
-            // Checked on the tree, not `old/`: a commit finished again after
-            // the tree moved must not discard what it kept.
-            let tree = old_dir.join("tree");
-            if !fsutil::exists(&tree) {
-                return false;
-            }
-            discard(paths, &previous);
-            if let Err(e) = fsutil::rename_into(&tree, &previous) {
-                cannot_keep(e);
-            }
-        }
-    }
-    true
-}
-
-/// Remove a tree, moving it into `trash/` first so a kill mid-removal never
-/// leaves a half tree where something reads it. Blocking.
-fn discard(paths: &GzPaths, path: &Path) {
-    if !fsutil::exists(path) {
-        return;
-    }
-    let trash = paths
-        .trash_dir()
-        .join(format!("{:08x}", rand::random::<u32>()));
-    let target = match fsutil::rename_into(path, &trash) {
-        Ok(()) => trash,
-        Err(_) => path.to_path_buf(),
-    };
-    if let Err(e) = fsutil::remove_any(&target) {
-        tracing::warn!(path = %target.display(), error = %e, "cannot remove");
-    }
 }
