@@ -27,7 +27,7 @@ use crate::api::ApiConfig;
 use crate::api::cnapi::ExecuteResult;
 use crate::catalog::{Catalog, CatalogError};
 use crate::ids::ServerUuid;
-use crate::platform::Platform;
+use crate::platform::{Platform, blocking};
 use crate::remote::{GzFailure, GzResult};
 
 use super::error_chain;
@@ -372,7 +372,7 @@ fn env_urls(global: &mut GlobalArgs, matches: &clap::ArgMatches, env: &BTreeMap<
 
 /// The run's settings, from the command line and `env`: the one place
 /// arguments become [`GzSettings`].
-fn settings(
+async fn settings(
     global: &GlobalArgs,
     opts: &GzOpts,
     env: BTreeMap<String, String>,
@@ -396,8 +396,8 @@ fn settings(
     s.fetch.read_timeout = opts.api_timeout;
     s.fetch.retries = opts.api_retries.min(2);
     s.env = env;
-    s.catalog = match &global.catalog {
-        Some(p) => Catalog::load(p)?,
+    s.catalog = match global.catalog.clone() {
+        Some(p) => blocking(move || Catalog::load(&p)).await?,
         None => Catalog::builtin(),
     };
     Ok(s)
@@ -412,7 +412,7 @@ async fn execute(
     platform: Option<Arc<dyn Platform>>,
     printer: &mut Printer,
 ) -> u8 {
-    let mut settings = match settings(global, &args.opts, env.clone()) {
+    let mut settings = match settings(global, &args.opts, env.clone()).await {
         Ok(s) => s,
         Err(e) => {
             printer.err(&format!("agentsadm: error: {}", error_chain(&e)));
