@@ -30,6 +30,7 @@ pub mod image;
 pub mod log;
 pub mod orchestrate;
 pub mod output;
+pub mod platform;
 pub mod remote;
 
 #[cfg(feature = "sim")]

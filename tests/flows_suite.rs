@@ -8,7 +8,8 @@
 //! - `server`: `server delete|factory-reset` against the simulator;
 //! - `setup`: the `installer/` scripts end to end (USB key build, headnode
 //!   with no API, adoption, import, a compute node from empty through
-//!   `agentsetup.sh`), and shellcheck.
+//!   `agentsetup.sh`), and shellcheck;
+//! - `usbkey`: the USB key's image directory and its defaults.
 
 #[path = "common/flows.rs"]
 mod flows_common;
@@ -25,3 +26,5 @@ mod drift;
 mod server;
 #[path = "flows_suite/setup.rs"]
 mod setup;
+#[path = "flows_suite/usbkey.rs"]
+mod usbkey;

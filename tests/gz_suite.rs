@@ -2,6 +2,7 @@
 //! the slow part of CI, so one binary instead of one per file).
 //!
 //! - `install`: every kind, upgrade hooks and instance UUIDs, rollback, remove, report;
+//! - `kinds`: what each component kind stages;
 //! - `bad_input`: each bad input refused with the cause named, nothing changed;
 //! - `crash`: killed at every checkpoint, recovered to old or new;
 //! - `concurrency`: ordering, parallel-safe overlap, the server lock;
@@ -28,6 +29,8 @@ mod fetch;
 mod handoff;
 #[path = "gz_suite/install.rs"]
 mod install;
+#[path = "gz_suite/kinds.rs"]
+mod kinds;
 #[path = "gz_suite/mockcloud.rs"]
 mod mockcloud;
 #[path = "gz_suite/sapi_cnapi.rs"]

@@ -25,11 +25,11 @@ use serde_json::json;
 
 use crate::catalog::Catalog;
 use crate::gz::fetch::ImageSource;
-use crate::gz::platform::Sysinfo;
 use crate::gz::session::{GzSession, GzSettings};
 use crate::ids::ServerUuid;
 use crate::imagebuild::{self, Hooks, ImageSpec};
 use crate::sim::standin::ImgapiStandIn;
+use crate::platform::Sysinfo;
 
 /// Options of `agentsadm bench install`.
 #[derive(clap::Args, Clone, Debug)]

@@ -28,6 +28,7 @@ use crate::api::{ApiConfig, Apis};
 use crate::catalog::Catalog;
 use crate::orchestrate::report::{ExecEvent, Reporter};
 use crate::output::Output;
+use crate::platform::read_sdc_config;
 
 /// What every subcommand returns: an exit status, or an error that becomes
 /// one line on stderr and exit status 1.
@@ -166,23 +167,6 @@ impl GlobalOpts {
     }
 }
 
-/// `/lib/sdc/config.sh -json`, when this is a Triton global zone.
-pub fn read_sdc_config() -> Option<serde_json::Map<String, serde_json::Value>> {
-    let script = std::path::Path::new("/lib/sdc/config.sh");
-    if !script.exists() {
-        return None;
-    }
-    let out = std::process::Command::new("/bin/bash")
-        .arg(script)
-        .arg("-json")
-        .output()
-        .ok()?;
-    if !out.status.success() {
-        return None;
-    }
-    serde_json::from_slice(&out.stdout).ok()
-}
-
 #[derive(Subcommand, Debug)]
 pub enum Command {
     /// List installed components per server (intent and reality).
@@ -207,7 +191,7 @@ pub enum Command {
     /// directory, image import, setup state.
     Installer(flows::InstallerArgs),
     /// Global-zone installer commands (run on one server).
-    Gz(gz::GzArgs),
+    Gz(crate::gz::command::GzArgs),
     /// Simulated datacenter.
     #[cfg(feature = "sim")]
     Sim(sim::SimArgs),

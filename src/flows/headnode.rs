@@ -42,8 +42,12 @@ pub async fn local_server(settings: GzSettings) -> Result<Server, LocalAdoptErro
     let session = GzSession::open(settings, false)
         .await
         .map_err(|e| LocalAdoptError::Gz(Box::new(e)))?;
-    let report = session.report();
-    let hostname = session.sysinfo().map(|s| s.hostname).unwrap_or_default();
+    let report = session.report().await;
+    let hostname = session
+        .sysinfo()
+        .await
+        .map(|s| s.hostname)
+        .unwrap_or_default();
     Ok(Server {
         uuid: report.server_uuid,
         hostname,

@@ -11,6 +11,8 @@ use std::io::{self, Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
+use crate::platform::blocking;
+
 /// How often a waiting run retries the lock.
 const POLL: Duration = Duration::from_millis(50);
 
@@ -41,33 +43,28 @@ pub struct ServerLock {
 }
 
 impl ServerLock {
-    /// Take the lock at `path`, waiting up to `wait`.
+    /// Take the lock at `path`, waiting up to `wait`. Opening the file and
+    /// writing the pid run on the blocking pool; the wait is a timer.
     pub async fn acquire(path: &Path, wait: Duration) -> Result<ServerLock, LockError> {
-        if let Some(dir) = path.parent() {
-            std::fs::create_dir_all(dir).map_err(|err| LockError::Open {
-                path: path.to_path_buf(),
-                err,
-            })?;
-        }
-        let mut file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .open(path)
-            .map_err(|err| LockError::Open {
-                path: path.to_path_buf(),
-                err,
-            })?;
+        let opened = {
+            let path = path.to_path_buf();
+            blocking(move || open(&path)).await
+        };
+        let mut file = opened.map_err(|err| LockError::Open {
+            path: path.to_path_buf(),
+            err,
+        })?;
         let start = Instant::now();
         loop {
+            // Non-blocking: flock with LOCK_NB.
             match file.try_lock() {
                 Ok(()) => break,
                 Err(std::fs::TryLockError::WouldBlock) => {
                     if start.elapsed() >= wait {
+                        let holder = blocking(move || holder_description(&mut file)).await;
                         return Err(LockError::Busy {
                             path: path.to_path_buf(),
-                            holder: holder_description(&mut file),
+                            holder,
                             waited: wait,
                         });
                     }
@@ -81,12 +78,11 @@ impl ServerLock {
                 }
             }
         }
-        // Record our pid for whoever waits next. Failing to write it only
-        // makes their message less precise.
-        let _ = file.set_len(0);
-        let _ = file.seek(SeekFrom::Start(0));
-        let _ = writeln!(file, "{}", std::process::id());
-        let _ = file.flush();
+        let file = blocking(move || {
+            record_pid(&mut file);
+            file
+        })
+        .await;
         Ok(ServerLock {
             file,
             path: path.to_path_buf(),
@@ -102,6 +98,28 @@ impl Drop for ServerLock {
     fn drop(&mut self) {
         let _ = self.file.unlock();
     }
+}
+
+/// Open (creating) the lock file and its directory.
+fn open(path: &Path) -> io::Result<File> {
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir)?;
+    }
+    OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(path)
+}
+
+/// Record our pid for whoever waits next. Failing to write it only makes
+/// their message less precise.
+fn record_pid(file: &mut File) {
+    let _ = file.set_len(0);
+    let _ = file.seek(SeekFrom::Start(0));
+    let _ = writeln!(file, "{}", std::process::id());
+    let _ = file.flush();
 }
 
 fn holder_description(file: &mut File) -> String {

@@ -1,42 +1,56 @@
 //! The GZ installer (`agentsadm gz ...`): installs, upgrades, removes,
 //! rolls back and reports components on one server, atomically, on a real
-//! SmartOS global zone (`/`) or a rooted directory, by the same code.
+//! SmartOS global zone (`/`), a rooted directory or a mockcloud tree, by the
+//! same code.
 //!
 //! Modules, in the order an install uses them:
+//! - [`command`]: the installer's own entry point: `agentsadm gz ...`
+//!   parsed into [`session::GzSettings`], run, printed (or captured, for
+//!   in-process runs);
 //! - [`session`]: one run on one server — settings, the server [`lock`],
 //!   recovery of interrupted transactions, per-server ordering (core
 //!   components alone and in order, parallel-safe ones concurrently), SAPI
-//!   and CNAPI, `gz setup`;
+//!   and CNAPI; split by command (install, remove, rollback, setup, report);
+//! - [`layout`]: how components sit on disk, behind one trait — the Triton
+//!   GZ (each kind's footprint, per [`kinds`] and [`paths`]) and mockcloud
+//!   (`servers/<uuid>/agents/<name>/...`): where trees, records, journal,
+//!   lock and kept previous versions live, how an image is staged, whether
+//!   hooks and SMF run, how the report is read;
 //! - [`fetch`]: resolve an image (IMGAPI or a local file + manifest), then
 //!   download, hash (sha1, sha256, MD5) and unpack it in one pass, with
 //!   retries and a verified-download cache;
 //! - [`unpack`]: the archive unpacker (refuses `..`, absolute paths, escaping
 //!   links, devices, more than one top-level directory); [`shar`]: the
 //!   shell archives dockerlogger and sdcadm images are, read without running;
-//! - [`kinds`]: what each component kind puts on disk and how its version
-//!   is recorded (apm agents, gz-tools, dockerlogger, sdcadm);
-//! - [`txn`]: the journaled swap with rollback and crash recovery;
+//! - [`kinds`]: what each component kind puts on disk in a Triton GZ and how
+//!   its version is recorded (apm agents, gz-tools, dockerlogger, sdcadm);
+//! - [`txn`]: the journaled swap with rollback and crash recovery, the same
+//!   for every layout;
 //! - [`hooks`]: apm-compatible lifecycle hooks; [`package`]: `package.json`;
-//! - [`platform`]: SMF, sysinfo and SDC config behind a trait (SmartOS,
-//!   rooted directory, mockcloud); [`mockcloud`]: the mockcloud layout;
-//! - [`adopt`]: SAPI adoption; [`report`]: the `server.agents` report;
-//! - [`paths`]: every path, relative to the root (the on-disk layout);
+//! - [`adopt`]: SAPI adoption; [`report`]: the Triton GZ's `server.agents`
+//!   report; [`step`]: the failure steps results name;
+//!
+//! The operating system (SMF, sysinfo, the SDC config) is
+//! [`crate::platform`]; the installer depends on it, never the reverse, and
+//! on nothing of the command line (which calls [`command::run`]).
+//! Every platform call is awaited and file work runs on the blocking pool,
+//! so thousands of runs can share the simulator's runtime workers.
 //!
 //! # Entry points for the simulator
 //!
-//! - `crate::cli::gz::run_captured(argv, env)` runs `agentsadm gz ...`
+//! - [`command::run_captured`]`(argv, env)` runs `agentsadm gz ...`
 //!   in-process (what a CNAPI execute request of
 //!   `crate::remote::gz_execute_request` asks for) and returns the
 //!   `ExecuteResult` (stdout holds the `--json` document).
 //! - The library, for install-agent style tasks without a command line:
 //!   ```no_run
 //!   # async fn demo() {
-//!   use agentsadm::gz::{self, session::{GzSettings, Layout}, fetch::ImageSource};
+//!   use agentsadm::gz::{self, session::GzSettings, layout::LayoutKind, fetch::ImageSource};
 //!   let mut s = GzSettings::new("/var/sim/servers/<uuid>"); // a rooted GZ
 //!   s.imgapi_url = Some("http://127.0.0.1:1234".into());
 //!   s.sapi_url = Some("http://127.0.0.1:1235".into());
 //!   s.cnapi_url = Some("http://127.0.0.1:1236".into());
-//!   // or: s.layout = Layout::Mockcloud; s.root = <mockcloud root>;
+//!   // or: s.layout = LayoutKind::Mockcloud; s.root = <mockcloud root>;
 //!   //     s.server_uuid = Some(uuid);
 //!   let image = "2d11ad57-389f-4eff-abcb-6dd51646cf80".parse().unwrap();
 //!   let result = gz::install(s.clone(), &[ImageSource::Imgapi(image)]).await;
@@ -55,19 +69,20 @@
 //! in `var/svc/smf-state.json`.
 
 pub mod adopt;
+pub mod command;
 pub mod fetch;
 pub mod fsutil;
 pub mod hooks;
 pub mod kinds;
+pub mod layout;
 pub mod lock;
-pub mod mockcloud;
 pub mod package;
 pub mod paths;
-pub mod platform;
 pub mod report;
 pub mod session;
 pub mod setup;
 pub mod shar;
+pub mod step;
 pub mod txn;
 pub mod unpack;
 
@@ -115,7 +130,7 @@ pub async fn rollback(settings: GzSettings, name: &str) -> GzResult {
 
 /// What is installed (no lock taken: a report never waits for an install).
 pub async fn report(settings: GzSettings) -> Result<AgentsReport, GzError> {
-    Ok(GzSession::open(settings, false).await?.report())
+    Ok(GzSession::open(settings, false).await?.report().await)
 }
 
 fn failed_run(server: Option<crate::ids::ServerUuid>, e: &GzError) -> GzResult {

@@ -26,7 +26,11 @@
 //!
 //! The rooted platform keeps its sysinfo in `<root>/sysinfo.json` (the same
 //! place mockcloud keeps each server's) and its SMF state in
-//! `<root>/var/svc/smf-state.json`.
+//! `<root>/var/svc/smf-state.json` (see [`crate::platform::rooted`]).
+//!
+//! The mockcloud layout roots its paths at the server's directory and keeps
+//! the same state directories in `.agentsadm/` there
+//! ([`GzPaths::with_state_dir`]).
 
 use std::path::{Path, PathBuf};
 
@@ -34,24 +38,30 @@ use std::path::{Path, PathBuf};
 pub const AGENTS_PREFIX: &str = "opt/smartdc/agents";
 /// agentsadm's state directory, relative to the root.
 pub const STATE_DIR: &str = "opt/smartdc/agents/.agentsadm";
-/// The rooted platform's sysinfo file, relative to the root.
-pub const SYSINFO_FILE: &str = "sysinfo.json";
-/// The rooted platform's SMF state file, relative to the root.
-pub const SMF_STATE_FILE: &str = "var/svc/smf-state.json";
 /// Where non-agent packages put SMF manifests (survives reboots on SmartOS).
 pub const SITE_MANIFESTS: &str = "var/svc/manifest/site";
-/// The node config of a compute node (read for the SDC config when rooted).
-pub const NODE_CONFIG: &str = "opt/smartdc/config/node.config";
+pub use crate::platform::rooted::{NODE_CONFIG, SMF_STATE_FILE, SYSINFO_FILE};
 
 /// Paths of one server's global zone.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct GzPaths {
     root: PathBuf,
+    /// agentsadm's state directory, relative to the root.
+    state: PathBuf,
 }
 
 impl GzPaths {
+    /// A Triton global zone at `root` (state in [`STATE_DIR`]).
     pub fn new(root: impl Into<PathBuf>) -> GzPaths {
-        GzPaths { root: root.into() }
+        GzPaths::with_state_dir(root, STATE_DIR)
+    }
+
+    /// A root whose agentsadm state lives in `state` (root-relative).
+    pub fn with_state_dir(root: impl Into<PathBuf>, state: impl Into<PathBuf>) -> GzPaths {
+        GzPaths {
+            root: root.into(),
+            state: state.into(),
+        }
     }
 
     pub fn root(&self) -> &Path {
@@ -92,7 +102,7 @@ impl GzPaths {
         self.at("opt/smartdc/agents/db")
     }
     pub fn state_dir(&self) -> PathBuf {
-        self.at(STATE_DIR)
+        self.at(&self.state)
     }
     pub fn lock_file(&self) -> PathBuf {
         self.state_dir().join("lock")
@@ -147,5 +157,10 @@ mod tests {
         );
         let real = GzPaths::new("/");
         assert_eq!(real.prefix(), PathBuf::from("/opt/smartdc/agents"));
+        let mock = GzPaths::with_state_dir("/mc/servers/x", ".agentsadm");
+        assert_eq!(
+            mock.lock_file(),
+            PathBuf::from("/mc/servers/x/.agentsadm/lock")
+        );
     }
 }

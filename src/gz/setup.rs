@@ -9,8 +9,7 @@ use std::path::{Path, PathBuf};
 use crate::catalog::Component;
 use crate::ids::ImageUuid;
 
-use super::fetch::ImageSource;
-use crate::error::error_chain;
+use super::fetch::{FetchError, ImageSource};
 
 /// Where `gz setup` takes images from.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -22,6 +21,41 @@ pub enum SetupSource {
     Imgapi,
 }
 
+/// Why a setup directory cannot be read (nothing is installed).
+#[derive(Debug, thiserror::Error)]
+pub enum SetupError {
+    #[error("setup source {dir} is not a directory")]
+    NotADirectory { dir: PathBuf },
+    #[error("{index} is not valid JSON")]
+    IndexJson {
+        index: PathBuf,
+        #[source]
+        err: serde_json::Error,
+    },
+    #[error("{index} must map component names to image UUIDs")]
+    IndexShape {
+        index: PathBuf,
+        #[source]
+        err: serde_json::Error,
+    },
+    #[error("{index}: {component}")]
+    IndexUuid {
+        index: PathBuf,
+        component: String,
+        #[source]
+        err: crate::ids::ParseIdError,
+    },
+    #[error("{index} names {uuid} for {component}, but {manifest} does not exist")]
+    IndexedImageMissing {
+        index: PathBuf,
+        uuid: ImageUuid,
+        component: String,
+        manifest: PathBuf,
+    },
+    #[error(transparent)]
+    Source(#[from] FetchError),
+}
+
 /// The images `gz setup --source DIR` installs: `index.json` picks one per
 /// component (`{"<name>": "<uuid>"}`, or the same map under `"images"`);
 /// without an index, a component directory with exactly one manifest is
@@ -30,20 +64,24 @@ pub enum SetupSource {
 pub fn setup_dir_sources(
     dir: &Path,
     set: &[Component],
-) -> Result<(Vec<ImageSource>, Vec<String>), String> {
+) -> Result<(Vec<ImageSource>, Vec<String>), SetupError> {
     if !dir.is_dir() {
-        return Err(format!("setup source {} is not a directory", dir.display()));
+        return Err(SetupError::NotADirectory {
+            dir: dir.to_path_buf(),
+        });
     }
-    let index: BTreeMap<String, String> = match std::fs::read(dir.join("index.json")) {
+    let index_path = dir.join("index.json");
+    let index: BTreeMap<String, String> = match std::fs::read(&index_path) {
         Ok(b) => {
-            let v: serde_json::Value = serde_json::from_slice(&b)
-                .map_err(|e| format!("{}/index.json is not valid JSON: {e}", dir.display()))?;
+            let v: serde_json::Value =
+                serde_json::from_slice(&b).map_err(|err| SetupError::IndexJson {
+                    index: index_path.clone(),
+                    err,
+                })?;
             let map = v.get("images").cloned().unwrap_or(v);
-            serde_json::from_value(map).map_err(|e| {
-                format!(
-                    "{}/index.json must map component names to image UUIDs: {e}",
-                    dir.display()
-                )
+            serde_json::from_value(map).map_err(|err| SetupError::IndexShape {
+                index: index_path.clone(),
+                err,
             })?
         }
         Err(_) => BTreeMap::new(),
@@ -54,28 +92,26 @@ pub fn setup_dir_sources(
         let cdir = dir.join(&c.name);
         let pick = match index.get(&c.name) {
             Some(uuid) => {
-                let uuid: ImageUuid = uuid
-                    .parse()
-                    .map_err(|e| format!("{}/index.json: {}: {e}", dir.display(), c.name))?;
+                let uuid: ImageUuid = uuid.parse().map_err(|err| SetupError::IndexUuid {
+                    index: index_path.clone(),
+                    component: c.name.clone(),
+                    err,
+                })?;
                 let m = cdir.join(format!("{uuid}.manifest"));
                 if !m.exists() {
-                    return Err(format!(
-                        "{}/index.json names {uuid} for {}, but {} does not exist",
-                        dir.display(),
-                        c.name,
-                        m.display()
-                    ));
+                    return Err(SetupError::IndexedImageMissing {
+                        index: index_path.clone(),
+                        uuid,
+                        component: c.name.clone(),
+                        manifest: m,
+                    });
                 }
                 Some(m)
             }
             None => newest_manifest(&cdir),
         };
         match pick {
-            Some(m) => {
-                let src =
-                    ImageSource::from_arg(&m.to_string_lossy()).map_err(|e| error_chain(&e))?;
-                found.push(src);
-            }
+            Some(m) => found.push(ImageSource::from_arg(&m.to_string_lossy())?),
             None => missing.push(c.name.clone()),
         }
     }

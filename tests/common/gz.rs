@@ -10,10 +10,10 @@ use std::sync::{Arc, Mutex};
 
 use agentsadm::api::cnapi::ExecuteResult;
 use agentsadm::catalog::Catalog;
-use agentsadm::gz::platform::Sysinfo;
 use agentsadm::ids::{ImageUuid, ServerUuid};
 use agentsadm::image::{Compression, ImageFile, ImageManifest};
 use agentsadm::imagebuild::{self, BuiltImage, Hooks, ImageSpec};
+use agentsadm::platform::Sysinfo;
 use agentsadm::remote::{AgentsReport, GzResult};
 use sha1::{Digest, Sha1};
 
@@ -74,7 +74,7 @@ impl TestServer {
         argv.push("--root".into());
         argv.push(self.root().to_string_lossy().into_owned());
         argv.push("--json".into());
-        agentsadm::cli::gz::run_captured(argv, env.clone()).await
+        agentsadm::gz::command::run_captured(argv, env.clone()).await
     }
 
     /// Like [`TestServer::gz`] without SAPI and CNAPI.

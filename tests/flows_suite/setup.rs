@@ -11,9 +11,9 @@ use std::process::Output;
 
 use agentsadm::api::sapi::{CreateService, ServiceType, object};
 use agentsadm::catalog::{Catalog, ComponentKind};
-use agentsadm::gz::platform::Sysinfo;
 use agentsadm::ids::{ImageUuid, ServerUuid};
 use agentsadm::imagebuild::{ImageSpec, build, write_to_dir};
+use agentsadm::platform::Sysinfo;
 use agentsadm::remote::AgentsReport;
 use agentsadm::sim::{SimConfig, SimDc};
 use axum::Router;

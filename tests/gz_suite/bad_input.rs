@@ -328,11 +328,9 @@ async fn every_bad_input_is_refused_and_changes_nothing() {
     // The operator disabled it: a failed upgrade must leave it disabled.
     let fmri = "svc:/smartdc/agent/vm-agent:default";
     assert_eq!(srv.smf_state()[fmri], "online");
-    agentsadm::gz::platform::Platform::smf_disable(
-        &agentsadm::gz::platform::Rooted::new(srv.root()),
-        fmri,
-    )
-    .unwrap();
+    agentsadm::platform::Platform::smf_disable(&agentsadm::platform::Rooted::new(srv.root()), fmri)
+        .await
+        .unwrap();
     let before = snapshot(srv.root());
     let instance = srv.instance("vm-agent").unwrap();
 

@@ -124,7 +124,7 @@ async fn a_second_run_waits_for_the_lock_or_fails_naming_the_holder() {
         let f = f.clone();
         let root = srv.root().to_path_buf();
         tokio::spawn(async move {
-            agentsadm::cli::gz::run_captured(
+            agentsadm::gz::command::run_captured(
                 vec![
                     "gz".into(),
                     "install".into(),

@@ -7,9 +7,10 @@ use std::sync::{Arc, Mutex};
 
 use crate::gz_common::*;
 use agentsadm::gz::fetch::ImageSource;
-use agentsadm::gz::platform::{Platform, PlatformError, Rooted, ServiceState, Sysinfo};
 use agentsadm::gz::session::{GzSession, GzSettings};
+use agentsadm::platform::{Platform, PlatformFuture, Rooted, SdcConfig, ServiceState, Sysinfo};
 use agentsadm::remote::ComponentAction;
+use futures::future::BoxFuture;
 
 /// A rooted GZ whose transient-job launcher only records the job.
 #[derive(Debug)]
@@ -22,30 +23,30 @@ impl Platform for Launcher {
     fn name(&self) -> &'static str {
         "smartos"
     }
-    fn sysinfo(&self) -> Result<Sysinfo, PlatformError> {
+    fn sysinfo(&self) -> PlatformFuture<'_, Sysinfo> {
         self.inner.sysinfo()
     }
-    fn sdc_config(&self) -> Option<serde_json::Map<String, serde_json::Value>> {
-        None
+    fn sdc_config(&self) -> BoxFuture<'_, Option<SdcConfig>> {
+        Box::pin(async { None })
     }
-    fn smf_import(&self, m: &Path) -> Result<(), PlatformError> {
+    fn smf_import<'a>(&'a self, m: &'a Path) -> PlatformFuture<'a, ()> {
         self.inner.smf_import(m)
     }
-    fn smf_delete(&self, f: &str) -> Result<(), PlatformError> {
+    fn smf_delete<'a>(&'a self, f: &'a str) -> PlatformFuture<'a, ()> {
         self.inner.smf_delete(f)
     }
-    fn smf_enable(&self, f: &str) -> Result<(), PlatformError> {
+    fn smf_enable<'a>(&'a self, f: &'a str) -> PlatformFuture<'a, ()> {
         self.inner.smf_enable(f)
     }
-    fn smf_disable(&self, f: &str) -> Result<(), PlatformError> {
+    fn smf_disable<'a>(&'a self, f: &'a str) -> PlatformFuture<'a, ()> {
         self.inner.smf_disable(f)
     }
-    fn smf_state(&self, f: &str) -> Result<Option<ServiceState>, PlatformError> {
+    fn smf_state<'a>(&'a self, f: &'a str) -> PlatformFuture<'a, Option<ServiceState>> {
         self.inner.smf_state(f)
     }
-    fn launch_transient_job(&self, job: &Path) -> Result<(), PlatformError> {
+    fn launch_transient_job<'a>(&'a self, job: &'a Path) -> PlatformFuture<'a, ()> {
         self.jobs.lock().unwrap().push(job.to_path_buf());
-        Ok(())
+        Box::pin(async { Ok(()) })
     }
 }
 
@@ -98,7 +99,7 @@ async fn cn_agent_inside_its_own_contract_hands_off_then_the_job_runs() {
         "handing off installs nothing",
     );
     // The service then runs the job.
-    let out = agentsadm::cli::gz::run_captured(
+    let out = agentsadm::gz::command::run_captured(
         vec![
             "gz".into(),
             "run-job".into(),

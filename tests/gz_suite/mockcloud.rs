@@ -7,10 +7,13 @@ use std::path::Path;
 
 use crate::gz_common::*;
 use agentsadm::api::cnapi::ExecuteResult;
-use agentsadm::gz::platform::Sysinfo;
-use agentsadm::ids::ServerUuid;
-use agentsadm::remote::ComponentAction;
+use agentsadm::gz::fetch::ImageSource;
+use agentsadm::gz::layout::LayoutKind;
+use agentsadm::gz::session::GzSettings;
 use agentsadm::sim::standin::{Fault, ImgapiStandIn};
+use agentsadm::ids::ServerUuid;
+use agentsadm::platform::Sysinfo;
+use agentsadm::remote::ComponentAction;
 
 async fn mock(root: &Path, server: ServerUuid, args: &[&str], imgapi: &str) -> ExecuteResult {
     let mut argv: Vec<String> = vec!["gz".into()];
@@ -29,7 +32,7 @@ async fn mock(root: &Path, server: ServerUuid, args: &[&str], imgapi: &str) -> E
         argv.push(a.to_string());
     }
     let env = BTreeMap::from([("IMGAPI_URL".to_string(), imgapi.to_string())]);
-    agentsadm::cli::gz::run_captured(argv, env).await
+    agentsadm::gz::command::run_captured(argv, env).await
 }
 
 fn new_server(root: &Path) -> ServerUuid {
@@ -176,4 +179,34 @@ async fn mockcloud_installs_a_shar_image() {
     assert_eq!(rep.agents[0].name, "dockerlogger");
     assert_eq!(rep.agents[0].image_uuid, Some(img.manifest.uuid));
     assert_eq!(rep.agents[0].version, img.manifest.version);
+}
+
+/// gz-tools images carry no package.json; the layout records one from
+/// the manifest, so the component installs and reports like the rest.
+#[tokio::test]
+async fn gz_tools_installs_without_a_package_json() {
+    let img = image("gz-tools", "1.0.0");
+    let dir = tempfile::tempdir().unwrap();
+    let file = write_image(&img, dir.path());
+    let source = ImageSource::from_arg(file.to_str().unwrap()).unwrap();
+    let root = dir.path().join("mc");
+    let server = new_server(&root);
+    let mut settings = GzSettings::new(&root);
+    settings.layout = LayoutKind::Mockcloud;
+    settings.server_uuid = Some(server);
+    settings.no_sapi = true;
+    settings.no_cnapi = true;
+    let out = agentsadm::gz::install(settings.clone(), &[source]).await;
+    assert!(out.error.is_none(), "{:?}", out.error);
+    assert_eq!(out.components[0].action, ComponentAction::Installed);
+    assert_eq!(
+        out.components[0].version.as_deref(),
+        Some(img.manifest.version.as_str())
+    );
+    let report = agentsadm::gz::report(settings).await.unwrap();
+    assert!(report.errors.is_empty(), "{:?}", report.errors);
+    assert_eq!(report.agents.len(), 1);
+    assert_eq!(report.agents[0].name, "gz-tools");
+    assert_eq!(report.agents[0].version, img.manifest.version);
+    assert_eq!(report.agents[0].image_uuid, Some(img.manifest.uuid));
 }

@@ -1,0 +1,552 @@
+//! One `agentsadm gz` run on one server: settings, the server lock, recovery
+//! of interrupted transactions, per-server ordering and concurrency, and the
+//! `GzResult` / `AgentsReport` documents.
+//!
+//! Ordering (design.md): core components run one at a time in catalog order
+//! (agents_core, config-agent, then the parallel-safe set, cn-agent last);
+//! parallel-safe components of one run install concurrently. The first
+//! failing group stops the run; components already done stay done.
+//!
+//! The session is the same for every layout ([`super::layout`]): it asks
+//! the layout where things are and how to stage an image, and runs each
+//! change as a transaction ([`super::txn`]).
+//!
+//! - `install`: `gz install` (planning, the cn-agent hand-off, groups);
+//! - `remove`: `gz remove`; `rollback`: `gz rollback`;
+//! - `setup`: `gz setup`; `report`: the report and posting it to CNAPI.
+
+mod install;
+mod remove;
+mod report;
+mod rollback;
+mod setup;
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::api::{ApiConfig, ApiError, CnapiClient, ImgapiClient, SapiClient};
+use crate::catalog::{Catalog, Component};
+use crate::ids::{ImageUuid, ServerUuid};
+use crate::platform::{self, Platform, PlatformError, blocking};
+use crate::remote::{ComponentResult, GzFailure, GzResult};
+
+use super::adopt::Adoption;
+use crate::error::error_chain;
+use super::fetch::FetchOptions;
+use super::hooks::HookEnv;
+use super::kinds::{CurrentError, Footprint};
+use super::layout::mockcloud::MockcloudGz;
+use super::layout::triton::TritonGz;
+use super::layout::{Layout, LayoutKind};
+use super::lock::{LockError, ServerLock};
+use super::paths::GzPaths;
+use super::step::Step;
+use super::txn::{self, SapiTarget, TxnEnv, TxnFailure};
+
+/// Test knob: abort the process at this checkpoint, or with `wait:<name>`
+/// stop there until killed (see [`super::test_checkpoint`]).
+pub const CRASH_AT_ENV: &str = "AGENTSADM_TEST_CRASH_AT";
+/// Test knob: unpacking fails with "disk full" after this many bytes.
+pub const UNPACK_LIMIT_ENV: &str = "AGENTSADM_TEST_UNPACK_LIMIT";
+
+/// Everything a run needs, resolved from the command line or given by the
+/// simulator.
+#[derive(Clone, Debug)]
+pub struct GzSettings {
+    /// `/` on a real GZ; a directory for the rooted platform; the mockcloud
+    /// root for [`LayoutKind::Mockcloud`].
+    pub root: PathBuf,
+    pub layout: LayoutKind,
+    /// Overrides sysinfo's UUID (required for mockcloud).
+    pub server_uuid: Option<ServerUuid>,
+    /// Overrides sysinfo's `Boot Parameters.headnode`.
+    pub headnode: Option<bool>,
+    pub no_sapi: bool,
+    pub no_cnapi: bool,
+    /// Reinstall even when the image is already installed.
+    pub force: bool,
+    pub hook_timeout: Duration,
+    pub lock_wait: Duration,
+    pub imgapi_url: Option<String>,
+    pub sapi_url: Option<String>,
+    pub cnapi_url: Option<String>,
+    pub api: ApiConfig,
+    /// Ready-made API clients to use instead of building them from the
+    /// URLs (and `api`): the simulator shares one connection pool across
+    /// thousands of runs rather than building three HTTP clients per run.
+    pub clients: Option<crate::api::Apis>,
+    /// Extra environment for hooks (and the test knobs).
+    pub env: BTreeMap<String, String>,
+    pub catalog: Catalog,
+    /// A platform to use instead of the one the root implies (tests).
+    pub platform: Option<Arc<dyn Platform>>,
+    /// Download retries, backoff and read timeout.
+    pub fetch: FetchOptions,
+    /// The command line to hand to the agentsadm-install SMF service when
+    /// cn-agent asks to replace itself.
+    pub job_argv: Option<Vec<String>>,
+}
+
+impl GzSettings {
+    /// Defaults for a root: smartdc layout, SAPI and CNAPI on, 10 min hook
+    /// timeout, 5 min lock wait.
+    pub fn new(root: impl Into<PathBuf>) -> GzSettings {
+        GzSettings {
+            root: root.into(),
+            layout: LayoutKind::Smartdc,
+            server_uuid: None,
+            headnode: None,
+            no_sapi: false,
+            no_cnapi: false,
+            force: false,
+            hook_timeout: Duration::from_secs(600),
+            lock_wait: Duration::from_secs(300),
+            imgapi_url: None,
+            sapi_url: None,
+            cnapi_url: None,
+            api: ApiConfig::default(),
+            clients: None,
+            env: BTreeMap::new(),
+            catalog: Catalog::builtin(),
+            platform: None,
+            fetch: FetchOptions::default(),
+            job_argv: None,
+        }
+    }
+
+    /// A test knob or setting from the run's environment, else the process's.
+    pub fn knob(&self, name: &str) -> Option<String> {
+        self.env
+            .get(name)
+            .cloned()
+            .or_else(|| std::env::var(name).ok())
+            .filter(|v| !v.is_empty())
+    }
+}
+
+/// Why a run could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum GzError {
+    #[error(
+        "cannot identify the server at {root} (outside a SmartOS global zone, pass --root DIR with a sysinfo.json, or --server-uuid)"
+    )]
+    Platform {
+        root: PathBuf,
+        #[source]
+        err: PlatformError,
+    },
+    #[error("the mockcloud layout needs --server-uuid (the server directory under {root}/servers)")]
+    NoServerUuid { root: PathBuf },
+    #[error(transparent)]
+    Lock(#[from] Box<LockError>),
+    #[error(transparent)]
+    Recover(#[from] txn::RecoverError),
+    #[error("no {api} URL: pass {flag} or set {env}{alt}")]
+    NoUrl {
+        api: &'static str,
+        flag: &'static str,
+        env: &'static str,
+        alt: &'static str,
+    },
+    #[error("invalid API URL")]
+    BadUrl {
+        #[source]
+        err: Box<ApiError>,
+    },
+}
+
+impl GzError {
+    pub fn step(&self) -> Step {
+        match self {
+            GzError::Platform { .. } | GzError::NoServerUuid { .. } => Step::Sysinfo,
+            GzError::Lock(_) => Step::Lock,
+            GzError::Recover(_) => Step::Recover,
+            GzError::NoUrl { .. } | GzError::BadUrl { .. } => Step::Config,
+        }
+    }
+
+    pub fn to_failure(&self) -> GzFailure {
+        GzFailure {
+            component: None,
+            step: self.step().as_str().to_string(),
+            message: error_chain(self),
+        }
+    }
+}
+
+/// An open run on one server.
+pub struct GzSession {
+    settings: GzSettings,
+    layout: Arc<dyn Layout>,
+    platform: Arc<dyn Platform>,
+    server: ServerUuid,
+    headnode: bool,
+    imgapi: Option<ImgapiClient>,
+    sapi: Option<SapiClient>,
+    cnapi: Option<CnapiClient>,
+    hook_env: HookEnv,
+    crash_at: Option<String>,
+    _lock: Option<ServerLock>,
+    /// Notes for the result (recovery).
+    notes: Vec<String>,
+}
+
+impl std::fmt::Debug for GzSession {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("GzSession")
+            .field("root", &self.settings.root)
+            .field("layout", &self.layout.kind())
+            .field("server", &self.server)
+            .finish()
+    }
+}
+
+impl GzSession {
+    /// Identify the server, take its lock (when `lock`), recover interrupted
+    /// transactions and build the API clients.
+    pub async fn open(settings: GzSettings, lock: bool) -> Result<GzSession, GzError> {
+        let (layout, platform): (Arc<dyn Layout>, Arc<dyn Platform>) = match settings.layout {
+            LayoutKind::Smartdc => {
+                let p: Arc<dyn Platform> = if settings.root == Path::new("/") {
+                    Arc::new(platform::SmartOs)
+                } else {
+                    Arc::new(platform::Rooted::new(&settings.root))
+                };
+                (Arc::new(TritonGz::new(&settings.root)), p)
+            }
+            LayoutKind::Mockcloud => {
+                let uuid = settings.server_uuid.ok_or_else(|| GzError::NoServerUuid {
+                    root: settings.root.clone(),
+                })?;
+                let m = MockcloudGz::new(&settings.root, uuid);
+                let p = Arc::new(platform::Mockcloud::new(m.dir()));
+                (Arc::new(m), p)
+            }
+        };
+        let platform = settings.platform.clone().unwrap_or(platform);
+        let sysinfo = platform.sysinfo().await;
+        let (server, headnode) = match (settings.server_uuid, sysinfo) {
+            (Some(u), Ok(s)) => (u, settings.headnode.unwrap_or(s.headnode)),
+            (Some(u), Err(_)) => (u, settings.headnode.unwrap_or(false)),
+            (None, Ok(s)) => (s.uuid, settings.headnode.unwrap_or(s.headnode)),
+            (None, Err(err)) => {
+                return Err(GzError::Platform {
+                    root: settings.root.clone(),
+                    err,
+                });
+            }
+        };
+        let (imgapi, sapi, cnapi) = clients(&settings, platform.as_ref()).await?;
+        let crash_at = settings.knob(CRASH_AT_ENV);
+        let hook_env = HookEnv {
+            prefix: layout.paths().prefix(),
+            extra: settings
+                .env
+                .iter()
+                .filter(|(k, _)| !k.starts_with("AGENTSADM_TEST_"))
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect(),
+            timeout: settings.hook_timeout,
+        };
+        let mut session = GzSession {
+            settings,
+            layout,
+            platform,
+            server,
+            headnode,
+            imgapi,
+            sapi,
+            cnapi,
+            hook_env,
+            crash_at,
+            _lock: None,
+            notes: Vec::new(),
+        };
+        if lock {
+            session._lock = Some(
+                ServerLock::acquire(&session.paths().lock_file(), session.settings.lock_wait)
+                    .await
+                    .map_err(Box::new)?,
+            );
+            session.recover().await?;
+        }
+        Ok(session)
+    }
+
+    /// Reinstall even when the image is already installed.
+    pub fn set_force(&mut self, force: bool) {
+        self.settings.force = force;
+    }
+
+    pub fn server(&self) -> ServerUuid {
+        self.server
+    }
+
+    pub fn headnode(&self) -> bool {
+        self.headnode
+    }
+
+    /// The server's sysinfo (UUID, hostname, headnode), as the platform
+    /// reads it.
+    pub async fn sysinfo(&self) -> Result<platform::Sysinfo, PlatformError> {
+        self.platform.sysinfo().await
+    }
+
+    pub fn paths(&self) -> &GzPaths {
+        self.layout.paths()
+    }
+
+    async fn recover(&mut self) -> Result<(), GzError> {
+        let recovered = txn::recover(&self.txn_env()).await?;
+        for r in recovered {
+            let what = if r.finished {
+                "finished"
+            } else {
+                "rolled back"
+            };
+            let mut note = format!(
+                "{}: {what} a {} interrupted in an earlier run",
+                r.component,
+                r.op.noun()
+            );
+            if !r.errors.is_empty() {
+                note.push_str(&format!(" (with errors: {})", r.errors.join("; ")));
+            }
+            self.notes.push(note);
+        }
+        Ok(())
+    }
+
+    /// What is installed now for `c`, read off the runtime.
+    async fn current(&self, c: &Component) -> Result<Option<Footprint>, CurrentError> {
+        let (layout, c) = (self.layout.clone(), c.clone());
+        blocking(move || layout.current(&c)).await
+    }
+
+    fn log_done(&self, r: &ComponentResult) {
+        tracing::info!(
+            server = %self.server,
+            component = %r.name,
+            action = ?r.action,
+            image = r.image_uuid.map(|i| i.to_string()).unwrap_or_default(),
+            from_image = r.from_image.map(|i| i.to_string()).unwrap_or_default(),
+            elapsed_ms = r.elapsed_ms,
+            "component done"
+        );
+    }
+
+    fn log_failure(&self, f: &GzFailure) {
+        // The command line prints the failure itself (one line); the log
+        // file keeps the structured record.
+        tracing::error!(
+            target: crate::log::FILE_ONLY_TARGET,
+            server = %self.server,
+            component = f.component.as_deref().unwrap_or(""),
+            step = %f.step,
+            error = %f.message,
+            "component failed"
+        );
+    }
+
+    fn sapi_target(&self) -> Option<SapiTarget<'_>> {
+        if self.settings.no_sapi {
+            return None;
+        }
+        self.sapi.as_ref().map(|client| SapiTarget {
+            client,
+            server: self.server,
+        })
+    }
+
+    fn txn_env(&self) -> TxnEnv<'_> {
+        TxnEnv {
+            layout: self.layout.as_ref(),
+            platform: self.platform.as_ref(),
+            hooks: &self.hook_env,
+            crash_at: self.crash_at.as_deref(),
+            sapi: self.sapi_target(),
+        }
+    }
+
+    fn result(&mut self) -> GzResult {
+        GzResult {
+            server_uuid: self.server,
+            components: Vec::new(),
+            error: None,
+            warnings: std::mem::take(&mut self.notes),
+        }
+    }
+
+    /// SAPI and CNAPI must be known unless turned off.
+    fn require_apis(&self) -> Result<(), GzFailure> {
+        if !self.settings.no_sapi && self.sapi.is_none() {
+            return Err(GzError::NoUrl {
+                api: "SAPI",
+                flag: "--sapi-url",
+                env: "SAPI_URL",
+                alt: ", or pass --no-sapi before SAPI exists",
+            }
+            .to_failure());
+        }
+        if !self.settings.no_cnapi && self.cnapi.is_none() {
+            return Err(GzError::NoUrl {
+                api: "CNAPI",
+                flag: "--cnapi-url",
+                env: "CNAPI_URL",
+                alt: ", or pass --no-cnapi before CNAPI exists",
+            }
+            .to_failure());
+        }
+        Ok(())
+    }
+
+    /// Drop the cached download of a replaced image.
+    async fn forget_download(&self, old: Option<ImageUuid>, keep: Option<ImageUuid>) {
+        if let Some(old) = old.filter(|o| Some(*o) != keep) {
+            let file = self.paths().downloads_dir().join(format!("{old}.file"));
+            blocking(move || {
+                let _ = std::fs::remove_file(file);
+            })
+            .await;
+        }
+    }
+}
+
+/// Remove a transaction directory that never got a journal (a failure
+/// before the swap).
+async fn remove_txn_dir(txn_dir: &Path) {
+    let dir = txn_dir.to_path_buf();
+    blocking(move || {
+        let _ = super::fsutil::remove_any(&dir);
+    })
+    .await;
+}
+
+/// A finished component and notes for the result.
+pub struct Done {
+    pub result: ComponentResult,
+    pub notes: Vec<String>,
+}
+
+fn adoption_note(c: &Component, a: Option<&Adoption>, notes: &mut Vec<String>) {
+    if a == Some(&Adoption::NoService) {
+        notes.push(format!(
+            "{}: not adopted into SAPI: there is no agent service named {:?} (not managed through SAPI here)",
+            c.name, c.name
+        ));
+    }
+}
+
+/// The "what is left" part of a failure message.
+fn nothing_changed(current: &Option<Footprint>) -> Option<String> {
+    Some(match current {
+        Some(fp) => format!("nothing changed; {} is still installed", describe(fp)),
+        None => "nothing changed; it was not installed before and is not now".to_string(),
+    })
+}
+
+fn describe(fp: &Footprint) -> String {
+    match (fp.version.is_empty(), fp.image_uuid) {
+        (false, Some(i)) => format!("version {} (image {i})", fp.version),
+        (true, Some(i)) => format!("image {i}"),
+        (false, None) => format!("version {}", fp.version),
+        (true, None) => "the previous version".to_string(),
+    }
+}
+
+/// A failure as the result document carries it.
+fn failure(
+    component: Option<&str>,
+    step: Step,
+    err: &dyn std::error::Error,
+    after: Option<String>,
+) -> GzFailure {
+    let mut message = error_chain(err);
+    if let Some(a) = after {
+        message.push_str("; ");
+        message.push_str(&a);
+    }
+    GzFailure {
+        component: component.map(str::to_string),
+        step: step.as_str().to_string(),
+        message,
+    }
+}
+
+/// A failure with its own message (no error value behind it).
+fn refusal(component: Option<&str>, step: Step, message: String) -> GzFailure {
+    GzFailure {
+        component: component.map(str::to_string),
+        step: step.as_str().to_string(),
+        message,
+    }
+}
+
+fn txn_failure(c: &Component, f: &TxnFailure, current: &Option<Footprint>) -> GzFailure {
+    let after = if !f.rolled_back {
+        nothing_changed(current)
+    } else if f.rollback_errors.is_empty() {
+        Some(match current {
+            Some(fp) => format!("rolled back; {} is installed as before", describe(fp)),
+            None => "rolled back; it is not installed".to_string(),
+        })
+    } else {
+        Some(format!(
+            "ROLLBACK INCOMPLETE, check the server by hand: {}",
+            f.rollback_errors.join("; ")
+        ))
+    };
+    failure(Some(&c.name), f.error.step(), &f.error, after)
+}
+
+/// The API clients a run may use (each absent when its URL is unknown).
+type Clients = (
+    Option<ImgapiClient>,
+    Option<SapiClient>,
+    Option<CnapiClient>,
+);
+
+async fn clients(settings: &GzSettings, platform: &dyn Platform) -> Result<Clients, GzError> {
+    if let Some(a) = &settings.clients {
+        return Ok((
+            Some(a.imgapi.clone()),
+            Some(a.sapi.clone()),
+            Some(a.cnapi.clone()),
+        ));
+    }
+    let mut imgapi = settings.imgapi_url.clone();
+    let mut sapi = settings.sapi_url.clone();
+    let mut cnapi = settings.cnapi_url.clone();
+    if (imgapi.is_none() || sapi.is_none() || cnapi.is_none())
+        && let Some(cfg) = platform.sdc_config().await
+    {
+        let s = |k: &str| cfg.get(k).and_then(|v| v.as_str()).map(str::to_string);
+        if imgapi.is_none() {
+            imgapi = s("imgapi_domain").map(|d| format!("http://{d}"));
+        }
+        if sapi.is_none() {
+            sapi = s("sapi_domain").map(|d| format!("http://{d}"));
+        }
+        if cnapi.is_none()
+            && let (Some(dc), Some(dns)) = (s("datacenter_name"), s("dns_domain"))
+        {
+            cnapi = Some(format!("http://cnapi.{dc}.{dns}"));
+        }
+    }
+    let bad = |err| GzError::BadUrl { err: Box::new(err) };
+    Ok((
+        imgapi
+            .map(|u| ImgapiClient::new(&u, settings.api.clone()))
+            .transpose()
+            .map_err(bad)?,
+        sapi.map(|u| SapiClient::new(&u, settings.api.clone()))
+            .transpose()
+            .map_err(bad)?,
+        cnapi
+            .map(|u| CnapiClient::new(&u, settings.api.clone()))
+            .transpose()
+            .map_err(bad)?,
+    ))
+}

@@ -1,0 +1,161 @@
+//! `gz rollback`: put back the version the last upgrade of a component
+//! replaced. The kept copy (the layout says where and in what form) is
+//! copied into a transaction directory and installed like any staged
+//! version, so the version it replaces is kept in turn.
+
+use std::io;
+use std::path::Path;
+use std::time::Instant;
+
+use crate::catalog::Component;
+use crate::platform::blocking;
+use crate::remote::{ComponentAction, ComponentResult, GzFailure, GzResult};
+
+use super::super::fsutil;
+use super::super::kinds::{self, StagedVersion};
+use super::super::layout::KeptVersion;
+use super::super::package::PackageJson;
+use super::super::step::Step;
+use super::super::txn::{self, Op};
+use super::{
+    Done, GzSession, adoption_note, failure, nothing_changed, refusal, remove_txn_dir, txn_failure,
+};
+
+impl GzSession {
+    /// Put back the version kept from the last upgrade of `name`.
+    pub async fn rollback(&mut self, name: &str) -> GzResult {
+        let mut result = self.result();
+        if let Err(f) = self.require_apis() {
+            result.error = Some(f);
+            return result;
+        }
+        let c = match self.settings.catalog.require(name) {
+            Ok(c) => c.clone(),
+            Err(e) => {
+                result.error = Some(failure(Some(name), Step::Resolve, &e, None));
+                return result;
+            }
+        };
+        match self.rollback_one(&c).await {
+            Ok(done) => {
+                self.log_done(&done.result);
+                result.warnings.extend(done.notes);
+                result.components.push(done.result);
+            }
+            Err(f) => {
+                self.log_failure(&f);
+                result.error = Some(f);
+            }
+        }
+        self.post_report(&mut result).await;
+        result
+    }
+
+    async fn rollback_one(&self, c: &Component) -> Result<Done, GzFailure> {
+        let start = Instant::now();
+        let kept = {
+            let (layout, c) = (self.layout.clone(), c.clone());
+            blocking(move || layout.kept(&c)).await
+        };
+        let Some(kept) = kept else {
+            return Err(refusal(
+                Some(&c.name),
+                Step::Rollback,
+                format!(
+                    "{} has no previous version kept on server {} (one is kept by each upgrade until the next one)",
+                    c.name, self.server
+                ),
+            ));
+        };
+        let current = self
+            .current(c)
+            .await
+            .map_err(|e| failure(Some(&c.name), Step::Resolve, &e, None))?;
+        let txn_dir = self.paths().staging_dir().join(txn::new_txn_name(&c.name));
+        let staged = {
+            let (c, txn_dir) = (c.clone(), txn_dir.clone());
+            blocking(move || stage_previous(&c, kept, &txn_dir)).await
+        };
+        let staged = match staged {
+            Ok(s) => s,
+            Err(e) => {
+                remove_txn_dir(&txn_dir).await;
+                return Err(failure(
+                    Some(&c.name),
+                    Step::Rollback,
+                    &e,
+                    nothing_changed(&current),
+                ));
+            }
+        };
+        let env = self.txn_env();
+        let from = current.as_ref().and_then(|f| f.image_uuid);
+        let outcome =
+            match txn::install(&env, c, Op::Rollback, &txn_dir, &staged, current.clone()).await {
+                Ok(o) => o,
+                Err(f) => {
+                    remove_txn_dir(&txn_dir).await;
+                    return Err(txn_failure(c, &f, &current));
+                }
+            };
+        let mut notes = Vec::new();
+        adoption_note(c, outcome.adoption.as_ref(), &mut notes);
+        Ok(Done {
+            result: ComponentResult {
+                name: c.name.clone(),
+                action: ComponentAction::RolledBack,
+                from_image: from,
+                image_uuid: staged.footprint.image_uuid,
+                version: Some(staged.footprint.version.clone()).filter(|v| !v.is_empty()),
+                instance_uuid: outcome.instance,
+                elapsed_ms: start.elapsed().as_millis() as u64,
+            },
+            notes,
+        })
+    }
+}
+
+/// Copy the kept previous version into a transaction directory (the kept
+/// copy stays until the commit replaces it). Blocking.
+fn stage_previous(c: &Component, kept: KeptVersion, txn_dir: &Path) -> io::Result<StagedVersion> {
+    let mut fp = kept.footprint;
+    std::fs::create_dir_all(txn_dir)?;
+    let mut tree_src = None;
+    let mut package = None;
+    if fp.tree.is_some() {
+        let src = kept.tree.unwrap_or_default();
+        if !src.is_dir() {
+            return Err(io::Error::new(
+                io::ErrorKind::NotFound,
+                format!("{} is missing", src.display()),
+            ));
+        }
+        let dst = txn_dir.join("new").join(c.package_name());
+        std::fs::create_dir_all(txn_dir.join("new"))?;
+        fsutil::copy_tree(&src, &dst)?;
+        if fp.apm {
+            package = PackageJson::read(&dst).ok().flatten();
+            fp.smf_manifests = kinds::template_outputs(&dst)?
+                .into_iter()
+                .map(|(_, o)| o)
+                .collect();
+        }
+        tree_src = Some(dst);
+    }
+    let mut overlay_src = None;
+    match kept.root.filter(|r| r.is_dir()) {
+        Some(root_src) => {
+            let dst = txn_dir.join("root");
+            fsutil::copy_tree(&root_src, &dst)?;
+            fp.overlay = kinds::overlay_files(&dst)?;
+            overlay_src = Some(dst);
+        }
+        None => fp.overlay.clear(),
+    }
+    Ok(StagedVersion {
+        footprint: fp,
+        tree_src,
+        overlay_src,
+        package,
+    })
+}

@@ -1,0 +1,192 @@
+//! The real SmartOS global zone: SMF and sysinfo through their commands,
+//! run as child processes the runtime awaits, and the SDC config from
+//! `/lib/sdc/config.sh -json`.
+
+use std::path::{Path, PathBuf};
+use std::process::Output;
+
+use futures::future::BoxFuture;
+
+use super::{Platform, PlatformError, PlatformFuture, SdcConfig, ServiceState, Sysinfo};
+
+const SVCCFG: &str = "/usr/sbin/svccfg";
+const SVCADM: &str = "/usr/sbin/svcadm";
+const SVCS: &str = "/usr/bin/svcs";
+const SYSINFO: &str = "/usr/bin/sysinfo";
+const SDC_CONFIG: &str = "/lib/sdc/config.sh";
+
+/// The installed copy of `smf/agentsadm-install.xml`.
+pub const INSTALL_SERVICE_MANIFEST: &str = include_str!("../../smf/agentsadm-install.xml");
+/// Its FMRI.
+pub const INSTALL_SERVICE_FMRI: &str = "svc:/smartdc/agentsadm-install:default";
+/// Where the install service's manifest is written before its first import.
+const INSTALL_SERVICE_MANIFEST_PATH: &str = "/opt/smartdc/agents/smf/agentsadm-install.xml";
+
+/// The real global zone: runs SMF and sysinfo commands.
+#[derive(Debug, Default)]
+pub struct SmartOs;
+
+fn command_line(cmd: &str, args: &[&str]) -> String {
+    std::iter::once(cmd)
+        .chain(args.iter().copied())
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+async fn run(cmd: &str, args: &[&str]) -> Result<Output, PlatformError> {
+    tokio::process::Command::new(cmd)
+        .args(args)
+        .output()
+        .await
+        .map_err(|err| PlatformError::Spawn {
+            command: command_line(cmd, args),
+            err,
+        })
+}
+
+async fn run_ok(cmd: &str, args: &[&str]) -> Result<Output, PlatformError> {
+    let out = run(cmd, args).await?;
+    if !out.status.success() {
+        return Err(PlatformError::Command {
+            command: command_line(cmd, args),
+            status: out.status.to_string(),
+            stderr: String::from_utf8_lossy(&out.stderr).trim().to_string(),
+        });
+    }
+    Ok(out)
+}
+
+/// `/lib/sdc/config.sh -json`, when this is a Triton global zone. Blocking
+/// (it waits for the script): for synchronous callers such as the command
+/// line's option defaults; async code asks [`Platform::sdc_config`].
+pub fn read_sdc_config() -> Option<SdcConfig> {
+    let script = Path::new(SDC_CONFIG);
+    if !script.exists() {
+        return None;
+    }
+    let out = std::process::Command::new("/bin/bash")
+        .arg(script)
+        .arg("-json")
+        .output()
+        .ok()?;
+    if !out.status.success() {
+        return None;
+    }
+    serde_json::from_slice(&out.stdout).ok()
+}
+
+impl Platform for SmartOs {
+    fn name(&self) -> &'static str {
+        "smartos"
+    }
+
+    fn sysinfo(&self) -> PlatformFuture<'_, Sysinfo> {
+        Box::pin(async {
+            let out = run_ok(SYSINFO, &[]).await?;
+            let v: serde_json::Value =
+                serde_json::from_slice(&out.stdout).map_err(|e| PlatformError::Invalid {
+                    path: PathBuf::from(SYSINFO),
+                    reason: e.to_string(),
+                })?;
+            Sysinfo::from_json(&v).ok_or_else(|| PlatformError::Invalid {
+                path: PathBuf::from(SYSINFO),
+                reason: "no UUID in sysinfo output".to_string(),
+            })
+        })
+    }
+
+    fn sdc_config(&self) -> BoxFuture<'_, Option<SdcConfig>> {
+        Box::pin(super::blocking(read_sdc_config))
+    }
+
+    fn smf_import<'a>(&'a self, manifest: &'a Path) -> PlatformFuture<'a, ()> {
+        Box::pin(async move {
+            let p = manifest.to_string_lossy();
+            run_ok(SVCCFG, &["import", &p]).await.map(|_| ())
+        })
+    }
+
+    fn smf_delete<'a>(&'a self, fmri: &'a str) -> PlatformFuture<'a, ()> {
+        Box::pin(async move {
+            if self.smf_state(fmri).await?.is_none() {
+                return Ok(());
+            }
+            // A disable that fails (already in maintenance) must not stop the delete.
+            let _ = run(SVCADM, &["disable", "-s", fmri]).await;
+            let service = super::fmri_service(fmri);
+            run_ok(SVCCFG, &["delete", &service]).await.map(|_| ())
+        })
+    }
+
+    fn smf_enable<'a>(&'a self, fmri: &'a str) -> PlatformFuture<'a, ()> {
+        Box::pin(async move { run_ok(SVCADM, &["enable", fmri]).await.map(|_| ()) })
+    }
+
+    fn smf_disable<'a>(&'a self, fmri: &'a str) -> PlatformFuture<'a, ()> {
+        Box::pin(async move { run_ok(SVCADM, &["disable", "-s", fmri]).await.map(|_| ()) })
+    }
+
+    fn smf_restart<'a>(&'a self, fmri: &'a str) -> PlatformFuture<'a, ()> {
+        Box::pin(async move { run_ok(SVCADM, &["restart", fmri]).await.map(|_| ()) })
+    }
+
+    fn smf_state<'a>(&'a self, fmri: &'a str) -> PlatformFuture<'a, Option<ServiceState>> {
+        Box::pin(async move {
+            let out = run(SVCS, &["-H", "-o", "state", fmri]).await?;
+            if !out.status.success() {
+                return Ok(None);
+            }
+            Ok(Some(ServiceState::parse(&String::from_utf8_lossy(
+                &out.stdout,
+            ))))
+        })
+    }
+
+    fn refresh_sysinfo(&self) -> BoxFuture<'_, ()> {
+        Box::pin(async {
+            let _ = run(SYSINFO, &["-u"]).await;
+        })
+    }
+
+    fn launch_transient_job<'a>(&'a self, job: &'a Path) -> PlatformFuture<'a, ()> {
+        Box::pin(async move {
+            let manifest = Path::new(INSTALL_SERVICE_MANIFEST_PATH);
+            if self.smf_state(INSTALL_SERVICE_FMRI).await?.is_none() {
+                if let Some(dir) = manifest.parent() {
+                    tokio::fs::create_dir_all(dir)
+                        .await
+                        .map_err(|err| PlatformError::Write {
+                            path: dir.to_path_buf(),
+                            err,
+                        })?;
+                }
+                tokio::fs::write(manifest, INSTALL_SERVICE_MANIFEST)
+                    .await
+                    .map_err(|err| PlatformError::Write {
+                        path: manifest.to_path_buf(),
+                        err,
+                    })?;
+                self.smf_import(manifest).await?;
+            }
+            let value = format!("astring: {}", job.display());
+            run_ok(
+                SVCCFG,
+                &[
+                    "-s",
+                    INSTALL_SERVICE_FMRI,
+                    "setprop",
+                    "config/job",
+                    "=",
+                    &value,
+                ],
+            )
+            .await?;
+            run_ok(SVCADM, &["refresh", INSTALL_SERVICE_FMRI]).await?;
+            // A transient service runs its start method once per enable.
+            let _ = run(SVCADM, &["disable", "-s", INSTALL_SERVICE_FMRI]).await;
+            run_ok(SVCADM, &["enable", INSTALL_SERVICE_FMRI])
+                .await
+                .map(|_| ())
+        })
+    }
+}
