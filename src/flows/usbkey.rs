@@ -260,7 +260,8 @@ pub struct BuildReport {
 }
 
 /// Build (or add to) the directory at `out` from image files. Checks
-/// everything first; on any error nothing is written.
+/// everything first; on any error nothing is written. Blocking: it hashes
+/// and copies whole image files.
 pub fn build(
     catalog: &Catalog,
     out: &Path,

@@ -140,7 +140,7 @@ pub async fn run_hook(
         return Ok(None);
     };
     let script_path = cwd.join(super::package::clean_relative(script));
-    if std::fs::symlink_metadata(&script_path).is_err() {
+    if tokio::fs::symlink_metadata(&script_path).await.is_err() {
         return Err(HookError::Missing {
             hook: hook.as_str(),
             script: PathBuf::from(script),

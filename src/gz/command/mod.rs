@@ -316,8 +316,13 @@ pub async fn run_captured_on(
     env_urls(&mut global, &matches, &env);
     let TopCommand::Gz(args) = invocation.command;
     let mut printer = Printer::captured(global.json, global.quiet);
-    let log = match &global.log_file {
-        Some(path) => match crate::log::BunyanLayer::open(path, "agentsadm") {
+    let log = match global.log_file.clone() {
+        Some(path) => match blocking({
+            let path = path.clone();
+            move || crate::log::BunyanLayer::open(&path, "agentsadm")
+        })
+        .await
+        {
             Ok(layer) => {
                 use tracing_subscriber::layer::SubscriberExt;
                 let sub =

@@ -5,9 +5,9 @@
 use crate::remote::{AgentsReport, ComponentAction, GzResult};
 
 /// Where output goes: the terminal, or buffers (in-process runs).
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub(super) struct Printer {
-    pub(super) json: bool,
+    json: bool,
     quiet: bool,
     capture: Option<(String, String)>,
 }

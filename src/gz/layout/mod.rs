@@ -53,15 +53,6 @@ pub enum LayoutKind {
     Mockcloud,
 }
 
-impl LayoutKind {
-    pub fn as_str(&self) -> &'static str {
-        match self {
-            LayoutKind::Smartdc => "smartdc",
-            LayoutKind::Mockcloud => "mockcloud",
-        }
-    }
-}
-
 /// The form in which the version an upgrade replaced is kept, in
 /// `<state>/previous/<component>/`, for `gz rollback`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
