@@ -28,8 +28,8 @@ use crate::gz::fetch::ImageSource;
 use crate::gz::session::{GzSession, GzSettings};
 use crate::ids::ServerUuid;
 use crate::imagebuild::{self, Hooks, ImageSpec};
-use crate::sim::standin::ImgapiStandIn;
 use crate::platform::Sysinfo;
+use crate::sim::standin::ImgapiStandIn;
 
 /// Options of `agentsadm bench install`.
 #[derive(clap::Args, Clone, Debug)]

@@ -10,10 +10,10 @@ use agentsadm::api::cnapi::ExecuteResult;
 use agentsadm::gz::fetch::ImageSource;
 use agentsadm::gz::layout::LayoutKind;
 use agentsadm::gz::session::GzSettings;
-use agentsadm::sim::standin::{Fault, ImgapiStandIn};
 use agentsadm::ids::ServerUuid;
 use agentsadm::platform::Sysinfo;
 use agentsadm::remote::ComponentAction;
+use agentsadm::sim::standin::{Fault, ImgapiStandIn};
 
 async fn mock(root: &Path, server: ServerUuid, args: &[&str], imgapi: &str) -> ExecuteResult {
     let mut argv: Vec<String> = vec!["gz".into()];

@@ -30,12 +30,12 @@ use crate::ids::ServerUuid;
 use crate::platform::{Platform, blocking};
 use crate::remote::{GzFailure, GzResult};
 
-use crate::error::error_chain;
 use super::fetch::ImageSource;
 use super::layout::LayoutKind;
 use super::session::{GzSession, GzSettings};
 use super::setup::SetupSource;
 use super::step::Step;
+use crate::error::error_chain;
 use print::{Printer, print_report, print_result};
 
 #[derive(Args, Debug)]

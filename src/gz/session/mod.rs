@@ -33,7 +33,6 @@ use crate::platform::{self, Platform, PlatformError, blocking};
 use crate::remote::{ComponentResult, GzFailure, GzResult};
 
 use super::adopt::Adoption;
-use crate::error::error_chain;
 use super::fetch::FetchOptions;
 use super::hooks::HookEnv;
 use super::kinds::{CurrentError, Footprint};
@@ -44,6 +43,7 @@ use super::lock::{LockError, ServerLock};
 use super::paths::GzPaths;
 use super::step::Step;
 use super::txn::{self, SapiTarget, TxnEnv, TxnFailure};
+use crate::error::error_chain;
 
 /// Test knob: abort the process at this checkpoint, or with `wait:<name>`
 /// stop there until killed (see [`super::test_checkpoint`]).

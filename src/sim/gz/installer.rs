@@ -27,9 +27,7 @@ use crate::remote::{AgentsReport, ComponentAction, ComponentResult, GzResult};
 
 use super::jobs::{JobService, SimPlatform};
 use super::template::{Template, TemplateKey};
-use super::{
-    GzEnv, GzLayout, GzOpError, GzOps, GzTarget, ImageLookup, SeededComponent,
-};
+use super::{GzEnv, GzLayout, GzOpError, GzOps, GzTarget, ImageLookup, SeededComponent};
 
 /// The real GZ installer behind [`GzOps`] (module docs of [`super`]).
 #[derive(Debug)]

@@ -19,9 +19,7 @@ use crate::ids::{ImageUuid, InstanceUuid, ServerUuid};
 use crate::remote::AgentsReport;
 
 use super::installer::{prepare_err, write_sysinfo};
-use super::{
-    GzLayout, GzOpError, GzTarget, ImageLookup, InstallerGz, SeededComponent,
-};
+use super::{GzLayout, GzOpError, GzTarget, ImageLookup, InstallerGz, SeededComponent};
 
 /// A role and its seeded image set (name order).
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
