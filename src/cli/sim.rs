@@ -117,7 +117,25 @@ pub struct ServeArgs {
     /// Each server's GZ: `rooted` (a full GZ tree, hooks run; the default)
     /// or `mockcloud` (three files per component; for thousands of servers).
     #[arg(long, value_enum, value_name = "LAYOUT")]
-    pub gz_layout: Option<GzLayout>,
+    pub gz_layout: Option<GzLayoutArg>,
+}
+
+/// `--gz-layout`: the command line's spelling of [`GzLayout`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum GzLayoutArg {
+    /// A full rooted GZ per server: hooks run, SMF state kept.
+    Rooted,
+    /// The installer's mockcloud layout: three files per component.
+    Mockcloud,
+}
+
+impl From<GzLayoutArg> for GzLayout {
+    fn from(a: GzLayoutArg) -> GzLayout {
+        match a {
+            GzLayoutArg::Rooted => GzLayout::Rooted,
+            GzLayoutArg::Mockcloud => GzLayout::Mockcloud,
+        }
+    }
 }
 
 /// `sim publish` options.
@@ -273,7 +291,7 @@ pub fn serve_config(a: &ServeArgs) -> anyhow::Result<SimConfig> {
         f.request_latency_ms.insert(api, ms);
     }
     if let Some(l) = a.gz_layout {
-        c.gz_layout = l;
+        c.gz_layout = l.into();
     }
     if let Some(ms) = a.cn_agent_restart_ms {
         c.cn_agent_restart_ms = ms;

@@ -82,9 +82,7 @@ use crate::image::ImageManifest;
 use crate::remote::{AgentsReport, ComponentResult};
 
 /// How each mock server's GZ is laid out (module docs).
-#[derive(
-    Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize, clap::ValueEnum,
-)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum GzLayout {
     /// A full rooted GZ per server: hooks run, SMF state kept.
