@@ -77,6 +77,7 @@ mod fleet;
 pub mod gz;
 mod http;
 mod imgapi;
+mod params;
 mod persist;
 pub mod publish;
 mod sapi;
@@ -97,7 +98,7 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 pub use self::cnapi::{LIST_MAX_LIMIT, ServerRecord, ServerStatus};
-pub use self::config::{ExecuteTransport, SeedSpec, SimConfig};
+pub use self::config::{ExecuteTransport, SeedSpec, SimConfig, Strictness};
 pub use self::faults::{BurstSpec, Distribution, FaultConfig, Faults, LatencySpec, SimApi};
 pub use self::gz::{
     GzEnv, GzLayout, GzOpError, GzOps, GzTarget, ImageLookup, InstallerGz, SeedImage,
@@ -453,6 +454,7 @@ impl SimDc {
                 store: Mutex::new(sapi_store),
                 info: info(SimApi::Sapi),
                 crash_restart: Duration::from_millis(config.sapi_crash_restart_ms),
+                delete_on_failed_create: config.strictness.sapi_delete_on_failed_create,
             }),
             cnapi: cnapi_state,
             fleet,
