@@ -436,6 +436,12 @@ impl SimDc {
                 }
             }
         }
+        let sapi = Arc::new(SapiService {
+            store: Mutex::new(sapi_store),
+            info: info(SimApi::Sapi),
+            crash_restart: Duration::from_millis(config.sapi_crash_restart_ms),
+            delete_on_failed_create: config.strictness.sapi_delete_on_failed_create,
+        });
         let core = Arc::new(DcCore {
             catalog: Catalog::builtin(),
             faults: faults.clone(),
@@ -444,18 +450,15 @@ impl SimDc {
                 dc_store,
                 info(SimApi::Imgapi),
                 clock.clone(),
+                Some(sapi.clone()),
             )),
             updates: Arc::new(ImgapiService::new(
                 updates_store,
                 info(SimApi::Updates),
                 clock.clone(),
+                None,
             )),
-            sapi: Arc::new(SapiService {
-                store: Mutex::new(sapi_store),
-                info: info(SimApi::Sapi),
-                crash_restart: Duration::from_millis(config.sapi_crash_restart_ms),
-                delete_on_failed_create: config.strictness.sapi_delete_on_failed_create,
-            }),
+            sapi,
             cnapi: cnapi_state,
             fleet,
             gz,
