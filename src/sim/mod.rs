@@ -44,7 +44,15 @@
 //! uninstall-agents, setup and factory-reset jobs run in the background;
 //! CNAPI execute runs `agentsadm` command lines built by
 //! [`crate::remote::gz_execute_request`] against the server's directory
-//! and nothing else. All GZ work goes through [`GzOps`], whose one
+//! and nothing else, through Ur by default as real CNAPI does
+//! ([`ExecuteTransport`]), with exactly the request's environment.
+//!
+//! Where real Triton is untidy or strict, so is the simulator: seeded
+//! vm-agent and net-agent instances have no `params`, some image files
+//! come without `Content-MD5` ([`SeedSpec`]); SAPI deletes an instance
+//! whose re-create fails and enforces `metadata_schema`; IMGAPI rewrites
+//! import owners and validates manifests. [`Strictness`] says where it can
+//! be told otherwise. All GZ work goes through [`GzOps`], whose one
 //! implementation runs the real GZ installer ([`crate::gz`]) in-process:
 //! each server is a full rooted GZ ([`GzLayout::Rooted`], the default) or,
 //! for thousands of servers, the installer's mockcloud layout

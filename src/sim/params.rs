@@ -240,8 +240,7 @@ fn parse_keys(key: &str, val: Q) -> Option<Q> {
         }
         chain.push(parent.to_string());
     }
-    let mut used = 0;
-    for (start, end) in &segments {
+    for (used, (start, end)) in segments.iter().enumerate() {
         if used == DEPTH {
             chain.push(format!("[{}]", &key[*start..]));
             break;
@@ -251,7 +250,6 @@ fn parse_keys(key: &str, val: Q) -> Option<Q> {
             return None;
         }
         chain.push(segment.to_string());
-        used += 1;
     }
     Some(parse_object(&chain, val))
 }

@@ -12,9 +12,10 @@
 //!
 //! - Ur (CNAPI's default): `timeout` is refused with 409; the answer is
 //!   `{exitCode, stderr, stdout}`; exit 113 (Ur's "reboot after replying")
-//!   reads as 0. A mockcloud server has no Ur: nothing answers and CNAPI
-//!   gives up after its Ur timeout with a plain 500 (when
-//!   [`crate::sim::Strictness::mockcloud_refuses_execute`]).
+//!   reads as 0. A command that does not end, or a mockcloud server (no
+//!   Ur; when [`crate::sim::Strictness::mockcloud_refuses_execute`]), gets
+//!   no reply: CNAPI gives up after its Ur timeout
+//!   ([`crate::sim::SimConfig::ur_reply_timeout_ms`]) with a plain 500.
 //! - cn-agent: `timeout` kills the command with SIGKILL; the answer is the
 //!   task's finish event `{err, exitCode, signal, stderr, stdout, req_id}`
 //!   (`err` as forkexec's VError serializes). On a mockcloud server
@@ -130,15 +131,28 @@ pub(super) async fn execute(
     };
     let mockcloud = core.config.gz_layout == GzLayout::Mockcloud
         && core.config.strictness.mockcloud_refuses_execute;
+    let ur_wait = Duration::from_millis(core.config.ur_reply_timeout_ms);
     let outcome = match (transport, mockcloud) {
-        (ExecuteTransport::Ur, true) => return ur_never_answers(&core).await,
+        (ExecuteTransport::Ur, true) => {
+            sleep_or_shutdown(&core, ur_wait).await;
+            return ur_timed_out(&core);
+        }
         (ExecuteTransport::CnAgent, true) => CommandOutcome {
             exit_code: Some(666),
             signal: None,
             stdout: String::new(),
             stderr: format!("cn-agent: {MOCKCLOUD_NO_EXECUTE}\n"),
         },
-        (_, false) => run_command(&core, &server, request, timeout_ms).await,
+        // Ur has no timeout of its own: CNAPI stops waiting for its reply.
+        (ExecuteTransport::Ur, false) => {
+            match tokio::time::timeout(ur_wait, run_command(&core, &server, request, None)).await {
+                Ok(o) => o,
+                Err(_) => return ur_timed_out(&core),
+            }
+        }
+        (ExecuteTransport::CnAgent, false) => {
+            run_command(&core, &server, request, timeout_ms).await
+        }
     };
     let req_id = request_id(&headers);
     let exit_code = match (transport, outcome.exit_code) {
@@ -184,13 +198,12 @@ pub(super) async fn execute(
     }
 }
 
-/// Through Ur, a server without Ur never answers: CNAPI's Ur client gives
-/// up after its timeout with a plain Error (HTTP 500, `{message}` only).
-async fn ur_never_answers(core: &DcCore) -> Response {
+/// CNAPI's Ur client giving up on a reply (a server without Ur, a command
+/// that never ends): a plain Error, HTTP 500 with `{message}` only.
+fn ur_timed_out(core: &DcCore) -> Response {
     let ms = core.config.ur_reply_timeout_ms;
-    sleep_or_shutdown(core, Duration::from_millis(ms)).await;
     // JavaScript prints the number of seconds as it is: 3600, or 0.2.
-    let secs = if ms % 1000 == 0 {
+    let secs = if ms.is_multiple_of(1000) {
         (ms / 1000).to_string()
     } else {
         (ms as f64 / 1000.0).to_string()

@@ -243,10 +243,11 @@ fn manifest_from_body(
         .keys()
         .filter(|k| {
             let k = k.as_str();
-            !KNOWN_FIELDS.contains(&k)
-                && !(zvol && matches!(k, "nic_driver" | "disk_driver" | "cpu_type" | "image_size"))
-                && !(creation == Creation::Import
-                    && (k == "uuid" || (matches!(k, "published_at" | "urn") && truthy(k))))
+            let zvol_field =
+                zvol && matches!(k, "nic_driver" | "disk_driver" | "cpu_type" | "image_size");
+            let import_field = creation == Creation::Import
+                && (k == "uuid" || (matches!(k, "published_at" | "urn") && truthy(k)));
+            !(KNOWN_FIELDS.contains(&k) || zvol_field || import_field)
         })
         .collect();
     if !extra_fields.is_empty() {

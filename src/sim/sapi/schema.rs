@@ -143,21 +143,21 @@ fn check_prop(
             }
         }
         let len = items.len() as f64;
-        if let Some(min) = s.get("minItems").filter(|m| truthy(Some(m))) {
-            if len < to_number(min) {
-                add(
-                    errors,
-                    format!("There must be a minimum of {} in the array", js_string(min)),
-                );
-            }
+        if let Some(min) = s.get("minItems").filter(|m| truthy(Some(m)))
+            && len < to_number(min)
+        {
+            add(
+                errors,
+                format!("There must be a minimum of {} in the array", js_string(min)),
+            );
         }
-        if let Some(max) = s.get("maxItems").filter(|m| truthy(Some(m))) {
-            if len > to_number(max) {
-                add(
-                    errors,
-                    format!("There must be a maximum of {} in the array", js_string(max)),
-                );
-            }
+        if let Some(max) = s.get("maxItems").filter(|m| truthy(Some(m)))
+            && len > to_number(max)
+        {
+            add(
+                errors,
+                format!("There must be a maximum of {} in the array", js_string(max)),
+            );
         }
     } else if truthy(s.get("properties")) || truthy(s.get("additionalProperties")) {
         check_obj(
@@ -217,17 +217,17 @@ fn check_prop(
             format!("must have a maximum value of {}", js_string(max)),
         );
     }
-    if let Some(Value::Array(allowed)) = s.get("enum") {
-        if !allowed.iter().any(|a| js_strict_eq(a, v)) {
-            let list: Vec<String> = allowed.iter().map(js_join_item).collect();
-            add(
-                errors,
-                format!(
-                    "does not have a value in the enumeration {}",
-                    list.join(", ")
-                ),
-            );
-        }
+    if let Some(Value::Array(allowed)) = s.get("enum")
+        && !allowed.iter().any(|a| js_strict_eq(a, v))
+    {
+        let list: Vec<String> = allowed.iter().map(js_join_item).collect();
+        add(
+            errors,
+            format!(
+                "does not have a value in the enumeration {}",
+                list.join(", ")
+            ),
+        );
     }
     if let Some(Value::Number(n)) = s.get("maxDecimal") {
         let digits = n.as_f64().unwrap_or(0.0) as usize + 1;
@@ -757,10 +757,18 @@ fn match_rep(piece: &Piece, count: usize, t: &[char], pos: usize, k: Cont<'_>) -
                 p != pos && match_rep(piece, count + 1, t, p, &mut *k)
             })
     };
+    // Greedy: one more repetition first; lazy: the rest of the pattern
+    // first.
     if piece.greedy {
-        more(&mut *k) || k(pos)
+        if more(&mut *k) {
+            return true;
+        }
+        k(pos)
     } else {
-        k(pos) || more(&mut *k)
+        if k(pos) {
+            return true;
+        }
+        more(&mut *k)
     }
 }
 
