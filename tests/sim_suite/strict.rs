@@ -705,7 +705,13 @@ fn keys(v: &Value) -> Vec<String> {
 #[tokio::test]
 async fn cnapi_execute_goes_through_ur_by_default() {
     assert_eq!(SimConfig::default().execute_transport, ExecuteTransport::Ur);
-    let dc = small_dc(1).await;
+    let dc = SimDc::start(
+        SimConfig::default()
+            .servers(1)
+            .ur_reply_timeout(Duration::from_millis(400)),
+    )
+    .await
+    .unwrap();
     let cn = dc.server("cn0001").unwrap();
     let r = execute_raw(&dc, cn.uuid, &["gz", "report"], &[], Some(30_000)).await;
     assert_eq!(r.status, 409, "Ur refuses a timeout");
@@ -737,6 +743,23 @@ async fn cnapi_execute_goes_through_ur_by_default() {
             .warnings
             .iter()
             .all(|w| !w.contains("agentsadm-install"))
+    );
+    // A command that never ends: CNAPI stops waiting for Ur's reply.
+    dc.faults().hang_tasks_on(cn.uuid);
+    let r = execute_raw(
+        &dc,
+        cn.uuid,
+        &["gz", "install", &new.uuid.to_string()],
+        &[],
+        None,
+    )
+    .await;
+    assert_eq!(
+        (r.status, r.json()),
+        (
+            500,
+            json!({"message": "Timed out waiting for ur response after 0.4 seconds"})
+        )
     );
     dc.shutdown().await;
 }
