@@ -9,6 +9,7 @@ use std::collections::BTreeMap;
 use std::fs::{self, File};
 use std::io::{self, Read, Write};
 use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
 
 use base64::Engine;
 use md5::Md5;
@@ -18,7 +19,7 @@ use sha2::Sha256;
 use crate::ids::ImageUuid;
 use crate::image::{Compression, ImageFile};
 
-use super::super::unpack::{self, UnpackError, UnpackOptions, Unpacked};
+use super::super::unpack::{self, UnpackError, UnpackLimits, UnpackOptions, Unpacked};
 use super::{Digests, FetchError};
 
 /// What the blocking half does with the decompressed stream.
@@ -28,12 +29,23 @@ pub(super) enum Consumer {
     Unpack {
         staging: PathBuf,
         options: UnpackOptions,
+        limits: UnpackLimits,
     },
     /// Keep only some members in memory (mockcloud).
     Members {
         expected_top: Option<String>,
         wanted: Vec<String>,
+        limits: UnpackLimits,
     },
+}
+
+/// Bounds the blocking half enforces itself (the network side has its own
+/// in [`super::download`]).
+#[derive(Clone, Copy, Debug, Default)]
+pub(super) struct Limits {
+    /// Stop reading at this instant (the fetch's deadline, and the
+    /// configured duration for the message).
+    pub(super) deadline: Option<(Instant, Duration)>,
 }
 
 /// What the consumer produced.
@@ -57,20 +69,25 @@ impl Consumer {
         compression: Compression,
     ) -> Result<Consumed, UnpackError> {
         match self {
-            Consumer::Unpack { staging, options } => {
-                unpack::unpack(reader, compression, staging, options).map(Consumed::Unpacked)
-            }
+            Consumer::Unpack {
+                staging,
+                options,
+                limits,
+            } => unpack::unpack_limited(reader, compression, staging, options, limits)
+                .map(Consumed::Unpacked),
             Consumer::Members {
                 expected_top,
                 wanted,
+                limits,
             } => {
                 let wanted: Vec<&str> = wanted.iter().map(String::as_str).collect();
-                unpack::read_members(
+                unpack::read_members_limited(
                     reader,
                     compression,
                     expected_top.as_deref(),
                     &wanted,
                     MAX_MEMBER_BYTES,
+                    limits,
                 )
                 .map(|(top, m)| Consumed::Members(top, m))
             }
@@ -100,12 +117,24 @@ struct HashingReader<R> {
     oversize: bool,
     tee: Option<File>,
     tee_error: Option<io::Error>,
+    deadline: Option<(Instant, Duration)>,
+    /// The deadline passed while reading.
+    late: bool,
 }
 
 impl<R: Read> Read for HashingReader<R> {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
         if self.oversize {
             return Err(io::Error::other("more bytes than the manifest says"));
+        }
+        if let Some((at, _)) = self.deadline
+            && Instant::now() >= at
+        {
+            self.late = true;
+            return Err(io::Error::new(
+                io::ErrorKind::TimedOut,
+                "the fetch deadline passed",
+            ));
         }
         let n = self.inner.read(buf)?;
         let data = &buf[..n];
@@ -137,6 +166,8 @@ pub(super) struct Outcome {
     pub(super) digests: Digests,
     oversize: bool,
     pub(super) tee_error: Option<io::Error>,
+    /// The deadline passed (its configured duration).
+    late: Option<Duration>,
 }
 
 impl Outcome {
@@ -149,6 +180,9 @@ impl Outcome {
         content_md5: Option<&str>,
     ) -> Result<(), FetchError> {
         let d = &self.digests;
+        if let Some(deadline) = self.late {
+            return Err(FetchError::Deadline { uuid, deadline });
+        }
         if self.oversize || d.size > expected.size {
             return Err(FetchError::SizeMismatch {
                 uuid,
@@ -193,15 +227,16 @@ impl Outcome {
     }
 }
 
-pub(super) async fn run_blocking(
+pub(super) async fn run_blocking<R: Read + Send + 'static>(
     uuid: ImageUuid,
-    reader: File,
+    reader: R,
     expected: &ImageFile,
     consumer: &Consumer,
+    limits: Limits,
 ) -> Result<Outcome, FetchError> {
     let expected = expected.clone();
     let consumer = consumer.clone();
-    tokio::task::spawn_blocking(move || pipeline(reader, None, &expected, false, &consumer))
+    tokio::task::spawn_blocking(move || pipeline(reader, None, &expected, false, &consumer, limits))
         .await
         .map_err(|e| FetchError::Io {
             uuid,
@@ -218,6 +253,7 @@ pub(super) fn pipeline<R: Read>(
     expected: &ImageFile,
     want_md5: bool,
     consumer: &Consumer,
+    limits: Limits,
 ) -> Outcome {
     let mut hashing = HashingReader {
         inner: reader,
@@ -229,11 +265,13 @@ pub(super) fn pipeline<R: Read>(
         oversize: false,
         tee,
         tee_error: None,
+        deadline: limits.deadline,
+        late: false,
     };
     let consumed = consumer.consume(&mut hashing, expected.compression);
     // Drain whatever the archive did not need (gzip trailer, padding, or the
     // rest after a refusal) so the digests cover the whole file.
-    if !hashing.oversize && hashing.tee_error.is_none() {
+    if !hashing.oversize && hashing.tee_error.is_none() && !hashing.late {
         let mut buf = vec![0u8; 256 * 1024];
         loop {
             match hashing.read(&mut buf) {
@@ -263,5 +301,9 @@ pub(super) fn pipeline<R: Read>(
         digests,
         oversize: hashing.oversize,
         tee_error: hashing.tee_error.take(),
+        late: hashing
+            .late
+            .then(|| limits.deadline.map(|(_, d)| d))
+            .flatten(),
     }
 }
