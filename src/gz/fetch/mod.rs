@@ -379,6 +379,11 @@ pub async fn fetch_and_unpack(
 ) -> Result<Fetched, FetchError> {
     let deadline = Instant::now() + options.deadline;
     ensure_active(&image.manifest, options.allow_inactive)?;
+    if let ImageSource::File { file, .. } = &image.source {
+        // A device or a file of the wrong size is refused before anything
+        // else is judged (its claimed size included).
+        open_local(image.uuid(), file, image.file().size)?;
+    }
     ensure_space(image, staging, options)?;
     let consumer = Consumer::Unpack {
         staging: staging.to_path_buf(),
@@ -449,7 +454,9 @@ fn ensure_space(
         return Ok(());
     };
     let size = image.file().size;
-    let copies = if options.downloads.is_some() { 2 } else { 1 };
+    // Only a download is kept in the cache.
+    let cached = options.downloads.is_some() && matches!(image.source, ImageSource::Imgapi(_));
+    let copies = if cached { 2 } else { 1 };
     let needed = size
         .saturating_mul(copies)
         .saturating_add(options.free_space_reserve);

@@ -160,7 +160,7 @@ pub enum UnpackError {
         #[source]
         err: io::Error,
     },
-    #[error("the archive is malformed; the image is damaged or was not built as a tar archive")]
+    #[error("the archive is not a tar archive agentsadm accepts")]
     Malformed {
         #[source]
         err: TarError,
