@@ -22,7 +22,7 @@ use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{Receiver, SyncSender, sync_channel};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::thread::JoinHandle;
 use std::time::{Duration, SystemTime};
 
@@ -86,13 +86,13 @@ impl Worker {
                 mtime,
                 data,
             } => {
-                let mut file = self.create(&rel)?;
+                let mut file = self.create(&rel, mode)?;
                 file.write_all(&data)
                     .map_err(|err| write_error(&self.dest, &rel, err))?;
                 self.close(file, &rel, mode, mtime)
             }
             Job::Open { rel, mode, mtime } => {
-                let file = self.create(&rel)?;
+                let file = self.create(&rel, mode)?;
                 self.open = Some((file, rel, mode, mtime));
                 Ok(())
             }
@@ -118,12 +118,18 @@ impl Worker {
     }
 
     /// Create a new file: `O_EXCL` and `O_NOFOLLOW`, so nothing planted at
-    /// the path (a link) is ever written through.
-    fn create(&self, rel: &str) -> Result<File, UnpackError> {
+    /// the path (a link) is ever written through. It gets its final `mode`
+    /// at once when the umask keeps it (no `fchmod` later), else 0600.
+    fn create(&self, rel: &str, mode: u32) -> Result<File, UnpackError> {
+        let initial = if mode_survives_umask(mode) {
+            mode
+        } else {
+            0o600
+        };
         OpenOptions::new()
             .write(true)
             .create_new(true)
-            .mode(0o600)
+            .mode(initial)
             .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
             .open(self.dest.join(rel))
             .map_err(|err| write_error(&self.dest, rel, err))
@@ -136,14 +142,29 @@ impl Worker {
         mode: u32,
         mtime: Option<u64>,
     ) -> Result<(), UnpackError> {
-        file.set_permissions(fs::Permissions::from_mode(mode))
-            .map_err(|err| write_error(&self.dest, rel, err))?;
+        if !mode_survives_umask(mode) {
+            file.set_permissions(fs::Permissions::from_mode(mode))
+                .map_err(|err| write_error(&self.dest, rel, err))?;
+        }
         if let Some(secs) = mtime {
             // Best effort, like tar: a bad mtime is not worth failing for.
             let _ = file.set_modified(SystemTime::UNIX_EPOCH + Duration::from_secs(secs));
         }
         Ok(())
     }
+}
+
+/// Whether a file created with `mode` gets exactly `mode`: the process's
+/// umask (read once from `/proc/self/status`; unknown elsewhere, e.g. on
+/// illumos) clears none of its bits.
+fn mode_survives_umask(mode: u32) -> bool {
+    static UMASK: OnceLock<Option<u32>> = OnceLock::new();
+    let umask = UMASK.get_or_init(|| {
+        let status = fs::read_to_string("/proc/self/status").ok()?;
+        let line = status.lines().find(|l| l.starts_with("Umask:"))?;
+        u32::from_str_radix(line["Umask:".len()..].trim(), 8).ok()
+    });
+    matches!(umask, Some(u) if mode & u == 0)
 }
 
 /// The error of a failed write: a full disk, or anything else.
