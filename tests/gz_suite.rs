@@ -10,7 +10,9 @@
 //! - `mockcloud`, `setup`, `handoff`: the other layouts and flows;
 //! - `fetch`: local image files verified and unpacked, a corrupt one refused;
 //! - `unpack`: the unpacker's rules, one example each;
-//! - `unpack_props`: the unpacker never writes outside staging.
+//! - `unpack_props`: the unpacker never writes outside staging;
+//! - `hostile`: hostile images (issue 12), one test per class, each
+//!   refused with the root and a sentinel outside it unchanged.
 
 #[path = "common/gz.rs"]
 mod gz_common;
@@ -27,6 +29,8 @@ mod crash;
 mod fetch;
 #[path = "gz_suite/handoff.rs"]
 mod handoff;
+#[path = "gz_suite/hostile.rs"]
+mod hostile;
 #[path = "gz_suite/install.rs"]
 mod install;
 #[path = "gz_suite/kinds.rs"]
