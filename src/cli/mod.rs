@@ -26,7 +26,7 @@ use clap::{Args, Parser, Subcommand};
 
 use crate::api::{ApiConfig, Apis};
 use crate::catalog::Catalog;
-use crate::orchestrate::report::{ExecEvent, Reporter};
+use crate::orchestrate::report::{ExecEvent, LogReporter, Reporter};
 use crate::output::Output;
 
 /// What every subcommand returns: an exit status, or an error that becomes
@@ -70,7 +70,10 @@ pub struct GlobalOpts {
     /// Print more (repeat for debug).
     #[arg(short, long, global = true, action = clap::ArgAction::Count)]
     pub verbose: u8,
-    /// Append bunyan-style JSON log records to this file.
+    /// Append bunyan JSON log records to this file (read them with
+    /// `bunyan FILE`). update, install, remove, adopt and check log by
+    /// default: on a headnode under /var/log/agentsadm/logs/, elsewhere
+    /// under $XDG_STATE_HOME/agentsadm/logs/.
     #[arg(long, global = true, value_name = "FILE")]
     pub log_file: Option<PathBuf>,
     /// Use this component catalog instead of the built-in one.
@@ -100,6 +103,7 @@ pub(crate) struct Tee<'a> {
 
 impl Reporter for Tee<'_> {
     fn event(&self, event: &ExecEvent<'_>) {
+        LogReporter.event(event);
         self.progress.event(event);
         if let Some(o) = self.observer {
             o.event(event);
@@ -219,6 +223,22 @@ pub enum Command {
     Bench(bench::BenchArgs),
 }
 
+impl Command {
+    /// The name in the file name of a run's default log, for the commands
+    /// that change the datacenter; `None` for the others (they log only
+    /// with `--log-file`).
+    fn run_log_name(&self) -> Option<&'static str> {
+        match self {
+            Command::Update(_) => Some("update"),
+            Command::Install(_) => Some("install"),
+            Command::Remove(_) => Some("remove"),
+            Command::Adopt(_) => Some("adopt"),
+            Command::Check(c) if c.fix => Some("check"),
+            _ => None,
+        }
+    }
+}
+
 async fn dispatch(cli: Cli) -> CmdResult {
     let g = cli.global;
     match cli.command {
@@ -287,10 +307,31 @@ pub fn main() -> ExitCode {
             return ExitCode::from(1);
         }
     };
+    let mut cli = cli;
+    if cli.global.log_file.is_none()
+        && let Some(name) = cli.command.run_log_name()
+        && let Some(dir) = crate::log::default_log_dir()
+        && std::fs::create_dir_all(&dir).is_ok()
+    {
+        cli.global.log_file = Some(crate::log::run_log_path(
+            &dir,
+            name,
+            std::time::SystemTime::now(),
+        ));
+    }
     if let Err(e) = crate::log::init(cli.global.verbose, cli.global.log_file.as_deref()) {
         eprintln!("agentsadm: error: cannot open log file: {e}");
         return ExitCode::from(1);
     }
+    let argv: Vec<String> = std::env::args().collect();
+    tracing::info!(
+        component = "cli",
+        argv = format!("{argv:?}"),
+        user = std::env::var("USER").unwrap_or_default(),
+        version = env!("CARGO_PKG_VERSION"),
+        "agentsadm {}",
+        argv.iter().skip(1).cloned().collect::<Vec<_>>().join(" ")
+    );
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -307,15 +348,39 @@ pub fn main() -> ExitCode {
 /// Run a parsed command line; an error becomes one line on stderr and
 /// exit status 1.
 async fn run_parsed(cli: Cli) -> ExitCode {
-    match dispatch(cli).await {
-        Ok(code) => code,
+    let log_file = cli.global.log_file.clone();
+    let json = cli.global.json;
+    let quiet = cli.global.quiet;
+    let code = match dispatch(cli).await {
+        Ok(code) => {
+            tracing::info!(component = "cli", exit = ?code, "command finished");
+            code
+        }
         Err(e) => {
             // The log file keeps the record; stderr gets the one line below.
-            tracing::error!(target: crate::log::FILE_ONLY_TARGET, error = format!("{e:#}"), "command failed");
+            tracing::error!(target: crate::log::FILE_ONLY_TARGET, component = "cli", error = format!("{e:#}"), "command failed");
+            if json {
+                // `| json` always gets a document.
+                Output {
+                    json: true,
+                    quiet: false,
+                }
+                .json(&serde_json::json!({
+                    "error": {"message": format!("{e:#}")},
+                    "exit_status": 1,
+                }));
+            }
             eprintln!("agentsadm: error: {e:#}");
             ExitCode::from(1)
         }
+    };
+    if let Some(p) = log_file
+        && !quiet
+        && !json
+    {
+        eprintln!("log: {}", p.display());
     }
+    code
 }
 
 /// Run one `agentsadm` command line in this process, as the binary would

@@ -210,6 +210,12 @@ async fn run_change(g: &GlobalOpts, change: Change, plan_only: bool) -> CmdResul
         .await?
         .plan;
 
+    tracing::info!(
+        component = "planner",
+        plan = serde_json::to_string(&plan).unwrap_or_default(),
+        "{}",
+        plan.display_compact(DEFAULT_MAX_SERVERS)
+    );
     let max = if g.verbose > 0 {
         usize::MAX
     } else {
@@ -276,6 +282,14 @@ async fn run_change(g: &GlobalOpts, change: Change, plan_only: bool) -> CmdResul
     let operation = format!("{} {}", plan.operation, plan.components.join(","));
     let report = with_dc_lock(&apis.sapi, &operation, exec.break_lock, &out, work).await??;
     let status = report.exit_status(&plan);
+    tracing::info!(
+        component = "summary",
+        summary = serde_json::to_string(&report.summary(&plan)).unwrap_or_default(),
+        outliers = serde_json::to_string(&report.outliers).unwrap_or_default(),
+        exit_status = status,
+        "{}",
+        report.render(&plan).trim_end()
+    );
     if out.json {
         out.json(&json!({
             "plan": plan,
