@@ -176,8 +176,9 @@ impl<S: Subscriber> Layer<S> for BunyanLayer {
     }
 }
 
-/// Target of events meant for the log file only: the command line prints
-/// the same error itself, as one line on stderr.
+/// Target of events meant for the log file only: the run's record (command
+/// line, plan, steps, summary, the final error), which the command line
+/// shows in its own form on stdout and stderr.
 pub const FILE_ONLY_TARGET: &str = "agentsadm::log_file_only";
 
 /// Install the global subscriber. `verbosity` 0 shows warnings, 1 info, 2+

@@ -325,6 +325,7 @@ pub fn main() -> ExitCode {
     }
     let argv: Vec<String> = std::env::args().collect();
     tracing::info!(
+        target: crate::log::FILE_ONLY_TARGET,
         component = "cli",
         argv = format!("{argv:?}"),
         user = std::env::var("USER").unwrap_or_default(),
@@ -353,7 +354,7 @@ async fn run_parsed(cli: Cli) -> ExitCode {
     let quiet = cli.global.quiet;
     let code = match dispatch(cli).await {
         Ok(code) => {
-            tracing::info!(component = "cli", exit = ?code, "command finished");
+            tracing::info!(target: crate::log::FILE_ONLY_TARGET, component = "cli", exit = ?code, "command finished");
             code
         }
         Err(e) => {

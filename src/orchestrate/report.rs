@@ -118,7 +118,8 @@ impl Reporter for RecordingReporter {
 }
 
 /// Writes every event to the run's log (`tracing`, bunyan records in the
-/// log file) with component `executor`: each server's and step's start and
+/// log file) with component `executor` (a server's hostname is
+/// `server_name`: bunyan's `hostname` is this machine's): each server's and step's start and
 /// end with durations, every failure with its stage (task id included) and
 /// remote text, outliers, stragglers, interruption and the totals.
 #[derive(Clone, Copy, Debug, Default)]
@@ -139,27 +140,29 @@ impl Reporter for LogReporter {
                 servers,
                 steps,
                 concurrency,
-            } => tracing::info!(
+            } => tracing::info!(target: crate::log::FILE_ONLY_TARGET,
                 component = C,
                 servers,
                 steps,
                 concurrency,
                 "execution started"
             ),
-            ExecEvent::ServerStarted { server, hostname } => tracing::info!(
-                component = C,
-                server = %server,
-                hostname = *hostname,
-                "server started"
-            ),
+            ExecEvent::ServerStarted { server, hostname } => {
+                tracing::info!(target: crate::log::FILE_ONLY_TARGET,
+                    component = C,
+                    server = %server,
+                    server_name = *hostname,
+                    "server started"
+                )
+            }
             ExecEvent::StepStarted {
                 server,
                 hostname,
                 step,
-            } => tracing::info!(
+            } => tracing::info!(target: crate::log::FILE_ONLY_TARGET,
                 component = C,
                 server = %server,
-                hostname = *hostname,
+                server_name = *hostname,
                 agent = step.component.as_str(),
                 action = step.action.verb(),
                 transport = step.transport.as_str(),
@@ -172,20 +175,20 @@ impl Reporter for LogReporter {
                 elapsed,
                 failure,
             } => match failure {
-                None => tracing::info!(
+                None => tracing::info!(target: crate::log::FILE_ONLY_TARGET,
                     component = C,
                     server = %server,
-                    hostname = *hostname,
+                    server_name = *hostname,
                     agent = step.component.as_str(),
                     action = step.action.verb(),
                     elapsed_ms = elapsed.as_millis() as u64,
                     "step done in {}",
                     fmt_duration(*elapsed)
                 ),
-                Some(f) => tracing::error!(
+                Some(f) => tracing::error!(target: crate::log::FILE_ONLY_TARGET,
                     component = C,
                     server = %server,
-                    hostname = *hostname,
+                    server_name = *hostname,
                     agent = step.component.as_str(),
                     action = step.action.verb(),
                     elapsed_ms = elapsed.as_millis() as u64,
@@ -201,20 +204,20 @@ impl Reporter for LogReporter {
             ExecEvent::ServerFinished { server, outcome } => {
                 let f = outcome.failure.as_ref();
                 if outcome.status == ServerStatus::Succeeded {
-                    tracing::info!(
+                    tracing::info!(target: crate::log::FILE_ONLY_TARGET,
                         component = C,
                         server = %server,
-                        hostname = outcome.hostname.as_str(),
+                        server_name = outcome.hostname.as_str(),
                         status = outcome.status.as_str(),
                         elapsed_ms = outcome.elapsed.as_millis() as u64,
                         "server succeeded in {}",
                         fmt_duration(outcome.elapsed)
                     );
                 } else {
-                    tracing::error!(
+                    tracing::error!(target: crate::log::FILE_ONLY_TARGET,
                         component = C,
                         server = %server,
-                        hostname = outcome.hostname.as_str(),
+                        server_name = outcome.hostname.as_str(),
                         status = outcome.status.as_str(),
                         elapsed_ms = outcome.elapsed.as_millis() as u64,
                         stage = f.map(|f| f.stage.to_string()),
@@ -226,10 +229,10 @@ impl Reporter for LogReporter {
                     );
                 }
             }
-            ExecEvent::Outlier(o) => tracing::warn!(
+            ExecEvent::Outlier(o) => tracing::warn!(target: crate::log::FILE_ONLY_TARGET,
                 component = C,
                 server = %o.server,
-                hostname = o.hostname.as_str(),
+                server_name = o.hostname.as_str(),
                 elapsed_ms = o.elapsed.as_millis() as u64,
                 median_ms = o.median.as_millis() as u64,
                 "outlier: {} running for {}, the median server took {}",
@@ -239,18 +242,18 @@ impl Reporter for LogReporter {
             ),
             ExecEvent::StragglersAbandoned { servers } => {
                 let names: Vec<&str> = servers.iter().map(|(_, h)| h.as_str()).collect();
-                tracing::warn!(
+                tracing::warn!(target: crate::log::FILE_ONLY_TARGET,
                     component = C,
                     servers = names.join(","),
                     "stopped waiting for stragglers"
                 );
             }
             ExecEvent::Interrupted => {
-                tracing::warn!(component = C, "interrupted by the operator")
+                tracing::warn!(target: crate::log::FILE_ONLY_TARGET, component = C, "interrupted by the operator")
             }
             ExecEvent::Finished(r) => {
                 let c = r.counts();
-                tracing::info!(
+                tracing::info!(target: crate::log::FILE_ONLY_TARGET,
                     component = C,
                     succeeded = c.succeeded,
                     failed = c.failed,

@@ -211,6 +211,7 @@ async fn run_change(g: &GlobalOpts, change: Change, plan_only: bool) -> CmdResul
         .plan;
 
     tracing::info!(
+        target: crate::log::FILE_ONLY_TARGET,
         component = "planner",
         plan = serde_json::to_string(&plan).unwrap_or_default(),
         "{}",
@@ -283,6 +284,7 @@ async fn run_change(g: &GlobalOpts, change: Change, plan_only: bool) -> CmdResul
     let report = with_dc_lock(&apis.sapi, &operation, exec.break_lock, &out, work).await??;
     let status = report.exit_status(&plan);
     tracing::info!(
+        target: crate::log::FILE_ONLY_TARGET,
         component = "summary",
         summary = serde_json::to_string(&report.summary(&plan)).unwrap_or_default(),
         outliers = serde_json::to_string(&report.outliers).unwrap_or_default(),
