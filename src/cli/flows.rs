@@ -45,7 +45,7 @@ pub struct CheckArgs {
     #[arg(short = 'j', long, default_value_t = DEFAULT_CONCURRENCY, value_name = "N")]
     pub concurrency: usize,
     /// Give up on one install or upgrade after this long.
-    #[arg(long, value_parser = humantime::parse_duration, default_value = "30m", value_name = "DURATION")]
+    #[arg(long, value_parser = super::orch::duration, default_value = "30m", value_name = "DURATION")]
     pub task_timeout: Duration,
     /// Take the datacenter lock even if another agentsadm holds it.
     #[arg(long)]

@@ -411,6 +411,26 @@ mod tests {
     }
 
     #[test]
+    fn bad_values_say_what_is_expected() {
+        let msg = |args: &[&str]| update(args).unwrap_err().to_string();
+        let e = msg(&["vm-agent", "--task-timeout", "banana"]);
+        assert!(e.contains("not a duration") && e.contains("90s, 5m"), "{e}");
+        let e = msg(&["vm-agent", "-j", "0"]);
+        assert!(e.contains("at least 1"), "{e}");
+        let e = msg(&["vm-agent", "-s", ""]);
+        assert!(e.contains("empty server name"), "{e}");
+        let e = msg(&["vm-agent", "-s", "cn1,,cn2"]);
+        assert!(e.contains("empty server name"), "{e}");
+        assert_eq!(
+            update(&["vm-agent", "-s", "cn1, cn2"])
+                .unwrap()
+                .request
+                .servers,
+            ServerSelection::Named(vec!["cn1".into(), "cn2".into()])
+        );
+    }
+
+    #[test]
     fn install_and_remove_need_servers() {
         let t = T::try_parse_from(["t", "install", "dockerlogger"]).unwrap();
         let C::Install(i) = t.c else { unreachable!() };
