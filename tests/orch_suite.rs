@@ -8,7 +8,8 @@
 //!   datacenter, with a paused clock;
 //! - `sim`: plan, execute and re-plan against the simulated datacenter, the
 //!   CLI's exit statuses, two orchestrators started together;
-//! - `runlog`: the bunyan log of every run, JSON error documents.
+//! - `runlog`: the bunyan log of every run, JSON error documents;
+//! - `tables`: `list` and `avail` tables (`-H`, `-o`, `--sort`, `-q`).
 
 #[path = "orch_suite/adopt.rs"]
 mod adopt;
@@ -24,3 +25,5 @@ mod plan;
 mod runlog;
 #[path = "orch_suite/sim.rs"]
 mod sim;
+#[path = "orch_suite/tables.rs"]
+mod tables;
