@@ -87,3 +87,41 @@ async fn list_and_avail_fit_and_take_table_options() {
     assert_eq!(image.len(), 8, "{first}");
     dc.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn targets_by_version_and_short_uuid() {
+    let dc = SimDc::start(
+        SimConfig::default()
+            .servers(1)
+            .populate(SeedSpec::with_newer()),
+    )
+    .await
+    .expect("simulator starts");
+    // No target: why nothing changes.
+    let (code, out, err) = cli(&dc, &["update", "vm-agent", "-n"]).await;
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.contains("already run the image SAPI names for vm-agent"),
+        "{out}"
+    );
+    assert!(out.contains("use --latest or COMPONENT@VERSION"), "{out}");
+
+    let (code, out, err) = cli(&dc, &["update", "vm-agent@1.1.0", "-n"]).await;
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("2 servers to change: 2 upgrades"), "{out}");
+    let target = out
+        .lines()
+        .find(|l| l.trim_start().starts_with("vm-agent 1.1.0"))
+        .unwrap_or_else(|| panic!("{out}"));
+    let uuid = target.split_whitespace().last().unwrap();
+    let (code, out2, err) = cli(&dc, &["update", &format!("vm-agent@{}", &uuid[..8]), "-n"]).await;
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(out, out2);
+    let (code, out3, err) = cli(&dc, &["update", "vm-agent", "--image", &uuid[..8], "-n"]).await;
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(out, out3);
+    let (code, _, err) = cli(&dc, &["update", "vm-agent@9.9.9", "-n"]).await;
+    assert_eq!(code, 1);
+    assert!(err.contains("no vm-agent image matches \"9.9.9\""), "{err}");
+    dc.shutdown().await;
+}
