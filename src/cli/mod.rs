@@ -346,6 +346,23 @@ pub fn main() -> ExitCode {
     runtime.block_on(run_parsed(cli))
 }
 
+/// An error as one line: its causes joined with `: `, stopping at a
+/// connection failure (which names the URL; what the HTTP client says
+/// below it is noise to an operator).
+fn error_line(e: &anyhow::Error) -> String {
+    let mut parts = Vec::new();
+    for cause in e.chain() {
+        parts.push(cause.to_string());
+        if matches!(
+            cause.downcast_ref::<crate::api::ApiError>(),
+            Some(crate::api::ApiError::Connect { .. })
+        ) {
+            break;
+        }
+    }
+    parts.join(": ")
+}
+
 /// Run a parsed command line; an error becomes one line on stderr and
 /// exit status 1.
 async fn run_parsed(cli: Cli) -> ExitCode {
@@ -367,11 +384,11 @@ async fn run_parsed(cli: Cli) -> ExitCode {
                     quiet: false,
                 }
                 .json(&serde_json::json!({
-                    "error": {"message": format!("{e:#}")},
+                    "error": {"message": error_line(&e)},
                     "exit_status": 1,
                 }));
             }
-            eprintln!("agentsadm: error: {e:#}");
+            eprintln!("agentsadm: error: {}", error_line(&e));
             ExitCode::from(1)
         }
     };

@@ -194,3 +194,27 @@ async fn json_failures_print_an_error_document() {
     assert!(err.contains("unknown server nope"), "{err}");
     dc.shutdown().await;
 }
+
+#[test]
+fn connection_refused_is_one_short_line_naming_the_url() {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_agentsadm"))
+        .args(["list", "--json"])
+        .env("SAPI_URL", "http://127.0.0.1:9")
+        .env("CNAPI_URL", "http://127.0.0.1:9")
+        .env("IMGAPI_URL", "http://127.0.0.1:9")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(
+        err.contains("cannot connect to http://127.0.0.1:9"),
+        "{err}"
+    );
+    assert!(
+        !err.contains("tcp connect") && !err.contains("os error"),
+        "{err}"
+    );
+    let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(doc["exit_status"], 1);
+}
