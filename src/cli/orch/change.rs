@@ -11,7 +11,7 @@ use super::{
     updates_client,
 };
 use crate::catalog::Catalog;
-use crate::cli::execution::{Execution, interrupted, with_dc_lock};
+use crate::cli::execution::{Execution, interrupted, refuse_if_locked, with_dc_lock};
 use crate::cli::{CmdResult, EXIT_PARTIAL, GlobalOpts};
 use crate::ids::ImageUuid;
 use crate::orchestrate::images::ImageChoice;
@@ -261,6 +261,10 @@ async fn run_change(g: &GlobalOpts, change: Change, plan_only: bool) -> CmdResul
         updates: updates.as_ref(),
     };
     let exec = change.exec;
+    if !plan_only && !exec.dry_run {
+        // A held lock is news before a long plan, not after it.
+        refuse_if_locked(&apis.sapi, exec.break_lock).await?;
+    }
     let mut choice = change.choice;
     if let Some((component, spec)) = &change.image_spec {
         let sources = crate::orchestrate::images::ImageSources {
