@@ -320,22 +320,29 @@ async fn run_change(g: &GlobalOpts, change: Change, plan_only: bool) -> CmdResul
         return Ok(exit(partial));
     }
 
-    if plan.needs_explicit_yes && !exec.yes {
+    // The plan's warnings were printed with it (once); with --json they
+    // are in no text yet.
+    let interactive = !out.json && stdin_is_terminal();
+    if !exec.yes && out.json {
         for w in &plan.warnings {
             eprintln!("warning: {w}");
         }
+    }
+    if plan.needs_explicit_yes && !exec.yes && !interactive {
         bail!(
             "this plan restarts components that abort running work; re-run with -y to confirm (nothing was changed)"
         );
     }
     if !exec.yes {
-        if out.json || !stdin_is_terminal() {
+        if !interactive {
             bail!("refusing to change servers without confirmation: pass -y (nothing was changed)");
         }
-        for w in &plan.warnings {
-            eprintln!("warning: {w}");
-        }
-        if !confirm("Proceed?").await? {
+        let question = if plan.needs_explicit_yes {
+            "This plan restarts components that abort running work (see the warnings above). Proceed?"
+        } else {
+            "Proceed?"
+        };
+        if !confirm(question).await? {
             out.line("Nothing was changed.");
             return Ok(exit(1));
         }
