@@ -49,8 +49,10 @@ pub struct Cli {
     pub command: Command,
 }
 
-/// Options every subcommand accepts.
+/// Options every subcommand accepts (shown under their own heading, after
+/// the command's own).
 #[derive(Args, Clone, Debug, Default)]
+#[command(next_help_heading = "Global options")]
 pub struct GlobalOpts {
     /// SAPI URL (default: from the SDC config on a headnode).
     #[arg(long, global = true, env = "SAPI_URL", value_name = "URL")]
@@ -190,20 +192,42 @@ pub fn read_sdc_config() -> Option<serde_json::Map<String, serde_json::Value>> {
 #[derive(Subcommand, Debug)]
 pub enum Command {
     /// List installed components per server (intent and reality).
+    #[command(
+        after_help = "Examples:\n  agentsadm list\n  agentsadm list vm-agent -s cn0001,cn0002\n  agentsadm list -H -o hostname,version --sort version vm-agent"
+    )]
     List(orch::ListArgs),
     /// List images available for components.
+    #[command(
+        after_help = "Examples:\n  agentsadm avail vm-agent\n  agentsadm avail -C release\n  agentsadm avail --all-images --json"
+    )]
     Avail(orch::AvailArgs),
     /// Show the plan for update, install or remove without doing it.
+    #[command(
+        after_help = "Examples:\n  agentsadm plan update vm-agent --latest\n  agentsadm plan install dockerlogger -s cn0001"
+    )]
     Plan(orch::PlanArgs),
     /// Update components on servers to a target image.
+    #[command(
+        after_help = "Examples:\n  agentsadm update vm-agent --latest\n  agentsadm update vm-agent@1.1.0 -s cn0001,cn0002 -y\n  agentsadm update --all --latest -C release -n"
+    )]
     Update(orch::UpdateArgs),
     /// Install a component on servers that do not have it.
+    #[command(
+        after_help = "Examples:\n  agentsadm install dockerlogger -s cn0001\n  agentsadm install cmon-agent --all-servers -y"
+    )]
     Install(orch::InstallArgs),
     /// Uninstall a component from servers and delete its SAPI instances.
+    #[command(
+        after_help = "Examples:\n  agentsadm remove dockerlogger -s cn0001\n  agentsadm remove dockerlogger -s cn0001,cn0002 -y"
+    )]
     Remove(orch::RemoveArgs),
     /// Create SAPI agent services and instances for what is installed.
+    #[command(after_help = "Examples:\n  agentsadm adopt -n\n  agentsadm adopt -y")]
     Adopt(orch::AdoptArgs),
     /// Report drift between SAPI intent, CNAPI and the servers; optionally fix it.
+    #[command(
+        after_help = "Examples:\n  agentsadm check\n  agentsadm check --live --json\n  agentsadm check --fix -y"
+    )]
     Check(flows::CheckArgs),
     /// Delete or factory-reset a server, cleaning up its SAPI agent instances.
     Server(flows::ServerArgs),
@@ -426,4 +450,31 @@ where
     cli.global.observer = observer;
     // Boxed: dispatch reaches this function again through the demo.
     Box::pin(run_parsed(cli)).await
+}
+
+#[cfg(test)]
+mod help_tests {
+    use clap::CommandFactory;
+
+    #[test]
+    fn help_shows_own_options_then_globals_then_examples() {
+        let mut cli = super::Cli::command();
+        cli.build();
+        for name in [
+            "list", "avail", "plan", "update", "install", "remove", "adopt", "check",
+        ] {
+            let sub = cli.find_subcommand_mut(name).expect(name);
+            let help = sub.render_help().to_string();
+            let own = help.find("Options:").expect("own options");
+            let global = help.find("Global options:").expect("global heading");
+            let examples = help.find("Examples:").expect("examples");
+            assert!(own < global && global < examples, "{name}:\n{help}");
+            let n = help[examples..]
+                .lines()
+                .filter(|l| l.trim_start().starts_with("agentsadm "))
+                .count();
+            assert!((2..=3).contains(&n), "{name}: {n} examples");
+            assert!(!help[..global].contains("--sapi-url"), "{name}:\n{help}");
+        }
+    }
 }
