@@ -10,7 +10,9 @@
 //! - `mockcloud`, `setup`, `handoff`: the other layouts and flows;
 //! - `fetch`: local image files verified and unpacked, a corrupt one refused;
 //! - `unpack`: the unpacker's rules, one example each;
-//! - `unpack_props`: the unpacker never writes outside staging.
+//! - `unpack_props`: the unpacker never writes outside staging;
+//! - `real_fixtures`: every real agent's SMF manifest and package.json read;
+//! - `symlinks`: links in a package never followed by chmod.
 
 #[path = "common/gz.rs"]
 mod gz_common;
@@ -33,6 +35,8 @@ mod install;
 mod kinds;
 #[path = "gz_suite/mockcloud.rs"]
 mod mockcloud;
+#[path = "gz_suite/real_fixtures.rs"]
+mod real_fixtures;
 #[path = "gz_suite/sapi_cnapi.rs"]
 mod sapi_cnapi;
 #[path = "gz_suite/setup.rs"]
@@ -41,6 +45,8 @@ mod setup;
 mod shar;
 #[path = "gz_suite/shar_reader.rs"]
 mod shar_reader;
+#[path = "gz_suite/symlinks.rs"]
+mod symlinks;
 #[path = "gz_suite/unpack.rs"]
 mod unpack;
 #[path = "gz_suite/unpack_props.rs"]
