@@ -399,6 +399,7 @@ async fn sapi_delete_with_an_array_and_form_encoded_bodies() {
 async fn seeded_datacenters_have_bare_instances_and_files_without_md5() {
     let dc = SimDc::start(SimConfig::default().servers(1).populate(SeedSpec {
         dc_newer: Some("1.1.0".into()),
+        agents_without_params: vec!["vm-agent".into(), "net-agent".into()],
         ..SeedSpec::default()
     }))
     .await
