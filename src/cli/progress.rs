@@ -494,7 +494,8 @@ impl Drop for CliProgress {
     }
 }
 
-#[cfg(test)]
+// The display's tests draw an example datacenter from the sim-side testkit.
+#[cfg(all(test, feature = "sim"))]
 mod tests {
     use super::*;
     use crate::catalog::OrderClass;
