@@ -176,7 +176,7 @@ enum DigestSink {
         handle: JoinHandle<Digesting>,
         tee_failed: Arc<AtomicBool>,
     },
-    Inline(Digesting),
+    Inline(Box<Digesting>),
 }
 
 impl DigestSink {
@@ -207,7 +207,7 @@ impl DigestSink {
                 tracing::debug!(error = %e, "cannot start the digest thread");
                 let mut d = Digesting::new(None, want_md5);
                 d.tee_error = Some(io::Error::other("cannot start the digest thread"));
-                DigestSink::Inline(d)
+                DigestSink::Inline(Box::new(d))
             }
         }
     }
@@ -238,7 +238,7 @@ impl DigestSink {
                     ),
                 }
             }
-            DigestSink::Inline(d) => d.finish(size),
+            DigestSink::Inline(d) => (*d).finish(size),
         }
     }
 }

@@ -565,7 +565,10 @@ fn decimal(v: &[u8]) -> Option<u64> {
 mod tests {
     use super::*;
 
-    fn entries(data: &[u8]) -> Result<Vec<(EntryKind, Vec<u8>, Vec<u8>)>, TarError> {
+    /// Kind, path and content of each entry.
+    type Entries = Vec<(EntryKind, Vec<u8>, Vec<u8>)>;
+
+    fn entries(data: &[u8]) -> Result<Entries, TarError> {
         let mut r = TarReader::new(data);
         let mut out = Vec::new();
         while let Some(h) = r.next_header()? {
