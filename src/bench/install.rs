@@ -243,14 +243,11 @@ async fn compare(
         // Interleaved, so drift in machine load hits all three alike. Trees
         // stay until the end: deleting thousands of files just before the
         // next path runs would charge it for the filesystem's clean-up
-        // (ext4 skips recently freed inodes one by one). Each path starts
-        // with the page cache written back, so none pays for another's.
+        // (ext4 skips recently freed inodes one by one).
         let root = work.join(format!("root-{i}"));
-        settle();
         agentsadm.push(time_agentsadm(&root, &imgapi.url(), uuid).await?);
 
         let dir = work.join(format!("cn-{i}"));
-        settle();
         cn_agent.push(time_cn_agent(
             &dir,
             &imgapi.url(),
@@ -261,7 +258,6 @@ async fn compare(
 
         let dir = work.join(format!("bare-{i}"));
         std::fs::create_dir_all(&dir)?;
-        settle();
         let t = Instant::now();
         run_ok(
             Command::new("tar")
@@ -277,12 +273,6 @@ async fn compare(
         cn_agent: median(&mut cn_agent),
         bare: median(&mut bare),
     })
-}
-
-/// Write dirty pages back before a timed path starts.
-fn settle() {
-    // SAFETY: sync(2) takes no arguments and cannot fail.
-    unsafe { libc::sync() };
 }
 
 /// One line of a shape file.

@@ -12,6 +12,15 @@
 //!   renamed to `downloads/<uuid>.file`, and the staging tree is only used
 //!   (swapped in, later) when everything matched.
 //!
+//! Before any of that, the manifest is judged: at most 1 MiB, read before it
+//! is parsed ([`MAX_MANIFEST_BYTES`]); from IMGAPI, the image asked for;
+//! `active` unless [`FetchOptions::allow_inactive`]; a local image file a
+//! regular file of the manifest's size (read no further than one byte past
+//! it); room for it on the filesystem. Then every fetch ends by a deadline,
+//! a download fails below a minimum rate, and the unpacker stops an archive
+//! that expands past [`FetchOptions::max_unpacked_bytes`] or
+//! [`FetchOptions::max_expansion_ratio`] times the file's size.
+//!
 //! Unpacking unverified bytes is safe because the unpacker never writes
 //! outside staging; it saves reading the image a second time. A verified file
 //! already in `downloads/` is unpacked from disk instead (and re-verified). A
