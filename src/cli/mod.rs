@@ -377,7 +377,9 @@ async fn run_parsed(cli: Cli) -> ExitCode {
     let log_file = cli.global.log_file.clone();
     let json = cli.global.json;
     let quiet = cli.global.quiet;
-    let code = match dispatch(cli).await {
+    let result = dispatch(cli).await;
+    let ran = result.is_ok();
+    let code = match result {
         Ok(code) => {
             tracing::info!(target: crate::log::FILE_ONLY_TARGET, component = "cli", exit = ?code, "command finished");
             code
@@ -400,7 +402,10 @@ async fn run_parsed(cli: Cli) -> ExitCode {
             ExitCode::from(1)
         }
     };
+    // A refusal is its one error line; the log's path is news only once
+    // the command ran.
     if let Some(p) = log_file
+        && ran
         && !quiet
         && !json
     {
