@@ -40,3 +40,64 @@ async fn local_file_verifies_and_unpacks() {
         .unwrap_err();
     assert!(matches!(err, FetchError::Sha1Mismatch { .. }), "{err}");
 }
+
+/// Each Makefile's release names: `NAME-STAMP.tgz` and
+/// `config-agent-pkg-STAMP.tar.gz` beside `<stem>.manifest`; a missing
+/// manifest names every path tried.
+#[test]
+fn image_files_find_their_manifest_by_release_names() {
+    let d = tempfile::tempdir().unwrap();
+    let cases = [
+        (
+            "vm-agent-release-20261101T000000Z-g1234567.tgz",
+            "vm-agent-release-20261101T000000Z-g1234567.manifest",
+        ),
+        (
+            "config-agent-pkg-release-20261101T000000Z-g1234567.tar.gz",
+            "config-agent-pkg-release-20261101T000000Z-g1234567.manifest",
+        ),
+        (
+            "agents-release-20261101T000000Z-g1234567.sh",
+            "agents-release-20261101T000000Z-g1234567.manifest",
+        ),
+        (
+            "0b4e8f3a-5c1d-4e2f-9a7b-3c6d8e0f1a2b.file",
+            "0b4e8f3a-5c1d-4e2f-9a7b-3c6d8e0f1a2b.imgmanifest",
+        ),
+    ];
+    for (file, manifest) in cases {
+        let (f, m) = (d.path().join(file), d.path().join(manifest));
+        fs::write(&f, b"x").unwrap();
+        fs::write(&m, b"{}").unwrap();
+        for arg in [&f, &m] {
+            match ImageSource::from_arg(arg.to_str().unwrap()).unwrap() {
+                ImageSource::File { file, manifest } => {
+                    assert_eq!((&file, &manifest), (&f, &m), "{}", arg.display())
+                }
+                other => panic!("{other:?}"),
+            }
+        }
+    }
+    let lone = d.path().join("config-agent-pkg-lone.tar.gz");
+    fs::write(&lone, b"x").unwrap();
+    let err = ImageSource::from_arg(lone.to_str().unwrap()).unwrap_err();
+    assert!(
+        matches!(err, FetchError::NoManifestForFile { .. }),
+        "{err:?}"
+    );
+    let msg = err.to_string();
+    assert!(msg.contains("config-agent-pkg-lone.manifest"), "{msg}");
+    assert!(
+        msg.contains("config-agent-pkg-lone.tar.gz.manifest"),
+        "{msg}"
+    );
+    let lone = d.path().join("net-agent-lone.manifest");
+    fs::write(&lone, b"{}").unwrap();
+    let msg = ImageSource::from_arg(lone.to_str().unwrap())
+        .unwrap_err()
+        .to_string();
+    assert!(
+        msg.contains("net-agent-lone.tgz") && msg.contains("net-agent-lone.tar.gz"),
+        "{msg}"
+    );
+}

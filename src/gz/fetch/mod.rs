@@ -86,10 +86,19 @@ pub enum FetchError {
     },
     #[error("{arg:?} is neither an image UUID (8-4-4-4-12 hex digits) nor an existing image file")]
     NoSuchImage { arg: String },
-    #[error("no manifest next to image file {file} (expected {file}.manifest or <name>.manifest)")]
-    NoManifestForFile { file: PathBuf },
-    #[error("no image file next to manifest {manifest} (expected <name>.file)")]
-    NoFileForManifest { manifest: PathBuf },
+    #[error(
+        "no manifest next to image file {file} (tried {}); pass the manifest's path instead",
+        display_paths(tried)
+    )]
+    NoManifestForFile { file: PathBuf, tried: Vec<PathBuf> },
+    #[error(
+        "no image file next to manifest {manifest} (tried {}); pass the image file's path instead",
+        display_paths(tried)
+    )]
+    NoFileForManifest {
+        manifest: PathBuf,
+        tried: Vec<PathBuf>,
+    },
     #[error(
         "image manifest {origin} is larger than {limit} bytes; a manifest is a few KiB, so this is not one"
     )]
@@ -600,4 +609,13 @@ fn open_local(uuid: ImageUuid, file: &Path, size: u64) -> Result<io::Take<File>,
         });
     }
     Ok(f.take(size.saturating_add(1)))
+}
+
+/// Paths for an error message, comma-separated.
+fn display_paths(paths: &[PathBuf]) -> String {
+    paths
+        .iter()
+        .map(|p| p.display().to_string())
+        .collect::<Vec<_>>()
+        .join(", ")
 }

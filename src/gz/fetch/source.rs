@@ -42,38 +42,65 @@ impl ImageSource {
                 arg: arg.to_string(),
             });
         }
-        let ext = path
-            .extension()
-            .map(|e| e.to_string_lossy().into_owned())
+        let name = path
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
             .unwrap_or_default();
-        let (file, manifest) = if ext == "manifest" || ext == "imgmanifest" {
-            let candidates = [path.with_extension("file"), path.with_extension("imgfile")];
-            let file = candidates
-                .iter()
-                .find(|p| p.exists())
-                .cloned()
-                .ok_or_else(|| FetchError::NoFileForManifest {
+        let (file, manifest) = if let Some(stem) = strip_any(&name, MANIFEST_SUFFIXES) {
+            let tried = sibling_names(&path, stem, IMAGE_FILE_SUFFIXES);
+            let file = tried.iter().find(|p| p.is_file()).cloned().ok_or_else(|| {
+                FetchError::NoFileForManifest {
                     manifest: path.clone(),
-                })?;
+                    tried: tried.clone(),
+                }
+            })?;
             (file, path)
         } else {
-            let mut candidates = vec![
-                path.with_extension("manifest"),
-                path.with_extension("imgmanifest"),
-            ];
-            candidates.push(PathBuf::from(format!("{arg}.manifest")));
-            let manifest = candidates
-                .iter()
-                .find(|p| p.exists())
-                .cloned()
-                .ok_or_else(|| FetchError::NoManifestForFile { file: path.clone() })?;
+            // `vm-agent-STAMP.tgz` and `config-agent-pkg-STAMP.tar.gz` sit
+            // beside `<same stem>.manifest` (each Makefile's names); the
+            // USB key's `<uuid>.file` beside `<uuid>.manifest`.
+            let mut tried = match strip_any(&name, IMAGE_FILE_SUFFIXES) {
+                Some(stem) => sibling_names(&path, stem, MANIFEST_SUFFIXES),
+                None => match path.file_stem() {
+                    Some(stem) => sibling_names(&path, &stem.to_string_lossy(), MANIFEST_SUFFIXES),
+                    None => Vec::new(),
+                },
+            };
+            tried.extend(sibling_names(&path, &name, MANIFEST_SUFFIXES));
+            let manifest = tried.iter().find(|p| p.is_file()).cloned().ok_or_else(|| {
+                FetchError::NoManifestForFile {
+                    file: path.clone(),
+                    tried: tried.clone(),
+                }
+            })?;
             (path, manifest)
         };
-        if !file.exists() {
-            return Err(FetchError::NoManifestForFile { file });
-        }
         Ok(ImageSource::File { file, manifest })
     }
+}
+
+/// How manifests are named beside their image file.
+const MANIFEST_SUFFIXES: &[&str] = &[".manifest", ".imgmanifest"];
+
+/// How image files are named beside their manifest: the USB key's and
+/// IMGAPI's names, then the release tarballs' (longest suffix first, so
+/// `x.tar.gz` is stem `x`, not `x.tar`).
+const IMAGE_FILE_SUFFIXES: &[&str] = &[".file", ".imgfile", ".tar.gz", ".tar.bz2", ".tgz", ".sh"];
+
+/// `name` without the first of `suffixes` it ends with (never empty).
+fn strip_any<'a>(name: &'a str, suffixes: &[&str]) -> Option<&'a str> {
+    suffixes
+        .iter()
+        .find_map(|s| name.strip_suffix(s))
+        .filter(|stem| !stem.is_empty())
+}
+
+/// `stem` plus each suffix, in `path`'s directory.
+fn sibling_names(path: &Path, stem: &str, suffixes: &[&str]) -> Vec<PathBuf> {
+    suffixes
+        .iter()
+        .map(|s| path.with_file_name(format!("{stem}{s}")))
+        .collect()
 }
 
 impl std::fmt::Display for ImageSource {
