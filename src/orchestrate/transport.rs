@@ -38,6 +38,13 @@ use crate::error::error_chain;
 use crate::ids::{ImageUuid, InstanceUuid, ServerUuid, TaskId};
 use crate::remote::{GzResult, gz_execute_request};
 
+/// Said on every execute: CNAPI runs the command through Ur by default and
+/// through cn-agent behind a CNAPI feature flag, and which one is not
+/// visible from here. Inside cn-agent, work that stops cn-agent must be
+/// handed off; under Ur the hand-off costs one transient-service run, and
+/// cn-agent's new image is confirmed through `server.agents` either way.
+const INSIDE_CN_AGENT: &str = "--inside-cn-agent";
+
 /// What a successful step reports back.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct StepDone {
@@ -179,6 +186,7 @@ impl CnapiTransport {
                             "install".into(),
                             to.uuid.to_string(),
                             "--json".into(),
+                            INSIDE_CN_AGENT.into(),
                         ]
                     }
                     Action::Remove { .. } => {
@@ -187,6 +195,7 @@ impl CnapiTransport {
                             "remove".into(),
                             step.component.clone(),
                             "--json".into(),
+                            INSIDE_CN_AGENT.into(),
                         ]
                     }
                 };

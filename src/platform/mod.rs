@@ -210,6 +210,11 @@ pub trait Platform: Send + Sync + fmt::Debug {
             self.smf_enable(fmri).await
         })
     }
+    /// The SMF service whose contract this process runs in, when the
+    /// platform can tell (SmartOS: our contract's `svc_fmri`).
+    fn caller_service(&self) -> BoxFuture<'_, Option<String>> {
+        Box::pin(async { None })
+    }
     /// `sysinfo -u` after the installed set changed (cn-agent does this so
     /// `SDC Agents` stays current). Failures are not worth failing for.
     fn refresh_sysinfo(&self) -> BoxFuture<'_, ()> {

@@ -127,7 +127,30 @@ impl Platform for SmartOs {
     }
 
     fn smf_restart<'a>(&'a self, fmri: &'a str) -> PlatformFuture<'a, ()> {
-        Box::pin(async move { run_ok(SVCADM, &["restart", fmri]).await.map(|_| ()) })
+        Box::pin(async move {
+            // `svcadm restart` leaves an instance in maintenance there;
+            // `clear` is what starts it again.
+            let verb = match self.smf_state(fmri).await? {
+                Some(ServiceState::Maintenance) => "clear",
+                _ => "restart",
+            };
+            run_ok(SVCADM, &[verb, fmri]).await.map(|_| ())
+        })
+    }
+
+    fn caller_service(&self) -> BoxFuture<'_, Option<String>> {
+        Box::pin(async {
+            let pid = std::process::id().to_string();
+            let ps = run_ok("/usr/bin/ps", &["-o", "ctid=", "-p", &pid])
+                .await
+                .ok()?;
+            let ctid = String::from_utf8_lossy(&ps.stdout).trim().to_string();
+            if ctid.is_empty() || !ctid.bytes().all(|b| b.is_ascii_digit()) {
+                return None;
+            }
+            let ct = run_ok("/usr/bin/ctstat", &["-v", "-i", &ctid]).await.ok()?;
+            contract_service(&String::from_utf8_lossy(&ct.stdout))
+        })
     }
 
     fn smf_state<'a>(&'a self, fmri: &'a str) -> PlatformFuture<'a, Option<ServiceState>> {
@@ -172,8 +195,10 @@ impl Platform for SmartOs {
             run_ok(
                 SVCCFG,
                 &[
+                    // The manifest defines `config` on the service, not
+                    // the instance: setprop on the instance would fail.
                     "-s",
-                    INSTALL_SERVICE_FMRI,
+                    &super::fmri_service(INSTALL_SERVICE_FMRI),
                     "setprop",
                     "config/job",
                     "=",
@@ -188,5 +213,35 @@ impl Platform for SmartOs {
                 .await
                 .map(|_| ())
         })
+    }
+}
+
+/// The `service fmri:` of `ctstat -v` output (a process contract started by
+/// SMF names its service instance there).
+fn contract_service(ctstat: &str) -> Option<String> {
+    ctstat.lines().find_map(|l| {
+        let (key, value) = l.trim().split_once(':')?;
+        (key.trim() == "service fmri")
+            .then(|| value.trim().to_string())
+            .filter(|v| v.starts_with("svc:/"))
+    })
+}
+
+#[cfg(test)]
+mod contract_tests {
+    use super::contract_service;
+
+    #[test]
+    fn reads_the_contract_service() {
+        let out = "CTID    ZONEID  TYPE    STATE   HOLDER  EVENTS  QTIME   NTIME\n\
+                   61      0       process owned   7       0       -       -\n\
+                   \tcookie:                0x20\n\
+                   \tservice fmri:          svc:/smartdc/agent/cn-agent:default\n\
+                   \tservice fmri ctid:     61\n";
+        assert_eq!(
+            contract_service(out).as_deref(),
+            Some("svc:/smartdc/agent/cn-agent:default")
+        );
+        assert_eq!(contract_service("CTID ZONEID\n"), None);
     }
 }

@@ -75,10 +75,9 @@ async fn cn_agent_inside_its_own_contract_hands_off_then_the_job_runs() {
     s.no_cnapi = true;
     s.platform = Some(launcher.clone());
     s.job_argv = Some(argv.clone());
-    s.env.insert(
-        "SMF_FMRI".into(),
-        "svc:/smartdc/agent/cn-agent:default".into(),
-    );
+    // The caller (the orchestrator's execute) says it runs inside
+    // cn-agent; SMF_FMRI in the environment proves nothing.
+    s.inside_cn_agent = true;
     let before = snapshot(srv.root());
     let mut session = GzSession::open(s, true).await.unwrap();
     let src = ImageSource::from_arg(f.to_str().unwrap()).unwrap();
@@ -114,5 +113,89 @@ async fn cn_agent_inside_its_own_contract_hands_off_then_the_job_runs() {
     assert_eq!(
         srv.installed_image("cn-agent"),
         Some(img.manifest.uuid.to_string())
+    );
+}
+
+/// Settings for a session on `launcher`'s root, without SAPI or CNAPI.
+fn settings(srv: &TestServer, launcher: &Arc<Launcher>, argv: &[&str]) -> GzSettings {
+    let mut s = GzSettings::new(srv.root());
+    s.no_sapi = true;
+    s.no_cnapi = true;
+    s.platform = Some(launcher.clone());
+    s.job_argv = Some(argv.iter().map(|a| a.to_string()).collect());
+    s
+}
+
+/// Rollback and remove stop cn-agent too: from inside cn-agent they are
+/// handed off, the job's command line without `--inside-cn-agent`. From a
+/// process that merely has `SMF_FMRI` set, nothing is handed off.
+#[tokio::test]
+async fn rollback_and_remove_of_cn_agent_from_inside_it_hand_off() {
+    let srv = TestServer::new(false);
+    let dir = tempfile::tempdir().unwrap();
+    let launcher = Arc::new(Launcher {
+        inner: Rooted::new(srv.root()),
+        jobs: Mutex::new(Vec::new()),
+    });
+    let (v1, v2) = (image("cn-agent", "1.0.0"), image("cn-agent", "2.0.0"));
+    for img in [&v1, &v2] {
+        let f = write_image(img, dir.path());
+        let mut s = settings(&srv, &launcher, &["gz", "install"]);
+        // Not proof of running inside cn-agent: installs here.
+        s.env.insert(
+            "SMF_FMRI".into(),
+            "svc:/smartdc/agent/cn-agent:default".into(),
+        );
+        let mut session = GzSession::open(s, true).await.unwrap();
+        let r = session
+            .install(&[ImageSource::from_arg(f.to_str().unwrap()).unwrap()])
+            .await;
+        assert!(r.error.is_none(), "{:?}", r.error);
+        assert_eq!(r.components.len(), 1, "{r:?}");
+    }
+    assert!(launcher.jobs.lock().unwrap().is_empty());
+    let before = snapshot(srv.root());
+
+    let argv = ["gz", "rollback", "cn-agent", "--inside-cn-agent", "--json"];
+    let mut s = settings(&srv, &launcher, &argv);
+    s.inside_cn_agent = true;
+    let mut session = GzSession::open(s, true).await.unwrap();
+    let r = session.rollback("cn-agent").await;
+    drop(session);
+    assert!(r.error.is_none(), "{:?}", r.error);
+    assert!(
+        r.warnings[0].contains("rollback of cn-agent"),
+        "{:?}",
+        r.warnings
+    );
+    let argv = ["gz", "remove", "cn-agent", "--inside-cn-agent", "--json"];
+    let mut s = settings(&srv, &launcher, &argv);
+    s.inside_cn_agent = true;
+    let mut session = GzSession::open(s, true).await.unwrap();
+    let r = session.remove(&["cn-agent".to_string()]).await;
+    drop(session);
+    assert!(r.error.is_none(), "{:?}", r.error);
+    assert!(
+        r.warnings[0].contains("remove of cn-agent"),
+        "{:?}",
+        r.warnings
+    );
+
+    let jobs = launcher.jobs.lock().unwrap().clone();
+    assert_eq!(jobs.len(), 2);
+    let job: serde_json::Value = serde_json::from_slice(&std::fs::read(&jobs[1]).unwrap()).unwrap();
+    assert_eq!(
+        job["argv"],
+        serde_json::json!(["gz", "remove", "cn-agent", "--json"])
+    );
+    // Handing off changed nothing installed (the job file is state).
+    let mut after = snapshot(srv.root());
+    let mut before = before;
+    before.retain(|p, _| !p.contains("job.json"));
+    after.retain(|p, _| !p.contains("job.json"));
+    assert_same(&before, &after, "handing off changes nothing installed");
+    assert_eq!(
+        srv.installed_image("cn-agent"),
+        Some(v2.manifest.uuid.to_string())
     );
 }

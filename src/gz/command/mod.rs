@@ -81,6 +81,10 @@ pub struct GzOpts {
     /// Treat this server as the headnode (instead of sysinfo's boot parameter).
     #[arg(long, global = true)]
     pub headnode: bool,
+    /// This command runs as a child of cn-agent (CNAPI CommandExecute):
+    /// work that stops cn-agent is handed to the agentsadm-install service.
+    #[arg(long, global = true)]
+    pub inside_cn_agent: bool,
     /// Do not adopt instances into SAPI (headnode setup before SAPI exists).
     #[arg(long, global = true)]
     pub no_sapi: bool,
@@ -386,6 +390,7 @@ async fn settings(
     s.layout = opts.layout.into();
     s.server_uuid = opts.server_uuid;
     s.headnode = opts.headnode.then_some(true);
+    s.inside_cn_agent = opts.inside_cn_agent;
     s.no_sapi = opts.no_sapi;
     s.no_cnapi = opts.no_cnapi;
     s.hook_timeout = opts.hook_timeout;

@@ -8,7 +8,7 @@ use std::time::Instant;
 
 use crate::catalog::{Component, Placement};
 use crate::ids::InstanceUuid;
-use crate::platform::{INSTALL_SERVICE_FMRI, blocking};
+use crate::platform::blocking;
 use crate::remote::{ComponentAction, ComponentResult, GzFailure, GzResult};
 
 use super::super::adopt;
@@ -64,7 +64,8 @@ impl GzSession {
                 return result;
             }
         };
-        if let Some(handoff) = self.handoff(&plan).await {
+        let components: Vec<&Component> = plan.iter().map(|(c, _)| c).collect();
+        if let Some(handoff) = self.handoff("install", &components).await {
             match handoff {
                 Ok(note) => result.warnings.push(note),
                 Err(f) => result.error = Some(f),
@@ -112,60 +113,6 @@ impl GzSession {
         }
         plan.sort_by(|a, b| a.0.order.cmp(&b.0.order).then(a.0.name.cmp(&b.0.name)));
         Ok(plan)
-    }
-
-    /// cn-agent cannot replace itself from inside its own SMF contract
-    /// (stopping it kills us): hand the whole job to the agentsadm-install
-    /// transient service and return. A layout without SMF has no contract
-    /// to escape.
-    async fn handoff(
-        &self,
-        plan: &[(Component, ResolvedImage)],
-    ) -> Option<Result<String, GzFailure>> {
-        let fmri = self.settings.knob("SMF_FMRI")?;
-        let own = plan
-            .iter()
-            .map(|(c, _)| c)
-            .find(|c| c.smf_services.contains(&fmri))?;
-        if !self.layout.runs_services() {
-            return None;
-        }
-        let Some(argv) = &self.settings.job_argv else {
-            return Some(Err(refusal(
-                Some(&own.name),
-                Step::Handoff,
-                format!(
-                    "cannot replace {} from inside its own SMF service {fmri}",
-                    own.name
-                ),
-            )));
-        };
-        let job = self.paths().state_dir().join("job.json");
-        let text =
-            serde_json::to_vec_pretty(&serde_json::json!({ "argv": argv })).unwrap_or_default();
-        let written = {
-            let job = job.clone();
-            blocking(move || fsutil::write_atomic(&job, &text)).await
-        };
-        let launched = match written {
-            Ok(()) => self
-                .platform
-                .launch_transient_job(&job)
-                .await
-                .map_err(|e| crate::error::error_chain(&e)),
-            Err(e) => Err(e.to_string()),
-        };
-        Some(match launched {
-            Ok(()) => Ok(format!(
-                "{} cannot be replaced from inside its own SMF service ({fmri}); the job was handed to {}; wait for CNAPI server.agents to show the new image",
-                own.name, INSTALL_SERVICE_FMRI
-            )),
-            Err(message) => Err(refusal(
-                Some(&own.name),
-                Step::Handoff,
-                format!("cannot hand the job to {INSTALL_SERVICE_FMRI}: {message}"),
-            )),
-        })
     }
 
     /// Run `plan` in groups: each core component alone, all parallel-safe

@@ -15,6 +15,7 @@
 //! - `remove`: `gz remove`; `rollback`: `gz rollback`;
 //! - `setup`: `gz setup`; `report`: the report and posting it to CNAPI.
 
+mod handoff;
 mod install;
 mod remove;
 mod report;
@@ -67,6 +68,10 @@ pub struct GzSettings {
     pub no_cnapi: bool,
     /// Reinstall even when the image is already installed.
     pub force: bool,
+    /// The caller says this run is a child of cn-agent (its
+    /// command_execute): stopping cn-agent would kill it, so work that
+    /// stops cn-agent is handed off (see `handoff.rs`).
+    pub inside_cn_agent: bool,
     pub hook_timeout: Duration,
     pub lock_wait: Duration,
     pub imgapi_url: Option<String>,
@@ -101,6 +106,7 @@ impl GzSettings {
             no_sapi: false,
             no_cnapi: false,
             force: false,
+            inside_cn_agent: false,
             hook_timeout: Duration::from_secs(600),
             lock_wait: Duration::from_secs(300),
             imgapi_url: None,

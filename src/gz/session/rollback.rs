@@ -36,6 +36,13 @@ impl GzSession {
                 return result;
             }
         };
+        if let Some(handoff) = self.handoff("rollback", &[&c]).await {
+            match handoff {
+                Ok(note) => result.warnings.push(note),
+                Err(f) => result.error = Some(f),
+            }
+            return result;
+        }
         match self.rollback_one(&c).await {
             Ok(done) => {
                 self.log_done(&done.result);
