@@ -235,6 +235,29 @@ async fn install_that_exists_changes_nothing() {
         &snapshot(srv.root()),
         "reinstalling the same image",
     );
+    // In text, it says so and how to repair.
+    let out = agentsadm::gz::command::run_captured(
+        [
+            "gz",
+            "install",
+            f.to_str().unwrap(),
+            "--root",
+            srv.root().to_str().unwrap(),
+            "--no-sapi",
+            "--no-cnapi",
+        ]
+        .iter()
+        .map(|a| a.to_string())
+        .collect(),
+        Default::default(),
+    )
+    .await;
+    assert_eq!(out.exit_status, 0, "{}", out.stderr);
+    assert!(
+        out.stdout.contains("already installed, unchanged") && out.stdout.contains("--force"),
+        "{}",
+        out.stdout
+    );
     // --force reinstalls (hooks run again).
     let r = ok(&srv
         .gz_offline(&["install", "--force", f.to_str().unwrap()])

@@ -221,8 +221,9 @@ async fn seeded_mockcloud_servers_are_what_the_installer_leaves() {
 
 #[tokio::test]
 async fn cn_agent_through_execute_hands_itself_to_agentsadm_install() {
-    // Through cn-agent, with a request that says so (cn-agent passes the
-    // request's env as is; nothing else sets SMF_FMRI).
+    // Through cn-agent, with a command line that says so (the orchestrator
+    // does; cn-agent passes the request's env as is, so SMF_FMRI there
+    // would prove nothing).
     let dc = SimDc::start(
         SimConfig::default()
             .servers(1)
@@ -231,7 +232,6 @@ async fn cn_agent_through_execute_hands_itself_to_agentsadm_install() {
     )
     .await
     .unwrap();
-    let fmri = dc.catalog().get("cn-agent").unwrap().smf_services[0].clone();
     let cn = dc.server("cn0001").unwrap();
     let old = dc
         .server_agents(cn.uuid)
@@ -244,8 +244,8 @@ async fn cn_agent_through_execute_hands_itself_to_agentsadm_install() {
     let r = gz_env(
         &dc,
         &cn,
-        &["install", &new.uuid.to_string()],
-        &[("SMF_FMRI", &fmri)],
+        &["install", &new.uuid.to_string(), "--inside-cn-agent"],
+        &[],
     )
     .await;
     assert!(r.error.is_none(), "{r:?}");

@@ -1232,7 +1232,6 @@ async fn cnapi_execute_runs_gz_commands_and_nothing_else() {
         dc.gz_report(cn.uuid).await.unwrap().agents.is_empty(),
         "wiped"
     );
-    let fmri = dc.catalog().get("cn-agent").unwrap().smf_services[0].clone();
     let req = gz_execute_request(
         &[
             "gz".into(),
@@ -1240,8 +1239,9 @@ async fn cnapi_execute_runs_gz_commands_and_nothing_else() {
             "--source".into(),
             "imgapi".into(),
             "--json".into(),
+            "--inside-cn-agent".into(),
         ],
-        [("SMF_FMRI".to_string(), fmri)].into(),
+        Default::default(),
         Duration::from_secs(30),
     );
     let r = cnapi
@@ -1249,9 +1249,9 @@ async fn cnapi_execute_runs_gz_commands_and_nothing_else() {
         .await
         .unwrap();
     assert_eq!(r.exit_status, 0, "{}", r.stderr);
-    // The set includes cn-agent, and the request says the command runs
-    // inside cn-agent's SMF contract (SMF_FMRI in its env, which cn-agent
-    // passes as is): the whole job goes to the agentsadm-install service,
+    // The set includes cn-agent, and the command line says it runs inside
+    // cn-agent's SMF contract (`--inside-cn-agent`, as the orchestrator
+    // says): the whole job goes to the agentsadm-install service,
     // which runs it after cn-agent's restart delay and reports to CNAPI.
     let setup: GzResult = serde_json::from_str(&r.stdout).unwrap();
     assert!(setup.error.is_none(), "{setup:?}");

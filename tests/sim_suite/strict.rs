@@ -769,7 +769,7 @@ async fn cnapi_execute_goes_through_ur_by_default() {
 async fn cnapi_execute_through_cn_agent_passes_exactly_the_request_env() {
     let dc = SimDc::start(
         SimConfig::default()
-            .servers(2)
+            .servers(3)
             .execute_transport(ExecuteTransport::CnAgent),
     )
     .await
@@ -795,13 +795,30 @@ async fn cnapi_execute_through_cn_agent_passes_exactly_the_request_env() {
         ComponentAction::Upgraded,
         "{result:?}"
     );
-    // The request says SMF_FMRI: the command sees it and hands off.
+    // SMF_FMRI in the request reaches the command, but proves nothing
+    // (any caller can send it): no hand-off.
+    let cn3 = dc.server("cn0003").unwrap();
+    let r = execute_raw(
+        &dc,
+        cn3.uuid,
+        &["gz", "install", &image],
+        &[("SMF_FMRI", &fmri)],
+        Some(30_000),
+    )
+    .await;
+    let result: GzResult = serde_json::from_str(r.json()["stdout"].as_str().unwrap()).unwrap();
+    assert_eq!(
+        result.components[0].action,
+        ComponentAction::Upgraded,
+        "{result:?}"
+    );
+    // The command line says it runs inside cn-agent: it hands off.
     let cn2 = dc.server("cn0002").unwrap();
     let r = execute_raw(
         &dc,
         cn2.uuid,
-        &["gz", "install", &image],
-        &[("SMF_FMRI", &fmri)],
+        &["gz", "install", &image, "--inside-cn-agent"],
+        &[],
         Some(30_000),
     )
     .await;

@@ -99,7 +99,11 @@ pub(super) fn print_result(printer: &mut Printer, result: &GzResult) -> u8 {
                         .unwrap_or_default()
                 ),
                 ComponentAction::Unchanged => {
-                    format!("{}: {version}{image} already installed", c.name)
+                    // Nothing ran: say how to repair a damaged copy.
+                    format!(
+                        "{}: {version}{image} already installed, unchanged (gz install --force reinstalls it and reruns its hooks)",
+                        c.name
+                    )
                 }
                 ComponentAction::Removed => format!(
                     "{}: removed {version}{}",
