@@ -19,5 +19,7 @@ mod golden_common;
 mod list;
 #[path = "orch_suite/plan.rs"]
 mod plan;
+#[path = "orch_suite/rollout.rs"]
+mod rollout;
 #[path = "orch_suite/sim.rs"]
 mod sim;

@@ -397,6 +397,7 @@ pub fn plan_repairs(
             ServerPlan {
                 hostname,
                 headnode,
+                rack: None,
                 steps,
                 intent,
             },

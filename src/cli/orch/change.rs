@@ -11,11 +11,14 @@ use super::{
     updates_client,
 };
 use crate::catalog::Catalog;
-use crate::cli::execution::{Execution, interrupted, with_dc_lock};
+use std::sync::atomic::AtomicBool;
+
+use crate::cli::execution::{CliGate, Execution, interrupted, with_dc_lock_watched};
 use crate::cli::{CmdResult, EXIT_PARTIAL, GlobalOpts};
 use crate::ids::ImageUuid;
+use crate::orchestrate::execute::default_canary;
 use crate::orchestrate::images::ImageChoice;
-use crate::orchestrate::plan::{ComponentSelection, Operation, Request, ServerSelection};
+use crate::orchestrate::plan::{ComponentSelection, Operation, Plan, Request, ServerSelection};
 use crate::orchestrate::session::Session;
 
 /// Servers shown one by one in a plan up to this many; beyond, servers with
@@ -193,7 +196,9 @@ fn servers_selection(names: Vec<String>) -> ServerSelection {
     }
 }
 
-/// plan / update / install / remove.
+/// plan / update / install / remove. A changing command takes the
+/// datacenter lock before planning, plans under it, and executes only the
+/// plan that was shown and confirmed (fenced plans).
 async fn run_change(g: &GlobalOpts, change: Change, plan_only: bool) -> CmdResult {
     let out = g.output();
     let catalog = g.load_catalog()?;
@@ -204,44 +209,84 @@ async fn run_change(g: &GlobalOpts, change: Change, plan_only: bool) -> CmdResul
         catalog: &catalog,
         updates: updates.as_ref(),
     };
-    let exec = change.exec;
+    let exec = &change.exec;
+    if plan_only || exec.dry_run {
+        let plan = plan_and_show(g, &session, &change).await?;
+        if out.json {
+            out.json(&json!({"plan": plan, "executed": false, "exit_status": 0}));
+        }
+        return Ok(exit(0));
+    }
+    let operation = format!(
+        "{} {}",
+        change.request.operation,
+        match &change.request.components {
+            ComponentSelection::All => "--all".to_string(),
+            ComponentSelection::Named(v) => v.join(","),
+        }
+    );
+    let lost = AtomicBool::new(false);
+    let work = fenced_change(g, &session, &change, &lost);
+    with_dc_lock_watched(&apis.sapi, &operation, exec.break_lock, &out, &lost, work).await?
+}
+
+/// Plan, and show the plan (text only).
+async fn plan_and_show(
+    g: &GlobalOpts,
+    session: &Session<'_>,
+    change: &Change,
+) -> anyhow::Result<Plan> {
     let plan = session
-        .plan(&change.request, change.choice, exec.transport)
+        .plan(&change.request, change.choice, change.exec.transport)
         .await?
         .plan;
-
     let max = if g.verbose > 0 {
         usize::MAX
     } else {
         DEFAULT_MAX_SERVERS
     };
+    let out = g.output();
     if !out.json {
         out.line(plan.display_compact(max).to_string().trim_end());
     }
-    let partial = if plan.has_blocking_skips() {
-        EXIT_PARTIAL
-    } else {
-        0
-    };
-    if plan_only || exec.dry_run || plan.is_empty() {
-        if out.json {
-            out.json(&json!({"plan": plan, "executed": false, "exit_status": if plan_only || exec.dry_run { 0 } else { partial }}));
-        }
-        if plan_only || exec.dry_run {
-            return Ok(exit(0));
-        }
-        return Ok(exit(partial));
-    }
+    Ok(plan)
+}
 
-    if plan.needs_explicit_yes && !exec.yes {
-        for w in &plan.warnings {
-            eprintln!("warning: {w}");
+/// Under the lock: plan, confirm, re-plan until the plan confirmed is the
+/// plan that would run, then execute it.
+async fn fenced_change(
+    g: &GlobalOpts,
+    session: &Session<'_>,
+    change: &Change,
+    lost: &AtomicBool,
+) -> CmdResult {
+    let out = g.output();
+    let exec = &change.exec;
+    let mut plan = plan_and_show(g, session, change).await?;
+    loop {
+        if plan.is_empty() {
+            let partial = if plan.has_blocking_skips() {
+                EXIT_PARTIAL
+            } else {
+                0
+            };
+            if out.json {
+                out.json(&json!({"plan": plan, "executed": false, "exit_status": partial}));
+            }
+            return Ok(exit(partial));
         }
-        bail!(
-            "this plan restarts components that abort running work; re-run with -y to confirm (nothing was changed)"
-        );
-    }
-    if !exec.yes {
+        if plan.needs_explicit_yes && !exec.yes {
+            for w in &plan.warnings {
+                eprintln!("warning: {w}");
+            }
+            bail!(
+                "this plan restarts components that abort running work; re-run with -y to confirm (nothing was changed)"
+            );
+        }
+        if exec.yes {
+            // Planned under the lock just now: nothing to fence against.
+            break;
+        }
         if out.json || !stdin_is_terminal() {
             bail!("refusing to change servers without confirmation: pass -y (nothing was changed)");
         }
@@ -252,29 +297,53 @@ async fn run_change(g: &GlobalOpts, change: Change, plan_only: bool) -> CmdResul
             out.line("Nothing was changed.");
             return Ok(exit(1));
         }
+        // The datacenter may have changed while the operator read the
+        // plan (a server rebooted, an image was published): execute only
+        // what was confirmed.
+        let again = session
+            .plan(&change.request, change.choice, exec.transport)
+            .await?
+            .plan;
+        if again == plan {
+            break;
+        }
+        out.line("\nThe plan changed since it was shown; the new plan:");
+        let max = if g.verbose > 0 {
+            usize::MAX
+        } else {
+            DEFAULT_MAX_SERVERS
+        };
+        out.line(again.display_compact(max).to_string().trim_end());
+        plan = again;
     }
 
-    let execution = Execution::new(g, plan.operation.as_str(), exec.options);
+    let mut options = exec.options.clone();
+    options.canary = exec
+        .canary
+        .unwrap_or_else(|| default_canary(plan.servers.len()));
+    let execution = Execution::new(g, plan.operation.as_str(), options);
     let reporter = execution.reporter();
-    let work = async {
-        if !plan.imports.is_empty() {
-            out.line(format!(
-                "Importing {} image(s) into the datacenter IMGAPI...",
-                plan.imports.len()
-            ));
-        }
-        session
-            .execute(
-                &plan,
-                &execution.options,
-                execution.transport.clone(),
-                &reporter,
-                interrupted(),
-            )
-            .await
+    if !plan.imports.is_empty() {
+        out.line(format!(
+            "Importing {} image(s) into the datacenter IMGAPI...",
+            plan.imports.len()
+        ));
+    }
+    let gate = CliGate {
+        yes: exec.yes,
+        lost,
+        out: &out,
     };
-    let operation = format!("{} {}", plan.operation, plan.components.join(","));
-    let report = with_dc_lock(&apis.sapi, &operation, exec.break_lock, &out, work).await??;
+    let report = session
+        .execute_gated(
+            &plan,
+            &execution.options,
+            execution.transport.clone(),
+            &reporter,
+            interrupted(),
+            &gate,
+        )
+        .await?;
     let status = report.exit_status(&plan);
     if out.json {
         out.json(&json!({
