@@ -217,6 +217,24 @@ async fn run_change(g: &GlobalOpts, change: Change, plan_only: bool) -> CmdResul
         }
         return Ok(exit(0));
     }
+    // A first plan without the lock: bad input, or nothing to do, ends
+    // here with nothing written (not even the lock).
+    let unlocked = session
+        .plan(&change.request, change.choice, exec.transport)
+        .await?
+        .plan;
+    if unlocked.is_empty() {
+        return show_empty(g, &unlocked, false);
+    }
+    if !exec.yes && (out.json || !stdin_is_terminal()) {
+        out.line(
+            unlocked
+                .display_compact(DEFAULT_MAX_SERVERS)
+                .to_string()
+                .trim_end(),
+        );
+        bail!("refusing to change servers without confirmation: pass -y (nothing was changed)");
+    }
     let operation = format!(
         "{} {}",
         change.request.operation,
@@ -228,6 +246,28 @@ async fn run_change(g: &GlobalOpts, change: Change, plan_only: bool) -> CmdResul
     let lost = AtomicBool::new(false);
     let work = fenced_change(g, &session, &change, &lost);
     with_dc_lock_watched(&apis.sapi, &operation, exec.break_lock, &out, &lost, work).await?
+}
+
+/// An empty plan (shown unless `shown`): exit 0, or 2 when something
+/// blocking was skipped.
+fn show_empty(g: &GlobalOpts, plan: &Plan, shown: bool) -> CmdResult {
+    let out = g.output();
+    let partial = if plan.has_blocking_skips() {
+        EXIT_PARTIAL
+    } else {
+        0
+    };
+    if out.json {
+        out.json(&json!({"plan": plan, "executed": false, "exit_status": partial}));
+    } else if !shown {
+        let max = if g.verbose > 0 {
+            usize::MAX
+        } else {
+            DEFAULT_MAX_SERVERS
+        };
+        out.line(plan.display_compact(max).to_string().trim_end());
+    }
+    Ok(exit(partial))
 }
 
 /// Plan, and show the plan (text only).
@@ -265,15 +305,7 @@ async fn fenced_change(
     let mut plan = plan_and_show(g, session, change).await?;
     loop {
         if plan.is_empty() {
-            let partial = if plan.has_blocking_skips() {
-                EXIT_PARTIAL
-            } else {
-                0
-            };
-            if out.json {
-                out.json(&json!({"plan": plan, "executed": false, "exit_status": partial}));
-            }
-            return Ok(exit(partial));
+            return show_empty(g, &plan, true);
         }
         if plan.needs_explicit_yes && !exec.yes {
             for w in &plan.warnings {
