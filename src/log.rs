@@ -7,7 +7,7 @@
 
 use std::fs::{File, OpenOptions};
 use std::io::Write;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
 use tracing::field::{Field, Visit};
@@ -34,12 +34,64 @@ impl BunyanLayer {
     }
 }
 
-fn hostname() -> String {
-    std::fs::read_to_string("/etc/hostname")
-        .map(|s| s.trim().to_string())
+/// This machine's name: `/etc/nodename` on SmartOS, else gethostname(3).
+pub fn hostname() -> String {
+    if let Some(n) = std::fs::read_to_string("/etc/nodename")
         .ok()
+        .map(|s| s.trim().to_string())
         .filter(|s| !s.is_empty())
-        .unwrap_or_else(|| "localhost".to_string())
+    {
+        return n;
+    }
+    let mut buf = [0u8; 256];
+    // SAFETY: the buffer is valid for its length; gethostname writes at
+    // most that many bytes.
+    let rc = unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len()) };
+    if rc == 0 {
+        let end = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
+        if let Ok(n) = std::str::from_utf8(&buf[..end])
+            && !n.is_empty()
+        {
+            return n.to_string();
+        }
+    }
+    "localhost".to_string()
+}
+
+/// The bunyan `component` of an event: its `component` field if it has
+/// one, else its module without the crate (`orchestrate/execute`).
+fn component_of(target: &str) -> String {
+    let t = target.strip_prefix("agentsadm::").unwrap_or(target);
+    t.replace("::", "/")
+}
+
+/// Where an orchestrator run's log goes by default: on a headnode
+/// `/var/log/agentsadm/logs`, elsewhere `$XDG_STATE_HOME/agentsadm/logs`
+/// (`~/.local/state/agentsadm/logs`).
+pub fn default_log_dir() -> Option<PathBuf> {
+    if Path::new("/lib/sdc/config.sh").exists() {
+        return Some(PathBuf::from("/var/log/agentsadm/logs"));
+    }
+    let state = std::env::var_os("XDG_STATE_HOME")
+        .filter(|v| !v.is_empty())
+        .map(PathBuf::from)
+        .or_else(|| {
+            std::env::var_os("HOME")
+                .filter(|v| !v.is_empty())
+                .map(|h| PathBuf::from(h).join(".local/state"))
+        })?;
+    Some(state.join("agentsadm/logs"))
+}
+
+/// `<dir>/<timestamp>-<pid>-<command>.log`, the timestamp in UTC to the
+/// second (`20261123T212713Z`), so that names sort by time.
+pub fn run_log_path(dir: &Path, command: &str, now: std::time::SystemTime) -> PathBuf {
+    let stamp: String = humantime::format_rfc3339_seconds(now)
+        .to_string()
+        .chars()
+        .filter(|c| *c != '-' && *c != ':')
+        .collect();
+    dir.join(format!("{stamp}-{}-{command}.log", std::process::id()))
 }
 
 /// Bunyan's numeric levels.
@@ -57,7 +109,14 @@ struct JsonVisitor(serde_json::Map<String, serde_json::Value>);
 
 impl Visit for JsonVisitor {
     fn record_str(&mut self, field: &Field, value: &str) {
-        self.0.insert(field.name().to_string(), value.into());
+        // Documents (the plan, the summary) are logged as JSON text and kept
+        // as JSON in the record.
+        let v = if value.starts_with('{') || value.starts_with('[') {
+            serde_json::from_str(value).unwrap_or_else(|_| value.into())
+        } else {
+            value.into()
+        };
+        self.0.insert(field.name().to_string(), v);
     }
     fn record_i64(&mut self, field: &Field, value: i64) {
         self.0.insert(field.name().to_string(), value.into());
@@ -94,7 +153,10 @@ impl<S: Subscriber> Layer<S> for BunyanLayer {
             "level".into(),
             bunyan_level(event.metadata().level()).into(),
         );
-        rec.insert("component".into(), event.metadata().target().into());
+        rec.insert(
+            "component".into(),
+            component_of(event.metadata().target()).into(),
+        );
         for (k, v) in visitor.0 {
             rec.insert(k, v);
         }
@@ -114,8 +176,9 @@ impl<S: Subscriber> Layer<S> for BunyanLayer {
     }
 }
 
-/// Target of events meant for the log file only: the command line prints
-/// the same error itself, as one line on stderr.
+/// Target of events meant for the log file only: the run's record (command
+/// line, plan, steps, summary, the final error), which the command line
+/// shows in its own form on stdout and stderr.
 pub const FILE_ONLY_TARGET: &str = "agentsadm::log_file_only";
 
 /// Install the global subscriber. `verbosity` 0 shows warnings, 1 info, 2+

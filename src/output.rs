@@ -76,8 +76,145 @@ pub fn table(header: &[&str], rows: &[Vec<String>]) -> String {
     out
 }
 
+/// How a table is shown, as `sdcadm insts` takes it: `-H` (no header),
+/// `-o COLUMNS` (which columns, in which order), `-s SORT` (sort by these
+/// columns, each ascending; `-NAME` descending).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct TableOptions {
+    pub no_header: bool,
+    pub columns: Vec<String>,
+    pub sort: Vec<String>,
+}
+
+fn column_index(header: &[&str], name: &str) -> Result<usize, String> {
+    header
+        .iter()
+        .position(|h| h.eq_ignore_ascii_case(name.trim()))
+        .ok_or_else(|| {
+            let names: Vec<String> = header.iter().map(|h| h.to_ascii_lowercase()).collect();
+            format!(
+                "unknown column {name:?}; the columns are {}",
+                names.join(", ")
+            )
+        })
+}
+
+/// Compare cells as numbers when both are, else as text.
+fn cmp_cells(a: &str, b: &str) -> std::cmp::Ordering {
+    match (a.parse::<f64>(), b.parse::<f64>()) {
+        (Ok(x), Ok(y)) => x.partial_cmp(&y).unwrap_or(std::cmp::Ordering::Equal),
+        _ => a.cmp(b),
+    }
+}
+
+/// Render rows as [`table`] does, after sorting and choosing columns as
+/// `options` say. An unknown column name is an error naming the columns.
+pub fn table_with(
+    header: &[&str],
+    rows: &[Vec<String>],
+    options: &TableOptions,
+) -> Result<String, String> {
+    let mut sort = Vec::new();
+    for key in &options.sort {
+        let (desc, name) = match key.trim().strip_prefix('-') {
+            Some(n) => (true, n),
+            None => (false, key.trim()),
+        };
+        sort.push((column_index(header, name)?, desc));
+    }
+    let mut rows: Vec<&Vec<String>> = rows.iter().collect();
+    rows.sort_by(|a, b| {
+        for (i, desc) in &sort {
+            let o = cmp_cells(
+                a.get(*i).map(String::as_str).unwrap_or(""),
+                b.get(*i).map(String::as_str).unwrap_or(""),
+            );
+            let o = if *desc { o.reverse() } else { o };
+            if o != std::cmp::Ordering::Equal {
+                return o;
+            }
+        }
+        std::cmp::Ordering::Equal
+    });
+    let columns: Vec<usize> = if options.columns.is_empty() {
+        (0..header.len()).collect()
+    } else {
+        options
+            .columns
+            .iter()
+            .map(|c| column_index(header, c))
+            .collect::<Result<_, _>>()?
+    };
+    let head: Vec<&str> = columns.iter().map(|i| header[*i]).collect();
+    let body: Vec<Vec<String>> = rows
+        .iter()
+        .map(|r| {
+            columns
+                .iter()
+                .map(|i| r.get(*i).cloned().unwrap_or_default())
+                .collect()
+        })
+        .collect();
+    let text = table(&head, &body);
+    if options.no_header {
+        Ok(text
+            .split_once('\n')
+            .map(|(_, rest)| rest)
+            .unwrap_or("")
+            .to_string())
+    } else {
+        Ok(text)
+    }
+}
+
+/// The first `n` characters of a UUID, as tables show them.
+pub fn short_uuid(u: &impl ToString, n: usize) -> String {
+    u.to_string().chars().take(n).collect()
+}
+
+/// An RFC 3339 time to the second: `2026-02-01T00:00:00.000Z` ->
+/// `2026-02-01T00:00:00Z`.
+pub fn to_the_second(t: &str) -> String {
+    match (t.get(..19), t.ends_with('Z')) {
+        (Some(head), true) if t.len() > 20 => format!("{head}Z"),
+        _ => t.to_string(),
+    }
+}
+
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn tables_choose_sort_and_drop_the_header() {
+        let rows = vec![
+            vec!["cn2".into(), "b".into(), "10".into()],
+            vec!["cn1".into(), "z".into(), "9".into()],
+            vec!["cn1".into(), "a".into(), "100".into()],
+        ];
+        let h = ["HOSTNAME", "COMPONENT", "N"];
+        let o = |cols: &[&str], sort: &[&str], no_header| super::TableOptions {
+            no_header,
+            columns: cols.iter().map(|s| s.to_string()).collect(),
+            sort: sort.iter().map(|s| s.to_string()).collect(),
+        };
+        let t = super::table_with(&h, &rows, &o(&[], &["hostname", "component"], false)).unwrap();
+        assert_eq!(
+            t,
+            "HOSTNAME  COMPONENT  N\ncn1       a          100\ncn1       z          9\ncn2       b          10\n"
+        );
+        let t = super::table_with(&h, &rows, &o(&["n", "hostname"], &["-n"], true)).unwrap();
+        assert_eq!(t, "100  cn1\n10   cn2\n9    cn1\n");
+        let e = super::table_with(&h, &rows, &o(&["nope"], &[], false)).unwrap_err();
+        assert!(e.contains("hostname, component, n"), "{e}");
+        assert_eq!(
+            super::to_the_second("2026-02-01T00:00:00.000Z"),
+            "2026-02-01T00:00:00Z"
+        );
+        assert_eq!(
+            super::to_the_second("2026-02-01T00:00:00Z"),
+            "2026-02-01T00:00:00Z"
+        );
+    }
+
     #[test]
     fn table_aligns() {
         let t = super::table(

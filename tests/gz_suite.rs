@@ -10,7 +10,11 @@
 //! - `mockcloud`, `setup`, `handoff`: the other layouts and flows;
 //! - `fetch`: local image files verified and unpacked, a corrupt one refused;
 //! - `unpack`: the unpacker's rules, one example each;
-//! - `unpack_props`: the unpacker never writes outside staging.
+//! - `unpack_props`: the unpacker never writes outside staging;
+//! - `hostile`: hostile images (issue 12), one test per class, each
+//!   refused with the root and a sentinel outside it unchanged.
+//! - `real_fixtures`: every real agent's SMF manifest and package.json read;
+//! - `symlinks`: links in a package never followed by chmod.
 
 #[path = "common/gz.rs"]
 mod gz_common;
@@ -27,12 +31,16 @@ mod crash;
 mod fetch;
 #[path = "gz_suite/handoff.rs"]
 mod handoff;
+#[path = "gz_suite/hostile.rs"]
+mod hostile;
 #[path = "gz_suite/install.rs"]
 mod install;
 #[path = "gz_suite/kinds.rs"]
 mod kinds;
 #[path = "gz_suite/mockcloud.rs"]
 mod mockcloud;
+#[path = "gz_suite/real_fixtures.rs"]
+mod real_fixtures;
 #[path = "gz_suite/sapi_cnapi.rs"]
 mod sapi_cnapi;
 #[path = "gz_suite/setup.rs"]
@@ -41,6 +49,8 @@ mod setup;
 mod shar;
 #[path = "gz_suite/shar_reader.rs"]
 mod shar_reader;
+#[path = "gz_suite/symlinks.rs"]
+mod symlinks;
 #[path = "gz_suite/unpack.rs"]
 mod unpack;
 #[path = "gz_suite/unpack_props.rs"]

@@ -7,7 +7,9 @@
 //! - `exec`: the executor, outliers, stragglers and the lock on the fake
 //!   datacenter, with a paused clock;
 //! - `sim`: plan, execute and re-plan against the simulated datacenter, the
-//!   CLI's exit statuses, two orchestrators started together.
+//!   CLI's exit statuses, two orchestrators started together;
+//! - `runlog`: the bunyan log of every run, JSON error documents;
+//! - `tables`: `list` and `avail` tables (`-H`, `-o`, `--sort`, `-q`).
 
 #[path = "orch_suite/adopt.rs"]
 mod adopt;
@@ -21,5 +23,9 @@ mod list;
 mod plan;
 #[path = "orch_suite/rollout.rs"]
 mod rollout;
+#[path = "orch_suite/runlog.rs"]
+mod runlog;
 #[path = "orch_suite/sim.rs"]
 mod sim;
+#[path = "orch_suite/tables.rs"]
+mod tables;

@@ -6,7 +6,9 @@
 //! - `api_faults`: the clients' retries, timeouts and error bodies against
 //!   injected faults;
 //! - `gz`: the real GZ installer behind the simulator (both layouts);
-//! - `serve`: `agentsadm sim serve` / `sim publish`, persistence, scale.
+//! - `serve`: `agentsadm sim serve` / `sim publish`, persistence, scale;
+//! - `strict`: where the simulator is as strict as the real services
+//!   (issue 13).
 
 #[path = "common/sim.rs"]
 mod sim_common;
@@ -19,3 +21,5 @@ mod gz;
 mod quirks;
 #[path = "sim_suite/serve.rs"]
 mod serve;
+#[path = "sim_suite/strict.rs"]
+mod strict;

@@ -33,6 +33,24 @@ pub struct ListImagesFilter {
     pub marker: Option<String>,
 }
 
+/// Why [`ImgapiClient::get_image_limited`] failed.
+#[derive(Debug, thiserror::Error)]
+pub enum ManifestError {
+    #[error(transparent)]
+    Api(#[from] ApiError),
+    #[error(
+        "IMGAPI GET {path}: the answer is larger than {limit} bytes, so it is not an image manifest (they are a few KiB); check the IMGAPI URL"
+    )]
+    TooLarge { path: String, limit: u64 },
+}
+
+impl ManifestError {
+    /// The API answered 404.
+    pub fn is_not_found(&self) -> bool {
+        matches!(self, ManifestError::Api(e) if e.is_not_found())
+    }
+}
+
 /// A started image file download: the response to stream from plus the
 /// integrity headers IMGAPI sent. [`ImageFileDownload::verified_stream`]
 /// checks them as the body arrives; reading `response` directly leaves the
@@ -301,6 +319,82 @@ impl ImgapiClient {
         self.rest
             .json(Method::GET, &path, Idempotent::Yes, None)
             .await
+    }
+
+    /// GetImage for an installer: the answer is refused, unread, when it
+    /// is larger than `max_bytes` (by its `Content-Length`, or as soon as
+    /// that many bytes have arrived), before anything parses it. Retries
+    /// transient failures like every JSON call.
+    pub async fn get_image_limited(
+        &self,
+        uuid: ImageUuid,
+        max_bytes: u64,
+    ) -> Result<ImageManifest, ManifestError> {
+        let pairs: Vec<(&str, String)> = self.channel_pair(None).into_iter().collect();
+        let path = format!("/images/{uuid}{}", query(&pairs));
+        let mut attempt = 0;
+        let body = self
+            .rest
+            .config()
+            .retry_policy()
+            .run(
+                || self.get_limited_once(&path, max_bytes),
+                |e: &ManifestError| matches!(e, ManifestError::Api(a) if a.is_transient()),
+                |err, delay| {
+                    attempt += 1;
+                    tracing::debug!(image = %uuid, attempt, error = %err, "GetImage failed; retrying after {delay:?}");
+                },
+            )
+            .await?;
+        Ok(self.rest.decode(Method::GET, &path, &body)?)
+    }
+
+    async fn get_limited_once(&self, path: &str, max_bytes: u64) -> Result<Vec<u8>, ManifestError> {
+        let timeout = self.rest.config().timeout;
+        let too_large = || ManifestError::TooLarge {
+            path: strip_query(path),
+            limit: max_bytes,
+        };
+        let send_error =
+            |err| ManifestError::Api(self.rest.map_send_error(&Method::GET, path, timeout, err));
+        let mut resp = self
+            .rest
+            .request(Method::GET, path)
+            .timeout(timeout)
+            .send()
+            .await
+            .map_err(send_error)?;
+        let status = resp.status();
+        if resp.content_length().is_some_and(|n| n > max_bytes) {
+            return Err(if status.is_success() {
+                too_large()
+            } else {
+                ManifestError::Api(ApiError::Status {
+                    api: Api::Imgapi,
+                    method: Method::GET,
+                    path: strip_query(path),
+                    status: status.as_u16(),
+                    body: super::ErrorBody::parse(b""),
+                })
+            });
+        }
+        let mut body = Vec::new();
+        while let Some(chunk) = resp.chunk().await.map_err(send_error)? {
+            if body.len() as u64 + chunk.len() as u64 > max_bytes {
+                return Err(too_large());
+            }
+            body.extend_from_slice(&chunk);
+        }
+        if !status.is_success() {
+            return Err(ManifestError::Api(ApiError::Status {
+                api: Api::Imgapi,
+                method: Method::GET,
+                path: strip_query(path),
+                status: status.as_u16(),
+                body: super::ErrorBody::parse(&body),
+            }));
+        }
+        Ok(body)
     }
 
     /// GetImageFile: start the download and hand back the response for the

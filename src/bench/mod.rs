@@ -287,6 +287,33 @@ pub fn render_table(value: &Value) -> String {
                     "agentsadm / bare tar".into(),
                     num(v, "ratio_vs_bare_tar", "x"),
                 );
+                for (key, fs) in [("realistic", "disk"), ("realistic_tmpfs", "tmpfs")] {
+                    let Some(r) = v.get(key) else { continue };
+                    let what = format!("cn-agent shape, {} files, {fs}", num(r, "files", ""));
+                    if let Some(e) = r.get("error").and_then(Value::as_str) {
+                        row(name, format!("cn-agent shape, {fs}"), e.to_string());
+                        continue;
+                    }
+                    row(
+                        name,
+                        format!("{what}: agentsadm / cn-agent path / bare tar"),
+                        format!(
+                            "{} / {} / {}",
+                            num(r, "agentsadm_s", " s"),
+                            num(r, "cn_agent_path_s", " s"),
+                            num(r, "bare_tar_s", " s")
+                        ),
+                    );
+                    row(
+                        name,
+                        format!("{what}: speedup vs cn-agent, agentsadm / bare tar"),
+                        format!(
+                            "{}, {}",
+                            num(r, "speedup_vs_cn_agent", "x"),
+                            num(r, "ratio_vs_bare_tar", "x")
+                        ),
+                    );
+                }
             }
             Benchmark::Rollout => {
                 let backend = v.get("backend").and_then(Value::as_str).unwrap_or("?");

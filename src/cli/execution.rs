@@ -63,6 +63,49 @@ pub(crate) async fn interrupted() {
     }
 }
 
+/// Refuse early, before the plan is shown, when another agentsadm holds
+/// the datacenter lock (and `--break-lock` was not given); [`with_dc_lock`]
+/// still takes the lock properly afterwards.
+pub(crate) async fn refuse_if_locked(sapi: &SapiClient, break_lock: bool) -> anyhow::Result<()> {
+    if break_lock {
+        return Ok(());
+    }
+    let store = SapiLockStore::new(sapi.clone()).await?;
+    let Some(r) = lock::LockStore::read(&store).await? else {
+        return Ok(());
+    };
+    // The owner's process, when it ran on this host (as lock::acquire
+    // decides).
+    let here = [
+        crate::log::hostname(),
+        std::fs::read_to_string("/etc/hostname")
+            .unwrap_or_default()
+            .trim()
+            .to_string(),
+    ];
+    let alive = r
+        .owner_host_pid()
+        .filter(|(host, _)| here.iter().any(|h| h == host))
+        .map(|(_, pid)| std::path::Path::new(&format!("/proc/{pid}")).exists());
+    let options = LockOptions::default();
+    if lock::evaluate(
+        Some(&r),
+        std::time::SystemTime::now(),
+        options.stale_after,
+        alive,
+    ) == lock::LockState::Held
+    {
+        return Err(lock::LockError::Held {
+            owner: r.owner.clone(),
+            operation: r.operation.clone(),
+            started: r.started.clone(),
+            refreshed: r.refreshed.clone(),
+        }
+        .into());
+    }
+    Ok(())
+}
+
 /// Take the datacenter lock for `operation`, run `work` while refreshing
 /// the lock, then release it. Failing to refresh or release is a warning:
 /// the work has started (or is done) and stopping it would leave it half

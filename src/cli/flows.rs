@@ -45,7 +45,7 @@ pub struct CheckArgs {
     #[arg(short = 'j', long, default_value_t = DEFAULT_CONCURRENCY, value_name = "N")]
     pub concurrency: usize,
     /// Give up on one install or upgrade after this long.
-    #[arg(long, value_parser = humantime::parse_duration, default_value = "30m", value_name = "DURATION")]
+    #[arg(long, value_parser = super::orch::duration, default_value = "30m", value_name = "DURATION")]
     pub task_timeout: Duration,
     /// Take the datacenter lock even if another agentsadm holds it.
     #[arg(long)]
@@ -148,6 +148,17 @@ pub async fn run_check(g: &GlobalOpts, a: CheckArgs) -> CmdResult {
         }
         return Ok(exit(status));
     }
+    let downgrades = plan.downgrades();
+    if !downgrades.is_empty() && !a.yes {
+        for d in &downgrades {
+            out.warn(format!("downgrade: {d}"));
+        }
+        bail!(
+            "{} of these repairs downgrade{} a component to the image SAPI names; re-run with -y to confirm (nothing was changed)",
+            downgrades.len(),
+            if downgrades.len() == 1 { "s" } else { "" }
+        );
+    }
     if !confirmed(a.yes, out.json, "Repair?").await? {
         out.line("Nothing was changed.");
         return Ok(exit(1));
@@ -189,8 +200,21 @@ pub async fn run_check(g: &GlobalOpts, a: CheckArgs) -> CmdResult {
     if let Some(servers) = &r.servers {
         out.line(format!("\n{}", servers.render(&plan.plan).trim_end()));
     }
+    let steps_done = r
+        .servers
+        .as_ref()
+        .map(|s| {
+            s.servers
+                .values()
+                .flat_map(|o| &o.steps)
+                .filter(|st| st.status == crate::orchestrate::report::StepStatus::Done)
+                .count()
+        })
+        .unwrap_or(0);
     out.line(format!(
-        "\nRepaired: {} CNAPI reports, {} SAPI writes, {} replaced instances deleted{}.",
+        "\nRepaired: {} ({} server steps, {} CNAPI reports, {} SAPI writes, {} replaced instances deleted){}.",
+        steps_done + r.reports_posted + r.sapi_done + r.replaced_deleted,
+        steps_done,
         r.reports_posted,
         r.sapi_done,
         r.replaced_deleted,

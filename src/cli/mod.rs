@@ -26,7 +26,7 @@ use clap::{Args, Parser, Subcommand};
 
 use crate::api::{ApiConfig, Apis};
 use crate::catalog::Catalog;
-use crate::orchestrate::report::{ExecEvent, Reporter};
+use crate::orchestrate::report::{ExecEvent, LogReporter, Reporter};
 use crate::output::Output;
 use crate::platform::read_sdc_config;
 
@@ -50,8 +50,10 @@ pub struct Cli {
     pub command: Command,
 }
 
-/// Options every subcommand accepts.
+/// Options every subcommand accepts (shown under their own heading, after
+/// the command's own).
 #[derive(Args, Clone, Debug, Default)]
+#[command(next_help_heading = "Global options")]
 pub struct GlobalOpts {
     /// SAPI URL (default: from the SDC config on a headnode).
     #[arg(long, global = true, env = "SAPI_URL", value_name = "URL")]
@@ -71,7 +73,10 @@ pub struct GlobalOpts {
     /// Print more (repeat for debug).
     #[arg(short, long, global = true, action = clap::ArgAction::Count)]
     pub verbose: u8,
-    /// Append bunyan-style JSON log records to this file.
+    /// Append bunyan JSON log records to this file (read them with
+    /// `bunyan FILE`). update, install, remove, adopt and check log by
+    /// default: on a headnode under /var/log/agentsadm/logs/, elsewhere
+    /// under $XDG_STATE_HOME/agentsadm/logs/.
     #[arg(long, global = true, value_name = "FILE")]
     pub log_file: Option<PathBuf>,
     /// Use this component catalog instead of the built-in one.
@@ -101,6 +106,7 @@ pub(crate) struct Tee<'a> {
 
 impl Reporter for Tee<'_> {
     fn event(&self, event: &ExecEvent<'_>) {
+        LogReporter.event(event);
         self.progress.event(event);
         if let Some(o) = self.observer {
             o.event(event);
@@ -170,20 +176,42 @@ impl GlobalOpts {
 #[derive(Subcommand, Debug)]
 pub enum Command {
     /// List installed components per server (intent and reality).
+    #[command(
+        after_help = "Examples:\n  agentsadm list\n  agentsadm list vm-agent -s cn0001,cn0002\n  agentsadm list -H -o hostname,version --sort version vm-agent"
+    )]
     List(orch::ListArgs),
     /// List images available for components.
+    #[command(
+        after_help = "Examples:\n  agentsadm avail vm-agent\n  agentsadm avail -C release\n  agentsadm avail --all-images --json"
+    )]
     Avail(orch::AvailArgs),
     /// Show the plan for update, install or remove without doing it.
+    #[command(
+        after_help = "Examples:\n  agentsadm plan update vm-agent --latest\n  agentsadm plan install dockerlogger -s cn0001"
+    )]
     Plan(orch::PlanArgs),
     /// Update components on servers to a target image.
+    #[command(
+        after_help = "Examples:\n  agentsadm update vm-agent --latest\n  agentsadm update vm-agent@1.1.0 -s cn0001,cn0002 -y\n  agentsadm update --all --latest -C release -n"
+    )]
     Update(orch::UpdateArgs),
     /// Install a component on servers that do not have it.
+    #[command(
+        after_help = "Examples:\n  agentsadm install dockerlogger -s cn0001\n  agentsadm install cmon-agent --all-servers -y"
+    )]
     Install(orch::InstallArgs),
     /// Uninstall a component from servers and delete its SAPI instances.
+    #[command(
+        after_help = "Examples:\n  agentsadm remove dockerlogger -s cn0001\n  agentsadm remove dockerlogger -s cn0001,cn0002 -y"
+    )]
     Remove(orch::RemoveArgs),
     /// Create SAPI agent services and instances for what is installed.
+    #[command(after_help = "Examples:\n  agentsadm adopt -n\n  agentsadm adopt -y")]
     Adopt(orch::AdoptArgs),
     /// Report drift between SAPI intent, CNAPI and the servers; optionally fix it.
+    #[command(
+        after_help = "Examples:\n  agentsadm check\n  agentsadm check --live --json\n  agentsadm check --fix -y"
+    )]
     Check(flows::CheckArgs),
     /// Delete or factory-reset a server, cleaning up its SAPI agent instances.
     Server(flows::ServerArgs),
@@ -201,6 +229,22 @@ pub enum Command {
     /// Benchmarks.
     #[cfg(feature = "sim")]
     Bench(bench::BenchArgs),
+}
+
+impl Command {
+    /// The name in the file name of a run's default log, for the commands
+    /// that change the datacenter; `None` for the others (they log only
+    /// with `--log-file`).
+    fn run_log_name(&self) -> Option<&'static str> {
+        match self {
+            Command::Update(_) => Some("update"),
+            Command::Install(_) => Some("install"),
+            Command::Remove(_) => Some("remove"),
+            Command::Adopt(_) => Some("adopt"),
+            Command::Check(c) if c.fix => Some("check"),
+            _ => None,
+        }
+    }
 }
 
 async fn dispatch(cli: Cli) -> CmdResult {
@@ -271,10 +315,32 @@ pub fn main() -> ExitCode {
             return ExitCode::from(1);
         }
     };
+    let mut cli = cli;
+    if cli.global.log_file.is_none()
+        && let Some(name) = cli.command.run_log_name()
+        && let Some(dir) = crate::log::default_log_dir()
+        && std::fs::create_dir_all(&dir).is_ok()
+    {
+        cli.global.log_file = Some(crate::log::run_log_path(
+            &dir,
+            name,
+            std::time::SystemTime::now(),
+        ));
+    }
     if let Err(e) = crate::log::init(cli.global.verbose, cli.global.log_file.as_deref()) {
         eprintln!("agentsadm: error: cannot open log file: {e}");
         return ExitCode::from(1);
     }
+    let argv: Vec<String> = std::env::args().collect();
+    tracing::info!(
+        target: crate::log::FILE_ONLY_TARGET,
+        component = "cli",
+        argv = format!("{argv:?}"),
+        user = std::env::var("USER").unwrap_or_default(),
+        version = env!("CARGO_PKG_VERSION"),
+        "agentsadm {}",
+        argv.iter().skip(1).cloned().collect::<Vec<_>>().join(" ")
+    );
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -288,18 +354,59 @@ pub fn main() -> ExitCode {
     runtime.block_on(run_parsed(cli))
 }
 
+/// An error as one line: its causes joined with `: `, stopping at a
+/// connection failure (which names the URL; what the HTTP client says
+/// below it is noise to an operator).
+fn error_line(e: &anyhow::Error) -> String {
+    let mut parts = Vec::new();
+    for cause in e.chain() {
+        parts.push(cause.to_string());
+        if matches!(
+            cause.downcast_ref::<crate::api::ApiError>(),
+            Some(crate::api::ApiError::Connect { .. })
+        ) {
+            break;
+        }
+    }
+    parts.join(": ")
+}
+
 /// Run a parsed command line; an error becomes one line on stderr and
 /// exit status 1.
 async fn run_parsed(cli: Cli) -> ExitCode {
-    match dispatch(cli).await {
-        Ok(code) => code,
+    let log_file = cli.global.log_file.clone();
+    let json = cli.global.json;
+    let quiet = cli.global.quiet;
+    let code = match dispatch(cli).await {
+        Ok(code) => {
+            tracing::info!(target: crate::log::FILE_ONLY_TARGET, component = "cli", exit = ?code, "command finished");
+            code
+        }
         Err(e) => {
             // The log file keeps the record; stderr gets the one line below.
-            tracing::error!(target: crate::log::FILE_ONLY_TARGET, error = format!("{e:#}"), "command failed");
-            eprintln!("agentsadm: error: {e:#}");
+            tracing::error!(target: crate::log::FILE_ONLY_TARGET, component = "cli", error = format!("{e:#}"), "command failed");
+            if json {
+                // `| json` always gets a document.
+                Output {
+                    json: true,
+                    quiet: false,
+                }
+                .json(&serde_json::json!({
+                    "error": {"message": error_line(&e)},
+                    "exit_status": 1,
+                }));
+            }
+            eprintln!("agentsadm: error: {}", error_line(&e));
             ExitCode::from(1)
         }
+    };
+    if let Some(p) = log_file
+        && !quiet
+        && !json
+    {
+        eprintln!("log: {}", p.display());
     }
+    code
 }
 
 /// Run one `agentsadm` command line in this process, as the binary would
@@ -327,4 +434,31 @@ where
     cli.global.observer = observer;
     // Boxed: dispatch reaches this function again through the demo.
     Box::pin(run_parsed(cli)).await
+}
+
+#[cfg(test)]
+mod help_tests {
+    use clap::CommandFactory;
+
+    #[test]
+    fn help_shows_own_options_then_globals_then_examples() {
+        let mut cli = super::Cli::command();
+        cli.build();
+        for name in [
+            "list", "avail", "plan", "update", "install", "remove", "adopt", "check",
+        ] {
+            let sub = cli.find_subcommand_mut(name).expect(name);
+            let help = sub.render_help().to_string();
+            let own = help.find("Options:").expect("own options");
+            let global = help.find("Global options:").expect("global heading");
+            let examples = help.find("Examples:").expect("examples");
+            assert!(own < global && global < examples, "{name}:\n{help}");
+            let n = help[examples..]
+                .lines()
+                .filter(|l| l.trim_start().starts_with("agentsadm "))
+                .count();
+            assert!((2..=3).contains(&n), "{name}: {n} examples");
+            assert!(!help[..global].contains("--sapi-url"), "{name}:\n{help}");
+        }
+    }
 }

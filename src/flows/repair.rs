@@ -87,6 +87,27 @@ impl RepairPlan {
         self.reports.len() + self.sapi.len() + self.plan.step_count()
     }
 
+    /// The server steps that would move a component to an older version
+    /// (`hostname: component from -> to`): `check --fix` says so and needs
+    /// `-y` for them.
+    pub fn downgrades(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        for (_, sp) in self.plan.servers_in_order() {
+            for st in &sp.steps {
+                if let Action::Upgrade { from, to } = &st.action
+                    && crate::orchestrate::plan::is_newer(&from.version, &to.version)
+                {
+                    out.push(format!(
+                        "{}: {} {} -> {}",
+                        sp.hostname, st.component, from.version, to.version
+                    ));
+                }
+            }
+        }
+        out.sort();
+        out
+    }
+
     /// The repairs as operators read them.
     pub fn render(&self) -> String {
         let mut out = String::new();
@@ -123,11 +144,16 @@ impl RepairPlan {
                             format!("+ {} {} ({})", st.component, to.version, short(&to.uuid))
                         }
                         Action::Upgrade { from, to } => format!(
-                            "~ {} {} -> {} ({})",
+                            "~ {} {} -> {} ({}){}",
                             st.component,
                             from.version,
                             to.version,
-                            short(&to.uuid)
+                            short(&to.uuid),
+                            if crate::orchestrate::plan::is_newer(&from.version, &to.version) {
+                                " DOWNGRADE"
+                            } else {
+                                ""
+                            }
                         ),
                         Action::Remove { installed } => {
                             format!("- {} {}", st.component, installed.version)

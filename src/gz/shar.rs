@@ -27,6 +27,8 @@
 use std::collections::BTreeMap;
 use std::io::{self, BufRead};
 
+use super::unpack::clip;
+
 /// Why a shell archive cannot be read.
 #[derive(Debug, thiserror::Error)]
 #[error("line {line}: {reason}")]
@@ -132,7 +134,7 @@ pub fn read_members<R: BufRead>(reader: R) -> Result<Vec<Member>, ReadError> {
             let after = after.trim().trim_end_matches("&&").trim();
             let mut sink = if let Some(target) = after.strip_prefix("> ") {
                 let path = shell_unquote(target.trim())
-                    .ok_or_else(|| err(format!("cannot read the member name {target}")))?;
+                    .ok_or_else(|| err(format!("cannot read the member name {}", clip(target))))?;
                 Sink::Text {
                     path,
                     data: Vec::new(),
@@ -141,15 +143,18 @@ pub fn read_members<R: BufRead>(reader: R) -> Result<Vec<Member>, ReadError> {
                 Sink::Uuencoded(UuDecoder::default())
             } else {
                 return Err(err(format!(
-                    "members encoded as {after:?} are not supported (only text and uuencode)"
+                    "members encoded as {:?} are not supported (only text and uuencode)",
+                    clip(after)
                 ))
                 .into());
             };
             let end_no = loop {
                 let Some((no, l)) = lines.next()? else {
-                    return Err(
-                        err(format!("the here-document ending in {delim:?} never ends")).into(),
-                    );
+                    return Err(err(format!(
+                        "the here-document ending in {:?} never ends",
+                        clip(&delim)
+                    ))
+                    .into());
                 };
                 if l == delim.as_bytes() {
                     break no;
@@ -204,16 +209,19 @@ pub fn read_members<R: BufRead>(reader: R) -> Result<Vec<Member>, ReadError> {
                     match files.get(&path) {
                         Some((_, data)) if data.len() != size => {
                             return Err(err(format!(
-                                "{path:?} decodes to {} bytes, the archive says {size}",
+                                "{:?} decodes to {} bytes, the archive says {size}",
+                                clip(&path),
                                 data.len()
                             ))
                             .into());
                         }
                         Some(_) => {}
                         None => {
-                            return Err(
-                                err(format!("size check of {path:?}, which is no member")).into()
-                            );
+                            return Err(err(format!(
+                                "size check of {:?}, which is no member",
+                                clip(&path)
+                            ))
+                            .into());
                         }
                     }
                 }
@@ -225,9 +233,11 @@ pub fn read_members<R: BufRead>(reader: R) -> Result<Vec<Member>, ReadError> {
             // is data for a command agentsadm does not run.
             loop {
                 let Some((_, l)) = lines.next()? else {
-                    return Err(
-                        err(format!("the here-document ending in {delim:?} never ends")).into(),
-                    );
+                    return Err(err(format!(
+                        "the here-document ending in {:?} never ends",
+                        clip(&delim)
+                    ))
+                    .into());
                 };
                 if l == delim.as_bytes() {
                     break;
@@ -260,7 +270,7 @@ fn add_member(
     data: Vec<u8>,
 ) -> Result<(), String> {
     if files.contains_key(&path) {
-        return Err(format!("{path:?} is in the archive twice"));
+        return Err(format!("{:?} is in the archive twice", clip(&path)));
     }
     order.push(path.clone());
     files.insert(path, (0o644, data));
@@ -438,7 +448,10 @@ impl UuDecoder {
             let (Some("begin"), Some(_mode), Some(path)) =
                 (parts.next(), parts.next(), parts.next())
             else {
-                return Err(format!("expected `begin MODE NAME`, found {header:?}"));
+                return Err(format!(
+                    "expected `begin MODE NAME`, found {:?}",
+                    clip(&header)
+                ));
             };
             self.path = Some(path.to_string());
             return Ok(());

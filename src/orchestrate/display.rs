@@ -281,13 +281,25 @@ impl fmt::Display for PlanDisplay<'_> {
     }
 }
 
+/// Why a server was skipped, as shown. marlin-agent runs only on Manta
+/// storage nodes: a server without it is simply not one, and advice to
+/// install it there would be wrong.
+fn skip_reason(s: &Skip) -> String {
+    if s.component.as_deref() == Some("marlin-agent")
+        && matches!(s.reason, super::plan::SkipReason::ComponentAbsent)
+    {
+        return "not installed (not a Manta storage node)".to_string();
+    }
+    s.reason.describe()
+}
+
 /// Skips grouped by (component, reason): a few are listed one per line,
 /// many are counted with some hostnames. Blocking skips are marked `!`.
 fn write_skips(f: &mut fmt::Formatter<'_>, skips: &[Skip]) -> fmt::Result {
     let mut groups: BTreeMap<(bool, Option<&str>, String), Vec<&Skip>> = BTreeMap::new();
     for s in skips {
         groups
-            .entry((!s.blocking, s.component.as_deref(), s.reason.describe()))
+            .entry((!s.blocking, s.component.as_deref(), skip_reason(s)))
             .or_default()
             .push(s);
     }
@@ -324,4 +336,24 @@ fn write_skips(f: &mut fmt::Formatter<'_>, skips: &[Skip]) -> fmt::Result {
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod skip_tests {
+    use super::*;
+    use crate::orchestrate::plan::SkipReason;
+
+    #[test]
+    fn marlin_agent_absent_is_not_a_storage_node() {
+        let skip = |component: &str| Skip {
+            server: None,
+            hostname: Some("cn1".into()),
+            component: Some(component.into()),
+            reason: SkipReason::ComponentAbsent,
+            blocking: false,
+        };
+        let why = skip_reason(&skip("marlin-agent"));
+        assert_eq!(why, "not installed (not a Manta storage node)");
+        assert!(skip_reason(&skip("vm-agent")).contains("agentsadm install"));
+    }
 }

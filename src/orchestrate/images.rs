@@ -277,6 +277,111 @@ impl ImageRef {
     }
 }
 
+/// An image as operators name it after `COMPONENT@` or with `--image`:
+/// a full UUID, a unique UUID prefix (the 8 characters `list` and plans
+/// show), or a version (`1.1.0` matches `1.1.0` and `1.1.0-master-...`;
+/// of several builds, the newest). Looked up among the component's images
+/// in the datacenter IMGAPI, then the updates server if there is one.
+pub async fn find_image(
+    sources: ImageSources<'_>,
+    component: &Component,
+    spec: &str,
+) -> Result<ImageUuid, FindImageError> {
+    let spec = spec.trim();
+    if let Ok(u) = spec.parse::<ImageUuid>() {
+        return Ok(u);
+    }
+    let mut images: Vec<ImageManifest> = Vec::new();
+    for client in std::iter::once(sources.dc).chain(sources.updates) {
+        let mut names = vec![component.name.as_str()];
+        if component.package_name() != component.name {
+            names.push(component.package_name());
+        }
+        for name in names {
+            let found = client
+                .list_images(&crate::api::imgapi::ListImagesFilter {
+                    name: Some(name.to_string()),
+                    ..Default::default()
+                })
+                .await
+                .map_err(|err| FindImageError::Lookup {
+                    source_label: client.base_url().to_string(),
+                    err: Box::new(err),
+                })?;
+            images.extend(found.into_iter().filter(|i| i.name == name));
+        }
+        if !images.is_empty() && matches_spec(&images, spec).is_some() {
+            break;
+        }
+    }
+    match matches_spec(&images, spec) {
+        Some(Ok(u)) => Ok(u),
+        Some(Err(several)) => Err(FindImageError::Ambiguous {
+            component: component.name.clone(),
+            spec: spec.to_string(),
+            several,
+        }),
+        None => Err(FindImageError::NotFound {
+            component: component.name.clone(),
+            spec: spec.to_string(),
+        }),
+    }
+}
+
+/// The image `spec` names among `images`: `Some(Ok)` one, `Some(Err)`
+/// several UUIDs share the prefix, `None` no match.
+fn matches_spec(images: &[ImageManifest], spec: &str) -> Option<Result<ImageUuid, String>> {
+    let spec_l = spec.to_ascii_lowercase();
+    let mut by_uuid: Vec<&ImageManifest> = images
+        .iter()
+        .filter(|i| spec_l.len() >= 4 && i.uuid.to_string().starts_with(&spec_l))
+        .collect();
+    by_uuid.sort_by_key(|i| i.uuid);
+    by_uuid.dedup_by_key(|i| i.uuid);
+    match by_uuid.len() {
+        1 => return Some(Ok(by_uuid[0].uuid)),
+        n if n > 1 => {
+            let names: Vec<String> = by_uuid
+                .iter()
+                .map(|i| format!("{} ({})", i.uuid, i.version))
+                .collect();
+            return Some(Err(names.join(", ")));
+        }
+        _ => {}
+    }
+    images
+        .iter()
+        .filter(|i| {
+            i.version == spec
+                || i.version
+                    .strip_prefix(spec)
+                    .is_some_and(|rest| rest.starts_with('-') || rest.starts_with('+'))
+        })
+        .max_by(|a, b| a.published_at.cmp(&b.published_at))
+        .map(|i| Ok(i.uuid))
+}
+
+/// `COMPONENT@IMAGE` or `--image` names no image, or several.
+#[derive(Debug, thiserror::Error)]
+pub enum FindImageError {
+    #[error("cannot list images in {source_label}")]
+    Lookup {
+        source_label: String,
+        #[source]
+        err: Box<ApiError>,
+    },
+    #[error(
+        "no {component} image matches {spec:?}: give a version (1.1.0), an image UUID or its first 8 characters (agentsadm avail {component} lists them)"
+    )]
+    NotFound { component: String, spec: String },
+    #[error("{spec:?} names several {component} images: {several}; give more of the UUID")]
+    Ambiguous {
+        component: String,
+        spec: String,
+        several: String,
+    },
+}
+
 /// The newest active image of a component (by its name, then its package
 /// name, which is what some older images carry, e.g. `marlin`).
 async fn latest_of(

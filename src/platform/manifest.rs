@@ -1,9 +1,12 @@
 //! The service instances an SMF manifest defines: what the rooted platform
 //! imports and what the transaction snapshots before it changes services.
 //!
-//! A small scanner, not an XML parser: it reads `<service name=...>` and the
+//! Parsed with `roxmltree`, a real (read-only) XML parser: real manifests use
+//! single-quoted attributes, break lines inside tags and carry comments that
+//! mention `<service>`, none of which a text scanner reads correctly. Only the
+//! `<service name=...>` elements directly under `<service_bundle>` and their
 //! `<create_default_instance enabled=...>` / `<instance name=... enabled=...>`
-//! elements inside it, which is all an agent manifest uses.
+//! children count.
 
 use std::path::Path;
 
@@ -17,84 +20,79 @@ pub struct ManifestInstance {
     pub enabled: bool,
 }
 
-/// Why a manifest's text is not one the scanner understands.
+/// Why a manifest's text is not a manifest this reader accepts.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum ManifestError {
-    #[error("no <service_bundle> element")]
-    NoBundle,
+    #[error("not well-formed XML: {0}")]
+    Xml(String),
+    #[error("the root element is <{0}>, not <service_bundle>")]
+    NoBundle(String),
     #[error("no <service> element")]
     NoService,
-    #[error("unterminated <service> tag")]
-    UnterminatedService,
     #[error("a <service> element has no name")]
     UnnamedService,
-    #[error("create_default_instance has no enabled=")]
-    DefaultInstanceWithoutEnabled,
-    #[error("an <instance> element has no name")]
-    UnnamedInstance,
+    #[error("service {0}: create_default_instance has no enabled=")]
+    DefaultInstanceWithoutEnabled(String),
+    #[error("service {0}: an <instance> element has no name")]
+    UnnamedInstance(String),
+}
+
+/// `enabled="true"`; anything else, including a template's unrendered
+/// `@@ENABLED@@`, is not enabled (the import decides, not this reader).
+fn enabled(value: &str) -> bool {
+    value == "true"
 }
 
 /// Find the service instances an SMF manifest defines.
 pub fn manifest_instances(xml: &str) -> Result<Vec<ManifestInstance>, ManifestError> {
-    if !xml.contains("<service_bundle") {
-        return Err(ManifestError::NoBundle);
+    let opts = roxmltree::ParsingOptions {
+        // SMF manifests name the service_bundle DTD; it is never fetched.
+        allow_dtd: true,
+        ..roxmltree::ParsingOptions::default()
+    };
+    let doc = roxmltree::Document::parse_with_options(xml, opts)
+        .map_err(|err| ManifestError::Xml(err.to_string()))?;
+    let root = doc.root_element();
+    if root.tag_name().name() != "service_bundle" {
+        return Err(ManifestError::NoBundle(root.tag_name().name().to_string()));
     }
     let mut out = Vec::new();
-    let mut rest = xml;
     let mut services = 0;
-    while let Some(start) = rest.find("<service ") {
-        let after = &rest[start..];
-        let tag_end = after.find('>').ok_or(ManifestError::UnterminatedService)?;
-        let tag = &after[..tag_end];
-        let name = attr(tag, "name").ok_or(ManifestError::UnnamedService)?;
-        let body_end = after.find("</service>").unwrap_or(after.len());
-        let body = &after[tag_end..body_end];
+    for service in root.children().filter(|n| n.has_tag_name("service")) {
         services += 1;
-        if let Some(pos) = body.find("<create_default_instance") {
-            let t = &body[pos..body[pos..].find('>').map(|e| pos + e).unwrap_or(body.len())];
-            let enabled = attr(t, "enabled").ok_or(ManifestError::DefaultInstanceWithoutEnabled)?;
-            out.push(ManifestInstance {
-                fmri: format!("svc:/{name}:default"),
-                enabled: enabled == "true",
-            });
-        }
-        let mut b = body;
-        while let Some(pos) = b.find("<instance ") {
-            let t_end = b[pos..].find('>').map(|e| pos + e).unwrap_or(b.len());
-            let t = &b[pos..t_end];
-            let iname = attr(t, "name").ok_or(ManifestError::UnnamedInstance)?;
-            let enabled = attr(t, "enabled").unwrap_or("false".to_string());
-            out.push(ManifestInstance {
-                fmri: format!("svc:/{name}:{iname}"),
-                enabled: enabled == "true",
-            });
-            b = &b[t_end..];
-        }
-        rest = &after[body_end.min(after.len())..];
-        if body_end == after.len() {
-            break;
+        let name = service
+            .attribute("name")
+            .filter(|n| !n.is_empty())
+            .ok_or(ManifestError::UnnamedService)?;
+        for child in service.children().filter(|n| n.is_element()) {
+            match child.tag_name().name() {
+                "create_default_instance" => {
+                    let value = child
+                        .attribute("enabled")
+                        .ok_or_else(|| ManifestError::DefaultInstanceWithoutEnabled(name.into()))?;
+                    out.push(ManifestInstance {
+                        fmri: format!("svc:/{name}:default"),
+                        enabled: enabled(value),
+                    });
+                }
+                "instance" => {
+                    let iname = child
+                        .attribute("name")
+                        .filter(|n| !n.is_empty())
+                        .ok_or_else(|| ManifestError::UnnamedInstance(name.into()))?;
+                    out.push(ManifestInstance {
+                        fmri: format!("svc:/{name}:{iname}"),
+                        enabled: enabled(child.attribute("enabled").unwrap_or("false")),
+                    });
+                }
+                _ => {}
+            }
         }
     }
     if services == 0 {
         return Err(ManifestError::NoService);
     }
     Ok(out)
-}
-
-fn attr(tag: &str, name: &str) -> Option<String> {
-    let key = format!("{name}=\"");
-    let mut search = tag;
-    loop {
-        let pos = search.find(&key)?;
-        // Require a word boundary so `name=` does not match `xname=`.
-        let boundary = pos == 0 || search.as_bytes()[pos - 1].is_ascii_whitespace();
-        let after = &search[pos + key.len()..];
-        if boundary {
-            let end = after.find('"')?;
-            return Some(after[..end].to_string());
-        }
-        search = after;
-    }
 }
 
 /// Read a manifest file's instances (blocking: call it through
@@ -141,5 +139,31 @@ pub(crate) mod tests {
             ]
         );
         assert!(manifest_instances("<nope/>").is_err());
+    }
+
+    #[test]
+    fn reads_what_the_scanner_missed() {
+        // Single quotes, a line break after `<service`, a commented-out
+        // service and a DOCTYPE, as the real sdcadm-setup.xml has.
+        let xml = "<?xml version='1.0'?>
+<!DOCTYPE service_bundle SYSTEM '/usr/share/lib/xml/dtd/service_bundle.dtd.1'>
+<!-- <service name='smartdc/ghost' type='service'> -->
+<service_bundle type='manifest' name='x'>
+  <service
+      name='smartdc/x' type='service' version='0'>
+    <create_default_instance enabled='true'/>
+  </service>
+</service_bundle>";
+        assert_eq!(
+            manifest_instances(xml).unwrap(),
+            vec![ManifestInstance {
+                fmri: "svc:/smartdc/x:default".into(),
+                enabled: true
+            }]
+        );
+        assert!(matches!(
+            manifest_instances("<service_bundle><service name='a'>"),
+            Err(ManifestError::Xml(_))
+        ));
     }
 }

@@ -7,8 +7,11 @@
 //!
 //! ```json
 //! {"servers": 50, "rng_seed": 7, "not_setup": ["cn0050"], "with_vms": {"cn0001": 2},
-//!  "gz_layout": "rooted",
-//!  "populate": {"version": "1.0.0", "dc_newer": "1.1.0", "updates_newer": "1.2.0"},
+//!  "gz_layout": "rooted", "execute_transport": "ur",
+//!  "populate": {"version": "1.0.0", "dc_newer": "1.1.0", "updates_newer": "1.2.0",
+//!               "agents_without_params": ["vm-agent", "net-agent"],
+//!               "files_without_md5": ["vm-agent", "cn-agent"]},
+//!  "strictness": {"sapi_delete_on_failed_create": true, "mockcloud_refuses_execute": false},
 //!  "faults": {"install_latency": {"base_ms": 50, "jitter_ms": 20, "distribution": "lognormal"},
 //!             "slow_servers": {"servers": ["cn0003"], "factor": 10},
 //!             "failing_installs": {"rate": 0.02},
@@ -25,16 +28,49 @@ use super::SimError;
 use super::faults::{FaultConfig, LatencySpec};
 use super::gz::GzLayout;
 
-/// How CNAPI carries CommandExecute (docs: Ur unless
-/// `FEATURE_USE_CNAGENT_COMMAND_EXECUTE` is set).
+/// How CNAPI carries CommandExecute: Ur, as real CNAPI does by default
+/// (`handleWithUr`), unless `FEATURE_USE_CNAGENT_COMMAND_EXECUTE` is set.
+/// Either way the script gets exactly the request's `env` (Ur and cn-agent
+/// both pass it as the whole environment, `{}` when absent).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum ExecuteTransport {
-    /// cn-agent's `command_execute` task: `timeout` (ms) is honoured.
-    #[default]
+    /// cn-agent's `command_execute` task: `timeout` (ms) is honoured (the
+    /// command is killed with SIGKILL), and the answer carries `signal`.
     CnAgent,
-    /// Ur: a `timeout` parameter is refused with 409 InvalidArgument.
+    /// Ur (the default): a `timeout` parameter is refused with 409
+    /// InvalidArgument; the answer is `{exitCode, stdout, stderr}`.
+    #[default]
     Ur,
+}
+
+/// Where the simulator can be told to be kinder than real Triton, for
+/// product code that still relies on it. Each default is the real
+/// behaviour unless its documentation says why not.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Strictness {
+    /// A CreateInstance that fails (unknown service or manifest, storage
+    /// error) deletes the instance of its `uuid`, an existing one included,
+    /// as SAPI's `createInstance` does. `false`: the existing instance
+    /// survives.
+    pub sapi_delete_on_failed_create: bool,
+    /// CommandExecute against a mockcloud-layout server is refused as real
+    /// CNAPI refuses it: through Ur, no Ur answers (CNAPI's 500 "Timed out
+    /// waiting for ur response" after [`SimConfig::ur_reply_timeout_ms`]);
+    /// through cn-agent, its mockcloud backend's exit 666. Off by default
+    /// for now: the rollout benchmark (`src/bench/rollout.rs`) installs
+    /// gz-tools through execute on mockcloud servers.
+    pub mockcloud_refuses_execute: bool,
+}
+
+impl Default for Strictness {
+    fn default() -> Self {
+        Strictness {
+            sapi_delete_on_failed_create: true,
+            mockcloud_refuses_execute: false,
+        }
+    }
 }
 
 /// What a new datacenter is populated with: images of every catalog
@@ -53,6 +89,14 @@ pub struct SeedSpec {
     pub updates_newer: Option<String>,
     /// Filler bytes per image (small keeps installs cheap).
     pub payload_bytes: usize,
+    /// Components whose seeded SAPI instances have no `params` at all, as
+    /// the real vm-agent and net-agent postinstalls adopt them (`{uuid,
+    /// service_uuid}` only): no `server_uuid`, no `image_uuid`.
+    pub agents_without_params: Vec<String>,
+    /// Components whose seeded image files (every version, both IMGAPIs)
+    /// are served without `Content-MD5`, as IMGAPI does for a file whose
+    /// record has no `contentMD5`.
+    pub files_without_md5: Vec<String>,
 }
 
 impl Default for SeedSpec {
@@ -62,6 +106,10 @@ impl Default for SeedSpec {
             dc_newer: None,
             updates_newer: None,
             payload_bytes: 256,
+            // Off until the product links a params-less instance to its
+            // server through server.agents (issue 13); tests turn it on.
+            agents_without_params: Vec::new(),
+            files_without_md5: vec!["vm-agent".to_string(), "cn-agent".to_string()],
         }
     }
 }
@@ -114,6 +162,10 @@ pub struct SimConfig {
     /// How long SAPI stays down after the UpgradeInstance crash.
     pub sapi_crash_restart_ms: u64,
     pub execute_transport: ExecuteTransport,
+    /// How long CNAPI waits for Ur's answer to an execute that nothing
+    /// answers (a mockcloud server, see [`Strictness`]). Real CNAPI waits
+    /// an hour (`Ur.execute`'s default `timeoutSeconds`).
+    pub ur_reply_timeout_ms: u64,
     /// The cn-agent version uninstall-agents requires. Real CNAPI wants
     /// 2.8.0; the simulator's synthetic images start at 1.0.0, so the
     /// default is 1.0.0. Set 2.8.0 to see the 412 PreconditionFailed.
@@ -123,6 +175,7 @@ pub struct SimConfig {
     /// thousands of servers and benchmarks). See [`super::gz`].
     pub gz_layout: GzLayout,
     pub faults: FaultConfig,
+    pub strictness: Strictness,
 }
 
 impl Default for SimConfig {
@@ -142,10 +195,12 @@ impl Default for SimConfig {
             setup_job_ms: 50,
             factory_reset_ms: 50,
             sapi_crash_restart_ms: 0,
-            execute_transport: ExecuteTransport::CnAgent,
+            execute_transport: ExecuteTransport::default(),
+            ur_reply_timeout_ms: 3_600_000,
             uninstall_min_cn_agent: "1.0.0".to_string(),
             gz_layout: GzLayout::default(),
             faults: FaultConfig::default(),
+            strictness: Strictness::default(),
         }
     }
 }
@@ -247,6 +302,16 @@ impl SimConfig {
 
     pub fn sapi_crash_restart(mut self, d: Duration) -> Self {
         self.sapi_crash_restart_ms = d.as_millis() as u64;
+        self
+    }
+
+    pub fn strictness(mut self, s: Strictness) -> Self {
+        self.strictness = s;
+        self
+    }
+
+    pub fn ur_reply_timeout(mut self, d: Duration) -> Self {
+        self.ur_reply_timeout_ms = d.as_millis() as u64;
         self
     }
 }

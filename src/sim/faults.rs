@@ -277,6 +277,8 @@ pub struct Faults {
     apis: [ApiFaultCounters; 4],
     servers: Mutex<ServerFaults>,
     rng: Mutex<SmallRng>,
+    /// SAPI instance writes still to fail (a storage error).
+    sapi_write_failures: AtomicU32,
 }
 
 impl Faults {
@@ -287,6 +289,7 @@ impl Faults {
             // A different stream than the one naming servers, so adding a
             // fault does not rename anything.
             rng: Mutex::new(SmallRng::seed_from_u64(seed ^ 0x5eed_fa17)),
+            sapi_write_failures: AtomicU32::new(0),
         }
     }
 
@@ -298,6 +301,7 @@ impl Faults {
     /// state, see [`crate::sim::SimDc::set_running`]).
     pub fn clear(&self) {
         *self.servers() = ServerFaults::default();
+        self.sapi_write_failures.store(0, Ordering::Relaxed);
         for a in &self.apis {
             a.burst_remaining.store(0, Ordering::Relaxed);
             a.latency_us.store(0, Ordering::Relaxed);
@@ -360,6 +364,19 @@ impl Faults {
         let c = &self.apis[api.index()];
         c.burst_status.store(status as u32, Ordering::Relaxed);
         c.burst_remaining.store(count, Ordering::Relaxed);
+    }
+
+    /// The next `count` SAPI instance writes (CreateInstance) fail with a
+    /// storage error, as when Moray refuses the put.
+    pub fn fail_sapi_writes(&self, count: u32) {
+        self.sapi_write_failures.store(count, Ordering::Relaxed);
+    }
+
+    /// Whether this SAPI instance write fails (consumes one failure).
+    pub(crate) fn take_sapi_write_failure(&self) -> bool {
+        self.sapi_write_failures
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| n.checked_sub(1))
+            .is_ok()
     }
 
     /// Add this much latency to every request to `api`.

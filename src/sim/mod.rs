@@ -44,7 +44,15 @@
 //! uninstall-agents, setup and factory-reset jobs run in the background;
 //! CNAPI execute runs `agentsadm` command lines built by
 //! [`crate::remote::gz_execute_request`] against the server's directory
-//! and nothing else. All GZ work goes through [`GzOps`], whose one
+//! and nothing else, through Ur by default as real CNAPI does
+//! ([`ExecuteTransport`]), with exactly the request's environment.
+//!
+//! Where real Triton is untidy or strict, so is the simulator: seeded
+//! vm-agent and net-agent instances have no `params`, some image files
+//! come without `Content-MD5` ([`SeedSpec`]); SAPI deletes an instance
+//! whose re-create fails and enforces `metadata_schema`; IMGAPI rewrites
+//! import owners and validates manifests. [`Strictness`] says where it can
+//! be told otherwise. All GZ work goes through [`GzOps`], whose one
 //! implementation runs the real GZ installer ([`crate::gz`]) in-process:
 //! each server is a full rooted GZ ([`GzLayout::Rooted`], the default) or,
 //! for thousands of servers, the installer's mockcloud layout
@@ -77,6 +85,7 @@ mod fleet;
 pub mod gz;
 mod http;
 mod imgapi;
+mod params;
 mod persist;
 pub mod publish;
 mod sapi;
@@ -97,7 +106,7 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 pub use self::cnapi::{LIST_MAX_LIMIT, ServerRecord, ServerStatus};
-pub use self::config::{ExecuteTransport, SeedSpec, SimConfig};
+pub use self::config::{ExecuteTransport, SeedSpec, SimConfig, Strictness};
 pub use self::faults::{BurstSpec, Distribution, FaultConfig, Faults, LatencySpec, SimApi};
 pub use self::gz::{
     GzEnv, GzLayout, GzOpError, GzOps, GzTarget, ImageLookup, InstallerGz, SeedImage,
@@ -435,6 +444,12 @@ impl SimDc {
                 }
             }
         }
+        let sapi = Arc::new(SapiService {
+            store: Mutex::new(sapi_store),
+            info: info(SimApi::Sapi),
+            crash_restart: Duration::from_millis(config.sapi_crash_restart_ms),
+            delete_on_failed_create: config.strictness.sapi_delete_on_failed_create,
+        });
         let core = Arc::new(DcCore {
             catalog: Catalog::builtin(),
             faults: faults.clone(),
@@ -443,17 +458,15 @@ impl SimDc {
                 dc_store,
                 info(SimApi::Imgapi),
                 clock.clone(),
+                Some(sapi.clone()),
             )),
             updates: Arc::new(ImgapiService::new(
                 updates_store,
                 info(SimApi::Updates),
                 clock.clone(),
+                None,
             )),
-            sapi: Arc::new(SapiService {
-                store: Mutex::new(sapi_store),
-                info: info(SimApi::Sapi),
-                crash_restart: Duration::from_millis(config.sapi_crash_restart_ms),
-            }),
+            sapi,
             cnapi: cnapi_state,
             fleet,
             gz,

@@ -31,7 +31,9 @@ const FORMAT_VERSION: u32 = 1;
 #[derive(Serialize, Deserialize)]
 struct FileMeta {
     sha1: String,
-    md5_b64: String,
+    /// `None`: served without `Content-MD5`.
+    #[serde(default)]
+    md5_b64: Option<String>,
     compression: Compression,
     mtime_ms: u64,
 }
@@ -190,6 +192,7 @@ pub(crate) fn restore_images(
                     });
                 }
                 f.mtime = UNIX_EPOCH + Duration::from_millis(meta.mtime_ms);
+                f.md5_b64 = meta.md5_b64;
                 Some(f)
             }
             None => None,

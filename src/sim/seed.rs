@@ -6,7 +6,8 @@
 //!    the DC and a newer still on the updates server only (`dev`,
 //!    `experimental`).
 //! 2. Create the SAPI `sdc` application (`metadata.update_channel`,
-//!    `datacenter_name`...) and one `type=agent` service per component with
+//!    `datacenter_name`..., and the `metadata_schema` sdcadm sets on real
+//!    ones) and one `type=agent` service per component with
 //!    `params.image_uuid` = the seed image (the default for new servers).
 //! 3. Set up every server not listed as not-set-up: record the default set
 //!    (headnode or compute node) as installed (written to its directory on
@@ -14,6 +15,12 @@
 //!    [`super::gz`] "Seeding"), create one SAPI instance per component with
 //!    `params.server_uuid` and `params.image_uuid`, and set `server.agents`
 //!    to what the installer reports for that set.
+//!
+//! As in real datacenters, some of it is less tidy ([`SeedSpec`]): the
+//! instances of [`SeedSpec::agents_without_params`] (vm-agent and net-agent
+//! by default) have no `params` at all, as those agents' postinstalls
+//! adopt themselves with only `{uuid, service_uuid}`; and the image files
+//! of [`SeedSpec::files_without_md5`] are served without `Content-MD5`.
 //!
 //! Everything comes from a seeded RNG, so the same seed gives the same
 //! UUIDs.
@@ -79,19 +86,55 @@ pub(crate) fn seeded_image(
 pub(crate) fn insert_image(
     core: &DcCore,
     updates: bool,
+    img: BuiltImage,
+    channels: &[&str],
+) -> ImageManifest {
+    insert_image_md5(core, updates, img, channels, true)
+}
+
+/// [`insert_image`], the file's record with or without its `contentMD5`.
+fn insert_image_md5(
+    core: &DcCore,
+    updates: bool,
     mut img: BuiltImage,
     channels: &[&str],
+    with_md5: bool,
 ) -> ImageManifest {
     if img.manifest.published_at.is_none() {
         img.manifest.published_at = Some(core.clock.next());
     }
-    let file = StoredFile::new(img.file.into(), img.manifest.files[0].compression);
+    let mut file = StoredFile::new(img.file.into(), img.manifest.files[0].compression);
+    if !with_md5 {
+        file.md5_b64 = None;
+    }
     let svc = if updates { &core.updates } else { &core.imgapi };
     let channels: Vec<String> = channels.iter().map(|c| c.to_string()).collect();
     let mut store = svc.lock();
     store.insert(img.manifest.clone(), file, channels);
     let stored = &store.images[&img.manifest.uuid];
     stored.current_manifest()
+}
+
+/// The `metadata_schema` sdcadm keeps on the `sdc` application
+/// (joyent-schemas `sdc.sdc_app`, updated by `sdcadm update other`): only
+/// `fabric_cfg` is constrained.
+fn sdc_app_metadata_schema() -> serde_json::Value {
+    let mtu = |default: u64| {
+        json!({"type": "integer", "minimum": 576, "maximum": 9000,
+               "required": true, "default": default})
+    };
+    json!({"type": "object", "properties": {"fabric_cfg": {
+        "type": "object",
+        "properties": {
+            "default_underlay_mtu": mtu(9000),
+            "default_overlay_mtu": mtu(8500),
+            "sdc_nat_pool": {"type": "string"},
+            "sdc_underlay_assignment": {"type": "string", "required": true,
+                                        "enum": ["manual", "automatic"]},
+            "sdc_underlay_tag": {"type": "string", "required": true},
+            "sdc_underlay_pool": {"type": "string"}
+        }
+    }}})
 }
 
 pub(crate) fn populate(core: &DcCore, spec: &SeedSpec) -> Result<SeedReport, SimError> {
@@ -112,6 +155,7 @@ pub(crate) fn populate(core: &DcCore, spec: &SeedSpec) -> Result<SeedReport, Sim
     let mut rng = SmallRng::seed_from_u64(core.config.rng_seed ^ 0x5eed_da7a);
     let mut report = SeedReport::default();
     let components: Vec<&Component> = core.catalog.iter().collect();
+    let md5 = |c: &Component| !spec.files_without_md5.contains(&c.name);
 
     // 1. Images.
     for c in &components {
@@ -122,22 +166,22 @@ pub(crate) fn populate(core: &DcCore, spec: &SeedSpec) -> Result<SeedReport, Sim
             spec.payload_bytes,
             &mut rng,
         );
-        let m = insert_image(core, false, img.clone(), &[]);
-        insert_image(core, true, img, &["dev", "staging", "release"]);
+        let m = insert_image_md5(core, false, img.clone(), &[], md5(c));
+        insert_image_md5(core, true, img, &["dev", "staging", "release"], md5(c));
         report.images.insert(c.name.clone(), m);
     }
     if let Some(v) = &spec.dc_newer {
         for c in &components {
             let img = seeded_image(c, v, "20260201T000000Z", spec.payload_bytes, &mut rng);
-            let m = insert_image(core, false, img.clone(), &[]);
-            insert_image(core, true, img, &["dev", "staging", "release"]);
+            let m = insert_image_md5(core, false, img.clone(), &[], md5(c));
+            insert_image_md5(core, true, img, &["dev", "staging", "release"], md5(c));
             report.dc_newer.insert(c.name.clone(), m);
         }
     }
     if let Some(v) = &spec.updates_newer {
         for c in &components {
             let img = seeded_image(c, v, "20260301T000000Z", spec.payload_bytes, &mut rng);
-            let m = insert_image(core, true, img, &["dev", "experimental"]);
+            let m = insert_image_md5(core, true, img, &["dev", "experimental"], md5(c));
             report.updates_newer.insert(c.name.clone(), m);
         }
     }
@@ -165,7 +209,7 @@ pub(crate) fn populate(core: &DcCore, spec: &SeedSpec) -> Result<SeedReport, Sim
                     )),
                 ),
             ]),
-            extra: Default::default(),
+            extra: object([("metadata_schema", sdc_app_metadata_schema())]),
         });
         for c in &components {
             let uuid = ServiceUuid(uuid_from(&mut rng));
@@ -229,13 +273,18 @@ pub(crate) fn populate(core: &DcCore, spec: &SeedSpec) -> Result<SeedReport, Sim
     let mut records = core.cnapi.servers();
     for (server, seeded, agents) in planned {
         for c in &seeded {
+            // Adopted by its own postinstall, as vm-agent's and net-agent's
+            // do: `{uuid, service_uuid}` and nothing else.
+            let bare = spec.agents_without_params.contains(&c.name);
             sapi.put_instance(Instance {
                 uuid: c.instance_uuid,
                 service_uuid: report.services[&c.name],
-                params: Some(object([
-                    ("server_uuid", json!(server.uuid)),
-                    ("image_uuid", json!(c.image_uuid)),
-                ])),
+                params: (!bare).then(|| {
+                    object([
+                        ("server_uuid", json!(server.uuid)),
+                        ("image_uuid", json!(c.image_uuid)),
+                    ])
+                }),
                 metadata: None,
                 manifests: None,
                 master: None,

@@ -1,9 +1,9 @@
 //! A minimal IMGAPI on loopback for the install benchmark and the installer
 //! tests: GetImage and GetImageFile with the real status codes, error bodies
 //! and file headers (docs/triton/apis.md §1.6), plus fault injection per
-//! image (error statuses, delays, truncated, corrupt or stalled files). The
-//! full simulator is the rest of `crate::sim`; this is only what one
-//! server's installer talks to.
+//! image (error statuses, delays, truncated, corrupt, stalled or trickling
+//! files, another image's manifest). The full simulator is the rest of
+//! `crate::sim`; this is only what one server's installer talks to.
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -42,6 +42,12 @@ pub enum Fault {
     Corrupt,
     /// Send this many bytes, then nothing, forever.
     Stall { bytes: usize },
+    /// Send the file one byte at a time, one every `every` (a connection
+    /// that never stalls long enough to time out, and never finishes).
+    Trickle { every: Duration },
+    /// Answer GetImage with this other image's manifest (a confused proxy,
+    /// or a hostile server).
+    ManifestOf(ImageUuid),
     /// Send a wrong Content-MD5.
     WrongMd5,
 }
@@ -212,7 +218,11 @@ async fn get_image(State(inner): State<Shared>, Path(uuid): Path<String>) -> Res
     }
     let found = {
         let g = inner.lock().unwrap_or_else(|p| p.into_inner());
-        g.images.get(&uuid).map(|(m, _, _)| m.clone())
+        let answer = match fault {
+            Some(Fault::ManifestOf(other)) => other,
+            _ => uuid,
+        };
+        g.images.get(&answer).map(|(m, _, _)| m.clone())
     };
     match found {
         Some(m) => {
@@ -278,6 +288,21 @@ async fn get_file(State(inner): State<Shared>, Path(uuid): Path<String>) -> Resp
                     Err(std::io::Error::other("connection reset"))
                 }),
             );
+            Body::from_stream(stream)
+        }
+        Some(Fault::Trickle { every }) => {
+            let stream = futures::stream::unfold(0usize, move |i| {
+                let data = data.clone();
+                async move {
+                    if i >= data.len() {
+                        return None;
+                    }
+                    if i > 0 {
+                        tokio::time::sleep(every).await;
+                    }
+                    Some((Ok::<_, std::io::Error>(data.slice(i..i + 1)), i + 1))
+                }
+            });
             Body::from_stream(stream)
         }
         Some(Fault::Stall { bytes }) => {

@@ -550,3 +550,29 @@ fn link_stays_inside(base: &Path, link: &Path, target: &Path) -> bool {
     }
     p.starts_with(base)
 }
+
+/// Walk an unpacked tree and assert that every symbolic link, resolved by
+/// the kernel (following the tree's other links), lands under `base` or
+/// nowhere (dangling, or a loop): the lexical check above misses chains.
+pub fn assert_links_resolve_inside(base: &Path, dir: &Path) {
+    let base = std::fs::canonicalize(base).unwrap();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).unwrap() {
+            let p = e.unwrap().path();
+            let md = std::fs::symlink_metadata(&p).unwrap();
+            if md.file_type().is_symlink() {
+                if let Ok(real) = std::fs::canonicalize(&p) {
+                    assert!(
+                        real.starts_with(&base),
+                        "{} resolves to {}",
+                        p.display(),
+                        real.display()
+                    );
+                }
+            } else if md.is_dir() {
+                stack.push(p);
+            }
+        }
+    }
+}

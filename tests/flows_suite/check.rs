@@ -436,3 +436,32 @@ async fn command_line_exit_statuses_and_json() {
         .unwrap();
     assert_eq!(out.status.code(), Some(1), "{out:?}");
 }
+
+/// SAPI naming an older image than a server runs: `--fix` would move it
+/// back, so it says DOWNGRADE and needs -y; the closing line counts the
+/// server step among the repairs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fix_that_downgrades_says_so_and_counts_every_repair() {
+    let dc = small_dc().await;
+    let cn = server(&dc, "cn0001");
+    let apis = dc.apis();
+    let older = dc
+        .publish_component("vm-agent", &BuildOptions::new("0.9.0"), PublishTarget::Dc)
+        .unwrap()
+        .uuid;
+    let inst = instance_of(&dc, cn, "vm-agent").await.unwrap().uuid;
+    apis.sapi
+        .update_instance(inst, &Update::params(instance_params(cn, older)))
+        .await
+        .unwrap();
+    let out = tokio::task::block_in_place(|| cli(&dc, &["check", "--fix"]));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stdout.contains("DOWNGRADE"), "{stdout}\n{stderr}");
+    assert_eq!(out.status.code(), Some(1), "{stdout}\n{stderr}");
+    assert!(stderr.contains("downgrade: cn0001: vm-agent"), "{stderr}");
+    assert!(stderr.contains("re-run with -y"), "{stderr}");
+    let out = tokio::task::block_in_place(|| cli(&dc, &["check", "--fix", "-y"]));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(stdout.contains("Repaired: 1 (1 server steps,"), "{stdout}");
+}

@@ -278,7 +278,7 @@ fn cases() -> Vec<Case> {
                     b"<not-a-manifest/>",
                 );
             }),
-            &["SMF import", "vm-agent.xml"],
+            &["SMF", "vm-agent.xml"],
         ),
     ];
     // A failure after the new package's SMF import: its services must go.

@@ -202,3 +202,153 @@ fn read_members_keeps_only_wanted() {
     assert_eq!(m.len(), 2);
     assert_eq!(m["image_uuid"], b"u\n");
 }
+
+/// A symbolic link.
+fn symlink(b: &mut tar::Builder<Vec<u8>>, path: &str, target: &str) {
+    let mut h = header(tar::EntryType::Symlink, 0, 0o777);
+    b.append_link(&mut h, path, target).unwrap();
+}
+
+#[test]
+fn link_chains_are_judged_against_the_final_tree() {
+    // `x` is fine lexically (l/l/l/../../.. is `pkg`) and when it arrives
+    // (`l` does not exist yet); `l -> .` makes it `pkg/..`, outside.
+    let data = raw_tar(|b| {
+        let mut h = header(tar::EntryType::Directory, 0, 0o755);
+        b.append_data(&mut h, "pkg/", io::empty()).unwrap();
+        symlink(b, "pkg/x", "l/l/l/../../..");
+        symlink(b, "pkg/l", ".");
+    });
+    let (dir, r) = unpack_bytes(&data, &UnpackOptions::default());
+    match r {
+        Err(UnpackError::LinkEscapes { path, .. }) => assert_eq!(path, "pkg/x"),
+        other => panic!("{other:?}"),
+    }
+    only_stage_written(&dir);
+    // Through the same link, down then up, stays inside and is kept.
+    let data = raw_tar(|b| {
+        let mut h = header(tar::EntryType::Directory, 0, 0o755);
+        b.append_data(&mut h, "pkg/", io::empty()).unwrap();
+        b.append_data(&mut h, "pkg/d/", io::empty()).unwrap();
+        symlink(b, "pkg/x", "l/l/d/../l/d");
+        symlink(b, "pkg/l", ".");
+    });
+    let (_dir, r) = unpack_bytes(&data, &UnpackOptions::default());
+    r.unwrap();
+}
+
+#[test]
+fn expansion_limits_stop_the_stream() {
+    use agentsadm::gz::unpack::{UnpackLimits, unpack_limited};
+    let mut t = TreeBuilder::new();
+    t.dir("pkg").file("pkg/zeros", 0o644, &vec![0u8; 4 << 20]);
+    let tar = t.finish();
+    let mut enc = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+    io::Write::write_all(&mut enc, &tar).unwrap();
+    let gz = enc.finish().unwrap();
+    let run = |limits: &UnpackLimits| {
+        let dir = tempfile::tempdir().unwrap();
+        let dest = dir.path().join("stage");
+        fs::create_dir(&dest).unwrap();
+        unpack_limited(
+            &gz[..],
+            Compression::Gzip,
+            &dest,
+            &UnpackOptions::default(),
+            limits,
+        )
+    };
+    // 4 MiB of zeros gzip to a few KB: over 100 times.
+    let e = run(&UnpackLimits {
+        compressed_size: Some(gz.len() as u64),
+        ..Default::default()
+    })
+    .unwrap_err();
+    assert!(
+        matches!(e, UnpackError::ExceedsExpansionRatio { ratio: 100, .. }),
+        "{e}"
+    );
+    // Without a known size, the compressed bytes read so far are the base.
+    let e = run(&UnpackLimits::default()).unwrap_err();
+    assert!(
+        matches!(e, UnpackError::ExceedsExpansionRatio { .. }),
+        "{e}"
+    );
+    let e = run(&UnpackLimits {
+        max_expansion_ratio: 1_000_000,
+        max_unpacked_bytes: 1 << 20,
+        ..Default::default()
+    })
+    .unwrap_err();
+    assert!(
+        matches!(e, UnpackError::ExceedsUnpackedCap { limit: 1048576 }),
+        "{e}"
+    );
+    run(&UnpackLimits {
+        max_expansion_ratio: 1_000_000,
+        ..Default::default()
+    })
+    .unwrap();
+}
+
+#[test]
+fn names_and_types_the_unpacker_does_not_take() {
+    let with = |kind: tar::EntryType, name: &[u8], size: u64| {
+        raw_tar(|b| {
+            let mut h = header(tar::EntryType::Directory, 0, 0o755);
+            b.append_data(&mut h, "pkg/", io::empty()).unwrap();
+            let mut h = header(kind, size, 0o644);
+            let field = &mut h.as_old_mut().name;
+            field.fill(0);
+            field[..name.len()].copy_from_slice(name);
+            h.set_cksum();
+            b.append(&h, &vec![b'x'; size as usize][..]).unwrap();
+        })
+    };
+    let cases = [
+        (
+            with(tar::EntryType::Regular, b"pkg/\xff\xfe", 1),
+            "not UTF-8",
+        ),
+        (
+            with(tar::EntryType::Continuous, b"pkg/c", 1),
+            "contiguous file",
+        ),
+        (
+            with(tar::EntryType::XGlobalHeader, b"g", 0),
+            "pax global header",
+        ),
+        (
+            with(tar::EntryType::GNUSparse, b"pkg/s", 0),
+            "GNU sparse file",
+        ),
+        (
+            with(tar::EntryType::new(b'V'), b"pkg/v", 0),
+            "GNU volume label",
+        ),
+        (with(tar::EntryType::new(b'M'), b"pkg/m", 0), "multi-volume"),
+    ];
+    for (data, want) in cases {
+        let (dir, r) = unpack_bytes(&data, &UnpackOptions::default());
+        let e = r.expect_err(want).to_string();
+        assert!(e.contains(want), "{want}: {e}");
+        only_stage_written(&dir);
+    }
+}
+
+#[test]
+fn oversized_extension_records_are_refused_unread() {
+    // A GNU long name claiming 1 GiB, followed by nothing: the header
+    // alone is refused (reading it would fail on the missing bytes).
+    let mut h = header(tar::EntryType::GNULongName, 1 << 30, 0o644);
+    raw_path(&mut h, "././@LongLink");
+    let data = h.as_bytes().to_vec();
+    let (_dir, r) = unpack_bytes(&data, &UnpackOptions::default());
+    let e = r.unwrap_err();
+    let text = agentsadm::error::error_chain(&e);
+    assert!(
+        text.contains("1073741824 bytes, over the 65536-byte limit"),
+        "{text}"
+    );
+    assert!(text.len() < 400, "{text}");
+}

@@ -377,9 +377,10 @@ async fn command_line_exit_statuses() {
     )
     .await
     .unwrap();
-    let (code, _, err) = cli(&dc, &["update", "cmon-agent", "--latest", "-y"]).await;
+    let (code, out, err) = cli(&dc, &["update", "cmon-agent", "--latest", "-y"]).await;
     assert_eq!(code, 1);
     assert!(err.contains("ops@otherhost:4242"), "{err}");
+    assert!(!out.contains("Plan:"), "reported before the plan: {out}");
     held.release().await.unwrap();
 
     // list and adopt.

@@ -283,7 +283,20 @@ async fn scenario_faults_resolve_hostnames_and_reject_unknown_ones() {
 async fn downloads_are_checked_against_their_headers() {
     let dc = small_dc(0).await;
     let img = dc.apis().imgapi;
-    let m = img.latest_image("vm-agent").await.unwrap().unwrap();
+    // Without Content-MD5 (vm-agent's file, as seeded) a corrupt download
+    // passes the header checks: only the manifest's sha1 catches it.
+    dc.faults().corrupt_image("vm-agent");
+    let vm = img.latest_image("vm-agent").await.unwrap().unwrap();
+    let d = img.get_image_file(vm.uuid).await.unwrap();
+    assert!(d.content_md5.is_none());
+    let bytes = d.verified_bytes().await.unwrap();
+    use sha1::Digest;
+    assert_ne!(
+        format!("{:x}", sha1::Sha1::digest(&bytes)),
+        vm.files[0].sha1
+    );
+    dc.faults().clear();
+    let m = img.latest_image("cmon-agent").await.unwrap().unwrap();
     let good = img
         .get_image_file(m.uuid)
         .await
@@ -292,7 +305,7 @@ async fn downloads_are_checked_against_their_headers() {
         .await
         .unwrap();
     assert_eq!(good.len() as u64, m.files[0].size);
-    dc.faults().corrupt_image("vm-agent");
+    dc.faults().corrupt_image("cmon-agent");
     let err = img
         .get_image_file(m.uuid)
         .await

@@ -19,10 +19,19 @@ use agentsadm::sim::{
 
 /// `agentsadm gz <args> --json` on a server through CNAPI execute.
 async fn gz(dc: &SimDc, server: &SimServer, args: &[&str]) -> GzResult {
+    gz_env(dc, server, args, &[]).await
+}
+
+/// [`gz`] with this environment in the request (all the command gets).
+async fn gz_env(dc: &SimDc, server: &SimServer, args: &[&str], env: &[(&str, &str)]) -> GzResult {
     let mut argv: Vec<String> = vec!["gz".into()];
     argv.extend(args.iter().map(|s| s.to_string()));
     argv.push("--json".into());
-    let req = gz_execute_request(&argv, Default::default(), Duration::from_secs(30));
+    let env = env
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+    let req = gz_execute_request(&argv, env, Duration::from_secs(30));
     let r = dc
         .apis()
         .cnapi
@@ -62,15 +71,25 @@ fn tree(root: &Path) -> BTreeSet<String> {
     out
 }
 
-/// The server's SAPI agent instances (by params.server_uuid).
+/// The server's SAPI agent instances: by `params.server_uuid`, and, for
+/// the ones adopted without params (vm-agent and net-agent do so), by the
+/// instance UUIDs the server reports in `server.agents`.
 async fn sapi_instances(dc: &SimDc, server: ServerUuid) -> BTreeSet<InstanceUuid> {
+    let reported: BTreeSet<InstanceUuid> = dc
+        .server_agents(server)
+        .iter()
+        .filter_map(|a| a.uuid)
+        .collect();
     dc.apis()
         .sapi
         .list_agent_instances()
         .await
         .unwrap()
         .into_iter()
-        .filter(|i| i.server_uuid() == Some(server))
+        .filter(|i| match &i.params {
+            Some(_) => i.server_uuid() == Some(server),
+            None => reported.contains(&i.uuid),
+        })
         .map(|i| i.uuid)
         .collect()
 }
@@ -202,13 +221,17 @@ async fn seeded_mockcloud_servers_are_what_the_installer_leaves() {
 
 #[tokio::test]
 async fn cn_agent_through_execute_hands_itself_to_agentsadm_install() {
+    // Through cn-agent, with a request that says so (cn-agent passes the
+    // request's env as is; nothing else sets SMF_FMRI).
     let dc = SimDc::start(
         SimConfig::default()
             .servers(1)
+            .execute_transport(ExecuteTransport::CnAgent)
             .cn_agent_restart(Duration::from_millis(200)),
     )
     .await
     .unwrap();
+    let fmri = dc.catalog().get("cn-agent").unwrap().smf_services[0].clone();
     let cn = dc.server("cn0001").unwrap();
     let old = dc
         .server_agents(cn.uuid)
@@ -218,7 +241,13 @@ async fn cn_agent_through_execute_hands_itself_to_agentsadm_install() {
     let new = dc
         .publish_component("cn-agent", &BuildOptions::new("1.1.0"), PublishTarget::Dc)
         .unwrap();
-    let r = gz(&dc, &cn, &["install", &new.uuid.to_string()]).await;
+    let r = gz_env(
+        &dc,
+        &cn,
+        &["install", &new.uuid.to_string()],
+        &[("SMF_FMRI", &fmri)],
+    )
+    .await;
     assert!(r.error.is_none(), "{r:?}");
     assert!(r.components.is_empty(), "handed over, not done: {r:?}");
     assert!(

@@ -13,7 +13,7 @@ use crate::catalog::Component;
 use crate::cli::{CmdResult, GlobalOpts};
 use crate::ids::ImageUuid;
 use crate::orchestrate::{gather, images};
-use crate::output::table;
+use crate::output::{short_uuid, table_with, to_the_second};
 
 #[derive(Args, Debug)]
 pub struct AvailArgs {
@@ -25,6 +25,8 @@ pub struct AvailArgs {
     /// Also list images older than the oldest one in use.
     #[arg(long)]
     pub all_images: bool,
+    #[command(flatten)]
+    pub table: super::list::TableArgs,
 }
 
 pub async fn run_avail(g: &GlobalOpts, a: AvailArgs) -> CmdResult {
@@ -101,8 +103,8 @@ pub async fn run_avail(g: &GlobalOpts, a: AvailArgs) -> CmdResult {
             vec![
                 r["component"].as_str().unwrap_or("").to_string(),
                 r["version"].as_str().unwrap_or("").to_string(),
-                r["image"].as_str().unwrap_or("").to_string(),
-                r["published_at"].as_str().unwrap_or("-").to_string(),
+                short_uuid(&r["image"].as_str().unwrap_or(""), 8),
+                to_the_second(r["published_at"].as_str().unwrap_or("-")),
                 r["servers"].to_string(),
                 if r["default"].as_bool() == Some(true) {
                     "default".to_string()
@@ -112,19 +114,20 @@ pub async fn run_avail(g: &GlobalOpts, a: AvailArgs) -> CmdResult {
             ]
         })
         .collect();
-    out.line(
-        table(
-            &[
-                "COMPONENT",
-                "VERSION",
-                "IMAGE",
-                "PUBLISHED",
-                "SERVERS",
-                "NOTE",
-            ],
-            &cells,
-        )
-        .trim_end(),
-    );
+    // Images by component, oldest first (as listed), unless -s says.
+    let text = table_with(
+        &[
+            "COMPONENT",
+            "VERSION",
+            "IMAGE",
+            "PUBLISHED",
+            "SERVERS",
+            "NOTE",
+        ],
+        &cells,
+        &a.table.options(&[]),
+    )
+    .map_err(anyhow::Error::msg)?;
+    out.line(text.trim_end());
     Ok(exit(0))
 }

@@ -13,7 +13,9 @@ use super::{
 use crate::catalog::Catalog;
 use std::sync::atomic::AtomicBool;
 
-use crate::cli::execution::{CliGate, Execution, interrupted, with_dc_lock_watched};
+use crate::cli::execution::{
+    CliGate, Execution, interrupted, refuse_if_locked, with_dc_lock_watched,
+};
 use crate::cli::{CmdResult, EXIT_PARTIAL, GlobalOpts};
 use crate::ids::ImageUuid;
 use crate::orchestrate::execute::default_canary;
@@ -49,9 +51,10 @@ pub struct UpdateArgs {
     /// Every bulk-updatable managed component (never marlin-agent).
     #[arg(short = 'a', long, conflicts_with = "components")]
     pub all: bool,
-    /// Update to this image (one component only).
-    #[arg(long, value_name = "UUID", conflicts_with = "latest")]
-    pub image: Option<ImageUuid>,
+    /// Update to this image (one component only): a UUID, its first 8
+    /// characters, or a version; `COMPONENT@IMAGE` says the same.
+    #[arg(long, value_name = "IMAGE", conflicts_with = "latest")]
+    pub image: Option<String>,
     /// Update to the newest image (of the updates server's channel with
     /// --channel, else of the datacenter IMGAPI).
     #[arg(long)]
@@ -72,9 +75,10 @@ pub struct InstallArgs {
     /// The component to install.
     #[arg(value_name = "COMPONENT")]
     pub component: String,
-    /// The image (default: the SAPI service's params.image_uuid).
-    #[arg(long, value_name = "UUID")]
-    pub image: Option<ImageUuid>,
+    /// The image (default: the SAPI service's params.image_uuid): a UUID,
+    /// its first 8 characters, or a version; `COMPONENT@IMAGE` says the same.
+    #[arg(long, value_name = "IMAGE")]
+    pub image: Option<String>,
     #[command(flatten)]
     pub source: ChannelArgs,
     #[command(flatten)]
@@ -105,21 +109,73 @@ pub struct RemoveArgs {
 struct Change {
     request: Request,
     choice: ImageChoice,
+    /// `COMPONENT@IMAGE` or `--image` short of a full UUID: looked up
+    /// before planning, then the choice is that image.
+    image_spec: Option<(String, String)>,
     source: ChannelArgs,
     exec: ExecSettings,
 }
 
+/// `vm-agent@1.1.0` as (`vm-agent`, `1.1.0`).
+fn split_target(arg: &str) -> (String, Option<String>) {
+    match arg.split_once('@') {
+        Some((c, i)) => (c.to_string(), Some(i.to_string())),
+        None => (arg.to_string(), None),
+    }
+}
+
+/// The image asked for by `--image` or `COMPONENT@IMAGE` (not both):
+/// a full UUID as is, anything else to look up.
+fn image_target(
+    component: &str,
+    flag: Option<String>,
+    at: Option<String>,
+) -> anyhow::Result<(ImageChoice, Option<(String, String)>)> {
+    let spec = match (flag, at) {
+        (Some(_), Some(_)) => bail!("give the image once: COMPONENT@IMAGE or --image, not both"),
+        (Some(s), None) | (None, Some(s)) => s,
+        (None, None) => return Ok((ImageChoice::Intent, None)),
+    };
+    if spec.trim().is_empty() {
+        bail!(
+            "{component}@ needs an image: a version (1.1.0), an image UUID or its first 8 characters"
+        );
+    }
+    Ok(match spec.trim().parse::<ImageUuid>() {
+        Ok(u) => (ImageChoice::Image(u), None),
+        Err(_) => (ImageChoice::Intent, Some((component.to_string(), spec))),
+    })
+}
+
 impl UpdateArgs {
-    fn change(self, catalog: &Catalog) -> anyhow::Result<Change> {
+    fn change(mut self, catalog: &Catalog) -> anyhow::Result<Change> {
         if !self.all && self.components.is_empty() {
             bail!("name the components to update, or pass --all");
+        }
+        let mut at = None;
+        for c in &mut self.components {
+            let (name, image) = split_target(c);
+            if image.is_some() {
+                if at.is_some() {
+                    bail!("name one image per update (COMPONENT@IMAGE once)");
+                }
+                at = image;
+            }
+            *c = name;
         }
         for c in &self.components {
             catalog.require(c)?;
         }
-        if self.image.is_some() && (self.all || self.components.len() != 1) {
+        if (self.image.is_some() || at.is_some()) && (self.all || self.components.len() != 1) {
             bail!("--image needs exactly one component (run one update per image)");
         }
+        if at.is_some() && self.latest {
+            bail!("COMPONENT@IMAGE and --latest ask for different images; give one");
+        }
+        let (choice, image_spec) = match self.components.first() {
+            Some(c) => image_target(c, self.image.take(), at)?,
+            None => (ImageChoice::Intent, None),
+        };
         Ok(Change {
             request: Request {
                 operation: Operation::Update,
@@ -131,11 +187,11 @@ impl UpdateArgs {
                 servers: servers_selection(self.servers.servers),
                 exclude: self.exclude,
             },
-            choice: match (self.image, self.latest) {
-                (Some(i), _) => ImageChoice::Image(i),
-                (None, true) => ImageChoice::Latest,
-                (None, false) => ImageChoice::Intent,
+            choice: match (choice, self.latest) {
+                (ImageChoice::Intent, true) => ImageChoice::Latest,
+                (c, _) => c,
             },
+            image_spec,
             source: self.source,
             exec: self.exec.into(),
         })
@@ -143,8 +199,11 @@ impl UpdateArgs {
 }
 
 impl InstallArgs {
-    fn change(self, catalog: &Catalog) -> anyhow::Result<Change> {
+    fn change(mut self, catalog: &Catalog) -> anyhow::Result<Change> {
+        let (name, at) = split_target(&self.component);
+        self.component = name;
         catalog.require(&self.component)?;
+        let (choice, image_spec) = image_target(&self.component, self.image.take(), at)?;
         if self.servers.servers.is_empty() && !self.all_servers {
             bail!("name the servers with -s SERVERS, or pass --all-servers");
         }
@@ -155,10 +214,8 @@ impl InstallArgs {
                 servers: servers_selection(self.servers.servers),
                 exclude: self.exclude,
             },
-            choice: self
-                .image
-                .map(ImageChoice::Image)
-                .unwrap_or(ImageChoice::Intent),
+            choice,
+            image_spec,
             source: self.source,
             exec: self.exec.into(),
         })
@@ -182,6 +239,7 @@ impl RemoveArgs {
                 exclude: Vec::new(),
             },
             choice: ImageChoice::Intent,
+            image_spec: None,
             source: ChannelArgs::default(),
             exec: self.exec.into(),
         })
@@ -199,7 +257,7 @@ fn servers_selection(names: Vec<String>) -> ServerSelection {
 /// plan / update / install / remove. A changing command takes the
 /// datacenter lock before planning, plans under it, and executes only the
 /// plan that was shown and confirmed (fenced plans).
-async fn run_change(g: &GlobalOpts, change: Change, plan_only: bool) -> CmdResult {
+async fn run_change(g: &GlobalOpts, mut change: Change, plan_only: bool) -> CmdResult {
     let out = g.output();
     let catalog = g.load_catalog()?;
     let apis = g.apis()?;
@@ -209,30 +267,51 @@ async fn run_change(g: &GlobalOpts, change: Change, plan_only: bool) -> CmdResul
         catalog: &catalog,
         updates: updates.as_ref(),
     };
-    let exec = &change.exec;
-    if plan_only || exec.dry_run {
+    let changes = !plan_only && !change.exec.dry_run;
+    if changes {
+        // A held lock is news before a long plan, not after it.
+        refuse_if_locked(&apis.sapi, change.exec.break_lock).await?;
+    }
+    if let Some((component, spec)) = &change.image_spec {
+        let sources = crate::orchestrate::images::ImageSources {
+            dc: &apis.imgapi,
+            updates: updates.as_ref(),
+        };
+        let c = catalog.require(component)?;
+        change.choice =
+            ImageChoice::Image(crate::orchestrate::images::find_image(sources, c, spec).await?);
+    }
+    if !changes {
         let plan = plan_and_show(g, &session, &change).await?;
         if out.json {
             out.json(&json!({"plan": plan, "executed": false, "exit_status": 0}));
         }
         return Ok(exit(0));
     }
-    // A first plan without the lock: bad input, or nothing to do, ends
-    // here with nothing written (not even the lock).
+    // A first plan without the lock: bad input, nothing to do, or no way
+    // to confirm ends here with nothing written (not even the lock).
+    let exec = &change.exec;
     let unlocked = session
         .plan(&change.request, change.choice, exec.transport)
         .await?
         .plan;
     if unlocked.is_empty() {
-        return show_empty(g, &unlocked, false);
+        return show_empty(g, &change, &unlocked, false);
     }
-    if !exec.yes && (out.json || !stdin_is_terminal()) {
-        out.line(
-            unlocked
-                .display_compact(DEFAULT_MAX_SERVERS)
-                .to_string()
-                .trim_end(),
-        );
+    let interactive = !out.json && stdin_is_terminal();
+    if !exec.yes && !interactive {
+        if out.json {
+            for w in &unlocked.warnings {
+                eprintln!("warning: {w}");
+            }
+        } else {
+            show_plan(g, &change, &unlocked);
+        }
+        if unlocked.needs_explicit_yes {
+            bail!(
+                "this plan restarts components that abort running work; re-run with -y to confirm (nothing was changed)"
+            );
+        }
         bail!("refusing to change servers without confirmation: pass -y (nothing was changed)");
     }
     let operation = format!(
@@ -248,9 +327,34 @@ async fn run_change(g: &GlobalOpts, change: Change, plan_only: bool) -> CmdResul
     with_dc_lock_watched(&apis.sapi, &operation, exec.break_lock, &out, &lost, work).await?
 }
 
+/// Print a plan (text output only), and why an empty update changes
+/// nothing.
+fn show_plan(g: &GlobalOpts, change: &Change, plan: &Plan) {
+    let out = g.output();
+    if out.json {
+        return;
+    }
+    let max = if g.verbose > 0 {
+        usize::MAX
+    } else {
+        DEFAULT_MAX_SERVERS
+    };
+    out.line(plan.display_compact(max).to_string().trim_end());
+    if plan.is_empty()
+        && plan.operation == Operation::Update
+        && change.choice == ImageChoice::Intent
+        && plan.skips.is_empty()
+    {
+        out.line(format!(
+            "The selected servers already run the image SAPI names for {} (the service default); use --latest or COMPONENT@VERSION to move to another image.",
+            plan.components.join(", ")
+        ));
+    }
+}
+
 /// An empty plan (shown unless `shown`): exit 0, or 2 when something
 /// blocking was skipped.
-fn show_empty(g: &GlobalOpts, plan: &Plan, shown: bool) -> CmdResult {
+fn show_empty(g: &GlobalOpts, change: &Change, plan: &Plan, shown: bool) -> CmdResult {
     let out = g.output();
     let partial = if plan.has_blocking_skips() {
         EXIT_PARTIAL
@@ -260,17 +364,12 @@ fn show_empty(g: &GlobalOpts, plan: &Plan, shown: bool) -> CmdResult {
     if out.json {
         out.json(&json!({"plan": plan, "executed": false, "exit_status": partial}));
     } else if !shown {
-        let max = if g.verbose > 0 {
-            usize::MAX
-        } else {
-            DEFAULT_MAX_SERVERS
-        };
-        out.line(plan.display_compact(max).to_string().trim_end());
+        show_plan(g, change, plan);
     }
     Ok(exit(partial))
 }
 
-/// Plan, and show the plan (text only).
+/// Plan, log the plan, and show it (text only).
 async fn plan_and_show(
     g: &GlobalOpts,
     session: &Session<'_>,
@@ -280,15 +379,14 @@ async fn plan_and_show(
         .plan(&change.request, change.choice, change.exec.transport)
         .await?
         .plan;
-    let max = if g.verbose > 0 {
-        usize::MAX
-    } else {
-        DEFAULT_MAX_SERVERS
-    };
-    let out = g.output();
-    if !out.json {
-        out.line(plan.display_compact(max).to_string().trim_end());
-    }
+    tracing::info!(
+        target: crate::log::FILE_ONLY_TARGET,
+        component = "planner",
+        plan = serde_json::to_string(&plan).unwrap_or_default(),
+        "{}",
+        plan.display_compact(DEFAULT_MAX_SERVERS)
+    );
+    show_plan(g, change, &plan);
     Ok(plan)
 }
 
@@ -305,27 +403,20 @@ async fn fenced_change(
     let mut plan = plan_and_show(g, session, change).await?;
     loop {
         if plan.is_empty() {
-            return show_empty(g, &plan, true);
-        }
-        if plan.needs_explicit_yes && !exec.yes {
-            for w in &plan.warnings {
-                eprintln!("warning: {w}");
-            }
-            bail!(
-                "this plan restarts components that abort running work; re-run with -y to confirm (nothing was changed)"
-            );
+            return show_empty(g, change, &plan, true);
         }
         if exec.yes {
             // Planned under the lock just now: nothing to fence against.
             break;
         }
-        if out.json || !stdin_is_terminal() {
-            bail!("refusing to change servers without confirmation: pass -y (nothing was changed)");
-        }
-        for w in &plan.warnings {
-            eprintln!("warning: {w}");
-        }
-        if !confirm("Proceed?").await? {
+        // Without -y only a terminal gets here (see run_change). The
+        // plan's warnings were printed with it.
+        let question = if plan.needs_explicit_yes {
+            "This plan restarts components that abort running work (see the warnings above). Proceed?"
+        } else {
+            "Proceed?"
+        };
+        if !confirm(question).await? {
             out.line("Nothing was changed.");
             return Ok(exit(1));
         }
@@ -340,12 +431,7 @@ async fn fenced_change(
             break;
         }
         out.line("\nThe plan changed since it was shown; the new plan:");
-        let max = if g.verbose > 0 {
-            usize::MAX
-        } else {
-            DEFAULT_MAX_SERVERS
-        };
-        out.line(again.display_compact(max).to_string().trim_end());
+        show_plan(g, change, &again);
         plan = again;
     }
 
@@ -377,6 +463,15 @@ async fn fenced_change(
         )
         .await?;
     let status = report.exit_status(&plan);
+    tracing::info!(
+        target: crate::log::FILE_ONLY_TARGET,
+        component = "summary",
+        summary = serde_json::to_string(&report.summary(&plan)).unwrap_or_default(),
+        outliers = serde_json::to_string(&report.outliers).unwrap_or_default(),
+        exit_status = status,
+        "{}",
+        report.render(&plan).trim_end()
+    );
     if out.json {
         out.json(&json!({
             "plan": plan,
@@ -493,6 +588,51 @@ mod tests {
         assert_eq!(c.exec.options.outlier.margin, Duration::from_secs(30));
         let c = update(&["--all", "--outlier-margin", "1s"]).unwrap();
         assert_eq!(c.exec.options.outlier.margin, Duration::from_secs(1));
+    }
+
+    #[test]
+    fn targets_as_sdcadm_users_type_them() {
+        let c = update(&["vm-agent@1.1.0", "-y"]).unwrap();
+        assert_eq!(
+            c.request.components,
+            ComponentSelection::Named(vec!["vm-agent".into()])
+        );
+        assert_eq!(c.image_spec, Some(("vm-agent".into(), "1.1.0".into())));
+        let img = "fd5f189c-c26a-46a6-bd1a-b0e0150edf8f";
+        let c = update(&[&format!("vm-agent@{img}")]).unwrap();
+        assert_eq!(c.choice, ImageChoice::Image(img.parse().unwrap()));
+        assert_eq!(c.image_spec, None);
+        let c = update(&["vm-agent", "--image", "fd5f189c"]).unwrap();
+        assert_eq!(c.image_spec, Some(("vm-agent".into(), "fd5f189c".into())));
+        let e = |args: &[&str]| update(args).unwrap_err().to_string();
+        assert!(e(&["vm-agent@1.1.0", "--latest"]).contains("--latest"));
+        assert!(e(&["vm-agent@1.1.0", "--image", "fd5f189c"]).contains("not both"));
+        assert!(e(&["vm-agent@1.1.0", "cn-agent"]).contains("exactly one"));
+        assert!(e(&["vm-agent@"]).contains("needs an image"));
+        let t = T::try_parse_from(["t", "install", "dockerlogger@1.2.0", "--all-servers"]).unwrap();
+        let C::Install(i) = t.c else { unreachable!() };
+        let c = i.change(&Catalog::builtin()).unwrap();
+        assert_eq!(c.image_spec, Some(("dockerlogger".into(), "1.2.0".into())));
+    }
+
+    #[test]
+    fn bad_values_say_what_is_expected() {
+        let msg = |args: &[&str]| update(args).unwrap_err().to_string();
+        let e = msg(&["vm-agent", "--task-timeout", "banana"]);
+        assert!(e.contains("not a duration") && e.contains("90s, 5m"), "{e}");
+        let e = msg(&["vm-agent", "-j", "0"]);
+        assert!(e.contains("at least 1"), "{e}");
+        let e = msg(&["vm-agent", "-s", ""]);
+        assert!(e.contains("empty server name"), "{e}");
+        let e = msg(&["vm-agent", "-s", "cn1,,cn2"]);
+        assert!(e.contains("empty server name"), "{e}");
+        assert_eq!(
+            update(&["vm-agent", "-s", "cn1, cn2"])
+                .unwrap()
+                .request
+                .servers,
+            ServerSelection::Named(vec!["cn1".into(), "cn2".into()])
+        );
     }
 
     #[test]

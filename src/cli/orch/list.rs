@@ -12,7 +12,7 @@ use crate::ids::{ImageUuid, InstanceUuid, ServerUuid};
 use crate::orchestrate::gather;
 use crate::orchestrate::plan::resolve_servers;
 use crate::orchestrate::{Intent, Reality};
-use crate::output::{Output, table};
+use crate::output::{Output, TableOptions, table, table_with};
 
 #[derive(Args, Debug)]
 pub struct ListArgs {
@@ -25,6 +25,43 @@ pub struct ListArgs {
     /// run it and in which state (for fleets too large to list per server).
     #[arg(long)]
     pub summary: bool,
+    #[command(flatten)]
+    pub table: TableArgs,
+}
+
+/// How `list` and `avail` show their tables, as `sdcadm insts` does.
+#[derive(Args, Clone, Debug, Default)]
+pub struct TableArgs {
+    /// Leave out the header line.
+    #[arg(short = 'H')]
+    pub no_header: bool,
+    /// Only these columns, in this order (comma-separated names, e.g.
+    /// hostname,version).
+    #[arg(short = 'o', value_name = "COLUMNS", value_delimiter = ',')]
+    pub columns: Vec<String>,
+    /// Sort by these columns (comma-separated; `-NAME` for descending).
+    #[arg(
+        long = "sort",
+        value_name = "SORT",
+        value_delimiter = ',',
+        allow_hyphen_values = true
+    )]
+    pub sort: Vec<String>,
+}
+
+impl TableArgs {
+    /// The table options, sorting by `default_sort` unless told otherwise.
+    pub fn options(&self, default_sort: &[&str]) -> TableOptions {
+        TableOptions {
+            no_header: self.no_header,
+            columns: self.columns.clone(),
+            sort: if self.sort.is_empty() {
+                default_sort.iter().map(|s| s.to_string()).collect()
+            } else {
+                self.sort.clone()
+            },
+        }
+    }
 }
 
 /// One row of `agentsadm list`.
@@ -144,7 +181,20 @@ pub async fn run_list(g: &GlobalOpts, a: ListArgs) -> CmdResult {
     } else {
         resolve_servers(&reality, &a.servers.servers)?
     };
-    let rows = list_rows(&intent, &reality, &servers, &components);
+    let mut rows = list_rows(&intent, &reality, &servers, &components);
+    rows.sort_by(|x, y| {
+        (x.hostname.as_str(), x.component.as_str())
+            .cmp(&(y.hostname.as_str(), y.component.as_str()))
+    });
+    if out.quiet && !out.json && !a.summary {
+        // `list -q`: the hostnames, one a line, for `for h in $(...)`.
+        let mut hosts: Vec<&str> = rows.iter().map(|r| r.hostname.as_str()).collect();
+        hosts.dedup();
+        for h in hosts {
+            println!("{h}");
+        }
+        return Ok(exit(0));
+    }
     if a.summary {
         print_list_summary(&out, servers.len(), &rows);
         return Ok(exit(0));
@@ -168,20 +218,20 @@ pub async fn run_list(g: &GlobalOpts, a: ListArgs) -> CmdResult {
             ]
         })
         .collect();
-    out.line(
-        table(
-            &[
-                "HOSTNAME",
-                "COMPONENT",
-                "VERSION",
-                "IMAGE",
-                "INTENDED",
-                "STATE",
-            ],
-            &cells,
-        )
-        .trim_end(),
-    );
+    let text = table_with(
+        &[
+            "HOSTNAME",
+            "COMPONENT",
+            "VERSION",
+            "IMAGE",
+            "INTENDED",
+            "STATE",
+        ],
+        &cells,
+        &a.table.options(&["hostname", "component"]),
+    )
+    .map_err(anyhow::Error::msg)?;
+    out.line(text.trim_end());
     Ok(exit(0))
 }
 

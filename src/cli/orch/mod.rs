@@ -47,7 +47,7 @@ pub const DEFAULT_UPDATES_URL: &str = "https://updates.tritondatacenter.com";
 #[derive(Args, Clone, Debug, Default)]
 pub struct ServersArg {
     /// Servers (UUIDs or hostnames), comma-separated or repeated.
-    #[arg(short = 's', long = "servers", value_name = "SERVERS", value_delimiter = ',', action = ArgAction::Append)]
+    #[arg(short = 's', long = "servers", value_name = "SERVERS", value_delimiter = ',', action = ArgAction::Append, value_parser = server_name)]
     pub servers: Vec<String>,
 }
 
@@ -84,23 +84,23 @@ pub struct ExecArgs {
     #[arg(short = 'y', long = "yes")]
     pub yes: bool,
     /// Servers changed at once.
-    #[arg(short = 'j', long, default_value_t = DEFAULT_CONCURRENCY, value_name = "N")]
+    #[arg(short = 'j', long, default_value_t = DEFAULT_CONCURRENCY, value_name = "N", value_parser = at_least_one)]
     pub concurrency: usize,
     /// How steps reach servers: auto (apm agents through CNAPI install-agent,
     /// other kinds through `agentsadm gz` via CNAPI execute), execute, install-agent.
     #[arg(long, value_enum, default_value_t = TransportArg::Auto)]
     pub transport: TransportArg,
     /// Give up on one step after this long (e.g. 30m).
-    #[arg(long, value_parser = humantime::parse_duration, default_value = "30m", value_name = "DURATION")]
+    #[arg(long, value_parser = duration, default_value = "30m", value_name = "DURATION")]
     pub task_timeout: Duration,
     /// A server is an outlier past max(FACTOR x median, median + MARGIN).
     #[arg(long, default_value_t = 3.0, value_name = "FACTOR")]
     pub outlier_factor: f64,
     /// The MARGIN above: at least this much over the median (e.g. 30s, 1s).
-    #[arg(long, value_parser = humantime::parse_duration, default_value = "30s", value_name = "DURATION")]
+    #[arg(long, value_parser = duration, default_value = "30s", value_name = "DURATION")]
     pub outlier_margin: Duration,
     /// Once only outliers are left, stop waiting for them after this long.
-    #[arg(long, value_parser = humantime::parse_duration, value_name = "DURATION")]
+    #[arg(long, value_parser = duration, value_name = "DURATION")]
     pub straggler_timeout: Option<Duration>,
     /// Take the datacenter lock even if another agentsadm holds it.
     #[arg(long)]
@@ -116,6 +116,34 @@ pub struct ExecArgs {
     /// At most N servers of one rack (CNAPI rack_identifier) at once.
     #[arg(long, value_name = "N")]
     pub max_per_rack: Option<usize>,
+}
+
+/// A duration as `--task-timeout` and friends take it, with an example
+/// when it is not one.
+pub fn duration(s: &str) -> Result<Duration, String> {
+    humantime::parse_duration(s.trim()).map_err(|_| {
+        format!("{s:?} is not a duration: give a number and a unit, such as 90s, 5m, 1h or 1h30m")
+    })
+}
+
+/// `-j N`: at least one server at a time.
+fn at_least_one(s: &str) -> Result<usize, String> {
+    match s.trim().parse::<usize>() {
+        Ok(0) => Err("must be at least 1 (servers changed at once)".to_string()),
+        Ok(n) => Ok(n),
+        Err(_) => Err(format!("{s:?} is not a number of servers")),
+    }
+}
+
+/// One name of `-s SERVERS`: not empty (`-s ''` would select nothing, or
+/// everything, silently).
+fn server_name(s: &str) -> Result<String, String> {
+    let s = s.trim();
+    if s.is_empty() {
+        Err("empty server name: give UUIDs or hostnames, comma-separated".to_string())
+    } else {
+        Ok(s.to_string())
+    }
 }
 
 /// What [`ExecArgs`] come to: the confirmation and lock choices, the
@@ -176,10 +204,15 @@ fn exit(code: u8) -> ExitCode {
 /// for one. Without `--channel`, the channel is the `sdc` application's
 /// `update_channel` (as sdcadm does).
 async fn updates_client(apis: &Apis, source: &ChannelArgs) -> anyhow::Result<Option<ImgapiClient>> {
-    if source.channel.is_none() && source.updates_url.is_none() {
+    // `UPDATES_URL=` (set but empty) is no URL.
+    let updates_url = source
+        .updates_url
+        .as_deref()
+        .filter(|u| !u.trim().is_empty());
+    if source.channel.is_none() && updates_url.is_none() {
         return Ok(None);
     }
-    let url = source.updates_url.as_deref().unwrap_or(DEFAULT_UPDATES_URL);
+    let url = updates_url.unwrap_or(DEFAULT_UPDATES_URL);
     let mut channel = source.channel.clone();
     if channel.is_none()
         && let Ok(Some(app)) = apis.sapi.sdc_application().await

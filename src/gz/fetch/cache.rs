@@ -5,13 +5,15 @@
 //! once verified. A cached file is verified again each time it is used.
 
 use std::fs::{self, File};
+use std::io::Read;
 use std::path::{Path, PathBuf};
+use std::time::Instant;
 
 use crate::ids::ImageUuid;
 
-use super::pipeline::{Consumed, Consumer, run_blocking};
+use super::pipeline::{Consumed, Consumer, Limits, run_blocking};
 use super::source::ResolvedImage;
-use super::{Digests, FetchError};
+use super::{Digests, FetchError, FetchOptions};
 
 /// Unpack the cached copy of `image`, if there is one, re-verifying it as
 /// it is read. A copy that no longer verifies is removed and `None`
@@ -21,6 +23,8 @@ pub(super) async fn unpack_cached(
     image: &ResolvedImage,
     consumer: &Consumer,
     staging: &Path,
+    options: &FetchOptions,
+    deadline: Instant,
 ) -> Result<Option<(Consumed, Digests, PathBuf)>, FetchError> {
     let uuid = image.uuid();
     let expected = image.file().clone();
@@ -42,7 +46,13 @@ pub(super) async fn unpack_cached(
         .map_err(io_err("cannot create staging directory", staging))?;
     let file = File::open(&cached).map_err(io_err("cannot open cached image", &cached))?;
     let origin = cached.display().to_string();
-    let outcome = run_blocking(uuid, file, &expected, consumer).await?;
+    // No further than one byte past the manifest's size (a cached file
+    // that grew is caught by the size check).
+    let file = file.take(expected.size.saturating_add(1));
+    let limits = Limits {
+        deadline: Some((deadline, options.deadline)),
+    };
+    let outcome = run_blocking(uuid, file, &expected, consumer, limits).await?;
     match outcome.verify(uuid, &expected, &origin, None) {
         Ok(()) => {
             let (consumed, digests) = outcome.into_result(uuid)?;

@@ -7,13 +7,13 @@
 use std::fs;
 use std::io::{self, Read};
 use std::path::PathBuf;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use crate::api::ImgapiClient;
 use crate::error::error_chain;
 
 use super::super::unpack;
-use super::pipeline::{Consumed, Consumer, pipeline};
+use super::pipeline::{Consumed, Consumer, Limits, pipeline};
 use super::source::ResolvedImage;
 use super::{Digests, FetchError, FetchOptions, cache};
 
@@ -28,8 +28,15 @@ pub(super) async fn download_once(
     image: &ResolvedImage,
     consumer: &Consumer,
     options: &FetchOptions,
+    deadline: Instant,
 ) -> Result<(Consumed, Digests, Option<PathBuf>), FetchError> {
     let uuid = image.uuid();
+    if Instant::now() >= deadline {
+        return Err(FetchError::Deadline {
+            uuid,
+            deadline: options.deadline,
+        });
+    }
     let expected = image.file().clone();
     consumer.reset().map_err(|err| FetchError::Io {
         uuid,
@@ -37,19 +44,25 @@ pub(super) async fn download_once(
         path: PathBuf::new(),
         err,
     })?;
-    let download = client.get_image_file(uuid).await.map_err(|err| {
-        if err.is_not_found() {
-            FetchError::NotFound {
-                uuid,
-                url: client.base_url().to_string(),
+    let started = tokio::time::timeout_at(deadline.into(), client.get_image_file(uuid)).await;
+    let download = started
+        .map_err(|_| FetchError::Deadline {
+            uuid,
+            deadline: options.deadline,
+        })?
+        .map_err(|err| {
+            if err.is_not_found() {
+                FetchError::NotFound {
+                    uuid,
+                    url: client.base_url().to_string(),
+                }
+            } else {
+                FetchError::FileRequest {
+                    uuid,
+                    err: Box::new(err),
+                }
             }
-        } else {
-            FetchError::FileRequest {
-                uuid,
-                err: Box::new(err),
-            }
-        }
-    })?;
+        })?;
     if let Some(len) = download.content_length
         && len != expected.size
     {
@@ -77,9 +90,20 @@ pub(super) async fn download_once(
         let expected = expected.clone();
         let consumer = consumer.clone();
         let want_md5 = content_md5.is_some();
-        tokio::task::spawn_blocking(move || pipeline(reader, tee, &expected, want_md5, &consumer))
+        // The network side keeps the deadline (it can stop waiting; a
+        // blocked read cannot).
+        let limits = Limits::default();
+        tokio::task::spawn_blocking(move || {
+            pipeline(reader, tee, &expected, want_md5, &consumer, limits)
+        })
     };
-    let pumped = pump(download.response, tx, options.read_timeout).await;
+    let pace = Pace {
+        read_timeout: options.read_timeout,
+        deadline: deadline.into(),
+        min_rate: options.min_rate,
+        window: options.rate_window,
+    };
+    let pumped = pump(download.response, tx, pace).await;
     let outcome = blocking.await.map_err(|e| FetchError::Io {
         uuid,
         what: "unpack thread failed for",
@@ -92,6 +116,20 @@ pub(super) async fn download_once(
                 return Err(FetchError::Stalled {
                     uuid,
                     timeout: options.read_timeout,
+                });
+            }
+            Err(PumpError::TooSlow { bytes, window }) => {
+                return Err(FetchError::TooSlow {
+                    uuid,
+                    bytes,
+                    window,
+                    min_rate: options.min_rate,
+                });
+            }
+            Err(PumpError::Deadline) => {
+                return Err(FetchError::Deadline {
+                    uuid,
+                    deadline: options.deadline,
                 });
             }
             Err(PumpError::Transfer(err)) if outcome.digests.size < expected.size => {
@@ -136,26 +174,51 @@ pub(super) async fn download_once(
 
 enum PumpError {
     Stalled,
+    /// Fewer than the minimum rate's bytes arrived in a window.
+    TooSlow {
+        bytes: u64,
+        window: Duration,
+    },
+    Deadline,
     Transfer(io::Error),
 }
 
-/// Forward the response body to the unpacker.
+/// How fast the body must come.
+struct Pace {
+    /// No byte for this long is a stall.
+    read_timeout: Duration,
+    /// The whole fetch ends here.
+    deadline: tokio::time::Instant,
+    /// Bytes per second, averaged over `window` (0: no minimum).
+    min_rate: u64,
+    window: Duration,
+}
+
+/// Forward the response body to the unpacker, within `pace`.
 async fn pump(
     mut response: reqwest::Response,
     tx: tokio::sync::mpsc::Sender<io::Result<bytes::Bytes>>,
-    read_timeout: Duration,
+    pace: Pace,
 ) -> Result<(), PumpError> {
+    use tokio::time::Instant;
+    let mut last_byte = Instant::now();
+    let mut window_start = last_byte;
+    let mut window_bytes = 0u64;
+    // What the receiving half reads when the transfer is cut off here.
+    let stop = |tx: tokio::sync::mpsc::Sender<io::Result<bytes::Bytes>>, why: &'static str| async move {
+        let _ = tx
+            .send(Err(io::Error::new(io::ErrorKind::TimedOut, why)))
+            .await;
+    };
     loop {
-        match tokio::time::timeout(read_timeout, response.chunk()).await {
-            Err(_) => {
-                let _ = tx
-                    .send(Err(io::Error::new(
-                        io::ErrorKind::TimedOut,
-                        "IMGAPI stopped sending",
-                    )))
-                    .await;
-                return Err(PumpError::Stalled);
-            }
+        let stall_at = last_byte + pace.read_timeout;
+        let window_end = window_start + pace.window;
+        let mut wake = stall_at.min(pace.deadline);
+        if pace.min_rate > 0 {
+            wake = wake.min(window_end);
+        }
+        let next = tokio::time::timeout_at(wake, response.chunk()).await;
+        match next {
             Ok(Err(e)) => {
                 // Flattened: the error travels to the blocking half too,
                 // and io::Error cannot share a reqwest::Error.
@@ -165,11 +228,36 @@ async fn pump(
             }
             Ok(Ok(None)) => return Ok(()),
             Ok(Ok(Some(chunk))) => {
+                last_byte = Instant::now();
+                window_bytes += chunk.len() as u64;
                 if tx.send(Ok(chunk)).await.is_err() {
                     // The unpacker stopped reading (too many bytes).
                     return Ok(());
                 }
             }
+            Err(_) => {}
+        }
+        let now = Instant::now();
+        if now >= pace.deadline {
+            stop(tx, "the fetch deadline passed").await;
+            return Err(PumpError::Deadline);
+        }
+        if now >= last_byte + pace.read_timeout {
+            stop(tx, "IMGAPI stopped sending").await;
+            return Err(PumpError::Stalled);
+        }
+        if pace.min_rate > 0 && now >= window_start + pace.window {
+            let elapsed = now - window_start;
+            let wanted = (pace.min_rate as f64 * elapsed.as_secs_f64()) as u64;
+            if window_bytes < wanted {
+                stop(tx, "IMGAPI is sending too slowly").await;
+                return Err(PumpError::TooSlow {
+                    bytes: window_bytes,
+                    window: pace.window,
+                });
+            }
+            window_start = now;
+            window_bytes = 0;
         }
     }
 }

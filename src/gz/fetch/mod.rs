@@ -12,6 +12,15 @@
 //!   renamed to `downloads/<uuid>.file`, and the staging tree is only used
 //!   (swapped in, later) when everything matched.
 //!
+//! Before any of that, the manifest is judged: at most 1 MiB, read before it
+//! is parsed ([`MAX_MANIFEST_BYTES`]); from IMGAPI, the image asked for;
+//! `active` unless [`FetchOptions::allow_inactive`]; a local image file a
+//! regular file of the manifest's size (read no further than one byte past
+//! it); room for it on the filesystem. Then every fetch ends by a deadline,
+//! a download fails below a minimum rate, and the unpacker stops an archive
+//! that expands past [`FetchOptions::max_unpacked_bytes`] or
+//! [`FetchOptions::max_expansion_ratio`] times the file's size.
+//!
 //! Unpacking unverified bytes is safe because the unpacker never writes
 //! outside staging; it saves reading the image a second time. A verified file
 //! already in `downloads/` is unpacked from disk instead (and re-verified). A
@@ -30,17 +39,21 @@ mod source;
 
 use std::collections::BTreeMap;
 use std::fs::File;
-use std::io;
+use std::io::{self, Read};
 use std::path::{Path, PathBuf};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use crate::api::{ApiError, ImgapiClient, RetryPolicy};
 use crate::catalog::CatalogError;
 use crate::ids::ImageUuid;
-use crate::image::Compression;
+use crate::image::{Compression, ImageManifest, ImageState};
 
-use super::unpack::{UnpackError, UnpackOptions, Unpacked};
-use pipeline::{Consumed, Consumer, run_blocking};
+use super::unpack::clip;
+use super::unpack::{
+    DEFAULT_FREE_SPACE_RESERVE, DEFAULT_MAX_EXPANSION_RATIO, DEFAULT_MAX_UNPACKED_BYTES,
+    UnpackError, UnpackLimits, UnpackOptions, Unpacked,
+};
+use pipeline::{Consumed, Consumer, Limits, run_blocking};
 pub use source::{ImageSource, ResolvedImage, check_manifest, resolve};
 
 /// Hashes and size of an image file as received.
@@ -77,6 +90,56 @@ pub enum FetchError {
     NoManifestForFile { file: PathBuf },
     #[error("no image file next to manifest {manifest} (expected <name>.file)")]
     NoFileForManifest { manifest: PathBuf },
+    #[error(
+        "image manifest {origin} is larger than {limit} bytes; a manifest is a few KiB, so this is not one"
+    )]
+    ManifestTooLarge { origin: String, limit: u64 },
+    #[error(
+        "IMGAPI {url} answered the request for image {asked} with the manifest of image {got}; check IMGAPI (a proxy or cache in front of it may be mixing up answers)"
+    )]
+    WrongManifestUuid {
+        asked: ImageUuid,
+        got: ImageUuid,
+        url: String,
+    },
+    #[error(
+        "image {uuid} ({name}) is {state}: {reason}; install it anyway only if you know why, with --allow-inactive"
+    )]
+    Inactive {
+        uuid: ImageUuid,
+        name: String,
+        state: &'static str,
+        reason: &'static str,
+    },
+    #[error(
+        "image file {path} is not a regular file (a device, FIFO or directory); name the image file itself"
+    )]
+    NotRegularFile { path: PathBuf },
+    #[error(
+        "image {uuid}: {path} has {free} bytes free, but fetching needs at least {needed} (the {size}-byte image file{cached}, unpacked, and a reserve of {reserve}); free space there and retry"
+    )]
+    NoSpace {
+        uuid: ImageUuid,
+        path: PathBuf,
+        free: u64,
+        needed: u64,
+        size: u64,
+        cached: &'static str,
+        reserve: u64,
+    },
+    #[error(
+        "image {uuid}: IMGAPI sent {bytes} bytes in {window:?}, below the minimum rate of {min_rate} bytes/s; check the network to IMGAPI and retry (or lower --min-download-rate)"
+    )]
+    TooSlow {
+        uuid: ImageUuid,
+        bytes: u64,
+        window: Duration,
+        min_rate: u64,
+    },
+    #[error(
+        "image {uuid}: fetching did not finish within {deadline:?}; check the network to IMGAPI and retry (or raise --fetch-deadline)"
+    )]
+    Deadline { uuid: ImageUuid, deadline: Duration },
     #[error("cannot read image manifest {path}")]
     ManifestRead {
         path: PathBuf,
@@ -180,6 +243,7 @@ impl FetchError {
                 | FetchError::Md5Mismatch { .. }
                 | FetchError::Transfer { .. }
                 | FetchError::Stalled { .. }
+                | FetchError::TooSlow { .. }
         )
     }
 
@@ -194,12 +258,19 @@ impl FetchError {
             | FetchError::NoFileForManifest { .. }
             | FetchError::ManifestRead { .. }
             | FetchError::ManifestParse { .. }
+            | FetchError::ManifestTooLarge { .. }
+            | FetchError::WrongManifestUuid { .. }
+            | FetchError::Inactive { .. }
+            | FetchError::NotRegularFile { .. }
             | FetchError::WrongType { .. }
             | FetchError::UnknownComponent { .. }
             | FetchError::NoFile { .. }
             | FetchError::UnsupportedCompression { .. } => "resolve",
             FetchError::Transfer { .. }
             | FetchError::Stalled { .. }
+            | FetchError::TooSlow { .. }
+            | FetchError::Deadline { .. }
+            | FetchError::NoSpace { .. }
             | FetchError::FileRequest { .. } => "download",
             FetchError::SizeMismatch { .. }
             | FetchError::Truncated { .. }
@@ -217,6 +288,25 @@ pub struct FetchOptions {
     pub downloads: Option<PathBuf>,
     /// No byte for this long fails the transfer.
     pub read_timeout: Duration,
+    /// The whole fetch (every attempt, and unpacking) must end within
+    /// this (`--fetch-deadline`).
+    pub deadline: Duration,
+    /// A download averaging fewer bytes per second than this over
+    /// `rate_window` fails (`--min-download-rate`); 0 disables the check.
+    pub min_rate: u64,
+    /// The window `min_rate` is averaged over.
+    pub rate_window: Duration,
+    /// Stop once the decompressed archive passes this many bytes
+    /// (`--max-unpacked-bytes`).
+    pub max_unpacked_bytes: u64,
+    /// ... or this many times the image file's size
+    /// (`--max-expansion-ratio`).
+    pub max_expansion_ratio: u64,
+    /// Bytes to keep free on the filesystem unpacked into.
+    pub free_space_reserve: u64,
+    /// Install images whose IMGAPI state is not `active` (unactivated,
+    /// disabled) (`--allow-inactive`).
+    pub allow_inactive: bool,
     /// Extra whole-download attempts after a broken or corrupt transfer.
     pub retries: u32,
     /// First retry delay; doubles each attempt, with jitter (see
@@ -230,7 +320,34 @@ impl FetchOptions {
     pub fn retry_policy(&self) -> RetryPolicy {
         RetryPolicy::new(self.retries, self.backoff)
     }
+
+    /// The unpacker's limits for an image file of `compressed` bytes.
+    pub fn unpack_limits(&self, compressed: u64) -> UnpackLimits {
+        UnpackLimits {
+            max_unpacked_bytes: self.max_unpacked_bytes,
+            max_expansion_ratio: self.max_expansion_ratio,
+            compressed_size: Some(compressed),
+            free_space_reserve: self.free_space_reserve,
+        }
+    }
 }
+
+/// The default overall deadline: an 80 MB image at 25 KiB/s. A datacenter
+/// network moves it in seconds; an hour means the transfer is broken.
+pub const DEFAULT_DEADLINE: Duration = Duration::from_secs(3600);
+
+/// The default minimum rate, 10 KiB/s averaged over [`DEFAULT_RATE_WINDOW`]:
+/// far below any working network, far above a connection that trickles a
+/// byte at a time to hold the server's lock.
+pub const DEFAULT_MIN_RATE: u64 = 10 * 1024;
+
+/// The default window of the minimum rate: long enough to ride out a
+/// pause (IMGAPI fetching from Manta, a TCP retransmit backoff).
+pub const DEFAULT_RATE_WINDOW: Duration = Duration::from_secs(60);
+
+/// The largest manifest read (IMGAPI's answer or a `.manifest` file).
+/// Real ones are 1-3 KiB.
+pub const MAX_MANIFEST_BYTES: u64 = 1 << 20;
 
 impl Default for FetchOptions {
     fn default() -> Self {
@@ -239,6 +356,13 @@ impl Default for FetchOptions {
             read_timeout: Duration::from_secs(30),
             retries: 2,
             backoff: Duration::from_millis(200),
+            deadline: DEFAULT_DEADLINE,
+            min_rate: DEFAULT_MIN_RATE,
+            rate_window: DEFAULT_RATE_WINDOW,
+            max_unpacked_bytes: DEFAULT_MAX_UNPACKED_BYTES,
+            max_expansion_ratio: DEFAULT_MAX_EXPANSION_RATIO,
+            free_space_reserve: DEFAULT_FREE_SPACE_RESERVE,
+            allow_inactive: false,
             unpack: UnpackOptions::default(),
         }
     }
@@ -262,13 +386,22 @@ pub async fn fetch_and_unpack(
     staging: &Path,
     options: &FetchOptions,
 ) -> Result<Fetched, FetchError> {
+    let deadline = Instant::now() + options.deadline;
+    ensure_active(&image.manifest, options.allow_inactive)?;
+    if let ImageSource::File { file, .. } = &image.source {
+        // A device or a file of the wrong size is refused before anything
+        // else is judged (its claimed size included).
+        open_local(image.uuid(), file, image.file().size)?;
+    }
+    ensure_space(image, staging, options)?;
     let consumer = Consumer::Unpack {
         staging: staging.to_path_buf(),
         options: options.unpack.clone(),
+        limits: options.unpack_limits(image.file().size),
     };
     if let Some(downloads) = &options.downloads
         && let Some((consumed, digests, cached)) =
-            cache::unpack_cached(downloads, image, &consumer, staging).await?
+            cache::unpack_cached(downloads, image, &consumer, staging, options, deadline).await?
     {
         return Ok(Fetched {
             unpacked: unpacked_of(consumed),
@@ -277,13 +410,81 @@ pub async fn fetch_and_unpack(
             cached_file: Some(cached),
         });
     }
-    let (consumed, digests, cached_file) = fetch(image, imgapi, &consumer, options).await?;
+    let (consumed, digests, cached_file) =
+        fetch(image, imgapi, &consumer, options, deadline).await?;
     Ok(Fetched {
         unpacked: unpacked_of(consumed),
         digests,
         from_cache: false,
         cached_file,
     })
+}
+
+/// Refuse an image IMGAPI does not consider installable (unactivated,
+/// disabled, still being created, failed) unless told otherwise.
+fn ensure_active(manifest: &ImageManifest, allow_inactive: bool) -> Result<(), FetchError> {
+    let (state, reason) = match (manifest.state, manifest.disabled) {
+        (ImageState::Active, false) => return Ok(()),
+        (ImageState::Active | ImageState::Disabled, _) => (
+            "disabled",
+            "an operator disabled it in IMGAPI, usually because it is known to be bad",
+        ),
+        (ImageState::Unactivated, _) => (
+            "unactivated",
+            "its upload was never activated in IMGAPI, so its file may be incomplete",
+        ),
+        (ImageState::Creating, _) => ("still being created", "its file is not complete yet"),
+        (ImageState::Failed, _) => ("failed", "IMGAPI could not finish creating it"),
+    };
+    if allow_inactive {
+        tracing::warn!(image = %manifest.uuid, state, "installing an inactive image (--allow-inactive)");
+        return Ok(());
+    }
+    Err(FetchError::Inactive {
+        uuid: manifest.uuid,
+        name: clip(&manifest.name),
+        state,
+        reason,
+    })
+}
+
+/// Refuse before writing anything when the filesystem `staging` is on
+/// cannot take the image file (twice, with the download cache) plus the
+/// reserve. Unknown free space (statvfs failing) lets the disk decide.
+fn ensure_space(
+    image: &ResolvedImage,
+    staging: &Path,
+    options: &FetchOptions,
+) -> Result<(), FetchError> {
+    let Some(existing) = staging.ancestors().find(|p| p.exists()) else {
+        return Ok(());
+    };
+    let Ok(free) = super::unpack::free_bytes(existing) else {
+        return Ok(());
+    };
+    let size = image.file().size;
+    // Only a download is kept in the cache.
+    let cached = options.downloads.is_some() && matches!(image.source, ImageSource::Imgapi(_));
+    let copies = if cached { 2 } else { 1 };
+    let needed = size
+        .saturating_mul(copies)
+        .saturating_add(options.free_space_reserve);
+    if free < needed {
+        return Err(FetchError::NoSpace {
+            uuid: image.uuid(),
+            path: existing.to_path_buf(),
+            free,
+            needed,
+            size,
+            cached: if copies == 2 {
+                " in the download cache"
+            } else {
+                ""
+            },
+            reserve: options.free_space_reserve,
+        });
+    }
+    Ok(())
 }
 
 fn unpacked_of(c: Consumed) -> Unpacked {
@@ -306,44 +507,47 @@ pub async fn fetch_members(
     wanted: &[&str],
     options: &FetchOptions,
 ) -> Result<(BTreeMap<String, Vec<u8>>, Digests), FetchError> {
+    let deadline = Instant::now() + options.deadline;
+    ensure_active(&image.manifest, options.allow_inactive)?;
     let consumer = Consumer::Members {
         expected_top: Some(expected_top.to_string()),
         wanted: wanted.iter().map(|s| s.to_string()).collect(),
+        limits: options.unpack_limits(image.file().size),
     };
     let mut options = options.clone();
     options.downloads = None;
-    let (consumed, digests, _) = fetch(image, imgapi, &consumer, &options).await?;
+    let (consumed, digests, _) = fetch(image, imgapi, &consumer, &options, deadline).await?;
     match consumed {
         Consumed::Members(_, m) => Ok((m, digests)),
         Consumed::Unpacked(_) => Ok((BTreeMap::new(), digests)),
     }
 }
 
-/// From a local file or IMGAPI (with retries of the whole transfer).
+/// From a local file or IMGAPI (with retries of the whole transfer), all
+/// before `deadline`.
 async fn fetch(
     image: &ResolvedImage,
     imgapi: Option<&ImgapiClient>,
     consumer: &Consumer,
     options: &FetchOptions,
+    deadline: Instant,
 ) -> Result<(Consumed, Digests, Option<PathBuf>), FetchError> {
     let uuid = image.uuid();
     let expected = image.file().clone();
     match &image.source {
         ImageSource::File { file, .. } => {
+            let f = open_local(uuid, file, expected.size)?;
             consumer.reset().map_err(|err| FetchError::Io {
                 uuid,
                 what: "cannot create staging directory for",
                 path: file.clone(),
                 err,
             })?;
-            let f = File::open(file).map_err(|err| FetchError::Io {
-                uuid,
-                what: "cannot open image file",
-                path: file.clone(),
-                err,
-            })?;
             let origin = file.display().to_string();
-            let outcome = run_blocking(uuid, f, &expected, consumer).await?;
+            let limits = Limits {
+                deadline: Some((deadline, options.deadline)),
+            };
+            let outcome = run_blocking(uuid, f, &expected, consumer, limits).await?;
             outcome.verify(uuid, &expected, &origin, None)?;
             let (consumed, digests) = outcome.into_result(uuid)?;
             Ok((consumed, digests, None))
@@ -354,7 +558,7 @@ async fn fetch(
             options
                 .retry_policy()
                 .run(
-                    || download::download_once(client, image, consumer, options),
+                    || download::download_once(client, image, consumer, options, deadline),
                     FetchError::is_retryable,
                     |e, delay| {
                         attempt += 1;
@@ -364,4 +568,36 @@ async fn fetch(
                 .await
         }
     }
+}
+
+/// Open a local image file: a regular file of the manifest's size, read no
+/// further than one byte past it (a device or a growing file must not be
+/// read for ever).
+fn open_local(uuid: ImageUuid, file: &Path, size: u64) -> Result<io::Take<File>, FetchError> {
+    let f = File::open(file).map_err(|err| FetchError::Io {
+        uuid,
+        what: "cannot open image file",
+        path: file.to_path_buf(),
+        err,
+    })?;
+    let md = f.metadata().map_err(|err| FetchError::Io {
+        uuid,
+        what: "cannot read image file",
+        path: file.to_path_buf(),
+        err,
+    })?;
+    if !md.is_file() {
+        return Err(FetchError::NotRegularFile {
+            path: file.to_path_buf(),
+        });
+    }
+    if md.len() != size {
+        return Err(FetchError::SizeMismatch {
+            uuid,
+            origin: file.display().to_string(),
+            expected: size,
+            actual: md.len(),
+        });
+    }
+    Ok(f.take(size.saturating_add(1)))
 }

@@ -1,14 +1,19 @@
 //! The blocking half of a fetch: every byte of the image file is hashed
-//! (sha1, sha256, and MD5 when IMGAPI sent `Content-MD5`), optionally saved,
-//! and fed through the decompressor to a consumer (the unpacker, or the
-//! mockcloud's member reader); then the rest of the stream is drained so the
-//! digests cover the whole file, and [`Outcome::verify`] checks size, sha1
-//! and MD5.
+//! (sha1, sha256, and MD5 when IMGAPI sent `Content-MD5`) and optionally
+//! saved on a thread of its own, while this one feeds the same bytes
+//! through the decompressor to a consumer (the unpacker, or the mockcloud's
+//! member reader); then the rest of the stream is drained so the digests
+//! cover the whole file, and [`Outcome::verify`] checks size, sha1 and MD5.
 
 use std::collections::BTreeMap;
 use std::fs::{self, File};
 use std::io::{self, Read, Write};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::{SyncSender, sync_channel};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
 
 use base64::Engine;
 use md5::Md5;
@@ -18,7 +23,7 @@ use sha2::Sha256;
 use crate::ids::ImageUuid;
 use crate::image::{Compression, ImageFile};
 
-use super::super::unpack::{self, UnpackError, UnpackOptions, Unpacked};
+use super::super::unpack::{self, UnpackError, UnpackLimits, UnpackOptions, Unpacked};
 use super::{Digests, FetchError};
 
 /// What the blocking half does with the decompressed stream.
@@ -28,12 +33,23 @@ pub(super) enum Consumer {
     Unpack {
         staging: PathBuf,
         options: UnpackOptions,
+        limits: UnpackLimits,
     },
     /// Keep only some members in memory (mockcloud).
     Members {
         expected_top: Option<String>,
         wanted: Vec<String>,
+        limits: UnpackLimits,
     },
+}
+
+/// Bounds the blocking half enforces itself (the network side has its own
+/// in [`super::download`]).
+#[derive(Clone, Copy, Debug, Default)]
+pub(super) struct Limits {
+    /// Stop reading at this instant (the fetch's deadline, and the
+    /// configured duration for the message).
+    pub(super) deadline: Option<(Instant, Duration)>,
 }
 
 /// What the consumer produced.
@@ -57,20 +73,25 @@ impl Consumer {
         compression: Compression,
     ) -> Result<Consumed, UnpackError> {
         match self {
-            Consumer::Unpack { staging, options } => {
-                unpack::unpack(reader, compression, staging, options).map(Consumed::Unpacked)
-            }
+            Consumer::Unpack {
+                staging,
+                options,
+                limits,
+            } => unpack::unpack_limited(reader, compression, staging, options, limits)
+                .map(Consumed::Unpacked),
             Consumer::Members {
                 expected_top,
                 wanted,
+                limits,
             } => {
                 let wanted: Vec<&str> = wanted.iter().map(String::as_str).collect();
-                unpack::read_members(
+                unpack::read_members_limited(
                     reader,
                     compression,
                     expected_top.as_deref(),
                     &wanted,
                     MAX_MEMBER_BYTES,
+                    limits,
                 )
                 .map(|(top, m)| Consumed::Members(top, m))
             }
@@ -87,28 +108,29 @@ fn reset_dir(dir: &Path) -> io::Result<()> {
     fs::create_dir_all(dir)
 }
 
-/// Hashes (and optionally saves) every byte read through it.
-struct HashingReader<R> {
-    inner: R,
+/// The digests of a stream and the file it is saved to, updated chunk by
+/// chunk.
+struct Digesting {
     sha1: Sha1,
     sha256: Sha256,
     md5: Option<Md5>,
-    size: u64,
-    /// Stop after this many bytes: more than the manifest says is an error,
-    /// and an endless stream must not fill the disk.
-    limit: u64,
-    oversize: bool,
     tee: Option<File>,
     tee_error: Option<io::Error>,
 }
 
-impl<R: Read> Read for HashingReader<R> {
-    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        if self.oversize {
-            return Err(io::Error::other("more bytes than the manifest says"));
+impl Digesting {
+    fn new(tee: Option<File>, want_md5: bool) -> Digesting {
+        Digesting {
+            sha1: Sha1::new(),
+            sha256: Sha256::new(),
+            md5: want_md5.then(Md5::new),
+            tee,
+            tee_error: None,
         }
-        let n = self.inner.read(buf)?;
-        let data = &buf[..n];
+    }
+
+    /// Hash and save `data`; false once saving failed.
+    fn update(&mut self, data: &[u8]) -> bool {
         self.sha1.update(data);
         self.sha256.update(data);
         if let Some(m) = &mut self.md5 {
@@ -117,10 +139,148 @@ impl<R: Read> Read for HashingReader<R> {
         if let Some(f) = &mut self.tee
             && let Err(e) = f.write_all(data)
         {
-            let kind = e.kind();
             self.tee_error = Some(e);
             self.tee = None;
-            return Err(io::Error::new(kind, "cannot save the download"));
+        }
+        self.tee_error.is_none()
+    }
+
+    fn finish(mut self, size: u64) -> (Digests, Option<io::Error>) {
+        if let Some(f) = &mut self.tee
+            && let Err(e) = f.flush()
+        {
+            self.tee_error = Some(e);
+        }
+        let digests = Digests {
+            size,
+            sha1: format!("{:x}", self.sha1.finalize()),
+            sha256: format!("{:x}", self.sha256.finalize()),
+            md5: self
+                .md5
+                .map(|m| base64::engine::general_purpose::STANDARD.encode(m.finalize())),
+        };
+        (digests, self.tee_error)
+    }
+}
+
+/// Chunks queued for the digest thread: with reads of at most 256 KiB, at
+/// most 4 MiB in flight.
+const DIGEST_QUEUE: usize = 16;
+
+/// Where the digests are computed: on a thread of their own (three hashes
+/// cost about half as much as inflating, and need not wait for it), or
+/// inline when no thread can be started.
+enum DigestSink {
+    Thread {
+        tx: SyncSender<Vec<u8>>,
+        handle: JoinHandle<Digesting>,
+        tee_failed: Arc<AtomicBool>,
+    },
+    Inline(Box<Digesting>),
+}
+
+impl DigestSink {
+    fn start(tee: Option<File>, want_md5: bool) -> DigestSink {
+        let (tx, rx) = sync_channel::<Vec<u8>>(DIGEST_QUEUE);
+        let tee_failed = Arc::new(AtomicBool::new(false));
+        let failed = tee_failed.clone();
+        let spawned = std::thread::Builder::new()
+            .name("fetch-digest".into())
+            .spawn(move || {
+                let mut d = Digesting::new(tee, want_md5);
+                for chunk in rx.iter() {
+                    if !d.update(&chunk) {
+                        failed.store(true, Ordering::Release);
+                    }
+                }
+                d
+            });
+        match spawned {
+            Ok(handle) => DigestSink::Thread {
+                tx,
+                handle,
+                tee_failed,
+            },
+            // The closure (and the tee) went with the failed spawn: digests
+            // without saving, and the download is not kept.
+            Err(e) => {
+                tracing::debug!(error = %e, "cannot start the digest thread");
+                let mut d = Digesting::new(None, want_md5);
+                d.tee_error = Some(io::Error::other("cannot start the digest thread"));
+                DigestSink::Inline(Box::new(d))
+            }
+        }
+    }
+
+    /// Queue or hash `data`; false once saving it failed.
+    fn update(&mut self, data: &[u8]) -> bool {
+        match self {
+            DigestSink::Thread { tx, tee_failed, .. } => {
+                // A send fails only if the thread died; finish() says so.
+                tx.send(data.to_vec()).is_ok() && !tee_failed.load(Ordering::Acquire)
+            }
+            DigestSink::Inline(d) => d.update(data),
+        }
+    }
+
+    fn finish(self, size: u64) -> (Digests, Option<io::Error>) {
+        match self {
+            DigestSink::Thread { tx, handle, .. } => {
+                drop(tx);
+                match handle.join() {
+                    Ok(d) => d.finish(size),
+                    Err(_) => (
+                        Digests {
+                            size,
+                            ..Default::default()
+                        },
+                        Some(io::Error::other("the digest thread failed")),
+                    ),
+                }
+            }
+            DigestSink::Inline(d) => (*d).finish(size),
+        }
+    }
+}
+
+/// Counts, bounds and digests (and optionally saves) every byte read
+/// through it.
+struct HashingReader<R> {
+    inner: R,
+    digests: DigestSink,
+    size: u64,
+    /// Stop after this many bytes: more than the manifest says is an error,
+    /// and an endless stream must not fill the disk.
+    limit: u64,
+    oversize: bool,
+    /// Saving the download failed.
+    tee_failed: bool,
+    deadline: Option<(Instant, Duration)>,
+    /// The deadline passed while reading.
+    late: bool,
+}
+
+impl<R: Read> Read for HashingReader<R> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        if self.oversize {
+            return Err(io::Error::other("more bytes than the manifest says"));
+        }
+        if self.tee_failed {
+            return Err(io::Error::other("cannot save the download"));
+        }
+        if let Some((at, _)) = self.deadline
+            && Instant::now() >= at
+        {
+            self.late = true;
+            return Err(io::Error::new(
+                io::ErrorKind::TimedOut,
+                "the fetch deadline passed",
+            ));
+        }
+        let n = self.inner.read(buf)?;
+        if !self.digests.update(&buf[..n]) {
+            self.tee_failed = true;
+            return Err(io::Error::other("cannot save the download"));
         }
         self.size += n as u64;
         if self.size > self.limit {
@@ -137,6 +297,8 @@ pub(super) struct Outcome {
     pub(super) digests: Digests,
     oversize: bool,
     pub(super) tee_error: Option<io::Error>,
+    /// The deadline passed (its configured duration).
+    late: Option<Duration>,
 }
 
 impl Outcome {
@@ -149,6 +311,9 @@ impl Outcome {
         content_md5: Option<&str>,
     ) -> Result<(), FetchError> {
         let d = &self.digests;
+        if let Some(deadline) = self.late {
+            return Err(FetchError::Deadline { uuid, deadline });
+        }
         if self.oversize || d.size > expected.size {
             return Err(FetchError::SizeMismatch {
                 uuid,
@@ -193,15 +358,16 @@ impl Outcome {
     }
 }
 
-pub(super) async fn run_blocking(
+pub(super) async fn run_blocking<R: Read + Send + 'static>(
     uuid: ImageUuid,
-    reader: File,
+    reader: R,
     expected: &ImageFile,
     consumer: &Consumer,
+    limits: Limits,
 ) -> Result<Outcome, FetchError> {
     let expected = expected.clone();
     let consumer = consumer.clone();
-    tokio::task::spawn_blocking(move || pipeline(reader, None, &expected, false, &consumer))
+    tokio::task::spawn_blocking(move || pipeline(reader, None, &expected, false, &consumer, limits))
         .await
         .map_err(|e| FetchError::Io {
             uuid,
@@ -218,22 +384,22 @@ pub(super) fn pipeline<R: Read>(
     expected: &ImageFile,
     want_md5: bool,
     consumer: &Consumer,
+    limits: Limits,
 ) -> Outcome {
     let mut hashing = HashingReader {
         inner: reader,
-        sha1: Sha1::new(),
-        sha256: Sha256::new(),
-        md5: want_md5.then(Md5::new),
+        digests: DigestSink::start(tee, want_md5),
         size: 0,
         limit: expected.size,
         oversize: false,
-        tee,
-        tee_error: None,
+        tee_failed: false,
+        deadline: limits.deadline,
+        late: false,
     };
     let consumed = consumer.consume(&mut hashing, expected.compression);
     // Drain whatever the archive did not need (gzip trailer, padding, or the
     // rest after a refusal) so the digests cover the whole file.
-    if !hashing.oversize && hashing.tee_error.is_none() {
+    if !hashing.oversize && !hashing.tee_failed && !hashing.late {
         let mut buf = vec![0u8; 256 * 1024];
         loop {
             match hashing.read(&mut buf) {
@@ -244,24 +410,19 @@ pub(super) fn pipeline<R: Read>(
             }
         }
     }
-    if let Some(f) = &mut hashing.tee
-        && let Err(e) = f.flush()
-    {
-        hashing.tee_error = Some(e);
-    }
-    let digests = Digests {
-        size: hashing.size,
-        sha1: format!("{:x}", hashing.sha1.finalize_reset()),
-        sha256: format!("{:x}", hashing.sha256.finalize_reset()),
-        md5: hashing
-            .md5
-            .take()
-            .map(|m| base64::engine::general_purpose::STANDARD.encode(m.finalize())),
-    };
+    let HashingReader {
+        digests: sink,
+        size,
+        oversize,
+        late,
+        ..
+    } = hashing;
+    let (digests, tee_error) = sink.finish(size);
     Outcome {
         consumed,
         digests,
-        oversize: hashing.oversize,
-        tee_error: hashing.tee_error.take(),
+        oversize,
+        tee_error,
+        late: late.then(|| limits.deadline.map(|(_, d)| d)).flatten(),
     }
 }

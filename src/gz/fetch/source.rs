@@ -3,14 +3,17 @@
 //! is a component image agentsadm installs.
 
 use std::fs;
+use std::io::Read;
 use std::path::{Path, PathBuf};
 
 use crate::api::ImgapiClient;
+use crate::api::imgapi::ManifestError;
 use crate::catalog::{Catalog, Component};
 use crate::ids::ImageUuid;
 use crate::image::{Compression, ImageFile, ImageManifest};
 
-use super::FetchError;
+use super::super::unpack::clip;
+use super::{FetchError, MAX_MANIFEST_BYTES};
 
 /// Where an image comes from.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -109,25 +112,36 @@ pub async fn resolve(
     let manifest = match source {
         ImageSource::Imgapi(uuid) => {
             let client = imgapi.ok_or(FetchError::NoImgapi { uuid: *uuid })?;
-            client.get_image(*uuid).await.map_err(|err| {
-                if err.is_not_found() {
-                    FetchError::NotFound {
+            let manifest = client
+                .get_image_limited(*uuid, MAX_MANIFEST_BYTES)
+                .await
+                .map_err(|err| match err {
+                    e if e.is_not_found() => FetchError::NotFound {
                         uuid: *uuid,
                         url: client.base_url().to_string(),
-                    }
-                } else {
-                    FetchError::Imgapi {
+                    },
+                    ManifestError::TooLarge { limit, .. } => FetchError::ManifestTooLarge {
+                        origin: format!("of image {uuid} from IMGAPI {}", client.base_url()),
+                        limit,
+                    },
+                    ManifestError::Api(err) => FetchError::Imgapi {
                         uuid: *uuid,
                         err: Box::new(err),
-                    }
-                }
-            })?
+                    },
+                })?;
+            // The answer must be the image asked for: everything after
+            // this (the file, its checks, the record) trusts the manifest.
+            if manifest.uuid != *uuid {
+                return Err(FetchError::WrongManifestUuid {
+                    asked: *uuid,
+                    got: manifest.uuid,
+                    url: client.base_url().to_string(),
+                });
+            }
+            manifest
         }
         ImageSource::File { manifest, .. } => {
-            let text = fs::read(manifest).map_err(|err| FetchError::ManifestRead {
-                path: manifest.clone(),
-                err,
-            })?;
+            let text = read_manifest_file(manifest)?;
             serde_json::from_slice(&text).map_err(|err| FetchError::ManifestParse {
                 path: manifest.clone(),
                 err,
@@ -140,6 +154,26 @@ pub async fn resolve(
     })
 }
 
+/// A local manifest's bytes, refused unread beyond [`MAX_MANIFEST_BYTES`].
+fn read_manifest_file(path: &Path) -> Result<Vec<u8>, FetchError> {
+    let read_err = |err| FetchError::ManifestRead {
+        path: path.to_path_buf(),
+        err,
+    };
+    let file = fs::File::open(path).map_err(read_err)?;
+    let mut text = Vec::new();
+    file.take(MAX_MANIFEST_BYTES + 1)
+        .read_to_end(&mut text)
+        .map_err(read_err)?;
+    if text.len() as u64 > MAX_MANIFEST_BYTES {
+        return Err(FetchError::ManifestTooLarge {
+            origin: path.display().to_string(),
+            limit: MAX_MANIFEST_BYTES,
+        });
+    }
+    Ok(text)
+}
+
 /// Check a manifest is a component image we can install, and return the
 /// component.
 pub fn check_manifest<'c>(
@@ -150,8 +184,8 @@ pub fn check_manifest<'c>(
     if manifest.image_type != "other" {
         return Err(FetchError::WrongType {
             uuid,
-            name: manifest.name.clone(),
-            found: manifest.image_type.clone(),
+            name: clip(&manifest.name),
+            found: clip(&manifest.image_type),
         });
     }
     let component =
@@ -159,17 +193,17 @@ pub fn check_manifest<'c>(
             .require(&manifest.name)
             .map_err(|err| FetchError::UnknownComponent {
                 uuid,
-                name: manifest.name.clone(),
+                name: clip(&manifest.name),
                 err,
             })?;
     let file = manifest.file().ok_or_else(|| FetchError::NoFile {
         uuid,
-        name: manifest.name.clone(),
+        name: clip(&manifest.name),
     })?;
     if file.compression == Compression::Xz {
         return Err(FetchError::UnsupportedCompression {
             uuid,
-            name: manifest.name.clone(),
+            name: clip(&manifest.name),
             compression: file.compression,
         });
     }

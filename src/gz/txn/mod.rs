@@ -340,16 +340,27 @@ async fn snapshot_smf(
         let mut fmris: BTreeSet<String> = component.smf_services.iter().cloned().collect();
         let manifests = manifests.clone();
         blocking(move || {
-            // Instances of existing manifest files (unreadable ones skipped).
+            // Instances of the manifest files that exist; one that exists
+            // and cannot be read or parsed fails the transaction (its
+            // services could not be snapshotted, so not restored either).
             let files = manifests.iter().map(|rel| paths.at(rel));
             for file in files.chain(staged_templates) {
-                if let Ok(list) = platform::read_manifest_instances(&file) {
-                    fmris.extend(list.into_iter().map(|i| i.fmri));
+                match platform::read_manifest_instances(&file) {
+                    Ok(list) => fmris.extend(list.into_iter().map(|i| i.fmri)),
+                    Err(PlatformError::Read { err, .. })
+                        if err.kind() == io::ErrorKind::NotFound => {}
+                    Err(err) => {
+                        return Err(TxnError::Smf {
+                            action: "manifest read",
+                            target: file.display().to_string(),
+                            err: Box::new(err),
+                        });
+                    }
                 }
             }
-            fmris
+            Ok(fmris)
         })
-        .await
+        .await?
     };
     let mut snap = SmfSnapshot::default();
     for fmri in fmris {

@@ -317,7 +317,10 @@ fn link_new(
         // apm: bins are made executable before they are linked.
         for path in pkg.bin.values() {
             let target = paths.at(tree).join(package::clean_relative(path));
-            if target.is_file() {
+            // lstat: a bin that is a link is never followed (it could lead
+            // out of the package, and chmod would change what it names).
+            let regular = fs::symlink_metadata(&target).is_ok_and(|m| m.file_type().is_file());
+            if regular {
                 use std::os::unix::fs::PermissionsExt;
                 fs::set_permissions(&target, fs::Permissions::from_mode(0o755)).map_err(fs_err(
                     Step::Swap,

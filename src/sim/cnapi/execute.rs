@@ -1,13 +1,32 @@
 //! CNAPI's CommandExecute: the request's checks, and running the
 //! `agentsadm` command lines the orchestrator sends against a mock server
 //! (install latency and failure injection for the ones that change it).
+//!
+//! Through either transport the command's environment is exactly the
+//! request's `env` (`{}` when absent): Ur's `executeFile` and cn-agent's
+//! `command_execute` both pass it as the whole environment, so nothing
+//! such as `SMF_FMRI` appears unless the caller sent it. (The API URLs a
+//! real GZ reads from its own SDC config ride along as `IMGAPI_URL`,
+//! `SAPI_URL` and `CNAPI_URL` where the request did not set them: the
+//! in-process installer reads them from there.)
+//!
+//! - Ur (CNAPI's default): `timeout` is refused with 409; the answer is
+//!   `{exitCode, stderr, stdout}`; exit 113 (Ur's "reboot after replying")
+//!   reads as 0. A command that does not end, or a mockcloud server (no
+//!   Ur; when [`crate::sim::Strictness::mockcloud_refuses_execute`]), gets
+//!   no reply: CNAPI gives up after its Ur timeout
+//!   ([`crate::sim::SimConfig::ur_reply_timeout_ms`]) with a plain 500.
+//! - cn-agent: `timeout` kills the command with SIGKILL; the answer is the
+//!   task's finish event `{err, exitCode, signal, stderr, stdout, req_id}`
+//!   (`err` as forkexec's VError serializes). On a mockcloud server
+//!   cn-agent's dummy backend answers exit 666 without running anything.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use axum::body::Bytes;
 use axum::extract::{Path, RawQuery, State};
-use axum::http::StatusCode;
+use axum::http::{HeaderMap, StatusCode};
 use axum::response::Response;
 use serde_json::{Value, json};
 
@@ -15,17 +34,17 @@ use crate::api::cnapi::ExecuteRequest;
 use crate::error::error_chain;
 use crate::ids::ImageUuid;
 use crate::remote::{GzFailure, GzResult};
-use crate::sim::ExecuteTransport;
 use crate::sim::core::DcCore;
 use crate::sim::fleet::MockServer;
-use crate::sim::http::{json_response, rest_error};
+use crate::sim::http::{json_response, plain_error, rest_error};
+use crate::sim::{ExecuteTransport, GzLayout};
 
 use super::{
-    Core, STYLE, bool_param, invalid_argument, invalid_parameters, physical, sleep_or_shutdown,
-    sleep_until_or_shutdown, task_request,
+    Core, STYLE, bool_param, invalid_argument, invalid_parameters, physical, request_id,
+    sleep_or_shutdown, sleep_until_or_shutdown, task_request,
 };
 
-/// What a command run produced (cn-agent's `command_execute` result).
+/// What a command run produced (forkexec's `info`).
 struct CommandOutcome {
     exit_code: Option<i32>,
     signal: Option<&'static str>,
@@ -33,9 +52,13 @@ struct CommandOutcome {
     stderr: String,
 }
 
+/// What cn-agent's mockcloud ("dummy") backend answers to command_execute.
+const MOCKCLOUD_NO_EXECUTE: &str = "command_execute not implemented for mockcloud servers";
+
 pub(super) async fn execute(
     State(core): Core,
     Path(raw): Path<String>,
+    headers: HeaderMap,
     RawQuery(rq): RawQuery,
     body: Bytes,
 ) -> Response {
@@ -70,7 +93,8 @@ pub(super) async fn execute(
         return invalid_parameters(StatusCode::INTERNAL_SERVER_ERROR, errors);
     }
     let timeout_ms = p.get("timeout").and_then(Value::as_u64);
-    if timeout_ms.is_some() && core.config.execute_transport == ExecuteTransport::Ur {
+    let transport = core.config.execute_transport;
+    if timeout_ms.is_some() && transport == ExecuteTransport::Ur {
         return invalid_argument(
             "timeout only supported when using cn-agent (See: FEATURE_USE_CNAGENT_COMMAND_EXECUTE)",
         );
@@ -105,19 +129,63 @@ pub(super) async fn execute(
         Ok(s) => s,
         Err(r) => return r,
     };
-    let outcome = run_command(&core, &server, request, timeout_ms).await;
+    let mockcloud = core.config.gz_layout == GzLayout::Mockcloud
+        && core.config.strictness.mockcloud_refuses_execute;
+    let ur_wait = Duration::from_millis(core.config.ur_reply_timeout_ms);
+    let outcome = match (transport, mockcloud) {
+        (ExecuteTransport::Ur, true) => {
+            sleep_or_shutdown(&core, ur_wait).await;
+            return ur_timed_out(&core);
+        }
+        (ExecuteTransport::CnAgent, true) => CommandOutcome {
+            exit_code: Some(666),
+            signal: None,
+            stdout: String::new(),
+            stderr: format!("cn-agent: {MOCKCLOUD_NO_EXECUTE}\n"),
+        },
+        // Ur has no timeout of its own: CNAPI stops waiting for its reply.
+        (ExecuteTransport::Ur, false) => {
+            match tokio::time::timeout(ur_wait, run_command(&core, &server, request, None)).await {
+                Ok(o) => o,
+                Err(_) => return ur_timed_out(&core),
+            }
+        }
+        (ExecuteTransport::CnAgent, false) => {
+            run_command(&core, &server, request, timeout_ms).await
+        }
+    };
+    let req_id = request_id(&headers);
+    let exit_code = match (transport, outcome.exit_code) {
+        // Ur replies 0 for 113 ("reboot after replying").
+        (ExecuteTransport::Ur, Some(113)) => Some(0),
+        // A command Ur saw killed: exit_status 1, no stderr.
+        (ExecuteTransport::Ur, None) => Some(1),
+        (_, code) => code,
+    };
     if json_flag {
-        json_response(
-            STYLE,
-            StatusCode::OK,
-            &json!({
-                "exitCode": outcome.exit_code,
+        let body = match transport {
+            ExecuteTransport::Ur => {
+                // `{exitCode, stderr, stdout}`; Ur sends no stderr for a
+                // command it saw killed.
+                let mut b = serde_json::Map::new();
+                b.insert("exitCode".into(), json!(exit_code));
+                if outcome.exit_code.is_some() {
+                    b.insert("stderr".into(), json!(outcome.stderr));
+                }
+                b.insert("stdout".into(), json!(outcome.stdout));
+                Value::Object(b)
+            }
+            ExecuteTransport::CnAgent => json!({
+                "err": forkexec_error(&outcome, mockcloud),
+                "exitCode": exit_code,
                 "signal": outcome.signal,
                 "stderr": outcome.stderr,
                 "stdout": outcome.stdout,
+                "req_id": req_id,
             }),
-        )
-    } else if outcome.exit_code != Some(0) {
+        };
+        json_response(STYLE, StatusCode::OK, &body)
+    } else if exit_code != Some(0) {
         // Without json, a non-zero exit is an InternalError and stderr is lost.
         rest_error(
             STYLE,
@@ -128,6 +196,44 @@ pub(super) async fn execute(
     } else {
         json_response(STYLE, StatusCode::OK, &json!(outcome.stdout.trim()))
     }
+}
+
+/// CNAPI's Ur client giving up on a reply (a server without Ur, a command
+/// that never ends): a plain Error, HTTP 500 with `{message}` only.
+fn ur_timed_out(core: &DcCore) -> Response {
+    let ms = core.config.ur_reply_timeout_ms;
+    // JavaScript prints the number of seconds as it is: 3600, or 0.2.
+    let secs = if ms.is_multiple_of(1000) {
+        (ms / 1000).to_string()
+    } else {
+        (ms as f64 / 1000.0).to_string()
+    };
+    plain_error(
+        STYLE,
+        format!("Timed out waiting for ur response after {secs} seconds"),
+    )
+}
+
+/// cn-agent's `err`: `null` on success, else the VError forkexec builds
+/// (`exec "<script> <args>": <why>`) as JSON shows it.
+fn forkexec_error(outcome: &CommandOutcome, mockcloud: bool) -> Value {
+    let why = match (outcome.exit_code, outcome.signal) {
+        _ if mockcloud => {
+            return json!({"jse_shortmsg": MOCKCLOUD_NO_EXECUTE, "jse_info": {}, "message": MOCKCLOUD_NO_EXECUTE});
+        }
+        (Some(0), _) => return Value::Null,
+        (Some(n), _) => format!("exited with status {n}"),
+        (None, Some(sig)) => format!("unexpectedly terminated by signal {sig}"),
+        (None, None) => "unexpectedly terminated".to_string(),
+    };
+    // The script is written to a temporary file first (its name is random).
+    let short = format!("exec \"/tmp/cnagent-{:08x}\"", rand::random::<u32>());
+    json!({
+        "jse_shortmsg": short,
+        "jse_cause": {"jse_shortmsg": why, "jse_info": {}, "message": why},
+        "jse_info": {},
+        "message": format!("{short}: {why}"),
+    })
 }
 
 /// `gz` subcommands that change the server (and so get install latency
@@ -209,19 +315,12 @@ async fn run_command(
         };
     }
     let env = core.env();
-    let mut vars = env.command_env();
-    if core.config.execute_transport == ExecuteTransport::CnAgent {
-        // cn-agent's command_execute runs commands inside cn-agent's own
-        // SMF contract (its environment says so); Ur's do not.
-        if let Some(fmri) = core
-            .catalog
-            .get("cn-agent")
-            .and_then(|c| c.smf_services.first())
-        {
-            vars.insert("SMF_FMRI".into(), fmri.clone());
-        }
+    // Exactly the request's environment, plus the server's own API URLs
+    // where the request does not name them (module docs).
+    let mut vars = request.env.clone();
+    for (k, v) in env.command_env() {
+        vars.entry(k).or_insert(v);
     }
-    vars.extend(request.env.clone());
     let run = core
         .gz
         .run(env, server.target(&core.config.datacenter), argv, vars);
@@ -250,10 +349,12 @@ async fn run_command(
     }
 }
 
+/// A command killed on its timeout (forkexec sets `killSignal: SIGKILL`) or
+/// by the datacenter shutting down.
 fn killed() -> CommandOutcome {
     CommandOutcome {
         exit_code: None,
-        signal: Some("SIGTERM"),
+        signal: Some("SIGKILL"),
         stdout: String::new(),
         stderr: String::new(),
     }

@@ -11,7 +11,8 @@
 //! shapes of §3.6, TaskWait answering 200 with the still-`active` task on
 //! timeout, ServerUpdate 204, ServerSetup 202/204, FactoryReset 202 or a
 //! 409 whose body is a bare JSON string, ServerDelete 200 with an empty
-//! body, and CommandExecute's `{exitCode, stdout, stderr}` with `json`.
+//! body, and CommandExecute through Ur (the default) or cn-agent with each
+//! one's answer (`execute`).
 //!
 //! cn-agent's own upgrade behaves as the real one (agent-install.md §3.4):
 //! the task completes once the image is fetched, cn-agent restarts, and

@@ -112,11 +112,14 @@ pub(super) async fn get_file(
         header::CONTENT_TYPE,
         HeaderValue::from_static("application/octet-stream"),
     );
-    set(
-        h,
-        header::HeaderName::from_static("content-md5"),
-        file.md5_b64.clone(),
-    );
+    // `res.header('Content-MD5', undefined)` sets nothing.
+    if let Some(md5) = &file.md5_b64 {
+        set(
+            h,
+            header::HeaderName::from_static("content-md5"),
+            md5.clone(),
+        );
+    }
     resp
 }
 

@@ -21,6 +21,7 @@ use crate::api::imgapi::ImgapiClient;
 use crate::ids::ImageUuid;
 use crate::image::{Compression, ImageFile, ImageManifest, ImageState};
 use crate::sim::http::{ApiInfo, rest_error_fields};
+use crate::sim::sapi::SapiService;
 
 use super::{DEFAULT_CHANNEL, STANDARD_CHANNELS, STYLE};
 
@@ -74,7 +75,9 @@ pub struct StoredFile {
     pub bytes: Bytes,
     pub sha1: String,
     /// base64 of the MD5, computed at upload (what `Content-MD5` carries).
-    pub md5_b64: String,
+    /// `None`: the file's record has no `contentMD5` (IMGAPI then sends no
+    /// `Content-MD5` header, as for some images of real stores).
+    pub md5_b64: Option<String>,
     pub compression: Compression,
     pub mtime: SystemTime,
 }
@@ -82,7 +85,7 @@ pub struct StoredFile {
 impl StoredFile {
     pub(crate) fn new(bytes: Bytes, compression: Compression) -> StoredFile {
         let sha1 = format!("{:x}", Sha1::digest(&bytes));
-        let md5_b64 = base64::engine::general_purpose::STANDARD.encode(Md5::digest(&bytes));
+        let md5_b64 = Some(base64::engine::general_purpose::STANDARD.encode(Md5::digest(&bytes)));
         StoredFile {
             bytes,
             sha1,
@@ -279,6 +282,9 @@ pub(crate) struct ImgapiService {
     pub clock: Arc<PublishClock>,
     /// Clients for `source=` imports, by URL.
     sources: Mutex<HashMap<String, ImgapiClient>>,
+    /// The datacenter's SAPI, where the admin's UUID is configured (the DC
+    /// IMGAPI only; an updates server has no UFDS).
+    sapi: Option<Arc<SapiService>>,
 }
 
 impl ImgapiService {
@@ -286,13 +292,28 @@ impl ImgapiService {
         store: ImgapiStore,
         info: Arc<ApiInfo>,
         clock: Arc<PublishClock>,
+        sapi: Option<Arc<SapiService>>,
     ) -> ImgapiService {
         ImgapiService {
             store: Mutex::new(store),
             info,
             clock,
             sources: Mutex::new(HashMap::new()),
+            sapi,
         }
+    }
+
+    /// IMGAPI's `adminUuid`: what config-agent renders into its config from
+    /// SAPI's `sdc` application (`metadata.ufds_admin_uuid`, else the
+    /// application's owner). `None` before the datacenter has one.
+    pub(crate) fn admin_uuid(&self) -> Option<String> {
+        let sapi = self.sapi.as_ref()?.lock();
+        let app = sapi.applications.iter().find(|a| a.name == "sdc")?;
+        app.metadata
+            .get("ufds_admin_uuid")
+            .and_then(Value::as_str)
+            .map(str::to_string)
+            .or_else(|| Some(app.owner_uuid.clone()).filter(|o| !o.is_empty()))
     }
 
     pub(crate) fn lock(&self) -> MutexGuard<'_, ImgapiStore> {

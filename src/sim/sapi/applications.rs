@@ -1,18 +1,43 @@
 //! SAPI's application routes: ListApplications, CreateApplication,
-//! GetApplication, UpdateApplication and DeleteApplication.
+//! GetApplication, UpdateApplication and DeleteApplication. Creating or
+//! updating an application that has a `metadata_schema` validates its
+//! `metadata` against it (`model.js`), filling in the schema's defaults.
 
-use axum::extract::{Path, RawQuery, State};
+use axum::extract::{ConnectInfo, Path, RawQuery, State};
 use axum::http::StatusCode;
 use axum::response::Response;
 use serde_json::{Map, Value};
 
 use crate::api::sapi::Application;
 use crate::ids::ApplicationUuid;
-use crate::sim::http::{empty, json_response, parse_query, query_get};
+use crate::sim::http::{Conn, empty, json_response, parse_query, query_get, rest_error};
 
 use super::{
-    Params, STYLE, Svc, apply_change, missing_keys, no_record, not_found, obj_field, update_action,
+    Params, STYLE, Svc, action_or_answer, apply_change, missing_keys, no_record, not_found,
+    obj_field, schema,
 };
+
+/// SAPI's 409 for metadata its application's schema refuses.
+fn schema_error(message: String) -> Response {
+    rest_error(
+        STYLE,
+        StatusCode::CONFLICT,
+        "SchemaValidationError",
+        message,
+    )
+}
+
+/// Check (and complete with defaults) `metadata` against the application's
+/// `metadata_schema`, if it has one.
+fn check_schema(extra: &Map<String, Value>, metadata: Option<&mut Value>) -> Result<(), Response> {
+    match extra.get("metadata_schema") {
+        Some(s) => match schema::validate(s, metadata) {
+            Some(message) => Err(schema_error(message)),
+            None => Ok(()),
+        },
+        None => Ok(()),
+    }
+}
 
 pub(super) async fn list_applications(State(svc): Svc, RawQuery(rq): RawQuery) -> Response {
     let q = parse_query(rq.as_deref());
@@ -27,13 +52,32 @@ pub(super) async fn list_applications(State(svc): Svc, RawQuery(rq): RawQuery) -
     json_response(STYLE, StatusCode::OK, &apps)
 }
 
-pub(super) async fn create_application(State(svc): Svc, Params(p): Params) -> Response {
+pub(super) async fn create_application(
+    State(svc): Svc,
+    ConnectInfo(conn): ConnectInfo<Conn>,
+    Params(p): Params,
+) -> Response {
     let missing: Vec<&str> = ["name", "owner_uuid"]
         .into_iter()
-        .filter(|k| !p.get(*k).is_some_and(Value::is_string))
+        .filter(|k| p.get(*k).is_none())
         .collect();
     if !missing.is_empty() {
         return missing_keys(&missing);
+    }
+    // model.createApplication asserts these; a failed assertion throws.
+    let bad_type = ["name", "owner_uuid"]
+        .into_iter()
+        .any(|k| !p[k].is_string())
+        || ["params", "metadata", "metadata_schema", "manifests"]
+            .into_iter()
+            .any(|k| p.get(k).is_some_and(|v| !v.is_null() && !v.is_object()))
+        || p.get("master")
+            .is_some_and(|v| !v.is_null() && !v.is_boolean());
+    if bad_type {
+        return svc.crash(
+            &conn,
+            "CreateApplication with an argument of the wrong type",
+        );
     }
     let uuid = p
         .get("uuid")
@@ -42,16 +86,23 @@ pub(super) async fn create_application(State(svc): Svc, Params(p): Params) -> Re
         .unwrap_or_else(ApplicationUuid::new_v4);
     let mut extra = Map::new();
     for key in ["metadata_schema", "manifests", "master"] {
-        if let Some(v) = p.get(key) {
+        if let Some(v) = p.get(key).filter(|v| !v.is_null()) {
             extra.insert(key.to_string(), v.clone());
         }
+    }
+    let mut metadata = p.get("metadata").filter(|m| m.is_object()).cloned();
+    if let Err(r) = check_schema(&extra, metadata.as_mut()) {
+        return r;
     }
     let app = Application {
         uuid,
         name: p["name"].as_str().unwrap_or_default().to_string(),
         owner_uuid: p["owner_uuid"].as_str().unwrap_or_default().to_string(),
         params: obj_field(&p, "params").unwrap_or_default(),
-        metadata: obj_field(&p, "metadata").unwrap_or_default(),
+        metadata: match metadata {
+            Some(Value::Object(m)) => m,
+            _ => Map::new(),
+        },
         extra,
     };
     let mut store = svc.lock();
@@ -76,26 +127,28 @@ pub(super) async fn get_application(State(svc): Svc, Path(uuid): Path<String>) -
 pub(super) async fn update_application(
     State(svc): Svc,
     Path(uuid): Path<String>,
+    ConnectInfo(conn): ConnectInfo<Conn>,
     Params(p): Params,
 ) -> Response {
-    let action = match update_action(&p) {
+    let action = match action_or_answer(&svc, &conn, &p) {
         Ok(a) => a,
         Err(r) => return r,
     };
     let mut store = svc.lock();
-    let Some(app) = store
+    let Some(stored) = store
         .applications
         .iter_mut()
         .find(|a| a.uuid.to_string() == uuid)
     else {
         return no_record("sapi_applications", &uuid);
     };
+    // Changed on a copy: a change the schema refuses stores nothing.
+    let mut app = stored.clone();
     let mut params = Some(std::mem::take(&mut app.params));
     apply_change(&mut params, p.get("params"), action);
     app.params = params.unwrap_or_default();
     let mut metadata = Some(std::mem::take(&mut app.metadata));
     apply_change(&mut metadata, p.get("metadata"), action);
-    app.metadata = metadata.unwrap_or_default();
     for key in ["metadata_schema", "manifests"] {
         let mut cur = app.extra.get(key).and_then(Value::as_object).cloned();
         apply_change(&mut cur, p.get(key), action);
@@ -104,10 +157,20 @@ pub(super) async fn update_application(
             None => app.extra.remove(key),
         };
     }
-    if let Some(o) = p.get("owner_uuid").and_then(Value::as_str) {
-        app.owner_uuid = o.to_string();
+    let mut metadata = Value::Object(metadata.unwrap_or_default());
+    if let Err(r) = check_schema(&app.extra, Some(&mut metadata)) {
+        return r;
     }
-    let app = app.clone();
+    if let Value::Object(m) = metadata {
+        app.metadata = m;
+    }
+    if let Some(o) = p.get("owner_uuid").filter(|o| super::truthy(o)) {
+        app.owner_uuid = match o {
+            Value::String(s) => s.clone(),
+            other => other.to_string(),
+        };
+    }
+    *stored = app.clone();
     json_response(STYLE, StatusCode::OK, &app)
 }
 

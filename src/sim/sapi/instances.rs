@@ -1,6 +1,7 @@
-//! SAPI's instance routes: ListInstances, CreateInstance, GetInstance,
-//! GetInstancePayload, UpdateInstance, DeleteInstance, UpgradeInstance
-//! (the crash on an agent instance) and GetConfig.
+//! SAPI's instance routes: ListInstances, CreateInstance (overwrite, and
+//! delete on failure), GetInstance, GetInstancePayload, UpdateInstance,
+//! DeleteInstance, UpgradeInstance (the crash on an agent instance) and
+//! GetConfig.
 
 use axum::extract::{ConnectInfo, Path, RawQuery, State};
 use axum::http::StatusCode;
@@ -14,8 +15,8 @@ use crate::sim::http::{
 };
 
 use super::{
-    Params, STYLE, Svc, Version, apply_change, missing_keys, no_record, not_found, obj_field,
-    type_str, update_action,
+    Params, STYLE, SapiStore, Svc, Version, action_or_answer, apply_change, missing_keys,
+    no_record, not_found, obj_field, type_str,
 };
 
 fn ser_instance(i: &Instance, v: u64) -> Instance {
@@ -60,40 +61,73 @@ pub(super) async fn list_instances(
     json_response(STYLE, StatusCode::OK, &out)
 }
 
+/// CreateInstance (`model.js createInstance`): validate the manifests,
+/// find the service (copying its `type`), store the object, then deploy
+/// (nothing for an agent; a vm is only stored, as in proto mode). Storing
+/// overwrites an instance of the same `uuid`; when any step fails, SAPI
+/// deletes the object of that `uuid`, so a failed re-create of an existing
+/// instance loses it ([`super::SapiService::delete_on_failed_create`]).
 pub(super) async fn create_instance(
     State(svc): Svc,
     ApiVersion { major: v, .. }: Version,
+    ConnectInfo(conn): ConnectInfo<Conn>,
     Params(p): Params,
 ) -> Response {
-    let Some(service_raw) = p.get("service_uuid").and_then(Value::as_str) else {
+    let Some(service_raw) = p.get("service_uuid") else {
         return missing_keys(&["service_uuid"]);
     };
+    // The model asserts these types; a failed assertion throws.
+    let bad_type = !service_raw.is_string()
+        || p.get("uuid")
+            .is_some_and(|u| !u.is_null() && !u.is_string())
+        || ["params", "metadata", "manifests"]
+            .into_iter()
+            .any(|k| p.get(k).is_some_and(|v| !v.is_null() && !v.is_object()))
+        || p.get("manifests")
+            .and_then(Value::as_object)
+            .is_some_and(|m| m.values().any(|u| !u.is_string()));
+    if bad_type {
+        return svc.crash(&conn, "CreateInstance with an argument of the wrong type");
+    }
+    let service_raw = service_raw.as_str().unwrap_or_default();
+    let uuid = p
+        .get("uuid")
+        .and_then(Value::as_str)
+        .and_then(|u| u.parse().ok())
+        .unwrap_or_else(InstanceUuid::new_v4);
     let mut store = svc.lock();
+    // Each failure below deletes the object of this uuid (an existing
+    // instance included) before answering.
+    let fail = |store: &mut SapiStore, answer: Response| {
+        if svc.delete_on_failed_create && store.remove_instance(uuid).is_some() {
+            tracing::info!(instance = %uuid, "sim SAPI: CreateInstance failed; the existing instance is deleted, as SAPI does");
+        }
+        answer
+    };
+    if let Some(manifests) = p.get("manifests").and_then(Value::as_object)
+        && let Some((_, first)) = manifests.iter().next()
+    {
+        // No manifests exist in the simulator: every reference is unknown
+        // (a vasync MultiError of one error per manifest).
+        let n = manifests.len();
+        let answer = plain_error(
+            STYLE,
+            format!(
+                "first of {n} error{}: no such manifest: {}",
+                if n == 1 { "" } else { "s" },
+                first.as_str().unwrap_or_default()
+            ),
+        );
+        return fail(&mut store, answer);
+    }
     let Some(service) = service_raw
         .parse::<ServiceUuid>()
         .ok()
         .and_then(|s| store.service(s))
         .cloned()
     else {
-        return not_found("service", service_raw);
+        return fail(&mut store, not_found("service", service_raw));
     };
-    if let Some(manifests) = p.get("manifests").and_then(Value::as_object)
-        && let Some((_, m)) = manifests.iter().next()
-    {
-        // No manifests exist in the simulator: any reference is unknown.
-        return plain_error(
-            STYLE,
-            format!(
-                "first of 1 error: no such manifest: {}",
-                m.as_str().unwrap_or_default()
-            ),
-        );
-    }
-    let uuid = p
-        .get("uuid")
-        .and_then(Value::as_str)
-        .and_then(|u| u.parse().ok())
-        .unwrap_or_else(InstanceUuid::new_v4);
     let inst = Instance {
         uuid,
         service_uuid: service.uuid,
@@ -105,6 +139,15 @@ pub(super) async fn create_instance(
         // Copied from the service at create time, never changed after.
         service_type: Some(service.service_type.unwrap_or(ServiceType::Vm)),
     };
+    if svc.info.faults.take_sapi_write_failure() {
+        // Moray refused the put (the wording is the simulator's; the shape,
+        // a plain 500 `{message}`, is what a storage error gives).
+        let answer = plain_error(
+            STYLE,
+            format!("injected storage error: putObject sapi_instances {uuid} failed"),
+        );
+        return fail(&mut store, answer);
+    }
     // type=agent: nothing is deployed, the object is only stored. A vm
     // instance would be provisioned through VMAPI; the simulator has none,
     // so it behaves as proto mode does and only stores it too.
@@ -143,9 +186,10 @@ pub(super) async fn update_instance(
     State(svc): Svc,
     Path(uuid): Path<String>,
     ApiVersion { major: v, .. }: Version,
+    ConnectInfo(conn): ConnectInfo<Conn>,
     Params(p): Params,
 ) -> Response {
-    let action = match update_action(&p) {
+    let action = match action_or_answer(&svc, &conn, &p) {
         Ok(a) => a,
         Err(r) => return r,
     };
@@ -194,12 +238,7 @@ pub(super) async fn upgrade_instance(
     if inst.service_type == Some(ServiceType::Agent) {
         // The real SAPI throws serializing `undefined` and the process
         // exits: the client sees the connection close with no reply.
-        tracing::warn!(instance = %uuid, "sim SAPI: UpgradeInstance on an agent instance; dropping the connection as the real SAPI crashes");
-        conn.cut();
-        if !svc.crash_restart.is_zero() {
-            svc.info.crash_for(svc.crash_restart);
-        }
-        return empty(StatusCode::INTERNAL_SERVER_ERROR);
+        return svc.crash(&conn, &format!("UpgradeInstance on agent instance {uuid}"));
     }
     // vm: reprovision (proto-like here) and answer the unchanged instance.
     json_response(STYLE, StatusCode::OK, &ser_instance(&inst, v))

@@ -3,18 +3,32 @@
 //! `Accept-Version >= 2`, and v1 lists hiding `type=agent` objects unless
 //! `?type=agent`; ListInstances filtering only by `service_uuid` or `type`
 //! (no server filter, no paging); CreateInstance copying `type` from the
-//! service, storing agents without deploying anything and overwriting on a
-//! duplicate `uuid`; UpdateInstance actions and the plain `{message}` 500 for
-//! a missing object; DeleteInstance 404 with a body; empty-bodied 404s for
-//! DeleteService/DeleteApplication; and UpgradeInstance on an agent
-//! instance dropping the connection, as the real process crashes (§2.6).
+//! service, storing agents without deploying anything, overwriting on a
+//! duplicate `uuid`, and deleting the instance of that `uuid` when the
+//! create fails (unknown service or manifest, a storage error), as
+//! `model.js createInstance` does; UpdateInstance actions and the plain
+//! `{message}` 500 for a missing object; DeleteInstance 404 with a body;
+//! empty-bodied 404s for DeleteService/DeleteApplication; and
+//! UpgradeInstance on an agent instance dropping the connection, as the real
+//! process crashes (§2.6).
+//!
+//! Also as restify 4 and SAPI's model do it: parameters from a `qs` query
+//! string and a JSON or form-encoded body ([`crate::sim::params`]); update
+//! actions iterating `Object.keys` of each change (so `action=delete` with
+//! an array deletes the keys `"0"`, `"1"`..., in practice nothing); an
+//! application's `metadata_schema` checked on create and update (409
+//! SchemaValidationError, `schema`); and an argument of the wrong type that
+//! SAPI asserts on (a `params` that is not an object...) crashing the
+//! process like UpgradeInstance does.
 //!
 //! Modules: `store` (the objects), `applications`, `services` and
-//! `instances` (their routes); this file has the router and what the
-//! routes share (parameters, update actions, error answers).
+//! `instances` (their routes), `schema` (the `metadata_schema` check); this
+//! file has the router and what the routes share (parameters, update
+//! actions, error answers).
 
 mod applications;
 mod instances;
+mod schema;
 mod services;
 mod store;
 
@@ -24,16 +38,17 @@ use std::time::Duration;
 use axum::Router;
 use axum::body::Bytes;
 use axum::extract::{FromRequest, RawQuery, Request, State};
-use axum::http::{Method, StatusCode, Uri};
+use axum::http::{Method, StatusCode, Uri, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post, put};
 use serde_json::{Map, Value, json};
 
 use crate::api::sapi::ServiceType;
 use crate::sim::http::{
-    ApiInfo, ApiStyle, ApiVersion, JsonStyle, bad_method, empty, json_response, merge_params,
+    ApiInfo, ApiStyle, ApiVersion, Conn, JsonStyle, bad_method, empty, json_response,
     not_found_route, parse_query, plain_error, query_get, rest_error,
 };
+use crate::sim::params::{js_entries, restify_params, truthy};
 
 pub use self::store::SapiStore;
 
@@ -43,14 +58,29 @@ const STYLE: JsonStyle = JsonStyle::Compact;
 pub(crate) struct SapiService {
     pub store: Mutex<SapiStore>,
     pub info: Arc<ApiInfo>,
-    /// How long SAPI stays down after the UpgradeInstance crash (SMF
-    /// restarts it); zero means only the crashing request is affected.
+    /// How long SAPI stays down after a crash (UpgradeInstance of an agent,
+    /// an argument SAPI asserts on; SMF restarts it); zero means only the
+    /// crashing request is affected.
     pub crash_restart: Duration,
+    /// Whether a failed CreateInstance deletes the instance of its `uuid`
+    /// (real SAPI does; see [`crate::sim::config::Strictness`]).
+    pub delete_on_failed_create: bool,
 }
 
 impl SapiService {
     pub(crate) fn lock(&self) -> MutexGuard<'_, SapiStore> {
         self.store.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The process dies mid-request: the connection closes with no answer
+    /// and SAPI stays down for [`SapiService::crash_restart`].
+    fn crash(&self, conn: &Conn, why: &str) -> Response {
+        tracing::warn!("sim SAPI: {why}; dropping the connection as the real SAPI crashes");
+        conn.cut();
+        if !self.crash_restart.is_zero() {
+            self.info.crash_for(self.crash_restart);
+        }
+        empty(StatusCode::INTERNAL_SERVER_ERROR)
     }
 }
 
@@ -137,12 +167,8 @@ fn missing_keys(keys: &[&str]) -> Response {
     )
 }
 
-/// Body plus query string (the query wins on a clash).
-fn params(raw_query: Option<&str>, body: &Bytes) -> Result<Map<String, Value>, Response> {
-    merge_params(STYLE, raw_query, body)
-}
-
-/// [`params`] as a handler argument (the last one: it reads the body).
+/// `req.params` (query string and body, as restify builds it) as a handler
+/// argument (the last one: it reads the body).
 struct Params(Map<String, Value>);
 
 impl<T: Send + Sync> FromRequest<T> for Params {
@@ -150,10 +176,17 @@ impl<T: Send + Sync> FromRequest<T> for Params {
 
     async fn from_request(req: Request, state: &T) -> Result<Self, Response> {
         let raw_query = req.uri().query().map(str::to_owned);
+        let content_type = req
+            .headers()
+            .get(header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned);
         let body = Bytes::from_request(req, state)
             .await
             .map_err(IntoResponse::into_response)?;
-        params(raw_query.as_deref(), &body).map(Params)
+        restify_params(raw_query.as_deref(), content_type.as_deref(), &body)
+            .map(Params)
+            .map_err(|e| rest_error(STYLE, StatusCode::BAD_REQUEST, "InvalidContent", e.0))
     }
 }
 
@@ -201,18 +234,28 @@ enum UpdateAction {
     Delete,
 }
 
-/// The `action` of an update, or SAPI's 409 with an empty message.
-fn update_action(p: &Map<String, Value>) -> Result<UpdateAction, Response> {
-    let action = p
-        .get("action")
-        .and_then(Value::as_str)
-        .unwrap_or("update")
-        .to_lowercase();
+/// What an update request's `action` says.
+enum ActionParam {
+    Valid(UpdateAction),
+    /// Not one of the three: SAPI's 409 with an empty message.
+    Invalid(Response),
+    /// Not a string: `req.params.action.toLowerCase()` throws.
+    Crash,
+}
+
+/// The `action` of an update (default `update`, any case).
+fn update_action(p: &Map<String, Value>) -> ActionParam {
+    let action = match p.get("action") {
+        None => "update".to_string(),
+        Some(v) if !truthy(v) => "update".to_string(),
+        Some(Value::String(a)) => a.to_lowercase(),
+        Some(_) => return ActionParam::Crash,
+    };
     match action.as_str() {
-        "update" => Ok(UpdateAction::Update),
-        "replace" => Ok(UpdateAction::Replace),
-        "delete" => Ok(UpdateAction::Delete),
-        _ => Err(rest_error(
+        "update" => ActionParam::Valid(UpdateAction::Update),
+        "replace" => ActionParam::Valid(UpdateAction::Replace),
+        "delete" => ActionParam::Valid(UpdateAction::Delete),
+        _ => ActionParam::Invalid(rest_error(
             STYLE,
             StatusCode::CONFLICT,
             "InvalidArgument",
@@ -221,36 +264,49 @@ fn update_action(p: &Map<String, Value>) -> Result<UpdateAction, Response> {
     }
 }
 
-/// Apply one attribute change (`attributes.js applyChange`).
+/// The action of an update request, or the answer that ends it.
+fn action_or_answer(
+    svc: &SapiService,
+    conn: &Conn,
+    p: &Map<String, Value>,
+) -> Result<UpdateAction, Response> {
+    match update_action(p) {
+        ActionParam::Valid(a) => Ok(a),
+        ActionParam::Invalid(r) => Err(r),
+        ActionParam::Crash => Err(svc.crash(conn, "an update whose action is not a string")),
+    }
+}
+
+/// Apply one attribute change (`attributes.js applyChange`). A change is
+/// applied only when truthy; `update` and `delete` walk `Object.keys` of
+/// it, so an array (`{"metadata": ["A"]}`, or `metadata[]=A` in a form)
+/// names the keys `"0"`, `"1"`...; `delete` creates the attribute empty if
+/// it was missing. `replace` with something other than an object is not
+/// representable here and leaves the attribute as it was.
 fn apply_change(
     target: &mut Option<Map<String, Value>>,
     change: Option<&Value>,
     action: UpdateAction,
 ) {
-    let Some(change) = change else { return };
+    let Some(change) = change.filter(|c| truthy(c)) else {
+        return;
+    };
     match action {
         UpdateAction::Replace => {
-            *target = change.as_object().cloned();
+            if let Some(o) = change.as_object() {
+                *target = Some(o.clone());
+            }
         }
         UpdateAction::Delete => {
-            if let Some(t) = target.as_mut() {
-                match change {
-                    Value::Object(o) => o.keys().for_each(|k| {
-                        t.remove(k);
-                    }),
-                    Value::Array(a) => a.iter().filter_map(Value::as_str).for_each(|k| {
-                        t.remove(k);
-                    }),
-                    _ => {}
-                }
+            let t = target.get_or_insert_with(Map::new);
+            for (k, _) in js_entries(change) {
+                t.remove(&k);
             }
         }
         UpdateAction::Update => {
-            if let Some(o) = change.as_object() {
-                let t = target.get_or_insert_with(Map::new);
-                for (k, v) in o {
-                    t.insert(k.clone(), v.clone());
-                }
+            let t = target.get_or_insert_with(Map::new);
+            for (k, v) in js_entries(change) {
+                t.insert(k, v);
             }
         }
     }
@@ -286,5 +342,24 @@ mod tests {
         let mut none = None;
         apply_change(&mut none, Some(&json!({"x": 1})), UpdateAction::Update);
         assert!(none.is_some());
+    }
+
+    #[test]
+    fn changes_walk_object_keys() {
+        // delete with an array: the keys "0" and "1", not the values.
+        let mut t = Some(Map::from_iter([
+            ("a".to_string(), json!(1)),
+            ("0".to_string(), json!("zero")),
+        ]));
+        apply_change(&mut t, Some(&json!(["a", "b"])), UpdateAction::Delete);
+        assert_eq!(Value::Object(t.clone().unwrap()), json!({"a": 1}));
+        apply_change(&mut t, Some(&json!(["x"])), UpdateAction::Update);
+        assert_eq!(Value::Object(t.clone().unwrap()), json!({"a": 1, "0": "x"}));
+        // Falsy changes do nothing; delete creates a missing attribute.
+        apply_change(&mut t, Some(&json!("")), UpdateAction::Replace);
+        assert!(t.is_some());
+        let mut none = None;
+        apply_change(&mut none, Some(&json!({"k": 1})), UpdateAction::Delete);
+        assert_eq!(none, Some(Map::new()));
     }
 }

@@ -1,18 +1,20 @@
 //! SAPI's service routes: ListServices (v1 clients see `type=vm` only),
 //! CreateService, GetService, UpdateService and DeleteService.
 
-use axum::extract::{Path, RawQuery, State};
+use axum::extract::{ConnectInfo, Path, RawQuery, State};
 use axum::http::StatusCode;
 use axum::response::Response;
 use serde_json::Value;
 
 use crate::api::sapi::{Service, ServiceType};
 use crate::ids::{ApplicationUuid, ServiceUuid};
-use crate::sim::http::{ApiVersion, empty, json_response, parse_query, plain_error, query_get};
+use crate::sim::http::{
+    ApiVersion, Conn, empty, json_response, parse_query, plain_error, query_get,
+};
 
 use super::{
-    Params, STYLE, Svc, Version, apply_change, missing_keys, no_record, not_found, obj_field,
-    type_str, update_action,
+    Params, STYLE, Svc, Version, action_or_answer, apply_change, missing_keys, no_record,
+    not_found, obj_field, type_str,
 };
 
 /// A service as serialized for this API version.
@@ -127,9 +129,10 @@ pub(super) async fn update_service(
     State(svc): Svc,
     Path(uuid): Path<String>,
     ApiVersion { major: v, .. }: Version,
+    ConnectInfo(conn): ConnectInfo<Conn>,
     Params(p): Params,
 ) -> Response {
-    let action = match update_action(&p) {
+    let action = match action_or_answer(&svc, &conn, &p) {
         Ok(a) => a,
         Err(r) => return r,
     };

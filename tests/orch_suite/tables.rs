@@ -1,0 +1,127 @@
+//! `list` and `avail` as tables operators trim and sort (`-H`, `-o`,
+//! `--sort`, `list -q`), within 120 columns, through the binary.
+
+use std::process::Stdio;
+
+use agentsadm::sim::{SeedSpec, SimConfig, SimDc};
+
+async fn cli(dc: &SimDc, args: &[&str]) -> (i32, String, String) {
+    let urls = dc.urls();
+    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_agentsadm"))
+        .args(args)
+        .env("SAPI_URL", &urls.sapi)
+        .env("CNAPI_URL", &urls.cnapi)
+        .env("IMGAPI_URL", &urls.imgapi)
+        .env_remove("UPDATES_URL")
+        .stdin(Stdio::null())
+        .output()
+        .await
+        .expect("agentsadm runs");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn list_and_avail_fit_and_take_table_options() {
+    let dc = SimDc::start(
+        SimConfig::default()
+            .servers(2)
+            .populate(SeedSpec::with_newer()),
+    )
+    .await
+    .expect("simulator starts");
+
+    let (code, out, err) = cli(&dc, &["list"]).await;
+    assert_eq!(code, 0, "{err}");
+    let lines: Vec<&str> = out.lines().collect();
+    assert!(lines[0].starts_with("HOSTNAME"));
+    assert!(lines.iter().all(|l| l.len() <= 120), "{out}");
+    // Sorted by hostname, then component.
+    let keys: Vec<(&str, &str)> = lines[1..]
+        .iter()
+        .map(|l| {
+            let mut w = l.split_whitespace();
+            (w.next().unwrap(), w.next().unwrap())
+        })
+        .collect();
+    let mut sorted = keys.clone();
+    sorted.sort();
+    assert_eq!(keys, sorted);
+
+    let (code, out, err) = cli(&dc, &["list", "vm-agent", "-H", "-o", "hostname,state"]).await;
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(out, "cn0001    ok\ncn0002    ok\nheadnode  ok\n");
+    let (_, out, _) = cli(
+        &dc,
+        &[
+            "list",
+            "vm-agent",
+            "-H",
+            "-o",
+            "hostname",
+            "--sort",
+            "-hostname",
+        ],
+    )
+    .await;
+    assert_eq!(out, "headnode\ncn0002\ncn0001\n");
+    let (code, _, err) = cli(&dc, &["list", "-o", "colour"]).await;
+    assert_eq!(code, 1);
+    assert!(err.contains("unknown column \"colour\""), "{err}");
+
+    // -q: the hostnames.
+    let (code, out, _) = cli(&dc, &["list", "-q"]).await;
+    assert_eq!(code, 0);
+    assert_eq!(out, "cn0001\ncn0002\nheadnode\n");
+
+    // avail: short UUIDs, dates to the second, within 120 columns.
+    let (code, out, err) = cli(&dc, &["avail", "--all-images"]).await;
+    assert_eq!(code, 0, "{err}");
+    assert!(out.lines().all(|l| l.len() <= 120), "{out}");
+    assert!(!out.contains(".000Z"), "{out}");
+    let first = out.lines().nth(1).unwrap();
+    let image = first.split_whitespace().nth(2).unwrap();
+    assert_eq!(image.len(), 8, "{first}");
+    dc.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn targets_by_version_and_short_uuid() {
+    let dc = SimDc::start(
+        SimConfig::default()
+            .servers(1)
+            .populate(SeedSpec::with_newer()),
+    )
+    .await
+    .expect("simulator starts");
+    // No target: why nothing changes.
+    let (code, out, err) = cli(&dc, &["update", "vm-agent", "-n"]).await;
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.contains("already run the image SAPI names for vm-agent"),
+        "{out}"
+    );
+    assert!(out.contains("use --latest or COMPONENT@VERSION"), "{out}");
+
+    let (code, out, err) = cli(&dc, &["update", "vm-agent@1.1.0", "-n"]).await;
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("2 servers to change: 2 upgrades"), "{out}");
+    let target = out
+        .lines()
+        .find(|l| l.trim_start().starts_with("vm-agent 1.1.0"))
+        .unwrap_or_else(|| panic!("{out}"));
+    let uuid = target.split_whitespace().last().unwrap();
+    let (code, out2, err) = cli(&dc, &["update", &format!("vm-agent@{}", &uuid[..8]), "-n"]).await;
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(out, out2);
+    let (code, out3, err) = cli(&dc, &["update", "vm-agent", "--image", &uuid[..8], "-n"]).await;
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(out, out3);
+    let (code, _, err) = cli(&dc, &["update", "vm-agent@9.9.9", "-n"]).await;
+    assert_eq!(code, 1);
+    assert!(err.contains("no vm-agent image matches \"9.9.9\""), "{err}");
+    dc.shutdown().await;
+}
