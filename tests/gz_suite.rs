@@ -14,7 +14,8 @@
 //! - `hostile`: hostile images (issue 12), one test per class, each
 //!   refused with the root and a sentinel outside it unchanged.
 //! - `real_fixtures`: every real agent's SMF manifest and package.json read;
-//! - `symlinks`: links in a package never followed by chmod.
+//! - `symlinks`: links in a package never followed by chmod;
+//! - `claims`: bins, SMF manifests and services of other components refused.
 
 #[path = "common/gz.rs"]
 mod gz_common;
@@ -23,6 +24,8 @@ mod tools_common;
 
 #[path = "gz_suite/bad_input.rs"]
 mod bad_input;
+#[path = "gz_suite/claims.rs"]
+mod claims;
 #[path = "gz_suite/concurrency.rs"]
 mod concurrency;
 #[path = "gz_suite/crash.rs"]

@@ -20,6 +20,7 @@
 //! - here: the types, where records and instance UUIDs live, the helpers
 //!   both use, and sdcadm's configuration.
 
+pub mod claims;
 mod installed;
 mod stage;
 

@@ -15,6 +15,7 @@ use super::super::adopt;
 use super::super::fetch::{self, ImageSource, ResolvedImage};
 use super::super::fsutil;
 use super::super::kinds::Footprint;
+use super::super::kinds::claims;
 use super::super::layout::StageRequest;
 use super::super::step::Step;
 use super::super::txn::{self, Op};
@@ -250,6 +251,20 @@ impl GzSession {
                 ));
             }
         };
+        // A package may claim only names that are its own.
+        let others = self.others_claims(c).await;
+        if self.layout.runs_services()
+            && let Err(e) = claims::check_staged(&self.settings.catalog, c, &staged, &others)
+        {
+            remove_txn_dir(&txn_dir).await;
+            return Err(failure(
+                Some(&c.name),
+                Step::Validate,
+                &e,
+                nothing_changed(&current),
+            ));
+        }
+        let current = current.map(|fp| claims::own_part(&fp, &others));
         let env = self.txn_env();
         env.checkpoint("staged");
         let outcome = txn::install(&env, c, Op::Install, &txn_dir, &staged, current.clone()).await;

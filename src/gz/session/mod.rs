@@ -35,6 +35,7 @@ use crate::remote::{ComponentResult, GzFailure, GzResult};
 use super::adopt::Adoption;
 use super::fetch::FetchOptions;
 use super::hooks::HookEnv;
+use super::kinds::claims::{self, Claims};
 use super::kinds::{CurrentError, Footprint};
 use super::layout::mockcloud::MockcloudGz;
 use super::layout::triton::TritonGz;
@@ -319,6 +320,31 @@ impl GzSession {
         Ok(())
     }
 
+    /// What every other installed component claims (bins, SMF manifests
+    /// and services), by component name. Blocking work on the pool.
+    async fn others_claims(&self, c: &Component) -> BTreeMap<String, Claims> {
+        if !self.layout.runs_services() {
+            return BTreeMap::new();
+        }
+        let (layout, catalog, me) = (
+            self.layout.clone(),
+            self.settings.catalog.clone(),
+            c.name.clone(),
+        );
+        blocking(move || {
+            let paths = layout.paths().clone();
+            catalog
+                .iter()
+                .filter(|o| o.name != me)
+                .filter_map(|o| {
+                    let fp = layout.current(o).ok().flatten()?;
+                    Some((o.name.clone(), claims::installed_claims(&paths, &fp)))
+                })
+                .collect()
+        })
+        .await
+    }
+
     /// What is installed now for `c`, read off the runtime.
     async fn current(&self, c: &Component) -> Result<Option<Footprint>, CurrentError> {
         let (layout, c) = (self.layout.clone(), c.clone());
@@ -367,6 +393,7 @@ impl GzSession {
             hooks: &self.hook_env,
             crash_at: self.crash_at.as_deref(),
             sapi: self.sapi_target(),
+            catalog: &self.settings.catalog,
         }
     }
 

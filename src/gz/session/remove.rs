@@ -87,6 +87,8 @@ impl GzSession {
                 ),
             ));
         }
+        // Only what is this component's own goes.
+        let fp = kinds::claims::own_part(&fp, &self.others_claims(c).await);
         let txn_dir = self.paths().staging_dir().join(txn::new_txn_name(&c.name));
         let env = self.txn_env();
         let from = fp.image_uuid;

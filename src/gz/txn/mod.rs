@@ -174,6 +174,9 @@ pub struct TxnEnv<'a> {
     pub crash_at: Option<&'a str>,
     /// `None` with `--no-sapi`.
     pub sapi: Option<SapiTarget<'a>>,
+    /// Whose SMF services are whose ([`kinds::claims`]): a transaction
+    /// snapshots, restores and deletes only its component's own.
+    pub catalog: &'a crate::catalog::Catalog,
 }
 
 impl TxnEnv<'_> {
@@ -362,6 +365,15 @@ async fn snapshot_smf(
         })
         .await?
     };
+    // Only the component's own services: a manifest installed before
+    // claims were checked may name another component's or the system's.
+    let fmris: BTreeSet<String> = fmris
+        .into_iter()
+        .filter(|f| {
+            component.smf_services.contains(f)
+                || kinds::claims::in_namespace(env.catalog, component, f)
+        })
+        .collect();
     let mut snap = SmfSnapshot::default();
     for fmri in fmris {
         let state = env
