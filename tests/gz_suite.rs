@@ -15,7 +15,9 @@
 //!   refused with the root and a sentinel outside it unchanged.
 //! - `real_fixtures`: every real agent's SMF manifest and package.json read;
 //! - `symlinks`: links in a package never followed by chmod;
-//! - `claims`: bins, SMF manifests and services of other components refused.
+//! - `claims`: bins, SMF manifests and services of other components refused;
+//! - `txn_hostile`: hooks that delete staging, incomplete rollbacks, pending
+//!   journals in the report, atomic-write leftovers.
 
 #[path = "common/gz.rs"]
 mod gz_common;
@@ -54,6 +56,8 @@ mod shar;
 mod shar_reader;
 #[path = "gz_suite/symlinks.rs"]
 mod symlinks;
+#[path = "gz_suite/txn_hostile.rs"]
+mod txn_hostile;
 #[path = "gz_suite/unpack.rs"]
 mod unpack;
 #[path = "gz_suite/unpack_props.rs"]

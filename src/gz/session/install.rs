@@ -21,7 +21,7 @@ use super::super::step::Step;
 use super::super::txn::{self, Op};
 use super::{
     Done, GzSession, UNPACK_LIMIT_ENV, adoption_note, failure, nothing_changed, refusal,
-    remove_txn_dir, txn_failure,
+    remove_txn_dir,
 };
 
 /// Why the instance UUID of an unchanged component could not be ensured.
@@ -272,7 +272,7 @@ impl GzSession {
             Ok(o) => o,
             Err(f) => {
                 remove_txn_dir(&txn_dir).await;
-                return Err(txn_failure(c, &f, &current));
+                return Err(self.txn_failed(c, &f, &current).await);
             }
         };
         // The cache keeps the installed image's file (a retry or reinstall

@@ -34,6 +34,7 @@ use crate::remote::{ComponentResult, GzFailure, GzResult};
 
 use super::adopt::Adoption;
 use super::fetch::FetchOptions;
+use super::fsutil;
 use super::hooks::HookEnv;
 use super::kinds::claims::{self, Claims};
 use super::kinds::{CurrentError, Footprint};
@@ -345,6 +346,45 @@ impl GzSession {
         .await
     }
 
+    /// A failed transaction as the result carries it. When its rollback
+    /// could not complete, the message says what is installed now and the
+    /// one command that repairs it, and `broken/<component>.json` keeps
+    /// that for `gz report` until a later transaction of `c` succeeds.
+    async fn txn_failed(
+        &self,
+        c: &Component,
+        f: &TxnFailure,
+        before: &Option<Footprint>,
+    ) -> GzFailure {
+        if !f.rolled_back || f.rollback_errors.is_empty() {
+            return txn_failure(c, f, before);
+        }
+        let now = self.current(c).await.ok().flatten();
+        let installed = match &now {
+            Some(fp) => format!("{} is in place, possibly incomplete", describe(fp)),
+            None => "nothing of it is installed".to_string(),
+        };
+        let repair = match before.as_ref().and_then(|fp| fp.image_uuid) {
+            Some(image) => format!("agentsadm gz install {image} --force"),
+            None => format!("agentsadm gz remove {}", c.name),
+        };
+        let state = format!(
+            "ROLLBACK INCOMPLETE ({}); now {installed}; repair with `{repair}`",
+            f.rollback_errors.join("; ")
+        );
+        let marker = BrokenMarker {
+            component: c.name.clone(),
+            message: state.clone(),
+            repair,
+        };
+        let path = self.paths().broken_file(&c.name);
+        let text = serde_json::to_vec_pretty(&marker).unwrap_or_default();
+        if let Err(e) = blocking(move || fsutil::write_atomic(&path, &text)).await {
+            tracing::error!(component = %c.name, error = %e, "cannot record the incomplete rollback");
+        }
+        failure(Some(&c.name), f.error.step(), &f.error, Some(state))
+    }
+
     /// What is installed now for `c`, read off the runtime.
     async fn current(&self, c: &Component) -> Result<Option<Footprint>, CurrentError> {
         let (layout, c) = (self.layout.clone(), c.clone());
@@ -449,6 +489,16 @@ async fn remove_txn_dir(txn_dir: &Path) {
         let _ = super::fsutil::remove_any(&dir);
     })
     .await;
+}
+
+/// `broken/<component>.json`: a rollback that could not complete.
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
+pub struct BrokenMarker {
+    pub component: String,
+    /// What failed and what is installed now.
+    pub message: String,
+    /// The one command that repairs it.
+    pub repair: String,
 }
 
 /// A finished component and notes for the result.

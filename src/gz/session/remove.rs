@@ -11,7 +11,7 @@ use crate::remote::{ComponentAction, ComponentResult, GzFailure, GzResult};
 use super::super::kinds;
 use super::super::step::Step;
 use super::super::txn;
-use super::{Done, GzSession, failure, refusal, remove_txn_dir, txn_failure};
+use super::{Done, GzSession, failure, refusal, remove_txn_dir};
 
 impl GzSession {
     /// Remove components by name.
@@ -97,7 +97,7 @@ impl GzSession {
             Ok(out) => out,
             Err(f) => {
                 remove_txn_dir(&txn_dir).await;
-                return Err(txn_failure(c, &f, &Some(fp)));
+                return Err(self.txn_failed(c, &f, &Some(fp)).await);
             }
         };
         self.forget_download(from, None).await;

@@ -17,9 +17,7 @@ use super::super::layout::KeptVersion;
 use super::super::package::PackageJson;
 use super::super::step::Step;
 use super::super::txn::{self, Op};
-use super::{
-    Done, GzSession, adoption_note, failure, nothing_changed, refusal, remove_txn_dir, txn_failure,
-};
+use super::{Done, GzSession, adoption_note, failure, nothing_changed, refusal, remove_txn_dir};
 
 impl GzSession {
     /// Put back the version kept from the last upgrade of `name`.
@@ -95,7 +93,7 @@ impl GzSession {
                 Ok(o) => o,
                 Err(f) => {
                     remove_txn_dir(&txn_dir).await;
-                    return Err(txn_failure(c, &f, &current));
+                    return Err(self.txn_failed(c, &f, &current).await);
                 }
             };
         let mut notes = Vec::new();

@@ -126,7 +126,7 @@ pub struct SmfSnapshot {
     /// Every instance the component's old and new manifests define (and the
     /// catalog lists): its state, `None` if it did not exist.
     pub services: BTreeMap<String, Option<ServiceState>>,
-    /// Manifest files that existed, copied to `<txn>/old/smf/<rel>`.
+    /// Manifest files that existed, copied to `<aside>/smf/<rel>`.
     pub backed_up: Vec<String>,
     /// Manifest files that did not exist (removed on rollback).
     pub absent: Vec<String>,
@@ -154,6 +154,10 @@ pub struct Journal {
     /// rollback when empty), root-relative, shallowest first.
     pub created_dirs: Vec<String>,
     pub smf: SmfSnapshot,
+    /// The process group of each hook this transaction started (recorded
+    /// as it starts): a rollback kills what is left of them first.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub hook_groups: Vec<super::hooks::HookGroup>,
 }
 
 /// The SAPI side of a transaction.
@@ -394,7 +398,7 @@ async fn snapshot_smf(
         for rel in manifests {
             let src = paths.at(&rel);
             if src.is_file() {
-                let dst = txn_dir.join("old/smf").join(&rel);
+                let dst = aside_dir(&paths, &txn_dir).join("smf").join(&rel);
                 fs::create_dir_all(dst.parent().unwrap_or(&txn_dir)).map_err(fs_err(
                     Step::Smf,
                     "create",
@@ -511,7 +515,7 @@ pub async fn install(
     let smf = snapshot_smf(env, component, txn_dir, old.as_ref(), Some(&new), templates)
         .await
         .map_err(TxnFailure::before)?;
-    let journal = Journal {
+    let mut journal = Journal {
         version: 1,
         txn: txn_name(txn_dir),
         op,
@@ -524,12 +528,13 @@ pub async fn install(
         instance: Some(instance),
         instance_created,
         smf,
+        hook_groups: Vec::new(),
     };
     write_journal(env, &journal)
         .await
         .map_err(TxnFailure::before)?;
     env.checkpoint("after-journal");
-    let swapped = swap::swap_in(env, &journal, txn_dir, staged, instance).await;
+    let swapped = swap::swap_in(env, &mut journal, txn_dir, staged, instance).await;
     let outcome = swapped.map(|adoption| TxnOutcome {
         instance: Some(instance),
         adoption,
@@ -561,7 +566,7 @@ pub async fn remove(
     let smf = snapshot_smf(env, component, txn_dir, Some(&old), None, Vec::new())
         .await
         .map_err(TxnFailure::before)?;
-    let journal = Journal {
+    let mut journal = Journal {
         version: 1,
         txn: txn_name(txn_dir),
         op: Op::Remove,
@@ -574,12 +579,13 @@ pub async fn remove(
         instance,
         instance_created: false,
         smf,
+        hook_groups: Vec::new(),
     };
     write_journal(env, &journal)
         .await
         .map_err(TxnFailure::before)?;
     env.checkpoint("after-journal");
-    let removed = swap::remove_steps(env, component, &journal, txn_dir).await;
+    let removed = swap::remove_steps(env, component, &mut journal, txn_dir).await;
     let outcome = removed.map(|()| TxnOutcome {
         instance,
         adoption: None,
@@ -589,4 +595,16 @@ pub async fn remove(
 
 fn txn_dir_of(paths: &GzPaths, journal: &Journal) -> PathBuf {
     paths.staging_dir().join(&journal.txn)
+}
+
+/// Where a transaction keeps the version it moved out (`tree/`, `root/`,
+/// `smf/`, `instance`): `<state>/aside/<txn>`, not under the staging
+/// directory, so that a hook of the new package that deletes its own
+/// staged copy, its transaction directory or all of `staging/` cannot take
+/// the previous version with it.
+pub fn aside_dir(paths: &GzPaths, txn_dir: &Path) -> PathBuf {
+    paths
+        .state_dir()
+        .join("aside")
+        .join(txn_dir.file_name().unwrap_or_default())
 }
