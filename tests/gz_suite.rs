@@ -17,7 +17,8 @@
 //! - `symlinks`: links in a package never followed by chmod;
 //! - `claims`: bins, SMF manifests and services of other components refused;
 //! - `txn_hostile`: hooks that delete staging, incomplete rollbacks, pending
-//!   journals in the report, atomic-write leftovers.
+//!   journals in the report, atomic-write leftovers, kept copies checked;
+//! - `roots`: relative roots, no hooks for a rooted GZ on SmartOS, fetch flags.
 
 #[path = "common/gz.rs"]
 mod gz_common;
@@ -46,6 +47,8 @@ mod kinds;
 mod mockcloud;
 #[path = "gz_suite/real_fixtures.rs"]
 mod real_fixtures;
+#[path = "gz_suite/roots.rs"]
+mod roots;
 #[path = "gz_suite/sapi_cnapi.rs"]
 mod sapi_cnapi;
 #[path = "gz_suite/setup.rs"]

@@ -35,6 +35,9 @@ pub struct HookEnv {
     /// Added to the inherited environment (API URLs from the caller).
     pub extra: BTreeMap<String, String>,
     pub timeout: Duration,
+    /// Why hooks do not run on this server at all (they would act on the
+    /// host, not the root), if they do not.
+    pub skip: Option<String>,
 }
 
 impl HookEnv {
@@ -152,6 +155,9 @@ pub async fn run_hook_recorded(
     let Some(script) = package.script(hook) else {
         return Ok(None);
     };
+    if env.skip.is_some() {
+        return Ok(None);
+    }
     let script_path = cwd.join(super::package::clean_relative(script));
     if tokio::fs::symlink_metadata(&script_path).await.is_err() {
         return Err(HookError::Missing {
@@ -333,6 +339,7 @@ mod tests {
             prefix: prefix.to_path_buf(),
             extra: BTreeMap::from([("EXTRA".to_string(), "yes".to_string())]),
             timeout,
+            skip: None,
         }
     }
 

@@ -228,3 +228,23 @@ async fn removal_deletes_only_its_own_names() {
     );
     assert!(!tree.exists());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn versions_with_markup_are_refused() {
+    let scene = Scene::new().await;
+    for version in [
+        "1\"/><exec_method name=\"start\" exec=\"/bin/sh\"/><x a=\"",
+        "1 2",
+    ] {
+        let uuid = ImageUuid::new_v4();
+        let pj = serde_json::json!({"name": "vm-agent", "version": version});
+        let mut t = TreeBuilder::new();
+        t.dir("vm-agent")
+            .file("vm-agent/package.json", 0o644, pj.to_string().as_bytes())
+            .file("vm-agent/image_uuid", 0o644, format!("{uuid}\n").as_bytes());
+        let img = raw_image("vm-agent", uuid, &t.finish());
+        scene
+            .refused(&format!("version {version:?}"), &img, &["has the version"])
+            .await;
+    }
+}

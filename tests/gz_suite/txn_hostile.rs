@@ -39,7 +39,11 @@ impl Scene {
     async fn new() -> Scene {
         let imgapi = ImgapiStandIn::start().await.unwrap();
         let srv = TestServer::new(false);
-        let v1 = image("vm-agent", "1.0.0");
+        // Its hooks touch nothing outside the package (what they would
+        // change there is not rolled back, by design).
+        let mut v1 = spec("vm-agent", "1.0.0");
+        v1.hooks.postuninstall = Some("true".into());
+        let v1 = imagebuild::build(&v1);
         imgapi.publish(&v1);
         let outside = tempfile::tempdir().unwrap();
         let sentinel = outside.path().join("secret");
@@ -86,7 +90,7 @@ async fn hooks_that_delete_staging_leave_the_previous_version() {
         // cwd is <txn>/new/vm-agent: `../..` is the transaction directory.
         (
             "preinstall deletes its transaction",
-            with_hook("preinstall", "rm -rf ../.."),
+            with_hook("preinstall", "rm -rf \"$(cd ../.. && pwd)\""),
         ),
         (
             "postinstall deletes staging and fails",
@@ -212,4 +216,59 @@ async fn recovery_removes_atomic_write_temporaries() {
     for p in kept {
         assert!(scene.srv.at(p).exists(), "{p} is not ours and was removed");
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rollback_verifies_the_kept_copy() {
+    let scene = Scene::new().await;
+    let v2 = image("vm-agent", "2.0.0");
+    scene.imgapi.publish(&v2);
+    ok(&scene.gz(&["install", &v2.manifest.uuid.to_string()]).await);
+    let kept = scene.srv.at(&format!("{STATE}/previous/vm-agent/tree"));
+    let pj = kept.join("package.json");
+    let id = kept.join("image_uuid");
+    let (pj_text, id_text) = (
+        std::fs::read_to_string(&pj).unwrap(),
+        std::fs::read_to_string(&id).unwrap(),
+    );
+    let before = snapshot(scene.srv.root());
+    let smf_before = scene.srv.smf_state();
+    let sentinel_before = scene.sentinel_state();
+    let other_uuid = agentsadm::ids::ImageUuid::new_v4().to_string();
+    for (what, file, text, want) in [
+        (
+            "version",
+            &pj,
+            pj_text.replace(&scene.v1.manifest.version, "6.6.6"),
+            "package.json says version \"6.6.6\"",
+        ),
+        (
+            "name",
+            &pj,
+            pj_text.replace("\"vm-agent\"", "\"net-agent\""),
+            "package.json names \"net-agent\"",
+        ),
+        ("image", &id, format!("{other_uuid}\n"), "image_uuid says"),
+    ] {
+        std::fs::write(file, text).unwrap();
+        let msg = failed(&scene.gz(&["rollback", "vm-agent"]).await);
+        eprintln!("CASE kept {what}: {msg}");
+        assert!(
+            msg.contains("not the version recorded for it"),
+            "{what}: {msg}"
+        );
+        assert!(msg.contains(want), "{what}: {msg}");
+        assert_same(&before, &snapshot(scene.srv.root()), what);
+        assert_eq!(smf_before, scene.srv.smf_state(), "{what}");
+        assert_eq!(sentinel_before, scene.sentinel_state(), "{what}");
+        scene.srv.assert_no_leftovers();
+        std::fs::write(&pj, &pj_text).unwrap();
+        std::fs::write(&id, &id_text).unwrap();
+    }
+    // Intact, it rolls back.
+    ok(&scene.gz(&["rollback", "vm-agent"]).await);
+    assert_eq!(
+        scene.srv.installed_image("vm-agent"),
+        Some(scene.v1.manifest.uuid.to_string())
+    );
 }

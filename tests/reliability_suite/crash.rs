@@ -486,6 +486,23 @@ async fn sigkill_mid_hook_leaves_no_orphan_writing_into_the_tree() {
     })
     .await;
     assert!(reached.is_ok(), "the postinstall never started");
+    // The journal records each hook's group as it starts (old hooks, the
+    // preinstall, the postinstall): wait for the fourth.
+    let journal = srv.at(&format!("{STATE}/journal/vm-agent.json"));
+    let recorded = tokio::time::timeout(REACH_TIMEOUT, async {
+        loop {
+            let text = std::fs::read_to_string(&journal).unwrap_or_default();
+            if text.matches("\"pgid\"").count() >= 4 {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await;
+    assert!(
+        recorded.is_ok(),
+        "the postinstall's group was never journaled"
+    );
     child.start_kill().expect("SIGKILL delivered");
     let status = child.wait().await.unwrap();
     assert_eq!(status.signal(), Some(9), "{status:?}");

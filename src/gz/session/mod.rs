@@ -50,6 +50,9 @@ use crate::error::error_chain;
 /// Test knob: abort the process at this checkpoint, or with `wait:<name>`
 /// stop there until killed (see [`super::test_checkpoint`]).
 pub const CRASH_AT_ENV: &str = "AGENTSADM_TEST_CRASH_AT";
+/// Test knob: what host this is (`smartos` or `other`), instead of the
+/// operating system the binary was built for.
+pub const HOST_ENV: &str = "AGENTSADM_TEST_HOST";
 /// Test knob: unpacking fails with "disk full" after this many bytes.
 pub const UNPACK_LIMIT_ENV: &str = "AGENTSADM_TEST_UNPACK_LIMIT";
 
@@ -208,7 +211,14 @@ impl std::fmt::Debug for GzSession {
 impl GzSession {
     /// Identify the server, take its lock (when `lock`), recover interrupted
     /// transactions and build the API clients.
-    pub async fn open(settings: GzSettings, lock: bool) -> Result<GzSession, GzError> {
+    pub async fn open(mut settings: GzSettings, lock: bool) -> Result<GzSession, GzError> {
+        // A relative root works like the absolute one it names: hooks run
+        // with another working directory and get paths under the root.
+        if settings.root.is_relative()
+            && let Ok(abs) = std::path::absolute(&settings.root)
+        {
+            settings.root = abs;
+        }
         let (layout, platform): (Arc<dyn Layout>, Arc<dyn Platform>) = match settings.layout {
             LayoutKind::Smartdc => {
                 let p: Arc<dyn Platform> = if settings.root == Path::new("/") {
@@ -251,7 +261,12 @@ impl GzSession {
                 .map(|(k, v)| (k.clone(), v.clone()))
                 .collect(),
             timeout: settings.hook_timeout,
+            skip: hooks_skipped(&settings),
         };
+        let mut notes = Vec::new();
+        if let Some(why) = &hook_env.skip {
+            notes.push(why.clone());
+        }
         let mut session = GzSession {
             settings,
             layout,
@@ -264,7 +279,7 @@ impl GzSession {
             hook_env,
             crash_at,
             _lock: None,
-            notes: Vec::new(),
+            notes,
         };
         if lock {
             session._lock = Some(
@@ -479,6 +494,34 @@ impl GzSession {
             .await;
         }
     }
+}
+
+/// Whether the host is SmartOS (an illumos global zone), as built or as
+/// the [`HOST_ENV`] test knob says.
+fn host_is_smartos(settings: &GzSettings) -> bool {
+    match settings.knob(HOST_ENV).as_deref() {
+        Some("smartos") => true,
+        Some(_) => false,
+        None => cfg!(any(target_os = "illumos", target_os = "solaris")),
+    }
+}
+
+/// Why hooks must not run for this root, if they must not: on a SmartOS
+/// host a root other than `/` is a copy of a GZ (the simulator's, a test's),
+/// but a package's hooks call `svcadm`, `svccfg` and the like, which act on
+/// the real host's SMF whatever the root. Elsewhere there is no SMF for them
+/// to reach, and they run with the root's paths.
+fn hooks_skipped(settings: &GzSettings) -> Option<String> {
+    if settings.layout != LayoutKind::Smartdc
+        || settings.root == Path::new("/")
+        || !host_is_smartos(settings)
+    {
+        return None;
+    }
+    Some(format!(
+        "package hooks are not run: this is a SmartOS host and the root is {}, not /, and hooks would act on this host's SMF, not the root's",
+        settings.root.display()
+    ))
 }
 
 /// Remove a transaction directory that never got a journal (a failure
