@@ -17,6 +17,8 @@
 //! - `stage`: a staged package checked against its image and
 //!   turned into a footprint (with the record of the non-apm kinds);
 //! - `installed`: what is installed now, read back;
+//! - [`claims`]: the bins, SMF manifests and services a version claims,
+//!   and the rule that it claims only its own;
 //! - here: the types, where records and instance UUIDs live, the helpers
 //!   both use, and sdcadm's configuration.
 

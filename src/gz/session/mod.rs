@@ -525,10 +525,14 @@ fn hooks_skipped(settings: &GzSettings) -> Option<String> {
 }
 
 /// Remove a transaction directory that never got a journal (a failure
-/// before the swap).
+/// before the swap), and its aside directory (`<state>/aside/<txn>`, next
+/// to `<state>/staging`), which may hold the SMF manifests copied before.
 async fn remove_txn_dir(txn_dir: &Path) {
     let dir = txn_dir.to_path_buf();
     blocking(move || {
+        if let (Some(state), Some(name)) = (dir.parent().and_then(Path::parent), dir.file_name()) {
+            let _ = super::fsutil::remove_any(&state.join("aside").join(name));
+        }
         let _ = super::fsutil::remove_any(&dir);
     })
     .await;

@@ -7,7 +7,10 @@
 //! 2. write the journal (`journal/<component>.json`, fsynced) — from here on
 //!    any failure, or a kill and the next run's recovery, rolls back;
 //! 3. old package: `preuninstall`, `postuninstall` (cwd = installed dir),
-//!    unlink its links, move its tree and overlay files into `<txn>/old`;
+//!    unlink its links, move its tree and overlay files into
+//!    `<state>/aside/<txn>` (not under `staging/`, where the new package's
+//!    preinstall runs: a hook that deletes its transaction directory or all
+//!    of `staging/` cannot take the previous version with it);
 //! 4. new package: `preinstall` (cwd = the staged copy), rename the staged
 //!    tree into place and lay the overlay files, create links (apm bins are
 //!    chmod 0755 and linked relative, as apm does), `postinstall` (cwd =
@@ -36,8 +39,12 @@
 //! every transaction), `undo` (rollback), `recover` (journals a killed run
 //! left behind).
 //!
-//! Rollback (a failed step, or recovery of a `swapping` journal) undoes in
-//! reverse and keeps going past errors, reporting them: new links and files
+//! Each hook runs in its own process group, journaled as it starts
+//! ([`Journal::hook_groups`]). Rollback (a failed step, or recovery of a
+//! `swapping` journal) first kills what is left of those groups (a hook
+//! orphaned by a kill of the installer would go on writing into the tree
+//! being restored), then undoes in reverse and keeps going past errors,
+//! reporting them: new links and files
 //! go, the old tree and files move back, the old links return, a newly
 //! created instance UUID file goes, the old SMF manifests are restored and
 //! re-imported, services the new version added are deleted, and each
