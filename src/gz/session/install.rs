@@ -257,6 +257,8 @@ impl GzSession {
             && let Err(e) = claims::check_staged(&self.settings.catalog, c, &staged, &others)
         {
             remove_txn_dir(&txn_dir).await;
+            // An unacceptable image is not kept in the download cache.
+            self.forget_download(Some(uuid), None).await;
             return Err(failure(
                 Some(&c.name),
                 Step::Validate,
