@@ -14,7 +14,11 @@
 //! - `hostile`: hostile images (issue 12), one test per class, each
 //!   refused with the root and a sentinel outside it unchanged.
 //! - `real_fixtures`: every real agent's SMF manifest and package.json read;
-//! - `symlinks`: links in a package never followed by chmod.
+//! - `symlinks`: links in a package never followed by chmod;
+//! - `claims`: bins, SMF manifests and services of other components refused;
+//! - `txn_hostile`: hooks that delete staging, incomplete rollbacks, pending
+//!   journals in the report, atomic-write leftovers, kept copies checked;
+//! - `roots`: relative roots, no hooks for a rooted GZ on SmartOS, fetch flags.
 
 #[path = "common/gz.rs"]
 mod gz_common;
@@ -23,6 +27,8 @@ mod tools_common;
 
 #[path = "gz_suite/bad_input.rs"]
 mod bad_input;
+#[path = "gz_suite/claims.rs"]
+mod claims;
 #[path = "gz_suite/concurrency.rs"]
 mod concurrency;
 #[path = "gz_suite/crash.rs"]
@@ -41,6 +47,8 @@ mod kinds;
 mod mockcloud;
 #[path = "gz_suite/real_fixtures.rs"]
 mod real_fixtures;
+#[path = "gz_suite/roots.rs"]
+mod roots;
 #[path = "gz_suite/sapi_cnapi.rs"]
 mod sapi_cnapi;
 #[path = "gz_suite/setup.rs"]
@@ -51,6 +59,8 @@ mod shar;
 mod shar_reader;
 #[path = "gz_suite/symlinks.rs"]
 mod symlinks;
+#[path = "gz_suite/txn_hostile.rs"]
+mod txn_hostile;
 #[path = "gz_suite/unpack.rs"]
 mod unpack;
 #[path = "gz_suite/unpack_props.rs"]

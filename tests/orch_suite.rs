@@ -21,6 +21,8 @@ mod golden_common;
 mod list;
 #[path = "orch_suite/plan.rs"]
 mod plan;
+#[path = "orch_suite/rollout.rs"]
+mod rollout;
 #[path = "orch_suite/runlog.rs"]
 mod runlog;
 #[path = "orch_suite/sim.rs"]

@@ -9,13 +9,14 @@
 //! - [`interrupted`]: Ctrl-C, which stops starting servers.
 
 use std::future::Future;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use super::GlobalOpts;
 use super::Tee;
 use super::progress::{CliProgress, ProgressMode};
 use crate::api::SapiClient;
-use crate::orchestrate::execute::ExecOptions;
-use crate::orchestrate::lock::{self, LockOptions, SapiLockStore};
+use crate::orchestrate::execute::{ExecOptions, RunGate};
+use crate::orchestrate::lock::{self, LockError, LockOptions, SapiLockStore};
 use crate::orchestrate::transport::CnapiTransportConfig;
 use crate::output::Output;
 
@@ -116,6 +117,27 @@ pub(crate) async fn with_dc_lock<T>(
     out: &Output,
     work: impl Future<Output = T>,
 ) -> anyhow::Result<T> {
+    with_dc_lock_watched(
+        sapi,
+        operation,
+        break_lock,
+        out,
+        &AtomicBool::new(false),
+        work,
+    )
+    .await
+}
+
+/// [`with_dc_lock`], setting `lost` when a refresh finds that another
+/// process broke the lock (the executor then starts no new server).
+pub(crate) async fn with_dc_lock_watched<T>(
+    sapi: &SapiClient,
+    operation: &str,
+    break_lock: bool,
+    out: &Output,
+    lost: &AtomicBool,
+    work: impl Future<Output = T>,
+) -> anyhow::Result<T> {
     let store = SapiLockStore::new(sapi.clone()).await?;
     let options = LockOptions {
         break_lock,
@@ -136,8 +158,14 @@ pub(crate) async fn with_dc_lock<T>(
         tokio::select! {
             r = &mut work => break r,
             _ = refresh.tick() => {
-                if let Err(e) = dc_lock.refresh().await {
-                    out.warn(format!("{e:#}"));
+                match dc_lock.refresh().await {
+                    Err(e @ LockError::Lost { .. }) => {
+                        if !lost.swap(true, Ordering::SeqCst) {
+                            out.warn(format!("{e:#}; no new server will be started"));
+                        }
+                    }
+                    Err(e) => out.warn(format!("{e:#}")),
+                    Ok(()) => {}
                 }
             }
         }
@@ -146,4 +174,61 @@ pub(crate) async fn with_dc_lock<T>(
         out.warn(format!("cannot release the orchestrator lock: {e:#}"));
     }
     Ok(result)
+}
+
+/// The command line's answers to the executor: continue after the canary
+/// wave with `-y`, ask in a terminal, stop otherwise; the lock is lost once
+/// [`with_dc_lock_watched`] says so.
+pub(crate) struct CliGate<'a> {
+    pub(crate) yes: bool,
+    pub(crate) lost: &'a AtomicBool,
+    pub(crate) out: &'a Output,
+}
+
+impl RunGate for CliGate<'_> {
+    fn lock_lost(&self) -> bool {
+        self.lost.load(Ordering::SeqCst)
+    }
+
+    async fn canary_passed(&self, canaries: &[String], remaining: usize) -> bool {
+        let head = format!(
+            "canary passed on {}: continue with {} servers?",
+            canaries.join(", "),
+            thousands(remaining)
+        );
+        if self.yes {
+            self.out.line(
+                head.replace("continue with", "continuing with")
+                    .trim_end_matches('?'),
+            );
+            return true;
+        }
+        if self.out.json || !super::orch::stdin_is_terminal() {
+            return false;
+        }
+        super::orch::confirm(&head).await.unwrap_or(false)
+    }
+}
+
+/// `1999` as `1,999`.
+pub(crate) fn thousands(n: usize) -> String {
+    let digits = n.to_string();
+    let mut out = String::new();
+    for (i, ch) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i).is_multiple_of(3) {
+            out.push(',');
+        }
+        out.push(ch);
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn thousands_are_grouped() {
+        assert_eq!(super::thousands(1999), "1,999");
+        assert_eq!(super::thousands(999), "999");
+        assert_eq!(super::thousands(1_000_000), "1,000,000");
+    }
 }

@@ -206,7 +206,9 @@ pub fn serve_config(a: &ServeArgs) -> anyhow::Result<SimConfig> {
         c.port = Some(p);
     }
     if let Some(d) = &a.state {
-        c.state_dir = Some(d.clone());
+        // Absolute, like `gz --root`: the simulated servers' rooted GZs run
+        // hooks with other working directories.
+        c.state_dir = Some(std::path::absolute(d).unwrap_or_else(|_| d.clone()));
     }
     if let Some(s) = a.seed {
         c.rng_seed = s;

@@ -423,6 +423,7 @@ pub fn plan_repairs(
             ServerPlan {
                 hostname,
                 headnode,
+                rack: None,
                 steps,
                 intent,
             },

@@ -35,6 +35,9 @@ pub struct HookEnv {
     /// Added to the inherited environment (API URLs from the caller).
     pub extra: BTreeMap<String, String>,
     pub timeout: Duration,
+    /// Why hooks do not run on this server at all (they would act on the
+    /// host, not the root), if they do not.
+    pub skip: Option<String>,
 }
 
 impl HookEnv {
@@ -136,9 +139,25 @@ pub async fn run_hook(
     cwd: &Path,
     env: &HookEnv,
 ) -> Result<Option<HookOutput>, HookError> {
+    run_hook_recorded(hook, package, cwd, env, None).await
+}
+
+/// [`run_hook`], sending the hook's process group id to `spawned` as soon
+/// as it runs (the transaction journals it, so that recovery after a kill
+/// of the installer can end whatever the hook left running).
+pub async fn run_hook_recorded(
+    hook: Hook,
+    package: &PackageJson,
+    cwd: &Path,
+    env: &HookEnv,
+    spawned: Option<tokio::sync::oneshot::Sender<u32>>,
+) -> Result<Option<HookOutput>, HookError> {
     let Some(script) = package.script(hook) else {
         return Ok(None);
     };
+    if env.skip.is_some() {
+        return Ok(None);
+    }
     let script_path = cwd.join(super::package::clean_relative(script));
     if tokio::fs::symlink_metadata(&script_path).await.is_err() {
         return Err(HookError::Missing {
@@ -164,6 +183,10 @@ pub async fn run_hook(
             err,
         })?;
     let pid = child.id();
+    if let (Some(tx), Some(pid)) = (spawned, pid) {
+        // process_group(0): the group id is the child's pid.
+        let _ = tx.send(pid);
+    }
     let stdout = tokio::spawn(tail(child.stdout.take()));
     let stderr = tokio::spawn(tail(child.stderr.take()));
     let waited = tokio::time::timeout(env.timeout, child.wait()).await;
@@ -210,6 +233,53 @@ pub async fn run_hook(
             stderr: err,
         }),
     }
+}
+
+/// A hook's process group as the journal records it: the group id and
+/// the boot it ran in (a group id from an earlier boot names nothing of
+/// ours, and may name someone else's group now).
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct HookGroup {
+    pub pgid: i32,
+    #[serde(default)]
+    pub boot: String,
+}
+
+impl HookGroup {
+    pub fn new(pgid: u32) -> HookGroup {
+        HookGroup {
+            pgid: pgid as i32,
+            boot: boot_id(),
+        }
+    }
+}
+
+/// This boot's identity where the OS offers one (Linux's boot_id), else
+/// empty. On SmartOS the group id alone is used; running each hook in its
+/// own contract (`ctrun -l child`) and killing by contract id would be
+/// stronger, since contract ids are not reused the way pids are.
+fn boot_id() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/random/boot_id")
+        .map(|s| s.trim().to_string())
+        .unwrap_or_default()
+}
+
+/// Kill whatever is left of a hook's process group (an installer killed
+/// mid-hook leaves the hook running, orphaned, and it would go on writing
+/// into the tree a rollback restores). Returns whether a group was there.
+/// Blocking-free: one signal per group.
+pub fn kill_group(group: &HookGroup) -> bool {
+    if group.pgid <= 1 || group.boot != boot_id() {
+        return false;
+    }
+    // A pgid this process itself is in is never ours to kill.
+    // SAFETY: getpgrp has no preconditions.
+    if unsafe { libc::getpgrp() } == group.pgid {
+        return false;
+    }
+    // SAFETY: killpg only sends a signal to the group the journal recorded
+    // (a group a hook of this installer led, in this boot).
+    unsafe { libc::killpg(group.pgid, libc::SIGKILL) == 0 }
 }
 
 async fn collect(handle: tokio::task::JoinHandle<String>) -> String {
@@ -269,6 +339,7 @@ mod tests {
             prefix: prefix.to_path_buf(),
             extra: BTreeMap::from([("EXTRA".to_string(), "yes".to_string())]),
             timeout,
+            skip: None,
         }
     }
 

@@ -17,8 +17,12 @@
 //! same filesystem so renames are atomic):
 //! - `lock`: the per-server lock (holds the owner's pid);
 //! - `journal/<component>.json`: the transaction in progress;
-//! - `staging/<txn>/{new,old}`: the unpacked new version and the moved-out
-//!   old one during a transaction;
+//! - `staging/<txn>/new`: the unpacked new version during a transaction;
+//! - `aside/<txn>/`: the moved-out old version during a transaction (not
+//!   under `staging/`, which the new package's hooks are closest to);
+//! - `broken/<component>.json`: a rollback that could not complete (what
+//!   is installed now and the command that repairs it), until a later
+//!   transaction of the component succeeds;
 //! - `previous/<component>/`: the version replaced by the last upgrade, for
 //!   `gz rollback`;
 //! - `downloads/<image uuid>.file`: verified image files (reused);
@@ -124,6 +128,12 @@ impl GzPaths {
     }
     pub fn records_dir(&self) -> PathBuf {
         self.state_dir().join("installed")
+    }
+    /// `broken/<component>.json`: see the module docs.
+    pub fn broken_file(&self, component: &str) -> PathBuf {
+        self.state_dir()
+            .join("broken")
+            .join(format!("{component}.json"))
     }
     pub fn trash_dir(&self) -> PathBuf {
         self.state_dir().join("trash")

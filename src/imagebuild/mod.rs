@@ -405,14 +405,19 @@ fn apm_tree(spec: &ImageSpec) -> Vec<u8> {
             0o644,
             &payload(spec, spec.payload_bytes),
         )
-        .symlink(&format!("{p}/node"), "lib")
-        .dir(&format!("{p}/smf"))
-        .dir(&format!("{p}/smf/manifests"))
-        .file(
-            &format!("{p}/smf/manifests/{p}.xml.in"),
-            0o644,
-            smf_template(spec).as_bytes(),
-        );
+        .symlink(&format!("{p}/node"), "lib");
+    // A component the catalog lists no service for ships no manifest (the
+    // real agents_core has none; the installer refuses services outside a
+    // component's catalog namespace).
+    if spec.smf_fmri.is_some() {
+        t.dir(&format!("{p}/smf"))
+            .dir(&format!("{p}/smf/manifests"))
+            .file(
+                &format!("{p}/smf/manifests/{p}.xml.in"),
+                0o644,
+                smf_template(spec).as_bytes(),
+            );
+    }
     let hooks = spec.hooks.entries();
     if !hooks.is_empty() {
         t.dir(&format!("{p}/npm"));

@@ -27,8 +27,8 @@ use tokio::time::Instant;
 use super::outlier::{self, OutlierPolicy};
 use super::plan::{Plan, ServerPlan, Step, TransportKind};
 use super::report::{
-    ExecEvent, ExecReport, Failure, FailureStage, Reporter, ServerOutcome, ServerStatus,
-    StepResult, StepStatus,
+    CanaryResult, ExecEvent, ExecReport, Failure, FailureStage, Halted, Reporter, ServerOutcome,
+    ServerStatus, StepResult, StepStatus,
 };
 use super::store::{IntentStore, IntentWriteError};
 use super::transport::{StepFailure, Transport};
@@ -56,6 +56,98 @@ pub struct ExecOptions {
     pub parallel_within_server: bool,
     /// How often running servers are checked for outliers.
     pub tick: Duration,
+    /// Stop starting servers once more than this many have failed
+    /// (`--max-failures`); `None`: never stop.
+    pub max_failures: Option<FailureBudget>,
+    /// At most this many servers of one rack in flight (`--max-per-rack`).
+    pub max_per_rack: Option<usize>,
+    /// Servers of the first wave (`--canary`): the rest start only once
+    /// every canary has succeeded (and the continue callback agreed).
+    pub canary: usize,
+}
+
+/// `--max-failures N|P%`: how many failed servers a run tolerates before
+/// it starts no new server.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FailureBudget {
+    Count(usize),
+    Percent(u32),
+}
+
+impl FailureBudget {
+    /// The default: 5% of the servers, at least one.
+    pub const DEFAULT: FailureBudget = FailureBudget::Percent(5);
+
+    /// The number of failures tolerated in a run of `servers` servers (at
+    /// least one).
+    pub fn limit(&self, servers: usize) -> usize {
+        match *self {
+            FailureBudget::Count(n) => n.max(1),
+            FailureBudget::Percent(p) => (servers * p as usize / 100).max(1),
+        }
+    }
+}
+
+impl std::str::FromStr for FailureBudget {
+    type Err = String;
+    fn from_str(s: &str) -> Result<FailureBudget, String> {
+        let bad = || format!("{s:?}: expected a number of servers (7) or a percentage (5%)");
+        match s.trim().strip_suffix('%') {
+            Some(p) => {
+                let p: u32 = p.trim().parse().map_err(|_| bad())?;
+                if p > 100 {
+                    return Err(bad());
+                }
+                Ok(FailureBudget::Percent(p))
+            }
+            None => s
+                .trim()
+                .parse()
+                .map(FailureBudget::Count)
+                .map_err(|_| bad()),
+        }
+    }
+}
+
+impl std::fmt::Display for FailureBudget {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            FailureBudget::Count(n) => write!(f, "{n}"),
+            FailureBudget::Percent(p) => write!(f, "{p}%"),
+        }
+    }
+}
+
+/// The canary wave rule when `--canary` is not given: one canary when the
+/// plan changes more than 20 servers, none otherwise.
+pub fn default_canary(servers: usize) -> usize {
+    usize::from(servers > DEFAULT_CONCURRENCY)
+}
+
+/// Pick `n` canaries from servers in run order: one per rack first (racks
+/// in order of their first server; servers without a rack count as one
+/// rack), then the next servers in order. Returns positions in `order`.
+pub fn pick_canaries(racks: &[Option<&str>], n: usize) -> Vec<usize> {
+    let mut out = Vec::new();
+    let mut seen: BTreeSet<Option<&str>> = BTreeSet::new();
+    for (i, r) in racks.iter().enumerate() {
+        if out.len() == n {
+            return out;
+        }
+        if seen.insert(*r) {
+            out.push(i);
+        }
+    }
+    for i in 0..racks.len() {
+        if out.len() == n {
+            break;
+        }
+        if !out.contains(&i) {
+            out.push(i);
+        }
+    }
+    out.sort_unstable();
+    out
 }
 
 impl Default for ExecOptions {
@@ -67,6 +159,9 @@ impl Default for ExecOptions {
             straggler_timeout: None,
             parallel_within_server: true,
             tick: Duration::from_secs(1),
+            max_failures: None,
+            canary: 0,
+            max_per_rack: None,
         }
     }
 }
@@ -82,6 +177,34 @@ pub enum ExecError {
     },
 }
 
+/// What the executor asks while it runs.
+pub trait RunGate: Sync {
+    /// Whether another process broke the datacenter lock: then no new
+    /// server starts.
+    fn lock_lost(&self) -> bool {
+        false
+    }
+
+    /// Every canary succeeded; go on with the `remaining` servers?
+    fn canary_passed(&self, canaries: &[String], remaining: usize) -> impl Future<Output = bool>;
+}
+
+/// Never asks: continues after a passed canary wave (`-y`, tests, benches).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Unattended;
+
+impl RunGate for Unattended {
+    async fn canary_passed(&self, _canaries: &[String], _remaining: usize) -> bool {
+        true
+    }
+}
+
+fn rack_has_room(in_rack: &BTreeMap<&str, usize>, sp: &ServerPlan, max: usize) -> bool {
+    sp.rack
+        .as_deref()
+        .is_none_or(|r| in_rack.get(r).copied().unwrap_or(0) < max)
+}
+
 /// What the executor works with.
 #[derive(Clone, Copy)]
 pub struct Executor<'a> {
@@ -93,15 +216,34 @@ pub struct Executor<'a> {
 
 impl<'a> Executor<'a> {
     /// Carry out the plan. `cancel` resolving (Ctrl-C) stops starting
-    /// servers and stops waiting for running ones.
+    /// servers and stops waiting for running ones. After a passed canary
+    /// wave the run continues without asking.
     pub async fn execute(
         &self,
         plan: &Plan,
         cancel: impl Future<Output = ()>,
     ) -> Result<ExecReport, ExecError> {
+        self.execute_gated(plan, cancel, &Unattended).await
+    }
+
+    /// [`Executor::execute`], asking `gate` whether to go on after the
+    /// canary wave and whether the datacenter lock still holds before each
+    /// server starts.
+    pub async fn execute_gated(
+        &self,
+        plan: &Plan,
+        cancel: impl Future<Output = ()>,
+        gate: &impl RunGate,
+    ) -> Result<ExecReport, ExecError> {
         let started_at = Instant::now();
         let mut report = ExecReport::default();
+        if gate.lock_lost() {
+            report.halted = Some(Halted::LockLost);
+        }
         for change in &plan.service_changes {
+            if report.halted.is_some() {
+                break;
+            }
             self.store
                 .set_service_image(change)
                 .await
@@ -119,7 +261,39 @@ impl<'a> Executor<'a> {
         });
 
         let concurrency = self.options.concurrency.max(1);
-        let mut queue = plan.servers_in_order().into_iter();
+        let order = plan.servers_in_order();
+        let canary_n = self.options.canary.min(order.len());
+        let racks: Vec<Option<&str>> = order.iter().map(|(_, sp)| sp.rack.as_deref()).collect();
+        let picks = pick_canaries(&racks, canary_n);
+        let mut ordered = Vec::with_capacity(order.len());
+        ordered.extend(picks.iter().map(|&i| order[i]));
+        let canaries: BTreeSet<ServerUuid> = ordered.iter().map(|(u, _)| **u).collect();
+        ordered.extend(
+            order
+                .iter()
+                .filter(|(u, _)| !canaries.contains(*u))
+                .copied(),
+        );
+        let canary_hosts: Vec<String> = ordered[..canary_n]
+            .iter()
+            .map(|(_, sp)| sp.hostname.clone())
+            .collect();
+        let budget = self
+            .options
+            .max_failures
+            .map(|b| b.limit(plan.servers.len()));
+        report.budget = budget;
+        let mut failures = 0usize;
+        let mut canary_done = 0usize;
+        let mut canary_failed: Vec<String> = Vec::new();
+        let mut gate_open = canary_n == 0;
+        let mut launched = 0usize;
+        let max_per_rack = self.options.max_per_rack.unwrap_or(usize::MAX).max(1);
+        let mut in_rack: BTreeMap<&str, usize> = BTreeMap::new();
+        let mut held: std::collections::VecDeque<(&ServerUuid, &ServerPlan)> =
+            std::collections::VecDeque::new();
+
+        let mut queue = ordered.into_iter();
         let mut running = FuturesUnordered::new();
         let mut started: BTreeMap<ServerUuid, (Instant, &str)> = BTreeMap::new();
         let mut finished: Vec<Duration> = Vec::new();
@@ -131,11 +305,37 @@ impl<'a> Executor<'a> {
         tokio::pin!(cancel);
 
         loop {
-            while running.len() < concurrency {
-                let Some((&uuid, sp)) = queue.next() else {
+            while running.len() < concurrency
+                && report.halted.is_none()
+                && (gate_open || launched < canary_n)
+            {
+                if gate.lock_lost() {
+                    report.halted = Some(Halted::LockLost);
+                    break;
+                }
+                // The first server in order whose rack has room; servers
+                // passed over wait in `held`, in order.
+                let pos = held
+                    .iter()
+                    .position(|(_, sp)| rack_has_room(&in_rack, sp, max_per_rack));
+                let next = match pos {
+                    Some(i) => held.remove(i),
+                    None => loop {
+                        let Some(e) = queue.next() else { break None };
+                        if rack_has_room(&in_rack, e.1, max_per_rack) {
+                            break Some(e);
+                        }
+                        held.push_back(e);
+                    },
+                };
+                let Some((&uuid, sp)) = next else {
                     break;
                 };
                 queued -= 1;
+                launched += 1;
+                if let Some(r) = sp.rack.as_deref() {
+                    *in_rack.entry(r).or_default() += 1;
+                }
                 started.insert(uuid, (Instant::now(), sp.hostname.as_str()));
                 running.push(async move { (uuid, self.run_server(uuid, sp).await) });
             }
@@ -151,11 +351,44 @@ impl<'a> Executor<'a> {
                 }
                 Some((uuid, outcome)) = running.next() => {
                     started.remove(&uuid);
+                    if let Some(r) = plan.servers.get(&uuid).and_then(|sp| sp.rack.as_deref())
+                        && let Some(n) = in_rack.get_mut(r)
+                    {
+                        *n = n.saturating_sub(1);
+                    }
+                    let failed = matches!(outcome.status, ServerStatus::Failed | ServerStatus::TimedOut);
                     if outcome.status == ServerStatus::Succeeded {
                         finished.push(outcome.elapsed);
                     }
+                    if failed {
+                        failures += 1;
+                    }
                     self.reporter.event(&ExecEvent::ServerFinished { server: uuid, outcome: &outcome });
+                    let hostname = outcome.hostname.clone();
                     report.servers.insert(uuid, outcome);
+                    if !gate_open && canaries.contains(&uuid) {
+                        canary_done += 1;
+                        if failed {
+                            canary_failed.push(hostname);
+                        }
+                        if canary_done == canary_n {
+                            let passed = canary_failed.is_empty();
+                            report.canary = Some(CanaryResult { servers: canary_hosts.clone(), passed });
+                            if !passed {
+                                report.halted = Some(Halted::Canary { failed: std::mem::take(&mut canary_failed) });
+                            } else if queued == 0 || gate.canary_passed(&canary_hosts, queued).await {
+                                gate_open = true;
+                            } else {
+                                report.halted = Some(Halted::Declined);
+                            }
+                        }
+                    }
+                    if let Some(b) = budget
+                        && failures > b
+                        && report.halted.is_none()
+                    {
+                        report.halted = Some(Halted::Budget { failures, budget: b });
+                    }
                 }
                 _ = ticker.tick() => {
                     let now = Instant::now();
@@ -172,7 +405,8 @@ impl<'a> Executor<'a> {
                     }
                     let Some(limit) = self.options.straggler_timeout else { continue };
                     let running_now: Vec<ServerUuid> = started.keys().copied().collect();
-                    if outlier::only_stragglers_left(queued, &running_now, &warned) {
+                    let waiting = if report.halted.is_some() { 0 } else { queued };
+                    if outlier::only_stragglers_left(waiting, &running_now, &warned) {
                         let since = *straggler_since.get_or_insert(now);
                         if now - since >= limit {
                             let abandoned: Vec<(ServerUuid, String)> = started
@@ -225,7 +459,7 @@ impl<'a> Executor<'a> {
                 },
             );
         }
-        for (uuid, sp) in queue {
+        for (uuid, sp) in held.into_iter().chain(queue) {
             report.servers.insert(
                 *uuid,
                 ServerOutcome {

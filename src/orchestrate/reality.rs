@@ -32,6 +32,9 @@ pub struct ServerState {
     pub uuid: ServerUuid,
     pub hostname: String,
     pub headnode: bool,
+    /// CNAPI `rack_identifier`, when set (not empty).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rack: Option<String>,
     pub setup: bool,
     /// CNAPI `status`: `running`, `unknown`, `rebooting` (or absent).
     pub status: String,
@@ -110,6 +113,12 @@ fn server_state(catalog: &Catalog, s: &Server) -> ServerState {
         uuid: s.uuid,
         hostname: s.hostname.clone(),
         headnode: s.headnode,
+        rack: s
+            .extra
+            .get("rack_identifier")
+            .and_then(|v| v.as_str())
+            .filter(|r| !r.is_empty())
+            .map(str::to_string),
         setup: s.setup,
         status: s.status.clone().unwrap_or_else(|| "unknown".to_string()),
         components,

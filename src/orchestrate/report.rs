@@ -437,6 +437,61 @@ pub struct ExecReport {
     #[serde(with = "duration_secs")]
     pub elapsed: Duration,
     pub interrupted: bool,
+    /// The canary wave, when there was one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub canary: Option<CanaryResult>,
+    /// Failed servers tolerated before no new server starts (`--max-failures`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub budget: Option<usize>,
+    /// Why the run stopped starting servers, if it did.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub halted: Option<Halted>,
+}
+
+/// The first wave's result.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct CanaryResult {
+    /// Hostnames, in run order.
+    pub servers: Vec<String>,
+    pub passed: bool,
+}
+
+/// Why a run stopped starting servers (servers in flight finished).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(tag = "reason", rename_all = "kebab-case")]
+pub enum Halted {
+    /// More servers failed than `--max-failures` allows.
+    Budget { failures: usize, budget: usize },
+    /// A canary failed: no other server was touched.
+    Canary { failed: Vec<String> },
+    /// The operator did not continue after the canary wave.
+    Declined,
+    /// Another process broke the datacenter lock.
+    LockLost,
+}
+
+impl fmt::Display for Halted {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Halted::Budget { failures, budget } => write!(
+                f,
+                "halted after {failures} failures (budget {budget}): no new server was started; fix the cause and run the same command again (completed servers are no-ops)"
+            ),
+            Halted::Canary { failed } => write!(
+                f,
+                "canary failed on {}: halted before any other server was touched; fix the cause and run the same command again",
+                failed.join(", ")
+            ),
+            Halted::Declined => write!(
+                f,
+                "stopped after the canary wave (not confirmed); run the same command again to continue"
+            ),
+            Halted::LockLost => write!(
+                f,
+                "the datacenter lock was broken by another process: no new server was started; check who holds it, then run the same command again"
+            ),
+        }
+    }
 }
 
 /// Per-component line of the summary table.
@@ -656,6 +711,9 @@ impl ExecReport {
                     fmt_duration(o.median)
                 );
             }
+        }
+        if let Some(h) = &self.halted {
+            let _ = writeln!(out, "\n{h}");
         }
         let c = self.counts();
         let skipped = plan.skips.iter().filter(|s| s.blocking).count();

@@ -30,7 +30,7 @@
 
 use std::future::Future;
 
-use super::execute::{ExecError, ExecOptions, Executor};
+use super::execute::{ExecError, ExecOptions, Executor, RunGate, Unattended};
 use super::gather::{self, GatherError};
 use super::images::{self, ImageChoice, ImageError, ImageSources};
 use super::intent::Intent;
@@ -140,6 +140,21 @@ impl Session<'_> {
         reporter: &dyn Reporter,
         cancel: impl Future<Output = ()>,
     ) -> Result<ExecReport, SessionError> {
+        self.execute_gated(plan, options, transport, reporter, cancel, &Unattended)
+            .await
+    }
+
+    /// [`Session::execute`], asking `gate` after the canary wave and
+    /// before each server starts (see [`RunGate`]).
+    pub async fn execute_gated(
+        &self,
+        plan: &Plan,
+        options: &ExecOptions,
+        transport: CnapiTransportConfig,
+        reporter: &dyn Reporter,
+        cancel: impl Future<Output = ()>,
+        gate: &impl RunGate,
+    ) -> Result<ExecReport, SessionError> {
         images::import(&self.apis.imgapi, &plan.imports).await?;
         let transport =
             CnapiTransport::new(self.apis.cnapi.clone(), self.catalog.clone(), transport);
@@ -150,6 +165,6 @@ impl Session<'_> {
             reporter,
             options,
         };
-        Ok(executor.execute(plan, cancel).await?)
+        Ok(executor.execute_gated(plan, cancel, gate).await?)
     }
 }

@@ -307,6 +307,13 @@ impl ExampleDc {
         }
     }
 
+    /// CNAPI `rack_identifier`.
+    pub fn set_rack(&mut self, server: ServerUuid, rack: &str) {
+        if let Some(s) = self.servers.get_mut(&server) {
+            s.extra.insert("rack_identifier".to_string(), json!(rack));
+        }
+    }
+
     pub fn set_status(&mut self, server: ServerUuid, status: &str) {
         if let Some(s) = self.servers.get_mut(&server) {
             s.status = Some(status.to_string());

@@ -108,6 +108,43 @@ pub fn read_manifest_instances(path: &Path) -> Result<Vec<ManifestInstance>, Pla
     })
 }
 
+/// The services (`svc:/<name>`) an SMF manifest declares, with or without
+/// instances: importing it touches each of them, so each is a name the
+/// package claims.
+pub fn read_manifest_services(path: &Path) -> Result<Vec<String>, PlatformError> {
+    let xml = std::fs::read_to_string(path).map_err(|err| PlatformError::Read {
+        path: path.to_path_buf(),
+        err,
+    })?;
+    manifest_services(&xml).map_err(|err| PlatformError::BadManifest {
+        path: path.to_path_buf(),
+        err,
+    })
+}
+
+/// See [`read_manifest_services`].
+pub fn manifest_services(xml: &str) -> Result<Vec<String>, ManifestError> {
+    let opts = roxmltree::ParsingOptions {
+        allow_dtd: true,
+        ..roxmltree::ParsingOptions::default()
+    };
+    let doc = roxmltree::Document::parse_with_options(xml, opts)
+        .map_err(|err| ManifestError::Xml(err.to_string()))?;
+    let root = doc.root_element();
+    if root.tag_name().name() != "service_bundle" {
+        return Err(ManifestError::NoBundle(root.tag_name().name().to_string()));
+    }
+    root.children()
+        .filter(|n| n.has_tag_name("service"))
+        .map(|s| {
+            s.attribute("name")
+                .filter(|n| !n.is_empty())
+                .map(|n| format!("svc:/{n}"))
+                .ok_or(ManifestError::UnnamedService)
+        })
+        .collect()
+}
+
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;

@@ -432,3 +432,88 @@ async fn sigkill_during_removal_keeps_the_component() {
         assert_clean(&srv, point.name);
     }
 }
+
+/// A postinstall that says it started (a file outside the root), then
+/// keeps writing `late` into the installed tree and the agents' etc for
+/// 20 s, as an orphan would after the installer is killed.
+fn writing_hook_version(semver: &str, started: &Path) -> BuiltImage {
+    let mut s = spec("vm-agent", semver);
+    s.hooks.postinstall = Some(format!(
+        "touch '{}'\nfor i in $(seq 100); do sleep 0.2; echo late > \"$npm_config_prefix/lib/node_modules/vm-agent/late\" 2>/dev/null; echo late > \"$npm_config_etc/late\" 2>/dev/null; done\ntrue",
+        started.display()
+    ));
+    imagebuild::build(&s)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigkill_mid_hook_leaves_no_orphan_writing_into_the_tree() {
+    let imgapi = ImgapiStandIn::start().await.unwrap();
+    let outside = tempfile::tempdir().unwrap();
+    let started = outside.path().join("hook-started");
+    let v1 = version("1.0.0");
+    let v2 = writing_hook_version("2.0.0", &started);
+    imgapi.publish(&v1);
+    imgapi.publish(&v2);
+    let url = imgapi.url();
+    let srv = TestServer::new(false);
+    let u1 = v1.manifest.uuid.to_string();
+    ok(&srv
+        .gz(&["install", &u1, "--no-sapi", "--no-cnapi"], &env(&url))
+        .await);
+    let at_v1 = snapshot(srv.root());
+    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_agentsadm"))
+        .arg("gz")
+        .args(["install", &v2.manifest.uuid.to_string()])
+        .args([
+            "--root",
+            srv.root().to_str().unwrap(),
+            "--no-sapi",
+            "--no-cnapi",
+        ])
+        .args(["--imgapi-url", &url])
+        .env_remove("AGENTSADM_TEST_CRASH_AT")
+        .env_remove("AGENTSADM_LOG")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("agentsadm starts");
+    let reached = tokio::time::timeout(REACH_TIMEOUT, async {
+        while !started.exists() {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await;
+    assert!(reached.is_ok(), "the postinstall never started");
+    // The journal records each hook's group as it starts (old hooks, the
+    // preinstall, the postinstall): wait for the fourth.
+    let journal = srv.at(&format!("{STATE}/journal/vm-agent.json"));
+    let recorded = tokio::time::timeout(REACH_TIMEOUT, async {
+        loop {
+            let text = std::fs::read_to_string(&journal).unwrap_or_default();
+            if text.matches("\"pgid\"").count() >= 4 {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await;
+    assert!(
+        recorded.is_ok(),
+        "the postinstall's group was never journaled"
+    );
+    child.start_kill().expect("SIGKILL delivered");
+    let status = child.wait().await.unwrap();
+    assert_eq!(status.signal(), Some(9), "{status:?}");
+    recover(&srv).await;
+    assert_clean(&srv, "mid-hook");
+    // The orphan wrote every 0.2 s; a second is plenty to see it.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert_same(
+        &at_v1,
+        &snapshot(srv.root()),
+        "after recovery, a second later",
+    );
+    assert_smf(&srv, &v1, "mid-hook");
+}

@@ -11,11 +11,16 @@ use super::{
     updates_client,
 };
 use crate::catalog::Catalog;
-use crate::cli::execution::{Execution, interrupted, refuse_if_locked, with_dc_lock};
+use std::sync::atomic::AtomicBool;
+
+use crate::cli::execution::{
+    CliGate, Execution, interrupted, refuse_if_locked, with_dc_lock_watched,
+};
 use crate::cli::{CmdResult, EXIT_PARTIAL, GlobalOpts};
 use crate::ids::ImageUuid;
+use crate::orchestrate::execute::default_canary;
 use crate::orchestrate::images::ImageChoice;
-use crate::orchestrate::plan::{ComponentSelection, Operation, Request, ServerSelection};
+use crate::orchestrate::plan::{ComponentSelection, Operation, Plan, Request, ServerSelection};
 use crate::orchestrate::session::Session;
 
 /// Servers shown one by one in a plan up to this many; beyond, servers with
@@ -249,8 +254,10 @@ fn servers_selection(names: Vec<String>) -> ServerSelection {
     }
 }
 
-/// plan / update / install / remove.
-async fn run_change(g: &GlobalOpts, change: Change, plan_only: bool) -> CmdResult {
+/// plan / update / install / remove. A changing command takes the
+/// datacenter lock before planning, plans under it, and executes only the
+/// plan that was shown and confirmed (fenced plans).
+async fn run_change(g: &GlobalOpts, mut change: Change, plan_only: bool) -> CmdResult {
     let out = g.output();
     let catalog = g.load_catalog()?;
     let apis = g.apis()?;
@@ -260,26 +267,118 @@ async fn run_change(g: &GlobalOpts, change: Change, plan_only: bool) -> CmdResul
         catalog: &catalog,
         updates: updates.as_ref(),
     };
-    let exec = change.exec;
-    if !plan_only && !exec.dry_run {
+    let changes = !plan_only && !change.exec.dry_run;
+    if changes {
         // A held lock is news before a long plan, not after it.
-        refuse_if_locked(&apis.sapi, exec.break_lock).await?;
+        refuse_if_locked(&apis.sapi, change.exec.break_lock).await?;
     }
-    let mut choice = change.choice;
     if let Some((component, spec)) = &change.image_spec {
         let sources = crate::orchestrate::images::ImageSources {
             dc: &apis.imgapi,
             updates: updates.as_ref(),
         };
         let c = catalog.require(component)?;
-        choice =
+        change.choice =
             ImageChoice::Image(crate::orchestrate::images::find_image(sources, c, spec).await?);
     }
-    let plan = session
-        .plan(&change.request, choice, exec.transport)
+    if !changes {
+        let plan = plan_and_show(g, &session, &change).await?;
+        if out.json {
+            out.json(&json!({"plan": plan, "executed": false, "exit_status": 0}));
+        }
+        return Ok(exit(0));
+    }
+    // A first plan without the lock: bad input, nothing to do, or no way
+    // to confirm ends here with nothing written (not even the lock).
+    let exec = &change.exec;
+    let unlocked = session
+        .plan(&change.request, change.choice, exec.transport)
         .await?
         .plan;
+    if unlocked.is_empty() {
+        return show_empty(g, &change, &unlocked, false);
+    }
+    let interactive = !out.json && stdin_is_terminal();
+    if !exec.yes && !interactive {
+        if out.json {
+            for w in &unlocked.warnings {
+                eprintln!("warning: {w}");
+            }
+        } else {
+            show_plan(g, &change, &unlocked);
+        }
+        if unlocked.needs_explicit_yes {
+            bail!(
+                "this plan restarts components that abort running work; re-run with -y to confirm (nothing was changed)"
+            );
+        }
+        bail!("refusing to change servers without confirmation: pass -y (nothing was changed)");
+    }
+    let operation = format!(
+        "{} {}",
+        change.request.operation,
+        match &change.request.components {
+            ComponentSelection::All => "--all".to_string(),
+            ComponentSelection::Named(v) => v.join(","),
+        }
+    );
+    let lost = AtomicBool::new(false);
+    let work = fenced_change(g, &session, &change, &lost);
+    with_dc_lock_watched(&apis.sapi, &operation, exec.break_lock, &out, &lost, work).await?
+}
 
+/// Print a plan (text output only), and why an empty update changes
+/// nothing.
+fn show_plan(g: &GlobalOpts, change: &Change, plan: &Plan) {
+    let out = g.output();
+    if out.json {
+        return;
+    }
+    let max = if g.verbose > 0 {
+        usize::MAX
+    } else {
+        DEFAULT_MAX_SERVERS
+    };
+    out.line(plan.display_compact(max).to_string().trim_end());
+    if plan.is_empty()
+        && plan.operation == Operation::Update
+        && change.choice == ImageChoice::Intent
+        && plan.skips.is_empty()
+    {
+        out.line(format!(
+            "The selected servers already run the image SAPI names for {} (the service default); use --latest or COMPONENT@VERSION to move to another image.",
+            plan.components.join(", ")
+        ));
+    }
+}
+
+/// An empty plan (shown unless `shown`): exit 0, or 2 when something
+/// blocking was skipped.
+fn show_empty(g: &GlobalOpts, change: &Change, plan: &Plan, shown: bool) -> CmdResult {
+    let out = g.output();
+    let partial = if plan.has_blocking_skips() {
+        EXIT_PARTIAL
+    } else {
+        0
+    };
+    if out.json {
+        out.json(&json!({"plan": plan, "executed": false, "exit_status": partial}));
+    } else if !shown {
+        show_plan(g, change, plan);
+    }
+    Ok(exit(partial))
+}
+
+/// Plan, log the plan, and show it (text only).
+async fn plan_and_show(
+    g: &GlobalOpts,
+    session: &Session<'_>,
+    change: &Change,
+) -> anyhow::Result<Plan> {
+    let plan = session
+        .plan(&change.request, change.choice, change.exec.transport)
+        .await?
+        .plan;
     tracing::info!(
         target: crate::log::FILE_ONLY_TARGET,
         component = "planner",
@@ -287,56 +386,31 @@ async fn run_change(g: &GlobalOpts, change: Change, plan_only: bool) -> CmdResul
         "{}",
         plan.display_compact(DEFAULT_MAX_SERVERS)
     );
-    let max = if g.verbose > 0 {
-        usize::MAX
-    } else {
-        DEFAULT_MAX_SERVERS
-    };
-    if !out.json {
-        out.line(plan.display_compact(max).to_string().trim_end());
-        if plan.is_empty()
-            && plan.operation == Operation::Update
-            && choice == ImageChoice::Intent
-            && plan.skips.is_empty()
-        {
-            out.line(format!(
-                "The selected servers already run the image SAPI names for {} (the service default); use --latest or COMPONENT@VERSION to move to another image.",
-                plan.components.join(", ")
-            ));
-        }
-    }
-    let partial = if plan.has_blocking_skips() {
-        EXIT_PARTIAL
-    } else {
-        0
-    };
-    if plan_only || exec.dry_run || plan.is_empty() {
-        if out.json {
-            out.json(&json!({"plan": plan, "executed": false, "exit_status": if plan_only || exec.dry_run { 0 } else { partial }}));
-        }
-        if plan_only || exec.dry_run {
-            return Ok(exit(0));
-        }
-        return Ok(exit(partial));
-    }
+    show_plan(g, change, &plan);
+    Ok(plan)
+}
 
-    // The plan's warnings were printed with it (once); with --json they
-    // are in no text yet.
-    let interactive = !out.json && stdin_is_terminal();
-    if !exec.yes && out.json {
-        for w in &plan.warnings {
-            eprintln!("warning: {w}");
+/// Under the lock: plan, confirm, re-plan until the plan confirmed is the
+/// plan that would run, then execute it.
+async fn fenced_change(
+    g: &GlobalOpts,
+    session: &Session<'_>,
+    change: &Change,
+    lost: &AtomicBool,
+) -> CmdResult {
+    let out = g.output();
+    let exec = &change.exec;
+    let mut plan = plan_and_show(g, session, change).await?;
+    loop {
+        if plan.is_empty() {
+            return show_empty(g, change, &plan, true);
         }
-    }
-    if plan.needs_explicit_yes && !exec.yes && !interactive {
-        bail!(
-            "this plan restarts components that abort running work; re-run with -y to confirm (nothing was changed)"
-        );
-    }
-    if !exec.yes {
-        if !interactive {
-            bail!("refusing to change servers without confirmation: pass -y (nothing was changed)");
+        if exec.yes {
+            // Planned under the lock just now: nothing to fence against.
+            break;
         }
+        // Without -y only a terminal gets here (see run_change). The
+        // plan's warnings were printed with it.
         let question = if plan.needs_explicit_yes {
             "This plan restarts components that abort running work (see the warnings above). Proceed?"
         } else {
@@ -346,29 +420,48 @@ async fn run_change(g: &GlobalOpts, change: Change, plan_only: bool) -> CmdResul
             out.line("Nothing was changed.");
             return Ok(exit(1));
         }
+        // The datacenter may have changed while the operator read the
+        // plan (a server rebooted, an image was published): execute only
+        // what was confirmed.
+        let again = session
+            .plan(&change.request, change.choice, exec.transport)
+            .await?
+            .plan;
+        if again == plan {
+            break;
+        }
+        out.line("\nThe plan changed since it was shown; the new plan:");
+        show_plan(g, change, &again);
+        plan = again;
     }
 
-    let execution = Execution::new(g, plan.operation.as_str(), exec.options);
+    let mut options = exec.options.clone();
+    options.canary = exec
+        .canary
+        .unwrap_or_else(|| default_canary(plan.servers.len()));
+    let execution = Execution::new(g, plan.operation.as_str(), options);
     let reporter = execution.reporter();
-    let work = async {
-        if !plan.imports.is_empty() {
-            out.line(format!(
-                "Importing {} image(s) into the datacenter IMGAPI...",
-                plan.imports.len()
-            ));
-        }
-        session
-            .execute(
-                &plan,
-                &execution.options,
-                execution.transport.clone(),
-                &reporter,
-                interrupted(),
-            )
-            .await
+    if !plan.imports.is_empty() {
+        out.line(format!(
+            "Importing {} image(s) into the datacenter IMGAPI...",
+            plan.imports.len()
+        ));
+    }
+    let gate = CliGate {
+        yes: exec.yes,
+        lost,
+        out: &out,
     };
-    let operation = format!("{} {}", plan.operation, plan.components.join(","));
-    let report = with_dc_lock(&apis.sapi, &operation, exec.break_lock, &out, work).await??;
+    let report = session
+        .execute_gated(
+            &plan,
+            &execution.options,
+            execution.transport.clone(),
+            &reporter,
+            interrupted(),
+            &gate,
+        )
+        .await?;
     let status = report.exit_status(&plan);
     tracing::info!(
         target: crate::log::FILE_ONLY_TARGET,

@@ -23,7 +23,7 @@ use anyhow::Context;
 use clap::{ArgAction, Args};
 
 use crate::api::{ApiConfig, Apis, ImgapiClient};
-use crate::orchestrate::execute::{DEFAULT_CONCURRENCY, ExecOptions};
+use crate::orchestrate::execute::{DEFAULT_CONCURRENCY, ExecOptions, FailureBudget};
 use crate::orchestrate::outlier::OutlierPolicy;
 use crate::orchestrate::plan::TransportMode;
 
@@ -105,6 +105,17 @@ pub struct ExecArgs {
     /// Take the datacenter lock even if another agentsadm holds it.
     #[arg(long)]
     pub break_lock: bool,
+    /// Start no new server once more than N (or P% of the servers, at
+    /// least one) have failed.
+    #[arg(long, default_value = "5%", value_name = "N|P%")]
+    pub max_failures: FailureBudget,
+    /// Servers of the first wave, which must pass before the rest start
+    /// (default: 1 when the plan changes more than 20 servers, else 0).
+    #[arg(long, value_name = "N")]
+    pub canary: Option<usize>,
+    /// At most N servers of one rack (CNAPI rack_identifier) at once.
+    #[arg(long, value_name = "N")]
+    pub max_per_rack: Option<usize>,
 }
 
 /// A duration as `--task-timeout` and friends take it, with an example
@@ -144,6 +155,8 @@ pub struct ExecSettings {
     pub break_lock: bool,
     pub transport: TransportMode,
     pub options: ExecOptions,
+    /// `--canary`; `None`: [`crate::orchestrate::execute::default_canary`] of the plan.
+    pub canary: Option<usize>,
 }
 
 impl From<ExecArgs> for ExecSettings {
@@ -153,7 +166,10 @@ impl From<ExecArgs> for ExecSettings {
             yes: a.yes,
             break_lock: a.break_lock,
             transport: a.transport.into(),
+            canary: a.canary,
             options: ExecOptions {
+                max_failures: Some(a.max_failures),
+                max_per_rack: a.max_per_rack,
                 concurrency: a.concurrency.max(1),
                 task_timeout: a.task_timeout,
                 outlier: OutlierPolicy {

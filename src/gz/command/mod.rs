@@ -11,6 +11,7 @@
 //!
 //! Exit status: 0 done, 1 failed (the result document says how).
 
+mod fetch_args;
 mod print;
 
 use std::collections::BTreeMap;
@@ -109,6 +110,8 @@ pub struct GzOpts {
         hide = true
     )]
     pub api_retries: u32,
+    #[command(flatten)]
+    pub fetch: fetch_args::FetchArgs,
 }
 
 /// A `--hook-timeout` (or similar) that is not a duration.
@@ -405,6 +408,7 @@ async fn settings(
     };
     s.fetch.read_timeout = opts.api_timeout;
     s.fetch.retries = opts.api_retries.min(2);
+    opts.fetch.apply(&mut s.fetch);
     s.env = env;
     s.catalog = match global.catalog.clone() {
         Some(p) => blocking(move || Catalog::load(&p)).await?,

@@ -112,7 +112,7 @@ pub enum FetchError {
         url: String,
     },
     #[error(
-        "image {uuid} ({name}) is {state}: {reason}; install it anyway only if you know why, with --allow-inactive"
+        "image {uuid} ({name}) is {state}: {reason}; pass --allow-inactive to install it anyway (only if you know why)"
     )]
     Inactive {
         uuid: ImageUuid,

@@ -17,9 +17,12 @@
 //! - `stage`: a staged package checked against its image and
 //!   turned into a footprint (with the record of the non-apm kinds);
 //! - `installed`: what is installed now, read back;
+//! - [`claims`]: the bins, SMF manifests and services a version claims,
+//!   and the rule that it claims only its own;
 //! - here: the types, where records and instance UUIDs live, the helpers
 //!   both use, and sdcadm's configuration.
 
+pub mod claims;
 mod installed;
 mod stage;
 
@@ -201,11 +204,44 @@ pub fn template_outputs(pkg_dir: &Path) -> io::Result<Vec<(PathBuf, String)>> {
 /// apm's token substitution for a manifest template (what agent
 /// postinstalls do with `subfile`): `@@PREFIX@@`, `@@VERSION@@`, `@@ROOT@@`,
 /// `@@ENABLED@@` (always `true`, as for an agent's main service).
+///
+/// Every value is XML-escaped: the version comes from the package and the
+/// paths from the operator's `--root`, and neither may add markup to a
+/// manifest (a version such as `1"/><exec_method ...` would otherwise
+/// become part of what SMF imports). Staging refuses versions outside
+/// [`valid_version`] before this is reached.
 pub fn render_template(text: &str, prefix: &Path, version: &str, root_dir: &Path) -> String {
-    text.replace("@@PREFIX@@", &prefix.to_string_lossy())
-        .replace("@@VERSION@@", version)
-        .replace("@@ROOT@@", &root_dir.to_string_lossy())
+    text.replace("@@PREFIX@@", &xml_escape(&prefix.to_string_lossy()))
+        .replace("@@VERSION@@", &xml_escape(version))
+        .replace("@@ROOT@@", &xml_escape(&root_dir.to_string_lossy()))
         .replace("@@ENABLED@@", "true")
+}
+
+/// Text safe inside an XML attribute or element.
+fn xml_escape(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for ch in s.chars() {
+        match ch {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '"' => out.push_str("&quot;"),
+            '\'' => out.push_str("&apos;"),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+/// A version an apm package may carry (it is substituted into SMF
+/// manifests and shown everywhere): 1 to 128 characters of letters,
+/// digits and `.-+_~`, as semver and Triton's
+/// `<semver>-<branch>-<stamp>-g<sha>` use.
+pub fn valid_version(v: &str) -> bool {
+    !v.is_empty()
+        && v.len() <= 128
+        && v.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"._-+~".contains(&b))
 }
 
 /// All files a transaction touches in the overlay: the old version's and

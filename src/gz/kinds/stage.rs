@@ -29,6 +29,10 @@ pub enum LayoutError {
         found: String,
         expected: ImageUuid,
     },
+    #[error(
+        "{file} has the version {found:?}: a version is 1 to 128 letters, digits and .-+_~ (it goes into SMF manifests); use an image built with a valid version"
+    )]
+    BadVersion { file: String, found: String },
     #[error("package.json name is {found:?}, expected {expected:?}")]
     NameMismatch { found: String, expected: String },
     #[error("{file} is not valid")]
@@ -127,6 +131,17 @@ pub fn stage(
             read_image_uuid(&pkg_dir, &id_file, "apm agent", uuid, true)?;
             let pkg = read_package(&pkg_dir, top, top, "apm agent", true)?
                 .expect("required package.json");
+            let version = if pkg.version.is_empty() {
+                manifest.version.clone()
+            } else {
+                pkg.version.clone()
+            };
+            if !super::valid_version(&version) {
+                return Err(LayoutError::BadVersion {
+                    file: format!("{top}/package.json"),
+                    found: version.chars().take(80).collect(),
+                });
+            }
             let dest = format!("opt/smartdc/agents/lib/node_modules/{top}");
             let links = pkg
                 .bin
@@ -147,11 +162,7 @@ pub fn stage(
             Ok(StagedVersion {
                 footprint: Footprint {
                     image_uuid: Some(uuid),
-                    version: if pkg.version.is_empty() {
-                        manifest.version.clone()
-                    } else {
-                        pkg.version.clone()
-                    },
+                    version,
                     tree: Some(dest),
                     overlay: Vec::new(),
                     links,

@@ -57,7 +57,7 @@ pub enum LayoutKind {
 /// `<state>/previous/<component>/`, for `gz rollback`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum KeptForm {
-    /// The transaction's `old/` as it was (`tree/`, `root/`, the SMF
+    /// The transaction's aside directory as it was (`tree/`, `root/`, the SMF
     /// manifests) plus `footprint.json`: everything a Triton component
     /// occupied.
     Whole,

@@ -15,12 +15,13 @@ use super::super::adopt;
 use super::super::fetch::{self, ImageSource, ResolvedImage};
 use super::super::fsutil;
 use super::super::kinds::Footprint;
+use super::super::kinds::claims;
 use super::super::layout::StageRequest;
 use super::super::step::Step;
 use super::super::txn::{self, Op};
 use super::{
     Done, GzSession, UNPACK_LIMIT_ENV, adoption_note, failure, nothing_changed, refusal,
-    remove_txn_dir, txn_failure,
+    remove_txn_dir,
 };
 
 /// Why the instance UUID of an unchanged component could not be ensured.
@@ -197,6 +198,22 @@ impl GzSession {
                 ));
             }
         };
+        // A package may claim only names that are its own.
+        let others = self.others_claims(c).await;
+        if self.layout.runs_services()
+            && let Err(e) = claims::check_staged(&self.settings.catalog, c, &staged, &others)
+        {
+            remove_txn_dir(&txn_dir).await;
+            // An unacceptable image is not kept in the download cache.
+            self.forget_download(Some(uuid), None).await;
+            return Err(failure(
+                Some(&c.name),
+                Step::Validate,
+                &e,
+                nothing_changed(&current),
+            ));
+        }
+        let current = current.map(|fp| claims::own_part(&fp, &others));
         let env = self.txn_env();
         env.checkpoint("staged");
         let outcome = txn::install(&env, c, Op::Install, &txn_dir, &staged, current.clone()).await;
@@ -204,7 +221,7 @@ impl GzSession {
             Ok(o) => o,
             Err(f) => {
                 remove_txn_dir(&txn_dir).await;
-                return Err(txn_failure(c, &f, &current));
+                return Err(self.txn_failed(c, &f, &current).await);
             }
         };
         // The cache keeps the installed image's file (a retry or reinstall

@@ -35,7 +35,9 @@ use crate::remote::{ComponentResult, GzFailure, GzResult};
 
 use super::adopt::Adoption;
 use super::fetch::FetchOptions;
+use super::fsutil;
 use super::hooks::HookEnv;
+use super::kinds::claims::{self, Claims};
 use super::kinds::{CurrentError, Footprint};
 use super::layout::mockcloud::MockcloudGz;
 use super::layout::triton::TritonGz;
@@ -49,6 +51,9 @@ use crate::error::error_chain;
 /// Test knob: abort the process at this checkpoint, or with `wait:<name>`
 /// stop there until killed (see [`super::test_checkpoint`]).
 pub const CRASH_AT_ENV: &str = "AGENTSADM_TEST_CRASH_AT";
+/// Test knob: what host this is (`smartos` or `other`), instead of the
+/// operating system the binary was built for.
+pub const HOST_ENV: &str = "AGENTSADM_TEST_HOST";
 /// Test knob: unpacking fails with "disk full" after this many bytes.
 pub const UNPACK_LIMIT_ENV: &str = "AGENTSADM_TEST_UNPACK_LIMIT";
 
@@ -212,7 +217,14 @@ impl std::fmt::Debug for GzSession {
 impl GzSession {
     /// Identify the server, take its lock (when `lock`), recover interrupted
     /// transactions and build the API clients.
-    pub async fn open(settings: GzSettings, lock: bool) -> Result<GzSession, GzError> {
+    pub async fn open(mut settings: GzSettings, lock: bool) -> Result<GzSession, GzError> {
+        // A relative root works like the absolute one it names: hooks run
+        // with another working directory and get paths under the root.
+        if settings.root.is_relative()
+            && let Ok(abs) = std::path::absolute(&settings.root)
+        {
+            settings.root = abs;
+        }
         let (layout, platform): (Arc<dyn Layout>, Arc<dyn Platform>) = match settings.layout {
             LayoutKind::Smartdc => {
                 let p: Arc<dyn Platform> = if settings.root == Path::new("/") {
@@ -255,7 +267,12 @@ impl GzSession {
                 .map(|(k, v)| (k.clone(), v.clone()))
                 .collect(),
             timeout: settings.hook_timeout,
+            skip: hooks_skipped(&settings),
         };
+        let mut notes = Vec::new();
+        if let Some(why) = &hook_env.skip {
+            notes.push(why.clone());
+        }
         let mut session = GzSession {
             settings,
             layout,
@@ -268,7 +285,7 @@ impl GzSession {
             hook_env,
             crash_at,
             _lock: None,
-            notes: Vec::new(),
+            notes,
         };
         if lock {
             session._lock = Some(
@@ -325,6 +342,70 @@ impl GzSession {
         Ok(())
     }
 
+    /// What every other installed component claims (bins, SMF manifests
+    /// and services), by component name. Blocking work on the pool.
+    async fn others_claims(&self, c: &Component) -> BTreeMap<String, Claims> {
+        if !self.layout.runs_services() {
+            return BTreeMap::new();
+        }
+        let (layout, catalog, me) = (
+            self.layout.clone(),
+            self.settings.catalog.clone(),
+            c.name.clone(),
+        );
+        blocking(move || {
+            let paths = layout.paths().clone();
+            catalog
+                .iter()
+                .filter(|o| o.name != me)
+                .filter_map(|o| {
+                    let fp = layout.current(o).ok().flatten()?;
+                    Some((o.name.clone(), claims::installed_claims(&paths, &fp)))
+                })
+                .collect()
+        })
+        .await
+    }
+
+    /// A failed transaction as the result carries it. When its rollback
+    /// could not complete, the message says what is installed now and the
+    /// one command that repairs it, and `broken/<component>.json` keeps
+    /// that for `gz report` until a later transaction of `c` succeeds.
+    async fn txn_failed(
+        &self,
+        c: &Component,
+        f: &TxnFailure,
+        before: &Option<Footprint>,
+    ) -> GzFailure {
+        if !f.rolled_back || f.rollback_errors.is_empty() {
+            return txn_failure(c, f, before);
+        }
+        let now = self.current(c).await.ok().flatten();
+        let installed = match &now {
+            Some(fp) => format!("{} is in place, possibly incomplete", describe(fp)),
+            None => "nothing of it is installed".to_string(),
+        };
+        let repair = match before.as_ref().and_then(|fp| fp.image_uuid) {
+            Some(image) => format!("agentsadm gz install {image} --force"),
+            None => format!("agentsadm gz remove {}", c.name),
+        };
+        let state = format!(
+            "ROLLBACK INCOMPLETE ({}); now {installed}; repair with `{repair}`",
+            f.rollback_errors.join("; ")
+        );
+        let marker = BrokenMarker {
+            component: c.name.clone(),
+            message: state.clone(),
+            repair,
+        };
+        let path = self.paths().broken_file(&c.name);
+        let text = serde_json::to_vec_pretty(&marker).unwrap_or_default();
+        if let Err(e) = blocking(move || fsutil::write_atomic(&path, &text)).await {
+            tracing::error!(component = %c.name, error = %e, "cannot record the incomplete rollback");
+        }
+        failure(Some(&c.name), f.error.step(), &f.error, Some(state))
+    }
+
     /// What is installed now for `c`, read off the runtime.
     async fn current(&self, c: &Component) -> Result<Option<Footprint>, CurrentError> {
         let (layout, c) = (self.layout.clone(), c.clone());
@@ -373,6 +454,7 @@ impl GzSession {
             hooks: &self.hook_env,
             crash_at: self.crash_at.as_deref(),
             sapi: self.sapi_target(),
+            catalog: &self.settings.catalog,
         }
     }
 
@@ -420,14 +502,56 @@ impl GzSession {
     }
 }
 
+/// Whether the host is SmartOS (an illumos global zone), as built or as
+/// the [`HOST_ENV`] test knob says.
+fn host_is_smartos(settings: &GzSettings) -> bool {
+    match settings.knob(HOST_ENV).as_deref() {
+        Some("smartos") => true,
+        Some(_) => false,
+        None => cfg!(any(target_os = "illumos", target_os = "solaris")),
+    }
+}
+
+/// Why hooks must not run for this root, if they must not: on a SmartOS
+/// host a root other than `/` is a copy of a GZ (the simulator's, a test's),
+/// but a package's hooks call `svcadm`, `svccfg` and the like, which act on
+/// the real host's SMF whatever the root. Elsewhere there is no SMF for them
+/// to reach, and they run with the root's paths.
+fn hooks_skipped(settings: &GzSettings) -> Option<String> {
+    if settings.layout != LayoutKind::Smartdc
+        || settings.root == Path::new("/")
+        || !host_is_smartos(settings)
+    {
+        return None;
+    }
+    Some(format!(
+        "package hooks are not run: this is a SmartOS host and the root is {}, not /, and hooks would act on this host's SMF, not the root's",
+        settings.root.display()
+    ))
+}
+
 /// Remove a transaction directory that never got a journal (a failure
-/// before the swap).
+/// before the swap), and its aside directory (`<state>/aside/<txn>`, next
+/// to `<state>/staging`), which may hold the SMF manifests copied before.
 async fn remove_txn_dir(txn_dir: &Path) {
     let dir = txn_dir.to_path_buf();
     blocking(move || {
+        if let (Some(state), Some(name)) = (dir.parent().and_then(Path::parent), dir.file_name()) {
+            let _ = super::fsutil::remove_any(&state.join("aside").join(name));
+        }
         let _ = super::fsutil::remove_any(&dir);
     })
     .await;
+}
+
+/// `broken/<component>.json`: a rollback that could not complete.
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
+pub struct BrokenMarker {
+    pub component: String,
+    /// What failed and what is installed now.
+    pub message: String,
+    /// The one command that repairs it.
+    pub repair: String,
 }
 
 /// A finished component and notes for the result.

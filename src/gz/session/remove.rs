@@ -11,7 +11,7 @@ use crate::remote::{ComponentAction, ComponentResult, GzFailure, GzResult};
 use super::super::kinds;
 use super::super::step::Step;
 use super::super::txn;
-use super::{Done, GzSession, failure, refusal, remove_txn_dir, txn_failure};
+use super::{Done, GzSession, failure, refusal, remove_txn_dir};
 
 impl GzSession {
     /// Remove components by name.
@@ -95,6 +95,8 @@ impl GzSession {
                 ),
             ));
         }
+        // Only what is this component's own goes.
+        let fp = kinds::claims::own_part(&fp, &self.others_claims(c).await);
         let txn_dir = self.paths().staging_dir().join(txn::new_txn_name(&c.name));
         let env = self.txn_env();
         let from = fp.image_uuid;
@@ -103,7 +105,7 @@ impl GzSession {
             Ok(out) => out,
             Err(f) => {
                 remove_txn_dir(&txn_dir).await;
-                return Err(txn_failure(c, &f, &Some(fp)));
+                return Err(self.txn_failed(c, &f, &Some(fp)).await);
             }
         };
         self.forget_download(from, None).await;

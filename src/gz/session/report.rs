@@ -3,17 +3,58 @@
 
 use crate::api::ApiError;
 use crate::platform::blocking;
-use crate::remote::{AgentsReport, GzResult};
+use crate::remote::{AgentsReport, GzResult, ReportError};
 
-use super::GzSession;
+use super::{BrokenMarker, GzSession};
 
 impl GzSession {
     /// What is installed on this server.
+    ///
+    /// A component with a transaction journal (an install under way in
+    /// another run, or one a killed run left for the next locked run to
+    /// finish or undo) or with an incomplete rollback recorded is reported
+    /// as an error, never as installed: what is on disk may be half done.
     pub async fn report(&self) -> AgentsReport {
         let layout = self.layout.clone();
         let catalog = self.settings.catalog.clone();
         let server = self.server;
-        blocking(move || layout.report(&catalog, server)).await
+        blocking(move || {
+            let mut report = layout.report(&catalog, server);
+            let paths = layout.paths();
+            for c in catalog.iter() {
+                let journal = paths.journal_file(&c.name);
+                let broken = paths.broken_file(&c.name);
+                let message = if let Ok(bytes) = std::fs::read(&broken) {
+                    Some(
+                        serde_json::from_slice::<BrokenMarker>(&bytes)
+                            .map(|m| format!("broken: {}", m.message))
+                            .unwrap_or_else(|_| {
+                                format!(
+                                    "broken: a rollback did not complete (see {}); reinstall it with `agentsadm gz install <image> --force`",
+                                    broken.display()
+                                )
+                            }),
+                    )
+                } else if journal.exists() {
+                    Some(format!(
+                        "a transaction is under way or was interrupted (journal {}); the next locked agentsadm gz run finishes or undoes it",
+                        journal.display()
+                    ))
+                } else {
+                    None
+                };
+                if let Some(message) = message {
+                    report.agents.retain(|a| a.name != c.name);
+                    report.errors.retain(|e| e.name != c.name);
+                    report.errors.push(ReportError {
+                        name: c.name.clone(),
+                        message,
+                    });
+                }
+            }
+            report
+        })
+        .await
     }
 
     /// POST the report to CNAPI (`server.agents`).

@@ -12,14 +12,12 @@ use crate::platform::blocking;
 use crate::remote::{ComponentAction, ComponentResult, GzFailure, GzResult};
 
 use super::super::fsutil;
-use super::super::kinds::{self, StagedVersion};
+use super::super::kinds::{self, StagedVersion, claims};
 use super::super::layout::KeptVersion;
 use super::super::package::PackageJson;
 use super::super::step::Step;
 use super::super::txn::{self, Op};
-use super::{
-    Done, GzSession, adoption_note, failure, nothing_changed, refusal, remove_txn_dir, txn_failure,
-};
+use super::{Done, GzSession, adoption_note, failure, nothing_changed, refusal, remove_txn_dir};
 
 impl GzSession {
     /// Put back the version kept from the last upgrade of `name`.
@@ -95,6 +93,26 @@ impl GzSession {
                 ));
             }
         };
+        // The kept copy is checked like any staged version: it is what it
+        // says it is, and claims only names of its own.
+        let others = self.others_claims(c).await;
+        let checked = {
+            let (c2, staged2) = (c.clone(), staged.clone());
+            blocking(move || verify_kept(&c2, &staged2)).await
+        }
+        .and_then(|()| {
+            claims::check_staged(&self.settings.catalog, c, &staged, &others)
+                .map_err(KeptError::Claims)
+        });
+        if let Err(e) = checked {
+            remove_txn_dir(&txn_dir).await;
+            return Err(failure(
+                Some(&c.name),
+                Step::Rollback,
+                &e,
+                nothing_changed(&current),
+            ));
+        }
         let env = self.txn_env();
         let from = current.as_ref().and_then(|f| f.image_uuid);
         let outcome =
@@ -102,7 +120,7 @@ impl GzSession {
                 Ok(o) => o,
                 Err(f) => {
                     remove_txn_dir(&txn_dir).await;
-                    return Err(txn_failure(c, &f, &current));
+                    return Err(self.txn_failed(c, &f, &current).await);
                 }
             };
         let mut notes = Vec::new();
@@ -120,6 +138,86 @@ impl GzSession {
             notes,
         })
     }
+}
+
+/// A kept previous version that is not what its record says.
+#[derive(Debug, thiserror::Error)]
+enum KeptError {
+    #[error(
+        "the kept previous version of {component} is not the version recorded for it ({what}); nothing was rolled back; install the version you want with `agentsadm gz install <image>`"
+    )]
+    Mismatch { component: String, what: String },
+    #[error("the kept previous version cannot be rolled back to")]
+    Claims(#[source] claims::ClaimError),
+}
+
+/// Check the staged copy of a kept version against its recorded
+/// footprint: an apm tree's package.json (name, version) and image_uuid, a
+/// recorded kind's install record (image). Blocking.
+fn verify_kept(c: &Component, staged: &StagedVersion) -> Result<(), KeptError> {
+    let fp = &staged.footprint;
+    let bad = |what: String| KeptError::Mismatch {
+        component: c.name.clone(),
+        what,
+    };
+    if let (true, Some(tree)) = (fp.apm, &staged.tree_src) {
+        let pkg = match PackageJson::read(tree) {
+            Ok(Some(p)) => p,
+            Ok(None) => return Err(bad("it has no package.json".into())),
+            Err(e) => return Err(bad(format!("its package.json is invalid: {e}"))),
+        };
+        if pkg.name != c.package_name() {
+            return Err(bad(format!(
+                "package.json names {:?}, not {:?}",
+                clip(&pkg.name),
+                c.package_name()
+            )));
+        }
+        if !fp.version.is_empty() && pkg.version != fp.version {
+            return Err(bad(format!(
+                "package.json says version {:?}, the record {:?}",
+                clip(&pkg.version),
+                fp.version
+            )));
+        }
+        if let Some(want) = fp.image_uuid {
+            let found = fsutil::read_trimmed(&tree.join("image_uuid"))
+                .ok()
+                .flatten()
+                .unwrap_or_default();
+            if found.parse().ok() != Some(want) {
+                return Err(bad(format!(
+                    "image_uuid says {:?}, the record {want}",
+                    clip(&found)
+                )));
+            }
+        }
+    }
+    if let (Some(root), Some(want)) = (&staged.overlay_src, fp.image_uuid) {
+        let rel = kinds::record_rel(&c.name);
+        if fp.overlay.contains(&rel) {
+            let rec: Option<kinds::InstalledRecord> = std::fs::read(root.join(&rel))
+                .ok()
+                .and_then(|b| serde_json::from_slice(&b).ok());
+            match rec {
+                Some(r) if r.image_uuid == want && r.name == c.name => {}
+                Some(r) => {
+                    return Err(bad(format!(
+                        "its install record is of {:?} image {}, the record {want}",
+                        clip(&r.name),
+                        r.image_uuid
+                    )));
+                }
+                None => return Err(bad(format!("its install record {rel} is unreadable"))),
+            }
+        }
+    }
+    Ok(())
+}
+
+/// At most 80 characters of text read from the kept copy.
+fn clip(s: &str) -> String {
+    s.chars().take(80).collect()
 }
 
 /// Copy the kept previous version into a transaction directory (the kept

@@ -62,7 +62,12 @@ pub async fn commit(env: &TxnEnv<'_>, journal: &Journal) {
     let paths = env.paths().clone();
     let j = journal.clone();
     blocking(move || {
-        discard(&paths, &txn_dir_of(&paths, &j));
+        let txn_dir = txn_dir_of(&paths, &j);
+        discard(&paths, &super::aside_dir(&paths, &txn_dir));
+        discard(&paths, &txn_dir);
+        // A successful transaction repairs what an incomplete rollback
+        // left.
+        let _ = fs::remove_file(paths.broken_file(&j.component));
         let jpath = paths.journal_file(&j.component);
         if let Err(e) = fs::remove_file(&jpath)
             && e.kind() != io::ErrorKind::NotFound
@@ -78,7 +83,7 @@ pub async fn commit(env: &TxnEnv<'_>, journal: &Journal) {
 /// Make the replaced version `previous/<component>` (an upgrade), or drop
 /// the kept one (a removal). Returns whether a version was kept just now.
 fn keep_previous(paths: &GzPaths, journal: &Journal, form: KeptForm) -> bool {
-    let old_dir = txn_dir_of(paths, journal).join("old");
+    let old_dir = super::aside_dir(paths, &txn_dir_of(paths, journal));
     let previous = paths.previous_dir().join(&journal.component);
     let keep = journal.op != Op::Remove && journal.old.is_some();
     if !keep {

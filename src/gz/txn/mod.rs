@@ -7,7 +7,10 @@
 //! 2. write the journal (`journal/<component>.json`, fsynced) — from here on
 //!    any failure, or a kill and the next run's recovery, rolls back;
 //! 3. old package: `preuninstall`, `postuninstall` (cwd = installed dir),
-//!    unlink its links, move its tree and overlay files into `<txn>/old`;
+//!    unlink its links, move its tree and overlay files into
+//!    `<state>/aside/<txn>` (not under `staging/`, where the new package's
+//!    preinstall runs: a hook that deletes its transaction directory or all
+//!    of `staging/` cannot take the previous version with it);
 //! 4. new package: `preinstall` (cwd = the staged copy), rename the staged
 //!    tree into place and lay the overlay files, create links (apm bins are
 //!    chmod 0755 and linked relative, as apm does), `postinstall` (cwd =
@@ -36,8 +39,12 @@
 //! every transaction), `undo` (rollback), `recover` (journals a killed run
 //! left behind).
 //!
-//! Rollback (a failed step, or recovery of a `swapping` journal) undoes in
-//! reverse and keeps going past errors, reporting them: new links and files
+//! Each hook runs in its own process group, journaled as it starts
+//! ([`Journal::hook_groups`]). Rollback (a failed step, or recovery of a
+//! `swapping` journal) first kills what is left of those groups (a hook
+//! orphaned by a kill of the installer would go on writing into the tree
+//! being restored), then undoes in reverse and keeps going past errors,
+//! reporting them: new links and files
 //! go, the old tree and files move back, the old links return, a newly
 //! created instance UUID file goes, the old SMF manifests are restored and
 //! re-imported, services the new version added are deleted, and each
@@ -126,7 +133,7 @@ pub struct SmfSnapshot {
     /// Every instance the component's old and new manifests define (and the
     /// catalog lists): its state, `None` if it did not exist.
     pub services: BTreeMap<String, Option<ServiceState>>,
-    /// Manifest files that existed, copied to `<txn>/old/smf/<rel>`.
+    /// Manifest files that existed, copied to `<aside>/smf/<rel>`.
     pub backed_up: Vec<String>,
     /// Manifest files that did not exist (removed on rollback).
     pub absent: Vec<String>,
@@ -154,6 +161,10 @@ pub struct Journal {
     /// rollback when empty), root-relative, shallowest first.
     pub created_dirs: Vec<String>,
     pub smf: SmfSnapshot,
+    /// The process group of each hook this transaction started (recorded
+    /// as it starts): a rollback kills what is left of them first.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub hook_groups: Vec<super::hooks::HookGroup>,
 }
 
 /// The SAPI side of a transaction.
@@ -174,6 +185,9 @@ pub struct TxnEnv<'a> {
     pub crash_at: Option<&'a str>,
     /// `None` with `--no-sapi`.
     pub sapi: Option<SapiTarget<'a>>,
+    /// Whose SMF services are whose ([`kinds::claims`]): a transaction
+    /// snapshots, restores and deletes only its component's own.
+    pub catalog: &'a crate::catalog::Catalog,
 }
 
 impl TxnEnv<'_> {
@@ -362,6 +376,15 @@ async fn snapshot_smf(
         })
         .await?
     };
+    // Only the component's own services: a manifest installed before
+    // claims were checked may name another component's or the system's.
+    let fmris: BTreeSet<String> = fmris
+        .into_iter()
+        .filter(|f| {
+            component.smf_services.contains(f)
+                || kinds::claims::in_namespace(env.catalog, component, f)
+        })
+        .collect();
     let mut snap = SmfSnapshot::default();
     for fmri in fmris {
         let state = env
@@ -382,7 +405,7 @@ async fn snapshot_smf(
         for rel in manifests {
             let src = paths.at(&rel);
             if src.is_file() {
-                let dst = txn_dir.join("old/smf").join(&rel);
+                let dst = aside_dir(&paths, &txn_dir).join("smf").join(&rel);
                 fs::create_dir_all(dst.parent().unwrap_or(&txn_dir)).map_err(fs_err(
                     Step::Smf,
                     "create",
@@ -499,7 +522,7 @@ pub async fn install(
     let smf = snapshot_smf(env, component, txn_dir, old.as_ref(), Some(&new), templates)
         .await
         .map_err(TxnFailure::before)?;
-    let journal = Journal {
+    let mut journal = Journal {
         version: 1,
         txn: txn_name(txn_dir),
         op,
@@ -512,12 +535,13 @@ pub async fn install(
         instance: Some(instance),
         instance_created,
         smf,
+        hook_groups: Vec::new(),
     };
     write_journal(env, &journal)
         .await
         .map_err(TxnFailure::before)?;
     env.checkpoint("after-journal");
-    let swapped = swap::swap_in(env, &journal, txn_dir, staged, instance).await;
+    let swapped = swap::swap_in(env, &mut journal, txn_dir, staged, instance).await;
     let outcome = swapped.map(|adoption| TxnOutcome {
         instance: Some(instance),
         adoption,
@@ -549,7 +573,7 @@ pub async fn remove(
     let smf = snapshot_smf(env, component, txn_dir, Some(&old), None, Vec::new())
         .await
         .map_err(TxnFailure::before)?;
-    let journal = Journal {
+    let mut journal = Journal {
         version: 1,
         txn: txn_name(txn_dir),
         op: Op::Remove,
@@ -562,12 +586,13 @@ pub async fn remove(
         instance,
         instance_created: false,
         smf,
+        hook_groups: Vec::new(),
     };
     write_journal(env, &journal)
         .await
         .map_err(TxnFailure::before)?;
     env.checkpoint("after-journal");
-    let removed = swap::remove_steps(env, component, &journal, txn_dir).await;
+    let removed = swap::remove_steps(env, component, &mut journal, txn_dir).await;
     let outcome = removed.map(|()| TxnOutcome {
         instance,
         adoption: None,
@@ -577,4 +602,16 @@ pub async fn remove(
 
 fn txn_dir_of(paths: &GzPaths, journal: &Journal) -> PathBuf {
     paths.staging_dir().join(&journal.txn)
+}
+
+/// Where a transaction keeps the version it moved out (`tree/`, `root/`,
+/// `smf/`, `instance`): `<state>/aside/<txn>`, not under the staging
+/// directory, so that a hook of the new package that deletes its own
+/// staged copy, its transaction directory or all of `staging/` cannot take
+/// the previous version with it.
+pub fn aside_dir(paths: &GzPaths, txn_dir: &Path) -> PathBuf {
+    paths
+        .state_dir()
+        .join("aside")
+        .join(txn_dir.file_name().unwrap_or_default())
 }

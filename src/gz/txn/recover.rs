@@ -83,12 +83,54 @@ fn journal_files(paths: &GzPaths) -> Result<Vec<PathBuf>, RecoverError> {
     Ok(journals)
 }
 
+/// `.<name>.<number>.tmp`, the temporary name of an atomic write
+/// ([`fsutil::write_atomic`], the rooted platform's SMF state).
+fn is_atomic_tmp(name: &str) -> bool {
+    let Some(inner) = name.strip_prefix('.').and_then(|n| n.strip_suffix(".tmp")) else {
+        return false;
+    };
+    match inner.rsplit_once('.') {
+        Some((base, n)) => {
+            !base.is_empty() && !n.is_empty() && n.bytes().all(|b| b.is_ascii_hexdigit())
+        }
+        None => false,
+    }
+}
+
 /// Leftovers of runs that died before writing a journal.
 fn clear_leftovers(paths: &GzPaths) {
-    for dir in [paths.staging_dir(), paths.trash_dir()] {
+    for dir in [
+        paths.staging_dir(),
+        paths.state_dir().join("aside"),
+        paths.trash_dir(),
+    ] {
         if let Ok(rd) = fs::read_dir(&dir) {
             for e in rd.flatten() {
                 let _ = fsutil::remove_any(&e.path());
+            }
+        }
+    }
+    // Temporary files of atomic writes a kill interrupted (journal, SMF
+    // state, records, instance UUIDs, rendered manifests): nothing reads
+    // them and no later write reuses their names.
+    for dir in [
+        paths.state_dir(),
+        paths.journal_dir(),
+        paths.records_dir(),
+        paths.state_dir().join("broken"),
+        paths.etc_dir(),
+        paths.smf_dir(),
+        paths.site_manifests(),
+        paths.at("var/svc"),
+        paths.at("opt/smartdc/etc"),
+        paths.at("opt/smartdc/docker/etc"),
+        paths.at("var/sdcadm"),
+    ] {
+        let Ok(rd) = fs::read_dir(&dir) else { continue };
+        for e in rd.flatten() {
+            let regular = e.file_type().is_ok_and(|t| t.is_file());
+            if regular && is_atomic_tmp(&e.file_name().to_string_lossy()) {
+                let _ = fs::remove_file(e.path());
             }
         }
     }
@@ -98,5 +140,20 @@ fn clear_leftovers(paths: &GzPaths) {
                 let _ = fs::remove_file(e.path());
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn atomic_write_temporaries_are_recognised() {
+        assert!(is_atomic_tmp(".vm-agent.json.3735928559.tmp"));
+        assert!(is_atomic_tmp(".smf-state.0000abcd.tmp"));
+        assert!(!is_atomic_tmp("vm-agent.json.1.tmp"));
+        assert!(!is_atomic_tmp(".keep.tmp"));
+        assert!(!is_atomic_tmp(".x.12.tmpx"));
+        assert!(!is_atomic_tmp(".x.zz.tmp"));
     }
 }

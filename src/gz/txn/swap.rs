@@ -18,7 +18,7 @@ use super::super::kinds::{self, Footprint, Link, StagedVersion};
 use super::super::package::{self, Hook, PackageJson};
 use super::super::paths::GzPaths;
 use super::super::step::Step;
-use super::{Journal, TxnEnv, TxnError, fs_err};
+use super::{Journal, TxnEnv, TxnError, fs_err, write_journal};
 
 /// Where the instance UUID file sits inside the tree `tree`, if it does.
 fn inside_tree<'a>(instance_file: &'a str, tree: Option<&str>) -> Option<&'a str> {
@@ -28,7 +28,7 @@ fn inside_tree<'a>(instance_file: &'a str, tree: Option<&str>) -> Option<&'a str
 /// Steps 3-6 of an install; returns what SAPI adoption did.
 pub(super) async fn swap_in(
     env: &TxnEnv<'_>,
-    journal: &Journal,
+    journal: &mut Journal,
     txn_dir: &Path,
     staged: &StagedVersion,
     instance: InstanceUuid,
@@ -57,8 +57,8 @@ pub(super) async fn swap_in(
         .await?;
     }
     // 3. The old package out.
-    if let Some(old) = &journal.old {
-        remove_old(env, old, txn_dir).await?;
+    if let Some(old) = journal.old.clone() {
+        remove_old(env, journal, &old, txn_dir).await?;
     }
     {
         let (paths, txn_dir) = (paths.clone(), txn_dir.to_path_buf());
@@ -68,7 +68,7 @@ pub(super) async fn swap_in(
     env.checkpoint("after-move-old");
     // 4. The new package in.
     if let (Some(pkg), Some(src)) = (&staged.package, &staged.tree_src) {
-        run_hook(env, Hook::Preinstall, pkg, src).await?;
+        run_hook(env, journal, Hook::Preinstall, pkg, src).await?;
     }
     {
         let (paths, new) = (paths.clone(), new.clone());
@@ -83,7 +83,7 @@ pub(super) async fn swap_in(
     };
     if let (Some(pkg), Some(tree)) = (&staged.package, &new.tree) {
         let installed = paths.at(tree);
-        run_hook(env, Hook::Postinstall, pkg, &installed).await?;
+        run_hook(env, journal, Hook::Postinstall, pkg, &installed).await?;
         let prefix = env.hooks.prefix.clone();
         let (paths, version) = (paths.clone(), pkg.version.clone());
         blocking(move || render_manifests(&paths, &prefix, &version, &installed, &renders)).await?;
@@ -123,12 +123,13 @@ pub(super) async fn swap_in(
 pub(super) async fn remove_steps(
     env: &TxnEnv<'_>,
     component: &Component,
-    journal: &Journal,
+    journal: &mut Journal,
     txn_dir: &Path,
 ) -> Result<(), TxnError> {
     // Invariant: `super::remove` journals the installed version as `old`.
-    let old = journal.old.as_ref().expect("removal has an old version");
-    remove_old(env, old, txn_dir).await?;
+    let old = journal.old.clone().expect("removal has an old version");
+    let old = &old;
+    remove_old(env, journal, old, txn_dir).await?;
     {
         let paths = env.paths().clone();
         let (old, txn_dir) = (old.clone(), txn_dir.to_path_buf());
@@ -136,7 +137,7 @@ pub(super) async fn remove_steps(
         blocking(move || {
             move_overlay_out(&paths, None, &txn_dir, Some(&old))?;
             if fsutil::exists(&inst) {
-                let dst = txn_dir.join("old/instance");
+                let dst = super::aside_dir(&paths, &txn_dir).join("instance");
                 fsutil::rename_into(&inst, &dst).map_err(fs_err(
                     Step::Swap,
                     "move aside",
@@ -182,13 +183,30 @@ pub(super) async fn remove_steps(
     Ok(())
 }
 
+/// Run a hook, journaling its process group as soon as it starts.
 async fn run_hook(
     env: &TxnEnv<'_>,
+    journal: &mut Journal,
     hook: Hook,
     pkg: &PackageJson,
     cwd: &Path,
 ) -> Result<(), TxnError> {
-    let ran = hooks::run_hook(hook, pkg, cwd, env.hooks).await;
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    let record = async {
+        match rx.await {
+            Ok(pgid) => {
+                journal.hook_groups.push(hooks::HookGroup::new(pgid));
+                write_journal(env, journal).await
+            }
+            // No such hook, or it could not start.
+            Err(_) => Ok(()),
+        }
+    };
+    let (ran, recorded) = tokio::join!(
+        hooks::run_hook_recorded(hook, pkg, cwd, env.hooks, Some(tx)),
+        record
+    );
+    recorded?;
     if ran.is_ok() {
         // `after-preinstall`, `after-postuninstall`, ...: whether or not
         // the package has the hook, the step is over.
@@ -209,7 +227,12 @@ async fn run_hook(
 }
 
 /// Old package: uninstall hooks, unlink its links, move its tree aside.
-async fn remove_old(env: &TxnEnv<'_>, old: &Footprint, txn_dir: &Path) -> Result<(), TxnError> {
+async fn remove_old(
+    env: &TxnEnv<'_>,
+    journal: &mut Journal,
+    old: &Footprint,
+    txn_dir: &Path,
+) -> Result<(), TxnError> {
     let paths = env.paths().clone();
     let (tree, package) = {
         let (paths, old) = (paths.clone(), old.clone());
@@ -237,8 +260,8 @@ async fn remove_old(env: &TxnEnv<'_>, old: &Footprint, txn_dir: &Path) -> Result
     if let (Some(dir), Some(pkg)) = (&tree, &package)
         && !pkg.name.is_empty()
     {
-        run_hook(env, Hook::Preuninstall, pkg, dir).await?;
-        run_hook(env, Hook::Postuninstall, pkg, dir).await?;
+        run_hook(env, journal, Hook::Preuninstall, pkg, dir).await?;
+        run_hook(env, journal, Hook::Postuninstall, pkg, dir).await?;
     }
     env.checkpoint("after-old-hooks");
     let (links, txn_dir) = (old.links.clone(), txn_dir.to_path_buf());
@@ -251,7 +274,7 @@ async fn remove_old(env: &TxnEnv<'_>, old: &Footprint, txn_dir: &Path) -> Result
             ))?;
         }
         if let Some(dir) = tree {
-            let dst = txn_dir.join("old/tree");
+            let dst = super::aside_dir(&paths, &txn_dir).join("tree");
             fsutil::rename_into(&dir, &dst).map_err(fs_err(
                 Step::Swap,
                 "move the old version out of",
@@ -263,7 +286,7 @@ async fn remove_old(env: &TxnEnv<'_>, old: &Footprint, txn_dir: &Path) -> Result
     .await
 }
 
-/// Move every existing file of the old and new overlays into `<txn>/old/root`.
+/// Move every existing file of the old and new overlays into `<aside>/root`.
 fn move_overlay_out(
     paths: &GzPaths,
     new: Option<&Footprint>,
@@ -273,7 +296,7 @@ fn move_overlay_out(
     for rel in kinds::overlay_union(old, new) {
         let src = paths.at(&rel);
         if fsutil::exists(&src) && !src.is_dir() {
-            let dst = txn_dir.join("old/root").join(&rel);
+            let dst = super::aside_dir(paths, txn_dir).join("root").join(&rel);
             fsutil::rename_into(&src, &dst).map_err(fs_err(Step::Swap, "move aside", &src))?;
         }
     }

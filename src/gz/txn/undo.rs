@@ -14,10 +14,17 @@ use super::super::fsutil;
 use super::super::kinds;
 use super::super::paths::GzPaths;
 use super::swap::{make_link, unlink_owned};
-use super::{Journal, TxnEnv, discard, txn_dir_of};
+use super::{Journal, TxnEnv, aside_dir, discard, txn_dir_of};
 
 /// Undo `journal`; returns what could not be undone.
 pub async fn rollback(env: &TxnEnv<'_>, journal: &Journal) -> Vec<String> {
+    // First whatever the new package's hooks left running: an orphaned
+    // hook would go on writing into the tree being restored.
+    for group in &journal.hook_groups {
+        if super::super::hooks::kill_group(group) {
+            tracing::warn!(component = %journal.component, pgid = group.pgid, "killed what was left of a hook");
+        }
+    }
     let paths = env.paths().clone();
     let j = journal.clone();
     let mut errors = blocking(move || undo_files(&paths, &j)).await;
@@ -41,6 +48,7 @@ fn note(errors: &mut Vec<String>, what: String, r: io::Result<()>) {
 /// return, the instance UUID file is as it was.
 fn undo_files(paths: &GzPaths, journal: &Journal) -> Vec<String> {
     let txn_dir = txn_dir_of(paths, journal);
+    let aside = aside_dir(paths, &txn_dir);
     let mut errors = Vec::new();
     // New links and files go.
     if let Some(new) = &journal.new {
@@ -57,7 +65,7 @@ fn undo_files(paths: &GzPaths, journal: &Journal) -> Vec<String> {
                 && fs::read_dir(txn_dir.join("new"))
                     .map(|mut d| d.next().is_some())
                     .unwrap_or(false);
-            let old_moved = txn_dir.join("old/tree").exists();
+            let old_moved = aside.join("tree").exists();
             let old_had_tree = journal
                 .old
                 .as_ref()
@@ -88,7 +96,7 @@ fn undo_files(paths: &GzPaths, journal: &Journal) -> Vec<String> {
     }
     // The old tree and files come back.
     if let Some(old) = &journal.old {
-        let aside = txn_dir.join("old/tree");
+        let aside = aside.join("tree");
         if let (Some(tree), true) = (&old.tree, aside.exists()) {
             let dest = paths.at(tree);
             if fsutil::exists(&dest) {
@@ -105,7 +113,7 @@ fn undo_files(paths: &GzPaths, journal: &Journal) -> Vec<String> {
             );
         }
     }
-    let aside_root = txn_dir.join("old/root");
+    let aside_root = aside.join("root");
     if aside_root.exists() {
         match kinds::overlay_files(&aside_root) {
             Ok(files) => {
@@ -130,6 +138,16 @@ fn undo_files(paths: &GzPaths, journal: &Journal) -> Vec<String> {
             note(&mut errors, format!("relink {}", link.path), r);
         }
     }
+    // A previous tree that is neither back in place nor aside was deleted
+    // by someone (a hook of the new package): say so, never stay silent.
+    if let Some(tree) = journal.old.as_ref().and_then(|o| o.tree.as_ref())
+        && !fsutil::exists(&paths.at(tree))
+    {
+        errors.push(format!(
+            "the previous version's {tree} is gone (its copy in {} was deleted during the transaction)",
+            paths.rel(&aside)
+        ));
+    }
     // The instance UUID file.
     let inst = paths.at(&journal.instance_file);
     if journal.instance_created {
@@ -139,7 +157,7 @@ fn undo_files(paths: &GzPaths, journal: &Journal) -> Vec<String> {
             fsutil::remove_any(&inst),
         );
     }
-    let inst_aside = txn_dir.join("old/instance");
+    let inst_aside = aside.join("instance");
     if inst_aside.exists() {
         note(
             &mut errors,
@@ -157,7 +175,9 @@ fn clear(paths: &GzPaths, journal: &Journal) -> Vec<String> {
     for d in journal.created_dirs.iter().rev() {
         let _ = fs::remove_dir(paths.at(d));
     }
-    discard(paths, &txn_dir_of(paths, journal));
+    let txn_dir = txn_dir_of(paths, journal);
+    discard(paths, &aside_dir(paths, &txn_dir));
+    discard(paths, &txn_dir);
     let jpath = paths.journal_file(&journal.component);
     if let Err(e) = fs::remove_file(&jpath)
         && e.kind() != io::ErrorKind::NotFound
@@ -187,7 +207,7 @@ fn restore_manifest_files(
     }
     let mut restored = Vec::new();
     for rel in &journal.smf.backed_up {
-        let saved = txn_dir.join("old/smf").join(rel);
+        let saved = aside_dir(paths, txn_dir).join("smf").join(rel);
         let dest = paths.at(rel);
         let copied = (|| {
             if let Some(parent) = dest.parent() {

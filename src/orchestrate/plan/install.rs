@@ -69,6 +69,7 @@ pub(super) fn plan_install(input: &PlanningInput, selected: Selected) -> Result<
             ServerPlan {
                 hostname: state.hostname.clone(),
                 headnode: state.headnode,
+                rack: state.rack.clone(),
                 steps: vec![Step {
                     component: c.name.clone(),
                     order: c.order,

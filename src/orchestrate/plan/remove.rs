@@ -79,6 +79,7 @@ pub(super) fn plan_remove(input: &PlanningInput, selected: Selected) -> Result<P
             ServerPlan {
                 hostname: state.hostname.clone(),
                 headnode: state.headnode,
+                rack: state.rack.clone(),
                 steps,
                 intent: changes,
             },

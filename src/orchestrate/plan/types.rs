@@ -126,6 +126,9 @@ impl IntentChange {
 pub struct ServerPlan {
     pub hostname: String,
     pub headnode: bool,
+    /// CNAPI `rack_identifier`, when set.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rack: Option<String>,
     /// Sorted by order class, then component name.
     pub steps: Vec<Step>,
     pub intent: Vec<IntentChange>,

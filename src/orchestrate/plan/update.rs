@@ -59,6 +59,7 @@ pub(super) fn plan_update(input: &PlanningInput, selected: Selected) -> Result<P
                 ServerPlan {
                     hostname: state.hostname.clone(),
                     headnode: state.headnode,
+                    rack: state.rack.clone(),
                     steps: update.steps,
                     intent: update.intent,
                 },

@@ -1,0 +1,361 @@
+//! Safe rollouts on the fake datacenter (issue 14): the failure budget,
+//! the canary wave, rack-aware batches and a lost lock, each checked from
+//! the executor's start/finish events, with tokio's paused clock.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::time::Duration;
+
+use agentsadm::orchestrate::execute::{
+    ExecOptions, Executor, FailureBudget, RunGate, default_canary, pick_canaries,
+};
+use agentsadm::orchestrate::fake::FakeDc;
+use agentsadm::orchestrate::plan::{
+    Operation, Plan, PlanOptions, PlanningInput, Request, TransportMode, plan,
+};
+use agentsadm::orchestrate::report::{ExecReport, Halted, RecordingReporter};
+use agentsadm::orchestrate::testkit::{ExampleDc, request};
+
+/// `n` CNs with vm-agent 2.0.0 published, and the update plan for all.
+fn setup(n: usize, racks: impl Fn(usize) -> Option<String>) -> (FakeDc, Request, Plan) {
+    let mut dc = ExampleDc::new(n);
+    let target = dc.publish("vm-agent", "2.0.0");
+    for i in 1..=n {
+        if let Some(r) = racks(i) {
+            let uuid = dc.server_named(&format!("cn{i:03}"));
+            dc.set_rack(uuid, &r);
+        }
+    }
+    let fake = FakeDc::new(dc);
+    fake.faults().latency = Duration::from_secs(1);
+    let req = request(Operation::Update, &["vm-agent"], &[]);
+    let images = fake.dc().images_with_targets(&[target]);
+    let p = plan_on(&fake, &req, &images);
+    (fake, req, p)
+}
+
+fn plan_on(
+    fake: &FakeDc,
+    req: &Request,
+    images: &agentsadm::orchestrate::plan::ResolvedImages,
+) -> Plan {
+    let (intent, reality) = fake.snapshot();
+    let catalog = fake.dc().catalog.clone();
+    plan(&PlanningInput {
+        catalog: &catalog,
+        intent: &intent,
+        reality: &reality,
+        request: req,
+        options: PlanOptions {
+            transport: TransportMode::Auto,
+        },
+        images,
+    })
+    .expect("plan")
+}
+
+fn fail(fake: &FakeDc, hostname: &str) {
+    let uuid = fake.dc().server_named(hostname);
+    fake.faults().fail.insert(
+        uuid,
+        (
+            None,
+            "svc:/smartdc/agent/vm-agent:default maintenance".into(),
+        ),
+    );
+}
+
+struct Gate {
+    /// `lock_lost` answers true from this call on.
+    lost_after: usize,
+    calls: AtomicUsize,
+    continue_after_canary: bool,
+    asked: AtomicBool,
+}
+
+impl Gate {
+    fn new(lost_after: usize, continue_after_canary: bool) -> Gate {
+        Gate {
+            lost_after,
+            calls: AtomicUsize::new(0),
+            continue_after_canary,
+            asked: AtomicBool::new(false),
+        }
+    }
+}
+
+impl RunGate for Gate {
+    fn lock_lost(&self) -> bool {
+        self.calls.fetch_add(1, Ordering::SeqCst) >= self.lost_after
+    }
+    async fn canary_passed(&self, _canaries: &[String], _remaining: usize) -> bool {
+        self.asked.store(true, Ordering::SeqCst);
+        self.continue_after_canary
+    }
+}
+
+async fn run(
+    fake: &FakeDc,
+    p: &Plan,
+    options: &ExecOptions,
+    gate: &Gate,
+) -> (ExecReport, Vec<String>) {
+    let reporter = RecordingReporter::default();
+    let report = Executor {
+        transport: fake,
+        store: fake,
+        reporter: &reporter,
+        options,
+    }
+    .execute_gated(p, std::future::pending(), gate)
+    .await
+    .expect("execute");
+    (report, reporter.lines())
+}
+
+fn starts(lines: &[String]) -> Vec<&str> {
+    lines
+        .iter()
+        .filter_map(|l| l.strip_prefix("server-start "))
+        .collect()
+}
+
+#[tokio::test(start_paused = true)]
+async fn budget_halts_at_n_plus_one() {
+    let (fake, _, p) = setup(60, |_| None);
+    for i in 1..=10 {
+        fail(&fake, &format!("cn{i:03}"));
+    }
+    let options = ExecOptions {
+        concurrency: 1,
+        max_failures: Some(FailureBudget::Count(3)),
+        ..Default::default()
+    };
+    let (report, lines) = run(&fake, &p, &options, &Gate::new(usize::MAX, true)).await;
+    // Servers run one at a time: the fourth failure halts the run, and the
+    // fourth server is the last to start.
+    assert_eq!(starts(&lines), ["cn001", "cn002", "cn003", "cn004"]);
+    let failed = lines.iter().filter(|l| l.ends_with(" failed")).count();
+    assert_eq!(failed, 4 + 4, "{lines:?}"); // step-done and server-done
+    assert_eq!(
+        report.halted,
+        Some(Halted::Budget {
+            failures: 4,
+            budget: 3
+        })
+    );
+    assert_eq!(report.budget, Some(3));
+    assert_eq!(report.counts().not_started, p.servers.len() - 4);
+    assert_eq!(report.exit_status(&p), 2);
+    let text = report.render(&p);
+    assert!(
+        text.contains("halted after 4 failures (budget 3)")
+            && text.contains("run the same command again"),
+        "{text}"
+    );
+    let json = serde_json::to_value(&report).unwrap();
+    assert_eq!(json["halted"]["reason"], "budget");
+    assert_eq!(json["budget"], 3);
+}
+
+#[tokio::test(start_paused = true)]
+async fn budget_lets_servers_in_flight_finish() {
+    let (fake, _, p) = setup(60, |_| None);
+    for i in 1..=10 {
+        fail(&fake, &format!("cn{i:03}"));
+    }
+    let options = ExecOptions {
+        concurrency: 5,
+        max_failures: Some(FailureBudget::Percent(5)),
+        ..Default::default()
+    };
+    let (report, lines) = run(&fake, &p, &options, &Gate::new(usize::MAX, true)).await;
+    // 5% of 61 is 3. The first five fail together: the first three
+    // failures each let a new server start (three more failing servers),
+    // the fourth halts the run; the servers in flight still finish.
+    assert_eq!(starts(&lines).len(), 8, "{lines:?}");
+    assert_eq!(report.counts().failed, 8);
+    assert_eq!(
+        report.halted,
+        Some(Halted::Budget {
+            failures: 4,
+            budget: 3
+        })
+    );
+}
+
+#[test]
+fn budget_parses_counts_and_percentages() {
+    assert_eq!("7".parse(), Ok(FailureBudget::Count(7)));
+    assert_eq!("5%".parse(), Ok(FailureBudget::Percent(5)));
+    assert!("x%".parse::<FailureBudget>().is_err());
+    assert!("101%".parse::<FailureBudget>().is_err());
+    assert_eq!(FailureBudget::DEFAULT.limit(140), 7);
+    assert_eq!(FailureBudget::DEFAULT.limit(10), 1);
+    assert_eq!(FailureBudget::Count(0).limit(10), 1);
+    assert_eq!(default_canary(20), 0);
+    assert_eq!(default_canary(21), 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn canary_failure_stops_at_the_canary() {
+    let (fake, _, p) = setup(30, |_| None);
+    fail(&fake, "cn001");
+    let options = ExecOptions {
+        canary: 1,
+        max_failures: Some(FailureBudget::DEFAULT),
+        ..Default::default()
+    };
+    let gate = Gate::new(usize::MAX, true);
+    let (report, lines) = run(&fake, &p, &options, &gate).await;
+    assert_eq!(starts(&lines), ["cn001"]);
+    assert!(!gate.asked.load(Ordering::SeqCst));
+    let canary = report.canary.as_ref().unwrap();
+    assert_eq!(
+        (canary.servers.as_slice(), canary.passed),
+        (&["cn001".to_string()][..], false)
+    );
+    assert_eq!(
+        report.halted,
+        Some(Halted::Canary {
+            failed: vec!["cn001".into()]
+        })
+    );
+    // No other server was touched.
+    assert!(fake.steps_run().is_empty());
+    assert_eq!(report.counts().not_started, p.servers.len() - 1);
+    assert_eq!(report.exit_status(&p), 2);
+    assert!(report.render(&p).contains("canary failed on cn001"));
+}
+
+#[tokio::test(start_paused = true)]
+async fn canary_passes_then_the_rest_follow_and_replan_is_empty() {
+    let (fake, req, p) = setup(30, |_| None);
+    let options = ExecOptions {
+        canary: 1,
+        max_failures: Some(FailureBudget::DEFAULT),
+        ..Default::default()
+    };
+    let gate = Gate::new(usize::MAX, true);
+    let (report, lines) = run(&fake, &p, &options, &gate).await;
+    assert!(gate.asked.load(Ordering::SeqCst));
+    // The canary finishes before any other server starts.
+    let first_done = lines
+        .iter()
+        .position(|l| l.starts_with("server-done"))
+        .unwrap();
+    let second_start = lines
+        .iter()
+        .enumerate()
+        .filter(|(_, l)| l.starts_with("server-start"))
+        .nth(1)
+        .unwrap()
+        .0;
+    assert!(first_done < second_start, "{lines:?}");
+    assert!(report.all_succeeded(), "{}", report.render(&p));
+    assert!(report.canary.as_ref().unwrap().passed);
+    assert_eq!(report.halted, None);
+    // One canary wave of 1 s, then 30 servers 20 at a time: 2 s.
+    assert_eq!(report.elapsed.as_secs(), 3);
+    let images = fake.dc().known_images();
+    assert!(plan_on(&fake, &req, &images).servers.is_empty());
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_declined_canary_starts_nothing_else() {
+    let (fake, _, p) = setup(30, |_| None);
+    let options = ExecOptions {
+        canary: 1,
+        ..Default::default()
+    };
+    let (report, lines) = run(&fake, &p, &options, &Gate::new(usize::MAX, false)).await;
+    assert_eq!(starts(&lines).len(), 1);
+    assert_eq!(report.halted, Some(Halted::Declined));
+    assert_eq!(report.exit_status(&p), 2);
+}
+
+#[tokio::test(start_paused = true)]
+async fn canaries_come_from_different_racks() {
+    let (fake, _, p) = setup(40, |i| Some(format!("rack-{}", (i - 1) / 10)));
+    let options = ExecOptions {
+        canary: 3,
+        ..Default::default()
+    };
+    let (report, lines) = run(&fake, &p, &options, &Gate::new(usize::MAX, true)).await;
+    assert_eq!(&starts(&lines)[..3], ["cn001", "cn011", "cn021"]);
+    assert_eq!(report.canary.unwrap().servers, ["cn001", "cn011", "cn021"]);
+    assert_eq!(pick_canaries(&[None, None, Some("a")], 2), [0, 2]);
+    assert_eq!(pick_canaries(&[None, None, None], 2), [0, 1]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn rack_limit_never_exceeded() {
+    // 80 CNs, 40 per rack except the last 8 (no rack); random latencies.
+    let rack_of = |i: usize| (i <= 72).then(|| format!("rack-{}", (i - 1) / 40));
+    let (fake, req, p) = setup(80, rack_of);
+    for i in 1..=80 {
+        let uuid = fake.dc().server_named(&format!("cn{i:03}"));
+        fake.faults()
+            .slow
+            .insert(uuid, 1.0 + (i * 7 % 11) as f64 / 3.0);
+    }
+    let options = ExecOptions {
+        concurrency: 20,
+        max_per_rack: Some(3),
+        ..Default::default()
+    };
+    let (report, lines) = run(&fake, &p, &options, &Gate::new(usize::MAX, true)).await;
+    assert!(report.all_succeeded(), "{}", report.render(&p));
+    let rack = |host: &str| {
+        host.strip_prefix("cn")
+            .and_then(|n| n.parse::<usize>().ok())
+            .and_then(rack_of)
+    };
+    let mut in_flight: BTreeMap<String, usize> = BTreeMap::new();
+    let mut peak: BTreeMap<String, usize> = BTreeMap::new();
+    let (mut unracked, mut unracked_peak) = (0usize, 0usize);
+    for l in &lines {
+        if let Some(h) = l.strip_prefix("server-start ") {
+            match rack(h) {
+                Some(r) => {
+                    let n = in_flight.entry(r.clone()).or_default();
+                    *n += 1;
+                    let pk = peak.entry(r).or_default();
+                    *pk = (*pk).max(*n);
+                }
+                None => {
+                    unracked += 1;
+                    unracked_peak = unracked_peak.max(unracked);
+                }
+            }
+        } else if let Some(rest) = l.strip_prefix("server-done ") {
+            let h = rest.split(' ').next().unwrap();
+            match rack(h) {
+                Some(r) => *in_flight.get_mut(&r).unwrap() -= 1,
+                None => unracked -= 1,
+            }
+        }
+    }
+    assert_eq!(peak.len(), 2);
+    assert!(peak.values().all(|&n| n == 3), "{peak:?}");
+    // Servers without a rack are not held back by the limit.
+    assert!(unracked_peak > 3, "{unracked_peak}");
+    let images = fake.dc().known_images();
+    assert!(plan_on(&fake, &req, &images).servers.is_empty());
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_broken_lock_stops_new_starts() {
+    let (fake, _, p) = setup(10, |_| None);
+    let options = ExecOptions {
+        concurrency: 2,
+        ..Default::default()
+    };
+    // Checked once before anything, then before each start: lost at the 5th.
+    let (report, lines) = run(&fake, &p, &options, &Gate::new(4, true)).await;
+    assert_eq!(starts(&lines).len(), 3);
+    assert_eq!(report.halted, Some(Halted::LockLost));
+    assert_eq!(report.counts().succeeded, 3);
+    assert_eq!(report.exit_status(&p), 2);
+    assert!(report.render(&p).contains("lock was broken"));
+}
