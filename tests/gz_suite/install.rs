@@ -373,3 +373,40 @@ async fn bzip2_and_uncompressed_images_install() {
     assert!(srv.installed_image("smartlogin").is_some());
     assert!(srv.installed_image("amon-agent").is_some());
 }
+
+/// apm makes its prefix directories before anything else; real agents'
+/// hooks write into them (vm-agent's postinstall renders into `smf/`) and
+/// fail where they are missing. A failed install on a fresh root removes
+/// the ones it made.
+#[tokio::test]
+async fn prefix_directories_exist_before_the_hooks_run() {
+    let prefix_dirs = ["tmp", "lib/node_modules", "bin", "smf", "etc", "db"];
+    let srv = TestServer::new(false);
+    let dir = tempfile::tempdir().unwrap();
+    let mut s = spec("vm-agent", "1.0.0");
+    // Fails unless every prefix directory is already there.
+    let check = prefix_dirs
+        .iter()
+        .map(|d| format!("test -d \"$npm_config_prefix/{d}\""))
+        .collect::<Vec<_>>()
+        .join(" && ");
+    s.hooks.preinstall = Some(check.clone());
+    let f = write_image(&agentsadm::imagebuild::build(&s), dir.path());
+    ok(&srv.gz_offline(&["install", f.to_str().unwrap()]).await);
+    for d in prefix_dirs {
+        assert!(srv.at(&format!("opt/smartdc/agents/{d}")).is_dir(), "{d}");
+    }
+
+    let fresh = TestServer::new(false);
+    let before = snapshot(fresh.root());
+    let mut s = spec("vm-agent", "1.0.0");
+    s.hooks.postinstall = Some("exit 3".into());
+    let f = write_image(&agentsadm::imagebuild::build(&s), dir.path());
+    let out = fresh.gz_offline(&["install", f.to_str().unwrap()]).await;
+    assert_ne!(out.exit_status, 0);
+    assert_same(
+        &before,
+        &snapshot(fresh.root()),
+        "a failed install on a fresh root",
+    );
+}

@@ -93,7 +93,7 @@ use super::hooks::{HookEnv, HookError};
 use super::kinds::{self, Footprint, StagedVersion};
 use super::layout::Layout;
 use super::package::{Hook, PackageError};
-use super::paths::GzPaths;
+use super::paths::{AGENTS_PREFIX, GzPaths};
 use super::step::Step;
 
 /// What a transaction does.
@@ -427,6 +427,12 @@ async fn snapshot_smf(
 
 /// Directories (root-relative) that the new version's paths need and that
 /// do not exist yet.
+/// The directories apm creates under its prefix before anything else:
+/// agents' hooks write into them (`smf/` for the rendered manifest, `etc/`,
+/// `db/`) and fail, or skip themselves, where they are missing.
+pub(super) const APM_PREFIX_DIRS: [&str; 6] =
+    ["tmp", "lib/node_modules", "bin", "smf", "etc", "db"];
+
 fn missing_dirs(paths: &GzPaths, new: Option<&Footprint>, instance_file: &str) -> Vec<String> {
     let mut wanted: BTreeSet<String> = BTreeSet::new();
     let mut add_parents = |rel: &str| {
@@ -451,6 +457,12 @@ fn missing_dirs(paths: &GzPaths, new: Option<&Footprint>, instance_file: &str) -
         }
         for m in &f.smf_manifests {
             add_parents(m);
+        }
+        if f.apm {
+            for dir in APM_PREFIX_DIRS {
+                // The directory itself too: the parents of a child in it.
+                add_parents(&format!("{AGENTS_PREFIX}/{dir}/-"));
+            }
         }
     }
     add_parents(instance_file);

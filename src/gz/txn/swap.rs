@@ -66,7 +66,12 @@ pub(super) async fn swap_in(
         blocking(move || move_overlay_out(&paths, new.as_ref(), &txn_dir, old.as_ref())).await?;
     }
     env.checkpoint("after-move-old");
-    // 4. The new package in.
+    // 4. The new package in, after apm's prefix directories (in the
+    // journal's created_dirs: a rollback removes the ones made here).
+    if new.apm {
+        let paths = paths.clone();
+        blocking(move || create_prefix_dirs(&paths)).await?;
+    }
     if let (Some(pkg), Some(src)) = (&staged.package, &staged.tree_src) {
         run_hook(env, journal, Hook::Preinstall, pkg, src).await?;
     }
@@ -423,6 +428,16 @@ fn render_inputs(paths: &GzPaths, installed: &Path) -> Result<Vec<RenderInput>, 
 }
 
 /// Render the manifests the postinstall did not write (apm's `subfile`).
+/// `/opt/smartdc/agents/{tmp,lib/node_modules,bin,smf,etc,db}`, as apm
+/// makes them before it installs anything.
+fn create_prefix_dirs(paths: &GzPaths) -> Result<(), TxnError> {
+    for dir in super::APM_PREFIX_DIRS {
+        let dir = paths.prefix().join(dir);
+        fs::create_dir_all(&dir).map_err(fs_err(Step::Swap, "create", &dir))?;
+    }
+    Ok(())
+}
+
 fn render_manifests(
     paths: &GzPaths,
     prefix: &Path,
