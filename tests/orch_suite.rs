@@ -6,6 +6,8 @@
 //! - `list`: the rows of `agentsadm list` and its summary (pure);
 //! - `exec`: the executor, outliers, stragglers and the lock on the fake
 //!   datacenter, with a paused clock;
+//! - `interrupt`: Ctrl-C with servers in flight (task ids, waiting for
+//!   them, a second interrupt), task ids of timed-out steps;
 //! - `sim`: plan, execute and re-plan against the simulated datacenter, the
 //!   CLI's exit statuses, two orchestrators started together;
 //! - `runlog`: the bunyan log of every run, JSON error documents;
@@ -17,6 +19,8 @@ mod adopt;
 mod exec;
 #[path = "common/golden.rs"]
 mod golden_common;
+#[path = "orch_suite/interrupt.rs"]
+mod interrupt;
 #[path = "orch_suite/list.rs"]
 mod list;
 #[path = "orch_suite/plan.rs"]
