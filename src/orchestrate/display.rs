@@ -308,8 +308,8 @@ fn unmanaged_components(skips: &[Skip]) -> Vec<&str> {
 }
 
 /// What leaves a datacenter short, in one line each, when it is the
-/// reason for many skips: servers that are not set up, and (more than one)
-/// components that were never adopted into SAPI.
+/// reason for many skips: servers that are not set up (half the selection
+/// or more), and (more than one) components never adopted into SAPI.
 fn lead_causes(p: &Plan) -> Vec<String> {
     let mut out = Vec::new();
     let not_setup = p
@@ -317,7 +317,9 @@ fn lead_causes(p: &Plan) -> Vec<String> {
         .iter()
         .filter(|s| s.component.is_none() && s.reason == SkipReason::NotSetup)
         .count();
-    if not_setup > 0 {
+    // Leading only when they are half the selection or more: one server
+    // being set up in a large datacenter is an ordinary skip.
+    if not_setup > 0 && not_setup * 2 >= p.selected_servers {
         out.push(format!(
             "{} not set up (CNAPI setup=false) and left out: set them up first ('sdc-server setup'), then run the same command again",
             plural(not_setup, "server is", "servers are")

@@ -172,11 +172,11 @@ async fn orchestrator_commands_refuse_bad_input_with_one_line_and_change_nothing
         ),
         case(
             &["update", "vm-agent", "--image", "not-a-uuid", "-y"],
-            &["malformed image UUID \"not-a-uuid\""],
+            &["no vm-agent image matches \"not-a-uuid\"", "avail vm-agent"],
         ),
         case(
             &["update", "vm-agent", "--image", u, "--latest", "-y"],
-            &["'--image <UUID>' cannot be used with '--latest'"],
+            &["'--image <IMAGE>' cannot be used with '--latest'"],
         ),
         case(
             &["update", "--all", "vm-agent", "-y"],
@@ -254,7 +254,7 @@ async fn orchestrator_commands_refuse_bad_input_with_one_line_and_change_nothing
                 "1234",
                 "-y",
             ],
-            &["malformed image UUID \"1234\""],
+            &["no dockerlogger image matches \"1234\""],
         ),
         case(
             &[
