@@ -430,6 +430,7 @@ mod tests {
             elapsed: Duration::from_secs(1),
             steps: Vec::new(),
             failure: None,
+            tasks: Vec::new(),
         };
         t.event(&ExecEvent::ServerFinished {
             server,

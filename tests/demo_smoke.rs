@@ -18,7 +18,11 @@ const HANG_TIMEOUT: Duration = Duration::from_secs(180);
 /// progress lines among the command output), stdin closed.
 fn run(args: &[&str]) -> (Option<i32>, String) {
     let (mut reader, writer) = std::io::pipe().expect("pipe");
+    // Run logs go to a directory of the test's own, never the developer's
+    // home.
+    let state = tempfile::tempdir().expect("state dir");
     let mut cmd = Command::new(BIN);
+    cmd.env("XDG_STATE_HOME", state.path());
     cmd.args(args)
         .stdin(Stdio::null())
         .stdout(writer.try_clone().expect("pipe clone"))

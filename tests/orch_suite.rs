@@ -4,8 +4,13 @@
 //! - `plan`: planner scenarios and golden plans (pure);
 //! - `adopt`: adoption planning (pure);
 //! - `list`: the rows of `agentsadm list` and its summary (pure);
+//! - `adopt_sapi`: adoption against SAPI's real re-create rules (sim);
 //! - `exec`: the executor, outliers, stragglers and the lock on the fake
 //!   datacenter, with a paused clock;
+//! - `halfsetup`: a datacenter not set up leads with the cause (pure);
+//! - `interrupt`: Ctrl-C with servers in flight (task ids, waiting for
+//!   them, a second interrupt), task ids of timed-out steps;
+//! - `latest`: where `--latest` looks, printed on the plan's first line;
 //! - `sim`: plan, execute and re-plan against the simulated datacenter, the
 //!   CLI's exit statuses, two orchestrators started together;
 //! - `runlog`: the bunyan log of every run, JSON error documents;
@@ -13,10 +18,18 @@
 
 #[path = "orch_suite/adopt.rs"]
 mod adopt;
+#[path = "orch_suite/adopt_sapi.rs"]
+mod adopt_sapi;
 #[path = "orch_suite/exec.rs"]
 mod exec;
 #[path = "common/golden.rs"]
 mod golden_common;
+#[path = "orch_suite/halfsetup.rs"]
+mod halfsetup;
+#[path = "orch_suite/interrupt.rs"]
+mod interrupt;
+#[path = "orch_suite/latest.rs"]
+mod latest;
 #[path = "orch_suite/list.rs"]
 mod list;
 #[path = "orch_suite/plan.rs"]

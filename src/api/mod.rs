@@ -212,12 +212,17 @@ impl ApiError {
     /// (an update of a missing object, an unknown manifest, a bad service
     /// type), which answer the same every time. Other code-less 500s may
     /// come from a backend that is down, so they are retried.
+    /// A refused connection to a loopback address is not transient either:
+    /// nothing listens there (a stopped simulator, a wrong port), and
+    /// retrying with backoff only delays the one line that says so.
     pub fn is_transient(&self) -> bool {
         match self {
-            ApiError::Connect { .. }
-            | ApiError::Timeout { .. }
-            | ApiError::Transport { .. }
-            | ApiError::Integrity { .. } => true,
+            ApiError::Connect { base_url, err, .. } => {
+                !(is_loopback_url(base_url) && connection_refused(err))
+            }
+            ApiError::Timeout { .. } | ApiError::Transport { .. } | ApiError::Integrity { .. } => {
+                true
+            }
             ApiError::Status { status, body, .. } => {
                 let permanent_plain = *status == 500
                     && body.code.is_none()
@@ -545,9 +550,68 @@ impl Apis {
     }
 }
 
+/// Whether `url` names this host (127.0.0.0/8, ::1, `localhost`).
+fn is_loopback_url(url: &str) -> bool {
+    let Ok(u) = reqwest::Url::parse(url) else {
+        return false;
+    };
+    let Some(host) = u.host_str() else {
+        return false;
+    };
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    host.eq_ignore_ascii_case("localhost")
+        || host
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip.is_loopback())
+}
+
+/// Whether the connection was refused (an `ECONNREFUSED` somewhere in
+/// the error's causes).
+fn connection_refused(err: &(dyn std::error::Error + 'static)) -> bool {
+    let mut cause = Some(err);
+    while let Some(e) = cause {
+        if let Some(io) = e.downcast_ref::<std::io::Error>()
+            && io.kind() == std::io::ErrorKind::ConnectionRefused
+        {
+            return true;
+        }
+        cause = e.source();
+    }
+    false
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A refused loopback connection fails at once (no retry), with one
+    /// line naming the URL; the same error elsewhere is worth retrying.
+    #[tokio::test]
+    async fn a_refused_loopback_connection_is_not_retried() {
+        let port = {
+            let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+            l.local_addr().unwrap().port()
+        };
+        let url = format!("http://127.0.0.1:{port}");
+        let config = ApiConfig {
+            retries: 50,
+            backoff: Duration::from_secs(3600),
+            ..ApiConfig::default()
+        };
+        // With fifty retries an hour apart, only no retry ends this test.
+        let err = sapi::SapiClient::new(&url, config)
+            .unwrap()
+            .list_services(None, None, None)
+            .await
+            .unwrap_err();
+        assert!(matches!(err, ApiError::Connect { .. }), "{err:?}");
+        assert!(!err.is_transient());
+        let text = err.to_string();
+        assert!(text.contains(&url) && !text.contains('\n'), "{text}");
+        assert!(is_loopback_url("http://localhost:80"));
+        assert!(is_loopback_url("http://[::1]:80"));
+        assert!(!is_loopback_url("http://10.0.0.1"));
+    }
 
     #[test]
     fn parses_error_bodies() {

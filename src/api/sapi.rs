@@ -105,12 +105,15 @@ fn param_uuid(params: Option<&Object>, key: &str) -> Option<ImageUuid> {
     param_str(params, key).and_then(|s| s.parse().ok())
 }
 
-/// CreateInstance body. Re-posting an existing `uuid` overwrites it, which
-/// is how agent adoption stays idempotent.
+/// CreateInstance body. SAPI overwrites an existing `uuid`, and deletes
+/// the instance when that re-create fails: an existing instance is changed
+/// with UpdateInstance, never re-posted.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct CreateInstance {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub uuid: Option<InstanceUuid>,
+    /// Omitted rather than sent as `null` when unset (SAPI validates it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub service_uuid: Option<ServiceUuid>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub params: Option<Object>,
@@ -406,18 +409,49 @@ impl SapiClient {
             .await
     }
 
-    /// CreateInstance. With an explicit `uuid` this is idempotent (SAPI
-    /// overwrites), so it is retried; without one it is not.
+    /// CreateInstance, never retried blindly: re-posting an instance that
+    /// exists overwrites it, and when such a re-create fails real SAPI
+    /// deletes the instance. After a failure that may have happened after
+    /// SAPI stored it (connect error, timeout, 5xx), an explicit `uuid` is
+    /// looked up first: an instance that exists now was created, and gets
+    /// the requested params and metadata through UpdateInstance; a missing
+    /// one is created again. Callers updating an instance they know exists
+    /// use [`SapiClient::update_instance`].
     pub async fn create_instance(&self, create: &CreateInstance) -> Result<Instance, ApiError> {
         let body = serde_json::to_value(create).unwrap_or_default();
-        let idem = if create.uuid.is_some() {
-            Idempotent::Yes
-        } else {
-            Idempotent::No
+        let post = || {
+            self.rest
+                .json::<Instance>(Method::POST, "/instances", Idempotent::No, Some(&body))
         };
-        self.rest
-            .json(Method::POST, "/instances", idem, Some(&body))
-            .await
+        let mut last = match (post().await, create.uuid) {
+            (Ok(i), _) => return Ok(i),
+            (Err(e), Some(_)) if e.is_transient() => e,
+            (Err(e), _) => return Err(e),
+        };
+        let Some(uuid) = create.uuid else {
+            return Err(last);
+        };
+        for delay in self.rest.config().retry_policy().delays() {
+            tokio::time::sleep(delay).await;
+            match self.get_instance(uuid).await {
+                Ok(_) => {
+                    let update = Update {
+                        action: Some(UpdateAction::Update),
+                        params: create.params.clone(),
+                        metadata: create.metadata.clone(),
+                    };
+                    return self.update_instance(uuid, &update).await;
+                }
+                Err(e) if e.is_not_found() => {}
+                Err(e) => return Err(e),
+            }
+            match post().await {
+                Ok(i) => return Ok(i),
+                Err(e) if e.is_transient() => last = e,
+                Err(e) => return Err(e),
+            }
+        }
+        Err(last)
     }
 
     /// UpdateInstance (never UpgradeInstance: see the module docs).

@@ -208,6 +208,19 @@ impl RunGate for CliGate<'_> {
         }
         super::orch::confirm(&head).await.unwrap_or(false)
     }
+
+    /// In a terminal, the first Ctrl-C keeps waiting for the servers in
+    /// flight (their tasks may complete); the second stops waiting.
+    /// Elsewhere (a script's SIGINT) waiting stops at once.
+    fn keep_waiting(
+        &self,
+        in_flight: &[crate::orchestrate::report::InFlight],
+    ) -> Option<futures::future::LocalBoxFuture<'_, ()>> {
+        if in_flight.is_empty() || !super::orch::stdin_is_terminal() {
+            return None;
+        }
+        Some(Box::pin(interrupted()))
+    }
 }
 
 /// `1999` as `1,999`.

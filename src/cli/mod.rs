@@ -377,9 +377,10 @@ async fn run_parsed(cli: Cli) -> ExitCode {
     let log_file = cli.global.log_file.clone();
     let json = cli.global.json;
     let quiet = cli.global.quiet;
-    let result = dispatch(cli).await;
-    let ran = result.is_ok();
-    let code = match result {
+    // A command that ended in an error changed nothing: its one line says
+    // why (the log keeps the record), so the path is not printed after it.
+    let mut failed = false;
+    let code = match dispatch(cli).await {
         Ok(code) => {
             tracing::info!(target: crate::log::FILE_ONLY_TARGET, component = "cli", exit = ?code, "command finished");
             code
@@ -399,15 +400,14 @@ async fn run_parsed(cli: Cli) -> ExitCode {
                 }));
             }
             eprintln!("agentsadm: error: {}", error_line(&e));
+            failed = true;
             ExitCode::from(1)
         }
     };
-    // A refusal is its one error line; the log's path is news only once
-    // the command ran.
     if let Some(p) = log_file
-        && ran
         && !quiet
         && !json
+        && !failed
     {
         eprintln!("log: {}", p.display());
     }

@@ -94,17 +94,6 @@ impl LiveRows {
         self.rows.remove(server);
     }
 
-    /// The servers in flight, by hostname.
-    pub fn in_flight(&self) -> Vec<(ServerUuid, String)> {
-        let mut v: Vec<(ServerUuid, String)> = self
-            .rows
-            .iter()
-            .map(|(u, r)| (*u, r.hostname.clone()))
-            .collect();
-        v.sort_by(|a, b| a.1.cmp(&b.1));
-        v
-    }
-
     /// One line per server in flight, in hostname order: hostname, whole
     /// seconds elapsed, current step, and a `SLOW` mark on an outlier
     /// (yellow where `color`).
@@ -305,14 +294,6 @@ impl CliProgress {
             draw(&self.state, l.term.as_ref());
         }
     }
-
-    /// The servers in flight, by hostname.
-    pub fn in_flight(&self) -> Vec<(ServerUuid, String)> {
-        self.state
-            .lock()
-            .map(|s| s.rows.in_flight())
-            .unwrap_or_default()
-    }
 }
 
 fn draw(state: &Mutex<State>, term: &dyn Terminal) {
@@ -451,19 +432,37 @@ impl Reporter for CliProgress {
                     names.join(", ")
                 ));
             }
-            ExecEvent::Interrupted => {
-                let flying = self.in_flight();
+            ExecEvent::Interrupted { in_flight, waiting } => {
                 let mut text = "interrupted: no further servers will be started".to_string();
-                if !flying.is_empty() {
-                    let names: Vec<&str> = flying.iter().map(|(_, h)| h.as_str()).collect();
+                if in_flight.is_empty() {
+                    text.push_str("; run the same command again to finish");
+                } else {
+                    let mut names: Vec<String> = in_flight.iter().map(|f| f.describe()).collect();
+                    names.sort();
                     text.push_str(&format!(
                         "; {} in flight, whose CNAPI tasks may still complete on their own: {}",
-                        flying.len(),
+                        in_flight.len(),
                         names.join(", ")
                     ));
+                    if *waiting {
+                        text.push_str(
+                            "; waiting for them to finish (press Ctrl-C again to stop waiting)",
+                        );
+                    } else {
+                        text.push_str("; run the same command again to finish");
+                    }
                 }
-                text.push_str("; run the same command again to finish");
                 self.line(&text);
+            }
+            ExecEvent::StoppedWaiting { in_flight } => {
+                let mut names: Vec<&str> = in_flight.iter().map(|f| f.hostname.as_str()).collect();
+                names.sort_unstable();
+                self.line(&format!(
+                    "stopped waiting for {} server{} still in flight ({}): they may still complete; run the same command again to finish or confirm",
+                    in_flight.len(),
+                    if in_flight.len() == 1 { "" } else { "s" },
+                    names.join(", ")
+                ));
             }
             ExecEvent::Finished(_) => {
                 if let Ok(mut l) = self.live.lock()
@@ -651,13 +650,38 @@ mod tests {
             median: Duration::from_secs(1),
         }));
         assert!(term.last()[0].starts_with("\x1b[33m"));
-        p.event(&ExecEvent::Interrupted);
+        let task = crate::ids::TaskId::from_u128(7);
+        let in_flight = [crate::orchestrate::report::InFlight {
+            server: a,
+            hostname: "cn0001".into(),
+            elapsed: Duration::from_secs(3),
+            tasks: vec![crate::orchestrate::transport::TaskRef {
+                component: "vm-agent".into(),
+                task,
+                waiting: true,
+            }],
+        }];
+        p.event(&ExecEvent::Interrupted {
+            in_flight: &in_flight,
+            waiting: true,
+        });
         let printed = term.printed.lock().unwrap().clone();
         let last = printed.last().unwrap();
         assert!(
             last.contains("1 in flight")
                 && last.contains("may still complete")
-                && last.contains("cn0001"),
+                && last.contains(&format!("cn0001 (vm-agent task {task})"))
+                && last.contains("press Ctrl-C again to stop waiting"),
+            "{last}"
+        );
+        p.event(&ExecEvent::StoppedWaiting {
+            in_flight: &in_flight,
+        });
+        let printed = term.printed.lock().unwrap().clone();
+        let last = printed.last().unwrap();
+        assert!(
+            last.contains("stopped waiting for 1 server still in flight (cn0001)")
+                && last.contains("may still complete"),
             "{last}"
         );
     }

@@ -5,7 +5,8 @@
 //! skipped, which is not an error. Otherwise the instance (the kept instance
 //! UUID) gets `params.server_uuid` and `params.image_uuid`: UpdateInstance
 //! when it exists, CreateInstance with the UUID when it does not (SAPI stores
-//! agent instances without deploying anything, and a re-POST overwrites).
+//! agent instances without deploying anything). An existing instance is
+//! never re-posted: SAPI deletes it when such a re-create fails.
 //! UpgradeInstance is never used: the real SAPI crashes on it for agents.
 
 use crate::api::sapi::{CreateInstance, ServiceType, Update, object};
@@ -29,6 +30,14 @@ pub enum AdoptError {
         service: String,
         #[source]
         err: Box<ApiError>,
+    },
+    #[error(
+        "SAPI records instance {instance} of {service} under another service ({recorded}); left as it is: run 'agentsadm check' on the headnode"
+    )]
+    OtherService {
+        service: String,
+        instance: InstanceUuid,
+        recorded: String,
     },
     #[error("cannot record instance {instance} of {service} in SAPI")]
     Instance {
@@ -74,8 +83,16 @@ pub async fn adopt(
                 .map_err(inst_err)?;
             Ok(Adoption::Updated)
         }
-        Ok(_) | Err(ApiError::Status { status: 404, .. }) => {
-            // Missing, or recorded under another service (re-POST fixes it).
+        Ok(existing) => {
+            // Recorded under another service: re-posting it would risk
+            // SAPI deleting it when the re-create fails; say so instead.
+            Err(AdoptError::OtherService {
+                service: service.to_string(),
+                instance,
+                recorded: existing.service_uuid.to_string(),
+            })
+        }
+        Err(ApiError::Status { status: 404, .. }) => {
             sapi.create_instance(&CreateInstance {
                 uuid: Some(instance),
                 service_uuid: Some(svc.uuid),

@@ -7,6 +7,8 @@
 //!   created without `params.image_uuid` (SAPI would check it against the
 //!   datacenter IMGAPI) and the default image is set right after: the
 //!   headnode's installed image, else the one most servers run.
+//! - Creates the `gz-tools` and `sdcadm` services where a headnode lacks
+//!   them, reported or not (RFD 82 M5): a real headnode has neither.
 //! - Sets the default image of existing services that have none.
 //! - For each selected server and reported component: creates the instance
 //!   with the UUID the server keeps (idempotent: SAPI overwrites), or adds
@@ -28,7 +30,7 @@ use super::reality::Reality;
 use super::store::instance_params;
 use crate::api::ApiError;
 use crate::api::sapi::{CreateInstance, CreateService, SapiClient, ServiceType, Update, object};
-use crate::catalog::Catalog;
+use crate::catalog::{Catalog, ComponentKind};
 use crate::error::error_chain;
 use crate::ids::{ImageUuid, InstanceUuid, ServerUuid, ServiceUuid};
 
@@ -175,6 +177,23 @@ pub fn plan_adoption(
             _ => {}
         }
     }
+    // A real headnode has no gz-tools or sdcadm service (they were never
+    // SAPI agents, and cn-agent does not report them): RFD 82 M5 adds both,
+    // so that they are managed like the agents from then on.
+    if reality.servers.values().any(|s| s.setup && s.headnode) {
+        for c in catalog
+            .iter()
+            .filter(|c| matches!(c.kind, ComponentKind::GzTools | ComponentKind::Sdcadm))
+        {
+            let planned = plan.new_services.iter().any(|n| n.component == c.name);
+            if !planned && !intent.services.contains_key(&c.name) {
+                plan.new_services.push(NewService {
+                    component: c.name.clone(),
+                    default_image: default_for(&c.name),
+                });
+            }
+        }
+    }
 
     let selected: Vec<ServerUuid> = match servers {
         Some(s) => s.to_vec(),
@@ -221,7 +240,9 @@ pub fn plan_adoption(
                     component: name.clone(),
                     instance,
                     image,
-                    exists: existing.is_some(),
+                    // Also one SAPI has but could not tie to a server.
+                    exists: existing.is_some()
+                        || intent.unlinked.iter().any(|u| u.uuid == instance),
                 });
             }
         }
@@ -331,6 +352,17 @@ pub async fn adopt(
                         None => Err(InstanceAdoptError::NoService {
                             component: i.component.clone(),
                         }),
+                        // An instance SAPI has is completed with
+                        // UpdateInstance: re-posting it would overwrite it,
+                        // and a failed re-create makes SAPI delete it.
+                        Some(_) if i.exists => sapi
+                            .update_instance(
+                                i.instance,
+                                &Update::params(instance_params(i.server, i.image)),
+                            )
+                            .await
+                            .map(|_| ())
+                            .map_err(InstanceAdoptError::Api),
                         Some(service) => sapi
                             .create_instance(&CreateInstance {
                                 uuid: Some(i.instance),

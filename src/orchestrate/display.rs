@@ -6,7 +6,7 @@
 use std::collections::BTreeMap;
 use std::fmt::{self, Write as _};
 
-use super::plan::{Action, ImageRef, IntentChange, Plan, Skip};
+use super::plan::{Action, ImageRef, IntentChange, Plan, Skip, SkipReason};
 use crate::ids::ImageUuid;
 
 /// A plan rendered for humans.
@@ -157,6 +157,11 @@ impl fmt::Display for PlanDisplay<'_> {
             p.operation,
             plural(p.selected_servers, "server", "servers")
         )?;
+        // A datacenter not (fully) set up: its cause first, not buried
+        // under one skip line per server or component.
+        for cause in lead_causes(p) {
+            writeln!(f, "{cause}")?;
+        }
 
         // Only the components the plan changes: a bulk update names every
         // component, and fifteen lines of images already in place hide the
@@ -293,11 +298,67 @@ fn skip_reason(s: &Skip) -> String {
     s.reason.describe()
 }
 
+/// Component-wide skips of components without a SAPI service, by name.
+fn unmanaged_components(skips: &[Skip]) -> Vec<&str> {
+    skips
+        .iter()
+        .filter(|s| s.server.is_none() && s.reason == SkipReason::Unmanaged)
+        .filter_map(|s| s.component.as_deref())
+        .collect()
+}
+
+/// What leaves a datacenter short, in one line each, when it is the
+/// reason for many skips: servers that are not set up (half the selection
+/// or more), and (more than one) components never adopted into SAPI.
+fn lead_causes(p: &Plan) -> Vec<String> {
+    let mut out = Vec::new();
+    let not_setup = p
+        .skips
+        .iter()
+        .filter(|s| s.component.is_none() && s.reason == SkipReason::NotSetup)
+        .count();
+    // Leading only when they are half the selection or more: one server
+    // being set up in a large datacenter is an ordinary skip.
+    if not_setup > 0 && not_setup * 2 >= p.selected_servers {
+        out.push(format!(
+            "{} not set up (CNAPI setup=false) and left out: set them up first ('sdc-server setup'), then run the same command again",
+            plural(not_setup, "server is", "servers are")
+        ));
+    }
+    let unmanaged = unmanaged_components(&p.skips);
+    if unmanaged.len() > 1 {
+        out.push(format!(
+            "{} have no SAPI service, so agentsadm does not manage them yet: run 'agentsadm adopt' first ({})",
+            plural(unmanaged.len(), "component", "components"),
+            list_hosts(&unmanaged, 5)
+        ));
+    }
+    out
+}
+
 /// Skips grouped by (component, reason): a few are listed one per line,
 /// many are counted with some hostnames. Blocking skips are marked `!`.
+/// Several unmanaged components are one line.
 fn write_skips(f: &mut fmt::Formatter<'_>, skips: &[Skip]) -> fmt::Result {
+    let unmanaged = unmanaged_components(skips);
+    let collapse = unmanaged.len() > 1;
+    if collapse {
+        let blocking = skips
+            .iter()
+            .any(|s| s.server.is_none() && s.reason == SkipReason::Unmanaged && s.blocking);
+        writeln!(
+            f,
+            "  {} {}: {}",
+            if blocking { "!" } else { " " },
+            plural(unmanaged.len(), "component", "components"),
+            SkipReason::Unmanaged.describe()
+        )?;
+    }
     let mut groups: BTreeMap<(bool, Option<&str>, String), Vec<&Skip>> = BTreeMap::new();
     for s in skips {
+        if collapse && s.server.is_none() && s.reason == SkipReason::Unmanaged {
+            continue;
+        }
         groups
             .entry((!s.blocking, s.component.as_deref(), skip_reason(s)))
             .or_default()

@@ -21,14 +21,15 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::future::Future;
 use std::time::Duration;
 
+use futures::future::{LocalBoxFuture, OptionFuture};
 use futures::stream::{FuturesUnordered, StreamExt};
 use tokio::time::Instant;
 
 use super::outlier::{self, OutlierPolicy};
 use super::plan::{Plan, ServerPlan, Step, TransportKind};
 use super::report::{
-    CanaryResult, ExecEvent, ExecReport, Failure, FailureStage, Halted, Reporter, ServerOutcome,
-    ServerStatus, StepResult, StepStatus,
+    CanaryResult, ExecEvent, ExecReport, Failure, FailureStage, Halted, InFlight, Reporter,
+    ServerOutcome, ServerStatus, StepResult, StepStatus,
 };
 use super::store::{IntentStore, IntentWriteError};
 use super::transport::{StepFailure, Transport};
@@ -187,6 +188,14 @@ pub trait RunGate: Sync {
 
     /// Every canary succeeded; go on with the `remaining` servers?
     fn canary_passed(&self, canaries: &[String], remaining: usize) -> impl Future<Output = bool>;
+
+    /// The run was interrupted with `in_flight` servers running: keep
+    /// waiting for them until the returned future resolves (a second
+    /// Ctrl-C), or stop waiting at once (`None`, the default: scripts and
+    /// tests).
+    fn keep_waiting(&self, _in_flight: &[InFlight]) -> Option<LocalBoxFuture<'_, ()>> {
+        None
+    }
 }
 
 /// Never asks: continues after a passed canary wave (`-y`, tests, benches).
@@ -303,10 +312,14 @@ impl<'a> Executor<'a> {
         ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut queued = plan.servers.len();
         tokio::pin!(cancel);
+        // After an interrupt, while waiting for the servers in flight: the
+        // second interrupt.
+        let mut stop_waiting: Option<LocalBoxFuture<'_, ()>> = None;
 
         loop {
             while running.len() < concurrency
                 && report.halted.is_none()
+                && !report.interrupted
                 && (gate_open || launched < canary_n)
             {
                 if gate.lock_lost() {
@@ -344,9 +357,21 @@ impl<'a> Executor<'a> {
             }
             tokio::select! {
                 biased;
-                () = &mut cancel => {
+                () = &mut cancel, if !report.interrupted => {
                     report.interrupted = true;
-                    self.reporter.event(&ExecEvent::Interrupted);
+                    let in_flight = self.in_flight(&started);
+                    stop_waiting = gate.keep_waiting(&in_flight);
+                    self.reporter.event(&ExecEvent::Interrupted {
+                        in_flight: &in_flight,
+                        waiting: stop_waiting.is_some(),
+                    });
+                    if stop_waiting.is_none() {
+                        break;
+                    }
+                }
+                Some(()) = OptionFuture::from(stop_waiting.as_mut()), if stop_waiting.is_some() => {
+                    let in_flight = self.in_flight(&started);
+                    self.reporter.event(&ExecEvent::StoppedWaiting { in_flight: &in_flight });
                     break;
                 }
                 Some((uuid, outcome)) = running.next() => {
@@ -420,6 +445,7 @@ impl<'a> Executor<'a> {
                                     status: ServerStatus::TimedOut,
                                     elapsed: now - *t,
                                     steps: Vec::new(),
+                                    tasks: self.transport.tasks(*uuid),
                                     failure: Some(Failure {
                                         component: None,
                                         stage: FailureStage::Straggler,
@@ -441,9 +467,16 @@ impl<'a> Executor<'a> {
         }
         drop(running);
 
-        // Whatever is left was interrupted (running) or never started.
+        // Whatever is left was still running when the run stopped waiting
+        // (its work may complete on its own) or never started.
         let now = Instant::now();
         for (uuid, (t, hostname)) in &started {
+            let tasks = self.transport.tasks(*uuid);
+            let running: Vec<String> = tasks
+                .iter()
+                .filter(|t| t.waiting)
+                .map(|t| format!("{} task {}", t.component, t.task))
+                .collect();
             report.servers.insert(
                 *uuid,
                 ServerOutcome {
@@ -451,10 +484,18 @@ impl<'a> Executor<'a> {
                     status: ServerStatus::Interrupted,
                     elapsed: now - *t,
                     steps: Vec::new(),
+                    tasks,
                     failure: Some(Failure {
                         component: None,
                         stage: FailureStage::Interrupted,
-                        message: "the run was interrupted while this server was in progress; run the same command again to finish".to_string(),
+                        message: format!(
+                            "still in progress when the run stopped waiting{}; it may still complete: run the same command again to finish or confirm",
+                            if running.is_empty() {
+                                String::new()
+                            } else {
+                                format!(" ({})", running.join(", "))
+                            }
+                        ),
                     }),
                 },
             );
@@ -467,6 +508,7 @@ impl<'a> Executor<'a> {
                     status: ServerStatus::NotStarted,
                     elapsed: Duration::ZERO,
                     steps: Vec::new(),
+                    tasks: Vec::new(),
                     failure: None,
                 },
             );
@@ -474,6 +516,25 @@ impl<'a> Executor<'a> {
         report.elapsed = started_at.elapsed();
         self.reporter.event(&ExecEvent::Finished(&report));
         Ok(report)
+    }
+
+    /// The servers running now, with the tasks still waited for.
+    fn in_flight(&self, started: &BTreeMap<ServerUuid, (Instant, &str)>) -> Vec<InFlight> {
+        let now = Instant::now();
+        started
+            .iter()
+            .map(|(u, (t, h))| InFlight {
+                server: *u,
+                hostname: h.to_string(),
+                elapsed: now - *t,
+                tasks: self
+                    .transport
+                    .tasks(*u)
+                    .into_iter()
+                    .filter(|t| t.waiting)
+                    .collect(),
+            })
+            .collect()
     }
 
     /// One server's turn: SAPI targets, steps batch by batch, SAPI writes
@@ -489,6 +550,7 @@ impl<'a> Executor<'a> {
             elapsed: Duration::ZERO,
             steps: Vec::with_capacity(sp.steps.len()),
             failure: None,
+            tasks: Vec::new(),
         };
 
         for change in sp.intent.iter().filter(|c| c.runs_before_steps()) {
@@ -501,6 +563,7 @@ impl<'a> Executor<'a> {
                 });
                 outcome.steps = sp.steps.iter().map(not_run).collect();
                 outcome.elapsed = started.elapsed();
+                outcome.tasks = self.transport.tasks(server);
                 return outcome;
             }
         }
@@ -566,6 +629,7 @@ impl<'a> Executor<'a> {
             }
         }
         outcome.elapsed = started.elapsed();
+        outcome.tasks = self.transport.tasks(server);
         outcome
     }
 
@@ -618,25 +682,36 @@ impl<'a> Executor<'a> {
             step,
         });
         let t = Instant::now();
-        let result = match tokio::time::timeout(
-            self.options.task_timeout,
-            self.transport.run(server, step),
-        )
-        .await
-        {
-            Ok(Ok(done)) => Ok(done.instance),
-            Ok(Err(f)) => Err((f, false)),
-            Err(_) => Err((
-                StepFailure::new(
-                    FailureStage::Timeout,
-                    format!(
-                        "no result after {} (--task-timeout); the task may still be running on the server",
-                        super::report::fmt_duration(self.options.task_timeout)
-                    ),
-                ),
-                true,
-            )),
-        };
+        let result =
+            match tokio::time::timeout(self.options.task_timeout, self.transport.run(server, step))
+                .await
+            {
+                Ok(Ok(done)) => Ok(done.instance),
+                Ok(Err(f)) => Err((f, false)),
+                Err(_) => {
+                    // The step's future was dropped while waiting: its task is
+                    // still marked as waited for.
+                    let task = self
+                        .transport
+                        .tasks(server)
+                        .into_iter()
+                        .rfind(|t| t.waiting && t.component == step.component);
+                    let what = match task {
+                        Some(t) => format!("CNAPI task {} may still be running", t.task),
+                        None => "the work may still be running on the server".to_string(),
+                    };
+                    Err((
+                        StepFailure::new(
+                            FailureStage::Timeout,
+                            format!(
+                                "no result after {} (--task-timeout); {what}",
+                                super::report::fmt_duration(self.options.task_timeout)
+                            ),
+                        ),
+                        true,
+                    ))
+                }
+            };
         let elapsed = t.elapsed();
         self.reporter.event(&ExecEvent::StepFinished {
             server,

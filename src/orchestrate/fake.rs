@@ -25,8 +25,8 @@ use super::reality::Reality;
 use super::report::FailureStage;
 use super::store::{IntentStore, IntentWriteError, instance_params};
 use super::testkit::{ExampleDc, instance_uuid};
-use super::transport::{StepDone, StepFailure, Transport};
-use crate::ids::{InstanceUuid, ServerUuid};
+use super::transport::{StepDone, StepFailure, TaskLedger, TaskRef, Transport};
+use crate::ids::{InstanceUuid, ServerUuid, TaskId};
 
 /// Faults and timing of a [`FakeDc`].
 #[derive(Clone, Debug, Default)]
@@ -53,6 +53,9 @@ pub struct FakeDc {
     faults: Mutex<Faults>,
     lock: Mutex<Option<LockRecord>>,
     steps_run: Mutex<Vec<(ServerUuid, String)>>,
+    /// Every step is one task, numbered from 1 in start order.
+    tasks: TaskLedger,
+    next_task: std::sync::atomic::AtomicU64,
 }
 
 impl FakeDc {
@@ -62,6 +65,8 @@ impl FakeDc {
             faults: Mutex::new(Faults::default()),
             lock: Mutex::new(None),
             steps_run: Mutex::new(Vec::new()),
+            tasks: TaskLedger::default(),
+            next_task: std::sync::atomic::AtomicU64::new(1),
         }
     }
 
@@ -92,7 +97,23 @@ impl FakeDc {
         self.lock.lock().ok().and_then(|l| l.clone())
     }
 
+    /// The task id the `n`th step started gets (from 1).
+    pub fn task_id(n: u64) -> TaskId {
+        TaskId::from_u128(0x7a5c_0000_0000_0000_0000_0000_0000_0000 | u128::from(n))
+    }
+
     async fn run_step(&self, server: ServerUuid, step: &Step) -> Result<StepDone, StepFailure> {
+        let id = FakeDc::task_id(
+            self.next_task
+                .fetch_add(1, std::sync::atomic::Ordering::SeqCst),
+        );
+        self.tasks.started(server, &step.component, id);
+        let r = self.run_task(server, step).await;
+        self.tasks.ended(server, id);
+        r
+    }
+
+    async fn run_task(&self, server: ServerUuid, step: &Step) -> Result<StepDone, StepFailure> {
         let (delay, fail, hang) = {
             let f = self.faults();
             let factor = f.slow.get(&server).copied().unwrap_or(1.0);
@@ -207,6 +228,10 @@ impl Transport for FakeDc {
         step: &'a Step,
     ) -> BoxFuture<'a, Result<StepDone, StepFailure>> {
         Box::pin(self.run_step(server, step))
+    }
+
+    fn tasks(&self, server: ServerUuid) -> Vec<TaskRef> {
+        self.tasks.of(server)
     }
 }
 

@@ -16,7 +16,7 @@ use serde::Serialize;
 
 use super::outlier::{Outlier, duration_secs, percentile_sorted};
 use super::plan::{Plan, Step};
-use super::transport::StepFailure;
+use super::transport::{StepFailure, TaskRef};
 use crate::ids::{ServerUuid, TaskId};
 
 /// Something that happened during execution.
@@ -52,8 +52,46 @@ pub enum ExecEvent<'a> {
     StragglersAbandoned {
         servers: &'a [(ServerUuid, String)],
     },
-    Interrupted,
+    /// The operator interrupted the run: no new server starts. `waiting`:
+    /// the run keeps waiting for the servers in flight (until a second
+    /// interrupt); otherwise it stops waiting at once.
+    Interrupted {
+        in_flight: &'a [InFlight],
+        waiting: bool,
+    },
+    /// A second interrupt: stopped waiting for these servers.
+    StoppedWaiting {
+        in_flight: &'a [InFlight],
+    },
     Finished(&'a ExecReport),
+}
+
+/// A server in flight when the run was interrupted: what an operator needs
+/// to follow it up (its CNAPI tasks still running).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct InFlight {
+    pub server: ServerUuid,
+    pub hostname: String,
+    #[serde(with = "duration_secs")]
+    pub elapsed: Duration,
+    /// The tasks still waited for (none for steps through CNAPI execute,
+    /// which has no task).
+    pub tasks: Vec<TaskRef>,
+}
+
+impl InFlight {
+    /// `cn7 (vm-agent task 5e1c...)`, or `cn7` without tasks.
+    pub fn describe(&self) -> String {
+        if self.tasks.is_empty() {
+            return self.hostname.clone();
+        }
+        let tasks: Vec<String> = self
+            .tasks
+            .iter()
+            .map(|t| format!("{} task {}", t.component, t.task))
+            .collect();
+        format!("{} ({})", self.hostname, tasks.join(", "))
+    }
 }
 
 /// Receives execution events. Called from the executor's task; must not block.
@@ -108,7 +146,14 @@ impl Reporter for RecordingReporter {
             }
             ExecEvent::Outlier(o) => format!("outlier {}", o.hostname),
             ExecEvent::StragglersAbandoned { servers } => format!("stragglers {}", servers.len()),
-            ExecEvent::Interrupted => "interrupted".to_string(),
+            ExecEvent::Interrupted { in_flight, waiting } => format!(
+                "interrupted {} in flight{}",
+                in_flight.len(),
+                if *waiting { ", waiting" } else { "" }
+            ),
+            ExecEvent::StoppedWaiting { in_flight } => {
+                format!("stopped waiting {}", in_flight.len())
+            }
             ExecEvent::Finished(_) => "finished".to_string(),
         };
         if let Ok(mut l) = self.lines.lock() {
@@ -248,8 +293,23 @@ impl Reporter for LogReporter {
                     "stopped waiting for stragglers"
                 );
             }
-            ExecEvent::Interrupted => {
-                tracing::warn!(target: crate::log::FILE_ONLY_TARGET, component = C, "interrupted by the operator")
+            ExecEvent::Interrupted { in_flight, waiting } => {
+                let servers: Vec<String> = in_flight.iter().map(InFlight::describe).collect();
+                tracing::warn!(target: crate::log::FILE_ONLY_TARGET,
+                    component = C,
+                    in_flight = servers.join("; "),
+                    waiting,
+                    "interrupted by the operator: no new server starts; {} in flight",
+                    in_flight.len()
+                )
+            }
+            ExecEvent::StoppedWaiting { in_flight } => {
+                let servers: Vec<String> = in_flight.iter().map(InFlight::describe).collect();
+                tracing::warn!(target: crate::log::FILE_ONLY_TARGET,
+                    component = C,
+                    in_flight = servers.join("; "),
+                    "stopped waiting for the servers in flight (they may still complete)"
+                )
             }
             ExecEvent::Finished(r) => {
                 let c = r.counts();
@@ -278,7 +338,9 @@ pub enum ServerStatus {
     /// A step exceeded the task timeout, or the server was abandoned as a
     /// straggler.
     TimedOut,
-    /// Running when the operator interrupted the run.
+    /// Still running when the run stopped waiting after an interrupt: its
+    /// work may still complete on the server (its tasks are in the
+    /// outcome).
     Interrupted,
     /// Never started (interrupted before its turn).
     NotStarted,
@@ -426,6 +488,9 @@ pub struct ServerOutcome {
     pub steps: Vec<StepResult>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub failure: Option<Failure>,
+    /// The CNAPI tasks the server's steps started (`sdc-cnapi /tasks/<id>`).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub tasks: Vec<TaskRef>,
 }
 
 /// Everything execution did.
@@ -712,6 +777,40 @@ impl ExecReport {
                 );
             }
         }
+        let left: Vec<(&ServerUuid, &ServerOutcome)> = self
+            .servers
+            .iter()
+            .filter(|(_, o)| o.status == ServerStatus::Interrupted)
+            .collect();
+        if !left.is_empty() {
+            out.push_str(
+                "\nLeft running when the run stopped waiting (they may still complete; follow a task with 'sdc-cnapi /tasks/<id>', or run the same command again):\n",
+            );
+            for (uuid, o) in left {
+                let tasks: Vec<String> = o
+                    .tasks
+                    .iter()
+                    .filter(|t| t.waiting)
+                    .map(|t| format!("{} task {}", t.component, t.task))
+                    .collect();
+                let what = if tasks.is_empty() {
+                    "no CNAPI task (CNAPI execute)".to_string()
+                } else {
+                    tasks.join(", ")
+                };
+                let _ = writeln!(out, "  {} ({uuid}): {what}", o.hostname);
+            }
+        }
+        if self.interrupted {
+            let c = self.counts();
+            if c.not_started > 0 {
+                let _ = writeln!(
+                    out,
+                    "\nInterrupted: {} servers were not started; run the same command again to finish.",
+                    c.not_started
+                );
+            }
+        }
         if let Some(h) = &self.halted {
             let _ = writeln!(out, "\n{h}");
         }
@@ -735,8 +834,11 @@ impl ExecReport {
         if c.timed_out > 0 {
             extra.push(format!("{} timed out", c.timed_out));
         }
-        if c.interrupted + c.not_started > 0 {
-            extra.push(format!("{} interrupted", c.interrupted + c.not_started));
+        if c.interrupted > 0 {
+            extra.push(format!("{} left running", c.interrupted));
+        }
+        if c.not_started > 0 {
+            extra.push(format!("{} not started", c.not_started));
         }
         if skipped > 0 {
             extra.push(format!("{skipped} skipped"));

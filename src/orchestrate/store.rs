@@ -137,7 +137,27 @@ impl SapiIntentStore {
                 let instance = reported.ok_or_else(|| IntentWriteError::NoInstanceReported {
                     component: component.clone(),
                 })?;
-                self.create(*service, instance, server, *image).await
+                // The server's kept instance may already be in SAPI (an
+                // earlier run, a postinstall): complete it with
+                // UpdateInstance rather than re-post it.
+                match self.sapi.get_instance(instance).await {
+                    Ok(_) => self
+                        .sapi
+                        .update_instance(instance, &Update::params(instance_params(server, *image)))
+                        .await
+                        .map(|_| ())
+                        .map_err(|err| IntentWriteError::Api {
+                            what: format!("update instance {instance}"),
+                            err: Box::new(err),
+                        }),
+                    Err(err) if err.is_not_found() => {
+                        self.create(*service, instance, server, *image).await
+                    }
+                    Err(err) => Err(IntentWriteError::Api {
+                        what: format!("look up instance {instance}"),
+                        err: Box::new(err),
+                    }),
+                }
             }
             IntentChange::DeleteInstance { instance, .. } => {
                 match self.sapi.delete_instance(*instance).await {

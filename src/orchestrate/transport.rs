@@ -24,6 +24,7 @@
 //! the new image, whatever the task said, as sdcadm does.
 
 use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures::future::BoxFuture;
@@ -85,6 +86,64 @@ pub trait Transport: Send + Sync {
         server: ServerUuid,
         step: &'a Step,
     ) -> BoxFuture<'a, Result<StepDone, StepFailure>>;
+
+    /// The CNAPI tasks this transport started on `server` so far, oldest
+    /// first: what an operator looks up with `sdc-cnapi /tasks/<id>` when a
+    /// run was interrupted or a step timed out. None for transports without
+    /// tasks (CNAPI execute answers in the same request).
+    fn tasks(&self, _server: ServerUuid) -> Vec<TaskRef> {
+        Vec::new()
+    }
+}
+
+/// A CNAPI task a step started.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct TaskRef {
+    pub component: String,
+    pub task: TaskId,
+    /// Still waited for (the step has not ended). Not in `--json`: a
+    /// report is written after waiting stopped.
+    #[serde(skip)]
+    pub waiting: bool,
+}
+
+/// The tasks a transport started, by server (shared by the clones of a
+/// transport).
+#[derive(Clone, Debug, Default)]
+pub struct TaskLedger(Arc<Mutex<BTreeMap<ServerUuid, Vec<TaskRef>>>>);
+
+impl TaskLedger {
+    fn with<T>(&self, f: impl FnOnce(&mut BTreeMap<ServerUuid, Vec<TaskRef>>) -> T) -> T {
+        let mut g = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        f(&mut g)
+    }
+
+    /// `task` was started for `component` on `server`.
+    pub fn started(&self, server: ServerUuid, component: &str, task: TaskId) {
+        self.with(|m| {
+            m.entry(server).or_default().push(TaskRef {
+                component: component.to_string(),
+                task,
+                waiting: true,
+            })
+        });
+    }
+
+    /// Waiting for `task` ended (it finished, failed, or waiting failed).
+    pub fn ended(&self, server: ServerUuid, task: TaskId) {
+        self.with(|m| {
+            for t in m.get_mut(&server).into_iter().flatten() {
+                if t.task == task {
+                    t.waiting = false;
+                }
+            }
+        });
+    }
+
+    /// The tasks started on `server`, oldest first.
+    pub fn of(&self, server: ServerUuid) -> Vec<TaskRef> {
+        self.with(|m| m.get(&server).cloned().unwrap_or_default())
+    }
 }
 
 /// Tuning of [`CnapiTransport`].
@@ -130,6 +189,7 @@ pub struct CnapiTransport {
     cnapi: CnapiClient,
     catalog: Catalog,
     config: CnapiTransportConfig,
+    tasks: TaskLedger,
 }
 
 impl CnapiTransport {
@@ -142,6 +202,7 @@ impl CnapiTransport {
             cnapi,
             catalog,
             config,
+            tasks: TaskLedger::default(),
         }
     }
 
@@ -161,7 +222,7 @@ impl CnapiTransport {
                     .install_agent(server, to.uuid)
                     .await
                     .map_err(|e| StepFailure::api(FailureStage::InstallAgent, &e))?;
-                let task = self.wait(id).await;
+                let task = self.wait(server, &step.component, id).await;
                 if self_replacing {
                     let failed = task.err();
                     return self.confirm_image(server, step, to.uuid, failed).await;
@@ -175,7 +236,7 @@ impl CnapiTransport {
                     .uninstall_agents(server, &[self.package_name(&step.component)])
                     .await
                     .map_err(|e| StepFailure::api(FailureStage::UninstallAgents, &e))?;
-                self.wait(id).await?;
+                self.wait(server, &step.component, id).await?;
                 Ok(StepDone::default())
             }
             (TransportKind::Execute, action) => {
@@ -214,8 +275,21 @@ impl CnapiTransport {
         }
     }
 
-    /// Wait for a task with `GET /tasks/:id/wait`, chunk after chunk.
-    async fn wait(&self, id: TaskId) -> Result<(), StepFailure> {
+    /// Wait for a task with `GET /tasks/:id/wait`, chunk after chunk,
+    /// keeping it in the ledger while it is waited for.
+    async fn wait(
+        &self,
+        server: ServerUuid,
+        component: &str,
+        id: TaskId,
+    ) -> Result<(), StepFailure> {
+        self.tasks.started(server, component, id);
+        let r = self.wait_task(id).await;
+        self.tasks.ended(server, id);
+        r
+    }
+
+    async fn wait_task(&self, id: TaskId) -> Result<(), StepFailure> {
         loop {
             let task = self
                 .cnapi
@@ -406,6 +480,10 @@ impl Transport for CnapiTransport {
         step: &'a Step,
     ) -> BoxFuture<'a, Result<StepDone, StepFailure>> {
         Box::pin(self.run_step(server, step))
+    }
+
+    fn tasks(&self, server: ServerUuid) -> Vec<TaskRef> {
+        self.tasks.of(server)
     }
 }
 

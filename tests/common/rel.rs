@@ -40,6 +40,7 @@ pub fn dc_env(dc: &SimDc) -> Vec<(String, String)> {
         ("SAPI_URL".into(), urls.sapi.clone()),
         ("CNAPI_URL".into(), urls.cnapi.clone()),
         ("IMGAPI_URL".into(), urls.imgapi.clone()),
+        ("UPDATES_URL".into(), urls.updates.clone()),
         ("AGENTSADM_NO_PROGRESS".into(), "1".into()),
     ]
 }
@@ -47,7 +48,11 @@ pub fn dc_env(dc: &SimDc) -> Vec<(String, String)> {
 /// Run `agentsadm <args>` with exactly the given API environment: the
 /// caller's `SAPI_URL` and friends never leak in.
 pub async fn agentsadm(args: &[&str], env: &[(String, String)]) -> Run {
+    // Run logs go to a directory of the test's own, never the developer's
+    // home (a caller's XDG_STATE_HOME in `env` wins).
+    let state = tempfile::tempdir().expect("state dir");
     let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_agentsadm"));
+    cmd.env("XDG_STATE_HOME", state.path());
     cmd.args(args)
         .stdin(Stdio::null())
         .kill_on_drop(true)

@@ -32,8 +32,13 @@ fn installer(script: &str) -> PathBuf {
 /// Run a script with exactly these variables added (and the API URLs of
 /// the test's own environment removed).
 async fn run_script(script: &str, args: &[&str], env: &[(&str, String)]) -> Output {
+    // Run logs of the agentsadm the script runs go to a directory of the
+    // test's own, never the developer's home.
+    let state = tempfile::tempdir().expect("state dir");
     let mut cmd = tokio::process::Command::new("bash");
-    cmd.arg(installer(script)).args(args);
+    cmd.arg(installer(script))
+        .args(args)
+        .env("XDG_STATE_HOME", state.path());
     for v in ["SAPI_URL", "CNAPI_URL", "IMGAPI_URL", "AGENTSADM_ROOT"] {
         cmd.env_remove(v);
     }

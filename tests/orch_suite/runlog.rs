@@ -33,6 +33,7 @@ async fn cli(dc: &SimDc, state: &Path, args: &[&str]) -> (i32, String, String) {
             .env("SAPI_URL", &urls.sapi)
             .env("CNAPI_URL", &urls.cnapi)
             .env("IMGAPI_URL", &urls.imgapi)
+            .env("UPDATES_URL", &urls.updates)
             .env("AGENTSADM_NO_PROGRESS", "1")
             .env("XDG_STATE_HOME", state)
             .stdin(Stdio::null())

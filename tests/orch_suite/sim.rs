@@ -290,11 +290,16 @@ async fn the_sapi_lock_admits_one_orchestrator() {
 /// Run the agentsadm binary against the simulator.
 async fn cli(dc: &SimDc, args: &[&str]) -> (i32, String, String) {
     let urls = dc.urls();
+    // Run logs go to a directory of the test's own, never the developer's
+    // home; --latest looks at the simulator's updates server.
+    let state = tempfile::tempdir().expect("state dir");
     let env: BTreeMap<&str, &str> = BTreeMap::from([
         ("SAPI_URL", urls.sapi.as_str()),
         ("CNAPI_URL", urls.cnapi.as_str()),
         ("IMGAPI_URL", urls.imgapi.as_str()),
+        ("UPDATES_URL", urls.updates.as_str()),
         ("AGENTSADM_NO_PROGRESS", "1"),
+        ("XDG_STATE_HOME", state.path().to_str().expect("utf-8 path")),
     ]);
     let out = tokio::time::timeout(
         Duration::from_secs(120),

@@ -7,8 +7,10 @@ use agentsadm::sim::{SeedSpec, SimConfig, SimDc};
 
 async fn cli(dc: &SimDc, args: &[&str]) -> (i32, String, String) {
     let urls = dc.urls();
+    let state = tempfile::tempdir().expect("state dir");
     let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_agentsadm"))
         .args(args)
+        .env("XDG_STATE_HOME", state.path())
         .env("SAPI_URL", &urls.sapi)
         .env("CNAPI_URL", &urls.cnapi)
         .env("IMGAPI_URL", &urls.imgapi)

@@ -172,7 +172,6 @@ async fn orchestrator_commands_refuse_bad_input_with_one_line_and_change_nothing
         ),
         case(
             &["update", "vm-agent", "--image", "not-a-uuid", "-y"],
-            // `--image` takes a version or a UUID prefix too (issue 15).
             &["no vm-agent image matches \"not-a-uuid\"", "avail vm-agent"],
         ),
         case(

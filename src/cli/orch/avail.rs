@@ -42,7 +42,7 @@ pub async fn run_avail(g: &GlobalOpts, a: AvailArgs) -> CmdResult {
     };
     let apis = g.apis()?;
     let (intent, reality) = gather::gather(&apis, &catalog).await?;
-    let updates = updates_client(&apis, &a.source).await?;
+    let updates = updates_client(&apis, &a.source, false).await?;
     let client = updates.as_ref().unwrap_or(&apis.imgapi);
     let rows = images::available(client, &components)
         .await

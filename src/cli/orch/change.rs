@@ -7,8 +7,8 @@ use clap::{ArgAction, Args, Subcommand};
 use serde_json::json;
 
 use super::{
-    ChannelArgs, ExecArgs, ExecSettings, ServersArg, confirm, exit, stdin_is_terminal,
-    updates_client,
+    ChannelArgs, ExecArgs, ExecSettings, ServersArg, confirm, exit, latest_target_line,
+    stdin_is_terminal, updates_client,
 };
 use crate::catalog::Catalog;
 use std::sync::atomic::AtomicBool;
@@ -114,6 +114,8 @@ struct Change {
     image_spec: Option<(String, String)>,
     source: ChannelArgs,
     exec: ExecSettings,
+    /// Where the target comes from, printed first (`--latest`).
+    target_line: Option<String>,
 }
 
 /// `vm-agent@1.1.0` as (`vm-agent`, `1.1.0`).
@@ -194,6 +196,7 @@ impl UpdateArgs {
             image_spec,
             source: self.source,
             exec: self.exec.into(),
+            target_line: None,
         })
     }
 }
@@ -218,6 +221,7 @@ impl InstallArgs {
             image_spec,
             source: self.source,
             exec: self.exec.into(),
+            target_line: None,
         })
     }
 }
@@ -242,6 +246,7 @@ impl RemoveArgs {
             image_spec: None,
             source: ChannelArgs::default(),
             exec: self.exec.into(),
+            target_line: None,
         })
     }
 }
@@ -261,7 +266,17 @@ async fn run_change(g: &GlobalOpts, mut change: Change, plan_only: bool) -> CmdR
     let out = g.output();
     let catalog = g.load_catalog()?;
     let apis = g.apis()?;
-    let updates = updates_client(&apis, &change.source).await?;
+    // --latest always looks in the updates server's channel (sdcadm's
+    // rule), wherever its URL came from.
+    let latest = change.choice == ImageChoice::Latest;
+    let updates = updates_client(&apis, &change.source, latest).await?;
+    if latest && let Some(u) = &updates {
+        let names = match &change.request.components {
+            ComponentSelection::All => Vec::new(),
+            ComponentSelection::Named(v) => v.clone(),
+        };
+        change.target_line = Some(latest_target_line(&names, u));
+    }
     let session = Session {
         apis: &apis,
         catalog: &catalog,
@@ -339,6 +354,9 @@ fn show_plan(g: &GlobalOpts, change: &Change, plan: &Plan) {
     } else {
         DEFAULT_MAX_SERVERS
     };
+    if let Some(t) = &change.target_line {
+        out.line(t);
+    }
     out.line(plan.display_compact(max).to_string().trim_end());
     if plan.is_empty()
         && plan.operation == Operation::Update

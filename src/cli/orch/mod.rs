@@ -201,19 +201,24 @@ fn exit(code: u8) -> ExitCode {
 }
 
 /// The updates server client, when `--channel` or `--updates-url` asks
-/// for one. Without `--channel`, the channel is the `sdc` application's
-/// `update_channel` (as sdcadm does).
-async fn updates_client(apis: &Apis, source: &ChannelArgs) -> anyhow::Result<Option<ImgapiClient>> {
+/// for one, or always (`latest`: `--latest` looks nowhere else). Without
+/// `--channel`, the channel is the `sdc` application's `update_channel`
+/// (as sdcadm does); with neither, the updates server's default channel.
+async fn updates_client(
+    apis: &Apis,
+    source: &ChannelArgs,
+    latest: bool,
+) -> anyhow::Result<Option<ImgapiClient>> {
     // `UPDATES_URL=` (set but empty) is no URL.
     let updates_url = source
         .updates_url
         .as_deref()
         .filter(|u| !u.trim().is_empty());
-    if source.channel.is_none() && updates_url.is_none() {
+    if !latest && source.channel.is_none() && updates_url.is_none() {
         return Ok(None);
     }
     let url = updates_url.unwrap_or(DEFAULT_UPDATES_URL);
-    let mut channel = source.channel.clone();
+    let mut channel = source.channel.clone().filter(|c| !c.trim().is_empty());
     if channel.is_none()
         && let Ok(Some(app)) = apis.sapi.sdc_application().await
     {
@@ -221,12 +226,31 @@ async fn updates_client(apis: &Apis, source: &ChannelArgs) -> anyhow::Result<Opt
             .metadata
             .get("update_channel")
             .and_then(|v| v.as_str())
+            .filter(|c| !c.trim().is_empty())
             .map(str::to_string);
     }
     let client = ImgapiClient::new(url, ApiConfig::default())
         .with_context(|| format!("invalid updates server URL {url:?}"))?
         .with_channel(channel);
     Ok(Some(client))
+}
+
+/// Where `--latest` looks, for the plan's first line: `target: newest
+/// vm-agent in channel release of the updates server URL`.
+fn latest_target_line(components: &[String], updates: &ImgapiClient) -> String {
+    let what = match components {
+        [] => "newest image of each component".to_string(),
+        [one] => format!("newest {one}"),
+        many => format!("newest {}", many.join(", ")),
+    };
+    let channel = match updates.channel() {
+        Some(c) => format!("channel {c}"),
+        None => "the default channel".to_string(),
+    };
+    format!(
+        "target: {what} in {channel} of the updates server {}",
+        updates.base_url()
+    )
 }
 
 /// Ask a yes/no question on the terminal (no by default).

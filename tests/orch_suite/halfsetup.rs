@@ -1,0 +1,81 @@
+//! An empty or half-set-up datacenter (issue 15): the plan leads with the
+//! real cause (`11 servers are not set up`, components never adopted into
+//! SAPI) instead of a long list of skips. Pure (planner and display).
+
+use agentsadm::orchestrate::plan::{Operation, PlanOptions, PlanningInput, TransportMode, plan};
+use agentsadm::orchestrate::testkit::{ExampleDc, request};
+
+#[test]
+fn a_half_set_up_datacenter_leads_with_the_cause() {
+    // A headnode and 11 CNs, none of the CNs set up yet, and no agent but
+    // vm-agent adopted into SAPI.
+    let mut dc = ExampleDc::new(11);
+    for i in 1..=11 {
+        let cn = dc.server_named(&format!("cn{i:03}"));
+        dc.set_setup(cn, false);
+    }
+    let names: Vec<String> = dc.catalog.names().map(str::to_string).collect();
+    for n in names.iter().filter(|n| *n != "vm-agent") {
+        dc.unmanage(n);
+    }
+    let target = dc.publish("vm-agent", "2.0.0");
+    let images = dc.images_with_targets(&[target]);
+    let (intent, reality) = (dc.intent(), dc.reality());
+    let p = plan(&PlanningInput {
+        catalog: &dc.catalog,
+        intent: &intent,
+        reality: &reality,
+        request: &request(Operation::Update, &["--all"], &[]),
+        options: PlanOptions {
+            transport: TransportMode::Auto,
+        },
+        images: &images,
+    })
+    .expect("plan");
+    let text = p.display_compact(20).to_string();
+    let lines: Vec<&str> = text.lines().collect();
+    assert!(lines[0].starts_with("Plan: update"), "{text}");
+    assert!(
+        lines[1].starts_with("11 servers are not set up"),
+        "the cause comes first:\n{text}"
+    );
+    // Every component but vm-agent that --all takes up is unmanaged.
+    assert!(
+        lines[2].contains("components have no SAPI service")
+            && lines[2].contains("agentsadm adopt"),
+        "{text}"
+    );
+    // One line for all unmanaged components, one for the servers: the
+    // advice to adopt appears twice at most, not once per component.
+    assert!(text.matches("agentsadm adopt").count() <= 2, "{text}");
+    // One skip line each for the unmanaged components and the servers
+    // not set up.
+    let skipped = text.split("Skipped:").nth(1).unwrap_or_default();
+    assert_eq!(
+        skipped.lines().filter(|l| l.starts_with("    ")).count(),
+        3,
+        "{text}"
+    );
+}
+
+#[test]
+fn a_set_up_datacenter_has_no_cause_lines() {
+    let mut dc = ExampleDc::new(2);
+    let target = dc.publish("vm-agent", "2.0.0");
+    let images = dc.images_with_targets(&[target]);
+    let (intent, reality) = (dc.intent(), dc.reality());
+    let p = plan(&PlanningInput {
+        catalog: &dc.catalog,
+        intent: &intent,
+        reality: &reality,
+        request: &request(Operation::Update, &["vm-agent"], &[]),
+        options: PlanOptions {
+            transport: TransportMode::Auto,
+        },
+        images: &images,
+    })
+    .expect("plan");
+    let text = p.display_compact(20).to_string();
+    assert!(!text.contains("not set up"), "{text}");
+    assert!(!text.contains("have no SAPI service"), "{text}");
+}
