@@ -430,6 +430,8 @@ mod tests {
             elapsed: Duration::from_secs(1),
             steps: Vec::new(),
             failure: None,
+            gates: Vec::new(),
+            revert: None,
         };
         t.event(&ExecEvent::ServerFinished {
             server,

@@ -432,10 +432,12 @@ async fn settings(
     s.no_cnapi = opts.no_cnapi;
     s.hook_timeout = opts.hook_timeout;
     s.lock_wait = opts.lock_wait;
-    if let Some(m) = opts.min_healthy {
-        s.health.min_healthy = m;
+    if let Some(gate) = s.health.as_mut() {
+        if let Some(m) = opts.min_healthy {
+            gate.min_healthy = m;
+        }
+        gate.timeout = opts.health_timeout;
     }
-    s.health.timeout = opts.health_timeout;
     s.imgapi_url = global.imgapi_url.clone();
     s.sapi_url = global.sapi_url.clone();
     s.cnapi_url = global.cnapi_url.clone();

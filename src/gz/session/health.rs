@@ -47,9 +47,11 @@ impl GzSession {
                 .iter()
                 .map(|rel| self.paths().at(rel))
                 .collect();
-            match health::check_installed(self.platform.as_ref(), files, &self.settings.health)
-                .await
-            {
+            let gate = self
+                .settings
+                .health
+                .unwrap_or_else(|| health::HealthGate::for_root(&self.settings.root));
+            match health::check_installed(self.platform.as_ref(), files, &gate).await {
                 Ok(fmris) => checked = fmris,
                 Err(e) => {
                     result.error = Some(failure(Some(&c.name), Step::Unhealthy, &e, None));

@@ -255,7 +255,7 @@ impl GzSession {
         // adoption: a build whose services do not come up is rolled back
         // and never recorded.
         let mut env = self.txn_env();
-        env.gate = Some(&self.settings.health);
+        env.gate = self.settings.health.as_ref();
         env.checkpoint("staged");
         let outcome = txn::install(&env, c, Op::Install, &txn_dir, &staged, current.clone()).await;
         let outcome = match outcome {

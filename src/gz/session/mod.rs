@@ -89,8 +89,10 @@ pub struct GzSettings {
     /// The command line to hand to the agentsadm-install SMF service when
     /// cn-agent asks to replace itself.
     pub job_argv: Option<Vec<String>>,
-    /// The health gate of installs (`--min-healthy`, `--health-timeout`).
-    pub health: super::health::HealthGate,
+    /// The health gate of installs (`--min-healthy`, `--health-timeout`);
+    /// `None`: no gate (the simulator's model of cn-agent's
+    /// `agent_install` task, which has none).
+    pub health: Option<super::health::HealthGate>,
     /// `--expect-current`: the image each installed component must have
     /// before the run (`Some(None)`: none installed), else the install is
     /// refused as changed since the plan.
@@ -123,7 +125,7 @@ impl GzSettings {
             platform: None,
             fetch: FetchOptions::default(),
             job_argv: None,
-            health: super::health::HealthGate::for_root(&root),
+            health: Some(super::health::HealthGate::for_root(&root)),
             expect_current: None,
         }
     }
