@@ -66,6 +66,9 @@ pub struct ExecOptions {
     /// Servers of the first wave (`--canary`): the rest start only once
     /// every canary has succeeded (and the continue callback agreed).
     pub canary: usize,
+    /// `--min-healthy` / `--health-timeout` for the servers' health gate
+    /// (`None`: the installer's defaults).
+    pub health: Option<super::transport::HealthFlags>,
 }
 
 /// `--max-failures N|P%`: how many failed servers a run tolerates before
@@ -164,6 +167,7 @@ impl Default for ExecOptions {
             max_failures: None,
             canary: 0,
             max_per_rack: None,
+            health: None,
         }
     }
 }

@@ -530,6 +530,7 @@ impl SimDc {
             apis: apis.clone(),
             cn_agent_restart: Duration::from_millis(core.config.cn_agent_restart_ms),
             shutdown: core.shutdown.clone(),
+            faults: core.faults.clone(),
         }));
 
         // Server state from the configuration.

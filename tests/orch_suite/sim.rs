@@ -542,3 +542,65 @@ async fn two_orchestrators_started_together_one_runs_the_other_exits_1() {
     assert!(!app.metadata.contains_key(lock::LOCK_KEY));
     dc.shutdown().await;
 }
+
+/// The new build of vm-agent goes to maintenance on cn0002 (issue 14):
+/// through install-agent (then `gz health`, then the previous image
+/// reinstalled) and through execute (the installer's own gate rolls back),
+/// cn0002 ends on its previous image, SAPI's instance names that image
+/// again (planning from intent finds nothing to do), the other servers
+/// converge, and a re-run plans only cn0002.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unhealthy_build_is_reverted_on_the_server_and_in_sapi() {
+    for mode in [TransportMode::Auto, TransportMode::Execute] {
+        let dc = sim(3).await;
+        let cn2 = dc.server("cn0002").unwrap();
+        let apis = dc.apis();
+        let session = session_on(&dc, &apis);
+        let req = request(Operation::Update, &["vm-agent"], &[]);
+        let planned = session.plan(&req, ImageChoice::Latest, mode).await.unwrap();
+        let target = planned.plan.targets["vm-agent"].uuid;
+        let before = dc
+            .server_agents(cn2.uuid)
+            .into_iter()
+            .find(|a| a.name == "vm-agent")
+            .unwrap()
+            .image_uuid;
+        dc.faults().unhealthy_build("vm-agent", target, &[cn2.uuid]);
+        let report = run(&session, &planned.plan).await;
+        let o = &report.servers[&cn2.uuid];
+        let f = o.failure.as_ref().expect("cn0002 fails");
+        assert_eq!(f.stage, "unhealthy", "{mode:?}: {f}");
+        assert!(f.message.contains("maintenance"), "{}", f.message);
+        let revert = o.revert.as_ref().expect("reverted");
+        assert_eq!(revert.image, before, "{mode:?}");
+        assert!(
+            revert.sapi && revert.error.is_none(),
+            "{mode:?}: {revert:?}"
+        );
+        assert_eq!(report.counts().succeeded, planned.plan.servers.len() - 1);
+        let now = dc
+            .server_agents(cn2.uuid)
+            .into_iter()
+            .find(|a| a.name == "vm-agent")
+            .unwrap()
+            .image_uuid;
+        assert_eq!(now, before, "{mode:?}: cn0002 runs its previous image");
+        // Intent does not claim the reverted build.
+        let from_intent = plan_intent(&session, &req).await;
+        assert!(
+            from_intent.plan.is_empty(),
+            "{mode:?}: intent claims an image cn0002 does not run:\n{}",
+            from_intent.plan
+        );
+        // Fixed (the fault cleared), the same command finishes cn0002 only.
+        dc.faults().clear();
+        let again = session.plan(&req, ImageChoice::Latest, mode).await.unwrap();
+        assert_eq!(
+            again.plan.servers.keys().copied().collect::<Vec<_>>(),
+            vec![cn2.uuid]
+        );
+        let report = run(&session, &again.plan).await;
+        assert!(report.all_succeeded(), "{}", report.render(&again.plan));
+        dc.shutdown().await;
+    }
+}
