@@ -604,3 +604,93 @@ async fn an_unhealthy_build_is_reverted_on_the_server_and_in_sapi() {
         dc.shutdown().await;
     }
 }
+
+/// Racks seeded by the simulator (40 compute nodes a rack, every 25th and
+/// the headnode without one): with `--max-per-rack 3`, the executor's
+/// start and finish events never show more than 3 servers of a rack in
+/// flight; the canaries come from different racks; the run converges.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn seeded_racks_are_never_over_their_limit() {
+    use agentsadm::orchestrate::report::RecordingReporter;
+    use agentsadm::sim::faults::{Distribution, FaultConfig, LatencySpec};
+    let faults = FaultConfig {
+        install_latency: LatencySpec {
+            base_ms: 5,
+            jitter_ms: 40,
+            distribution: Distribution::Uniform,
+        },
+        ..Default::default()
+    };
+    let dc = SimDc::start(
+        SimConfig::default()
+            .servers(90)
+            .gz_layout(agentsadm::sim::GzLayout::Mockcloud)
+            .faults(faults)
+            .populate(SeedSpec::with_newer()),
+    )
+    .await
+    .expect("simulator starts");
+    let apis = dc.apis();
+    let session = session_on(&dc, &apis);
+    let req = request(Operation::Update, &["vm-agent"], &[]);
+    let planned = session
+        .plan(&req, ImageChoice::Latest, TransportMode::Auto)
+        .await
+        .unwrap();
+    let p = &planned.plan;
+    let rack_of: BTreeMap<String, Option<String>> = p
+        .servers
+        .values()
+        .map(|sp| (sp.hostname.clone(), sp.rack.clone()))
+        .collect();
+    let racks: std::collections::BTreeSet<&String> = rack_of.values().flatten().collect();
+    assert_eq!(racks.len(), 3, "{rack_of:?}");
+    assert!(rack_of.values().any(Option::is_none));
+    let options = ExecOptions {
+        concurrency: 12,
+        max_per_rack: Some(3),
+        canary: 3,
+        ..options()
+    };
+    let reporter = RecordingReporter::default();
+    let report = session
+        .execute(
+            p,
+            &options,
+            fast_transport(),
+            &reporter,
+            std::future::pending(),
+        )
+        .await
+        .unwrap();
+    assert!(report.all_succeeded(), "{}", report.render(p));
+    let canaries = report.canary.as_ref().unwrap().servers.clone();
+    let canary_racks: std::collections::BTreeSet<Option<String>> =
+        canaries.iter().map(|h| rack_of[h].clone()).collect();
+    assert_eq!(canary_racks.len(), 3, "{canaries:?}");
+    let mut in_flight: BTreeMap<String, usize> = BTreeMap::new();
+    let mut peak: BTreeMap<String, usize> = BTreeMap::new();
+    for l in reporter.lines() {
+        if let Some(h) = l.strip_prefix("server-start ") {
+            if let Some(r) = &rack_of[h] {
+                let n = in_flight.entry(r.clone()).or_default();
+                *n += 1;
+                let pk = peak.entry(r.clone()).or_default();
+                *pk = (*pk).max(*n);
+            }
+        } else if let Some(rest) = l.strip_prefix("server-done ") {
+            let h = rest.split(' ').next().unwrap();
+            if let Some(r) = &rack_of[h] {
+                *in_flight.get_mut(r).unwrap() -= 1;
+            }
+        }
+    }
+    assert!(peak.values().all(|&n| n <= 3), "{peak:?}");
+    assert!(peak.values().any(|&n| n == 3), "{peak:?}");
+    let again = session
+        .plan(&req, ImageChoice::Latest, TransportMode::Auto)
+        .await
+        .unwrap();
+    assert!(again.plan.is_empty(), "{}", again.plan);
+    dc.shutdown().await;
+}
