@@ -646,6 +646,13 @@ async fn seeded_racks_are_never_over_their_limit() {
     let racks: std::collections::BTreeSet<&String> = rack_of.values().flatten().collect();
     assert_eq!(racks.len(), 3, "{rack_of:?}");
     assert!(rack_of.values().any(Option::is_none));
+    // The plan's text groups the servers by rack.
+    let text = p.to_string();
+    assert!(
+        text.contains("\nRacks:\n  (no rack): 4 servers: ")
+            && text.contains("  rack-01: 39 servers: cn0001, cn0002, cn0003, ..."),
+        "{text}"
+    );
     let options = ExecOptions {
         concurrency: 12,
         max_per_rack: Some(3),
