@@ -431,6 +431,8 @@ mod tests {
             steps: Vec::new(),
             failure: None,
             tasks: Vec::new(),
+            gates: Vec::new(),
+            revert: None,
         };
         t.event(&ExecEvent::ServerFinished {
             server,

@@ -13,6 +13,8 @@
 //! - `unpack_props`: the unpacker never writes outside staging;
 //! - `hostile`: hostile images (issue 12), one test per class, each
 //!   refused with the root and a sentinel outside it unchanged.
+//! - `health`: the health gate rolls an unhealthy build back; `--expect-current`;
+//!   `gz health`.
 //! - `real_fixtures`: every real agent's SMF manifest and package.json read;
 //! - `symlinks`: links in a package never followed by chmod;
 //! - `claims`: bins, SMF manifests and services of other components refused;
@@ -37,6 +39,8 @@ mod crash;
 mod fetch;
 #[path = "gz_suite/handoff.rs"]
 mod handoff;
+#[path = "gz_suite/health.rs"]
+mod health;
 #[path = "gz_suite/hostile.rs"]
 mod hostile;
 #[path = "gz_suite/install.rs"]

@@ -8,6 +8,13 @@
 //! wall time over the ideal measures the orchestrator's own overhead:
 //! scheduling, SAPI intent writes, bookkeeping, outlier checks.
 //!
+//! A realistic run follows (issue 14): log-normal install latencies
+//! (median 20 s, p99 about 3 min, 1% stragglers, scaled down 1000x) on the
+//! fake transport, 20 wide, with one canary wave and the health gate's
+//! flags at `--min-healthy 0`, against the list-scheduling lower bound of
+//! the same latencies plus one canary wave
+//! (`realistic_wall_over_ideal_20`, goal <= 1.05).
+//!
 //! Backends (`--backend`):
 //! - `sim` (default): the simulated datacenter in the same process, over
 //!   loopback HTTP: intent and reality gathered from SAPI and CNAPI, SAPI
@@ -333,6 +340,127 @@ fn check_plan(plan: &Plan, servers: usize) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// The realistic run's result: wall time over the ideal of its own sampled
+/// latencies, and how many canary waves it ran.
+#[derive(Clone, Debug, Serialize)]
+pub struct RealisticResult {
+    pub servers: usize,
+    pub concurrency: usize,
+    pub wall_s: f64,
+    pub ideal_s: f64,
+    pub canary_waves: usize,
+    pub median_ms: f64,
+    pub p99_ms: f64,
+    pub max_ms: f64,
+}
+
+/// Install latencies as operators see them, scaled down 1000x: log-normal
+/// with median 20 s and p99 about 3 min (sigma = ln(9) / 2.326), and 1% of
+/// the servers stragglers at four times that. Seeded: the same every run.
+fn realistic_latencies(n: usize) -> Vec<Duration> {
+    use rand::{Rng, SeedableRng};
+    let mut rng = rand::rngs::SmallRng::seed_from_u64(14);
+    let sigma = 9f64.ln() / 2.326;
+    (0..n)
+        .map(|_| {
+            let u1: f64 = 1.0 - rng.r#gen::<f64>();
+            let u2: f64 = rng.r#gen::<f64>();
+            let z = (-2.0 * u1.ln()).sqrt() * (2.0 * std::f64::consts::PI * u2).cos();
+            let mut ms = 20.0 * (sigma * z).exp();
+            if rng.r#gen::<f64>() < 0.01 {
+                ms *= 4.0;
+            }
+            Duration::from_secs_f64(ms.max(1.0) / 1000.0)
+        })
+        .collect()
+}
+
+/// The realistic run on the fake transport (the latency model is the
+/// point; the simulator's own per-install CPU would blur it): one
+/// component on `servers` servers, 20 wide, one canary, the health gate's
+/// flags at `--min-healthy 0`. The ideal is the list-scheduling lower bound
+/// of the same latencies, max(sum / 20, longest), plus one canary wave.
+async fn measure_realistic(servers: usize) -> anyhow::Result<RealisticResult> {
+    let concurrency = 20;
+    let mut dc = ExampleDc::new(servers.saturating_sub(1));
+    let target = dc.publish("vm-agent", "2.0.0");
+    let images = dc.images_with_targets(&[target]);
+    let fake = FakeDc::new(dc);
+    let plan = {
+        let dc = fake.dc();
+        let (intent, reality) = (dc.intent(), dc.reality());
+        plan(&PlanningInput {
+            catalog: &dc.catalog,
+            intent: &intent,
+            reality: &reality,
+            request: &Request {
+                operation: Operation::Update,
+                components: ComponentSelection::Named(vec!["vm-agent".into()]),
+                servers: ServerSelection::All,
+                exclude: Vec::new(),
+            },
+            options: PlanOptions {
+                transport: TransportMode::Auto,
+            },
+            images: &images,
+        })?
+    };
+    check_plan(&plan, servers)?;
+    let latencies = realistic_latencies(servers);
+    {
+        // The fake sleeps latency x factor: 1 ms x the sample in ms.
+        let mut f = fake.faults();
+        f.latency = Duration::from_millis(1);
+        for ((uuid, _), l) in plan.servers_in_order().into_iter().zip(&latencies) {
+            f.slow.insert(*uuid, l.as_secs_f64() * 1000.0);
+        }
+    }
+    let options = ExecOptions {
+        concurrency,
+        canary: 1,
+        health: Some(crate::orchestrate::transport::HealthFlags {
+            min_healthy: Duration::ZERO,
+            timeout: Duration::from_secs(120),
+        }),
+        tick: Duration::from_millis(100),
+        ..Default::default()
+    };
+    let reporter = NullReporter;
+    let executor = Executor {
+        transport: &fake,
+        store: &fake,
+        reporter: &reporter,
+        options: &options,
+    };
+    let t = Instant::now();
+    let report = executor.execute(&plan, std::future::pending()).await?;
+    let wall = t.elapsed().as_secs_f64();
+    anyhow::ensure!(
+        report.all_succeeded(),
+        "realistic rollout did not succeed everywhere:\n{}",
+        report.render(&plan)
+    );
+    let secs: Vec<f64> = latencies.iter().map(Duration::as_secs_f64).collect();
+    let sum: f64 = secs.iter().sum();
+    let longest = secs.iter().cloned().fold(0.0, f64::max);
+    // The canary is the first server in run order (no racks here).
+    let canary_wave = secs.first().copied().unwrap_or(0.0);
+    let ideal = (sum / concurrency as f64).max(longest) + canary_wave;
+    let mut sorted = secs.clone();
+    sorted.sort_by(f64::total_cmp);
+    let pct = |p: f64| sorted[((sorted.len() as f64 - 1.0) * p).round() as usize] * 1000.0;
+    Ok(RealisticResult {
+        servers,
+        concurrency,
+        wall_s: round3(wall),
+        ideal_s: round3(ideal),
+        canary_waves: usize::from(report.canary.is_some()),
+        median_ms: round3(pct(0.5)),
+        p99_ms: round3(pct(0.99)),
+        max_ms: round3(longest * 1000.0),
+    })
+}
+
 /// Run the benchmark and return the JSON object it prints.
 pub async fn run(args: &RolloutBenchArgs) -> anyhow::Result<serde_json::Value> {
     let latency = Duration::from_millis(args.latency_ms.max(1));
@@ -353,6 +481,7 @@ pub async fn run(args: &RolloutBenchArgs) -> anyhow::Result<serde_json::Value> {
         }
         Backend::Fake => None,
     };
+    let realistic = measure_realistic(args.servers).await?;
     Ok(json!({
         "backend": match b {
             Backend::Sim => "simulator (in-process, loopback HTTP)",
@@ -364,5 +493,8 @@ pub async fn run(args: &RolloutBenchArgs) -> anyhow::Result<serde_json::Value> {
         "speedup_vs_5_wide": ratio(wide.servers_per_s, narrow.servers_per_s),
         "speedup_vs_shar": ratio(wide.servers_per_s, shar.servers_per_s),
         "executor_only_wall_over_ideal_20": executor_only,
+        "realistic": realistic,
+        "realistic_wall_over_ideal_20": ratio(realistic.wall_s, realistic.ideal_s),
+        "realistic_canary_waves": realistic.canary_waves,
     }))
 }

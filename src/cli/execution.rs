@@ -38,6 +38,7 @@ impl<'g> Execution<'g> {
         // `agentsadm gz` on a server may take as long as one step may.
         let transport = CnapiTransportConfig {
             execute_timeout: options.task_timeout,
+            health: options.health,
             ..Default::default()
         };
         Execution {

@@ -548,6 +548,7 @@ mod tests {
                 to,
             },
             transport: TransportKind::InstallAgent,
+            gate: crate::orchestrate::plan::Gate::GzHealth,
         }
     }
 

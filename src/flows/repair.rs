@@ -353,10 +353,14 @@ pub fn plan_repairs(
                     continue;
                 };
                 let entry = steps.entry(server).or_default();
+                let action = Action::Install { to: image.clone() };
                 entry.0.push(Step {
                     component: c.name.clone(),
                     order: c.order,
-                    action: Action::Install { to: image.clone() },
+                    // Repairs run where execute is available unless the
+                    // fix itself chose install-agent for want of it.
+                    gate: crate::orchestrate::plan::Gate::for_step(&action, *transport, true),
+                    action,
                     transport: *transport,
                 });
                 entry.1.push(IntentChange::AdoptInstalled {
@@ -385,13 +389,15 @@ pub fn plan_repairs(
                     manual += 1;
                     continue;
                 };
+                let action = Action::Upgrade {
+                    from: installed.into(),
+                    to: image.clone(),
+                };
                 steps.entry(server).or_default().0.push(Step {
                     component: c.name.clone(),
                     order: c.order,
-                    action: Action::Upgrade {
-                        from: installed.into(),
-                        to: image.clone(),
-                    },
+                    gate: crate::orchestrate::plan::Gate::for_step(&action, *transport, true),
+                    action,
                     transport: *transport,
                 });
             }

@@ -26,6 +26,8 @@
 //!   its version is recorded (apm agents, gz-tools, dockerlogger, sdcadm);
 //! - [`txn`]: the journaled swap with rollback and crash recovery, the same
 //!   for every layout;
+//! - [`health`]: the health gate (services online and staying online
+//!   after an install, else the transaction rolls back);
 //! - [`hooks`]: apm-compatible lifecycle hooks; [`package`]: `package.json`;
 //! - [`adopt`]: SAPI adoption; [`report`]: the Triton GZ's `server.agents`
 //!   report; [`step`]: the failure steps results name;
@@ -72,6 +74,7 @@ pub mod adopt;
 pub mod command;
 pub mod fetch;
 pub mod fsutil;
+pub mod health;
 pub mod hooks;
 pub mod kinds;
 pub mod layout;

@@ -41,6 +41,12 @@ pub enum Step {
     Handoff,
     /// `gz rollback` found nothing to restore, or could not stage it.
     Rollback,
+    /// The health gate: a service of the new version did not come up (or
+    /// stay up); the transaction rolled back.
+    Unhealthy,
+    /// `--expect-current`: the server's installed image is not the one the
+    /// plan expected (changed since the plan).
+    ExpectCurrent,
 }
 
 impl Step {
@@ -62,6 +68,8 @@ impl Step {
             Step::Sapi => "sapi",
             Step::Handoff => "handoff",
             Step::Rollback => "rollback",
+            Step::Unhealthy => "unhealthy",
+            Step::ExpectCurrent => "expect-current",
         }
     }
 }

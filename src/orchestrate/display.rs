@@ -242,6 +242,29 @@ impl fmt::Display for PlanDisplay<'_> {
             }
         }
 
+        // Rack-aware batches (--max-per-rack, canaries from different
+        // racks) follow CNAPI's rack_identifier: show the grouping when
+        // racks are set.
+        if p.servers.values().any(|sp| sp.rack.is_some()) {
+            let mut racks: BTreeMap<Option<&str>, Vec<&str>> = BTreeMap::new();
+            for (_, sp) in p.servers_in_order() {
+                racks
+                    .entry(sp.rack.as_deref())
+                    .or_default()
+                    .push(&sp.hostname);
+            }
+            writeln!(f, "\nRacks:")?;
+            for (rack, hosts) in &racks {
+                writeln!(
+                    f,
+                    "  {}: {}: {}",
+                    rack.unwrap_or("(no rack)"),
+                    plural(hosts.len(), "server", "servers"),
+                    list_hosts(hosts, 3)
+                )?;
+            }
+        }
+
         if !p.skips.is_empty() {
             writeln!(f, "\nSkipped:")?;
             write_skips(f, &p.skips)?;

@@ -26,10 +26,12 @@ use futures::stream::{FuturesUnordered, StreamExt};
 use tokio::time::Instant;
 
 use super::outlier::{self, OutlierPolicy};
-use super::plan::{Plan, ServerPlan, Step, TransportKind};
+use super::plan::{
+    Action, Gate, ImageRef, IntentChange, Plan, ServerPlan, ServiceChange, Step, TransportKind,
+};
 use super::report::{
-    CanaryResult, ExecEvent, ExecReport, Failure, FailureStage, Halted, InFlight, Reporter,
-    ServerOutcome, ServerStatus, StepResult, StepStatus,
+    CanaryResult, ExecEvent, ExecReport, Failure, FailureStage, GateResult, Halted, InFlight,
+    Reporter, Revert, ServerOutcome, ServerStatus, StepResult, StepStatus,
 };
 use super::store::{IntentStore, IntentWriteError};
 use super::transport::{StepFailure, Transport};
@@ -65,6 +67,9 @@ pub struct ExecOptions {
     /// Servers of the first wave (`--canary`): the rest start only once
     /// every canary has succeeded (and the continue callback agreed).
     pub canary: usize,
+    /// `--min-healthy` / `--health-timeout` for the servers' health gate
+    /// (`None`: the installer's defaults).
+    pub health: Option<super::transport::HealthFlags>,
 }
 
 /// `--max-failures N|P%`: how many failed servers a run tolerates before
@@ -163,6 +168,7 @@ impl Default for ExecOptions {
             max_failures: None,
             canary: 0,
             max_per_rack: None,
+            health: None,
         }
     }
 }
@@ -446,6 +452,8 @@ impl<'a> Executor<'a> {
                                     elapsed: now - *t,
                                     steps: Vec::new(),
                                     tasks: self.transport.tasks(*uuid),
+                                    gates: Vec::new(),
+                                    revert: None,
                                     failure: Some(Failure {
                                         component: None,
                                         stage: FailureStage::Straggler,
@@ -485,6 +493,8 @@ impl<'a> Executor<'a> {
                     elapsed: now - *t,
                     steps: Vec::new(),
                     tasks,
+                    gates: Vec::new(),
+                    revert: None,
                     failure: Some(Failure {
                         component: None,
                         stage: FailureStage::Interrupted,
@@ -509,9 +519,14 @@ impl<'a> Executor<'a> {
                     elapsed: Duration::ZERO,
                     steps: Vec::new(),
                     tasks: Vec::new(),
+                    gates: Vec::new(),
+                    revert: None,
                     failure: None,
                 },
             );
+        }
+        if matches!(report.halted, Some(Halted::Canary { .. })) {
+            report.service_changes_reverted = self.revert_service_changes(plan).await;
         }
         report.elapsed = started_at.elapsed();
         self.reporter.event(&ExecEvent::Finished(&report));
@@ -551,6 +566,8 @@ impl<'a> Executor<'a> {
             steps: Vec::with_capacity(sp.steps.len()),
             failure: None,
             tasks: Vec::new(),
+            gates: Vec::new(),
+            revert: None,
         };
 
         for change in sp.intent.iter().filter(|c| c.runs_before_steps()) {
@@ -569,6 +586,7 @@ impl<'a> Executor<'a> {
         }
 
         let mut reported: BTreeMap<&str, Option<InstanceUuid>> = BTreeMap::new();
+        let mut unhealthy: Option<(&Step, Option<String>)> = None;
         for batch in sp.batches() {
             if outcome.failure.is_some() {
                 outcome.steps.extend(batch.iter().map(not_run));
@@ -591,6 +609,25 @@ impl<'a> Executor<'a> {
                 v
             };
             for (i, (result, r)) in results.into_iter().enumerate() {
+                let step = &batch[i];
+                if step.gate != Gate::None && result.status != StepStatus::NotRun {
+                    match &r {
+                        Ok(_) => outcome.gates.push(GateResult {
+                            component: step.component.clone(),
+                            gate: step.gate,
+                            passed: true,
+                        }),
+                        Err((f, _)) if f.is_unhealthy() => {
+                            outcome.gates.push(GateResult {
+                                component: step.component.clone(),
+                                gate: step.gate,
+                                passed: false,
+                            });
+                            unhealthy.get_or_insert((step, f.revert_error.clone()));
+                        }
+                        Err(_) => {}
+                    }
+                }
                 match r {
                     Ok(instance) => {
                         reported.insert(batch[i].component.as_str(), instance);
@@ -614,6 +651,9 @@ impl<'a> Executor<'a> {
             }
         }
 
+        if let Some((step, revert_error)) = unhealthy {
+            outcome.revert = Some(self.revert_intent(server, sp, step, revert_error).await);
+        }
         if outcome.failure.is_none() {
             for change in sp.intent.iter().filter(|c| !c.runs_before_steps()) {
                 let instance = reported.get(change.component()).copied().flatten();
@@ -631,6 +671,105 @@ impl<'a> Executor<'a> {
         outcome.elapsed = started.elapsed();
         outcome.tasks = self.transport.tasks(server);
         outcome
+    }
+
+    /// A failed canary: the new build reached no other server, so the
+    /// service defaults this run set go back to what they were (where the
+    /// plan knew it). Returns how many were put back; one that cannot be
+    /// is left for the next run's plan (it shows the difference).
+    async fn revert_service_changes(&self, plan: &Plan) -> usize {
+        let mut n = 0;
+        for change in &plan.service_changes {
+            let Some(from) = change.from else { continue };
+            let back = ServiceChange {
+                component: change.component.clone(),
+                service: change.service,
+                from: Some(change.to.uuid),
+                from_version: Some(change.to.version.clone()),
+                to: ImageRef {
+                    uuid: from,
+                    name: change.component.clone(),
+                    version: change.from_version.clone().unwrap_or_default(),
+                    import_from: None,
+                },
+            };
+            match self.store.set_service_image(&back).await {
+                Ok(()) => n += 1,
+                Err(e) => tracing::warn!(
+                    component = %change.component,
+                    error = %error_chain(&e),
+                    "cannot put the service default image back after the failed canary"
+                ),
+            }
+        }
+        n
+    }
+
+    /// After an unhealthy step the server runs the previous image again
+    /// (the installer rolled back, or the transport reinstalled it): put
+    /// the SAPI instance's `params.image_uuid`, which this run pointed at
+    /// the new image before the steps, back to the previous one, so intent
+    /// never claims a reverted image.
+    async fn revert_intent(
+        &self,
+        server: ServerUuid,
+        sp: &ServerPlan,
+        step: &Step,
+        revert_error: Option<String>,
+    ) -> Revert {
+        let previous = match &step.action {
+            Action::Upgrade { from, .. } => from.image,
+            _ => None,
+        };
+        let mut revert = Revert {
+            component: step.component.clone(),
+            image: previous,
+            sapi: false,
+            error: revert_error,
+        };
+        let Some(previous) = previous else {
+            return revert;
+        };
+        for change in sp
+            .intent
+            .iter()
+            .filter(|c| c.runs_before_steps() && c.component() == step.component)
+        {
+            let back = match change {
+                IntentChange::UpdateInstance {
+                    component,
+                    service,
+                    instance,
+                    ..
+                }
+                | IntentChange::CreateInstance {
+                    component,
+                    service,
+                    instance,
+                    ..
+                } => IntentChange::UpdateInstance {
+                    component: component.clone(),
+                    service: *service,
+                    instance: *instance,
+                    image: previous,
+                },
+                _ => continue,
+            };
+            match self.store.apply(server, &back, None).await {
+                Ok(()) => revert.sapi = true,
+                Err(e) => {
+                    let msg = format!(
+                        "cannot put params.image_uuid {previous} back on the SAPI instance: {}",
+                        error_chain(&e)
+                    );
+                    revert.error = Some(match revert.error.take() {
+                        Some(prev) => format!("{prev}; {msg}"),
+                        None => msg,
+                    });
+                }
+            }
+        }
+        revert
     }
 
     /// A batch of parallel-safe steps, concurrently, except that the steps

@@ -7,7 +7,9 @@
 //!   CPU, and deterministic under `tokio::time::pause()`), times a per-server
 //!   factor for slow servers.
 //! - Faults: failing steps (per server, optionally per component), hung
-//!   steps (never return), failing SAPI writes (per server).
+//!   steps (never return), failing SAPI writes (per server), unhealthy
+//!   builds (the step fails its health gate and the server keeps its
+//!   previous image).
 //! - A successful step changes the server's CNAPI record the way the real
 //!   installer's report would, so re-gathering intent and reality after a
 //!   run and re-planning shows what converged.
@@ -44,6 +46,10 @@ pub struct Faults {
     pub sapi_fail: BTreeSet<ServerUuid>,
     /// Added to every lock store call (to widen races in tests).
     pub lock_latency: Duration,
+    /// The new build of this component goes to maintenance on these
+    /// servers: the step fails its health gate (`unhealthy`) and the server
+    /// keeps the image it had (the installer rolled back).
+    pub unhealthy: BTreeMap<ServerUuid, String>,
 }
 
 /// The fake datacenter.
@@ -114,7 +120,7 @@ impl FakeDc {
     }
 
     async fn run_task(&self, server: ServerUuid, step: &Step) -> Result<StepDone, StepFailure> {
-        let (delay, fail, hang) = {
+        let (delay, fail, hang, unhealthy) = {
             let f = self.faults();
             let factor = f.slow.get(&server).copied().unwrap_or(1.0);
             let fail = f
@@ -122,7 +128,14 @@ impl FakeDc {
                 .get(&server)
                 .filter(|(c, _)| c.as_deref().is_none_or(|c| c == step.component))
                 .map(|(_, m)| m.clone());
-            (f.latency.mul_f64(factor), fail, f.hang.contains(&server))
+            let unhealthy =
+                f.unhealthy.get(&server) == Some(&step.component) && step.action.target().is_some();
+            (
+                f.latency.mul_f64(factor),
+                fail,
+                f.hang.contains(&server),
+                unhealthy,
+            )
         };
         if hang {
             std::future::pending::<()>().await;
@@ -132,6 +145,15 @@ impl FakeDc {
         }
         if let Some(message) = fail {
             return Err(StepFailure::new(agent_install_failure(), message));
+        }
+        if unhealthy {
+            return Err(StepFailure::new(
+                FailureStage::Unhealthy,
+                format!(
+                    "svc:/smartdc/agent/{c}:default is maintenance (Start method exited with $SMF_EXIT_ERR_FATAL.); rolled back",
+                    c = step.component
+                ),
+            ));
         }
         let instance = {
             let mut dc = self.dc();

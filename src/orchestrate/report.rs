@@ -413,6 +413,12 @@ pub enum FailureStage {
     /// `agentsadm gz` failed at one of its steps: `gz <step>` (`gz
     /// hook:postinstall`, `gz download`, ...).
     GzStep { step: String },
+    /// The health gate failed (the installer's, or `gz health` after
+    /// cn-agent's task): `unhealthy`.
+    Unhealthy,
+    /// The server's installed image is not the one the plan saw (`gz
+    /// install --expect-current` refused): `changed since the plan`.
+    Changed,
 }
 
 impl FailureStage {
@@ -431,6 +437,8 @@ impl FailureStage {
             FailureStage::ConfirmServerAgents => "confirm through server.agents",
             FailureStage::Execute => "execute",
             FailureStage::Gz => "gz",
+            FailureStage::Unhealthy => "unhealthy",
+            FailureStage::Changed => "changed since the plan",
             FailureStage::Task { task, id: Some(id) } => {
                 return Cow::Owned(format!("{task} task {id}"));
             }
@@ -491,6 +499,37 @@ pub struct ServerOutcome {
     /// The CNAPI tasks the server's steps started (`sdc-cnapi /tasks/<id>`).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub tasks: Vec<TaskRef>,
+    /// The health gate of each step that ran with one.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub gates: Vec<GateResult>,
+    /// What was put back after an unhealthy step.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub revert: Option<Revert>,
+}
+
+/// One step's health gate.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct GateResult {
+    pub component: String,
+    pub gate: super::plan::Gate,
+    pub passed: bool,
+}
+
+/// The revert of an unhealthy step: the previous image installed again
+/// (by the installer's rollback or a reinstall) and the SAPI instance's
+/// `params.image_uuid` put back.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Revert {
+    pub component: String,
+    /// The image the server runs again (`None`: the component was a fresh
+    /// install, and is gone again).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub image: Option<crate::ids::ImageUuid>,
+    /// Whether the SAPI instance names that image again.
+    pub sapi: bool,
+    /// What could not be put back, if anything.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
 }
 
 /// Everything execution did.
@@ -511,6 +550,14 @@ pub struct ExecReport {
     /// Why the run stopped starting servers, if it did.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub halted: Option<Halted>,
+    /// Service default images put back after a failed canary (the rollout
+    /// touched no other server, so nothing may claim the new build).
+    #[serde(skip_serializing_if = "is_zero")]
+    pub service_changes_reverted: usize,
+}
+
+fn is_zero(n: &usize) -> bool {
+    *n == 0
 }
 
 /// The first wave's result.

@@ -64,6 +64,10 @@ pub struct StepFailure {
     /// The remote error text (for API errors, the whole chain on one line:
     /// it is shown as data in reports, not printed as a cause chain).
     pub message: String,
+    /// For an unhealthy step: why the previous image could not be put
+    /// back on the server (the reinstall after cn-agent's task failed).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub revert_error: Option<String>,
 }
 
 impl StepFailure {
@@ -71,7 +75,13 @@ impl StepFailure {
         StepFailure {
             stage,
             message: message.into(),
+            revert_error: None,
         }
+    }
+
+    /// Whether the step failed its health gate.
+    pub fn is_unhealthy(&self) -> bool {
+        self.stage == FailureStage::Unhealthy
     }
 
     fn api(stage: FailureStage, err: &ApiError) -> StepFailure {
@@ -167,6 +177,29 @@ pub struct CnapiTransportConfig {
     /// How long to wait for the new cn-agent to report after its task
     /// completed (it restarts, then reports).
     pub confirm_timeout: Duration,
+    /// `--min-healthy` and `--health-timeout` for `agentsadm gz` on the
+    /// servers (`None`: the installer's defaults).
+    pub health: Option<HealthFlags>,
+}
+
+/// The health gate's settings, passed to `agentsadm gz install` and `gz
+/// health`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct HealthFlags {
+    pub min_healthy: Duration,
+    pub timeout: Duration,
+}
+
+impl HealthFlags {
+    fn args(&self) -> Vec<String> {
+        let secs = |d: Duration| format!("{}", d.as_secs_f64());
+        vec![
+            "--min-healthy".into(),
+            secs(self.min_healthy),
+            "--health-timeout".into(),
+            secs(self.timeout),
+        ]
+    }
 }
 
 impl Default for CnapiTransportConfig {
@@ -178,6 +211,7 @@ impl Default for CnapiTransportConfig {
             confirm_poll: (Duration::from_millis(200), Duration::from_secs(5)),
             confirm_grace_after_failure: Duration::from_secs(30),
             confirm_timeout: Duration::from_secs(10 * 60),
+            health: None,
         }
     }
 }
@@ -225,10 +259,14 @@ impl CnapiTransport {
                 let task = self.wait(server, &step.component, id).await;
                 if self_replacing {
                     let failed = task.err();
-                    return self.confirm_image(server, step, to.uuid, failed).await;
+                    let done = self.confirm_image(server, step, to.uuid, failed).await?;
+                    self.gz_health(server, step).await?;
+                    return Ok(done);
                 }
                 task?;
-                self.done(server, step).await
+                let done = self.done(server, step).await?;
+                self.gz_health(server, step).await?;
+                Ok(done)
             }
             (TransportKind::InstallAgent, Action::Remove { .. }) => {
                 let id = self
@@ -242,13 +280,26 @@ impl CnapiTransport {
             (TransportKind::Execute, action) => {
                 let args: Vec<String> = match action {
                     Action::Install { to } | Action::Upgrade { to, .. } => {
-                        vec![
+                        let mut args: Vec<String> = vec![
                             "gz".into(),
                             "install".into(),
                             to.uuid.to_string(),
                             "--json".into(),
                             INSIDE_CN_AGENT.into(),
-                        ]
+                        ];
+                        // The server refuses if it changed since the plan.
+                        if let Some(expected) = step.expect_current() {
+                            args.push("--expect-current".into());
+                            args.push(
+                                expected
+                                    .map(|i| i.to_string())
+                                    .unwrap_or_else(|| "none".into()),
+                            );
+                        }
+                        if let Some(h) = &self.config.health {
+                            args.extend(h.args());
+                        }
+                        args
                     }
                     Action::Remove { .. } => {
                         vec![
@@ -273,6 +324,77 @@ impl CnapiTransport {
                 }
             }
         }
+    }
+
+    /// The health gate after cn-agent's task (plan gate `gz health`):
+    /// `agentsadm gz health NAME` through execute. Unhealthy: the previous
+    /// image is reinstalled through install-agent (cn-agent's task cannot
+    /// roll back by itself) and the step fails as `unhealthy`.
+    async fn gz_health(&self, server: ServerUuid, step: &Step) -> Result<(), StepFailure> {
+        if step.gate != super::plan::Gate::GzHealth {
+            return Ok(());
+        }
+        let mut args: Vec<String> = vec![
+            "gz".into(),
+            "health".into(),
+            step.component.clone(),
+            "--json".into(),
+        ];
+        if let Some(h) = &self.config.health {
+            args.extend(h.args());
+        }
+        let Err(mut unhealthy) = self.execute(server, step, &args).await.map(|_| ()) else {
+            return Ok(());
+        };
+        if !unhealthy.is_unhealthy() {
+            // The check itself could not run (execute refused, no
+            // agentsadm on the server): the install stands, unconfirmed.
+            unhealthy.message = format!(
+                "the install finished but its health could not be checked with 'agentsadm gz health': {}",
+                unhealthy.message
+            );
+            return Err(unhealthy);
+        }
+        let previous = match &step.action {
+            Action::Upgrade { from, .. } => from.image,
+            _ => None,
+        };
+        // What the server runs again: the previous image reinstalled, or
+        // (a fresh install) nothing.
+        let reverted: Result<Option<ImageUuid>, StepFailure> = match previous {
+            Some(image) => match self.cnapi.install_agent(server, image).await {
+                Ok(id) => self
+                    .wait(server, &step.component, id)
+                    .await
+                    .map(|()| Some(image)),
+                Err(e) => Err(StepFailure::api(FailureStage::InstallAgent, &e)),
+            },
+            None => match self
+                .cnapi
+                .uninstall_agents(server, &[self.package_name(&step.component)])
+                .await
+            {
+                Ok(id) => self.wait(server, &step.component, id).await.map(|()| None),
+                Err(e) => Err(StepFailure::api(FailureStage::UninstallAgents, &e)),
+            },
+        };
+        match reverted {
+            Ok(Some(image)) => {
+                unhealthy.message =
+                    format!("{}; reverted: image {image} reinstalled", unhealthy.message);
+            }
+            Ok(None) => {
+                unhealthy.message = format!("{}; reverted: removed again", unhealthy.message);
+            }
+            Err(e) => {
+                unhealthy.revert_error = Some(e.to_string());
+                unhealthy.message = format!(
+                    "{}; REVERT FAILED ({e}): reinstall the previous image by hand",
+                    unhealthy.message
+                );
+            }
+        }
+        Err(unhealthy)
     }
 
     /// Wait for a task with `GET /tasks/:id/wait`, chunk after chunk,
@@ -410,10 +532,12 @@ impl CnapiTransport {
         match parse_gz_result(&result.stdout) {
             Some(gz) => {
                 if let Some(err) = gz.error {
-                    return Err(StepFailure::new(
-                        FailureStage::GzStep { step: err.step },
-                        err.message,
-                    ));
+                    let stage = match err.step.as_str() {
+                        "unhealthy" => FailureStage::Unhealthy,
+                        "expect-current" => FailureStage::Changed,
+                        _ => FailureStage::GzStep { step: err.step },
+                    };
+                    return Err(StepFailure::new(stage, err.message));
                 }
                 if result.exit_status != 0 {
                     return Err(StepFailure::new(

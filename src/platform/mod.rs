@@ -97,6 +97,16 @@ impl fmt::Display for ServiceState {
     }
 }
 
+/// An SMF instance's health, as `svcs` and `svcs -x` tell it: the state
+/// and, for an instance that is not online, the explanation (`svcs -x`
+/// text) where the platform has one.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ServiceHealth {
+    pub state: ServiceState,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub explanation: Option<String>,
+}
+
 /// What the installer needs from sysinfo.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Sysinfo {
@@ -203,6 +213,17 @@ pub trait Platform: Send + Sync + fmt::Debug {
     fn smf_disable<'a>(&'a self, fmri: &'a str) -> PlatformFuture<'a, ()>;
     /// The instance's state, `None` when it does not exist.
     fn smf_state<'a>(&'a self, fmri: &'a str) -> PlatformFuture<'a, Option<ServiceState>>;
+    /// The instance's state and, when it is not online, why (`svcs -x`
+    /// where available); `None` when it does not exist. The health gate
+    /// polls this.
+    fn smf_health<'a>(&'a self, fmri: &'a str) -> PlatformFuture<'a, Option<ServiceHealth>> {
+        Box::pin(async move {
+            Ok(self.smf_state(fmri).await?.map(|state| ServiceHealth {
+                state,
+                explanation: None,
+            }))
+        })
+    }
     /// `svcadm restart`: run the (restored) start method again.
     fn smf_restart<'a>(&'a self, fmri: &'a str) -> PlatformFuture<'a, ()> {
         Box::pin(async move {

@@ -4,6 +4,15 @@
 //! `<root>/var/svc/smf-state.json`, kept by reading the manifests it is
 //! asked to import. Every call reads or writes files, so each runs on the
 //! blocking pool.
+//!
+//! Services that fail to come up are modelled by faults ([`SmfFault`]):
+//! from the file `<root>/var/svc/smf-faults.json` (tests write it) and from
+//! the list given to [`Rooted::with_faults`] (the simulator). When an
+//! enabled instance is (re)started, by an import of its manifest or by
+//! `svcadm enable`, a fault that applies puts it in its state (usually
+//! `maintenance`) with its reason, which [`Platform::smf_health`] reports
+//! as `svcs -x` would. A fault can be limited to one build: it applies
+//! only while a file (the component's `image_uuid`) holds a given text.
 
 use std::collections::BTreeMap;
 use std::fs::{self, OpenOptions};
@@ -15,8 +24,8 @@ use futures::future::BoxFuture;
 use serde::{Deserialize, Serialize};
 
 use super::{
-    Platform, PlatformError, PlatformFuture, SdcConfig, ServiceState, Sysinfo, blocking,
-    fmri_service, read_manifest_instances, read_sysinfo_file,
+    Platform, PlatformError, PlatformFuture, SdcConfig, ServiceHealth, ServiceState, Sysinfo,
+    blocking, fmri_service, read_manifest_instances, read_sysinfo_file,
 };
 
 /// The sysinfo file, relative to the root (mockcloud keeps each server's
@@ -26,6 +35,8 @@ pub const SYSINFO_FILE: &str = "sysinfo.json";
 pub const SMF_STATE_FILE: &str = "var/svc/smf-state.json";
 /// The node config of a compute node (read for the SDC config).
 pub const NODE_CONFIG: &str = "opt/smartdc/config/node.config";
+/// Injected service faults, relative to the root (module docs).
+pub const SMF_FAULTS_FILE: &str = "var/svc/smf-faults.json";
 
 /// One instance in the rooted SMF state file.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -33,6 +44,35 @@ pub struct RootedService {
     pub state: ServiceState,
     /// The manifest it was imported from, relative to the root.
     pub manifest: String,
+    /// Why it is not online (what `svcs -x` would say), when a fault put
+    /// it there.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+}
+
+/// A service that does not come up when started (module docs).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SmfFault {
+    pub fmri: String,
+    /// Apply only while this file (relative to the root) holds `holds`
+    /// (trimmed): one build of a component, by its `image_uuid` file.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub when_file: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub holds: Option<String>,
+    /// The state it enters instead of `online`.
+    pub state: ServiceState,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+}
+
+/// The faults file.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SmfFaults {
+    #[serde(default)]
+    pub faults: Vec<SmfFault>,
 }
 
 /// The rooted SMF state file.
@@ -49,14 +89,70 @@ pub struct Rooted {
     /// Serializes read-modify-write of the state file between concurrent
     /// installs of one run (other processes are kept out by the server lock).
     smf: Arc<Mutex<()>>,
+    /// Faults besides the file's (the simulator's).
+    faults: Arc<Vec<SmfFault>>,
 }
 
 impl Rooted {
     pub fn new(root: impl Into<PathBuf>) -> Rooted {
+        Rooted::with_faults(root, Vec::new())
+    }
+
+    /// A rooted GZ where `faults` apply besides the faults file's.
+    pub fn with_faults(root: impl Into<PathBuf>, faults: Vec<SmfFault>) -> Rooted {
         Rooted {
             root: root.into(),
             smf: Arc::new(Mutex::new(())),
+            faults: Arc::new(faults),
         }
+    }
+
+    /// The fault that applies to `fmri` now, if any. Blocking.
+    fn fault_for(&self, fmri: &str) -> Result<Option<SmfFault>, PlatformError> {
+        let path = self.root.join(SMF_FAULTS_FILE);
+        let from_file = match fs::read(&path) {
+            Ok(bytes) => {
+                serde_json::from_slice::<SmfFaults>(&bytes)
+                    .map_err(|e| PlatformError::Invalid {
+                        path: path.clone(),
+                        reason: e.to_string(),
+                    })?
+                    .faults
+            }
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Vec::new(),
+            Err(err) => return Err(PlatformError::Read { path, err }),
+        };
+        Ok(from_file
+            .into_iter()
+            .chain(self.faults.iter().cloned())
+            .find(|f| {
+                f.fmri == fmri
+                    && match (&f.when_file, &f.holds) {
+                        (Some(file), Some(text)) => fs::read_to_string(self.root.join(file))
+                            .is_ok_and(|t| t.trim() == text.trim()),
+                        (Some(file), None) => self.root.join(file).exists(),
+                        (None, _) => true,
+                    }
+            }))
+    }
+
+    /// An enabled instance starts: online, or what a fault says.
+    fn start(&self, fmri: &str, service: &mut RootedService) -> Result<(), PlatformError> {
+        match self.fault_for(fmri)? {
+            Some(f) => {
+                service.state = f.state;
+                service.reason = f.reason.or_else(|| {
+                    Some(format!(
+                        "svc:{fmri} start method failed (injected fault from {SMF_FAULTS_FILE})"
+                    ))
+                });
+            }
+            None => {
+                service.state = ServiceState::Online;
+                service.reason = None;
+            }
+        }
+        Ok(())
     }
 
     fn state_file(&self) -> PathBuf {
@@ -118,19 +214,24 @@ impl Rooted {
         self.update(|state| {
             for inst in instances {
                 match state.services.get_mut(&inst.fmri) {
-                    Some(s) => s.manifest = rel.clone(),
+                    Some(s) => {
+                        s.manifest = rel.clone();
+                        // The new manifest (and code) takes effect: an
+                        // enabled instance starts again.
+                        if s.state.is_enabled() {
+                            self.start(&inst.fmri, s)?;
+                        }
+                    }
                     None => {
-                        state.services.insert(
-                            inst.fmri,
-                            RootedService {
-                                state: if inst.enabled {
-                                    ServiceState::Online
-                                } else {
-                                    ServiceState::Disabled
-                                },
-                                manifest: rel.clone(),
-                            },
-                        );
+                        let mut s = RootedService {
+                            state: ServiceState::Disabled,
+                            manifest: rel.clone(),
+                            reason: None,
+                        };
+                        if inst.enabled {
+                            self.start(&inst.fmri, &mut s)?;
+                        }
+                        state.services.insert(inst.fmri, s);
                     }
                 }
             }
@@ -152,8 +253,10 @@ impl Rooted {
     /// `svcadm enable|disable`: fails as svcadm does for an unknown FMRI.
     fn set_state(&self, fmri: &str, verb: &str, to: ServiceState) -> Result<(), PlatformError> {
         self.update(|state| match state.services.get_mut(fmri) {
+            Some(s) if to == ServiceState::Online => self.start(fmri, s),
             Some(s) => {
                 s.state = to;
+                s.reason = None;
                 Ok(())
             }
             None => Err(PlatformError::Command {
@@ -165,12 +268,19 @@ impl Rooted {
     }
 
     fn state(&self, fmri: &str) -> Result<Option<ServiceState>, PlatformError> {
+        Ok(self.health(fmri)?.map(|h| h.state))
+    }
+
+    fn health(&self, fmri: &str) -> Result<Option<ServiceHealth>, PlatformError> {
         let _guard = self.smf.lock().unwrap_or_else(|p| p.into_inner());
         Ok(self
             .read_state()?
             .services
             .get(fmri)
-            .map(|s| s.state.clone()))
+            .map(|s| ServiceHealth {
+                state: s.state.clone(),
+                explanation: s.reason.clone(),
+            }))
     }
 }
 
@@ -252,6 +362,11 @@ impl Platform for Rooted {
     fn smf_state<'a>(&'a self, fmri: &'a str) -> PlatformFuture<'a, Option<ServiceState>> {
         let fmri = fmri.to_string();
         self.off_runtime(move |me| me.state(&fmri))
+    }
+
+    fn smf_health<'a>(&'a self, fmri: &'a str) -> PlatformFuture<'a, Option<ServiceHealth>> {
+        let fmri = fmri.to_string();
+        self.off_runtime(move |me| me.health(&fmri))
     }
 }
 

@@ -7,7 +7,9 @@ use std::process::Output;
 
 use futures::future::BoxFuture;
 
-use super::{Platform, PlatformError, PlatformFuture, SdcConfig, ServiceState, Sysinfo};
+use super::{
+    Platform, PlatformError, PlatformFuture, SdcConfig, ServiceHealth, ServiceState, Sysinfo,
+};
 
 const SVCCFG: &str = "/usr/sbin/svccfg";
 const SVCADM: &str = "/usr/sbin/svcadm";
@@ -162,6 +164,26 @@ impl Platform for SmartOs {
             Ok(Some(ServiceState::parse(&String::from_utf8_lossy(
                 &out.stdout,
             ))))
+        })
+    }
+
+    fn smf_health<'a>(&'a self, fmri: &'a str) -> PlatformFuture<'a, Option<ServiceHealth>> {
+        Box::pin(async move {
+            let Some(state) = self.smf_state(fmri).await? else {
+                return Ok(None);
+            };
+            let explanation = if state == ServiceState::Online {
+                None
+            } else {
+                // `svcs -x` says why (the start method's exit, the log file);
+                // without it the state alone is still reported.
+                run(SVCS, &["-x", fmri])
+                    .await
+                    .ok()
+                    .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+                    .filter(|t| !t.is_empty())
+            };
+            Ok(Some(ServiceHealth { state, explanation }))
         })
     }
 

@@ -176,6 +176,10 @@ pub struct SimConfig {
     pub gz_layout: GzLayout,
     pub faults: FaultConfig,
     pub strictness: Strictness,
+    /// Compute nodes per rack (CNAPI `rack_identifier` `rack-01`,
+    /// `rack-02`, ...); every 25th compute node and the headnode have none.
+    /// 0: no racks.
+    pub rack_size: usize,
 }
 
 impl Default for SimConfig {
@@ -201,6 +205,7 @@ impl Default for SimConfig {
             gz_layout: GzLayout::default(),
             faults: FaultConfig::default(),
             strictness: Strictness::default(),
+            rack_size: 40,
         }
     }
 }
@@ -286,6 +291,12 @@ impl SimConfig {
 
     pub fn cn_agent_restart(mut self, d: Duration) -> Self {
         self.cn_agent_restart_ms = d.as_millis() as u64;
+        self
+    }
+
+    /// Compute nodes per rack (0: no racks).
+    pub fn rack_size(mut self, n: usize) -> Self {
+        self.rack_size = n;
         self
     }
 

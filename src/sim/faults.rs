@@ -3,6 +3,10 @@
 //! not running) and in the APIs (5xx bursts, added request latency, corrupt
 //! or truncated image files).
 //!
+//! - Unhealthy builds: "the new build of X goes to maintenance on servers
+//!   S" ([`UnhealthyBuild`]); the simulated servers' SMF
+//!   ([`crate::platform::Rooted`] faults) puts X's services in maintenance
+//!   whenever that image is what is installed and they start.
 //! - [`FaultConfig`] is the serializable description (scenario JSON, `sim
 //!   serve` flags). Servers are named by hostname or UUID there.
 //! - [`Faults`] is the runtime state shared by the API handlers and the task
@@ -133,6 +137,18 @@ pub struct HungTasks {
     pub servers: Vec<String>,
 }
 
+/// The new build of a component goes to maintenance on some servers (all
+/// of them when none are named).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct UnhealthyBuild {
+    pub component: String,
+    pub image: ImageUuid,
+    /// Hostnames or UUIDs; empty: every server.
+    #[serde(default)]
+    pub servers: Vec<String>,
+}
+
 /// A burst of 5xx answers: the next `count` requests to an API.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -176,6 +192,8 @@ pub struct FaultConfig {
     pub api_bursts: PerApi<BurstSpec>,
     #[serde(default)]
     pub request_latency_ms: PerApi<u64>,
+    #[serde(default)]
+    pub unhealthy_builds: Vec<UnhealthyBuild>,
 }
 
 /// The four simulated HTTP services.
@@ -244,6 +262,8 @@ struct ServerFaults {
     hung_servers: BTreeSet<ServerUuid>,
     corrupt: BTreeSet<String>,
     truncated: BTreeSet<String>,
+    /// (component, image, servers; empty: all).
+    unhealthy: Vec<(String, ImageUuid, BTreeSet<ServerUuid>)>,
 }
 
 /// A scenario naming something that does not exist.
@@ -359,6 +379,53 @@ impl Faults {
         self.servers().truncated.insert(image.to_string());
     }
 
+    /// The build `image` of `component` goes to maintenance on `servers`
+    /// (every server when empty) whenever it starts there.
+    pub fn unhealthy_build(&self, component: &str, image: ImageUuid, servers: &[ServerUuid]) {
+        self.servers().unhealthy.push((
+            component.to_string(),
+            image,
+            servers.iter().copied().collect(),
+        ));
+    }
+
+    /// The SMF faults of one server's GZ: each unhealthy build that
+    /// applies there, for each of its component's services, while its
+    /// `image_uuid` file names that build.
+    pub(crate) fn smf_faults(
+        &self,
+        server: ServerUuid,
+        catalog: &crate::catalog::Catalog,
+    ) -> Vec<crate::platform::rooted::SmfFault> {
+        let s = self.servers();
+        let mut out = Vec::new();
+        for (component, image, servers) in &s.unhealthy {
+            if !servers.is_empty() && !servers.contains(&server) {
+                continue;
+            }
+            let Some(c) = catalog.get(component) else {
+                continue;
+            };
+            let image_file = format!(
+                "opt/smartdc/agents/lib/node_modules/{}/image_uuid",
+                c.package_name()
+            );
+            for fmri in &c.smf_services {
+                out.push(crate::platform::rooted::SmfFault {
+                    fmri: fmri.clone(),
+                    when_file: Some(image_file.clone()),
+                    holds: Some(image.to_string()),
+                    state: crate::platform::ServiceState::Maintenance,
+                    reason: Some(format!(
+                        "svc:{fmri}: Start method exited with $SMF_EXIT_ERR_FATAL (simulated: build {image} of {component} fails on start). See: /var/svc/log/{}.log",
+                        fmri.trim_start_matches("svc:/").replace('/', "-")
+                    )),
+                });
+            }
+        }
+        out
+    }
+
     /// The next `count` requests to `api` get `status` (500 or 503).
     pub fn burst(&self, api: SimApi, count: u32, status: u16) {
         let c = &self.apis[api.index()];
@@ -468,6 +535,10 @@ impl Faults {
             s.hung_servers.extend(all(&config.hung_tasks.servers)?);
             s.corrupt.extend(config.corrupt_images.iter().cloned());
             s.truncated.extend(config.truncated_images.iter().cloned());
+            for u in &config.unhealthy_builds {
+                let servers = all(&u.servers)?.into_iter().collect();
+                s.unhealthy.push((u.component.clone(), u.image, servers));
+            }
         }
         let api_of =
             |key: &str| SimApi::from_key(key).ok_or_else(|| ApplyError::UnknownApi(key.into()));

@@ -173,6 +173,17 @@ pub(crate) fn generate(seed: u64, cns: usize) -> Vec<MockServerSpec> {
         .collect()
 }
 
+/// The rack a seeded server is in: compute node `index` (1-based) is in
+/// `rack-NN` with `rack_size` compute nodes per rack, except every 25th
+/// compute node and the headnode (index 0), which have none, as servers
+/// whose rack was never recorded.
+pub fn seeded_rack(index: usize, rack_size: usize) -> Option<String> {
+    if index == 0 || rack_size == 0 || index.is_multiple_of(25) {
+        return None;
+    }
+    Some(format!("rack-{:02}", (index - 1) / rack_size + 1))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

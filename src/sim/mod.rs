@@ -439,7 +439,10 @@ impl SimDc {
                 }
                 None => {
                     for m in fleet.values() {
-                        records.insert(m.uuid, ServerRecord::new(m, &config.datacenter, false));
+                        let mut r = ServerRecord::new(m, &config.datacenter, false);
+                        r.rack_identifier =
+                            fleet::seeded_rack(m.index, config.rack_size).unwrap_or_default();
+                        records.insert(m.uuid, r);
                     }
                 }
             }
@@ -530,6 +533,7 @@ impl SimDc {
             apis: apis.clone(),
             cn_agent_restart: Duration::from_millis(core.config.cn_agent_restart_ms),
             shutdown: core.shutdown.clone(),
+            faults: core.faults.clone(),
         }));
 
         // Server state from the configuration.
@@ -703,6 +707,8 @@ impl SimDc {
         }
         let report = self.gz_report(uuid).await?;
         let mut rec = ServerRecord::new(&server, &self.core.config.datacenter, true);
+        rec.rack_identifier =
+            fleet::seeded_rack(server.index, self.core.config.rack_size).unwrap_or_default();
         rec.agents = report.agents;
         self.core.cnapi.servers().insert(uuid, rec);
         self.core.touch();

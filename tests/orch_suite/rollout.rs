@@ -359,3 +359,84 @@ async fn a_broken_lock_stops_new_starts() {
     assert_eq!(report.exit_status(&p), 2);
     assert!(report.render(&p).contains("lock was broken"));
 }
+
+#[tokio::test(start_paused = true)]
+async fn unhealthy_canary_reverted_rollout_halted_rest_untouched_sapi_unchanged() {
+    let (fake, req, p) = setup(30, |_| None);
+    let cn001 = fake.dc().server_named("cn001");
+    fake.faults().unhealthy.insert(cn001, "vm-agent".into());
+    let (sapi_before, reality_before) = fake.snapshot();
+    let options = ExecOptions {
+        canary: 1,
+        max_failures: Some(FailureBudget::DEFAULT),
+        ..Default::default()
+    };
+    let (report, lines) = run(&fake, &p, &options, &Gate::new(usize::MAX, true)).await;
+    // Caught at the canary; nothing else started.
+    assert_eq!(starts(&lines), ["cn001"]);
+    assert_eq!(
+        report.halted,
+        Some(Halted::Canary {
+            failed: vec!["cn001".into()]
+        })
+    );
+    let o = &report.servers[&cn001];
+    let f = o.failure.as_ref().unwrap();
+    assert_eq!(f.stage, "unhealthy");
+    assert!(f.message.contains("maintenance"), "{}", f.message);
+    assert_eq!(o.gates.len(), 1);
+    assert!(!o.gates[0].passed);
+    let revert = o.revert.as_ref().expect("reverted");
+    let old = p.servers[&cn001].steps[0].expect_current().flatten();
+    assert_eq!(revert.image, old);
+    assert!(revert.sapi && revert.error.is_none(), "{revert:?}");
+    // The server runs its previous image; SAPI (instances and service
+    // defaults) and every other server are as before.
+    let (sapi_after, reality_after) = fake.snapshot();
+    assert_eq!(reality_after, reality_before);
+    assert_eq!(sapi_after, sapi_before);
+    assert_eq!(report.exit_status(&p), 2);
+    let json = serde_json::to_value(&report).unwrap();
+    assert_eq!(json["canary"]["passed"], false);
+    assert_eq!(json["halted"]["reason"], "canary");
+    let server = &json["servers"][cn001.to_string()];
+    assert_eq!(server["gates"][0]["gate"], "gz-health");
+    assert_eq!(server["gates"][0]["passed"], false);
+    assert_eq!(server["revert"]["sapi"], true);
+    // The next run plans the same change again (nothing claims it done).
+    let images = fake
+        .dc()
+        .images_with_targets(&[p.targets["vm-agent"].clone()]);
+    assert_eq!(plan_on(&fake, &req, &images).servers.len(), p.servers.len());
+}
+
+#[tokio::test(start_paused = true)]
+async fn unhealthy_servers_count_against_the_budget() {
+    let (fake, _, p) = setup(60, |_| None);
+    for i in 1..=10 {
+        let uuid = fake.dc().server_named(&format!("cn{i:03}"));
+        fake.faults().unhealthy.insert(uuid, "vm-agent".into());
+    }
+    let options = ExecOptions {
+        concurrency: 1,
+        max_failures: Some(FailureBudget::Count(2)),
+        ..Default::default()
+    };
+    let (report, lines) = run(&fake, &p, &options, &Gate::new(usize::MAX, true)).await;
+    assert_eq!(starts(&lines), ["cn001", "cn002", "cn003"]);
+    assert_eq!(
+        report.halted,
+        Some(Halted::Budget {
+            failures: 3,
+            budget: 2
+        })
+    );
+    assert!(
+        report
+            .servers
+            .values()
+            .filter(|o| o.revert.is_some())
+            .count()
+            == 3
+    );
+}

@@ -547,3 +547,162 @@ async fn two_orchestrators_started_together_one_runs_the_other_exits_1() {
     assert!(!app.metadata.contains_key(lock::LOCK_KEY));
     dc.shutdown().await;
 }
+
+/// The new build of vm-agent goes to maintenance on cn0002 (issue 14):
+/// through install-agent (then `gz health`, then the previous image
+/// reinstalled) and through execute (the installer's own gate rolls back),
+/// cn0002 ends on its previous image, SAPI's instance names that image
+/// again (planning from intent finds nothing to do), the other servers
+/// converge, and a re-run plans only cn0002.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unhealthy_build_is_reverted_on_the_server_and_in_sapi() {
+    for mode in [TransportMode::Auto, TransportMode::Execute] {
+        let dc = sim(3).await;
+        let cn2 = dc.server("cn0002").unwrap();
+        let apis = dc.apis();
+        let session = session_on(&dc, &apis);
+        let req = request(Operation::Update, &["vm-agent"], &[]);
+        let planned = session.plan(&req, ImageChoice::Latest, mode).await.unwrap();
+        let target = planned.plan.targets["vm-agent"].uuid;
+        let before = dc
+            .server_agents(cn2.uuid)
+            .into_iter()
+            .find(|a| a.name == "vm-agent")
+            .unwrap()
+            .image_uuid;
+        dc.faults().unhealthy_build("vm-agent", target, &[cn2.uuid]);
+        let report = run(&session, &planned.plan).await;
+        let o = &report.servers[&cn2.uuid];
+        let f = o.failure.as_ref().expect("cn0002 fails");
+        assert_eq!(f.stage, "unhealthy", "{mode:?}: {f}");
+        assert!(f.message.contains("maintenance"), "{}", f.message);
+        let revert = o.revert.as_ref().expect("reverted");
+        assert_eq!(revert.image, before, "{mode:?}");
+        assert!(
+            revert.sapi && revert.error.is_none(),
+            "{mode:?}: {revert:?}"
+        );
+        assert_eq!(report.counts().succeeded, planned.plan.servers.len() - 1);
+        let now = dc
+            .server_agents(cn2.uuid)
+            .into_iter()
+            .find(|a| a.name == "vm-agent")
+            .unwrap()
+            .image_uuid;
+        assert_eq!(now, before, "{mode:?}: cn0002 runs its previous image");
+        // Intent does not claim the reverted build.
+        let from_intent = plan_intent(&session, &req).await;
+        assert!(
+            from_intent.plan.is_empty(),
+            "{mode:?}: intent claims an image cn0002 does not run:\n{}",
+            from_intent.plan
+        );
+        // Fixed (the fault cleared), the same command finishes cn0002 only.
+        dc.faults().clear();
+        let again = session.plan(&req, ImageChoice::Latest, mode).await.unwrap();
+        assert_eq!(
+            again.plan.servers.keys().copied().collect::<Vec<_>>(),
+            vec![cn2.uuid]
+        );
+        let report = run(&session, &again.plan).await;
+        assert!(report.all_succeeded(), "{}", report.render(&again.plan));
+        dc.shutdown().await;
+    }
+}
+
+/// Racks seeded by the simulator (40 compute nodes a rack, every 25th and
+/// the headnode without one): with `--max-per-rack 3`, the executor's
+/// start and finish events never show more than 3 servers of a rack in
+/// flight; the canaries come from different racks; the run converges.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn seeded_racks_are_never_over_their_limit() {
+    use agentsadm::orchestrate::report::RecordingReporter;
+    use agentsadm::sim::faults::{Distribution, FaultConfig, LatencySpec};
+    let faults = FaultConfig {
+        install_latency: LatencySpec {
+            base_ms: 5,
+            jitter_ms: 40,
+            distribution: Distribution::Uniform,
+        },
+        ..Default::default()
+    };
+    let dc = SimDc::start(
+        SimConfig::default()
+            .servers(90)
+            .gz_layout(agentsadm::sim::GzLayout::Mockcloud)
+            .faults(faults)
+            .populate(SeedSpec::with_newer()),
+    )
+    .await
+    .expect("simulator starts");
+    let apis = dc.apis();
+    let session = session_on(&dc, &apis);
+    let req = request(Operation::Update, &["vm-agent"], &[]);
+    let planned = session
+        .plan(&req, ImageChoice::Latest, TransportMode::Auto)
+        .await
+        .unwrap();
+    let p = &planned.plan;
+    let rack_of: BTreeMap<String, Option<String>> = p
+        .servers
+        .values()
+        .map(|sp| (sp.hostname.clone(), sp.rack.clone()))
+        .collect();
+    let racks: std::collections::BTreeSet<&String> = rack_of.values().flatten().collect();
+    assert_eq!(racks.len(), 3, "{rack_of:?}");
+    assert!(rack_of.values().any(Option::is_none));
+    // The plan's text groups the servers by rack.
+    let text = p.to_string();
+    assert!(
+        text.contains("\nRacks:\n  (no rack): 4 servers: ")
+            && text.contains("  rack-01: 39 servers: cn0001, cn0002, cn0003, ..."),
+        "{text}"
+    );
+    let options = ExecOptions {
+        concurrency: 12,
+        max_per_rack: Some(3),
+        canary: 3,
+        ..options()
+    };
+    let reporter = RecordingReporter::default();
+    let report = session
+        .execute(
+            p,
+            &options,
+            fast_transport(),
+            &reporter,
+            std::future::pending(),
+        )
+        .await
+        .unwrap();
+    assert!(report.all_succeeded(), "{}", report.render(p));
+    let canaries = report.canary.as_ref().unwrap().servers.clone();
+    let canary_racks: std::collections::BTreeSet<Option<String>> =
+        canaries.iter().map(|h| rack_of[h].clone()).collect();
+    assert_eq!(canary_racks.len(), 3, "{canaries:?}");
+    let mut in_flight: BTreeMap<String, usize> = BTreeMap::new();
+    let mut peak: BTreeMap<String, usize> = BTreeMap::new();
+    for l in reporter.lines() {
+        if let Some(h) = l.strip_prefix("server-start ") {
+            if let Some(r) = &rack_of[h] {
+                let n = in_flight.entry(r.clone()).or_default();
+                *n += 1;
+                let pk = peak.entry(r.clone()).or_default();
+                *pk = (*pk).max(*n);
+            }
+        } else if let Some(rest) = l.strip_prefix("server-done ") {
+            let h = rest.split(' ').next().unwrap();
+            if let Some(r) = &rack_of[h] {
+                *in_flight.get_mut(r).unwrap() -= 1;
+            }
+        }
+    }
+    assert!(peak.values().all(|&n| n <= 3), "{peak:?}");
+    assert!(peak.values().any(|&n| n == 3), "{peak:?}");
+    let again = session
+        .plan(&req, ImageChoice::Latest, TransportMode::Auto)
+        .await
+        .unwrap();
+    assert!(again.plan.is_empty(), "{}", again.plan);
+    dc.shutdown().await;
+}

@@ -49,6 +49,8 @@ async fn each_benchmark_prints_exactly_its_json_object() {
     let rollout = one_object(&args, &agentsadm(&args, &[]).await);
     assert_eq!(rollout["modes"].as_array().map(Vec::len), Some(3));
     assert!(rollout["wall_over_ideal_20"].as_f64().unwrap() > 0.0);
+    assert!(rollout["realistic_wall_over_ideal_20"].as_f64().unwrap() > 0.0);
+    assert_eq!(rollout["realistic_canary_waves"], 1);
 
     let args = ["bench", "install", "--image-mb", "1", "--runs", "1"];
     let install = one_object(&args, &agentsadm(&args, &[]).await);

@@ -26,6 +26,7 @@ use crate::api::{ApiConfig, Apis, ImgapiClient};
 use crate::orchestrate::execute::{DEFAULT_CONCURRENCY, ExecOptions, FailureBudget};
 use crate::orchestrate::outlier::OutlierPolicy;
 use crate::orchestrate::plan::TransportMode;
+use crate::orchestrate::transport::HealthFlags;
 
 pub mod adopt;
 pub mod avail;
@@ -116,6 +117,14 @@ pub struct ExecArgs {
     /// At most N servers of one rack (CNAPI rack_identifier) at once.
     #[arg(long, value_name = "N")]
     pub max_per_rack: Option<usize>,
+    /// Health gate on each server: services must stay online this long
+    /// after an install (default: the installer's, 10s on a real server).
+    #[arg(long, value_parser = duration, value_name = "DURATION")]
+    pub min_healthy: Option<Duration>,
+    /// Health gate: how long services may take to come online before the
+    /// server's install is rolled back as unhealthy (default 2m).
+    #[arg(long, value_parser = duration, value_name = "DURATION")]
+    pub health_timeout: Option<Duration>,
 }
 
 /// A duration as `--task-timeout` and friends take it, with an example
@@ -178,6 +187,12 @@ impl From<ExecArgs> for ExecSettings {
                     ..Default::default()
                 },
                 straggler_timeout: a.straggler_timeout,
+                health: (a.min_healthy.is_some() || a.health_timeout.is_some()).then(|| {
+                    HealthFlags {
+                        min_healthy: a.min_healthy.unwrap_or(Duration::from_secs(10)),
+                        timeout: a.health_timeout.unwrap_or(Duration::from_secs(120)),
+                    }
+                }),
                 ..Default::default()
             },
         }

@@ -27,7 +27,7 @@ use tracing::instrument::WithSubscriber;
 use crate::api::ApiConfig;
 use crate::api::cnapi::ExecuteResult;
 use crate::catalog::{Catalog, CatalogError};
-use crate::ids::ServerUuid;
+use crate::ids::{ImageUuid, ServerUuid};
 use crate::platform::{Platform, blocking};
 use crate::remote::{GzFailure, GzResult};
 
@@ -101,6 +101,15 @@ pub struct GzOpts {
     /// Timeout of each API request.
     #[arg(long, global = true, value_name = "DURATION", value_parser = parse_duration, default_value = "30s", hide = true)]
     pub api_timeout: Duration,
+    /// Health gate: how long each service of a new version must stay
+    /// online before the install counts (default 10s on a real server, 0
+    /// on a rooted directory; 0 = online once).
+    #[arg(long, global = true, value_name = "DURATION", value_parser = parse_duration)]
+    pub min_healthy: Option<Duration>,
+    /// Health gate: how long a service may take to come online before the
+    /// install is rolled back as unhealthy.
+    #[arg(long, global = true, value_name = "DURATION", value_parser = parse_duration, default_value = "2m")]
+    pub health_timeout: Duration,
     /// Retries of idempotent API requests and of broken downloads.
     #[arg(
         long,
@@ -137,6 +146,28 @@ fn parse_duration(s: &str) -> Result<Duration, DurationError> {
     })
 }
 
+/// `--expect-current IMAGE_UUID|none`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ExpectCurrent(pub Option<ImageUuid>);
+
+/// An `--expect-current` that is neither an image UUID nor `none`.
+#[derive(Debug, thiserror::Error)]
+#[error("{input:?} is not an image UUID or 'none'")]
+pub struct ExpectCurrentError {
+    input: String,
+}
+
+fn parse_expect_current(s: &str) -> Result<ExpectCurrent, ExpectCurrentError> {
+    if s == "none" {
+        return Ok(ExpectCurrent(None));
+    }
+    s.parse()
+        .map(|i| ExpectCurrent(Some(i)))
+        .map_err(|_| ExpectCurrentError {
+            input: s.to_string(),
+        })
+}
+
 #[derive(Subcommand, Debug)]
 pub enum GzCommand {
     /// Install or upgrade components from IMGAPI images or local image files.
@@ -148,6 +179,17 @@ pub enum GzCommand {
         /// Reinstall even if the image is already installed.
         #[arg(long)]
         force: bool,
+        /// Refuse (changed since the plan) unless each component has this
+        /// image installed now, or nothing with `none`; the orchestrator
+        /// passes the image its plan saw.
+        #[arg(long, value_name = "IMAGE_UUID|none", value_parser = parse_expect_current)]
+        expect_current: Option<ExpectCurrent>,
+    },
+    /// Check that an installed component's services are online and stay
+    /// online (`--min-healthy`); exit 1 (step `unhealthy`) if not.
+    Health {
+        #[arg(value_name = "NAME")]
+        name: String,
     },
     /// Uninstall components.
     Remove {
@@ -398,6 +440,12 @@ async fn settings(
     s.no_cnapi = opts.no_cnapi;
     s.hook_timeout = opts.hook_timeout;
     s.lock_wait = opts.lock_wait;
+    if let Some(gate) = s.health.as_mut() {
+        if let Some(m) = opts.min_healthy {
+            gate.min_healthy = m;
+        }
+        gate.timeout = opts.health_timeout;
+    }
     s.imgapi_url = global.imgapi_url.clone();
     s.sapi_url = global.sapi_url.clone();
     s.cnapi_url = global.cnapi_url.clone();
@@ -437,6 +485,7 @@ async fn execute(
     let command = match args.command {
         GzCommand::Report { post } => return report(settings, post, printer).await,
         GzCommand::RunJob { job } => return run_job(&job, env, platform, printer).await,
+        GzCommand::Health { name } => return health(settings, &name, printer).await,
         command => command,
     };
     settings.job_argv = Some(argv);
@@ -453,7 +502,11 @@ async fn execute(
         }
     };
     let result = match command {
-        GzCommand::Install { images, force } => {
+        GzCommand::Install {
+            images,
+            force,
+            expect_current,
+        } => {
             let mut sources = Vec::new();
             for i in &images {
                 match ImageSource::from_arg(i) {
@@ -474,6 +527,7 @@ async fn execute(
                 }
             }
             session.set_force(force);
+            session.set_expect_current(expect_current.map(|e| e.0));
             session.install(&sources).await
         }
         GzCommand::Remove { names } => session.remove(&names).await,
@@ -486,11 +540,25 @@ async fn execute(
             };
             session.setup(&src).await
         }
-        GzCommand::Report { .. } | GzCommand::RunJob { .. } => {
-            unreachable!("report and run-job returned above")
+        GzCommand::Report { .. } | GzCommand::RunJob { .. } | GzCommand::Health { .. } => {
+            unreachable!("report, run-job and health returned above")
         }
     };
     print_result(printer, &result)
+}
+
+/// `gz health NAME`: no lock (it changes nothing), the result document
+/// (`--json`) or one line.
+async fn health(settings: GzSettings, name: &str, printer: &mut Printer) -> u8 {
+    let mut session = match GzSession::open(settings, false).await {
+        Ok(s) => s,
+        Err(e) => {
+            printer.err(&format!("agentsadm: error: {}", error_chain(&e)));
+            return 1;
+        }
+    };
+    let (result, checked) = session.health(name).await;
+    print::print_health(printer, &result, &checked)
 }
 
 /// `gz report [--post]`.

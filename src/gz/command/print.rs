@@ -149,6 +149,23 @@ pub(super) fn print_result(printer: &mut Printer, result: &GzResult) -> u8 {
     }
 }
 
+/// `gz health`: the result document, or a line saying which services are
+/// online.
+pub(super) fn print_health(printer: &mut Printer, result: &GzResult, checked: &[String]) -> u8 {
+    if printer.json || result.error.is_some() {
+        return print_result(printer, result);
+    }
+    for c in &result.components {
+        let services = if checked.is_empty() {
+            "no services to check".to_string()
+        } else {
+            format!("online: {}", checked.join(", "))
+        };
+        printer.line(&format!("{}: healthy ({services})", c.name));
+    }
+    0
+}
+
 pub(super) fn print_report(printer: &mut Printer, report: &AgentsReport) {
     if printer.json {
         printer.json(report);

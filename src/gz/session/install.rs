@@ -172,6 +172,7 @@ impl GzSession {
         if from == Some(uuid) && !self.settings.force {
             return self.unchanged(c, image, current.as_ref(), start).await;
         }
+        self.expect_current(c, current.as_ref(), uuid)?;
         let txn_dir = self.paths().staging_dir().join(txn::new_txn_name(&c.name));
         let request = StageRequest {
             component: c,
@@ -214,7 +215,11 @@ impl GzSession {
             ));
         }
         let current = current.map(|fp| claims::own_part(&fp, &others));
-        let env = self.txn_env();
+        // The health gate runs inside the transaction, before SAPI
+        // adoption: a build whose services do not come up is rolled back
+        // and never recorded.
+        let mut env = self.txn_env();
+        env.gate = self.settings.health.as_ref();
         env.checkpoint("staged");
         let outcome = txn::install(&env, c, Op::Install, &txn_dir, &staged, current.clone()).await;
         let outcome = match outcome {
@@ -247,6 +252,45 @@ impl GzSession {
             },
             notes,
         })
+    }
+
+    /// `--expect-current`: refuse to replace anything but the image the
+    /// plan saw (nothing changed yet). The image being installed already
+    /// (`unchanged`) is checked before and is no change at all.
+    fn expect_current(
+        &self,
+        c: &Component,
+        current: Option<&Footprint>,
+        target: crate::ids::ImageUuid,
+    ) -> Result<(), GzFailure> {
+        let Some(expected) = self.settings.expect_current else {
+            return Ok(());
+        };
+        let installed = current.and_then(|f| f.image_uuid);
+        let present = current.is_some();
+        let matches = match expected {
+            Some(e) => installed == Some(e),
+            None => !present,
+        };
+        if matches {
+            return Ok(());
+        }
+        let name = |i: Option<crate::ids::ImageUuid>, present: bool| match (i, present) {
+            (Some(i), _) => format!("image {i}"),
+            (None, true) => "a version of unknown image".to_string(),
+            (None, false) => "nothing".to_string(),
+        };
+        Err(refusal(
+            Some(&c.name),
+            Step::ExpectCurrent,
+            format!(
+                "changed since the plan: server {} has {} of {} installed, the plan expected {}; nothing changed (image {target} not installed); plan again",
+                self.server,
+                name(installed, present),
+                c.name,
+                name(expected, expected.is_some()),
+            ),
+        ))
     }
 
     /// The image is already installed: make sure the instance UUID exists

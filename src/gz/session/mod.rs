@@ -13,9 +13,11 @@
 //!
 //! - `install`: `gz install` (planning, the cn-agent hand-off, groups);
 //! - `remove`: `gz remove`; `rollback`: `gz rollback`;
-//! - `setup`: `gz setup`; `report`: the report and posting it to CNAPI.
+//! - `setup`: `gz setup`; `report`: the report and posting it to CNAPI;
+//! - `health`: `gz health` (the health gate of an installed component).
 
 mod handoff;
+mod health;
 mod install;
 mod remove;
 mod report;
@@ -97,14 +99,24 @@ pub struct GzSettings {
     /// The command line to hand to the agentsadm-install SMF service when
     /// cn-agent asks to replace itself.
     pub job_argv: Option<Vec<String>>,
+    /// The health gate of installs (`--min-healthy`, `--health-timeout`);
+    /// `None`: no gate (the simulator's model of cn-agent's
+    /// `agent_install` task, which has none).
+    pub health: Option<super::health::HealthGate>,
+    /// `--expect-current`: the image each installed component must have
+    /// before the run (`Some(None)`: none installed), else the install is
+    /// refused as changed since the plan.
+    pub expect_current: Option<Option<ImageUuid>>,
 }
 
 impl GzSettings {
     /// Defaults for a root: smartdc layout, SAPI and CNAPI on, 10 min hook
-    /// timeout, 5 min lock wait.
+    /// timeout, 5 min lock wait, the health gate's defaults for the root
+    /// ([`super::health::HealthGate::for_root`]).
     pub fn new(root: impl Into<PathBuf>) -> GzSettings {
+        let root: PathBuf = root.into();
         GzSettings {
-            root: root.into(),
+            root: root.clone(),
             layout: LayoutKind::Smartdc,
             server_uuid: None,
             headnode: None,
@@ -124,6 +136,8 @@ impl GzSettings {
             platform: None,
             fetch: FetchOptions::default(),
             job_argv: None,
+            health: Some(super::health::HealthGate::for_root(&root)),
+            expect_current: None,
         }
     }
 
@@ -303,6 +317,11 @@ impl GzSession {
         self.settings.force = force;
     }
 
+    /// `--expect-current` for this run's installs.
+    pub fn set_expect_current(&mut self, expect: Option<Option<ImageUuid>>) {
+        self.settings.expect_current = expect;
+    }
+
     pub fn server(&self) -> ServerUuid {
         self.server
     }
@@ -455,6 +474,7 @@ impl GzSession {
             crash_at: self.crash_at.as_deref(),
             sapi: self.sapi_target(),
             catalog: &self.settings.catalog,
+            gate: None,
         }
     }
 

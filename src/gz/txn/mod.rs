@@ -18,7 +18,11 @@
 //! 5. SMF: apm packages' `smf/manifests/*.xml.in` are rendered into
 //!    `opt/smartdc/agents/smf` unless the postinstall already did, then every
 //!    manifest of the new version is imported through the [`Platform`];
-//! 6. SAPI adoption (unless `--no-sapi`);
+//! 6. the health gate, when the run has one ([`super::health`]): the
+//!    instances that should run must come online and stay online, else the
+//!    step fails as `unhealthy` and everything is rolled back; then SAPI
+//!    adoption (unless `--no-sapi`), so SAPI never records a build that
+//!    did not come up;
 //! 7. the journal moves to `committing`; the old version becomes
 //!    `previous/<component>` (for `gz rollback`, in the layout's
 //!    [`KeptForm`]), the staging directory and the journal are removed. A
@@ -62,7 +66,7 @@
 //! `staged` (before the journal), `after-journal`, `after-preuninstall`,
 //! `after-postuninstall`, `after-old-hooks`, `after-move-old`,
 //! `after-preinstall`, `after-place-new`, `after-postinstall`, `after-smf`,
-//! `after-adopt`, `committing`, `after-previous`.
+//! `after-health`, `after-adopt`, `committing`, `after-previous`.
 
 mod commit;
 mod recover;
@@ -188,6 +192,8 @@ pub struct TxnEnv<'a> {
     /// Whose SMF services are whose ([`kinds::claims`]): a transaction
     /// snapshots, restores and deletes only its component's own.
     pub catalog: &'a crate::catalog::Catalog,
+    /// The health gate after an install's SMF import (`None`: no gate).
+    pub gate: Option<&'a super::health::HealthGate>,
 }
 
 impl TxnEnv<'_> {
@@ -252,6 +258,12 @@ pub enum TxnError {
         #[source]
         err: io::Error,
     },
+    #[error("the new version of {component} is unhealthy")]
+    Unhealthy {
+        component: String,
+        #[source]
+        err: super::health::GateError,
+    },
 }
 
 impl TxnError {
@@ -264,6 +276,7 @@ impl TxnError {
             TxnError::InstanceCorrupt { .. } => Step::Instance,
             TxnError::LinkConflict { .. } | TxnError::Package { .. } => Step::Swap,
             TxnError::Journal { .. } => Step::Journal,
+            TxnError::Unhealthy { .. } => Step::Unhealthy,
         }
     }
 }

@@ -13,6 +13,7 @@ use crate::platform::blocking;
 
 use super::super::adopt::{self, Adoption};
 use super::super::fsutil;
+use super::super::health;
 use super::super::hooks;
 use super::super::kinds::{self, Footprint, Link, StagedVersion};
 use super::super::package::{self, Hook, PackageJson};
@@ -105,7 +106,27 @@ pub(super) async fn swap_in(
             })?;
     }
     env.checkpoint("after-smf");
-    // 6. SAPI.
+    // 6. The health gate, then SAPI.
+    if let Some(gate) = env.gate
+        && env.layout.runs_services()
+    {
+        let files: Vec<PathBuf> = new.smf_manifests.iter().map(|rel| paths.at(rel)).collect();
+        let before = journal.smf.services.clone();
+        let fmris = blocking(move || health::expected_instances(&files, &before))
+            .await
+            .map_err(|err| TxnError::Smf {
+                action: "manifest read",
+                target: journal.component.clone(),
+                err: Box::new(err),
+            })?;
+        health::wait_healthy(env.platform, &fmris, gate)
+            .await
+            .map_err(|err| TxnError::Unhealthy {
+                component: journal.component.clone(),
+                err,
+            })?;
+        env.checkpoint("after-health");
+    }
     let adoption = match (&env.sapi, new.image_uuid) {
         (Some(sapi), Some(image)) => Some(
             adopt::adopt(

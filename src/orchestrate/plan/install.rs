@@ -75,6 +75,11 @@ pub(super) fn plan_install(input: &PlanningInput, selected: Selected) -> Result<
                     order: c.order,
                     action: Action::Install { to: target.clone() },
                     transport,
+                    gate: crate::orchestrate::plan::Gate::for_step(
+                        &Action::Install { to: target.clone() },
+                        transport,
+                        input.options.transport.execute_available(),
+                    ),
                 }],
                 intent: vec![IntentChange::AdoptInstalled {
                     component: c.name.clone(),

@@ -40,7 +40,7 @@ pub use request::{
 pub use select::resolve_servers;
 pub use skip::{Skip, SkipReason};
 pub use types::{
-    Action, InstalledRef, IntentChange, Plan, PlanCounts, ServerPlan, ServiceChange, Step,
+    Action, Gate, InstalledRef, IntentChange, Plan, PlanCounts, ServerPlan, ServiceChange, Step,
 };
 
 use select::{Selected, select_servers};

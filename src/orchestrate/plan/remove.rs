@@ -63,6 +63,7 @@ pub(super) fn plan_remove(input: &PlanningInput, selected: Selected) -> Result<P
                     installed: installed.into(),
                 },
                 transport,
+                gate: crate::orchestrate::plan::Gate::None,
             });
         } else if changes.is_empty() {
             plan.skips.push(server_component_skip(

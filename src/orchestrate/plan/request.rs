@@ -106,6 +106,14 @@ impl TransportKind {
     }
 }
 
+impl TransportMode {
+    /// Whether this mode may run `agentsadm gz` on servers (CNAPI
+    /// execute), and so check health after cn-agent's tasks.
+    pub fn execute_available(&self) -> bool {
+        !matches!(self, TransportMode::InstallAgent)
+    }
+}
+
 /// Planner options that are not part of the request.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct PlanOptions {

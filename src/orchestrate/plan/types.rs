@@ -57,6 +57,45 @@ impl Action {
     }
 }
 
+/// How a step's result is confirmed healthy (issue 14), as the plan shows
+/// it per step.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Gate {
+    /// `agentsadm gz install` gates inside its transaction: an unhealthy
+    /// build is rolled back on the server before SAPI hears of it.
+    Installer,
+    /// After cn-agent's task (which cannot gate), `agentsadm gz health`
+    /// through execute; unhealthy: the previous image is reinstalled.
+    GzHealth,
+    /// Only CNAPI `server.agents` (no execute in this datacenter).
+    ServerAgents,
+    /// Nothing to gate (a removal).
+    None,
+}
+
+impl Gate {
+    /// The gate for a step: `execute_available` when the transport mode
+    /// lets the orchestrator run `agentsadm gz` on servers.
+    pub fn for_step(action: &Action, transport: TransportKind, execute_available: bool) -> Gate {
+        match (action, transport) {
+            (Action::Remove { .. }, _) => Gate::None,
+            (_, TransportKind::Execute) => Gate::Installer,
+            (_, TransportKind::InstallAgent) if execute_available => Gate::GzHealth,
+            (_, TransportKind::InstallAgent) => Gate::ServerAgents,
+        }
+    }
+
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            Gate::Installer => "installer",
+            Gate::GzHealth => "gz health",
+            Gate::ServerAgents => "server.agents",
+            Gate::None => "none",
+        }
+    }
+}
+
 /// One component change on one server.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct Step {
@@ -65,6 +104,22 @@ pub struct Step {
     #[serde(flatten)]
     pub action: Action,
     pub transport: TransportKind,
+    /// How the step is confirmed healthy.
+    pub gate: Gate,
+}
+
+impl Step {
+    /// The image the server must have now for the step to run (`Some(None)`:
+    /// nothing installed), as the plan saw it; `None` when the plan does
+    /// not know it (an installed version without an image UUID) or for a
+    /// removal. Execute steps pass it as `gz install --expect-current`.
+    pub fn expect_current(&self) -> Option<Option<ImageUuid>> {
+        match &self.action {
+            Action::Install { .. } => Some(None),
+            Action::Upgrade { from, .. } => from.image.map(Some),
+            Action::Remove { .. } => None,
+        }
+    }
 }
 
 /// A SAPI change tied to one server.

@@ -192,13 +192,19 @@ fn plan_server(
                     continue;
                 }
             };
+            let action = Action::Upgrade {
+                from: installed.into(),
+                to: target.clone(),
+            };
             out.steps.push(Step {
                 component: c.name.clone(),
                 order: c.order,
-                action: Action::Upgrade {
-                    from: installed.into(),
-                    to: target.clone(),
-                },
+                gate: crate::orchestrate::plan::Gate::for_step(
+                    &action,
+                    transport,
+                    input.options.transport.execute_available(),
+                ),
+                action,
                 transport,
             });
         }

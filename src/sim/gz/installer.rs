@@ -141,6 +141,14 @@ impl InstallerGz {
         Ok(s)
     }
 
+    /// A rooted server's SMF, with the unhealthy builds that apply to it.
+    fn rooted(&self, env: &GzEnv, target: &GzTarget) -> Rooted {
+        Rooted::with_faults(
+            &target.root,
+            env.faults.smf_faults(target.server_uuid, &self.catalog),
+        )
+    }
+
     /// The template for a role and image set, built on first use.
     fn template(
         &self,
@@ -320,7 +328,15 @@ impl GzOps for InstallerGz {
         target: GzTarget,
         image: ImageUuid,
     ) -> BoxFuture<'static, Result<Vec<ComponentResult>, GzOpError>> {
-        let settings = self.settings(Some(&env), &target);
+        // cn-agent's agent_install task: no health gate (the orchestrator
+        // checks with `gz health` afterwards), the servers' SMF as it is.
+        let settings = self.settings(Some(&env), &target).map(|mut s| {
+            s.health = None;
+            if self.layout == GzLayout::Rooted {
+                s.platform = Some(Arc::new(self.rooted(&env, &target)));
+            }
+            s
+        });
         let queue = self.queue(target.server_uuid);
         Box::pin(async move {
             let settings = settings?;
@@ -414,7 +430,7 @@ impl GzOps for InstallerGz {
         // agentsadm-install service; mockcloud has no SMF (no handoff).
         let platform: Option<Arc<dyn Platform>> = match self.layout {
             GzLayout::Rooted => Some(Arc::new(SimPlatform {
-                rooted: Rooted::new(&target.root),
+                rooted: self.rooted(&env, &target),
                 jobs: JobService {
                     queue: queue.clone(),
                     vars: vars.clone(),

@@ -11,7 +11,8 @@ use futures::future::BoxFuture;
 use tokio_util::sync::CancellationToken;
 
 use crate::platform::{
-    INSTALL_SERVICE_FMRI, Platform, PlatformFuture, Rooted, SdcConfig, ServiceState, Sysinfo,
+    INSTALL_SERVICE_FMRI, Platform, PlatformFuture, Rooted, SdcConfig, ServiceHealth, ServiceState,
+    Sysinfo,
 };
 
 /// A rooted GZ whose agentsadm-install SMF service runs handed-over jobs:
@@ -56,6 +57,9 @@ impl Platform for SimPlatform {
     }
     fn smf_state<'a>(&'a self, fmri: &'a str) -> PlatformFuture<'a, Option<ServiceState>> {
         self.rooted.smf_state(fmri)
+    }
+    fn smf_health<'a>(&'a self, fmri: &'a str) -> PlatformFuture<'a, Option<ServiceHealth>> {
+        self.rooted.smf_health(fmri)
     }
     fn launch_transient_job<'a>(&'a self, job: &'a Path) -> PlatformFuture<'a, ()> {
         let jobs = self.jobs.clone();

@@ -128,6 +128,8 @@ pub struct GzEnv {
     pub cn_agent_restart: Duration,
     /// Cancelled when the datacenter shuts down.
     pub shutdown: CancellationToken,
+    /// The datacenter's faults (unhealthy builds reach the servers' SMF).
+    pub faults: Arc<crate::sim::faults::Faults>,
 }
 
 impl GzEnv {
