@@ -613,14 +613,23 @@ async fn sapi_create_copies_type_overwrites_and_validates() {
             json!({"code": "MissingParameter", "message": "missing required keys: service_uuid"})
         )
     );
-    // `"service_uuid": null` is present, so not missing: SAPI's assertion
-    // on its type throws and the process dies (the client sends null for
-    // an unset service).
+    // The client leaves an unset service out, so SAPI answers that it is
+    // missing.
     let err = sapi
         .create_instance(&CreateInstance::default())
         .await
         .unwrap_err();
-    assert_eq!(err.status(), None, "no answer: {err}");
+    assert_eq!(err.status(), Some(409), "{err}");
+    // `"service_uuid": null` would be present, so not missing: SAPI's
+    // assertion on its type throws and the process dies.
+    let r = raw(
+        Method::POST,
+        &format!("{}/instances", dc.urls().sapi),
+        &[],
+        Some(json!({"service_uuid": null})),
+    )
+    .await;
+    assert!(r.is_err(), "SAPI answered a null service_uuid");
     dc.shutdown().await;
 }
 
