@@ -46,6 +46,11 @@ use crate::remote::{GzResult, gz_execute_request};
 /// cn-agent's new image is confirmed through `server.agents` either way.
 const INSIDE_CN_AGENT: &str = "--inside-cn-agent";
 
+/// How often a `gz health` check whose request failed is asked again, and
+/// the pause before the first retry (growing linearly).
+const HEALTH_CHECK_RETRIES: u32 = 3;
+const HEALTH_CHECK_PAUSE: Duration = Duration::from_millis(500);
+
 /// What a successful step reports back.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct StepDone {
@@ -343,7 +348,20 @@ impl CnapiTransport {
         if let Some(h) = &self.config.health {
             args.extend(h.args());
         }
-        let Err(mut unhealthy) = self.execute(server, step, &args).await.map(|_| ()) else {
+        // `gz health` only reads: a request CNAPI failed (a 5xx, a dropped
+        // connection) is asked again, a few times, before the install is
+        // reported as unconfirmed.
+        let mut attempt = 0u32;
+        let checked = loop {
+            match self.execute(server, step, &args).await {
+                Err(e) if e.stage == FailureStage::Execute && attempt < HEALTH_CHECK_RETRIES => {
+                    attempt += 1;
+                    tokio::time::sleep(HEALTH_CHECK_PAUSE * attempt).await;
+                }
+                other => break other,
+            }
+        };
+        let Err(mut unhealthy) = checked.map(|_| ()) else {
             return Ok(());
         };
         if !unhealthy.is_unhealthy() {
