@@ -632,29 +632,29 @@ mod tests {
     #[test]
     fn channel_comes_off_the_base_url() {
         let client = ImgapiClient::new(
-            "https://updates.example.com?channel=dev",
+            "https://127.0.0.1:8443?channel=dev",
             ApiConfig::default(),
         )
         .unwrap();
-        assert_eq!(client.base_url(), "https://updates.example.com");
+        assert_eq!(client.base_url(), "https://127.0.0.1:8443");
         assert_eq!(client.channel(), Some("dev"));
         let client = ImgapiClient::new(
-            "http://10.0.0.5:8080/imgapi/?channel=release%2Dcandidate",
+            "http://127.0.0.1:8080/imgapi/?channel=release%2Dcandidate",
             ApiConfig::default(),
         )
         .unwrap();
-        assert_eq!(client.base_url(), "http://10.0.0.5:8080/imgapi");
+        assert_eq!(client.base_url(), "http://127.0.0.1:8080/imgapi");
         assert_eq!(client.channel(), Some("release-candidate"));
         assert_eq!(
             client.source_url(),
-            "http://10.0.0.5:8080/imgapi?channel=release-candidate"
+            "http://127.0.0.1:8080/imgapi?channel=release-candidate"
         );
         let odd = client.with_channel(Some("a b&c".into()));
         let again = ImgapiClient::new(&odd.source_url(), ApiConfig::default()).unwrap();
         assert_eq!(again.channel(), Some("a b&c"));
-        let client = ImgapiClient::new("http://10.0.0.5/", ApiConfig::default()).unwrap();
-        assert_eq!(client.base_url(), "http://10.0.0.5");
+        let client = ImgapiClient::new("http://127.0.0.1/", ApiConfig::default()).unwrap();
+        assert_eq!(client.base_url(), "http://127.0.0.1");
         assert_eq!(client.channel(), None);
-        assert_eq!(client.source_url(), "http://10.0.0.5");
+        assert_eq!(client.source_url(), "http://127.0.0.1");
     }
 }
