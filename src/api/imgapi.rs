@@ -631,11 +631,8 @@ mod tests {
 
     #[test]
     fn channel_comes_off_the_base_url() {
-        let client = ImgapiClient::new(
-            "https://127.0.0.1:8443?channel=dev",
-            ApiConfig::default(),
-        )
-        .unwrap();
+        let client =
+            ImgapiClient::new("https://127.0.0.1:8443?channel=dev", ApiConfig::default()).unwrap();
         assert_eq!(client.base_url(), "https://127.0.0.1:8443");
         assert_eq!(client.channel(), Some("dev"));
         let client = ImgapiClient::new(

@@ -13,7 +13,7 @@ use std::path::Path;
 
 use crate::catalog::Component;
 use crate::platform::{INSTALL_SERVICE_FMRI, blocking};
-use crate::remote::GzFailure;
+use crate::remote::{GzFailure, GzResult};
 
 use super::super::fsutil;
 use super::super::step::Step;
@@ -40,9 +40,29 @@ impl GzSession {
 
     /// When `components` include the service this run lives in, hand the
     /// whole job (`verb`: install, remove, rollback) to the agentsadm-install
-    /// transient service and return its note; `None` to go on here. A
-    /// layout without SMF has no contract to escape.
+    /// transient service, put its note (or why it could not) in `result`
+    /// and return true; false to go on here.
     pub(super) async fn handoff(
+        &self,
+        verb: &str,
+        components: &[&Component],
+        result: &mut GzResult,
+    ) -> bool {
+        match self.try_handoff(verb, components).await {
+            None => false,
+            Some(outcome) => {
+                match outcome {
+                    Ok(note) => result.warnings.push(note),
+                    Err(f) => result.error = Some(f),
+                }
+                true
+            }
+        }
+    }
+
+    /// The hand-off's note, or `None` to go on here. A layout without SMF
+    /// has no contract to escape.
+    async fn try_handoff(
         &self,
         verb: &str,
         components: &[&Component],

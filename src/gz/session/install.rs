@@ -66,11 +66,7 @@ impl GzSession {
             }
         };
         let components: Vec<&Component> = plan.iter().map(|(c, _)| c).collect();
-        if let Some(handoff) = self.handoff("install", &components).await {
-            match handoff {
-                Ok(note) => result.warnings.push(note),
-                Err(f) => result.error = Some(f),
-            }
+        if self.handoff("install", &components, &mut result).await {
             return result;
         }
         self.run_groups(plan, &mut result).await;

@@ -39,11 +39,7 @@ impl GzSession {
         // Reverse install order: cn-agent first, agents_core last.
         plan.sort_by(|a, b| b.order.cmp(&a.order).then(a.name.cmp(&b.name)));
         let components: Vec<&Component> = plan.iter().collect();
-        if let Some(handoff) = self.handoff("remove", &components).await {
-            match handoff {
-                Ok(note) => result.warnings.push(note),
-                Err(f) => result.error = Some(f),
-            }
+        if self.handoff("remove", &components, &mut result).await {
             return result;
         }
         for c in plan {

@@ -34,11 +34,7 @@ impl GzSession {
                 return result;
             }
         };
-        if let Some(handoff) = self.handoff("rollback", &[&c]).await {
-            match handoff {
-                Ok(note) => result.warnings.push(note),
-                Err(f) => result.error = Some(f),
-            }
+        if self.handoff("rollback", &[&c], &mut result).await {
             return result;
         }
         match self.rollback_one(&c).await {
