@@ -67,8 +67,8 @@ mod tests {
     ) -> (Fenced<u32>, Vec<u32>, Vec<u32>) {
         let asked = RefCell::new(Vec::new());
         let shown = RefCell::new(Vec::new());
-        let answers = RefCell::new(answers.to_vec().into_iter());
-        let replans = RefCell::new(replans.to_vec().into_iter());
+        let answers = RefCell::new(answers.iter().copied());
+        let replans = RefCell::new(replans.iter().copied());
         let r = fence(
             first,
             yes,
