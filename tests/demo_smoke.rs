@@ -138,6 +138,11 @@ fn the_story_runs_on_twelve_servers() {
         "{plan}"
     );
     assert!(plan.contains("\nRacks:\n"), "{plan}");
+    assert!(
+        plan.contains("\nHealth gates (")
+            && plan.contains("  health gate after install-agent (gz health through execute)"),
+        "{plan}"
+    );
     let update = last_section(
         &out,
         "$ agentsadm update --all --latest -C release -y --canary 1 --max-per-rack 8 --outlier-margin 1s",
