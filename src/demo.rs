@@ -10,6 +10,8 @@
 //!   explicitly; bulk updates skip it);
 //! - the last two compute nodes are new: left not set up by the simulator
 //!   and set up through CNAPI during the story;
+//! - cn0001, first in the orchestrator's order, is the canary of both
+//!   rollouts: it catches the bad build, then passes the fixed one;
 //! - three servers are slow (every install takes `slow_factor` times
 //!   longer), one fails every install, and one is deleted at the end;
 //!   they are spread through the hostname order, the order the orchestrator
@@ -29,9 +31,10 @@ use crate::orchestrate::reality::Reality;
 use crate::orchestrate::report::{ExecEvent, Reporter, ServerStatus, fmt_duration};
 use crate::sim::{Distribution, LatencySpec};
 
-/// The smallest fleet the story fits in: three Manta servers, three slow,
-/// one failing, one to delete, two new, and ordinary ones around them.
-pub const MIN_SERVERS: usize = 10;
+/// The smallest fleet the story fits in: the canary, three Manta servers,
+/// three slow, one failing, one to delete, two new, and ordinary ones
+/// around them.
+pub const MIN_SERVERS: usize = 11;
 
 /// The components that get a newer build in act 5, in the order they are
 /// published. marlin-agent is among them so that the bulk update has a
@@ -46,6 +49,17 @@ pub const NEWER_COMPONENTS: [&str; 5] = [
 
 /// The version of the newer builds (the simulator seeds 1.0.0).
 pub const NEWER_VERSION: &str = "1.1.0";
+
+/// The component whose newer build is bad: its service goes to
+/// maintenance on every server (act 7), until the fixed build
+/// [`FIXED_VERSION`] is published (act 8).
+pub const BAD_COMPONENT: &str = "vm-agent";
+
+/// The version of the fixed build of [`BAD_COMPONENT`].
+pub const FIXED_VERSION: &str = "1.1.1";
+
+/// `--max-per-rack` of the rollout of the fixed build.
+pub const ROLLOUT_MAX_PER_RACK: usize = 8;
 
 /// The channel of the updates server the newer builds are published in.
 pub const CHANNEL: &str = "release";
@@ -64,6 +78,9 @@ pub enum DemoError {
 pub struct Cast {
     /// Compute nodes besides the headnode.
     pub servers: usize,
+    /// The first server of the rollouts, their one canary: neither slow
+    /// (a slow canary holds up the whole fleet) nor failing.
+    pub canary: String,
     /// Manta storage servers: marlin-agent is installed there.
     pub manta: Vec<String>,
     /// Not set up when the datacenter starts; set up during the story.
@@ -92,7 +109,7 @@ impl Cast {
                 min: MIN_SERVERS,
             });
         }
-        let mut taken: BTreeSet<usize> = [3, 4, 5, servers - 1, servers].into();
+        let mut taken: BTreeSet<usize> = [1, 3, 4, 5, servers - 1, servers].into();
         // The free compute node nearest after (else before) a fraction of
         // the fleet; new servers stay out of the picks.
         let mut pick = |fraction: f64| -> usize {
@@ -113,6 +130,7 @@ impl Cast {
         let name = |i: usize| hostname(i, servers);
         Ok(Cast {
             servers,
+            canary: name(1),
             manta: (3..=5).map(name).collect(),
             new_servers: vec![name(servers - 1), name(servers)],
             slow: slow.into_iter().map(name).collect(),
@@ -396,6 +414,7 @@ mod tests {
             let mut all: Vec<&String> = c
                 .manta
                 .iter()
+                .chain([&c.canary])
                 .chain(&c.new_servers)
                 .chain(&c.slow)
                 .chain([&c.failing, &c.deleted])

@@ -1,6 +1,8 @@
 //! `agentsadm demo` end to end with the built binary on a small datacenter:
 //! it exits 0 and every act shows its key lines (the Manta warning, the
-//! outlier warnings, the failure report naming the failing server, the
+//! bad build caught by its canary, reverted there and the rollout halted,
+//! the fixed build rolled out with a canary, racks and a failure budget,
+//! the outlier warnings, the failure report naming the failing server, the
 //! check clean after the fix, the delete's cleanup, the exact census).
 
 use std::io::Read;
@@ -78,8 +80,8 @@ fn the_story_runs_on_twelve_servers() {
     assert_eq!(code, Some(0), "{out}");
     let has = |s: &str| assert!(out.contains(s), "missing {s:?} in:\n{out}");
 
-    for n in 1..=10 {
-        has(&format!("=== [{n}/10] "));
+    for n in 1..=11 {
+        has(&format!("=== [{n}/11] "));
     }
     // Act 2: the new servers, set up through CNAPI, adopted.
     for h in &cast.new_servers {
@@ -97,13 +99,63 @@ fn the_story_runs_on_twelve_servers() {
     has("$ agentsadm list --summary");
     has("$ agentsadm install marlin-agent -s cn0003,cn0004,cn0005 -y");
     has("restarting it aborts running Manta jobs");
-    // Act 7: the plan skips marlin-agent; the update warns about the slow
-    // servers and reports the failing one with its remote error.
+    // Act 7: the bad vm-agent build goes to maintenance on the canary,
+    // which is reverted; the rollout halts with no other server started.
+    let bad = last_section(
+        &out,
+        "$ agentsadm update vm-agent --latest -C release -y --canary 1 --outlier-margin 1s",
+    );
+    assert!(
+        bad.contains(&format!("Failed:\n  {} (", cast.canary))
+            && bad.contains("unhealthy")
+            && bad.contains("maintenance")
+            && bad.contains("reverted"),
+        "{bad}"
+    );
+    assert!(
+        bad.contains(&format!(
+            "canary failed on {}: halted before any other server was touched",
+            cast.canary
+        )),
+        "{bad}"
+    );
+    assert!(
+        bad.contains("Canary cn0001 failed; 1 failure of a failure budget of 1."),
+        "{bad}"
+    );
+    assert!(bad.contains("(1 failed, 12 not started)"), "{bad}");
+    assert!(bad.contains("(exit status 2)"), "{bad}");
+    has("Servers CNAPI shows running vm-agent 1.1.0: 0.");
+    has("# SAPI's vm-agent default for new servers: the previous image (");
+    // Act 8: the fixed build; the plan skips marlin-agent and shows the
+    // racks and each step's gate; the canary passes; the update warns
+    // about the slow servers and reports the failing one with its remote
+    // error, within the budget.
     has("marlin-agent: never updated in bulk");
+    let plan = last_section(&out, "$ agentsadm plan update --all --latest -C release");
+    assert!(
+        plan.contains("vm-agent 1.0.0") && plan.contains("-> 1.1.1"),
+        "{plan}"
+    );
+    assert!(plan.contains("\nRacks:\n"), "{plan}");
+    assert!(
+        plan.contains("\nHealth gates (")
+            && plan.contains("  health gate after install-agent (gz health through execute)"),
+        "{plan}"
+    );
     let update = last_section(
         &out,
-        "$ agentsadm update --all --latest -C release -y --outlier-margin 1s",
+        "$ agentsadm update --all --latest -C release -y --canary 1 --max-per-rack 8 --outlier-margin 1s",
     );
+    assert!(
+        update.contains(&format!("canary passed on {}", cast.canary)),
+        "{update}"
+    );
+    assert!(
+        update.contains("Canary cn0001 passed; 1 failure of a failure budget of 1."),
+        "{update}"
+    );
+    assert!(!update.contains("halted"), "{update}");
     for h in &cast.slow {
         assert!(
             update.contains(&format!("warning: {h} ("))
@@ -143,7 +195,11 @@ fn the_story_runs_on_twelve_servers() {
     ));
     has("answers 404 for it.");
     // Act 10.
-    has(&format!("Failed servers: {}.", cast.failing));
+    // The canary failed once (the bad build), the failing server once.
+    has(&format!(
+        "Failed servers: {}, {}.",
+        cast.canary, cast.failing
+    ));
     has(", exact.");
     has("Total: ");
     assert!(!out.contains("unexpected:"), "{out}");
@@ -154,7 +210,7 @@ fn too_few_servers_is_refused_before_anything_starts() {
     let (code, out) = run(&["demo", "--servers", "5"]);
     assert_eq!(code, Some(1), "{out}");
     assert!(
-        out.contains("the demo needs at least 10 compute nodes, not 5"),
+        out.contains("the demo needs at least 11 compute nodes, not 5"),
         "{out}"
     );
     assert!(!out.contains("==="), "nothing ran: {out}");

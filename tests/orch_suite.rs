@@ -7,6 +7,8 @@
 //! - `adopt_sapi`: adoption against SAPI's real re-create rules (sim);
 //! - `exec`: the executor, outliers, stragglers and the lock on the fake
 //!   datacenter, with a paused clock;
+//! - `fence`: a plan changed between the prompt and execution is shown
+//!   and asked about again, never executed unconfirmed (`check --fix`);
 //! - `halfsetup`: a datacenter not set up leads with the cause (pure);
 //! - `interrupt`: Ctrl-C with servers in flight (task ids, waiting for
 //!   them, a second interrupt), task ids of timed-out steps;
@@ -22,6 +24,10 @@ mod adopt;
 mod adopt_sapi;
 #[path = "orch_suite/exec.rs"]
 mod exec;
+#[path = "orch_suite/fence.rs"]
+mod fence;
+#[path = "common/flows.rs"]
+mod flows_common;
 #[path = "common/golden.rs"]
 mod golden_common;
 #[path = "orch_suite/halfsetup.rs"]

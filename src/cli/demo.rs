@@ -20,16 +20,17 @@ use clap::Args;
 use super::{CmdResult, GlobalOpts, Observer};
 use crate::api::Apis;
 use crate::demo::{
-    ActTime, CHANNEL, Cast, Census, NEWER_COMPONENTS, NEWER_VERSION, Summary, Tally, Timings,
+    ActTime, BAD_COMPONENT, CHANNEL, Cast, Census, FIXED_VERSION, NEWER_COMPONENTS, NEWER_VERSION,
+    ROLLOUT_MAX_PER_RACK, Summary, Tally, Timings,
 };
-use crate::ids::ServerUuid;
+use crate::ids::{ImageUuid, ServerUuid};
 use crate::orchestrate::gather;
 use crate::orchestrate::report::fmt_duration;
 use crate::sim::{BuildOptions, PublishTarget, SeedSpec, SimConfig, SimDc};
 
 #[derive(Args, Debug)]
 pub struct DemoArgs {
-    /// Number of compute nodes besides the headnode (at least 10).
+    /// Number of compute nodes besides the headnode (at least 11).
     #[arg(long, default_value_t = 200)]
     pub servers: usize,
     /// Seed of the simulated datacenter (server UUIDs, fault draws).
@@ -41,8 +42,8 @@ pub struct DemoArgs {
     pub keep: bool,
 }
 
-/// Acts in the story (for the `[n/10]` headers).
-const ACTS: usize = 10;
+/// Acts in the story (for the `[n/11]` headers).
+const ACTS: usize = 11;
 
 /// How long a new server may take to be set up before the demo gives up.
 const SETUP_TIMEOUT: Duration = Duration::from_secs(60);
@@ -118,6 +119,35 @@ impl Story {
             .server(hostname)
             .map(|s| s.uuid)
             .with_context(|| format!("the simulated datacenter has no server {hostname}"))
+    }
+
+    /// How many servers CNAPI's `server.agents` shows running `image` of
+    /// `component`, and the image SAPI's service for the component names
+    /// as the default for new servers.
+    async fn image_census(
+        &self,
+        component: &str,
+        image: ImageUuid,
+    ) -> anyhow::Result<(usize, Option<ImageUuid>)> {
+        let answers = gather::fetch(&self.apis)
+            .await
+            .context("cannot read SAPI and CNAPI")?;
+        let running = answers
+            .servers
+            .iter()
+            .filter(|s| {
+                s.agents
+                    .iter()
+                    .flatten()
+                    .any(|a| a.name == component && a.image_uuid == Some(image))
+            })
+            .count();
+        let default = answers
+            .services
+            .iter()
+            .find(|s| s.name == component)
+            .and_then(|s| s.image_uuid());
+        Ok((running, default))
     }
 
     /// SAPI agent instances whose `params.server_uuid` is this server.
@@ -307,17 +337,31 @@ async fn tell(g: &GlobalOpts, a: &DemoArgs, cast: &Cast) -> anyhow::Result<(SimD
         stamp: "20260301T120000Z".to_string(),
         ..BuildOptions::new(NEWER_VERSION)
     };
+    let mut bad_image = None;
     for name in NEWER_COMPONENTS {
-        story.dc.publish_component(
+        let published = story.dc.publish_component(
             name,
             &opts,
             PublishTarget::Updates {
                 channels: vec![CHANNEL.to_string()],
             },
         );
+        if name == BAD_COMPONENT {
+            bad_image = published.map(|m| m.uuid);
+        }
     }
+    let bad_image =
+        bad_image.with_context(|| format!("the simulator could not build {BAD_COMPONENT}"))?;
+    // The bug nobody has seen yet: the new build's service fails on start,
+    // on every server.
+    story
+        .dc
+        .faults()
+        .unhealthy_build(BAD_COMPONENT, bad_image, &[]);
     story.say(format!(
-        "The build published {NEWER_VERSION} of {} on the updates server, channel {CHANNEL}.",
+        "The build published {NEWER_VERSION} of {} on the updates server, channel {CHANNEL}.\n\
+         Nobody knows yet that {BAD_COMPONENT} {NEWER_VERSION} has a bug: its SMF service fails on start and goes\n\
+         to maintenance (the simulator's fault, on every server).",
         NEWER_COMPONENTS.join(", ")
     ));
     let updates_url = urls.updates.clone();
@@ -348,9 +392,75 @@ async fn tell(g: &GlobalOpts, a: &DemoArgs, cast: &Cast) -> anyhow::Result<(SimD
         timings.margin_arg()
     ));
 
-    // Act 7: the rollout.
-    story.act(7, "Roll out the upgrade");
+    // Act 7: the bad build meets its canary.
+    story.act(7, "A bad build meets its canary");
     let hidden_updates = ["--updates-url", updates_url.as_str()];
+    let margin = timings.margin_arg();
+    let canary_arg = "1".to_string();
+    story.say(format!(
+        "{BAD_COMPONENT} {NEWER_VERSION} first, with one canary: {} is updated alone and must pass its health gate\n\
+         (after cn-agent's install-agent task, `agentsadm gz health {BAD_COMPONENT}` on the server, through CNAPI execute)\n\
+         before any other server is touched.",
+        cast.canary
+    ));
+    story
+        .run(
+            &[
+                "update",
+                BAD_COMPONENT,
+                "--latest",
+                "-C",
+                CHANNEL,
+                "-y",
+                "--canary",
+                &canary_arg,
+                "--outlier-margin",
+                &margin,
+            ],
+            &hidden_updates,
+            2,
+        )
+        .await;
+    let (bad_running, bad_default) = story.image_census(BAD_COMPONENT, bad_image).await?;
+    story.say(format!(
+        "Caught at the canary: {} went to maintenance on {}, which was put back on its previous image (and its\n\
+         SAPI instance with it); the rollout halted. Servers CNAPI shows running {BAD_COMPONENT} {NEWER_VERSION}: {bad_running}.\n\
+         SAPI's {BAD_COMPONENT} default for new servers: {}.",
+        BAD_COMPONENT,
+        cast.canary,
+        match bad_default {
+            Some(u) if u == bad_image => format!("{NEWER_VERSION} ({u})"),
+            Some(u) => format!(
+                "the previous image ({}), put back by the halted rollout",
+                &u.to_string()[..8]
+            ),
+            None => "unset".to_string(),
+        }
+    ));
+    if bad_running != 0 || bad_default == Some(bad_image) {
+        story.surprises.push(format!(
+            "after the canary failed, {bad_running} servers run the bad {BAD_COMPONENT} build and SAPI's default is {bad_default:?}"
+        ));
+    }
+
+    // Act 8: the fixed build rolls out.
+    story.act(8, "Roll out the fixed build");
+    let fixed = BuildOptions {
+        stamp: "20260302T090000Z".to_string(),
+        ..BuildOptions::new(FIXED_VERSION)
+    };
+    story.dc.publish_component(
+        BAD_COMPONENT,
+        &fixed,
+        PublishTarget::Updates {
+            channels: vec![CHANNEL.to_string()],
+        },
+    );
+    story.say(format!(
+        "The {BAD_COMPONENT} team fixed the bug and published {FIXED_VERSION}. Now every component, the whole fleet:\n\
+         one canary first, at most {ROLLOUT_MAX_PER_RACK} servers of a rack (CNAPI rack_identifier) in flight at once, and\n\
+         the default failure budget (5% of the servers): past it, no new server would start."
+    ));
     story
         .run(
             &["plan", "update", "--all", "--latest", "-C", CHANNEL],
@@ -358,7 +468,7 @@ async fn tell(g: &GlobalOpts, a: &DemoArgs, cast: &Cast) -> anyhow::Result<(SimD
             0,
         )
         .await;
-    let margin = timings.margin_arg();
+    let per_rack = ROLLOUT_MAX_PER_RACK.to_string();
     let before = story.tally.counts();
     let status = story
         .run(
@@ -369,6 +479,10 @@ async fn tell(g: &GlobalOpts, a: &DemoArgs, cast: &Cast) -> anyhow::Result<(SimD
                 "-C",
                 CHANNEL,
                 "-y",
+                "--canary",
+                &canary_arg,
+                "--max-per-rack",
+                &per_rack,
                 "--outlier-margin",
                 &margin,
             ],
@@ -379,8 +493,9 @@ async fn tell(g: &GlobalOpts, a: &DemoArgs, cast: &Cast) -> anyhow::Result<(SimD
     let after = story.tally.counts();
     let flagged: Vec<&String> = after.outliers[before.outliers.len()..].iter().collect();
     story.say(format!(
-        "Exit status {status}: the rollout finished, but {} failed (the report above names the server, the\n\
-         component, the step and the remote error); every other server converged. Outliers flagged: {}.\n\
+        "Exit status {status}: the canary passed and the rollout finished, but {} failed (the report above names\n\
+         the server, the component, the step and the remote error): one failure, within the budget, so no server\n\
+         was held back; every other server converged. Outliers flagged: {}.\n\
          marlin-agent was skipped by --all; it is updated only where named:",
         cast.failing,
         if flagged.is_empty() {
@@ -410,8 +525,8 @@ async fn tell(g: &GlobalOpts, a: &DemoArgs, cast: &Cast) -> anyhow::Result<(SimD
         )
         .await;
 
-    // Act 8: drift.
-    story.act(8, "Check, fix, check");
+    // Act 9: drift.
+    story.act(9, "Check, fix, check");
     story.run(&["check"], &[], 2).await;
     story.say(format!(
         "{} gets its disk space back: the simulator stops failing its installs (and the slow servers recover).",
@@ -421,8 +536,8 @@ async fn tell(g: &GlobalOpts, a: &DemoArgs, cast: &Cast) -> anyhow::Result<(SimD
     story.run(&["check", "--fix", "-y"], &[], 0).await;
     story.run(&["check"], &[], 0).await;
 
-    // Act 9: server delete.
-    story.act(9, "Delete a server, with cleanup");
+    // Act 10: server delete.
+    story.act(10, "Delete a server, with cleanup");
     let victim = story.server(&cast.deleted)?;
     let before = story.instances_of(victim).await?;
     story.say(format!(
@@ -449,8 +564,8 @@ async fn tell(g: &GlobalOpts, a: &DemoArgs, cast: &Cast) -> anyhow::Result<(SimD
         ));
     }
 
-    // Act 10: summary.
-    story.act(10, "Summary");
+    // Act 11: summary.
+    story.act(11, "Summary");
     let catalog = g.load_catalog()?;
     let answers = gather::fetch(&story.apis)
         .await

@@ -2,8 +2,10 @@
 //! `adopt --local` (headnode setup) and `installer ...` (the helpers the
 //! scripts in `installer/` call).
 //!
-//! check and server print their plan, ask (or take `-y`), take the datacenter lock and
-//! carry it out. `--json` prints one document. Exit status: 0 clean / done,
+//! `server` prints its plan, asks (or takes `-y`), takes the datacenter
+//! lock and carries it out. `check --fix` takes the lock first and checks
+//! and plans under it, then executes only the repairs it showed and the
+//! operator confirmed (fenced, as `update` is). `--json` prints one document. Exit status: 0 clean / done,
 //! 1 nothing done (bad input, API down, refused, declined), 2 drift remains
 //! or some repair / deletion failed (re-run to finish).
 
@@ -15,17 +17,19 @@ use anyhow::bail;
 use clap::{Args, Subcommand};
 use serde_json::json;
 
-use super::execution::{Execution, interrupted, with_dc_lock};
+use super::execution::{Execution, interrupted, refuse_if_locked, with_dc_lock};
 use super::orch::{ServersArg, confirm, stdin_is_terminal};
 use super::{CmdResult, GlobalOpts};
 use crate::api::SapiClient;
 use crate::flows::check::{self, CheckConfig, CheckRequest, RepairOptions};
 use crate::flows::cleanup::{self, ServerAction};
+use crate::flows::repair::FixPlan;
 use crate::flows::setup_state::SetupState;
 use crate::flows::{headnode, usbkey};
 use crate::gz::session::GzSettings;
 use crate::ids::ImageUuid;
 use crate::orchestrate::execute::{DEFAULT_CONCURRENCY, ExecOptions};
+use crate::orchestrate::fence::{Fenced, fence};
 
 #[derive(Args, Debug)]
 pub struct CheckArgs {
@@ -122,10 +126,10 @@ pub async fn run_check(g: &GlobalOpts, a: CheckArgs) -> CmdResult {
         ..CheckConfig::default()
     };
     let run = check::check(&apis, &catalog, &request, &config).await?;
-    if !out.json {
-        out.line(run.render().trim_end());
-    }
     if !a.fix {
+        if !out.json {
+            out.line(run.render().trim_end());
+        }
         let status = run.exit_status();
         if out.json {
             let mut doc = run.to_json();
@@ -135,34 +139,98 @@ pub async fn run_check(g: &GlobalOpts, a: CheckArgs) -> CmdResult {
         return Ok(exit(status));
     }
 
-    let plan = run.repair_plan(&catalog);
+    // A first check without the lock: bad input, nothing to repair, or no
+    // way to confirm ends here with nothing written (not even the lock).
+    let unlocked = FixPlan::new(run, &catalog);
+    if unlocked.repairs.is_empty() || (!a.yes && (out.json || !stdin_is_terminal())) {
+        if !out.json {
+            out.line(unlocked.render());
+        }
+        if unlocked.repairs.is_empty() {
+            return Ok(fix_not_executed(&out, &unlocked));
+        }
+        refuse_downgrades(&out, &unlocked)?;
+        bail!("refusing to change anything without confirmation: pass -y (nothing was changed)");
+    }
+    // A held lock is news before a long check, not after it.
+    refuse_if_locked(&apis.sapi, a.break_lock).await?;
+    let work = fenced_fix(g, &apis, &catalog, &request, &config, &a);
+    with_dc_lock(&apis.sapi, "check --fix", a.break_lock, &out, work).await?
+}
+
+/// `check --fix` with nothing (left) to repair: the check's own status.
+fn fix_not_executed(out: &crate::output::Output, plan: &FixPlan) -> ExitCode {
+    let status = plan.run.exit_status();
+    if out.json {
+        out.json(&json!({
+            "check": plan.run.to_json(), "repairs": plan.repairs, "executed": false, "exit_status": status,
+        }));
+    }
+    exit(status)
+}
+
+/// Repairs that downgrade a component need `-y`: say which, and refuse.
+fn refuse_downgrades(out: &crate::output::Output, plan: &FixPlan) -> anyhow::Result<()> {
+    let downgrades = plan.repairs.downgrades();
+    if downgrades.is_empty() {
+        return Ok(());
+    }
+    for d in &downgrades {
+        out.warn(format!("downgrade: {d}"));
+    }
+    bail!(
+        "{} of these repairs downgrade{} a component to the image SAPI names; re-run with -y to confirm (nothing was changed)",
+        downgrades.len(),
+        if downgrades.len() == 1 { "s" } else { "" }
+    );
+}
+
+/// Under the lock: check and plan the repairs, confirm, check again until
+/// the repairs confirmed are the repairs that would run (fenced, as
+/// `update` is), then repair.
+async fn fenced_fix(
+    g: &GlobalOpts,
+    apis: &crate::api::Apis,
+    catalog: &crate::catalog::Catalog,
+    request: &CheckRequest,
+    config: &CheckConfig,
+    a: &CheckArgs,
+) -> CmdResult {
+    let out = g.output();
+    let first = FixPlan::new(check::check(apis, catalog, request, config).await?, catalog);
     if !out.json {
-        out.line(format!("\n{}", plan.render().trim_end()));
+        out.line(first.render());
     }
-    if plan.is_empty() {
-        let status = run.exit_status();
-        if out.json {
-            out.json(&json!({
-                "check": run.to_json(), "repairs": plan, "executed": false, "exit_status": status,
-            }));
+    let fenced = fence(
+        first,
+        a.yes,
+        |p: &FixPlan| p.repairs.is_empty(),
+        async |p: &FixPlan| {
+            refuse_downgrades(&out, p)?;
+            confirm("Repair?").await
+        },
+        async || -> anyhow::Result<FixPlan> {
+            Ok(FixPlan::new(
+                check::check(apis, catalog, request, config).await?,
+                catalog,
+            ))
+        },
+        |again| {
+            if !out.json {
+                out.line("\nThe datacenter changed since the repairs were shown; checked again:");
+                out.line(again.render());
+            }
+        },
+    )
+    .await?;
+    let FixPlan { run, repairs: plan } = match fenced {
+        Fenced::Confirmed(p) => p,
+        Fenced::Empty(p) => return Ok(fix_not_executed(&out, &p)),
+        Fenced::Declined => {
+            out.line("Nothing was changed.");
+            return Ok(exit(1));
         }
-        return Ok(exit(status));
-    }
-    let downgrades = plan.downgrades();
-    if !downgrades.is_empty() && !a.yes {
-        for d in &downgrades {
-            out.warn(format!("downgrade: {d}"));
-        }
-        bail!(
-            "{} of these repairs downgrade{} a component to the image SAPI names; re-run with -y to confirm (nothing was changed)",
-            downgrades.len(),
-            if downgrades.len() == 1 { "s" } else { "" }
-        );
-    }
-    if !confirmed(a.yes, out.json, "Repair?").await? {
-        out.line("Nothing was changed.");
-        return Ok(exit(1));
-    }
+    };
 
     let execution = Execution::new(g, "repair", a.exec_options());
     let reporter = execution.reporter();
@@ -171,16 +239,16 @@ pub async fn run_check(g: &GlobalOpts, a: CheckArgs) -> CmdResult {
         transport: &execution.transport,
         reporter: &reporter,
     };
-    let work = check::fix(
-        &apis,
-        &catalog,
-        &request,
-        &config,
+    let outcome = check::fix(
+        apis,
+        catalog,
+        request,
+        config,
         &plan,
         options,
         interrupted(),
-    );
-    let outcome = with_dc_lock(&apis.sapi, "check --fix", a.break_lock, &out, work).await??;
+    )
+    .await?;
     let status = outcome.exit_status();
     if out.json {
         out.json(&json!({

@@ -244,6 +244,39 @@ fn sapi_line(r: &SapiRepair) -> String {
     }
 }
 
+/// A check and the repairs it calls for, as `check --fix` shows and
+/// confirms them (fenced: see [`crate::orchestrate::fence`]). Two are the
+/// same plan when their repairs are: what else was read may differ in ways
+/// no repair depends on.
+#[derive(Clone, Debug)]
+pub struct FixPlan {
+    pub run: super::check::CheckRun,
+    pub repairs: RepairPlan,
+}
+
+impl FixPlan {
+    /// The repairs `run` calls for (pure).
+    pub fn new(run: super::check::CheckRun, catalog: &Catalog) -> FixPlan {
+        let repairs = run.repair_plan(catalog);
+        FixPlan { run, repairs }
+    }
+
+    /// The check, then the repairs, as operators read them.
+    pub fn render(&self) -> String {
+        format!(
+            "{}\n\n{}",
+            self.run.render().trim_end(),
+            self.repairs.render().trim_end()
+        )
+    }
+}
+
+impl PartialEq for FixPlan {
+    fn eq(&self, other: &FixPlan) -> bool {
+        self.repairs == other.repairs
+    }
+}
+
 /// Plan the repairs of `findings` (pure). `live` gives the reports to post
 /// for `stale-cnapi-report` findings.
 pub fn plan_repairs(

@@ -6,13 +6,17 @@
 use std::collections::BTreeMap;
 use std::fmt::{self, Write as _};
 
-use super::plan::{Action, ImageRef, IntentChange, Plan, Skip, SkipReason};
+use super::plan::{Action, Gate, ImageRef, IntentChange, Plan, Skip, SkipReason};
+use super::transport::HealthFlags;
 use crate::ids::ImageUuid;
 
 /// A plan rendered for humans.
 pub struct PlanDisplay<'a> {
     plan: &'a Plan,
     max_servers: usize,
+    /// `--min-healthy` / `--health-timeout`, for the gate lines (`None`:
+    /// each server's default).
+    health: Option<HealthFlags>,
 }
 
 impl Plan {
@@ -21,6 +25,7 @@ impl Plan {
         PlanDisplay {
             plan: self,
             max_servers: usize::MAX,
+            health: None,
         }
     }
 
@@ -29,8 +34,66 @@ impl Plan {
         PlanDisplay {
             plan: self,
             max_servers,
+            health: None,
         }
     }
+}
+
+impl PlanDisplay<'_> {
+    /// The health gate's settings the run will use, shown with the gates.
+    pub fn with_health(mut self, health: Option<HealthFlags>) -> Self {
+        self.health = health;
+        self
+    }
+}
+
+/// Which gate confirms each step, one line per kind: how many steps, of
+/// which components, and what happens when a step is unhealthy (issue 14:
+/// without execute only `server.agents` can be confirmed, and the plan
+/// says so).
+fn write_gates(f: &mut fmt::Formatter<'_>, p: &Plan, health: Option<HealthFlags>) -> fmt::Result {
+    let mut gates: BTreeMap<Gate, (usize, Vec<&str>)> = BTreeMap::new();
+    for sp in p.servers.values() {
+        for st in sp.steps.iter().filter(|st| st.gate != Gate::None) {
+            let (n, components) = gates.entry(st.gate).or_default();
+            *n += 1;
+            if !components.contains(&st.component.as_str()) {
+                components.push(&st.component);
+            }
+        }
+    }
+    if gates.is_empty() {
+        return Ok(());
+    }
+    let checks = gates
+        .keys()
+        .any(|g| matches!(g, Gate::Installer | Gate::GzHealth));
+    match health {
+        Some(h) if checks => writeln!(
+            f,
+            "\nHealth gates (services online for {} within {}):",
+            humantime::format_duration(h.min_healthy),
+            humantime::format_duration(h.timeout)
+        )?,
+        None if checks => writeln!(
+            f,
+            "\nHealth gates (services online for the installer's default, 10s on a real server):"
+        )?,
+        _ => writeln!(f, "\nHealth gates:")?,
+    }
+    for (gate, (n, mut components)) in gates {
+        // Catalog order is the order steps run in; names sort for a
+        // stable line.
+        components.sort_unstable();
+        writeln!(
+            f,
+            "  {}: {} ({})",
+            gate.describe(),
+            plural(n, "step", "steps"),
+            components.join(", ")
+        )?;
+    }
+    Ok(())
 }
 
 impl fmt::Display for Plan {
@@ -264,6 +327,8 @@ impl fmt::Display for PlanDisplay<'_> {
                 )?;
             }
         }
+
+        write_gates(f, p, self.health)?;
 
         if !p.skips.is_empty() {
             writeln!(f, "\nSkipped:")?;

@@ -15,6 +15,7 @@
 //!   [`outlier`] decides about slow servers. The library draws nothing:
 //!   the command line turns the reporter's events into progress.
 //! - [`session`]: the above as one library call (CLI, demo, tests).
+//! - [`fence`]: execute only the plan that was shown and confirmed.
 //! - [`adopt`]: create agent services and instances for what servers report.
 //! - [`testkit`] and [`fake`]: a deterministic example datacenter and an
 //!   in-memory transport / SAPI for tests and benchmarks.
@@ -24,6 +25,7 @@ pub mod display;
 pub mod execute;
 #[cfg(feature = "sim")]
 pub mod fake;
+pub mod fence;
 pub mod gather;
 pub mod images;
 pub mod intent;

@@ -858,10 +858,36 @@ impl ExecReport {
                 );
             }
         }
+        // The safety settings as they ended: an operator reading the
+        // summary sees how close the run came to its budget.
+        let c = self.counts();
+        let mut safety = Vec::new();
+        if let Some(canary) = &self.canary {
+            safety.push(format!(
+                "canary {} {}",
+                canary.servers.join(", "),
+                if canary.passed { "passed" } else { "failed" }
+            ));
+        }
+        if let Some(budget) = self.budget {
+            let failures = c.failed + c.timed_out;
+            safety.push(format!(
+                "{} of a failure budget of {budget}",
+                if failures == 1 {
+                    "1 failure".to_string()
+                } else {
+                    format!("{failures} failures")
+                }
+            ));
+        }
+        if !safety.is_empty() {
+            let mut line = safety.join("; ");
+            line[..1].make_ascii_uppercase();
+            let _ = writeln!(out, "\n{line}.");
+        }
         if let Some(h) = &self.halted {
             let _ = writeln!(out, "\n{h}");
         }
-        let c = self.counts();
         let skipped = plan.skips.iter().filter(|s| s.blocking).count();
         let _ = write!(
             out,

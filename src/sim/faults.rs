@@ -417,7 +417,7 @@ impl Faults {
                     holds: Some(image.to_string()),
                     state: crate::platform::ServiceState::Maintenance,
                     reason: Some(format!(
-                        "svc:{fmri}: Start method exited with $SMF_EXIT_ERR_FATAL (simulated: build {image} of {component} fails on start). See: /var/svc/log/{}.log",
+                        "{fmri}: Start method exited with $SMF_EXIT_ERR_FATAL (simulated: build {image} of {component} fails on start). See: /var/svc/log/{}.log",
                         fmri.trim_start_matches("svc:/").replace('/', "-")
                     )),
                 });

@@ -565,3 +565,57 @@ fn bulk_update_lists_only_the_components_that_move() {
         .expect("a No change line");
     assert!(unchanged.contains("cn-agent") && !unchanged.contains("vm-agent"));
 }
+
+/// Each step's gate, one line per kind (issue 14): with execute, the
+/// install-agent steps are checked with `gz health`; without it (the
+/// install-agent transport), only `server.agents` confirms them, and the
+/// plan says so. `--json` carries the gate on every step.
+#[test]
+fn the_plan_says_which_gate_applies() {
+    let mut dc = ExampleDc::new(3);
+    let target = dc.publish("vm-agent", "1.1.0");
+    let images = dc.images_with_targets(std::slice::from_ref(&target));
+    let req = request(Operation::Update, &["vm-agent"], &[]);
+    let auto = plan_ok(&dc, &req, &images);
+    let text = auto.display().to_string();
+    assert!(
+        text.contains(
+            "\nHealth gates (services online for the installer's default, 10s on a real server):\n  health gate after install-agent (gz health through execute); unhealthy: previous image reinstalled: 4 steps (vm-agent)\n"
+        ),
+        "{text}"
+    );
+    let flags = agentsadm::orchestrate::transport::HealthFlags {
+        min_healthy: std::time::Duration::ZERO,
+        timeout: std::time::Duration::from_secs(120),
+    };
+    let text = auto.display().with_health(Some(flags)).to_string();
+    assert!(
+        text.contains("\nHealth gates (services online for 0s within 2m):\n"),
+        "{text}"
+    );
+    let json = serde_json::to_value(&auto).unwrap();
+    let server = json["servers"]
+        .as_object()
+        .unwrap()
+        .values()
+        .next()
+        .unwrap();
+    assert_eq!(server["steps"][0]["gate"], "gz-health");
+
+    let no_execute = plan_with(&dc, &req, &images, TransportMode::InstallAgent).expect("plan");
+    let text = no_execute.display().to_string();
+    assert!(
+        text.contains(
+            "\nHealth gates:\n  server.agents only (install-agent, no execute): services not checked, nothing reverted: 4 steps (vm-agent)\n"
+        ),
+        "{text}"
+    );
+    let json = serde_json::to_value(&no_execute).unwrap();
+    let server = json["servers"]
+        .as_object()
+        .unwrap()
+        .values()
+        .next()
+        .unwrap();
+    assert_eq!(server["steps"][0]["gate"], "server-agents");
+}

@@ -19,6 +19,7 @@ use crate::cli::execution::{
 use crate::cli::{CmdResult, EXIT_PARTIAL, GlobalOpts};
 use crate::ids::ImageUuid;
 use crate::orchestrate::execute::default_canary;
+use crate::orchestrate::fence::{Fenced, fence};
 use crate::orchestrate::images::ImageChoice;
 use crate::orchestrate::plan::{ComponentSelection, Operation, Plan, Request, ServerSelection};
 use crate::orchestrate::session::Session;
@@ -357,7 +358,12 @@ fn show_plan(g: &GlobalOpts, change: &Change, plan: &Plan) {
     if let Some(t) = &change.target_line {
         out.line(t);
     }
-    out.line(plan.display_compact(max).to_string().trim_end());
+    out.line(
+        plan.display_compact(max)
+            .with_health(change.exec.options.health)
+            .to_string()
+            .trim_end(),
+    );
     if plan.is_empty()
         && plan.operation == Operation::Update
         && change.choice == ImageChoice::Intent
@@ -418,40 +424,41 @@ async fn fenced_change(
 ) -> CmdResult {
     let out = g.output();
     let exec = &change.exec;
-    let mut plan = plan_and_show(g, session, change).await?;
-    loop {
-        if plan.is_empty() {
-            return show_empty(g, change, &plan, true);
-        }
-        if exec.yes {
-            // Planned under the lock just now: nothing to fence against.
-            break;
-        }
-        // Without -y only a terminal gets here (see run_change). The
-        // plan's warnings were printed with it.
-        let question = if plan.needs_explicit_yes {
-            "This plan restarts components that abort running work (see the warnings above). Proceed?"
-        } else {
-            "Proceed?"
-        };
-        if !confirm(question).await? {
+    let first = plan_and_show(g, session, change).await?;
+    // Without -y only a terminal gets here (see run_change). The plan's
+    // warnings were printed with it.
+    let fenced = fence(
+        first,
+        exec.yes,
+        Plan::is_empty,
+        async |plan: &Plan| {
+            confirm(if plan.needs_explicit_yes {
+                "This plan restarts components that abort running work (see the warnings above). Proceed?"
+            } else {
+                "Proceed?"
+            })
+            .await
+        },
+        async || -> anyhow::Result<Plan> {
+            Ok(session
+                .plan(&change.request, change.choice, exec.transport)
+                .await?
+                .plan)
+        },
+        |again| {
+            out.line("\nThe plan changed since it was shown; the new plan:");
+            show_plan(g, change, again);
+        },
+    )
+    .await?;
+    let plan = match fenced {
+        Fenced::Confirmed(plan) => plan,
+        Fenced::Empty(plan) => return show_empty(g, change, &plan, true),
+        Fenced::Declined => {
             out.line("Nothing was changed.");
             return Ok(exit(1));
         }
-        // The datacenter may have changed while the operator read the
-        // plan (a server rebooted, an image was published): execute only
-        // what was confirmed.
-        let again = session
-            .plan(&change.request, change.choice, exec.transport)
-            .await?
-            .plan;
-        if again == plan {
-            break;
-        }
-        out.line("\nThe plan changed since it was shown; the new plan:");
-        show_plan(g, change, &again);
-        plan = again;
-    }
+    };
 
     let mut options = exec.options.clone();
     options.canary = exec

@@ -86,6 +86,23 @@ impl Gate {
         }
     }
 
+    /// How the gate checks, and what an unhealthy result leads to, as the
+    /// plan's gate lines show it.
+    pub fn describe(&self) -> &'static str {
+        match self {
+            Gate::Installer => {
+                "health gate in the installer (gz install); unhealthy: rolled back on the server"
+            }
+            Gate::GzHealth => {
+                "health gate after install-agent (gz health through execute); unhealthy: previous image reinstalled"
+            }
+            Gate::ServerAgents => {
+                "server.agents only (install-agent, no execute): services not checked, nothing reverted"
+            }
+            Gate::None => "no gate (removal)",
+        }
+    }
+
     pub fn as_str(&self) -> &'static str {
         match self {
             Gate::Installer => "installer",

@@ -1,0 +1,131 @@
+//! Fenced plans (issue 14) against the simulated datacenter: `check --fix`
+//! plans its repairs under the lock, and repairs that changed between the
+//! prompt and execution are shown and asked about again, never executed
+//! unconfirmed. The same [`fence`] runs `update`, `install` and `remove`.
+
+use std::cell::{Cell, RefCell};
+
+use agentsadm::api::sapi::Update;
+use agentsadm::flows::check::{self, CheckConfig, CheckError, CheckRequest, RepairOptions};
+use agentsadm::flows::repair::FixPlan;
+use agentsadm::ids::ImageUuid;
+use agentsadm::orchestrate::fence::{Fenced, fence};
+use agentsadm::orchestrate::report::NullReporter;
+use agentsadm::orchestrate::store::instance_params;
+use agentsadm::sim::{BuildOptions, PublishTarget, SimDc};
+
+use crate::flows_common::{exec_options, instance_of, server, small_dc, transport};
+
+async fn fix_plan(dc: &SimDc) -> Result<FixPlan, CheckError> {
+    let request = CheckRequest {
+        servers: Vec::new(),
+        live: false,
+    };
+    let run = check::check(&dc.apis(), dc.catalog(), &request, &CheckConfig::default()).await?;
+    Ok(FixPlan::new(run, dc.catalog()))
+}
+
+/// SAPI's vm-agent instance of `hostname` names `image`: drift that
+/// `check --fix` repairs with an upgrade.
+async fn intend(dc: &SimDc, hostname: &str, image: ImageUuid) {
+    let cn = server(dc, hostname);
+    let inst = instance_of(dc, cn, "vm-agent").await.expect("an instance");
+    dc.apis()
+        .sapi
+        .update_instance(inst.uuid, &Update::params(instance_params(cn, image)))
+        .await
+        .expect("SAPI update");
+}
+
+fn hosts(p: &FixPlan) -> Vec<String> {
+    p.repairs
+        .plan
+        .servers_in_order()
+        .into_iter()
+        .map(|(_, sp)| sp.hostname.clone())
+        .collect()
+}
+
+fn vm_agent_image(dc: &SimDc, hostname: &str) -> Option<ImageUuid> {
+    dc.server_agents(server(dc, hostname))
+        .into_iter()
+        .find(|a| a.name == "vm-agent")
+        .and_then(|a| a.image_uuid)
+}
+
+/// While the operator reads the repairs for cn0001, someone points
+/// cn0002's instance at the new build too. The re-plan after the yes
+/// differs: it is shown and asked about again. Declined: nothing runs, on
+/// either server. Confirmed: what runs is the second plan, the one shown.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn check_fix_repairs_changed_after_the_prompt_are_not_executed() {
+    for second_answer in [false, true] {
+        let dc = small_dc().await;
+        let before = vm_agent_image(&dc, "cn0001");
+        let newer = dc
+            .publish_component("vm-agent", &BuildOptions::new("1.1.0"), PublishTarget::Dc)
+            .unwrap()
+            .uuid;
+        intend(&dc, "cn0001", newer).await;
+        let first = fix_plan(&dc).await.unwrap();
+        assert_eq!(hosts(&first), ["cn0001"]);
+        let asked = Cell::new(0);
+        let shown = RefCell::new(Vec::new());
+        let fenced = fence(
+            first,
+            false,
+            |p: &FixPlan| p.repairs.is_empty(),
+            async |_: &FixPlan| -> Result<bool, CheckError> {
+                asked.set(asked.get() + 1);
+                if asked.get() == 1 {
+                    // The change lands while the question is on screen.
+                    intend(&dc, "cn0002", newer).await;
+                    return Ok(true);
+                }
+                Ok(second_answer)
+            },
+            async || fix_plan(&dc).await,
+            |p| shown.borrow_mut().push(hosts(p)),
+        )
+        .await
+        .unwrap();
+        assert_eq!(asked.get(), 2, "asked again about the changed repairs");
+        assert_eq!(shown.into_inner(), [["cn0001", "cn0002"]]);
+        if !second_answer {
+            assert!(matches!(fenced, Fenced::Declined));
+            for h in ["cn0001", "cn0002"] {
+                assert_eq!(vm_agent_image(&dc, h), before, "{h} was not touched");
+            }
+            dc.shutdown().await;
+            continue;
+        }
+        let Fenced::Confirmed(confirmed) = fenced else {
+            panic!("the changed repairs were confirmed: {fenced:?}")
+        };
+        assert_eq!(hosts(&confirmed), ["cn0001", "cn0002"]);
+        let request = CheckRequest {
+            servers: Vec::new(),
+            live: false,
+        };
+        let outcome = check::fix(
+            &dc.apis(),
+            dc.catalog(),
+            &request,
+            &CheckConfig::default(),
+            &confirmed.repairs,
+            RepairOptions {
+                exec: &exec_options(),
+                transport: &transport(),
+                reporter: &NullReporter,
+            },
+            std::future::pending(),
+        )
+        .await
+        .unwrap();
+        assert_eq!(outcome.exit_status(), 0, "{}", outcome.after.render());
+        for h in ["cn0001", "cn0002"] {
+            assert_eq!(vm_agent_image(&dc, h), Some(newer), "{h}");
+        }
+        dc.shutdown().await;
+    }
+}
