@@ -440,6 +440,7 @@ impl SimDc {
                 None => {
                     for m in fleet.values() {
                         let mut r = ServerRecord::new(m, &config.datacenter, false);
+                        r.mockcloud = config.mockcloud_without_execute();
                         r.rack_identifier =
                             fleet::seeded_rack(m.index, config.rack_size).unwrap_or_default();
                         records.insert(m.uuid, r);
@@ -707,6 +708,7 @@ impl SimDc {
         }
         let report = self.gz_report(uuid).await?;
         let mut rec = ServerRecord::new(&server, &self.core.config.datacenter, true);
+        rec.mockcloud = self.core.config.mockcloud_without_execute();
         rec.rack_identifier =
             fleet::seeded_rack(server.index, self.core.config.rack_size).unwrap_or_default();
         rec.agents = report.agents;

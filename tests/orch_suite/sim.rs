@@ -706,3 +706,87 @@ async fn seeded_racks_are_never_over_their_limit() {
     assert!(again.plan.is_empty(), "{}", again.plan);
     dc.shutdown().await;
 }
+
+/// Mockcloud CNs have no CNAPI execute: the plan says, per server, which
+/// components it cannot reach (blocking when named, not with `--all`),
+/// plans apm agents through install-agent with the `server.agents` gate
+/// (a health check would wait for Ur's timeout), and the run converges.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mockcloud_servers_get_what_install_agent_can_carry_and_say_what_not() {
+    use agentsadm::orchestrate::plan::{Gate, SkipReason};
+    let dc = SimDc::start(
+        SimConfig::default()
+            .servers(2)
+            .gz_layout(agentsadm::sim::GzLayout::Mockcloud)
+            .populate(SeedSpec::with_newer()),
+    )
+    .await
+    .expect("simulator starts");
+    let apis = dc.apis();
+    let session = session_on(&dc, &apis);
+    let req = request(Operation::Update, &["gz-tools", "vm-agent"], &[]);
+    let planned = session
+        .plan(&req, ImageChoice::Latest, TransportMode::Auto)
+        .await
+        .unwrap();
+    let p = &planned.plan;
+    let mut no_execute: Vec<(&str, &str, bool)> = p
+        .skips
+        .iter()
+        .filter(|s| s.reason == SkipReason::NoExecute)
+        .map(|s| {
+            (
+                s.hostname.as_deref().unwrap(),
+                s.component.as_deref().unwrap(),
+                s.blocking,
+            )
+        })
+        .collect();
+    no_execute.sort();
+    assert_eq!(
+        no_execute,
+        [
+            ("cn0001", "gz-tools", true),
+            ("cn0002", "gz-tools", true),
+            ("headnode", "gz-tools", true)
+        ],
+        "{p}"
+    );
+    let text = p.to_string();
+    assert!(
+        text.contains("! gz-tools: cn0001 (")
+            && text.contains("): needs CNAPI execute, which mockcloud servers do not have; skipped"),
+        "{text}"
+    );
+    let steps: Vec<_> = p.servers.values().flat_map(|sp| &sp.steps).collect();
+    assert_eq!(steps.len(), 3, "{p}");
+    assert!(
+        steps.iter().all(|s| s.component == "vm-agent"
+            && s.transport == TransportKind::InstallAgent
+            && s.gate == Gate::ServerAgents),
+        "{p}"
+    );
+    let report = run(&session, p).await;
+    assert!(report.all_succeeded(), "{}", report.render(p));
+    // With --all the servers' gz-tools are left alone without blocking.
+    let all = request(Operation::Update, &["--all"], &[]);
+    let planned = session
+        .plan(&all, ImageChoice::Latest, TransportMode::Auto)
+        .await
+        .unwrap();
+    let gz: Vec<_> = planned
+        .plan
+        .skips
+        .iter()
+        .filter(|s| s.component.as_deref() == Some("gz-tools"))
+        .collect();
+    assert!(
+        !gz.is_empty()
+            && gz
+                .iter()
+                .all(|s| s.reason == SkipReason::NoExecute && !s.blocking),
+        "{}",
+        planned.plan
+    );
+    dc.shutdown().await;
+}
