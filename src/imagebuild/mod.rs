@@ -162,7 +162,7 @@ pub fn default_hooks(package: &str) -> Hooks {
 /// `npm_config_prefix`, `@@VERSION@@` from `npm_package_version`,
 /// `@@ROOT@@` the package directory, `@@ENABLED@@`). The installer renders
 /// nothing itself.
-const RENDER_SMF: &str = r#"agent_root="$(cd "$(dirname "$0")/.." && pwd)" || exit 1
+pub const RENDER_SMF: &str = r#"agent_root="$(cd "$(dirname "$0")/.." && pwd)" || exit 1
 for agent_template in "$agent_root"/smf/manifests/*.xml.in; do
     [[ -f "$agent_template" ]] || continue
     agent_manifest="$npm_config_smfdir/$(basename "$agent_template" .in)"

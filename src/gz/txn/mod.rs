@@ -263,7 +263,7 @@ pub enum TxnError {
     /// An apm package's postinstall did not write a manifest its
     /// template stands for (agentsadm never renders one itself).
     #[error(
-        "{component}: SMF manifest {manifest} was {} by the package's postinstall, which should have rendered it from {template}; the install was rolled back. Fix the package's postinstall (or run it on a server where it does not skip itself) and retry",
+        "{component}: SMF manifest {manifest} was {} by the package's postinstall, which should have rendered it from {template} (agentsadm never renders a package's templates); fix the package's postinstall, or install a build whose postinstall writes it",
         if *stale { "left unchanged" } else { "not written" }
     )]
     ManifestNotWritten {
