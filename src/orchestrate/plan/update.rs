@@ -263,8 +263,24 @@ fn instance_target(
     installed: &Installed,
     target: &ImageRef,
 ) -> Option<IntentChange> {
+    let service_default = input
+        .intent
+        .services
+        .get(&c.name)
+        .and_then(|s| s.default_image);
     match input.intent.instance(&server, &c.name) {
         Some(i) if i.link == InstanceLink::Params && i.image == Some(target.uuid) => None,
+        // A params-less instance the server lists in server.agents (as the
+        // vm-agent and net-agent postinstalls leave them) follows the
+        // service default: while the server runs that, nothing to write.
+        Some(i)
+            if i.link == InstanceLink::Reported
+                && i.image.is_none()
+                && installed.image == Some(target.uuid)
+                && service_default == Some(target.uuid) =>
+        {
+            None
+        }
         Some(i) => Some(IntentChange::UpdateInstance {
             component: c.name.clone(),
             service: i.service,
