@@ -179,8 +179,10 @@ fn apm_hooks(spec: &ImageSpec) -> Hooks {
     let mut hooks = spec.hooks.clone();
     if spec.smf_fmri.is_some() && spec.postinstall_renders_smf {
         hooks.postinstall = Some(match hooks.postinstall.take() {
-            Some(body) => format!("{RENDER_SMF}
-{body}"),
+            Some(body) => format!(
+                "{RENDER_SMF}
+{body}"
+            ),
             None => RENDER_SMF.to_string(),
         });
     }

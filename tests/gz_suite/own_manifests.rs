@@ -106,8 +106,9 @@ async fn the_manifest_a_postinstall_wrote_is_the_one_imported() {
     let srv = TestServer::new(false);
     // Renders like the real agents (the builder's RENDER_SMF), then marks
     // what it wrote.
-    let postinstall =
-        format!("{RENDER_SMF}\necho '<!-- written by the postinstall -->' >> \"$npm_config_smfdir/config-agent.xml\"");
+    let postinstall = format!(
+        "{RENDER_SMF}\necho '<!-- written by the postinstall -->' >> \"$npm_config_smfdir/config-agent.xml\""
+    );
     let img = config_agent("1.0.0", &postinstall, false);
     let dir = tempfile::tempdir().unwrap();
     ok(&srv
@@ -118,7 +119,10 @@ async fn the_manifest_a_postinstall_wrote_is_the_one_imported() {
     let tree = srv.at("opt/smartdc/agents/lib/node_modules/config-agent");
     assert!(
         written.ends_with("<!-- written by the postinstall -->\n")
-            && written.contains(&format!("value=\"{}/bin:/usr/bin:/usr/sbin\"", prefix.display()))
+            && written.contains(&format!(
+                "value=\"{}/bin:/usr/bin:/usr/sbin\"",
+                prefix.display()
+            ))
             && written.contains(&format!("{}/bin/config-agent &amp;", tree.display()))
             && written.contains(&format!("version=\"{}\"", img.manifest.version))
             && !written.contains("@@"),

@@ -766,7 +766,8 @@ async fn mockcloud_servers_get_what_install_agent_can_carry_and_say_what_not() {
     let text = p.to_string();
     assert!(
         text.contains("! gz-tools: cn0001 (")
-            && text.contains("): needs CNAPI execute, which mockcloud servers do not have; skipped"),
+            && text
+                .contains("): needs CNAPI execute, which mockcloud servers do not have; skipped"),
         "{text}"
     );
     let steps: Vec<_> = p.servers.values().flat_map(|sp| &sp.steps).collect();

@@ -15,9 +15,7 @@
 //!    one with SAPI writes only is still planned, as SAPI needs no server.
 
 use super::request::{ComponentSelection, ImageRef, PlanningInput};
-use super::select::{
-    Selected, execute_available, named_components, server_in_play, transport_for,
-};
+use super::select::{Selected, execute_available, named_components, server_in_play, transport_for};
 use super::skip::{Skip, SkipReason, component_skip, not_running_skip, server_component_skip};
 use super::types::{Action, IntentChange, Plan, ServerPlan, ServiceChange, Step};
 use super::{PlanError, empty_plan, finish, is_newer};

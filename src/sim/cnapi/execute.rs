@@ -34,10 +34,10 @@ use crate::api::cnapi::ExecuteRequest;
 use crate::error::error_chain;
 use crate::ids::ImageUuid;
 use crate::remote::{GzFailure, GzResult};
+use crate::sim::ExecuteTransport;
 use crate::sim::core::DcCore;
 use crate::sim::fleet::MockServer;
 use crate::sim::http::{json_response, plain_error, rest_error};
-use crate::sim::ExecuteTransport;
 
 use super::{
     Core, STYLE, bool_param, invalid_argument, invalid_parameters, physical, request_id,
