@@ -15,6 +15,8 @@
 //!   refused with the root and a sentinel outside it unchanged.
 //! - `health`: the health gate rolls an unhealthy build back; `--expect-current`;
 //!   `gz health`.
+//! - `own_manifests`: a manifest the package's postinstall did not write
+//!   fails the install (agentsadm renders none); what it wrote is imported;
 //! - `real_fixtures`: every real agent's SMF manifest and package.json read;
 //! - `symlinks`: links in a package never followed by chmod;
 //! - `claims`: bins, SMF manifests and services of other components refused;
@@ -49,6 +51,8 @@ mod install;
 mod kinds;
 #[path = "gz_suite/mockcloud.rs"]
 mod mockcloud;
+#[path = "gz_suite/own_manifests.rs"]
+mod own_manifests;
 #[path = "gz_suite/real_fixtures.rs"]
 mod real_fixtures;
 #[path = "gz_suite/roots.rs"]

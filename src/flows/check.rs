@@ -179,6 +179,14 @@ pub async fn check(
                 ));
                 continue;
             }
+            if !s.has_execute() {
+                // Asking would wait for CNAPI's Ur timeout (an hour).
+                warnings.push(format!(
+                    "{}: no live report: it is a mockcloud server, which has no CNAPI execute to run 'agentsadm gz report'",
+                    s.label()
+                ));
+                continue;
+            }
             targets.push((s.uuid, s.label()));
         }
         let results: Vec<(ServerUuid, String, Result<AgentsReport, LiveReportError>)> =

@@ -279,6 +279,11 @@ impl PartialEq for FixPlan {
 
 /// Plan the repairs of `findings` (pure). `live` gives the reports to post
 /// for `stale-cnapi-report` findings.
+/// Whether `agentsadm gz` can run on `server` (not a mockcloud CN).
+fn has_execute(survey: &Survey, server: ServerUuid) -> bool {
+    survey.reality.get(&server).is_none_or(|s| s.has_execute())
+}
+
 pub fn plan_repairs(
     catalog: &Catalog,
     survey: &Survey,
@@ -391,8 +396,13 @@ pub fn plan_repairs(
                     component: c.name.clone(),
                     order: c.order,
                     // Repairs run where execute is available unless the
-                    // fix itself chose install-agent for want of it.
-                    gate: crate::orchestrate::plan::Gate::for_step(&action, *transport, true),
+                    // fix itself chose install-agent for want of it; a
+                    // mockcloud server has none.
+                    gate: crate::orchestrate::plan::Gate::for_step(
+                        &action,
+                        *transport,
+                        has_execute(survey, server),
+                    ),
                     action,
                     transport: *transport,
                 });
@@ -422,6 +432,7 @@ pub fn plan_repairs(
                     manual += 1;
                     continue;
                 };
+                let installed_has_execute = has_execute(survey, server);
                 let action = Action::Upgrade {
                     from: installed.into(),
                     to: image.clone(),
@@ -429,7 +440,11 @@ pub fn plan_repairs(
                 steps.entry(server).or_default().0.push(Step {
                     component: c.name.clone(),
                     order: c.order,
-                    gate: crate::orchestrate::plan::Gate::for_step(&action, *transport, true),
+                    gate: crate::orchestrate::plan::Gate::for_step(
+                        &action,
+                        *transport,
+                        installed_has_execute,
+                    ),
                     action,
                     transport: *transport,
                 });

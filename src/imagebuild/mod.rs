@@ -23,7 +23,8 @@ use crate::ids::ImageUuid;
 use crate::image::{ADMIN_OWNER, Compression, ImageFile, ImageManifest, ImageState};
 
 /// Lifecycle scripts (bash bodies, without the `#!` line). `None` leaves the
-/// hook out of `package.json`.
+/// hook out of `package.json`, except an apm postinstall that renders the
+/// package's SMF templates ([`ImageSpec::postinstall_renders_smf`]).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Hooks {
     pub preinstall: Option<String>,
@@ -83,6 +84,12 @@ pub struct ImageSpec {
     pub published_at: Option<String>,
     /// SMF FMRI the package delivers (`svc:/smartdc/agent/<name>:default`).
     pub smf_fmri: Option<String>,
+    /// apm: whether the postinstall renders the package's SMF templates
+    /// into apm's SMF directory before running `hooks.postinstall`, as
+    /// every real agent's postinstall does (true by default; false builds
+    /// a package whose postinstall does not, like config-agent's when it
+    /// skips itself).
+    pub postinstall_renders_smf: bool,
 }
 
 impl ImageSpec {
@@ -116,6 +123,7 @@ impl ImageSpec {
             description: c.description.clone(),
             published_at: None,
             smf_fmri: c.smf_services.first().cloned(),
+            postinstall_renders_smf: true,
         }
     }
 
@@ -145,6 +153,40 @@ pub fn default_hooks(package: &str) -> Hooks {
         preuninstall: Some("true".to_string()),
         postuninstall: Some(format!("rm -f \"$npm_config_etc/{package}.installed\"")),
     }
+}
+
+/// What every synthetic apm postinstall starts with: render each
+/// `smf/manifests/<name>.xml.in` of the package into
+/// `$npm_config_smfdir/<name>.xml`, substituting the tokens the real
+/// agents' postinstalls substitute (their `subfile`: `@@PREFIX@@` from
+/// `npm_config_prefix`, `@@VERSION@@` from `npm_package_version`,
+/// `@@ROOT@@` the package directory, `@@ENABLED@@`). The installer renders
+/// nothing itself.
+pub const RENDER_SMF: &str = r#"agent_root="$(cd "$(dirname "$0")/.." && pwd)" || exit 1
+for agent_template in "$agent_root"/smf/manifests/*.xml.in; do
+    [[ -f "$agent_template" ]] || continue
+    agent_manifest="$npm_config_smfdir/$(basename "$agent_template" .in)"
+    if ! sed -e "s#@@PREFIX@@#$npm_config_prefix#g"         -e "s/@@VERSION@@/$npm_package_version/g"         -e "s#@@ROOT@@#$agent_root#g"         -e "s/@@ENABLED@@/true/g"         "$agent_template" > "$agent_manifest"; then
+        echo "could not render $agent_template into $agent_manifest" >&2
+        exit 1
+    fi
+done"#;
+
+/// The hooks an apm image carries: the spec's, the postinstall preceded by
+/// [`RENDER_SMF`] when the package ships a manifest template and
+/// `postinstall_renders_smf` is set (a postinstall is then always there).
+fn apm_hooks(spec: &ImageSpec) -> Hooks {
+    let mut hooks = spec.hooks.clone();
+    if spec.smf_fmri.is_some() && spec.postinstall_renders_smf {
+        hooks.postinstall = Some(match hooks.postinstall.take() {
+            Some(body) => format!(
+                "{RENDER_SMF}
+{body}"
+            ),
+            None => RENDER_SMF.to_string(),
+        });
+    }
+    hooks
 }
 
 /// A built image: its manifest (files[0] filled in) and the file bytes.
@@ -380,6 +422,11 @@ fn concrete_manifest(spec: &ImageSpec, root: &str) -> String {
 }
 
 fn apm_tree(spec: &ImageSpec) -> Vec<u8> {
+    let with_hooks = ImageSpec {
+        hooks: apm_hooks(spec),
+        ..spec.clone()
+    };
+    let spec = &with_hooks;
     let p = &spec.package;
     let mut t = TreeBuilder::new();
     t.dir(p)

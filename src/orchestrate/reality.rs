@@ -43,11 +43,22 @@ pub struct ServerState {
     /// Reported packages that are not catalog components.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub foreign: Vec<AgentEntry>,
+    /// A mockcloud CN (CNAPI `system_type` `Virtual`, from its sysinfo
+    /// `System Type`): it has no Ur and its cn-agent does not implement
+    /// `command_execute`, so CNAPI execute never reaches it; only
+    /// cn-agent's tasks do.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub mockcloud: bool,
 }
 
 impl ServerState {
     pub fn is_running(&self) -> bool {
         self.status == "running"
+    }
+
+    /// Whether CNAPI execute (`agentsadm gz` on the server) reaches it.
+    pub fn has_execute(&self) -> bool {
+        !self.mockcloud
     }
 
     /// `hostname (uuid)`, the way servers are named in messages.
@@ -123,7 +134,20 @@ fn server_state(catalog: &Catalog, s: &Server) -> ServerState {
         status: s.status.clone().unwrap_or_else(|| "unknown".to_string()),
         components,
         foreign,
+        mockcloud: system_type(s) == Some(MOCKCLOUD_SYSTEM_TYPE),
     }
+}
+
+/// What a mockcloud CN reports as its system type.
+const MOCKCLOUD_SYSTEM_TYPE: &str = "Virtual";
+
+/// CNAPI's `system_type`, else sysinfo's `System Type` when the answer
+/// carries sysinfo.
+fn system_type(s: &Server) -> Option<&str> {
+    s.extra
+        .get("system_type")
+        .and_then(|v| v.as_str())
+        .or_else(|| s.sysinfo.as_ref()?.get("System Type")?.as_str())
 }
 
 #[cfg(test)]
@@ -152,5 +176,31 @@ mod tests {
         assert_eq!(st.foreign.len(), 1);
         assert_eq!(r.instance_index().len(), 1);
         assert!(st.is_running());
+        assert!(st.has_execute());
+    }
+
+    #[test]
+    fn mockcloud_servers_have_no_execute() {
+        let server = |extra: serde_json::Value| -> Server {
+            let mut v = json!({
+                "uuid": "44454c4c-4800-1034-804a-b2c04f354d31", "hostname": "cn1",
+                "setup": true, "status": "running"
+            });
+            v.as_object_mut()
+                .unwrap()
+                .extend(extra.as_object().unwrap().clone());
+            serde_json::from_value(v).unwrap()
+        };
+        let cat = Catalog::builtin();
+        for (extra, execute) in [
+            (json!({"system_type": "Virtual"}), false),
+            (json!({"sysinfo": {"System Type": "Virtual"}}), false),
+            (json!({"system_type": "SunOS"}), true),
+            (json!({}), true),
+        ] {
+            let r = Reality::from_servers(&cat, &[server(extra.clone())]);
+            let st = r.servers.values().next().unwrap();
+            assert_eq!(st.has_execute(), execute, "{extra}");
+        }
     }
 }

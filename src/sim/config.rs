@@ -11,7 +11,7 @@
 //!  "populate": {"version": "1.0.0", "dc_newer": "1.1.0", "updates_newer": "1.2.0",
 //!               "agents_without_params": ["vm-agent", "net-agent"],
 //!               "files_without_md5": ["vm-agent", "cn-agent"]},
-//!  "strictness": {"sapi_delete_on_failed_create": true, "mockcloud_refuses_execute": false},
+//!  "strictness": {"sapi_delete_on_failed_create": true, "mockcloud_refuses_execute": true},
 //!  "faults": {"install_latency": {"base_ms": 50, "jitter_ms": 20, "distribution": "lognormal"},
 //!             "slow_servers": {"servers": ["cn0003"], "factor": 10},
 //!             "failing_installs": {"rate": 0.02},
@@ -55,12 +55,14 @@ pub struct Strictness {
     /// as SAPI's `createInstance` does. `false`: the existing instance
     /// survives.
     pub sapi_delete_on_failed_create: bool,
-    /// CommandExecute against a mockcloud-layout server is refused as real
-    /// CNAPI refuses it: through Ur, no Ur answers (CNAPI's 500 "Timed out
-    /// waiting for ur response" after [`SimConfig::ur_reply_timeout_ms`]);
-    /// through cn-agent, its mockcloud backend's exit 666. Off by default
-    /// for now: the rollout benchmark (`src/bench/rollout.rs`) installs
-    /// gz-tools through execute on mockcloud servers.
+    /// Mockcloud-layout servers are mockcloud CNs as real ones are: their
+    /// sysinfo (and CNAPI's `system_type`) says `Virtual`, and
+    /// CommandExecute against them is refused as real CNAPI refuses it:
+    /// through Ur, no Ur answers (CNAPI's 500 "Timed out waiting for ur
+    /// response" after [`SimConfig::ur_reply_timeout_ms`]); through
+    /// cn-agent, its mockcloud backend's exit 666. `false`: they pass for
+    /// real SmartOS CNs (`SunOS`) with a working execute, for a large
+    /// datacenter that still installs gz-tools, sdcadm or dockerlogger.
     pub mockcloud_refuses_execute: bool,
 }
 
@@ -68,7 +70,7 @@ impl Default for Strictness {
     fn default() -> Self {
         Strictness {
             sapi_delete_on_failed_create: true,
-            mockcloud_refuses_execute: false,
+            mockcloud_refuses_execute: true,
         }
     }
 }
@@ -106,9 +108,9 @@ impl Default for SeedSpec {
             dc_newer: None,
             updates_newer: None,
             payload_bytes: 256,
-            // Off until the product links a params-less instance to its
-            // server through server.agents (issue 13); tests turn it on.
-            agents_without_params: Vec::new(),
+            // As in real datacenters: the product links these to their
+            // servers through server.agents.
+            agents_without_params: vec!["vm-agent".to_string(), "net-agent".to_string()],
             files_without_md5: vec!["vm-agent".to_string(), "cn-agent".to_string()],
         }
     }
@@ -211,6 +213,12 @@ impl Default for SimConfig {
 }
 
 impl SimConfig {
+    /// Whether the servers are mockcloud CNs without execute (the mockcloud
+    /// layout, with [`Strictness::mockcloud_refuses_execute`]).
+    pub fn mockcloud_without_execute(&self) -> bool {
+        self.gz_layout == GzLayout::Mockcloud && self.strictness.mockcloud_refuses_execute
+    }
+
     /// Read a scenario JSON file (fields as above; unknown fields are an
     /// error so a typo does not silently do nothing).
     pub fn from_scenario_file(path: &Path) -> Result<SimConfig, SimError> {

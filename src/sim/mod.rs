@@ -34,8 +34,9 @@
 //! (`metadata.update_channel`) with one `type=agent` service per component
 //! whose `params.image_uuid` is that image, and every server (except those
 //! listed not set up) with its default set installed, adopted (one SAPI
-//! instance each, `params.server_uuid` + `params.image_uuid`) and reported
-//! in `server.agents`. [`SeedSpec`] adds newer versions; [`SimDc::seed_report`]
+//! instance each, `params.server_uuid` + `params.image_uuid`, none for
+//! vm-agent's and net-agent's as in real datacenters) and reported in
+//! `server.agents`. [`SeedSpec`] adds newer versions; [`SimDc::seed_report`]
 //! returns what was created.
 //!
 //! Servers act like Triton's: install-agent answers a task id at once and
@@ -56,7 +57,9 @@
 //! implementation runs the real GZ installer ([`crate::gz`]) in-process:
 //! each server is a full rooted GZ ([`GzLayout::Rooted`], the default) or,
 //! for thousands of servers, the installer's mockcloud layout
-//! ([`SimConfig::gz_layout`], `sim serve --gz-layout mockcloud`).
+//! ([`SimConfig::gz_layout`], `sim serve --gz-layout mockcloud`), whose
+//! servers are mockcloud CNs (sysinfo `System Type` `Virtual`) without
+//! CNAPI execute, as real ones, unless [`Strictness`] says otherwise.
 //!
 //! Modules: [`config`] (shape, scenario JSON), [`faults`], [`gz`] (the seam
 //! to the GZ installer, layouts, seeding), `imgapi`, `sapi`,
@@ -440,6 +443,7 @@ impl SimDc {
                 None => {
                     for m in fleet.values() {
                         let mut r = ServerRecord::new(m, &config.datacenter, false);
+                        r.mockcloud = config.mockcloud_without_execute();
                         r.rack_identifier =
                             fleet::seeded_rack(m.index, config.rack_size).unwrap_or_default();
                         records.insert(m.uuid, r);
@@ -707,6 +711,7 @@ impl SimDc {
         }
         let report = self.gz_report(uuid).await?;
         let mut rec = ServerRecord::new(&server, &self.core.config.datacenter, true);
+        rec.mockcloud = self.core.config.mockcloud_without_execute();
         rec.rack_identifier =
             fleet::seeded_rack(server.index, self.core.config.rack_size).unwrap_or_default();
         rec.agents = report.agents;

@@ -109,12 +109,26 @@ pub fn one(host: &str, component: &str, kind: FindingKind) -> Vec<(String, Strin
 pub async fn instance_of(dc: &SimDc, server: ServerUuid, component: &str) -> Option<Instance> {
     let apis = dc.apis();
     let svc = service(dc, component).await;
+    // Without params (vm-agent's and net-agent's, as real postinstalls
+    // leave them), the server's own instance is the one server.agents
+    // lists.
+    let reported: Vec<_> = dc
+        .server_agents(server)
+        .into_iter()
+        .filter_map(|a| a.uuid)
+        .collect();
     apis.sapi
         .list_agent_instances()
         .await
         .unwrap()
         .into_iter()
-        .find(|i| i.service_uuid == svc && i.server_uuid() == Some(server))
+        .find(|i| {
+            i.service_uuid == svc
+                && match i.server_uuid() {
+                    Some(s) => s == server,
+                    None => reported.contains(&i.uuid),
+                }
+        })
 }
 
 pub async fn service(dc: &SimDc, component: &str) -> ServiceUuid {

@@ -151,18 +151,31 @@ async fn installed_without_instance() {
 async fn instance_without_params() {
     let dc = small_dc().await;
     let cn = server(&dc, "cn0002");
-    let inst = instance_of(&dc, cn, "net-agent").await.unwrap().uuid;
-    // What the agents' own postinstall scripts create: no params.
+    // Seeded as the agents' own postinstall scripts create them: no params
+    // at all; server.agents names them. That is the server's instance,
+    // not drift.
+    let net = instance_of(&dc, cn, "net-agent").await.unwrap();
+    assert!(net.params.is_none(), "{net:?}");
+    assert_clean(&check(&dc, false).await);
+    // Half its params (a server but no image) is drift, fixed in place.
+    let inst = instance_of(&dc, cn, "cmon-agent").await.unwrap().uuid;
     dc.apis().sapi.delete_instance(inst).await.unwrap();
-    put_instance(&dc, inst, "net-agent", None).await;
+    put_instance(
+        &dc,
+        inst,
+        "cmon-agent",
+        Some(object([("server_uuid", serde_json::json!(cn))])),
+    )
+    .await;
     find_fix_recheck(
         &dc,
         false,
-        one("cn0002", "net-agent", FindingKind::InstanceWithoutParams),
+        one("cn0002", "cmon-agent", FindingKind::InstanceWithoutParams),
     )
     .await;
     let fixed = dc.apis().sapi.get_instance(inst).await.unwrap();
     assert_eq!(fixed.server_uuid(), Some(cn));
+    assert!(fixed.image_uuid().is_some());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

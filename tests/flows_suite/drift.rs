@@ -56,9 +56,19 @@ fn drifted() -> (ExampleDc, BTreeMap<ServerUuid, AgentsReport>) {
     let newer = dc.publish("vm-agent", "1.1.0").uuid;
     dc.sapi_merge_params(instance_uuid(cn1, "vm-agent"), instance_params(cn1, newer));
     dc.remove_installed(cn1, "cmon-agent");
-    // cn002: installed without instance, legacy instance, duplicate.
+    // cn002: installed without instance, legacy instance (no params, as
+    // the vm-agent and net-agent postinstalls leave them: server.agents
+    // links it, not drift), an instance with half its params, duplicate.
     dc.drop_instance(cn2, "smartlogin");
     dc.make_legacy(cn2, "net-agent");
+    dc.sapi_put_instance(
+        instance_uuid(cn2, "cmon-agent"),
+        service_uuid("cmon-agent"),
+        Some(agentsadm::api::sapi::object([(
+            "server_uuid",
+            serde_json::json!(cn2),
+        )])),
+    );
     dc.sapi_put_instance(
         inst("dup"),
         service_uuid("vm-agent"),
@@ -168,7 +178,7 @@ fn every_kind_is_found_with_its_fix() {
         ),
         k("cn001", "cmon-agent", MissingInstall, "install"),
         k("cn001", "vm-agent", WrongImage, "upgrade"),
-        k("cn002", "net-agent", InstanceWithoutParams, "set-params"),
+        k("cn002", "cmon-agent", InstanceWithoutParams, "set-params"),
         k(
             "cn002",
             "smartlogin",

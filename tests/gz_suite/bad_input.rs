@@ -267,19 +267,19 @@ fn cases() -> Vec<Case> {
                 )
             }
         },
-        case(
-            "SMF import failure",
-            raw(|_, b| {
-                dir_entry(b, "vm-agent/smf/");
-                dir_entry(b, "vm-agent/smf/manifests/");
-                file_entry(
-                    b,
-                    "vm-agent/smf/manifests/vm-agent.xml.in",
-                    b"<not-a-manifest/>",
-                );
-            }),
-            &["SMF", "vm-agent.xml"],
-        ),
+        {
+            // Its postinstall writes a manifest SMF cannot read (agentsadm
+            // imports what the package's own hook wrote).
+            let mut s = spec("vm-agent", "2.0.0");
+            s.postinstall_renders_smf = false;
+            s.hooks.postinstall =
+                Some("echo '<not-a-manifest/>' > \"$npm_config_smfdir/vm-agent.xml\"".into());
+            case(
+                "SMF import failure",
+                imagebuild::build(&s),
+                &["SMF", "vm-agent.xml"],
+            )
+        },
     ];
     // A failure after the new package's SMF import: its services must go.
     let mut s = spec("vm-agent", "2.0.0");

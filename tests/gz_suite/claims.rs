@@ -99,11 +99,19 @@ impl Scene {
 fn vm_agent_claiming(bins: &[&str], templates: &[(&str, &str)]) -> BuiltImage {
     let uuid = ImageUuid::new_v4();
     let bin: BTreeMap<&str, String> = bins.iter().map(|b| (*b, format!("./bin/{b}"))).collect();
-    let pj = serde_json::json!({"name": "vm-agent", "version": "2.0.0", "bin": bin});
+    // Its postinstall renders its templates, as every real agent's does.
+    let pj = serde_json::json!({"name": "vm-agent", "version": "2.0.0", "bin": bin,
+        "scripts": {"postinstall": "npm/postinstall.sh"}});
     let mut t = TreeBuilder::new();
     t.dir("vm-agent")
         .file("vm-agent/package.json", 0o644, pj.to_string().as_bytes())
         .file("vm-agent/image_uuid", 0o644, format!("{uuid}\n").as_bytes())
+        .dir("vm-agent/npm")
+        .file(
+            "vm-agent/npm/postinstall.sh",
+            0o755,
+            format!("#!/bin/bash\n{}\n", agentsadm::imagebuild::RENDER_SMF).as_bytes(),
+        )
         .dir("vm-agent/bin");
     for b in bins {
         t.file(&format!("vm-agent/bin/{b}"), 0o755, b"#!/bin/sh\necho hi\n");

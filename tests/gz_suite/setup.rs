@@ -103,3 +103,68 @@ async fn compute_node_setup_from_imgapi_uses_service_images() {
             .all(|i| i["params"]["server_uuid"] == cn.uuid.to_string().as_str())
     );
 }
+
+/// A real headnode has no `gz-tools` or `sdcadm` SAPI service until
+/// `agentsadm adopt` creates them: setup says what it skipped (from
+/// IMGAPI) or did not adopt (from a directory), why, and what to run.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn headnode_setup_without_gz_tools_and_sdcadm_services_says_what_to_run() {
+    let imgapi = ImgapiStandIn::start().await.unwrap();
+    let apis = Apis::start().await;
+    let cat = Catalog::builtin();
+    let set: Vec<String> = cat
+        .default_set(true)
+        .iter()
+        .map(|c| c.name.clone())
+        .collect();
+    let serviceless = ["gz-tools", "sdcadm"];
+    assert!(serviceless.iter().all(|n| set.iter().any(|s| s == n)));
+    let usb = tempfile::tempdir().unwrap();
+    for name in &set {
+        let img = image(name, "1.0.0");
+        imgapi.publish(&img);
+        write_image(&img, &usb.path().join(name));
+        if !serviceless.contains(&name.as_str()) {
+            apis.add_service_with_image(name, &img.manifest.uuid.to_string());
+        }
+    }
+    let env = apis.env(&imgapi.url());
+
+    // From IMGAPI: nothing names their images; both are skipped.
+    let hn = TestServer::new(true);
+    let r = ok(&hn.gz(&["setup", "--source", "imgapi"], &env).await);
+    assert_eq!(r.components.len(), set.len() - 2, "{:?}", r.components);
+    for name in serviceless {
+        let w = r
+            .warnings
+            .iter()
+            .find(|w| w.starts_with(&format!("not installed: {name}: ")))
+            .unwrap_or_else(|| panic!("{name}: {:?}", r.warnings));
+        assert!(
+            w.contains(&format!("SAPI has no agent service \"{name}\""))
+                && w.contains("'agentsadm adopt' creates them")
+                && w.contains("run 'agentsadm adopt' on the headnode, then setup again"),
+            "{w}"
+        );
+    }
+    assert!(!hn.at("opt/smartdc/sdcadm/bin/sdcadm").exists());
+
+    // From the USB key: installed, and not adopted, saying why.
+    let hn = TestServer::new(true);
+    let usb_arg = usb.path().to_str().unwrap().to_string();
+    let r = ok(&hn.gz(&["setup", "--source", &usb_arg], &env).await);
+    assert_eq!(r.components.len(), set.len());
+    for name in serviceless {
+        let w = r
+            .warnings
+            .iter()
+            .find(|w| w.starts_with(&format!("{name}: not adopted into SAPI: ")))
+            .unwrap_or_else(|| panic!("{name}: {:?}", r.warnings));
+        assert!(
+            w.contains("run 'agentsadm adopt' on the headnode to create the service"),
+            "{w}"
+        );
+    }
+    let st = apis.state.lock().unwrap();
+    assert_eq!(st.instances.len(), 2 * (set.len() - 2));
+}

@@ -17,7 +17,12 @@ async fn adopting_existing_instances_never_re_posts_them() {
                 sapi_delete_on_failed_create: true,
                 ..Strictness::default()
             })
-            .populate(SeedSpec::default()),
+            // Every other instance with its params, so that cmon-agent's
+            // are the only ones to complete.
+            .populate(SeedSpec {
+                agents_without_params: Vec::new(),
+                ..SeedSpec::default()
+            }),
     )
     .await
     .expect("simulator starts");

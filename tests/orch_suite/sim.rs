@@ -29,6 +29,17 @@ async fn sim(cns: usize) -> SimDc {
     .expect("simulator starts")
 }
 
+/// [`sim`] with every seeded instance carrying its params (none left for
+/// `adopt` to complete but what a test strips).
+async fn sim_with_params(cns: usize) -> SimDc {
+    SimDc::start(SimConfig::default().servers(cns).populate(SeedSpec {
+        agents_without_params: Vec::new(),
+        ..SeedSpec::with_newer()
+    }))
+    .await
+    .expect("simulator starts")
+}
+
 fn fast_transport() -> CnapiTransportConfig {
     CnapiTransportConfig {
         wait_chunk: Duration::from_secs(5),
@@ -321,7 +332,7 @@ async fn cli(dc: &SimDc, args: &[&str]) -> (i32, String, String) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn command_line_exit_statuses() {
-    let dc = sim(3).await;
+    let dc = sim_with_params(3).await;
     let cn3 = dc.server("cn0003").unwrap();
 
     // Bad input: unknown server, exit 1, nothing changed.
@@ -404,7 +415,7 @@ async fn command_line_exit_statuses() {
 async fn adopt_recreates_services_and_instances_then_has_nothing_left() {
     use agentsadm::api::sapi::{Update, UpdateAction, object};
     use agentsadm::orchestrate::{adopt, gather};
-    let dc = sim(3).await;
+    let dc = sim_with_params(3).await;
     let apis = dc.apis();
     let catalog = dc.catalog().clone();
     // Lose the vm-agent service and its instances; strip cmon-agent's params.
@@ -704,5 +715,164 @@ async fn seeded_racks_are_never_over_their_limit() {
         .await
         .unwrap();
     assert!(again.plan.is_empty(), "{}", again.plan);
+    dc.shutdown().await;
+}
+
+/// Mockcloud CNs have no CNAPI execute: the plan says, per server, which
+/// components it cannot reach (blocking when named, not with `--all`),
+/// plans apm agents through install-agent with the `server.agents` gate
+/// (a health check would wait for Ur's timeout), and the run converges.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mockcloud_servers_get_what_install_agent_can_carry_and_say_what_not() {
+    use agentsadm::orchestrate::plan::{Gate, SkipReason};
+    let dc = SimDc::start(
+        SimConfig::default()
+            .servers(2)
+            .gz_layout(agentsadm::sim::GzLayout::Mockcloud)
+            .populate(SeedSpec::with_newer()),
+    )
+    .await
+    .expect("simulator starts");
+    let apis = dc.apis();
+    let session = session_on(&dc, &apis);
+    let req = request(Operation::Update, &["gz-tools", "vm-agent"], &[]);
+    let planned = session
+        .plan(&req, ImageChoice::Latest, TransportMode::Auto)
+        .await
+        .unwrap();
+    let p = &planned.plan;
+    let mut no_execute: Vec<(&str, &str, bool)> = p
+        .skips
+        .iter()
+        .filter(|s| s.reason == SkipReason::NoExecute)
+        .map(|s| {
+            (
+                s.hostname.as_deref().unwrap(),
+                s.component.as_deref().unwrap(),
+                s.blocking,
+            )
+        })
+        .collect();
+    no_execute.sort();
+    assert_eq!(
+        no_execute,
+        [
+            ("cn0001", "gz-tools", true),
+            ("cn0002", "gz-tools", true),
+            ("headnode", "gz-tools", true)
+        ],
+        "{p}"
+    );
+    let text = p.to_string();
+    assert!(
+        text.contains("! gz-tools: cn0001 (")
+            && text
+                .contains("): needs CNAPI execute, which mockcloud servers do not have; skipped"),
+        "{text}"
+    );
+    let steps: Vec<_> = p.servers.values().flat_map(|sp| &sp.steps).collect();
+    assert_eq!(steps.len(), 3, "{p}");
+    assert!(
+        steps.iter().all(|s| s.component == "vm-agent"
+            && s.transport == TransportKind::InstallAgent
+            && s.gate == Gate::ServerAgents),
+        "{p}"
+    );
+    let report = run(&session, p).await;
+    assert!(report.all_succeeded(), "{}", report.render(p));
+    // With --all the servers' gz-tools are left alone without blocking.
+    let all = request(Operation::Update, &["--all"], &[]);
+    let planned = session
+        .plan(&all, ImageChoice::Latest, TransportMode::Auto)
+        .await
+        .unwrap();
+    let gz: Vec<_> = planned
+        .plan
+        .skips
+        .iter()
+        .filter(|s| s.component.as_deref() == Some("gz-tools"))
+        .collect();
+    assert!(
+        !gz.is_empty()
+            && gz
+                .iter()
+                .all(|s| s.reason == SkipReason::NoExecute && !s.blocking),
+        "{}",
+        planned.plan
+    );
+    dc.shutdown().await;
+}
+
+/// Instances without params (the vm-agent and net-agent postinstalls leave
+/// them so; the simulator seeds them so) are their servers' own through
+/// CNAPI server.agents: nothing is planned while the servers run the
+/// service default; an update completes them in place with UpdateInstance
+/// and adoption too (every CreateInstance fails here, and SAPI would
+/// delete the instance it re-created). Deletion with the server:
+/// flows_suite `server::delete_removes_every_instance_of_the_server_only`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn instances_without_params_are_their_servers_own() {
+    use agentsadm::orchestrate::intent::InstanceLink;
+    use agentsadm::orchestrate::{adopt, gather};
+    let dc = sim(2).await;
+    let apis = dc.apis();
+    let catalog = dc.catalog().clone();
+    let (intent, _) = gather::gather(&apis, &catalog).await.unwrap();
+    assert!(intent.unlinked.is_empty() && intent.duplicates.is_empty());
+    let servers: Vec<_> = dc.servers().iter().map(|s| s.uuid).collect();
+    let bare = |intent: &agentsadm::orchestrate::intent::Intent, c: &str| {
+        servers
+            .iter()
+            .map(|s| intent.instance(s, c).unwrap().clone())
+            .collect::<Vec<_>>()
+    };
+    let vm_before = bare(&intent, "vm-agent");
+    assert!(
+        vm_before
+            .iter()
+            .all(|i| i.link == InstanceLink::Reported && i.image.is_none())
+    );
+    let count_before = apis.sapi.list_agent_instances().await.unwrap().len();
+
+    let session = session_on(&dc, &apis);
+    let planned = plan_intent(&session, &request(Operation::Update, &["vm-agent"], &[])).await;
+    assert!(planned.plan.servers.is_empty(), "{}", planned.plan);
+
+    dc.faults().fail_sapi_writes(1000);
+    let req = request(Operation::Update, &["vm-agent"], &[]);
+    let planned = session
+        .plan(&req, ImageChoice::Latest, TransportMode::Auto)
+        .await
+        .unwrap();
+    let report = run(&session, &planned.plan).await;
+    assert!(report.all_succeeded(), "{}", report.render(&planned.plan));
+    let (intent, reality) = gather::gather(&apis, &catalog).await.unwrap();
+    for (before, after) in vm_before.iter().zip(bare(&intent, "vm-agent")) {
+        assert_eq!(before.uuid, after.uuid);
+        assert!(after.has_params(), "{after:?}");
+    }
+
+    // Adoption completes net-agent's in place.
+    let net_before = bare(&intent, "net-agent");
+    let plan = adopt::plan_adoption(&catalog, &intent, &reality, None);
+    assert_eq!(plan.instances.len(), servers.len(), "{}", plan.render());
+    assert!(
+        plan.instances
+            .iter()
+            .all(|i| i.component == "net-agent" && i.exists),
+        "{}",
+        plan.render()
+    );
+    let done = adopt::adopt(&apis.sapi, &plan, &intent).await.unwrap();
+    assert!(done.failures.is_empty(), "{done:?}");
+    let (intent, _) = gather::gather(&apis, &catalog).await.unwrap();
+    for (before, after) in net_before.iter().zip(bare(&intent, "net-agent")) {
+        assert_eq!(before.uuid, after.uuid);
+        assert!(after.has_params(), "{after:?}");
+    }
+    assert_eq!(
+        apis.sapi.list_agent_instances().await.unwrap().len(),
+        count_before
+    );
     dc.shutdown().await;
 }

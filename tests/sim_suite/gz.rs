@@ -167,10 +167,17 @@ async fn seeded_rooted_servers_are_what_the_installer_leaves() {
 
 #[tokio::test]
 async fn seeded_mockcloud_servers_are_what_the_installer_leaves() {
+    // The installer's mockcloud layout driven through CNAPI execute: the
+    // servers pass for SunOS CNs with a working execute (a real mockcloud
+    // CN has none; `mockcloud_servers_refuse_execute` covers that).
     let dc = SimDc::start(
         SimConfig::default()
             .servers(1)
-            .gz_layout(GzLayout::Mockcloud),
+            .gz_layout(GzLayout::Mockcloud)
+            .strictness(agentsadm::sim::Strictness {
+                mockcloud_refuses_execute: false,
+                ..Default::default()
+            }),
     )
     .await
     .unwrap();

@@ -865,7 +865,12 @@ async fn mockcloud_servers_refuse_execute() {
     )
     .await
     .unwrap();
+    assert_eq!(strict, Strictness::default(), "refusing is the default");
     let cn = dc.server("cn0001").unwrap();
+    // They say what they are, as real mockcloud CNs do.
+    let rec = dc.apis().cnapi.get_server(cn.uuid).await.unwrap();
+    assert_eq!(rec.extra["system_type"], "Virtual");
+    assert_eq!(rec.sysinfo.unwrap()["System Type"], "Virtual");
     // Through Ur: nothing answers; CNAPI gives up with a plain 500.
     let started = Instant::now();
     let r = execute_raw(&dc, cn.uuid, &["gz", "report"], &[], None).await;

@@ -197,7 +197,13 @@ pub(super) fn server_findings(
                     ));
                     continue;
                 }
-                if !inst.has_params() {
+                // An instance with no params at all that the server lists
+                // in server.agents is how the vm-agent and net-agent
+                // postinstalls adopt themselves in every real datacenter:
+                // it is this server's instance, not drift (an update sets
+                // its params).
+                let bare_but_reported = inst.link == InstanceLink::Reported && inst.image.is_none();
+                if !inst.has_params() && !bare_but_reported {
                     let missing = match (inst.link, inst.image) {
                         (InstanceLink::Reported, None) => {
                             "params.server_uuid and params.image_uuid"
@@ -308,6 +314,10 @@ pub enum StepBlocked {
     NotRunning { status: String },
     #[error("no transport can install {component}")]
     NoTransport { component: String },
+    #[error(
+        "{component} needs CNAPI execute, which mockcloud servers such as {hostname} do not have; nothing can install it there"
+    )]
+    NoExecute { component: String, hostname: String },
 }
 
 /// An install or upgrade step of `component` to `image` on the server, or
@@ -346,6 +356,12 @@ fn step_fix(
             component: component.to_string(),
         }
     })?;
+    if transport == TransportKind::Execute && !state.has_execute() {
+        return Err(StepBlocked::NoExecute {
+            component: component.to_string(),
+            hostname: state.hostname.clone(),
+        });
+    }
     Ok((image_ref.clone(), transport))
 }
 

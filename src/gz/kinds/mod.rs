@@ -4,7 +4,7 @@
 //!
 //! | kind | footprint | version / image record | instance UUID |
 //! |---|---|---|---|
-//! | apm agent | `opt/smartdc/agents/lib/node_modules/<pkg>/` (whole tree), bins in `opt/smartdc/agents/bin`, SMF manifests generated into `opt/smartdc/agents/smf` | `<pkg>/package.json` and `<pkg>/image_uuid` in the tree (Triton's) | `opt/smartdc/agents/etc/<pkg>` (Triton's) |
+//! | apm agent | `opt/smartdc/agents/lib/node_modules/<pkg>/` (whole tree), bins in `opt/smartdc/agents/bin`, SMF manifests its postinstall renders into `opt/smartdc/agents/smf` | `<pkg>/package.json` and `<pkg>/image_uuid` in the tree (Triton's) | `opt/smartdc/agents/etc/<pkg>` (Triton's) |
 //! | sdcadm (a shar of `contents.tgz`, or a package directory) | `opt/smartdc/sdcadm/` (whole tree), links `opt/smartdc/bin/sdcadm`, `opt/smartdc/man/man1/sdcadm.1`, its SMF manifests copied to `var/svc/manifest/site` | record `.agentsadm/installed/sdcadm.json`; else the tree's `image_uuid`, `etc/buildstamp`, `package.json` | `opt/smartdc/agents/etc/sdcadm` |
 //! | gz-tools | the files of `tools.tar.gz` (headnode) or `cn_tools.tar.gz` laid over `opt/smartdc` | record `.agentsadm/installed/gz-tools.json`; else Triton's `opt/smartdc/etc/gz-tools.image` (image only) | `opt/smartdc/agents/etc/gz-tools` |
 //! | dockerlogger (a shar; its `install.sh` is never run) | `opt/smartdc/docker/bin/{dockerlogger,dockerlogger-setup.sh}`, `var/svc/manifest/site/dockerlogger.xml` | record `.agentsadm/installed/dockerlogger.json` (Triton keeps none on the node) | `opt/smartdc/docker/etc/dockerlogger.uuid` (Triton's) |
@@ -68,7 +68,7 @@ pub struct Footprint {
     /// SMF manifests (root-relative) imported for this version.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub smf_manifests: Vec<String>,
-    /// apm: manifests are generated from `smf/manifests/*.xml.in`, hooks run.
+    /// apm: hooks run; the postinstall renders `smf/manifests/*.xml.in`.
     #[serde(default)]
     pub apm: bool,
 }
@@ -201,40 +201,8 @@ pub fn template_outputs(pkg_dir: &Path) -> io::Result<Vec<(PathBuf, String)>> {
     Ok(out)
 }
 
-/// apm's token substitution for a manifest template (what agent
-/// postinstalls do with `subfile`): `@@PREFIX@@`, `@@VERSION@@`, `@@ROOT@@`,
-/// `@@ENABLED@@` (always `true`, as for an agent's main service).
-///
-/// Every value is XML-escaped: the version comes from the package and the
-/// paths from the operator's `--root`, and neither may add markup to a
-/// manifest (a version such as `1"/><exec_method ...` would otherwise
-/// become part of what SMF imports). Staging refuses versions outside
-/// [`valid_version`] before this is reached.
-pub fn render_template(text: &str, prefix: &Path, version: &str, root_dir: &Path) -> String {
-    text.replace("@@PREFIX@@", &xml_escape(&prefix.to_string_lossy()))
-        .replace("@@VERSION@@", &xml_escape(version))
-        .replace("@@ROOT@@", &xml_escape(&root_dir.to_string_lossy()))
-        .replace("@@ENABLED@@", "true")
-}
-
-/// Text safe inside an XML attribute or element.
-fn xml_escape(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    for ch in s.chars() {
-        match ch {
-            '&' => out.push_str("&amp;"),
-            '<' => out.push_str("&lt;"),
-            '>' => out.push_str("&gt;"),
-            '"' => out.push_str("&quot;"),
-            '\'' => out.push_str("&apos;"),
-            c => out.push(c),
-        }
-    }
-    out
-}
-
-/// A version an apm package may carry (it is substituted into SMF
-/// manifests and shown everywhere): 1 to 128 characters of letters,
+/// A version an apm package may carry (its postinstall substitutes it
+/// into SMF manifests, and it is shown everywhere): 1 to 128 characters of letters,
 /// digits and `.-+_~`, as semver and Triton's
 /// `<semver>-<branch>-<stamp>-g<sha>` use.
 pub fn valid_version(v: &str) -> bool {

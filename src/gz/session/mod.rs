@@ -583,7 +583,7 @@ pub struct Done {
 fn adoption_note(c: &Component, a: Option<&Adoption>, notes: &mut Vec<String>) {
     if a == Some(&Adoption::NoService) {
         notes.push(format!(
-            "{}: not adopted into SAPI: there is no agent service named {:?} (not managed through SAPI here)",
+            "{}: not adopted into SAPI: there is no agent service named {:?}, so it is not managed through SAPI here (a headnode has none for gz-tools and sdcadm until 'agentsadm adopt' creates them); run 'agentsadm adopt' on the headnode to create the service and adopt this instance",
             c.name, c.name
         ));
     }

@@ -53,16 +53,14 @@ impl GzSession {
                 match sapi.list_agent_services().await {
                     Ok(services) => {
                         for c in &set {
-                            match services
-                                .iter()
-                                .find(|s| s.name == c.name)
-                                .and_then(|s| s.image_uuid())
-                            {
-                                Some(img) => sources.push(ImageSource::Imgapi(img)),
-                                None => skipped.push(format!(
-                                    "{}: no SAPI agent service with params.image_uuid",
-                                    c.name
+                            let service = services.iter().find(|s| s.name == c.name);
+                            match service.map(|s| s.image_uuid()) {
+                                Some(Some(img)) => sources.push(ImageSource::Imgapi(img)),
+                                Some(None) => skipped.push(format!(
+                                    "{}: its SAPI agent service has no params.image_uuid, so there is no image to install; set one ('agentsadm update {} --image UUID') and run setup again",
+                                    c.name, c.name
                                 )),
+                                None => skipped.push(no_service(&c.name)),
                             }
                         }
                     }
@@ -91,4 +89,13 @@ impl GzSession {
             .extend(skipped.into_iter().map(|s| format!("not installed: {s}")));
         r
     }
+}
+
+/// Why a component without a SAPI agent service was not installed, and
+/// what to run. A real headnode has no `gz-tools` or `sdcadm` service
+/// until `agentsadm adopt` creates them (RFD 82 M5).
+fn no_service(name: &str) -> String {
+    format!(
+        "{name}: SAPI has no agent service {name:?}, so there is no image to install (a headnode has none for gz-tools and sdcadm until 'agentsadm adopt' creates them); run 'agentsadm adopt' on the headnode, then setup again"
+    )
 }

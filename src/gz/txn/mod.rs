@@ -14,10 +14,12 @@
 //! 4. new package: `preinstall` (cwd = the staged copy), rename the staged
 //!    tree into place and lay the overlay files, create links (apm bins are
 //!    chmod 0755 and linked relative, as apm does), `postinstall` (cwd =
-//!    installed dir);
-//! 5. SMF: apm packages' `smf/manifests/*.xml.in` are rendered into
-//!    `opt/smartdc/agents/smf` unless the postinstall already did, then every
-//!    manifest of the new version is imported through the [`Platform`];
+//!    installed dir), which must have written the manifest of each of its
+//!    `smf/manifests/*.xml.in` into `opt/smartdc/agents/smf` (agentsadm
+//!    never renders a package's templates: a manifest the postinstall did
+//!    not write fails the install);
+//! 5. SMF: every manifest of the new version is imported through the
+//!    [`Platform`];
 //! 6. the health gate, when the run has one ([`super::health`]): the
 //!    instances that should run must come online and stay online, else the
 //!    step fails as `unhealthy` and everything is rolled back; then SAPI
@@ -258,6 +260,19 @@ pub enum TxnError {
         #[source]
         err: io::Error,
     },
+    /// An apm package's postinstall did not write a manifest its
+    /// template stands for (agentsadm never renders one itself).
+    #[error(
+        "{component}: SMF manifest {manifest} was {} by the package's postinstall, which should have rendered it from {template} (agentsadm never renders a package's templates); fix the package's postinstall, or install a build whose postinstall writes it",
+        if *stale { "left unchanged" } else { "not written" }
+    )]
+    ManifestNotWritten {
+        component: String,
+        manifest: PathBuf,
+        template: String,
+        /// The file existed and the postinstall left it as it was.
+        stale: bool,
+    },
     #[error("the new version of {component} is unhealthy")]
     Unhealthy {
         component: String,
@@ -277,6 +292,7 @@ impl TxnError {
             TxnError::LinkConflict { .. } | TxnError::Package { .. } => Step::Swap,
             TxnError::Journal { .. } => Step::Journal,
             TxnError::Unhealthy { .. } => Step::Unhealthy,
+            TxnError::ManifestNotWritten { .. } => Step::Hook(Hook::Postinstall),
         }
     }
 }

@@ -83,19 +83,27 @@ pub(super) async fn swap_in(
             .await?;
     }
     env.checkpoint("after-place-new");
-    let renders = {
+    let expected = {
         let (paths, new, package) = (paths.clone(), new.clone(), staged.package.clone());
         blocking(move || link_new(&paths, &new, package.as_ref())).await?
     };
+    let hooks_run = env.hooks.skip.is_none();
     if let (Some(pkg), Some(tree)) = (&staged.package, &new.tree) {
         let installed = paths.at(tree);
         run_hook(env, journal, Hook::Postinstall, pkg, &installed).await?;
-        let prefix = env.hooks.prefix.clone();
-        let (paths, version) = (paths.clone(), pkg.version.clone());
-        blocking(move || render_manifests(&paths, &prefix, &version, &installed, &renders)).await?;
+        if hooks_run {
+            let (paths, component) = (paths.clone(), journal.component.clone());
+            blocking(move || check_manifests_written(&paths, &component, &expected)).await?;
+        }
     }
-    // 5. SMF.
-    for rel in &new.smf_manifests {
+    // 5. SMF. Where hooks do not run (a copy of a GZ on a SmartOS host),
+    // an apm package's manifests were never written: nothing to import.
+    let imports: Vec<&String> = new
+        .smf_manifests
+        .iter()
+        .filter(|rel| hooks_run || !new.apm || fsutil::exists(&paths.at(rel)))
+        .collect();
+    for rel in imports {
         env.platform
             .smf_import(&paths.at(rel))
             .await
@@ -355,13 +363,13 @@ fn place_new(
 }
 
 /// apm bins executable, then every link of the new version; returns the
-/// manifests an apm package renders (with their state before its
-/// postinstall runs).
+/// manifests an apm package's postinstall must write (with their state
+/// before it runs).
 fn link_new(
     paths: &GzPaths,
     new: &Footprint,
     package: Option<&PackageJson>,
-) -> Result<Vec<RenderInput>, TxnError> {
+) -> Result<Vec<ExpectedManifest>, TxnError> {
     if let (Some(pkg), Some(tree)) = (package, &new.tree) {
         // apm: bins are made executable before they are linked.
         for path in pkg.bin.values() {
@@ -383,7 +391,7 @@ fn link_new(
         make_link(paths, link)?;
     }
     match (package, &new.tree) {
-        (Some(_), Some(tree)) => render_inputs(paths, &paths.at(tree)),
+        (Some(_), Some(tree)) => expected_manifests(paths, &paths.at(tree)),
         _ => Ok(Vec::new()),
     }
 }
@@ -413,10 +421,10 @@ pub(super) fn unlink_owned(paths: &GzPaths, link: &Link) -> io::Result<()> {
     }
 }
 
-/// A manifest template of an installed apm tree, the manifest it renders
-/// to (root-relative), and that file's content before the postinstall ran
-/// (to tell whether the postinstall rendered it).
-struct RenderInput {
+/// A manifest template of an installed apm tree, the manifest its
+/// postinstall renders it to (root-relative), and that file's content
+/// before the postinstall ran (to tell whether the postinstall wrote it).
+struct ExpectedManifest {
     template: PathBuf,
     output: String,
     before: Option<(Vec<u8>, Option<std::time::SystemTime>)>,
@@ -429,7 +437,10 @@ fn file_state(path: &Path) -> Option<(Vec<u8>, Option<std::time::SystemTime>)> {
     Some((data, mtime))
 }
 
-fn render_inputs(paths: &GzPaths, installed: &Path) -> Result<Vec<RenderInput>, TxnError> {
+fn expected_manifests(
+    paths: &GzPaths,
+    installed: &Path,
+) -> Result<Vec<ExpectedManifest>, TxnError> {
     let list = kinds::template_outputs(installed).map_err(fs_err(
         Step::Smf,
         "list manifests of",
@@ -439,7 +450,7 @@ fn render_inputs(paths: &GzPaths, installed: &Path) -> Result<Vec<RenderInput>, 
         .into_iter()
         .map(|(template, output)| {
             let before = file_state(&paths.at(&output));
-            RenderInput {
+            ExpectedManifest {
                 template,
                 output,
                 before,
@@ -448,7 +459,6 @@ fn render_inputs(paths: &GzPaths, installed: &Path) -> Result<Vec<RenderInput>, 
         .collect())
 }
 
-/// Render the manifests the postinstall did not write (apm's `subfile`).
 /// `/opt/smartdc/agents/{tmp,lib/node_modules,bin,smf,etc,db}`, as apm
 /// makes them before it installs anything.
 fn create_prefix_dirs(paths: &GzPaths) -> Result<(), TxnError> {
@@ -459,34 +469,33 @@ fn create_prefix_dirs(paths: &GzPaths) -> Result<(), TxnError> {
     Ok(())
 }
 
-fn render_manifests(
+/// Every manifest an apm package's templates stand for was written by its
+/// own postinstall (apm renders nothing; each agent's postinstall does,
+/// with values only it knows). One missing, or left as it was before the
+/// postinstall ran, fails the install: importing a stale manifest, or one
+/// rendered with guessed values, would leave a service that cannot start.
+fn check_manifests_written(
     paths: &GzPaths,
-    prefix: &Path,
-    version: &str,
-    installed: &Path,
-    outputs: &[RenderInput],
+    component: &str,
+    expected: &[ExpectedManifest],
 ) -> Result<(), TxnError> {
-    for RenderInput {
+    for ExpectedManifest {
         template,
         output,
         before,
-    } in outputs
+    } in expected
     {
-        let out = paths.at(output);
-        // Written (even with the same content) by the postinstall: leave it,
-        // the agent knows its own tokens (cn-agent-update is disabled).
-        let now = file_state(&out);
-        let written_by_hook = now.is_some() && now != *before;
-        if written_by_hook {
-            continue;
+        let now = file_state(&paths.at(output));
+        // Written (even with the same content) by the postinstall: a new
+        // file, or new content or mtime.
+        if now.is_none() || now == *before {
+            return Err(TxnError::ManifestNotWritten {
+                component: component.to_string(),
+                manifest: paths.at(output),
+                template: paths.rel(template),
+                stale: now.is_some(),
+            });
         }
-        let text = fs::read_to_string(template).map_err(fs_err(Step::Smf, "read", template))?;
-        let rendered = kinds::render_template(&text, prefix, version, installed);
-        fsutil::write_atomic(&out, rendered.as_bytes()).map_err(fs_err(
-            Step::Smf,
-            "write",
-            &out,
-        ))?;
     }
     Ok(())
 }

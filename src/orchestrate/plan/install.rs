@@ -5,7 +5,9 @@
 use std::collections::BTreeMap;
 
 use super::request::PlanningInput;
-use super::select::{Selected, runnable_transport, server_in_play, single_component};
+use super::select::{
+    Selected, execute_available, runnable_transport, server_in_play, single_component,
+};
 use super::skip::{SkipReason, server_component_skip};
 use super::types::{Action, IntentChange, Plan, ServerPlan, Step};
 use super::{PlanError, empty_plan, finish};
@@ -78,7 +80,7 @@ pub(super) fn plan_install(input: &PlanningInput, selected: Selected) -> Result<
                     gate: crate::orchestrate::plan::Gate::for_step(
                         &Action::Install { to: target.clone() },
                         transport,
-                        input.options.transport.execute_available(),
+                        execute_available(input, server),
                     ),
                 }],
                 intent: vec![IntentChange::AdoptInstalled {

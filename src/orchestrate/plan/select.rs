@@ -149,7 +149,7 @@ pub(super) fn transport_for(
     server: ServerUuid,
     c: &Component,
 ) -> Result<TransportKind, Skip> {
-    TransportKind::choose(c.kind, input.options.transport).ok_or_else(|| {
+    let transport = TransportKind::choose(c.kind, input.options.transport).ok_or_else(|| {
         server_component_skip(
             input,
             server,
@@ -159,7 +159,28 @@ pub(super) fn transport_for(
             },
             true,
         )
-    })
+    })?;
+    let reached = input.reality.get(&server).is_none_or(|s| s.has_execute());
+    if transport == TransportKind::Execute && !reached {
+        // Blocking only when the operator named the component: `--all`
+        // cannot reach it on mockcloud servers, and never will.
+        let named = matches!(input.request.components, ComponentSelection::Named(_));
+        return Err(server_component_skip(
+            input,
+            server,
+            &c.name,
+            SkipReason::NoExecute,
+            named,
+        ));
+    }
+    Ok(transport)
+}
+
+/// Whether `agentsadm gz` can run on `server` for health checks: the mode
+/// allows execute and the server has it.
+pub(super) fn execute_available(input: &PlanningInput, server: ServerUuid) -> bool {
+    input.options.transport.execute_available()
+        && input.reality.get(&server).is_none_or(|s| s.has_execute())
 }
 
 /// How component `c` reaches a server that must run a step now, or the

@@ -36,6 +36,9 @@ pub enum SkipReason {
     NotInstalled,
     /// `--transport install-agent` cannot carry this component kind.
     TransportUnsupported { kind: String },
+    /// The component needs CNAPI execute (`agentsadm gz` on the server),
+    /// which a mockcloud CN does not have.
+    NoExecute,
     /// `--latest` found an older version than the server runs.
     NewerInstalled { version: String, latest: String },
 }
@@ -76,6 +79,9 @@ impl SkipReason {
             SkipReason::NewerInstalled { version, latest } => format!(
                 "runs {version}, newer than the latest image found ({latest}); pass --image to downgrade"
             ),
+            SkipReason::NoExecute => {
+                "needs CNAPI execute, which mockcloud servers do not have; skipped".to_string()
+            }
             SkipReason::TransportUnsupported { kind } => format!(
                 "cn-agent's install-agent task cannot install {kind} components (use --transport auto)"
             ),

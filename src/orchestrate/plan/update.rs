@@ -15,7 +15,7 @@
 //!    one with SAPI writes only is still planned, as SAPI needs no server.
 
 use super::request::{ComponentSelection, ImageRef, PlanningInput};
-use super::select::{Selected, named_components, server_in_play, transport_for};
+use super::select::{Selected, execute_available, named_components, server_in_play, transport_for};
 use super::skip::{Skip, SkipReason, component_skip, not_running_skip, server_component_skip};
 use super::types::{Action, IntentChange, Plan, ServerPlan, ServiceChange, Step};
 use super::{PlanError, empty_plan, finish, is_newer};
@@ -202,7 +202,7 @@ fn plan_server(
                 gate: crate::orchestrate::plan::Gate::for_step(
                     &action,
                     transport,
-                    input.options.transport.execute_available(),
+                    execute_available(input, server),
                 ),
                 action,
                 transport,
@@ -261,8 +261,24 @@ fn instance_target(
     installed: &Installed,
     target: &ImageRef,
 ) -> Option<IntentChange> {
+    let service_default = input
+        .intent
+        .services
+        .get(&c.name)
+        .and_then(|s| s.default_image);
     match input.intent.instance(&server, &c.name) {
         Some(i) if i.link == InstanceLink::Params && i.image == Some(target.uuid) => None,
+        // A params-less instance the server lists in server.agents (as the
+        // vm-agent and net-agent postinstalls leave them) follows the
+        // service default: while the server runs that, nothing to write.
+        Some(i)
+            if i.link == InstanceLink::Reported
+                && i.image.is_none()
+                && installed.image == Some(target.uuid)
+                && service_default == Some(target.uuid) =>
+        {
+            None
+        }
         Some(i) => Some(IntentChange::UpdateInstance {
             component: c.name.clone(),
             service: i.service,

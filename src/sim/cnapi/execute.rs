@@ -34,10 +34,10 @@ use crate::api::cnapi::ExecuteRequest;
 use crate::error::error_chain;
 use crate::ids::ImageUuid;
 use crate::remote::{GzFailure, GzResult};
+use crate::sim::ExecuteTransport;
 use crate::sim::core::DcCore;
 use crate::sim::fleet::MockServer;
 use crate::sim::http::{json_response, plain_error, rest_error};
-use crate::sim::{ExecuteTransport, GzLayout};
 
 use super::{
     Core, STYLE, bool_param, invalid_argument, invalid_parameters, physical, request_id,
@@ -129,8 +129,7 @@ pub(super) async fn execute(
         Ok(s) => s,
         Err(r) => return r,
     };
-    let mockcloud = core.config.gz_layout == GzLayout::Mockcloud
-        && core.config.strictness.mockcloud_refuses_execute;
+    let mockcloud = core.config.mockcloud_without_execute();
     let ur_wait = Duration::from_millis(core.config.ur_reply_timeout_ms);
     let outcome = match (transport, mockcloud) {
         (ExecuteTransport::Ur, true) => {

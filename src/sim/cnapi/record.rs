@@ -62,6 +62,11 @@ pub struct ServerRecord {
     pub vms: Map<String, Value>,
     pub admin_ip: String,
     pub cpu_cores: u32,
+    /// A mockcloud CN that, as real ones, has no execute: it reports
+    /// `System Type` `Virtual` (sysinfo and CNAPI's `system_type`), which
+    /// is how CNAPI's clients tell mockcloud CNs apart.
+    #[serde(default)]
+    pub mockcloud: bool,
 }
 
 /// Which optional groups a server is projected with.
@@ -126,14 +131,20 @@ impl ServerRecord {
             vms: Map::new(),
             admin_ip: server.admin_ip.clone(),
             cpu_cores: if server.headnode { 16 } else { 48 },
+            mockcloud: false,
         }
+    }
+
+    /// sysinfo's `System Type` (and CNAPI's `system_type`).
+    fn system_type(&self) -> &'static str {
+        if self.mockcloud { "Virtual" } else { "SunOS" }
     }
 
     /// The sysinfo the platform reports (subset of the real one).
     pub fn sysinfo(&self) -> Value {
         json!({
             "Live Image": self.current_platform,
-            "System Type": "SunOS",
+            "System Type": self.system_type(),
             "Boot Time": "1767225600",
             "Datacenter Name": self.datacenter,
             "SDC Version": "7.0",
@@ -206,7 +217,7 @@ impl ServerRecord {
         put("serial", json!(self.serial));
         put("created", json!(self.created));
         put("last_boot", json!(self.last_boot));
-        put("system_type", json!("SunOS"));
+        put("system_type", json!(self.system_type()));
         if let Some(n) = &self.next_reboot {
             put("next_reboot", json!(n));
         }
