@@ -238,7 +238,7 @@ async fn measure_sim(
     use crate::orchestrate::images::ImageChoice;
     use crate::orchestrate::session::Session;
     use crate::orchestrate::transport::CnapiTransportConfig;
-    use crate::sim::{GzLayout, LatencySpec, SeedSpec, SimConfig, SimDc};
+    use crate::sim::{GzLayout, LatencySpec, SeedSpec, SimConfig, SimDc, Strictness};
 
     let config = SimConfig::default()
         .servers(servers.saturating_sub(1))
@@ -251,6 +251,13 @@ async fn measure_sim(
         // The real installer in its cheapest layout: the benchmark is about
         // the orchestrator, not about writing GZ trees.
         .gz_layout(GzLayout::Mockcloud)
+        // Here the mockcloud servers stand in for SunOS compute nodes: the
+        // shar-style mode installs gz-tools through CNAPI execute, which a
+        // real mockcloud CN (and by default the simulator's) refuses.
+        .strictness(Strictness {
+            mockcloud_refuses_execute: false,
+            ..Strictness::default()
+        })
         .install_latency(LatencySpec::fixed(latency.as_millis() as u64));
     let dc = SimDc::start(config).await?;
     // Mock servers write their GZ directory on first use; do that before

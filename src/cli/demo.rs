@@ -10,6 +10,7 @@
 //! every command ended as the story expects (the update's exit status 2
 //! included), 1 otherwise.
 
+use std::collections::BTreeSet;
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -23,7 +24,7 @@ use crate::demo::{
     ActTime, BAD_COMPONENT, CHANNEL, Cast, Census, FIXED_VERSION, NEWER_COMPONENTS, NEWER_VERSION,
     ROLLOUT_MAX_PER_RACK, Summary, Tally, Timings,
 };
-use crate::ids::{ImageUuid, ServerUuid};
+use crate::ids::{ImageUuid, InstanceUuid, ServerUuid};
 use crate::orchestrate::gather;
 use crate::orchestrate::report::fmt_duration;
 use crate::sim::{BuildOptions, PublishTarget, SeedSpec, SimConfig, SimDc};
@@ -150,8 +151,16 @@ impl Story {
         Ok((running, default))
     }
 
-    /// SAPI agent instances whose `params.server_uuid` is this server.
-    async fn instances_of(&self, server: ServerUuid) -> anyhow::Result<usize> {
+    /// The SAPI agent instances of this server: those whose
+    /// `params.server_uuid` names it, and the params-less ones its
+    /// `server.agents` lists (as the real vm-agent and net-agent
+    /// postinstalls leave them).
+    async fn instances_of(&self, server: ServerUuid) -> anyhow::Result<BTreeSet<InstanceUuid>> {
+        let reported: BTreeSet<InstanceUuid> = match self.apis.cnapi.get_server(server).await {
+            Ok(s) => s.agents.iter().flatten().filter_map(|a| a.uuid).collect(),
+            Err(e) if e.is_not_found() => BTreeSet::new(),
+            Err(e) => return Err(e).context("cannot read the server from CNAPI"),
+        };
         let all = self
             .apis
             .sapi
@@ -160,8 +169,23 @@ impl Story {
             .context("cannot list SAPI agent instances")?;
         Ok(all
             .iter()
-            .filter(|i| i.server_uuid() == Some(server))
-            .count())
+            .filter(|i| match i.server_uuid() {
+                Some(s) => s == server,
+                None => reported.contains(&i.uuid),
+            })
+            .map(|i| i.uuid)
+            .collect())
+    }
+
+    /// How many of `instances` SAPI still has.
+    async fn still_in_sapi(&self, instances: &BTreeSet<InstanceUuid>) -> anyhow::Result<usize> {
+        let all = self
+            .apis
+            .sapi
+            .list_agent_instances()
+            .await
+            .context("cannot list SAPI agent instances")?;
+        Ok(all.iter().filter(|i| instances.contains(&i.uuid)).count())
     }
 }
 
@@ -541,13 +565,14 @@ async fn tell(g: &GlobalOpts, a: &DemoArgs, cast: &Cast) -> anyhow::Result<(SimD
     let victim = story.server(&cast.deleted)?;
     let before = story.instances_of(victim).await?;
     story.say(format!(
-        "{} ({victim}) is being decommissioned. SAPI agent instances with params.server_uuid = it: {before}.",
-        cast.deleted
+        "{} ({victim}) is being decommissioned. Its SAPI agent instances (params.server_uuid, or listed in server.agents): {}.",
+        cast.deleted,
+        before.len()
     ));
     story
         .run(&["server", "delete", &cast.deleted, "-y"], &[], 0)
         .await;
-    let left = story.instances_of(victim).await?;
+    let left = story.still_in_sapi(&before).await?;
     let cnapi = match story.apis.cnapi.get_server(victim).await {
         Ok(_) => "still lists it".to_string(),
         Err(e) if e.is_not_found() => "answers 404 for it".to_string(),
