@@ -1010,7 +1010,7 @@ impl Unpacker<'_> {
         let mut left = size;
         while left > 0 {
             let n = left.min(CHUNK as u64) as usize;
-            let mut data = vec![0u8; n];
+            let mut data = self.writers.chunk_buffer(n);
             tar.read_content_exact(&mut data)
                 .map_err(|e| self.tar_error(e))?;
             self.written += n as u64;

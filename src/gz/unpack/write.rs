@@ -44,7 +44,8 @@ const POOL_AFTER: u64 = 64;
 const WORKERS: usize = 4;
 
 /// Jobs queued per worker. With [`CHUNK`]-sized jobs this bounds the
-/// memory in flight to `WORKERS x QUEUE x CHUNK` (16 MiB).
+/// memory in flight to `WORKERS x QUEUE x CHUNK` (16 MiB), plus `QUEUE`
+/// written chunks kept for reuse (4 MiB).
 const QUEUE: usize = 16;
 
 /// Largest file sent as one job; larger ones go in chunks of this size.
@@ -90,6 +91,10 @@ struct Worker {
     dest: PathBuf,
     /// The large file being written, with its path, mode and mtime.
     open: Option<(File, String, u32, Option<u64>)>,
+    /// Where written chunks go back for reuse (pool workers only): a fresh
+    /// 256 KiB buffer per chunk cost the inflating thread a page fault and
+    /// a zeroed page every 4 KiB of a large file.
+    spare: Option<SyncSender<Vec<u8>>>,
 }
 
 impl Worker {
@@ -111,12 +116,17 @@ impl Worker {
                 self.open = Some((file, rel, mode, mtime));
                 Ok(())
             }
-            Job::Chunk(data) => match &mut self.open {
-                Some((file, rel, _, _)) => file
-                    .write_all(&data)
-                    .map_err(|err| write_error(&self.dest, rel, err)),
-                None => Ok(()),
-            },
+            Job::Chunk(data) => {
+                let Some((file, rel, _, _)) = &mut self.open else {
+                    return Ok(());
+                };
+                file.write_all(&data)
+                    .map_err(|err| write_error(&self.dest, rel, err))?;
+                if let Some(spare) = &self.spare {
+                    let _ = spare.try_send(data);
+                }
+                Ok(())
+            }
             Job::Close => match self.open.take() {
                 Some((file, rel, mode, mtime)) => self.close(file, &rel, mode, mtime),
                 None => Ok(()),
@@ -236,6 +246,8 @@ struct Pool {
     next: usize,
     /// The worker a large file's chunks go to.
     streaming: Option<usize>,
+    /// Chunks written, for reuse.
+    spare: Receiver<Vec<u8>>,
     failure: Arc<Failure>,
 }
 
@@ -258,6 +270,7 @@ impl Writers {
             inline: Worker {
                 dest: dest.to_path_buf(),
                 open: None,
+                spare: None,
             },
             pool: None,
             batch: Vec::new(),
@@ -381,11 +394,13 @@ impl Writers {
         let failure = Arc::new(Failure::default());
         let mut senders = Vec::with_capacity(n);
         let mut handles = Vec::with_capacity(n);
+        let (spare_tx, spare) = sync_channel::<Vec<u8>>(QUEUE);
         for i in 0..n {
             let (tx, rx) = sync_channel::<Job>(QUEUE);
             let mut worker = Worker {
                 dest: self.inline.dest.clone(),
                 open: None,
+                spare: Some(spare_tx.clone()),
             };
             let failure = failure.clone();
             let spawned = std::thread::Builder::new()
@@ -409,8 +424,22 @@ impl Writers {
             handles,
             next: 0,
             streaming: None,
+            spare,
             failure,
         }
+    }
+
+    /// A zeroed buffer of `len` bytes (at most [`CHUNK`]) for a large
+    /// file's next chunk: one a writer is done with when there is one.
+    pub fn chunk_buffer(&mut self, len: usize) -> Vec<u8> {
+        let mut data = self
+            .pool
+            .as_ref()
+            .and_then(|p| p.spare.try_recv().ok())
+            .unwrap_or_default();
+        data.clear();
+        data.resize(len, 0);
+        data
     }
 }
 
