@@ -352,3 +352,71 @@ fn oversized_extension_records_are_refused_unread() {
     );
     assert!(text.len() < 400, "{text}");
 }
+
+/// Past the first 64 files a pool of writers takes over and small files
+/// travel to it in batches: a file still in a batch when a later entry
+/// replaces it, or a hard link names it, is written first; every file and
+/// directory ends with its mode (directories owner-writable), whether
+/// `mkdir`/`open` could give it or the umask forced a `chmod`.
+#[test]
+fn a_large_package_unpacks_exactly_through_the_writer_pool() {
+    use std::collections::BTreeMap;
+    use std::os::unix::fs::MetadataExt;
+    let mut b = tar::Builder::new(Vec::new());
+    let mut files: BTreeMap<String, (u32, Vec<u8>)> = BTreeMap::new();
+    let mut dirs: BTreeMap<String, u32> = BTreeMap::new();
+    let mut add_dir = |b: &mut tar::Builder<Vec<u8>>, path: &str, mode: u32| {
+        let mut h = header(tar::EntryType::Directory, 0, mode);
+        b.append_data(&mut h, format!("{path}/"), &[][..]).unwrap();
+        dirs.insert(path.to_string(), mode | 0o700);
+    };
+    let add_file = |b: &mut tar::Builder<Vec<u8>>, path: &str, mode: u32, data: &[u8]| {
+        let mut h = header(tar::EntryType::Regular, data.len() as u64, mode);
+        b.append_data(&mut h, path, data).unwrap();
+    };
+    add_dir(&mut b, "pkg", 0o755);
+    for d in 0..20 {
+        let dir = format!("pkg/d{d}");
+        // 0777 is cut by the usual umask (022): set at the end.
+        add_dir(&mut b, &dir, [0o755, 0o750, 0o700, 0o555, 0o777][d % 5]);
+        for f in 0..15 {
+            let path = format!("{dir}/f{f}");
+            let mode = [0o644, 0o600, 0o755, 0o640, 0o666][f % 5];
+            let data = format!("{d}/{f};").repeat(f * 37 + 1).into_bytes();
+            add_file(&mut b, &path, mode, &data);
+            files.insert(path, (mode, data));
+        }
+    }
+    // A file larger than a chunk, between batches.
+    let big: Vec<u8> = (0..600_000u32).map(|i| (i % 251) as u8).collect();
+    add_file(&mut b, "pkg/d3/big", 0o644, &big);
+    files.insert("pkg/d3/big".into(), (0o644, big));
+    // A file a few entries back (still batched) replaced; the later entry wins.
+    add_file(&mut b, "pkg/d19/f13", 0o600, b"replaced");
+    files.insert("pkg/d19/f13".into(), (0o600, b"replaced".to_vec()));
+    // A hard link to a file that may still be in a batch.
+    let mut h = header(tar::EntryType::Link, 0, 0o644);
+    b.append_link(&mut h, "pkg/d19/hard", "pkg/d19/f14")
+        .unwrap();
+    let data = b.into_inner().unwrap();
+
+    let (dir, r) = unpack_bytes(&data, &UnpackOptions::default());
+    let u = r.unwrap();
+    // The replaced file's two entries, and the hard link.
+    assert_eq!(u.entries as usize, files.len() + 1 + dirs.len() + 1);
+    let stage = dir.path().join("stage");
+    for (path, (mode, data)) in &files {
+        let md = fs::metadata(stage.join(path)).unwrap();
+        assert_eq!(md.mode() & 0o7777, *mode, "{path}");
+        assert_eq!(&fs::read(stage.join(path)).unwrap(), data, "{path}");
+    }
+    for (path, mode) in &dirs {
+        let md = fs::metadata(stage.join(path)).unwrap();
+        assert_eq!(md.mode() & 0o7777, *mode, "{path}");
+    }
+    let hard = fs::metadata(stage.join("pkg/d19/hard")).unwrap();
+    let target = fs::metadata(stage.join("pkg/d19/f14")).unwrap();
+    assert_eq!(hard.ino(), target.ino());
+    assert_eq!(hard.nlink(), 2);
+    only_stage_written(&dir);
+}

@@ -85,6 +85,7 @@ pub(super) async fn download_once(
     let reader = ChannelReader {
         rx,
         current: bytes::Bytes::new(),
+        error: None,
     };
     let blocking = {
         let expected = expected.clone();
@@ -262,24 +263,77 @@ async fn pump(
     }
 }
 
-/// A blocking `Read` over the chunks `pump` sends.
+/// A blocking `Read` over the chunks `pump` sends. A read takes every
+/// chunk already queued that fits, so the reader above sees a few large
+/// reads rather than one per network chunk.
 struct ChannelReader {
     rx: tokio::sync::mpsc::Receiver<io::Result<bytes::Bytes>>,
     current: bytes::Bytes,
+    /// An error that arrived behind data already returned: the next read's.
+    error: Option<io::Error>,
 }
 
 impl Read for ChannelReader {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
         while self.current.is_empty() {
+            if let Some(e) = self.error.take() {
+                return Err(e);
+            }
             match self.rx.blocking_recv() {
                 Some(Ok(b)) => self.current = b,
                 Some(Err(e)) => return Err(e),
                 None => return Ok(0),
             }
         }
-        let n = buf.len().min(self.current.len());
-        buf[..n].copy_from_slice(&self.current[..n]);
-        bytes::Buf::advance(&mut self.current, n);
-        Ok(n)
+        let mut n = 0;
+        loop {
+            let take = (buf.len() - n).min(self.current.len());
+            buf[n..n + take].copy_from_slice(&self.current[..take]);
+            bytes::Buf::advance(&mut self.current, take);
+            n += take;
+            if n == buf.len() || !self.current.is_empty() {
+                return Ok(n);
+            }
+            match self.rx.try_recv() {
+                Ok(Ok(b)) => self.current = b,
+                Ok(Err(e)) => {
+                    self.error = Some(e);
+                    return Ok(n);
+                }
+                // Nothing queued yet, or the end: both are the next read's.
+                Err(_) => return Ok(n),
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Queued chunks are joined into one read, in order; an error queued
+    /// behind data comes after that data, on the next read.
+    #[test]
+    fn reads_join_queued_chunks_and_keep_a_late_error_for_later() {
+        let (tx, rx) = tokio::sync::mpsc::channel(8);
+        for part in [&b"abc"[..], b"defg", b"h"] {
+            tx.try_send(Ok(bytes::Bytes::copy_from_slice(part)))
+                .unwrap();
+        }
+        tx.try_send(Err(io::Error::other("cut off"))).unwrap();
+        drop(tx);
+        let mut r = ChannelReader {
+            rx,
+            current: bytes::Bytes::new(),
+            error: None,
+        };
+        let mut buf = [0u8; 6];
+        assert_eq!(r.read(&mut buf).unwrap(), 6);
+        assert_eq!(&buf, b"abcdef");
+        let mut buf = [0u8; 64];
+        assert_eq!(r.read(&mut buf).unwrap(), 2);
+        assert_eq!(&buf[..2], b"gh");
+        assert_eq!(r.read(&mut buf).unwrap_err().to_string(), "cut off");
+        assert_eq!(r.read(&mut buf).unwrap(), 0);
     }
 }

@@ -42,7 +42,7 @@ use std::cell::Cell;
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs::{self, File};
 use std::io::{self, BufRead, BufReader, Read};
-use std::os::unix::fs::PermissionsExt;
+use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::rc::Rc;
 
@@ -772,8 +772,9 @@ struct Unpacker<'a> {
     /// The last parent directory checked (entries come grouped by
     /// directory, and a checked directory stays one).
     last_parent: Option<String>,
-    /// Directory modes, applied after all entries so that a read-only
-    /// directory in the archive does not block writing its children.
+    /// Directory modes the umask kept `mkdir` from giving, applied after
+    /// all entries. Most directories are created with their final mode and
+    /// need no `chmod`.
     dir_modes: BTreeMap<String, u32>,
     writers: Writers,
 }
@@ -903,10 +904,8 @@ impl Unpacker<'_> {
                     });
                 }
                 None => {
-                    fs::create_dir(self.dest.join(&dir))
-                        .map_err(|err| write::write_error(self.dest, &dir, err))?;
+                    self.create_dir(&dir, 0o755)?;
                     self.tree.insert(dir.clone(), Node::Dir);
-                    self.dir_modes.insert(dir.clone(), 0o755);
                 }
             }
         }
@@ -924,12 +923,29 @@ impl Unpacker<'_> {
                 });
             }
             None => {
-                fs::create_dir(self.dest.join(&rel))
-                    .map_err(|err| write::write_error(self.dest, &rel, err))?;
-                self.tree.insert(rel.clone(), Node::Dir);
+                self.create_dir(&rel, mode)?;
+                self.tree.insert(rel, Node::Dir);
+                return Ok(());
             }
         }
+        // Made earlier as a parent (0755), or named twice: the last mode
+        // wins.
         self.dir_modes.insert(rel, mode);
+        Ok(())
+    }
+
+    /// `mkdir` with the directory's final mode (owner-writable, so the
+    /// tree can always be filled, moved and removed); when the umask would
+    /// clear some of its bits, it is set at the end instead.
+    fn create_dir(&mut self, rel: &str, mode: u32) -> Result<(), UnpackError> {
+        let mode = final_dir_mode(mode);
+        fs::DirBuilder::new()
+            .mode(mode)
+            .create(self.dest.join(rel))
+            .map_err(|err| write::write_error(self.dest, rel, err))?;
+        if !write::mode_survives_umask(mode) {
+            self.dir_modes.insert(rel.to_string(), mode);
+        }
         Ok(())
     }
 
@@ -994,7 +1010,7 @@ impl Unpacker<'_> {
         let mut left = size;
         while left > 0 {
             let n = left.min(CHUNK as u64) as usize;
-            let mut data = vec![0u8; n];
+            let mut data = self.writers.chunk_buffer(n);
             tar.read_content_exact(&mut data)
                 .map_err(|e| self.tar_error(e))?;
             self.written += n as u64;
@@ -1084,11 +1100,16 @@ impl Unpacker<'_> {
     }
 }
 
-/// Apply directory modes, deepest first, so a parent's mode never blocks a
-/// child's chmod.
+/// A directory's mode in staging: the archive's permission bits, and always
+/// owner-writable.
+fn final_dir_mode(mode: u32) -> u32 {
+    (mode & 0o777) | 0o700
+}
+
+/// Apply the directory modes `mkdir` could not give, deepest first.
 fn finish_dirs(dest: &Path, dir_modes: &BTreeMap<String, u32>) -> Result<(), UnpackError> {
     for (dir, mode) in dir_modes.iter().rev() {
-        let mode = (mode & 0o777) | 0o700;
+        let mode = final_dir_mode(*mode);
         fs::set_permissions(dest.join(dir), fs::Permissions::from_mode(mode))
             .map_err(|err| write::write_error(dest, dir, err))?;
     }
