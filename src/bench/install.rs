@@ -1,8 +1,9 @@
 //! `agentsadm bench install`: agentsadm against cn-agent's download path and a
 //! bare `tar -xzf`.
 //!
-//! One N-MB apm image (incompressible payload, gzip, no hooks so the data
-//! path is what is measured) is served by a loopback IMGAPI. In the same run,
+//! One N-MB apm image (incompressible payload, gzip, and no hook but the
+//! postinstall that renders its SMF manifest, as every agent's does, so the
+//! data path is what is measured) is served by a loopback IMGAPI. In the same run,
 //! interleaved, each of these is timed `--runs` times and the median kept:
 //! - `agentsadm`: a full `gz install` into a fresh rooted directory (manifest
 //!   GET, streamed download with sha1/sha256/MD5 and unpack in one pass,
@@ -336,8 +337,8 @@ fn read_shape(path: &Path) -> anyhow::Result<Vec<ShapeEntry>> {
 
 /// The realistic image: the shape's tree under `package`, synthetic
 /// contents, a `--node-mb` node at `node/bin/node`, and the base vm-agent
-/// image's `package.json`, `image_uuid`, bin and SMF template (so it
-/// installs like any vm-agent). Returns the image and its file count.
+/// image's `package.json`, `image_uuid`, bin, SMF template and the
+/// postinstall that renders it (so it installs like any vm-agent). Returns the image and its file count.
 fn realistic_image(args: &InstallBenchArgs, package: &str) -> anyhow::Result<(BuiltImage, u64)> {
     use rand::SeedableRng;
     let shape = read_shape(&args.shape)?;
@@ -350,6 +351,7 @@ fn realistic_image(args: &InstallBenchArgs, package: &str) -> anyhow::Result<(Bu
     let wanted = [
         "package.json",
         "image_uuid",
+        "npm/postinstall.sh",
         bin.as_str(),
         template.as_str(),
     ];
