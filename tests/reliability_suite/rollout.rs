@@ -21,7 +21,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use agentsadm::ids::{ImageUuid, ServerUuid};
+use agentsadm::ids::{ImageUuid, InstanceUuid, ServerUuid};
 use agentsadm::orchestrate::execute::ExecOptions;
 use agentsadm::orchestrate::images::ImageChoice;
 use agentsadm::orchestrate::plan::{
@@ -72,8 +72,11 @@ fn transport() -> CnapiTransportConfig {
     }
 }
 
-/// SAPI agent instances by (server, component), with their image. Panics
-/// on an instance without a server, or with an unknown service.
+/// SAPI agent instances by (server, component), with their image. An
+/// instance without params (vm-agent's and net-agent's, as the real
+/// postinstalls create them) belongs to the server whose `server.agents`
+/// lists it and runs its service's default image. Panics on an instance no
+/// server claims, or with an unknown service.
 async fn intent(dc: &SimDc) -> BTreeMap<(ServerUuid, String), Vec<Option<ImageUuid>>> {
     let sapi = dc.apis().sapi;
     let services: BTreeMap<_, _> = sapi
@@ -81,7 +84,16 @@ async fn intent(dc: &SimDc) -> BTreeMap<(ServerUuid, String), Vec<Option<ImageUu
         .await
         .expect("SAPI lists services")
         .into_iter()
-        .map(|s| (s.uuid, s.name))
+        .map(|s| (s.uuid, (s.name.clone(), s.image_uuid())))
+        .collect();
+    let reported: BTreeMap<InstanceUuid, ServerUuid> = dc
+        .servers()
+        .iter()
+        .flat_map(|s| {
+            dc.server_agents(s.uuid)
+                .into_iter()
+                .filter_map(move |a| a.uuid.map(|i| (i, s.uuid)))
+        })
         .collect();
     let mut out: BTreeMap<(ServerUuid, String), Vec<Option<ImageUuid>>> = BTreeMap::new();
     for i in sapi
@@ -89,14 +101,20 @@ async fn intent(dc: &SimDc) -> BTreeMap<(ServerUuid, String), Vec<Option<ImageUu
         .await
         .expect("SAPI lists instances")
     {
-        let server = i
-            .server_uuid()
-            .unwrap_or_else(|| panic!("instance {} has no params.server_uuid", i.uuid));
-        let name = services
+        let (name, default) = services
             .get(&i.service_uuid)
             .unwrap_or_else(|| panic!("instance {} of an unknown service", i.uuid))
             .clone();
-        out.entry((server, name)).or_default().push(i.image_uuid());
+        let (server, image) = match i.server_uuid() {
+            Some(server) => (server, i.image_uuid()),
+            None => {
+                let server = reported.get(&i.uuid).copied().unwrap_or_else(|| {
+                    panic!("instance {} has no params and no server lists it", i.uuid)
+                });
+                (server, i.image_uuid().or(default))
+            }
+        };
+        out.entry((server, name)).or_default().push(image);
     }
     out
 }
