@@ -11,13 +11,16 @@
 
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
 use anyhow::bail;
 use clap::{Args, Subcommand};
 use serde_json::json;
 
-use super::execution::{Execution, interrupted, refuse_if_locked, with_dc_lock};
+use super::execution::{
+    Execution, interrupted, refuse_if_locked, with_dc_lock, with_dc_lock_watched,
+};
 use super::orch::{ServersArg, confirm, stdin_is_terminal};
 use super::{CmdResult, GlobalOpts};
 use crate::api::SapiClient;
@@ -154,8 +157,9 @@ pub async fn run_check(g: &GlobalOpts, a: CheckArgs) -> CmdResult {
     }
     // A held lock is news before a long check, not after it.
     refuse_if_locked(&apis.sapi, a.break_lock).await?;
-    let work = fenced_fix(g, &apis, &catalog, &request, &config, &a);
-    with_dc_lock(&apis.sapi, "check --fix", a.break_lock, &out, work).await?
+    let lost = AtomicBool::new(false);
+    let work = fenced_fix(g, &apis, &catalog, &request, &config, &a, &lost);
+    with_dc_lock_watched(&apis.sapi, "check --fix", a.break_lock, &out, &lost, work).await?
 }
 
 /// `check --fix` with nothing (left) to repair: the check's own status.
@@ -195,6 +199,7 @@ async fn fenced_fix(
     request: &CheckRequest,
     config: &CheckConfig,
     a: &CheckArgs,
+    lost: &AtomicBool,
 ) -> CmdResult {
     let out = g.output();
     let first = FixPlan::new(check::check(apis, catalog, request, config).await?, catalog);
@@ -238,6 +243,7 @@ async fn fenced_fix(
         exec: &execution.options,
         transport: &execution.transport,
         reporter: &reporter,
+        lock_lost: Some(lost),
     };
     let outcome = check::fix(
         apis,

@@ -14,6 +14,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::future::Future;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use futures::stream::{self, StreamExt};
@@ -27,7 +28,7 @@ use crate::api::{ApiError, Apis};
 use crate::catalog::Catalog;
 use crate::error::error_chain;
 use crate::ids::{ImageUuid, ServerUuid};
-use crate::orchestrate::execute::{DEFAULT_CONCURRENCY, ExecOptions, Executor};
+use crate::orchestrate::execute::{DEFAULT_CONCURRENCY, ExecOptions, Executor, RunGate};
 use crate::orchestrate::gather::{self, Answers, GatherError};
 use crate::orchestrate::plan::{ImageRef, IntentChange, PlanError, resolve_servers};
 use crate::orchestrate::report::{ExecReport, Reporter};
@@ -370,6 +371,25 @@ pub struct RepairOptions<'a> {
     pub exec: &'a ExecOptions,
     pub transport: &'a CnapiTransportConfig,
     pub reporter: &'a dyn Reporter,
+    /// Set once another process broke the datacenter lock (`check --fix`
+    /// holds it): from then on no SAPI write is made and no new server
+    /// starts, as for `update`.
+    pub lock_lost: Option<&'a AtomicBool>,
+}
+
+/// The repair run's answers to the executor: the operator confirmed the
+/// repairs as a whole, so a passed canary wave goes on; a broken lock
+/// starts no new server.
+struct RepairGate<'a>(Option<&'a AtomicBool>);
+
+impl RunGate for RepairGate<'_> {
+    fn lock_lost(&self) -> bool {
+        self.0.is_some_and(|lost| lost.load(Ordering::SeqCst))
+    }
+
+    async fn canary_passed(&self, _canaries: &[String], _remaining: usize) -> bool {
+        true
+    }
 }
 
 /// Carry out the plan: CNAPI reports, SAPI writes, then the server steps
@@ -434,7 +454,15 @@ pub async fn repair(
             })
             .collect(),
     ];
+    let gate = RepairGate(options.lock_lost);
     for phase in phases {
+        if gate.lock_lost() {
+            out.failures.push(RepairFailure {
+                what: format!("make {} SAPI writes", phase.len()),
+                message: "another process broke the datacenter lock; nothing more was written (run check --fix again)".to_string(),
+            });
+            continue;
+        }
         let store = &store;
         let results: Vec<Result<(), RepairFailure>> = stream::iter(phase)
             .map(|r| async move { apply_sapi(store, r).await })
@@ -461,7 +489,7 @@ pub async fn repair(
             reporter: options.reporter,
             options: options.exec,
         };
-        match executor.execute(&plan.plan, cancel).await {
+        match executor.execute_gated(&plan.plan, cancel, &gate).await {
             Ok(report) => {
                 out.interrupted = report.interrupted;
                 out.servers = Some(report);

@@ -79,6 +79,7 @@ pub async fn fix(dc: &SimDc, run: &CheckRun) -> FixOutcome {
             exec: &exec_options(),
             transport: &transport(),
             reporter: &NullReporter,
+            lock_lost: None,
         },
         std::future::pending(),
     )

@@ -4,13 +4,14 @@
 //! unconfirmed. The same [`fence`] runs `update`, `install` and `remove`.
 
 use std::cell::{Cell, RefCell};
+use std::sync::atomic::AtomicBool;
 
 use agentsadm::api::sapi::Update;
 use agentsadm::flows::check::{self, CheckConfig, CheckError, CheckRequest, RepairOptions};
 use agentsadm::flows::repair::FixPlan;
 use agentsadm::ids::ImageUuid;
 use agentsadm::orchestrate::fence::{Fenced, fence};
-use agentsadm::orchestrate::report::NullReporter;
+use agentsadm::orchestrate::report::{Halted, NullReporter};
 use agentsadm::orchestrate::store::instance_params;
 use agentsadm::sim::{BuildOptions, PublishTarget, SimDc};
 
@@ -117,6 +118,7 @@ async fn check_fix_repairs_changed_after_the_prompt_are_not_executed() {
                 exec: &exec_options(),
                 transport: &transport(),
                 reporter: &NullReporter,
+                lock_lost: None,
             },
             std::future::pending(),
         )
@@ -128,4 +130,51 @@ async fn check_fix_repairs_changed_after_the_prompt_are_not_executed() {
         }
         dc.shutdown().await;
     }
+}
+
+/// Another process broke the datacenter lock `check --fix` holds: no
+/// repaired server starts and no SAPI write is made; the run ends with
+/// exit status 2 and the drift still there to repair.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn check_fix_under_a_broken_lock_starts_no_server() {
+    let dc = small_dc().await;
+    let before = vm_agent_image(&dc, "cn0001");
+    let newer = dc
+        .publish_component("vm-agent", &BuildOptions::new("1.1.0"), PublishTarget::Dc)
+        .unwrap()
+        .uuid;
+    intend(&dc, "cn0001", newer).await;
+    let plan = fix_plan(&dc).await.unwrap();
+    assert_eq!(hosts(&plan), ["cn0001"]);
+    let lost = AtomicBool::new(true);
+    let request = CheckRequest {
+        servers: Vec::new(),
+        live: false,
+    };
+    let outcome = check::fix(
+        &dc.apis(),
+        dc.catalog(),
+        &request,
+        &CheckConfig::default(),
+        &plan.repairs,
+        RepairOptions {
+            exec: &exec_options(),
+            transport: &transport(),
+            reporter: &NullReporter,
+            lock_lost: Some(&lost),
+        },
+        std::future::pending(),
+    )
+    .await
+    .unwrap();
+    let servers = outcome.repairs.servers.as_ref().expect("server steps ran");
+    assert_eq!(servers.halted, Some(Halted::LockLost));
+    assert_eq!(outcome.exit_status(), 2);
+    assert_eq!(
+        vm_agent_image(&dc, "cn0001"),
+        before,
+        "cn0001 was not touched"
+    );
+    assert_eq!(hosts(&fix_plan(&dc).await.unwrap()), ["cn0001"]);
+    dc.shutdown().await;
 }
