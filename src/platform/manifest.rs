@@ -43,8 +43,8 @@ fn enabled(value: &str) -> bool {
     value == "true"
 }
 
-/// Find the service instances an SMF manifest defines.
-pub fn manifest_instances(xml: &str) -> Result<Vec<ManifestInstance>, ManifestError> {
+/// Parse an SMF manifest whose root is a `service_bundle`.
+fn parse_bundle(xml: &str) -> Result<roxmltree::Document<'_>, ManifestError> {
     let opts = roxmltree::ParsingOptions {
         // SMF manifests name the service_bundle DTD; it is never fetched.
         allow_dtd: true,
@@ -52,10 +52,17 @@ pub fn manifest_instances(xml: &str) -> Result<Vec<ManifestInstance>, ManifestEr
     };
     let doc = roxmltree::Document::parse_with_options(xml, opts)
         .map_err(|err| ManifestError::Xml(err.to_string()))?;
-    let root = doc.root_element();
-    if root.tag_name().name() != "service_bundle" {
-        return Err(ManifestError::NoBundle(root.tag_name().name().to_string()));
+    let name = doc.root_element().tag_name().name();
+    if name != "service_bundle" {
+        return Err(ManifestError::NoBundle(name.to_string()));
     }
+    Ok(doc)
+}
+
+/// Find the service instances an SMF manifest defines.
+pub fn manifest_instances(xml: &str) -> Result<Vec<ManifestInstance>, ManifestError> {
+    let doc = parse_bundle(xml)?;
+    let root = doc.root_element();
     let mut out = Vec::new();
     let mut services = 0;
     for service in root.children().filter(|n| n.has_tag_name("service")) {
@@ -124,16 +131,8 @@ pub fn read_manifest_services(path: &Path) -> Result<Vec<String>, PlatformError>
 
 /// See [`read_manifest_services`].
 pub fn manifest_services(xml: &str) -> Result<Vec<String>, ManifestError> {
-    let opts = roxmltree::ParsingOptions {
-        allow_dtd: true,
-        ..roxmltree::ParsingOptions::default()
-    };
-    let doc = roxmltree::Document::parse_with_options(xml, opts)
-        .map_err(|err| ManifestError::Xml(err.to_string()))?;
+    let doc = parse_bundle(xml)?;
     let root = doc.root_element();
-    if root.tag_name().name() != "service_bundle" {
-        return Err(ManifestError::NoBundle(root.tag_name().name().to_string()));
-    }
     root.children()
         .filter(|n| n.has_tag_name("service"))
         .map(|s| {

@@ -7,7 +7,9 @@ use std::cell::{Cell, RefCell};
 use std::sync::atomic::AtomicBool;
 
 use agentsadm::api::sapi::Update;
-use agentsadm::flows::check::{self, CheckConfig, CheckError, CheckRequest, RepairOptions};
+use agentsadm::flows::check::{
+    self, CheckConfig, CheckError, CheckRequest, FixOutcome, RepairOptions,
+};
 use agentsadm::flows::repair::FixPlan;
 use agentsadm::ids::ImageUuid;
 use agentsadm::orchestrate::fence::{Fenced, fence};
@@ -36,6 +38,31 @@ async fn intend(dc: &SimDc, hostname: &str, image: ImageUuid) {
         .update_instance(inst.uuid, &Update::params(instance_params(cn, image)))
         .await
         .expect("SAPI update");
+}
+
+/// Carry out `plan`'s repairs (all servers, no live check); `lock_lost`
+/// as `check --fix` passes it.
+async fn fix(dc: &SimDc, plan: &FixPlan, lock_lost: Option<&AtomicBool>) -> FixOutcome {
+    let request = CheckRequest {
+        servers: Vec::new(),
+        live: false,
+    };
+    check::fix(
+        &dc.apis(),
+        dc.catalog(),
+        &request,
+        &CheckConfig::default(),
+        &plan.repairs,
+        RepairOptions {
+            exec: &exec_options(),
+            transport: &transport(),
+            reporter: &NullReporter,
+            lock_lost,
+        },
+        std::future::pending(),
+    )
+    .await
+    .expect("fix runs")
 }
 
 fn hosts(p: &FixPlan) -> Vec<String> {
@@ -104,26 +131,7 @@ async fn check_fix_repairs_changed_after_the_prompt_are_not_executed() {
             panic!("the changed repairs were confirmed: {fenced:?}")
         };
         assert_eq!(hosts(&confirmed), ["cn0001", "cn0002"]);
-        let request = CheckRequest {
-            servers: Vec::new(),
-            live: false,
-        };
-        let outcome = check::fix(
-            &dc.apis(),
-            dc.catalog(),
-            &request,
-            &CheckConfig::default(),
-            &confirmed.repairs,
-            RepairOptions {
-                exec: &exec_options(),
-                transport: &transport(),
-                reporter: &NullReporter,
-                lock_lost: None,
-            },
-            std::future::pending(),
-        )
-        .await
-        .unwrap();
+        let outcome = fix(&dc, &confirmed, None).await;
         assert_eq!(outcome.exit_status(), 0, "{}", outcome.after.render());
         for h in ["cn0001", "cn0002"] {
             assert_eq!(vm_agent_image(&dc, h), Some(newer), "{h}");
@@ -147,26 +155,7 @@ async fn check_fix_under_a_broken_lock_starts_no_server() {
     let plan = fix_plan(&dc).await.unwrap();
     assert_eq!(hosts(&plan), ["cn0001"]);
     let lost = AtomicBool::new(true);
-    let request = CheckRequest {
-        servers: Vec::new(),
-        live: false,
-    };
-    let outcome = check::fix(
-        &dc.apis(),
-        dc.catalog(),
-        &request,
-        &CheckConfig::default(),
-        &plan.repairs,
-        RepairOptions {
-            exec: &exec_options(),
-            transport: &transport(),
-            reporter: &NullReporter,
-            lock_lost: Some(&lost),
-        },
-        std::future::pending(),
-    )
-    .await
-    .unwrap();
+    let outcome = fix(&dc, &plan, Some(&lost)).await;
     let servers = outcome.repairs.servers.as_ref().expect("server steps ran");
     assert_eq!(servers.halted, Some(Halted::LockLost));
     assert_eq!(outcome.exit_status(), 2);
