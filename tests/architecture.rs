@@ -1,148 +1,180 @@
-//! The crate's dependency arrows, checked from the source: the CLI uses the
-//! orchestrator and the flows, which use the API clients and the installer,
-//! which use the platform and the shared domain types; the simulator and
-//! its tools (behind the `sim` feature) use the product and are never used
-//! by it, not even by a product module's unit tests.
+//! The workspace's layers, checked from the manifests and from cargo's own
+//! resolution of the server's build.
 //!
-//! A reference is a `crate::<module>` path anywhere in a file (imports,
-//! paths in expressions, doc links included), which is what a cycle or a
-//! sim-side dependency looks like in this code base.
+//! Each layer is a crate, so a wrong-way `use` does not compile; what the
+//! compiler cannot know is which arrows are allowed at all (a new
+//! `agentsadm-orchestrate = …` line in `crates/gz/Cargo.toml` would
+//! compile). These tests pin the arrows, and that the binary shipped to
+//! servers has none of the simulator, its fakes, its test knobs or axum in
+//! its dependency graph.
 
-use std::collections::BTreeSet;
-use std::path::{Path, PathBuf};
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::Path;
+use std::process::Command;
 
-/// Modules (paths under `src/`, without `.rs`) that sit beside the product.
-const SIM_SIDE: &[&str] = &[
-    "sim",
-    "imagebuild",
-    "bench",
-    "demo",
-    "cli/demo",
-    "cli/sim",
-    "cli/bench",
-    "orchestrate/testkit",
-    "orchestrate/fake",
+/// Every crate of the workspace with the crates it may depend on (directly).
+/// Product layers first, bottom up; then the two beside the product.
+const LAYERS: &[(&str, &[&str])] = &[
+    ("types", &[]),
+    ("api", &["types"]),
+    ("platform", &["types"]),
+    ("plan", &["types", "api"]),
+    ("gz", &["types", "api", "platform"]),
+    ("orchestrate", &["types", "api", "plan"]),
+    (
+        "flows",
+        &["types", "api", "platform", "gz", "plan", "orchestrate"],
+    ),
+    (
+        "cli",
+        &[
+            "types",
+            "api",
+            "platform",
+            "gz",
+            "plan",
+            "orchestrate",
+            "flows",
+        ],
+    ),
+    (
+        "sim",
+        &[
+            "types",
+            "api",
+            "platform",
+            "gz",
+            "plan",
+            "orchestrate",
+            "flows",
+            "cli",
+        ],
+    ),
+    (
+        "dev",
+        &[
+            "types",
+            "api",
+            "platform",
+            "gz",
+            "plan",
+            "orchestrate",
+            "flows",
+            "cli",
+            "sim",
+        ],
+    ),
 ];
 
-/// Top-level modules each product tier may not refer to.
-fn forbidden_for(top: &str) -> &'static [&'static str] {
-    const ABOVE_API: &[&str] = &["cli", "orchestrate", "flows", "gz"];
-    const ABOVE_GZ: &[&str] = &["cli", "orchestrate", "flows"];
-    match top {
-        "cli" => &[],
-        "orchestrate" | "flows" => &["cli"],
-        "gz" => ABOVE_GZ,
-        "api" | "remote" => ABOVE_API,
-        // platform and the shared types: nothing above them.
-        _ => &["cli", "orchestrate", "flows", "gz", "api", "remote"],
-    }
+/// Crates that must never be in the server's build.
+const SIM_SIDE: &[&str] = &["agentsadm-sim", "agentsadm-dev", "axum", "tokio-util"];
+
+fn root() -> &'static Path {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
 }
 
-fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
-    for entry in std::fs::read_dir(dir).expect("src is readable") {
-        let path = entry.expect("dir entry").path();
-        if path.is_dir() {
-            rust_files(&path, out);
-        } else if path.extension().is_some_and(|e| e == "rs") {
-            out.push(path);
-        }
-    }
-}
-
-/// `gz/session/install.rs` -> `gz/session/install`; `gz/mod.rs` -> `gz`.
-fn module_of(rel: &Path) -> String {
-    let s = rel.with_extension("").to_string_lossy().replace('\\', "/");
-    s.strip_suffix("/mod").unwrap_or(&s).to_string()
-}
-
-fn is_sim_side(module: &str) -> bool {
-    SIM_SIDE
-        .iter()
-        .any(|s| module == *s || module.starts_with(&format!("{s}/")))
-}
-
-/// The top-level modules and the sim-side modules a file's text refers to
-/// through `crate::` paths.
-fn references(text: &str) -> BTreeSet<String> {
+/// The `agentsadm-*` crates a manifest's `[dependencies]` table names
+/// (dev-dependencies are free: tests may use anything).
+fn internal_dependencies(manifest: &str) -> BTreeSet<String> {
     let mut out = BTreeSet::new();
-    for (i, _) in text.match_indices("crate::") {
-        // `agentsadm::crate::` never occurs; skip identifiers ending in
-        // `crate` (e.g. `my_crate::`).
-        if text[..i]
-            .chars()
-            .next_back()
-            .is_some_and(|c| c.is_alphanumeric() || c == '_')
-        {
+    let mut in_deps = false;
+    for line in manifest.lines() {
+        let line = line.trim();
+        if line.starts_with('[') {
+            in_deps = line == "[dependencies]";
             continue;
         }
-        let rest = &text[i + "crate::".len()..];
-        let path: String = rest
-            .chars()
-            .take_while(|c| c.is_alphanumeric() || *c == '_' || *c == ':')
-            .collect();
-        let parts: Vec<&str> = path.split("::").filter(|p| !p.is_empty()).collect();
-        if let Some(top) = parts.first() {
-            out.insert(top.to_string());
-            if let Some(second) = parts.get(1) {
-                out.insert(format!("{top}/{second}"));
-            }
+        if in_deps && let Some(rest) = line.strip_prefix("agentsadm-") {
+            let name: String = rest
+                .chars()
+                .take_while(|c| c.is_alphanumeric() || *c == '-' || *c == '_')
+                .collect();
+            out.insert(name);
         }
     }
     out
 }
 
 #[test]
-fn product_modules_point_one_way_and_never_at_the_simulator() {
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
-    let mut files = Vec::new();
-    rust_files(&src, &mut files);
-    files.sort();
+fn every_crate_depends_only_on_the_layers_below_it() {
+    let allowed: BTreeMap<&str, &[&str]> = LAYERS.iter().copied().collect();
+    let mut on_disk = BTreeSet::new();
+    for entry in std::fs::read_dir(root().join("crates")).expect("crates/ is readable") {
+        let entry = entry.expect("dir entry");
+        on_disk.insert(entry.file_name().to_string_lossy().into_owned());
+    }
+    let known: BTreeSet<String> = allowed.keys().map(|s| s.to_string()).collect();
+    assert_eq!(
+        on_disk, known,
+        "crates/ and this test's layer table must name the same crates"
+    );
     let mut violations = Vec::new();
-    for file in &files {
-        let rel = file.strip_prefix(&src).expect("under src");
-        let module = module_of(rel);
-        if is_sim_side(&module) || module == "lib" || module == "main" {
-            continue;
-        }
-        let top = module.split('/').next().unwrap_or_default().to_string();
-        let text = std::fs::read_to_string(file).expect("readable");
-        // A test module gated on the sim feature (the file's last item by
-        // convention) is sim-side code: the server's build never has it.
-        let text = match text.find("#[cfg(all(test, feature = \"sim\"))]") {
-            Some(i) => text[..i].to_string(),
-            None => text,
-        };
-        for r in references(&text) {
-            let r_top = r.split('/').next().unwrap_or_default();
-            if is_sim_side(&r) {
+    for (name, may) in &allowed {
+        let manifest = std::fs::read_to_string(root().join("crates").join(name).join("Cargo.toml"))
+            .expect("manifest readable");
+        for dep in internal_dependencies(&manifest) {
+            if !may.contains(&dep.as_str()) {
                 violations.push(format!(
-                    "{}: refers to sim-side crate::{}",
-                    rel.display(),
-                    r.replace('/', "::")
-                ));
-            } else if !r.contains('/') && r_top != top && forbidden_for(&top).contains(&r_top) {
-                violations.push(format!(
-                    "{}: {top} must not refer to crate::{r_top}",
-                    rel.display()
+                    "agentsadm-{name} must not depend on agentsadm-{dep}"
                 ));
             }
         }
     }
-    assert!(
-        violations.is_empty(),
-        "dependency arrows broken:\n{}",
-        violations.join("\n")
-    );
+    assert!(violations.is_empty(), "{}", violations.join("\n"));
 }
 
 #[test]
-fn the_reference_scanner_sees_paths_and_skips_lookalikes() {
-    let refs = references(
-        "use crate::gz::txn;\nlet x = crate::sim::Sim::new();\n/// see [`crate::cli`]\nmy_crate::nope",
+fn the_manifest_scanner_reads_only_the_dependencies_table() {
+    let deps = internal_dependencies(
+        "[package]\nname = \"agentsadm-gz\"\n\n[dependencies]\nagentsadm-types = { path = \"../types\" }\nagentsadm-api.workspace = true\nserde = \"1\"\n\n[dev-dependencies]\nagentsadm-sim = { path = \"../sim\" }\n",
     );
-    let want: BTreeSet<String> = ["gz", "gz/txn", "sim", "sim/Sim", "cli"]
-        .iter()
-        .map(|s| s.to_string())
+    let want: BTreeSet<String> = ["types", "api"].iter().map(|s| s.to_string()).collect();
+    assert_eq!(deps, want);
+}
+
+/// `cargo tree` of the server's build (`-p agentsadm --no-default-features`),
+/// normal and build dependencies, with features.
+fn server_build_tree() -> String {
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_string());
+    let out = Command::new(cargo)
+        .current_dir(root())
+        .args([
+            "tree",
+            "--offline",
+            "-p",
+            "agentsadm",
+            "--no-default-features",
+            "-e",
+            "normal,build,features",
+            "--prefix",
+            "none",
+        ])
+        .output()
+        .expect("cargo tree runs");
+    assert!(
+        out.status.success(),
+        "cargo tree failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).expect("utf-8")
+}
+
+#[test]
+fn the_server_build_has_no_simulator_fakes_or_test_knobs() {
+    let tree = server_build_tree();
+    let crates: BTreeSet<&str> = tree
+        .lines()
+        .filter_map(|l| l.split_whitespace().next())
         .collect();
-    assert_eq!(refs, want);
+    assert!(crates.contains("agentsadm-cli"), "{tree}");
+    for name in SIM_SIDE {
+        assert!(
+            !crates.contains(name),
+            "{name} is in the server's build:\n{tree}"
+        );
+    }
+    assert!(
+        !tree.contains("\"test-knobs\""),
+        "the test knobs are on in the server's build:\n{tree}"
+    );
 }

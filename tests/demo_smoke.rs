@@ -9,7 +9,7 @@ use std::io::Read;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use agentsadm::demo::Cast;
+use agentsadm_dev::demo::Cast;
 
 const BIN: &str = env!("CARGO_BIN_EXE_agentsadm");
 

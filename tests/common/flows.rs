@@ -6,16 +6,30 @@
 
 use std::time::Duration;
 
-use agentsadm::api::sapi::{CreateInstance, Instance, Update, UpdateAction, object};
-use agentsadm::flows::check::{
-    self, CheckConfig, CheckRequest, CheckRun, FixOutcome, RepairOptions,
-};
-use agentsadm::flows::drift::FindingKind;
-use agentsadm::ids::{InstanceUuid, ServerUuid, ServiceUuid};
-use agentsadm::orchestrate::execute::ExecOptions;
-use agentsadm::orchestrate::report::NullReporter;
-use agentsadm::orchestrate::transport::CnapiTransportConfig;
-use agentsadm::sim::{SimConfig, SimDc};
+use agentsadm_api::sapi::CreateInstance;
+
+use agentsadm_api::sapi::Instance;
+
+use agentsadm_api::sapi::Update;
+
+use agentsadm_api::sapi::UpdateAction;
+
+use agentsadm_api::sapi::object;
+use agentsadm_flows::check;
+use agentsadm_flows::check::CheckConfig;
+use agentsadm_flows::check::CheckRequest;
+use agentsadm_flows::check::CheckRun;
+use agentsadm_flows::check::FixOutcome;
+use agentsadm_flows::check::RepairOptions;
+use agentsadm_flows::drift::FindingKind;
+use agentsadm_orchestrate::execute::ExecOptions;
+use agentsadm_orchestrate::report::NullReporter;
+use agentsadm_orchestrate::transport::CnapiTransportConfig;
+use agentsadm_sim::SimConfig;
+use agentsadm_sim::SimDc;
+use agentsadm_types::ids::InstanceUuid;
+use agentsadm_types::ids::ServerUuid;
+use agentsadm_types::ids::ServiceUuid;
 
 /// Headnode, cn0001, cn0002 set up; cn0003 not set up.
 pub async fn small_dc() -> SimDc {

@@ -8,13 +8,20 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
-use agentsadm::api::cnapi::ExecuteResult;
-use agentsadm::catalog::Catalog;
-use agentsadm::ids::{ImageUuid, ServerUuid};
-use agentsadm::image::{Compression, ImageFile, ImageManifest};
-use agentsadm::imagebuild::{self, BuiltImage, Hooks, ImageSpec};
-use agentsadm::platform::Sysinfo;
-use agentsadm::remote::{AgentsReport, GzResult};
+use agentsadm_api::cnapi::ExecuteResult;
+use agentsadm_api::remote::AgentsReport;
+use agentsadm_api::remote::GzResult;
+use agentsadm_platform::Sysinfo;
+use agentsadm_sim::imagebuild;
+use agentsadm_sim::imagebuild::BuiltImage;
+use agentsadm_sim::imagebuild::Hooks;
+use agentsadm_sim::imagebuild::ImageSpec;
+use agentsadm_types::catalog::Catalog;
+use agentsadm_types::ids::ImageUuid;
+use agentsadm_types::ids::ServerUuid;
+use agentsadm_types::image::Compression;
+use agentsadm_types::image::ImageFile;
+use agentsadm_types::image::ImageManifest;
 use sha1::{Digest, Sha1};
 
 /// A rooted global zone in a temporary directory.
@@ -74,7 +81,7 @@ impl TestServer {
         argv.push("--root".into());
         argv.push(self.root().to_string_lossy().into_owned());
         argv.push("--json".into());
-        agentsadm::gz::command::run_captured(argv, env.clone()).await
+        agentsadm_cli::gz::command::run_captured(argv, env.clone()).await
     }
 
     /// Like [`TestServer::gz`] without SAPI and CNAPI.

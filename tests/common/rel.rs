@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 use std::process::Stdio;
 use std::time::Duration;
 
-use agentsadm::sim::SimDc;
+use agentsadm_sim::SimDc;
 
 /// Longest any single command of these tests may take before the test
 /// calls it hung (generous: CI machines are shared).

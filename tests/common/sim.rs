@@ -6,7 +6,9 @@
 
 use std::time::Duration;
 
-use agentsadm::sim::{SimConfig, SimDc};
+use agentsadm_sim::SimConfig;
+
+use agentsadm_sim::SimDc;
 
 /// A small populated datacenter: headnode + `cns` compute nodes.
 pub async fn small_dc(cns: usize) -> SimDc {

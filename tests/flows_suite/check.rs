@@ -6,21 +6,26 @@
 use std::process::Command;
 use std::time::Duration;
 
-use agentsadm::api::cnapi::AgentEntry;
-use agentsadm::api::sapi::{Update, object};
-use agentsadm::flows::drift::{FindingKind, Fix};
-use agentsadm::ids::{ImageUuid, InstanceUuid, ServerUuid};
-use agentsadm::orchestrate::store::instance_params;
-use agentsadm::sim::{BuildOptions, PublishTarget};
+use agentsadm_api::cnapi::AgentEntry;
+use agentsadm_api::sapi::Update;
+use agentsadm_api::sapi::object;
+use agentsadm_flows::drift::FindingKind;
+use agentsadm_flows::drift::Fix;
+use agentsadm_orchestrate::store::instance_params;
+use agentsadm_sim::BuildOptions;
+use agentsadm_sim::PublishTarget;
+use agentsadm_types::ids::ImageUuid;
+use agentsadm_types::ids::InstanceUuid;
+use agentsadm_types::ids::ServerUuid;
 
 use crate::flows_common::*;
 
 /// Find exactly `expected`, fix it, and find nothing after.
 async fn find_fix_recheck(
-    dc: &agentsadm::sim::SimDc,
+    dc: &agentsadm_sim::SimDc,
     live: bool,
     expected: Vec<(String, String, FindingKind)>,
-) -> agentsadm::flows::check::FixOutcome {
+) -> agentsadm_flows::check::FixOutcome {
     let run = check(dc, live).await;
     assert_eq!(drift(&run), expected, "{}", run.render());
     assert_eq!(run.exit_status(), 2);
@@ -387,7 +392,7 @@ async fn many_kinds_at_once_converge_in_one_fix() {
     assert_clean(&check(&dc, true).await);
 }
 
-fn cli(dc: &agentsadm::sim::SimDc, args: &[&str]) -> std::process::Output {
+fn cli(dc: &agentsadm_sim::SimDc, args: &[&str]) -> std::process::Output {
     let urls = dc.urls();
     let state = tempfile::tempdir().expect("state dir");
     Command::new(env!("CARGO_BIN_EXE_agentsadm"))

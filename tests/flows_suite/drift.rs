@@ -6,16 +6,29 @@
 use crate::golden_common::golden;
 use std::collections::{BTreeMap, BTreeSet};
 
-use agentsadm::api::cnapi::AgentEntry;
-use agentsadm::flows::drift::{self, DriftInput, Finding, FindingKind, Fix};
-use agentsadm::flows::repair::{self, SapiRepair};
-use agentsadm::ids::{ImageUuid, InstanceUuid, ServerUuid};
-use agentsadm::orchestrate::plan::{Action, ImageRef, IntentChange};
-use agentsadm::orchestrate::store::instance_params;
-use agentsadm::orchestrate::testkit::{
-    ExampleDc, derived_uuid, image_ref, image_uuid, instance_uuid, server_uuid, service_uuid,
-};
-use agentsadm::remote::AgentsReport;
+use agentsadm_api::cnapi::AgentEntry;
+use agentsadm_api::remote::AgentsReport;
+use agentsadm_flows::drift;
+use agentsadm_flows::drift::DriftInput;
+use agentsadm_flows::drift::Finding;
+use agentsadm_flows::drift::FindingKind;
+use agentsadm_flows::drift::Fix;
+use agentsadm_flows::repair;
+use agentsadm_flows::repair::SapiRepair;
+use agentsadm_orchestrate::store::instance_params;
+use agentsadm_plan::Action;
+use agentsadm_plan::ImageRef;
+use agentsadm_plan::IntentChange;
+use agentsadm_sim::testkit::ExampleDc;
+use agentsadm_sim::testkit::derived_uuid;
+use agentsadm_sim::testkit::image_ref;
+use agentsadm_sim::testkit::image_uuid;
+use agentsadm_sim::testkit::instance_uuid;
+use agentsadm_sim::testkit::server_uuid;
+use agentsadm_sim::testkit::service_uuid;
+use agentsadm_types::ids::ImageUuid;
+use agentsadm_types::ids::InstanceUuid;
+use agentsadm_types::ids::ServerUuid;
 
 fn images(dc: &ExampleDc) -> BTreeMap<ImageUuid, ImageRef> {
     dc.images.values().map(|m| (m.uuid, image_ref(m))).collect()
@@ -64,7 +77,7 @@ fn drifted() -> (ExampleDc, BTreeMap<ServerUuid, AgentsReport>) {
     dc.sapi_put_instance(
         instance_uuid(cn2, "cmon-agent"),
         service_uuid("cmon-agent"),
-        Some(agentsadm::api::sapi::object([(
+        Some(agentsadm_api::sapi::object([(
             "server_uuid",
             serde_json::json!(cn2),
         )])),

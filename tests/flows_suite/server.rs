@@ -9,11 +9,18 @@ use std::collections::BTreeMap;
 use std::process::Command;
 use std::time::Duration;
 
-use agentsadm::api::sapi::Instance;
-use agentsadm::flows::cleanup::{self, CleanupError, CnapiOutcome, InstanceStatus, ServerAction};
-use agentsadm::ids::{InstanceUuid, ServerUuid};
-use agentsadm::orchestrate::store::instance_params;
-use agentsadm::sim::{SimApi, SimConfig, SimDc};
+use agentsadm_api::sapi::Instance;
+use agentsadm_flows::cleanup;
+use agentsadm_flows::cleanup::CleanupError;
+use agentsadm_flows::cleanup::CnapiOutcome;
+use agentsadm_flows::cleanup::InstanceStatus;
+use agentsadm_flows::cleanup::ServerAction;
+use agentsadm_orchestrate::store::instance_params;
+use agentsadm_sim::SimApi;
+use agentsadm_sim::SimConfig;
+use agentsadm_sim::SimDc;
+use agentsadm_types::ids::InstanceUuid;
+use agentsadm_types::ids::ServerUuid;
 
 use crate::flows_common::*;
 

@@ -9,13 +9,22 @@ use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::process::Output;
 
-use agentsadm::api::sapi::{CreateService, ServiceType, object};
-use agentsadm::catalog::{Catalog, ComponentKind};
-use agentsadm::ids::{ImageUuid, ServerUuid};
-use agentsadm::imagebuild::{ImageSpec, build, write_to_dir};
-use agentsadm::platform::Sysinfo;
-use agentsadm::remote::AgentsReport;
-use agentsadm::sim::{SimConfig, SimDc};
+use agentsadm_api::sapi::CreateService;
+
+use agentsadm_api::sapi::ServiceType;
+
+use agentsadm_api::remote::AgentsReport;
+use agentsadm_api::sapi::object;
+use agentsadm_platform::Sysinfo;
+use agentsadm_sim::SimConfig;
+use agentsadm_sim::SimDc;
+use agentsadm_sim::imagebuild::ImageSpec;
+use agentsadm_sim::imagebuild::build;
+use agentsadm_sim::imagebuild::write_to_dir;
+use agentsadm_types::catalog::Catalog;
+use agentsadm_types::catalog::ComponentKind;
+use agentsadm_types::ids::ImageUuid;
+use agentsadm_types::ids::ServerUuid;
 use axum::Router;
 use axum::routing::get;
 

@@ -3,11 +3,15 @@
 
 use std::path::{Path, PathBuf};
 
-use agentsadm::catalog::Catalog;
-use agentsadm::flows::usbkey::{UsbkeyError, build, read_index};
-use agentsadm::gz::fetch::ImageSource;
-use agentsadm::ids::ImageUuid;
-use agentsadm::imagebuild::{ImageSpec, build as build_image, write_to_dir};
+use agentsadm_flows::usbkey::UsbkeyError;
+use agentsadm_flows::usbkey::build;
+use agentsadm_flows::usbkey::read_index;
+use agentsadm_gz::fetch::ImageSource;
+use agentsadm_sim::imagebuild::ImageSpec;
+use agentsadm_sim::imagebuild::build as build_image;
+use agentsadm_sim::imagebuild::write_to_dir;
+use agentsadm_types::catalog::Catalog;
+use agentsadm_types::ids::ImageUuid;
 
 fn image(dir: &Path, component: &str, version: &str, stamp: &str) -> (PathBuf, ImageUuid) {
     let cat = Catalog::builtin();
@@ -68,8 +72,8 @@ fn builds_the_layout_and_picks_defaults() {
     );
     assert_eq!(read_index(out.path()).unwrap(), r.index);
     // gz setup reads the same index.
-    let set: Vec<agentsadm::catalog::Component> = vec![cat.get("vm-agent").unwrap().clone()];
-    let (found, missing) = agentsadm::gz::setup::setup_dir_sources(out.path(), &set).unwrap();
+    let set: Vec<agentsadm_types::catalog::Component> = vec![cat.get("vm-agent").unwrap().clone()];
+    let (found, missing) = agentsadm_gz::setup::setup_dir_sources(out.path(), &set).unwrap();
     assert!(missing.is_empty());
     assert!(matches!(&found[0], ImageSource::File { manifest, .. }
         if manifest.ends_with(format!("{u2}.manifest"))));

@@ -6,9 +6,12 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use crate::gz_common::*;
-use agentsadm::ids::ImageUuid;
-use agentsadm::imagebuild::{self, BuiltImage, Hooks};
-use agentsadm::sim::standin::{Fault, ImgapiStandIn};
+use agentsadm_sim::imagebuild;
+use agentsadm_sim::imagebuild::BuiltImage;
+use agentsadm_sim::imagebuild::Hooks;
+use agentsadm_sim::standin::Fault;
+use agentsadm_sim::standin::ImgapiStandIn;
+use agentsadm_types::ids::ImageUuid;
 
 /// What a case publishes and how the install is run.
 struct Case {
@@ -224,7 +227,7 @@ fn cases() -> Vec<Case> {
         case(
             "wrong compression",
             manifest_with(&good(), |m| {
-                m.files[0].compression = agentsadm::image::Compression::Bzip2
+                m.files[0].compression = agentsadm_types::image::Compression::Bzip2
             }),
             &["not a valid bzip2 tar stream"],
         ),
@@ -328,7 +331,7 @@ async fn every_bad_input_is_refused_and_changes_nothing() {
     // The operator disabled it: a failed upgrade must leave it disabled.
     let fmri = "svc:/smartdc/agent/vm-agent:default";
     assert_eq!(srv.smf_state()[fmri], "online");
-    agentsadm::platform::Platform::smf_disable(&agentsadm::platform::Rooted::new(srv.root()), fmri)
+    agentsadm_platform::Platform::smf_disable(&agentsadm_platform::Rooted::new(srv.root()), fmri)
         .await
         .unwrap();
     let before = snapshot(srv.root());

@@ -9,12 +9,15 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::PathBuf;
 
 use crate::gz_common::*;
-use agentsadm::gz::fetch::{FetchOptions, ImageSource};
-use agentsadm::gz::session::{GzSession, GzSettings};
-use agentsadm::ids::ImageUuid;
-use agentsadm::imagebuild::{BuiltImage, TreeBuilder};
-use agentsadm::remote::GzResult;
-use agentsadm::sim::standin::ImgapiStandIn;
+use agentsadm_api::remote::GzResult;
+use agentsadm_gz::fetch::FetchOptions;
+use agentsadm_gz::fetch::ImageSource;
+use agentsadm_gz::session::GzSession;
+use agentsadm_gz::session::GzSettings;
+use agentsadm_sim::imagebuild::BuiltImage;
+use agentsadm_sim::imagebuild::TreeBuilder;
+use agentsadm_sim::standin::ImgapiStandIn;
+use agentsadm_types::ids::ImageUuid;
 
 /// A server with vm-agent and net-agent installed, and a sentinel file
 /// outside its root.
@@ -110,7 +113,7 @@ fn vm_agent_claiming(bins: &[&str], templates: &[(&str, &str)]) -> BuiltImage {
         .file(
             "vm-agent/npm/postinstall.sh",
             0o755,
-            format!("#!/bin/bash\n{}\n", agentsadm::imagebuild::RENDER_SMF).as_bytes(),
+            format!("#!/bin/bash\n{}\n", agentsadm_sim::imagebuild::RENDER_SMF).as_bytes(),
         )
         .dir("vm-agent/bin");
     for b in bins {
@@ -145,7 +148,7 @@ async fn names_of_other_components_and_the_system_are_refused() {
     scene
         .refused(
             "system service",
-            &agentsadm::imagebuild::build(&spec),
+            &agentsadm_sim::imagebuild::build(&spec),
             &[
                 "svc:/system/filesystem/local",
                 "outside vm-agent's services",

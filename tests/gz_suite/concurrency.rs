@@ -6,8 +6,9 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use crate::gz_common::*;
-use agentsadm::gz::lock::ServerLock;
-use agentsadm::imagebuild::{self, Hooks};
+use agentsadm_gz::lock::ServerLock;
+use agentsadm_sim::imagebuild;
+use agentsadm_sim::imagebuild::Hooks;
 
 /// Hooks recording `<name> <start|end> <seconds>` around a short sleep.
 fn timed_hooks() -> Hooks {
@@ -124,7 +125,7 @@ async fn a_second_run_waits_for_the_lock_or_fails_naming_the_holder() {
         let f = f.clone();
         let root = srv.root().to_path_buf();
         tokio::spawn(async move {
-            agentsadm::gz::command::run_captured(
+            agentsadm_cli::gz::command::run_captured(
                 vec![
                     "gz".into(),
                     "install".into(),

@@ -6,9 +6,12 @@ use std::path::Path;
 use std::process::Command;
 
 use crate::gz_common::*;
-use agentsadm::gz::session::{GzSession, GzSettings};
-use agentsadm::imagebuild::{self, BuiltImage, Hooks};
-use agentsadm::remote::ComponentAction;
+use agentsadm_api::remote::ComponentAction;
+use agentsadm_gz::session::GzSession;
+use agentsadm_gz::session::GzSettings;
+use agentsadm_sim::imagebuild;
+use agentsadm_sim::imagebuild::BuiltImage;
+use agentsadm_sim::imagebuild::Hooks;
 
 fn version(semver: &str) -> BuiltImage {
     let mut s = spec("vm-agent", semver);

@@ -3,11 +3,16 @@
 
 use std::fs;
 
-use agentsadm::catalog::Catalog;
-use agentsadm::gz::fetch::{
-    FetchError, FetchOptions, ImageSource, check_manifest, fetch_and_unpack, resolve,
-};
-use agentsadm::imagebuild::{ImageSpec, build, write_to_dir};
+use agentsadm_gz::fetch::FetchError;
+use agentsadm_gz::fetch::FetchOptions;
+use agentsadm_gz::fetch::ImageSource;
+use agentsadm_gz::fetch::check_manifest;
+use agentsadm_gz::fetch::fetch_and_unpack;
+use agentsadm_gz::fetch::resolve;
+use agentsadm_sim::imagebuild::ImageSpec;
+use agentsadm_sim::imagebuild::build;
+use agentsadm_sim::imagebuild::write_to_dir;
+use agentsadm_types::catalog::Catalog;
 
 #[tokio::test]
 async fn local_file_verifies_and_unpacks() {

@@ -6,10 +6,16 @@ use std::path::Path;
 use std::sync::{Arc, Mutex};
 
 use crate::gz_common::*;
-use agentsadm::gz::fetch::ImageSource;
-use agentsadm::gz::session::{GzSession, GzSettings};
-use agentsadm::platform::{Platform, PlatformFuture, Rooted, SdcConfig, ServiceState, Sysinfo};
-use agentsadm::remote::ComponentAction;
+use agentsadm_api::remote::ComponentAction;
+use agentsadm_gz::fetch::ImageSource;
+use agentsadm_gz::session::GzSession;
+use agentsadm_gz::session::GzSettings;
+use agentsadm_platform::Platform;
+use agentsadm_platform::PlatformFuture;
+use agentsadm_platform::Rooted;
+use agentsadm_platform::SdcConfig;
+use agentsadm_platform::ServiceState;
+use agentsadm_platform::Sysinfo;
 use futures::future::BoxFuture;
 
 /// A rooted GZ whose transient-job launcher only records the job.
@@ -98,7 +104,7 @@ async fn cn_agent_inside_its_own_contract_hands_off_then_the_job_runs() {
         "handing off installs nothing",
     );
     // The service then runs the job.
-    let out = agentsadm::gz::command::run_captured(
+    let out = agentsadm_cli::gz::command::run_captured(
         vec![
             "gz".into(),
             "run-job".into(),

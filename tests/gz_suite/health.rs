@@ -7,10 +7,12 @@
 use std::path::Path;
 
 use crate::gz_common::*;
-use agentsadm::imagebuild::BuiltImage;
-use agentsadm::platform::ServiceState;
-use agentsadm::platform::rooted::{SMF_FAULTS_FILE, SmfFault, SmfFaults};
-use agentsadm::remote::ComponentAction;
+use agentsadm_api::remote::ComponentAction;
+use agentsadm_platform::ServiceState;
+use agentsadm_platform::rooted::SMF_FAULTS_FILE;
+use agentsadm_platform::rooted::SmfFault;
+use agentsadm_platform::rooted::SmfFaults;
+use agentsadm_sim::imagebuild::BuiltImage;
 
 const FMRI: &str = "svc:/smartdc/agent/net-agent:default";
 const REASON: &str = "Start method exited with $SMF_EXIT_ERR_FATAL. See: /var/svc/log/smartdc-agent-net-agent:default.log";

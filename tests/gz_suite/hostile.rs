@@ -21,13 +21,18 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use crate::gz_common::*;
-use agentsadm::gz::fetch::{FetchOptions, ImageSource};
-use agentsadm::gz::session::{GzSession, GzSettings};
-use agentsadm::ids::ImageUuid;
-use agentsadm::image::{Compression, ImageFile, ImageState};
-use agentsadm::imagebuild::BuiltImage;
-use agentsadm::remote::GzResult;
-use agentsadm::sim::standin::{Fault, ImgapiStandIn};
+use agentsadm_api::remote::GzResult;
+use agentsadm_gz::fetch::FetchOptions;
+use agentsadm_gz::fetch::ImageSource;
+use agentsadm_gz::session::GzSession;
+use agentsadm_gz::session::GzSettings;
+use agentsadm_sim::imagebuild::BuiltImage;
+use agentsadm_sim::standin::Fault;
+use agentsadm_sim::standin::ImgapiStandIn;
+use agentsadm_types::ids::ImageUuid;
+use agentsadm_types::image::Compression;
+use agentsadm_types::image::ImageFile;
+use agentsadm_types::image::ImageState;
 use sha1::{Digest, Sha1};
 
 /// How long any one hostile install may take before the test calls it
@@ -375,7 +380,7 @@ async fn decompression_bombs_stop_at_a_limit() {
     // The absolute cap, on a genuine image with a random payload.
     let mut s = spec("vm-agent", "2.0.0");
     s.payload_bytes = 2 << 20;
-    let img = agentsadm::imagebuild::build(&s);
+    let img = agentsadm_sim::imagebuild::build(&s);
     scene.imgapi.publish(&img);
     let msg = scene
         .refused(
@@ -452,7 +457,7 @@ async fn slow_and_endless_sources_end() {
         m.files[0].size = 1 << 40;
         m.files[0].compression = Compression::None;
     });
-    let (manifest, _) = agentsadm::imagebuild::write_to_dir(&endless, d.path()).unwrap();
+    let (manifest, _) = agentsadm_sim::imagebuild::write_to_dir(&endless, d.path()).unwrap();
     let source = ImageSource::File {
         file: PathBuf::from("/dev/zero"),
         manifest,
@@ -475,7 +480,7 @@ async fn manifests_over_1_mib_are_refused() {
         )
         .await;
     let d = tempfile::tempdir().unwrap();
-    let (manifest, file) = agentsadm::imagebuild::write_to_dir(&big, d.path()).unwrap();
+    let (manifest, file) = agentsadm_sim::imagebuild::write_to_dir(&big, d.path()).unwrap();
     let msg = scene
         .refused(
             "local manifest over 1 MiB",
@@ -612,7 +617,7 @@ fn hard_links_through_links_are_refused() {
         let dest = d.path().join("stage");
         std::fs::create_dir(&dest).unwrap();
         let r =
-            agentsadm::gz::unpack::unpack(&tar[..], Compression::None, &dest, &Default::default());
+            agentsadm_gz::unpack::unpack(&tar[..], Compression::None, &dest, &Default::default());
         let e = r.expect_err(name).to_string();
         assert!(e.contains("hard link"), "{name}: {e}");
         assert!(!Path::new(&dest).join("vm-agent/pw").exists());

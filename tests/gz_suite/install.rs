@@ -5,8 +5,8 @@
 use std::collections::BTreeMap;
 
 use crate::gz_common::*;
-use agentsadm::remote::ComponentAction;
-use agentsadm::sim::standin::ImgapiStandIn;
+use agentsadm_api::remote::ComponentAction;
+use agentsadm_sim::standin::ImgapiStandIn;
 
 fn offline_env(imgapi: &ImgapiStandIn) -> BTreeMap<String, String> {
     BTreeMap::from([("IMGAPI_URL".to_string(), imgapi.url())])
@@ -164,8 +164,8 @@ async fn upgrade_runs_hooks_like_apm_and_keeps_the_instance_uuid() {
     s1.hooks = logging_hooks();
     let mut s2 = spec("net-agent", "1.1.0");
     s2.hooks = logging_hooks();
-    let v1 = agentsadm::imagebuild::build(&s1);
-    let v2 = agentsadm::imagebuild::build(&s2);
+    let v1 = agentsadm_sim::imagebuild::build(&s1);
+    let v2 = agentsadm_sim::imagebuild::build(&s2);
     let f1 = write_image(&v1, dir.path());
     let f2 = write_image(&v2, dir.path());
     let r = ok(&srv.gz_offline(&["install", f1.to_str().unwrap()]).await);
@@ -225,7 +225,7 @@ async fn install_that_exists_changes_nothing() {
     let dir = tempfile::tempdir().unwrap();
     let mut s = spec("vm-agent", "1.0.0");
     s.hooks = logging_hooks();
-    let f = write_image(&agentsadm::imagebuild::build(&s), dir.path());
+    let f = write_image(&agentsadm_sim::imagebuild::build(&s), dir.path());
     ok(&srv.gz_offline(&["install", f.to_str().unwrap()]).await);
     let before = snapshot(srv.root());
     let r = ok(&srv.gz_offline(&["install", f.to_str().unwrap()]).await);
@@ -236,7 +236,7 @@ async fn install_that_exists_changes_nothing() {
         "reinstalling the same image",
     );
     // In text, it says so and how to repair.
-    let out = agentsadm::gz::command::run_captured(
+    let out = agentsadm_cli::gz::command::run_captured(
         [
             "gz",
             "install",
@@ -361,11 +361,11 @@ async fn bzip2_and_uncompressed_images_install() {
     let srv = TestServer::new(false);
     let dir = tempfile::tempdir().unwrap();
     let mut s = spec("smartlogin", "1.0.0");
-    s.compression = agentsadm::image::Compression::Bzip2;
-    let f = write_image(&agentsadm::imagebuild::build(&s), dir.path());
+    s.compression = agentsadm_types::image::Compression::Bzip2;
+    let f = write_image(&agentsadm_sim::imagebuild::build(&s), dir.path());
     let mut s = spec("amon-agent", "1.0.0");
-    s.compression = agentsadm::image::Compression::None;
-    let g = write_image(&agentsadm::imagebuild::build(&s), dir.path());
+    s.compression = agentsadm_types::image::Compression::None;
+    let g = write_image(&agentsadm_sim::imagebuild::build(&s), dir.path());
     let r = ok(&srv
         .gz_offline(&["install", f.to_str().unwrap(), g.to_str().unwrap()])
         .await);
@@ -391,7 +391,7 @@ async fn prefix_directories_exist_before_the_hooks_run() {
         .collect::<Vec<_>>()
         .join(" && ");
     s.hooks.preinstall = Some(check.clone());
-    let f = write_image(&agentsadm::imagebuild::build(&s), dir.path());
+    let f = write_image(&agentsadm_sim::imagebuild::build(&s), dir.path());
     ok(&srv.gz_offline(&["install", f.to_str().unwrap()]).await);
     for d in prefix_dirs {
         assert!(srv.at(&format!("opt/smartdc/agents/{d}")).is_dir(), "{d}");
@@ -401,7 +401,7 @@ async fn prefix_directories_exist_before_the_hooks_run() {
     let before = snapshot(fresh.root());
     let mut s = spec("vm-agent", "1.0.0");
     s.hooks.postinstall = Some("exit 3".into());
-    let f = write_image(&agentsadm::imagebuild::build(&s), dir.path());
+    let f = write_image(&agentsadm_sim::imagebuild::build(&s), dir.path());
     let out = fresh.gz_offline(&["install", f.to_str().unwrap()]).await;
     assert_ne!(out.exit_status, 0);
     assert_same(

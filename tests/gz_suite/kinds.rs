@@ -3,10 +3,15 @@
 
 use std::fs;
 
-use agentsadm::catalog::Catalog;
-use agentsadm::gz::kinds::{LayoutError, StagedVersion, record_rel, stage};
-use agentsadm::gz::unpack::{self, UnpackOptions};
-use agentsadm::imagebuild::{ImageSpec, build};
+use agentsadm_gz::kinds::LayoutError;
+use agentsadm_gz::kinds::StagedVersion;
+use agentsadm_gz::kinds::record_rel;
+use agentsadm_gz::kinds::stage;
+use agentsadm_gz::unpack;
+use agentsadm_gz::unpack::UnpackOptions;
+use agentsadm_sim::imagebuild::ImageSpec;
+use agentsadm_sim::imagebuild::build;
+use agentsadm_types::catalog::Catalog;
 
 fn staged(name: &str, headnode: bool) -> (tempfile::TempDir, Result<StagedVersion, LayoutError>) {
     let cat = Catalog::builtin();

@@ -6,14 +6,15 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 use crate::gz_common::*;
-use agentsadm::api::cnapi::ExecuteResult;
-use agentsadm::gz::fetch::ImageSource;
-use agentsadm::gz::layout::LayoutKind;
-use agentsadm::gz::session::GzSettings;
-use agentsadm::ids::ServerUuid;
-use agentsadm::platform::Sysinfo;
-use agentsadm::remote::ComponentAction;
-use agentsadm::sim::standin::{Fault, ImgapiStandIn};
+use agentsadm_api::cnapi::ExecuteResult;
+use agentsadm_api::remote::ComponentAction;
+use agentsadm_gz::fetch::ImageSource;
+use agentsadm_gz::layout::LayoutKind;
+use agentsadm_gz::session::GzSettings;
+use agentsadm_platform::Sysinfo;
+use agentsadm_sim::standin::Fault;
+use agentsadm_sim::standin::ImgapiStandIn;
+use agentsadm_types::ids::ServerUuid;
 
 async fn mock(root: &Path, server: ServerUuid, args: &[&str], imgapi: &str) -> ExecuteResult {
     let mut argv: Vec<String> = vec!["gz".into()];
@@ -32,7 +33,7 @@ async fn mock(root: &Path, server: ServerUuid, args: &[&str], imgapi: &str) -> E
         argv.push(a.to_string());
     }
     let env = BTreeMap::from([("IMGAPI_URL".to_string(), imgapi.to_string())]);
-    agentsadm::gz::command::run_captured(argv, env).await
+    agentsadm_cli::gz::command::run_captured(argv, env).await
 }
 
 fn new_server(root: &Path) -> ServerUuid {
@@ -164,7 +165,7 @@ async fn mockcloud_installs_a_shar_image() {
     let root = tempfile::tempdir().unwrap();
     let server = new_server(root.path());
     let img = image("dockerlogger", "1.0.0");
-    assert!(agentsadm::gz::shar::is_shar(&img.file));
+    assert!(agentsadm_gz::shar::is_shar(&img.file));
     imgapi.publish(&img);
     let r = ok(&mock(
         root.path(),
@@ -196,14 +197,14 @@ async fn gz_tools_installs_without_a_package_json() {
     settings.server_uuid = Some(server);
     settings.no_sapi = true;
     settings.no_cnapi = true;
-    let out = agentsadm::gz::install(settings.clone(), &[source]).await;
+    let out = agentsadm_gz::install(settings.clone(), &[source]).await;
     assert!(out.error.is_none(), "{:?}", out.error);
     assert_eq!(out.components[0].action, ComponentAction::Installed);
     assert_eq!(
         out.components[0].version.as_deref(),
         Some(img.manifest.version.as_str())
     );
-    let report = agentsadm::gz::report(settings).await.unwrap();
+    let report = agentsadm_gz::report(settings).await.unwrap();
     assert!(report.errors.is_empty(), "{:?}", report.errors);
     assert_eq!(report.agents.len(), 1);
     assert_eq!(report.agents[0].name, "gz-tools");

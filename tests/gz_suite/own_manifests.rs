@@ -8,7 +8,9 @@
 use std::os::unix::fs::PermissionsExt;
 
 use crate::gz_common::*;
-use agentsadm::imagebuild::{self, BuiltImage, RENDER_SMF};
+use agentsadm_sim::imagebuild;
+use agentsadm_sim::imagebuild::BuiltImage;
+use agentsadm_sim::imagebuild::RENDER_SMF;
 
 /// What config-agent's postinstall does when it decides not to run: says
 /// so and exits 0, its manifest unwritten.

@@ -3,8 +3,9 @@
 
 use std::path::{Path, PathBuf};
 
-use agentsadm::gz::package::PackageJson;
-use agentsadm::platform::{manifest_instances, read_manifest_instances};
+use agentsadm_gz::package::PackageJson;
+use agentsadm_platform::manifest_instances;
+use agentsadm_platform::read_manifest_instances;
 
 fn fixtures() -> PathBuf {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/fixtures/real-agents");

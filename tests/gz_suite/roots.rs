@@ -7,13 +7,13 @@
 use std::collections::BTreeMap;
 
 use crate::gz_common::*;
-use agentsadm::sim::standin::ImgapiStandIn;
+use agentsadm_sim::standin::ImgapiStandIn;
 
 /// A vm-agent image with hooks that log into `$npm_config_etc/hooks.log`.
-fn logged(semver: &str) -> agentsadm::imagebuild::BuiltImage {
+fn logged(semver: &str) -> agentsadm_sim::imagebuild::BuiltImage {
     let mut s = spec("vm-agent", semver);
     s.hooks = logging_hooks();
-    agentsadm::imagebuild::build(&s)
+    agentsadm_sim::imagebuild::build(&s)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -154,6 +154,6 @@ async fn fetch_limits_and_inactive_images_have_flags() {
 }
 
 /// The error a run printed, as JSON result or usage text.
-fn failed_or_usage(out: &agentsadm::api::cnapi::ExecuteResult) -> String {
+fn failed_or_usage(out: &agentsadm_api::cnapi::ExecuteResult) -> String {
     format!("{} {}", out.stdout, out.stderr)
 }

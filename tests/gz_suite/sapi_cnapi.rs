@@ -3,7 +3,7 @@
 //! the CNAPI `server.agents` report.
 
 use crate::gz_common::*;
-use agentsadm::sim::standin::ImgapiStandIn;
+use agentsadm_sim::standin::ImgapiStandIn;
 
 #[tokio::test]
 async fn adopts_updates_and_reports() {

@@ -6,9 +6,9 @@
 use std::collections::BTreeMap;
 
 use crate::gz_common::*;
-use agentsadm::catalog::Catalog;
-use agentsadm::remote::ComponentAction;
-use agentsadm::sim::standin::ImgapiStandIn;
+use agentsadm_api::remote::ComponentAction;
+use agentsadm_sim::standin::ImgapiStandIn;
+use agentsadm_types::catalog::Catalog;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn headnode_setup_from_a_directory_then_again_changes_nothing() {

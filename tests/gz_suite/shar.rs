@@ -8,11 +8,13 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 use crate::gz_common::*;
-use agentsadm::api::cnapi::AgentEntry;
-use agentsadm::gz::shar::{self, Member};
-use agentsadm::image::{Compression, ImageFile};
-use agentsadm::imagebuild::BuiltImage;
-use agentsadm::remote::ComponentAction;
+use agentsadm_api::cnapi::AgentEntry;
+use agentsadm_api::remote::ComponentAction;
+use agentsadm_gz::shar;
+use agentsadm_gz::shar::Member;
+use agentsadm_sim::imagebuild::BuiltImage;
+use agentsadm_types::image::Compression;
+use agentsadm_types::image::ImageFile;
 use sha1::{Digest, Sha1};
 
 fn fixture(name: &str) -> Vec<u8> {
@@ -174,7 +176,7 @@ async fn real_dockerlogger_and_sdcadm_shars_install_and_report() {
 fn crafted(members: &[(&str, u32, &[u8])]) -> Vec<u8> {
     format!(
         "#!/bin/sh\ncd /var/tmp\n{}exit 0\n",
-        agentsadm::imagebuild::shar::write(members)
+        agentsadm_sim::imagebuild::shar::write(members)
     )
     .into_bytes()
 }
@@ -270,7 +272,7 @@ fn builder_shars_unpack_with_sh() {
         &script,
         format!(
             "#!/bin/sh\n{}exit 0\n",
-            agentsadm::imagebuild::shar::write(&members)
+            agentsadm_sim::imagebuild::shar::write(&members)
         ),
     )
     .unwrap();

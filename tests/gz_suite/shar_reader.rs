@@ -1,9 +1,13 @@
-//! The shar reader (`agentsadm::gz::shar`) on archives written by the image
+//! The shar reader (`agentsadm_gz::shar`) on archives written by the image
 //! builder's shar writer: members round-trip, refusals name their line,
 //! and loose members land under the image's top directory.
 
-use agentsadm::gz::shar::{Member, members, to_tar};
-use agentsadm::imagebuild::shar::write;
+use agentsadm_gz::shar::Member;
+
+use agentsadm_gz::shar::members;
+
+use agentsadm_gz::shar::to_tar;
+use agentsadm_sim::imagebuild::shar::write;
 
 /// Every length of binary member survives uuencoding and decoding (a
 /// member that is not text is uuencoded by the writer).
@@ -95,7 +99,7 @@ fn refusals_name_the_line() {
 /// of a member with `X`, uuencoded ones included.
 #[test]
 fn every_line_prefixed_with_x_reads_the_same() {
-    let uu: String = agentsadm::imagebuild::shar::uuencode("pkg/b", b"\x00\x01\x02binary")
+    let uu: String = agentsadm_sim::imagebuild::shar::uuencode("pkg/b", b"\x00\x01\x02binary")
         .lines()
         .map(|l| format!("X{l}\n"))
         .collect();

@@ -5,7 +5,7 @@
 use std::os::unix::fs::PermissionsExt;
 
 use crate::gz_common::*;
-use agentsadm::ids::ImageUuid;
+use agentsadm_types::ids::ImageUuid;
 
 fn link(b: &mut tar::Builder<Vec<u8>>, path: &str, target: &str) {
     let mut h = tar::Header::new_gnu();

@@ -12,8 +12,9 @@ use std::collections::BTreeMap;
 use std::os::unix::fs::PermissionsExt;
 
 use crate::gz_common::*;
-use agentsadm::imagebuild::{self, BuiltImage};
-use agentsadm::sim::standin::ImgapiStandIn;
+use agentsadm_sim::imagebuild;
+use agentsadm_sim::imagebuild::BuiltImage;
+use agentsadm_sim::standin::ImgapiStandIn;
 
 const STATE: &str = "opt/smartdc/agents/.agentsadm";
 
@@ -65,7 +66,7 @@ impl Scene {
         BTreeMap::from([("IMGAPI_URL".to_string(), self.imgapi.url())])
     }
 
-    async fn gz(&self, args: &[&str]) -> agentsadm::api::cnapi::ExecuteResult {
+    async fn gz(&self, args: &[&str]) -> agentsadm_api::cnapi::ExecuteResult {
         let mut a = args.to_vec();
         a.extend(["--no-sapi", "--no-cnapi"]);
         self.srv.gz(&a, &self.env()).await
@@ -234,7 +235,7 @@ async fn rollback_verifies_the_kept_copy() {
     let before = snapshot(scene.srv.root());
     let smf_before = scene.srv.smf_state();
     let sentinel_before = scene.sentinel_state();
-    let other_uuid = agentsadm::ids::ImageUuid::new_v4().to_string();
+    let other_uuid = agentsadm_types::ids::ImageUuid::new_v4().to_string();
     for (what, file, text, want) in [
         (
             "version",

@@ -10,9 +10,17 @@ use std::io;
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 
-use agentsadm::gz::unpack::{UnpackError, UnpackOptions, Unpacked, read_members, unpack};
-use agentsadm::image::Compression;
-use agentsadm::imagebuild::TreeBuilder;
+use agentsadm_gz::unpack::UnpackError;
+
+use agentsadm_gz::unpack::UnpackOptions;
+
+use agentsadm_gz::unpack::Unpacked;
+
+use agentsadm_gz::unpack::read_members;
+
+use agentsadm_gz::unpack::unpack;
+use agentsadm_sim::imagebuild::TreeBuilder;
+use agentsadm_types::image::Compression;
 
 fn raw_tar(f: impl FnOnce(&mut tar::Builder<Vec<u8>>)) -> Vec<u8> {
     let mut b = tar::Builder::new(Vec::new());
@@ -239,7 +247,8 @@ fn link_chains_are_judged_against_the_final_tree() {
 
 #[test]
 fn expansion_limits_stop_the_stream() {
-    use agentsadm::gz::unpack::{UnpackLimits, unpack_limited};
+    use agentsadm_gz::unpack::UnpackLimits;
+    use agentsadm_gz::unpack::unpack_limited;
     let mut t = TreeBuilder::new();
     t.dir("pkg").file("pkg/zeros", 0o644, &vec![0u8; 4 << 20]);
     let tar = t.finish();
@@ -345,7 +354,7 @@ fn oversized_extension_records_are_refused_unread() {
     let data = h.as_bytes().to_vec();
     let (_dir, r) = unpack_bytes(&data, &UnpackOptions::default());
     let e = r.unwrap_err();
-    let text = agentsadm::error::error_chain(&e);
+    let text = agentsadm_types::error::error_chain(&e);
     assert!(
         text.contains("1073741824 bytes, over the 65536-byte limit"),
         "{text}"

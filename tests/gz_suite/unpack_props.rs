@@ -2,8 +2,10 @@
 //! writes outside its destination; when it succeeds, no symbolic link in
 //! the result resolves outside the package.
 
-use agentsadm::gz::unpack::{UnpackOptions, unpack};
-use agentsadm::image::Compression;
+use agentsadm_gz::unpack::UnpackOptions;
+
+use agentsadm_gz::unpack::unpack;
+use agentsadm_types::image::Compression;
 use proptest::prelude::*;
 
 #[derive(Clone, Debug)]

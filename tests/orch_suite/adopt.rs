@@ -1,10 +1,13 @@
 //! Adoption planning on the example datacenter (pure): what is created,
 //! completed, skipped, and what is left alone.
 
-use agentsadm::ids::ServerUuid;
-use agentsadm::orchestrate::adopt::{NewService, plan_adoption};
-use agentsadm::orchestrate::store::instance_params;
-use agentsadm::orchestrate::testkit::{ExampleDc, image_uuid, instance_uuid};
+use agentsadm_orchestrate::adopt::NewService;
+use agentsadm_orchestrate::adopt::plan_adoption;
+use agentsadm_orchestrate::store::instance_params;
+use agentsadm_sim::testkit::ExampleDc;
+use agentsadm_sim::testkit::image_uuid;
+use agentsadm_sim::testkit::instance_uuid;
+use agentsadm_types::ids::ServerUuid;
 
 #[test]
 fn adopts_what_is_missing_and_leaves_pending_updates_alone() {

@@ -4,9 +4,19 @@
 //! UpdateInstance; CreateInstance never sends a null `service_uuid`.
 //! Simulator with `Strictness::sapi_delete_on_failed_create` on.
 
-use agentsadm::api::sapi::{CreateInstance, Update, UpdateAction, object};
-use agentsadm::orchestrate::{adopt, gather};
-use agentsadm::sim::{SeedSpec, SimConfig, SimDc, Strictness};
+use agentsadm_api::sapi::CreateInstance;
+
+use agentsadm_api::sapi::Update;
+
+use agentsadm_api::sapi::UpdateAction;
+
+use agentsadm_api::sapi::object;
+use agentsadm_orchestrate::adopt;
+use agentsadm_orchestrate::gather;
+use agentsadm_sim::SeedSpec;
+use agentsadm_sim::SimConfig;
+use agentsadm_sim::SimDc;
+use agentsadm_sim::Strictness;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn adopting_existing_instances_never_re_posts_them() {
@@ -87,7 +97,7 @@ fn create_instance_omits_an_unset_service() {
 /// report either: adoption creates both (RFD 82 M5), once.
 #[test]
 fn adoption_creates_the_gz_tools_and_sdcadm_services_a_headnode_lacks() {
-    use agentsadm::orchestrate::testkit::ExampleDc;
+    use agentsadm_sim::testkit::ExampleDc;
     let mut dc = ExampleDc::new(1);
     let hn = dc.server_named("headnode");
     dc.unmanage("gz-tools");

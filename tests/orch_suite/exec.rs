@@ -6,16 +6,33 @@
 
 use std::time::Duration;
 
-use agentsadm::orchestrate::execute::{ExecError, ExecOptions, Executor};
-use agentsadm::orchestrate::fake::FakeDc;
-use agentsadm::orchestrate::lock::{self, LockError, LockOptions, LockRecord, LockStore};
-use agentsadm::orchestrate::outlier::OutlierPolicy;
-use agentsadm::orchestrate::plan::{
-    ImageRef, Operation, Plan, PlanOptions, PlanningInput, Request, ResolvedImages, TransportMode,
-    plan,
-};
-use agentsadm::orchestrate::report::{ExecReport, RecordingReporter, ServerStatus, StepStatus};
-use agentsadm::orchestrate::testkit::{ExampleDc, request};
+use agentsadm_orchestrate::execute::ExecError;
+
+use agentsadm_orchestrate::execute::ExecOptions;
+
+use agentsadm_orchestrate::execute::Executor;
+use agentsadm_orchestrate::lock;
+use agentsadm_orchestrate::lock::LockError;
+use agentsadm_orchestrate::lock::LockOptions;
+use agentsadm_orchestrate::lock::LockRecord;
+use agentsadm_orchestrate::lock::LockStore;
+use agentsadm_orchestrate::outlier::OutlierPolicy;
+use agentsadm_orchestrate::report::ExecReport;
+use agentsadm_orchestrate::report::RecordingReporter;
+use agentsadm_orchestrate::report::ServerStatus;
+use agentsadm_orchestrate::report::StepStatus;
+use agentsadm_plan::ImageRef;
+use agentsadm_plan::Operation;
+use agentsadm_plan::Plan;
+use agentsadm_plan::PlanOptions;
+use agentsadm_plan::PlanningInput;
+use agentsadm_plan::Request;
+use agentsadm_plan::ResolvedImages;
+use agentsadm_plan::TransportMode;
+use agentsadm_plan::plan;
+use agentsadm_sim::fake::FakeDc;
+use agentsadm_sim::testkit::ExampleDc;
+use agentsadm_sim::testkit::request;
 
 fn plan_on(fake: &FakeDc, req: &Request, images: &ResolvedImages) -> Plan {
     let (intent, reality) = fake.snapshot();
@@ -59,7 +76,7 @@ fn images(fake: &FakeDc, targets: &[ImageRef]) -> ResolvedImages {
 
 #[tokio::test(start_paused = true)]
 async fn update_all_converges_and_replans_empty() {
-    let names: Vec<String> = agentsadm::catalog::Catalog::builtin()
+    let names: Vec<String> = agentsadm_types::catalog::Catalog::builtin()
         .names()
         .map(str::to_string)
         .collect();
@@ -395,23 +412,23 @@ async fn an_interrupted_run_run_again_finishes_the_job() {
 }
 
 struct FailingStore;
-impl agentsadm::orchestrate::store::IntentStore for FailingStore {
+impl agentsadm_orchestrate::store::IntentStore for FailingStore {
     fn apply<'a>(
         &'a self,
-        _: agentsadm::ids::ServerUuid,
-        _: &'a agentsadm::orchestrate::plan::IntentChange,
-        _: Option<agentsadm::ids::InstanceUuid>,
-    ) -> futures::future::BoxFuture<'a, Result<(), agentsadm::orchestrate::store::IntentWriteError>>
+        _: agentsadm_types::ids::ServerUuid,
+        _: &'a agentsadm_plan::IntentChange,
+        _: Option<agentsadm_types::ids::InstanceUuid>,
+    ) -> futures::future::BoxFuture<'a, Result<(), agentsadm_orchestrate::store::IntentWriteError>>
     {
         Box::pin(async { Ok(()) })
     }
     fn set_service_image<'a>(
         &'a self,
-        _: &'a agentsadm::orchestrate::plan::ServiceChange,
-    ) -> futures::future::BoxFuture<'a, Result<(), agentsadm::orchestrate::store::IntentWriteError>>
+        _: &'a agentsadm_plan::ServiceChange,
+    ) -> futures::future::BoxFuture<'a, Result<(), agentsadm_orchestrate::store::IntentWriteError>>
     {
         Box::pin(async {
-            Err(agentsadm::orchestrate::store::IntentWriteError::Injected {
+            Err(agentsadm_orchestrate::store::IntentWriteError::Injected {
                 message: "SAPI is down".into(),
             })
         })
@@ -516,7 +533,8 @@ async fn stale_locks_are_broken_and_a_taken_over_lock_is_not_released() {
 
 #[tokio::test(start_paused = true)]
 async fn command_line_progress_handles_every_event() {
-    use agentsadm::cli::progress::{CliProgress, ProgressMode};
+    use agentsadm_cli::progress::CliProgress;
+    use agentsadm_cli::progress::ProgressMode;
     for mode in [ProgressMode::Bars, ProgressMode::Lines, ProgressMode::Quiet] {
         let (fake, targets) = setup(6, &["vm-agent", "cn-agent"]);
         let cn2 = fake.dc().server_named("cn002");

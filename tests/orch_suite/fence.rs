@@ -6,18 +6,33 @@
 use std::cell::{Cell, RefCell};
 use std::sync::atomic::AtomicBool;
 
-use agentsadm::api::sapi::Update;
-use agentsadm::flows::check::{
-    self, CheckConfig, CheckError, CheckRequest, FixOutcome, RepairOptions,
-};
-use agentsadm::flows::repair::FixPlan;
-use agentsadm::ids::ImageUuid;
-use agentsadm::orchestrate::fence::{Fenced, fence};
-use agentsadm::orchestrate::report::{Halted, NullReporter};
-use agentsadm::orchestrate::store::instance_params;
-use agentsadm::sim::{BuildOptions, PublishTarget, SimDc};
+use agentsadm_api::sapi::Update;
+use agentsadm_flows::check;
+use agentsadm_flows::check::CheckConfig;
+use agentsadm_flows::check::CheckError;
+use agentsadm_flows::check::CheckRequest;
+use agentsadm_flows::check::FixOutcome;
+use agentsadm_flows::check::RepairOptions;
+use agentsadm_flows::repair::FixPlan;
+use agentsadm_orchestrate::fence::Fenced;
+use agentsadm_orchestrate::fence::fence;
+use agentsadm_orchestrate::report::Halted;
+use agentsadm_orchestrate::report::NullReporter;
+use agentsadm_orchestrate::store::instance_params;
+use agentsadm_sim::BuildOptions;
+use agentsadm_sim::PublishTarget;
+use agentsadm_sim::SimDc;
+use agentsadm_types::ids::ImageUuid;
 
-use crate::flows_common::{exec_options, instance_of, server, small_dc, transport};
+use crate::flows_common::exec_options;
+
+use crate::flows_common::instance_of;
+
+use crate::flows_common::server;
+
+use crate::flows_common::small_dc;
+
+use crate::flows_common::transport;
 
 async fn fix_plan(dc: &SimDc) -> Result<FixPlan, CheckError> {
     let request = CheckRequest {

@@ -2,8 +2,17 @@
 //! real cause (`11 servers are not set up`, components never adopted into
 //! SAPI) instead of a long list of skips. Pure (planner and display).
 
-use agentsadm::orchestrate::plan::{Operation, PlanOptions, PlanningInput, TransportMode, plan};
-use agentsadm::orchestrate::testkit::{ExampleDc, request};
+use agentsadm_plan::Operation;
+
+use agentsadm_plan::PlanOptions;
+
+use agentsadm_plan::PlanningInput;
+
+use agentsadm_plan::TransportMode;
+
+use agentsadm_plan::plan;
+use agentsadm_sim::testkit::ExampleDc;
+use agentsadm_sim::testkit::request;
 
 #[test]
 fn a_half_set_up_datacenter_leads_with_the_cause() {

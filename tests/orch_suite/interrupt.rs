@@ -6,13 +6,25 @@
 
 use std::time::Duration;
 
-use agentsadm::orchestrate::execute::{ExecOptions, Executor, RunGate};
-use agentsadm::orchestrate::fake::FakeDc;
-use agentsadm::orchestrate::plan::{
-    Operation, Plan, PlanOptions, PlanningInput, TransportMode, plan,
-};
-use agentsadm::orchestrate::report::{ExecEvent, ExecReport, InFlight, Reporter, ServerStatus};
-use agentsadm::orchestrate::testkit::{ExampleDc, request};
+use agentsadm_orchestrate::execute::ExecOptions;
+
+use agentsadm_orchestrate::execute::Executor;
+
+use agentsadm_orchestrate::execute::RunGate;
+use agentsadm_orchestrate::report::ExecEvent;
+use agentsadm_orchestrate::report::ExecReport;
+use agentsadm_orchestrate::report::InFlight;
+use agentsadm_orchestrate::report::Reporter;
+use agentsadm_orchestrate::report::ServerStatus;
+use agentsadm_plan::Operation;
+use agentsadm_plan::Plan;
+use agentsadm_plan::PlanOptions;
+use agentsadm_plan::PlanningInput;
+use agentsadm_plan::TransportMode;
+use agentsadm_plan::plan;
+use agentsadm_sim::fake::FakeDc;
+use agentsadm_sim::testkit::ExampleDc;
+use agentsadm_sim::testkit::request;
 use futures::future::LocalBoxFuture;
 use std::sync::Mutex;
 

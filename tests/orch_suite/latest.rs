@@ -5,7 +5,11 @@
 
 use std::process::Stdio;
 
-use agentsadm::sim::{SeedSpec, SimConfig, SimDc};
+use agentsadm_sim::SeedSpec;
+
+use agentsadm_sim::SimConfig;
+
+use agentsadm_sim::SimDc;
 
 /// `agentsadm <args>` against `dc` with `extra` environment and no
 /// `UPDATES_URL` unless `extra` sets it.

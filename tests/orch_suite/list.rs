@@ -1,9 +1,14 @@
 //! `agentsadm list`'s rows and summary on the example datacenter (pure).
 
-use agentsadm::cli::orch::{ListSummaryRow, list_rows, list_summary};
-use agentsadm::ids::ServerUuid;
-use agentsadm::orchestrate::store::instance_params;
-use agentsadm::orchestrate::testkit::{ExampleDc, instance_uuid};
+use agentsadm_cli::orch::ListSummaryRow;
+
+use agentsadm_cli::orch::list_rows;
+
+use agentsadm_cli::orch::list_summary;
+use agentsadm_orchestrate::store::instance_params;
+use agentsadm_sim::testkit::ExampleDc;
+use agentsadm_sim::testkit::instance_uuid;
+use agentsadm_types::ids::ServerUuid;
 
 #[test]
 fn list_states() {

@@ -5,12 +5,23 @@
 
 use crate::golden_common::golden;
 
-use agentsadm::ids::ServerUuid;
-use agentsadm::orchestrate::plan::{
-    Action, IntentChange, Operation, Plan, PlanError, PlanOptions, PlanningInput, Request,
-    ResolvedImages, SkipReason, TransportKind, TransportMode, plan,
-};
-use agentsadm::orchestrate::testkit::{ExampleDc, instance_uuid, request};
+use agentsadm_plan::Action;
+use agentsadm_plan::IntentChange;
+use agentsadm_plan::Operation;
+use agentsadm_plan::Plan;
+use agentsadm_plan::PlanError;
+use agentsadm_plan::PlanOptions;
+use agentsadm_plan::PlanningInput;
+use agentsadm_plan::Request;
+use agentsadm_plan::ResolvedImages;
+use agentsadm_plan::SkipReason;
+use agentsadm_plan::TransportKind;
+use agentsadm_plan::TransportMode;
+use agentsadm_plan::plan;
+use agentsadm_sim::testkit::ExampleDc;
+use agentsadm_sim::testkit::instance_uuid;
+use agentsadm_sim::testkit::request;
+use agentsadm_types::ids::ServerUuid;
 
 fn plan_with(
     dc: &ExampleDc,
@@ -268,7 +279,7 @@ fn update_without_image_converges_to_intent() {
     dc.set_service_default("vm-agent", Some(new.uuid));
     dc.sapi_merge_params(
         instance_uuid(cn1, "vm-agent"),
-        agentsadm::orchestrate::store::instance_params(cn1, new.uuid),
+        agentsadm_orchestrate::store::instance_params(cn1, new.uuid),
     );
     let p = plan_ok(
         &dc,
@@ -528,11 +539,11 @@ fn latest_never_downgrades() {
         &images,
     );
     assert!(p.servers.contains_key(&cn1));
-    assert!(agentsadm::orchestrate::plan::is_newer(
+    assert!(agentsadm_plan::is_newer(
         "1.2.0-master-20260301T000000Z-g96cbc65",
         "1.2.0-master-20260201T000000Z-gfae7adc"
     ));
-    assert!(!agentsadm::orchestrate::plan::is_newer("garbage", "1.0.0"));
+    assert!(!agentsadm_plan::is_newer("garbage", "1.0.0"));
 }
 
 #[test]
@@ -584,7 +595,7 @@ fn the_plan_says_which_gate_applies() {
         ),
         "{text}"
     );
-    let flags = agentsadm::orchestrate::transport::HealthFlags {
+    let flags = agentsadm_plan::HealthFlags {
         min_healthy: std::time::Duration::ZERO,
         timeout: std::time::Duration::from_secs(120),
     };

@@ -6,15 +6,30 @@ use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
-use agentsadm::orchestrate::execute::{
-    ExecOptions, Executor, FailureBudget, RunGate, default_canary, pick_canaries,
-};
-use agentsadm::orchestrate::fake::FakeDc;
-use agentsadm::orchestrate::plan::{
-    Operation, Plan, PlanOptions, PlanningInput, Request, TransportMode, plan,
-};
-use agentsadm::orchestrate::report::{ExecReport, Halted, RecordingReporter};
-use agentsadm::orchestrate::testkit::{ExampleDc, request};
+use agentsadm_orchestrate::execute::ExecOptions;
+
+use agentsadm_orchestrate::execute::Executor;
+
+use agentsadm_orchestrate::execute::FailureBudget;
+
+use agentsadm_orchestrate::execute::RunGate;
+
+use agentsadm_orchestrate::execute::default_canary;
+
+use agentsadm_orchestrate::execute::pick_canaries;
+use agentsadm_orchestrate::report::ExecReport;
+use agentsadm_orchestrate::report::Halted;
+use agentsadm_orchestrate::report::RecordingReporter;
+use agentsadm_plan::Operation;
+use agentsadm_plan::Plan;
+use agentsadm_plan::PlanOptions;
+use agentsadm_plan::PlanningInput;
+use agentsadm_plan::Request;
+use agentsadm_plan::TransportMode;
+use agentsadm_plan::plan;
+use agentsadm_sim::fake::FakeDc;
+use agentsadm_sim::testkit::ExampleDc;
+use agentsadm_sim::testkit::request;
 
 /// `n` CNs with vm-agent 2.0.0 published, and the update plan for all.
 fn setup(n: usize, racks: impl Fn(usize) -> Option<String>) -> (FakeDc, Request, Plan) {
@@ -34,11 +49,7 @@ fn setup(n: usize, racks: impl Fn(usize) -> Option<String>) -> (FakeDc, Request,
     (fake, req, p)
 }
 
-fn plan_on(
-    fake: &FakeDc,
-    req: &Request,
-    images: &agentsadm::orchestrate::plan::ResolvedImages,
-) -> Plan {
+fn plan_on(fake: &FakeDc, req: &Request, images: &agentsadm_plan::ResolvedImages) -> Plan {
     let (intent, reality) = fake.snapshot();
     let catalog = fake.dc().catalog.clone();
     plan(&PlanningInput {

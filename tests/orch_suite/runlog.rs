@@ -8,7 +8,11 @@ use std::path::Path;
 use std::process::Stdio;
 use std::time::Duration;
 
-use agentsadm::sim::{SeedSpec, SimConfig, SimDc};
+use agentsadm_sim::SeedSpec;
+
+use agentsadm_sim::SimConfig;
+
+use agentsadm_sim::SimDc;
 
 #[path = "../common/tools.rs"]
 mod tools;
@@ -81,7 +85,7 @@ async fn every_run_writes_a_bunyan_log() {
     assert!(err.contains(&format!("log: {}", path.display())), "{err}");
 
     let recs = records(path);
-    let host = agentsadm::log::hostname();
+    let host = agentsadm_types::log::hostname();
     for r in &recs {
         assert_eq!(r["v"], 0);
         assert_eq!(r["name"], "agentsadm");

@@ -8,16 +8,29 @@ use std::collections::BTreeMap;
 use std::process::Stdio;
 use std::time::Duration;
 
-use agentsadm::api::{ApiConfig, Apis};
-use agentsadm::orchestrate::execute::ExecOptions;
-use agentsadm::orchestrate::images::ImageChoice;
-use agentsadm::orchestrate::lock::{self, LockOptions, SapiLockStore};
-use agentsadm::orchestrate::plan::{Action, Operation, Request, TransportKind, TransportMode};
-use agentsadm::orchestrate::report::{ExecReport, NullReporter, ServerStatus};
-use agentsadm::orchestrate::session::{Planned, Session};
-use agentsadm::orchestrate::testkit::request;
-use agentsadm::orchestrate::transport::CnapiTransportConfig;
-use agentsadm::sim::{SeedSpec, SimConfig, SimDc};
+use agentsadm_api::ApiConfig;
+
+use agentsadm_api::Apis;
+use agentsadm_orchestrate::execute::ExecOptions;
+use agentsadm_orchestrate::images::ImageChoice;
+use agentsadm_orchestrate::lock;
+use agentsadm_orchestrate::lock::LockOptions;
+use agentsadm_orchestrate::lock::SapiLockStore;
+use agentsadm_orchestrate::report::ExecReport;
+use agentsadm_orchestrate::report::NullReporter;
+use agentsadm_orchestrate::report::ServerStatus;
+use agentsadm_orchestrate::session::Planned;
+use agentsadm_orchestrate::session::Session;
+use agentsadm_orchestrate::transport::CnapiTransportConfig;
+use agentsadm_plan::Action;
+use agentsadm_plan::Operation;
+use agentsadm_plan::Request;
+use agentsadm_plan::TransportKind;
+use agentsadm_plan::TransportMode;
+use agentsadm_sim::SeedSpec;
+use agentsadm_sim::SimConfig;
+use agentsadm_sim::SimDc;
+use agentsadm_sim::testkit::request;
 
 async fn sim(cns: usize) -> SimDc {
     SimDc::start(
@@ -68,7 +81,7 @@ async fn plan_intent(session: &Session<'_>, req: &Request) -> Planned {
 }
 
 /// Execute `plan` with the fast settings above and no progress output.
-async fn run(session: &Session<'_>, plan: &agentsadm::orchestrate::plan::Plan) -> ExecReport {
+async fn run(session: &Session<'_>, plan: &agentsadm_plan::Plan) -> ExecReport {
     session
         .execute(
             plan,
@@ -413,8 +426,11 @@ async fn command_line_exit_statuses() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn adopt_recreates_services_and_instances_then_has_nothing_left() {
-    use agentsadm::api::sapi::{Update, UpdateAction, object};
-    use agentsadm::orchestrate::{adopt, gather};
+    use agentsadm_api::sapi::Update;
+    use agentsadm_api::sapi::UpdateAction;
+    use agentsadm_api::sapi::object;
+    use agentsadm_orchestrate::adopt;
+    use agentsadm_orchestrate::gather;
     let dc = sim_with_params(3).await;
     let apis = dc.apis();
     let catalog = dc.catalog().clone();
@@ -540,7 +556,7 @@ async fn a_failed_cn_agent_self_update_is_reported_after_the_grace_period() {
 async fn two_orchestrators_started_together_one_runs_the_other_exits_1() {
     let dc = sim(2).await;
     dc.faults()
-        .set_install_latency(agentsadm::sim::LatencySpec::fixed(3000));
+        .set_install_latency(agentsadm_sim::LatencySpec::fixed(3000));
     let a = cli(&dc, &["update", "vm-agent", "--latest", "-y"]);
     let b = cli(&dc, &["update", "cmon-agent", "--latest", "-y"]);
     let ((ca, oa, ea), (cb, ob, eb)) = tokio::join!(a, b);
@@ -627,8 +643,10 @@ async fn an_unhealthy_build_is_reverted_on_the_server_and_in_sapi() {
 /// flight; the canaries come from different racks; the run converges.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn seeded_racks_are_never_over_their_limit() {
-    use agentsadm::orchestrate::report::RecordingReporter;
-    use agentsadm::sim::faults::{Distribution, FaultConfig, LatencySpec};
+    use agentsadm_orchestrate::report::RecordingReporter;
+    use agentsadm_sim::faults::Distribution;
+    use agentsadm_sim::faults::FaultConfig;
+    use agentsadm_sim::faults::LatencySpec;
     let faults = FaultConfig {
         install_latency: LatencySpec {
             base_ms: 5,
@@ -640,7 +658,7 @@ async fn seeded_racks_are_never_over_their_limit() {
     let dc = SimDc::start(
         SimConfig::default()
             .servers(90)
-            .gz_layout(agentsadm::sim::GzLayout::Mockcloud)
+            .gz_layout(agentsadm_sim::GzLayout::Mockcloud)
             .faults(faults)
             .populate(SeedSpec::with_newer()),
     )
@@ -724,11 +742,12 @@ async fn seeded_racks_are_never_over_their_limit() {
 /// (a health check would wait for Ur's timeout), and the run converges.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mockcloud_servers_get_what_install_agent_can_carry_and_say_what_not() {
-    use agentsadm::orchestrate::plan::{Gate, SkipReason};
+    use agentsadm_plan::Gate;
+    use agentsadm_plan::SkipReason;
     let dc = SimDc::start(
         SimConfig::default()
             .servers(2)
-            .gz_layout(agentsadm::sim::GzLayout::Mockcloud)
+            .gz_layout(agentsadm_sim::GzLayout::Mockcloud)
             .populate(SeedSpec::with_newer()),
     )
     .await
@@ -812,15 +831,16 @@ async fn mockcloud_servers_get_what_install_agent_can_carry_and_say_what_not() {
 /// flows_suite `server::delete_removes_every_instance_of_the_server_only`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn instances_without_params_are_their_servers_own() {
-    use agentsadm::orchestrate::intent::InstanceLink;
-    use agentsadm::orchestrate::{adopt, gather};
+    use agentsadm_orchestrate::adopt;
+    use agentsadm_orchestrate::gather;
+    use agentsadm_plan::intent::InstanceLink;
     let dc = sim(2).await;
     let apis = dc.apis();
     let catalog = dc.catalog().clone();
     let (intent, _) = gather::gather(&apis, &catalog).await.unwrap();
     assert!(intent.unlinked.is_empty() && intent.duplicates.is_empty());
     let servers: Vec<_> = dc.servers().iter().map(|s| s.uuid).collect();
-    let bare = |intent: &agentsadm::orchestrate::intent::Intent, c: &str| {
+    let bare = |intent: &agentsadm_plan::intent::Intent, c: &str| {
         servers
             .iter()
             .map(|s| intent.instance(s, c).unwrap().clone())

@@ -3,7 +3,11 @@
 
 use std::process::Stdio;
 
-use agentsadm::sim::{SeedSpec, SimConfig, SimDc};
+use agentsadm_sim::SeedSpec;
+
+use agentsadm_sim::SimConfig;
+
+use agentsadm_sim::SimDc;
 
 async fn cli(dc: &SimDc, args: &[&str]) -> (i32, String, String) {
     let urls = dc.urls();

@@ -9,9 +9,23 @@
 
 use futures::StreamExt;
 
-use crate::gz_common::{TestServer, image, ok, snapshot, write_image};
-use crate::rel::{Run, agentsadm, assert_same_state, dc_env, dc_state};
-use agentsadm::sim::{SeedSpec, SimConfig, SimDc};
+use crate::gz_common::TestServer;
+
+use crate::gz_common::image;
+
+use crate::gz_common::ok;
+
+use crate::gz_common::snapshot;
+
+use crate::gz_common::write_image;
+use crate::rel::Run;
+use crate::rel::agentsadm;
+use crate::rel::assert_same_state;
+use crate::rel::dc_env;
+use crate::rel::dc_state;
+use agentsadm_sim::SeedSpec;
+use agentsadm_sim::SimConfig;
+use agentsadm_sim::SimDc;
 
 /// A loopback port nothing listens on (connection refused at once).
 const DEAD_URL: &str = "http://127.0.0.1:1";

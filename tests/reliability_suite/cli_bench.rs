@@ -2,7 +2,9 @@
 //! `bench all` prints one table of all of them (or, with `--json`, one
 //! object), at sizes small enough for the test suite.
 
-use crate::rel::{Run, agentsadm};
+use crate::rel::Run;
+
+use crate::rel::agentsadm;
 use serde_json::Value;
 
 /// The whole of stdout as one JSON object (trailing text fails).

@@ -26,10 +26,21 @@ use std::path::Path;
 use std::process::Stdio;
 use std::time::Duration;
 
-use crate::gz_common::{TestServer, assert_same, ok, snapshot, spec};
-use agentsadm::gz::session::{GzSession, GzSettings};
-use agentsadm::imagebuild::{self, BuiltImage, Hooks};
-use agentsadm::sim::standin::ImgapiStandIn;
+use crate::gz_common::TestServer;
+
+use crate::gz_common::assert_same;
+
+use crate::gz_common::ok;
+
+use crate::gz_common::snapshot;
+
+use crate::gz_common::spec;
+use agentsadm_gz::session::GzSession;
+use agentsadm_gz::session::GzSettings;
+use agentsadm_sim::imagebuild;
+use agentsadm_sim::imagebuild::BuiltImage;
+use agentsadm_sim::imagebuild::Hooks;
+use agentsadm_sim::standin::ImgapiStandIn;
 use tokio::io::{AsyncBufReadExt, BufReader};
 
 const FMRI: &str = "svc:/smartdc/agent/vm-agent:default";
@@ -427,7 +438,7 @@ async fn sigkill_during_removal_keeps_the_component() {
         let r = ok(&srv.gz_offline(&["remove", "vm-agent"]).await);
         assert_eq!(
             r.components[0].action,
-            agentsadm::remote::ComponentAction::Removed
+            agentsadm_api::remote::ComponentAction::Removed
         );
         assert_clean(&srv, point.name);
     }

@@ -21,17 +21,32 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use agentsadm::ids::{ImageUuid, InstanceUuid, ServerUuid};
-use agentsadm::orchestrate::execute::ExecOptions;
-use agentsadm::orchestrate::images::ImageChoice;
-use agentsadm::orchestrate::plan::{
-    ComponentSelection, Operation, Plan, Request, ServerSelection, Step, TransportKind,
-    TransportMode,
-};
-use agentsadm::orchestrate::report::{ExecReport, NullReporter, ServerStatus, StepStatus};
-use agentsadm::orchestrate::session::Session;
-use agentsadm::orchestrate::transport::CnapiTransportConfig;
-use agentsadm::sim::{LatencySpec, SeedSpec, SimApi, SimConfig, SimDc};
+use agentsadm_types::ids::ImageUuid;
+
+use agentsadm_types::ids::InstanceUuid;
+
+use agentsadm_orchestrate::execute::ExecOptions;
+use agentsadm_orchestrate::images::ImageChoice;
+use agentsadm_orchestrate::report::ExecReport;
+use agentsadm_orchestrate::report::NullReporter;
+use agentsadm_orchestrate::report::ServerStatus;
+use agentsadm_orchestrate::report::StepStatus;
+use agentsadm_orchestrate::session::Session;
+use agentsadm_orchestrate::transport::CnapiTransportConfig;
+use agentsadm_plan::ComponentSelection;
+use agentsadm_plan::Operation;
+use agentsadm_plan::Plan;
+use agentsadm_plan::Request;
+use agentsadm_plan::ServerSelection;
+use agentsadm_plan::Step;
+use agentsadm_plan::TransportKind;
+use agentsadm_plan::TransportMode;
+use agentsadm_sim::LatencySpec;
+use agentsadm_sim::SeedSpec;
+use agentsadm_sim::SimApi;
+use agentsadm_sim::SimConfig;
+use agentsadm_sim::SimDc;
+use agentsadm_types::ids::ServerUuid;
 
 /// Servers in the datacenter, the headnode included.
 const SERVERS: usize = 500;
@@ -425,11 +440,11 @@ async fn rollout_of_500_servers_with_faults_converges_on_the_second_run() {
 
 /// Records when each step starts and ends, around the fake transport.
 struct Recording<'a> {
-    inner: &'a agentsadm::orchestrate::fake::FakeDc,
+    inner: &'a agentsadm_sim::fake::FakeDc,
     events: std::sync::Mutex<Vec<(ServerUuid, TransportKind, bool)>>,
 }
 
-impl agentsadm::orchestrate::transport::Transport for Recording<'_> {
+impl agentsadm_orchestrate::transport::Transport for Recording<'_> {
     fn run<'a>(
         &'a self,
         server: ServerUuid,
@@ -437,8 +452,8 @@ impl agentsadm::orchestrate::transport::Transport for Recording<'_> {
     ) -> futures::future::BoxFuture<
         'a,
         Result<
-            agentsadm::orchestrate::transport::StepDone,
-            agentsadm::orchestrate::transport::StepFailure,
+            agentsadm_orchestrate::transport::StepDone,
+            agentsadm_orchestrate::transport::StepFailure,
         >,
     > {
         Box::pin(async move {
@@ -462,10 +477,12 @@ impl agentsadm::orchestrate::transport::Transport for Recording<'_> {
 /// undo cn-agent's. The 500-server run above caught the lost update.
 #[tokio::test(start_paused = true)]
 async fn execute_steps_start_after_the_servers_cn_agent_tasks() {
-    use agentsadm::orchestrate::execute::Executor;
-    use agentsadm::orchestrate::fake::FakeDc;
-    use agentsadm::orchestrate::plan::{PlanOptions, PlanningInput, plan};
-    use agentsadm::orchestrate::testkit::ExampleDc;
+    use agentsadm_orchestrate::execute::Executor;
+    use agentsadm_plan::PlanOptions;
+    use agentsadm_plan::PlanningInput;
+    use agentsadm_plan::plan;
+    use agentsadm_sim::fake::FakeDc;
+    use agentsadm_sim::testkit::ExampleDc;
 
     let mut dc = ExampleDc::new(3);
     let names = ["gz-tools", "net-agent", "vm-agent"];

@@ -13,10 +13,12 @@
 
 use std::io::Write;
 
-use agentsadm::catalog::Catalog;
-use agentsadm::gz::unpack::{UnpackOptions, unpack};
-use agentsadm::image::Compression;
-use agentsadm::imagebuild::{self, ImageSpec};
+use agentsadm_gz::unpack::UnpackOptions;
+use agentsadm_gz::unpack::unpack;
+use agentsadm_sim::imagebuild;
+use agentsadm_sim::imagebuild::ImageSpec;
+use agentsadm_types::catalog::Catalog;
+use agentsadm_types::image::Compression;
 use proptest::prelude::*;
 
 #[derive(Clone, Debug)]
@@ -255,7 +257,7 @@ fn shar_samples() -> [Vec<u8>; 2] {
     .unwrap();
     let hostile = format!(
         "#!/bin/sh\n{}exit 0\n",
-        agentsadm::imagebuild::shar::write(&[
+        agentsadm_sim::imagebuild::shar::write(&[
             ("dockerlogger/ok", 0o755, b"ok\n"),
             ("dockerlogger/../../up", 0o644, b"\x00\x01binary"),
             ("/abs/path", 0o644, b"x\n"),

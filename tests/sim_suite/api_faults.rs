@@ -8,10 +8,21 @@ use crate::sim_common;
 
 use std::time::{Duration, Instant};
 
-use agentsadm::api::cnapi::{CnapiClient, ServerListFilter, TaskStatus};
-use agentsadm::api::sapi::SapiClient;
-use agentsadm::api::{Api, ApiConfig, ApiError, Apis};
-use agentsadm::sim::{LatencySpec, SimApi, SimConfig, SimDc, sim_api_config};
+use agentsadm_api::cnapi::CnapiClient;
+
+use agentsadm_api::cnapi::ServerListFilter;
+
+use agentsadm_api::Api;
+use agentsadm_api::ApiConfig;
+use agentsadm_api::ApiError;
+use agentsadm_api::Apis;
+use agentsadm_api::cnapi::TaskStatus;
+use agentsadm_api::sapi::SapiClient;
+use agentsadm_sim::LatencySpec;
+use agentsadm_sim::SimApi;
+use agentsadm_sim::SimConfig;
+use agentsadm_sim::SimDc;
+use agentsadm_sim::sim_api_config;
 use sim_common::small_dc;
 
 fn quick(retries: u32, timeout: Duration) -> ApiConfig {
@@ -261,7 +272,7 @@ async fn scenario_faults_resolve_hostnames_and_reject_unknown_ones() {
     config.faults.failing_installs.servers = vec!["cn0001".into()];
     config.faults.api_bursts.insert(
         "sapi".into(),
-        agentsadm::sim::BurstSpec {
+        agentsadm_sim::BurstSpec {
             count: 1,
             status: 503,
         },

@@ -9,13 +9,21 @@ use std::collections::BTreeSet;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use agentsadm::api::cnapi::TaskStatus;
-use agentsadm::ids::{ImageUuid, InstanceUuid, ServerUuid};
-use agentsadm::imagebuild::Hooks;
-use agentsadm::remote::{ComponentAction, GzResult, gz_execute_request};
-use agentsadm::sim::{
-    BuildOptions, ExecuteTransport, GzLayout, PublishTarget, SimConfig, SimDc, SimServer,
-};
+use agentsadm_api::cnapi::TaskStatus;
+use agentsadm_api::remote::ComponentAction;
+use agentsadm_api::remote::GzResult;
+use agentsadm_api::remote::gz_execute_request;
+use agentsadm_sim::BuildOptions;
+use agentsadm_sim::ExecuteTransport;
+use agentsadm_sim::GzLayout;
+use agentsadm_sim::PublishTarget;
+use agentsadm_sim::SimConfig;
+use agentsadm_sim::SimDc;
+use agentsadm_sim::SimServer;
+use agentsadm_sim::imagebuild::Hooks;
+use agentsadm_types::ids::ImageUuid;
+use agentsadm_types::ids::InstanceUuid;
+use agentsadm_types::ids::ServerUuid;
 
 /// `agentsadm gz <args> --json` on a server through CNAPI execute.
 async fn gz(dc: &SimDc, server: &SimServer, args: &[&str]) -> GzResult {
@@ -174,7 +182,7 @@ async fn seeded_mockcloud_servers_are_what_the_installer_leaves() {
         SimConfig::default()
             .servers(1)
             .gz_layout(GzLayout::Mockcloud)
-            .strictness(agentsadm::sim::Strictness {
+            .strictness(agentsadm_sim::Strictness {
                 mockcloud_refuses_execute: false,
                 ..Default::default()
             }),
@@ -395,15 +403,17 @@ async fn a_state_directory_keeps_its_layout_and_seeds_servers_later() {
 /// server.agents; the datacenter converges and each GZ agrees with CNAPI.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn orchestrated_update_through_execute_converges() {
-    use agentsadm::orchestrate::execute::ExecOptions;
-    use agentsadm::orchestrate::images::ImageChoice;
-    use agentsadm::orchestrate::plan::{
-        ComponentSelection, Operation, Request, ServerSelection, TransportMode,
-    };
-    use agentsadm::orchestrate::report::NullReporter;
-    use agentsadm::orchestrate::session::Session;
-    use agentsadm::orchestrate::transport::CnapiTransportConfig;
-    use agentsadm::sim::SeedSpec;
+    use agentsadm_orchestrate::execute::ExecOptions;
+    use agentsadm_orchestrate::images::ImageChoice;
+    use agentsadm_orchestrate::report::NullReporter;
+    use agentsadm_orchestrate::session::Session;
+    use agentsadm_orchestrate::transport::CnapiTransportConfig;
+    use agentsadm_plan::ComponentSelection;
+    use agentsadm_plan::Operation;
+    use agentsadm_plan::Request;
+    use agentsadm_plan::ServerSelection;
+    use agentsadm_plan::TransportMode;
+    use agentsadm_sim::SeedSpec;
 
     let dc = SimDc::start(
         SimConfig::default()

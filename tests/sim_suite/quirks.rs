@@ -7,18 +7,35 @@ use crate::sim_common;
 
 use std::time::Duration;
 
-use agentsadm::api::ApiError;
-use agentsadm::api::cnapi::{ExecuteRequest, ServerListFilter, TaskStatus};
-use agentsadm::api::imgapi::{ImgapiClient, ListImagesFilter};
-use agentsadm::api::sapi::{CreateInstance, ServiceType, Update, UpdateAction, object};
-use agentsadm::ids::{ImageUuid, InstanceUuid, ServiceUuid};
-use agentsadm::image::{Compression, ImageState};
-use agentsadm::imagebuild::build;
-use agentsadm::remote::{AgentsReport, GzResult, gz_execute_request};
-use agentsadm::sim::{
-    BuildOptions, ExecuteTransport, PublishTarget, SeedSpec, SimConfig, SimDc, image_spec,
-    publish_via_client, sim_api_config,
-};
+use agentsadm_api::ApiError;
+use agentsadm_api::cnapi::ExecuteRequest;
+use agentsadm_api::cnapi::ServerListFilter;
+use agentsadm_api::cnapi::TaskStatus;
+use agentsadm_api::imgapi::ImgapiClient;
+use agentsadm_api::imgapi::ListImagesFilter;
+use agentsadm_api::remote::AgentsReport;
+use agentsadm_api::remote::GzResult;
+use agentsadm_api::remote::gz_execute_request;
+use agentsadm_api::sapi::CreateInstance;
+use agentsadm_api::sapi::ServiceType;
+use agentsadm_api::sapi::Update;
+use agentsadm_api::sapi::UpdateAction;
+use agentsadm_api::sapi::object;
+use agentsadm_sim::BuildOptions;
+use agentsadm_sim::ExecuteTransport;
+use agentsadm_sim::PublishTarget;
+use agentsadm_sim::SeedSpec;
+use agentsadm_sim::SimConfig;
+use agentsadm_sim::SimDc;
+use agentsadm_sim::image_spec;
+use agentsadm_sim::imagebuild::build;
+use agentsadm_sim::publish_via_client;
+use agentsadm_sim::sim_api_config;
+use agentsadm_types::ids::ImageUuid;
+use agentsadm_types::ids::InstanceUuid;
+use agentsadm_types::ids::ServiceUuid;
+use agentsadm_types::image::Compression;
+use agentsadm_types::image::ImageState;
 use reqwest::Method;
 use serde_json::json;
 use sim_common::{get, get_v2, raw, small_dc};
@@ -69,7 +86,7 @@ async fn imgapi_default_all_and_unknown_channels() {
     .await
     .unwrap();
     let updates = dc.updates_client();
-    let names = |imgs: &[agentsadm::image::ImageManifest]| {
+    let names = |imgs: &[agentsadm_types::image::ImageManifest]| {
         imgs.iter().filter(|i| i.name == "cn-agent").count()
     };
     // Default channel (dev) has both versions, release only the first.
@@ -923,7 +940,7 @@ async fn cnapi_install_agent_task_lifecycle_and_failure_history() {
         .publish_component("net-agent", &BuildOptions::new("1.1.0"), PublishTarget::Dc)
         .unwrap();
     dc.faults()
-        .set_install_latency(agentsadm::sim::LatencySpec::fixed(300));
+        .set_install_latency(agentsadm_sim::LatencySpec::fixed(300));
     let id = cnapi.install_agent(cn.uuid, img.uuid).await.unwrap();
     let t = cnapi.get_task(id).await.unwrap();
     assert_eq!(t.status, TaskStatus::Active);
@@ -977,7 +994,7 @@ async fn cnapi_install_agent_task_lifecycle_and_failure_history() {
         "{t:?}"
     );
     let err = cnapi
-        .get_task(agentsadm::ids::TaskId::from_u128(1))
+        .get_task(agentsadm_types::ids::TaskId::from_u128(1))
         .await
         .unwrap_err();
     let ApiError::Status { body, .. } = &err else {

@@ -8,12 +8,20 @@ use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use agentsadm::api::cnapi::{ServerListFilter, TaskStatus};
-use agentsadm::api::sapi::{Update, object};
-use agentsadm::sim::{
-    BuildOptions, GzLayout, LatencySpec, MemoryUsage, PublishTarget, SeedSpec, SimConfig, SimDc,
-    sim_api_config,
-};
+use agentsadm_api::cnapi::ServerListFilter;
+
+use agentsadm_api::cnapi::TaskStatus;
+use agentsadm_api::sapi::Update;
+use agentsadm_api::sapi::object;
+use agentsadm_sim::BuildOptions;
+use agentsadm_sim::GzLayout;
+use agentsadm_sim::LatencySpec;
+use agentsadm_sim::MemoryUsage;
+use agentsadm_sim::PublishTarget;
+use agentsadm_sim::SeedSpec;
+use agentsadm_sim::SimConfig;
+use agentsadm_sim::SimDc;
+use agentsadm_sim::sim_api_config;
 use futures::StreamExt;
 use serde_json::json;
 
@@ -138,7 +146,7 @@ async fn sim_serve_prints_urls_and_keeps_state_with_publish() {
     for k in ["imgapi", "sapi", "cnapi", "updates"] {
         assert!(urls[k].as_str().unwrap().starts_with("http://127.0.0.1:"));
     }
-    let apis = agentsadm::api::Apis::new(
+    let apis = agentsadm_api::Apis::new(
         urls["imgapi"].as_str().unwrap(),
         urls["sapi"].as_str().unwrap(),
         urls["cnapi"].as_str().unwrap(),
@@ -154,7 +162,7 @@ async fn sim_serve_prints_urls_and_keeps_state_with_publish() {
     // sim serve populates with a newer version in the DC and on updates.
     let vm = apis
         .imgapi
-        .list_images(&agentsadm::api::imgapi::ListImagesFilter {
+        .list_images(&agentsadm_api::imgapi::ListImagesFilter {
             name: Some("vm-agent".into()),
             ..Default::default()
         })
@@ -201,16 +209,16 @@ async fn sim_serve_prints_urls_and_keeps_state_with_publish() {
     let (child, urls2) = serve(&["--state", state]);
     assert_eq!(urls2["servers"], 4, "the state wins over the default size");
     let cnapi =
-        agentsadm::api::cnapi::CnapiClient::new(urls2["cnapi"].as_str().unwrap(), sim_api_config())
+        agentsadm_api::cnapi::CnapiClient::new(urls2["cnapi"].as_str().unwrap(), sim_api_config())
             .unwrap();
     let again = cnapi
         .list_servers(&ServerListFilter::default())
         .await
         .unwrap();
     let uuids =
-        |s: &[agentsadm::api::cnapi::Server]| -> Vec<_> { s.iter().map(|x| x.uuid).collect() };
+        |s: &[agentsadm_api::cnapi::Server]| -> Vec<_> { s.iter().map(|x| x.uuid).collect() };
     assert_eq!(uuids(&again), uuids(&servers));
-    let updates = agentsadm::api::imgapi::ImgapiClient::new(
+    let updates = agentsadm_api::imgapi::ImgapiClient::new(
         &format!("{}?channel=release", urls2["updates"].as_str().unwrap()),
         sim_api_config(),
     )
@@ -356,7 +364,7 @@ async fn measure_install_cpu_in(layout: GzLayout, n: usize) {
         .unwrap();
     let apis = dc.apis();
     let targets = dc.compute_nodes();
-    let run = |image: agentsadm::ids::ImageUuid| {
+    let run = |image: agentsadm_types::ids::ImageUuid| {
         let apis = apis.clone();
         let targets = targets.clone();
         async move {
@@ -466,7 +474,7 @@ async fn measure_rooted_prepare() {
     let cpu = cpu_time();
     let wall = Instant::now();
     for s in &sample {
-        let req = agentsadm::remote::gz_execute_request(
+        let req = agentsadm_api::remote::gz_execute_request(
             &[
                 "gz".into(),
                 "setup".into(),

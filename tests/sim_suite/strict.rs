@@ -11,16 +11,30 @@ use crate::sim_common;
 
 use std::time::{Duration, Instant};
 
-use agentsadm::api::ApiError;
-use agentsadm::api::cnapi::{ExecuteRequest, TaskStatus};
-use agentsadm::api::sapi::{CreateInstance, Instance, Update, object};
-use agentsadm::ids::{ImageUuid, InstanceUuid, ServiceUuid};
-use agentsadm::imagebuild::build;
-use agentsadm::remote::{ComponentAction, GzResult, gz_execute_request};
-use agentsadm::sim::{
-    BuildOptions, ExecuteTransport, GzLayout, PublishTarget, SeedSpec, SimConfig, SimDc,
-    Strictness, image_spec, publish_via_client,
-};
+use agentsadm_api::ApiError;
+use agentsadm_api::cnapi::ExecuteRequest;
+use agentsadm_api::cnapi::TaskStatus;
+use agentsadm_api::remote::ComponentAction;
+use agentsadm_api::remote::GzResult;
+use agentsadm_api::remote::gz_execute_request;
+use agentsadm_api::sapi::CreateInstance;
+use agentsadm_api::sapi::Instance;
+use agentsadm_api::sapi::Update;
+use agentsadm_api::sapi::object;
+use agentsadm_sim::BuildOptions;
+use agentsadm_sim::ExecuteTransport;
+use agentsadm_sim::GzLayout;
+use agentsadm_sim::PublishTarget;
+use agentsadm_sim::SeedSpec;
+use agentsadm_sim::SimConfig;
+use agentsadm_sim::SimDc;
+use agentsadm_sim::Strictness;
+use agentsadm_sim::image_spec;
+use agentsadm_sim::imagebuild::build;
+use agentsadm_sim::publish_via_client;
+use agentsadm_types::ids::ImageUuid;
+use agentsadm_types::ids::InstanceUuid;
+use agentsadm_types::ids::ServiceUuid;
 use reqwest::Method;
 use serde_json::{Value, json};
 use sim_common::{Raw, raw, small_dc};
@@ -674,7 +688,7 @@ async fn imgapi_get_image_answers_if_none_match_with_304() {
 /// `agentsadm gz <args> --json` through execute with `env`, raw answer.
 async fn execute_raw(
     dc: &SimDc,
-    server: agentsadm::ids::ServerUuid,
+    server: agentsadm_types::ids::ServerUuid,
     args: &[&str],
     env: &[(&str, &str)],
     timeout: Option<u64>,

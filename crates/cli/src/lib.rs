@@ -1,0 +1,489 @@
+//! The command line: global options, the subcommand table, and the one place
+//! errors become a line on stderr and an exit status.
+//!
+//! Exit status (design.md): 0 converged / success, 1 nothing was done (bad
+//! input, API down, lock held), 2 finished with failed or skipped servers.
+//! Each subcommand module owns its own clap arguments and `run` function.
+
+mod execution;
+pub mod flows;
+pub mod gz;
+pub mod orch;
+pub mod progress;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use anyhow::Context;
+use clap::{Args, Parser, Subcommand};
+
+use agentsadm_api::ApiConfig;
+
+use agentsadm_api::Apis;
+use agentsadm_orchestrate::report::ExecEvent;
+use agentsadm_orchestrate::report::LogReporter;
+use agentsadm_orchestrate::report::Reporter;
+use agentsadm_platform::read_sdc_config;
+use agentsadm_types::catalog::Catalog;
+use agentsadm_types::output::Output;
+
+/// What every subcommand returns: an exit status, or an error that becomes
+/// one line on stderr and exit status 1.
+pub type CmdResult = anyhow::Result<ExitCode>;
+
+/// Exit status when a run finished but some servers failed or were skipped.
+pub const EXIT_PARTIAL: u8 = 2;
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "agentsadm",
+    version,
+    about = "Install, upgrade and track Triton global-zone agents, one component at a time"
+)]
+pub struct Cli<X: Extension = NoExtension> {
+    #[command(flatten)]
+    pub global: GlobalOpts,
+    #[command(subcommand)]
+    pub command: TopCommand<X>,
+}
+
+/// The product's subcommands, then those the binary adds.
+#[derive(Subcommand, Debug)]
+pub enum TopCommand<X: Extension> {
+    #[command(flatten)]
+    Product(Command),
+    #[command(flatten)]
+    Extra(X),
+}
+
+/// Subcommands a binary adds beside the product's: the developer's build
+/// adds `sim`, `demo` and `bench` (crate `agentsadm-dev`); the server's
+/// build adds none ([`NoExtension`]), so none of that code is in it.
+pub trait Extension: Subcommand + std::fmt::Debug + Send + 'static {
+    /// Run the subcommand.
+    fn run(self, global: &GlobalOpts) -> futures::future::LocalBoxFuture<'_, CmdResult>;
+    /// Whether this is a command that must not run inside itself (the
+    /// demo, which runs other commands through [`run_in_process`]).
+    fn runs_commands_in_process(&self) -> bool {
+        false
+    }
+}
+
+/// No extra subcommands: the server's build.
+#[derive(Subcommand, Debug)]
+pub enum NoExtension {}
+
+impl Extension for NoExtension {
+    fn run(self, _global: &GlobalOpts) -> futures::future::LocalBoxFuture<'_, CmdResult> {
+        match self {}
+    }
+}
+
+/// Options every subcommand accepts (shown under their own heading, after
+/// the command's own).
+#[derive(Args, Clone, Debug, Default)]
+#[command(next_help_heading = "Global options")]
+pub struct GlobalOpts {
+    /// SAPI URL (default: from the SDC config on a headnode).
+    #[arg(long, global = true, env = "SAPI_URL", value_name = "URL")]
+    pub sapi_url: Option<String>,
+    /// CNAPI URL (default: from the SDC config on a headnode).
+    #[arg(long, global = true, env = "CNAPI_URL", value_name = "URL")]
+    pub cnapi_url: Option<String>,
+    /// IMGAPI URL of this datacenter (default: from the SDC config).
+    #[arg(long, global = true, env = "IMGAPI_URL", value_name = "URL")]
+    pub imgapi_url: Option<String>,
+    /// Print one JSON document instead of text.
+    #[arg(long, global = true)]
+    pub json: bool,
+    /// Print less.
+    #[arg(short, long, global = true)]
+    pub quiet: bool,
+    /// Print more (repeat for debug).
+    #[arg(short, long, global = true, action = clap::ArgAction::Count)]
+    pub verbose: u8,
+    /// Append bunyan JSON log records to this file (read them with
+    /// `bunyan FILE`). update, install, remove, adopt and check log by
+    /// default: on a headnode under /var/log/agentsadm/logs/, elsewhere
+    /// under $XDG_STATE_HOME/agentsadm/logs/.
+    #[arg(long, global = true, value_name = "FILE")]
+    pub log_file: Option<PathBuf>,
+    /// Use this component catalog instead of the built-in one.
+    #[arg(long, global = true, value_name = "FILE")]
+    pub catalog: Option<PathBuf>,
+    /// Also sent every execution event (not an option: set by callers that
+    /// run commands in this process, such as the demo, to count what ran).
+    #[arg(skip)]
+    pub observer: Option<Observer>,
+}
+
+/// An extra [`Reporter`] for commands run in this process.
+#[derive(Clone)]
+pub struct Observer(pub Arc<dyn Reporter>);
+
+impl std::fmt::Debug for Observer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Observer")
+    }
+}
+
+/// The command line's progress display, then the observer (if any).
+pub(crate) struct Tee<'a> {
+    progress: &'a dyn Reporter,
+    observer: Option<&'a dyn Reporter>,
+}
+
+impl Reporter for Tee<'_> {
+    fn event(&self, event: &ExecEvent<'_>) {
+        LogReporter.event(event);
+        self.progress.event(event);
+        if let Some(o) = self.observer {
+            o.event(event);
+        }
+    }
+}
+
+impl GlobalOpts {
+    pub fn output(&self) -> Output {
+        Output {
+            json: self.json,
+            quiet: self.quiet,
+        }
+    }
+
+    /// Where execution events go: `progress`, and the observer if set.
+    pub(crate) fn reporter<'a>(&'a self, progress: &'a dyn Reporter) -> Tee<'a> {
+        Tee {
+            progress,
+            observer: self.observer.as_ref().map(|o| o.0.as_ref()),
+        }
+    }
+
+    pub fn load_catalog(&self) -> anyhow::Result<Catalog> {
+        match &self.catalog {
+            Some(p) => Ok(Catalog::load(p)?),
+            None => Ok(Catalog::builtin()),
+        }
+    }
+
+    /// The API clients, from flags, environment, or the headnode's SDC config.
+    pub fn apis(&self) -> anyhow::Result<Apis> {
+        let mut sapi = self.sapi_url.clone();
+        let mut cnapi = self.cnapi_url.clone();
+        let mut imgapi = self.imgapi_url.clone();
+        if (sapi.is_none() || cnapi.is_none() || imgapi.is_none())
+            && let Some(cfg) = read_sdc_config()
+        {
+            let s = |k: &str| cfg.get(k).and_then(|v| v.as_str()).map(str::to_string);
+            let dc = s("datacenter_name");
+            let dns = s("dns_domain");
+            if sapi.is_none() {
+                sapi = s("sapi_domain").map(|d| format!("http://{d}"));
+            }
+            if imgapi.is_none() {
+                imgapi = s("imgapi_domain").map(|d| format!("http://{d}"));
+            }
+            if cnapi.is_none() {
+                cnapi = match (dc, dns) {
+                    (Some(dc), Some(dns)) => Some(format!("http://cnapi.{dc}.{dns}")),
+                    _ => None,
+                };
+            }
+        }
+        let missing = |what: &str, flag: &str, env: &str| {
+            anyhow::anyhow!(
+                "no {what} URL: pass {flag} or set {env} (on a headnode it is read from /lib/sdc/config.sh)"
+            )
+        };
+        let sapi = sapi.ok_or_else(|| missing("SAPI", "--sapi-url", "SAPI_URL"))?;
+        let cnapi = cnapi.ok_or_else(|| missing("CNAPI", "--cnapi-url", "CNAPI_URL"))?;
+        let imgapi = imgapi.ok_or_else(|| missing("IMGAPI", "--imgapi-url", "IMGAPI_URL"))?;
+        Apis::new(&imgapi, &sapi, &cnapi, ApiConfig::default()).context("invalid API URL")
+    }
+}
+
+#[derive(Subcommand, Debug)]
+pub enum Command {
+    /// List installed components per server (intent and reality).
+    #[command(
+        after_help = "Examples:\n  agentsadm list\n  agentsadm list vm-agent -s cn0001,cn0002\n  agentsadm list -H -o hostname,version --sort version vm-agent"
+    )]
+    List(orch::ListArgs),
+    /// List images available for components.
+    #[command(
+        after_help = "Examples:\n  agentsadm avail vm-agent\n  agentsadm avail -C release\n  agentsadm avail --all-images --json"
+    )]
+    Avail(orch::AvailArgs),
+    /// Show the plan for update, install or remove without doing it.
+    #[command(
+        after_help = "Examples:\n  agentsadm plan update vm-agent --latest\n  agentsadm plan install dockerlogger -s cn0001"
+    )]
+    Plan(orch::PlanArgs),
+    /// Update components on servers to a target image.
+    #[command(
+        after_help = "Examples:\n  agentsadm update vm-agent --latest\n  agentsadm update vm-agent@1.1.0 -s cn0001,cn0002 -y\n  agentsadm update --all --latest -C release -n"
+    )]
+    Update(orch::UpdateArgs),
+    /// Install a component on servers that do not have it.
+    #[command(
+        after_help = "Examples:\n  agentsadm install dockerlogger -s cn0001\n  agentsadm install cmon-agent --all-servers -y"
+    )]
+    Install(orch::InstallArgs),
+    /// Uninstall a component from servers and delete its SAPI instances.
+    #[command(
+        after_help = "Examples:\n  agentsadm remove dockerlogger -s cn0001\n  agentsadm remove dockerlogger -s cn0001,cn0002 -y"
+    )]
+    Remove(orch::RemoveArgs),
+    /// Create SAPI agent services and instances for what is installed.
+    #[command(after_help = "Examples:\n  agentsadm adopt -n\n  agentsadm adopt -y")]
+    Adopt(orch::AdoptArgs),
+    /// Report drift between SAPI intent, CNAPI and the servers; optionally fix it.
+    #[command(
+        after_help = "Examples:\n  agentsadm check\n  agentsadm check --live --json\n  agentsadm check --fix -y"
+    )]
+    Check(flows::CheckArgs),
+    /// Delete or factory-reset a server, cleaning up its SAPI agent instances.
+    Server(flows::ServerArgs),
+    /// Helpers for the setup scripts in installer/: the USB key's image
+    /// directory, image import, setup state.
+    Installer(flows::InstallerArgs),
+    /// Global-zone installer commands (run on one server).
+    Gz(crate::gz::command::GzArgs),
+}
+
+impl Command {
+    /// The name in the file name of a run's default log, for the commands
+    /// that change the datacenter; `None` for the others (they log only
+    /// with `--log-file`).
+    fn run_log_name(&self) -> Option<&'static str> {
+        match self {
+            Command::Update(_) => Some("update"),
+            Command::Install(_) => Some("install"),
+            Command::Remove(_) => Some("remove"),
+            Command::Adopt(_) => Some("adopt"),
+            Command::Check(c) if c.fix => Some("check"),
+            _ => None,
+        }
+    }
+}
+
+async fn dispatch<X: Extension>(cli: Cli<X>) -> CmdResult {
+    let g = cli.global;
+    let command = match cli.command {
+        TopCommand::Product(c) => c,
+        TopCommand::Extra(x) => return x.run(&g).await,
+    };
+    match command {
+        Command::List(a) => orch::run_list(&g, a).await,
+        Command::Avail(a) => orch::run_avail(&g, a).await,
+        Command::Plan(a) => orch::run_plan(&g, a).await,
+        Command::Update(a) => orch::run_update(&g, a).await,
+        Command::Install(a) => orch::run_install(&g, a).await,
+        Command::Remove(a) => orch::run_remove(&g, a).await,
+        Command::Adopt(a) => orch::run_adopt(&g, a).await,
+        Command::Check(a) => flows::run_check(&g, a).await,
+        Command::Server(a) => flows::run_server(&g, a).await,
+        Command::Installer(a) => flows::run_installer(&g, a).await,
+        Command::Gz(a) => gz::run(&g, a).await,
+    }
+}
+
+/// clap's message as one line: its first paragraph (some messages, such as
+/// missing required arguments, list the arguments on the next lines),
+/// without the `error: ` prefix.
+fn usage_error_line(rendered: &str) -> String {
+    let paragraph: Vec<&str> = rendered
+        .lines()
+        .map(str::trim)
+        .take_while(|l| !l.is_empty())
+        .collect();
+    let line = paragraph.join(" ");
+    let line = line.strip_prefix("error: ").unwrap_or(&line);
+    if line.is_empty() {
+        "invalid arguments".to_string()
+    } else {
+        line.to_string()
+    }
+}
+
+/// Parse arguments, run the command, and turn the outcome into an exit
+/// status. Usage errors are one line on stderr and exit 1 (not clap's 2,
+/// which means "partial" here).
+pub fn main<X: Extension>() -> ExitCode {
+    let cli = match Cli::<X>::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => {
+            use clap::error::ErrorKind;
+            if matches!(
+                e.kind(),
+                ErrorKind::DisplayHelp
+                    | ErrorKind::DisplayVersion
+                    | ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand
+            ) {
+                let _ = e.print();
+                return if e.kind() == ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand {
+                    ExitCode::from(1)
+                } else {
+                    ExitCode::SUCCESS
+                };
+            }
+            let rendered = e.render().to_string();
+            let first = usage_error_line(&rendered);
+            eprintln!("agentsadm: error: {first} (see 'agentsadm --help')");
+            return ExitCode::from(1);
+        }
+    };
+    let mut cli = cli;
+    if cli.global.log_file.is_none()
+        && let TopCommand::Product(command) = &cli.command
+        && let Some(name) = command.run_log_name()
+        && let Some(dir) = agentsadm_types::log::default_log_dir()
+        && std::fs::create_dir_all(&dir).is_ok()
+    {
+        cli.global.log_file = Some(agentsadm_types::log::run_log_path(
+            &dir,
+            name,
+            std::time::SystemTime::now(),
+        ));
+    }
+    if let Err(e) = agentsadm_types::log::init(cli.global.verbose, cli.global.log_file.as_deref()) {
+        eprintln!("agentsadm: error: cannot open log file: {e}");
+        return ExitCode::from(1);
+    }
+    let argv: Vec<String> = std::env::args().collect();
+    tracing::info!(
+        target: agentsadm_types::log::FILE_ONLY_TARGET,
+        component = "cli",
+        argv = format!("{argv:?}"),
+        user = std::env::var("USER").unwrap_or_default(),
+        version = env!("CARGO_PKG_VERSION"),
+        "agentsadm {}",
+        argv.iter().skip(1).cloned().collect::<Vec<_>>().join(" ")
+    );
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("agentsadm: error: cannot start the async runtime: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    runtime.block_on(run_parsed(cli))
+}
+
+/// An error as one line: its causes joined with `: `, stopping at a
+/// connection failure (which names the URL; what the HTTP client says
+/// below it is noise to an operator).
+fn error_line(e: &anyhow::Error) -> String {
+    let mut parts = Vec::new();
+    for cause in e.chain() {
+        parts.push(cause.to_string());
+        if matches!(
+            cause.downcast_ref::<agentsadm_api::ApiError>(),
+            Some(agentsadm_api::ApiError::Connect { .. })
+        ) {
+            break;
+        }
+    }
+    parts.join(": ")
+}
+
+/// Run a parsed command line; an error becomes one line on stderr and
+/// exit status 1.
+async fn run_parsed<X: Extension>(cli: Cli<X>) -> ExitCode {
+    let log_file = cli.global.log_file.clone();
+    let json = cli.global.json;
+    let quiet = cli.global.quiet;
+    // A command that ended in an error changed nothing: its one line says
+    // why (the log keeps the record), so the path is not printed after it.
+    let mut failed = false;
+    let code = match dispatch(cli).await {
+        Ok(code) => {
+            tracing::info!(target: agentsadm_types::log::FILE_ONLY_TARGET, component = "cli", exit = ?code, "command finished");
+            code
+        }
+        Err(e) => {
+            // The log file keeps the record; stderr gets the one line below.
+            tracing::error!(target: agentsadm_types::log::FILE_ONLY_TARGET, component = "cli", error = format!("{e:#}"), "command failed");
+            if json {
+                // `| json` always gets a document.
+                Output {
+                    json: true,
+                    quiet: false,
+                }
+                .json(&serde_json::json!({
+                    "error": {"message": error_line(&e)},
+                    "exit_status": 1,
+                }));
+            }
+            eprintln!("agentsadm: error: {}", error_line(&e));
+            failed = true;
+            ExitCode::from(1)
+        }
+    };
+    if let Some(p) = log_file
+        && !quiet
+        && !json
+        && !failed
+    {
+        eprintln!("log: {}", p.display());
+    }
+    code
+}
+
+/// Run one `agentsadm` command line in this process, as the binary would
+/// (same parsing, output, errors and exit status), with `observer` also
+/// receiving execution events. `args` starts with the program name. For the
+/// demo; logging is whatever this process set up.
+pub async fn run_in_process<X, I, T>(args: I, observer: Option<Observer>) -> ExitCode
+where
+    X: Extension,
+    I: IntoIterator<Item = T>,
+    T: Into<std::ffi::OsString> + Clone,
+{
+    let mut cli = match Cli::<X>::try_parse_from(args) {
+        Ok(cli) => cli,
+        Err(e) => {
+            let first = usage_error_line(&e.render().to_string());
+            eprintln!("agentsadm: error: {first} (see 'agentsadm --help')");
+            return ExitCode::from(1);
+        }
+    };
+    if matches!(&cli.command, TopCommand::Extra(x) if x.runs_commands_in_process()) {
+        eprintln!("agentsadm: error: the demo cannot run inside itself");
+        return ExitCode::from(1);
+    }
+    cli.global.observer = observer;
+    // Boxed: dispatch reaches this function again through the demo.
+    Box::pin(run_parsed(cli)).await
+}
+
+#[cfg(test)]
+mod help_tests {
+    use clap::CommandFactory;
+
+    #[test]
+    fn help_shows_own_options_then_globals_then_examples() {
+        let mut cli = super::Cli::<super::NoExtension>::command();
+        cli.build();
+        for name in [
+            "list", "avail", "plan", "update", "install", "remove", "adopt", "check",
+        ] {
+            let sub = cli.find_subcommand_mut(name).expect(name);
+            let help = sub.render_help().to_string();
+            let own = help.find("Options:").expect("own options");
+            let global = help.find("Global options:").expect("global heading");
+            let examples = help.find("Examples:").expect("examples");
+            assert!(own < global && global < examples, "{name}:\n{help}");
+            let n = help[examples..]
+                .lines()
+                .filter(|l| l.trim_start().starts_with("agentsadm "))
+                .count();
+            assert!((2..=3).contains(&n), "{name}: {n} examples");
+            assert!(!help[..global].contains("--sapi-url"), "{name}:\n{help}");
+        }
+    }
+}

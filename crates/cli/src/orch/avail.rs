@@ -1,0 +1,141 @@
+//! `agentsadm avail`: the images of each component in the datacenter
+//! IMGAPI (or an updates server's channel), with how many servers run each
+//! and which is the service default.
+
+use std::collections::BTreeMap;
+
+use anyhow::Context;
+use clap::Args;
+use serde_json::json;
+
+use super::ChannelArgs;
+
+use super::exit;
+
+use super::updates_client;
+use crate::CmdResult;
+use crate::GlobalOpts;
+use agentsadm_orchestrate::gather;
+use agentsadm_orchestrate::images;
+use agentsadm_types::catalog::Component;
+use agentsadm_types::ids::ImageUuid;
+use agentsadm_types::output::short_uuid;
+use agentsadm_types::output::table_with;
+use agentsadm_types::output::to_the_second;
+
+#[derive(Args, Debug)]
+pub struct AvailArgs {
+    /// Only these components (default: all).
+    #[arg(value_name = "COMPONENT")]
+    pub components: Vec<String>,
+    #[command(flatten)]
+    pub source: ChannelArgs,
+    /// Also list images older than the oldest one in use.
+    #[arg(long)]
+    pub all_images: bool,
+    #[command(flatten)]
+    pub table: super::list::TableArgs,
+}
+
+pub async fn run_avail(g: &GlobalOpts, a: AvailArgs) -> CmdResult {
+    let out = g.output();
+    let catalog = g.load_catalog()?;
+    let components: Vec<&Component> = if a.components.is_empty() {
+        catalog.iter().collect()
+    } else {
+        a.components
+            .iter()
+            .map(|c| catalog.require(c))
+            .collect::<Result<_, _>>()?
+    };
+    let apis = g.apis()?;
+    let (intent, reality) = gather::gather(&apis, &catalog).await?;
+    let updates = updates_client(&apis, &a.source, false).await?;
+    let client = updates.as_ref().unwrap_or(&apis.imgapi);
+    let rows = images::available(client, &components)
+        .await
+        .with_context(|| format!("cannot list images from {}", client.base_url()))?;
+    // Servers running each image, and each service's default.
+    let mut running: BTreeMap<ImageUuid, usize> = BTreeMap::new();
+    for s in reality.servers.values() {
+        for i in s.components.values() {
+            if let Some(img) = i.image {
+                *running.entry(img).or_default() += 1;
+            }
+        }
+    }
+    let defaults: BTreeMap<&str, ImageUuid> = intent
+        .services
+        .iter()
+        .filter_map(|(n, s)| s.default_image.map(|i| (n.as_str(), i)))
+        .collect();
+    // Unless --all-images: from the oldest image in use on.
+    let mut oldest: BTreeMap<&str, Option<String>> = BTreeMap::new();
+    for r in &rows {
+        if running.contains_key(&r.image) || defaults.get(r.component.as_str()) == Some(&r.image) {
+            let e = oldest
+                .entry(r.component.as_str())
+                .or_insert(r.published_at.clone());
+            if r.published_at < *e {
+                *e = r.published_at.clone();
+            }
+        }
+    }
+    let shown: Vec<_> = rows
+        .iter()
+        .filter(|r| {
+            a.all_images
+                || match oldest.get(r.component.as_str()) {
+                    Some(o) => r.published_at >= *o,
+                    None => true,
+                }
+        })
+        .map(|r| {
+            json!({
+                "component": r.component,
+                "image": r.image,
+                "version": r.version,
+                "published_at": r.published_at,
+                "servers": running.get(&r.image).copied().unwrap_or(0),
+                "default": defaults.get(r.component.as_str()) == Some(&r.image),
+            })
+        })
+        .collect();
+    if out.json {
+        out.json(&shown);
+        return Ok(exit(0));
+    }
+    let cells: Vec<Vec<String>> = shown
+        .iter()
+        .map(|r| {
+            vec![
+                r["component"].as_str().unwrap_or("").to_string(),
+                r["version"].as_str().unwrap_or("").to_string(),
+                short_uuid(&r["image"].as_str().unwrap_or(""), 8),
+                to_the_second(r["published_at"].as_str().unwrap_or("-")),
+                r["servers"].to_string(),
+                if r["default"].as_bool() == Some(true) {
+                    "default".to_string()
+                } else {
+                    String::new()
+                },
+            ]
+        })
+        .collect();
+    // Images by component, oldest first (as listed), unless -s says.
+    let text = table_with(
+        &[
+            "COMPONENT",
+            "VERSION",
+            "IMAGE",
+            "PUBLISHED",
+            "SERVERS",
+            "NOTE",
+        ],
+        &cells,
+        &a.table.options(&[]),
+    )
+    .map_err(anyhow::Error::msg)?;
+    out.line(text.trim_end());
+    Ok(exit(0))
+}

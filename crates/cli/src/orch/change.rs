@@ -1,0 +1,708 @@
+//! `agentsadm plan|update|install|remove`: normalise the arguments into a
+//! `Change`, plan, show the plan, confirm, then execute under the
+//! datacenter lock.
+
+use anyhow::bail;
+use clap::{ArgAction, Args, Subcommand};
+use serde_json::json;
+
+use super::ChannelArgs;
+
+use super::ExecArgs;
+
+use super::ExecSettings;
+
+use super::ServersArg;
+
+use super::confirm;
+
+use super::exit;
+
+use super::latest_target_line;
+
+use super::stdin_is_terminal;
+
+use super::updates_client;
+use agentsadm_types::catalog::Catalog;
+use std::sync::atomic::AtomicBool;
+
+use crate::execution::CliGate;
+
+use crate::execution::Execution;
+
+use crate::execution::interrupted;
+
+use crate::execution::refuse_if_locked;
+
+use crate::CmdResult;
+use crate::EXIT_PARTIAL;
+use crate::GlobalOpts;
+use crate::execution::with_dc_lock_watched;
+use agentsadm_orchestrate::execute::default_canary;
+use agentsadm_orchestrate::fence::Fenced;
+use agentsadm_orchestrate::fence::fence;
+use agentsadm_orchestrate::images::ImageChoice;
+use agentsadm_orchestrate::session::Session;
+use agentsadm_plan::ComponentSelection;
+use agentsadm_plan::Operation;
+use agentsadm_plan::Plan;
+use agentsadm_plan::Request;
+use agentsadm_plan::ServerSelection;
+use agentsadm_types::ids::ImageUuid;
+
+/// Servers shown one by one in a plan up to this many; beyond, servers with
+/// the same changes are grouped (`-v` lists them all).
+pub const DEFAULT_MAX_SERVERS: usize = 50;
+
+#[derive(Args, Debug)]
+pub struct PlanArgs {
+    #[command(subcommand)]
+    pub command: PlanCommand,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum PlanCommand {
+    /// The plan of `agentsadm update`.
+    Update(UpdateArgs),
+    /// The plan of `agentsadm install`.
+    Install(InstallArgs),
+    /// The plan of `agentsadm remove`.
+    Remove(RemoveArgs),
+}
+
+#[derive(Args, Debug)]
+pub struct UpdateArgs {
+    /// Components to update.
+    #[arg(value_name = "COMPONENT")]
+    pub components: Vec<String>,
+    /// Every bulk-updatable managed component (never marlin-agent).
+    #[arg(short = 'a', long, conflicts_with = "components")]
+    pub all: bool,
+    /// Update to this image (one component only): a UUID, its first 8
+    /// characters, or a version; `COMPONENT@IMAGE` says the same.
+    #[arg(long, value_name = "IMAGE", conflicts_with = "latest")]
+    pub image: Option<String>,
+    /// Update to the newest image (of the updates server's channel with
+    /// --channel, else of the datacenter IMGAPI).
+    #[arg(long)]
+    pub latest: bool,
+    #[command(flatten)]
+    pub source: ChannelArgs,
+    #[command(flatten)]
+    pub servers: ServersArg,
+    /// Servers to leave alone (UUIDs or hostnames).
+    #[arg(short = 'x', long, value_name = "SERVERS", value_delimiter = ',', action = ArgAction::Append)]
+    pub exclude: Vec<String>,
+    #[command(flatten)]
+    pub exec: ExecArgs,
+}
+
+#[derive(Args, Debug)]
+pub struct InstallArgs {
+    /// The component to install.
+    #[arg(value_name = "COMPONENT")]
+    pub component: String,
+    /// The image (default: the SAPI service's params.image_uuid): a UUID,
+    /// its first 8 characters, or a version; `COMPONENT@IMAGE` says the same.
+    #[arg(long, value_name = "IMAGE")]
+    pub image: Option<String>,
+    #[command(flatten)]
+    pub source: ChannelArgs,
+    #[command(flatten)]
+    pub servers: ServersArg,
+    /// Every set-up server that lacks the component.
+    #[arg(long, conflicts_with = "servers")]
+    pub all_servers: bool,
+    /// Servers to leave alone (UUIDs or hostnames).
+    #[arg(short = 'x', long, value_name = "SERVERS", value_delimiter = ',', action = ArgAction::Append)]
+    pub exclude: Vec<String>,
+    #[command(flatten)]
+    pub exec: ExecArgs,
+}
+
+#[derive(Args, Debug)]
+pub struct RemoveArgs {
+    /// The component to remove.
+    #[arg(value_name = "COMPONENT")]
+    pub component: String,
+    #[command(flatten)]
+    pub servers: ServersArg,
+    #[command(flatten)]
+    pub exec: ExecArgs,
+}
+
+/// A changing command, normalised.
+#[derive(Debug)]
+struct Change {
+    request: Request,
+    choice: ImageChoice,
+    /// `COMPONENT@IMAGE` or `--image` short of a full UUID: looked up
+    /// before planning, then the choice is that image.
+    image_spec: Option<(String, String)>,
+    source: ChannelArgs,
+    exec: ExecSettings,
+    /// Where the target comes from, printed first (`--latest`).
+    target_line: Option<String>,
+}
+
+/// `vm-agent@1.1.0` as (`vm-agent`, `1.1.0`).
+fn split_target(arg: &str) -> (String, Option<String>) {
+    match arg.split_once('@') {
+        Some((c, i)) => (c.to_string(), Some(i.to_string())),
+        None => (arg.to_string(), None),
+    }
+}
+
+/// The image asked for by `--image` or `COMPONENT@IMAGE` (not both):
+/// a full UUID as is, anything else to look up.
+fn image_target(
+    component: &str,
+    flag: Option<String>,
+    at: Option<String>,
+) -> anyhow::Result<(ImageChoice, Option<(String, String)>)> {
+    let spec = match (flag, at) {
+        (Some(_), Some(_)) => bail!("give the image once: COMPONENT@IMAGE or --image, not both"),
+        (Some(s), None) | (None, Some(s)) => s,
+        (None, None) => return Ok((ImageChoice::Intent, None)),
+    };
+    if spec.trim().is_empty() {
+        bail!(
+            "{component}@ needs an image: a version (1.1.0), an image UUID or its first 8 characters"
+        );
+    }
+    Ok(match spec.trim().parse::<ImageUuid>() {
+        Ok(u) => (ImageChoice::Image(u), None),
+        Err(_) => (ImageChoice::Intent, Some((component.to_string(), spec))),
+    })
+}
+
+impl UpdateArgs {
+    fn change(mut self, catalog: &Catalog) -> anyhow::Result<Change> {
+        if !self.all && self.components.is_empty() {
+            bail!("name the components to update, or pass --all");
+        }
+        let mut at = None;
+        for c in &mut self.components {
+            let (name, image) = split_target(c);
+            if image.is_some() {
+                if at.is_some() {
+                    bail!("name one image per update (COMPONENT@IMAGE once)");
+                }
+                at = image;
+            }
+            *c = name;
+        }
+        for c in &self.components {
+            catalog.require(c)?;
+        }
+        if (self.image.is_some() || at.is_some()) && (self.all || self.components.len() != 1) {
+            bail!("--image needs exactly one component (run one update per image)");
+        }
+        if at.is_some() && self.latest {
+            bail!("COMPONENT@IMAGE and --latest ask for different images; give one");
+        }
+        let (choice, image_spec) = match self.components.first() {
+            Some(c) => image_target(c, self.image.take(), at)?,
+            None => (ImageChoice::Intent, None),
+        };
+        Ok(Change {
+            request: Request {
+                operation: Operation::Update,
+                components: if self.all {
+                    ComponentSelection::All
+                } else {
+                    ComponentSelection::Named(self.components)
+                },
+                servers: servers_selection(self.servers.servers),
+                exclude: self.exclude,
+            },
+            choice: match (choice, self.latest) {
+                (ImageChoice::Intent, true) => ImageChoice::Latest,
+                (c, _) => c,
+            },
+            image_spec,
+            source: self.source,
+            exec: self.exec.into(),
+            target_line: None,
+        })
+    }
+}
+
+impl InstallArgs {
+    fn change(mut self, catalog: &Catalog) -> anyhow::Result<Change> {
+        let (name, at) = split_target(&self.component);
+        self.component = name;
+        catalog.require(&self.component)?;
+        let (choice, image_spec) = image_target(&self.component, self.image.take(), at)?;
+        if self.servers.servers.is_empty() && !self.all_servers {
+            bail!("name the servers with -s SERVERS, or pass --all-servers");
+        }
+        Ok(Change {
+            request: Request {
+                operation: Operation::Install,
+                components: ComponentSelection::Named(vec![self.component]),
+                servers: servers_selection(self.servers.servers),
+                exclude: self.exclude,
+            },
+            choice,
+            image_spec,
+            source: self.source,
+            exec: self.exec.into(),
+            target_line: None,
+        })
+    }
+}
+
+impl RemoveArgs {
+    fn change(self, catalog: &Catalog) -> anyhow::Result<Change> {
+        catalog.require(&self.component)?;
+        if self.servers.servers.is_empty() {
+            bail!(
+                "name the servers to remove {} from with -s SERVERS",
+                self.component
+            );
+        }
+        Ok(Change {
+            request: Request {
+                operation: Operation::Remove,
+                components: ComponentSelection::Named(vec![self.component]),
+                servers: servers_selection(self.servers.servers),
+                exclude: Vec::new(),
+            },
+            choice: ImageChoice::Intent,
+            image_spec: None,
+            source: ChannelArgs::default(),
+            exec: self.exec.into(),
+            target_line: None,
+        })
+    }
+}
+
+fn servers_selection(names: Vec<String>) -> ServerSelection {
+    if names.is_empty() {
+        ServerSelection::All
+    } else {
+        ServerSelection::Named(names)
+    }
+}
+
+/// plan / update / install / remove. A changing command takes the
+/// datacenter lock before planning, plans under it, and executes only the
+/// plan that was shown and confirmed (fenced plans).
+async fn run_change(g: &GlobalOpts, mut change: Change, plan_only: bool) -> CmdResult {
+    let out = g.output();
+    let catalog = g.load_catalog()?;
+    let apis = g.apis()?;
+    // --latest always looks in the updates server's channel (sdcadm's
+    // rule), wherever its URL came from.
+    let latest = change.choice == ImageChoice::Latest;
+    let updates = updates_client(&apis, &change.source, latest).await?;
+    if latest && let Some(u) = &updates {
+        let names = match &change.request.components {
+            ComponentSelection::All => Vec::new(),
+            ComponentSelection::Named(v) => v.clone(),
+        };
+        change.target_line = Some(latest_target_line(&names, u));
+    }
+    let session = Session {
+        apis: &apis,
+        catalog: &catalog,
+        updates: updates.as_ref(),
+    };
+    let changes = !plan_only && !change.exec.dry_run;
+    if changes {
+        // A held lock is news before a long plan, not after it.
+        refuse_if_locked(&apis.sapi, change.exec.break_lock).await?;
+    }
+    if let Some((component, spec)) = &change.image_spec {
+        let sources = agentsadm_orchestrate::images::ImageSources {
+            dc: &apis.imgapi,
+            updates: updates.as_ref(),
+        };
+        let c = catalog.require(component)?;
+        change.choice =
+            ImageChoice::Image(agentsadm_orchestrate::images::find_image(sources, c, spec).await?);
+    }
+    if !changes {
+        let plan = plan_and_show(g, &session, &change).await?;
+        if out.json {
+            out.json(&json!({"plan": plan, "executed": false, "exit_status": 0}));
+        }
+        return Ok(exit(0));
+    }
+    // A first plan without the lock: bad input, nothing to do, or no way
+    // to confirm ends here with nothing written (not even the lock).
+    let exec = &change.exec;
+    let unlocked = session
+        .plan(&change.request, change.choice, exec.transport)
+        .await?
+        .plan;
+    if unlocked.is_empty() {
+        return show_empty(g, &change, &unlocked, false);
+    }
+    let interactive = !out.json && stdin_is_terminal();
+    if !exec.yes && !interactive {
+        if out.json {
+            for w in &unlocked.warnings {
+                eprintln!("warning: {w}");
+            }
+        } else {
+            show_plan(g, &change, &unlocked);
+        }
+        if unlocked.needs_explicit_yes {
+            bail!(
+                "this plan restarts components that abort running work; re-run with -y to confirm (nothing was changed)"
+            );
+        }
+        bail!("refusing to change servers without confirmation: pass -y (nothing was changed)");
+    }
+    let operation = format!(
+        "{} {}",
+        change.request.operation,
+        match &change.request.components {
+            ComponentSelection::All => "--all".to_string(),
+            ComponentSelection::Named(v) => v.join(","),
+        }
+    );
+    let lost = AtomicBool::new(false);
+    let work = fenced_change(g, &session, &change, &lost);
+    with_dc_lock_watched(&apis.sapi, &operation, exec.break_lock, &out, &lost, work).await?
+}
+
+/// Print a plan (text output only), and why an empty update changes
+/// nothing.
+fn show_plan(g: &GlobalOpts, change: &Change, plan: &Plan) {
+    let out = g.output();
+    if out.json {
+        return;
+    }
+    let max = if g.verbose > 0 {
+        usize::MAX
+    } else {
+        DEFAULT_MAX_SERVERS
+    };
+    if let Some(t) = &change.target_line {
+        out.line(t);
+    }
+    out.line(
+        plan.display_compact(max)
+            .with_health(change.exec.options.health)
+            .to_string()
+            .trim_end(),
+    );
+    if plan.is_empty()
+        && plan.operation == Operation::Update
+        && change.choice == ImageChoice::Intent
+        && plan.skips.is_empty()
+    {
+        out.line(format!(
+            "The selected servers already run the image SAPI names for {} (the service default); use --latest or COMPONENT@VERSION to move to another image.",
+            plan.components.join(", ")
+        ));
+    }
+}
+
+/// An empty plan (shown unless `shown`): exit 0, or 2 when something
+/// blocking was skipped.
+fn show_empty(g: &GlobalOpts, change: &Change, plan: &Plan, shown: bool) -> CmdResult {
+    let out = g.output();
+    let partial = if plan.has_blocking_skips() {
+        EXIT_PARTIAL
+    } else {
+        0
+    };
+    if out.json {
+        out.json(&json!({"plan": plan, "executed": false, "exit_status": partial}));
+    } else if !shown {
+        show_plan(g, change, plan);
+    }
+    Ok(exit(partial))
+}
+
+/// Plan, log the plan, and show it (text only).
+async fn plan_and_show(
+    g: &GlobalOpts,
+    session: &Session<'_>,
+    change: &Change,
+) -> anyhow::Result<Plan> {
+    let plan = session
+        .plan(&change.request, change.choice, change.exec.transport)
+        .await?
+        .plan;
+    tracing::info!(
+        target: agentsadm_types::log::FILE_ONLY_TARGET,
+        component = "planner",
+        plan = serde_json::to_string(&plan).unwrap_or_default(),
+        "{}",
+        plan.display_compact(DEFAULT_MAX_SERVERS)
+    );
+    show_plan(g, change, &plan);
+    Ok(plan)
+}
+
+/// Under the lock: plan, confirm, re-plan until the plan confirmed is the
+/// plan that would run, then execute it.
+async fn fenced_change(
+    g: &GlobalOpts,
+    session: &Session<'_>,
+    change: &Change,
+    lost: &AtomicBool,
+) -> CmdResult {
+    let out = g.output();
+    let exec = &change.exec;
+    let first = plan_and_show(g, session, change).await?;
+    // Without -y only a terminal gets here (see run_change). The plan's
+    // warnings were printed with it.
+    let fenced = fence(
+        first,
+        exec.yes,
+        Plan::is_empty,
+        async |plan: &Plan| {
+            confirm(if plan.needs_explicit_yes {
+                "This plan restarts components that abort running work (see the warnings above). Proceed?"
+            } else {
+                "Proceed?"
+            })
+            .await
+        },
+        async || -> anyhow::Result<Plan> {
+            Ok(session
+                .plan(&change.request, change.choice, exec.transport)
+                .await?
+                .plan)
+        },
+        |again| {
+            out.line("\nThe plan changed since it was shown; the new plan:");
+            show_plan(g, change, again);
+        },
+    )
+    .await?;
+    let plan = match fenced {
+        Fenced::Confirmed(plan) => plan,
+        Fenced::Empty(plan) => return show_empty(g, change, &plan, true),
+        Fenced::Declined => {
+            out.line("Nothing was changed.");
+            return Ok(exit(1));
+        }
+    };
+
+    let mut options = exec.options.clone();
+    options.canary = exec
+        .canary
+        .unwrap_or_else(|| default_canary(plan.servers.len()));
+    let execution = Execution::new(g, plan.operation.as_str(), options);
+    let reporter = execution.reporter();
+    if !plan.imports.is_empty() {
+        out.line(format!(
+            "Importing {} image(s) into the datacenter IMGAPI...",
+            plan.imports.len()
+        ));
+    }
+    let gate = CliGate {
+        yes: exec.yes,
+        lost,
+        out: &out,
+    };
+    let report = session
+        .execute_gated(
+            &plan,
+            &execution.options,
+            execution.transport.clone(),
+            &reporter,
+            interrupted(),
+            &gate,
+        )
+        .await?;
+    let status = report.exit_status(&plan);
+    tracing::info!(
+        target: agentsadm_types::log::FILE_ONLY_TARGET,
+        component = "summary",
+        summary = serde_json::to_string(&report.summary(&plan)).unwrap_or_default(),
+        outliers = serde_json::to_string(&report.outliers).unwrap_or_default(),
+        exit_status = status,
+        "{}",
+        report.render(&plan).trim_end()
+    );
+    if out.json {
+        out.json(&json!({
+            "plan": plan,
+            "executed": true,
+            "result": report,
+            "summary": report.summary(&plan),
+            "exit_status": status,
+        }));
+    } else if !out.quiet || status != 0 {
+        println!("\n{}", report.render(&plan).trim_end());
+    }
+    Ok(exit(status))
+}
+
+pub async fn run_plan(g: &GlobalOpts, a: PlanArgs) -> CmdResult {
+    let catalog = g.load_catalog()?;
+    let change = match a.command {
+        PlanCommand::Update(u) => u.change(&catalog)?,
+        PlanCommand::Install(i) => i.change(&catalog)?,
+        PlanCommand::Remove(r) => r.change(&catalog)?,
+    };
+    run_change(g, change, true).await
+}
+
+pub async fn run_update(g: &GlobalOpts, a: UpdateArgs) -> CmdResult {
+    let change = a.change(&g.load_catalog()?)?;
+    run_change(g, change, false).await
+}
+
+pub async fn run_install(g: &GlobalOpts, a: InstallArgs) -> CmdResult {
+    let change = a.change(&g.load_catalog()?)?;
+    run_change(g, change, false).await
+}
+
+pub async fn run_remove(g: &GlobalOpts, a: RemoveArgs) -> CmdResult {
+    let change = a.change(&g.load_catalog()?)?;
+    run_change(g, change, false).await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+    use std::time::Duration;
+
+    #[derive(Parser, Debug)]
+    struct T {
+        #[command(subcommand)]
+        c: C,
+    }
+    #[derive(Subcommand, Debug)]
+    enum C {
+        Update(UpdateArgs),
+        Install(InstallArgs),
+        Remove(RemoveArgs),
+    }
+
+    fn update(args: &[&str]) -> anyhow::Result<Change> {
+        let t = T::try_parse_from(
+            std::iter::once("t")
+                .chain(std::iter::once("update"))
+                .chain(args.iter().copied()),
+        )?;
+        match t.c {
+            C::Update(u) => u.change(&Catalog::builtin()),
+            _ => unreachable!(),
+        }
+    }
+
+    #[test]
+    fn update_arguments() {
+        let c = update(&[
+            "vm-agent", "-s", "cn1,cn2", "-s", "cn3", "-x", "cn4", "--latest", "-y", "-j", "5",
+        ])
+        .unwrap();
+        assert_eq!(
+            c.request.servers,
+            ServerSelection::Named(vec!["cn1".into(), "cn2".into(), "cn3".into()])
+        );
+        assert_eq!(c.request.exclude, vec!["cn4".to_string()]);
+        assert_eq!(c.choice, ImageChoice::Latest);
+        assert_eq!(c.exec.options.concurrency, 5);
+        assert!(c.exec.yes);
+        assert!(update(&[]).unwrap_err().to_string().contains("--all"));
+        assert!(
+            update(&["vm-agnet"])
+                .unwrap_err()
+                .to_string()
+                .contains("unknown component")
+        );
+        let img = "fd5f189c-c26a-46a6-bd1a-b0e0150edf8f";
+        assert!(
+            update(&["vm-agent", "cn-agent", "--image", img])
+                .unwrap_err()
+                .to_string()
+                .contains("exactly one")
+        );
+        assert!(update(&["--all", "vm-agent"]).is_err());
+        assert!(update(&["vm-agent", "--image", img, "--latest"]).is_err());
+        let c = update(&[
+            "--all",
+            "--straggler-timeout",
+            "10m",
+            "--task-timeout",
+            "5m",
+        ])
+        .unwrap();
+        assert_eq!(
+            c.exec.options.straggler_timeout,
+            Some(Duration::from_secs(600))
+        );
+        assert_eq!(c.exec.options.task_timeout, Duration::from_secs(300));
+        assert_eq!(c.exec.options.concurrency, 20);
+        assert_eq!(c.exec.options.outlier.margin, Duration::from_secs(30));
+        let c = update(&["--all", "--outlier-margin", "1s"]).unwrap();
+        assert_eq!(c.exec.options.outlier.margin, Duration::from_secs(1));
+    }
+
+    #[test]
+    fn targets_as_sdcadm_users_type_them() {
+        let c = update(&["vm-agent@1.1.0", "-y"]).unwrap();
+        assert_eq!(
+            c.request.components,
+            ComponentSelection::Named(vec!["vm-agent".into()])
+        );
+        assert_eq!(c.image_spec, Some(("vm-agent".into(), "1.1.0".into())));
+        let img = "fd5f189c-c26a-46a6-bd1a-b0e0150edf8f";
+        let c = update(&[&format!("vm-agent@{img}")]).unwrap();
+        assert_eq!(c.choice, ImageChoice::Image(img.parse().unwrap()));
+        assert_eq!(c.image_spec, None);
+        let c = update(&["vm-agent", "--image", "fd5f189c"]).unwrap();
+        assert_eq!(c.image_spec, Some(("vm-agent".into(), "fd5f189c".into())));
+        let e = |args: &[&str]| update(args).unwrap_err().to_string();
+        assert!(e(&["vm-agent@1.1.0", "--latest"]).contains("--latest"));
+        assert!(e(&["vm-agent@1.1.0", "--image", "fd5f189c"]).contains("not both"));
+        assert!(e(&["vm-agent@1.1.0", "cn-agent"]).contains("exactly one"));
+        assert!(e(&["vm-agent@"]).contains("needs an image"));
+        let t = T::try_parse_from(["t", "install", "dockerlogger@1.2.0", "--all-servers"]).unwrap();
+        let C::Install(i) = t.c else { unreachable!() };
+        let c = i.change(&Catalog::builtin()).unwrap();
+        assert_eq!(c.image_spec, Some(("dockerlogger".into(), "1.2.0".into())));
+    }
+
+    #[test]
+    fn bad_values_say_what_is_expected() {
+        let msg = |args: &[&str]| update(args).unwrap_err().to_string();
+        let e = msg(&["vm-agent", "--task-timeout", "banana"]);
+        assert!(e.contains("not a duration") && e.contains("90s, 5m"), "{e}");
+        let e = msg(&["vm-agent", "-j", "0"]);
+        assert!(e.contains("at least 1"), "{e}");
+        let e = msg(&["vm-agent", "-s", ""]);
+        assert!(e.contains("empty server name"), "{e}");
+        let e = msg(&["vm-agent", "-s", "cn1,,cn2"]);
+        assert!(e.contains("empty server name"), "{e}");
+        assert_eq!(
+            update(&["vm-agent", "-s", "cn1, cn2"])
+                .unwrap()
+                .request
+                .servers,
+            ServerSelection::Named(vec!["cn1".into(), "cn2".into()])
+        );
+    }
+
+    #[test]
+    fn install_and_remove_need_servers() {
+        let t = T::try_parse_from(["t", "install", "dockerlogger"]).unwrap();
+        let C::Install(i) = t.c else { unreachable!() };
+        assert!(
+            i.change(&Catalog::builtin())
+                .unwrap_err()
+                .to_string()
+                .contains("--all-servers")
+        );
+        let t = T::try_parse_from(["t", "remove", "dockerlogger"]).unwrap();
+        let C::Remove(r) = t.c else { unreachable!() };
+        assert!(
+            r.change(&Catalog::builtin())
+                .unwrap_err()
+                .to_string()
+                .contains("-s SERVERS")
+        );
+    }
+}

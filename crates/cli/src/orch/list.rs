@@ -1,0 +1,287 @@
+//! `agentsadm list`: per server and component, what is installed against
+//! what SAPI intends, with a state; `--summary` counts servers per image.
+
+use std::collections::BTreeMap;
+
+use clap::Args;
+use serde::Serialize;
+
+use super::ServersArg;
+
+use super::exit;
+use crate::CmdResult;
+use crate::GlobalOpts;
+use agentsadm_orchestrate::Intent;
+use agentsadm_orchestrate::Reality;
+use agentsadm_orchestrate::gather;
+use agentsadm_plan::resolve_servers;
+use agentsadm_types::ids::ImageUuid;
+use agentsadm_types::ids::InstanceUuid;
+use agentsadm_types::ids::ServerUuid;
+use agentsadm_types::output::Output;
+use agentsadm_types::output::TableOptions;
+use agentsadm_types::output::table;
+use agentsadm_types::output::table_with;
+
+#[derive(Args, Debug)]
+pub struct ListArgs {
+    /// Only these components.
+    #[arg(value_name = "COMPONENT")]
+    pub components: Vec<String>,
+    #[command(flatten)]
+    pub servers: ServersArg,
+    /// One line per component and installed image, with how many servers
+    /// run it and in which state (for fleets too large to list per server).
+    #[arg(long)]
+    pub summary: bool,
+    #[command(flatten)]
+    pub table: TableArgs,
+}
+
+/// How `list` and `avail` show their tables, as `sdcadm insts` does.
+#[derive(Args, Clone, Debug, Default)]
+pub struct TableArgs {
+    /// Leave out the header line.
+    #[arg(short = 'H')]
+    pub no_header: bool,
+    /// Only these columns, in this order (comma-separated names, e.g.
+    /// hostname,version).
+    #[arg(short = 'o', value_name = "COLUMNS", value_delimiter = ',')]
+    pub columns: Vec<String>,
+    /// Sort by these columns (comma-separated; `-NAME` for descending).
+    #[arg(
+        long = "sort",
+        value_name = "SORT",
+        value_delimiter = ',',
+        allow_hyphen_values = true
+    )]
+    pub sort: Vec<String>,
+}
+
+impl TableArgs {
+    /// The table options, sorting by `default_sort` unless told otherwise.
+    pub fn options(&self, default_sort: &[&str]) -> TableOptions {
+        TableOptions {
+            no_header: self.no_header,
+            columns: self.columns.clone(),
+            sort: if self.sort.is_empty() {
+                default_sort.iter().map(|s| s.to_string()).collect()
+            } else {
+                self.sort.clone()
+            },
+        }
+    }
+}
+
+/// One row of `agentsadm list`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct ListRow {
+    pub server: ServerUuid,
+    pub hostname: String,
+    pub component: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub version: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub image: Option<ImageUuid>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub instance: Option<InstanceUuid>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub intended_image: Option<ImageUuid>,
+    /// ok, pending (intent differs), not-adopted, missing (intent without
+    /// install), unmanaged.
+    pub state: &'static str,
+}
+
+/// The rows of `agentsadm list` (pure).
+pub fn list_rows(
+    intent: &Intent,
+    reality: &Reality,
+    servers: &[ServerUuid],
+    components: &[String],
+) -> Vec<ListRow> {
+    let mut rows = Vec::new();
+    for uuid in servers {
+        let Some(s) = reality.get(uuid) else {
+            continue;
+        };
+        let mut names: Vec<&String> = s.components.keys().collect();
+        if let Some(per) = intent.instances.get(uuid) {
+            names.extend(per.keys());
+        }
+        names.sort();
+        names.dedup();
+        for name in names {
+            if !components.is_empty() && !components.contains(name) {
+                continue;
+            }
+            let installed = s.components.get(name);
+            let inst = intent.instance(uuid, name);
+            let intended = intent.intended_image(uuid, name);
+            let state = match (installed, inst) {
+                _ if !intent.is_managed(name) => "unmanaged",
+                (Some(i), Some(_)) if i.image.is_some() && i.image == intended => "ok",
+                (Some(_), Some(_)) => "pending",
+                (Some(_), None) => "not-adopted",
+                (None, _) => "missing",
+            };
+            rows.push(ListRow {
+                server: *uuid,
+                hostname: s.hostname.clone(),
+                component: name.clone(),
+                version: installed.map(|i| i.version.clone()),
+                image: installed.and_then(|i| i.image),
+                instance: installed.and_then(|i| i.instance).or(inst.map(|i| i.uuid)),
+                intended_image: intended,
+                state,
+            });
+        }
+    }
+    rows
+}
+
+/// One line of `agentsadm list --summary`: the servers running one
+/// image of one component, counted by state.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct ListSummaryRow {
+    pub component: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub version: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub image: Option<ImageUuid>,
+    pub servers: usize,
+    pub states: BTreeMap<&'static str, usize>,
+}
+
+/// Group `list` rows by (component, version, image) (pure).
+pub fn list_summary(rows: &[ListRow]) -> Vec<ListSummaryRow> {
+    let mut groups: BTreeMap<(&str, Option<&str>, Option<ImageUuid>), ListSummaryRow> =
+        BTreeMap::new();
+    for r in rows {
+        let g = groups
+            .entry((r.component.as_str(), r.version.as_deref(), r.image))
+            .or_insert_with(|| ListSummaryRow {
+                component: r.component.clone(),
+                version: r.version.clone(),
+                image: r.image,
+                servers: 0,
+                states: BTreeMap::new(),
+            });
+        g.servers += 1;
+        *g.states.entry(r.state).or_default() += 1;
+    }
+    groups.into_values().collect()
+}
+
+fn short(u: &impl ToString) -> String {
+    u.to_string().chars().take(8).collect()
+}
+
+pub async fn run_list(g: &GlobalOpts, a: ListArgs) -> CmdResult {
+    let out = g.output();
+    let catalog = g.load_catalog()?;
+    let mut components = Vec::new();
+    for c in &a.components {
+        components.push(catalog.require(c)?.name.clone());
+    }
+    let apis = g.apis()?;
+    let (intent, reality) = gather::gather(&apis, &catalog).await?;
+    let servers: Vec<ServerUuid> = if a.servers.servers.is_empty() {
+        reality.servers.keys().copied().collect()
+    } else {
+        resolve_servers(&reality, &a.servers.servers)?
+    };
+    let mut rows = list_rows(&intent, &reality, &servers, &components);
+    rows.sort_by(|x, y| {
+        (x.hostname.as_str(), x.component.as_str())
+            .cmp(&(y.hostname.as_str(), y.component.as_str()))
+    });
+    if out.quiet && !out.json && !a.summary {
+        // `list -q`: the hostnames, one a line, for `for h in $(...)`.
+        let mut hosts: Vec<&str> = rows.iter().map(|r| r.hostname.as_str()).collect();
+        hosts.dedup();
+        for h in hosts {
+            println!("{h}");
+        }
+        return Ok(exit(0));
+    }
+    if a.summary {
+        print_list_summary(&out, servers.len(), &rows);
+        return Ok(exit(0));
+    }
+    if out.json {
+        out.json(&rows);
+        return Ok(exit(0));
+    }
+    let cells: Vec<Vec<String>> = rows
+        .iter()
+        .map(|r| {
+            vec![
+                r.hostname.clone(),
+                r.component.clone(),
+                r.version.clone().unwrap_or_else(|| "-".into()),
+                r.image.map(|i| short(&i)).unwrap_or_else(|| "-".into()),
+                r.intended_image
+                    .map(|i| short(&i))
+                    .unwrap_or_else(|| "-".into()),
+                r.state.to_string(),
+            ]
+        })
+        .collect();
+    let text = table_with(
+        &[
+            "HOSTNAME",
+            "COMPONENT",
+            "VERSION",
+            "IMAGE",
+            "INTENDED",
+            "STATE",
+        ],
+        &cells,
+        &a.table.options(&["hostname", "component"]),
+    )
+    .map_err(anyhow::Error::msg)?;
+    out.line(text.trim_end());
+    Ok(exit(0))
+}
+
+fn print_list_summary(out: &Output, servers: usize, rows: &[ListRow]) {
+    let summary = list_summary(rows);
+    if out.json {
+        out.json(&summary);
+        return;
+    }
+    let states = |m: &BTreeMap<&str, usize>| {
+        m.iter()
+            .map(|(s, n)| format!("{s} {n}"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    let cells: Vec<Vec<String>> = summary
+        .iter()
+        .map(|r| {
+            vec![
+                r.component.clone(),
+                r.version.clone().unwrap_or_else(|| "-".into()),
+                r.image.map(|i| short(&i)).unwrap_or_else(|| "-".into()),
+                r.servers.to_string(),
+                states(&r.states),
+            ]
+        })
+        .collect();
+    out.line(
+        table(
+            &["COMPONENT", "VERSION", "IMAGE", "SERVERS", "STATES"],
+            &cells,
+        )
+        .trim_end(),
+    );
+    let mut totals: BTreeMap<&str, usize> = BTreeMap::new();
+    for r in rows {
+        *totals.entry(r.state).or_default() += 1;
+    }
+    out.line(format!(
+        "{servers} servers, {} installed components ({}).",
+        rows.len(),
+        states(&totals)
+    ));
+}

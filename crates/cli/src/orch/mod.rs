@@ -1,0 +1,296 @@
+//! The orchestrator's commands: list, avail, plan, update, install, remove
+//! and adopt.
+//!
+//! Every changing command goes the same way: gather intent and reality,
+//! resolve images, plan (pure), print the plan, stop there with `-n`, ask
+//! (or take `-y`), take the datacenter lock, import images, execute with
+//! progress, print the summary. `--json` prints one document instead of
+//! text. Exit status: 0 converged, 1 nothing done (bad input, API down,
+//! lock held, declined), 2 finished with failed or skipped servers.
+//!
+//! - [`change`]: the commands `plan`, `update`, `install` and `remove`;
+//! - [`list`]: the command `list` (per server, or `--summary`);
+//! - [`avail`]: the command `avail`;
+//! - [`adopt`]: the command `adopt`.
+//!
+//! This module holds the arguments they share, turned into the library's
+//! settings ([`ExecOptions`], [`TransportMode`]) once.
+
+use std::process::ExitCode;
+use std::time::Duration;
+
+use anyhow::Context;
+use clap::{ArgAction, Args};
+
+use agentsadm_api::ApiConfig;
+
+use agentsadm_api::Apis;
+
+use agentsadm_api::ImgapiClient;
+use agentsadm_orchestrate::execute::DEFAULT_CONCURRENCY;
+use agentsadm_orchestrate::execute::ExecOptions;
+use agentsadm_orchestrate::execute::FailureBudget;
+use agentsadm_orchestrate::outlier::OutlierPolicy;
+use agentsadm_plan::HealthFlags;
+use agentsadm_plan::TransportMode;
+
+pub mod adopt;
+pub mod avail;
+pub mod change;
+pub mod list;
+
+pub use adopt::{AdoptArgs, run_adopt};
+pub use avail::{AvailArgs, run_avail};
+pub use change::{
+    InstallArgs, PlanArgs, PlanCommand, RemoveArgs, UpdateArgs, run_install, run_plan, run_remove,
+    run_update,
+};
+pub use list::{ListArgs, ListRow, ListSummaryRow, list_rows, list_summary, run_list};
+
+/// The updates server sdcadm uses by default.
+pub const DEFAULT_UPDATES_URL: &str = "https://updates.tritondatacenter.com";
+
+/// `-s SERVERS`: UUIDs or hostnames, comma-separated or repeated.
+#[derive(Args, Clone, Debug, Default)]
+pub struct ServersArg {
+    /// Servers (UUIDs or hostnames), comma-separated or repeated.
+    #[arg(short = 's', long = "servers", value_name = "SERVERS", value_delimiter = ',', action = ArgAction::Append, value_parser = server_name)]
+    pub servers: Vec<String>,
+}
+
+/// `--transport`: how steps reach servers.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum TransportArg {
+    /// apm agents through CNAPI install-agent (works with any Triton),
+    /// gz-tools, dockerlogger and sdcadm through `agentsadm gz` via execute.
+    #[default]
+    Auto,
+    /// `agentsadm gz` on the server for everything (atomic installs).
+    Execute,
+    /// CNAPI install-agent / uninstall-agents only; other kinds are skipped.
+    InstallAgent,
+}
+
+impl From<TransportArg> for TransportMode {
+    fn from(arg: TransportArg) -> TransportMode {
+        match arg {
+            TransportArg::Auto => TransportMode::Auto,
+            TransportArg::Execute => TransportMode::Execute,
+            TransportArg::InstallAgent => TransportMode::InstallAgent,
+        }
+    }
+}
+
+/// Options of every changing command.
+#[derive(Args, Clone, Debug)]
+pub struct ExecArgs {
+    /// Only show the plan.
+    #[arg(short = 'n', long = "dry-run")]
+    pub dry_run: bool,
+    /// Do not ask for confirmation.
+    #[arg(short = 'y', long = "yes")]
+    pub yes: bool,
+    /// Servers changed at once.
+    #[arg(short = 'j', long, default_value_t = DEFAULT_CONCURRENCY, value_name = "N", value_parser = at_least_one)]
+    pub concurrency: usize,
+    /// How steps reach servers: auto (apm agents through CNAPI install-agent,
+    /// other kinds through `agentsadm gz` via CNAPI execute), execute, install-agent.
+    #[arg(long, value_enum, default_value_t = TransportArg::Auto)]
+    pub transport: TransportArg,
+    /// Give up on one step after this long (e.g. 30m).
+    #[arg(long, value_parser = duration, default_value = "30m", value_name = "DURATION")]
+    pub task_timeout: Duration,
+    /// A server is an outlier past max(FACTOR x median, median + MARGIN).
+    #[arg(long, default_value_t = 3.0, value_name = "FACTOR")]
+    pub outlier_factor: f64,
+    /// The MARGIN above: at least this much over the median (e.g. 30s, 1s).
+    #[arg(long, value_parser = duration, default_value = "30s", value_name = "DURATION")]
+    pub outlier_margin: Duration,
+    /// Once only outliers are left, stop waiting for them after this long.
+    #[arg(long, value_parser = duration, value_name = "DURATION")]
+    pub straggler_timeout: Option<Duration>,
+    /// Take the datacenter lock even if another agentsadm holds it.
+    #[arg(long)]
+    pub break_lock: bool,
+    /// Start no new server once more than N (or P% of the servers, at
+    /// least one) have failed.
+    #[arg(long, default_value = "5%", value_name = "N|P%")]
+    pub max_failures: FailureBudget,
+    /// Servers of the first wave, which must pass before the rest start
+    /// (default: 1 when the plan changes more than 20 servers, else 0).
+    #[arg(long, value_name = "N")]
+    pub canary: Option<usize>,
+    /// At most N servers of one rack (CNAPI rack_identifier) at once.
+    #[arg(long, value_name = "N")]
+    pub max_per_rack: Option<usize>,
+    /// Health gate on each server: services must stay online this long
+    /// after an install (default: the installer's, 10s on a real server).
+    #[arg(long, value_parser = duration, value_name = "DURATION")]
+    pub min_healthy: Option<Duration>,
+    /// Health gate: how long services may take to come online before the
+    /// server's install is rolled back as unhealthy (default 2m).
+    #[arg(long, value_parser = duration, value_name = "DURATION")]
+    pub health_timeout: Option<Duration>,
+}
+
+/// A duration as `--task-timeout` and friends take it, with an example
+/// when it is not one.
+pub fn duration(s: &str) -> Result<Duration, String> {
+    humantime::parse_duration(s.trim()).map_err(|_| {
+        format!("{s:?} is not a duration: give a number and a unit, such as 90s, 5m, 1h or 1h30m")
+    })
+}
+
+/// `-j N`: at least one server at a time.
+fn at_least_one(s: &str) -> Result<usize, String> {
+    match s.trim().parse::<usize>() {
+        Ok(0) => Err("must be at least 1 (servers changed at once)".to_string()),
+        Ok(n) => Ok(n),
+        Err(_) => Err(format!("{s:?} is not a number of servers")),
+    }
+}
+
+/// One name of `-s SERVERS`: not empty (`-s ''` would select nothing, or
+/// everything, silently).
+fn server_name(s: &str) -> Result<String, String> {
+    let s = s.trim();
+    if s.is_empty() {
+        Err("empty server name: give UUIDs or hostnames, comma-separated".to_string())
+    } else {
+        Ok(s.to_string())
+    }
+}
+
+/// What [`ExecArgs`] come to: the confirmation and lock choices, the
+/// planner's transport mode and the executor's options.
+#[derive(Clone, Debug)]
+pub struct ExecSettings {
+    pub dry_run: bool,
+    pub yes: bool,
+    pub break_lock: bool,
+    pub transport: TransportMode,
+    pub options: ExecOptions,
+    /// `--canary`; `None`: [`agentsadm_orchestrate::execute::default_canary`] of the plan.
+    pub canary: Option<usize>,
+}
+
+impl From<ExecArgs> for ExecSettings {
+    fn from(a: ExecArgs) -> ExecSettings {
+        ExecSettings {
+            dry_run: a.dry_run,
+            yes: a.yes,
+            break_lock: a.break_lock,
+            transport: a.transport.into(),
+            canary: a.canary,
+            options: ExecOptions {
+                max_failures: Some(a.max_failures),
+                max_per_rack: a.max_per_rack,
+                concurrency: a.concurrency.max(1),
+                task_timeout: a.task_timeout,
+                outlier: OutlierPolicy {
+                    factor: a.outlier_factor,
+                    margin: a.outlier_margin,
+                    ..Default::default()
+                },
+                straggler_timeout: a.straggler_timeout,
+                health: (a.min_healthy.is_some() || a.health_timeout.is_some()).then(|| {
+                    HealthFlags {
+                        min_healthy: a.min_healthy.unwrap_or(Duration::from_secs(10)),
+                        timeout: a.health_timeout.unwrap_or(Duration::from_secs(120)),
+                    }
+                }),
+                ..Default::default()
+            },
+        }
+    }
+}
+
+/// Where images come from.
+#[derive(Args, Clone, Debug, Default)]
+pub struct ChannelArgs {
+    /// Look for images on the updates server in this channel (and import
+    /// them into the datacenter IMGAPI).
+    #[arg(short = 'C', long, value_name = "CHANNEL")]
+    pub channel: Option<String>,
+    /// The updates server (default: `https://updates.tritondatacenter.com`).
+    #[arg(long, env = "UPDATES_URL", value_name = "URL")]
+    pub updates_url: Option<String>,
+}
+
+fn exit(code: u8) -> ExitCode {
+    ExitCode::from(code)
+}
+
+/// The updates server client, when `--channel` or `--updates-url` asks
+/// for one, or always (`latest`: `--latest` looks nowhere else). Without
+/// `--channel`, the channel is the `sdc` application's `update_channel`
+/// (as sdcadm does); with neither, the updates server's default channel.
+async fn updates_client(
+    apis: &Apis,
+    source: &ChannelArgs,
+    latest: bool,
+) -> anyhow::Result<Option<ImgapiClient>> {
+    // `UPDATES_URL=` (set but empty) is no URL.
+    let updates_url = source
+        .updates_url
+        .as_deref()
+        .filter(|u| !u.trim().is_empty());
+    if !latest && source.channel.is_none() && updates_url.is_none() {
+        return Ok(None);
+    }
+    let url = updates_url.unwrap_or(DEFAULT_UPDATES_URL);
+    let mut channel = source.channel.clone().filter(|c| !c.trim().is_empty());
+    if channel.is_none()
+        && let Ok(Some(app)) = apis.sapi.sdc_application().await
+    {
+        channel = app
+            .metadata
+            .get("update_channel")
+            .and_then(|v| v.as_str())
+            .filter(|c| !c.trim().is_empty())
+            .map(str::to_string);
+    }
+    let client = ImgapiClient::new(url, ApiConfig::default())
+        .with_context(|| format!("invalid updates server URL {url:?}"))?
+        .with_channel(channel);
+    Ok(Some(client))
+}
+
+/// Where `--latest` looks, for the plan's first line: `target: newest
+/// vm-agent in channel release of the updates server URL`.
+fn latest_target_line(components: &[String], updates: &ImgapiClient) -> String {
+    let what = match components {
+        [] => "newest image of each component".to_string(),
+        [one] => format!("newest {one}"),
+        many => format!("newest {}", many.join(", ")),
+    };
+    let channel = match updates.channel() {
+        Some(c) => format!("channel {c}"),
+        None => "the default channel".to_string(),
+    };
+    format!(
+        "target: {what} in {channel} of the updates server {}",
+        updates.base_url()
+    )
+}
+
+/// Ask a yes/no question on the terminal (no by default).
+pub(crate) async fn confirm(question: &str) -> anyhow::Result<bool> {
+    let question = question.to_string();
+    tokio::task::spawn_blocking(move || {
+        use std::io::Write;
+        eprint!("{question} [y/N] ");
+        let _ = std::io::stderr().flush();
+        let mut answer = String::new();
+        std::io::stdin().read_line(&mut answer)?;
+        Ok(matches!(answer.trim(), "y" | "Y" | "yes"))
+    })
+    .await
+    .context("cannot read the answer")?
+}
+
+/// Whether someone can answer a question.
+pub(crate) fn stdin_is_terminal() -> bool {
+    use std::io::IsTerminal;
+    std::io::stdin().is_terminal()
+}

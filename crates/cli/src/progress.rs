@@ -1,0 +1,705 @@
+//! Progress on the command line, drawn from the executor's events: the
+//! only place that knows indicatif (the library only emits
+//! [`ExecEvent`]s to a [`Reporter`]).
+//!
+//! - On a terminal: one overall bar (servers done / total, ETA) and one
+//!   line per active server (its current component and step, elapsed),
+//!   with failures and outlier warnings printed above the bars.
+//! - Otherwise (pipe, `--json`, `-q`): plain lines on stderr, one per
+//!   finished server plus warnings; `-q` keeps only failures and warnings.
+//!
+//! Everything goes to stderr: stdout carries the plan, the summary or the
+//! one JSON document.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
+
+use agentsadm_orchestrate::report::ExecEvent;
+use agentsadm_orchestrate::report::Reporter;
+use agentsadm_orchestrate::report::ServerStatus;
+use agentsadm_orchestrate::report::fmt_duration;
+use agentsadm_types::ids::ServerUuid;
+
+/// How progress is shown.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ProgressMode {
+    Bars,
+    Lines,
+    /// Only failures and warnings.
+    Quiet,
+}
+
+impl ProgressMode {
+    /// Bars on an interactive stderr; lines otherwise; quiet with `-q`.
+    pub fn detect(json: bool, quiet: bool) -> ProgressMode {
+        use std::io::IsTerminal;
+        if quiet {
+            ProgressMode::Quiet
+        } else if !json
+            && std::io::stderr().is_terminal()
+            && std::env::var_os("AGENTSADM_NO_PROGRESS").is_none()
+        {
+            ProgressMode::Bars
+        } else {
+            ProgressMode::Lines
+        }
+    }
+}
+
+/// One server in flight: what it is doing and since when. Times come from
+/// tokio's clock, so tests pause and advance it.
+#[derive(Clone, Debug)]
+struct Row {
+    hostname: String,
+    step: String,
+    started: Instant,
+    /// Flagged slow: (median of the finished servers).
+    outlier: Option<Duration>,
+}
+
+/// The live rows, one per server in flight, rendered for a given instant.
+#[derive(Debug, Default)]
+pub struct LiveRows {
+    rows: BTreeMap<ServerUuid, Row>,
+}
+
+impl LiveRows {
+    fn start(&mut self, server: ServerUuid, hostname: &str, now: Instant) {
+        self.rows.insert(
+            server,
+            Row {
+                hostname: hostname.to_string(),
+                step: "starting".to_string(),
+                started: now,
+                outlier: None,
+            },
+        );
+    }
+
+    fn step(&mut self, server: ServerUuid, step: String) {
+        if let Some(r) = self.rows.get_mut(&server) {
+            r.step = step;
+        }
+    }
+
+    fn outlier(&mut self, server: ServerUuid, median: Duration) {
+        if let Some(r) = self.rows.get_mut(&server) {
+            r.outlier = Some(median);
+        }
+    }
+
+    fn finish(&mut self, server: &ServerUuid) {
+        self.rows.remove(server);
+    }
+
+    /// One line per server in flight, in hostname order: hostname, whole
+    /// seconds elapsed, current step, and a `SLOW` mark on an outlier
+    /// (yellow where `color`).
+    pub fn render(&self, now: Instant, color: bool) -> Vec<(ServerUuid, String)> {
+        let mut rows: Vec<(ServerUuid, String)> = self
+            .rows
+            .iter()
+            .map(|(u, r)| {
+                let elapsed = fmt_elapsed(now.saturating_duration_since(r.started));
+                let mut line = format!("{:<24} {elapsed:>6}  {}", r.hostname, r.step);
+                if let Some(median) = r.outlier {
+                    let mark = format!("SLOW (median {})", fmt_elapsed(median));
+                    if color {
+                        line = format!("\x1b[33m{line}  {mark}\x1b[0m");
+                    } else {
+                        line = format!("{line}  {mark}");
+                    }
+                }
+                (*u, line)
+            })
+            .collect();
+        rows.sort_by(|a, b| {
+            let ha = self.rows.get(&a.0).map(|r| r.hostname.as_str());
+            let hb = self.rows.get(&b.0).map(|r| r.hostname.as_str());
+            ha.cmp(&hb)
+        });
+        rows
+    }
+}
+
+/// Whole seconds, as a live row shows them: `7s`, `3m05s`, `1h02m`.
+pub fn fmt_elapsed(d: Duration) -> String {
+    let s = d.as_secs();
+    if s < 60 {
+        format!("{s}s")
+    } else if s < 3600 {
+        format!("{}m{:02}s", s / 60, s % 60)
+    } else {
+        format!("{}h{:02}m", s / 3600, (s / 60) % 60)
+    }
+}
+
+/// Whether to colour: a terminal, and `NO_COLOR` unset or empty
+/// (<https://no-color.org>).
+pub fn use_color() -> bool {
+    std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty())
+}
+
+/// Where the live display draws: indicatif on a real terminal, a recorder
+/// in tests.
+pub trait Terminal: Send + Sync {
+    /// Replace the live rows (one per server in flight) and the overall
+    /// line's counts.
+    fn draw(&self, rows: &[(ServerUuid, String)], done: usize, total: usize);
+    /// A line printed above the live rows.
+    fn println(&self, line: &str);
+    /// Take the live rows off the screen.
+    fn clear(&self);
+}
+
+/// indicatif on stderr: one overall bar, one line per row.
+struct IndicatifTerminal {
+    multi: MultiProgress,
+    overall: ProgressBar,
+    bars: Mutex<BTreeMap<ServerUuid, ProgressBar>>,
+}
+
+impl IndicatifTerminal {
+    fn new(total: usize) -> IndicatifTerminal {
+        let multi = MultiProgress::with_draw_target(ProgressDrawTarget::stderr());
+        let overall = multi.add(ProgressBar::new(total as u64));
+        overall.set_style(overall_style());
+        overall.enable_steady_tick(std::time::Duration::from_millis(250));
+        IndicatifTerminal {
+            multi,
+            overall,
+            bars: Mutex::new(BTreeMap::new()),
+        }
+    }
+}
+
+impl Terminal for IndicatifTerminal {
+    fn draw(&self, rows: &[(ServerUuid, String)], done: usize, _total: usize) {
+        self.overall.set_position(done as u64);
+        let Ok(mut bars) = self.bars.lock() else {
+            return;
+        };
+        let live: Vec<ServerUuid> = rows.iter().map(|(u, _)| *u).collect();
+        bars.retain(|u, bar| {
+            let keep = live.contains(u);
+            if !keep {
+                bar.finish_and_clear();
+                self.multi.remove(bar);
+            }
+            keep
+        });
+        for (u, line) in rows {
+            let bar = bars.entry(*u).or_insert_with(|| {
+                let bar = self.multi.add(ProgressBar::new_spinner());
+                bar.set_style(server_style());
+                bar
+            });
+            bar.set_message(line.clone());
+            bar.tick();
+        }
+    }
+
+    fn println(&self, line: &str) {
+        let _ = self.multi.println(line);
+    }
+
+    fn clear(&self) {
+        if let Ok(mut bars) = self.bars.lock() {
+            for bar in bars.values() {
+                bar.finish_and_clear();
+            }
+            bars.clear();
+        }
+        self.overall.finish_and_clear();
+        let _ = self.multi.clear();
+    }
+}
+
+/// How often every live row is redrawn, whether or not anything happened.
+pub const TICK: Duration = Duration::from_secs(1);
+
+struct Live {
+    term: Arc<dyn Terminal>,
+    ticker: Option<tokio::task::JoinHandle<()>>,
+}
+
+struct State {
+    rows: LiveRows,
+    done: usize,
+    total: usize,
+    color: bool,
+}
+
+/// A [`Reporter`] for the command line.
+pub struct CliProgress {
+    mode: ProgressMode,
+    verb: &'static str,
+    state: Arc<Mutex<State>>,
+    live: Mutex<Option<Live>>,
+    /// A terminal given by the caller (tests) instead of indicatif.
+    term: Option<Arc<dyn Terminal>>,
+}
+
+impl CliProgress {
+    /// `verb` names the operation in lines ("update", "install", "remove").
+    pub fn new(mode: ProgressMode, verb: &'static str) -> CliProgress {
+        use std::io::IsTerminal;
+        CliProgress {
+            mode,
+            verb,
+            state: Arc::new(Mutex::new(State {
+                rows: LiveRows::default(),
+                done: 0,
+                total: 0,
+                color: std::io::stderr().is_terminal() && use_color(),
+            })),
+            live: Mutex::new(None),
+            term: None,
+        }
+    }
+
+    /// Live rows drawn on `term` (a test's recorder), coloured if `color`.
+    pub fn with_terminal(verb: &'static str, term: Arc<dyn Terminal>, color: bool) -> CliProgress {
+        let mut p = CliProgress::new(ProgressMode::Bars, verb);
+        if let Ok(mut s) = p.state.lock() {
+            s.color = color;
+        }
+        p.term = Some(term);
+        p
+    }
+
+    fn line(&self, text: &str) {
+        if let Ok(l) = self.live.lock()
+            && let Some(l) = l.as_ref()
+        {
+            l.term.println(text);
+            return;
+        }
+        eprintln!("{text}");
+    }
+
+    fn count(&self) -> (usize, usize) {
+        self.state
+            .lock()
+            .map(|s| (s.done, s.total))
+            .unwrap_or((0, 0))
+    }
+
+    fn redraw(&self) {
+        if let Ok(l) = self.live.lock()
+            && let Some(l) = l.as_ref()
+        {
+            draw(&self.state, l.term.as_ref());
+        }
+    }
+}
+
+fn draw(state: &Mutex<State>, term: &dyn Terminal) {
+    let Ok(s) = state.lock() else { return };
+    let rows = s.rows.render(Instant::now(), s.color);
+    let (done, total) = (s.done, s.total);
+    drop(s);
+    term.draw(&rows, done, total);
+}
+
+fn overall_style() -> ProgressStyle {
+    ProgressStyle::with_template(
+        "{elapsed_precise} [{wide_bar}] {pos}/{len} servers, ETA {eta} {msg}",
+    )
+    .unwrap_or_else(|_| ProgressStyle::default_bar())
+    .progress_chars("=> ")
+}
+
+fn server_style() -> ProgressStyle {
+    ProgressStyle::with_template("  {spinner} {msg}")
+        .unwrap_or_else(|_| ProgressStyle::default_spinner())
+}
+
+impl Reporter for CliProgress {
+    fn event(&self, event: &ExecEvent<'_>) {
+        match event {
+            ExecEvent::Started {
+                servers,
+                concurrency,
+                ..
+            } => {
+                if let Ok(mut s) = self.state.lock() {
+                    s.done = 0;
+                    s.total = *servers;
+                }
+                if self.mode == ProgressMode::Bars {
+                    let term: Arc<dyn Terminal> = match &self.term {
+                        Some(t) => t.clone(),
+                        None => Arc::new(IndicatifTerminal::new(*servers)),
+                    };
+                    // Every row is redrawn each second, so a server stuck
+                    // in one step still shows its time growing.
+                    let ticker = tokio::runtime::Handle::try_current().ok().map(|h| {
+                        let state = self.state.clone();
+                        let term = term.clone();
+                        h.spawn(async move {
+                            let mut every = tokio::time::interval(TICK);
+                            every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+                            loop {
+                                every.tick().await;
+                                draw(&state, term.as_ref());
+                            }
+                        })
+                    });
+                    if let Ok(mut l) = self.live.lock() {
+                        *l = Some(Live { term, ticker });
+                    }
+                } else if self.mode == ProgressMode::Lines {
+                    eprintln!("{}: {servers} servers, {concurrency} at a time", self.verb);
+                }
+            }
+            ExecEvent::ServerStarted { server, hostname } => {
+                if let Ok(mut s) = self.state.lock() {
+                    s.rows.start(*server, hostname, Instant::now());
+                }
+                self.redraw();
+            }
+            ExecEvent::StepStarted { server, step, .. } => {
+                if let Ok(mut s) = self.state.lock() {
+                    s.rows.step(
+                        *server,
+                        format!("{} {}", step.component, step.action.verb()),
+                    );
+                }
+                self.redraw();
+            }
+            ExecEvent::StepFinished { .. } => {}
+            ExecEvent::ServerFinished { server, outcome } => {
+                let (n, total) = {
+                    let mut s = self.state.lock().unwrap_or_else(|e| e.into_inner());
+                    s.done += 1;
+                    s.rows.finish(server);
+                    (s.done, s.total)
+                };
+                self.redraw();
+                let label = format!("{} ({server})", outcome.hostname);
+                match outcome.status {
+                    ServerStatus::Succeeded => {
+                        if self.mode == ProgressMode::Lines {
+                            let steps: Vec<String> = outcome
+                                .steps
+                                .iter()
+                                .map(|s| format!("{} {}", s.component, fmt_duration(s.elapsed)))
+                                .collect();
+                            let what = if steps.is_empty() {
+                                "SAPI only".to_string()
+                            } else {
+                                steps.join(", ")
+                            };
+                            eprintln!("[{n}/{total}] {label}: ok ({what})");
+                        }
+                    }
+                    _ => {
+                        let why = outcome
+                            .failure
+                            .as_ref()
+                            .map(ToString::to_string)
+                            .unwrap_or_else(|| outcome.status.as_str().to_string());
+                        self.line(&format!(
+                            "[{n}/{total}] {label}: {}: {why}",
+                            outcome.status.as_str()
+                        ));
+                    }
+                }
+            }
+            ExecEvent::Outlier(o) => {
+                if let Ok(mut s) = self.state.lock() {
+                    s.rows.outlier(o.server, o.median);
+                }
+                self.redraw();
+                self.line(&format!(
+                    "warning: {} ({}) is slow: running for {}, the median server took {}",
+                    o.hostname,
+                    o.server,
+                    fmt_duration(o.elapsed),
+                    fmt_duration(o.median)
+                ));
+            }
+            ExecEvent::StragglersAbandoned { servers } => {
+                let mut names: Vec<&str> = servers.iter().map(|(_, h)| h.as_str()).collect();
+                names.sort_unstable();
+                self.line(&format!(
+                    "warning: stopped waiting for {} straggler{}: {}",
+                    servers.len(),
+                    if servers.len() == 1 { "" } else { "s" },
+                    names.join(", ")
+                ));
+            }
+            ExecEvent::Interrupted { in_flight, waiting } => {
+                let mut text = "interrupted: no further servers will be started".to_string();
+                if in_flight.is_empty() {
+                    text.push_str("; run the same command again to finish");
+                } else {
+                    let mut names: Vec<String> = in_flight.iter().map(|f| f.describe()).collect();
+                    names.sort();
+                    text.push_str(&format!(
+                        "; {} in flight, whose CNAPI tasks may still complete on their own: {}",
+                        in_flight.len(),
+                        names.join(", ")
+                    ));
+                    if *waiting {
+                        text.push_str(
+                            "; waiting for them to finish (press Ctrl-C again to stop waiting)",
+                        );
+                    } else {
+                        text.push_str("; run the same command again to finish");
+                    }
+                }
+                self.line(&text);
+            }
+            ExecEvent::StoppedWaiting { in_flight } => {
+                let mut names: Vec<&str> = in_flight.iter().map(|f| f.hostname.as_str()).collect();
+                names.sort_unstable();
+                self.line(&format!(
+                    "stopped waiting for {} server{} still in flight ({}): they may still complete; run the same command again to finish or confirm",
+                    in_flight.len(),
+                    if in_flight.len() == 1 { "" } else { "s" },
+                    names.join(", ")
+                ));
+            }
+            ExecEvent::Finished(_) => {
+                if let Ok(mut l) = self.live.lock()
+                    && let Some(l) = l.take()
+                {
+                    if let Some(t) = l.ticker {
+                        t.abort();
+                    }
+                    l.term.clear();
+                }
+                let (n, total) = self.count();
+                if self.mode == ProgressMode::Lines && n < total {
+                    eprintln!("{}: {n} of {total} servers finished", self.verb);
+                }
+            }
+        }
+    }
+}
+
+impl Drop for CliProgress {
+    fn drop(&mut self) {
+        if let Ok(mut l) = self.live.lock()
+            && let Some(l) = l.take()
+            && let Some(t) = l.ticker
+        {
+            t.abort();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use agentsadm_orchestrate::outlier::Outlier;
+    use agentsadm_plan::{Action, ImageRef, Step, TransportKind};
+    use agentsadm_types::catalog::OrderClass;
+    use agentsadm_types::ids::ImageUuid;
+
+    fn server_uuid(i: u128) -> ServerUuid {
+        ServerUuid::from_u128(0x5e000000_0000_4000_8000_000000000000 | i)
+    }
+
+    /// Records every frame the display draws.
+    #[derive(Default)]
+    struct Recorder {
+        frames: Mutex<Vec<Vec<String>>>,
+        printed: Mutex<Vec<String>>,
+    }
+
+    impl Recorder {
+        fn last(&self) -> Vec<String> {
+            self.frames
+                .lock()
+                .unwrap()
+                .last()
+                .cloned()
+                .unwrap_or_default()
+        }
+        fn count(&self) -> usize {
+            self.frames.lock().unwrap().len()
+        }
+    }
+
+    impl Terminal for Recorder {
+        fn draw(&self, rows: &[(ServerUuid, String)], _done: usize, _total: usize) {
+            let rows = rows.iter().map(|(_, l)| l.clone()).collect();
+            self.frames.lock().unwrap().push(rows);
+        }
+        fn println(&self, line: &str) {
+            self.printed.lock().unwrap().push(line.to_string());
+        }
+        fn clear(&self) {}
+    }
+
+    fn upgrade_step() -> Step {
+        let image = |n: u128, version: &str| ImageRef {
+            uuid: ImageUuid::from_u128(n),
+            name: "vm-agent".into(),
+            version: version.into(),
+            import_from: None,
+        };
+        let (from, to) = (image(1, "1.0.0"), image(2, "1.1.0"));
+        Step {
+            component: "vm-agent".into(),
+            order: OrderClass::ParallelSafe,
+            action: Action::Upgrade {
+                from: agentsadm_plan::types::InstalledRef {
+                    version: from.version.clone(),
+                    image: Some(from.uuid),
+                },
+                to,
+            },
+            transport: TransportKind::InstallAgent,
+            gate: agentsadm_plan::Gate::GzHealth,
+        }
+    }
+
+    /// Move the clock 100 ms at a time, letting the ticker task run.
+    async fn advance(d: Duration) {
+        let step = Duration::from_millis(100);
+        let mut left = d;
+        while !left.is_zero() {
+            let by = left.min(step);
+            tokio::time::advance(by).await;
+            left -= by;
+            for _ in 0..3 {
+                tokio::task::yield_now().await;
+            }
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn rows_tick_every_second_and_mark_outliers() {
+        let step = upgrade_step();
+        let term = Arc::new(Recorder::default());
+        let p = CliProgress::with_terminal("update", term.clone(), false);
+        let (a, b) = (server_uuid(1), server_uuid(2));
+        p.event(&ExecEvent::Started {
+            servers: 2,
+            steps: 2,
+            concurrency: 2,
+        });
+        p.event(&ExecEvent::ServerStarted {
+            server: b,
+            hostname: "cn0002",
+        });
+        p.event(&ExecEvent::ServerStarted {
+            server: a,
+            hostname: "cn0001",
+        });
+        // A new row shows a step from the start.
+        let first = term.last();
+        assert_eq!(first.len(), 2);
+        assert!(first[0].starts_with("cn0001"), "{first:?}");
+        assert!(first[0].contains("0s  starting"), "{first:?}");
+        p.event(&ExecEvent::StepStarted {
+            server: a,
+            hostname: "cn0001",
+            step: &step,
+        });
+        assert!(term.last()[0].contains("0s  vm-agent upgrade"));
+
+        // Nothing happens on the servers for 3 seconds: the rows still
+        // tick, once a second.
+        let before = term.count();
+        advance(Duration::from_millis(3_100)).await;
+        assert!(
+            term.count() - before >= 3,
+            "{} frames",
+            term.count() - before
+        );
+        let rows = term.last();
+        assert!(rows[0].contains("3s  vm-agent upgrade"), "{rows:?}");
+        assert!(rows[1].starts_with("cn0002") && rows[1].contains("3s  starting"));
+
+        // The slow one is marked in its own row.
+        p.event(&ExecEvent::Outlier(&Outlier {
+            server: b,
+            hostname: "cn0002".into(),
+            elapsed: Duration::from_secs(3),
+            median: Duration::from_secs(1),
+        }));
+        advance(Duration::from_secs(62)).await;
+        let rows = term.last();
+        assert!(rows[0].contains("1m05s  vm-agent upgrade") && !rows[0].contains("SLOW"));
+        assert!(
+            rows[1].contains("1m05s  starting  SLOW (median 1s)"),
+            "{rows:?}"
+        );
+        assert!(!rows[1].contains('\x1b'), "no colour when asked for none");
+        assert!(term.printed.lock().unwrap()[0].contains("cn0002"));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn outlier_rows_are_coloured_and_interruption_names_servers() {
+        let term = Arc::new(Recorder::default());
+        let p = CliProgress::with_terminal("update", term.clone(), true);
+        let a = server_uuid(1);
+        p.event(&ExecEvent::Started {
+            servers: 3,
+            steps: 3,
+            concurrency: 3,
+        });
+        p.event(&ExecEvent::ServerStarted {
+            server: a,
+            hostname: "cn0001",
+        });
+        p.event(&ExecEvent::Outlier(&Outlier {
+            server: a,
+            hostname: "cn0001".into(),
+            elapsed: Duration::from_secs(3),
+            median: Duration::from_secs(1),
+        }));
+        assert!(term.last()[0].starts_with("\x1b[33m"));
+        let task = agentsadm_types::ids::TaskId::from_u128(7);
+        let in_flight = [agentsadm_orchestrate::report::InFlight {
+            server: a,
+            hostname: "cn0001".into(),
+            elapsed: Duration::from_secs(3),
+            tasks: vec![agentsadm_orchestrate::transport::TaskRef {
+                component: "vm-agent".into(),
+                task,
+                waiting: true,
+            }],
+        }];
+        p.event(&ExecEvent::Interrupted {
+            in_flight: &in_flight,
+            waiting: true,
+        });
+        let printed = term.printed.lock().unwrap().clone();
+        let last = printed.last().unwrap();
+        assert!(
+            last.contains("1 in flight")
+                && last.contains("may still complete")
+                && last.contains(&format!("cn0001 (vm-agent task {task})"))
+                && last.contains("press Ctrl-C again to stop waiting"),
+            "{last}"
+        );
+        p.event(&ExecEvent::StoppedWaiting {
+            in_flight: &in_flight,
+        });
+        let printed = term.printed.lock().unwrap().clone();
+        let last = printed.last().unwrap();
+        assert!(
+            last.contains("stopped waiting for 1 server still in flight (cn0001)")
+                && last.contains("may still complete"),
+            "{last}"
+        );
+    }
+
+    #[test]
+    fn elapsed_is_whole_seconds() {
+        assert_eq!(fmt_elapsed(Duration::from_millis(999)), "0s");
+        assert_eq!(fmt_elapsed(Duration::from_secs(65)), "1m05s");
+        assert_eq!(fmt_elapsed(Duration::from_secs(3720)), "1h02m");
+    }
+}

@@ -1,0 +1,661 @@
+//! `agentsadm check` as a library call (the command line, the demo and the
+//! tests use it):
+//!
+//! - [`check`]: one ServerList, one ListServices and one ListInstances
+//!   (the orchestrator's [`gather::fetch`]), with `--live` each selected
+//!   server's own `agentsadm gz report` through CNAPI execute, and a GetImage
+//!   for every image intent or reality names; then the pure finder.
+//! - [`repair()`]: carry out a [`RepairPlan`]: CNAPI reports, SAPI writes
+//!   through the orchestrator's [`SapiIntentStore`], server steps through the
+//!   orchestrator's [`Executor`] and [`CnapiTransport`].
+//! - [`fix`]: repair, check again, delete the instances installs replaced
+//!   ([`settle`]), and check once more if that changed anything; the final
+//!   check is what `check --fix` reports as remaining.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::future::Future;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use futures::stream::{self, StreamExt};
+use serde::Serialize;
+use serde_json::json;
+
+use super::drift;
+
+use super::drift::DriftInput;
+
+use super::drift::Finding;
+
+use super::drift::Survey;
+use super::repair;
+use super::repair::RepairPlan;
+use super::repair::Replaced;
+use super::repair::SapiRepair;
+use agentsadm_api::ApiError;
+use agentsadm_api::Apis;
+use agentsadm_api::cnapi::CnapiClient;
+use agentsadm_api::remote::AgentsReport;
+use agentsadm_api::remote::gz_execute_request;
+use agentsadm_orchestrate::execute::DEFAULT_CONCURRENCY;
+use agentsadm_orchestrate::execute::ExecOptions;
+use agentsadm_orchestrate::execute::Executor;
+use agentsadm_orchestrate::execute::RunGate;
+use agentsadm_orchestrate::gather;
+use agentsadm_orchestrate::gather::Answers;
+use agentsadm_orchestrate::gather::GatherError;
+use agentsadm_orchestrate::report::ExecReport;
+use agentsadm_orchestrate::report::Reporter;
+use agentsadm_orchestrate::store::IntentStore;
+use agentsadm_orchestrate::store::SapiIntentStore;
+use agentsadm_orchestrate::transport::CnapiTransport;
+use agentsadm_orchestrate::transport::CnapiTransportConfig;
+use agentsadm_plan::ImageRef;
+use agentsadm_plan::IntentChange;
+use agentsadm_plan::PlanError;
+use agentsadm_plan::resolve_servers;
+use agentsadm_types::catalog::Catalog;
+use agentsadm_types::error::error_chain;
+use agentsadm_types::ids::ImageUuid;
+use agentsadm_types::ids::ServerUuid;
+
+/// What to check.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct CheckRequest {
+    /// `-s`: servers by UUID or hostname (all when empty).
+    pub servers: Vec<String>,
+    /// `--live`: also ask each server for its own report.
+    pub live: bool,
+}
+
+/// How live reports are read.
+#[derive(Clone, Debug)]
+pub struct CheckConfig {
+    /// Limit of one `agentsadm gz report` through CNAPI execute.
+    pub live_timeout: Duration,
+    /// Environment for `agentsadm gz` on the servers (the simulator's URLs).
+    pub execute_env: BTreeMap<String, String>,
+    /// Servers asked at once.
+    pub concurrency: usize,
+}
+
+impl Default for CheckConfig {
+    fn default() -> Self {
+        CheckConfig {
+            live_timeout: Duration::from_secs(60),
+            execute_env: BTreeMap::new(),
+            concurrency: DEFAULT_CONCURRENCY,
+        }
+    }
+}
+
+/// The check could not be made; nothing was changed.
+#[derive(Debug, thiserror::Error)]
+pub enum CheckError {
+    #[error(transparent)]
+    Gather(#[from] GatherError),
+    #[error(transparent)]
+    Servers(#[from] PlanError),
+    #[error("cannot look up image {image} in the datacenter IMGAPI")]
+    Image {
+        image: ImageUuid,
+        #[source]
+        err: Box<ApiError>,
+    },
+}
+
+/// One check: what was read, and what the finder made of it.
+#[derive(Clone, Debug)]
+pub struct CheckRun {
+    pub answers: Answers,
+    /// Live reports of the servers that could be asked.
+    pub live: BTreeMap<ServerUuid, AgentsReport>,
+    /// Images the datacenter IMGAPI has, of those intent and reality name.
+    pub images: BTreeMap<ImageUuid, ImageRef>,
+    pub selection: Option<BTreeSet<ServerUuid>>,
+    pub survey: Survey,
+    pub findings: Vec<Finding>,
+    /// Servers whose live report could not be read (with `--live`).
+    pub warnings: Vec<String>,
+    pub servers_checked: usize,
+    pub live_requested: bool,
+}
+
+impl CheckRun {
+    /// Whether any finding is drift (informational ones are not).
+    pub fn has_drift(&self) -> bool {
+        drift::has_drift(&self.findings)
+    }
+
+    /// 0 clean; 2 drift, or a live report that could not be read.
+    pub fn exit_status(&self) -> u8 {
+        if self.has_drift() || (self.live_requested && !self.warnings.is_empty()) {
+            2
+        } else {
+            0
+        }
+    }
+
+    /// The repairs `--fix` would make (pure).
+    pub fn repair_plan(&self, catalog: &Catalog) -> RepairPlan {
+        repair::plan_repairs(catalog, &self.survey, &self.live, &self.findings)
+    }
+
+    /// The findings as operators read them.
+    pub fn render(&self) -> String {
+        let mut out = drift::render(&self.findings, self.servers_checked);
+        for w in &self.warnings {
+            out.push_str(&format!("warning: {w}\n"));
+        }
+        out
+    }
+
+    /// The `--json` document of a check.
+    pub fn to_json(&self) -> serde_json::Value {
+        let counts: BTreeMap<&str, usize> = drift::counts(&self.findings)
+            .into_iter()
+            .map(|(k, n)| (k.as_str(), n))
+            .collect();
+        json!({
+            "servers_checked": self.servers_checked,
+            "live": self.live_requested,
+            "findings": self.findings,
+            "counts": counts,
+            "warnings": self.warnings,
+        })
+    }
+}
+
+/// Read intent, reality, live reports and images, and find drift.
+pub async fn check(
+    apis: &Apis,
+    catalog: &Catalog,
+    request: &CheckRequest,
+    config: &CheckConfig,
+) -> Result<CheckRun, CheckError> {
+    let answers = gather::fetch(apis).await?;
+    let cnapi = agentsadm_orchestrate::Reality::from_servers(catalog, &answers.servers);
+    let selection: Option<BTreeSet<ServerUuid>> = if request.servers.is_empty() {
+        None
+    } else {
+        Some(
+            resolve_servers(&cnapi, &request.servers)?
+                .into_iter()
+                .collect(),
+        )
+    };
+    let selected = |s: &ServerUuid| selection.as_ref().is_none_or(|set| set.contains(s));
+    let servers_checked = cnapi.servers.keys().filter(|s| selected(s)).count();
+
+    let mut live = BTreeMap::new();
+    let mut warnings = Vec::new();
+    if request.live {
+        let mut targets = Vec::new();
+        for s in cnapi.servers.values().filter(|s| selected(&s.uuid)) {
+            if !s.setup {
+                continue;
+            }
+            if !s.is_running() {
+                warnings.push(format!(
+                    "{}: no live report: the server is not running (CNAPI status {:?})",
+                    s.label(),
+                    s.status
+                ));
+                continue;
+            }
+            if !s.has_execute() {
+                // Asking would wait for CNAPI's Ur timeout (an hour).
+                warnings.push(format!(
+                    "{}: no live report: it is a mockcloud server, which has no CNAPI execute to run 'agentsadm gz report'",
+                    s.label()
+                ));
+                continue;
+            }
+            targets.push((s.uuid, s.label()));
+        }
+        let results: Vec<(ServerUuid, String, Result<AgentsReport, LiveReportError>)> =
+            stream::iter(targets)
+                .map(|(uuid, label)| async move {
+                    (uuid, label, live_report(&apis.cnapi, uuid, config).await)
+                })
+                .buffer_unordered(config.concurrency.max(1))
+                .collect()
+                .await;
+        for (uuid, label, r) in results {
+            match r {
+                Ok(report) => {
+                    live.insert(uuid, report);
+                }
+                Err(e) => warnings.push(format!("{label}: no live report: {}", error_chain(&e))),
+            }
+        }
+        warnings.sort();
+    }
+
+    let images = lookup_images(apis, &answers, &live).await?;
+    let (survey, findings) = drift::find(&DriftInput {
+        catalog,
+        servers: &answers.servers,
+        services: &answers.services,
+        instances: &answers.instances,
+        live: &live,
+        images: &images,
+        selection: selection.as_ref(),
+    });
+    Ok(CheckRun {
+        answers,
+        live,
+        images,
+        selection,
+        survey,
+        findings,
+        warnings,
+        servers_checked,
+        live_requested: request.live,
+    })
+}
+
+/// Every image a service default, an instance or a server names, looked up
+/// in the datacenter IMGAPI (absent ones are left out).
+async fn lookup_images(
+    apis: &Apis,
+    answers: &Answers,
+    live: &BTreeMap<ServerUuid, AgentsReport>,
+) -> Result<BTreeMap<ImageUuid, ImageRef>, CheckError> {
+    let mut wanted: BTreeSet<ImageUuid> = BTreeSet::new();
+    wanted.extend(answers.services.iter().filter_map(|s| s.image_uuid()));
+    wanted.extend(answers.instances.iter().filter_map(|i| i.image_uuid()));
+    for s in &answers.servers {
+        wanted.extend(s.reported_agents().iter().filter_map(|a| a.image_uuid));
+    }
+    for r in live.values() {
+        wanted.extend(r.agents.iter().filter_map(|a| a.image_uuid));
+    }
+    let found: Vec<Result<Option<ImageRef>, CheckError>> = stream::iter(wanted)
+        .map(|uuid| async move {
+            match apis.imgapi.get_image(uuid).await {
+                Ok(m) => Ok(Some(ImageRef {
+                    uuid: m.uuid,
+                    name: m.name,
+                    version: m.version,
+                    import_from: None,
+                })),
+                Err(e) if e.is_not_found() => Ok(None),
+                Err(err) => Err(CheckError::Image {
+                    image: uuid,
+                    err: Box::new(err),
+                }),
+            }
+        })
+        .buffer_unordered(8)
+        .collect()
+        .await;
+    let mut out = BTreeMap::new();
+    for r in found {
+        if let Some(i) = r? {
+            out.insert(i.uuid, i);
+        }
+    }
+    Ok(out)
+}
+
+/// Why a server's own report could not be read.
+#[derive(Debug, thiserror::Error)]
+pub enum LiveReportError {
+    /// CNAPI execute failed; its message says how.
+    #[error(transparent)]
+    Execute(ApiError),
+    #[error(
+        "'agentsadm gz report' exited {exit_status} ({tail}); is agentsadm installed at {binary}?",
+        binary = agentsadm_api::remote::GZ_BINARY
+    )]
+    NoReport {
+        exit_status: i32,
+        /// The last lines of its stderr (else stdout), joined with ` | `.
+        tail: String,
+    },
+}
+
+/// A server's own report: `agentsadm gz report --json` through CNAPI
+/// execute.
+pub async fn live_report(
+    cnapi: &CnapiClient,
+    server: ServerUuid,
+    config: &CheckConfig,
+) -> Result<AgentsReport, LiveReportError> {
+    let args: Vec<String> = ["gz", "report", "--json"].map(String::from).to_vec();
+    let request = gz_execute_request(&args, config.execute_env.clone(), config.live_timeout);
+    let result = cnapi
+        .execute(server, &request, config.live_timeout)
+        .await
+        .map_err(LiveReportError::Execute)?;
+    match parse_last_json::<AgentsReport>(&result.stdout) {
+        Some(r) if result.exit_status == 0 => Ok(r),
+        _ => {
+            let text = if result.stderr.trim().is_empty() {
+                result.stdout.trim()
+            } else {
+                result.stderr.trim()
+            };
+            let tail: Vec<&str> = text.lines().rev().take(3).collect();
+            Err(LiveReportError::NoReport {
+                exit_status: result.exit_status,
+                tail: tail.into_iter().rev().collect::<Vec<_>>().join(" | "),
+            })
+        }
+    }
+}
+
+/// The JSON document a command printed: all of stdout, or the last part
+/// that starts a line with `{` and parses.
+fn parse_last_json<T: serde::de::DeserializeOwned>(stdout: &str) -> Option<T> {
+    let text = stdout.trim();
+    if let Ok(v) = serde_json::from_str(text) {
+        return Some(v);
+    }
+    text.rmatch_indices("\n{")
+        .map(|(i, _)| i + 1)
+        .find_map(|i| serde_json::from_str(&text[i..]).ok())
+}
+
+/// A repair that failed.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct RepairFailure {
+    /// What was being done (`post server.agents of cn1`, `delete instance ...`).
+    pub what: String,
+    pub message: String,
+}
+
+/// What the repairs did.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct RepairReport {
+    pub reports_posted: usize,
+    pub sapi_done: usize,
+    /// The orchestrator's report of the server steps (absent without steps).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub servers: Option<ExecReport>,
+    /// Instances deleted because an install replaced them.
+    pub replaced_deleted: usize,
+    pub failures: Vec<RepairFailure>,
+    pub interrupted: bool,
+}
+
+impl RepairReport {
+    pub fn failed(&self) -> bool {
+        !self.failures.is_empty()
+            || self.interrupted
+            || self.servers.as_ref().is_some_and(|r| !r.all_succeeded())
+    }
+}
+
+/// How repairs run.
+#[derive(Clone, Copy)]
+pub struct RepairOptions<'a> {
+    pub exec: &'a ExecOptions,
+    pub transport: &'a CnapiTransportConfig,
+    pub reporter: &'a dyn Reporter,
+    /// Set once another process broke the datacenter lock (`check --fix`
+    /// holds it): from then on no SAPI write is made and no new server
+    /// starts, as for `update`.
+    pub lock_lost: Option<&'a AtomicBool>,
+}
+
+/// The repair run's answers to the executor: the operator confirmed the
+/// repairs as a whole, so a passed canary wave goes on; a broken lock
+/// starts no new server.
+struct RepairGate<'a>(Option<&'a AtomicBool>);
+
+impl RunGate for RepairGate<'_> {
+    fn lock_lost(&self) -> bool {
+        self.0.is_some_and(|lost| lost.load(Ordering::SeqCst))
+    }
+
+    async fn canary_passed(&self, _canaries: &[String], _remaining: usize) -> bool {
+        true
+    }
+}
+
+/// Carry out the plan: CNAPI reports, SAPI writes, then the server steps
+/// through the orchestrator. Failures are collected, never stop the rest
+/// (except that a SAPI failure does not stop server steps either: each
+/// repair is independent).
+pub async fn repair(
+    apis: &Apis,
+    catalog: &Catalog,
+    plan: &RepairPlan,
+    options: RepairOptions<'_>,
+    cancel: impl Future<Output = ()>,
+) -> RepairReport {
+    let mut out = RepairReport::default();
+    let concurrency = options.exec.concurrency.max(1);
+
+    let posted: Vec<Result<(), RepairFailure>> = stream::iter(plan.reports.iter())
+        .map(|r| async move {
+            apis.cnapi
+                .update_server_agents(r.server, &r.agents)
+                .await
+                .map_err(|e| RepairFailure {
+                    what: format!("post server.agents of {} ({})", r.hostname, r.server),
+                    message: error_chain(&e),
+                })
+        })
+        .buffer_unordered(concurrency)
+        .collect()
+        .await;
+    for r in posted {
+        match r {
+            Ok(()) => out.reports_posted += 1,
+            Err(f) => out.failures.push(f),
+        }
+    }
+
+    let store = SapiIntentStore::new(apis.sapi.clone());
+    // Services, then creates and updates, then deletes: an adoption that
+    // replaces an instance creates the new one before deleting the old.
+    let phases: [Vec<&SapiRepair>; 3] = [
+        plan.sapi
+            .iter()
+            .filter(|r| matches!(r, SapiRepair::Service(_)))
+            .collect(),
+        plan.sapi
+            .iter()
+            .filter(|r| {
+                matches!(r, SapiRepair::Instance { change, .. }
+                    if !matches!(change, IntentChange::DeleteInstance { .. }))
+            })
+            .collect(),
+        plan.sapi
+            .iter()
+            .filter(|r| {
+                matches!(
+                    r,
+                    SapiRepair::Instance {
+                        change: IntentChange::DeleteInstance { .. },
+                        ..
+                    }
+                )
+            })
+            .collect(),
+    ];
+    let gate = RepairGate(options.lock_lost);
+    for phase in phases {
+        if gate.lock_lost() {
+            out.failures.push(RepairFailure {
+                what: format!("make {} SAPI writes", phase.len()),
+                message: "another process broke the datacenter lock; nothing more was written (run check --fix again)".to_string(),
+            });
+            continue;
+        }
+        let store = &store;
+        let results: Vec<Result<(), RepairFailure>> = stream::iter(phase)
+            .map(|r| async move { apply_sapi(store, r).await })
+            .buffer_unordered(concurrency)
+            .collect()
+            .await;
+        for r in results {
+            match r {
+                Ok(()) => out.sapi_done += 1,
+                Err(f) => out.failures.push(f),
+            }
+        }
+    }
+
+    if !plan.plan.servers.is_empty() {
+        let transport = CnapiTransport::new(
+            apis.cnapi.clone(),
+            catalog.clone(),
+            options.transport.clone(),
+        );
+        let executor = Executor {
+            transport: &transport,
+            store: &store,
+            reporter: options.reporter,
+            options: options.exec,
+        };
+        match executor.execute_gated(&plan.plan, cancel, &gate).await {
+            Ok(report) => {
+                out.interrupted = report.interrupted;
+                out.servers = Some(report);
+            }
+            Err(e) => out.failures.push(RepairFailure {
+                what: "run the server steps".to_string(),
+                message: error_chain(&e),
+            }),
+        }
+    }
+    out
+}
+
+async fn apply_sapi(store: &SapiIntentStore, r: &SapiRepair) -> Result<(), RepairFailure> {
+    match r {
+        SapiRepair::Service(change) => {
+            store
+                .set_service_image(change)
+                .await
+                .map_err(|e| RepairFailure {
+                    what: format!("set the default image of service {}", change.component),
+                    message: error_chain(&e),
+                })
+        }
+        SapiRepair::Instance {
+            server,
+            hostname,
+            change,
+        } => {
+            // Deletes do not use the server; orphans have none.
+            let server = server.unwrap_or(ServerUuid::from_u128(0));
+            store
+                .apply(server, change, None)
+                .await
+                .map_err(|e| RepairFailure {
+                    what: format!(
+                        "{} of {}{}",
+                        match change {
+                            IntentChange::DeleteInstance { .. } => "delete the SAPI instance",
+                            IntentChange::CreateInstance { .. } => "create the SAPI instance",
+                            _ => "set params of the SAPI instance",
+                        },
+                        change.component(),
+                        hostname
+                            .as_deref()
+                            .map(|h| format!(" on {h}"))
+                            .unwrap_or_default()
+                    ),
+                    message: error_chain(&e),
+                })
+        }
+    }
+}
+
+/// Delete the instances installs replaced, where the server now reports
+/// another instance for the component. Returns how many were deleted.
+pub async fn settle(
+    apis: &Apis,
+    replaced: &[Replaced],
+    after: &CheckRun,
+) -> (usize, Vec<RepairFailure>) {
+    let mut done = 0;
+    let mut failures = Vec::new();
+    for r in replaced {
+        let now = after
+            .survey
+            .reality
+            .get(&r.server)
+            .and_then(|s| s.components.get(&r.component))
+            .and_then(|i| i.instance);
+        if now.is_none() || now == Some(r.instance) {
+            continue;
+        }
+        match apis.sapi.delete_instance(r.instance).await {
+            Ok(()) => done += 1,
+            Err(e) if e.is_not_found() => {}
+            Err(e) => failures.push(RepairFailure {
+                what: format!(
+                    "delete the replaced SAPI instance {} of {}",
+                    r.instance, r.component
+                ),
+                message: error_chain(&e),
+            }),
+        }
+    }
+    (done, failures)
+}
+
+/// What `check --fix` did and what is left.
+#[derive(Clone, Debug)]
+pub struct FixOutcome {
+    pub repairs: RepairReport,
+    /// The check after the repairs: what remains.
+    pub after: CheckRun,
+}
+
+impl FixOutcome {
+    /// 0 when nothing remains and every repair worked, else 2.
+    pub fn exit_status(&self) -> u8 {
+        if self.repairs.failed() {
+            2
+        } else {
+            self.after.exit_status()
+        }
+    }
+}
+
+/// Repair, check again, settle replaced instances, and check once more if
+/// settling changed SAPI.
+pub async fn fix(
+    apis: &Apis,
+    catalog: &Catalog,
+    request: &CheckRequest,
+    config: &CheckConfig,
+    plan: &RepairPlan,
+    options: RepairOptions<'_>,
+    cancel: impl Future<Output = ()>,
+) -> Result<FixOutcome, CheckError> {
+    let mut repairs = repair(apis, catalog, plan, options, cancel).await;
+    let mut after = check(apis, catalog, request, config).await?;
+    if !plan.replaced.is_empty() {
+        let (deleted, failures) = settle(apis, &plan.replaced, &after).await;
+        repairs.replaced_deleted = deleted;
+        repairs.failures.extend(failures);
+        if deleted > 0 {
+            after = check(apis, catalog, request, config).await?;
+        }
+    }
+    Ok(FixOutcome { repairs, after })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn finds_the_report_after_other_output() {
+        let doc = r#"{
+  "server_uuid": "44454c4c-4800-1034-804a-b2c04f354d31",
+  "agents": []
+}"#;
+        assert!(parse_last_json::<AgentsReport>(doc).is_some());
+        assert!(parse_last_json::<AgentsReport>(&format!("note\n{doc}\n")).is_some());
+        assert!(parse_last_json::<AgentsReport>("nothing").is_none());
+    }
+}

@@ -1,0 +1,285 @@
+//! What the finder reports: a [`Finding`] of a stable [`FindingKind`],
+//! with the [`Fix`] it proposes; and the labels its sentences use.
+
+use std::fmt::Write as _;
+
+use serde::Serialize;
+
+use agentsadm_types::ids::ImageUuid;
+
+use agentsadm_types::ids::InstanceUuid;
+
+use agentsadm_types::ids::ServerUuid;
+
+use agentsadm_plan::ImageRef;
+use agentsadm_plan::TransportKind;
+use agentsadm_plan::reality::Installed;
+use agentsadm_plan::reality::ServerState;
+use agentsadm_types::ids::ServiceUuid;
+
+use super::DriftInput;
+
+/// What kind of drift a finding is. The kebab-case names are the stable
+/// `kind` field of `agentsadm check --json`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum FindingKind {
+    /// A SAPI instance says the server has the component; the server does
+    /// not report it.
+    MissingInstall,
+    /// The server runs another image than its instance's `params.image_uuid`.
+    WrongImage,
+    /// The server runs the component but SAPI has no instance for it (or
+    /// one with another UUID than the server keeps).
+    InstalledWithoutInstance,
+    /// An instance whose server CNAPI does not know (deleted), or that no
+    /// server can be found for.
+    InstanceForMissingServer,
+    /// An instance of a server that is not set up (factory reset, never
+    /// set up).
+    InstanceForUnsetupServer,
+    /// An instance without `params.server_uuid` / `params.image_uuid`.
+    InstanceWithoutParams,
+    /// A second instance for one (server, component).
+    DuplicateInstance,
+    /// CNAPI `server.agents` differs from what the server itself reports.
+    StaleCnapiReport,
+    /// An agent service without `params.image_uuid`: new servers get nothing.
+    ServiceWithoutDefaultImage,
+    /// An agent service whose `params.image_uuid` is not in the datacenter
+    /// IMGAPI: setting up a new server would fail.
+    DefaultImageNotInImgapi,
+    /// Installed but agentsadm does not manage it (no SAPI service, or not
+    /// a catalog component). Informational.
+    UnmanagedComponent,
+}
+
+impl FindingKind {
+    /// Every kind, in report order.
+    pub const ALL: [FindingKind; 11] = [
+        FindingKind::MissingInstall,
+        FindingKind::WrongImage,
+        FindingKind::InstalledWithoutInstance,
+        FindingKind::InstanceForMissingServer,
+        FindingKind::InstanceForUnsetupServer,
+        FindingKind::InstanceWithoutParams,
+        FindingKind::DuplicateInstance,
+        FindingKind::StaleCnapiReport,
+        FindingKind::ServiceWithoutDefaultImage,
+        FindingKind::DefaultImageNotInImgapi,
+        FindingKind::UnmanagedComponent,
+    ];
+
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            FindingKind::MissingInstall => "missing-install",
+            FindingKind::WrongImage => "wrong-image",
+            FindingKind::InstalledWithoutInstance => "installed-without-instance",
+            FindingKind::InstanceForMissingServer => "instance-for-missing-server",
+            FindingKind::InstanceForUnsetupServer => "instance-for-unsetup-server",
+            FindingKind::InstanceWithoutParams => "instance-without-params",
+            FindingKind::DuplicateInstance => "duplicate-instance",
+            FindingKind::StaleCnapiReport => "stale-cnapi-report",
+            FindingKind::ServiceWithoutDefaultImage => "service-without-default-image",
+            FindingKind::DefaultImageNotInImgapi => "default-image-not-in-imgapi",
+            FindingKind::UnmanagedComponent => "unmanaged-component",
+        }
+    }
+
+    /// Informational kinds never make `check` exit 2.
+    pub fn is_informational(&self) -> bool {
+        *self == FindingKind::UnmanagedComponent
+    }
+}
+
+impl std::fmt::Display for FindingKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// The repair a finding proposes.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(tag = "action", rename_all = "kebab-case")]
+pub enum Fix {
+    /// Install the component on the server (an orchestrator step). The
+    /// stale instance, if any, is replaced by the one the install creates.
+    Install {
+        image: ImageRef,
+        transport: TransportKind,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        replaces: Option<InstanceUuid>,
+    },
+    /// Upgrade (or downgrade) to the intended image (an orchestrator step).
+    Upgrade {
+        image: ImageRef,
+        transport: TransportKind,
+    },
+    /// Create the SAPI instance the server keeps, with params; delete the
+    /// instance it replaces.
+    AdoptInstance {
+        instance: InstanceUuid,
+        service: ServiceUuid,
+        image: ImageUuid,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        replaces: Option<InstanceUuid>,
+    },
+    /// Set `params.server_uuid` and `params.image_uuid` on the instance.
+    SetParams {
+        instance: InstanceUuid,
+        service: ServiceUuid,
+        image: ImageUuid,
+    },
+    /// Delete the SAPI instance (only the record: SAPI never touches a
+    /// server for agent instances).
+    DeleteInstance { instance: InstanceUuid },
+    /// Set the service's `params.image_uuid`.
+    SetServiceDefault {
+        service: ServiceUuid,
+        image: ImageRef,
+    },
+    /// Post the server's own report to CNAPI as `server.agents`.
+    PostLiveReport,
+    /// Nothing automatic: what the operator can do.
+    Manual { hint: String },
+    /// Informational; nothing to fix.
+    None,
+}
+
+impl Fix {
+    /// Whether `check --fix` can carry it out.
+    pub fn is_automatic(&self) -> bool {
+        !matches!(self, Fix::Manual { .. } | Fix::None)
+    }
+
+    /// One phrase for humans.
+    pub fn describe(&self) -> String {
+        match self {
+            Fix::Install {
+                image,
+                transport,
+                replaces,
+            } => {
+                let mut s = format!("install {} [{}]", image_label(image), transport.as_str());
+                if let Some(old) = replaces {
+                    let _ = write!(
+                        s,
+                        ", then delete SAPI instance {} (replaced by the instance the install creates)",
+                        short(old)
+                    );
+                }
+                s
+            }
+            Fix::Upgrade { image, transport } => {
+                format!("update to {} [{}]", image_label(image), transport.as_str())
+            }
+            Fix::AdoptInstance {
+                instance,
+                image,
+                replaces,
+                ..
+            } => {
+                let mut s = format!(
+                    "create SAPI instance {} with params (image_uuid {})",
+                    short(instance),
+                    short(image)
+                );
+                if let Some(old) = replaces {
+                    let _ = write!(s, " and delete SAPI instance {}", short(old));
+                }
+                s
+            }
+            Fix::SetParams {
+                instance, image, ..
+            } => format!(
+                "set params.server_uuid and params.image_uuid {} on SAPI instance {}",
+                short(image),
+                short(instance)
+            ),
+            Fix::DeleteInstance { instance } => {
+                format!("delete SAPI instance {}", short(instance))
+            }
+            Fix::SetServiceDefault { image, .. } => {
+                format!("set the service default image to {}", image_label(image))
+            }
+            Fix::PostLiveReport => {
+                "post the server's own report to CNAPI as server.agents".to_string()
+            }
+            Fix::Manual { hint } => format!("manual: {hint}"),
+            Fix::None => "none (informational)".to_string(),
+        }
+    }
+}
+
+/// One mismatch.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Finding {
+    pub kind: FindingKind,
+    /// The server it is about (for `instance-for-missing-server`, the one
+    /// `params.server_uuid` names, which CNAPI does not know).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub server: Option<ServerUuid>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub hostname: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub component: Option<String>,
+    /// The SAPI instance concerned, when there is one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub instance: Option<InstanceUuid>,
+    pub details: String,
+    pub fix: Fix,
+    /// Informational findings do not count as drift (exit status 0).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub informational: bool,
+}
+
+/// A finding about one component on one server.
+pub(super) fn finding(
+    kind: FindingKind,
+    state: &ServerState,
+    component: &str,
+    instance: Option<InstanceUuid>,
+    details: String,
+    fix: Fix,
+) -> Finding {
+    Finding {
+        kind,
+        server: Some(state.uuid),
+        hostname: Some(state.hostname.clone()),
+        component: Some(component.to_string()),
+        instance,
+        details,
+        fix,
+        informational: kind.is_informational(),
+    }
+}
+
+pub(super) fn short(u: &impl ToString) -> String {
+    u.to_string().chars().take(8).collect()
+}
+
+pub(super) fn image_label(i: &ImageRef) -> String {
+    format!("{} ({})", i.version, short(&i.uuid))
+}
+
+pub(super) fn image_of(input: &DriftInput, uuid: ImageUuid) -> String {
+    match input.images.get(&uuid) {
+        Some(r) => image_label(r),
+        None => format!("image {} (not in IMGAPI)", short(&uuid)),
+    }
+}
+
+pub(super) fn version_label(i: &Installed) -> String {
+    match i.image {
+        Some(img) => format!("{} ({})", i.version, short(&img)),
+        None => i.version.clone(),
+    }
+}
+
+pub(super) fn installed_label(i: &Installed) -> String {
+    let mut s = version_label(i);
+    if let Some(inst) = i.instance {
+        let _ = write!(s, " instance {}", short(&inst));
+    }
+    s
+}

@@ -1,0 +1,452 @@
+//! Findings about one server: what it runs against what SAPI intends for
+//! it, its instances if it is not set up, and (with `--live`) CNAPI's view
+//! against the server's own report.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use super::finding::Finding;
+
+use super::finding::FindingKind;
+
+use super::finding::Fix;
+
+use super::finding::finding;
+
+use super::finding::image_of;
+
+use super::finding::installed_label;
+
+use super::DriftInput;
+use super::Survey;
+use super::finding::version_label;
+use agentsadm_plan::ImageRef;
+use agentsadm_plan::TransportKind;
+use agentsadm_plan::TransportMode;
+use agentsadm_plan::intent::InstanceLink;
+use agentsadm_plan::reality::ServerState;
+use agentsadm_types::ids::ImageUuid;
+use agentsadm_types::ids::InstanceUuid;
+
+/// What a server that is not set up should not have: SAPI instances.
+pub(super) fn unsetup_findings(survey: &Survey, state: &ServerState, out: &mut Vec<Finding>) {
+    let mut instances: Vec<(&str, InstanceUuid)> = survey
+        .intent
+        .instances
+        .get(&state.uuid)
+        .map(|per| per.iter().map(|(c, i)| (c.as_str(), i.uuid)).collect())
+        .unwrap_or_default();
+    instances.extend(
+        survey
+            .intent
+            .duplicates
+            .iter()
+            .filter(|d| d.server == state.uuid)
+            .map(|d| (d.component.as_str(), d.uuid)),
+    );
+    for (component, uuid) in instances {
+        out.push(finding(
+            FindingKind::InstanceForUnsetupServer,
+            state,
+            component,
+            Some(uuid),
+            format!(
+                "SAPI instance {uuid} belongs to a server that is not set up (factory reset or never set up); setting it up creates new instances"
+            ),
+            Fix::DeleteInstance { instance: uuid },
+        ));
+    }
+}
+
+/// A set-up server's components, one by one, and its duplicate and
+/// foreign entries.
+pub(super) fn server_findings(
+    input: &DriftInput,
+    survey: &Survey,
+    state: &ServerState,
+    out: &mut Vec<Finding>,
+) {
+    let intent = &survey.intent;
+    let per_server = intent.instances.get(&state.uuid);
+    let mut names: BTreeSet<&str> = state.components.keys().map(String::as_str).collect();
+    if let Some(per) = per_server {
+        names.extend(per.keys().map(String::as_str));
+    }
+    for name in names {
+        let installed = state.components.get(name);
+        let instance = intent.instance(&state.uuid, name);
+        let Some(service) = intent.services.get(name) else {
+            if let Some(i) = installed {
+                out.push(finding(
+                    FindingKind::UnmanagedComponent,
+                    state,
+                    name,
+                    None,
+                    format!(
+                        "{} is installed but has no SAPI agent service, so agentsadm leaves it alone ('agentsadm adopt' creates the service)",
+                        version_label(i)
+                    ),
+                    Fix::None,
+                ));
+            }
+            continue;
+        };
+        match (installed, instance) {
+            (None, None) => {}
+            (None, Some(inst)) => {
+                let target = inst.image.or(service.default_image);
+                let details = format!(
+                    "SAPI instance {} says the server has it{}, but the server does not report it",
+                    inst.uuid,
+                    target
+                        .map(|t| format!(" ({})", image_of(input, t)))
+                        .unwrap_or_default()
+                );
+                let fix = match target {
+                    None => Fix::Manual {
+                        hint: format!(
+                            "neither the instance nor the service names an image: delete the instance or run 'agentsadm install {name} -s {} --image UUID'",
+                            state.hostname
+                        ),
+                    },
+                    Some(t) => match step_fix(input, state, name, t) {
+                        Ok((image, transport)) => Fix::Install {
+                            image,
+                            transport,
+                            replaces: Some(inst.uuid),
+                        },
+                        Err(blocked) => Fix::Manual {
+                            hint: blocked.to_string(),
+                        },
+                    },
+                };
+                out.push(finding(
+                    FindingKind::MissingInstall,
+                    state,
+                    name,
+                    Some(inst.uuid),
+                    details,
+                    fix,
+                ));
+            }
+            (Some(i), None) => {
+                let image = i.image.or(service.default_image);
+                let (details, fix) = match (i.instance, image) {
+                    (Some(reported), Some(image)) => (
+                        format!(
+                            "{} runs with instance {reported}, which SAPI does not have",
+                            version_label(i)
+                        ),
+                        Fix::AdoptInstance {
+                            instance: reported,
+                            service: service.uuid,
+                            image,
+                            replaces: None,
+                        },
+                    ),
+                    (None, _) => (
+                        format!(
+                            "{} runs without an instance UUID, and SAPI has no instance for it",
+                            version_label(i)
+                        ),
+                        Fix::Manual {
+                            hint: format!(
+                                "reinstall it so that it gets an instance UUID: 'agentsadm update {name} -s {} --image UUID'",
+                                state.hostname
+                            ),
+                        },
+                    ),
+                    (Some(reported), None) => (
+                        format!(
+                            "{} runs with instance {reported}, which SAPI does not have",
+                            version_label(i)
+                        ),
+                        Fix::Manual {
+                            hint: format!(
+                                "neither the server nor the service names an image: set the service default ('agentsadm update {name} --image UUID')"
+                            ),
+                        },
+                    ),
+                };
+                out.push(finding(
+                    FindingKind::InstalledWithoutInstance,
+                    state,
+                    name,
+                    i.instance,
+                    details,
+                    fix,
+                ));
+            }
+            (Some(i), Some(inst)) => {
+                if let Some(reported) = i.instance
+                    && reported != inst.uuid
+                {
+                    // The server keeps another UUID (a reinstall made a new
+                    // one): config-agent asks SAPI for the server's UUID, so
+                    // the instance SAPI has is of no use to it.
+                    let image = inst.image.or(i.image).or(service.default_image);
+                    let fix = match image {
+                        Some(image) => Fix::AdoptInstance {
+                            instance: reported,
+                            service: service.uuid,
+                            image,
+                            replaces: Some(inst.uuid),
+                        },
+                        None => Fix::Manual {
+                            hint: format!(
+                                "no image is known for it: set the service default ('agentsadm update {name} --image UUID')"
+                            ),
+                        },
+                    };
+                    out.push(finding(
+                        FindingKind::InstalledWithoutInstance,
+                        state,
+                        name,
+                        Some(reported),
+                        format!(
+                            "{} runs with instance {reported}, but SAPI has instance {} for it",
+                            version_label(i),
+                            inst.uuid
+                        ),
+                        fix,
+                    ));
+                    continue;
+                }
+                // An instance with no params at all that the server lists
+                // in server.agents is how the vm-agent and net-agent
+                // postinstalls adopt themselves in every real datacenter:
+                // it is this server's instance, not drift (an update sets
+                // its params).
+                let bare_but_reported = inst.link == InstanceLink::Reported && inst.image.is_none();
+                if !inst.has_params() && !bare_but_reported {
+                    let missing = match (inst.link, inst.image) {
+                        (InstanceLink::Reported, None) => {
+                            "params.server_uuid and params.image_uuid"
+                        }
+                        (InstanceLink::Reported, Some(_)) => "params.server_uuid",
+                        (InstanceLink::Params, _) => "params.image_uuid",
+                    };
+                    let image = inst.image.or(i.image).or(service.default_image);
+                    let fix = match image {
+                        Some(image) => Fix::SetParams {
+                            instance: inst.uuid,
+                            service: service.uuid,
+                            image,
+                        },
+                        None => Fix::Manual {
+                            hint: format!(
+                                "no image is known for it: set the service default ('agentsadm update {name} --image UUID')"
+                            ),
+                        },
+                    };
+                    out.push(finding(
+                        FindingKind::InstanceWithoutParams,
+                        state,
+                        name,
+                        Some(inst.uuid),
+                        format!("SAPI instance {} has no {missing}", inst.uuid),
+                        fix,
+                    ));
+                }
+                if let Some(target) = inst.image
+                    && i.image != Some(target)
+                {
+                    let fix = match step_fix(input, state, name, target) {
+                        Ok((image, transport)) => Fix::Upgrade { image, transport },
+                        Err(blocked) => Fix::Manual {
+                            hint: blocked.to_string(),
+                        },
+                    };
+                    out.push(finding(
+                        FindingKind::WrongImage,
+                        state,
+                        name,
+                        Some(inst.uuid),
+                        format!(
+                            "runs {}, its SAPI instance names {}",
+                            version_label(i),
+                            image_of(input, target)
+                        ),
+                        fix,
+                    ));
+                }
+            }
+        }
+    }
+    for d in intent.duplicates.iter().filter(|d| d.server == state.uuid) {
+        let kept = intent
+            .instance(&state.uuid, &d.component)
+            .map(|i| i.uuid.to_string())
+            .unwrap_or_default();
+        out.push(finding(
+            FindingKind::DuplicateInstance,
+            state,
+            &d.component,
+            Some(d.uuid),
+            format!(
+                "SAPI has a second instance {} for it (instance {kept} is kept)",
+                d.uuid
+            ),
+            Fix::DeleteInstance { instance: d.uuid },
+        ));
+    }
+    for f in &state.foreign {
+        out.push(finding(
+            FindingKind::UnmanagedComponent,
+            state,
+            &f.name,
+            None,
+            format!(
+                "{} {} is installed but is not an agentsadm component",
+                f.name, f.version
+            ),
+            Fix::None,
+        ));
+    }
+}
+
+/// Why `check --fix` cannot install or upgrade a component itself; shown
+/// as the hint of a manual fix.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum StepBlocked {
+    #[error("{component} is not a catalog component")]
+    NotInCatalog { component: String },
+    #[error(
+        "image {image} is not in the datacenter IMGAPI: import it, or point the instance at another image with 'agentsadm update {component} -s {hostname} --image UUID'"
+    )]
+    ImageNotInDc {
+        image: ImageUuid,
+        component: String,
+        hostname: String,
+    },
+    #[error(
+        "restarting {component} aborts running work, so check never does it: run 'agentsadm update {component} -s {hostname}' when convenient"
+    )]
+    NotBulk { component: String, hostname: String },
+    #[error(
+        "the server is not running (CNAPI status {status:?}); re-run 'agentsadm check --fix' once it is back"
+    )]
+    NotRunning { status: String },
+    #[error("no transport can install {component}")]
+    NoTransport { component: String },
+    #[error(
+        "{component} needs CNAPI execute, which mockcloud servers such as {hostname} do not have; nothing can install it there"
+    )]
+    NoExecute { component: String, hostname: String },
+}
+
+/// An install or upgrade step of `component` to `image` on the server, or
+/// why it cannot be done automatically.
+fn step_fix(
+    input: &DriftInput,
+    state: &ServerState,
+    component: &str,
+    image: ImageUuid,
+) -> Result<(ImageRef, TransportKind), StepBlocked> {
+    let Some(c) = input.catalog.get(component) else {
+        return Err(StepBlocked::NotInCatalog {
+            component: component.to_string(),
+        });
+    };
+    let Some(image_ref) = input.images.get(&image) else {
+        return Err(StepBlocked::ImageNotInDc {
+            image,
+            component: component.to_string(),
+            hostname: state.hostname.clone(),
+        });
+    };
+    if !c.bulk_update && state.components.contains_key(component) {
+        return Err(StepBlocked::NotBulk {
+            component: component.to_string(),
+            hostname: state.hostname.clone(),
+        });
+    }
+    if !state.is_running() {
+        return Err(StepBlocked::NotRunning {
+            status: state.status.clone(),
+        });
+    }
+    let transport = TransportKind::choose(c.kind, TransportMode::Auto).ok_or_else(|| {
+        StepBlocked::NoTransport {
+            component: component.to_string(),
+        }
+    })?;
+    if transport == TransportKind::Execute && !state.has_execute() {
+        return Err(StepBlocked::NoExecute {
+            component: component.to_string(),
+            hostname: state.hostname.clone(),
+        });
+    }
+    Ok((image_ref.clone(), transport))
+}
+
+/// CNAPI's view against the server's own report, component by component
+/// (catalog components by component name, other packages by name).
+pub(super) fn stale_report(cnapi: &ServerState, live: &ServerState, out: &mut Vec<Finding>) {
+    let mut diffs: BTreeMap<String, String> = BTreeMap::new();
+    let names: BTreeSet<&String> = cnapi
+        .components
+        .keys()
+        .chain(live.components.keys())
+        .collect();
+    for name in names {
+        let detail = match (cnapi.components.get(name), live.components.get(name)) {
+            (Some(a), Some(b)) if a == b => continue,
+            (Some(a), Some(b)) => format!(
+                "CNAPI lists {} but the server reports {}",
+                installed_label(a),
+                installed_label(b)
+            ),
+            (Some(a), None) => format!(
+                "CNAPI lists {} but the server does not have it",
+                installed_label(a)
+            ),
+            (None, Some(b)) => format!(
+                "the server reports {} but CNAPI does not list it",
+                installed_label(b)
+            ),
+            (None, None) => continue,
+        };
+        diffs.insert(name.clone(), detail);
+    }
+    let index = |list: &[agentsadm_api::cnapi::AgentEntry]| -> BTreeMap<String, String> {
+        list.iter()
+            .map(|a| (a.name.clone(), a.version.clone()))
+            .collect()
+    };
+    let (cn_foreign, live_foreign) = (index(&cnapi.foreign), index(&live.foreign));
+    for (name, version) in &cn_foreign {
+        match live_foreign.get(name) {
+            Some(v) if v == version => {}
+            Some(v) => {
+                diffs.insert(
+                    name.clone(),
+                    format!("CNAPI lists {version} but the server reports {v}"),
+                );
+            }
+            None => {
+                diffs.insert(
+                    name.clone(),
+                    format!("CNAPI lists {version} but the server does not have it"),
+                );
+            }
+        }
+    }
+    for (name, version) in &live_foreign {
+        if !cn_foreign.contains_key(name) {
+            diffs.insert(
+                name.clone(),
+                format!("the server reports {version} but CNAPI does not list it"),
+            );
+        }
+    }
+    for (name, detail) in diffs {
+        out.push(finding(
+            FindingKind::StaleCnapiReport,
+            live,
+            &name,
+            None,
+            detail,
+            Fix::PostLiveReport,
+        ));
+    }
+}

@@ -1,0 +1,156 @@
+//! What is installed now for a component of a Triton GZ, read back: apm
+//! agents from their tree, the other kinds from agentsadm's record, or, for
+//! what Triton's own tools installed, from what can be told without one.
+
+use std::fs;
+use std::io;
+use std::path::PathBuf;
+
+use agentsadm_types::catalog::Component;
+
+use agentsadm_types::catalog::ComponentKind;
+
+use super::super::fsutil;
+use super::super::package::PackageJson;
+use super::super::paths::GzPaths;
+use super::Footprint;
+use super::InstalledRecord;
+use super::Link;
+use super::record_rel;
+use super::template_outputs;
+
+/// What is installed now for `component`, if anything.
+pub fn current(paths: &GzPaths, component: &Component) -> Result<Option<Footprint>, CurrentError> {
+    match component.kind {
+        ComponentKind::ApmAgent => {
+            let pkg = component.package_name();
+            let dir = paths.node_modules().join(pkg);
+            if !dir.is_dir() {
+                return Ok(None);
+            }
+            let image = fsutil::read_trimmed(&dir.join("image_uuid"))
+                .ok()
+                .flatten()
+                .and_then(|s| s.parse().ok());
+            let package = PackageJson::read(&dir).ok().flatten();
+            let links = package
+                .as_ref()
+                .map(|p| {
+                    p.bin
+                        .iter()
+                        .map(|(name, path)| Link {
+                            path: format!("opt/smartdc/agents/bin/{name}"),
+                            target: format!(
+                                "../lib/node_modules/{pkg}/{}",
+                                super::super::package::clean_relative(path)
+                            ),
+                        })
+                        .collect()
+                })
+                .unwrap_or_default();
+            let smf_manifests = template_outputs(&dir)
+                .unwrap_or_default()
+                .into_iter()
+                .map(|(_, o)| o)
+                .collect();
+            Ok(Some(Footprint {
+                image_uuid: image,
+                version: package.map(|p| p.version).unwrap_or_default(),
+                tree: Some(paths.rel(&dir)),
+                overlay: Vec::new(),
+                links,
+                smf_manifests,
+                apm: true,
+            }))
+        }
+        _ => {
+            if let Some(rec) = read_record(paths, &component.name)? {
+                return Ok(Some(rec.footprint));
+            }
+            // Installed by Triton's own tools: what we can tell without a record.
+            match component.kind {
+                ComponentKind::Sdcadm => {
+                    let dir = paths.at("opt/smartdc/sdcadm");
+                    if !dir.is_dir() {
+                        return Ok(None);
+                    }
+                    let image = fsutil::read_trimmed(&dir.join("image_uuid"))
+                        .ok()
+                        .flatten()
+                        .and_then(|s| s.parse().ok());
+                    let version = fsutil::read_trimmed(&dir.join("etc/buildstamp"))
+                        .ok()
+                        .flatten()
+                        .or_else(|| PackageJson::read(&dir).ok().flatten().map(|p| p.version))
+                        .unwrap_or_default();
+                    let mut links = Vec::new();
+                    for (p, t) in [
+                        ("opt/smartdc/bin/sdcadm", "../sdcadm/bin/sdcadm"),
+                        (
+                            "opt/smartdc/man/man1/sdcadm.1",
+                            "../../sdcadm/man/man1/sdcadm.1",
+                        ),
+                    ] {
+                        if fsutil::exists(&paths.at(p)) {
+                            links.push(Link {
+                                path: p.into(),
+                                target: t.into(),
+                            });
+                        }
+                    }
+                    let mut overlay = Vec::new();
+                    let site = "var/svc/manifest/site/sdcadm-setup.xml";
+                    if paths.at(site).exists() {
+                        overlay.push(site.to_string());
+                    }
+                    Ok(Some(Footprint {
+                        image_uuid: image,
+                        version,
+                        tree: Some("opt/smartdc/sdcadm".into()),
+                        smf_manifests: overlay.clone(),
+                        overlay,
+                        links,
+                        apm: false,
+                    }))
+                }
+                ComponentKind::GzTools => {
+                    let marker = paths.at("opt/smartdc/etc/gz-tools.image");
+                    let image = fsutil::read_trimmed(&marker).ok().flatten();
+                    Ok(image.map(|i| Footprint {
+                        image_uuid: i.parse().ok(),
+                        ..Default::default()
+                    }))
+                }
+                ComponentKind::Dockerlogger => {
+                    let bin = paths.at("opt/smartdc/docker/bin/dockerlogger");
+                    Ok(bin.exists().then(Footprint::default))
+                }
+                ComponentKind::ApmAgent => Ok(None),
+            }
+        }
+    }
+}
+
+/// A record that exists but cannot be read.
+#[derive(Debug, thiserror::Error)]
+#[error("the install record {path} is unreadable; remove it and reinstall the component")]
+pub struct CurrentError {
+    pub path: PathBuf,
+    #[source]
+    pub err: io::Error,
+}
+
+/// Read `.agentsadm/installed/<name>.json`.
+pub fn read_record(paths: &GzPaths, name: &str) -> Result<Option<InstalledRecord>, CurrentError> {
+    let path = paths.at(record_rel(name));
+    match fs::read(&path) {
+        Ok(b) => serde_json::from_slice(&b)
+            .map(Some)
+            .map_err(|e| CurrentError {
+                path,
+                err: io::Error::new(io::ErrorKind::InvalidData, e),
+            }),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
+        Err(err) => Err(CurrentError { path, err }),
+    }
+}

@@ -1,0 +1,89 @@
+//! What is installed on the server (the layout reads it), and reporting it
+//! to CNAPI as `server.agents` after a run.
+
+use agentsadm_api::ApiError;
+use agentsadm_api::remote::AgentsReport;
+use agentsadm_api::remote::GzResult;
+use agentsadm_api::remote::ReportError;
+use agentsadm_platform::blocking;
+
+use super::BrokenMarker;
+
+use super::GzSession;
+
+impl GzSession {
+    /// What is installed on this server.
+    ///
+    /// A component with a transaction journal (an install under way in
+    /// another run, or one a killed run left for the next locked run to
+    /// finish or undo) or with an incomplete rollback recorded is reported
+    /// as an error, never as installed: what is on disk may be half done.
+    pub async fn report(&self) -> AgentsReport {
+        let layout = self.layout.clone();
+        let catalog = self.settings.catalog.clone();
+        let server = self.server;
+        blocking(move || {
+            let mut report = layout.report(&catalog, server);
+            let paths = layout.paths();
+            for c in catalog.iter() {
+                let journal = paths.journal_file(&c.name);
+                let broken = paths.broken_file(&c.name);
+                let message = if let Ok(bytes) = std::fs::read(&broken) {
+                    Some(
+                        serde_json::from_slice::<BrokenMarker>(&bytes)
+                            .map(|m| format!("broken: {}", m.message))
+                            .unwrap_or_else(|_| {
+                                format!(
+                                    "broken: a rollback did not complete (see {}); reinstall it with `agentsadm gz install <image> --force`",
+                                    broken.display()
+                                )
+                            }),
+                    )
+                } else if journal.exists() {
+                    Some(format!(
+                        "a transaction is under way or was interrupted (journal {}); the next locked agentsadm gz run finishes or undoes it",
+                        journal.display()
+                    ))
+                } else {
+                    None
+                };
+                if let Some(message) = message {
+                    report.agents.retain(|a| a.name != c.name);
+                    report.errors.retain(|e| e.name != c.name);
+                    report.errors.push(ReportError {
+                        name: c.name.clone(),
+                        message,
+                    });
+                }
+            }
+            report
+        })
+        .await
+    }
+
+    /// POST the report to CNAPI (`server.agents`).
+    pub async fn post(&self, report: &AgentsReport) -> Result<(), ApiError> {
+        match &self.cnapi {
+            Some(c) => c.update_server_agents(self.server, &report.agents).await,
+            None => Ok(()),
+        }
+    }
+
+    /// Whether a CNAPI client is configured.
+    pub fn has_cnapi(&self) -> bool {
+        self.cnapi.is_some()
+    }
+
+    pub(super) async fn post_report(&self, result: &mut GzResult) {
+        if self.settings.no_cnapi {
+            return;
+        }
+        let report = self.report().await;
+        if let Err(e) = self.post(&report).await {
+            result.warnings.push(format!(
+                "the installed set was not reported to CNAPI ({}); run `agentsadm gz report --post` later",
+                agentsadm_types::error::error_chain(&e)
+            ));
+        }
+    }
+}

@@ -1,0 +1,529 @@
+//! Steps 3-6 of an install (the old version out, the new one in, SMF,
+//! SAPI) and the steps of a removal. Any error is undone by the caller
+//! ([`super::finish`]). File work runs on the blocking pool; hooks, SMF and
+//! SAPI are awaited; checkpoints run on the task.
+
+use std::fs;
+use std::io;
+use std::path::{Path, PathBuf};
+
+use agentsadm_platform::blocking;
+use agentsadm_types::catalog::Component;
+use agentsadm_types::ids::InstanceUuid;
+
+use super::super::adopt;
+
+use super::super::adopt::Adoption;
+use super::super::fsutil;
+use super::super::health;
+use super::super::hooks;
+use super::super::kinds;
+use super::super::kinds::Footprint;
+use super::super::kinds::Link;
+use super::super::kinds::StagedVersion;
+use super::super::package;
+use super::super::package::Hook;
+use super::super::package::PackageJson;
+use super::super::paths::GzPaths;
+use super::super::step::Step;
+use super::Journal;
+use super::TxnEnv;
+use super::TxnError;
+use super::fs_err;
+use super::write_journal;
+
+/// Where the instance UUID file sits inside the tree `tree`, if it does.
+fn inside_tree<'a>(instance_file: &'a str, tree: Option<&str>) -> Option<&'a str> {
+    instance_file.strip_prefix(tree?)?.strip_prefix('/')
+}
+
+/// Steps 3-6 of an install; returns what SAPI adoption did.
+pub(super) async fn swap_in(
+    env: &TxnEnv<'_>,
+    journal: &mut Journal,
+    txn_dir: &Path,
+    staged: &StagedVersion,
+    instance: InstanceUuid,
+) -> Result<Option<Adoption>, TxnError> {
+    let paths = env.paths().clone();
+    let new = &staged.footprint;
+    // The instance UUID: inside the tree it goes into the staged copy, kept
+    // or new (the old tree takes its copy away); elsewhere it is written
+    // only when new.
+    let instance_path = match (
+        inside_tree(&journal.instance_file, new.tree.as_deref()),
+        &staged.tree_src,
+    ) {
+        (Some(inside), Some(src)) => Some(src.join(inside)),
+        _ if journal.instance_created => Some(paths.at(&journal.instance_file)),
+        _ => None,
+    };
+    if let Some(path) = instance_path {
+        blocking(move || {
+            fsutil::write_atomic(&path, format!("{instance}\n").as_bytes()).map_err(fs_err(
+                Step::Instance,
+                "write the instance UUID file",
+                &path,
+            ))
+        })
+        .await?;
+    }
+    // 3. The old package out.
+    if let Some(old) = journal.old.clone() {
+        remove_old(env, journal, &old, txn_dir).await?;
+    }
+    {
+        let (paths, txn_dir) = (paths.clone(), txn_dir.to_path_buf());
+        let (new, old) = (journal.new.clone(), journal.old.clone());
+        blocking(move || move_overlay_out(&paths, new.as_ref(), &txn_dir, old.as_ref())).await?;
+    }
+    env.checkpoint("after-move-old");
+    // 4. The new package in, after apm's prefix directories (in the
+    // journal's created_dirs: a rollback removes the ones made here).
+    if new.apm {
+        let paths = paths.clone();
+        blocking(move || create_prefix_dirs(&paths)).await?;
+    }
+    if let (Some(pkg), Some(src)) = (&staged.package, &staged.tree_src) {
+        run_hook(env, journal, Hook::Preinstall, pkg, src).await?;
+    }
+    {
+        let (paths, new) = (paths.clone(), new.clone());
+        let (tree_src, overlay_src) = (staged.tree_src.clone(), staged.overlay_src.clone());
+        blocking(move || place_new(&paths, &new, tree_src.as_deref(), overlay_src.as_deref()))
+            .await?;
+    }
+    env.checkpoint("after-place-new");
+    let expected = {
+        let (paths, new, package) = (paths.clone(), new.clone(), staged.package.clone());
+        blocking(move || link_new(&paths, &new, package.as_ref())).await?
+    };
+    let hooks_run = env.hooks.skip.is_none();
+    if let (Some(pkg), Some(tree)) = (&staged.package, &new.tree) {
+        let installed = paths.at(tree);
+        run_hook(env, journal, Hook::Postinstall, pkg, &installed).await?;
+        if hooks_run {
+            let (paths, component) = (paths.clone(), journal.component.clone());
+            blocking(move || check_manifests_written(&paths, &component, &expected)).await?;
+        }
+    }
+    // 5. SMF. Where hooks do not run (a copy of a GZ on a SmartOS host),
+    // an apm package's manifests were never written: nothing to import.
+    let imports: Vec<&String> = new
+        .smf_manifests
+        .iter()
+        .filter(|rel| hooks_run || !new.apm || fsutil::exists(&paths.at(rel)))
+        .collect();
+    for rel in imports {
+        env.platform
+            .smf_import(&paths.at(rel))
+            .await
+            .map_err(|err| TxnError::Smf {
+                action: "import",
+                target: rel.clone(),
+                err: Box::new(err),
+            })?;
+    }
+    env.checkpoint("after-smf");
+    // 6. The health gate, then SAPI.
+    if let Some(gate) = env.gate
+        && env.layout.runs_services()
+    {
+        let files: Vec<PathBuf> = new.smf_manifests.iter().map(|rel| paths.at(rel)).collect();
+        let before = journal.smf.services.clone();
+        let fmris = blocking(move || health::expected_instances(&files, &before))
+            .await
+            .map_err(|err| TxnError::Smf {
+                action: "manifest read",
+                target: journal.component.clone(),
+                err: Box::new(err),
+            })?;
+        health::wait_healthy(env.platform, &fmris, gate)
+            .await
+            .map_err(|err| TxnError::Unhealthy {
+                component: journal.component.clone(),
+                err,
+            })?;
+        env.checkpoint("after-health");
+    }
+    let adoption = match (&env.sapi, new.image_uuid) {
+        (Some(sapi), Some(image)) => Some(
+            adopt::adopt(
+                sapi.client,
+                &journal.component,
+                instance,
+                sapi.server,
+                image,
+            )
+            .await
+            .map_err(|err| TxnError::Sapi { err })?,
+        ),
+        _ => None,
+    };
+    env.checkpoint("after-adopt");
+    Ok(adoption)
+}
+
+/// The steps of a removal; any error is undone by the caller.
+pub(super) async fn remove_steps(
+    env: &TxnEnv<'_>,
+    component: &Component,
+    journal: &mut Journal,
+    txn_dir: &Path,
+) -> Result<(), TxnError> {
+    // Invariant: `super::remove` journals the installed version as `old`.
+    let old = journal.old.clone().expect("removal has an old version");
+    let old = &old;
+    remove_old(env, journal, old, txn_dir).await?;
+    {
+        let paths = env.paths().clone();
+        let (old, txn_dir) = (old.clone(), txn_dir.to_path_buf());
+        let inst = paths.at(&journal.instance_file);
+        blocking(move || {
+            move_overlay_out(&paths, None, &txn_dir, Some(&old))?;
+            if fsutil::exists(&inst) {
+                let dst = super::aside_dir(&paths, &txn_dir).join("instance");
+                fsutil::rename_into(&inst, &dst).map_err(fs_err(
+                    Step::Swap,
+                    "move aside",
+                    &inst,
+                ))?;
+            }
+            Ok::<_, TxnError>(())
+        })
+        .await?;
+    }
+    env.checkpoint("after-move-old");
+    for fmri in journal.smf.services.keys() {
+        env.platform
+            .smf_delete(fmri)
+            .await
+            .map_err(|err| TxnError::Smf {
+                action: "delete",
+                target: fmri.clone(),
+                err: Box::new(err),
+            })?;
+    }
+    {
+        let paths = env.paths().clone();
+        let manifests = old.smf_manifests.clone();
+        blocking(move || {
+            for rel in &manifests {
+                let p = paths.at(rel);
+                if p.is_file() {
+                    fs::remove_file(&p).map_err(fs_err(Step::Smf, "remove", &p))?;
+                }
+            }
+            Ok::<_, TxnError>(())
+        })
+        .await?;
+    }
+    env.checkpoint("after-smf");
+    if let (Some(sapi), Some(instance)) = (&env.sapi, journal.instance) {
+        adopt::forget(sapi.client, &component.name, instance)
+            .await
+            .map_err(|err| TxnError::SapiRemove { err })?;
+    }
+    env.checkpoint("after-adopt");
+    Ok(())
+}
+
+/// Run a hook, journaling its process group as soon as it starts.
+async fn run_hook(
+    env: &TxnEnv<'_>,
+    journal: &mut Journal,
+    hook: Hook,
+    pkg: &PackageJson,
+    cwd: &Path,
+) -> Result<(), TxnError> {
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    let record = async {
+        match rx.await {
+            Ok(pgid) => {
+                journal.hook_groups.push(hooks::HookGroup::new(pgid));
+                write_journal(env, journal).await
+            }
+            // No such hook, or it could not start.
+            Err(_) => Ok(()),
+        }
+    };
+    let (ran, recorded) = tokio::join!(
+        hooks::run_hook_recorded(hook, pkg, cwd, env.hooks, Some(tx)),
+        record
+    );
+    recorded?;
+    if ran.is_ok() {
+        // `after-preinstall`, `after-postuninstall`, ...: whether or not
+        // the package has the hook, the step is over.
+        env.checkpoint(&format!("after-{}", hook.as_str()));
+    }
+    match ran {
+        Ok(Some(out)) => {
+            tracing::debug!(package = %pkg.name, hook = hook.as_str(), stdout = %out.stdout.trim(), stderr = %out.stderr.trim(), "hook done");
+            Ok(())
+        }
+        Ok(None) => Ok(()),
+        Err(err) => Err(TxnError::Hook {
+            hook,
+            package: pkg.name.clone(),
+            err: Box::new(err),
+        }),
+    }
+}
+
+/// Old package: uninstall hooks, unlink its links, move its tree aside.
+async fn remove_old(
+    env: &TxnEnv<'_>,
+    journal: &mut Journal,
+    old: &Footprint,
+    txn_dir: &Path,
+) -> Result<(), TxnError> {
+    let paths = env.paths().clone();
+    let (tree, package) = {
+        let (paths, old) = (paths.clone(), old.clone());
+        blocking(move || {
+            let tree = old
+                .tree
+                .as_ref()
+                .map(|t| paths.at(t))
+                .filter(|t| t.is_dir());
+            let package = match &tree {
+                Some(dir) if old.apm => Some(
+                    PackageJson::read(dir)
+                        .map_err(|err| TxnError::Package {
+                            package: paths.rel(dir),
+                            err,
+                        })?
+                        .unwrap_or_default(),
+                ),
+                _ => None,
+            };
+            Ok::<_, TxnError>((tree, package))
+        })
+        .await?
+    };
+    if let (Some(dir), Some(pkg)) = (&tree, &package)
+        && !pkg.name.is_empty()
+    {
+        run_hook(env, journal, Hook::Preuninstall, pkg, dir).await?;
+        run_hook(env, journal, Hook::Postuninstall, pkg, dir).await?;
+    }
+    env.checkpoint("after-old-hooks");
+    let (links, txn_dir) = (old.links.clone(), txn_dir.to_path_buf());
+    blocking(move || {
+        for link in &links {
+            unlink_owned(&paths, link).map_err(fs_err(
+                Step::Swap,
+                "unlink",
+                &paths.at(&link.path),
+            ))?;
+        }
+        if let Some(dir) = tree {
+            let dst = super::aside_dir(&paths, &txn_dir).join("tree");
+            fsutil::rename_into(&dir, &dst).map_err(fs_err(
+                Step::Swap,
+                "move the old version out of",
+                &dir,
+            ))?;
+        }
+        Ok(())
+    })
+    .await
+}
+
+/// Move every existing file of the old and new overlays into `<aside>/root`.
+fn move_overlay_out(
+    paths: &GzPaths,
+    new: Option<&Footprint>,
+    txn_dir: &Path,
+    old: Option<&Footprint>,
+) -> Result<(), TxnError> {
+    for rel in kinds::overlay_union(old, new) {
+        let src = paths.at(&rel);
+        if fsutil::exists(&src) && !src.is_dir() {
+            let dst = super::aside_dir(paths, txn_dir).join("root").join(&rel);
+            fsutil::rename_into(&src, &dst).map_err(fs_err(Step::Swap, "move aside", &src))?;
+        }
+    }
+    Ok(())
+}
+
+/// Rename the staged tree into place and lay the overlay files.
+fn place_new(
+    paths: &GzPaths,
+    new: &Footprint,
+    tree_src: Option<&Path>,
+    overlay_src: Option<&Path>,
+) -> Result<(), TxnError> {
+    if let (Some(dest), Some(src)) = (&new.tree, tree_src) {
+        let dest = paths.at(dest);
+        fsutil::rename_into(src, &dest).map_err(fs_err(
+            Step::Swap,
+            "move the new version into",
+            &dest,
+        ))?;
+    }
+    if let Some(root) = overlay_src {
+        for rel in &new.overlay {
+            let src = root.join(rel);
+            let dst = paths.at(rel);
+            fsutil::rename_into(&src, &dst).map_err(fs_err(Step::Swap, "place", &dst))?;
+        }
+    }
+    Ok(())
+}
+
+/// apm bins executable, then every link of the new version; returns the
+/// manifests an apm package's postinstall must write (with their state
+/// before it runs).
+fn link_new(
+    paths: &GzPaths,
+    new: &Footprint,
+    package: Option<&PackageJson>,
+) -> Result<Vec<ExpectedManifest>, TxnError> {
+    if let (Some(pkg), Some(tree)) = (package, &new.tree) {
+        // apm: bins are made executable before they are linked.
+        for path in pkg.bin.values() {
+            let target = paths.at(tree).join(package::clean_relative(path));
+            // lstat: a bin that is a link is never followed (it could lead
+            // out of the package, and chmod would change what it names).
+            let regular = fs::symlink_metadata(&target).is_ok_and(|m| m.file_type().is_file());
+            if regular {
+                use std::os::unix::fs::PermissionsExt;
+                fs::set_permissions(&target, fs::Permissions::from_mode(0o755)).map_err(fs_err(
+                    Step::Swap,
+                    "chmod",
+                    &target,
+                ))?;
+            }
+        }
+    }
+    for link in &new.links {
+        make_link(paths, link)?;
+    }
+    match (package, &new.tree) {
+        (Some(_), Some(tree)) => expected_manifests(paths, &paths.at(tree)),
+        _ => Ok(Vec::new()),
+    }
+}
+
+/// Create or replace a link we own; refuse to clobber anything else.
+pub(super) fn make_link(paths: &GzPaths, link: &Link) -> Result<(), TxnError> {
+    let path = paths.at(&link.path);
+    match fs::symlink_metadata(&path) {
+        Ok(md) if md.file_type().is_symlink() => {
+            fs::remove_file(&path).map_err(fs_err(Step::Swap, "replace the link", &path))?;
+        }
+        Ok(_) => return Err(TxnError::LinkConflict { path }),
+        Err(_) => {}
+    }
+    if let Some(parent) = path.parent() {
+        fs::create_dir_all(parent).map_err(fs_err(Step::Swap, "create", parent))?;
+    }
+    std::os::unix::fs::symlink(&link.target, &path).map_err(fs_err(Step::Swap, "link", &path))
+}
+
+/// Remove a link if it still points where we put it.
+pub(super) fn unlink_owned(paths: &GzPaths, link: &Link) -> io::Result<()> {
+    let path = paths.at(&link.path);
+    match fs::read_link(&path) {
+        Ok(t) if t == Path::new(&link.target) => fs::remove_file(&path),
+        _ => Ok(()),
+    }
+}
+
+/// A manifest template of an installed apm tree, the manifest its
+/// postinstall renders it to (root-relative), and that file's content
+/// before the postinstall ran (to tell whether the postinstall wrote it).
+struct ExpectedManifest {
+    template: PathBuf,
+    output: String,
+    before: Option<(Vec<u8>, Option<std::time::SystemTime>)>,
+}
+
+/// Content and mtime of a file, if it exists.
+fn file_state(path: &Path) -> Option<(Vec<u8>, Option<std::time::SystemTime>)> {
+    let data = fs::read(path).ok()?;
+    let mtime = fs::metadata(path).and_then(|m| m.modified()).ok();
+    Some((data, mtime))
+}
+
+fn expected_manifests(
+    paths: &GzPaths,
+    installed: &Path,
+) -> Result<Vec<ExpectedManifest>, TxnError> {
+    let list = kinds::template_outputs(installed).map_err(fs_err(
+        Step::Smf,
+        "list manifests of",
+        installed,
+    ))?;
+    Ok(list
+        .into_iter()
+        .map(|(template, output)| {
+            let before = file_state(&paths.at(&output));
+            ExpectedManifest {
+                template,
+                output,
+                before,
+            }
+        })
+        .collect())
+}
+
+/// `/opt/smartdc/agents/{tmp,lib/node_modules,bin,smf,etc,db}`, as apm
+/// makes them before it installs anything.
+fn create_prefix_dirs(paths: &GzPaths) -> Result<(), TxnError> {
+    for dir in super::APM_PREFIX_DIRS {
+        let dir = paths.prefix().join(dir);
+        fs::create_dir_all(&dir).map_err(fs_err(Step::Swap, "create", &dir))?;
+    }
+    Ok(())
+}
+
+/// Every manifest an apm package's templates stand for was written by its
+/// own postinstall (apm renders nothing; each agent's postinstall does,
+/// with values only it knows). One missing, or left as it was before the
+/// postinstall ran, fails the install: importing a stale manifest, or one
+/// rendered with guessed values, would leave a service that cannot start.
+fn check_manifests_written(
+    paths: &GzPaths,
+    component: &str,
+    expected: &[ExpectedManifest],
+) -> Result<(), TxnError> {
+    for ExpectedManifest {
+        template,
+        output,
+        before,
+    } in expected
+    {
+        let now = file_state(&paths.at(output));
+        // Written (even with the same content) by the postinstall: a new
+        // file, or new content or mtime.
+        if now.is_none() || now == *before {
+            return Err(TxnError::ManifestNotWritten {
+                component: component.to_string(),
+                manifest: paths.at(output),
+                template: paths.rel(template),
+                stale: now.is_some(),
+            });
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn instance_files_inside_the_tree_are_found() {
+        let tree = Some("agents/vm-agent");
+        assert_eq!(
+            inside_tree("agents/vm-agent/instance_uuid", tree),
+            Some("instance_uuid")
+        );
+        assert_eq!(inside_tree("agents/vm-agent-x/instance_uuid", tree), None);
+        assert_eq!(inside_tree("opt/smartdc/agents/etc/vm-agent", tree), None);
+        assert_eq!(inside_tree("agents/vm-agent/instance_uuid", None), None);
+    }
+}

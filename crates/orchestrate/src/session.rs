@@ -1,0 +1,190 @@
+//! One orchestrator run against a datacenter's APIs, as a library call:
+//! gather, resolve images, plan; then (after the caller confirmed and took
+//! the lock) import images and execute through CNAPI and SAPI.
+//!
+//! The command line, the demo, the simulator-backed tests and benchmarks
+//! all go through here, so they exercise the same path:
+//!
+//! ```no_run
+//! # async fn f(apis: agentsadm_api::Apis) -> Result<(), Box<dyn std::error::Error>> {
+//! use agentsadm_types::catalog::Catalog;
+//! use agentsadm_orchestrate::images::ImageChoice;
+//! use agentsadm_plan::*;
+//! use agentsadm_orchestrate::session::Session;
+//! let catalog = Catalog::builtin();
+//! let session = Session { apis: &apis, catalog: &catalog, updates: None };
+//! let request = Request {
+//!     operation: Operation::Update,
+//!     components: ComponentSelection::Named(vec!["vm-agent".into()]),
+//!     servers: ServerSelection::All,
+//!     exclude: vec![],
+//! };
+//! let planned = session.plan(&request, ImageChoice::Latest, TransportMode::Auto).await?;
+//! println!("{}", planned.plan);
+//! let report = session
+//!     .execute(&planned.plan, &Default::default(), Default::default(),
+//!              &agentsadm_orchestrate::report::NullReporter, std::future::pending())
+//!     .await?;
+//! # let _ = report; Ok(()) }
+//! ```
+
+use std::future::Future;
+
+use super::execute::ExecError;
+
+use super::execute::ExecOptions;
+
+use super::execute::Executor;
+
+use super::execute::RunGate;
+
+use super::execute::Unattended;
+use super::gather;
+use super::gather::GatherError;
+use super::images;
+use super::images::ImageChoice;
+use super::images::ImageError;
+use super::images::ImageSources;
+use super::report::ExecReport;
+use super::report::Reporter;
+use super::store::SapiIntentStore;
+use super::transport::CnapiTransport;
+use super::transport::CnapiTransportConfig;
+use agentsadm_api::Apis;
+use agentsadm_api::ImgapiClient;
+use agentsadm_plan::ComponentSelection;
+use agentsadm_plan::Plan;
+use agentsadm_plan::PlanError;
+use agentsadm_plan::PlanOptions;
+use agentsadm_plan::PlanningInput;
+use agentsadm_plan::Request;
+use agentsadm_plan::ResolvedImages;
+use agentsadm_plan::TransportMode;
+use agentsadm_plan::intent::Intent;
+use agentsadm_plan::reality::Reality;
+use agentsadm_types::catalog::Catalog;
+use agentsadm_types::catalog::Component;
+
+/// A run failed before or while starting; what failed says whether
+/// anything was changed (only [`SessionError::Exec`] can come after
+/// imports).
+#[derive(Debug, thiserror::Error)]
+pub enum SessionError {
+    #[error(transparent)]
+    Gather(#[from] GatherError),
+    #[error(transparent)]
+    Image(#[from] ImageError),
+    #[error(transparent)]
+    Plan(#[from] PlanError),
+    #[error(transparent)]
+    Exec(#[from] ExecError),
+}
+
+/// What planning produced, with the inputs it saw.
+#[derive(Clone, Debug)]
+pub struct Planned {
+    pub plan: Plan,
+    pub intent: Intent,
+    pub reality: Reality,
+    pub images: ResolvedImages,
+}
+
+/// A datacenter to orchestrate.
+#[derive(Clone, Copy, Debug)]
+pub struct Session<'a> {
+    pub apis: &'a Apis,
+    pub catalog: &'a Catalog,
+    /// The updates server (with its channel), for `--latest`/`--image`
+    /// from outside the datacenter.
+    pub updates: Option<&'a ImgapiClient>,
+}
+
+impl Session<'_> {
+    /// The components whose images a request needs resolved.
+    pub fn components_in_play(&self, intent: &Intent, request: &Request) -> Vec<&Component> {
+        match &request.components {
+            ComponentSelection::All => self
+                .catalog
+                .iter()
+                .filter(|c| c.bulk_update && intent.is_managed(&c.name))
+                .collect(),
+            ComponentSelection::Named(names) => {
+                names.iter().filter_map(|n| self.catalog.get(n)).collect()
+            }
+        }
+    }
+
+    /// Gather intent and reality, resolve images, plan. Changes nothing.
+    pub async fn plan(
+        &self,
+        request: &Request,
+        choice: ImageChoice,
+        transport: TransportMode,
+    ) -> Result<Planned, SessionError> {
+        let (intent, reality) = gather::gather(self.apis, self.catalog).await?;
+        let components = self.components_in_play(&intent, request);
+        let images = images::resolve(
+            self.catalog,
+            &components,
+            choice,
+            ImageSources {
+                dc: &self.apis.imgapi,
+                updates: self.updates,
+            },
+            &intent,
+        )
+        .await?;
+        let plan = agentsadm_plan::plan(&PlanningInput {
+            catalog: self.catalog,
+            intent: &intent,
+            reality: &reality,
+            request,
+            options: PlanOptions { transport },
+            images: &images,
+        })?;
+        Ok(Planned {
+            plan,
+            intent,
+            reality,
+            images,
+        })
+    }
+
+    /// Import the plan's images, then execute it through CNAPI (install-agent
+    /// and execute) and SAPI. The caller holds the datacenter lock.
+    pub async fn execute(
+        &self,
+        plan: &Plan,
+        options: &ExecOptions,
+        transport: CnapiTransportConfig,
+        reporter: &dyn Reporter,
+        cancel: impl Future<Output = ()>,
+    ) -> Result<ExecReport, SessionError> {
+        self.execute_gated(plan, options, transport, reporter, cancel, &Unattended)
+            .await
+    }
+
+    /// [`Session::execute`], asking `gate` after the canary wave and
+    /// before each server starts (see [`RunGate`]).
+    pub async fn execute_gated(
+        &self,
+        plan: &Plan,
+        options: &ExecOptions,
+        transport: CnapiTransportConfig,
+        reporter: &dyn Reporter,
+        cancel: impl Future<Output = ()>,
+        gate: &impl RunGate,
+    ) -> Result<ExecReport, SessionError> {
+        images::import(&self.apis.imgapi, &plan.imports).await?;
+        let transport =
+            CnapiTransport::new(self.apis.cnapi.clone(), self.catalog.clone(), transport);
+        let store = SapiIntentStore::new(self.apis.sapi.clone());
+        let executor = Executor {
+            transport: &transport,
+            store: &store,
+            reporter,
+            options,
+        };
+        Ok(executor.execute_gated(plan, cancel, gate).await?)
+    }
+}

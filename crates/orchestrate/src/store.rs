@@ -1,0 +1,213 @@
+//! Writing intent: the SAPI changes a plan makes, behind [`IntentStore`] so
+//! the executor runs against SAPI or a fake alike.
+//!
+//! Every write is idempotent, so a re-run after an interruption can repeat
+//! it: instances are created with an explicit UUID (SAPI overwrites on a
+//! duplicate create), updates merge params, and deleting an instance that
+//! is already gone counts as done. UpgradeInstance is never used: the real
+//! SAPI crashes on it for agent instances (docs/triton/apis.md §2.6).
+
+use futures::future::BoxFuture;
+use serde_json::Value;
+
+use agentsadm_plan::IntentChange;
+
+use agentsadm_api::ApiError;
+use agentsadm_api::sapi::CreateInstance;
+use agentsadm_api::sapi::SapiClient;
+use agentsadm_api::sapi::Update;
+use agentsadm_api::sapi::object;
+use agentsadm_plan::ServiceChange;
+use agentsadm_types::ids::ImageUuid;
+use agentsadm_types::ids::InstanceUuid;
+use agentsadm_types::ids::ServerUuid;
+use agentsadm_types::ids::ServiceUuid;
+
+/// A SAPI write that failed.
+#[derive(Debug, thiserror::Error)]
+pub enum IntentWriteError {
+    #[error("cannot {what} in SAPI")]
+    Api {
+        what: String,
+        #[source]
+        err: Box<ApiError>,
+    },
+    #[error(
+        "{component} was installed but the server reports no instance UUID for it, so it cannot be adopted into SAPI; run 'agentsadm adopt' once the server reports it"
+    )]
+    NoInstanceReported { component: String },
+    /// Only produced by fakes.
+    #[error("{message}")]
+    Injected { message: String },
+}
+
+/// Applies a plan's SAPI changes.
+pub trait IntentStore: Send + Sync {
+    /// Apply one per-server change. `reported` is the instance UUID the
+    /// server reported for a fresh install ([`IntentChange::AdoptInstalled`]).
+    fn apply<'a>(
+        &'a self,
+        server: ServerUuid,
+        change: &'a IntentChange,
+        reported: Option<InstanceUuid>,
+    ) -> BoxFuture<'a, Result<(), IntentWriteError>>;
+
+    /// Set a service's default image.
+    fn set_service_image<'a>(
+        &'a self,
+        change: &'a ServiceChange,
+    ) -> BoxFuture<'a, Result<(), IntentWriteError>>;
+}
+
+/// The params agentsadm keeps on every agent instance.
+pub fn instance_params(server: ServerUuid, image: ImageUuid) -> agentsadm_api::sapi::Object {
+    object([
+        ("server_uuid", Value::String(server.to_string())),
+        ("image_uuid", Value::String(image.to_string())),
+    ])
+}
+
+/// [`IntentStore`] on SAPI.
+#[derive(Clone, Debug)]
+pub struct SapiIntentStore {
+    sapi: SapiClient,
+}
+
+impl SapiIntentStore {
+    pub fn new(sapi: SapiClient) -> SapiIntentStore {
+        SapiIntentStore { sapi }
+    }
+
+    async fn create(
+        &self,
+        service: ServiceUuid,
+        instance: InstanceUuid,
+        server: ServerUuid,
+        image: ImageUuid,
+    ) -> Result<(), IntentWriteError> {
+        let create = CreateInstance {
+            uuid: Some(instance),
+            service_uuid: Some(service),
+            params: Some(instance_params(server, image)),
+            ..Default::default()
+        };
+        self.sapi
+            .create_instance(&create)
+            .await
+            .map(|_| ())
+            .map_err(|err| IntentWriteError::Api {
+                what: format!("create instance {instance}"),
+                err: Box::new(err),
+            })
+    }
+
+    async fn apply_change(
+        &self,
+        server: ServerUuid,
+        change: &IntentChange,
+        reported: Option<InstanceUuid>,
+    ) -> Result<(), IntentWriteError> {
+        match change {
+            IntentChange::UpdateInstance {
+                service,
+                instance,
+                image,
+                ..
+            } => {
+                let update = Update::params(instance_params(server, *image));
+                match self.sapi.update_instance(*instance, &update).await {
+                    Ok(_) => Ok(()),
+                    // Deleted since we listed it (SAPI answers a plain 500
+                    // "no record" for updates of missing objects): recreate.
+                    Err(err)
+                        if err.is_not_found()
+                            || err.status() == Some(500) && err.code().is_none() =>
+                    {
+                        self.create(*service, *instance, server, *image).await
+                    }
+                    Err(err) => Err(IntentWriteError::Api {
+                        what: format!("update instance {instance}"),
+                        err: Box::new(err),
+                    }),
+                }
+            }
+            IntentChange::CreateInstance {
+                service,
+                instance,
+                image,
+                ..
+            } => self.create(*service, *instance, server, *image).await,
+            IntentChange::AdoptInstalled {
+                component,
+                service,
+                image,
+            } => {
+                let instance = reported.ok_or_else(|| IntentWriteError::NoInstanceReported {
+                    component: component.clone(),
+                })?;
+                // The server's kept instance may already be in SAPI (an
+                // earlier run, a postinstall): complete it with
+                // UpdateInstance rather than re-post it.
+                match self.sapi.get_instance(instance).await {
+                    Ok(_) => self
+                        .sapi
+                        .update_instance(instance, &Update::params(instance_params(server, *image)))
+                        .await
+                        .map(|_| ())
+                        .map_err(|err| IntentWriteError::Api {
+                            what: format!("update instance {instance}"),
+                            err: Box::new(err),
+                        }),
+                    Err(err) if err.is_not_found() => {
+                        self.create(*service, instance, server, *image).await
+                    }
+                    Err(err) => Err(IntentWriteError::Api {
+                        what: format!("look up instance {instance}"),
+                        err: Box::new(err),
+                    }),
+                }
+            }
+            IntentChange::DeleteInstance { instance, .. } => {
+                match self.sapi.delete_instance(*instance).await {
+                    Ok(()) => Ok(()),
+                    Err(err) if err.is_not_found() => Ok(()),
+                    Err(err) => Err(IntentWriteError::Api {
+                        what: format!("delete instance {instance}"),
+                        err: Box::new(err),
+                    }),
+                }
+            }
+        }
+    }
+}
+
+impl IntentStore for SapiIntentStore {
+    fn apply<'a>(
+        &'a self,
+        server: ServerUuid,
+        change: &'a IntentChange,
+        reported: Option<InstanceUuid>,
+    ) -> BoxFuture<'a, Result<(), IntentWriteError>> {
+        Box::pin(self.apply_change(server, change, reported))
+    }
+
+    fn set_service_image<'a>(
+        &'a self,
+        change: &'a ServiceChange,
+    ) -> BoxFuture<'a, Result<(), IntentWriteError>> {
+        Box::pin(async move {
+            let update = Update::params(object([(
+                "image_uuid",
+                Value::String(change.to.uuid.to_string()),
+            )]));
+            self.sapi
+                .update_service(change.service, &update)
+                .await
+                .map(|_| ())
+                .map_err(|err| IntentWriteError::Api {
+                    what: format!("set the default image of service {}", change.component),
+                    err: Box::new(err),
+                })
+        })
+    }
+}

@@ -1,0 +1,520 @@
+//! The plan as operators read it: sections with `+ - ~` lines sorted by
+//! server then component, skips with their reasons, warnings, and a summary
+//! line. Large fleets are shown grouped (servers with identical changes on
+//! one line) so a 2000-server plan stays readable; `--json` has every detail.
+
+use std::collections::BTreeMap;
+use std::fmt::{self, Write as _};
+
+use crate::Action;
+
+use crate::Gate;
+
+use crate::ImageRef;
+
+use crate::IntentChange;
+
+use crate::Plan;
+
+use crate::Skip;
+
+use crate::HealthFlags;
+use crate::SkipReason;
+use agentsadm_types::ids::ImageUuid;
+
+/// A plan rendered for humans.
+pub struct PlanDisplay<'a> {
+    plan: &'a Plan,
+    max_servers: usize,
+    /// `--min-healthy` / `--health-timeout`, for the gate lines (`None`:
+    /// each server's default).
+    health: Option<HealthFlags>,
+}
+
+impl Plan {
+    /// Every server listed.
+    pub fn display(&self) -> PlanDisplay<'_> {
+        PlanDisplay {
+            plan: self,
+            max_servers: usize::MAX,
+            health: None,
+        }
+    }
+
+    /// Servers listed one by one up to `max_servers`, grouped beyond.
+    pub fn display_compact(&self, max_servers: usize) -> PlanDisplay<'_> {
+        PlanDisplay {
+            plan: self,
+            max_servers,
+            health: None,
+        }
+    }
+}
+
+impl PlanDisplay<'_> {
+    /// The health gate's settings the run will use, shown with the gates.
+    pub fn with_health(mut self, health: Option<HealthFlags>) -> Self {
+        self.health = health;
+        self
+    }
+}
+
+/// Which gate confirms each step, one line per kind: how many steps, of
+/// which components, and what happens when a step is unhealthy (issue 14:
+/// without execute only `server.agents` can be confirmed, and the plan
+/// says so).
+fn write_gates(f: &mut fmt::Formatter<'_>, p: &Plan, health: Option<HealthFlags>) -> fmt::Result {
+    let mut gates: BTreeMap<Gate, (usize, Vec<&str>)> = BTreeMap::new();
+    for sp in p.servers.values() {
+        for st in sp.steps.iter().filter(|st| st.gate != Gate::None) {
+            let (n, components) = gates.entry(st.gate).or_default();
+            *n += 1;
+            if !components.contains(&st.component.as_str()) {
+                components.push(&st.component);
+            }
+        }
+    }
+    if gates.is_empty() {
+        return Ok(());
+    }
+    let checks = gates
+        .keys()
+        .any(|g| matches!(g, Gate::Installer | Gate::GzHealth));
+    match health {
+        Some(h) if checks => writeln!(
+            f,
+            "\nHealth gates (services online for {} within {}):",
+            humantime::format_duration(h.min_healthy),
+            humantime::format_duration(h.timeout)
+        )?,
+        None if checks => writeln!(
+            f,
+            "\nHealth gates (services online for the installer's default, 10s on a real server):"
+        )?,
+        _ => writeln!(f, "\nHealth gates:")?,
+    }
+    for (gate, (n, mut components)) in gates {
+        // Catalog order is the order steps run in; names sort for a
+        // stable line.
+        components.sort_unstable();
+        writeln!(
+            f,
+            "  {}: {} ({})",
+            gate.describe(),
+            plural(n, "step", "steps"),
+            components.join(", ")
+        )?;
+    }
+    Ok(())
+}
+
+impl fmt::Display for Plan {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.display().fmt(f)
+    }
+}
+
+fn short(uuid: &ImageUuid) -> String {
+    uuid.to_string()[..8].to_string()
+}
+
+fn image(i: &ImageRef) -> String {
+    format!("{} ({})", i.version, short(&i.uuid))
+}
+
+/// The `+ - ~` lines of one server, in step order then intent changes.
+/// `grouped` leaves out instance UUIDs, so that servers with the same
+/// changes render the same.
+fn server_lines(sp: &crate::ServerPlan, grouped: bool) -> Vec<String> {
+    let inst = |i: &agentsadm_types::ids::InstanceUuid| {
+        if grouped {
+            String::new()
+        } else {
+            format!(" {}", &i.to_string()[..8])
+        }
+    };
+    let mut lines = Vec::new();
+    for st in &sp.steps {
+        let t = st.transport.as_str();
+        lines.push(match &st.action {
+            Action::Install { to } => format!("+ {} {} [{t}]", st.component, image(to)),
+            Action::Upgrade { from, to } => {
+                let from_img = from
+                    .image
+                    .as_ref()
+                    .map(|u| format!(" ({})", short(u)))
+                    .unwrap_or_default();
+                format!(
+                    "~ {} {}{} -> {} [{t}]",
+                    st.component,
+                    from.version,
+                    from_img,
+                    image(to)
+                )
+            }
+            Action::Remove { installed } => {
+                format!("- {} {} [{t}]", st.component, installed.version)
+            }
+        });
+    }
+    for ch in &sp.intent {
+        // An instance target that goes with an upgrade of the same component
+        // is implied by the `~` line (and listed in --json).
+        if let IntentChange::UpdateInstance { component, .. } = ch
+            && sp.steps.iter().any(|st| st.component == *component)
+        {
+            continue;
+        }
+        lines.push(match ch {
+            IntentChange::UpdateInstance {
+                component,
+                instance,
+                image,
+                ..
+            } => format!(
+                "~ SAPI instance{} of {component}: image_uuid {}",
+                inst(instance),
+                short(image)
+            ),
+            IntentChange::CreateInstance {
+                component,
+                instance,
+                image,
+                ..
+            } => format!(
+                "+ SAPI instance{} of {component} (adopt), image_uuid {}",
+                inst(instance),
+                short(image)
+            ),
+            IntentChange::AdoptInstalled {
+                component, image, ..
+            } => format!(
+                "+ SAPI instance of {component} (after install), image_uuid {}",
+                short(image)
+            ),
+            IntentChange::DeleteInstance {
+                component,
+                instance,
+            } => {
+                format!(
+                    "- SAPI instance {} of {component}",
+                    &instance.to_string()[..8]
+                )
+            }
+        });
+    }
+    lines
+}
+
+fn plural(n: usize, one: &str, many: &str) -> String {
+    format!("{n} {}", if n == 1 { one } else { many })
+}
+
+fn list_hosts(hosts: &[&str], limit: usize) -> String {
+    let mut shown: Vec<&str> = hosts.iter().copied().take(limit).collect();
+    if hosts.len() > limit {
+        shown.push("...");
+    }
+    shown.join(", ")
+}
+
+impl fmt::Display for PlanDisplay<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let p = self.plan;
+        let what = if p.components.is_empty() {
+            "(no components)".to_string()
+        } else {
+            p.components.join(", ")
+        };
+        writeln!(
+            f,
+            "Plan: {} {what} ({} selected)",
+            p.operation,
+            plural(p.selected_servers, "server", "servers")
+        )?;
+        // A datacenter not (fully) set up: its cause first, not buried
+        // under one skip line per server or component.
+        for cause in lead_causes(p) {
+            writeln!(f, "{cause}")?;
+        }
+
+        // Only the components the plan changes: a bulk update names every
+        // component, and fifteen lines of images already in place hide the
+        // four that move.
+        let changed = p.changed_components();
+        let (shown, unchanged): (Vec<_>, Vec<_>) = p
+            .targets
+            .iter()
+            .partition(|(name, _)| changed.contains(name.as_str()));
+        if !shown.is_empty() {
+            writeln!(f, "\nTarget images:")?;
+            for (name, t) in &shown {
+                writeln!(f, "  {name} {} {}", t.version, t.uuid)?;
+            }
+        }
+        if !unchanged.is_empty() {
+            let names: Vec<&str> = unchanged.iter().map(|(n, _)| n.as_str()).collect();
+            writeln!(f, "\nNo change for: {}", names.join(", "))?;
+        }
+        if !p.imports.is_empty() {
+            writeln!(f, "\nImport into the datacenter IMGAPI:")?;
+            for i in &p.imports {
+                writeln!(
+                    f,
+                    "  + {} {} {} from {}",
+                    i.name,
+                    i.version,
+                    i.uuid,
+                    i.import_from.as_deref().unwrap_or("?")
+                )?;
+            }
+        }
+        if !p.service_changes.is_empty() {
+            writeln!(f, "\nSAPI service defaults (image for new servers):")?;
+            for c in &p.service_changes {
+                let from = match (&c.from, &c.from_version) {
+                    (Some(u), Some(v)) => format!("{v} ({})", short(u)),
+                    (Some(u), None) => short(u),
+                    (None, _) => "unset".to_string(),
+                };
+                writeln!(f, "  ~ {}: {from} -> {}", c.component, image(&c.to))?;
+            }
+        }
+
+        if !p.servers.is_empty() {
+            writeln!(f, "\nServers:")?;
+            if p.servers.len() <= self.max_servers {
+                for (uuid, sp) in p.servers_in_order() {
+                    let hn = if sp.headnode { " headnode" } else { "" };
+                    writeln!(f, "  {} ({uuid}){hn}", sp.hostname)?;
+                    for line in server_lines(sp, false) {
+                        writeln!(f, "    {line}")?;
+                    }
+                }
+            } else {
+                // Group servers whose lines are identical.
+                let mut groups: BTreeMap<Vec<String>, Vec<&str>> = BTreeMap::new();
+                // In run order, so that the hostnames shown read cn0001, cn0002...
+                for (_, sp) in p.servers_in_order() {
+                    groups
+                        .entry(server_lines(sp, true))
+                        .or_default()
+                        .push(&sp.hostname);
+                }
+                let mut groups: Vec<_> = groups.into_iter().collect();
+                groups.sort_by(|a, b| b.1.len().cmp(&a.1.len()).then_with(|| a.0.cmp(&b.0)));
+                for (lines, hosts) in groups {
+                    writeln!(
+                        f,
+                        "  {}: {}",
+                        plural(hosts.len(), "server", "servers"),
+                        list_hosts(&hosts, 5)
+                    )?;
+                    for line in lines {
+                        writeln!(f, "    {line}")?;
+                    }
+                }
+            }
+        }
+
+        // Rack-aware batches (--max-per-rack, canaries from different
+        // racks) follow CNAPI's rack_identifier: show the grouping when
+        // racks are set.
+        if p.servers.values().any(|sp| sp.rack.is_some()) {
+            let mut racks: BTreeMap<Option<&str>, Vec<&str>> = BTreeMap::new();
+            for (_, sp) in p.servers_in_order() {
+                racks
+                    .entry(sp.rack.as_deref())
+                    .or_default()
+                    .push(&sp.hostname);
+            }
+            writeln!(f, "\nRacks:")?;
+            for (rack, hosts) in &racks {
+                writeln!(
+                    f,
+                    "  {}: {}: {}",
+                    rack.unwrap_or("(no rack)"),
+                    plural(hosts.len(), "server", "servers"),
+                    list_hosts(hosts, 3)
+                )?;
+            }
+        }
+
+        write_gates(f, p, self.health)?;
+
+        if !p.skips.is_empty() {
+            writeln!(f, "\nSkipped:")?;
+            write_skips(f, &p.skips)?;
+        }
+        if !p.warnings.is_empty() {
+            writeln!(f, "\nWarnings:")?;
+            for w in &p.warnings {
+                writeln!(f, "  ! {w}")?;
+            }
+        }
+
+        let c = p.counts();
+        let mut summary = String::new();
+        if p.is_empty() {
+            summary.push_str("Nothing to do");
+        } else {
+            let _ = write!(
+                summary,
+                "{} to change: {}, {}, {}",
+                plural(c.servers, "server", "servers"),
+                plural(c.upgrades, "upgrade", "upgrades"),
+                plural(c.installs, "install", "installs"),
+                plural(c.removals, "removal", "removals")
+            );
+            if c.intent_only_servers > 0 {
+                let _ = write!(
+                    summary,
+                    ", {} SAPI only",
+                    plural(c.intent_only_servers, "server", "servers")
+                );
+            }
+        }
+        if c.blocking_skips + c.other_skips > 0 {
+            let _ = write!(
+                summary,
+                "; {} skipped ({} blocking)",
+                c.blocking_skips + c.other_skips,
+                c.blocking_skips
+            );
+        }
+        writeln!(f, "\n{summary}.")
+    }
+}
+
+/// Why a server was skipped, as shown. marlin-agent runs only on Manta
+/// storage nodes: a server without it is simply not one, and advice to
+/// install it there would be wrong.
+fn skip_reason(s: &Skip) -> String {
+    if s.component.as_deref() == Some("marlin-agent")
+        && matches!(s.reason, crate::SkipReason::ComponentAbsent)
+    {
+        return "not installed (not a Manta storage node)".to_string();
+    }
+    s.reason.describe()
+}
+
+/// Component-wide skips of components without a SAPI service, by name.
+fn unmanaged_components(skips: &[Skip]) -> Vec<&str> {
+    skips
+        .iter()
+        .filter(|s| s.server.is_none() && s.reason == SkipReason::Unmanaged)
+        .filter_map(|s| s.component.as_deref())
+        .collect()
+}
+
+/// What leaves a datacenter short, in one line each, when it is the
+/// reason for many skips: servers that are not set up (half the selection
+/// or more), and (more than one) components never adopted into SAPI.
+fn lead_causes(p: &Plan) -> Vec<String> {
+    let mut out = Vec::new();
+    let not_setup = p
+        .skips
+        .iter()
+        .filter(|s| s.component.is_none() && s.reason == SkipReason::NotSetup)
+        .count();
+    // Leading only when they are half the selection or more: one server
+    // being set up in a large datacenter is an ordinary skip.
+    if not_setup > 0 && not_setup * 2 >= p.selected_servers {
+        out.push(format!(
+            "{} not set up (CNAPI setup=false) and left out: set them up first ('sdc-server setup'), then run the same command again",
+            plural(not_setup, "server is", "servers are")
+        ));
+    }
+    let unmanaged = unmanaged_components(&p.skips);
+    if unmanaged.len() > 1 {
+        out.push(format!(
+            "{} have no SAPI service, so agentsadm does not manage them yet: run 'agentsadm adopt' first ({})",
+            plural(unmanaged.len(), "component", "components"),
+            list_hosts(&unmanaged, 5)
+        ));
+    }
+    out
+}
+
+/// Skips grouped by (component, reason): a few are listed one per line,
+/// many are counted with some hostnames. Blocking skips are marked `!`.
+/// Several unmanaged components are one line.
+fn write_skips(f: &mut fmt::Formatter<'_>, skips: &[Skip]) -> fmt::Result {
+    let unmanaged = unmanaged_components(skips);
+    let collapse = unmanaged.len() > 1;
+    if collapse {
+        let blocking = skips
+            .iter()
+            .any(|s| s.server.is_none() && s.reason == SkipReason::Unmanaged && s.blocking);
+        writeln!(
+            f,
+            "  {} {}: {}",
+            if blocking { "!" } else { " " },
+            plural(unmanaged.len(), "component", "components"),
+            SkipReason::Unmanaged.describe()
+        )?;
+    }
+    let mut groups: BTreeMap<(bool, Option<&str>, String), Vec<&Skip>> = BTreeMap::new();
+    for s in skips {
+        if collapse && s.server.is_none() && s.reason == SkipReason::Unmanaged {
+            continue;
+        }
+        groups
+            .entry((!s.blocking, s.component.as_deref(), skip_reason(s)))
+            .or_default()
+            .push(s);
+    }
+    for ((not_blocking, component, why), members) in groups {
+        let mark = if not_blocking { " " } else { "!" };
+        let prefix = component.map(|c| format!("{c}: ")).unwrap_or_default();
+        let with_server: Vec<&Skip> = members
+            .iter()
+            .copied()
+            .filter(|s| s.server.is_some())
+            .collect();
+        if with_server.is_empty() {
+            writeln!(f, "  {mark} {prefix}{why}")?;
+        } else if with_server.len() <= 3 {
+            for s in with_server {
+                writeln!(
+                    f,
+                    "  {mark} {prefix}{} ({}): {why}",
+                    s.hostname.as_deref().unwrap_or("?"),
+                    s.server.map(|u| u.to_string()).unwrap_or_default()
+                )?;
+            }
+        } else {
+            let hosts: Vec<&str> = with_server
+                .iter()
+                .map(|s| s.hostname.as_deref().unwrap_or("?"))
+                .collect();
+            writeln!(
+                f,
+                "  {mark} {prefix}{} ({}): {why}",
+                plural(hosts.len(), "server", "servers"),
+                list_hosts(&hosts, 5)
+            )?;
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod skip_tests {
+    use super::*;
+    use crate::SkipReason;
+
+    #[test]
+    fn marlin_agent_absent_is_not_a_storage_node() {
+        let skip = |component: &str| Skip {
+            server: None,
+            hostname: Some("cn1".into()),
+            component: Some(component.into()),
+            reason: SkipReason::ComponentAbsent,
+            blocking: false,
+        };
+        let why = skip_reason(&skip("marlin-agent"));
+        assert_eq!(why, "not installed (not a Manta storage node)");
+        assert!(skip_reason(&skip("vm-agent")).contains("agentsadm install"));
+    }
+}

@@ -1,0 +1,104 @@
+//! `agentsadm install COMPONENT`: put one managed component on the
+//! selected servers that lack it, at the explicit target or the service's
+//! default image, and adopt the instance each server reports afterwards.
+
+use std::collections::BTreeMap;
+
+use super::PlanError;
+use super::empty_plan;
+use super::finish;
+use super::request::PlanningInput;
+use super::select::Selected;
+use super::select::execute_available;
+use super::select::runnable_transport;
+use super::select::server_in_play;
+use super::select::single_component;
+use super::skip::SkipReason;
+use super::skip::server_component_skip;
+use super::types::Action;
+use super::types::IntentChange;
+use super::types::Plan;
+use super::types::ServerPlan;
+use super::types::Step;
+
+/// The install plan.
+pub(super) fn plan_install(input: &PlanningInput, selected: Selected) -> Result<Plan, PlanError> {
+    let c = single_component(input)?;
+    let Some(service) = input.intent.services.get(&c.name) else {
+        return Err(PlanError::Unmanaged {
+            component: c.name.clone(),
+        });
+    };
+    let target =
+        match input.images.targets.get(&c.name) {
+            Some(t) => t.clone(),
+            None => {
+                let image = service
+                    .default_image
+                    .ok_or_else(|| PlanError::NoInstallImage {
+                        component: c.name.clone(),
+                    })?;
+                input.images.lookup(&image).cloned().ok_or_else(|| {
+                    PlanError::InstallImageMissing {
+                        component: c.name.clone(),
+                        image,
+                    }
+                })?
+            }
+        };
+    let mut plan = empty_plan(input, &selected);
+    plan.components = vec![c.name.clone()];
+    plan.targets = BTreeMap::from([(c.name.clone(), target.clone())]);
+    for &server in &selected.servers {
+        if !server_in_play(input, &selected, server, &mut plan.skips) {
+            continue;
+        }
+        let Some(state) = input.reality.get(&server) else {
+            continue;
+        };
+        if let Some(installed) = state.components.get(&c.name) {
+            plan.skips.push(server_component_skip(
+                input,
+                server,
+                &c.name,
+                SkipReason::AlreadyInstalled {
+                    version: installed.version.clone(),
+                },
+                false,
+            ));
+            continue;
+        }
+        let transport = match runnable_transport(input, server, state, c) {
+            Ok(t) => t,
+            Err(skip) => {
+                plan.skips.push(skip);
+                continue;
+            }
+        };
+        plan.servers.insert(
+            server,
+            ServerPlan {
+                hostname: state.hostname.clone(),
+                headnode: state.headnode,
+                rack: state.rack.clone(),
+                steps: vec![Step {
+                    component: c.name.clone(),
+                    order: c.order,
+                    action: Action::Install { to: target.clone() },
+                    transport,
+                    gate: crate::Gate::for_step(
+                        &Action::Install { to: target.clone() },
+                        transport,
+                        execute_available(input, server),
+                    ),
+                }],
+                intent: vec![IntentChange::AdoptInstalled {
+                    component: c.name.clone(),
+                    service: service.uuid,
+                    image: target.uuid,
+                }],
+            },
+        );
+    }
+    finish(input, plan)
+}

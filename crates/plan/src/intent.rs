@@ -1,0 +1,311 @@
+//! Intent: what SAPI says each server should run.
+//!
+//! - One `type=agent` service per managed component; its `params.image_uuid`
+//!   is the default image for servers that have no instance yet.
+//! - One `type=agent` instance per (server, component) with
+//!   `params.server_uuid` and `params.image_uuid`.
+//! - Legacy instances (adopted by agent postinstall scripts, no params) are
+//!   tied to a server through CNAPI `server.agents[].uuid`; an instance no
+//!   server reports stays unlinked (drift for `check`, never planned).
+//! - Catalog components without a SAPI service are *unmanaged*: the
+//!   orchestrator never touches them.
+//!
+//! SAPI cannot filter instances by server, so the caller lists `?type=agent`
+//! once and this module indexes it.
+
+use std::collections::BTreeMap;
+
+use serde::Serialize;
+
+use crate::reality::Reality;
+use agentsadm_api::sapi::Instance;
+use agentsadm_api::sapi::Service;
+use agentsadm_types::catalog::Catalog;
+use agentsadm_types::ids::ImageUuid;
+use agentsadm_types::ids::InstanceUuid;
+use agentsadm_types::ids::ServerUuid;
+use agentsadm_types::ids::ServiceUuid;
+
+/// A managed component's SAPI service.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct AgentService {
+    pub uuid: ServiceUuid,
+    pub name: String,
+    /// `params.image_uuid`: what new servers get.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub default_image: Option<ImageUuid>,
+}
+
+/// How an instance was tied to its server.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum InstanceLink {
+    /// `params.server_uuid`.
+    Params,
+    /// Legacy: the server reports this instance UUID in `server.agents`.
+    Reported,
+}
+
+/// The SAPI instance of one component on one server.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct InstanceIntent {
+    pub uuid: InstanceUuid,
+    pub service: ServiceUuid,
+    /// `params.image_uuid`, when set.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub image: Option<ImageUuid>,
+    pub link: InstanceLink,
+}
+
+impl InstanceIntent {
+    /// Whether the instance already carries both params agentsadm writes.
+    pub fn has_params(&self) -> bool {
+        self.link == InstanceLink::Params && self.image.is_some()
+    }
+}
+
+/// An extra instance for a (server, component) that already has one.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct DuplicateInstance {
+    pub server: ServerUuid,
+    pub component: String,
+    pub uuid: InstanceUuid,
+}
+
+/// An agent instance no server can be found for.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct UnlinkedInstance {
+    pub component: String,
+    pub uuid: InstanceUuid,
+    /// `params.server_uuid` when it names a server CNAPI does not know.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub server: Option<ServerUuid>,
+}
+
+/// SAPI's agent services and instances, indexed by component and server.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct Intent {
+    /// Managed components, by component name.
+    pub services: BTreeMap<String, AgentService>,
+    /// Instances by server, then component.
+    pub instances: BTreeMap<ServerUuid, BTreeMap<String, InstanceIntent>>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub duplicates: Vec<DuplicateInstance>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub unlinked: Vec<UnlinkedInstance>,
+}
+
+impl Intent {
+    /// Index SAPI's agent services and instances. Services that are not
+    /// catalog components (e.g. `cabase`) and their instances are ignored.
+    pub fn build(
+        catalog: &Catalog,
+        services: &[Service],
+        instances: &[Instance],
+        reality: &Reality,
+    ) -> Intent {
+        let mut intent = Intent::default();
+        // Services sorted by UUID, so that with two services of one name the
+        // choice does not depend on SAPI's listing order.
+        let mut sorted: Vec<&Service> = services
+            .iter()
+            .filter(|s| s.is_agent() || s.service_type.is_none())
+            .collect();
+        sorted.sort_by_key(|s| s.uuid);
+        let mut by_uuid: BTreeMap<ServiceUuid, String> = BTreeMap::new();
+        for s in sorted {
+            let Some(c) = catalog.get(&s.name) else {
+                continue;
+            };
+            if intent.services.contains_key(&c.name) {
+                continue;
+            }
+            by_uuid.insert(s.uuid, c.name.clone());
+            intent.services.insert(
+                c.name.clone(),
+                AgentService {
+                    uuid: s.uuid,
+                    name: c.name.clone(),
+                    default_image: s.image_uuid(),
+                },
+            );
+        }
+
+        let reported = reality.instance_index();
+        let mut sorted: Vec<&Instance> = instances.iter().collect();
+        sorted.sort_by_key(|i| i.uuid);
+        for inst in sorted {
+            let Some(component) = by_uuid.get(&inst.service_uuid) else {
+                continue;
+            };
+            let (server, link) = match inst.server_uuid() {
+                Some(s) => (Some(s), InstanceLink::Params),
+                None => (
+                    reported
+                        .get(&inst.uuid)
+                        .filter(|(_, name)| *name == component.as_str())
+                        .map(|(s, _)| *s),
+                    InstanceLink::Reported,
+                ),
+            };
+            let Some(server) = server.filter(|s| reality.servers.contains_key(s)) else {
+                intent.unlinked.push(UnlinkedInstance {
+                    component: component.clone(),
+                    uuid: inst.uuid,
+                    server: inst.server_uuid(),
+                });
+                continue;
+            };
+            let entry = InstanceIntent {
+                uuid: inst.uuid,
+                service: inst.service_uuid,
+                image: inst.image_uuid(),
+                link,
+            };
+            let per_server = intent.instances.entry(server).or_default();
+            match per_server.get(component) {
+                None => {
+                    per_server.insert(component.clone(), entry);
+                }
+                Some(existing) => {
+                    // Keep the instance the server itself reports; the other
+                    // one is a duplicate for `check` to clean up.
+                    let reported_uuid = reality
+                        .get(&server)
+                        .and_then(|s| s.components.get(component))
+                        .and_then(|i| i.instance);
+                    let (keep, extra) = if reported_uuid == Some(entry.uuid)
+                        && reported_uuid != Some(existing.uuid)
+                    {
+                        (entry, existing.uuid)
+                    } else {
+                        (existing.clone(), entry.uuid)
+                    };
+                    per_server.insert(component.clone(), keep);
+                    intent.duplicates.push(DuplicateInstance {
+                        server,
+                        component: component.clone(),
+                        uuid: extra,
+                    });
+                }
+            }
+        }
+        intent
+    }
+
+    /// Whether the component has a SAPI service.
+    pub fn is_managed(&self, component: &str) -> bool {
+        self.services.contains_key(component)
+    }
+
+    pub fn instance(&self, server: &ServerUuid, component: &str) -> Option<&InstanceIntent> {
+        self.instances.get(server)?.get(component)
+    }
+
+    /// The image SAPI intends for this component on this server: the
+    /// instance's `params.image_uuid`, else the service default.
+    pub fn intended_image(&self, server: &ServerUuid, component: &str) -> Option<ImageUuid> {
+        self.instance(server, component)
+            .and_then(|i| i.image)
+            .or_else(|| self.services.get(component)?.default_image)
+    }
+
+    /// Duplicate instance UUIDs of one (server, component).
+    pub fn duplicates_of<'a>(
+        &'a self,
+        server: &'a ServerUuid,
+        component: &'a str,
+    ) -> impl Iterator<Item = InstanceUuid> + 'a {
+        self.duplicates
+            .iter()
+            .filter(move |d| d.server == *server && d.component == component)
+            .map(|d| d.uuid)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use agentsadm_api::cnapi::Server;
+    use serde_json::json;
+
+    const CN1: &str = "44454c4c-4800-1034-804a-b2c04f354d31";
+    const SVC: &str = "2e52bcfe-c61e-482f-a072-f3c79018a3db";
+    const IMG: &str = "fd5f189c-c26a-46a6-bd1a-b0e0150edf8f";
+
+    fn reality() -> Reality {
+        let s: Server = serde_json::from_value(json!({
+            "uuid": CN1, "hostname": "cn1", "setup": true, "status": "running",
+            "agents": [{"name": "vm-agent", "version": "1", "image_uuid": IMG,
+                        "uuid": "04a3fd8b-da16-4f8d-a003-06dc52f0a1e3"}]
+        }))
+        .unwrap();
+        Reality::from_servers(&Catalog::builtin(), &[s])
+    }
+
+    fn service(name: &str, uuid: &str) -> Service {
+        serde_json::from_value(json!({
+            "uuid": uuid, "name": name,
+            "application_uuid": "26cc7f2b-77ed-427f-8f09-d43d32a7331b",
+            "params": {"image_uuid": IMG}, "type": "agent"
+        }))
+        .unwrap()
+    }
+
+    fn instance(uuid: &str, params: serde_json::Value) -> Instance {
+        serde_json::from_value(json!({
+            "uuid": uuid, "service_uuid": SVC, "params": params, "type": "agent"
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn links_legacy_instances_through_cnapi() {
+        let r = reality();
+        let legacy = instance("04a3fd8b-da16-4f8d-a003-06dc52f0a1e3", json!({}));
+        let orphan = instance("0badf00d-da16-4f8d-a003-06dc52f0a1e3", json!({}));
+        let intent = Intent::build(
+            &Catalog::builtin(),
+            &[service("vm-agent", SVC), service("cabase", IMG)],
+            &[legacy, orphan],
+            &r,
+        );
+        let server: ServerUuid = CN1.parse().unwrap();
+        let inst = intent.instance(&server, "vm-agent").unwrap();
+        assert_eq!(inst.link, InstanceLink::Reported);
+        assert!(!inst.has_params());
+        assert_eq!(
+            intent.intended_image(&server, "vm-agent"),
+            Some(IMG.parse().unwrap())
+        );
+        assert_eq!(intent.unlinked.len(), 1);
+        assert!(intent.is_managed("vm-agent"));
+        assert!(!intent.is_managed("cn-agent"));
+        assert_eq!(intent.services.len(), 1);
+    }
+
+    #[test]
+    fn keeps_the_reported_instance_of_duplicates() {
+        let r = reality();
+        let params = json!({"server_uuid": CN1, "image_uuid": IMG});
+        // Sorted first by UUID, but not the one the server reports.
+        let a = instance("00000000-da16-4f8d-a003-06dc52f0a1e3", params.clone());
+        let b = instance("04a3fd8b-da16-4f8d-a003-06dc52f0a1e3", params);
+        let intent = Intent::build(
+            &Catalog::builtin(),
+            &[service("vm-agent", SVC)],
+            &[a, b],
+            &r,
+        );
+        let server: ServerUuid = CN1.parse().unwrap();
+        assert_eq!(
+            intent
+                .instance(&server, "vm-agent")
+                .unwrap()
+                .uuid
+                .to_string(),
+            "04a3fd8b-da16-4f8d-a003-06dc52f0a1e3"
+        );
+        assert_eq!(intent.duplicates_of(&server, "vm-agent").count(), 1);
+    }
+}

@@ -1,0 +1,191 @@
+//! The planner: a pure function of (catalog, intent, reality, request,
+//! options, resolved images) that decides everything execution will do.
+//!
+//! - No I/O, no clock, no randomness; `BTreeMap`s everywhere, so the same
+//!   input always gives the same plan (and the same printed text).
+//! - Image resolution (`--image`, `--latest`, `--channel`, imports) happens
+//!   before, in [`agentsadm_orchestrate::images`]; the planner only sees resolved images.
+//! - Every server selected but not changed for a reason other than "already
+//!   converged" gets a [`Skip`] with that reason; skips that leave the
+//!   datacenter short of what was asked are `blocking` (exit status 2).
+//! - Per server, steps are sorted into the catalog's order classes:
+//!   agents_core, config-agent, the parallel-safe set, cn-agent last.
+//! - Intent is written per server around its steps: instance targets before
+//!   (so an interrupted run re-run converges to the same images), instances
+//!   of new installs and deletions of removed ones after (their UUIDs are
+//!   born, or die, on the server).
+//!
+//! The parts: [`request`] (what the planner reads), [`types`] (the plan),
+//! [`skip`] (what is left alone and why), `select` (servers, components
+//! and transports in play), and one module per operation: `update`,
+//! `install`, `remove`.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use agentsadm_types::catalog::Catalog;
+
+use agentsadm_types::catalog::CatalogError;
+use agentsadm_types::ids::ImageUuid;
+use agentsadm_types::ids::ServerUuid;
+
+pub mod display;
+mod install;
+pub mod intent;
+pub mod reality;
+mod remove;
+pub mod request;
+mod select;
+pub mod skip;
+pub mod types;
+mod update;
+
+pub use request::{
+    ComponentSelection, ImageRef, Operation, PlanOptions, PlanningInput, Request, ResolvedImages,
+    ServerSelection, TransportKind, TransportMode,
+};
+pub use select::resolve_servers;
+pub use skip::{Skip, SkipReason};
+pub use types::{
+    Action, Gate, HealthFlags, InstalledRef, IntentChange, Plan, PlanCounts, ServerPlan,
+    ServiceChange, Step,
+};
+
+use select::{Selected, select_servers};
+
+/// A request that cannot be planned. Nothing has been changed.
+#[derive(Debug, thiserror::Error)]
+pub enum PlanError {
+    #[error(transparent)]
+    Catalog(#[from] CatalogError),
+    #[error(
+        "unknown server{s} {names}: not in CNAPI (check the UUID or hostname with 'agentsadm list')",
+        s = if names.len() == 1 { "" } else { "s" },
+        names = names.join(", ")
+    )]
+    UnknownServers { names: Vec<String> },
+    #[error(
+        "hostname {hostname:?} matches several servers ({uuids}); name the server by UUID",
+        uuids = uuids.iter().map(ToString::to_string).collect::<Vec<_>>().join(", ")
+    )]
+    AmbiguousHostname {
+        hostname: String,
+        uuids: Vec<ServerUuid>,
+    },
+    #[error("no component given: name components or pass --all")]
+    NoComponents,
+    #[error("{operation} takes exactly one component, got {count}")]
+    OneComponent {
+        operation: &'static str,
+        count: usize,
+    },
+    #[error(
+        "{component} has no SAPI agent service, so agentsadm does not manage it: run 'agentsadm adopt' first"
+    )]
+    Unmanaged { component: String },
+    #[error(
+        "no image to install for {component}: its SAPI service has no params.image_uuid; pass --image UUID"
+    )]
+    NoInstallImage { component: String },
+    #[error(
+        "image {image} for {component} is not in the datacenter IMGAPI; pass --image with --channel to import it"
+    )]
+    InstallImageMissing { component: String, image: ImageUuid },
+    #[error("refusing to remove {component}: {reason}")]
+    CannotRemove {
+        component: String,
+        reason: &'static str,
+    },
+}
+
+/// Compute the plan. Pure: the same input gives the same plan.
+pub fn plan(input: &PlanningInput) -> Result<Plan, PlanError> {
+    let selected = select_servers(input)?;
+    match input.request.operation {
+        Operation::Update => update::plan_update(input, selected),
+        Operation::Install => install::plan_install(input, selected),
+        Operation::Remove => remove::plan_remove(input, selected),
+    }
+}
+
+/// A plan with nothing in it yet, for the operation's planner to fill.
+fn empty_plan(input: &PlanningInput, selected: &Selected) -> Plan {
+    Plan {
+        operation: input.request.operation,
+        components: Vec::new(),
+        targets: input.images.targets.clone(),
+        imports: Vec::new(),
+        service_changes: Vec::new(),
+        servers: BTreeMap::new(),
+        skips: Vec::new(),
+        warnings: Vec::new(),
+        needs_explicit_yes: false,
+        selected_servers: selected.servers.len(),
+    }
+}
+
+/// The marlin-agent warning: named explicitly and about to be changed.
+fn non_bulk_warning(plan: &mut Plan, catalog: &Catalog) {
+    let mut touched: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
+    for sp in plan.servers.values() {
+        for st in &sp.steps {
+            if catalog.get(&st.component).is_some_and(|c| !c.bulk_update) {
+                touched.entry(&st.component).or_default().push(&sp.hostname);
+            }
+        }
+    }
+    let mut warnings = Vec::new();
+    for (component, hosts) in touched {
+        let mut shown: Vec<&str> = hosts.iter().copied().take(10).collect();
+        if hosts.len() > 10 {
+            shown.push("...");
+        }
+        warnings.push(format!(
+            "{component}: restarting it aborts running Manta jobs on {} server{} ({}); -y is required",
+            hosts.len(),
+            if hosts.len() == 1 { "" } else { "s" },
+            shown.join(", ")
+        ));
+    }
+    if !warnings.is_empty() {
+        plan.needs_explicit_yes = true;
+        plan.warnings.extend(warnings);
+    }
+}
+
+/// Whether version `a` is strictly newer than `b`. Agent versions are
+/// semver with the build in the prerelease part
+/// (`1.2.0-master-20260301T000000Z-g96cbc65`), so semver order is release
+/// order for one branch. Unparsable versions are never called newer.
+pub fn is_newer(a: &str, b: &str) -> bool {
+    match (semver::Version::parse(a), semver::Version::parse(b)) {
+        (Ok(a), Ok(b)) => a > b,
+        _ => false,
+    }
+}
+
+/// Common tail: imports for targets that some step or service change uses,
+/// the non-bulk warning, and a stable skip order.
+fn finish(input: &PlanningInput, mut plan: Plan) -> Result<Plan, PlanError> {
+    let used: BTreeSet<ImageUuid> = plan
+        .servers
+        .values()
+        .flat_map(|s| {
+            s.steps
+                .iter()
+                .filter_map(|st| st.action.target().map(|t| t.uuid))
+        })
+        .chain(plan.service_changes.iter().map(|c| c.to.uuid))
+        .collect();
+    let mut imports: Vec<ImageRef> = plan
+        .targets
+        .values()
+        .filter(|t| t.import_from.is_some() && used.contains(&t.uuid))
+        .cloned()
+        .collect();
+    imports.sort();
+    imports.dedup();
+    plan.imports = imports;
+    non_bulk_warning(&mut plan, input.catalog);
+    plan.skips.sort();
+    Ok(plan)
+}

@@ -1,0 +1,166 @@
+//! Skips: what the request selected but the plan leaves alone, with the
+//! reason and whether it leaves the datacenter short of what was asked
+//! (`blocking`, exit status 2); and the builders the planners use.
+
+use serde::Serialize;
+
+use super::request::PlanningInput;
+use crate::reality::ServerState;
+use agentsadm_types::ids::ImageUuid;
+use agentsadm_types::ids::ServerUuid;
+
+/// Why something selected is left alone.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[serde(tag = "reason", rename_all = "kebab-case")]
+pub enum SkipReason {
+    /// Excluded with `-x`.
+    Excluded,
+    /// CNAPI `setup: false`.
+    NotSetup,
+    /// CNAPI `status` is not `running`, and the server has changes pending.
+    NotRunning { status: String },
+    /// `update` of a component the server does not have.
+    ComponentAbsent,
+    /// The component has no SAPI service.
+    Unmanaged,
+    /// Not updated by `--all` (marlin-agent); name it to update it.
+    NotBulk,
+    /// `--latest` found no image for the component.
+    NoImageAvailable { looked_in: String },
+    /// Neither the request nor SAPI names an image for this server.
+    NoTargetImage,
+    /// SAPI intends an image that is not in the datacenter IMGAPI.
+    ImageNotInDc { image: ImageUuid },
+    /// `install` of a component the server already has.
+    AlreadyInstalled { version: String },
+    /// `remove` of a component the server does not have.
+    NotInstalled,
+    /// `--transport install-agent` cannot carry this component kind.
+    TransportUnsupported { kind: String },
+    /// The component needs CNAPI execute (`agentsadm gz` on the server),
+    /// which a mockcloud CN does not have.
+    NoExecute,
+    /// `--latest` found an older version than the server runs.
+    NewerInstalled { version: String, latest: String },
+}
+
+impl SkipReason {
+    /// One phrase saying why, and what to do about it.
+    pub fn describe(&self) -> String {
+        match self {
+            SkipReason::Excluded => "excluded with -x".to_string(),
+            SkipReason::NotSetup => "server is not set up".to_string(),
+            SkipReason::NotRunning { status } => format!(
+                "server is not running (CNAPI status {status:?}); re-run once it is back"
+            ),
+            SkipReason::ComponentAbsent => {
+                "component is not installed (use 'agentsadm install' to add it)".to_string()
+            }
+            SkipReason::Unmanaged => {
+                "component has no SAPI service, so it is unmanaged (run 'agentsadm adopt')"
+                    .to_string()
+            }
+            SkipReason::NotBulk => {
+                "never updated in bulk (restarting it aborts running Manta jobs); name it to update it"
+                    .to_string()
+            }
+            SkipReason::NoImageAvailable { looked_in } => {
+                format!("no image found in {looked_in}")
+            }
+            SkipReason::NoTargetImage => {
+                "SAPI names no image for it (pass --image or --latest)".to_string()
+            }
+            SkipReason::ImageNotInDc { image } => format!(
+                "intended image {image} is not in the datacenter IMGAPI (pass --image or --latest to import one)"
+            ),
+            SkipReason::AlreadyInstalled { version } => {
+                format!("already installed ({version}); use 'agentsadm update' to change it")
+            }
+            SkipReason::NotInstalled => "not installed and no SAPI instance".to_string(),
+            SkipReason::NewerInstalled { version, latest } => format!(
+                "runs {version}, newer than the latest image found ({latest}); pass --image to downgrade"
+            ),
+            SkipReason::NoExecute => {
+                "needs CNAPI execute, which mockcloud servers do not have; skipped".to_string()
+            }
+            SkipReason::TransportUnsupported { kind } => format!(
+                "cn-agent's install-agent task cannot install {kind} components (use --transport auto)"
+            ),
+        }
+    }
+}
+
+/// A server and/or component left alone, with the reason.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+pub struct Skip {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub server: Option<ServerUuid>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub hostname: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub component: Option<String>,
+    #[serde(flatten)]
+    pub reason: SkipReason,
+    /// Whether this leaves the request unfulfilled (exit status 2).
+    pub blocking: bool,
+}
+
+/// A skip of a whole server.
+pub(super) fn server_skip(
+    input: &PlanningInput,
+    server: ServerUuid,
+    reason: SkipReason,
+    blocking: bool,
+) -> Skip {
+    Skip {
+        server: Some(server),
+        hostname: input.reality.get(&server).map(|s| s.hostname.clone()),
+        component: None,
+        reason,
+        blocking,
+    }
+}
+
+/// A skip of a component on every server.
+pub(super) fn component_skip(component: &str, reason: SkipReason, blocking: bool) -> Skip {
+    Skip {
+        server: None,
+        hostname: None,
+        component: Some(component.to_string()),
+        reason,
+        blocking,
+    }
+}
+
+/// A skip of one component on one server.
+pub(super) fn server_component_skip(
+    input: &PlanningInput,
+    server: ServerUuid,
+    component: &str,
+    reason: SkipReason,
+    blocking: bool,
+) -> Skip {
+    Skip {
+        component: Some(component.to_string()),
+        ..server_skip(input, server, reason, blocking)
+    }
+}
+
+/// A blocking skip for a server that is not running, so nothing can run on
+/// it; `None` when it is running.
+pub(super) fn not_running_skip(
+    input: &PlanningInput,
+    server: ServerUuid,
+    state: &ServerState,
+) -> Option<Skip> {
+    (!state.is_running()).then(|| {
+        server_skip(
+            input,
+            server,
+            SkipReason::NotRunning {
+                status: state.status.clone(),
+            },
+            true,
+        )
+    })
+}

@@ -1,0 +1,270 @@
+//! CNAPI's install-agent and uninstall-agents routes and the cn-agent
+//! tasks behind them: each answers a task id at once and finishes the task
+//! in the background after the injected latency, with the real GZ work
+//! running inside that latency.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::body::Bytes;
+use axum::extract::{Path, RawQuery, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::Response;
+use serde_json::{Value, json};
+
+use crate::core::DcCore;
+use crate::fleet::MockServer;
+use crate::gz::GzOpError;
+use crate::http::json_response;
+use crate::http::rest_error;
+use agentsadm_types::error::error_chain;
+use agentsadm_types::ids::ImageUuid;
+use agentsadm_types::ids::TaskId;
+
+use super::tasks::TaskFailure;
+
+use super::Core;
+use super::STYLE;
+use super::invalid_parameters;
+use super::physical;
+use super::request_id;
+use super::sleep_or_shutdown;
+use super::sleep_until_or_shutdown;
+use super::task_request;
+use super::tasks::TaskKind;
+
+pub(super) async fn install_agent(
+    State(core): Core,
+    Path(raw): Path<String>,
+    headers: HeaderMap,
+    RawQuery(rq): RawQuery,
+    body: Bytes,
+) -> Response {
+    let (rec, p) = match task_request(&core, &raw, rq.as_deref(), &body) {
+        Ok(r) => r,
+        Err(r) => return r,
+    };
+    let server = match physical(&core, rec.uuid) {
+        Ok(s) => s,
+        Err(r) => return r,
+    };
+    // No validation here: the whole request goes to cn-agent, which fails
+    // the task if image_uuid is missing or bad.
+    let image = p.get("image_uuid").and_then(Value::as_str).map(|s| {
+        s.parse::<ImageUuid>()
+            .map_err(|_| TaskFailure::InvalidImage { raw: s.to_string() })
+    });
+    let id = core
+        .cnapi
+        .tasks
+        .create(rec.uuid, TaskKind::AgentInstall, &request_id(&headers));
+    let core2 = core.clone();
+    let arrived = tokio::time::Instant::now();
+    tokio::spawn(async move {
+        match image {
+            Some(Ok(image)) => run_agent_install(core2, id, server, image, arrived).await,
+            Some(Err(bad)) => core2.cnapi.tasks.finish(id, Err(bad)),
+            None => core2.cnapi.tasks.finish(id, Err(TaskFailure::MissingImage)),
+        }
+    });
+    json_response(STYLE, StatusCode::OK, &json!({"id": id}))
+}
+
+/// Only a set-up server runs cn-agent; CNAPI's task request to any other
+/// fails to connect.
+fn cn_agent_reachable(core: &DcCore, server: &MockServer) -> Result<(), TaskFailure> {
+    let setup = core
+        .cnapi
+        .servers()
+        .get(&server.uuid)
+        .is_some_and(|r| r.setup);
+    if setup {
+        Ok(())
+    } else {
+        Err(TaskFailure::CnAgentDown {
+            admin_ip: server.admin_ip.clone(),
+            hostname: server.hostname.clone(),
+        })
+    }
+}
+
+/// cn-agent's `agent_install` task, with the injected faults.
+async fn run_agent_install(
+    core: Arc<DcCore>,
+    id: TaskId,
+    server: Arc<MockServer>,
+    image: ImageUuid,
+    arrived: tokio::time::Instant,
+) {
+    if let Err(failure) = cn_agent_reachable(&core, &server) {
+        core.cnapi.tasks.finish(id, Err(failure));
+        return;
+    }
+    let name = core.image_name(image);
+    let fate = core
+        .faults
+        .install_fate(server.uuid, name.as_deref().unwrap_or(""));
+    if fate.hang {
+        // Never finishes: waiters get the active task on their timeout.
+        return;
+    }
+    let target = server.target(&core.config.datacenter);
+    let deadline = arrived + fate.latency;
+    // These finish after the latency without doing the install here.
+    let finishes_early = fate.fail || name.as_deref() == Some("cn-agent") || name.is_none();
+    if finishes_early && !sleep_until_or_shutdown(&core, deadline).await {
+        return;
+    }
+    if fate.fail {
+        let failure = TaskFailure::Injected {
+            what: name.unwrap_or_else(|| "image".to_string()),
+            hostname: server.hostname.clone(),
+        };
+        core.cnapi.tasks.finish(id, Err(failure));
+        core.touch();
+        return;
+    }
+    let Some(name) = name else {
+        let failure = TaskFailure::ImageNotFound {
+            imgapi_url: core.env().imgapi_url.clone(),
+            image,
+        };
+        core.cnapi.tasks.finish(id, Err(failure));
+        return;
+    };
+    if name == "cn-agent" {
+        // cn-agent hands the install to cn-agent-update and restarts; the
+        // task it answered for is done, the report comes from the new
+        // cn-agent a little later.
+        core.cnapi.tasks.finish(id, Ok(()));
+        core.touch();
+        if !sleep_or_shutdown(
+            &core,
+            Duration::from_millis(core.config.cn_agent_restart_ms),
+        )
+        .await
+        {
+            return;
+        }
+        let result = match core.ensure_prepared(&server) {
+            Ok(()) => core.gz.install(core.env(), target, image).await,
+            Err(e) => Err(e),
+        };
+        match result {
+            // The new cn-agent starts and reports the whole GZ.
+            Ok(_) => core.refresh_agents(&server).await,
+            Err(e) => {
+                tracing::warn!(server = %server.hostname, error = %error_chain(&e), "sim: cn-agent self-update failed; server.agents unchanged")
+            }
+        }
+        return;
+    }
+    // The injected latency is the whole install's duration: the real work
+    // runs inside it, so the simulator's own cost stays off the critical
+    // path of a benchmark (it only shows when it exceeds the latency).
+    let work = async {
+        core.ensure_prepared(&server)?;
+        let results = core.gz.install(core.env(), target, image).await?;
+        core.record_results(&server, &results);
+        Ok(())
+    };
+    finish_within(&core, id, deadline, work).await;
+}
+
+/// Run a task's `work` inside its injected latency (the task ends at
+/// `deadline` or when the work does, whichever is later), then finish the
+/// task. Nothing is finished if the datacenter shuts down first.
+async fn finish_within(
+    core: &DcCore,
+    id: TaskId,
+    deadline: tokio::time::Instant,
+    work: impl std::future::Future<Output = Result<(), GzOpError>>,
+) {
+    let (result, alive) = tokio::join!(work, sleep_until_or_shutdown(core, deadline));
+    if !alive {
+        return;
+    }
+    core.cnapi
+        .tasks
+        .finish(id, result.map_err(TaskFailure::from));
+    core.touch();
+}
+
+pub(super) async fn uninstall_agents(
+    State(core): Core,
+    Path(raw): Path<String>,
+    headers: HeaderMap,
+    RawQuery(rq): RawQuery,
+    body: Bytes,
+) -> Response {
+    let (rec, p) = match task_request(&core, &raw, rq.as_deref(), &body) {
+        Ok(r) => r,
+        Err(r) => return r,
+    };
+    let names: Vec<String> = match p.get("agents") {
+        Some(Value::Array(a)) => a
+            .iter()
+            .filter_map(|v| v.as_str().map(str::to_string))
+            .collect(),
+        _ => {
+            return invalid_parameters(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                vec![("agents", "value was not an array".to_string())],
+            );
+        }
+    };
+    // agents_uninstall needs cn-agent >= 2.8.0.
+    let cn_agent = rec.agents.iter().find(|a| a.name == "cn-agent");
+    let version = cn_agent.map(|a| a.version.clone()).unwrap_or_default();
+    let min = agentsadm_types::image::parse_agent_version(&core.config.uninstall_min_cn_agent)
+        .unwrap_or(semver::Version::new(2, 8, 0));
+    let new_enough =
+        agentsadm_types::image::parse_agent_version(&version).is_some_and(|v| v >= min);
+    if !new_enough {
+        return rest_error(
+            STYLE,
+            StatusCode::PRECONDITION_FAILED,
+            "PreconditionFailed",
+            format!(
+                "cn-agent (v{}) on server {} does not support \"agents_uninstall\": require at least cn-agent v{min}",
+                if version.is_empty() {
+                    "undefined"
+                } else {
+                    &version
+                },
+                rec.uuid
+            ),
+        );
+    }
+    let server = match physical(&core, rec.uuid) {
+        Ok(s) => s,
+        Err(r) => return r,
+    };
+    let id = core
+        .cnapi
+        .tasks
+        .create(rec.uuid, TaskKind::AgentsUninstall, &request_id(&headers));
+    let core2 = core.clone();
+    let arrived = tokio::time::Instant::now();
+    tokio::spawn(async move {
+        if let Err(failure) = cn_agent_reachable(&core2, &server) {
+            core2.cnapi.tasks.finish(id, Err(failure));
+            return;
+        }
+        let fate = core2.faults.install_fate(server.uuid, "");
+        let deadline = arrived + fate.latency;
+        if fate.hang {
+            return;
+        }
+        // As for installs, the work runs inside the injected latency.
+        let target = server.target(&core2.config.datacenter);
+        let work = async {
+            core2.ensure_prepared(&server)?;
+            let results = core2.gz.uninstall(core2.env(), target, names).await?;
+            core2.record_results(&server, &results);
+            Ok(())
+        };
+        finish_within(&core2, id, deadline, work).await;
+    });
+    json_response(STYLE, StatusCode::OK, &json!({"id": id}))
+}

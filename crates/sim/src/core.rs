@@ -1,0 +1,121 @@
+//! The state one simulated datacenter shares between its HTTP services, the
+//! task runner and the in-process API: the three APIs' stores, the mock
+//! servers, the GZ seam, faults, and the mutation counter persistence
+//! watches.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
+
+use tokio_util::sync::CancellationToken;
+
+use super::SimConfig;
+use super::cnapi::CnapiState;
+use super::faults::Faults;
+use super::fleet::MockServer;
+use super::gz::GzEnv;
+use super::gz::GzOpError;
+use super::gz::GzOps;
+use super::gz::SeedImage;
+use super::imgapi::ImgapiService;
+use super::imgapi::PublishClock;
+use super::sapi::SapiService;
+use agentsadm_api::remote::ComponentResult;
+use agentsadm_types::catalog::Catalog;
+use agentsadm_types::error::error_chain;
+use agentsadm_types::ids::ImageUuid;
+use agentsadm_types::ids::ServerUuid;
+
+pub(crate) struct DcCore {
+    pub config: SimConfig,
+    pub catalog: Catalog,
+    pub faults: Arc<Faults>,
+    pub clock: Arc<PublishClock>,
+    pub imgapi: Arc<ImgapiService>,
+    pub updates: Arc<ImgapiService>,
+    pub sapi: Arc<SapiService>,
+    pub cnapi: CnapiState,
+    /// The physical servers, fixed for the life of the datacenter (a
+    /// CNAPI ServerDelete removes the record, not the machine).
+    pub fleet: BTreeMap<ServerUuid, Arc<MockServer>>,
+    pub gz: Arc<dyn GzOps>,
+    /// Set once the listeners are bound.
+    pub env: OnceLock<Arc<GzEnv>>,
+    pub shutdown: CancellationToken,
+    /// Bumped on every change; the persister saves when it moves.
+    pub mutations: Arc<AtomicU64>,
+    pub state_dir: PathBuf,
+    /// What seeding created (persisted with the state).
+    pub seed_report: std::sync::Mutex<Option<super::SeedReport>>,
+}
+
+impl DcCore {
+    pub(crate) fn server(&self, uuid: ServerUuid) -> Option<Arc<MockServer>> {
+        self.fleet.get(&uuid).cloned()
+    }
+
+    /// The name of an image in the DC IMGAPI.
+    pub(crate) fn image_name(&self, image: ImageUuid) -> Option<String> {
+        self.imgapi
+            .lock()
+            .images
+            .get(&image)
+            .map(|i| i.manifest.name.clone())
+    }
+
+    pub(crate) fn env(&self) -> Arc<GzEnv> {
+        self.env
+            .get()
+            .cloned()
+            .expect("the GZ environment is set before any request is served")
+    }
+
+    pub(crate) fn ensure_prepared(&self, server: &MockServer) -> Result<(), GzOpError> {
+        server.ensure_prepared(self.gz.as_ref(), &self.config.datacenter, &|i| {
+            self.seed_image(i)
+        })
+    }
+
+    /// A seeded image from the DC IMGAPI (else the updates server), read
+    /// from the store: seeding is not subject to injected faults.
+    pub(crate) fn seed_image(&self, image: ImageUuid) -> Option<SeedImage> {
+        [&self.imgapi, &self.updates].into_iter().find_map(|svc| {
+            let store = svc.lock();
+            let stored = store.images.get(&image)?;
+            let file = stored.file.as_ref()?;
+            Some(SeedImage {
+                manifest: stored.current_manifest(),
+                file: file.bytes.clone(),
+            })
+        })
+    }
+
+    /// What cn-agent's refreshAgents does: read the GZ and set
+    /// `server.agents` (directly; the real one POSTs to CNAPI).
+    pub(crate) async fn refresh_agents(&self, server: &MockServer) {
+        match self.gz.report(server.target(&self.config.datacenter)).await {
+            Ok(report) => self.cnapi.set_agents(server.uuid, report.agents),
+            Err(e) => {
+                tracing::warn!(server = %server.hostname, error = %error_chain(&e), "sim: cannot read the GZ to refresh server.agents")
+            }
+        }
+        self.touch();
+    }
+
+    /// After a cn-agent task ran the installer: `server.agents` with the
+    /// entries of the components it touched replaced from its result
+    /// ([`super::gz::apply_results`]), as cn-agent's refreshAgents would
+    /// find them.
+    pub(crate) fn record_results(&self, server: &MockServer, results: &[ComponentResult]) {
+        if let Some(r) = self.cnapi.servers().get_mut(&server.uuid) {
+            super::gz::apply_results(&self.catalog, &mut r.agents, results);
+        }
+        self.touch();
+    }
+
+    /// Note a change for the persister.
+    pub(crate) fn touch(&self) {
+        self.mutations.fetch_add(1, Ordering::Relaxed);
+    }
+}

@@ -1,0 +1,332 @@
+//! A fake datacenter for executor tests and benchmarks: one in-memory
+//! [`ExampleDc`] that is at once the [`Transport`] (servers), the
+//! [`IntentStore`] (SAPI) and the [`LockStore`] (SAPI application
+//! metadata), with injectable faults.
+//!
+//! - Every step sleeps the configured install latency (a tokio sleep: no
+//!   CPU, and deterministic under `tokio::time::pause()`), times a per-server
+//!   factor for slow servers.
+//! - Faults: failing steps (per server, optionally per component), hung
+//!   steps (never return), failing SAPI writes (per server), unhealthy
+//!   builds (the step fails its health gate and the server keeps its
+//!   previous image).
+//! - A successful step changes the server's CNAPI record the way the real
+//!   installer's report would, so re-gathering intent and reality after a
+//!   run and re-planning shows what converged.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::{Mutex, MutexGuard};
+use std::time::Duration;
+
+use futures::future::BoxFuture;
+
+use super::testkit::ExampleDc;
+use super::testkit::instance_uuid;
+use agentsadm_orchestrate::lock::LockError;
+use agentsadm_orchestrate::lock::LockRecord;
+use agentsadm_orchestrate::lock::LockStore;
+use agentsadm_orchestrate::report::FailureStage;
+use agentsadm_orchestrate::store::IntentStore;
+use agentsadm_orchestrate::store::IntentWriteError;
+use agentsadm_orchestrate::store::instance_params;
+use agentsadm_orchestrate::transport::StepDone;
+use agentsadm_orchestrate::transport::StepFailure;
+use agentsadm_orchestrate::transport::TaskLedger;
+use agentsadm_orchestrate::transport::TaskRef;
+use agentsadm_orchestrate::transport::Transport;
+use agentsadm_plan::Action;
+use agentsadm_plan::IntentChange;
+use agentsadm_plan::ServiceChange;
+use agentsadm_plan::Step;
+use agentsadm_plan::intent::Intent;
+use agentsadm_plan::reality::Reality;
+use agentsadm_types::ids::InstanceUuid;
+use agentsadm_types::ids::ServerUuid;
+use agentsadm_types::ids::TaskId;
+
+/// Faults and timing of a [`FakeDc`].
+#[derive(Clone, Debug, Default)]
+pub struct Faults {
+    /// Time every step takes.
+    pub latency: Duration,
+    /// Multiplies `latency` for these servers.
+    pub slow: BTreeMap<ServerUuid, f64>,
+    /// Steps on these servers fail with this message (all components, or
+    /// only the named one).
+    pub fail: BTreeMap<ServerUuid, (Option<String>, String)>,
+    /// Steps on these servers never finish.
+    pub hang: BTreeSet<ServerUuid>,
+    /// SAPI writes for these servers fail.
+    pub sapi_fail: BTreeSet<ServerUuid>,
+    /// Added to every lock store call (to widen races in tests).
+    pub lock_latency: Duration,
+    /// The new build of this component goes to maintenance on these
+    /// servers: the step fails its health gate (`unhealthy`) and the server
+    /// keeps the image it had (the installer rolled back).
+    pub unhealthy: BTreeMap<ServerUuid, String>,
+}
+
+/// The fake datacenter.
+#[derive(Debug)]
+pub struct FakeDc {
+    dc: Mutex<ExampleDc>,
+    faults: Mutex<Faults>,
+    lock: Mutex<Option<LockRecord>>,
+    steps_run: Mutex<Vec<(ServerUuid, String)>>,
+    /// Every step is one task, numbered from 1 in start order.
+    tasks: TaskLedger,
+    next_task: std::sync::atomic::AtomicU64,
+}
+
+impl FakeDc {
+    pub fn new(dc: ExampleDc) -> FakeDc {
+        FakeDc {
+            dc: Mutex::new(dc),
+            faults: Mutex::new(Faults::default()),
+            lock: Mutex::new(None),
+            steps_run: Mutex::new(Vec::new()),
+            tasks: TaskLedger::default(),
+            next_task: std::sync::atomic::AtomicU64::new(1),
+        }
+    }
+
+    /// The current state. A plain mutex guard: drop it before the next
+    /// call into the fake (a guard kept alive in the same statement deadlocks).
+    pub fn dc(&self) -> MutexGuard<'_, ExampleDc> {
+        self.dc.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Change the faults.
+    pub fn faults(&self) -> MutexGuard<'_, Faults> {
+        self.faults.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Gather intent and reality again, as a new run would.
+    pub fn snapshot(&self) -> (Intent, Reality) {
+        let dc = self.dc();
+        (dc.intent(), dc.reality())
+    }
+
+    /// Every (server, component) a step completed for, in completion order.
+    pub fn steps_run(&self) -> Vec<(ServerUuid, String)> {
+        self.steps_run.lock().map(|v| v.clone()).unwrap_or_default()
+    }
+
+    /// The lock record as stored.
+    pub fn lock_record(&self) -> Option<LockRecord> {
+        self.lock.lock().ok().and_then(|l| l.clone())
+    }
+
+    /// The task id the `n`th step started gets (from 1).
+    pub fn task_id(n: u64) -> TaskId {
+        TaskId::from_u128(0x7a5c_0000_0000_0000_0000_0000_0000_0000 | u128::from(n))
+    }
+
+    async fn run_step(&self, server: ServerUuid, step: &Step) -> Result<StepDone, StepFailure> {
+        let id = FakeDc::task_id(
+            self.next_task
+                .fetch_add(1, std::sync::atomic::Ordering::SeqCst),
+        );
+        self.tasks.started(server, &step.component, id);
+        let r = self.run_task(server, step).await;
+        self.tasks.ended(server, id);
+        r
+    }
+
+    async fn run_task(&self, server: ServerUuid, step: &Step) -> Result<StepDone, StepFailure> {
+        let (delay, fail, hang, unhealthy) = {
+            let f = self.faults();
+            let factor = f.slow.get(&server).copied().unwrap_or(1.0);
+            let fail = f
+                .fail
+                .get(&server)
+                .filter(|(c, _)| c.as_deref().is_none_or(|c| c == step.component))
+                .map(|(_, m)| m.clone());
+            let unhealthy =
+                f.unhealthy.get(&server) == Some(&step.component) && step.action.target().is_some();
+            (
+                f.latency.mul_f64(factor),
+                fail,
+                f.hang.contains(&server),
+                unhealthy,
+            )
+        };
+        if hang {
+            std::future::pending::<()>().await;
+        }
+        if !delay.is_zero() {
+            tokio::time::sleep(delay).await;
+        }
+        if let Some(message) = fail {
+            return Err(StepFailure::new(agent_install_failure(), message));
+        }
+        if unhealthy {
+            return Err(StepFailure::new(
+                FailureStage::Unhealthy,
+                format!(
+                    "svc:/smartdc/agent/{c}:default is maintenance (Start method exited with $SMF_EXIT_ERR_FATAL.); rolled back",
+                    c = step.component
+                ),
+            ));
+        }
+        let instance = {
+            let mut dc = self.dc();
+            match &step.action {
+                Action::Install { to } | Action::Upgrade { to, .. } => {
+                    let instance = dc
+                        .installed(server, &step.component)
+                        .and_then(|a| a.uuid)
+                        .unwrap_or_else(|| instance_uuid(server, &step.component));
+                    if !dc.images.contains_key(&to.uuid) {
+                        return Err(StepFailure::new(
+                            agent_install_failure(),
+                            format!("AgentInstall error: Image not found: {}", to.uuid),
+                        ));
+                    }
+                    dc.set_installed(server, &step.component, to.uuid, Some(instance));
+                    Some(instance)
+                }
+                Action::Remove { .. } => {
+                    dc.remove_installed(server, &step.component);
+                    None
+                }
+            }
+        };
+        if let Ok(mut v) = self.steps_run.lock() {
+            v.push((server, step.component.clone()));
+        }
+        Ok(StepDone { instance })
+    }
+
+    fn apply_change(
+        &self,
+        server: ServerUuid,
+        change: &IntentChange,
+        reported: Option<InstanceUuid>,
+    ) -> Result<(), IntentWriteError> {
+        if self.faults().sapi_fail.contains(&server) {
+            return Err(IntentWriteError::Injected {
+                message: "SAPI PUT /instances returned HTTP 503: ServiceUnavailableError"
+                    .to_string(),
+            });
+        }
+        let mut dc = self.dc();
+        match change {
+            IntentChange::UpdateInstance {
+                service,
+                instance,
+                image,
+                ..
+            } => {
+                if !dc.sapi_merge_params(*instance, instance_params(server, *image)) {
+                    dc.sapi_put_instance(
+                        *instance,
+                        *service,
+                        Some(instance_params(server, *image)),
+                    );
+                }
+            }
+            IntentChange::CreateInstance {
+                service,
+                instance,
+                image,
+                ..
+            } => dc.sapi_put_instance(*instance, *service, Some(instance_params(server, *image))),
+            IntentChange::AdoptInstalled {
+                component,
+                service,
+                image,
+            } => {
+                let instance = reported.ok_or_else(|| IntentWriteError::NoInstanceReported {
+                    component: component.clone(),
+                })?;
+                dc.sapi_put_instance(instance, *service, Some(instance_params(server, *image)));
+            }
+            IntentChange::DeleteInstance { instance, .. } => {
+                dc.sapi_delete_instance(*instance);
+            }
+        }
+        Ok(())
+    }
+
+    async fn lock_delay(&self) {
+        let d = self.faults().lock_latency;
+        if !d.is_zero() {
+            tokio::time::sleep(d).await;
+        }
+    }
+}
+
+impl Transport for FakeDc {
+    fn run<'a>(
+        &'a self,
+        server: ServerUuid,
+        step: &'a Step,
+    ) -> BoxFuture<'a, Result<StepDone, StepFailure>> {
+        Box::pin(self.run_step(server, step))
+    }
+
+    fn tasks(&self, server: ServerUuid) -> Vec<TaskRef> {
+        self.tasks.of(server)
+    }
+}
+
+impl IntentStore for FakeDc {
+    fn apply<'a>(
+        &'a self,
+        server: ServerUuid,
+        change: &'a IntentChange,
+        reported: Option<InstanceUuid>,
+    ) -> BoxFuture<'a, Result<(), IntentWriteError>> {
+        Box::pin(async move { self.apply_change(server, change, reported) })
+    }
+
+    fn set_service_image<'a>(
+        &'a self,
+        change: &'a ServiceChange,
+    ) -> BoxFuture<'a, Result<(), IntentWriteError>> {
+        Box::pin(async move {
+            self.dc()
+                .set_service_default(&change.component, Some(change.to.uuid));
+            Ok(())
+        })
+    }
+}
+
+impl LockStore for FakeDc {
+    fn read(&self) -> BoxFuture<'_, Result<Option<LockRecord>, LockError>> {
+        Box::pin(async move {
+            self.lock_delay().await;
+            Ok(self.lock_record())
+        })
+    }
+
+    fn write<'a>(&'a self, record: &'a LockRecord) -> BoxFuture<'a, Result<(), LockError>> {
+        Box::pin(async move {
+            self.lock_delay().await;
+            if let Ok(mut l) = self.lock.lock() {
+                *l = Some(record.clone());
+            }
+            Ok(())
+        })
+    }
+
+    fn clear(&self) -> BoxFuture<'_, Result<(), LockError>> {
+        Box::pin(async move {
+            self.lock_delay().await;
+            if let Ok(mut l) = self.lock.lock() {
+                *l = None;
+            }
+            Ok(())
+        })
+    }
+}
+
+/// The stage of a failure the fake reports: cn-agent's install task,
+/// without a task id.
+fn agent_install_failure() -> FailureStage {
+    FailureStage::Task {
+        task: "agent_install".to_string(),
+        id: None,
+    }
+}

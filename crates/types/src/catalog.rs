@@ -1,0 +1,314 @@
+//! The component catalog (`manifests/components.json`): every component
+//! agentsadm manages and the properties that drive its behaviour. Nothing about
+//! a specific component is hard-coded elsewhere; code asks the catalog.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+/// The catalog shipped in the binary; `--catalog FILE` can replace it.
+pub const BUILTIN_CATALOG: &str = include_str!("../../../manifests/components.json");
+
+/// How a component is packaged and where it lands in the global zone.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ComponentKind {
+    /// An apm package under `/opt/smartdc/agents/lib/node_modules/<package>`.
+    ApmAgent,
+    /// `tools.tar.gz` / `cn_tools.tar.gz` unpacked into `/opt/smartdc`.
+    GzTools,
+    /// The docker log driver under `/opt/smartdc/docker`.
+    Dockerlogger,
+    /// sdcadm under `/opt/smartdc/sdcadm` (headnode only).
+    Sdcadm,
+}
+
+impl ComponentKind {
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            ComponentKind::ApmAgent => "apm-agent",
+            ComponentKind::GzTools => "gz-tools",
+            ComponentKind::Dockerlogger => "dockerlogger",
+            ComponentKind::Sdcadm => "sdcadm",
+        }
+    }
+}
+
+/// Which servers get a component by default.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Placement {
+    /// Every server (headnode and compute nodes) gets it at setup.
+    All,
+    /// Only servers an operator names get it.
+    OptIn,
+    /// Only the headnode gets it.
+    HeadnodeOnly,
+}
+
+/// Where a component runs in the per-server install order.
+///
+/// Variants are declared in execution order, so `Ord` sorts a server's steps:
+/// agents_core provides the layout everything else installs into, config-agent
+/// must be present before agents register with it, parallel-safe components
+/// may install concurrently, and cn-agent goes last because it is the process
+/// that reports `server.agents` and cannot replace itself in-process.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum OrderClass {
+    CoreFirst,
+    CoreSecond,
+    ParallelSafe,
+    CoreLast,
+}
+
+impl OrderClass {
+    /// Core components run alone; parallel-safe ones may share a server.
+    pub fn runs_alone(&self) -> bool {
+        !matches!(self, OrderClass::ParallelSafe)
+    }
+
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            OrderClass::CoreFirst => "core-first",
+            OrderClass::CoreSecond => "core-second",
+            OrderClass::ParallelSafe => "parallel-safe",
+            OrderClass::CoreLast => "core-last",
+        }
+    }
+}
+
+/// One catalog entry.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Component {
+    /// Component name: the IMGAPI image name and the SAPI service name.
+    pub name: String,
+    pub kind: ComponentKind,
+    pub placement: Placement,
+    pub order: OrderClass,
+    /// Whether `update --all` may touch it. marlin-agent is `false`: restarting
+    /// it aborts running Manta jobs, so it is only updated when named.
+    pub bulk_update: bool,
+    pub description: String,
+    /// The apm package (and `node_modules` directory) name when it differs
+    /// from the component name (marlin-agent installs as `marlin`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub package: Option<String>,
+    /// SMF services the component delivers, for status and rollback.
+    #[serde(default)]
+    pub smf_services: Vec<String>,
+}
+
+impl Component {
+    /// The `package.json` name and install directory name.
+    pub fn package_name(&self) -> &str {
+        self.package.as_deref().unwrap_or(&self.name)
+    }
+
+    /// Whether a server of this role gets the component at setup.
+    pub fn in_default_set(&self, headnode: bool) -> bool {
+        match self.placement {
+            Placement::All => true,
+            Placement::OptIn => false,
+            Placement::HeadnodeOnly => headnode,
+        }
+    }
+}
+
+/// Errors loading or querying the catalog.
+#[derive(Debug, thiserror::Error)]
+pub enum CatalogError {
+    #[error("cannot read component catalog {path}")]
+    Read {
+        path: PathBuf,
+        #[source]
+        err: std::io::Error,
+    },
+    #[error("component catalog {origin} is not valid")]
+    Parse {
+        origin: String,
+        #[source]
+        err: serde_json::Error,
+    },
+    #[error("component catalog {origin} lists {name:?} twice")]
+    Duplicate { origin: String, name: String },
+    #[error(
+        "component catalog {origin} has an invalid name {name:?}: use lowercase letters, digits, '-' and '_'"
+    )]
+    BadName { origin: String, name: String },
+    #[error("unknown component {name:?}; known components: {known}")]
+    Unknown { name: String, known: String },
+}
+
+#[derive(Deserialize)]
+struct CatalogFile {
+    #[allow(dead_code)]
+    version: u32,
+    components: Vec<Component>,
+}
+
+/// The set of managed components, keyed by name.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Catalog {
+    components: BTreeMap<String, Component>,
+}
+
+impl Catalog {
+    /// The catalog compiled into the binary.
+    pub fn builtin() -> Catalog {
+        // Parsed once: every GZ installer run starts from it (thousands of
+        // runs in one simulator process).
+        static BUILTIN: std::sync::OnceLock<Catalog> = std::sync::OnceLock::new();
+        BUILTIN
+            .get_or_init(|| {
+                // The builtin catalog is checked by a unit test, so this
+                // cannot fail in a released binary.
+                Catalog::parse(BUILTIN_CATALOG, "builtin").expect("builtin catalog is valid")
+            })
+            .clone()
+    }
+
+    /// Load a catalog file.
+    pub fn load(path: &Path) -> Result<Catalog, CatalogError> {
+        let text = std::fs::read_to_string(path).map_err(|err| CatalogError::Read {
+            path: path.to_path_buf(),
+            err,
+        })?;
+        Catalog::parse(&text, &path.display().to_string())
+    }
+
+    /// Parse catalog JSON; `origin` names it in errors.
+    pub fn parse(text: &str, origin: &str) -> Result<Catalog, CatalogError> {
+        let file: CatalogFile = serde_json::from_str(text).map_err(|err| CatalogError::Parse {
+            origin: origin.to_string(),
+            err,
+        })?;
+        let mut components = BTreeMap::new();
+        for c in file.components {
+            if !valid_name(&c.name) || !valid_name(c.package_name()) {
+                return Err(CatalogError::BadName {
+                    origin: origin.to_string(),
+                    name: c.name,
+                });
+            }
+            if components.contains_key(&c.name) {
+                return Err(CatalogError::Duplicate {
+                    origin: origin.to_string(),
+                    name: c.name,
+                });
+            }
+            components.insert(c.name.clone(), c);
+        }
+        Ok(Catalog { components })
+    }
+
+    /// Look a component up by name (or by its package name, e.g. `marlin`).
+    pub fn get(&self, name: &str) -> Option<&Component> {
+        self.components
+            .get(name)
+            .or_else(|| self.components.values().find(|c| c.package_name() == name))
+    }
+
+    /// Like [`Catalog::get`] but an error listing the known names.
+    pub fn require(&self, name: &str) -> Result<&Component, CatalogError> {
+        self.get(name).ok_or_else(|| CatalogError::Unknown {
+            name: name.to_string(),
+            known: self.names().collect::<Vec<_>>().join(", "),
+        })
+    }
+
+    /// Every component, by name.
+    pub fn iter(&self) -> impl Iterator<Item = &Component> {
+        self.components.values()
+    }
+
+    pub fn names(&self) -> impl Iterator<Item = &str> {
+        self.components.keys().map(String::as_str)
+    }
+
+    pub fn len(&self) -> usize {
+        self.components.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.components.is_empty()
+    }
+
+    /// Components a new server of this role gets, in install order
+    /// (order class, then name).
+    pub fn default_set(&self, headnode: bool) -> Vec<&Component> {
+        let mut set: Vec<&Component> = self.iter().filter(|c| c.in_default_set(headnode)).collect();
+        sort_install_order(&mut set);
+        set
+    }
+}
+
+/// Sort components into per-server install order: order class, then name.
+pub fn sort_install_order(components: &mut [&Component]) {
+    components.sort_by(|a, b| a.order.cmp(&b.order).then_with(|| a.name.cmp(&b.name)));
+}
+
+/// Component and package names become path components and SAPI names, so only
+/// a conservative alphabet is allowed (no `/`, no `.`, no `..`).
+pub fn valid_name(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 64
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'_')
+}
+
+impl fmt::Display for Component {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.name)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn builtin_catalog_loads_and_orders() {
+        let cat = Catalog::builtin();
+        assert_eq!(cat.len(), 16);
+        let hn: Vec<&str> = cat
+            .default_set(true)
+            .iter()
+            .map(|c| c.name.as_str())
+            .collect();
+        assert_eq!(hn.first(), Some(&"agents_core"));
+        assert_eq!(hn.get(1), Some(&"config-agent"));
+        assert_eq!(hn.last(), Some(&"cn-agent"));
+        assert!(hn.contains(&"sdcadm"));
+        let cn: Vec<&str> = cat
+            .default_set(false)
+            .iter()
+            .map(|c| c.name.as_str())
+            .collect();
+        assert!(!cn.contains(&"sdcadm"));
+        assert!(!cn.contains(&"marlin-agent"));
+        assert!(!cat.get("marlin-agent").unwrap().bulk_update);
+        assert_eq!(cat.get("marlin").unwrap().name, "marlin-agent");
+    }
+
+    #[test]
+    fn rejects_bad_and_duplicate_names() {
+        let bad = r#"{"version":1,"components":[{"name":"../x","kind":"apm-agent","placement":"all","order":"parallel-safe","bulk_update":true,"description":""}]}"#;
+        assert!(matches!(
+            Catalog::parse(bad, "t"),
+            Err(CatalogError::BadName { .. })
+        ));
+        let dup = r#"{"version":1,"components":[
+            {"name":"a","kind":"apm-agent","placement":"all","order":"parallel-safe","bulk_update":true,"description":""},
+            {"name":"a","kind":"apm-agent","placement":"all","order":"parallel-safe","bulk_update":true,"description":""}]}"#;
+        assert!(matches!(
+            Catalog::parse(dup, "t"),
+            Err(CatalogError::Duplicate { .. })
+        ));
+        let err = Catalog::builtin().require("nope").unwrap_err();
+        assert!(err.to_string().contains("known components: agents_core"));
+    }
+}

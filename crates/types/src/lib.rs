@@ -1,0 +1,11 @@
+//! Shared domain types of agentsadm, below every other layer: server,
+//! image and instance ids ([`ids`]), the component catalog ([`catalog`]),
+//! image manifests ([`image`]), output and logging conventions
+//! ([`output`], [`log`]) and the error-chain printer ([`error`]).
+
+pub mod catalog;
+pub mod error;
+pub mod ids;
+pub mod image;
+pub mod log;
+pub mod output;
