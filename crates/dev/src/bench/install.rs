@@ -69,7 +69,7 @@ pub struct InstallBenchArgs {
 /// cn-agent's tree, from `../shared` beside the source tree.
 const DEFAULT_SHAPE: &str = concat!(
     env!("CARGO_MANIFEST_DIR"),
-    "/../shared/fixtures/image-shapes/cn-agent-tree.tsv"
+    "/../../../shared/fixtures/image-shapes/cn-agent-tree.tsv"
 );
 
 /// Where the "on disk" realistic run works, when it exists (`/tmp` is
