@@ -67,7 +67,7 @@ const LAYERS: &[(&str, &[&str])] = &[
 ];
 
 /// Crates that must never be in the server's build.
-const SIM_SIDE: &[&str] = &["agentsadm-sim", "agentsadm-dev", "axum", "tokio-util"];
+const SIM_SIDE: &[&str] = &["agentsadm-sim", "agentsadm-dev", "axum"];
 
 fn root() -> &'static Path {
     Path::new(env!("CARGO_MANIFEST_DIR"))

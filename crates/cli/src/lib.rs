@@ -49,6 +49,8 @@ pub struct Cli<X: Extension = NoExtension> {
 }
 
 /// The product's subcommands, then those the binary adds.
+// One value per process, parsed once: its size does not matter.
+#[allow(clippy::large_enum_variant)]
 #[derive(Subcommand, Debug)]
 pub enum TopCommand<X: Extension> {
     #[command(flatten)]

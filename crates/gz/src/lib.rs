@@ -47,7 +47,8 @@
 //! - The library, for install-agent style tasks without a command line:
 //!   ```no_run
 //!   # async fn demo() {
-//!   use agentsadm_gz::{self, session::GzSettings, layout::LayoutKind, fetch::ImageSource};
+//!   use agentsadm_gz as gz;
+//!   use gz::{session::GzSettings, layout::LayoutKind, fetch::ImageSource};
 //!   let mut s = GzSettings::new("/var/sim/servers/<uuid>"); // a rooted GZ
 //!   s.imgapi_url = Some("http://127.0.0.1:1234".into());
 //!   s.sapi_url = Some("http://127.0.0.1:1235".into());

@@ -755,15 +755,12 @@ async fn clients(settings: &GzSettings, platform: &dyn Platform) -> Result<Clien
     let bad = |err| GzError::BadUrl { err: Box::new(err) };
     Ok((
         imgapi
-            .map(|u| ImgapiClient::new(&u, settings.api.clone()))
-            .transpose()
-            .map_err(bad)?,
-        sapi.map(|u| SapiClient::new(&u, settings.api.clone()))
-            .transpose()
-            .map_err(bad)?,
+            .map(|u| ImgapiClient::new(&u, settings.api.clone()).map_err(bad))
+            .transpose()?,
+        sapi.map(|u| SapiClient::new(&u, settings.api.clone()).map_err(bad))
+            .transpose()?,
         cnapi
-            .map(|u| CnapiClient::new(&u, settings.api.clone()))
-            .transpose()
-            .map_err(bad)?,
+            .map(|u| CnapiClient::new(&u, settings.api.clone()).map_err(bad))
+            .transpose()?,
     ))
 }
