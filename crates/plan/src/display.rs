@@ -19,6 +19,8 @@ use crate::Plan;
 use crate::Skip;
 
 use crate::HealthFlags;
+use crate::RecordChange;
+use crate::Rollout;
 use crate::SkipReason;
 use agentsadm_types::ids::ImageUuid;
 
@@ -201,9 +203,137 @@ fn server_lines(sp: &crate::ServerPlan, grouped: bool) -> Vec<String> {
                     &instance.to_string()[..8]
                 )
             }
+            IntentChange::DeleteReplaced {
+                component,
+                instance,
+            } => format!(
+                "- SAPI instance {} of {component} (replaced: once the server reports the new one)",
+                &instance.to_string()[..8]
+            ),
         });
     }
     lines
+}
+
+/// The rollout as the plan shows it: a head line with the concurrency,
+/// the rack limit and the failure budget, then one line per wave (the
+/// canary wave first). Waves longer than `limit` are cut with a count.
+pub fn rollout_lines(r: &Rollout, limit: usize) -> Vec<String> {
+    let rack = r
+        .max_per_rack
+        .map(|n| format!(", at most {n} per rack"))
+        .unwrap_or_default();
+    let budget = match (r.budget, r.max_failures) {
+        (Some(b), Some(given)) => format!(
+            "halts once more than {} failed (--max-failures {given})",
+            plural(b, "server has", "servers have")
+        ),
+        _ => "no failure budget".to_string(),
+    };
+    let mut out = vec![format!(
+        "Rollout: {} at a time{rack}; {budget}:",
+        plural(r.concurrency, "server", "servers")
+    )];
+    let canary_first = r.waves.first().is_some_and(|w| w.canary);
+    for w in &r.waves {
+        let hosts: Vec<&str> = w.servers.iter().map(|s| s.hostname.as_str()).collect();
+        let mut shown = list_hosts(&hosts, limit);
+        if hosts.len() > limit {
+            shown.push_str(&format!(" ({} in all)", hosts.len()));
+        }
+        out.push(if w.canary {
+            format!("  canary: {shown} (must pass before the others start)")
+        } else if canary_first {
+            format!("  then, in this order: {shown}")
+        } else {
+            format!("  in this order: {shown}")
+        });
+    }
+    out
+}
+
+/// One record change as the plan shows it.
+pub fn record_line(r: &RecordChange) -> String {
+    match r {
+        RecordChange::PostAgents {
+            server,
+            hostname,
+            agents,
+        } => format!(
+            "~ CNAPI server.agents of {hostname} ({server}): {} from its own report",
+            plural(agents.len(), "component", "components")
+        ),
+        RecordChange::CreateService {
+            component,
+            default_image,
+        } => match default_image {
+            Some(i) => format!("+ SAPI service {component} (default image {})", short(i)),
+            None => format!("+ SAPI service {component}"),
+        },
+        RecordChange::ServiceDefault { change } => format!(
+            "~ SAPI service {}: default image {} -> {}",
+            change.component,
+            change.from.as_ref().map(short).unwrap_or_else(|| "unset".into()),
+            short(&change.to.uuid)
+        ),
+        RecordChange::AdoptInstance {
+            hostname,
+            component,
+            instance,
+            exists,
+            ..
+        } => format!(
+            "{} SAPI instance {} of {component} on {hostname} (adopt)",
+            if *exists { "~" } else { "+" },
+            &instance.to_string()[..8]
+        ),
+        RecordChange::Instance {
+            hostname, change, ..
+        } => {
+            let on = hostname
+                .as_deref()
+                .map(|h| format!(" on {h}"))
+                .unwrap_or_default();
+            let (mark, what) = match change {
+                IntentChange::DeleteInstance { .. } | IntentChange::DeleteReplaced { .. } => {
+                    ("-", String::new())
+                }
+                IntentChange::CreateInstance { image, .. } => {
+                    ("+", format!(", image_uuid {}", short(image)))
+                }
+                IntentChange::UpdateInstance { image, .. }
+                | IntentChange::AdoptInstalled { image, .. } => {
+                    ("~", format!(": image_uuid {}", short(image)))
+                }
+            };
+            let instance = match change {
+                IntentChange::UpdateInstance { instance, .. }
+                | IntentChange::CreateInstance { instance, .. }
+                | IntentChange::DeleteInstance { instance, .. }
+                | IntentChange::DeleteReplaced { instance, .. } => {
+                    format!(" {}", &instance.to_string()[..8])
+                }
+                IntentChange::AdoptInstalled { .. } => String::new(),
+            };
+            format!(
+                "{mark} SAPI instance{instance} of {}{on}{what}",
+                change.component()
+            )
+        }
+        RecordChange::Server {
+            server,
+            hostname,
+            call,
+            ..
+        } => format!(
+            "! CNAPI {} of {}{server}",
+            call.as_str(),
+            hostname
+                .as_deref()
+                .map(|h| format!("{h} "))
+                .unwrap_or_default()
+        ),
+    }
 }
 
 fn plural(n: usize, one: &str, many: &str) -> String {
@@ -267,6 +397,12 @@ impl fmt::Display for PlanDisplay<'_> {
                     i.uuid,
                     i.import_from.as_deref().unwrap_or("?")
                 )?;
+            }
+        }
+        if !p.records.is_empty() {
+            writeln!(f, "\nRecords (before any server):")?;
+            for r in &p.records {
+                writeln!(f, "  {}", record_line(r))?;
             }
         }
         if !p.service_changes.is_empty() {
@@ -337,6 +473,18 @@ impl fmt::Display for PlanDisplay<'_> {
                     plural(hosts.len(), "server", "servers"),
                     list_hosts(hosts, 3)
                 )?;
+            }
+        }
+
+        if !p.rollout.is_empty() {
+            let limit = if p.servers.len() <= self.max_servers {
+                usize::MAX
+            } else {
+                10
+            };
+            writeln!(f)?;
+            for line in rollout_lines(&p.rollout, limit) {
+                writeln!(f, "{line}")?;
             }
         }
 
