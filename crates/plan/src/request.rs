@@ -136,6 +136,16 @@ pub struct PlanOptions {
     pub rollout: crate::rollout::RolloutPolicy,
 }
 
+impl From<TransportMode> for PlanOptions {
+    /// The transport mode, with the library's neutral rollout.
+    fn from(transport: TransportMode) -> PlanOptions {
+        PlanOptions {
+            transport,
+            ..PlanOptions::default()
+        }
+    }
+}
+
 /// An image as the plan refers to it.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize)]
 pub struct ImageRef {
