@@ -19,6 +19,8 @@ use serde_json::{Value, json};
 use super::store::{IntentWriteError, SapiIntentStore, instance_params};
 use agentsadm_api::ApiError;
 use agentsadm_api::Apis;
+use agentsadm_api::CnapiClient;
+use agentsadm_api::SapiClient;
 use agentsadm_api::sapi::{CreateInstance, CreateService, ServiceType, Update, object};
 use agentsadm_plan::{IntentChange, RecordChange, ServerCall};
 use agentsadm_types::error::error_chain;
@@ -58,6 +60,8 @@ pub enum RecordWriteError {
     NoSdcApplication,
     #[error("this executor makes no record changes (no record store was given)")]
     NoStore,
+    #[error("no CNAPI to write to (this run has only SAPI)")]
+    NoCnapi,
 }
 
 fn api(what: impl Into<String>) -> impl FnOnce(ApiError) -> RecordWriteError {
@@ -96,14 +100,40 @@ impl RecordStore for NoRecords {
 /// [`RecordStore`] on CNAPI and SAPI.
 #[derive(Clone, Debug)]
 pub struct ApiRecords {
-    apis: Apis,
+    sapi: SapiClient,
+    /// `None` before CNAPI exists (headnode setup's local adoption).
+    cnapi: Option<CnapiClient>,
     store: SapiIntentStore,
 }
 
 impl ApiRecords {
-    pub fn new(apis: Apis) -> ApiRecords {
-        let store = SapiIntentStore::new(apis.sapi.clone());
-        ApiRecords { apis, store }
+    pub fn new(apis: &Apis) -> ApiRecords {
+        ApiRecords {
+            sapi: apis.sapi.clone(),
+            cnapi: Some(apis.cnapi.clone()),
+            store: SapiIntentStore::new(apis.sapi.clone()),
+        }
+    }
+
+    pub fn new_with(sapi: &SapiClient, cnapi: &CnapiClient) -> ApiRecords {
+        ApiRecords {
+            sapi: sapi.clone(),
+            cnapi: Some(cnapi.clone()),
+            store: SapiIntentStore::new(sapi.clone()),
+        }
+    }
+
+    /// SAPI only: CNAPI record changes fail.
+    pub fn sapi_only(sapi: &SapiClient) -> ApiRecords {
+        ApiRecords {
+            sapi: sapi.clone(),
+            cnapi: None,
+            store: SapiIntentStore::new(sapi.clone()),
+        }
+    }
+
+    fn cnapi(&self) -> Result<&CnapiClient, RecordWriteError> {
+        self.cnapi.as_ref().ok_or(RecordWriteError::NoCnapi)
     }
 
     async fn create_service(
@@ -111,7 +141,7 @@ impl ApiRecords {
         component: &str,
         default_image: Option<ImageUuid>,
     ) -> Result<RecordDone, RecordWriteError> {
-        let sapi = &self.apis.sapi;
+        let sapi = &self.sapi;
         let app = sapi
             .sdc_application()
             .await
@@ -150,8 +180,7 @@ impl ApiRecords {
         image: ImageUuid,
     ) -> Result<RecordDone, RecordWriteError> {
         let update = Update::params(object([("image_uuid", Value::String(image.to_string()))]));
-        self.apis
-            .sapi
+        self.sapi
             .update_service(service, &update)
             .await
             .map_err(api(format!(
@@ -171,7 +200,7 @@ impl ApiRecords {
         image: ImageUuid,
         exists: bool,
     ) -> Result<RecordDone, RecordWriteError> {
-        let sapi = &self.apis.sapi;
+        let sapi = &self.sapi;
         let params = instance_params(server, image);
         if exists {
             sapi.update_instance(instance, &Update::params(params))
@@ -195,7 +224,7 @@ impl ApiRecords {
         server: ServerUuid,
         call: ServerCall,
     ) -> Result<RecordDone, RecordWriteError> {
-        let cnapi = &self.apis.cnapi;
+        let cnapi = self.cnapi()?;
         match call {
             ServerCall::Delete => match cnapi.delete_server(server).await {
                 Ok(()) => Ok(RecordDone::Done),
@@ -240,8 +269,7 @@ impl ApiRecords {
                 hostname,
                 agents,
             } => {
-                self.apis
-                    .cnapi
+                self.cnapi()?
                     .update_server_agents(*server, agents)
                     .await
                     .map_err(api(format!(

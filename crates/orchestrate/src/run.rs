@@ -30,8 +30,13 @@ use super::lock::{self, LockError, LockOptions, SapiLockStore};
 use super::records::ApiRecords;
 use super::report::{ExecReport, InFlight, Reporter};
 use super::store::SapiIntentStore;
-use super::transport::{CnapiTransport, CnapiTransportConfig};
+use super::transport::{
+    CnapiTransport, CnapiTransportConfig, StepDone, StepFailure, Transport,
+};
 use agentsadm_api::Apis;
+use agentsadm_api::CnapiClient;
+use agentsadm_api::ImgapiClient;
+use agentsadm_api::SapiClient;
 use agentsadm_plan::{Plan, PlanOptions, RolloutPolicy, TransportMode};
 use agentsadm_types::catalog::Catalog;
 
@@ -142,6 +147,8 @@ pub enum RunError<E: std::error::Error + 'static> {
     /// changed.
     #[error(transparent)]
     Ask(AskError),
+    #[error("this plan needs {api}, which this run has no URL for; nothing was changed")]
+    MissingApi { api: &'static str },
     #[error(transparent)]
     Image(#[from] ImageError),
     #[error(transparent)]
@@ -163,7 +170,13 @@ pub enum RunOutcome<P> {
 
 /// One run against a datacenter's APIs.
 pub struct Run<'a> {
-    pub apis: &'a Apis,
+    /// Where the lock and intent live.
+    pub sapi: &'a SapiClient,
+    /// How steps reach servers and CNAPI records are written (`None`
+    /// before CNAPI exists: headnode setup's local adoption).
+    pub cnapi: Option<&'a CnapiClient>,
+    /// Where images are imported (`None`: a plan that imports fails).
+    pub imgapi: Option<&'a ImgapiClient>,
     pub catalog: &'a Catalog,
     pub settings: &'a RunSettings,
     pub reporter: &'a dyn Reporter,
@@ -184,8 +197,25 @@ impl<'a> Run<'a> {
         reporter: &'a dyn Reporter,
         operation: impl Into<String>,
     ) -> Run<'a> {
+        let mut run = Run::sapi_only(&apis.sapi, catalog, settings, reporter, operation);
+        run.cnapi = Some(&apis.cnapi);
+        run.imgapi = Some(&apis.imgapi);
+        run
+    }
+
+    /// A run with only SAPI (headnode setup, before CNAPI and IMGAPI run):
+    /// a plan that needs either fails before it changes anything.
+    pub fn sapi_only(
+        sapi: &'a SapiClient,
+        catalog: &'a Catalog,
+        settings: &'a RunSettings,
+        reporter: &'a dyn Reporter,
+        operation: impl Into<String>,
+    ) -> Run<'a> {
         Run {
-            apis,
+            sapi,
+            cnapi: None,
+            imgapi: None,
             catalog,
             settings,
             reporter,
@@ -219,7 +249,7 @@ impl<'a> Run<'a> {
             operator.show(&planned, Shown::Plan);
             return Ok(RunOutcome::DryRun(planned));
         }
-        let store = SapiLockStore::new(self.apis.sapi.clone()).await?;
+        let store = SapiLockStore::new(self.sapi.clone()).await?;
         lock::check_free(&store, &self.lock).await?;
         let unlocked = planner.plan().await.map_err(RunError::Plan)?;
         if unlocked.plan().is_empty() {
@@ -311,16 +341,32 @@ impl<'a> Run<'a> {
                 plan.imports().len()
             ));
         }
-        images::import(&self.apis.imgapi, plan.imports()).await?;
-        let transport = CnapiTransport::new(
-            self.apis.cnapi.clone(),
-            self.catalog.clone(),
-            self.transport.clone(),
-        );
-        let store = SapiIntentStore::new(self.apis.sapi.clone());
-        let records = ApiRecords::new(self.apis.clone());
-        let executor = Executor::new(&transport, &store, self.reporter, &self.settings.options)
-            .with_records(&records);
+        if !plan.imports().is_empty() {
+            let imgapi = self.imgapi.ok_or(RunError::MissingApi { api: "IMGAPI" })?;
+            images::import(imgapi, plan.imports()).await?;
+        }
+        let store = SapiIntentStore::new(self.sapi.clone());
+        let (transport, records): (Box<dyn Transport>, ApiRecords) = match self.cnapi {
+            Some(cnapi) => (
+                Box::new(CnapiTransport::new(
+                    cnapi.clone(),
+                    self.catalog.clone(),
+                    self.transport.clone(),
+                )),
+                ApiRecords::new_with(self.sapi, cnapi),
+            ),
+            None if plan.servers().is_empty() => {
+                (Box::new(NoCnapi), ApiRecords::sapi_only(self.sapi))
+            }
+            None => return Err(RunError::MissingApi { api: "CNAPI" }),
+        };
+        let executor = Executor::new(
+            transport.as_ref(),
+            &store,
+            self.reporter,
+            &self.settings.options,
+        )
+        .with_records(&records);
         let report = executor.execute_gated(confirmed, cancel, gate).await?;
         tracing::info!(
             target: agentsadm_types::log::FILE_ONLY_TARGET,
@@ -420,5 +466,24 @@ impl<O: Operator<P> + Sync, P> RunGate for Gate<'_, O, P> {
 
     fn keep_waiting(&self, in_flight: &[InFlight]) -> Option<LocalBoxFuture<'_, ()>> {
         self.operator.keep_waiting(in_flight)
+    }
+}
+
+/// No way to reach servers (a SAPI-only run); never used with a plan that
+/// has server steps.
+struct NoCnapi;
+
+impl Transport for NoCnapi {
+    fn run<'a>(
+        &'a self,
+        _: agentsadm_types::ids::ServerUuid,
+        _: &'a agentsadm_plan::Step,
+    ) -> futures::future::BoxFuture<'a, Result<StepDone, StepFailure>> {
+        Box::pin(async {
+            Err(StepFailure::new(
+                super::report::FailureStage::Execute,
+                "this run has no CNAPI to reach servers through".to_string(),
+            ))
+        })
     }
 }

@@ -189,7 +189,7 @@ impl Session<'_> {
         let transport =
             CnapiTransport::new(self.apis.cnapi.clone(), self.catalog.clone(), transport);
         let store = SapiIntentStore::new(self.apis.sapi.clone());
-        let records = ApiRecords::new(self.apis.clone());
+        let records = ApiRecords::new(self.apis);
         let executor = Executor::new(&transport, &store, reporter, options).with_records(&records);
         Ok(executor.execute_gated(plan, cancel, gate).await?)
     }
