@@ -33,7 +33,7 @@ use super::confirm::Confirmed;
 use super::execute::{ExecOptions, Executor};
 use super::records::{ApiRecords, RecordStatus};
 use super::report::{ExecReport, NullReporter};
-use super::run::Planned;
+use super::run::{Planned, Planner};
 use super::store::SapiIntentStore;
 use agentsadm_api::adoption::{Adoption, adopt_instance};
 use agentsadm_api::sapi::SapiClient;
@@ -347,6 +347,44 @@ pub fn plan_adoption(
         instances,
         skips,
         plan: b.finish(&RolloutPolicy::default()),
+    }
+}
+
+/// `agentsadm adopt` as a [`Planner`] for [`crate::run::Run`]: each call
+/// reads SAPI and CNAPI anew and plans the adoption of `servers` (UUIDs or
+/// hostnames as typed; all set-up servers when empty).
+pub struct AdoptPlanner<'a> {
+    pub apis: &'a agentsadm_api::Apis,
+    pub catalog: &'a Catalog,
+    pub servers: Vec<String>,
+}
+
+/// Adoption could not be planned; nothing was changed.
+#[derive(Debug, thiserror::Error)]
+pub enum AdoptError {
+    #[error(transparent)]
+    Gather(#[from] super::gather::GatherError),
+    #[error(transparent)]
+    Servers(#[from] agentsadm_plan::PlanError),
+}
+
+impl Planner for AdoptPlanner<'_> {
+    type Planned = AdoptPlan;
+    type Error = AdoptError;
+
+    async fn plan(&self) -> Result<AdoptPlan, AdoptError> {
+        let (intent, reality) = super::gather::gather(self.apis, self.catalog).await?;
+        let servers = if self.servers.is_empty() {
+            None
+        } else {
+            Some(agentsadm_plan::resolve_servers(&reality, &self.servers)?)
+        };
+        Ok(plan_adoption(
+            self.catalog,
+            &intent,
+            &reality,
+            servers.as_deref(),
+        ))
     }
 }
 

@@ -246,6 +246,7 @@ impl<'a> Run<'a> {
     {
         if self.settings.dry_run {
             let planned = planner.plan().await.map_err(RunError::Plan)?;
+            log_plan(planned.plan());
             operator.show(&planned, Shown::Plan);
             return Ok(RunOutcome::DryRun(planned));
         }
