@@ -15,6 +15,8 @@
 mod flows_common;
 #[path = "common/golden.rs"]
 mod golden_common;
+#[path = "common/sim.rs"]
+mod sim_common;
 #[path = "common/tools.rs"]
 mod tools_common;
 

@@ -46,5 +46,7 @@ mod rollout;
 mod runlog;
 #[path = "orch_suite/sim.rs"]
 mod sim;
+#[path = "common/sim.rs"]
+mod sim_common;
 #[path = "orch_suite/tables.rs"]
 mod tables;

@@ -358,7 +358,7 @@ fn apply(
             },
         }
     }
-    for (server, sp) in &plan.plan.servers {
+    for (server, sp) in &plan.plan.servers() {
         for st in &sp.steps {
             match &st.action {
                 Action::Install { to } => {
