@@ -476,7 +476,6 @@ impl agentsadm_orchestrate::transport::Transport for Recording<'_> {
 #[tokio::test(start_paused = true)]
 async fn execute_steps_start_after_the_servers_cn_agent_tasks() {
     use agentsadm_orchestrate::execute::Executor;
-    use agentsadm_plan::PlanOptions;
     use agentsadm_plan::PlanningInput;
     use agentsadm_plan::plan;
     use agentsadm_sim::fake::FakeDc;
