@@ -297,6 +297,14 @@ impl<'a> Executor<'a> {
                 });
             }
         }
+        // In the order servers are shown (by hostname).
+        out.sort_by(|a, b| {
+            (a.hostname.as_str(), a.server, a.component.as_str()).cmp(&(
+                b.hostname.as_str(),
+                b.server,
+                b.component.as_str(),
+            ))
+        });
         out
     }
 }
