@@ -231,7 +231,10 @@ impl<P> Script<P> {
     }
 
     /// Make `change` while the first question is on screen.
-    pub fn while_asking(self, change: impl std::future::Future<Output = ()> + Send + 'static) -> Self {
+    pub fn while_asking(
+        self,
+        change: impl std::future::Future<Output = ()> + Send + 'static,
+    ) -> Self {
         *self.inject.lock().unwrap() = Some(Box::pin(change));
         self
     }
@@ -265,8 +268,7 @@ impl<P> agentsadm_orchestrate::run::Operator<P> for Script<P> {
     }
 
     async fn ask(&self, _: &P) -> Result<bool, agentsadm_orchestrate::run::AskError> {
-        self.asked
-            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        self.asked.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
         let inject = self.inject.lock().unwrap().take();
         if let Some(change) = inject {
             change.await;

@@ -117,7 +117,11 @@ async fn check_fix_halts_on_its_failure_budget() {
     .await;
     assert_eq!(plan.repairs.plan.step_count(), 6, "{}", plan.render());
     assert_eq!(plan.repairs.plan.rollout().budget, Some(1));
-    assert!(plan.repairs.render().contains("halts once more than 1 server has failed"));
+    assert!(
+        plan.repairs
+            .render()
+            .contains("halts once more than 1 server has failed")
+    );
     let (outcome, lines) = fix_recorded(&dc, &plan).await;
     assert_eq!(starts(&lines), ["cn0001", "cn0002"]);
     let servers = outcome.repairs.servers.as_ref().unwrap();
@@ -169,7 +173,9 @@ async fn check_fix_runs_canaries_first_and_respects_the_rack_limit() {
     assert_eq!(&started[..2], ["cn0001", "cn0003"]);
     let third = lines
         .iter()
-        .position(|l| l.starts_with("server-start ") && !l.ends_with("cn0001") && !l.ends_with("cn0003"))
+        .position(|l| {
+            l.starts_with("server-start ") && !l.ends_with("cn0001") && !l.ends_with("cn0003")
+        })
         .unwrap();
     let canaries_done = lines
         .iter()

@@ -173,7 +173,11 @@ async fn an_instance_recorded_under_another_service_is_never_taken_over() {
         .iter()
         .find(|s| s.server == cn && s.component == "cmon-agent")
         .expect("a skip says why");
-    assert!(skip.reason.contains("under another service"), "{}", skip.reason);
+    assert!(
+        skip.reason.contains("under another service"),
+        "{}",
+        skip.reason
+    );
 
     let store = SapiIntentStore::new(apis.sapi.clone());
     let change = agentsadm_plan::IntentChange::AdoptInstalled {
@@ -182,7 +186,10 @@ async fn an_instance_recorded_under_another_service_is_never_taken_over() {
         image,
     };
     let err = store.apply(cn, &change, Some(kept)).await.unwrap_err();
-    assert!(matches!(err, IntentWriteError::OtherService { .. }), "{err}");
+    assert!(
+        matches!(err, IntentWriteError::OtherService { .. }),
+        "{err}"
+    );
 
     let err = agentsadm_gz::adopt::adopt(&apis.sapi, "cmon-agent", kept, cn, image)
         .await

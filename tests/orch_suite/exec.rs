@@ -25,10 +25,10 @@ use agentsadm_plan::ImageRef;
 use agentsadm_plan::Operation;
 use agentsadm_plan::Plan;
 use agentsadm_plan::PlanOptions;
-use agentsadm_plan::RolloutPolicy;
 use agentsadm_plan::PlanningInput;
 use agentsadm_plan::Request;
 use agentsadm_plan::ResolvedImages;
+use agentsadm_plan::RolloutPolicy;
 use agentsadm_plan::TransportMode;
 use agentsadm_plan::plan;
 use agentsadm_sim::fake::FakeDc;
@@ -66,8 +66,8 @@ async fn run(fake: &FakeDc, plan: &Plan, options: &ExecOptions) -> ExecReport {
     let reporter = RecordingReporter::default();
     Executor::new(fake, fake, &reporter, options)
         .execute(crate::sim_common::yes(plan), std::future::pending())
-    .await
-    .expect("execute")
+        .await
+        .expect("execute")
 }
 
 /// A fake datacenter with `n` CNs and `component` published at 2.0.0.
@@ -321,9 +321,9 @@ async fn outliers_are_warned_once_and_stragglers_abandoned() {
     let reporter = RecordingReporter::default();
     let options = ExecOptions::default();
     let report = Executor::new(&fake, &fake, &reporter, &options)
-    .execute(crate::sim_common::yes(&p), std::future::pending())
-    .await
-    .unwrap();
+        .execute(crate::sim_common::yes(&p), std::future::pending())
+        .await
+        .unwrap();
     // Median 10 s: threshold max(30 s, 40 s) = 40 s; cn004 runs 1000 s.
     assert_eq!(report.outliers.len(), 1);
     assert_eq!(report.outliers[0].hostname, "cn004");
@@ -390,9 +390,12 @@ async fn an_interrupted_run_run_again_finishes_the_job() {
     let options = ExecOptions::default();
     let reporter = RecordingReporter::default();
     let report = Executor::new(&fake, &fake, &reporter, &options)
-    .execute(crate::sim_common::yes(&p), tokio::time::sleep(Duration::from_millis(2500)))
-    .await
-    .unwrap();
+        .execute(
+            crate::sim_common::yes(&p),
+            tokio::time::sleep(Duration::from_millis(2500)),
+        )
+        .await
+        .unwrap();
     assert!(report.interrupted);
     let c = report.counts();
     assert_eq!((c.succeeded, c.interrupted, c.not_started), (4, 2, 4));
@@ -445,9 +448,9 @@ async fn a_failed_service_change_touches_no_server() {
     let reporter = RecordingReporter::default();
     let options = ExecOptions::default();
     let err = Executor::new(&fake, &FailingStore, &reporter, &options)
-    .execute(crate::sim_common::yes(&p), std::future::pending())
-    .await
-    .unwrap_err();
+        .execute(crate::sim_common::yes(&p), std::future::pending())
+        .await
+        .unwrap_err();
     assert!(matches!(err, ExecError::ServiceChange { .. }));
     assert!(err.to_string().contains("no server was touched"));
     assert!(fake.steps_run().is_empty());
@@ -547,9 +550,9 @@ async fn command_line_progress_handles_every_event() {
             ..Default::default()
         };
         let report = Executor::new(&fake, &fake, &progress, &options)
-        .execute(crate::sim_common::yes(&p), std::future::pending())
-        .await
-        .unwrap();
+            .execute(crate::sim_common::yes(&p), std::future::pending())
+            .await
+            .unwrap();
         assert_eq!(report.counts().failed, 1);
         assert_eq!(report.counts().timed_out, 1);
         assert_eq!(report.outliers.len(), 1);

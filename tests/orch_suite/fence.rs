@@ -54,7 +54,12 @@ async fn fix_plan(dc: &SimDc) -> Result<FixPlan, CheckError> {
 
 /// SAPI's vm-agent instance of `hostname` names `image`: drift that
 /// `check --fix` repairs with an upgrade.
-async fn intend(apis: &agentsadm_api::Apis, dc_server: agentsadm_types::ids::ServerUuid, instance: InstanceUuid, image: ImageUuid) {
+async fn intend(
+    apis: &agentsadm_api::Apis,
+    dc_server: agentsadm_types::ids::ServerUuid,
+    instance: InstanceUuid,
+    image: ImageUuid,
+) {
     apis.sapi
         .update_instance(instance, &Update::params(instance_params(dc_server, image)))
         .await
@@ -394,7 +399,10 @@ async fn server_delete_goes_through_the_same_fence() {
         let report = agentsadm_flows::cleanup::CleanupReport::from_exec(&report);
         assert_eq!(report.exit_status(), 0, "{report:?}");
         assert!(dc.record(cn).is_none());
-        assert!(apis.sapi.get_instance(late).await.is_err(), "the late one too");
+        assert!(
+            apis.sapi.get_instance(late).await.is_err(),
+            "the late one too"
+        );
         dc.shutdown().await;
     }
 }

@@ -4,7 +4,6 @@
 
 use agentsadm_plan::Operation;
 
-
 use agentsadm_plan::PlanningInput;
 
 use agentsadm_plan::TransportMode;

@@ -38,10 +38,15 @@ use crate::flows_common::server;
 use crate::flows_common::transport;
 
 async fn sim(cns: usize) -> SimDc {
-    SimDc::start(SimConfig::default().servers(cns).rack_size(2).populate(SeedSpec {
-        agents_without_params: Vec::new(),
-        ..SeedSpec::default()
-    }))
+    SimDc::start(
+        SimConfig::default()
+            .servers(cns)
+            .rack_size(2)
+            .populate(SeedSpec {
+                agents_without_params: Vec::new(),
+                ..SeedSpec::default()
+            }),
+    )
     .await
     .expect("simulator starts")
 }
@@ -270,7 +275,10 @@ async fn the_plan_shows_its_waves_and_the_run_follows_them() {
     let (code, out, err) = cli(&dc, &run_args).await;
     assert_eq!(code, 0, "{err}");
     let doc: serde_json::Value = serde_json::from_str(&out).unwrap();
-    assert_eq!(doc["result"]["canary"]["servers"], serde_json::json!(["cn0001", "cn0003"]));
+    assert_eq!(
+        doc["result"]["canary"]["servers"],
+        serde_json::json!(["cn0001", "cn0003"])
+    );
     assert_eq!(doc["result"]["canary"]["passed"], true);
     dc.shutdown().await;
 }
@@ -286,7 +294,10 @@ async fn adopt_takes_yes_and_refuses_without_it() {
     let (code, out, err) = cli(&dc, &["adopt"]).await;
     assert_eq!(code, 1, "{out}{err}");
     assert!(err.contains("pass -y"), "{err}");
-    assert!(out.contains("instances to adopt"), "the plan is shown: {out}");
+    assert!(
+        out.contains("instances to adopt"),
+        "the plan is shown: {out}"
+    );
     assert_eq!(dc.mutation_count(), before, "nothing changed");
     let (code, out, err) = cli(&dc, &["adopt", "-y"]).await;
     assert_eq!(code, 0, "{out}{err}");

@@ -113,9 +113,13 @@ async fn run_interrupted(
     reporter: &Interrupts,
 ) -> ExecReport {
     Executor::new(fake, fake, reporter, options)
-    .execute_gated(crate::sim_common::yes(p), tokio::time::sleep(interrupt_at), gate)
-    .await
-    .expect("execute")
+        .execute_gated(
+            crate::sim_common::yes(p),
+            tokio::time::sleep(interrupt_at),
+            gate,
+        )
+        .await
+        .expect("execute")
 }
 
 #[tokio::test(start_paused = true)]
@@ -239,9 +243,12 @@ async fn without_a_terminal_the_first_interrupt_stops_waiting() {
     fake.faults().latency = Duration::from_secs(1);
     let reporter = Interrupts::default();
     let report = Executor::new(&fake, &fake, &reporter, &ExecOptions::default())
-    .execute(crate::sim_common::yes(&p), tokio::time::sleep(Duration::from_secs(2)))
-    .await
-    .unwrap();
+        .execute(
+            crate::sim_common::yes(&p),
+            tokio::time::sleep(Duration::from_secs(2)),
+        )
+        .await
+        .unwrap();
     let seen = reporter.seen.lock().unwrap().clone();
     assert_eq!(seen.len(), 1);
     assert!(!seen[0].1, "not waiting");
@@ -260,9 +267,9 @@ async fn a_timed_out_step_names_its_task() {
         ..Default::default()
     };
     let report = Executor::new(&fake, &fake, &Interrupts::default(), &options)
-    .execute(crate::sim_common::yes(&p), std::future::pending())
-    .await
-    .unwrap();
+        .execute(crate::sim_common::yes(&p), std::future::pending())
+        .await
+        .unwrap();
     let o = &report.servers[&cn1];
     assert_eq!(o.status, ServerStatus::TimedOut);
     let task = o.tasks[0].task;

@@ -23,9 +23,9 @@ use agentsadm_orchestrate::report::RecordingReporter;
 use agentsadm_plan::Operation;
 use agentsadm_plan::Plan;
 use agentsadm_plan::PlanOptions;
-use agentsadm_plan::RolloutPolicy;
 use agentsadm_plan::PlanningInput;
 use agentsadm_plan::Request;
+use agentsadm_plan::RolloutPolicy;
 use agentsadm_plan::TransportMode;
 use agentsadm_plan::plan;
 use agentsadm_sim::fake::FakeDc;
@@ -133,9 +133,9 @@ async fn run(
 ) -> (ExecReport, Vec<String>) {
     let reporter = RecordingReporter::default();
     let report = Executor::new(fake, fake, &reporter, options)
-    .execute_gated(crate::sim_common::yes(p), std::future::pending(), gate)
-    .await
-    .expect("execute");
+        .execute_gated(crate::sim_common::yes(p), std::future::pending(), gate)
+        .await
+        .expect("execute");
     (report, reporter.lines())
 }
 
@@ -152,11 +152,16 @@ async fn budget_halts_at_n_plus_one() {
     for i in 1..=10 {
         fail(&fake, &format!("cn{i:03}"));
     }
-    let p = rolled_out(&fake, &req, &p, RolloutPolicy {
-        concurrency: 1,
-        max_failures: Some(FailureBudget::Count(3)),
-..Default::default()
-    });
+    let p = rolled_out(
+        &fake,
+        &req,
+        &p,
+        RolloutPolicy {
+            concurrency: 1,
+            max_failures: Some(FailureBudget::Count(3)),
+            ..Default::default()
+        },
+    );
     let options = ExecOptions::default();
     let (report, lines) = run(&fake, &p, &options, &Gate::new(usize::MAX, true)).await;
     // Servers run one at a time: the fourth failure halts the run, and the
@@ -191,11 +196,16 @@ async fn budget_lets_servers_in_flight_finish() {
     for i in 1..=10 {
         fail(&fake, &format!("cn{i:03}"));
     }
-    let p = rolled_out(&fake, &req, &p, RolloutPolicy {
-        concurrency: 5,
-        max_failures: Some(FailureBudget::Percent(5)),
-..Default::default()
-    });
+    let p = rolled_out(
+        &fake,
+        &req,
+        &p,
+        RolloutPolicy {
+            concurrency: 5,
+            max_failures: Some(FailureBudget::Percent(5)),
+            ..Default::default()
+        },
+    );
     let options = ExecOptions::default();
     let (report, lines) = run(&fake, &p, &options, &Gate::new(usize::MAX, true)).await;
     // 5% of 61 is 3. The first five fail together: the first three
@@ -229,11 +239,16 @@ fn budget_parses_counts_and_percentages() {
 async fn canary_failure_stops_at_the_canary() {
     let (fake, req, p) = setup(30, |_| None);
     fail(&fake, "cn001");
-    let p = rolled_out(&fake, &req, &p, RolloutPolicy {
-        canary: Some(1),
-        max_failures: Some(FailureBudget::DEFAULT),
-..Default::default()
-    });
+    let p = rolled_out(
+        &fake,
+        &req,
+        &p,
+        RolloutPolicy {
+            canary: Some(1),
+            max_failures: Some(FailureBudget::DEFAULT),
+            ..Default::default()
+        },
+    );
     let options = ExecOptions::default();
     let gate = Gate::new(usize::MAX, true);
     let (report, lines) = run(&fake, &p, &options, &gate).await;
@@ -260,11 +275,16 @@ async fn canary_failure_stops_at_the_canary() {
 #[tokio::test(start_paused = true)]
 async fn canary_passes_then_the_rest_follow_and_replan_is_empty() {
     let (fake, req, p) = setup(30, |_| None);
-    let p = rolled_out(&fake, &req, &p, RolloutPolicy {
-        canary: Some(1),
-        max_failures: Some(FailureBudget::DEFAULT),
-..Default::default()
-    });
+    let p = rolled_out(
+        &fake,
+        &req,
+        &p,
+        RolloutPolicy {
+            canary: Some(1),
+            max_failures: Some(FailureBudget::DEFAULT),
+            ..Default::default()
+        },
+    );
     let options = ExecOptions::default();
     let gate = Gate::new(usize::MAX, true);
     let (report, lines) = run(&fake, &p, &options, &gate).await;
@@ -294,10 +314,15 @@ async fn canary_passes_then_the_rest_follow_and_replan_is_empty() {
 #[tokio::test(start_paused = true)]
 async fn a_declined_canary_starts_nothing_else() {
     let (fake, req, p) = setup(30, |_| None);
-    let p = rolled_out(&fake, &req, &p, RolloutPolicy {
-        canary: Some(1),
-..Default::default()
-    });
+    let p = rolled_out(
+        &fake,
+        &req,
+        &p,
+        RolloutPolicy {
+            canary: Some(1),
+            ..Default::default()
+        },
+    );
     let options = ExecOptions::default();
     let (report, lines) = run(&fake, &p, &options, &Gate::new(usize::MAX, false)).await;
     assert_eq!(starts(&lines).len(), 1);
@@ -308,10 +333,15 @@ async fn a_declined_canary_starts_nothing_else() {
 #[tokio::test(start_paused = true)]
 async fn canaries_come_from_different_racks() {
     let (fake, req, p) = setup(40, |i| Some(format!("rack-{}", (i - 1) / 10)));
-    let p = rolled_out(&fake, &req, &p, RolloutPolicy {
-        canary: Some(3),
-..Default::default()
-    });
+    let p = rolled_out(
+        &fake,
+        &req,
+        &p,
+        RolloutPolicy {
+            canary: Some(3),
+            ..Default::default()
+        },
+    );
     let options = ExecOptions::default();
     let (report, lines) = run(&fake, &p, &options, &Gate::new(usize::MAX, true)).await;
     assert_eq!(&starts(&lines)[..3], ["cn001", "cn011", "cn021"]);
@@ -331,11 +361,16 @@ async fn rack_limit_never_exceeded() {
             .slow
             .insert(uuid, 1.0 + (i * 7 % 11) as f64 / 3.0);
     }
-    let p = rolled_out(&fake, &req, &p, RolloutPolicy {
-        concurrency: 20,
-        max_per_rack: Some(3),
-..Default::default()
-    });
+    let p = rolled_out(
+        &fake,
+        &req,
+        &p,
+        RolloutPolicy {
+            concurrency: 20,
+            max_per_rack: Some(3),
+            ..Default::default()
+        },
+    );
     let options = ExecOptions::default();
     let (report, lines) = run(&fake, &p, &options, &Gate::new(usize::MAX, true)).await;
     assert!(report.all_succeeded(), "{}", report.render(&p));
@@ -380,10 +415,15 @@ async fn rack_limit_never_exceeded() {
 #[tokio::test(start_paused = true)]
 async fn a_broken_lock_stops_new_starts() {
     let (fake, req, p) = setup(10, |_| None);
-    let p = rolled_out(&fake, &req, &p, RolloutPolicy {
-        concurrency: 2,
-..Default::default()
-    });
+    let p = rolled_out(
+        &fake,
+        &req,
+        &p,
+        RolloutPolicy {
+            concurrency: 2,
+            ..Default::default()
+        },
+    );
     let options = ExecOptions::default();
     // Checked once before anything, then before each start: lost at the 5th.
     let (report, lines) = run(&fake, &p, &options, &Gate::new(4, true)).await;
@@ -400,11 +440,16 @@ async fn unhealthy_canary_reverted_rollout_halted_rest_untouched_sapi_unchanged(
     let cn001 = fake.dc().server_named("cn001");
     fake.faults().unhealthy.insert(cn001, "vm-agent".into());
     let (sapi_before, reality_before) = fake.snapshot();
-    let p = rolled_out(&fake, &req, &p, RolloutPolicy {
-        canary: Some(1),
-        max_failures: Some(FailureBudget::DEFAULT),
-..Default::default()
-    });
+    let p = rolled_out(
+        &fake,
+        &req,
+        &p,
+        RolloutPolicy {
+            canary: Some(1),
+            max_failures: Some(FailureBudget::DEFAULT),
+            ..Default::default()
+        },
+    );
     let options = ExecOptions::default();
     let (report, lines) = run(&fake, &p, &options, &Gate::new(usize::MAX, true)).await;
     // Caught at the canary; nothing else started.
@@ -442,7 +487,10 @@ async fn unhealthy_canary_reverted_rollout_halted_rest_untouched_sapi_unchanged(
     let images = fake
         .dc()
         .images_with_targets(&[p.targets()["vm-agent"].clone()]);
-    assert_eq!(plan_on(&fake, &req, &images).servers().len(), p.servers().len());
+    assert_eq!(
+        plan_on(&fake, &req, &images).servers().len(),
+        p.servers().len()
+    );
 }
 
 #[tokio::test(start_paused = true)]
@@ -452,11 +500,16 @@ async fn unhealthy_servers_count_against_the_budget() {
         let uuid = fake.dc().server_named(&format!("cn{i:03}"));
         fake.faults().unhealthy.insert(uuid, "vm-agent".into());
     }
-    let p = rolled_out(&fake, &req, &p, RolloutPolicy {
-        concurrency: 1,
-        max_failures: Some(FailureBudget::Count(2)),
-..Default::default()
-    });
+    let p = rolled_out(
+        &fake,
+        &req,
+        &p,
+        RolloutPolicy {
+            concurrency: 1,
+            max_failures: Some(FailureBudget::Count(2)),
+            ..Default::default()
+        },
+    );
     let options = ExecOptions::default();
     let (report, lines) = run(&fake, &p, &options, &Gate::new(usize::MAX, true)).await;
     assert_eq!(starts(&lines), ["cn001", "cn002", "cn003"]);

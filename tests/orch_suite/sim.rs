@@ -83,7 +83,8 @@ async fn plan_intent(session: &Session<'_>, req: &Request) -> Planned {
 /// Execute `plan` with the fast settings above and no progress output.
 async fn run(session: &Session<'_>, plan: &agentsadm_plan::Plan) -> ExecReport {
     session
-        .execute(crate::sim_common::yes(plan),
+        .execute(
+            crate::sim_common::yes(plan),
             &options(),
             fast_transport(),
             &NullReporter,
@@ -528,7 +529,8 @@ async fn a_failed_cn_agent_self_update_is_reported_after_the_grace_period() {
         ..fast_transport()
     };
     let report = session
-        .execute(crate::sim_common::yes(&planned.plan),
+        .execute(
+            crate::sim_common::yes(&planned.plan),
             &options(),
             transport,
             &NullReporter,
@@ -701,7 +703,8 @@ async fn seeded_racks_are_never_over_their_limit() {
     let options = options();
     let reporter = RecordingReporter::default();
     let report = session
-        .execute(crate::sim_common::yes(p),
+        .execute(
+            crate::sim_common::yes(p),
             &options,
             fast_transport(),
             &reporter,

@@ -278,7 +278,8 @@ async fn rollout_of_500_servers_with_faults_converges_on_the_second_run() {
     let running = AtomicBool::new(true);
     let run = async {
         let r = session
-            .execute(crate::sim_common::yes(plan),
+            .execute(
+                crate::sim_common::yes(plan),
                 &exec_options(),
                 transport(),
                 &NullReporter,
@@ -411,7 +412,8 @@ async fn rollout_of_500_servers_with_faults_converges_on_the_second_run() {
     let failed: BTreeSet<ServerUuid> = failed.difference(&unconfirmed).copied().collect();
     assert_eq!(replanned, failed, "{}", again.plan);
     let report = session
-        .execute(crate::sim_common::yes(&again.plan),
+        .execute(
+            crate::sim_common::yes(&again.plan),
             &exec_options(),
             transport(),
             &NullReporter,
@@ -509,9 +511,9 @@ async fn execute_steps_start_after_the_servers_cn_agent_tasks() {
         events: Default::default(),
     };
     let report = Executor::new(&recording, &fake, &NullReporter, &ExecOptions::default())
-    .execute(crate::sim_common::yes(&p), std::future::pending())
-    .await
-    .unwrap();
+        .execute(crate::sim_common::yes(&p), std::future::pending())
+        .await
+        .unwrap();
     assert!(report.all_succeeded(), "{}", report.render(&p));
     let events = recording.events.into_inner().unwrap();
     for server in p.servers().keys() {

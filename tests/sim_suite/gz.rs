@@ -450,7 +450,8 @@ async fn orchestrated_update_through_execute_converges() {
         ..Default::default()
     };
     let report = session
-        .execute(crate::sim_common::yes(&planned.plan),
+        .execute(
+            crate::sim_common::yes(&planned.plan),
             &options,
             transport,
             &NullReporter,

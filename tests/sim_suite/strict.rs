@@ -899,7 +899,8 @@ async fn mockcloud_servers_refuse_execute() {
     let err = dc
         .apis()
         .cnapi
-        .execute(cn.uuid,
+        .execute(
+            cn.uuid,
             &ExecuteRequest {
                 script: "#!/bin/bash\ntrue\n".into(),
                 ..Default::default()

@@ -326,7 +326,13 @@ pub fn plan_cleanup(
         }
         _ => {}
     }
-    let plan = closed_plan(action, server, hostname.as_deref(), record.is_some(), &found);
+    let plan = closed_plan(
+        action,
+        server,
+        hostname.as_deref(),
+        record.is_some(),
+        &found,
+    );
     Ok(CleanupPlan {
         action,
         server,
@@ -579,7 +585,11 @@ impl CleanupReport {
             warnings.extend(r.warning.clone());
             match &r.change {
                 RecordChange::Instance {
-                    change: IntentChange::DeleteInstance { component, instance },
+                    change:
+                        IntentChange::DeleteInstance {
+                            component,
+                            instance,
+                        },
                     ..
                 } => {
                     let (status, error) = match &r.status {

@@ -86,7 +86,12 @@ pub async fn plan(
     let reality = Reality::from_servers(catalog, std::slice::from_ref(server));
     let intent = Intent::build(catalog, &services, &instances, &reality);
     let only: [ServerUuid; 1] = [server.uuid];
-    Ok(adopt::plan_adoption(catalog, &intent, &reality, Some(&only)))
+    Ok(adopt::plan_adoption(
+        catalog,
+        &intent,
+        &reality,
+        Some(&only),
+    ))
 }
 
 /// `adopt --local` as a [`Planner`] for

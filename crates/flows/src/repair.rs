@@ -450,12 +450,13 @@ fn record_fix(
             image,
             replaces,
         } => {
-            r.creates.push(instance_change(IntentChange::CreateInstance {
-                component: component.clone(),
-                service: *service,
-                instance: *instance,
-                image: *image,
-            }));
+            r.creates
+                .push(instance_change(IntentChange::CreateInstance {
+                    component: component.clone(),
+                    service: *service,
+                    instance: *instance,
+                    image: *image,
+                }));
             // A duplicate that is also replaced by an adoption is deleted
             // once.
             if let Some(old) = replaces {

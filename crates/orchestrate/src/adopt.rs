@@ -38,8 +38,8 @@ use super::store::SapiIntentStore;
 use agentsadm_api::adoption::{Adoption, adopt_instance};
 use agentsadm_api::sapi::SapiClient;
 use agentsadm_plan::intent::Intent;
-use agentsadm_plan::{Operation, Plan, PlanBuilder, RecordChange, RolloutPolicy, ServiceChange};
 use agentsadm_plan::reality::Reality;
+use agentsadm_plan::{Operation, Plan, PlanBuilder, RecordChange, RolloutPolicy, ServiceChange};
 use agentsadm_types::catalog::Catalog;
 use agentsadm_types::catalog::ComponentKind;
 use agentsadm_types::ids::ImageUuid;
@@ -249,7 +249,8 @@ fn server_instances(
             skip(if inst.instance.is_none() {
                 "the server reports no instance UUID for it (reinstall it with agentsadm, which keeps one)".to_string()
             } else {
-                "the server reports no image UUID for it (only sysinfo knows it; reinstall it)".to_string()
+                "the server reports no image UUID for it (only sysinfo knows it; reinstall it)"
+                    .to_string()
             });
             continue;
         };
@@ -272,7 +273,8 @@ fn server_instances(
             Adoption::Create => false,
             Adoption::Update => true,
         };
-        let complete = existing.is_some_and(|e| e.link != InstanceLink::Reported && e.image.is_some());
+        let complete =
+            existing.is_some_and(|e| e.link != InstanceLink::Reported && e.image.is_some());
         if !complete {
             instances.push(AdoptInstance {
                 server: s.uuid,
@@ -451,7 +453,8 @@ pub async fn adopt(sapi: &SapiClient, confirmed: Confirmed<'_>) -> AdoptReport {
     let store = SapiIntentStore::new(sapi.clone());
     let records = ApiRecords::sapi_only(sapi);
     let options = ExecOptions::default();
-    let executor = Executor::new(&NoServers, &store, &NullReporter, &options).with_records(&records);
+    let executor =
+        Executor::new(&NoServers, &store, &NullReporter, &options).with_records(&records);
     match executor.execute(confirmed, std::future::pending()).await {
         Ok(report) => AdoptReport::from_exec(&report),
         // Only service default changes of a rollout fail this way, and an
@@ -471,8 +474,10 @@ impl super::transport::Transport for NoServers {
         &'a self,
         _: ServerUuid,
         _: &'a agentsadm_plan::Step,
-    ) -> futures::future::BoxFuture<'a, Result<super::transport::StepDone, super::transport::StepFailure>>
-    {
+    ) -> futures::future::BoxFuture<
+        'a,
+        Result<super::transport::StepDone, super::transport::StepFailure>,
+    > {
         Box::pin(async {
             Err(super::transport::StepFailure::new(
                 super::report::FailureStage::Execute,

@@ -241,14 +241,14 @@ impl ApiRecords {
                 // The next setup clears server.agents too; clearing it now
                 // keeps `check` and `list` from trusting a wiped server's
                 // old report in the meantime.
-                let (agents_cleared, warning) =
-                    match cnapi.update_server_agents(server, &[]).await {
-                        Ok(()) => (true, None),
-                        Err(e) => (
-                            false,
-                            Some(format!("cannot clear server.agents: {}", error_chain(&e))),
-                        ),
-                    };
+                let (agents_cleared, warning) = match cnapi.update_server_agents(server, &[]).await
+                {
+                    Ok(()) => (true, None),
+                    Err(e) => (
+                        false,
+                        Some(format!("cannot clear server.agents: {}", error_chain(&e))),
+                    ),
+                };
                 Ok(RecordDone::ResetStarted {
                     job_uuid,
                     agents_cleared,
@@ -272,9 +272,7 @@ impl ApiRecords {
                 self.cnapi()?
                     .update_server_agents(*server, agents)
                     .await
-                    .map_err(api(format!(
-                        "post server.agents of {hostname} ({server})"
-                    )))?;
+                    .map_err(api(format!("post server.agents of {hostname} ({server})")))?;
                 Ok(RecordDone::Done)
             }
             RecordChange::CreateService {

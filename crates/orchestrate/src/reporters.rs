@@ -81,6 +81,75 @@ fn failure_task(stage: &FailureStage) -> Option<String> {
     }
 }
 
+/// A step's or a server's end, done or failed.
+fn log_finished(event: &ExecEvent<'_>) {
+    const C: &str = "executor";
+    match event {
+        ExecEvent::StepFinished {
+            server,
+            hostname,
+            step,
+            elapsed,
+            failure,
+        } => match failure {
+            None => tracing::info!(target: agentsadm_types::log::FILE_ONLY_TARGET,
+                component = C,
+                server = %server,
+                server_name = *hostname,
+                agent = step.component.as_str(),
+                action = step.action.verb(),
+                elapsed_ms = elapsed.as_millis() as u64,
+                "step done in {}",
+                fmt_duration(*elapsed)
+            ),
+            Some(f) => tracing::error!(target: agentsadm_types::log::FILE_ONLY_TARGET,
+                component = C,
+                server = %server,
+                server_name = *hostname,
+                agent = step.component.as_str(),
+                action = step.action.verb(),
+                elapsed_ms = elapsed.as_millis() as u64,
+                stage = %f.stage,
+                task = failure_task(&f.stage),
+                error = f.message.as_str(),
+                "step failed after {}: {}: {}",
+                fmt_duration(*elapsed),
+                f.stage,
+                f.message
+            ),
+        },
+        ExecEvent::ServerFinished { server, outcome } => {
+            let f = outcome.failure.as_ref();
+            if outcome.status == ServerStatus::Succeeded {
+                tracing::info!(target: agentsadm_types::log::FILE_ONLY_TARGET,
+                    component = C,
+                    server = %server,
+                    server_name = outcome.hostname.as_str(),
+                    status = outcome.status.as_str(),
+                    elapsed_ms = outcome.elapsed.as_millis() as u64,
+                    "server succeeded in {}",
+                    fmt_duration(outcome.elapsed)
+                );
+            } else {
+                tracing::error!(target: agentsadm_types::log::FILE_ONLY_TARGET,
+                    component = C,
+                    server = %server,
+                    server_name = outcome.hostname.as_str(),
+                    status = outcome.status.as_str(),
+                    elapsed_ms = outcome.elapsed.as_millis() as u64,
+                    stage = f.map(|f| f.stage.to_string()),
+                    task = f.and_then(|f| failure_task(&f.stage)),
+                    error = f.map(|f| f.message.as_str()),
+                    "server {}: {}",
+                    outcome.status.as_str(),
+                    f.map(ToString::to_string).unwrap_or_default()
+                );
+            }
+        }
+        _ => {}
+    }
+}
+
 impl Reporter for LogReporter {
     fn event(&self, event: &ExecEvent<'_>) {
         const C: &str = "executor";
@@ -117,66 +186,8 @@ impl Reporter for LogReporter {
                 transport = step.transport.as_str(),
                 "step started"
             ),
-            ExecEvent::StepFinished {
-                server,
-                hostname,
-                step,
-                elapsed,
-                failure,
-            } => match failure {
-                None => tracing::info!(target: agentsadm_types::log::FILE_ONLY_TARGET,
-                    component = C,
-                    server = %server,
-                    server_name = *hostname,
-                    agent = step.component.as_str(),
-                    action = step.action.verb(),
-                    elapsed_ms = elapsed.as_millis() as u64,
-                    "step done in {}",
-                    fmt_duration(*elapsed)
-                ),
-                Some(f) => tracing::error!(target: agentsadm_types::log::FILE_ONLY_TARGET,
-                    component = C,
-                    server = %server,
-                    server_name = *hostname,
-                    agent = step.component.as_str(),
-                    action = step.action.verb(),
-                    elapsed_ms = elapsed.as_millis() as u64,
-                    stage = %f.stage,
-                    task = failure_task(&f.stage),
-                    error = f.message.as_str(),
-                    "step failed after {}: {}: {}",
-                    fmt_duration(*elapsed),
-                    f.stage,
-                    f.message
-                ),
-            },
-            ExecEvent::ServerFinished { server, outcome } => {
-                let f = outcome.failure.as_ref();
-                if outcome.status == ServerStatus::Succeeded {
-                    tracing::info!(target: agentsadm_types::log::FILE_ONLY_TARGET,
-                        component = C,
-                        server = %server,
-                        server_name = outcome.hostname.as_str(),
-                        status = outcome.status.as_str(),
-                        elapsed_ms = outcome.elapsed.as_millis() as u64,
-                        "server succeeded in {}",
-                        fmt_duration(outcome.elapsed)
-                    );
-                } else {
-                    tracing::error!(target: agentsadm_types::log::FILE_ONLY_TARGET,
-                        component = C,
-                        server = %server,
-                        server_name = outcome.hostname.as_str(),
-                        status = outcome.status.as_str(),
-                        elapsed_ms = outcome.elapsed.as_millis() as u64,
-                        stage = f.map(|f| f.stage.to_string()),
-                        task = f.and_then(|f| failure_task(&f.stage)),
-                        error = f.map(|f| f.message.as_str()),
-                        "server {}: {}",
-                        outcome.status.as_str(),
-                        f.map(ToString::to_string).unwrap_or_default()
-                    );
-                }
+            ExecEvent::StepFinished { .. } | ExecEvent::ServerFinished { .. } => {
+                log_finished(event)
             }
             ExecEvent::Outlier(o) => tracing::warn!(target: agentsadm_types::log::FILE_ONLY_TARGET,
                 component = C,
@@ -232,4 +243,3 @@ impl Reporter for LogReporter {
         }
     }
 }
-

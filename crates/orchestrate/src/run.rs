@@ -30,9 +30,7 @@ use super::lock::{self, LockError, LockOptions, SapiLockStore};
 use super::records::ApiRecords;
 use super::report::{ExecReport, InFlight, Reporter};
 use super::store::SapiIntentStore;
-use super::transport::{
-    CnapiTransport, CnapiTransportConfig, StepDone, StepFailure, Transport,
-};
+use super::transport::{CnapiTransport, CnapiTransportConfig, StepDone, StepFailure, Transport};
 use agentsadm_api::Apis;
 use agentsadm_api::CnapiClient;
 use agentsadm_api::ImgapiClient;

@@ -44,6 +44,7 @@ use super::execute::Executor;
 
 use super::execute::RunGate;
 
+use super::confirm::Confirmed;
 use super::execute::Unattended;
 use super::gather;
 use super::gather::GatherError;
@@ -51,11 +52,10 @@ use super::images;
 use super::images::ImageChoice;
 use super::images::ImageError;
 use super::images::ImageSources;
-use super::confirm::Confirmed;
 use super::records::ApiRecords;
 use super::report::ExecReport;
-use super::run::Planner;
 use super::report::Reporter;
+use super::run::Planner;
 use super::store::SapiIntentStore;
 use super::transport::CnapiTransport;
 use super::transport::CnapiTransportConfig;

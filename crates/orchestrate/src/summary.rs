@@ -99,7 +99,6 @@ impl ExecReport {
         order.iter().filter_map(|c| rows.remove(c)).collect()
     }
 
-
     /// The final text: summary table, failures, timeouts, outliers, and a
     /// one-line verdict.
     pub fn render(&self, plan: &Plan) -> String {
@@ -260,7 +259,11 @@ impl ExecReport {
             back.push(format!(
                 "the default image of {} service{} (new servers get the previous build)",
                 self.service_changes_reverted,
-                if self.service_changes_reverted == 1 { "" } else { "s" }
+                if self.service_changes_reverted == 1 {
+                    ""
+                } else {
+                    "s"
+                }
             ));
         }
         let put_back: Vec<String> = self
@@ -320,7 +323,12 @@ impl ExecReport {
                 Operation::Remove => "Removed from",
                 _ => "Changed",
             };
-            let _ = write!(out, "\n{verb} {} of {} servers", c.succeeded, self.servers.len());
+            let _ = write!(
+                out,
+                "\n{verb} {} of {} servers",
+                c.succeeded,
+                self.servers.len()
+            );
         } else {
             let made = self.records.iter().filter(|r| r.ok()).count();
             let _ = write!(

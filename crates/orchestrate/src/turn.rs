@@ -168,7 +168,12 @@ impl Executor<'_> {
     }
 
     /// Steps one after the other; after a failure the rest are not run.
-    async fn run_in_turn(&self, server: ServerUuid, hostname: &str, batch: &[Step]) -> Vec<StepRun> {
+    async fn run_in_turn(
+        &self,
+        server: ServerUuid,
+        hostname: &str,
+        batch: &[Step],
+    ) -> Vec<StepRun> {
         let mut v = Vec::with_capacity(batch.len());
         for st in batch {
             let r = self.run_step(server, hostname, st).await;

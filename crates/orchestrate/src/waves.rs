@@ -139,10 +139,7 @@ impl<'p> Waves<'p> {
         gate: &impl RunGate,
     ) {
         self.started.remove(&uuid);
-        if let Some(r) = plan
-            .servers()
-            .get(&uuid)
-            .and_then(|sp| sp.rack.as_deref())
+        if let Some(r) = plan.servers().get(&uuid).and_then(|sp| sp.rack.as_deref())
             && let Some(n) = self.in_rack.get_mut(r)
         {
             *n = n.saturating_sub(1);
@@ -301,8 +298,9 @@ impl Executor<'_> {
             .iter()
             .map(|(u, (_, h))| (*u, h.to_string()))
             .collect();
-        self.reporter
-            .event(&ExecEvent::StragglersAbandoned { servers: &abandoned });
+        self.reporter.event(&ExecEvent::StragglersAbandoned {
+            servers: &abandoned,
+        });
         for (uuid, (t, hostname)) in &w.started {
             let mut o = ServerOutcome::new(hostname);
             o.elapsed = now - *t;

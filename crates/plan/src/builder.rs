@@ -381,7 +381,13 @@ mod tests {
         let hn = only.servers.values().next().unwrap();
         let mut b = PlanBuilder::new(Operation::Update, &catalog);
         let c = catalog.get("vm-agent").unwrap();
-        b.step(hn, true, c, upgrade(&hn.components["vm-agent"]), TransportKind::Execute);
+        b.step(
+            hn,
+            true,
+            c,
+            upgrade(&hn.components["vm-agent"]),
+            TransportKind::Execute,
+        );
         let p = b.finish(&policy);
         assert!(p.rollout().canaries().is_empty());
         assert_eq!(p.rollout().len(), 1);
@@ -399,7 +405,13 @@ mod tests {
         let mut b = PlanBuilder::new(Operation::Update, &catalog);
         let c = catalog.get("vm-agent").unwrap();
         for s in r.servers.values() {
-            b.step(s, false, c, upgrade(&s.components["vm-agent"]), TransportKind::InstallAgent);
+            b.step(
+                s,
+                false,
+                c,
+                upgrade(&s.components["vm-agent"]),
+                TransportKind::InstallAgent,
+            );
         }
         let p = b.finish(&policy);
         assert_eq!(p.rollout().canaries().len(), 1);

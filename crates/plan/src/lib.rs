@@ -42,11 +42,11 @@ pub mod skip;
 pub mod types;
 mod update;
 
+pub use builder::PlanBuilder;
 pub use request::{
     ComponentSelection, ImageRef, Operation, PlanOptions, PlanningInput, Request, ResolvedImages,
     ServerSelection, TransportKind, TransportMode,
 };
-pub use builder::PlanBuilder;
 pub use rollout::{
     DEFAULT_CONCURRENCY, FailureBudget, Rollout, RolloutPolicy, Wave, WaveServer, default_canary,
     pick_canaries,
@@ -130,4 +130,3 @@ pub fn is_newer(a: &str, b: &str) -> bool {
         _ => false,
     }
 }
-

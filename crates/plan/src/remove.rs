@@ -63,7 +63,13 @@ pub(super) fn plan_remove(input: &PlanningInput, selected: Selected) -> Result<P
             let action = Action::Remove {
                 installed: installed.into(),
             };
-            b.step(state, execute_available(input, server), c, action, transport);
+            b.step(
+                state,
+                execute_available(input, server),
+                c,
+                action,
+                transport,
+            );
         } else if deletes.is_empty() {
             skips.push(server_component_skip(
                 input,

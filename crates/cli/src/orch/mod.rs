@@ -172,12 +172,11 @@ impl RunArgs {
                 ..Default::default()
             };
             options.straggler_timeout = s.straggler_timeout;
-            options.health = (s.min_healthy.is_some() || s.health_timeout.is_some()).then(|| {
-                HealthFlags {
+            options.health =
+                (s.min_healthy.is_some() || s.health_timeout.is_some()).then(|| HealthFlags {
                     min_healthy: s.min_healthy.unwrap_or(Duration::from_secs(10)),
                     timeout: s.health_timeout.unwrap_or(Duration::from_secs(120)),
-                }
-            });
+                });
         }
         RunSettings {
             dry_run: self.dry_run,
