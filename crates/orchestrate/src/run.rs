@@ -154,6 +154,8 @@ pub enum RunError<E: std::error::Error + 'static> {
 }
 
 /// How a run ended (without an error).
+// One value per run, moved once: its size does not matter.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug)]
 pub enum RunOutcome<P> {
     /// `-n`: shown; nothing was written, not even the lock.

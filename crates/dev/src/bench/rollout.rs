@@ -554,6 +554,16 @@ pub async fn run(args: &RolloutBenchArgs) -> anyhow::Result<serde_json::Value> {
     }))
 }
 
+/// A benchmark's plan runs as `-y` would run it.
+fn yes(plan: &Plan) -> agentsadm_orchestrate::confirm::Confirmed<'_> {
+    static YES: std::sync::LazyLock<agentsadm_orchestrate::run::RunSettings> =
+        std::sync::LazyLock::new(|| agentsadm_orchestrate::run::RunSettings {
+            yes: true,
+            ..Default::default()
+        });
+    agentsadm_orchestrate::confirm::Confirmed::by_yes(&YES, plan).expect("-y")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -566,14 +576,4 @@ mod tests {
         assert_eq!(list_schedule(&[2.0, 1.0, 1.0], 2), 2.0);
         assert_eq!(list_schedule(&[], 20), 0.0);
     }
-}
-
-/// A benchmark's plan runs as `-y` would run it.
-fn yes(plan: &Plan) -> agentsadm_orchestrate::confirm::Confirmed<'_> {
-    static YES: std::sync::LazyLock<agentsadm_orchestrate::run::RunSettings> =
-        std::sync::LazyLock::new(|| agentsadm_orchestrate::run::RunSettings {
-            yes: true,
-            ..Default::default()
-        });
-    agentsadm_orchestrate::confirm::Confirmed::by_yes(&YES, plan).expect("-y")
 }
