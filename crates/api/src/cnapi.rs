@@ -804,7 +804,11 @@ mod tests {
         let a: ExecuteAnswer =
             serde_json::from_value(json!({"exitCode": 1, "stdout": ""})).unwrap();
         assert!(a.stderr_missing);
-        assert!(a.describe_exit().contains("signal"), "{}", a.describe_exit());
+        assert!(
+            a.describe_exit().contains("signal"),
+            "{}",
+            a.describe_exit()
+        );
         // Ur past 5 MB of output: exitCode is a string.
         let a: ExecuteAnswer = serde_json::from_value(json!({
             "exitCode": "ERR_CHILD_PROCESS_STDIO_MAXBUFFER", "stderr": "", "stdout": "x"
@@ -834,7 +838,9 @@ mod tests {
             .unwrap()
         };
         let new = server(json!([{"name": "cn-agent", "version": "2.15.0"}]));
-        let old = server(json!([{"name": "cn-agent", "version": "2.7.9-master-20200101T000000Z-g1234567"}]));
+        let old = server(
+            json!([{"name": "cn-agent", "version": "2.7.9-master-20200101T000000Z-g1234567"}]),
+        );
         let none = server(json!([{"name": "vm-agent", "version": "9.0.0"}]));
         assert_eq!(ExecuteMode::for_server(true, &new), ExecuteMode::CnAgent);
         assert_eq!(ExecuteMode::for_server(false, &new), ExecuteMode::Ur);
@@ -854,6 +860,9 @@ mod tests {
         }))
         .unwrap();
         assert!(t.is_finished() && t.failed());
-        assert_eq!(t.error_message().as_deref(), Some("AgentInstall error: boom"));
+        assert_eq!(
+            t.error_message().as_deref(),
+            Some("AgentInstall error: boom")
+        );
     }
 }

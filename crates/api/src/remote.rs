@@ -194,7 +194,11 @@ mod tests {
         use std::os::unix::fs::PermissionsExt;
         std::fs::set_permissions(&fake, std::fs::Permissions::from_mode(0o755)).unwrap();
         let script = dir.path().join("script");
-        std::fs::write(&script, EXEC_SCRIPT.replace(GZ_BINARY, fake.to_str().unwrap())).unwrap();
+        std::fs::write(
+            &script,
+            EXEC_SCRIPT.replace(GZ_BINARY, fake.to_str().unwrap()),
+        )
+        .unwrap();
         let run = |arg: &str| {
             std::process::Command::new("bash")
                 .arg(&script)

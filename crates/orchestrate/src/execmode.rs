@@ -63,9 +63,9 @@ pub async fn read_cn_agent_flag(sapi: &SapiClient) -> Result<bool, ApiError> {
     if instances.is_empty() {
         return Ok(rendered(&[app_meta, service.metadata.as_ref()]));
     }
-    Ok(instances.iter().all(|i| {
-        rendered(&[app_meta, service.metadata.as_ref(), i.metadata.as_ref()])
-    }))
+    Ok(instances
+        .iter()
+        .all(|i| rendered(&[app_meta, service.metadata.as_ref(), i.metadata.as_ref()])))
 }
 
 /// The flag, read at most once per run and shared by a transport's clones.
@@ -127,7 +127,13 @@ mod tests {
 
     #[test]
     fn mustache_sections() {
-        for v in [json!(true), json!("true"), json!("false"), json!(1), json!({})] {
+        for v in [
+            json!(true),
+            json!("true"),
+            json!("false"),
+            json!(1),
+            json!({}),
+        ] {
             assert!(mustache_truthy(&v), "{v}");
         }
         for v in [json!(false), json!(null), json!(""), json!(0), json!([])] {

@@ -140,9 +140,7 @@ impl TaskGoal {
             TaskGoal::Install { package, image, .. } => agents
                 .iter()
                 .any(|a| &a.name == package && a.image_uuid == Some(*image)),
-            TaskGoal::Uninstall { packages } => {
-                agents.iter().all(|a| !packages.contains(&a.name))
-            }
+            TaskGoal::Uninstall { packages } => agents.iter().all(|a| !packages.contains(&a.name)),
         }
     }
 
@@ -443,7 +441,13 @@ mod tests {
         humantime::format_rfc3339_millis(t).to_string()
     }
 
-    fn entry(task: &str, image: &str, status: &str, errors: u32, started: SystemTime) -> CnAgentTask {
+    fn entry(
+        task: &str,
+        image: &str,
+        status: &str,
+        errors: u32,
+        started: SystemTime,
+    ) -> CnAgentTask {
         serde_json::from_value(json!({
             "task": task, "status": status, "started_at": iso(started),
             "params": {"image_uuid": image}, "errorCount": errors,

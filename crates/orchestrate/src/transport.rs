@@ -246,9 +246,10 @@ impl CnapiTransportConfig {
     /// The bound of one whole `gz health` check.
     pub fn health_bound(&self) -> Duration {
         self.health_check_bound.unwrap_or_else(|| {
-            let gate = self.health.map(|h| h.min_healthy + h.timeout).unwrap_or(
-                gate_defaults::MIN_HEALTHY + gate_defaults::HEALTH_TIMEOUT,
-            );
+            let gate = self
+                .health
+                .map(|h| h.min_healthy + h.timeout)
+                .unwrap_or(gate_defaults::MIN_HEALTHY + gate_defaults::HEALTH_TIMEOUT);
             gate + HEALTH_CHECK_MARGIN
         })
     }
@@ -496,8 +497,7 @@ impl CnapiTransport {
                     if e.stage == FailureStage::Execute
                         && attempt < HEALTH_CHECK_RETRIES
                         && !e.message.contains(NO_ANSWER)
-                        && deadline
-                            .saturating_duration_since(tokio::time::Instant::now())
+                        && deadline.saturating_duration_since(tokio::time::Instant::now())
                             > HEALTH_CHECK_PAUSE * (attempt + 1) =>
                 {
                     attempt += 1;

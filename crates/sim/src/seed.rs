@@ -196,7 +196,10 @@ fn put_cnapi_service(
         uuid,
         name: "cnapi".to_string(),
         application_uuid: app,
-        params: Some(object([("tags", json!({"smartdc_role": "cnapi", "smartdc_type": "core"}))])),
+        params: Some(object([(
+            "tags",
+            json!({"smartdc_role": "cnapi", "smartdc_type": "core"}),
+        )])),
         metadata: Some(metadata),
         manifests: Some(Default::default()),
         master: None,

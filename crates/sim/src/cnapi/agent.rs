@@ -88,9 +88,7 @@ impl CnAgents {
             // cn-agent restarted since: the history went with it.
             return;
         };
-        let event = |name: &str, event: Value| {
-            json!({"type": "event", "name": name, "event": event, "timestamp": now})
-        };
+        let event = |name: &str, event: Value| json!({"type": "event", "name": name, "event": event, "timestamp": now});
         let mut messages = Vec::new();
         if let Err(message) = result {
             messages.push(event("error", json!({"error": message})));
@@ -207,7 +205,10 @@ mod tests {
         let t: agentsadm_api::cnapi::CnAgentTask =
             serde_json::from_value(agents.of(s).last().unwrap().clone()).unwrap();
         assert!(t.is_finished() && t.failed());
-        assert_eq!(t.error_message().as_deref(), Some("AgentInstall error: boom"));
+        assert_eq!(
+            t.error_message().as_deref(),
+            Some("AgentInstall error: boom")
+        );
         agents.forget(s);
         assert!(agents.of(s).is_empty());
     }

@@ -35,8 +35,7 @@ impl SimDc {
     /// tasks in flight stay `active` for ever (cn-agent still finishes
     /// them), and `server.agents` reports sent while it is down are lost.
     pub fn restart_cnapi(&self, down: Option<Duration>) {
-        let down =
-            down.unwrap_or_else(|| Duration::from_millis(self.core.config.cnapi_restart_ms));
+        let down = down.unwrap_or_else(|| Duration::from_millis(self.core.config.cnapi_restart_ms));
         self.core.cnapi.crash(None, "restarted from outside", down);
     }
 

@@ -156,7 +156,10 @@ fn parse_request(p: &Map<String, Value>) -> Result<ExecuteRequest, Response> {
         errors.push(("timeout", "value was not a number".to_string()));
     }
     if !errors.is_empty() {
-        return Err(invalid_parameters(StatusCode::INTERNAL_SERVER_ERROR, errors));
+        return Err(invalid_parameters(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            errors,
+        ));
     }
     let strings = |v: &Value| match v {
         Value::String(s) => s.clone(),
@@ -243,8 +246,15 @@ pub(super) async fn execute(
         ),
         (path, _) => {
             // The command runs on the server whatever becomes of CNAPI.
-            let cmd_timeout = (path == ExecuteTransport::CnAgent).then_some(timeout_ms).flatten();
-            let run = tokio::spawn(run_command(core.clone(), server.clone(), request, cmd_timeout));
+            let cmd_timeout = (path == ExecuteTransport::CnAgent)
+                .then_some(timeout_ms)
+                .flatten();
+            let run = tokio::spawn(run_command(
+                core.clone(),
+                server.clone(),
+                request,
+                cmd_timeout,
+            ));
             // Ur has no timeout of its own: CNAPI stops waiting for its reply.
             let limit = match path {
                 ExecuteTransport::Ur => ur_wait,

@@ -70,8 +70,11 @@ pub(super) async fn install_agent(
         id,
         kind: TaskKind::AgentInstall,
         server: rec.uuid,
-        pid: agent::cn_agent_up(&rec)
-            .then(|| core.cnapi.agents.started(rec.uuid, "agent_install", Value::Object(p))),
+        pid: agent::cn_agent_up(&rec).then(|| {
+            core.cnapi
+                .agents
+                .started(rec.uuid, "agent_install", Value::Object(p))
+        }),
     };
     tokio::spawn(async move {
         match image {

@@ -74,10 +74,10 @@ use crate::http::rest_error_fields;
 use agentsadm_api::cnapi::AgentEntry;
 use agentsadm_types::ids::ServerUuid;
 
-pub use self::control::ExecuteSeen;
-pub use self::record::{ServerRecord, ServerStatus};
 pub(crate) use self::agent::CnAgents;
 pub(crate) use self::agent::cn_agent_started;
+pub use self::control::ExecuteSeen;
+pub use self::record::{ServerRecord, ServerStatus};
 pub(crate) use self::tasks::TaskStore;
 
 const STYLE: JsonStyle = JsonStyle::Compact;
