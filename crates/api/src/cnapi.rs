@@ -410,8 +410,10 @@ impl<'de> Deserialize<'de> for ExecuteAnswer {
 }
 
 /// The margin over an execute's bound for the HTTP request itself (CNAPI's
-/// own work around the command).
-const EXECUTE_MARGIN: Duration = Duration::from_secs(10);
+/// own work around the command): a tenth of the bound, 1 to 10 s.
+fn execute_margin(bound: Duration) -> Duration {
+    (bound / 10).clamp(Duration::from_secs(1), Duration::from_secs(10))
+}
 
 #[derive(Deserialize)]
 struct IdBody {
@@ -625,7 +627,7 @@ impl CnapiClient {
                 Method::POST,
                 &path,
                 Idempotent::No,
-                Some(bound + EXECUTE_MARGIN),
+                Some(bound + execute_margin(bound)),
                 |rb| rb.json(&body),
             )
             .await?;

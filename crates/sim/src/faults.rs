@@ -285,6 +285,9 @@ pub enum CommandFault {
     /// agentsadm exits with this status (the script around it then does
     /// what it does with it, see `remote::exec_script_status`).
     Exit(i32),
+    /// The script as a whole exits with this status, whatever agentsadm
+    /// did (as a script that `exec`s agentsadm would pass on its status).
+    ScriptExit(i32),
     /// The script is killed by a signal (SIGKILL).
     Signal,
     /// It prints more than Ur's 5 MB and is stopped.

@@ -56,6 +56,11 @@ impl SimDc {
         self.core.cnapi.server_gets.load(Ordering::Relaxed)
     }
 
+    /// How many times Ur rebooted a server (an execute that exited 113).
+    pub fn reboots(&self) -> u64 {
+        self.core.cnapi.reboots.load(Ordering::Relaxed)
+    }
+
     /// Every CommandExecute CNAPI received, oldest first.
     pub fn executes(&self) -> Vec<ExecuteSeen> {
         self.core

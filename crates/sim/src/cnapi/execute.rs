@@ -272,6 +272,9 @@ pub(super) async fn execute(
     };
     if path == ExecuteTransport::Ur && outcome.exit_code == Some(113) {
         // Ur answers, then reboots the server.
+        core.cnapi
+            .reboots
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         tokio::spawn(reboot(core.clone(), server.clone()));
     }
     answer(&outcome, path, json_flag, mockcloud, &request_id(&headers))
@@ -519,6 +522,11 @@ fn forced(fault: CommandFault) -> CommandOutcome {
             agentsadm_api::remote::exec_script_status(status),
             String::new(),
             format!("agentsadm: (simulated) exit status {status}\n"),
+        ),
+        CommandFault::ScriptExit(status) => CommandOutcome::exited(
+            status,
+            String::new(),
+            format!("(simulated) the script exits {status}\n"),
         ),
         CommandFault::Signal => killed(),
         CommandFault::Oversized => CommandOutcome {

@@ -98,6 +98,8 @@ pub(crate) struct CnapiState {
     pub crashes: AtomicU64,
     /// ServerGet requests served (each one asks VMAPI).
     pub server_gets: AtomicU64,
+    /// Servers Ur rebooted (exit status 113).
+    pub reboots: AtomicU64,
     /// Every CommandExecute as it arrived.
     pub executes: Mutex<Vec<ExecuteSeen>>,
 }
@@ -112,6 +114,7 @@ impl CnapiState {
             restarts: tokio::sync::watch::Sender::new(0),
             crashes: AtomicU64::new(0),
             server_gets: AtomicU64::new(0),
+            reboots: AtomicU64::new(0),
             executes: Mutex::new(Vec::new()),
         }
     }
