@@ -255,3 +255,53 @@ async fn the_sapi_cnapi_service_carries_the_execute_flag() {
     assert!(!read_cn_agent_flag(&sapi).await.unwrap());
     dc.shutdown().await;
 }
+
+/// The SAPI latency model against the simulator's own speed: ListInstances
+/// and UpdateInstance with the model off and on, at about 24,000 agent
+/// instances (2,000 mockcloud compute nodes). `cargo test --test sim_suite
+/// measure_sapi_timing -- --ignored --nocapture`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "measurement, prints figures"]
+async fn measure_sapi_timing() {
+    use agentsadm_sim::{GzLayout, SapiTiming};
+    let n: usize = std::env::var("SIM_MEASURE_SERVERS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(2000);
+    for timing in [SapiTiming::off(), SapiTiming::default()] {
+        let dc = SimDc::start(
+            SimConfig::default()
+                .servers(n)
+                .gz_layout(GzLayout::Mockcloud)
+                .sapi_timing(timing),
+        )
+        .await
+        .unwrap();
+        let sapi = dc.apis().sapi;
+        let started = Instant::now();
+        let all = sapi.list_agent_instances().await.unwrap();
+        let list = started.elapsed();
+        let one = all[0].uuid;
+        let started = Instant::now();
+        for _ in 0..20 {
+            sapi.update_instance(
+                one,
+                &agentsadm_api::sapi::Update::metadata(agentsadm_api::sapi::object([(
+                    "x",
+                    serde_json::json!(1),
+                )])),
+            )
+            .await
+            .unwrap();
+        }
+        let write = started.elapsed() / 20;
+        println!(
+            "sapi timing scale {}: ListInstances of {} instances {:?}, UpdateInstance {:?}",
+            timing.scale,
+            all.len(),
+            list,
+            write
+        );
+        dc.shutdown().await;
+    }
+}
