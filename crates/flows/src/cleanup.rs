@@ -652,7 +652,8 @@ pub async fn execute(apis: &Apis, confirmed: Confirmed<'_>) -> CleanupReport {
         apis.cnapi.clone(),
         agentsadm_types::catalog::Catalog::builtin(),
         Default::default(),
-    );
+    )
+    .with_sapi(apis.sapi.clone());
     let executor =
         Executor::new(&transport, &store, &NullReporter, &options).with_records(&records);
     match executor.execute(confirmed, std::future::pending()).await {

@@ -22,9 +22,12 @@
 //!   a [`report::Reporter`]; [`outlier`] decides about slow servers and
 //!   [`summary`] renders the end of a run. The library draws nothing: the
 //!   command line turns the reporter's events into progress.
+//!   [`execmode`] tells how CNAPI execute reaches each server, and
+//!   [`recover`] settles tasks whose result CNAPI lost.
 
 pub mod adopt;
 pub mod confirm;
+pub mod execmode;
 pub mod execute;
 pub mod fence;
 pub mod gather;
@@ -32,6 +35,7 @@ pub mod images;
 pub mod lock;
 pub mod outlier;
 pub mod records;
+pub mod recover;
 pub mod report;
 mod reporters;
 pub mod run;

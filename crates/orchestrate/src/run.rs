@@ -349,11 +349,14 @@ impl<'a> Run<'a> {
         let store = SapiIntentStore::new(self.sapi.clone());
         let (transport, records): (Box<dyn Transport>, ApiRecords) = match self.cnapi {
             Some(cnapi) => (
-                Box::new(CnapiTransport::new(
-                    cnapi.clone(),
-                    self.catalog.clone(),
-                    self.transport.clone(),
-                )),
+                Box::new(
+                    CnapiTransport::new(
+                        cnapi.clone(),
+                        self.catalog.clone(),
+                        self.transport.clone(),
+                    )
+                    .with_sapi(self.sapi.clone()),
+                ),
                 ApiRecords::new_with(self.sapi, cnapi),
             ),
             None if plan.servers().is_empty() => {

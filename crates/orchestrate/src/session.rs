@@ -187,7 +187,8 @@ impl Session<'_> {
     ) -> Result<ExecReport, SessionError> {
         images::import(&self.apis.imgapi, plan.plan().imports()).await?;
         let transport =
-            CnapiTransport::new(self.apis.cnapi.clone(), self.catalog.clone(), transport);
+            CnapiTransport::new(self.apis.cnapi.clone(), self.catalog.clone(), transport)
+                .with_sapi(self.apis.sapi.clone());
         let store = SapiIntentStore::new(self.apis.sapi.clone());
         let records = ApiRecords::new(self.apis);
         let executor = Executor::new(&transport, &store, reporter, options).with_records(&records);
