@@ -152,6 +152,28 @@ impl<'c> PlanBuilder<'c> {
         self
     }
 
+    /// All of one server's steps and SAPI writes at once (a planner that
+    /// decided a server whole; one lookup instead of one per change).
+    pub fn server_changes<'a>(
+        &mut self,
+        state: &ServerState,
+        execute_available: bool,
+        steps: impl IntoIterator<Item = (&'a Component, Action, TransportKind)>,
+        intent: impl IntoIterator<Item = IntentChange>,
+    ) -> &mut Self {
+        let sp = self.server(state, execute_available && state.has_execute());
+        sp.steps
+            .extend(steps.into_iter().map(|(c, action, transport)| Step {
+                component: c.name.clone(),
+                order: c.order,
+                gate: Gate::None,
+                action,
+                transport,
+            }));
+        sp.intent.extend(intent);
+        self
+    }
+
     /// A SAPI write of the server's turn (before or after its steps, as
     /// [`IntentChange::runs_before_steps`] says).
     pub fn intent(&mut self, state: &ServerState, change: IntentChange) -> &mut Self {

@@ -77,13 +77,11 @@ pub(super) fn plan_update(input: &PlanningInput, selected: Selected) -> Result<P
             skips.push(skip);
             continue;
         }
+        if update.steps.is_empty() && update.intent.is_empty() {
+            continue;
+        }
         let execute = execute_available(input, server);
-        for (c, action, transport) in update.steps {
-            b.step(state, execute, c, action, transport);
-        }
-        for change in update.intent {
-            b.intent(state, change);
-        }
+        b.server_changes(state, execute, update.steps, update.intent);
     }
     for skip in skips {
         b.skip(skip);
