@@ -10,8 +10,11 @@
 //! - `exec`: the executor, outliers, stragglers and the lock on the fake
 //!   datacenter, with a paused clock;
 //! - `fence`: a plan changed between the prompt and execution is shown
-//!   and asked about again, never executed unconfirmed (`check --fix`);
+//!   and asked about again, never executed unconfirmed, through the one
+//!   run (`check --fix`, `adopt`, `server delete`); a held lock first;
 //! - `halfsetup`: a datacenter not set up leads with the cause (pure);
+//! - `halt`: the waves the plan shows and the run follows; a failure-budget
+//!   halt puts intent back (sim);
 //! - `interrupt`: Ctrl-C with servers in flight (task ids, waiting for
 //!   them, a second interrupt), task ids of timed-out steps;
 //! - `latest`: where `--latest` looks, printed on the plan's first line;
@@ -36,6 +39,8 @@ mod flows_common;
 mod golden_common;
 #[path = "orch_suite/halfsetup.rs"]
 mod halfsetup;
+#[path = "orch_suite/halt.rs"]
+mod halt;
 #[path = "orch_suite/interrupt.rs"]
 mod interrupt;
 #[path = "orch_suite/latest.rs"]
@@ -50,5 +55,7 @@ mod rollout;
 mod runlog;
 #[path = "orch_suite/sim.rs"]
 mod sim;
+#[path = "common/sim.rs"]
+mod sim_common;
 #[path = "orch_suite/tables.rs"]
 mod tables;

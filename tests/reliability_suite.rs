@@ -25,6 +25,8 @@
 mod gz_common;
 #[path = "common/rel.rs"]
 mod rel;
+#[path = "common/sim.rs"]
+mod sim_common;
 
 #[path = "reliability_suite/cli_bad_input.rs"]
 mod cli_bad_input;

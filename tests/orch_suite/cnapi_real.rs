@@ -84,7 +84,7 @@ async fn run(dc: &SimDc, req: &Request, transport: CnapiTransportConfig) -> (Pla
         .unwrap();
     let report = s
         .execute(
-            &planned.plan,
+            crate::sim_common::yes(&planned.plan),
             &options(),
             transport,
             &NullReporter,
@@ -191,7 +191,7 @@ async fn health_gate_gives_up_within_its_bound_when_ur_is_down() {
         "{message}"
     );
     // The install stands.
-    let target = p.targets["vm-agent"].uuid;
+    let target = p.targets()["vm-agent"].uuid;
     assert_eq!(
         agent(&dc, cn1.uuid, "vm-agent").unwrap().image_uuid,
         Some(target)
@@ -319,7 +319,7 @@ async fn cnapi_restart_mid_task_reports_the_finished_install() {
     assert!(report.all_succeeded(), "{}", report.render(&p));
     assert_eq!(dc.active_tasks().len(), 1, "CNAPI never finishes the task");
     // server.agents (what `list` reads) shows the new version.
-    let target = &p.targets["vm-agent"];
+    let target = &p.targets()["vm-agent"];
     let listed = dc
         .apis()
         .cnapi
@@ -348,7 +348,7 @@ async fn cnapi_back_before_the_task_ends_still_settles_it() {
     let req = request(Operation::Update, &["vm-agent"], &["cn0001"]);
     let (p, report) = run_through_cnapi_restart(&dc, &req, Duration::from_millis(300)).await;
     assert!(report.all_succeeded(), "{}", report.render(&p));
-    let target = p.targets["vm-agent"].uuid;
+    let target = p.targets()["vm-agent"].uuid;
     assert_eq!(
         agent(&dc, cn1.uuid, "vm-agent").unwrap().image_uuid,
         Some(target)

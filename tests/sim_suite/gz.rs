@@ -450,7 +450,7 @@ async fn orchestrated_update_through_execute_converges() {
     };
     let report = session
         .execute(
-            &planned.plan,
+            crate::sim_common::yes(&planned.plan),
             &options,
             transport,
             &NullReporter,
@@ -464,7 +464,7 @@ async fn orchestrated_update_through_execute_converges() {
         .await
         .unwrap();
     assert!(again.plan.is_empty(), "{}", again.plan);
-    let cn_agent = &planned.plan.targets["cn-agent"];
+    let cn_agent = &planned.plan.targets()["cn-agent"];
     for s in dc.servers() {
         let gz = dc.gz_report(s.uuid).await.unwrap();
         assert_eq!(gz.agents, dc.server_agents(s.uuid), "{}", s.hostname);

@@ -489,4 +489,67 @@ mod help_tests {
             assert!(!help[..global].contains("--sapi-url"), "{name}:\n{help}");
         }
     }
+
+    /// Every example in every `--help` (subcommands included) parses.
+    #[test]
+    fn every_help_example_parses() {
+        use clap::Parser;
+        fn visit(cmd: &mut clap::Command, examples: &mut Vec<String>) {
+            let help = cmd.render_long_help().to_string();
+            if let Some(at) = help.find("Examples:") {
+                examples.extend(
+                    help[at..]
+                        .lines()
+                        .map(str::trim)
+                        .filter(|l| l.starts_with("agentsadm "))
+                        .map(str::to_string),
+                );
+            }
+            for sub in cmd.get_subcommands_mut() {
+                visit(sub, examples);
+            }
+        }
+        let mut cli = super::Cli::<super::NoExtension>::command();
+        cli.build();
+        let mut examples = Vec::new();
+        visit(&mut cli, &mut examples);
+        assert!(examples.len() > 15, "{examples:?}");
+        assert!(examples.iter().any(|e| e == "agentsadm adopt -y"));
+        for e in &examples {
+            let args = e.split_whitespace();
+            if let Err(err) = super::Cli::<super::NoExtension>::try_parse_from(args) {
+                panic!("{e}: {err}");
+            }
+        }
+    }
+
+    /// One set of execution options for every changing command, with one
+    /// validation.
+    #[test]
+    fn every_changing_command_takes_the_same_execution_options() {
+        use clap::Parser as _;
+        let parse = |args: &str| {
+            super::Cli::<super::NoExtension>::try_parse_from(args.split_whitespace())
+                .map(|_| ())
+                .map_err(|e| e.to_string())
+        };
+        let options = "-j 3 --canary 1 --max-failures 10% --max-per-rack 2 --task-timeout 5m --break-lock -n -y";
+        for command in [
+            "update vm-agent",
+            "install dockerlogger -s cn1",
+            "remove dockerlogger -s cn1",
+            "check --fix",
+            "adopt",
+            "server delete cn1",
+            "server factory-reset cn1",
+        ] {
+            parse(&format!("agentsadm {command} {options}")).unwrap();
+            let e = parse(&format!("agentsadm {command} -j 0")).unwrap_err();
+            assert!(e.contains("at least 1"), "{command}: {e}");
+            let e = parse(&format!("agentsadm {command} --max-per-rack 0")).unwrap_err();
+            assert!(e.contains("at least 1"), "{command}: {e}");
+            let e = parse(&format!("agentsadm {command} --max-failures lots")).unwrap_err();
+            assert!(e.contains("percentage"), "{command}: {e}");
+        }
+    }
 }

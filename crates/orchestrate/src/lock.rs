@@ -169,26 +169,42 @@ pub fn this_owner() -> String {
     let user = std::env::var("USER")
         .or_else(|_| std::env::var("LOGNAME"))
         .unwrap_or_else(|_| "root".to_string());
-    format!("{user}@{}:{}", this_host(), std::process::id())
+    format!(
+        "{user}@{}:{}",
+        agentsadm_types::log::hostname(),
+        std::process::id()
+    )
 }
 
-fn this_host() -> String {
-    ["/etc/nodename", "/etc/hostname"]
-        .iter()
-        .find_map(|p| std::fs::read_to_string(p).ok())
-        .map(|s| s.trim().to_string())
-        .filter(|s| !s.is_empty())
-        .or_else(|| std::env::var("HOSTNAME").ok())
-        .unwrap_or_else(|| "localhost".to_string())
-}
-
-/// Whether a lock owner's process exists, when it runs on this host.
+/// Whether a lock owner's process exists, when it runs on this host (the
+/// one hostname function, so that the early check and the lock agree).
 fn local_owner_alive(r: &LockRecord) -> Option<bool> {
     let (host, pid) = r.owner_host_pid()?;
-    if host != this_host() {
+    if host != agentsadm_types::log::hostname() {
         return None;
     }
     Some(std::path::Path::new(&format!("/proc/{pid}")).exists())
+}
+
+/// Refuse early, before a long plan, when another agentsadm holds the
+/// lock (unless `--break-lock`); [`acquire`] still takes it properly
+/// afterwards. Writes nothing.
+pub async fn check_free(store: &dyn LockStore, options: &LockOptions) -> Result<(), LockError> {
+    if options.break_lock {
+        return Ok(());
+    }
+    let Some(r) = store.read().await? else {
+        return Ok(());
+    };
+    match evaluate(
+        Some(&r),
+        SystemTime::now(),
+        options.stale_after,
+        local_owner_alive(&r),
+    ) {
+        LockState::Held => Err(LockError::held(&r)),
+        _ => Ok(()),
+    }
 }
 
 /// A held lock. Release it with [`DcLock::release`]; refresh it with
