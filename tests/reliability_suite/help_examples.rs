@@ -91,7 +91,15 @@ fn every_example_in_every_help_parses() {
 fn help_lines_split_into_words_as_a_shell_would() {
     assert_eq!(
         words(r#"agentsadm server delete cn1 --reason "old box" -y"#),
-        ["agentsadm", "server", "delete", "cn1", "--reason", "old box", "-y"]
+        [
+            "agentsadm",
+            "server",
+            "delete",
+            "cn1",
+            "--reason",
+            "old box",
+            "-y"
+        ]
     );
     assert_eq!(words("agentsadm  list  ''"), ["agentsadm", "list", ""]);
 }
