@@ -58,6 +58,7 @@ impl Reporter for RecordingReporter {
             ExecEvent::StoppedWaiting { in_flight } => {
                 format!("stopped waiting {}", in_flight.len())
             }
+            ExecEvent::Stopping(h) => format!("stopping {h}"),
             ExecEvent::Finished(_) => "finished".to_string(),
         };
         if let Ok(mut l) = self.lines.lock() {
@@ -226,6 +227,11 @@ impl Reporter for LogReporter {
                     "stopped waiting for the servers in flight (they may still complete)"
                 )
             }
+            ExecEvent::Stopping(h) => tracing::warn!(target: agentsadm_types::log::FILE_ONLY_TARGET,
+                component = C,
+                reason = serde_json::to_string(h).unwrap_or_default(),
+                "{h}"
+            ),
             ExecEvent::Finished(r) => {
                 let c = r.counts();
                 tracing::info!(target: agentsadm_types::log::FILE_ONLY_TARGET,
