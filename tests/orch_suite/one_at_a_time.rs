@@ -24,8 +24,8 @@ use agentsadm_orchestrate::run::{Run, RunError, RunOutcome, RunSettings};
 use agentsadm_orchestrate::session::{RequestPlanner, Session};
 use agentsadm_plan::{Operation, Plan, PlanOptions, RolloutPolicy, TransportMode};
 use agentsadm_sim::faults::{Distribution, LatencySpec, SimApi};
-use agentsadm_sim::{BuildOptions, PublishTarget, SeedSpec, SimConfig, SimDc};
 use agentsadm_sim::testkit::request;
+use agentsadm_sim::{BuildOptions, PublishTarget, SeedSpec, SimConfig, SimDc};
 use agentsadm_types::ids::ImageUuid;
 
 use crate::flows_common::{Script, exec_options, instance_of, server, transport};
@@ -34,14 +34,10 @@ pub(crate) const COMPONENT: &str = "cmon-agent";
 
 /// `cns` compute nodes, every instance with its params.
 pub(crate) async fn sim(cns: usize) -> SimDc {
-    SimDc::start(
-        SimConfig::default()
-            .servers(cns)
-            .populate(SeedSpec {
-                agents_without_params: Vec::new(),
-                ..SeedSpec::default()
-            }),
-    )
+    SimDc::start(SimConfig::default().servers(cns).populate(SeedSpec {
+        agents_without_params: Vec::new(),
+        ..SeedSpec::default()
+    }))
     .await
     .expect("simulator starts")
 }
@@ -218,7 +214,10 @@ async fn two_updates_at_once_never_both_proceed_however_slow_sapi_is() {
         }
         assert!(lock_board(&apis).await.entries.is_empty(), "trial {trial}");
     }
-    assert!(one_ran >= 8, "the lock let a run through in {one_ran} of 10 trials");
+    assert!(
+        one_ran >= 8,
+        "the lock let a run through in {one_ran} of 10 trials"
+    );
     // The generation grew with every lock taken.
     assert!(lock_board(&apis).await.generation >= one_ran as u64);
     dc.shutdown().await;
@@ -272,12 +271,18 @@ async fn lost_mid_run(break_lock: bool) {
     let (a_build, b_build) = (publish(&dc, "1.1.0"), publish(&dc, "1.2.0"));
     let before = records(&dc).await;
     assert!(before.values().all(|(s, c)| s == c && s.is_some()));
-    dc.faults()
-        .set_install_latency(LatencySpec::fixed(400));
+    dc.faults().set_install_latency(LatencySpec::fixed(400));
     let progress = Progress::default();
     let a_settings = settings(1, false);
     let b_settings = settings(4, break_lock);
-    let a = update(&apis, &dc, a_build, &a_settings, &progress, std::future::pending());
+    let a = update(
+        &apis,
+        &dc,
+        a_build,
+        &a_settings,
+        &progress,
+        std::future::pending(),
+    );
     let b = async {
         progress.finished(1).await;
         if !break_lock {
@@ -294,9 +299,20 @@ async fn lost_mid_run(break_lock: bool) {
                 params: None,
                 metadata: Some(object(keys.iter().map(|k| (k.as_str(), "")))),
             };
-            apis.sapi.update_application(app.uuid, &cleanup).await.unwrap();
+            apis.sapi
+                .update_application(app.uuid, &cleanup)
+                .await
+                .unwrap();
         }
-        update(&apis, &dc, b_build, &b_settings, &Progress::default(), std::future::pending()).await
+        update(
+            &apis,
+            &dc,
+            b_build,
+            &b_settings,
+            &Progress::default(),
+            std::future::pending(),
+        )
+        .await
     };
     let (a, b) = tokio::join!(a, b);
     let Ok(RunOutcome::Executed { planned, report }) = a else {
@@ -311,7 +327,15 @@ async fn lost_mid_run(break_lock: bool) {
     if !b_done {
         // A server A had under way when B planned: B's step found it
         // changed since its plan and refused; the same command finishes.
-        let again = update(&apis, &dc, b_build, &settings(4, false), &Progress::default(), std::future::pending()).await;
+        let again = update(
+            &apis,
+            &dc,
+            b_build,
+            &settings(4, false),
+            &Progress::default(),
+            std::future::pending(),
+        )
+        .await;
         assert!(
             matches!(&again, Ok(RunOutcome::Executed { planned, report }) if report.exit_status(planned) == 0),
             "{again:?}"
@@ -340,8 +364,18 @@ async fn unreadable_and_future_dated_lock_records_are_reported_not_overwritten()
     });
     let garbage = serde_json::json!({"owner": "x".repeat(1 << 20), "token": "\u{1b}[2J"});
     for (key, value, expect, image) in [
-        ("agentsadm_lock_claim_zz", garbage, "cannot be read", images[0]),
-        ("agentsadm_lock_claim_f00d", future, "in the future", images[1]),
+        (
+            "agentsadm_lock_claim_zz",
+            garbage,
+            "cannot be read",
+            images[0],
+        ),
+        (
+            "agentsadm_lock_claim_f00d",
+            future,
+            "in the future",
+            images[1],
+        ),
     ] {
         apis.sapi
             .update_application(app.uuid, &Update::metadata(object([(key, value.clone())])))
@@ -349,21 +383,45 @@ async fn unreadable_and_future_dated_lock_records_are_reported_not_overwritten()
             .unwrap();
         let before = records(&dc).await;
         let mutations = dc.mutation_count();
-        let err = update(&apis, &dc, image, &settings(4, false), &Progress::default(), std::future::pending())
-            .await
-            .unwrap_err();
+        let err = update(
+            &apis,
+            &dc,
+            image,
+            &settings(4, false),
+            &Progress::default(),
+            std::future::pending(),
+        )
+        .await
+        .unwrap_err();
         let text = err.to_string();
-        assert!(text.contains(expect) && text.contains("--break-lock"), "{text}");
-        assert!(text.len() < 1000 && !text.contains('\u{1b}'), "bounded: {}", text.len());
+        assert!(
+            text.contains(expect) && text.contains("--break-lock"),
+            "{text}"
+        );
+        assert!(
+            text.len() < 1000 && !text.contains('\u{1b}'),
+            "bounded: {}",
+            text.len()
+        );
         assert_eq!(dc.mutation_count(), mutations, "nothing written");
         assert_eq!(records(&dc).await, before);
         let meta = apis.sapi.sdc_application().await.unwrap().unwrap().metadata;
         assert_eq!(meta.get(key), Some(&value), "left as it was");
         // --break-lock removes it (with a warning) and runs.
-        let outcome = update(&apis, &dc, image, &settings(4, true), &Progress::default(), std::future::pending())
-            .await
-            .unwrap();
-        assert!(matches!(outcome, RunOutcome::Executed { .. }), "{outcome:?}");
+        let outcome = update(
+            &apis,
+            &dc,
+            image,
+            &settings(4, true),
+            &Progress::default(),
+            std::future::pending(),
+        )
+        .await
+        .unwrap();
+        assert!(
+            matches!(outcome, RunOutcome::Executed { .. }),
+            "{outcome:?}"
+        );
         let meta = apis.sapi.sdc_application().await.unwrap().unwrap().metadata;
         assert!(!meta.contains_key(key));
         assert!(LockBoard::from_metadata(&meta).is_empty());
@@ -391,14 +449,22 @@ async fn the_lock_is_confirmed_once_more_before_the_summary() {
         }
         // The step is under way (its lock confirmed): remove the record.
         tokio::time::sleep(Duration::from_millis(300)).await;
-        let keys: Vec<String> = lock_board(&apis).await.entries.iter().map(|e| e.key.clone()).collect();
+        let keys: Vec<String> = lock_board(&apis)
+            .await
+            .entries
+            .iter()
+            .map(|e| e.key.clone())
+            .collect();
         let app = apis.sapi.sdc_application().await.unwrap().unwrap();
         let cleanup = Update {
             action: Some(UpdateAction::Delete),
             params: None,
             metadata: Some(object(keys.iter().map(|k| (k.as_str(), "")))),
         };
-        apis.sapi.update_application(app.uuid, &cleanup).await.unwrap();
+        apis.sapi
+            .update_application(app.uuid, &cleanup)
+            .await
+            .unwrap();
     };
     let (outcome, ()) = tokio::join!(run, cleanup);
     let Ok(RunOutcome::Executed { planned, report }) = outcome else {
@@ -409,7 +475,10 @@ async fn the_lock_is_confirmed_once_more_before_the_summary() {
     assert_eq!(report.exit_status(&planned), 2, "{text}");
     let loss = report.lock_lost.as_ref().expect("noticed");
     assert_eq!(loss.noticed, "before the summary");
-    assert!(text.contains(&format!("cn0001 ({})", server(&dc, "cn0001"))), "{text}");
+    assert!(
+        text.contains(&format!("cn0001 ({})", server(&dc, "cn0001"))),
+        "{text}"
+    );
     assert!(
         report
             .servers

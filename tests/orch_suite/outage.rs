@@ -42,41 +42,81 @@ async fn outage_mid_rollout(api: SimApi) {
     let text = report.render(&planned);
     let name = api.api().to_string();
     let c = report.counts();
-    assert_eq!((c.failed, c.timed_out), (0, 0), "{name}: no server failed:\n{text}");
+    assert_eq!(
+        (c.failed, c.timed_out),
+        (0, 0),
+        "{name}: no server failed:\n{text}"
+    );
     assert!(c.not_started > 0, "{name}: new starts stopped:\n{text}");
     assert_eq!(report.exit_status(&planned), 2, "{text}");
-    assert_eq!(report.halted, Some(Halted::ApiLost { api: name.clone() }), "{text}");
+    assert_eq!(
+        report.halted,
+        Some(Halted::ApiLost { api: name.clone() }),
+        "{text}"
+    );
     assert_eq!(report.outage.as_ref().map(|o| o.api), Some(api.api()));
     assert_eq!(
         text.matches(&format!("{name} stopped answering")).count(),
         1,
         "said once:\n{text}"
     );
-    assert!(!text.contains("cannot connect") && !text.contains("connection"), "no raw errors:\n{text}");
+    assert!(
+        !text.contains("cannot connect") && !text.contains("connection"),
+        "no raw errors:\n{text}"
+    );
     // Servers in flight are unknown, named with the tasks they started.
-    for o in report.servers.values().filter(|o| o.status == ServerStatus::Unknown) {
+    for o in report
+        .servers
+        .values()
+        .filter(|o| o.status == ServerStatus::Unknown)
+    {
         assert!(text.contains(&o.hostname), "{text}");
         assert!(
             o.tasks.iter().all(|t| text.contains(&t.task.to_string())),
             "{text}"
         );
     }
-    assert!(report.lock_release.is_none(), "released after retries: {text}");
-    assert!(lock_board(&apis).await.entries.is_empty(), "{name}: the lock was released");
+    assert!(
+        report.lock_release.is_none(),
+        "released after retries: {text}"
+    );
+    assert!(
+        lock_board(&apis).await.entries.is_empty(),
+        "{name}: the lock was released"
+    );
     // Each server runs the image it had or the new one (SAPI may name the
     // new one where its step did not get to run: the re-run does it);
     // the same command converges.
     let after = records(&dc).await;
     for (host, was) in &before {
         let now = after[host];
-        assert!(now.1 == was.1 || now.1 == Some(image), "{name} {host}: {was:?} -> {now:?}");
-        assert!(now.0 == was.0 || now.0 == Some(image), "{name} {host}: {was:?} -> {now:?}");
+        assert!(
+            now.1 == was.1 || now.1 == Some(image),
+            "{name} {host}: {was:?} -> {now:?}"
+        );
+        assert!(
+            now.0 == was.0 || now.0 == Some(image),
+            "{name} {host}: {was:?} -> {now:?}"
+        );
     }
     dc.faults().set_install_latency(LatencySpec::default());
-    let again = update(&apis, &dc, image, &settings(6, false), &Progress::default(), std::future::pending()).await;
+    let again = update(
+        &apis,
+        &dc,
+        image,
+        &settings(6, false),
+        &Progress::default(),
+        std::future::pending(),
+    )
+    .await;
     match again {
         Ok(RunOutcome::Executed { planned, report }) => {
-            assert_eq!(report.exit_status(&planned), 0, "{}", report.render(&planned))
+            assert_eq!(
+                report.exit_status(&planned),
+                0,
+                "{}",
+                report.render(&planned)
+            )
         }
         other => panic!("{name}: the re-run: {other:?}"),
     }
@@ -115,7 +155,10 @@ async fn sigterm_and_sighup_end_a_rollout_as_ctrl_c_does() {
         let log = state.path().join("run.log");
         let (code, out, err) = signalled(&dc, &log, image, signal).await;
         assert_eq!(code, 2, "SIG{signal}: {out}\n{err}");
-        assert!(err.contains("interrupted: no further servers will be started"), "{err}");
+        assert!(
+            err.contains("interrupted: no further servers will be started"),
+            "{err}"
+        );
         assert!(out.contains("not started"), "the summary: {out}");
         let records_logged: Vec<serde_json::Value> = std::fs::read_to_string(&log)
             .expect("run log")
@@ -123,11 +166,15 @@ async fn sigterm_and_sighup_end_a_rollout_as_ctrl_c_does() {
             .map(|l| serde_json::from_str(l).unwrap())
             .collect();
         assert!(
-            records_logged.iter().any(|r| r["msg"].as_str().unwrap_or("").contains("interrupted")),
+            records_logged
+                .iter()
+                .any(|r| r["msg"].as_str().unwrap_or("").contains("interrupted")),
             "{records_logged:?}"
         );
         assert!(
-            records_logged.iter().any(|r| r["component"] == "summary" && r["exit_status"] == 2),
+            records_logged
+                .iter()
+                .any(|r| r["component"] == "summary" && r["exit_status"] == 2),
             "{records_logged:?}"
         );
         let after = records(&dc).await;
@@ -148,7 +195,15 @@ async fn signalled(
 ) -> (i32, String, String) {
     let urls = dc.urls();
     let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_agentsadm"))
-        .args(["update", "cmon-agent", "--image", &image.to_string(), "-y", "-j", "1"])
+        .args([
+            "update",
+            "cmon-agent",
+            "--image",
+            &image.to_string(),
+            "-y",
+            "-j",
+            "1",
+        ])
         .arg("--log-file")
         .arg(log)
         .env("SAPI_URL", &urls.sapi)

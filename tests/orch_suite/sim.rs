@@ -306,7 +306,11 @@ async fn the_sapi_lock_admits_one_orchestrator() {
     assert_eq!(board.entries.len(), 1, "the loser withdrew its claim");
     winner.release().await.unwrap();
     let app = apis.sapi.sdc_application().await.unwrap().unwrap();
-    assert!(lock::LockBoard::from_metadata(&app.metadata).entries.is_empty());
+    assert!(
+        lock::LockBoard::from_metadata(&app.metadata)
+            .entries
+            .is_empty()
+    );
     dc.shutdown().await;
 }
 
@@ -570,7 +574,11 @@ async fn two_orchestrators_started_together_one_runs_the_other_exits_1() {
     assert!(loser.contains('@'), "names the holder: {loser}");
     // The lock is released afterwards.
     let app = dc.apis().sapi.sdc_application().await.unwrap().unwrap();
-    assert!(lock::LockBoard::from_metadata(&app.metadata).entries.is_empty());
+    assert!(
+        lock::LockBoard::from_metadata(&app.metadata)
+            .entries
+            .is_empty()
+    );
     dc.shutdown().await;
 }
 

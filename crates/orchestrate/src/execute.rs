@@ -288,9 +288,12 @@ impl<'a> Executor<'a> {
                 noticed: what.to_string(),
             });
         }
-        self.halt(report, Halted::ApiLost {
-            api: api.to_string(),
-        });
+        self.halt(
+            report,
+            Halted::ApiLost {
+                api: api.to_string(),
+            },
+        );
     }
 
     /// A halted rollout: the new build reached no other server (canary) or

@@ -25,9 +25,9 @@ use futures::future::LocalBoxFuture;
 use super::confirm::Confirmed;
 use super::execute::{ExecError, ExecOptions, Executor, RunGate};
 use super::fence::{Fenced, fence};
-use super::images::{self, ImageError};
 use super::guard::{ApiPings, Fence, Hold, LockFence};
 use super::holding;
+use super::images::{self, ImageError};
 use super::lock::{self, LockError, LockOptions, SapiLockStore};
 use super::records::ApiRecords;
 use super::report::{ExecReport, InFlight, Outage, Reporter};
@@ -272,7 +272,8 @@ impl<'a> Run<'a> {
             });
         }
         drop(unlocked);
-        let dc_lock = lock::acquire(&store, &lock::this_owner(), &self.operation, &self.lock).await?;
+        let dc_lock =
+            lock::acquire(&store, &lock::this_owner(), &self.operation, &self.lock).await?;
         for old in &dc_lock.broke {
             operator.note(&format!(
                 "warning: broke the orchestrator lock of {} ({:?}, last seen {})",
@@ -281,7 +282,8 @@ impl<'a> Run<'a> {
         }
         let fence = LockFence::new(&dc_lock);
         let work = self.locked(planner, operator, &fence, cancel);
-        let mut outcome = holding::hold(&dc_lock, &fence, &self.lock, |m| operator.note(m), work).await;
+        let mut outcome =
+            holding::hold(&dc_lock, &fence, &self.lock, |m| operator.note(m), work).await;
         drop(fence);
         let released = dc_lock.release().await;
         if let Ok(RunOutcome::Executed { planned, report }) = &mut outcome {

@@ -256,15 +256,11 @@ impl ExecReport {
             let _ = writeln!(out, "\n{line}.");
         }
         // A lost lock or API has its own section (write_lost).
-        if let Some(h) = self
-            .halted
-            .as_ref()
-            .filter(|h| match h {
-                Halted::LockLost => self.lock_lost.is_none(),
-                Halted::ApiLost { .. } => self.outage.is_none(),
-                _ => true,
-            })
-        {
+        if let Some(h) = self.halted.as_ref().filter(|h| match h {
+            Halted::LockLost => self.lock_lost.is_none(),
+            Halted::ApiLost { .. } => self.outage.is_none(),
+            _ => true,
+        }) {
             let _ = writeln!(out, "\n{h}");
         }
         let mut back = Vec::new();

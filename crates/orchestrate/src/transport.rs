@@ -191,7 +191,9 @@ pub async fn fenced(fence: &dyn Fence, server: ServerUuid, step: &Step) -> Resul
         )),
         Hold::Unconfirmed(api) => Err(StepFailure::new(
             FailureStage::ApiLost { api },
-            format!("not started: the datacenter lock could not be confirmed ({api} did not answer)"),
+            format!(
+                "not started: the datacenter lock could not be confirmed ({api} did not answer)"
+            ),
         )),
     }
 }
@@ -443,7 +445,13 @@ impl CnapiTransport {
                     }
                 };
                 let done = self
-                    .execute(server, step, &args, self.config.execute_timeout, Some(fence))
+                    .execute(
+                        server,
+                        step,
+                        &args,
+                        self.config.execute_timeout,
+                        Some(fence),
+                    )
                     .await?;
                 match action {
                     Action::Install { to } | Action::Upgrade { to, .. } if self_replacing => {
@@ -487,7 +495,8 @@ impl CnapiTransport {
         if same {
             return Ok(());
         }
-        let shown = |i: Option<ImageUuid>| i.map_or_else(|| "nothing".to_string(), |i| i.to_string());
+        let shown =
+            |i: Option<ImageUuid>| i.map_or_else(|| "nothing".to_string(), |i| i.to_string());
         Err(StepFailure::new(
             FailureStage::Changed,
             format!(

@@ -113,7 +113,11 @@ impl Executor<'_> {
                 let (status, failure) = match self.outage_of(&failure).await {
                     Some(api) => (
                         ServerStatus::Unknown,
-                        api_lost(&failure, api, "the steps ran; what SAPI records of them is not known"),
+                        api_lost(
+                            &failure,
+                            api,
+                            "the steps ran; what SAPI records of them is not known",
+                        ),
                     ),
                     None => (ServerStatus::Failed, failure),
                 };
@@ -348,12 +352,19 @@ impl Executor<'_> {
             StepStatus::Failed
         };
         if let Err((f, _)) = &result {
-            if matches!(f.stage, FailureStage::LockLost | FailureStage::ApiLost { .. }) {
+            if matches!(
+                f.stage,
+                FailureStage::LockLost | FailureStage::ApiLost { .. }
+            ) {
                 // Refused before it started.
                 status = StepStatus::NotRun;
             } else if let Some(api) = self.outage_of(&failure_of(step, f)).await {
                 status = StepStatus::Unknown;
-                let lost = api_lost(&failure_of(step, f), api, "how this step ended is not known");
+                let lost = api_lost(
+                    &failure_of(step, f),
+                    api,
+                    "how this step ended is not known",
+                );
                 result = Err((StepFailure::new(lost.stage, lost.message), false));
             }
         }

@@ -234,7 +234,10 @@ impl Executor<'_> {
                 let Some((uuid, sp)) = w.next() else { break };
                 // The confirmation before each server is also the one
                 // before each wave (its first server).
-                if !self.hold(&format!("before starting {}", sp.hostname), report).await {
+                if !self
+                    .hold(&format!("before starting {}", sp.hostname), report)
+                    .await
+                {
                     w.put_back(uuid, sp);
                     break;
                 }

@@ -129,7 +129,10 @@ impl FakeDc {
 
     /// Change the lock keys directly (an operator's cleanup, a garbage
     /// record).
-    pub fn edit_lock_metadata(&self, f: impl FnOnce(&mut serde_json::Map<String, serde_json::Value>)) {
+    pub fn edit_lock_metadata(
+        &self,
+        f: impl FnOnce(&mut serde_json::Map<String, serde_json::Value>),
+    ) {
         if let Ok(mut l) = self.lock.lock() {
             f(&mut l);
         }

@@ -545,10 +545,7 @@ impl Faults {
     /// handled (`LatencySpec::default()` clears it): with a uniform 0-1.5 s,
     /// a SAPI whose Moray is slow.
     pub fn set_write_latency(&self, api: SimApi, spec: LatencySpec) {
-        let mut w = self
-            .write_latency
-            .lock()
-            .unwrap_or_else(|e| e.into_inner());
+        let mut w = self.write_latency.lock().unwrap_or_else(|e| e.into_inner());
         if spec.is_zero() {
             w.remove(&api);
         } else {

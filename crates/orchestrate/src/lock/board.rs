@@ -124,11 +124,11 @@ impl LockBoard {
             if key == GENERATION_KEY {
                 match value.as_u64() {
                     Some(g) => board.generation = g,
-                    None => board.unreadable.push(unreadable(
-                        key,
-                        "not a generation number",
-                        value,
-                    )),
+                    None => {
+                        board
+                            .unreadable
+                            .push(unreadable(key, "not a generation number", value))
+                    }
                 }
                 continue;
             }
@@ -209,7 +209,10 @@ fn parse_record(key: &str, value: &Value) -> Result<LockRecord, String> {
     if key != LEGACY_KEY && key != record.key() {
         return Err("its key does not name its token".to_string());
     }
-    for (name, t) in [("started", &record.started), ("refreshed", &record.refreshed)] {
+    for (name, t) in [
+        ("started", &record.started),
+        ("refreshed", &record.refreshed),
+    ] {
         if humantime::parse_rfc3339_weak(t).is_err() {
             return Err(format!("its {name} time {:?} is not a time", clip(t, 40)));
         }
@@ -289,12 +292,21 @@ mod tests {
         let (stale, claim) = (Duration::from_secs(600), Duration::from_secs(60));
         let held = record("a", t0, Stage::Held);
         let s = |r: &LockRecord, now, alive| standing(r, now, stale, claim, alive);
-        assert_eq!(s(&held, t0 + Duration::from_secs(599), None), Standing::Live);
-        assert_eq!(s(&held, t0 + Duration::from_secs(601), None), Standing::Stale);
+        assert_eq!(
+            s(&held, t0 + Duration::from_secs(599), None),
+            Standing::Live
+        );
+        assert_eq!(
+            s(&held, t0 + Duration::from_secs(601), None),
+            Standing::Stale
+        );
         assert_eq!(s(&held, t0, Some(false)), Standing::Stale);
         assert_eq!(s(&held, t0, Some(true)), Standing::Live);
         let claimed = record("a", t0, Stage::Claim);
-        assert_eq!(s(&claimed, t0 + Duration::from_secs(61), None), Standing::Stale);
+        assert_eq!(
+            s(&claimed, t0 + Duration::from_secs(61), None),
+            Standing::Stale
+        );
         // A minute ahead is clock drift; a year ahead is reported.
         assert_eq!(s(&held, t0 - Duration::from_secs(60), None), Standing::Live);
         assert_eq!(
@@ -317,7 +329,10 @@ mod tests {
         meta.insert(bad_time.key(), serde_json::to_value(&bad_time).unwrap());
         meta.insert(long_owner.key(), serde_json::to_value(&long_owner).unwrap());
         meta.insert(format!("{RECORD_PREFIX}zzz"), json!("\u{1b}[2J garbage"));
-        meta.insert(format!("{RECORD_PREFIX}other"), serde_json::to_value(&good).unwrap());
+        meta.insert(
+            format!("{RECORD_PREFIX}other"),
+            serde_json::to_value(&good).unwrap(),
+        );
         meta.insert(GENERATION_KEY.into(), json!(7));
         meta.insert("unrelated".into(), json!({"owner": 1}));
         let b = LockBoard::from_metadata(&meta);

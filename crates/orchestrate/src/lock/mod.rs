@@ -213,7 +213,10 @@ fn standing_now(r: &LockRecord, options: &LockOptions) -> Standing {
 enum Found {
     /// Nothing live: take it, breaking these stale records (and, with
     /// `--break-lock`, everything else that was there).
-    Free { to_break: Vec<Entry>, unreadable: Vec<Unreadable> },
+    Free {
+        to_break: Vec<Entry>,
+        unreadable: Vec<Unreadable>,
+    },
     /// Someone is taking it right now: look again shortly.
     Claimed(LockRecord),
 }
