@@ -18,11 +18,15 @@ use futures::future::BoxFuture;
 use serde::Serialize;
 
 use super::lock::{DcLock, LockError};
+use super::report::FailureStage;
+use super::transport::StepFailure;
 use agentsadm_api::Api;
 use agentsadm_api::CnapiClient;
 use agentsadm_api::ImgapiClient;
 use agentsadm_api::SapiClient;
+use agentsadm_plan::Step;
 use agentsadm_types::error::error_chain;
+use agentsadm_types::ids::ServerUuid;
 
 /// What a confirmation found.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -141,6 +145,28 @@ impl Fence for LockFence<'_> {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .is_some()
+    }
+}
+
+/// Confirm the run's lock before changing `server` for `step`.
+pub async fn fenced(fence: &dyn Fence, server: ServerUuid, step: &Step) -> Result<(), StepFailure> {
+    let what = format!(
+        "before the {} {} on server {server}",
+        step.component,
+        step.action.verb()
+    );
+    match fence.confirm(&what).await {
+        Hold::Held => Ok(()),
+        Hold::Lost => Err(StepFailure::new(
+            FailureStage::LockLost,
+            "not started: this run no longer holds the datacenter lock",
+        )),
+        Hold::Unconfirmed(api) => Err(StepFailure::new(
+            FailureStage::ApiLost { api },
+            format!(
+                "not started: the datacenter lock could not be confirmed ({api} did not answer)"
+            ),
+        )),
     }
 }
 

@@ -56,7 +56,7 @@ use agentsadm_plan::Action;
 use agentsadm_plan::Step;
 
 use super::execmode::ExecuteModes;
-use super::guard::{Fence, Hold, Unfenced};
+use super::guard::{Fence, Unfenced, fenced};
 use super::recover::RecoveryConfig;
 use super::recover::TaskGoal;
 use super::recover::TaskPeers;
@@ -173,28 +173,6 @@ pub trait Transport: Send + Sync {
     /// tasks (CNAPI execute answers in the same request).
     fn tasks(&self, _server: ServerUuid) -> Vec<TaskRef> {
         Vec::new()
-    }
-}
-
-/// Confirm the run's lock before changing `server` for `step`.
-pub async fn fenced(fence: &dyn Fence, server: ServerUuid, step: &Step) -> Result<(), StepFailure> {
-    let what = format!(
-        "before the {} {} on server {server}",
-        step.component,
-        step.action.verb()
-    );
-    match fence.confirm(&what).await {
-        Hold::Held => Ok(()),
-        Hold::Lost => Err(StepFailure::new(
-            FailureStage::LockLost,
-            "not started: this run no longer holds the datacenter lock",
-        )),
-        Hold::Unconfirmed(api) => Err(StepFailure::new(
-            FailureStage::ApiLost { api },
-            format!(
-                "not started: the datacenter lock could not be confirmed ({api} did not answer)"
-            ),
-        )),
     }
 }
 

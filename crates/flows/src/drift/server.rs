@@ -146,6 +146,48 @@ struct ComponentOnServer<'a> {
 }
 
 impl ComponentOnServer<'_> {
+    /// The server reports `inst`, whose `params.server_uuid` names
+    /// another server (`named`): its params are corrected, never the
+    /// instance deleted as the other's duplicate.
+    fn misfiled(
+        self,
+        i: &Installed,
+        inst: &InstanceIntent,
+        named: agentsadm_types::ids::ServerUuid,
+        out: &mut Vec<Finding>,
+    ) {
+        let ComponentOnServer {
+            state,
+            name,
+            service,
+            ..
+        } = self;
+        let image = inst.image.or(i.image).or(service.default_image);
+        let fix = match image {
+            Some(image) => Fix::SetParams {
+                instance: inst.uuid,
+                service: service.uuid,
+                image,
+            },
+            None => Fix::Manual {
+                hint: format!(
+                    "no image is known for it: set the service default ('agentsadm update {name} --image UUID')"
+                ),
+            },
+        };
+        out.push(finding(
+            FindingKind::InstanceNamesOtherServer,
+            state,
+            name,
+            Some(inst.uuid),
+            format!(
+                "SAPI instance {} names server {named} (params.server_uuid), but this server reports it and no other does",
+                inst.uuid
+            ),
+            fix,
+        ));
+    }
+
     /// SAPI has an instance for it; the server does not report it.
     fn missing_install(self, inst: &InstanceIntent, out: &mut Vec<Finding>) {
         let ComponentOnServer {
@@ -296,30 +338,7 @@ impl ComponentOnServer<'_> {
         // its params).
         let bare_but_reported = inst.link == InstanceLink::Reported && inst.image.is_none();
         if let InstanceLink::Misfiled { named } = inst.link {
-            let image = inst.image.or(i.image).or(service.default_image);
-            let fix = match image {
-                Some(image) => Fix::SetParams {
-                    instance: inst.uuid,
-                    service: service.uuid,
-                    image,
-                },
-                None => Fix::Manual {
-                    hint: format!(
-                        "no image is known for it: set the service default ('agentsadm update {name} --image UUID')"
-                    ),
-                },
-            };
-            out.push(finding(
-                FindingKind::InstanceNamesOtherServer,
-                state,
-                name,
-                Some(inst.uuid),
-                format!(
-                    "SAPI instance {} names server {named} (params.server_uuid), but this server reports it and no other does",
-                    inst.uuid
-                ),
-                fix,
-            ));
+            self.misfiled(i, inst, named, out);
             return;
         }
         if !inst.has_params() && !bare_but_reported {
