@@ -490,39 +490,6 @@ mod help_tests {
         }
     }
 
-    /// Every example in every `--help` (subcommands included) parses.
-    #[test]
-    fn every_help_example_parses() {
-        use clap::Parser;
-        fn visit(cmd: &mut clap::Command, examples: &mut Vec<String>) {
-            let help = cmd.render_long_help().to_string();
-            if let Some(at) = help.find("Examples:") {
-                examples.extend(
-                    help[at..]
-                        .lines()
-                        .map(str::trim)
-                        .filter(|l| l.starts_with("agentsadm "))
-                        .map(str::to_string),
-                );
-            }
-            for sub in cmd.get_subcommands_mut() {
-                visit(sub, examples);
-            }
-        }
-        let mut cli = super::Cli::<super::NoExtension>::command();
-        cli.build();
-        let mut examples = Vec::new();
-        visit(&mut cli, &mut examples);
-        assert!(examples.len() > 15, "{examples:?}");
-        assert!(examples.iter().any(|e| e == "agentsadm adopt -y"));
-        for e in &examples {
-            let args = e.split_whitespace();
-            if let Err(err) = super::Cli::<super::NoExtension>::try_parse_from(args) {
-                panic!("{e}: {err}");
-            }
-        }
-    }
-
     /// One set of execution options for every changing command, with one
     /// validation.
     #[test]
