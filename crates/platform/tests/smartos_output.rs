@@ -17,7 +17,10 @@ fn sysinfo_of_a_headnode_a_compute_node_and_a_mockcloud_server() {
     let hn = parse_sysinfo(fixture("sysinfo-headnode.json").as_bytes()).unwrap();
     assert_eq!(hn.uuid.to_string(), "0e8ab6c2-5a3e-11e9-8c31-ac1f6b4d0a2e");
     assert_eq!(hn.hostname, "headnode");
-    assert!(hn.headnode, "Boot Parameters.headnode is the string \"true\"");
+    assert!(
+        hn.headnode,
+        "Boot Parameters.headnode is the string \"true\""
+    );
 
     // A CN booted over iPXE has no `headnode` boot parameter at all.
     let cn = parse_sysinfo(fixture("sysinfo-cn.json").as_bytes()).unwrap();
@@ -52,17 +55,26 @@ fn svcs_states_including_transitions_and_legacy_services() {
             "svc:/smartdc/agent/vm-agent:default",
             ServiceState::Other("online*".into()),
         ),
-        ("svc:/smartdc/agent/net-agent:default", ServiceState::Offline),
+        (
+            "svc:/smartdc/agent/net-agent:default",
+            ServiceState::Offline,
+        ),
         (
             "svc:/smartdc/agent/cmon-agent:default",
             ServiceState::Other("offline*".into()),
         ),
-        ("svc:/smartdc/agent/firewaller:default", ServiceState::Disabled),
+        (
+            "svc:/smartdc/agent/firewaller:default",
+            ServiceState::Disabled,
+        ),
         (
             "svc:/smartdc/agent/hagfish-watcher:default",
             ServiceState::Maintenance,
         ),
-        ("svc:/smartdc/agent/smartlogin:default", ServiceState::Degraded),
+        (
+            "svc:/smartdc/agent/smartlogin:default",
+            ServiceState::Degraded,
+        ),
         (
             "svc:/smartdc/application/config-agent:default",
             ServiceState::Uninitialized,
