@@ -85,7 +85,7 @@ pub async fn run(g: &GlobalOpts, a: SelfUpdateArgs) -> CmdResult {
         if out.json {
             out.json(&json!({"plan": plan, "executed": false, "exit_status": 0}));
         } else {
-            out.line(format!("Would {}", plan.describe()));
+            out.line(plan.describe());
         }
         return Ok(ExitCode::SUCCESS);
     }

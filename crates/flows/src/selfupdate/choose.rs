@@ -90,8 +90,7 @@ pub fn choose_latest(
         a.0.cmp(&b.0)
             .then_with(|| a.1.published_at.cmp(&b.1.published_at))
     });
-    let other_major =
-        |k: &VersionKey| current.is_some_and(|c| c.semver.major != k.semver.major);
+    let other_major = |k: &VersionKey| current.is_some_and(|c| c.semver.major != k.semver.major);
     let skipped_major = newer
         .iter()
         .rev()
@@ -157,10 +156,19 @@ mod tests {
 
     #[test]
     fn versions_order_by_semver_then_build_time() {
-        assert!(key("1.2.0-master-20260101T000000Z-gaaaaaaa") < key("1.10.0-master-20250101T000000Z-gbbbbbbb"));
-        assert!(key("1.2.0-master-20260101T000000Z-gaaaaaaa") < key("1.2.0-release-20260102T000000Z-gbbbbbbb"));
+        assert!(
+            key("1.2.0-master-20260101T000000Z-gaaaaaaa")
+                < key("1.10.0-master-20250101T000000Z-gbbbbbbb")
+        );
+        assert!(
+            key("1.2.0-master-20260101T000000Z-gaaaaaaa")
+                < key("1.2.0-release-20260102T000000Z-gbbbbbbb")
+        );
         // A branch name with '-' does not hide the timestamp.
-        assert_eq!(key("1.2.0-release-2026-20260102T000000Z-gb").built, "20260102T000000Z");
+        assert_eq!(
+            key("1.2.0-release-2026-20260102T000000Z-gb").built,
+            "20260102T000000Z"
+        );
         // A bare semver (a build without a stamp) is older than any stamped build of it.
         assert!(key("1.2.0") < key("1.2.0-master-20260101T000000Z-gaaaaaaa"));
         assert_eq!(VersionKey::of("bootstrap"), None);
@@ -169,20 +177,44 @@ mod tests {
     #[test]
     fn latest_is_the_newest_newer_build_of_the_same_major() {
         let images = vec![
-            image(1, "1.2.0-master-20260101T000000Z-g0000001", "2026-01-01T00:00:00Z"),
-            image(2, "1.4.0-master-20260301T000000Z-g0000002", "2026-03-01T00:00:00Z"),
-            image(3, "2.0.0-master-20260401T000000Z-g0000003", "2026-04-01T00:00:00Z"),
-            image(4, "1.3.0-master-20260501T000000Z-g0000004", "2026-05-01T00:00:00Z"),
+            image(
+                1,
+                "1.2.0-master-20260101T000000Z-g0000001",
+                "2026-01-01T00:00:00Z",
+            ),
+            image(
+                2,
+                "1.4.0-master-20260301T000000Z-g0000002",
+                "2026-03-01T00:00:00Z",
+            ),
+            image(
+                3,
+                "2.0.0-master-20260401T000000Z-g0000003",
+                "2026-04-01T00:00:00Z",
+            ),
+            image(
+                4,
+                "1.3.0-master-20260501T000000Z-g0000004",
+                "2026-05-01T00:00:00Z",
+            ),
         ];
         let current = key("1.2.0-master-20260101T000000Z-g0000001");
         let c = choose_latest(Some(&current), &images, false);
-        assert_eq!(c.chosen.unwrap().uuid, ImageUuid::from_u128(2), "by version, not by date");
+        assert_eq!(
+            c.chosen.unwrap().uuid,
+            ImageUuid::from_u128(2),
+            "by version, not by date"
+        );
         assert_eq!(c.skipped_major.unwrap().uuid, ImageUuid::from_u128(3));
         let c = choose_latest(Some(&current), &images, true);
         assert_eq!(c.chosen.unwrap().uuid, ImageUuid::from_u128(3));
         assert_eq!(c.skipped_major, None);
         // Installed is the newest: nothing to do.
-        let c = choose_latest(Some(&key("2.0.0-master-20260401T000000Z-g0000003")), &images, true);
+        let c = choose_latest(
+            Some(&key("2.0.0-master-20260401T000000Z-g0000003")),
+            &images,
+            true,
+        );
         assert_eq!(c, LatestChoice::default());
         // Unknown installed version (a bare copy): the newest of all.
         let c = choose_latest(None, &images, false);
@@ -191,9 +223,17 @@ mod tests {
 
     #[test]
     fn latest_ignores_disabled_and_foreign_images() {
-        let mut disabled = image(5, "1.9.0-master-20260601T000000Z-g0000005", "2026-06-01T00:00:00Z");
+        let mut disabled = image(
+            5,
+            "1.9.0-master-20260601T000000Z-g0000005",
+            "2026-06-01T00:00:00Z",
+        );
         disabled.disabled = true;
-        let mut other = image(6, "1.9.0-master-20260601T000000Z-g0000006", "2026-06-01T00:00:00Z");
+        let mut other = image(
+            6,
+            "1.9.0-master-20260601T000000Z-g0000006",
+            "2026-06-01T00:00:00Z",
+        );
         other.name = "vm-agent".into();
         let c = choose_latest(Some(&key("1.0.0")), &[disabled, other], false);
         assert_eq!(c, LatestChoice::default());
@@ -204,11 +244,20 @@ mod tests {
         let cur = key("1.4.0-master-20260301T000000Z-g0000002");
         let older = key("1.2.0-master-20260101T000000Z-g0000001");
         let major = key("2.0.0-master-20260401T000000Z-g0000003");
-        assert_eq!(check_explicit(Some(&cur), &older, false, false), Err(Refusal::Downgrade));
+        assert_eq!(
+            check_explicit(Some(&cur), &older, false, false),
+            Err(Refusal::Downgrade)
+        );
         assert_eq!(check_explicit(Some(&cur), &older, false, true), Ok(()));
-        assert_eq!(check_explicit(Some(&cur), &major, false, false), Err(Refusal::MajorChange));
+        assert_eq!(
+            check_explicit(Some(&cur), &major, false, false),
+            Err(Refusal::MajorChange)
+        );
         assert_eq!(check_explicit(Some(&cur), &major, true, false), Ok(()));
-        assert_eq!(check_explicit(Some(&major), &cur, false, true), Err(Refusal::MajorChange));
+        assert_eq!(
+            check_explicit(Some(&major), &cur, false, true),
+            Err(Refusal::MajorChange)
+        );
         assert_eq!(check_explicit(None, &older, false, false), Ok(()));
         assert_eq!(check_explicit(Some(&cur), &cur, false, false), Ok(()));
     }

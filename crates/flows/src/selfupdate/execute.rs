@@ -13,6 +13,7 @@ use agentsadm_api::remote::GzResult;
 use agentsadm_api::sapi::{CreateService, ServiceType, Update, object};
 use agentsadm_gz::fetch::ImageSource;
 use agentsadm_gz::kinds::AGENTSADM_BIN;
+use agentsadm_gz::session::Knob;
 use agentsadm_plan::ImageRef;
 use agentsadm_types::catalog::Component;
 use agentsadm_types::ids::{ImageUuid, ServiceUuid};
@@ -49,6 +50,18 @@ pub struct SelfUpdateOutcome {
 }
 
 impl SelfUpdateOutcome {
+    /// What was brought in line for new servers.
+    fn refreshed(&self) -> Vec<&'static str> {
+        [
+            (self.imported, "the datacenter IMGAPI"),
+            (self.sapi_default_set, "SAPI's default image"),
+            (self.usbkey_copy_refreshed, "the USB key copy"),
+        ]
+        .into_iter()
+        .filter_map(|(done, what)| done.then_some(what))
+        .collect()
+    }
+
     /// One line: what was done.
     pub fn line(&self) -> String {
         let (from, to) = (shown(&self.from.version), shown(&self.to.version));
@@ -58,19 +71,22 @@ impl SelfUpdateOutcome {
             .map(|i| format!(" (image {i})"))
             .unwrap_or_default();
         match self.done {
-            Done::UpToDate => format!("agentsadm {from} is up to date."),
+            Done::UpToDate => {
+                let refreshed = self.refreshed();
+                if refreshed.is_empty() {
+                    format!("agentsadm {from} is up to date.")
+                } else {
+                    format!(
+                        "agentsadm {from} is up to date; brought in line for new servers: {}.",
+                        refreshed.join(", ")
+                    )
+                }
+            }
             Done::Updated => format!(
                 "Updated agentsadm {from} to {to}{image}; the previous copy is kept for 'agentsadm self-update --rollback', and new servers get {to}."
             ),
             Done::AlreadyInstalled => {
-                let refreshed: Vec<&str> = [
-                    (self.imported, "the datacenter IMGAPI"),
-                    (self.sapi_default_set, "SAPI's default"),
-                    (self.usbkey_copy_refreshed, "the USB key copy"),
-                ]
-                .into_iter()
-                .filter_map(|(done, what)| done.then_some(what))
-                .collect();
+                let refreshed = self.refreshed();
                 let rest = if refreshed.is_empty() {
                     "new servers get it too; nothing to do".to_string()
                 } else {
@@ -101,7 +117,11 @@ pub async fn execute(
         warnings: plan.notes.clone(),
     };
     match &plan.action {
-        Action::UpToDate { .. } => {}
+        Action::UpToDate { .. } => {
+            // What an interrupted run left to do: new servers get what is
+            // installed here.
+            up_to_date(env, &c, &mut outcome).await?;
+        }
         Action::Install {
             image,
             origin,
@@ -126,6 +146,10 @@ pub async fn execute(
                 outcome.warnings.extend(r.warnings.clone());
                 failed("installing", &r)?;
                 outcome.done = Done::Updated;
+                agentsadm_gz::test_checkpoint(
+                    env.settings.knob(Knob::CrashAt).as_deref(),
+                    "self-update-installed",
+                );
             }
             outcome.to = Installed {
                 image: Some(image.uuid),
@@ -137,6 +161,9 @@ pub async fn execute(
                 }
                 outcome.sapi_default_set = set_default(env.sapi, service, image.uuid).await?;
                 outcome.usbkey_copy_refreshed = refresh_copy(&env.settings.root).await?;
+                if *installed {
+                    report_here(env).await?;
+                }
                 Ok::<_, SelfUpdateError>(())
             };
             finish.await.map_err(|err| SelfUpdateError::Unfinished {
@@ -174,6 +201,55 @@ pub async fn execute(
         }
     }
     Ok(outcome)
+}
+
+/// Nothing newer to install: make sure new servers get the installed
+/// image (when the datacenter IMGAPI has it) and binary.
+async fn up_to_date(
+    env: &SelfUpdateEnv<'_>,
+    c: &Component,
+    outcome: &mut SelfUpdateOutcome,
+) -> Result<(), SelfUpdateError> {
+    if let Some(image) = outcome.to.image {
+        match env.dc.get_image(image).await {
+            Ok(_) => {
+                let service = ensure_service(env.sapi, c).await?;
+                outcome.sapi_default_set = set_default(env.sapi, service, image).await?;
+            }
+            Err(e) if e.is_not_found() => outcome.warnings.push(format!(
+                "the installed agentsadm image {image} is not in the datacenter IMGAPI {}, so new servers cannot get it: run 'agentsadm self-update' with its file",
+                env.dc.base_url()
+            )),
+            Err(err) => {
+                return Err(SelfUpdateError::List {
+                    source_label: env.dc.base_url().to_string(),
+                    err: Box::new(err),
+                });
+            }
+        }
+    }
+    outcome.usbkey_copy_refreshed = refresh_copy(&env.settings.root).await?;
+    report_here(env).await
+}
+
+/// Post this server's installed set to CNAPI (`server.agents`): after a
+/// run killed between the install and its report, CNAPI still lists the
+/// copy that was replaced.
+async fn report_here(env: &SelfUpdateEnv<'_>) -> Result<(), SelfUpdateError> {
+    if env.settings.no_cnapi {
+        return Ok(());
+    }
+    let session = agentsadm_gz::session::GzSession::open(env.settings.clone(), false)
+        .await
+        .map_err(|err| SelfUpdateError::Local { err })?;
+    let report = session.report().await;
+    session
+        .post(&report)
+        .await
+        .map_err(|err| SelfUpdateError::Cnapi {
+            server: session.server(),
+            err: Box::new(err),
+        })
 }
 
 /// The installer's failure, if the run failed.
@@ -327,7 +403,10 @@ async fn refresh_copy(root: &Path) -> Result<bool, SelfUpdateError> {
 
 fn write_executable(dst: &Path, bytes: &[u8]) -> std::io::Result<()> {
     use std::os::unix::fs::OpenOptionsExt;
-    let dir = dst.parent().map(Path::to_path_buf).unwrap_or_else(|| PathBuf::from("."));
+    let dir = dst
+        .parent()
+        .map(Path::to_path_buf)
+        .unwrap_or_else(|| PathBuf::from("."));
     std::fs::create_dir_all(&dir)?;
     let tmp = dir.join(format!(".agentsadm.{:08x}.new", rand_suffix()));
     let written = (|| {

@@ -28,6 +28,11 @@
 //!
 //! `--rollback` puts back the copy the last self-update (or upgrade)
 //! replaced (`gz rollback agentsadm`), and points step 4 at it.
+//!
+//! Planning changes nothing (`-n` stops there), except that, as every
+//! agentsadm run on a server, it first finishes or undoes a transaction a
+//! killed run left. The test checkpoint `self-update-installed` (after the
+//! install, before step 4) joins the installer's.
 
 pub mod choose;
 mod execute;
@@ -102,9 +107,17 @@ pub struct Installed {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "kebab-case", tag = "kind")]
 pub enum Origin {
-    Dc { url: String },
-    Updates { url: String, channel: Option<String> },
-    File { file: PathBuf, manifest: PathBuf },
+    Dc {
+        url: String,
+    },
+    Updates {
+        url: String,
+        channel: Option<String>,
+    },
+    File {
+        file: PathBuf,
+        manifest: PathBuf,
+    },
 }
 
 impl Origin {
@@ -156,34 +169,31 @@ pub struct SelfUpdatePlan {
 }
 
 impl SelfUpdatePlan {
-    /// One line: what the plan would do.
+    /// One line: what the plan would do (`-n`).
     pub fn describe(&self) -> String {
         let from = shown(&self.current.version);
+        let copy = self.usbkey_copy.display();
         match &self.action {
-            Action::UpToDate { looked_in } => {
-                format!("agentsadm {from} is up to date: nothing newer in {looked_in}.")
-            }
+            Action::UpToDate { looked_in } => format!(
+                "agentsadm {from} is up to date: nothing newer in {looked_in}; would make sure new servers get it (SAPI service agentsadm, {copy})."
+            ),
             Action::Install {
                 image,
                 installed: true,
                 ..
             } => format!(
-                "agentsadm {} (image {}) is installed: make sure new servers get it (SAPI service agentsadm, {}).",
-                image.version,
-                image.uuid,
-                self.usbkey_copy.display()
+                "agentsadm {} (image {}) is installed; would make sure new servers get it (SAPI service agentsadm, {copy}).",
+                image.version, image.uuid
             ),
             Action::Install { image, origin, .. } => format!(
-                "update agentsadm {from} to {} (image {}, from {}), keeping the previous copy for --rollback; new servers get it (SAPI service agentsadm, {}).",
+                "Would update agentsadm {from} to {} (image {}, from {}), keep the previous copy for --rollback, and give new servers the new one (SAPI service agentsadm, {copy}).",
                 image.version,
                 image.uuid,
-                origin.describe(),
-                self.usbkey_copy.display()
+                origin.describe()
             ),
             Action::Rollback { version, .. } => format!(
-                "roll agentsadm back from {from} to {}; new servers get it (SAPI service agentsadm, {}).",
-                shown(version),
-                self.usbkey_copy.display()
+                "Would roll agentsadm back from {from} to {}, and give new servers that one (SAPI service agentsadm, {copy}).",
+                shown(version)
             ),
         }
     }
@@ -266,7 +276,9 @@ pub enum SelfUpdateError {
         #[source]
         err: Box<ApiError>,
     },
-    #[error("{what} agentsadm on this headnode failed ({step}: {message}); the copy that was installed is still in place")]
+    #[error(
+        "{what} agentsadm on this headnode failed ({step}: {message}); the copy that was installed is still in place"
+    )]
     Install {
         what: &'static str,
         step: String,
@@ -278,11 +290,19 @@ pub enum SelfUpdateError {
         #[source]
         err: std::io::Error,
     },
-    #[error("SAPI has no sdc application to add the agentsadm service to; is this datacenter set up?")]
+    #[error(
+        "SAPI has no sdc application to add the agentsadm service to; is this datacenter set up?"
+    )]
     NoSdcApplication,
     #[error("cannot {what} in SAPI")]
     Sapi {
         what: String,
+        #[source]
+        err: Box<ApiError>,
+    },
+    #[error("cannot report what server {server} has installed to CNAPI")]
+    Cnapi {
+        server: ServerUuid,
         #[source]
         err: Box<ApiError>,
     },
@@ -292,9 +312,7 @@ pub enum SelfUpdateError {
         #[source]
         err: std::io::Error,
     },
-    #[error(
-        "{done}, but new servers do not get it yet; run the same command again to finish"
-    )]
+    #[error("{done}, but new servers do not get it yet; run the same command again to finish")]
     Unfinished {
         done: String,
         #[source]
@@ -319,7 +337,10 @@ pub async fn plan(
     allow: Allow,
 ) -> Result<SelfUpdatePlan, SelfUpdateError> {
     let c = component(&env.settings)?;
-    let session = GzSession::open(env.settings.clone(), false)
+    // Locked, as every run on a server: a transaction an earlier run left
+    // (a killed self-update) is finished or undone before anything is
+    // read. The lock is let go before `execute`, whose install takes it.
+    let session = GzSession::open(env.settings.clone(), true)
         .await
         .map_err(|err| SelfUpdateError::Local { err })?;
     if !session.headnode() {
@@ -358,11 +379,23 @@ pub async fn plan(
         Target::Latest => latest_action(env, current_key.as_ref(), allow, &mut notes).await?,
         Target::Image(spec) => {
             let (image, origin) = find(env, &c, spec).await?;
-            explicit_action(&current, (current_key.as_ref(), &from), image, origin, allow)?
+            explicit_action(
+                &current,
+                (current_key.as_ref(), &from),
+                image,
+                origin,
+                allow,
+            )?
         }
         Target::File(path) => {
             let (image, origin) = from_file(path).await?;
-            explicit_action(&current, (current_key.as_ref(), &from), image, origin, allow)?
+            explicit_action(
+                &current,
+                (current_key.as_ref(), &from),
+                image,
+                origin,
+                allow,
+            )?
         }
     };
     Ok(SelfUpdatePlan {
