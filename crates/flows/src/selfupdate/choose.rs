@@ -24,8 +24,7 @@ impl VersionKey {
         let semver = parse_agent_version(version)?;
         let built = version
             .split('-')
-            .filter(|f| is_timestamp(f))
-            .next_back()
+            .rfind(|f| is_timestamp(f))
             .unwrap_or_default()
             .to_string();
         Some(VersionKey { semver, built })
