@@ -88,13 +88,17 @@ endif
 		--out $(BUILD)
 
 .PHONY: publish
-publish: release
+publish: check-bits-dir release
+	mkdir -p $(BITS_DIR)/$(NAME)
+	cp $(RELEASE_TARBALL) $(RELEASE_MANIFEST) $(BITS_DIR)/$(NAME)/
+
+# Before the build, not after it.
+.PHONY: check-bits-dir
+check-bits-dir:
 	@if [ -z "$(BITS_DIR)" ]; then \
 		echo "error: 'BITS_DIR' must be set for 'publish' target" >&2; \
 		exit 1; \
 	fi
-	mkdir -p $(BITS_DIR)/$(NAME)
-	cp $(RELEASE_TARBALL) $(RELEASE_MANIFEST) $(BITS_DIR)/$(NAME)/
 
 .PHONY: clean
 clean:
