@@ -10,7 +10,9 @@
 //!   change nothing: SAPI, CNAPI, IMGAPI, the headnode's files and a file
 //!   outside it;
 //! - SIGKILL at each step leaves a binary that runs, and the same command
-//!   run again finishes the job.
+//!   run again finishes the job;
+//! - `update agentsadm` rolls it out to every server like any component,
+//!   and a second plan has nothing to do.
 
 use std::os::unix::process::ExitStatusExt;
 use std::path::Path;
@@ -450,4 +452,45 @@ async fn sigkill_during_self_update_leaves_a_binary_that_runs() {
         assert_new_servers_get(&dc, &hn, &v2);
         dc.shutdown().await;
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn update_agentsadm_rolls_out_to_every_server_and_converges() {
+    let dc = dc().await;
+    let (_, v2) = images_of(&dc);
+    let env = dc_env(&dc);
+    let run = agentsadm(
+        &["update", "agentsadm", "--latest", "-C", "dev", "-y"],
+        &env,
+    )
+    .await;
+    assert_eq!(
+        run.code,
+        Some(0),
+        "stdout={} stderr={}",
+        run.stdout,
+        run.stderr
+    );
+    for s in dc.servers() {
+        let agents = dc.server_agents(s.uuid);
+        let me = agents.iter().find(|a| a.name == "agentsadm").unwrap();
+        assert_eq!(me.image_uuid, Some(v2.uuid), "{}", s.hostname);
+        assert_eq!(me.version, v2.version, "{}", s.hostname);
+        assert_eq!(
+            runs(&s.root),
+            format!("agentsadm {}", v2.version),
+            "{}",
+            s.hostname
+        );
+    }
+    assert_eq!(dc.default_image("agentsadm"), Some(v2.uuid));
+    // Planned again: nothing left to do.
+    let run = agentsadm(
+        &["update", "agentsadm", "--latest", "-C", "dev", "-n"],
+        &env,
+    )
+    .await;
+    assert_eq!(run.code, Some(0), "{}", run.stderr);
+    assert!(run.stdout.contains("Nothing to do."), "{}", run.stdout);
+    dc.shutdown().await;
 }

@@ -297,8 +297,13 @@ async fn upload(
         Err(e) => return Err(err(e)),
     }
     let Some(entry) = image.file().cloned() else {
-        // The install verified the file against this very manifest.
-        unreachable!("an installed image has a file");
+        return Err(SelfUpdateError::File {
+            file: file.display().to_string(),
+            err: agentsadm_gz::fetch::FetchError::NoFile {
+                uuid: image.uuid,
+                name: image.name.clone(),
+            },
+        });
     };
     let bytes = tokio::fs::read(file)
         .await

@@ -523,13 +523,19 @@ async fn from_file(path: &std::path::Path) -> Result<(ImageManifest, Origin), Se
         file: path.display().to_string(),
         err,
     };
-    let source = ImageSource::from_arg(&path.to_string_lossy()).map_err(file_err)?;
+    let arg = path.to_string_lossy().into_owned();
+    let (file, manifest) = match ImageSource::from_arg(&arg).map_err(file_err)? {
+        ImageSource::File { file, manifest } => (file, manifest),
+        // A UUID that is not a file here: not what this caller meant.
+        ImageSource::Imgapi(_) => return Err(file_err(FetchError::NoSuchImage { arg })),
+    };
+    let source = ImageSource::File {
+        file: file.clone(),
+        manifest: manifest.clone(),
+    };
     let resolved = agentsadm_gz::fetch::resolve(&source, None)
         .await
         .map_err(file_err)?;
-    let ImageSource::File { file, manifest } = source else {
-        unreachable!("a path resolves to a file source");
-    };
     Ok((resolved.manifest, Origin::File { file, manifest }))
 }
 
