@@ -5,6 +5,8 @@
 //! - `adopt`: adoption planning (pure);
 //! - `list`: the rows of `agentsadm list` and its summary (pure);
 //! - `adopt_sapi`: adoption against SAPI's real re-create rules (sim);
+//! - `cnapi_real`: the transport against a CNAPI and cn-agent that behave
+//!   as the real ones (execute modes, Ur, removals, lost task results);
 //! - `exec`: the executor, outliers, stragglers and the lock on the fake
 //!   datacenter, with a paused clock;
 //! - `fence`: a plan changed between the prompt and execution is shown
@@ -22,6 +24,8 @@
 mod adopt;
 #[path = "orch_suite/adopt_sapi.rs"]
 mod adopt_sapi;
+#[path = "orch_suite/cnapi_real.rs"]
+mod cnapi_real;
 #[path = "orch_suite/exec.rs"]
 mod exec;
 #[path = "orch_suite/fence.rs"]

@@ -6,6 +6,8 @@
 //! - `api_faults`: the clients' retries, timeouts and error bodies against
 //!   injected faults;
 //! - `gz`: the real GZ installer behind the simulator (both layouts);
+//! - `outages`: CNAPI restarts, cn-agent's task history and restarts, Ur
+//!   down and Ur's reports, VMAPI down (issue 20);
 //! - `serve`: `agentsadm sim serve` / `sim publish`, persistence, scale;
 //! - `strict`: where the simulator is as strict as the real services
 //!   (issue 13).
@@ -17,6 +19,8 @@ mod sim_common;
 mod api_faults;
 #[path = "sim_suite/gz.rs"]
 mod gz;
+#[path = "sim_suite/outages.rs"]
+mod outages;
 #[path = "sim_suite/quirks.rs"]
 mod quirks;
 #[path = "sim_suite/serve.rs"]

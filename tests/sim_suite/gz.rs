@@ -39,7 +39,7 @@ async fn gz_env(dc: &SimDc, server: &SimServer, args: &[&str], env: &[(&str, &st
         .iter()
         .map(|(k, v)| (k.to_string(), v.to_string()))
         .collect();
-    let req = gz_execute_request(&argv, env, Duration::from_secs(30));
+    let req = gz_execute_request(&argv, env);
     let r = dc
         .apis()
         .cnapi
@@ -310,7 +310,6 @@ async fn cn_agent_through_execute_hands_itself_to_agentsadm_install() {
             "--json".into(),
         ],
         Default::default(),
-        Duration::from_secs(30),
     );
     let mut req = req;
     req.timeout = None;

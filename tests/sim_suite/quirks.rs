@@ -518,13 +518,37 @@ async fn imgapi_admin_import_from_the_updates_server() {
 async fn sapi_v1_hides_agents_and_type() {
     let dc = small_dc(1).await;
     let s = &dc.urls().sapi;
-    assert_eq!(get(&format!("{s}/instances")).await.json(), json!([]));
-    assert_eq!(get(&format!("{s}/services")).await.json(), json!([]));
+    // v1 sees only vm objects: CNAPI's service and instance.
+    let names = |v: serde_json::Value| -> Vec<String> {
+        v.as_array()
+            .unwrap()
+            .iter()
+            .map(|o| {
+                o["params"]["alias"]
+                    .as_str()
+                    .or(o["name"].as_str())
+                    .unwrap()
+                    .to_string()
+            })
+            .collect()
+    };
+    assert_eq!(
+        names(get(&format!("{s}/instances")).await.json()),
+        ["cnapi0"]
+    );
+    assert_eq!(names(get(&format!("{s}/services")).await.json()), ["cnapi"]);
     let explicit = get(&format!("{s}/instances?type=agent")).await.json();
     assert!(!explicit.as_array().unwrap().is_empty());
     assert!(explicit[0].get("type").is_none(), "no type for v1");
     let v2 = get_v2(&format!("{s}/instances")).await.json();
-    assert_eq!(v2[0]["type"], "agent");
+    let types: Vec<&str> = v2
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| i["type"].as_str().unwrap())
+        .collect();
+    assert_eq!(types.iter().filter(|t| **t == "vm").count(), 1);
+    assert!(types.contains(&"agent"));
     // The client sends ~2 and sees types.
     let svcs = dc.apis().sapi.list_agent_services().await.unwrap();
     assert_eq!(svcs.len(), dc.catalog().len());
@@ -1202,7 +1226,6 @@ async fn cnapi_execute_runs_gz_commands_and_nothing_else() {
     let req = gz_execute_request(
         &["gz".into(), "report".into(), "--json".into()],
         Default::default(),
-        Duration::from_secs(30),
     );
     let r = cnapi
         .execute(cn.uuid, &req, Duration::from_secs(30))
@@ -1224,7 +1247,6 @@ async fn cnapi_execute_runs_gz_commands_and_nothing_else() {
             "--json".into(),
         ],
         Default::default(),
-        Duration::from_secs(30),
     );
     let r = cnapi
         .execute(cn.uuid, &req, Duration::from_secs(30))
@@ -1268,7 +1290,6 @@ async fn cnapi_execute_runs_gz_commands_and_nothing_else() {
             "--inside-cn-agent".into(),
         ],
         Default::default(),
-        Duration::from_secs(30),
     );
     let r = cnapi
         .execute(cn.uuid, &req, Duration::from_secs(30))
@@ -1315,7 +1336,6 @@ async fn cnapi_execute_runs_gz_commands_and_nothing_else() {
     let body = serde_json::to_value(gz_execute_request(
         &["gz".into(), "report".into(), "--json".into()],
         Default::default(),
-        Duration::from_secs(30),
     ))
     .unwrap();
     let j = raw(Method::POST, &url, &[], Some(body.clone()))
@@ -1338,29 +1358,34 @@ async fn cnapi_execute_runs_gz_commands_and_nothing_else() {
 }
 
 #[tokio::test]
-async fn cnapi_execute_through_ur_refuses_timeout_and_the_client_copes() {
+async fn cnapi_execute_through_ur_with_timeout_kills_cnapi_and_the_client_never_sends_it() {
     let dc = SimDc::start(
         SimConfig::default()
             .servers(1)
-            .execute_transport(ExecuteTransport::Ur),
+            .execute_transport(ExecuteTransport::Ur)
+            .cnapi_restart(Duration::from_millis(200)),
     )
     .await
     .unwrap();
     let cn = dc.server("cn0001").unwrap();
-    let req = gz_execute_request(
-        &["gz".into(), "report".into()],
-        Default::default(),
-        Duration::from_secs(30),
-    );
+    let mut req = gz_execute_request(&["gz".into(), "report".into()], Default::default());
+    req.timeout = Some(30_000);
     let raw_r = raw(
         Method::POST,
         &format!("{}/servers/{}/execute", dc.urls().cnapi, cn.uuid),
         &[],
         Some(serde_json::to_value(&req).unwrap()),
     )
-    .await
-    .unwrap();
-    assert_eq!(raw_r.status, 409);
+    .await;
+    assert!(raw_r.is_err(), "the connection drops: {raw_r:?}");
+    assert_eq!(dc.cnapi_crashes(), 1);
+    // The client's execute never sends `timeout` unless told the server is
+    // in cn-agent mode, whatever the request says.
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while dc.cnapi_down() {
+        assert!(std::time::Instant::now() < deadline);
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
     let r = dc
         .apis()
         .cnapi
@@ -1368,6 +1393,8 @@ async fn cnapi_execute_through_ur_refuses_timeout_and_the_client_copes() {
         .await
         .unwrap();
     assert_eq!(r.exit_status, 0);
+    assert_eq!(dc.cnapi_crashes(), 1);
+    assert_eq!(dc.executes().last().unwrap().timeout, None);
     dc.shutdown().await;
 }
 
@@ -1398,13 +1425,20 @@ async fn cnapi_uninstall_agents_and_old_cn_agent_precondition() {
         .get_instance(relay.uuid.unwrap())
         .await
         .unwrap();
-    let mut old = SimConfig::default().servers(1);
-    old.uninstall_min_cn_agent = "2.8.0".into();
-    let dc2 = SimDc::start(old).await.unwrap();
-    let cn = dc2.server("cn0001").unwrap();
-    let err = dc2
-        .apis()
-        .cnapi
+    // The seeded cn-agent is on the real 2.x line, at the floor.
+    let cn_agent = |dc: &SimDc| {
+        dc.server_agents(cn.uuid)
+            .into_iter()
+            .find(|a| a.name == "cn-agent")
+    };
+    assert!(cn_agent(&dc).unwrap().version.starts_with("2.8.0-"));
+    // An older cn-agent: 412.
+    let mut agents = dc.server_agents(cn.uuid);
+    for a in agents.iter_mut().filter(|a| a.name == "cn-agent") {
+        a.version = "2.7.1".into();
+    }
+    cnapi.update_server_agents(cn.uuid, &agents).await.unwrap();
+    let err = cnapi
         .uninstall_agents(cn.uuid, &["vm-agent".to_string()])
         .await
         .unwrap_err();
@@ -1412,8 +1446,24 @@ async fn cnapi_uninstall_agents_and_old_cn_agent_precondition() {
         code_of(&err),
         (Some(412), Some("PreconditionFailed".into()))
     );
+    let ApiError::Status { body, .. } = &err else {
+        panic!()
+    };
+    assert!(
+        body.message.contains("require at least cn-agent v2.8.0"),
+        "{body:?}"
+    );
+    assert_eq!(dc.cnapi_crashes(), 0);
+    // No cn-agent entry at all: formatting the refusal throws, CNAPI dies.
+    agents.retain(|a| a.name != "cn-agent");
+    cnapi.update_server_agents(cn.uuid, &agents).await.unwrap();
+    let err = cnapi
+        .uninstall_agents(cn.uuid, &["vm-agent".to_string()])
+        .await
+        .unwrap_err();
+    assert!(err.is_unreachable(), "{err}");
+    assert_eq!(dc.cnapi_crashes(), 1);
     dc.shutdown().await;
-    dc2.shutdown().await;
 }
 
 #[tokio::test]

@@ -324,7 +324,7 @@ pub async fn live_report(
     config: &CheckConfig,
 ) -> Result<AgentsReport, LiveReportError> {
     let args: Vec<String> = ["gz", "report", "--json"].map(String::from).to_vec();
-    let request = gz_execute_request(&args, config.execute_env.clone(), config.live_timeout);
+    let request = gz_execute_request(&args, config.execute_env.clone());
     let result = cnapi
         .execute(server, &request, config.live_timeout)
         .await
@@ -505,7 +505,8 @@ pub async fn repair(
             apis.cnapi.clone(),
             catalog.clone(),
             options.transport.clone(),
-        );
+        )
+        .with_sapi(apis.sapi.clone());
         let executor = Executor {
             transport: &transport,
             store: &store,

@@ -14,6 +14,8 @@
 //!   [`store::IntentStore`] (SAPI), reporting to a [`report::Reporter`];
 //!   [`outlier`] decides about slow servers. The library draws nothing:
 //!   the command line turns the reporter's events into progress.
+//!   [`execmode`] tells how CNAPI execute reaches each server, and
+//!   [`recover`] settles tasks whose result CNAPI lost.
 //! - [`session`]: the above as one library call (CLI, demo, tests).
 //! - [`fence`]: execute only the plan that was shown and confirmed.
 //! - [`adopt`]: create agent services and instances for what servers report.
@@ -21,12 +23,14 @@
 //!   in-memory transport / SAPI for tests and benchmarks.
 
 pub mod adopt;
+pub mod execmode;
 pub mod execute;
 pub mod fence;
 pub mod gather;
 pub mod images;
 pub mod lock;
 pub mod outlier;
+pub mod recover;
 pub mod report;
 pub mod session;
 pub mod store;

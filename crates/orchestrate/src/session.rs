@@ -177,7 +177,8 @@ impl Session<'_> {
     ) -> Result<ExecReport, SessionError> {
         images::import(&self.apis.imgapi, &plan.imports).await?;
         let transport =
-            CnapiTransport::new(self.apis.cnapi.clone(), self.catalog.clone(), transport);
+            CnapiTransport::new(self.apis.cnapi.clone(), self.catalog.clone(), transport)
+                .with_sapi(self.apis.sapi.clone());
         let store = SapiIntentStore::new(self.apis.sapi.clone());
         let executor = Executor {
             transport: &transport,

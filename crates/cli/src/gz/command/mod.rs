@@ -22,10 +22,8 @@ use std::time::Duration;
 use clap::error::{ContextKind, ContextValue, ErrorKind};
 use clap::parser::ValueSource;
 use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand, ValueEnum};
-use tracing::instrument::WithSubscriber;
 
 use agentsadm_api::ApiConfig;
-use agentsadm_api::cnapi::ExecuteResult;
 use agentsadm_api::remote::GzFailure;
 use agentsadm_api::remote::GzResult;
 use agentsadm_platform::Platform;
@@ -321,7 +319,19 @@ fn parse(argv: &[String]) -> Result<(Invocation, clap::ArgMatches), ParseFailure
 pub async fn run(global: &GlobalArgs, args: GzArgs) -> u8 {
     let mut printer = Printer::terminal(global.json, global.quiet);
     let argv: Vec<String> = std::env::args().skip(1).collect();
-    execute(global, args, BTreeMap::new(), argv, None, &mut printer).await
+    exit_status(execute(global, args, BTreeMap::new(), argv, None, &mut printer).await)
+}
+
+/// The exit status `agentsadm gz` reports: never
+/// [`agentsadm_api::remote::UR_REBOOT_EXIT_STATUS`], which Ur, the way
+/// CNAPI execute usually reaches a server, answers as success before
+/// rebooting the server.
+fn exit_status(code: u8) -> u8 {
+    if i32::from(code) == agentsadm_api::remote::UR_REBOOT_EXIT_STATUS {
+        1
+    } else {
+        code
+    }
 }
 
 /// Run `agentsadm <argv...>` (a `gz` command) in this process with `env`
@@ -330,18 +340,25 @@ pub async fn run(global: &GlobalArgs, args: GzArgs) -> u8 {
 /// different roots; runs for the same root wait for each other (the server
 /// lock). No global state is touched: logging with `--log-file` goes to a
 /// subscriber scoped to this call.
-pub async fn run_captured(argv: Vec<String>, env: BTreeMap<String, String>) -> ExecuteResult {
+#[cfg(feature = "in-process")]
+pub async fn run_captured(
+    argv: Vec<String>,
+    env: BTreeMap<String, String>,
+) -> agentsadm_api::cnapi::ExecuteResult {
     run_captured_on(argv, env, None).await
 }
 
 /// [`run_captured`] with the GZ's [`Platform`] given instead of the one the
 /// root implies: the simulator's rooted servers hand cn-agent's own
 /// replacement to a simulated agentsadm-install service this way.
+#[cfg(feature = "in-process")]
 pub async fn run_captured_on(
     argv: Vec<String>,
     env: BTreeMap<String, String>,
     platform: Option<Arc<dyn Platform>>,
-) -> ExecuteResult {
+) -> agentsadm_api::cnapi::ExecuteResult {
+    use agentsadm_api::cnapi::ExecuteResult;
+    use tracing::instrument::WithSubscriber;
     let failed = |stderr: String| ExecuteResult {
         exit_status: 1,
         stdout: String::new(),
@@ -402,7 +419,7 @@ pub async fn run_captured_on(
     };
     let (stdout, stderr) = printer.take();
     ExecuteResult {
-        exit_status: code as i32,
+        exit_status: i32::from(exit_status(code)),
         stdout,
         stderr,
     }
@@ -653,17 +670,18 @@ async fn run_job(
 mod tests {
     use super::*;
 
-    fn assert_send<T: Send>(_: &T) {}
-
     /// The simulator spawns these on a multi-threaded runtime.
+    #[cfg(feature = "in-process")]
     #[test]
     fn entry_points_are_send() {
+        fn assert_send<T: Send>(_: &T) {}
         let f = run_captured(Vec::new(), BTreeMap::new());
         assert_send(&f);
         let g = agentsadm_gz::install(GzSettings::new("/nonexistent"), &[]);
         assert_send(&g);
     }
 
+    #[cfg(feature = "in-process")]
     #[tokio::test]
     async fn captured_runs_report_usage_errors() {
         let r = run_captured(vec!["gz".into(), "frobnicate".into()], BTreeMap::new()).await;
@@ -672,8 +690,20 @@ mod tests {
         let r = run_captured(vec!["list".into()], BTreeMap::new()).await;
         assert_eq!(r.exit_status, 1);
         assert!(r.stderr.contains("only `agentsadm gz"), "{}", r.stderr);
+    }
+
+    #[test]
+    fn durations_are_seconds_or_humantime() {
         assert_eq!(parse_duration("90").unwrap(), Duration::from_secs(90));
         assert_eq!(parse_duration("5m").unwrap(), Duration::from_secs(300));
         assert!(parse_duration("soon").is_err());
+    }
+
+    #[test]
+    fn gz_never_exits_with_urs_reboot_status() {
+        assert_eq!(exit_status(113), 1);
+        for code in [0u8, 1, 2, 3, 112, 114, 255] {
+            assert_eq!(exit_status(code), code);
+        }
     }
 }
