@@ -18,7 +18,6 @@ use agentsadm_orchestrate::lock::LockRecord;
 use agentsadm_orchestrate::lock::LockStore;
 use agentsadm_orchestrate::outlier::OutlierPolicy;
 use agentsadm_orchestrate::report::ExecReport;
-use agentsadm_orchestrate::report::RecordingReporter;
 use agentsadm_orchestrate::report::ServerStatus;
 use agentsadm_orchestrate::report::StepStatus;
 use agentsadm_plan::ImageRef;
@@ -32,6 +31,7 @@ use agentsadm_plan::RolloutPolicy;
 use agentsadm_plan::TransportMode;
 use agentsadm_plan::plan;
 use agentsadm_sim::fake::FakeDc;
+use agentsadm_sim::recording::RecordingReporter;
 use agentsadm_sim::testkit::ExampleDc;
 use agentsadm_sim::testkit::request;
 
@@ -430,9 +430,9 @@ impl agentsadm_orchestrate::store::IntentStore for FailingStore {
     ) -> futures::future::BoxFuture<'a, Result<(), agentsadm_orchestrate::store::IntentWriteError>>
     {
         Box::pin(async {
-            Err(agentsadm_orchestrate::store::IntentWriteError::Injected {
-                message: "SAPI is down".into(),
-            })
+            Err(agentsadm_sim::fake::sapi_unavailable(
+                "set the service default",
+            ))
         })
     }
 }

@@ -19,7 +19,6 @@ use agentsadm_orchestrate::execute::default_canary;
 use agentsadm_orchestrate::execute::pick_canaries;
 use agentsadm_orchestrate::report::ExecReport;
 use agentsadm_orchestrate::report::Halted;
-use agentsadm_orchestrate::report::RecordingReporter;
 use agentsadm_plan::Operation;
 use agentsadm_plan::Plan;
 use agentsadm_plan::PlanOptions;
@@ -29,6 +28,7 @@ use agentsadm_plan::RolloutPolicy;
 use agentsadm_plan::TransportMode;
 use agentsadm_plan::plan;
 use agentsadm_sim::fake::FakeDc;
+use agentsadm_sim::recording::RecordingReporter;
 use agentsadm_sim::testkit::ExampleDc;
 use agentsadm_sim::testkit::request;
 

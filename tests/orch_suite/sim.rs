@@ -643,10 +643,10 @@ async fn an_unhealthy_build_is_reverted_on_the_server_and_in_sapi() {
 /// flight; the canaries come from different racks; the run converges.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn seeded_racks_are_never_over_their_limit() {
-    use agentsadm_orchestrate::report::RecordingReporter;
     use agentsadm_sim::faults::Distribution;
     use agentsadm_sim::faults::FaultConfig;
     use agentsadm_sim::faults::LatencySpec;
+    use agentsadm_sim::recording::RecordingReporter;
     let faults = FaultConfig {
         install_latency: LatencySpec {
             base_ms: 5,

@@ -105,7 +105,7 @@ pub trait Reporter: Send + Sync {
     fn event(&self, event: &ExecEvent<'_>);
 }
 
-pub use super::reporters::{LogReporter, RecordingReporter};
+pub use super::reporters::LogReporter;
 
 /// Ignores everything.
 #[derive(Clone, Copy, Debug, Default)]

@@ -205,10 +205,7 @@ impl FakeDc {
         reported: Option<InstanceUuid>,
     ) -> Result<(), IntentWriteError> {
         if self.faults().sapi_fail.contains(&server) {
-            return Err(IntentWriteError::Injected {
-                message: "SAPI PUT /instances returned HTTP 503: ServiceUnavailableError"
-                    .to_string(),
-            });
+            return Err(sapi_unavailable("update instance"));
         }
         let mut dc = self.dc();
         match change {
@@ -333,5 +330,20 @@ fn agent_install_failure() -> FailureStage {
     FailureStage::Task {
         task: "agent_install".to_string(),
         id: None,
+    }
+}
+
+/// A SAPI write refused as a SAPI that is down refuses it (HTTP 503), for
+/// fakes that fail writes: the product's own error, not a fake-only one.
+pub fn sapi_unavailable(what: &str) -> IntentWriteError {
+    IntentWriteError::Api {
+        what: what.to_string(),
+        err: Box::new(agentsadm_api::ApiError::Status {
+            api: agentsadm_api::Api::Sapi,
+            method: reqwest::Method::PUT,
+            path: "/instances".to_string(),
+            status: 503,
+            body: agentsadm_api::ErrorBody::new("ServiceUnavailableError", "SAPI is unavailable"),
+        }),
     }
 }
