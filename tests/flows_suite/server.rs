@@ -6,7 +6,6 @@
 //! still cleans SAPI.
 
 use std::collections::BTreeMap;
-use std::process::Command;
 use std::time::Duration;
 
 use agentsadm_api::sapi::Instance;
@@ -274,16 +273,7 @@ async fn refusals_for_the_headnode_and_servers_that_are_down() {
 }
 
 fn cli(dc: &SimDc, args: &[&str]) -> std::process::Output {
-    let urls = dc.urls();
-    let state = tempfile::tempdir().expect("state dir");
-    Command::new(env!("CARGO_BIN_EXE_agentsadm"))
-        .args(args)
-        .env("XDG_STATE_HOME", state.path())
-        .env("SAPI_URL", &urls.sapi)
-        .env("CNAPI_URL", &urls.cnapi)
-        .env("IMGAPI_URL", &urls.imgapi)
-        .output()
-        .expect("agentsadm runs")
+    crate::cli_common::agentsadm(dc).output_blocking(args)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -40,6 +40,9 @@ use agentsadm_plan::ServiceChange;
 use agentsadm_plan::Step;
 use agentsadm_plan::intent::Intent;
 use agentsadm_plan::reality::Reality;
+use agentsadm_plan::{
+    Plan, PlanOptions, PlanningInput, Request, ResolvedImages, RolloutPolicy, TransportMode,
+};
 use agentsadm_types::ids::InstanceUuid;
 use agentsadm_types::ids::ServerUuid;
 use agentsadm_types::ids::TaskId;
@@ -105,6 +108,25 @@ impl FakeDc {
     pub fn snapshot(&self) -> (Intent, Reality) {
         let dc = self.dc();
         (dc.intent(), dc.reality())
+    }
+
+    /// The plan for `request` on what the fake datacenter holds now, with
+    /// `rollout` (concurrency, canary, budget) decided in it.
+    pub fn plan(&self, request: &Request, images: &ResolvedImages, rollout: RolloutPolicy) -> Plan {
+        let (intent, reality) = self.snapshot();
+        let catalog = self.dc().catalog.clone();
+        agentsadm_plan::plan(&PlanningInput {
+            catalog: &catalog,
+            intent: &intent,
+            reality: &reality,
+            request,
+            options: PlanOptions {
+                transport: TransportMode::Auto,
+                rollout,
+            },
+            images,
+        })
+        .expect("the fake datacenter's request plans")
     }
 
     /// Every (server, component) a step completed for, in completion order.
