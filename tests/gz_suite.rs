@@ -20,6 +20,8 @@
 //! - `real_fixtures`: every real agent's SMF manifest and package.json read;
 //! - `symlinks`: links in a package never followed by chmod;
 //! - `claims`: bins, SMF manifests and services of other components refused;
+//! - `escapes`: nothing a hook starts (setsid, setpgid, double fork)
+//!   outlives it, after a failure, a success or a SIGKILL and recovery;
 //! - `txn_hostile`: hooks that delete staging, incomplete rollbacks, pending
 //!   journals in the report, atomic-write leftovers, kept copies checked;
 //! - `roots`: relative roots, no hooks for a rooted GZ on SmartOS, fetch flags.
@@ -37,6 +39,8 @@ mod claims;
 mod concurrency;
 #[path = "gz_suite/crash.rs"]
 mod crash;
+#[path = "gz_suite/escapes.rs"]
+mod escapes;
 #[path = "gz_suite/fetch.rs"]
 mod fetch;
 #[path = "gz_suite/handoff.rs"]

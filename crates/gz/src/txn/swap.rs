@@ -239,8 +239,8 @@ async fn run_hook(
     let (tx, rx) = tokio::sync::oneshot::channel();
     let record = async {
         match rx.await {
-            Ok(pgid) => {
-                journal.hook_groups.push(hooks::HookGroup::new(pgid));
+            Ok(group) => {
+                journal.hook_groups.push(group);
                 write_journal(env, journal).await
             }
             // No such hook, or it could not start.

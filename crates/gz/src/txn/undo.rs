@@ -26,7 +26,7 @@ pub async fn rollback(env: &TxnEnv<'_>, journal: &Journal) -> Vec<String> {
     // First whatever the new package's hooks left running: an orphaned
     // hook would go on writing into the tree being restored.
     for group in &journal.hook_groups {
-        if super::super::hooks::kill_group(group) {
+        if super::super::hooks::end_left(group) > 0 {
             tracing::warn!(component = %journal.component, pgid = group.pgid, "killed what was left of a hook");
         }
     }

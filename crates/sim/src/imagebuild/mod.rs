@@ -8,6 +8,7 @@
 //! from the real ones (dockerlogger and sdcadm are tarballs rather than shell
 //! archives; gz-tools also carries `gz-tools/image_uuid`) it is noted below.
 
+pub mod hostile;
 pub mod shar;
 
 use std::collections::BTreeMap;
