@@ -10,10 +10,8 @@
 //! the process contract (`ctrun -l child -o noorphan`) it runs in on
 //! SmartOS.
 
-use std::collections::BTreeMap;
-use std::os::unix::fs::PermissionsExt;
 use std::os::unix::process::ExitStatusExt;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Stdio;
 use std::time::Duration;
 
@@ -24,7 +22,6 @@ use agentsadm_gz::session::GzSettings;
 use agentsadm_sim::imagebuild;
 use agentsadm_sim::imagebuild::BuiltImage;
 use agentsadm_sim::imagebuild::hostile;
-use agentsadm_sim::standin::ImgapiStandIn;
 
 const STATE: &str = "opt/smartdc/agents/.agentsadm";
 /// How long the writers are given to show themselves once told to go:
@@ -33,82 +30,19 @@ const WATCH: Duration = Duration::from_secs(2);
 /// A checkpoint or a file is normally there in milliseconds.
 const REACH: Duration = Duration::from_secs(60);
 
-/// A server with vm-agent 1.0.0 installed through SAPI and CNAPI
-/// stand-ins, and a sentinel file outside its root.
+/// A guarded server with vm-agent 1.0.0 installed.
 struct Scene {
-    imgapi: ImgapiStandIn,
-    apis: Apis,
-    srv: TestServer,
-    outside: tempfile::TempDir,
-    sentinel: PathBuf,
-}
-
-/// What must not change: the root, SMF, the sentinel, SAPI's instances
-/// and the agents last reported to CNAPI.
-#[derive(Debug, PartialEq)]
-struct State {
-    root: BTreeMap<String, String>,
-    smf: BTreeMap<String, String>,
-    sentinel: (u32, Vec<u8>),
-    sapi: BTreeMap<String, serde_json::Value>,
-    cnapi: Option<serde_json::Value>,
+    g: Guarded,
 }
 
 impl Scene {
     async fn new() -> Scene {
-        let imgapi = ImgapiStandIn::start().await.unwrap();
-        let apis = Apis::start().await;
-        apis.add_service("vm-agent");
-        let srv = TestServer::new(false);
-        let outside = tempfile::tempdir().unwrap();
-        let sentinel = outside.path().join("secret");
-        std::fs::write(&sentinel, b"top secret\n").unwrap();
-        std::fs::set_permissions(&sentinel, std::fs::Permissions::from_mode(0o600)).unwrap();
         // Its uninstall hooks touch nothing outside the package (what
         // they would change there is not rolled back, by design).
         let mut v1 = spec("vm-agent", "1.0.0");
         v1.hooks.postuninstall = Some("true".into());
-        let v1 = imagebuild::build(&v1);
-        let scene = Scene {
-            imgapi,
-            apis,
-            srv,
-            outside,
-            sentinel,
-        };
-        ok(&scene.gz(&["install", &scene.publish(&v1)]).await);
-        scene
-    }
-
-    fn publish(&self, img: &BuiltImage) -> String {
-        self.imgapi.publish(img);
-        img.manifest.uuid.to_string()
-    }
-
-    fn env(&self) -> BTreeMap<String, String> {
-        self.apis.env(&self.imgapi.url())
-    }
-
-    async fn gz(&self, args: &[&str]) -> agentsadm_api::cnapi::ExecuteResult {
-        self.srv.gz(args, &self.env()).await
-    }
-
-    fn at(&self, name: &str) -> PathBuf {
-        self.outside.path().join(name)
-    }
-
-    fn state(&self) -> State {
-        let md = std::fs::metadata(&self.sentinel).unwrap();
-        let api = self.apis.state.lock().unwrap();
-        State {
-            root: snapshot(self.srv.root()),
-            smf: self.srv.smf_state(),
-            sentinel: (
-                md.permissions().mode() & 0o7777,
-                std::fs::read(&self.sentinel).unwrap(),
-            ),
-            sapi: api.instances.clone(),
-            cnapi: api.server_posts.last().map(|p| p["agents"].clone()),
+        Scene {
+            g: Guarded::new(&[imagebuild::build(&v1)]).await,
         }
     }
 
@@ -117,8 +51,8 @@ impl Scene {
     fn escaping(&self, then: &str) -> BuiltImage {
         let mut s = spec("vm-agent", "2.0.0");
         s.hooks.postinstall = Some(hostile::escaping_children(
-            &self.at("started"),
-            &self.at("go"),
+            &self.g.outside("started"),
+            &self.g.outside("go"),
             then,
         ));
         imagebuild::build(&s)
@@ -126,12 +60,11 @@ impl Scene {
 
     /// Let the escaped children (if any are alive) write, then check that
     /// the server is `want` and that they are all gone.
-    async fn assert_nothing_outlived(&self, want: &State, what: &str) {
-        let pids = hostile::escaped_pids(&self.at("started"));
+    async fn assert_nothing_outlived(&self, want: &Guard, what: &str) {
+        let pids = hostile::escaped_pids(&self.g.outside("started"));
         assert_eq!(pids.len(), 3, "{what}: the children did not all start");
-        std::fs::write(self.at("go"), b"").unwrap();
+        std::fs::write(self.g.outside("go"), b"").unwrap();
         tokio::time::sleep(WATCH).await;
-        let now = self.state();
         // Whatever the outcome, no process of this test is left behind.
         let alive: Vec<i32> = pids.iter().copied().filter(|p| alive(*p)).collect();
         for &pid in &alive {
@@ -139,8 +72,7 @@ impl Scene {
             // hook started (its pid, written by itself).
             unsafe { libc::kill(pid, libc::SIGKILL) };
         }
-        assert_same(&want.root, &now.root, what);
-        assert_eq!(want, &now, "{what}");
+        self.g.assert_unchanged(want, what);
         assert!(alive.is_empty(), "{what}: {alive:?} outlived the hook");
     }
 }
@@ -159,15 +91,15 @@ async fn a_failed_postinstall_leaves_nothing_running() {
         return;
     }
     let scene = Scene::new().await;
-    let before = scene.state();
+    let before = scene.g.state();
     let v2 = scene.escaping("exit 1");
-    let out = scene.gz(&["install", &scene.publish(&v2)]).await;
+    let out = scene.g.gz(&["install", &scene.g.publish(&v2)]).await;
     let msg = failed(&out);
     assert!(
         msg.starts_with("hook:postinstall: ") && msg.contains("rolled back"),
         "{msg}"
     );
-    scene.srv.assert_no_leftovers();
+    scene.g.srv.assert_no_leftovers();
     scene
         .assert_nothing_outlived(&before, "failed postinstall")
         .await;
@@ -180,9 +112,9 @@ async fn a_successful_postinstall_leaves_nothing_running() {
     }
     let scene = Scene::new().await;
     let v2 = scene.escaping("true");
-    ok(&scene.gz(&["install", &scene.publish(&v2)]).await);
+    ok(&scene.g.gz(&["install", &scene.g.publish(&v2)]).await);
     // Installed; what its postinstall started ended with it.
-    let after = scene.state();
+    let after = scene.g.state();
     scene
         .assert_nothing_outlived(&after, "successful postinstall")
         .await;
@@ -190,11 +122,11 @@ async fn a_successful_postinstall_leaves_nothing_running() {
 
 /// `agentsadm gz install <uuid>` as a real process, with the scene's
 /// APIs.
-fn spawn_install(scene: &Scene, uuid: &str) -> tokio::process::Child {
+fn spawn_install(g: &Guarded, uuid: &str) -> tokio::process::Child {
     tokio::process::Command::new(env!("CARGO_BIN_EXE_agentsadm"))
         .args(["gz", "install", uuid, "--root"])
-        .arg(scene.srv.root())
-        .envs(scene.env())
+        .arg(g.srv.root())
+        .envs(g.env())
         .env_remove("AGENTSADM_TEST_CRASH_AT")
         .env_remove("AGENTSADM_LOG")
         .stdin(Stdio::null())
@@ -229,17 +161,17 @@ async fn sigkill_mid_postinstall_then_recovery_leaves_nothing_running() {
         return;
     }
     let scene = Scene::new().await;
-    let before = scene.state();
+    let before = scene.g.state();
     let v2 = scene.escaping("sleep 60");
-    let mut child = spawn_install(&scene, &scene.publish(&v2));
+    let mut child = spawn_install(&scene.g, &scene.g.publish(&v2));
     // v1's preuninstall and postuninstall, v2's preinstall and postinstall.
-    let journal = scene.srv.at(&format!("{STATE}/journal/vm-agent.json"));
-    wait_for_hook(&scene.at("started"), &journal, 4).await;
+    let journal = scene.g.srv.at(&format!("{STATE}/journal/vm-agent.json"));
+    wait_for_hook(&scene.g.outside("started"), &journal, 4).await;
     child.start_kill().expect("SIGKILL delivered");
     let status = child.wait().await.unwrap();
     assert_eq!(status.signal(), Some(9), "{status:?}");
     // The next locked run recovers.
-    let mut settings = GzSettings::new(scene.srv.root());
+    let mut settings = GzSettings::new(scene.g.srv.root());
     settings.no_sapi = true;
     settings.no_cnapi = true;
     let mut session = GzSession::open(settings, true).await.unwrap();
@@ -248,7 +180,7 @@ async fn sigkill_mid_postinstall_then_recovery_leaves_nothing_running() {
         notes.iter().any(|n| n.contains("vm-agent")),
         "no recovery note: {notes:?}"
     );
-    scene.srv.assert_no_leftovers();
+    scene.g.srv.assert_no_leftovers();
     scene
         .assert_nothing_outlived(&before, "SIGKILL mid-postinstall, recovered")
         .await;

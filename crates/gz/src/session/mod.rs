@@ -542,6 +542,8 @@ impl GzSession {
             sapi: self.sapi_target(),
             catalog: &self.settings.catalog,
             gate: None,
+            others: None,
+            concurrent: &[],
         }
     }
 

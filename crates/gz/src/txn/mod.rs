@@ -45,12 +45,13 @@
 //! every transaction), `undo` (rollback), `recover` (journals a killed run
 //! left behind).
 //!
-//! Each hook runs in its own process group, journaled as it starts
-//! ([`Journal::hook_groups`]). Rollback (a failed step, or recovery of a
-//! `swapping` journal) first kills what is left of those groups (a hook
-//! orphaned by a kill of the installer would go on writing into the tree
-//! being restored), then undoes in reverse and keeps going past errors,
-//! reporting them: new links and files
+//! Each hook runs contained ([`super::hooks::contain`]: whatever it starts
+//! ends with it), journaled as it starts ([`Journal::hook_groups`]).
+//! Rollback (a failed step, or recovery of a `swapping` journal) first
+//! ends whatever is left of those hooks (a hook orphaned by a kill of the
+//! installer, and every process it started, would go on writing into the
+//! tree being restored), then undoes in reverse and keeps going past
+//! errors, reporting them: new links and files
 //! go, the old tree and files move back, the old links return, a newly
 //! created instance UUID file goes, the old SMF manifests are restored and
 //! re-imported, services the new version added are deleted, and each
@@ -71,6 +72,7 @@
 //! `after-health`, `after-adopt`, `committing`, `after-previous`.
 
 mod commit;
+mod manifests;
 mod recover;
 mod swap;
 mod undo;
@@ -179,8 +181,8 @@ pub struct Journal {
     /// rollback when empty), root-relative, shallowest first.
     pub created_dirs: Vec<String>,
     pub smf: SmfSnapshot,
-    /// The process group of each hook this transaction started (recorded
-    /// as it starts): a rollback kills what is left of them first.
+    /// Each hook this transaction started (recorded as it starts): a
+    /// rollback ends what is left of them first.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub hook_groups: Vec<super::hooks::HookGroup>,
 }
@@ -208,6 +210,13 @@ pub struct TxnEnv<'a> {
     pub catalog: &'a agentsadm_types::catalog::Catalog,
     /// The health gate after an install's SMF import (`None`: no gate).
     pub gate: Option<&'a super::health::HealthGate>,
+    /// What the other installed components claim (checked again right
+    /// before each SMF import; `None`: the namespace alone is checked).
+    pub others: Option<&'a BTreeMap<String, kinds::claims::Claims>>,
+    /// The components installing at the same time in this run: a manifest
+    /// named after one of them that appears during this transaction's
+    /// postinstall is that transaction's to check.
+    pub concurrent: &'a [String],
 }
 
 impl TxnEnv<'_> {
@@ -285,6 +294,15 @@ pub enum TxnError {
         /// The file existed and the postinstall left it as it was.
         stale: bool,
     },
+    /// A manifest the postinstall wrote that is not the component's to
+    /// write or to import.
+    #[error("{component}: the SMF manifest {manifest} was refused")]
+    ManifestRefused {
+        component: String,
+        manifest: String,
+        #[source]
+        err: kinds::claims::ClaimError,
+    },
     #[error("the new version of {component} is unhealthy")]
     Unhealthy {
         component: String,
@@ -304,7 +322,9 @@ impl TxnError {
             TxnError::LinkConflict { .. } | TxnError::Package { .. } => Step::Swap,
             TxnError::Journal { .. } => Step::Journal,
             TxnError::Unhealthy { .. } => Step::Unhealthy,
-            TxnError::ManifestNotWritten { .. } => Step::Hook(Hook::Postinstall),
+            TxnError::ManifestNotWritten { .. } | TxnError::ManifestRefused { .. } => {
+                Step::Hook(Hook::Postinstall)
+            }
         }
     }
 }
@@ -594,7 +614,7 @@ pub async fn install(
         .await
         .map_err(TxnFailure::before)?;
     env.checkpoint("after-journal");
-    let swapped = swap::swap_in(env, &mut journal, txn_dir, staged, instance).await;
+    let swapped = swap::swap_in(env, component, &mut journal, txn_dir, staged, instance).await;
     let outcome = swapped.map(|adoption| TxnOutcome {
         instance: Some(instance),
         adoption,

@@ -23,12 +23,18 @@ use super::txn_dir_of;
 
 /// Undo `journal`; returns what could not be undone.
 pub async fn rollback(env: &TxnEnv<'_>, journal: &Journal) -> Vec<String> {
-    // First whatever the new package's hooks left running: an orphaned
-    // hook would go on writing into the tree being restored.
-    for group in &journal.hook_groups {
-        if super::super::hooks::end_left(group) > 0 {
-            tracing::warn!(component = %journal.component, pgid = group.pgid, "killed what was left of a hook");
-        }
+    // First whatever the hooks left running: an orphaned hook, or what it
+    // started, would go on writing into the tree being restored.
+    let groups = journal.hook_groups.clone();
+    let killed = blocking(move || {
+        groups
+            .iter()
+            .map(super::super::hooks::end_left)
+            .sum::<usize>()
+    })
+    .await;
+    if killed > 0 {
+        tracing::warn!(component = %journal.component, killed, "killed what the hooks left running");
     }
     let paths = env.paths().clone();
     let j = journal.clone();
@@ -204,9 +210,9 @@ fn restore_manifest_files(
     let mut errors = Vec::new();
     for rel in &journal.smf.absent {
         let path = paths.at(rel);
-        if path.is_file()
-            && let Err(e) = fs::remove_file(&path)
-        {
+        // A file or a link (dangling or not) the transaction created.
+        let placed = fs::symlink_metadata(&path).is_ok_and(|m| !m.is_dir());
+        if placed && let Err(e) = fs::remove_file(&path) {
             errors.push(format!("remove {rel}: {e}"));
         }
     }
