@@ -24,6 +24,8 @@
 //!   outlives it, after a failure, a success or a SIGKILL and recovery;
 //! - `txn_hostile`: hooks that delete staging, incomplete rollbacks, pending
 //!   journals in the report, atomic-write leftovers, kept copies checked;
+//! - `written_manifests`: what a postinstall writes into apm's SMF
+//!   directory is checked before import and journaled; another's refused;
 //! - `roots`: relative roots, no hooks for a rooted GZ on SmartOS, fetch flags.
 
 #[path = "common/gz.rs"]
@@ -77,3 +79,5 @@ mod txn_hostile;
 mod unpack;
 #[path = "gz_suite/unpack_props.rs"]
 mod unpack_props;
+#[path = "gz_suite/written_manifests.rs"]
+mod written_manifests;

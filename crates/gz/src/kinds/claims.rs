@@ -48,10 +48,13 @@ pub enum ClaimError {
         owner: String,
     },
     #[error(
-        "the {component} package declares the SMF service {service}, outside {component}'s services ({allowed}); use an image built for {component}"
+        "the {component} package{} declares the SMF service {service}, outside {component}'s services ({allowed}); use an image built for {component}",
+        file.as_deref().map(|f| format!("'s SMF manifest {f}")).unwrap_or_default()
     )]
     OutsideNamespace {
         component: String,
+        /// The manifest that declares it, when one file is checked.
+        file: Option<String>,
         service: String,
         allowed: String,
     },
@@ -160,7 +163,7 @@ pub fn check_manifest(
         services: services.into_iter().collect(),
         ..Claims::default()
     };
-    check_services(catalog, component, &mine)?;
+    check_services(catalog, component, &mine, Some(shown))?;
     check_taken(component, &mine, others.unwrap_or(&BTreeMap::new()))
 }
 
@@ -240,7 +243,7 @@ pub fn check_staged(
     others: &BTreeMap<String, Claims>,
 ) -> Result<(), ClaimError> {
     let mine = staged_claims(component, staged)?;
-    check_services(catalog, component, &mine)?;
+    check_services(catalog, component, &mine, None)?;
     check_taken(component, &mine, others)
 }
 
@@ -249,6 +252,7 @@ fn check_services(
     catalog: &Catalog,
     component: &Component,
     mine: &Claims,
+    file: Option<&str>,
 ) -> Result<(), ClaimError> {
     for service in &mine.services {
         if !in_namespace(catalog, component, service) {
@@ -259,6 +263,7 @@ fn check_services(
                 .collect::<Vec<_>>();
             return Err(ClaimError::OutsideNamespace {
                 component: component.name.clone(),
+                file: file.map(str::to_string),
                 service: service.clone(),
                 allowed: if allowed.is_empty() {
                     "it has none".to_string()

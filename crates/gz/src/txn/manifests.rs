@@ -218,18 +218,25 @@ fn sort_out(
     Ok(out)
 }
 
-/// After the postinstall: journal every file it wrote (a rollback undoes
-/// them), refuse a file that is not the component's, check that it wrote
-/// each manifest its templates stand for, and add its own extra manifests
-/// to what is imported (their services snapshotted first, so a rollback
-/// deletes the new ones).
-pub(super) async fn after_postinstall(
+/// The names of the files in the SMF directory before the postinstall, as
+/// the journal keeps them: a run killed mid-postinstall leaves files it
+/// never saw, and the recovery's rollback removes the ones that are not
+/// another component's ([`strays`]).
+pub(super) fn listing(watch: &Watch) -> Vec<String> {
+    watch.before.keys().cloned().collect()
+}
+
+/// After the postinstall (whether it succeeded or not): journal every
+/// file it wrote, changed or deleted (a rollback undoes them) and add its
+/// own extra manifests to what is imported. Returns the refusal of a file
+/// that is not the component's, if it wrote one.
+pub(super) async fn journal_written(
     env: &TxnEnv<'_>,
     component: &Component,
     journal: &mut Journal,
     txn_dir: &Path,
     watch: Watch,
-) -> Result<(), TxnError> {
+) -> Result<(Watch, Option<TxnError>), TxnError> {
     let paths = env.paths().clone();
     let (catalog, me, concurrent) = (
         env.catalog.clone(),
@@ -262,8 +269,9 @@ pub(super) async fn after_postinstall(
     if !written.absent.is_empty() || !written.backed_up.is_empty() || !written.extras.is_empty() {
         write_journal(env, journal).await?;
     }
-    if let Some((file, owner)) = written.foreign {
-        return Err(TxnError::ManifestRefused {
+    let refused = written
+        .foreign
+        .map(|(file, owner)| TxnError::ManifestRefused {
             component: component.name.clone(),
             manifest: file.clone(),
             err: ClaimError::ForeignFile {
@@ -273,11 +281,45 @@ pub(super) async fn after_postinstall(
                 owner,
             },
         });
-    }
+    Ok((watch, refused))
+}
+
+/// After a successful postinstall: check that it wrote each manifest its
+/// templates stand for, and snapshot the services of what is about to be
+/// imported, so a rollback deletes the new ones.
+pub(super) async fn check_written(
+    env: &TxnEnv<'_>,
+    component: &Component,
+    journal: &mut Journal,
+    watch: Watch,
+) -> Result<(), TxnError> {
     let paths = env.paths().clone();
     let name = component.name.clone();
-    blocking(move || check_written(&paths, &name, &watch)).await?;
+    blocking(move || all_written(&paths, &name, &watch)).await?;
     snapshot_new_services(env, component, journal).await
+}
+
+/// Files in the SMF directory now that were not there before the
+/// postinstall (`before`, from the journal) and are named after
+/// `component` or no component: what a postinstall killed with the
+/// installer wrote. Blocking.
+pub fn strays(
+    paths: &GzPaths,
+    catalog: &Catalog,
+    component: &str,
+    before: &[String],
+) -> Vec<String> {
+    scan(paths)
+        .into_keys()
+        .filter(|rel| !before.contains(rel))
+        .filter(|rel| {
+            let name = Path::new(rel)
+                .file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_default();
+            claims::manifest_file_owner(catalog, &name).is_none_or(|c| c.name == component)
+        })
+        .collect()
 }
 
 /// Every manifest the templates stand for was written by the postinstall
@@ -285,7 +327,7 @@ pub(super) async fn after_postinstall(
 /// it knows). One missing, or left as it was before the postinstall ran,
 /// fails the install: importing a stale manifest, or one rendered with
 /// guessed values, would leave a service that cannot start.
-fn check_written(paths: &GzPaths, component: &str, watch: &Watch) -> Result<(), TxnError> {
+fn all_written(paths: &GzPaths, component: &str, watch: &Watch) -> Result<(), TxnError> {
     let now = scan(paths);
     for Expected { template, output } in &watch.expected {
         let is = now.get(output);

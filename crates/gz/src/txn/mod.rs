@@ -157,6 +157,12 @@ pub struct SmfSnapshot {
     pub backed_up: Vec<String>,
     /// Manifest files that did not exist (removed on rollback).
     pub absent: Vec<String>,
+    /// apm: the manifests in apm's SMF directory just before the
+    /// postinstall ran; a rollback removes the new ones that are not
+    /// another component's (what a postinstall killed with the installer
+    /// wrote, which the journal could not list).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dir_before: Option<Vec<String>>,
 }
 
 /// The journal: everything recovery needs, written before the first change.
@@ -296,7 +302,7 @@ pub enum TxnError {
     },
     /// A manifest the postinstall wrote that is not the component's to
     /// write or to import.
-    #[error("{component}: the SMF manifest {manifest} was refused")]
+    #[error("{component}: an SMF manifest was refused")]
     ManifestRefused {
         component: String,
         manifest: String,

@@ -107,9 +107,22 @@ pub(super) async fn swap_in(
             let (paths, installed) = (paths.clone(), installed.clone());
             blocking(move || manifests::before_postinstall(&paths, &installed)).await?
         };
-        run_hook(env, journal, Hook::Postinstall, pkg, &installed).await?;
         if hooks_run {
-            manifests::after_postinstall(env, component, journal, txn_dir, watch).await?;
+            // The journal knows what was there, for a run killed mid-hook.
+            journal.smf.dir_before = Some(manifests::listing(&watch));
+            write_journal(env, journal).await?;
+        }
+        let ran = run_hook(env, journal, Hook::Postinstall, pkg, &installed).await;
+        if hooks_run {
+            let (watch, refused) =
+                manifests::journal_written(env, component, journal, txn_dir, watch).await?;
+            ran?;
+            if let Some(refused) = refused {
+                return Err(refused);
+            }
+            manifests::check_written(env, component, journal, watch).await?;
+        } else {
+            ran?;
         }
     }
     // 5. SMF: the new version's manifests (and those its postinstall

@@ -9,6 +9,7 @@ use std::io;
 use std::path::{Path, PathBuf};
 
 use agentsadm_platform::blocking;
+use agentsadm_types::catalog::Catalog;
 
 use super::super::fsutil;
 use super::super::kinds;
@@ -204,27 +205,44 @@ fn clear(paths: &GzPaths, journal: &Journal) -> Vec<String> {
 /// import again) and what failed.
 fn restore_manifest_files(
     paths: &GzPaths,
+    catalog: &Catalog,
     journal: &Journal,
     txn_dir: &Path,
 ) -> (Vec<(String, PathBuf)>, Vec<String>) {
     let mut errors = Vec::new();
-    for rel in &journal.smf.absent {
+    let strays = match &journal.smf.dir_before {
+        Some(before) => super::manifests::strays(paths, catalog, &journal.component, before),
+        None => Vec::new(),
+    };
+    for rel in journal.smf.absent.iter().chain(&strays) {
         let path = paths.at(rel);
         // A file or a link (dangling or not) the transaction created.
         let placed = fs::symlink_metadata(&path).is_ok_and(|m| !m.is_dir());
         if placed && let Err(e) = fs::remove_file(&path) {
             errors.push(format!("remove {rel}: {e}"));
         }
+        // The subdirectories of apm's SMF directory it was written into
+        // (a hostile postinstall's), when nothing else is left in them.
+        let smf_dir = paths.smf_dir();
+        let mut dir = path.parent();
+        while let Some(d) = dir.filter(|d| d.starts_with(&smf_dir) && *d != smf_dir) {
+            if fs::remove_dir(d).is_err() {
+                break;
+            }
+            dir = d.parent();
+        }
     }
     let mut restored = Vec::new();
     for rel in &journal.smf.backed_up {
         let saved = aside_dir(paths, txn_dir).join("smf").join(rel);
         let dest = paths.at(rel);
+        // A new file renamed over whatever is at `dest`: never a copy
+        // through a link a hook may have put there.
         let copied = (|| {
-            if let Some(parent) = dest.parent() {
-                fs::create_dir_all(parent)?;
-            }
-            fs::copy(&saved, &dest).map(|_| ())
+            let data = fs::read(&saved)?;
+            let mode = fs::metadata(&saved)?.permissions();
+            fsutil::write_atomic(&dest, &data)?;
+            fs::set_permissions(&dest, mode)
         })();
         match copied {
             Ok(()) => restored.push((rel.clone(), dest)),
@@ -237,7 +255,11 @@ fn restore_manifest_files(
 /// Put SMF back as the snapshot recorded it.
 async fn restore_smf(env: &TxnEnv<'_>, journal: &Journal) -> Vec<String> {
     let smf = &journal.smf;
-    if smf.services.is_empty() && smf.backed_up.is_empty() && smf.absent.is_empty() {
+    if smf.services.is_empty()
+        && smf.backed_up.is_empty()
+        && smf.absent.is_empty()
+        && smf.dir_before.is_none()
+    {
         return Vec::new();
     }
     let chain = |e: &dyn std::error::Error| agentsadm_types::error::error_chain(e);
@@ -259,11 +281,11 @@ async fn restore_smf(env: &TxnEnv<'_>, journal: &Journal) -> Vec<String> {
     }
     // The old manifests come back and are imported again.
     let (restored, file_errors) = {
-        let paths = env.paths().clone();
+        let (paths, catalog) = (env.paths().clone(), env.catalog.clone());
         let j = journal.clone();
         blocking(move || {
             let txn_dir = txn_dir_of(&paths, &j);
-            restore_manifest_files(&paths, &j, &txn_dir)
+            restore_manifest_files(&paths, &catalog, &j, &txn_dir)
         })
         .await
     };

@@ -56,3 +56,23 @@ pub fn escaped_pids(started: &Path) -> Vec<i32> {
         })
         .collect()
 }
+
+/// A postinstall body (run after the package's own rendering) that writes
+/// `file` into apm's SMF directory as a manifest declaring `service`
+/// (`smartdc/agent/net-agent`), with a default instance enabled.
+pub fn writes_manifest(file: &str, service: &str) -> String {
+    format!(
+        r#"mkdir -p "$(dirname "$npm_config_smfdir/{file}")"
+cat > "$npm_config_smfdir/{file}" <<'AGENTSADM_XML'
+<?xml version="1.0"?>
+<!DOCTYPE service_bundle SYSTEM "/usr/share/lib/xml/dtd/service_bundle.dtd.1">
+<service_bundle type="manifest" name="{service}">
+  <service name="{service}" type="service" version="1">
+    <create_default_instance enabled="true"/>
+    <exec_method type="method" name="start" exec="/bin/true" timeout_seconds="10"/>
+    <exec_method type="method" name="stop" exec=":kill" timeout_seconds="10"/>
+  </service>
+</service_bundle>
+AGENTSADM_XML"#
+    )
+}
