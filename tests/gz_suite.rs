@@ -26,6 +26,8 @@
 //!   journals in the report, atomic-write leftovers, kept copies checked;
 //! - `written_manifests`: what a postinstall writes into apm's SMF
 //!   directory is checked before import and journaled; another's refused;
+//! - `modes_bins`: modes normalised (no world-write, sticky or unallowed
+//!   setuid); bins that dangle or shadow a system command refused;
 //! - `roots`: relative roots, no hooks for a rooted GZ on SmartOS, fetch flags.
 
 #[path = "common/gz.rs"]
@@ -57,6 +59,8 @@ mod install;
 mod kinds;
 #[path = "gz_suite/mockcloud.rs"]
 mod mockcloud;
+#[path = "gz_suite/modes_bins.rs"]
+mod modes_bins;
 #[path = "gz_suite/own_manifests.rs"]
 mod own_manifests;
 #[path = "gz_suite/real_fixtures.rs"]

@@ -41,6 +41,14 @@ pub enum LayoutError {
         "{file} has the version {found:?}: a version is 1 to 128 letters, digits and .-+_~ (it goes into SMF manifests); use an image built with a valid version"
     )]
     BadVersion { file: String, found: String },
+    #[error(
+        "package.json's bin {name:?} (-> {target}) is refused: {reason}; use an image whose bins are its own files"
+    )]
+    BadBin {
+        name: String,
+        target: String,
+        reason: String,
+    },
     #[error("package.json name is {found:?}, expected {expected:?}")]
     NameMismatch { found: String, expected: String },
     #[error("{file} is not valid")]
@@ -150,6 +158,7 @@ pub fn stage(
                     found: version.chars().take(80).collect(),
                 });
             }
+            check_bins(&pkg_dir, top, &pkg)?;
             let dest = format!("opt/smartdc/agents/lib/node_modules/{top}");
             let links = pkg
                 .bin
@@ -359,6 +368,34 @@ pub fn stage(
             finish_overlay(component, manifest, footprint, None, &root, record_sha256)
         }
     }
+}
+
+/// Each bin of an apm package links to a file of the package and is
+/// named after no command of the system ([`super::reserved`]): a link to
+/// a missing file would be installed dangling, and one named `svcadm` or
+/// `agentsadm` would run instead of it.
+fn check_bins(pkg_dir: &Path, top: &str, pkg: &PackageJson) -> Result<(), LayoutError> {
+    for (name, path) in &pkg.bin {
+        let rel = super::super::package::clean_relative(path);
+        let refuse = |reason: String| LayoutError::BadBin {
+            name: name.clone(),
+            target: format!("{top}/{rel}"),
+            reason,
+        };
+        if let Some(command) = super::reserved::reserved_command(name) {
+            return Err(refuse(format!(
+                "it is named after the system command {command}"
+            )));
+        }
+        // Followed: the unpacker left only links that resolve inside the
+        // package (or nowhere).
+        match fs::metadata(pkg_dir.join(&rel)) {
+            Ok(md) if md.is_file() => {}
+            Ok(_) => return Err(refuse("it names a directory, not a file".into())),
+            Err(_) => return Err(refuse("the package has no such file".into())),
+        }
+    }
+    Ok(())
 }
 
 /// The tree inside sdcadm's shar image.

@@ -356,7 +356,7 @@ impl Unpacker<'_> {
         self.clear_for_file(&rel, raw)?;
         self.tree.insert(rel.clone(), Node::File);
         let size = header.size;
-        let mode = header.mode & 0o777;
+        let mode = file_mode(header.mode, self.options.keep_setid.contains(&rel));
         let mtime = header.mtime;
         if let Some(limit) = self.options.write_limit
             && self.written + size > limit
@@ -478,10 +478,18 @@ impl Unpacker<'_> {
     }
 }
 
-/// A directory's mode in staging: the archive's permission bits, and always
-/// owner-writable.
+/// A file's mode: the archive's permission bits, never world-writable, no
+/// sticky bit, and setuid/setgid only where the catalog allows them.
+pub(super) fn file_mode(archive: u32, keep_setid: bool) -> u32 {
+    let bits = if keep_setid { 0o6777 } else { 0o777 };
+    archive & bits & !0o002
+}
+
+/// A directory's mode in staging: the archive's permission bits, never
+/// world-writable (so a sticky bit has nothing left to guard and goes
+/// too), and always owner-writable.
 pub(super) fn final_dir_mode(mode: u32) -> u32 {
-    (mode & 0o777) | 0o700
+    (mode & 0o775) | 0o700
 }
 
 /// Apply the directory modes `mkdir` could not give, deepest first.

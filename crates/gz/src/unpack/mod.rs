@@ -19,7 +19,10 @@
 //!   are created with `O_EXCL | O_NOFOLLOW`.
 //! - Only files, directories and links: devices, FIFOs, sparse and
 //!   contiguous files, volume labels and pax global headers are refused.
-//! - Modes are preserved without setuid, setgid and sticky bits; directories
+//! - Modes are normalised: never world-writable (a 0777 hook script that
+//!   root runs at the next upgrade would be anyone's), no sticky bit (a
+//!   1777 directory comes out 0775), no setuid or setgid bit except on the
+//!   files the catalog allows ([`UnpackOptions::keep_setid`]); directories
 //!   stay owner-writable so the tree can always be moved and removed.
 //! - Ownership is not restored (`tar -o`): the installer owns what it writes.
 //!
@@ -93,6 +96,10 @@ pub struct UnpackOptions {
     /// `AGENTSADM_TEST_CRASH_AT`: the `mid-unpack` checkpoint fires once
     /// the first file's content is written (see [`super::test_checkpoint`]).
     pub crash_at: Option<String>,
+    /// Files (archive paths, `vm-agent/bin/x`) that keep a setuid or setgid
+    /// bit the archive gives them: the catalog's allowance for the
+    /// component. Every other file loses both.
+    pub keep_setid: Vec<String>,
 }
 
 impl Default for UnpackOptions {
@@ -102,6 +109,7 @@ impl Default for UnpackOptions {
             expected_top: None,
             write_limit: None,
             crash_at: None,
+            keep_setid: Vec::new(),
         }
     }
 }

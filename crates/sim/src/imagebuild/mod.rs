@@ -323,7 +323,12 @@ impl TreeBuilder {
     }
 
     pub fn dir(&mut self, path: &str) -> &mut Self {
-        let mut h = Self::header(tar::EntryType::Directory, 0o755, 0);
+        self.dir_mode(path, 0o755)
+    }
+
+    /// A directory with `mode` (hostile packages: world-writable, sticky).
+    pub fn dir_mode(&mut self, path: &str, mode: u32) -> &mut Self {
+        let mut h = Self::header(tar::EntryType::Directory, mode, 0);
         self.builder
             .append_data(
                 &mut h,
