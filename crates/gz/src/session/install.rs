@@ -254,7 +254,7 @@ impl GzSession {
         // The cache keeps the installed image's file (a retry or reinstall
         // needs no download), not the replaced one's.
         self.forget_download(from, Some(uuid)).await;
-        let mut notes = Vec::new();
+        let mut notes = outcome.notes.clone();
         adoption_note(c, outcome.adoption.as_ref(), &mut notes);
         let (layout, component, server) = (self.layout.clone(), c.clone(), self.server);
         notes.extend(blocking(move || layout.after_install(&component, server)).await);

@@ -209,6 +209,8 @@ pub struct TxnEnv<'a> {
     pub hooks: &'a HookEnv,
     /// `AGENTSADM_TEST_CRASH_AT`.
     pub crash_at: Option<&'a str>,
+    /// `AGENTSADM_TEST_NO_SPACE_AT`: the step that fails with `ENOSPC`.
+    pub no_space_at: Option<&'a str>,
     /// `None` with `--no-sapi`.
     pub sapi: Option<SapiTarget<'a>>,
     /// Whose SMF services are whose ([`kinds::claims`]): a transaction
@@ -233,6 +235,12 @@ impl TxnEnv<'_> {
     /// Abort (or wait to be killed) at a named point, for crash tests.
     pub fn checkpoint(&self, name: &str) {
         super::test_checkpoint(self.crash_at, name);
+    }
+
+    /// Whether a test asked the step `name` to fail as a full filesystem
+    /// would.
+    pub fn no_space_at(&self, name: &str) -> bool {
+        self.no_space_at == Some(name)
     }
 }
 
@@ -361,6 +369,9 @@ impl TxnFailure {
 pub struct TxnOutcome {
     pub instance: Option<InstanceUuid>,
     pub adoption: Option<Adoption>,
+    /// What the result should warn about (the replaced version could not
+    /// be kept for `gz rollback`).
+    pub notes: Vec<String>,
 }
 
 fn fs_err(step: Step, action: &'static str, path: &Path) -> impl FnOnce(io::Error) -> TxnError {
@@ -624,8 +635,14 @@ pub async fn install(
     let outcome = swapped.map(|adoption| TxnOutcome {
         instance: Some(instance),
         adoption,
+        notes: Vec::new(),
     });
-    finish(env, journal, outcome).await
+    finish(env, journal, outcome)
+        .await
+        .map(|(mut outcome, notes)| {
+            outcome.notes.extend(notes);
+            outcome
+        })
 }
 
 /// Remove a component. `old` is what is installed.
@@ -675,8 +692,31 @@ pub async fn remove(
     let outcome = removed.map(|()| TxnOutcome {
         instance,
         adoption: None,
+        notes: Vec::new(),
     });
-    finish(env, journal, outcome).await
+    finish(env, journal, outcome)
+        .await
+        .map(|(mut outcome, notes)| {
+            outcome.notes.extend(notes);
+            outcome
+        })
+}
+
+/// Where the note that an upgrade could not keep the version it replaced
+/// lives (`<state>/not-kept/<component>.json`) until a later transaction
+/// of the component commits; `gz report` shows it.
+pub fn not_kept_file(paths: &GzPaths, component: &str) -> PathBuf {
+    paths
+        .state_dir()
+        .join("not-kept")
+        .join(format!("{component}.json"))
+}
+
+/// The note [`not_kept_file`] holds.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NotKept {
+    /// What the result said, in full.
+    pub message: String,
 }
 
 fn txn_dir_of(paths: &GzPaths, journal: &Journal) -> PathBuf {
