@@ -100,66 +100,9 @@ pub(super) async fn swap_in(
         let (paths, new, package) = (paths.clone(), new.clone(), staged.package.clone());
         blocking(move || link_new(&paths, &new, package.as_ref())).await?;
     }
-    let hooks_run = env.hooks.skip.is_none();
-    if let (Some(pkg), Some(tree)) = (&staged.package, &new.tree) {
-        let installed = paths.at(tree);
-        let watch = {
-            let (paths, installed) = (paths.clone(), installed.clone());
-            blocking(move || manifests::before_postinstall(&paths, &installed)).await?
-        };
-        if hooks_run {
-            // The journal knows what was there, for a run killed mid-hook.
-            journal.smf.dir_before = Some(manifests::listing(&watch));
-            write_journal(env, journal).await?;
-        }
-        let ran = run_hook(env, journal, Hook::Postinstall, pkg, &installed).await;
-        if hooks_run {
-            let (watch, refused) =
-                manifests::journal_written(env, component, journal, txn_dir, watch).await?;
-            ran?;
-            if let Some(refused) = refused {
-                return Err(refused);
-            }
-            manifests::check_written(env, component, journal, watch).await?;
-        } else {
-            ran?;
-        }
-    }
-    // 5. SMF: the new version's manifests (and those its postinstall
-    // wrote beyond its templates), each checked immediately before its
-    // import. Where hooks do not run (a copy of a GZ on a SmartOS host), an
-    // apm package's manifests were never written: nothing to import.
-    let imports: Vec<String> = journal
-        .new
-        .as_ref()
-        .map(|n| n.smf_manifests.clone())
-        .unwrap_or_default()
-        .into_iter()
-        .filter(|rel| hooks_run || !new.apm || fsutil::exists(&paths.at(rel)))
-        .collect();
-    for rel in &imports {
-        if env.layout.runs_services() {
-            let (paths, catalog, me, rel) = (
-                paths.clone(),
-                env.catalog.clone(),
-                component.clone(),
-                rel.clone(),
-            );
-            let others = env.others.cloned();
-            blocking(move || {
-                manifests::check_before_import(&catalog, &me, others.as_ref(), &paths, &rel)
-            })
-            .await?;
-        }
-        env.platform
-            .smf_import(&paths.at(rel))
-            .await
-            .map_err(|err| TxnError::Smf {
-                action: "import",
-                target: rel.clone(),
-                err: Box::new(err),
-            })?;
-    }
+    postinstall(env, component, journal, txn_dir, staged).await?;
+    // 5. SMF.
+    let imports = import_smf(env, component, journal, new.apm).await?;
     env.checkpoint("after-smf");
     // 6. The health gate, then SAPI.
     if let Some(gate) = env.gate
@@ -198,6 +141,88 @@ pub(super) async fn swap_in(
     };
     env.checkpoint("after-adopt");
     Ok(adoption)
+}
+
+/// The new version's postinstall, and what it wrote into apm's SMF
+/// directory journaled and checked ([`manifests`]), whether it succeeded
+/// or not.
+async fn postinstall(
+    env: &TxnEnv<'_>,
+    component: &Component,
+    journal: &mut Journal,
+    txn_dir: &Path,
+    staged: &StagedVersion,
+) -> Result<(), TxnError> {
+    let (Some(pkg), Some(tree)) = (&staged.package, &staged.footprint.tree) else {
+        return Ok(());
+    };
+    let installed = env.paths().at(tree);
+    let hooks_run = env.hooks.skip.is_none();
+    let watch = {
+        let (paths, installed) = (env.paths().clone(), installed.clone());
+        blocking(move || manifests::before_postinstall(&paths, &installed)).await?
+    };
+    if !hooks_run {
+        return run_hook(env, journal, Hook::Postinstall, pkg, &installed).await;
+    }
+    // The journal knows what was there, for a run killed mid-hook.
+    journal.smf.dir_before = Some(manifests::listing(&watch));
+    write_journal(env, journal).await?;
+    let ran = run_hook(env, journal, Hook::Postinstall, pkg, &installed).await;
+    let (watch, refused) =
+        manifests::journal_written(env, component, journal, txn_dir, watch).await?;
+    ran?;
+    if let Some(refused) = refused {
+        return Err(refused);
+    }
+    manifests::check_written(env, component, journal, watch).await
+}
+
+/// Import the new version's manifests (and those its postinstall wrote
+/// beyond its templates), each checked immediately before its import.
+/// Where hooks do not run (a copy of a GZ on a SmartOS host), an apm
+/// package's manifests were never written: nothing to import. Returns the
+/// manifests imported.
+async fn import_smf(
+    env: &TxnEnv<'_>,
+    component: &Component,
+    journal: &Journal,
+    apm: bool,
+) -> Result<Vec<String>, TxnError> {
+    let paths = env.paths().clone();
+    let hooks_run = env.hooks.skip.is_none();
+    let imports: Vec<String> = journal
+        .new
+        .as_ref()
+        .map(|n| n.smf_manifests.clone())
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|rel| hooks_run || !apm || fsutil::exists(&paths.at(rel)))
+        .collect();
+    for rel in &imports {
+        if env.layout.runs_services() {
+            let (paths, catalog, me, rel) = (
+                paths.clone(),
+                env.catalog.clone(),
+                component.clone(),
+                rel.clone(),
+            );
+            let others = env.others.cloned();
+            blocking(move || {
+                manifests::check_before_import(&catalog, &me, others.as_ref(), &paths, &rel)
+            })
+            .await?;
+        }
+        env.platform
+            .smf_import(&paths.at(rel))
+            .await
+            .map_err(|err| TxnError::Smf {
+                action: "import",
+                target: rel.clone(),
+                err: Box::new(err),
+            })?;
+    }
+    Ok(imports)
 }
 
 /// The steps of a removal; any error is undone by the caller.
