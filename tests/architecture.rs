@@ -173,8 +173,12 @@ fn the_server_build_has_no_simulator_fakes_or_test_knobs() {
             "{name} is in the server's build:\n{tree}"
         );
     }
-    assert!(
-        !tree.contains("\"test-knobs\""),
-        "the test knobs are on in the server's build:\n{tree}"
-    );
+    // Features only the simulator's crate turns on: the installer's test
+    // knobs, and the command line's in-process entry points.
+    for feature in ["\"test-knobs\"", "\"in-process\""] {
+        assert!(
+            !tree.contains(feature),
+            "feature {feature} is on in the server's build:\n{tree}"
+        );
+    }
 }

@@ -440,6 +440,7 @@ async fn run_parsed<X: Extension>(cli: Cli<X>) -> ExitCode {
 /// (same parsing, output, errors and exit status), with `observer` also
 /// receiving execution events. `args` starts with the program name. For the
 /// demo; logging is whatever this process set up.
+#[cfg(feature = "in-process")]
 pub async fn run_in_process<X, I, T>(args: I, observer: Option<Observer>) -> ExitCode
 where
     X: Extension,

@@ -110,6 +110,119 @@ enum Sink {
     Uuencoded(UuDecoder),
 }
 
+/// One member's here-document, from the line after its `sed` command
+/// (`rest`: what follows `<< `) to its delimiter: its path and contents.
+fn read_member<R: BufRead>(
+    lines: &mut Lines<R>,
+    line_no: usize,
+    rest: &str,
+) -> Result<(String, Vec<u8>), ReadError> {
+    let err = |reason: String| SharError {
+        line: line_no,
+        reason,
+    };
+    let (delim, after) = heredoc_delimiter(rest)
+        .ok_or_else(|| err("a member's here-document has no delimiter".to_string()))?;
+    let after = after.trim().trim_end_matches("&&").trim();
+    let mut sink = if let Some(target) = after.strip_prefix("> ") {
+        let path = shell_unquote(target.trim())
+            .ok_or_else(|| err(format!("cannot read the member name {}", clip(target))))?;
+        Sink::Text {
+            path,
+            data: Vec::new(),
+        }
+    } else if after == "| uudecode" {
+        Sink::Uuencoded(UuDecoder::default())
+    } else {
+        return Err(err(format!(
+            "members encoded as {:?} are not supported (only text and uuencode)",
+            clip(after)
+        ))
+        .into());
+    };
+    let end_no = loop {
+        let Some((no, l)) = lines.next()? else {
+            return Err(err(format!(
+                "the here-document ending in {:?} never ends",
+                clip(&delim)
+            ))
+            .into());
+        };
+        if l == delim.as_bytes() {
+            break no;
+        }
+        let l = strip_x(l);
+        match &mut sink {
+            Sink::Text { data, .. } => {
+                data.extend_from_slice(l);
+                data.push(b'\n');
+            }
+            Sink::Uuencoded(d) => d.feed(l).map_err(|reason| SharError { line: no, reason })?,
+        }
+    };
+    let (path, data) = match sink {
+        Sink::Text { path, data } => (path, data),
+        Sink::Uuencoded(d) => d.finish().map_err(|reason| SharError {
+            line: end_no,
+            reason,
+        })?,
+    };
+    Ok((path, data))
+}
+
+/// Read past a here-document that is not a member, up to its delimiter.
+fn skip_heredoc<R: BufRead>(
+    lines: &mut Lines<R>,
+    delim: &str,
+    line_no: usize,
+) -> Result<(), ReadError> {
+    loop {
+        let Some((_, l)) = lines.next()? else {
+            return Err(SharError {
+                line: line_no,
+                reason: format!("the here-document ending in {:?} never ends", clip(delim)),
+            }
+            .into());
+        };
+        if l == delim.as_bytes() {
+            return Ok(());
+        }
+    }
+}
+
+/// sharutils' size check of a member (`'PATH'` -ne N && ...`, after the
+/// `test ... wc -c < `): the member must exist and have N bytes.
+fn check_size(files: &BTreeMap<String, (u32, Vec<u8>)>, rest: &str) -> Result<(), String> {
+    // 'PATH'` -ne N && \
+    if let Some((target, tail)) = rest.split_once('`') {
+        let path = shell_unquote(target.trim());
+        let size = tail
+            .trim()
+            .strip_prefix("-ne ")
+            .and_then(|s| s.split_whitespace().next())
+            .and_then(|s| s.parse::<usize>().ok());
+        if let (Some(path), Some(size)) = (path, size) {
+            match files.get(&path) {
+                Some((_, data)) if data.len() != size => {
+                    return Err(format!(
+                        "{:?} decodes to {} bytes, the archive says {size}",
+                        clip(&path),
+                        data.len()
+                    ));
+                }
+                Some(_) => {}
+                None => {
+                    return Err(format!(
+                        "size check of {:?}, which is no member",
+                        clip(&path)
+                    ));
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
 /// The members of a shar read line by line from `reader`: nothing but the
 /// members' contents is kept, so a large image is not held twice.
 pub fn read_members<R: BufRead>(reader: R) -> Result<Vec<Member>, ReadError> {
@@ -129,54 +242,7 @@ pub fn read_members<R: BufRead>(reader: R) -> Result<Vec<Member>, ReadError> {
         let text = String::from_utf8_lossy(raw).into_owned();
         let trimmed = text.trim_start();
         if let Some(rest) = trimmed.strip_prefix("sed 's/^X//' << ") {
-            let (delim, after) = heredoc_delimiter(rest)
-                .ok_or_else(|| err("a member's here-document has no delimiter".to_string()))?;
-            let after = after.trim().trim_end_matches("&&").trim();
-            let mut sink = if let Some(target) = after.strip_prefix("> ") {
-                let path = shell_unquote(target.trim())
-                    .ok_or_else(|| err(format!("cannot read the member name {}", clip(target))))?;
-                Sink::Text {
-                    path,
-                    data: Vec::new(),
-                }
-            } else if after == "| uudecode" {
-                Sink::Uuencoded(UuDecoder::default())
-            } else {
-                return Err(err(format!(
-                    "members encoded as {:?} are not supported (only text and uuencode)",
-                    clip(after)
-                ))
-                .into());
-            };
-            let end_no = loop {
-                let Some((no, l)) = lines.next()? else {
-                    return Err(err(format!(
-                        "the here-document ending in {:?} never ends",
-                        clip(&delim)
-                    ))
-                    .into());
-                };
-                if l == delim.as_bytes() {
-                    break no;
-                }
-                let l = strip_x(l);
-                match &mut sink {
-                    Sink::Text { data, .. } => {
-                        data.extend_from_slice(l);
-                        data.push(b'\n');
-                    }
-                    Sink::Uuencoded(d) => {
-                        d.feed(l).map_err(|reason| SharError { line: no, reason })?
-                    }
-                }
-            };
-            let (path, data) = match sink {
-                Sink::Text { path, data } => (path, data),
-                Sink::Uuencoded(d) => d.finish().map_err(|reason| SharError {
-                    line: end_no,
-                    reason,
-                })?,
-            };
+            let (path, data) = read_member(&mut lines, line_no, rest)?;
             add_member(&mut files, &mut order, path, data).map_err(err)?;
             continue;
         }
@@ -197,52 +263,13 @@ pub fn read_members<R: BufRead>(reader: R) -> Result<Vec<Member>, ReadError> {
                 f.0 = mode & 0o7777;
             }
         } else if let Some(rest) = trimmed.strip_prefix("test `LC_ALL=C wc -c < ") {
-            // 'PATH'` -ne N && \
-            if let Some((target, tail)) = rest.split_once('`') {
-                let path = shell_unquote(target.trim());
-                let size = tail
-                    .trim()
-                    .strip_prefix("-ne ")
-                    .and_then(|s| s.split_whitespace().next())
-                    .and_then(|s| s.parse::<usize>().ok());
-                if let (Some(path), Some(size)) = (path, size) {
-                    match files.get(&path) {
-                        Some((_, data)) if data.len() != size => {
-                            return Err(err(format!(
-                                "{:?} decodes to {} bytes, the archive says {size}",
-                                clip(&path),
-                                data.len()
-                            ))
-                            .into());
-                        }
-                        Some(_) => {}
-                        None => {
-                            return Err(err(format!(
-                                "size check of {:?}, which is no member",
-                                clip(&path)
-                            ))
-                            .into());
-                        }
-                    }
-                }
-            }
+            check_size(&files, rest).map_err(err)?;
         } else if let Some((_, rest)) = split_heredoc(trimmed)
             && let Some((delim, _)) = heredoc_delimiter(rest)
         {
             // Another here-document (md5 checks, a helper script): its body
             // is data for a command agentsadm does not run.
-            loop {
-                let Some((_, l)) = lines.next()? else {
-                    return Err(err(format!(
-                        "the here-document ending in {:?} never ends",
-                        clip(&delim)
-                    ))
-                    .into());
-                };
-                if l == delim.as_bytes() {
-                    break;
-                }
-            }
+            skip_heredoc(&mut lines, &delim, line_no)?;
         }
     }
     if files.is_empty() {

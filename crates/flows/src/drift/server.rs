@@ -22,7 +22,10 @@ use super::finding::version_label;
 use agentsadm_plan::ImageRef;
 use agentsadm_plan::TransportKind;
 use agentsadm_plan::TransportMode;
+use agentsadm_plan::intent::AgentService;
+use agentsadm_plan::intent::InstanceIntent;
 use agentsadm_plan::intent::InstanceLink;
+use agentsadm_plan::reality::Installed;
 use agentsadm_plan::reality::ServerState;
 use agentsadm_types::ids::ImageUuid;
 use agentsadm_types::ids::InstanceUuid;
@@ -90,188 +93,238 @@ pub(super) fn server_findings(
             }
             continue;
         };
+        let c = ComponentOnServer {
+            input,
+            state,
+            name,
+            service,
+        };
         match (installed, instance) {
             (None, None) => {}
-            (None, Some(inst)) => {
-                let target = inst.image.or(service.default_image);
-                let details = format!(
-                    "SAPI instance {} says the server has it{}, but the server does not report it",
-                    inst.uuid,
-                    target
-                        .map(|t| format!(" ({})", image_of(input, t)))
-                        .unwrap_or_default()
-                );
-                let fix = match target {
-                    None => Fix::Manual {
-                        hint: format!(
-                            "neither the instance nor the service names an image: delete the instance or run 'agentsadm install {name} -s {} --image UUID'",
-                            state.hostname
-                        ),
-                    },
-                    Some(t) => match step_fix(input, state, name, t) {
-                        Ok((image, transport)) => Fix::Install {
-                            image,
-                            transport,
-                            replaces: Some(inst.uuid),
-                        },
-                        Err(blocked) => Fix::Manual {
-                            hint: blocked.to_string(),
-                        },
-                    },
-                };
-                out.push(finding(
-                    FindingKind::MissingInstall,
-                    state,
-                    name,
-                    Some(inst.uuid),
-                    details,
-                    fix,
-                ));
-            }
-            (Some(i), None) => {
-                let image = i.image.or(service.default_image);
-                let (details, fix) = match (i.instance, image) {
-                    (Some(reported), Some(image)) => (
-                        format!(
-                            "{} runs with instance {reported}, which SAPI does not have",
-                            version_label(i)
-                        ),
-                        Fix::AdoptInstance {
-                            instance: reported,
-                            service: service.uuid,
-                            image,
-                            replaces: None,
-                        },
-                    ),
-                    (None, _) => (
-                        format!(
-                            "{} runs without an instance UUID, and SAPI has no instance for it",
-                            version_label(i)
-                        ),
-                        Fix::Manual {
-                            hint: format!(
-                                "reinstall it so that it gets an instance UUID: 'agentsadm update {name} -s {} --image UUID'",
-                                state.hostname
-                            ),
-                        },
-                    ),
-                    (Some(reported), None) => (
-                        format!(
-                            "{} runs with instance {reported}, which SAPI does not have",
-                            version_label(i)
-                        ),
-                        Fix::Manual {
-                            hint: format!(
-                                "neither the server nor the service names an image: set the service default ('agentsadm update {name} --image UUID')"
-                            ),
-                        },
-                    ),
-                };
-                out.push(finding(
-                    FindingKind::InstalledWithoutInstance,
-                    state,
-                    name,
-                    i.instance,
-                    details,
-                    fix,
-                ));
-            }
-            (Some(i), Some(inst)) => {
-                if let Some(reported) = i.instance
-                    && reported != inst.uuid
-                {
-                    // The server keeps another UUID (a reinstall made a new
-                    // one): config-agent asks SAPI for the server's UUID, so
-                    // the instance SAPI has is of no use to it.
-                    let image = inst.image.or(i.image).or(service.default_image);
-                    let fix = match image {
-                        Some(image) => Fix::AdoptInstance {
-                            instance: reported,
-                            service: service.uuid,
-                            image,
-                            replaces: Some(inst.uuid),
-                        },
-                        None => Fix::Manual {
-                            hint: format!(
-                                "no image is known for it: set the service default ('agentsadm update {name} --image UUID')"
-                            ),
-                        },
-                    };
-                    out.push(finding(
-                        FindingKind::InstalledWithoutInstance,
-                        state,
-                        name,
-                        Some(reported),
-                        format!(
-                            "{} runs with instance {reported}, but SAPI has instance {} for it",
-                            version_label(i),
-                            inst.uuid
-                        ),
-                        fix,
-                    ));
-                    continue;
-                }
-                // An instance with no params at all that the server lists
-                // in server.agents is how the vm-agent and net-agent
-                // postinstalls adopt themselves in every real datacenter:
-                // it is this server's instance, not drift (an update sets
-                // its params).
-                let bare_but_reported = inst.link == InstanceLink::Reported && inst.image.is_none();
-                if !inst.has_params() && !bare_but_reported {
-                    let missing = match (inst.link, inst.image) {
-                        (InstanceLink::Reported, None) => {
-                            "params.server_uuid and params.image_uuid"
-                        }
-                        (InstanceLink::Reported, Some(_)) => "params.server_uuid",
-                        (InstanceLink::Params, _) => "params.image_uuid",
-                    };
-                    let image = inst.image.or(i.image).or(service.default_image);
-                    let fix = match image {
-                        Some(image) => Fix::SetParams {
-                            instance: inst.uuid,
-                            service: service.uuid,
-                            image,
-                        },
-                        None => Fix::Manual {
-                            hint: format!(
-                                "no image is known for it: set the service default ('agentsadm update {name} --image UUID')"
-                            ),
-                        },
-                    };
-                    out.push(finding(
-                        FindingKind::InstanceWithoutParams,
-                        state,
-                        name,
-                        Some(inst.uuid),
-                        format!("SAPI instance {} has no {missing}", inst.uuid),
-                        fix,
-                    ));
-                }
-                if let Some(target) = inst.image
-                    && i.image != Some(target)
-                {
-                    let fix = match step_fix(input, state, name, target) {
-                        Ok((image, transport)) => Fix::Upgrade { image, transport },
-                        Err(blocked) => Fix::Manual {
-                            hint: blocked.to_string(),
-                        },
-                    };
-                    out.push(finding(
-                        FindingKind::WrongImage,
-                        state,
-                        name,
-                        Some(inst.uuid),
-                        format!(
-                            "runs {}, its SAPI instance names {}",
-                            version_label(i),
-                            image_of(input, target)
-                        ),
-                        fix,
-                    ));
-                }
-            }
+            (None, Some(inst)) => c.missing_install(inst, out),
+            (Some(i), None) => c.installed_without_instance(i, out),
+            (Some(i), Some(inst)) => c.installed_with_instance(i, inst, out),
         }
     }
+    duplicate_and_foreign_findings(survey, state, out);
+}
+
+/// One catalog component of one set-up server, whose SAPI service exists.
+#[derive(Clone, Copy)]
+struct ComponentOnServer<'a> {
+    input: &'a DriftInput<'a>,
+    state: &'a ServerState,
+    name: &'a str,
+    service: &'a AgentService,
+}
+
+impl ComponentOnServer<'_> {
+    /// SAPI has an instance for it; the server does not report it.
+    fn missing_install(self, inst: &InstanceIntent, out: &mut Vec<Finding>) {
+        let ComponentOnServer {
+            input,
+            state,
+            name,
+            service,
+        } = self;
+        let target = inst.image.or(service.default_image);
+        let details = format!(
+            "SAPI instance {} says the server has it{}, but the server does not report it",
+            inst.uuid,
+            target
+                .map(|t| format!(" ({})", image_of(input, t)))
+                .unwrap_or_default()
+        );
+        let fix = match target {
+            None => Fix::Manual {
+                hint: format!(
+                    "neither the instance nor the service names an image: delete the instance or run 'agentsadm install {name} -s {} --image UUID'",
+                    state.hostname
+                ),
+            },
+            Some(t) => match step_fix(input, state, name, t) {
+                Ok((image, transport)) => Fix::Install {
+                    image,
+                    transport,
+                    replaces: Some(inst.uuid),
+                },
+                Err(blocked) => Fix::Manual {
+                    hint: blocked.to_string(),
+                },
+            },
+        };
+        out.push(finding(
+            FindingKind::MissingInstall,
+            state,
+            name,
+            Some(inst.uuid),
+            details,
+            fix,
+        ));
+    }
+
+    /// The server reports it; SAPI has no instance for it.
+    fn installed_without_instance(self, i: &Installed, out: &mut Vec<Finding>) {
+        let ComponentOnServer {
+            state,
+            name,
+            service,
+            ..
+        } = self;
+        let image = i.image.or(service.default_image);
+        let (details, fix) = match (i.instance, image) {
+            (Some(reported), Some(image)) => (
+                format!(
+                    "{} runs with instance {reported}, which SAPI does not have",
+                    version_label(i)
+                ),
+                Fix::AdoptInstance {
+                    instance: reported,
+                    service: service.uuid,
+                    image,
+                    replaces: None,
+                },
+            ),
+            (None, _) => (
+                format!(
+                    "{} runs without an instance UUID, and SAPI has no instance for it",
+                    version_label(i)
+                ),
+                Fix::Manual {
+                    hint: format!(
+                        "reinstall it so that it gets an instance UUID: 'agentsadm update {name} -s {} --image UUID'",
+                        state.hostname
+                    ),
+                },
+            ),
+            (Some(reported), None) => (
+                format!(
+                    "{} runs with instance {reported}, which SAPI does not have",
+                    version_label(i)
+                ),
+                Fix::Manual {
+                    hint: format!(
+                        "neither the server nor the service names an image: set the service default ('agentsadm update {name} --image UUID')"
+                    ),
+                },
+            ),
+        };
+        out.push(finding(
+            FindingKind::InstalledWithoutInstance,
+            state,
+            name,
+            i.instance,
+            details,
+            fix,
+        ));
+    }
+
+    /// Both the server and SAPI have it: the instance UUID, its params and
+    /// its image must agree.
+    fn installed_with_instance(self, i: &Installed, inst: &InstanceIntent, out: &mut Vec<Finding>) {
+        let ComponentOnServer {
+            input,
+            state,
+            name,
+            service,
+        } = self;
+        if let Some(reported) = i.instance
+            && reported != inst.uuid
+        {
+            // The server keeps another UUID (a reinstall made a new
+            // one): config-agent asks SAPI for the server's UUID, so
+            // the instance SAPI has is of no use to it.
+            let image = inst.image.or(i.image).or(service.default_image);
+            let fix = match image {
+                Some(image) => Fix::AdoptInstance {
+                    instance: reported,
+                    service: service.uuid,
+                    image,
+                    replaces: Some(inst.uuid),
+                },
+                None => Fix::Manual {
+                    hint: format!(
+                        "no image is known for it: set the service default ('agentsadm update {name} --image UUID')"
+                    ),
+                },
+            };
+            out.push(finding(
+                FindingKind::InstalledWithoutInstance,
+                state,
+                name,
+                Some(reported),
+                format!(
+                    "{} runs with instance {reported}, but SAPI has instance {} for it",
+                    version_label(i),
+                    inst.uuid
+                ),
+                fix,
+            ));
+            return;
+        }
+        // An instance with no params at all that the server lists
+        // in server.agents is how the vm-agent and net-agent
+        // postinstalls adopt themselves in every real datacenter:
+        // it is this server's instance, not drift (an update sets
+        // its params).
+        let bare_but_reported = inst.link == InstanceLink::Reported && inst.image.is_none();
+        if !inst.has_params() && !bare_but_reported {
+            let missing = match (inst.link, inst.image) {
+                (InstanceLink::Reported, None) => "params.server_uuid and params.image_uuid",
+                (InstanceLink::Reported, Some(_)) => "params.server_uuid",
+                (InstanceLink::Params, _) => "params.image_uuid",
+            };
+            let image = inst.image.or(i.image).or(service.default_image);
+            let fix = match image {
+                Some(image) => Fix::SetParams {
+                    instance: inst.uuid,
+                    service: service.uuid,
+                    image,
+                },
+                None => Fix::Manual {
+                    hint: format!(
+                        "no image is known for it: set the service default ('agentsadm update {name} --image UUID')"
+                    ),
+                },
+            };
+            out.push(finding(
+                FindingKind::InstanceWithoutParams,
+                state,
+                name,
+                Some(inst.uuid),
+                format!("SAPI instance {} has no {missing}", inst.uuid),
+                fix,
+            ));
+        }
+        if let Some(target) = inst.image
+            && i.image != Some(target)
+        {
+            let fix = match step_fix(input, state, name, target) {
+                Ok((image, transport)) => Fix::Upgrade { image, transport },
+                Err(blocked) => Fix::Manual {
+                    hint: blocked.to_string(),
+                },
+            };
+            out.push(finding(
+                FindingKind::WrongImage,
+                state,
+                name,
+                Some(inst.uuid),
+                format!(
+                    "runs {}, its SAPI instance names {}",
+                    version_label(i),
+                    image_of(input, target)
+                ),
+                fix,
+            ));
+        }
+    }
+}
+
+/// SAPI's second instances of a component on this server, and what the
+/// server runs that is not an agentsadm component.
+fn duplicate_and_foreign_findings(survey: &Survey, state: &ServerState, out: &mut Vec<Finding>) {
+    let intent = &survey.intent;
     for d in intent.duplicates.iter().filter(|d| d.server == state.uuid) {
         let kept = intent
             .instance(&state.uuid, &d.component)

@@ -6,11 +6,14 @@
 
 use std::fs;
 use std::io::{self, Read};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use agentsadm_api::ImgapiClient;
+use agentsadm_api::imgapi::ImageFileDownload;
 use agentsadm_types::error::error_chain;
+use agentsadm_types::ids::ImageUuid;
+use agentsadm_types::image::ImageFile;
 
 use super::super::unpack;
 use super::Digests;
@@ -20,6 +23,7 @@ use super::cache;
 use super::pipeline::Consumed;
 use super::pipeline::Consumer;
 use super::pipeline::Limits;
+use super::pipeline::Outcome;
 use super::pipeline::pipeline;
 use super::source::ResolvedImage;
 
@@ -50,35 +54,7 @@ pub(super) async fn download_once(
         path: PathBuf::new(),
         err,
     })?;
-    let started = tokio::time::timeout_at(deadline.into(), client.get_image_file(uuid)).await;
-    let download = started
-        .map_err(|_| FetchError::Deadline {
-            uuid,
-            deadline: options.deadline,
-        })?
-        .map_err(|err| {
-            if err.is_not_found() {
-                FetchError::NotFound {
-                    uuid,
-                    url: client.base_url().to_string(),
-                }
-            } else {
-                FetchError::FileRequest {
-                    uuid,
-                    err: Box::new(err),
-                }
-            }
-        })?;
-    if let Some(len) = download.content_length
-        && len != expected.size
-    {
-        return Err(FetchError::SizeMismatch {
-            uuid,
-            origin: format!("IMGAPI's file ({})", client.base_url()),
-            expected: expected.size,
-            actual: len,
-        });
-    }
+    let download = start_download(client, uuid, expected.size, options, deadline).await?;
     let content_md5 = download.content_md5.clone();
     let (partial, tee) = match &options.downloads {
         Some(dir) => {
@@ -117,52 +93,15 @@ pub(super) async fn download_once(
         path: PathBuf::new(),
         err: io::Error::other(e.to_string()),
     })?;
-    let checked = (|| {
-        match pumped {
-            Err(PumpError::Stalled) => {
-                return Err(FetchError::Stalled {
-                    uuid,
-                    timeout: options.read_timeout,
-                });
-            }
-            Err(PumpError::TooSlow { bytes, window }) => {
-                return Err(FetchError::TooSlow {
-                    uuid,
-                    bytes,
-                    window,
-                    min_rate: options.min_rate,
-                });
-            }
-            Err(PumpError::Deadline) => {
-                return Err(FetchError::Deadline {
-                    uuid,
-                    deadline: options.deadline,
-                });
-            }
-            Err(PumpError::Transfer(err)) if outcome.digests.size < expected.size => {
-                return Err(FetchError::Transfer { uuid, err });
-            }
-            _ => {}
-        }
-        if let Some(err) = &outcome.tee_error {
-            return Err(FetchError::Io {
-                uuid,
-                what: if unpack::is_disk_full(err) {
-                    "disk full writing the download"
-                } else {
-                    "cannot write the download"
-                },
-                path: partial.clone().unwrap_or_default(),
-                err: io::Error::new(err.kind(), err.to_string()),
-            });
-        }
-        outcome.verify(
-            uuid,
-            &expected,
-            "the downloaded file",
-            content_md5.as_deref(),
-        )
-    })();
+    let checked = check_download(
+        uuid,
+        options,
+        &expected,
+        pumped,
+        &outcome,
+        partial.as_deref(),
+        content_md5.as_deref(),
+    );
     if let Err(e) = checked {
         if let Some(p) = &partial {
             let _ = fs::remove_file(p);
@@ -177,6 +116,99 @@ pub(super) async fn download_once(
     };
     let (consumed, digests) = outcome.into_result(uuid)?;
     Ok((consumed, digests, cached_file))
+}
+
+/// Ask IMGAPI for the image's file, within the deadline; its announced
+/// length must be the manifest's.
+async fn start_download(
+    client: &ImgapiClient,
+    uuid: ImageUuid,
+    size: u64,
+    options: &FetchOptions,
+    deadline: Instant,
+) -> Result<ImageFileDownload, FetchError> {
+    let started = tokio::time::timeout_at(deadline.into(), client.get_image_file(uuid)).await;
+    let download = started
+        .map_err(|_| FetchError::Deadline {
+            uuid,
+            deadline: options.deadline,
+        })?
+        .map_err(|err| {
+            if err.is_not_found() {
+                FetchError::NotFound {
+                    uuid,
+                    url: client.base_url().to_string(),
+                }
+            } else {
+                FetchError::FileRequest {
+                    uuid,
+                    err: Box::new(err),
+                }
+            }
+        })?;
+    if let Some(len) = download.content_length
+        && len != size
+    {
+        return Err(FetchError::SizeMismatch {
+            uuid,
+            origin: format!("IMGAPI's file ({})", client.base_url()),
+            expected: size,
+            actual: len,
+        });
+    }
+    Ok(download)
+}
+
+/// What a finished transfer amounts to: the pump's and the pipeline's
+/// failures in the order that explains them best, then the digests.
+fn check_download(
+    uuid: ImageUuid,
+    options: &FetchOptions,
+    expected: &ImageFile,
+    pumped: Result<(), PumpError>,
+    outcome: &Outcome,
+    partial: Option<&Path>,
+    content_md5: Option<&str>,
+) -> Result<(), FetchError> {
+    match pumped {
+        Err(PumpError::Stalled) => {
+            return Err(FetchError::Stalled {
+                uuid,
+                timeout: options.read_timeout,
+            });
+        }
+        Err(PumpError::TooSlow { bytes, window }) => {
+            return Err(FetchError::TooSlow {
+                uuid,
+                bytes,
+                window,
+                min_rate: options.min_rate,
+            });
+        }
+        Err(PumpError::Deadline) => {
+            return Err(FetchError::Deadline {
+                uuid,
+                deadline: options.deadline,
+            });
+        }
+        Err(PumpError::Transfer(err)) if outcome.digests.size < expected.size => {
+            return Err(FetchError::Transfer { uuid, err });
+        }
+        _ => {}
+    }
+    if let Some(err) = &outcome.tee_error {
+        return Err(FetchError::Io {
+            uuid,
+            what: if unpack::is_disk_full(err) {
+                "disk full writing the download"
+            } else {
+                "cannot write the download"
+            },
+            path: partial.map(Path::to_path_buf).unwrap_or_default(),
+            err: io::Error::new(err.kind(), err.to_string()),
+        });
+    }
+    outcome.verify(uuid, expected, "the downloaded file", content_md5)
 }
 
 enum PumpError {

@@ -22,10 +22,8 @@ use std::time::Duration;
 use clap::error::{ContextKind, ContextValue, ErrorKind};
 use clap::parser::ValueSource;
 use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand, ValueEnum};
-use tracing::instrument::WithSubscriber;
 
 use agentsadm_api::ApiConfig;
-use agentsadm_api::cnapi::ExecuteResult;
 use agentsadm_api::remote::GzFailure;
 use agentsadm_api::remote::GzResult;
 use agentsadm_platform::Platform;
@@ -330,18 +328,25 @@ pub async fn run(global: &GlobalArgs, args: GzArgs) -> u8 {
 /// different roots; runs for the same root wait for each other (the server
 /// lock). No global state is touched: logging with `--log-file` goes to a
 /// subscriber scoped to this call.
-pub async fn run_captured(argv: Vec<String>, env: BTreeMap<String, String>) -> ExecuteResult {
+#[cfg(feature = "in-process")]
+pub async fn run_captured(
+    argv: Vec<String>,
+    env: BTreeMap<String, String>,
+) -> agentsadm_api::cnapi::ExecuteResult {
     run_captured_on(argv, env, None).await
 }
 
 /// [`run_captured`] with the GZ's [`Platform`] given instead of the one the
 /// root implies: the simulator's rooted servers hand cn-agent's own
 /// replacement to a simulated agentsadm-install service this way.
+#[cfg(feature = "in-process")]
 pub async fn run_captured_on(
     argv: Vec<String>,
     env: BTreeMap<String, String>,
     platform: Option<Arc<dyn Platform>>,
-) -> ExecuteResult {
+) -> agentsadm_api::cnapi::ExecuteResult {
+    use agentsadm_api::cnapi::ExecuteResult;
+    use tracing::instrument::WithSubscriber;
     let failed = |stderr: String| ExecuteResult {
         exit_status: 1,
         stdout: String::new(),
@@ -653,17 +658,18 @@ async fn run_job(
 mod tests {
     use super::*;
 
-    fn assert_send<T: Send>(_: &T) {}
-
     /// The simulator spawns these on a multi-threaded runtime.
+    #[cfg(feature = "in-process")]
     #[test]
     fn entry_points_are_send() {
+        fn assert_send<T: Send>(_: &T) {}
         let f = run_captured(Vec::new(), BTreeMap::new());
         assert_send(&f);
         let g = agentsadm_gz::install(GzSettings::new("/nonexistent"), &[]);
         assert_send(&g);
     }
 
+    #[cfg(feature = "in-process")]
     #[tokio::test]
     async fn captured_runs_report_usage_errors() {
         let r = run_captured(vec!["gz".into(), "frobnicate".into()], BTreeMap::new()).await;
@@ -672,6 +678,10 @@ mod tests {
         let r = run_captured(vec!["list".into()], BTreeMap::new()).await;
         assert_eq!(r.exit_status, 1);
         assert!(r.stderr.contains("only `agentsadm gz"), "{}", r.stderr);
+    }
+
+    #[test]
+    fn durations_are_seconds_or_humantime() {
         assert_eq!(parse_duration("90").unwrap(), Duration::from_secs(90));
         assert_eq!(parse_duration("5m").unwrap(), Duration::from_secs(300));
         assert!(parse_duration("soon").is_err());

@@ -27,6 +27,7 @@ impl Printer {
     }
 
     /// Keep stdout and stderr for [`Printer::take`].
+    #[cfg(feature = "in-process")]
     pub(super) fn captured(json: bool, quiet: bool) -> Printer {
         Printer {
             json,
@@ -43,6 +44,7 @@ impl Printer {
     }
 
     /// The captured stdout and stderr.
+    #[cfg(feature = "in-process")]
     pub(super) fn take(&mut self) -> (String, String) {
         self.capture.take().unwrap_or_default()
     }
