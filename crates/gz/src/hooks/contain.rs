@@ -82,6 +82,7 @@ pub(super) enum Waited {
     TimedOut,
     /// Linux: the supervisor died before it could report (something the
     /// hook started killed it).
+    #[cfg_attr(not(target_os = "linux"), allow(dead_code))]
     SupervisorLost,
 }
 

@@ -208,11 +208,8 @@ fn sort_out(
         match owner {
             None if is.is_some() => out.extras.push(rel.clone()),
             None => {}
-            Some(owner) => {
-                if out.foreign.is_none() {
-                    out.foreign = Some((rel.clone(), owner));
-                }
-            }
+            Some(owner) if out.foreign.is_none() => out.foreign = Some((rel.clone(), owner)),
+            Some(_) => {}
         }
     }
     Ok(out)
@@ -274,12 +271,12 @@ pub(super) async fn journal_written(
         .map(|(file, owner)| TxnError::ManifestRefused {
             component: component.name.clone(),
             manifest: file.clone(),
-            err: ClaimError::ForeignFile {
+            err: Box::new(ClaimError::ForeignFile {
                 component: component.name.clone(),
                 package: component.package_name().to_string(),
                 file,
                 owner,
-            },
+            }),
         });
     Ok((watch, refused))
 }
@@ -406,7 +403,7 @@ pub(super) fn check_before_import(
         TxnError::ManifestRefused {
             component: component.name.clone(),
             manifest: rel.to_string(),
-            err,
+            err: Box::new(err),
         }
     })
 }

@@ -315,7 +315,7 @@ pub enum TxnError {
         component: String,
         manifest: String,
         #[source]
-        err: kinds::claims::ClaimError,
+        err: Box<kinds::claims::ClaimError>,
     },
     #[error("the new version of {component} is unhealthy")]
     Unhealthy {
