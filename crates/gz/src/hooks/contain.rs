@@ -14,20 +14,23 @@
 //! that rollback and the recovery after a kill of the installer can end
 //! what is left ([`end_left`]).
 
+#[cfg(target_os = "linux")]
+use std::ffi::OsString;
 use std::io;
 use std::path::Path;
 use std::process::ExitStatus;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
-use tokio::process::{Child, ChildStderr, ChildStdout, Command};
+use tokio::io::AsyncRead;
 
 /// The variable in every hook's environment that marks its processes
 /// (`<name>=<random>`): a process that left the supervisor's tree (one
 /// that killed the supervisor) is still found by it.
 pub const MARKER_ENV: &str = "AGENTSADM_HOOK_RUN";
 
-/// How long the supervisor may take to reap and exit after the sweep.
+/// How long ctrun (or the hook itself) may take to exit at the end.
+#[cfg(not(target_os = "linux"))]
 const REAP_GRACE: Duration = Duration::from_secs(5);
 
 /// How a hook's processes are held together.
@@ -65,13 +68,27 @@ pub struct HookGroup {
     pub marker: Option<String>,
 }
 
+/// What a hook runs with besides its script.
+pub(super) struct HookCommand<'a> {
+    pub cwd: &'a Path,
+    /// Added to (or replacing in) the installer's environment.
+    pub env: Vec<(String, String)>,
+}
+
+/// A pipe of the hook's output.
+pub(super) type Output = Box<dyn AsyncRead + Send + Unpin>;
+
 /// A hook that has been started.
 pub(super) struct Running {
-    child: Child,
     pub group: HookGroup,
-    /// Linux: the supervisor's report of the hook's exit.
+    output: (Option<Output>, Option<Output>),
+    /// Linux: the supervisor, and its report of the hook's exit.
+    #[cfg(target_os = "linux")]
+    supervisor: libc::pid_t,
     #[cfg(target_os = "linux")]
     status: tokio::net::unix::pipe::Receiver,
+    #[cfg(not(target_os = "linux"))]
+    child: tokio::process::Child,
     /// Whether [`Running::end`] ran (else dropping it sweeps).
     ended: bool,
 }
@@ -80,8 +97,8 @@ pub(super) struct Running {
 pub(super) enum Waited {
     Exited(ExitStatus),
     TimedOut,
-    /// Linux: the supervisor died before it could report (something the
-    /// hook started killed it).
+    /// Linux: the supervisor died (or said nothing) before it could
+    /// report: something the hook started killed it.
     #[cfg_attr(not(target_os = "linux"), allow(dead_code))]
     SupervisorLost,
 }
@@ -99,18 +116,17 @@ pub(super) fn boot_id() -> String {
         .unwrap_or_default()
 }
 
-/// Start `script`, contained, with `configure` applied to its command
-/// (working directory, environment, stdio). Retries briefly while the
-/// kernel says the script is busy (`ETXTBSY`): the unpacker has just
-/// written it, and if another thread of this process forks in that moment
-/// (concurrent installs, the simulator), the child holds a copy of the
-/// write descriptor until its own exec.
-pub(super) async fn spawn(script: &Path, configure: impl Fn(&mut Command)) -> io::Result<Running> {
+/// Start `script`, contained. Retries briefly while the kernel says the
+/// script is busy (`ETXTBSY`): the unpacker has just written it, and if
+/// another thread of this process forks in that moment (concurrent
+/// installs, the simulator), the child holds a copy of the write
+/// descriptor until its own exec.
+pub(super) async fn spawn(script: &Path, command: &HookCommand<'_>) -> io::Result<Running> {
     let marker = new_marker();
     let mut delay = Duration::from_millis(5);
     let mut retries = 0;
     loop {
-        match spawn_once(script, &marker, &configure) {
+        match spawn_once(script, &marker, command) {
             Err(e) if e.raw_os_error() == Some(libc::ETXTBSY) && retries < 8 => {
                 retries += 1;
                 tokio::time::sleep(delay).await;
@@ -121,31 +137,51 @@ pub(super) async fn spawn(script: &Path, configure: impl Fn(&mut Command)) -> io
     }
 }
 
+/// The installer's environment with `extra` added (later entries win)
+/// and the marker.
 #[cfg(target_os = "linux")]
-fn spawn_once(
-    script: &Path,
-    marker: &str,
-    configure: &impl Fn(&mut Command),
-) -> io::Result<Running> {
-    use std::os::fd::AsRawFd;
-    let pipe = super::supervisor::status_pipe()?;
-    let mut cmd = Command::new(script);
-    configure(&mut cmd);
-    cmd.env(MARKER_ENV, marker)
-        .process_group(0)
-        .kill_on_drop(true);
-    let fd = pipe.write.as_raw_fd();
-    // SAFETY: the closure runs in the forked child before exec and calls
-    // only async-signal-safe functions (see `become_supervisor`).
-    unsafe {
-        cmd.pre_exec(move || super::supervisor::become_supervisor(fd));
+fn environment(extra: &[(String, String)], marker: &str) -> Vec<(OsString, OsString)> {
+    let mut env: std::collections::BTreeMap<OsString, OsString> = std::env::vars_os().collect();
+    for (k, v) in extra {
+        env.insert(k.into(), v.into());
     }
-    let child = cmd.spawn()?;
-    drop(pipe.write);
-    let status = tokio::net::unix::pipe::Receiver::from_owned_fd(pipe.read)?;
-    let pid = child.id().map(|p| p as i32).unwrap_or(0);
+    env.insert(MARKER_ENV.into(), marker.into());
+    env.into_iter().collect()
+}
+
+#[cfg(target_os = "linux")]
+fn spawn_once(script: &Path, marker: &str, command: &HookCommand<'_>) -> io::Result<Running> {
+    use super::supervisor;
+    use tokio::net::unix::pipe::Receiver;
+    let args: [&std::ffi::OsStr; 5] = [
+        supervisor::SHELL.as_ref(),
+        "-c".as_ref(),
+        supervisor::SCRIPT.as_ref(),
+        supervisor::NAME.as_ref(),
+        script.as_os_str(),
+    ];
+    let spawned = super::spawn::spawn(
+        Path::new(supervisor::SHELL),
+        &args,
+        &environment(&command.env, marker),
+        command.cwd,
+    )?;
+    let pid = spawned.pid;
+    let pipes = (|| {
+        Ok::<_, io::Error>((
+            Receiver::from_owned_fd(spawned.stdout)?,
+            Receiver::from_owned_fd(spawned.stderr)?,
+            Receiver::from_owned_fd(spawned.status)?,
+        ))
+    })();
+    let (stdout, stderr, status) = match pipes {
+        Ok(p) => p,
+        Err(e) => {
+            super::spawn::kill_and_reap(pid);
+            return Err(e);
+        }
+    };
     Ok(Running {
-        child,
         group: HookGroup {
             pgid: pid,
             boot: boot_id(),
@@ -153,30 +189,38 @@ fn spawn_once(
             start: super::procfs::start_of(pid),
             marker: Some(marker.to_string()),
         },
+        output: (Some(Box::new(stdout)), Some(Box::new(stderr))),
+        supervisor: pid,
         status,
         ended: false,
     })
 }
 
 #[cfg(not(target_os = "linux"))]
-fn spawn_once(
-    script: &Path,
-    marker: &str,
-    configure: &impl Fn(&mut Command),
-) -> io::Result<Running> {
+fn spawn_once(script: &Path, marker: &str, command: &HookCommand<'_>) -> io::Result<Running> {
+    use std::process::Stdio;
     #[cfg(target_os = "illumos")]
     let (mut cmd, containment) = {
-        let mut c = Command::new(super::contract::CTRUN);
+        let mut c = tokio::process::Command::new(super::contract::CTRUN);
         c.args(super::contract::CTRUN_ARGS).arg(script);
         (c, Containment::Contract)
     };
     #[cfg(not(target_os = "illumos"))]
-    let (mut cmd, containment) = (Command::new(script), Containment::ProcessGroup);
-    configure(&mut cmd);
-    cmd.env(MARKER_ENV, marker)
+    let (mut cmd, containment) = (
+        tokio::process::Command::new(script),
+        Containment::ProcessGroup,
+    );
+    cmd.current_dir(command.cwd)
+        .envs(command.env.iter().map(|(k, v)| (k, v)))
+        .env(MARKER_ENV, marker)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
         .process_group(0)
         .kill_on_drop(true);
-    let child = cmd.spawn()?;
+    let mut child = cmd.spawn()?;
+    let stdout = child.stdout.take().map(|o| Box::new(o) as Output);
+    let stderr = child.stderr.take().map(|o| Box::new(o) as Output);
     Ok(Running {
         group: HookGroup {
             pgid: child.id().map(|p| p as i32).unwrap_or(0),
@@ -185,6 +229,7 @@ fn spawn_once(
             start: None,
             marker: Some(marker.to_string()),
         },
+        output: (stdout, stderr),
         child,
         ended: false,
     })
@@ -192,27 +237,28 @@ fn spawn_once(
 
 impl Running {
     /// The hook's stdout and stderr pipes.
-    pub(super) fn take_output(&mut self) -> (Option<ChildStdout>, Option<ChildStderr>) {
-        (self.child.stdout.take(), self.child.stderr.take())
+    pub(super) fn take_output(&mut self) -> (Option<Output>, Option<Output>) {
+        (self.output.0.take(), self.output.1.take())
     }
 
     /// Wait for the hook to exit, at most `timeout`.
     pub(super) async fn wait(&mut self, timeout: Duration) -> io::Result<Waited> {
         #[cfg(target_os = "linux")]
         {
+            use std::os::unix::process::ExitStatusExt;
             use tokio::io::AsyncReadExt;
-            let mut raw = [0u8; 4];
-            match tokio::time::timeout(timeout, self.status.read_exact(&mut raw)).await {
+            // A few bytes of text, then end of file (the supervisor
+            // closes the pipe): bounded.
+            let mut text = Vec::new();
+            let mut report = (&mut self.status).take(64);
+            match tokio::time::timeout(timeout, report.read_to_end(&mut text)).await {
                 Err(_) => Ok(Waited::TimedOut),
-                Ok(Ok(_)) => {
-                    use std::os::unix::process::ExitStatusExt;
-                    Ok(Waited::Exited(ExitStatus::from_raw(i32::from_ne_bytes(
-                        raw,
-                    ))))
-                }
-                Ok(Err(e)) if e.kind() == io::ErrorKind::UnexpectedEof => {
-                    Ok(Waited::SupervisorLost)
-                }
+                Ok(Ok(_)) => Ok(
+                    match super::supervisor::parse_status(&String::from_utf8_lossy(&text)) {
+                        Some(code) => Waited::Exited(ExitStatus::from_raw(code << 8)),
+                        None => Waited::SupervisorLost,
+                    },
+                ),
                 Ok(Err(e)) => Err(e),
             }
         }
@@ -232,21 +278,33 @@ impl Running {
         self.ended = true;
         let group = self.group.clone();
         let lost = matches!(waited, Some(Waited::SupervisorLost));
-        if matches!(waited, Some(Waited::TimedOut)) && group.containment != Containment::Subreaper {
-            // The hook itself (or ctrun, whose exit ends the contract).
-            let _ = self.child.start_kill();
-        }
-        let killed = agentsadm_platform::blocking(move || sweep(&group, false, lost)).await;
-        // The supervisor exits once it has reaped everything; ctrun once
-        // its child is gone.
-        if tokio::time::timeout(REAP_GRACE, self.child.wait())
-            .await
-            .is_err()
+        #[cfg(target_os = "linux")]
         {
-            let _ = self.child.start_kill();
-            let _ = self.child.wait().await;
+            // The supervisor holds the tree until it is swept, then goes.
+            let pid = self.supervisor;
+            agentsadm_platform::blocking(move || {
+                let killed = sweep(&group, false, lost);
+                super::spawn::kill_and_reap(pid);
+                killed
+            })
+            .await
         }
-        killed
+        #[cfg(not(target_os = "linux"))]
+        {
+            if matches!(waited, Some(Waited::TimedOut)) {
+                // The hook itself (or ctrun, whose exit ends the contract).
+                let _ = self.child.start_kill();
+            }
+            let killed = agentsadm_platform::blocking(move || sweep(&group, false, lost)).await;
+            if tokio::time::timeout(REAP_GRACE, self.child.wait())
+                .await
+                .is_err()
+            {
+                let _ = self.child.start_kill();
+                let _ = self.child.wait().await;
+            }
+            killed
+        }
     }
 }
 
@@ -256,6 +314,8 @@ impl Drop for Running {
             // Dropped mid-wait (the run was cancelled): nothing the hook
             // started may outlive it.
             sweep(&self.group, true, true);
+            #[cfg(target_os = "linux")]
+            super::spawn::kill_and_reap(self.supervisor);
         }
     }
 }

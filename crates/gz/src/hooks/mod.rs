@@ -1,7 +1,7 @@
 //! apm-compatible lifecycle hooks (docs/triton/agent-install.md §2.1).
 //!
-//! Like apm, a hook is spawned directly (it needs its exec bit and a `#!`
-//! line; there is no shell in between), with the installer's environment
+//! Like apm, a hook's script is exec'd as it is (it needs its exec bit and
+//! a `#!` line; no shell interprets it), with the installer's environment
 //! plus apm's variables:
 //! `npm_config_prefix`, `npm_config_smfdir`, `npm_config_etc`,
 //! `npm_config_dbdir`, `npm_package_name`, `npm_package_version` (and
@@ -15,13 +15,15 @@
 //! - a hook killed by a signal is a failure (apm counts it as success);
 //! - the tails of its stdout and stderr go into the error.
 //!
-//! Modules: [`contain`] (the containment, per OS), `supervisor` and
-//! `procfs` (Linux), `contract` (SmartOS).
+//! Modules: [`contain`] (the containment, per OS), `supervisor`, `spawn`
+//! and `procfs` (Linux), `contract` (SmartOS).
 
 pub mod contain;
 mod contract;
 #[cfg(target_os = "linux")]
 mod procfs;
+#[cfg(target_os = "linux")]
+mod spawn;
 #[cfg(target_os = "linux")]
 mod supervisor;
 
@@ -29,7 +31,6 @@ pub use contain::{HookGroup, end_left};
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::process::Stdio;
 use std::time::Duration;
 
 use tokio::io::{AsyncRead, AsyncReadExt};
@@ -120,6 +121,27 @@ fn tails(stdout: &str, stderr: &str) -> String {
     s
 }
 
+/// Whether `script` can be exec'd: a regular file with an exec bit that
+/// starts with `#!` or is an ELF binary.
+async fn blocking_runnable(script: PathBuf) -> std::io::Result<()> {
+    agentsadm_platform::blocking(move || {
+        use std::io::Read;
+        use std::os::unix::fs::PermissionsExt;
+        let md = std::fs::metadata(&script)?;
+        if !md.is_file() || md.permissions().mode() & 0o111 == 0 {
+            return Err(std::io::Error::from_raw_os_error(libc::EACCES));
+        }
+        let mut head = [0u8; 4];
+        let n = std::fs::File::open(&script)?.read(&mut head)?;
+        if head[..n].starts_with(b"#!") || head[..n] == *b"\x7fELF" {
+            Ok(())
+        } else {
+            Err(std::io::Error::from_raw_os_error(libc::ENOEXEC))
+        }
+    })
+    .await
+}
+
 /// What a successful hook printed (kept for the log).
 #[derive(Clone, Debug, Default)]
 pub struct HookOutput {
@@ -167,16 +189,22 @@ pub async fn run_hook_recorded(
         script: PathBuf::from(script),
         err,
     };
-    let mut running = contain::spawn(&script_path, |cmd| {
-        cmd.current_dir(cwd)
-            .envs(&env.extra)
-            .envs(env.apm_vars(package))
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped());
-    })
-    .await
-    .map_err(spawn_err)?;
+    // What exec would refuse, refused here (the supervisor's shell would
+    // run a script without a `#!` line itself, where apm's exec fails).
+    let runnable = blocking_runnable(script_path.clone()).await;
+    runnable.map_err(spawn_err)?;
+    let command = contain::HookCommand {
+        cwd,
+        env: env
+            .extra
+            .iter()
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .chain(env.apm_vars(package))
+            .collect(),
+    };
+    let mut running = contain::spawn(&script_path, &command)
+        .await
+        .map_err(spawn_err)?;
     if let Some(tx) = spawned {
         let _ = tx.send(running.group.clone());
     }
@@ -355,6 +383,36 @@ mod tests {
         .await
         .unwrap_err();
         assert!(matches!(e, HookError::Missing { .. }));
+        // Not runnable: no exec bit, no `#!` line.
+        std::fs::write(d.path().join("plain.sh"), "true\n").unwrap();
+        std::fs::set_permissions(
+            d.path().join("plain.sh"),
+            std::fs::Permissions::from_mode(0o644),
+        )
+        .unwrap();
+        let e = run_hook(
+            Hook::Postinstall,
+            &package("plain.sh"),
+            d.path(),
+            &env(d.path(), Duration::from_secs(1)),
+        )
+        .await
+        .unwrap_err();
+        assert!(matches!(e, HookError::Spawn { .. }), "{e}");
+        std::fs::set_permissions(
+            d.path().join("plain.sh"),
+            std::fs::Permissions::from_mode(0o755),
+        )
+        .unwrap();
+        let e = run_hook(
+            Hook::Postinstall,
+            &package("plain.sh"),
+            d.path(),
+            &env(d.path(), Duration::from_secs(1)),
+        )
+        .await
+        .unwrap_err();
+        assert!(matches!(e, HookError::Spawn { .. }), "{e}");
     }
 
     /// Whether `pid` is gone (or dead, waiting to be reaped).
