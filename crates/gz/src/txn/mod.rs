@@ -17,8 +17,11 @@
 //!    installed dir), which must have written the manifest of each of its
 //!    `smf/manifests/*.xml.in` into `opt/smartdc/agents/smf` (agentsadm
 //!    never renders a package's templates: a manifest the postinstall did
-//!    not write fails the install);
-//! 5. SMF: every manifest of the new version is imported through the
+//!    not write fails the install); what else it wrote there is journaled,
+//!    kept as the component's own when named after it, refused otherwise
+//!    (`manifests`);
+//! 5. SMF: every manifest of the new version is checked (a regular file
+//!    declaring only the component's services) and imported through the
 //!    [`Platform`];
 //! 6. the health gate, when the run has one ([`super::health`]): the
 //!    instances that should run must come online and stay online, else the
@@ -27,7 +30,9 @@
 //!    did not come up;
 //! 7. the journal moves to `committing`; the old version becomes
 //!    `previous/<component>` (for `gz rollback`, in the layout's
-//!    [`KeptForm`]), the staging directory and the journal are removed. A
+//!    [`KeptForm`]; one that cannot be kept, the filesystem full, is a
+//!    warning in the result and in `gz report`), the staging directory and
+//!    the journal are removed. A
 //!    commit interrupted midway is finished by the next run.
 //!
 //! Every layout ([`super::layout`]) runs this same transaction; a layout
@@ -41,7 +46,8 @@
 //! test checkpoints run on the task itself, so a `wait:` checkpoint stops
 //! the run as it did when everything ran inline.
 //!
-//! Modules: `swap` (steps 3-6 and the removal steps), `commit` (the end of
+//! Modules: `swap` (steps 3-6 and the removal steps), `manifests` (what a
+//! postinstall writes into apm's SMF directory), `commit` (the end of
 //! every transaction), `undo` (rollback), `recover` (journals a killed run
 //! left behind).
 //!
