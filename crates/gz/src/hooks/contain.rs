@@ -333,6 +333,12 @@ fn sweep(group: &HookGroup, root: bool, by_marker: bool) -> usize {
                 .filter(|_| by_marker)
                 .map(|m| format!("{MARKER_ENV}={m}"));
             let (pid, start) = (group.pgid, group.start);
+            // The common case, a hook that left nothing: a supervisor
+            // without children has no descendants (whatever the hook
+            // started is in its tree), no table to read.
+            if marker.is_none() && !root && super::procfs::has_children(pid) == Some(false) {
+                return 0;
+            }
             super::procfs::stop_and_kill(|table| {
                 let mut out = std::collections::BTreeSet::new();
                 let alive = table

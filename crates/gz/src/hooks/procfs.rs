@@ -63,6 +63,13 @@ pub(super) fn start_of(pid: i32) -> Option<u64> {
     parse_stat(&text).map(|p| p.start)
 }
 
+/// Whether `pid` has children (dead or alive), where the kernel lists
+/// them (`/proc/<pid>/task/<pid>/children`); `None` when it cannot tell.
+pub(super) fn has_children(pid: i32) -> Option<bool> {
+    let text = fs::read_to_string(format!("/proc/{pid}/task/{pid}/children")).ok()?;
+    Some(!text.trim().is_empty())
+}
+
 /// The live descendants of `root` in `table` (not `root` itself).
 pub(super) fn descendants(table: &[Proc], root: i32) -> BTreeSet<i32> {
     let mut children: BTreeMap<i32, Vec<i32>> = BTreeMap::new();

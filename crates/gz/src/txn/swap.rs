@@ -165,9 +165,9 @@ async fn postinstall(
     if !hooks_run {
         return run_hook(env, journal, Hook::Postinstall, pkg, &installed).await;
     }
-    // The journal knows what was there, for a run killed mid-hook.
+    // The journal knows what was there, for a run killed mid-hook (it is
+    // written as the hook starts, with the hook).
     journal.smf.dir_before = Some(manifests::listing(&watch));
-    write_journal(env, journal).await?;
     let ran = run_hook(env, journal, Hook::Postinstall, pkg, &installed).await;
     let (watch, refused) =
         manifests::journal_written(env, component, journal, txn_dir, watch).await?;
