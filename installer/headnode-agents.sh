@@ -75,7 +75,8 @@ install)
     ;;
 adopt)
     [[ -x $AGENTSADM ]] || fatal "$AGENTSADM is missing: run '$0 install' first"
-    "$AGENTSADM" adopt --local --root "$ROOT" ||
+    # -y: headnode setup runs unattended (adopt asks without it).
+    "$AGENTSADM" adopt --local --root "$ROOT" -y ||
         fatal "adopting the headnode's agents into SAPI failed"
     ;;
 import)

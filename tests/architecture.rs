@@ -182,3 +182,146 @@ fn the_server_build_has_no_simulator_fakes_or_test_knobs() {
         );
     }
 }
+
+/// Rust files under `dir`, recursively.
+fn rust_files(dir: &Path, out: &mut Vec<std::path::PathBuf>) {
+    for entry in std::fs::read_dir(dir).expect("readable") {
+        let path = entry.expect("dir entry").path();
+        if path.is_dir() {
+            rust_files(&path, out);
+        } else if path.extension().is_some_and(|e| e == "rs") {
+            out.push(path);
+        }
+    }
+}
+
+/// A line without its `//` comment and with string and char literals
+/// emptied, for counting braces (good enough for this code base: no raw
+/// strings hold braces across lines where a function starts or ends).
+fn code_of(line: &str) -> String {
+    let mut out = String::new();
+    let mut chars = line.chars().peekable();
+    let mut in_str = false;
+    while let Some(c) = chars.next() {
+        match (in_str, c) {
+            (true, '\\') => {
+                chars.next();
+            }
+            (true, '"') => in_str = false,
+            (true, _) => {}
+            (false, '"') => in_str = true,
+            (false, '\'') => {
+                // A char literal ('{', '\n') or a lifetime ('a).
+                let rest: String = chars.clone().take(3).collect();
+                if rest.starts_with('\\') {
+                    chars.next();
+                    chars.next();
+                    chars.next();
+                } else if rest.chars().nth(1) == Some('\'') {
+                    chars.next();
+                    chars.next();
+                }
+            }
+            (false, '/') if chars.peek() == Some(&'/') => break,
+            (false, c) => out.push(c),
+        }
+    }
+    out
+}
+
+/// (name, first line, length in lines) of each `fn` with a body in `text`.
+fn functions(text: &str) -> Vec<(String, usize, usize)> {
+    let lines: Vec<&str> = text.lines().collect();
+    let mut out = Vec::new();
+    for (i, line) in lines.iter().enumerate() {
+        let code = code_of(line);
+        let Some(at) = code.find("fn ") else {
+            continue;
+        };
+        let before = code[..at].trim();
+        let modifiers_only = before.split_whitespace().all(|w| {
+            matches!(w, "pub" | "const" | "async" | "unsafe" | "extern") || w.starts_with("pub(")
+        });
+        if !modifiers_only {
+            continue;
+        }
+        let name: String = code[at + 3..]
+            .chars()
+            .take_while(|c| c.is_alphanumeric() || *c == '_')
+            .collect();
+        let (mut depth, mut started) = (0i64, false);
+        for (j, l) in lines.iter().enumerate().skip(i) {
+            let c = code_of(l);
+            for ch in c.chars() {
+                match ch {
+                    '{' => {
+                        depth += 1;
+                        started = true;
+                    }
+                    '}' => depth -= 1,
+                    _ => {}
+                }
+            }
+            if started && depth == 0 {
+                out.push((name.clone(), i + 1, j - i + 1));
+                break;
+            }
+            if !started && c.trim_end().ends_with(';') {
+                break;
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn no_source_file_over_1000_lines_and_no_product_function_over_120() {
+    let mut files = Vec::new();
+    for dir in ["crates", "src", "tests"] {
+        rust_files(&root().join(dir), &mut files);
+    }
+    files.sort();
+    let product: Vec<String> = LAYERS
+        .iter()
+        .map(|(name, _)| *name)
+        .filter(|n| !matches!(*n, "sim" | "dev"))
+        .map(|n| format!("crates/{n}/src/"))
+        .collect();
+    let mut long = Vec::new();
+    for file in &files {
+        let rel = file
+            .strip_prefix(root())
+            .expect("under the root")
+            .to_string_lossy()
+            .replace('\\', "/");
+        let text = std::fs::read_to_string(file).expect("readable");
+        let n = text.lines().count();
+        if n > 1000 {
+            long.push(format!("{rel}: {n} lines"));
+        }
+        if !product.iter().any(|p| rel.starts_with(p.as_str())) {
+            continue;
+        }
+        // Unit tests at the end of a product file are not product code.
+        let body = match text.find("#[cfg(test)]") {
+            Some(i) => &text[..i],
+            None => &text[..],
+        };
+        for (name, line, len) in functions(body) {
+            if len > 120 {
+                long.push(format!("{rel}:{line}: fn {name} is {len} lines"));
+            }
+        }
+    }
+    assert!(long.is_empty(), "too long:\n{}", long.join("\n"));
+}
+
+#[test]
+fn the_function_scanner_counts_bodies_and_skips_declarations() {
+    let text = "pub(crate) async fn a(x: &str) -> char {\n    let b = '{';\n    \"}\";\n    b\n}\ntrait T {\n    fn decl(&self);\n}\nfn c() {}\n";
+    let found = functions(text);
+    assert_eq!(
+        found,
+        vec![("a".to_string(), 1, 5), ("c".to_string(), 9, 1)]
+    );
+}

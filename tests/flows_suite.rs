@@ -5,16 +5,26 @@
 //! - `check`: `check` / `check --fix` against the simulator, one test per
 //!   finding kind (make the drift, find it, fix it, check again), and the
 //!   command line's exit statuses and `--json`;
+//! - `fix_rollout`: `check --fix` in waves: failure budget, canaries, rack
+//!   limit, never marlin-agent in bulk;
 //! - `server`: `server delete|factory-reset` against the simulator;
 //! - `setup`: the `installer/` scripts end to end (USB key build, headnode
 //!   with no API, adoption, import, a compute node from empty through
 //!   `agentsetup.sh`), and shellcheck;
-//! - `usbkey`: the USB key's image directory and its defaults.
+//! - `usbkey`: the USB key's image directory and its defaults;
+//! - `selfupdate`: agentsadm's release image and `self-update` (latest,
+//!   rollback, refusals, SIGKILL at each step).
 
 #[path = "common/flows.rs"]
 mod flows_common;
 #[path = "common/golden.rs"]
 mod golden_common;
+#[path = "common/gz.rs"]
+mod gz_common;
+#[path = "common/rel.rs"]
+mod rel_common;
+#[path = "common/sim.rs"]
+mod sim_common;
 #[path = "common/tools.rs"]
 mod tools_common;
 
@@ -22,6 +32,10 @@ mod tools_common;
 mod check;
 #[path = "flows_suite/drift.rs"]
 mod drift;
+#[path = "flows_suite/fix_rollout.rs"]
+mod fix_rollout;
+#[path = "flows_suite/selfupdate.rs"]
+mod selfupdate;
 #[path = "flows_suite/server.rs"]
 mod server;
 #[path = "flows_suite/setup.rs"]

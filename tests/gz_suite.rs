@@ -3,6 +3,8 @@
 //!
 //! - `install`: every kind, upgrade hooks and instance UUIDs, rollback, remove, report;
 //! - `kinds`: what each component kind stages;
+//! - `agentsadm_kind`: agentsadm's own component (its directory, report,
+//!   upgrade by rename with the binary always there, takeover of a bare copy);
 //! - `bad_input`: each bad input refused with the cause named, nothing changed;
 //! - `crash`: killed at every checkpoint, recovered to old or new;
 //! - `concurrency`: ordering, parallel-safe overlap, the server lock;
@@ -35,6 +37,8 @@ mod gz_common;
 #[path = "common/tools.rs"]
 mod tools_common;
 
+#[path = "gz_suite/agentsadm_kind.rs"]
+mod agentsadm_kind;
 #[path = "gz_suite/bad_input.rs"]
 mod bad_input;
 #[path = "gz_suite/claims.rs"]

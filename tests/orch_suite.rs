@@ -5,11 +5,16 @@
 //! - `adopt`: adoption planning (pure);
 //! - `list`: the rows of `agentsadm list` and its summary (pure);
 //! - `adopt_sapi`: adoption against SAPI's real re-create rules (sim);
+//! - `cnapi_real`: the transport against a CNAPI and cn-agent that behave
+//!   as the real ones (execute modes, Ur, removals, lost task results);
 //! - `exec`: the executor, outliers, stragglers and the lock on the fake
 //!   datacenter, with a paused clock;
 //! - `fence`: a plan changed between the prompt and execution is shown
-//!   and asked about again, never executed unconfirmed (`check --fix`);
+//!   and asked about again, never executed unconfirmed, through the one
+//!   run (`check --fix`, `adopt`, `server delete`); a held lock first;
 //! - `halfsetup`: a datacenter not set up leads with the cause (pure);
+//! - `halt`: the waves the plan shows and the run follows; a failure-budget
+//!   halt puts intent back (sim);
 //! - `interrupt`: Ctrl-C with servers in flight (task ids, waiting for
 //!   them, a second interrupt), task ids of timed-out steps;
 //! - `latest`: where `--latest` looks, printed on the plan's first line;
@@ -22,6 +27,8 @@
 mod adopt;
 #[path = "orch_suite/adopt_sapi.rs"]
 mod adopt_sapi;
+#[path = "orch_suite/cnapi_real.rs"]
+mod cnapi_real;
 #[path = "orch_suite/exec.rs"]
 mod exec;
 #[path = "orch_suite/fence.rs"]
@@ -32,6 +39,8 @@ mod flows_common;
 mod golden_common;
 #[path = "orch_suite/halfsetup.rs"]
 mod halfsetup;
+#[path = "orch_suite/halt.rs"]
+mod halt;
 #[path = "orch_suite/interrupt.rs"]
 mod interrupt;
 #[path = "orch_suite/latest.rs"]
@@ -46,5 +55,7 @@ mod rollout;
 mod runlog;
 #[path = "orch_suite/sim.rs"]
 mod sim;
+#[path = "common/sim.rs"]
+mod sim_common;
 #[path = "orch_suite/tables.rs"]
 mod tables;

@@ -12,7 +12,8 @@
 //! - `cli_bad_input`: every command group refuses bad input with one line
 //!   on stderr and exit 1, and changes nothing;
 //! - `cli_bench`: `bench install|rollout|plan` print their JSON object,
-//!   `bench all` one table.
+//!   `bench all` one table;
+//! - `help_examples`: every example in every `--help` parses.
 //!
 //! Elsewhere: two orchestrators started together (one runs, the other
 //! exits 1 naming the holder) is `orch_suite/sim.rs`
@@ -25,6 +26,8 @@
 mod gz_common;
 #[path = "common/rel.rs"]
 mod rel;
+#[path = "common/sim.rs"]
+mod sim_common;
 
 #[path = "reliability_suite/cli_bad_input.rs"]
 mod cli_bad_input;
@@ -32,6 +35,8 @@ mod cli_bad_input;
 mod cli_bench;
 #[path = "reliability_suite/crash.rs"]
 mod crash;
+#[path = "reliability_suite/help_examples.rs"]
+mod help_examples;
 #[path = "reliability_suite/rollout.rs"]
 mod rollout;
 #[path = "reliability_suite/unpack.rs"]

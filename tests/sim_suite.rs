@@ -2,10 +2,13 @@
 //! binary (linking is the slow part of CI, so one binary instead of one per
 //! file).
 //!
-//! - `quirks`: every simulated wire quirk, through the real clients;
+//! - `quirks`, `quirks_imgapi`, `quirks_sapi`: every simulated wire quirk,
+//!   through the real clients (CNAPI's in `quirks`);
 //! - `api_faults`: the clients' retries, timeouts and error bodies against
 //!   injected faults;
 //! - `gz`: the real GZ installer behind the simulator (both layouts);
+//! - `outages`: CNAPI restarts, cn-agent's task history and restarts, Ur
+//!   down and Ur's reports, VMAPI down (issue 20);
 //! - `serve`: `agentsadm sim serve` / `sim publish`, persistence, scale;
 //! - `strict`: where the simulator is as strict as the real services
 //!   (issue 13).
@@ -17,8 +20,14 @@ mod sim_common;
 mod api_faults;
 #[path = "sim_suite/gz.rs"]
 mod gz;
+#[path = "sim_suite/outages.rs"]
+mod outages;
 #[path = "sim_suite/quirks.rs"]
 mod quirks;
+#[path = "sim_suite/quirks_imgapi.rs"]
+mod quirks_imgapi;
+#[path = "sim_suite/quirks_sapi.rs"]
+mod quirks_sapi;
 #[path = "sim_suite/serve.rs"]
 mod serve;
 #[path = "sim_suite/strict.rs"]

@@ -88,7 +88,7 @@ pub async fn fix(dc: &SimDc, run: &CheckRun) -> FixOutcome {
         dc.catalog(),
         &request,
         &CheckConfig::default(),
-        &plan,
+        crate::sim_common::yes(&plan.plan),
         RepairOptions {
             exec: &exec_options(),
             transport: &transport(),
@@ -200,4 +200,100 @@ pub fn assert_clean(run: &CheckRun) {
         "expected no drift:\n{}",
         run.render()
     );
+}
+
+/// The run's operator in a test: it records what was shown and asked,
+/// answers from a script, and can make a change in the datacenter while
+/// its first question is on screen (as a colleague or another tool would).
+pub struct Script<P> {
+    /// Answers to the questions, in order (then no).
+    pub answers: std::sync::Mutex<std::collections::VecDeque<bool>>,
+    pub interactive: bool,
+    /// How many questions were asked.
+    pub asked: std::sync::atomic::AtomicUsize,
+    /// Each plan shown: how, and what `describe` made of it.
+    pub shown: std::sync::Mutex<Vec<(agentsadm_orchestrate::run::Shown, Vec<String>)>>,
+    describe: fn(&P) -> Vec<String>,
+    /// Made while the first question is on screen.
+    inject: std::sync::Mutex<Option<futures::future::BoxFuture<'static, ()>>>,
+}
+
+impl<P> Script<P> {
+    pub fn new(answers: &[bool], interactive: bool, describe: fn(&P) -> Vec<String>) -> Self {
+        Script {
+            answers: std::sync::Mutex::new(answers.iter().copied().collect()),
+            interactive,
+            asked: Default::default(),
+            shown: Default::default(),
+            describe,
+            inject: std::sync::Mutex::new(None),
+        }
+    }
+
+    /// Make `change` while the first question is on screen.
+    pub fn while_asking(
+        self,
+        change: impl std::future::Future<Output = ()> + Send + 'static,
+    ) -> Self {
+        *self.inject.lock().unwrap() = Some(Box::pin(change));
+        self
+    }
+
+    pub fn asked(&self) -> usize {
+        self.asked.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    /// What was shown after a change was noticed.
+    pub fn changed(&self) -> Vec<Vec<String>> {
+        self.shown
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|(s, _)| *s == agentsadm_orchestrate::run::Shown::Changed)
+            .map(|(_, d)| d.clone())
+            .collect()
+    }
+}
+
+impl<P> agentsadm_orchestrate::run::Operator<P> for Script<P> {
+    fn show(&self, planned: &P, shown: agentsadm_orchestrate::run::Shown) {
+        self.shown
+            .lock()
+            .unwrap()
+            .push((shown, (self.describe)(planned)));
+    }
+
+    fn interactive(&self) -> bool {
+        self.interactive
+    }
+
+    async fn ask(&self, _: &P) -> Result<bool, agentsadm_orchestrate::run::AskError> {
+        self.asked.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        let inject = self.inject.lock().unwrap().take();
+        if let Some(change) = inject {
+            change.await;
+        }
+        Ok(self.answers.lock().unwrap().pop_front().unwrap_or(false))
+    }
+
+    fn note(&self, _: &str) {}
+
+    async fn canary_passed(&self, _: &[String], _: usize, _: bool) -> bool {
+        true
+    }
+}
+
+/// A run of the library's one pipeline against the simulator: its
+/// transport and lock timing fit for loopback.
+pub fn sim_run<'a>(
+    apis: &'a agentsadm_api::Apis,
+    catalog: &'a agentsadm_types::catalog::Catalog,
+    settings: &'a agentsadm_orchestrate::run::RunSettings,
+    operation: &str,
+) -> agentsadm_orchestrate::run::Run<'a> {
+    let mut run =
+        agentsadm_orchestrate::run::Run::new(apis, catalog, settings, &NullReporter, operation);
+    run.transport = transport();
+    run.lock.settle = Duration::from_millis(20);
+    run
 }

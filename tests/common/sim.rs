@@ -79,3 +79,18 @@ pub async fn get_v2(url: &str) -> Raw {
         .await
         .expect("GET")
 }
+
+/// The settings of `-y`: agreed in advance, the way scripts run.
+pub fn yes_settings() -> &'static agentsadm_orchestrate::run::RunSettings {
+    static YES: std::sync::LazyLock<agentsadm_orchestrate::run::RunSettings> =
+        std::sync::LazyLock::new(|| agentsadm_orchestrate::run::RunSettings {
+            yes: true,
+            ..Default::default()
+        });
+    &YES
+}
+
+/// `plan`, confirmed as `-y` confirms it (the only way besides the prompt).
+pub fn yes(plan: &agentsadm_plan::Plan) -> agentsadm_orchestrate::confirm::Confirmed<'_> {
+    agentsadm_orchestrate::confirm::Confirmed::by_yes(yes_settings(), plan).expect("-y")
+}

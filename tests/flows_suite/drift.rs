@@ -14,11 +14,11 @@ use agentsadm_flows::drift::Finding;
 use agentsadm_flows::drift::FindingKind;
 use agentsadm_flows::drift::Fix;
 use agentsadm_flows::repair;
-use agentsadm_flows::repair::SapiRepair;
 use agentsadm_orchestrate::store::instance_params;
 use agentsadm_plan::Action;
 use agentsadm_plan::ImageRef;
 use agentsadm_plan::IntentChange;
+use agentsadm_plan::RecordChange;
 use agentsadm_sim::testkit::ExampleDc;
 use agentsadm_sim::testkit::derived_uuid;
 use agentsadm_sim::testkit::image_ref;
@@ -326,14 +326,16 @@ fn apply(
     plan: &repair::RepairPlan,
     live: &mut BTreeMap<ServerUuid, AgentsReport>,
 ) {
-    for r in &plan.reports {
-        dc.servers.get_mut(&r.server).unwrap().agents = Some(r.agents.clone());
+    for (server, _, agents) in plan.reports() {
+        dc.servers.get_mut(&server).unwrap().agents = Some(agents.to_vec());
     }
     live.clear();
-    for r in &plan.sapi {
+    for r in plan.sapi() {
         match r {
-            SapiRepair::Service(c) => dc.set_service_default(&c.component, Some(c.to.uuid)),
-            SapiRepair::Instance { server, change, .. } => match change {
+            RecordChange::ServiceDefault { change: c } => {
+                dc.set_service_default(&c.component, Some(c.to.uuid))
+            }
+            RecordChange::Instance { server, change, .. } => match change {
                 IntentChange::CreateInstance {
                     service,
                     instance,
@@ -354,11 +356,12 @@ fn apply(
                 IntentChange::DeleteInstance { instance, .. } => {
                     assert!(dc.sapi_delete_instance(*instance));
                 }
-                IntentChange::AdoptInstalled { .. } => panic!("not a SAPI-only repair"),
+                other => panic!("not a SAPI-only repair: {other:?}"),
             },
+            other => panic!("not a repair: {other:?}"),
         }
     }
-    for (server, sp) in &plan.plan.servers {
+    for (server, sp) in plan.plan.servers() {
         for st in &sp.steps {
             match &st.action {
                 Action::Install { to } => {
@@ -381,7 +384,7 @@ fn apply(
             }
         }
     }
-    for r in &plan.replaced {
+    for r in plan.replaced() {
         dc.sapi_delete_instance(r.instance);
     }
 }
@@ -392,8 +395,8 @@ fn repairs_converge() {
     let (survey, findings) = find(&dc, &live, None);
     let plan = repair::plan_repairs(&dc.catalog, &survey, &live, &findings);
     assert_eq!(plan.manual, 0, "{}", plan.render());
-    assert_eq!(plan.reports.len(), 1);
-    assert_eq!(plan.replaced.len(), 1);
+    assert_eq!(plan.reports().count(), 1);
+    assert_eq!(plan.replaced().len(), 1);
     // cmon-agent install on cn001, vm-agent on cn001 and net-agent on cn004.
     assert_eq!(plan.plan.step_count(), 3, "{}", plan.render());
     golden("flows_repairs.txt", &plan.render());

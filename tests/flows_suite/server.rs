@@ -89,7 +89,7 @@ async fn delete_removes_every_instance_of_the_server_only() {
         assert_eq!(l.via, vec!["server.agents"]);
     }
 
-    let report = cleanup::execute(&dc.apis(), &plan).await;
+    let report = cleanup::execute(&dc.apis(), crate::sim_common::yes(&plan.plan)).await;
     assert_eq!(report.exit_status(), 0, "{report:?}");
     assert_eq!(report.cnapi, CnapiOutcome::Deleted);
     assert!(dc.record(cn).is_none());
@@ -126,7 +126,7 @@ async fn a_partial_failure_finishes_on_the_next_run() {
     }
     // SAPI fails every request now (more than the client retries).
     dc.faults().burst(SimApi::Sapi, 10_000, 503);
-    let report = cleanup::execute(&dc.apis(), &plan).await;
+    let report = cleanup::execute(&dc.apis(), crate::sim_common::yes(&plan.plan)).await;
     assert_eq!(report.exit_status(), 2);
     assert!(matches!(report.cnapi, CnapiOutcome::NotRun { .. }));
     assert!(
@@ -146,7 +146,7 @@ async fn a_partial_failure_finishes_on_the_next_run() {
         .await
         .unwrap();
     assert_eq!(plan.instances.len(), n - 3);
-    let report = cleanup::execute(&dc.apis(), &plan).await;
+    let report = cleanup::execute(&dc.apis(), crate::sim_common::yes(&plan.plan)).await;
     assert_eq!(report.exit_status(), 0, "{report:?}");
     assert!(dc.record(cn).is_none());
     assert!(!instances_by_server(&dc).await.contains_key(&cn));
@@ -170,7 +170,7 @@ async fn delete_after_the_cnapi_record_is_gone_cleans_sapi() {
         .unwrap();
     assert!(!plan.in_cnapi);
     assert_eq!(plan.instances.len(), own);
-    let report = cleanup::execute(&dc.apis(), &plan).await;
+    let report = cleanup::execute(&dc.apis(), crate::sim_common::yes(&plan.plan)).await;
     assert_eq!(report.cnapi, CnapiOutcome::AlreadyGone);
     assert_eq!(report.exit_status(), 0);
     assert!(!instances_by_server(&dc).await.contains_key(&cn));
@@ -191,7 +191,7 @@ async fn factory_reset_cleans_up_and_resets() {
     let plan = cleanup::prepare(&dc.apis(), ServerAction::FactoryReset, "cn0001")
         .await
         .unwrap();
-    let report = cleanup::execute(&dc.apis(), &plan).await;
+    let report = cleanup::execute(&dc.apis(), crate::sim_common::yes(&plan.plan)).await;
     assert_eq!(report.exit_status(), 0, "{report:?}");
     assert!(matches!(
         report.cnapi,
@@ -238,7 +238,7 @@ async fn factory_reset_with_vms_is_refused_without_deleting_anything() {
         .await
         .unwrap();
     dc.add_vms(cn1, 1);
-    let report = cleanup::execute(&dc.apis(), &plan).await;
+    let report = cleanup::execute(&dc.apis(), crate::sim_common::yes(&plan.plan)).await;
     assert_eq!(report.exit_status(), 2);
     match &report.cnapi {
         CnapiOutcome::Failed { message } => {

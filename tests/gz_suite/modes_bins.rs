@@ -133,7 +133,7 @@ async fn bins_that_dangle_or_shadow_a_system_command_are_refused() {
         (
             "a bin named agentsadm",
             vec![("agentsadm", "./bin/vm-agent")],
-            "bin \"agentsadm\" (-> vm-agent/bin/vm-agent) is refused: it is named after the system command /opt/smartdc/agents/bin/agentsadm",
+            "bin \"agentsadm\" (-> vm-agent/bin/vm-agent) is refused: it is named after the system command /opt/smartdc/bin/agentsadm",
         ),
         (
             "a bin named svcadm",

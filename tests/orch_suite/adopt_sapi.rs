@@ -63,7 +63,7 @@ async fn adopting_existing_instances_never_re_posts_them() {
     // Every CreateInstance would fail now, and SAPI would delete the
     // instance it re-created.
     dc.faults().fail_sapi_writes(1000);
-    let report = adopt::adopt(&apis.sapi, &plan, &intent).await.unwrap();
+    let report = adopt::adopt(&apis.sapi, crate::sim_common::yes(&plan.plan)).await;
     assert!(report.failures.is_empty(), "{report:?}");
     assert_eq!(report.instances_adopted, before.len());
 
@@ -119,4 +119,85 @@ fn adoption_creates_the_gz_tools_and_sdcadm_services_a_headnode_lacks() {
     dc.manage("sdcadm");
     let again = adopt::plan_adoption(&dc.catalog, &dc.intent(), &dc.reality(), None);
     assert!(again.new_services.is_empty(), "{}", again.render());
+}
+
+/// One adoption rule (`agentsadm_api::adoption`) for every adopter: the
+/// instance UUID a server keeps for cmon-agent is recorded in SAPI under
+/// vm-agent's service. `adopt` plans nothing for it (and says why), the
+/// orchestrator's SAPI write after an install refuses it, and so does the
+/// GZ installer's adoption; the other service's record stays as it was.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_instance_recorded_under_another_service_is_never_taken_over() {
+    use agentsadm_orchestrate::store::IntentStore;
+    use agentsadm_orchestrate::store::IntentWriteError;
+    use agentsadm_orchestrate::store::SapiIntentStore;
+    let dc = SimDc::start(SimConfig::default().servers(2).populate(SeedSpec {
+        agents_without_params: Vec::new(),
+        ..SeedSpec::default()
+    }))
+    .await
+    .expect("simulator starts");
+    let apis = dc.apis();
+    let catalog = dc.catalog().clone();
+    let cn = dc.server("cn0001").unwrap().uuid;
+    let kept = dc
+        .server_agents(cn)
+        .into_iter()
+        .find(|a| a.name == "cmon-agent")
+        .and_then(|a| a.uuid)
+        .expect("cn0001 keeps a cmon-agent instance UUID");
+    let image = dc.default_image("cmon-agent").unwrap();
+    let services = apis.sapi.list_agent_services().await.unwrap();
+    let svc = |name: &str| services.iter().find(|s| s.name == name).unwrap().uuid;
+    // The UUID is now vm-agent's record (no params).
+    apis.sapi.delete_instance(kept).await.unwrap();
+    apis.sapi
+        .create_instance(&CreateInstance {
+            uuid: Some(kept),
+            service_uuid: Some(svc("vm-agent")),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    let record = apis.sapi.get_instance(kept).await.unwrap();
+
+    let (intent, reality) = gather::gather(&apis, &catalog).await.unwrap();
+    let plan = adopt::plan_adoption(&catalog, &intent, &reality, None);
+    assert!(
+        !plan.instances.iter().any(|i| i.instance == kept),
+        "{}",
+        plan.render()
+    );
+    let skip = plan
+        .skips
+        .iter()
+        .find(|s| s.server == cn && s.component == "cmon-agent")
+        .expect("a skip says why");
+    assert!(
+        skip.reason.contains("under another service"),
+        "{}",
+        skip.reason
+    );
+
+    let store = SapiIntentStore::new(apis.sapi.clone());
+    let change = agentsadm_plan::IntentChange::AdoptInstalled {
+        component: "cmon-agent".into(),
+        service: svc("cmon-agent"),
+        image,
+    };
+    let err = store.apply(cn, &change, Some(kept)).await.unwrap_err();
+    assert!(
+        matches!(err, IntentWriteError::OtherService { .. }),
+        "{err}"
+    );
+
+    let err = agentsadm_gz::adopt::adopt(&apis.sapi, "cmon-agent", kept, cn, image)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, agentsadm_gz::adopt::AdoptError::OtherService { .. }),
+        "{err}"
+    );
+    assert_eq!(apis.sapi.get_instance(kept).await.unwrap(), record);
+    dc.shutdown().await;
 }

@@ -28,6 +28,7 @@ use agentsadm_plan::PlanOptions;
 use agentsadm_plan::PlanningInput;
 use agentsadm_plan::Request;
 use agentsadm_plan::ResolvedImages;
+use agentsadm_plan::RolloutPolicy;
 use agentsadm_plan::TransportMode;
 use agentsadm_plan::plan;
 use agentsadm_sim::fake::FakeDc;
@@ -35,6 +36,16 @@ use agentsadm_sim::testkit::ExampleDc;
 use agentsadm_sim::testkit::request;
 
 fn plan_on(fake: &FakeDc, req: &Request, images: &ResolvedImages) -> Plan {
+    plan_with(fake, req, images, RolloutPolicy::default())
+}
+
+/// The plan with `rollout` (concurrency, canary, budget) decided in it.
+fn plan_with(
+    fake: &FakeDc,
+    req: &Request,
+    images: &ResolvedImages,
+    rollout: RolloutPolicy,
+) -> Plan {
     let (intent, reality) = fake.snapshot();
     let catalog = fake.dc().catalog.clone();
     plan(&PlanningInput {
@@ -44,6 +55,7 @@ fn plan_on(fake: &FakeDc, req: &Request, images: &ResolvedImages) -> Plan {
         request: req,
         options: PlanOptions {
             transport: TransportMode::Auto,
+            rollout,
         },
         images,
     })
@@ -52,15 +64,10 @@ fn plan_on(fake: &FakeDc, req: &Request, images: &ResolvedImages) -> Plan {
 
 async fn run(fake: &FakeDc, plan: &Plan, options: &ExecOptions) -> ExecReport {
     let reporter = RecordingReporter::default();
-    Executor {
-        transport: fake,
-        store: fake,
-        reporter: &reporter,
-        options,
-    }
-    .execute(plan, std::future::pending())
-    .await
-    .expect("execute")
+    Executor::new(fake, fake, &reporter, options)
+        .execute(crate::sim_common::yes(plan), std::future::pending())
+        .await
+        .expect("execute")
 }
 
 /// A fake datacenter with `n` CNs and `component` published at 2.0.0.
@@ -86,11 +93,11 @@ async fn update_all_converges_and_replans_empty() {
     let images = images(&fake, &targets);
     let req = request(Operation::Update, &["--all"], &[]);
     let p = plan_on(&fake, &req, &images);
-    assert_eq!(p.servers.len(), 13);
+    assert_eq!(p.servers().len(), 13);
     let report = run(&fake, &p, &ExecOptions::default()).await;
     assert!(report.all_succeeded(), "{}", report.render(&p));
     assert_eq!(report.exit_status(&p), 0);
-    assert_eq!(report.service_changes, p.service_changes.len());
+    assert_eq!(report.service_changes, p.service_changes().len());
     let again = plan_on(&fake, &req, &images);
     assert!(again.is_empty(), "re-plan is not empty:\n{again}");
     // And without naming images: intent alone now says 2.0.0.
@@ -118,11 +125,11 @@ async fn install_and_remove_converge() {
         reality.get(&cn1).unwrap().components["dockerlogger"].instance
     );
     assert!(inst.has_params());
-    assert!(plan_on(&fake, &req, &images).servers.is_empty());
+    assert!(plan_on(&fake, &req, &images).servers().is_empty());
 
     let req = request(Operation::Remove, &["dockerlogger"], &["cn001", "cn002"]);
     let p = plan_on(&fake, &req, &images);
-    assert_eq!(p.servers.len(), 2);
+    assert_eq!(p.servers().len(), 2);
     let report = run(&fake, &p, &ExecOptions::default()).await;
     assert!(report.all_succeeded());
     let again = plan_on(&fake, &req, &images);
@@ -139,22 +146,23 @@ async fn runs_concurrency_servers_at_a_time() {
         &request(Operation::Update, &["vm-agent"], &[]),
         &images(&fake, &targets),
     );
-    assert_eq!(p.servers.len(), 40);
+    assert_eq!(p.servers().len(), 40);
     let report = run(&fake, &p, &ExecOptions::default()).await;
     // 40 servers, 20 at a time, 1 s each: two rounds.
     assert_eq!(report.elapsed.as_secs(), 2, "{:?}", report.elapsed);
-    let options = ExecOptions {
-        concurrency: 5,
-        ..Default::default()
-    };
     let (fake, targets) = setup(39, &["vm-agent"]);
     fake.faults().latency = Duration::from_secs(1);
-    let p = plan_on(
+    let p = plan_with(
         &fake,
         &request(Operation::Update, &["vm-agent"], &[]),
         &images(&fake, &targets),
+        RolloutPolicy {
+            concurrency: 5,
+            ..Default::default()
+        },
     );
-    let report = run(&fake, &p, &options).await;
+    assert_eq!(p.rollout().concurrency, 5);
+    let report = run(&fake, &p, &ExecOptions::default()).await;
     assert_eq!(report.elapsed.as_secs(), 8, "{:?}", report.elapsed);
 }
 
@@ -312,15 +320,10 @@ async fn outliers_are_warned_once_and_stragglers_abandoned() {
 
     let reporter = RecordingReporter::default();
     let options = ExecOptions::default();
-    let report = Executor {
-        transport: &fake,
-        store: &fake,
-        reporter: &reporter,
-        options: &options,
-    }
-    .execute(&p, std::future::pending())
-    .await
-    .unwrap();
+    let report = Executor::new(&fake, &fake, &reporter, &options)
+        .execute(crate::sim_common::yes(&p), std::future::pending())
+        .await
+        .unwrap();
     // Median 10 s: threshold max(30 s, 40 s) = 40 s; cn004 runs 1000 s.
     assert_eq!(report.outliers.len(), 1);
     assert_eq!(report.outliers[0].hostname, "cn004");
@@ -379,31 +382,30 @@ async fn an_interrupted_run_run_again_finishes_the_job() {
     fake.faults().latency = Duration::from_secs(1);
     let imgs = images(&fake, &targets);
     let req = request(Operation::Update, &["vm-agent"], &[]);
-    let p = plan_on(&fake, &req, &imgs);
-    let options = ExecOptions {
+    let two = RolloutPolicy {
         concurrency: 2,
         ..Default::default()
     };
+    let p = plan_with(&fake, &req, &imgs, two);
+    let options = ExecOptions::default();
     let reporter = RecordingReporter::default();
-    let report = Executor {
-        transport: &fake,
-        store: &fake,
-        reporter: &reporter,
-        options: &options,
-    }
-    .execute(&p, tokio::time::sleep(Duration::from_millis(2500)))
-    .await
-    .unwrap();
+    let report = Executor::new(&fake, &fake, &reporter, &options)
+        .execute(
+            crate::sim_common::yes(&p),
+            tokio::time::sleep(Duration::from_millis(2500)),
+        )
+        .await
+        .unwrap();
     assert!(report.interrupted);
     let c = report.counts();
     assert_eq!((c.succeeded, c.interrupted, c.not_started), (4, 2, 4));
     assert_eq!(report.exit_status(&p), 2);
 
     // The same command again: only what is left.
-    let again = plan_on(&fake, &req, &imgs);
-    assert_eq!(again.servers.len(), 6);
+    let again = plan_with(&fake, &req, &imgs, two);
+    assert_eq!(again.servers().len(), 6);
     assert!(
-        again.service_changes.is_empty(),
+        again.service_changes().is_empty(),
         "the service default was set by the first run"
     );
     let report = run(&fake, &again, &options).await;
@@ -445,15 +447,10 @@ async fn a_failed_service_change_touches_no_server() {
     );
     let reporter = RecordingReporter::default();
     let options = ExecOptions::default();
-    let err = Executor {
-        transport: &fake,
-        store: &FailingStore,
-        reporter: &reporter,
-        options: &options,
-    }
-    .execute(&p, std::future::pending())
-    .await
-    .unwrap_err();
+    let err = Executor::new(&fake, &FailingStore, &reporter, &options)
+        .execute(crate::sim_common::yes(&p), std::future::pending())
+        .await
+        .unwrap_err();
     assert!(matches!(err, ExecError::ServiceChange { .. }));
     assert!(err.to_string().contains("no server was touched"));
     assert!(fake.steps_run().is_empty());
@@ -552,15 +549,10 @@ async fn command_line_progress_handles_every_event() {
             straggler_timeout: Some(Duration::from_secs(60)),
             ..Default::default()
         };
-        let report = Executor {
-            transport: &fake,
-            store: &fake,
-            reporter: &progress,
-            options: &options,
-        }
-        .execute(&p, std::future::pending())
-        .await
-        .unwrap();
+        let report = Executor::new(&fake, &fake, &progress, &options)
+            .execute(crate::sim_common::yes(&p), std::future::pending())
+            .await
+            .unwrap();
         assert_eq!(report.counts().failed, 1);
         assert_eq!(report.counts().timed_out, 1);
         assert_eq!(report.outliers.len(), 1);

@@ -4,8 +4,6 @@
 
 use agentsadm_plan::Operation;
 
-use agentsadm_plan::PlanOptions;
-
 use agentsadm_plan::PlanningInput;
 
 use agentsadm_plan::TransportMode;
@@ -35,9 +33,7 @@ fn a_half_set_up_datacenter_leads_with_the_cause() {
         intent: &intent,
         reality: &reality,
         request: &request(Operation::Update, &["--all"], &[]),
-        options: PlanOptions {
-            transport: TransportMode::Auto,
-        },
+        options: TransportMode::Auto.into(),
         images: &images,
     })
     .expect("plan");
@@ -78,9 +74,7 @@ fn a_set_up_datacenter_has_no_cause_lines() {
         intent: &intent,
         reality: &reality,
         request: &request(Operation::Update, &["vm-agent"], &[]),
-        options: PlanOptions {
-            transport: TransportMode::Auto,
-        },
+        options: TransportMode::Auto.into(),
         images: &images,
     })
     .expect("plan");

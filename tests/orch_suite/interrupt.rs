@@ -30,6 +30,11 @@ use std::sync::Mutex;
 
 /// `n` CNs, vm-agent published at 2.0.0, and the plan to update it.
 fn update_plan(n: usize) -> (FakeDc, Plan) {
+    update_plan_with(n, 20)
+}
+
+/// `n` CNs, vm-agent 2.0.0, the update plan `concurrency` servers at once.
+fn update_plan_with(n: usize, concurrency: usize) -> (FakeDc, Plan) {
     let mut dc = ExampleDc::new(n);
     let target = dc.publish("vm-agent", "2.0.0");
     let fake = FakeDc::new(dc);
@@ -43,6 +48,10 @@ fn update_plan(n: usize) -> (FakeDc, Plan) {
         request: &request(Operation::Update, &["vm-agent"], &[]),
         options: PlanOptions {
             transport: TransportMode::Auto,
+            rollout: agentsadm_plan::RolloutPolicy {
+                concurrency,
+                ..Default::default()
+            },
         },
         images: &images,
     })
@@ -103,26 +112,22 @@ async fn run_interrupted(
     gate: &KeepsWaiting,
     reporter: &Interrupts,
 ) -> ExecReport {
-    Executor {
-        transport: fake,
-        store: fake,
-        reporter,
-        options,
-    }
-    .execute_gated(p, tokio::time::sleep(interrupt_at), gate)
-    .await
-    .expect("execute")
+    Executor::new(fake, fake, reporter, options)
+        .execute_gated(
+            crate::sim_common::yes(p),
+            tokio::time::sleep(interrupt_at),
+            gate,
+        )
+        .await
+        .expect("execute")
 }
 
 #[tokio::test(start_paused = true)]
 async fn servers_that_finish_while_waiting_are_not_called_interrupted() {
     // Two at a time, 1 s each: at 2.5 s cn005 and cn006 are in flight.
-    let (fake, p) = update_plan(9);
+    let (fake, p) = update_plan_with(9, 2);
     fake.faults().latency = Duration::from_secs(1);
-    let options = ExecOptions {
-        concurrency: 2,
-        ..Default::default()
-    };
+    let options = ExecOptions::default();
     let reporter = Interrupts::default();
     let gate = KeepsWaiting { second: None };
     let report = run_interrupted(
@@ -170,16 +175,13 @@ async fn servers_that_finish_while_waiting_are_not_called_interrupted() {
 
 #[tokio::test(start_paused = true)]
 async fn a_second_interrupt_stops_waiting_and_names_the_tasks_left_running() {
-    let (fake, p) = update_plan(4);
+    let (fake, p) = update_plan_with(4, 4);
     let cn2 = fake.dc().server_named("cn002");
     let cn3 = fake.dc().server_named("cn003");
     fake.faults().hang.insert(cn2);
     fake.faults().hang.insert(cn3);
     fake.faults().latency = Duration::from_secs(1);
-    let options = ExecOptions {
-        concurrency: 4,
-        ..Default::default()
-    };
+    let options = ExecOptions::default();
     let reporter = Interrupts::default();
     let gate = KeepsWaiting {
         second: Some(Duration::from_secs(5)),
@@ -240,15 +242,13 @@ async fn without_a_terminal_the_first_interrupt_stops_waiting() {
     fake.faults().hang.insert(cn2);
     fake.faults().latency = Duration::from_secs(1);
     let reporter = Interrupts::default();
-    let report = Executor {
-        transport: &fake,
-        store: &fake,
-        reporter: &reporter,
-        options: &ExecOptions::default(),
-    }
-    .execute(&p, tokio::time::sleep(Duration::from_secs(2)))
-    .await
-    .unwrap();
+    let report = Executor::new(&fake, &fake, &reporter, &ExecOptions::default())
+        .execute(
+            crate::sim_common::yes(&p),
+            tokio::time::sleep(Duration::from_secs(2)),
+        )
+        .await
+        .unwrap();
     let seen = reporter.seen.lock().unwrap().clone();
     assert_eq!(seen.len(), 1);
     assert!(!seen[0].1, "not waiting");
@@ -266,15 +266,10 @@ async fn a_timed_out_step_names_its_task() {
         task_timeout: Duration::from_secs(60),
         ..Default::default()
     };
-    let report = Executor {
-        transport: &fake,
-        store: &fake,
-        reporter: &Interrupts::default(),
-        options: &options,
-    }
-    .execute(&p, std::future::pending())
-    .await
-    .unwrap();
+    let report = Executor::new(&fake, &fake, &Interrupts::default(), &options)
+        .execute(crate::sim_common::yes(&p), std::future::pending())
+        .await
+        .unwrap();
     let o = &report.servers[&cn1];
     assert_eq!(o.status, ServerStatus::TimedOut);
     let task = o.tasks[0].task;

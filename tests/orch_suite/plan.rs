@@ -10,7 +10,6 @@ use agentsadm_plan::IntentChange;
 use agentsadm_plan::Operation;
 use agentsadm_plan::Plan;
 use agentsadm_plan::PlanError;
-use agentsadm_plan::PlanOptions;
 use agentsadm_plan::PlanningInput;
 use agentsadm_plan::Request;
 use agentsadm_plan::ResolvedImages;
@@ -35,7 +34,7 @@ fn plan_with(
         intent: &intent,
         reality: &reality,
         request: req,
-        options: PlanOptions { transport },
+        options: transport.into(),
         images,
     })
 }
@@ -54,10 +53,10 @@ fn update_one_component_everywhere() {
         &request(Operation::Update, &["vm-agent"], &[]),
         &images,
     );
-    assert_eq!(p.servers.len(), 4);
-    assert_eq!(p.service_changes.len(), 1);
-    assert!(p.skips.is_empty());
-    for sp in p.servers.values() {
+    assert_eq!(p.servers().len(), 4);
+    assert_eq!(p.service_changes().len(), 1);
+    assert!(p.skips().is_empty());
+    for sp in p.servers().values() {
         assert_eq!(sp.steps.len(), 1);
         assert_eq!(sp.steps[0].transport, TransportKind::InstallAgent);
         assert!(
@@ -92,26 +91,29 @@ fn update_all_orders_steps_and_skips_marlin_and_unmanaged() {
     let images = dc.images_with_targets(&targets);
     let p = plan_ok(&dc, &request(Operation::Update, &["--all"], &[]), &images);
 
-    let hn_steps: Vec<&str> = p.servers[&hn]
+    let hn_steps: Vec<&str> = p.servers()[&hn]
         .steps
         .iter()
         .map(|s| s.component.as_str())
         .collect();
     assert_eq!(hn_steps.first(), Some(&"agents_core"));
-    assert_eq!(hn_steps.get(1), Some(&"config-agent"));
+    // agentsadm before every step that runs through it.
+    assert_eq!(hn_steps.get(1), Some(&"agentsadm"));
+    assert_eq!(hn_steps.get(2), Some(&"config-agent"));
     assert_eq!(hn_steps.last(), Some(&"cn-agent"));
     assert!(hn_steps.contains(&"sdcadm") && hn_steps.contains(&"gz-tools"));
     assert!(!hn_steps.contains(&"firewaller"));
-    let batches = p.servers[&hn].batches();
+    let batches = p.servers()[&hn].batches();
     assert_eq!(
         batches.len(),
-        4,
-        "core-first, core-second, parallel-safe set, core-last"
+        5,
+        "core-first (agents_core, then agentsadm), core-second, parallel-safe set, core-last"
     );
-    assert_eq!(batches[2].len(), hn_steps.len() - 3);
-    // gz-tools and sdcadm go through agentsadm gz; apm agents through install-agent.
-    for st in &p.servers[&hn].steps {
-        let expected = if st.component == "gz-tools" || st.component == "sdcadm" {
+    assert_eq!(batches[3].len(), hn_steps.len() - 4);
+    // gz-tools, sdcadm and agentsadm go through agentsadm gz; apm agents
+    // through install-agent.
+    for st in &p.servers()[&hn].steps {
+        let expected = if ["gz-tools", "sdcadm", "agentsadm"].contains(&st.component.as_str()) {
             TransportKind::Execute
         } else {
             TransportKind::InstallAgent
@@ -119,26 +121,26 @@ fn update_all_orders_steps_and_skips_marlin_and_unmanaged() {
         assert_eq!(st.transport, expected, "{}", st.component);
     }
     assert!(
-        !p.servers[&cn1]
+        !p.servers()[&cn1]
             .steps
             .iter()
             .any(|s| s.component == "marlin-agent")
     );
     assert!(
-        p.skips
+        p.skips()
             .iter()
             .any(|s| s.component.as_deref() == Some("marlin-agent")
                 && s.reason == SkipReason::NotBulk
                 && !s.blocking)
     );
     assert!(
-        p.skips
+        p.skips()
             .iter()
             .any(|s| s.component.as_deref() == Some("firewaller")
                 && s.reason == SkipReason::Unmanaged
                 && !s.blocking)
     );
-    assert!(!p.needs_explicit_yes);
+    assert!(!p.needs_explicit_yes());
     assert!(!p.has_blocking_skips());
     golden("update_all.txt", &p.display().to_string());
 }
@@ -173,7 +175,7 @@ fn skips_carry_reasons_and_blocking_only_when_it_matters() {
     let p = plan_ok(&dc, &req, &images);
 
     let reason_of = |server: ServerUuid| {
-        p.skips
+        p.skips()
             .iter()
             .find(|s| s.server == Some(server))
             .map(|s| (s.reason.clone(), s.blocking))
@@ -193,17 +195,17 @@ fn skips_carry_reasons_and_blocking_only_when_it_matters() {
         Some((SkipReason::Excluded, false))
     );
     // cn3: converged in reality, but its instance still names the old image.
-    assert!(p.servers[&cn3].steps.is_empty());
+    assert!(p.servers()[&cn3].steps.is_empty());
     assert!(matches!(
-        &p.servers[&cn3].intent[..],
+        &p.servers()[&cn3].intent[..],
         [IntentChange::UpdateInstance { .. }]
     ));
     // cn5: legacy instance gets params; cn6: installed but never adopted.
     assert!(
-        matches!(&p.servers[&cn5].intent[..], [IntentChange::UpdateInstance { instance, .. }] if *instance == instance_uuid(cn5, "vm-agent"))
+        matches!(&p.servers()[&cn5].intent[..], [IntentChange::UpdateInstance { instance, .. }] if *instance == instance_uuid(cn5, "vm-agent"))
     );
     assert!(
-        matches!(&p.servers[&cn6].intent[..], [IntentChange::CreateInstance { instance, .. }] if *instance == instance_uuid(cn6, "vm-agent"))
+        matches!(&p.servers()[&cn6].intent[..], [IntentChange::CreateInstance { instance, .. }] if *instance == instance_uuid(cn6, "vm-agent"))
     );
     assert!(p.has_blocking_skips());
     golden("update_with_skips.txt", &p.display().to_string());
@@ -215,12 +217,12 @@ fn skips_carry_reasons_and_blocking_only_when_it_matters() {
         &images,
     );
     assert!(
-        p.skips
+        p.skips()
             .iter()
             .any(|s| s.server == Some(cn1) && s.reason == SkipReason::NotSetup && s.blocking)
     );
     assert!(
-        p.service_changes.is_empty(),
+        p.service_changes().is_empty(),
         "-s never moves the service default"
     );
 }
@@ -237,8 +239,8 @@ fn servers_by_uuid_or_hostname_and_unknown_ones_are_all_named() {
         &[&format!("cn001,{cn2}"), "cn003"],
     );
     let p = plan_ok(&dc, &req, &images);
-    assert_eq!(p.servers.len(), 3);
-    assert_eq!(p.selected_servers, 3);
+    assert_eq!(p.servers().len(), 3);
+    assert_eq!(p.selected_servers(), 3);
 
     let req = request(
         Operation::Update,
@@ -286,8 +288,8 @@ fn update_without_image_converges_to_intent() {
         &request(Operation::Update, &["vm-agent"], &[]),
         &dc.known_images(),
     );
-    assert_eq!(p.servers.keys().copied().collect::<Vec<_>>(), vec![cn1]);
-    assert!(p.service_changes.is_empty());
+    assert_eq!(p.servers().keys().copied().collect::<Vec<_>>(), vec![cn1]);
+    assert!(p.service_changes().is_empty());
 
     // Intent names an image the datacenter IMGAPI does not have.
     let mut images = dc.known_images();
@@ -297,8 +299,8 @@ fn update_without_image_converges_to_intent() {
         &request(Operation::Update, &["vm-agent"], &[]),
         &images,
     );
-    assert!(p.servers.is_empty());
-    assert!(p.skips.iter().any(|s| s.server == Some(cn1)
+    assert!(p.servers().is_empty());
+    assert!(p.skips().iter().any(|s| s.server == Some(cn1)
         && matches!(s.reason, SkipReason::ImageNotInDc { .. })
         && s.blocking));
 }
@@ -314,7 +316,7 @@ fn update_imports_targets_from_the_updates_server_first() {
         &request(Operation::Update, &["cn-agent"], &[]),
         &images,
     );
-    assert_eq!(p.imports, vec![target]);
+    assert_eq!(p.imports(), vec![target]);
     golden("update_import.txt", &p.display().to_string());
 }
 
@@ -327,13 +329,13 @@ fn marlin_is_only_touched_by_name_with_a_warning() {
     let target = dc.publish("marlin-agent", "1.1.0");
     let images = dc.images_with_targets(&[target]);
     let p = plan_ok(&dc, &request(Operation::Update, &["marlin"], &[]), &images);
-    assert_eq!(p.servers.len(), 1);
-    assert!(p.needs_explicit_yes);
-    assert_eq!(p.warnings.len(), 1);
+    assert_eq!(p.servers().len(), 1);
+    assert!(p.needs_explicit_yes());
+    assert_eq!(p.warnings().len(), 1);
     assert!(
-        p.warnings[0].contains("aborts running Manta jobs on 1 server (cn001)"),
+        p.warnings()[0].contains("aborts running Manta jobs on 1 server (cn001)"),
         "{}",
-        p.warnings[0]
+        p.warnings()[0]
     );
 }
 
@@ -349,7 +351,7 @@ fn named_unmanaged_component_is_a_blocking_skip() {
     );
     assert!(p.is_empty());
     assert!(
-        p.skips
+        p.skips()
             .iter()
             .any(|s| s.reason == SkipReason::Unmanaged && s.blocking)
     );
@@ -366,20 +368,20 @@ fn transport_modes() {
     let req = request(Operation::Update, &["gz-tools", "vm-agent"], &[]);
     let p = plan_with(&dc, &req, &images, TransportMode::Execute).unwrap();
     assert!(
-        p.servers
+        p.servers()
             .values()
             .flat_map(|s| &s.steps)
             .all(|s| s.transport == TransportKind::Execute)
     );
     let p = plan_with(&dc, &req, &images, TransportMode::InstallAgent).unwrap();
     assert!(
-        p.servers
+        p.servers()
             .values()
             .flat_map(|s| &s.steps)
             .all(|s| s.component == "vm-agent")
     );
     assert!(
-        p.skips
+        p.skips()
             .iter()
             .any(|s| matches!(s.reason, SkipReason::TransportUnsupported { .. }) && s.blocking)
     );
@@ -396,11 +398,11 @@ fn install_on_named_servers_and_adopt_afterwards() {
         &["cn001", "cn002", "cn003"],
     );
     let p = plan_ok(&dc, &req, &dc.known_images());
-    assert_eq!(p.servers.len(), 2);
-    assert!(p.skips.iter().any(|s| s.server == Some(cn1)
+    assert_eq!(p.servers().len(), 2);
+    assert!(p.skips().iter().any(|s| s.server == Some(cn1)
         && matches!(s.reason, SkipReason::AlreadyInstalled { .. })
         && !s.blocking));
-    for sp in p.servers.values() {
+    for sp in p.servers().values() {
         assert_eq!(sp.steps[0].transport, TransportKind::Execute);
         assert!(matches!(
             &sp.intent[..],
@@ -461,20 +463,20 @@ fn remove_deletes_instances_and_refuses_cn_agent() {
     );
     let p = plan_ok(&dc, &req, &dc.known_images());
     assert!(matches!(
-        &p.servers[&cn1].steps[0].action,
+        &p.servers()[&cn1].steps[0].action,
         Action::Remove { .. }
     ));
     assert!(matches!(
-        &p.servers[&cn1].intent[..],
+        &p.servers()[&cn1].intent[..],
         [IntentChange::DeleteInstance { .. }]
     ));
-    assert!(p.servers[&cn2].steps.is_empty());
+    assert!(p.servers()[&cn2].steps.is_empty());
     assert!(matches!(
-        &p.servers[&cn2].intent[..],
+        &p.servers()[&cn2].intent[..],
         [IntentChange::DeleteInstance { .. }]
     ));
     assert!(
-        p.skips
+        p.skips()
             .iter()
             .any(|s| s.server == Some(cn3) && s.reason == SkipReason::NotInstalled)
     );
@@ -504,7 +506,7 @@ fn large_plans_are_shown_grouped() {
         &request(Operation::Update, &["net-agent"], &[]),
         &dc.images_with_targets(&[target]),
     );
-    assert_eq!(p.servers.len(), 120);
+    assert_eq!(p.servers().len(), 120);
     let text = p.display_compact(50).to_string();
     assert!(text.lines().count() < 30, "{text}");
     golden("update_grouped.txt", &text);
@@ -526,9 +528,9 @@ fn latest_never_downgrades() {
         &request(Operation::Update, &["vm-agent"], &[]),
         &images,
     );
-    assert_eq!(p.servers.len(), 2, "the other two go to 1.2.0");
-    assert!(!p.servers.contains_key(&cn1));
-    assert!(p.skips.iter().any(|s| s.server == Some(cn1)
+    assert_eq!(p.servers().len(), 2, "the other two go to 1.2.0");
+    assert!(!p.servers().contains_key(&cn1));
+    assert!(p.skips().iter().any(|s| s.server == Some(cn1)
         && matches!(s.reason, SkipReason::NewerInstalled { .. })
         && !s.blocking));
     // An explicit --image may downgrade.
@@ -538,7 +540,7 @@ fn latest_never_downgrades() {
         &request(Operation::Update, &["vm-agent"], &[]),
         &images,
     );
-    assert!(p.servers.contains_key(&cn1));
+    assert!(p.servers().contains_key(&cn1));
     assert!(agentsadm_plan::is_newer(
         "1.2.0-master-20260301T000000Z-g96cbc65",
         "1.2.0-master-20260201T000000Z-gfae7adc"

@@ -25,6 +25,7 @@ use agentsadm_plan::Plan;
 use agentsadm_plan::PlanOptions;
 use agentsadm_plan::PlanningInput;
 use agentsadm_plan::Request;
+use agentsadm_plan::RolloutPolicy;
 use agentsadm_plan::TransportMode;
 use agentsadm_plan::plan;
 use agentsadm_sim::fake::FakeDc;
@@ -50,6 +51,15 @@ fn setup(n: usize, racks: impl Fn(usize) -> Option<String>) -> (FakeDc, Request,
 }
 
 fn plan_on(fake: &FakeDc, req: &Request, images: &agentsadm_plan::ResolvedImages) -> Plan {
+    plan_with(fake, req, images, RolloutPolicy::default())
+}
+
+fn plan_with(
+    fake: &FakeDc,
+    req: &Request,
+    images: &agentsadm_plan::ResolvedImages,
+    rollout: RolloutPolicy,
+) -> Plan {
     let (intent, reality) = fake.snapshot();
     let catalog = fake.dc().catalog.clone();
     plan(&PlanningInput {
@@ -59,10 +69,20 @@ fn plan_on(fake: &FakeDc, req: &Request, images: &agentsadm_plan::ResolvedImages
         request: req,
         options: PlanOptions {
             transport: TransportMode::Auto,
+            rollout,
         },
         images,
     })
     .expect("plan")
+}
+
+/// The plan `p` again, with the waves `rollout` decides (the planner, not
+/// the executor, picks canaries and order).
+fn rolled_out(fake: &FakeDc, req: &Request, p: &Plan, rollout: RolloutPolicy) -> Plan {
+    let images = fake
+        .dc()
+        .images_with_targets(&p.targets().values().cloned().collect::<Vec<_>>());
+    plan_with(fake, req, &images, rollout)
 }
 
 fn fail(fake: &FakeDc, hostname: &str) {
@@ -112,15 +132,10 @@ async fn run(
     gate: &Gate,
 ) -> (ExecReport, Vec<String>) {
     let reporter = RecordingReporter::default();
-    let report = Executor {
-        transport: fake,
-        store: fake,
-        reporter: &reporter,
-        options,
-    }
-    .execute_gated(p, std::future::pending(), gate)
-    .await
-    .expect("execute");
+    let report = Executor::new(fake, fake, &reporter, options)
+        .execute_gated(crate::sim_common::yes(p), std::future::pending(), gate)
+        .await
+        .expect("execute");
     (report, reporter.lines())
 }
 
@@ -133,15 +148,21 @@ fn starts(lines: &[String]) -> Vec<&str> {
 
 #[tokio::test(start_paused = true)]
 async fn budget_halts_at_n_plus_one() {
-    let (fake, _, p) = setup(60, |_| None);
+    let (fake, req, p) = setup(60, |_| None);
     for i in 1..=10 {
         fail(&fake, &format!("cn{i:03}"));
     }
-    let options = ExecOptions {
-        concurrency: 1,
-        max_failures: Some(FailureBudget::Count(3)),
-        ..Default::default()
-    };
+    let p = rolled_out(
+        &fake,
+        &req,
+        &p,
+        RolloutPolicy {
+            concurrency: 1,
+            max_failures: Some(FailureBudget::Count(3)),
+            ..Default::default()
+        },
+    );
+    let options = ExecOptions::default();
     let (report, lines) = run(&fake, &p, &options, &Gate::new(usize::MAX, true)).await;
     // Servers run one at a time: the fourth failure halts the run, and the
     // fourth server is the last to start.
@@ -156,7 +177,7 @@ async fn budget_halts_at_n_plus_one() {
         })
     );
     assert_eq!(report.budget, Some(3));
-    assert_eq!(report.counts().not_started, p.servers.len() - 4);
+    assert_eq!(report.counts().not_started, p.servers().len() - 4);
     assert_eq!(report.exit_status(&p), 2);
     let text = report.render(&p);
     assert!(
@@ -171,15 +192,21 @@ async fn budget_halts_at_n_plus_one() {
 
 #[tokio::test(start_paused = true)]
 async fn budget_lets_servers_in_flight_finish() {
-    let (fake, _, p) = setup(60, |_| None);
+    let (fake, req, p) = setup(60, |_| None);
     for i in 1..=10 {
         fail(&fake, &format!("cn{i:03}"));
     }
-    let options = ExecOptions {
-        concurrency: 5,
-        max_failures: Some(FailureBudget::Percent(5)),
-        ..Default::default()
-    };
+    let p = rolled_out(
+        &fake,
+        &req,
+        &p,
+        RolloutPolicy {
+            concurrency: 5,
+            max_failures: Some(FailureBudget::Percent(5)),
+            ..Default::default()
+        },
+    );
+    let options = ExecOptions::default();
     let (report, lines) = run(&fake, &p, &options, &Gate::new(usize::MAX, true)).await;
     // 5% of 61 is 3. The first five fail together: the first three
     // failures each let a new server start (three more failing servers),
@@ -210,13 +237,19 @@ fn budget_parses_counts_and_percentages() {
 
 #[tokio::test(start_paused = true)]
 async fn canary_failure_stops_at_the_canary() {
-    let (fake, _, p) = setup(30, |_| None);
+    let (fake, req, p) = setup(30, |_| None);
     fail(&fake, "cn001");
-    let options = ExecOptions {
-        canary: 1,
-        max_failures: Some(FailureBudget::DEFAULT),
-        ..Default::default()
-    };
+    let p = rolled_out(
+        &fake,
+        &req,
+        &p,
+        RolloutPolicy {
+            canary: Some(1),
+            max_failures: Some(FailureBudget::DEFAULT),
+            ..Default::default()
+        },
+    );
+    let options = ExecOptions::default();
     let gate = Gate::new(usize::MAX, true);
     let (report, lines) = run(&fake, &p, &options, &gate).await;
     assert_eq!(starts(&lines), ["cn001"]);
@@ -234,7 +267,7 @@ async fn canary_failure_stops_at_the_canary() {
     );
     // No other server was touched.
     assert!(fake.steps_run().is_empty());
-    assert_eq!(report.counts().not_started, p.servers.len() - 1);
+    assert_eq!(report.counts().not_started, p.servers().len() - 1);
     assert_eq!(report.exit_status(&p), 2);
     assert!(report.render(&p).contains("canary failed on cn001"));
 }
@@ -242,11 +275,17 @@ async fn canary_failure_stops_at_the_canary() {
 #[tokio::test(start_paused = true)]
 async fn canary_passes_then_the_rest_follow_and_replan_is_empty() {
     let (fake, req, p) = setup(30, |_| None);
-    let options = ExecOptions {
-        canary: 1,
-        max_failures: Some(FailureBudget::DEFAULT),
-        ..Default::default()
-    };
+    let p = rolled_out(
+        &fake,
+        &req,
+        &p,
+        RolloutPolicy {
+            canary: Some(1),
+            max_failures: Some(FailureBudget::DEFAULT),
+            ..Default::default()
+        },
+    );
+    let options = ExecOptions::default();
     let gate = Gate::new(usize::MAX, true);
     let (report, lines) = run(&fake, &p, &options, &gate).await;
     assert!(gate.asked.load(Ordering::SeqCst));
@@ -269,16 +308,22 @@ async fn canary_passes_then_the_rest_follow_and_replan_is_empty() {
     // One canary wave of 1 s, then 30 servers 20 at a time: 2 s.
     assert_eq!(report.elapsed.as_secs(), 3);
     let images = fake.dc().known_images();
-    assert!(plan_on(&fake, &req, &images).servers.is_empty());
+    assert!(plan_on(&fake, &req, &images).servers().is_empty());
 }
 
 #[tokio::test(start_paused = true)]
 async fn a_declined_canary_starts_nothing_else() {
-    let (fake, _, p) = setup(30, |_| None);
-    let options = ExecOptions {
-        canary: 1,
-        ..Default::default()
-    };
+    let (fake, req, p) = setup(30, |_| None);
+    let p = rolled_out(
+        &fake,
+        &req,
+        &p,
+        RolloutPolicy {
+            canary: Some(1),
+            ..Default::default()
+        },
+    );
+    let options = ExecOptions::default();
     let (report, lines) = run(&fake, &p, &options, &Gate::new(usize::MAX, false)).await;
     assert_eq!(starts(&lines).len(), 1);
     assert_eq!(report.halted, Some(Halted::Declined));
@@ -287,11 +332,17 @@ async fn a_declined_canary_starts_nothing_else() {
 
 #[tokio::test(start_paused = true)]
 async fn canaries_come_from_different_racks() {
-    let (fake, _, p) = setup(40, |i| Some(format!("rack-{}", (i - 1) / 10)));
-    let options = ExecOptions {
-        canary: 3,
-        ..Default::default()
-    };
+    let (fake, req, p) = setup(40, |i| Some(format!("rack-{}", (i - 1) / 10)));
+    let p = rolled_out(
+        &fake,
+        &req,
+        &p,
+        RolloutPolicy {
+            canary: Some(3),
+            ..Default::default()
+        },
+    );
+    let options = ExecOptions::default();
     let (report, lines) = run(&fake, &p, &options, &Gate::new(usize::MAX, true)).await;
     assert_eq!(&starts(&lines)[..3], ["cn001", "cn011", "cn021"]);
     assert_eq!(report.canary.unwrap().servers, ["cn001", "cn011", "cn021"]);
@@ -310,11 +361,17 @@ async fn rack_limit_never_exceeded() {
             .slow
             .insert(uuid, 1.0 + (i * 7 % 11) as f64 / 3.0);
     }
-    let options = ExecOptions {
-        concurrency: 20,
-        max_per_rack: Some(3),
-        ..Default::default()
-    };
+    let p = rolled_out(
+        &fake,
+        &req,
+        &p,
+        RolloutPolicy {
+            concurrency: 20,
+            max_per_rack: Some(3),
+            ..Default::default()
+        },
+    );
+    let options = ExecOptions::default();
     let (report, lines) = run(&fake, &p, &options, &Gate::new(usize::MAX, true)).await;
     assert!(report.all_succeeded(), "{}", report.render(&p));
     let rack = |host: &str| {
@@ -352,16 +409,22 @@ async fn rack_limit_never_exceeded() {
     // Servers without a rack are not held back by the limit.
     assert!(unracked_peak > 3, "{unracked_peak}");
     let images = fake.dc().known_images();
-    assert!(plan_on(&fake, &req, &images).servers.is_empty());
+    assert!(plan_on(&fake, &req, &images).servers().is_empty());
 }
 
 #[tokio::test(start_paused = true)]
 async fn a_broken_lock_stops_new_starts() {
-    let (fake, _, p) = setup(10, |_| None);
-    let options = ExecOptions {
-        concurrency: 2,
-        ..Default::default()
-    };
+    let (fake, req, p) = setup(10, |_| None);
+    let p = rolled_out(
+        &fake,
+        &req,
+        &p,
+        RolloutPolicy {
+            concurrency: 2,
+            ..Default::default()
+        },
+    );
+    let options = ExecOptions::default();
     // Checked once before anything, then before each start: lost at the 5th.
     let (report, lines) = run(&fake, &p, &options, &Gate::new(4, true)).await;
     assert_eq!(starts(&lines).len(), 3);
@@ -377,11 +440,17 @@ async fn unhealthy_canary_reverted_rollout_halted_rest_untouched_sapi_unchanged(
     let cn001 = fake.dc().server_named("cn001");
     fake.faults().unhealthy.insert(cn001, "vm-agent".into());
     let (sapi_before, reality_before) = fake.snapshot();
-    let options = ExecOptions {
-        canary: 1,
-        max_failures: Some(FailureBudget::DEFAULT),
-        ..Default::default()
-    };
+    let p = rolled_out(
+        &fake,
+        &req,
+        &p,
+        RolloutPolicy {
+            canary: Some(1),
+            max_failures: Some(FailureBudget::DEFAULT),
+            ..Default::default()
+        },
+    );
+    let options = ExecOptions::default();
     let (report, lines) = run(&fake, &p, &options, &Gate::new(usize::MAX, true)).await;
     // Caught at the canary; nothing else started.
     assert_eq!(starts(&lines), ["cn001"]);
@@ -398,7 +467,7 @@ async fn unhealthy_canary_reverted_rollout_halted_rest_untouched_sapi_unchanged(
     assert_eq!(o.gates.len(), 1);
     assert!(!o.gates[0].passed);
     let revert = o.revert.as_ref().expect("reverted");
-    let old = p.servers[&cn001].steps[0].expect_current().flatten();
+    let old = p.servers()[&cn001].steps[0].expect_current().flatten();
     assert_eq!(revert.image, old);
     assert!(revert.sapi && revert.error.is_none(), "{revert:?}");
     // The server runs its previous image; SAPI (instances and service
@@ -417,22 +486,31 @@ async fn unhealthy_canary_reverted_rollout_halted_rest_untouched_sapi_unchanged(
     // The next run plans the same change again (nothing claims it done).
     let images = fake
         .dc()
-        .images_with_targets(&[p.targets["vm-agent"].clone()]);
-    assert_eq!(plan_on(&fake, &req, &images).servers.len(), p.servers.len());
+        .images_with_targets(&[p.targets()["vm-agent"].clone()]);
+    assert_eq!(
+        plan_on(&fake, &req, &images).servers().len(),
+        p.servers().len()
+    );
 }
 
 #[tokio::test(start_paused = true)]
 async fn unhealthy_servers_count_against_the_budget() {
-    let (fake, _, p) = setup(60, |_| None);
+    let (fake, req, p) = setup(60, |_| None);
     for i in 1..=10 {
         let uuid = fake.dc().server_named(&format!("cn{i:03}"));
         fake.faults().unhealthy.insert(uuid, "vm-agent".into());
     }
-    let options = ExecOptions {
-        concurrency: 1,
-        max_failures: Some(FailureBudget::Count(2)),
-        ..Default::default()
-    };
+    let p = rolled_out(
+        &fake,
+        &req,
+        &p,
+        RolloutPolicy {
+            concurrency: 1,
+            max_failures: Some(FailureBudget::Count(2)),
+            ..Default::default()
+        },
+    );
+    let options = ExecOptions::default();
     let (report, lines) = run(&fake, &p, &options, &Gate::new(usize::MAX, true)).await;
     assert_eq!(starts(&lines), ["cn001", "cn002", "cn003"]);
     assert_eq!(

@@ -84,7 +84,7 @@ async fn plan_intent(session: &Session<'_>, req: &Request) -> Planned {
 async fn run(session: &Session<'_>, plan: &agentsadm_plan::Plan) -> ExecReport {
     session
         .execute(
-            plan,
+            crate::sim_common::yes(plan),
             &options(),
             fast_transport(),
             &NullReporter,
@@ -112,9 +112,9 @@ async fn update_all_to_latest_converges() {
         .await
         .unwrap();
     let p = &planned.plan;
-    assert_eq!(p.servers.len(), 5, "{p}");
+    assert_eq!(p.servers().len(), 5, "{p}");
     let hn = dc.headnode().uuid;
-    let hn_steps: Vec<(&str, TransportKind)> = p.servers[&hn]
+    let hn_steps: Vec<(&str, TransportKind)> = p.servers()[&hn]
         .steps
         .iter()
         .map(|s| (s.component.as_str(), s.transport))
@@ -146,7 +146,7 @@ async fn update_all_to_latest_converges() {
     // cn-agent's new image shows in CNAPI (confirmed through server.agents).
     let agents = dc.server_agents(hn);
     let cn_agent = agents.iter().find(|a| a.name == "cn-agent").unwrap();
-    let target = &p.targets["cn-agent"];
+    let target = &p.targets()["cn-agent"];
     assert_eq!(cn_agent.image_uuid, Some(target.uuid));
     dc.shutdown().await;
 }
@@ -168,8 +168,8 @@ async fn latest_from_the_updates_server_is_imported_first() {
         .await
         .unwrap();
     let p = &planned.plan;
-    assert_eq!(p.imports.len(), 1, "{p}");
-    let target = p.targets["vm-agent"].clone();
+    assert_eq!(p.imports().len(), 1, "{p}");
+    let target = p.targets()["vm-agent"].clone();
     assert!(
         apis.imgapi
             .get_image(target.uuid)
@@ -199,18 +199,18 @@ async fn install_then_remove_converge_and_keep_sapi_in_step() {
     let cn1 = dc.server("cn0001").unwrap();
     let req = request(Operation::Install, &["dockerlogger"], &["cn0001", "cn0002"]);
     let planned = plan_intent(&session, &req).await;
-    assert_eq!(planned.plan.servers.len(), 2, "{}", planned.plan);
+    assert_eq!(planned.plan.servers().len(), 2, "{}", planned.plan);
     assert!(
         planned
             .plan
-            .servers
+            .servers()
             .values()
             .all(|s| s.steps[0].transport == TransportKind::Execute)
     );
     let report = run(&session, &planned.plan).await;
     assert!(report.all_succeeded(), "{}", report.render(&planned.plan));
     let after = plan_intent(&session, &req).await;
-    assert!(after.plan.servers.is_empty(), "{}", after.plan);
+    assert!(after.plan.servers().is_empty(), "{}", after.plan);
     let inst = after
         .intent
         .instance(&cn1.uuid, "dockerlogger")
@@ -223,7 +223,7 @@ async fn install_then_remove_converge_and_keep_sapi_in_step() {
     let req = request(Operation::Remove, &["cmon-agent"], &["cn0001"]);
     let planned = plan_intent(&session, &req).await;
     assert!(matches!(
-        planned.plan.servers[&cn1.uuid].steps[0].action,
+        planned.plan.servers()[&cn1.uuid].steps[0].action,
         Action::Remove { .. }
     ));
     let report = run(&session, &planned.plan).await;
@@ -277,7 +277,7 @@ async fn a_failing_server_reports_the_remote_error_and_the_rest_converge() {
         .await
         .unwrap();
     assert_eq!(
-        again.plan.servers.keys().copied().collect::<Vec<_>>(),
+        again.plan.servers().keys().copied().collect::<Vec<_>>(),
         vec![cn2.uuid]
     );
     let report = run(&session, &again.plan).await;
@@ -467,7 +467,7 @@ async fn adopt_recreates_services_and_instances_then_has_nothing_left() {
     let plan = adopt::plan_adoption(&catalog, &intent, &reality, None);
     assert_eq!(plan.new_services.len(), 1, "{}", plan.render());
     assert_eq!(plan.instances.len(), 8, "{}", plan.render());
-    let report = adopt::adopt(&apis.sapi, &plan, &intent).await.unwrap();
+    let report = adopt::adopt(&apis.sapi, crate::sim_common::yes(&plan.plan)).await;
     assert!(report.failures.is_empty(), "{report:?}");
     assert_eq!((report.services_created, report.instances_adopted), (1, 8));
 
@@ -530,7 +530,7 @@ async fn a_failed_cn_agent_self_update_is_reported_after_the_grace_period() {
     };
     let report = session
         .execute(
-            &planned.plan,
+            crate::sim_common::yes(&planned.plan),
             &options(),
             transport,
             &NullReporter,
@@ -590,7 +590,7 @@ async fn an_unhealthy_build_is_reverted_on_the_server_and_in_sapi() {
         let session = session_on(&dc, &apis);
         let req = request(Operation::Update, &["vm-agent"], &[]);
         let planned = session.plan(&req, ImageChoice::Latest, mode).await.unwrap();
-        let target = planned.plan.targets["vm-agent"].uuid;
+        let target = planned.plan.targets()["vm-agent"].uuid;
         let before = dc
             .server_agents(cn2.uuid)
             .into_iter()
@@ -609,7 +609,7 @@ async fn an_unhealthy_build_is_reverted_on_the_server_and_in_sapi() {
             revert.sapi && revert.error.is_none(),
             "{mode:?}: {revert:?}"
         );
-        assert_eq!(report.counts().succeeded, planned.plan.servers.len() - 1);
+        assert_eq!(report.counts().succeeded, planned.plan.servers().len() - 1);
         let now = dc
             .server_agents(cn2.uuid)
             .into_iter()
@@ -628,7 +628,7 @@ async fn an_unhealthy_build_is_reverted_on_the_server_and_in_sapi() {
         dc.faults().clear();
         let again = session.plan(&req, ImageChoice::Latest, mode).await.unwrap();
         assert_eq!(
-            again.plan.servers.keys().copied().collect::<Vec<_>>(),
+            again.plan.servers().keys().copied().collect::<Vec<_>>(),
             vec![cn2.uuid]
         );
         let report = run(&session, &again.plan).await;
@@ -667,13 +667,26 @@ async fn seeded_racks_are_never_over_their_limit() {
     let apis = dc.apis();
     let session = session_on(&dc, &apis);
     let req = request(Operation::Update, &["vm-agent"], &[]);
+    let rollout = agentsadm_plan::RolloutPolicy {
+        concurrency: 12,
+        max_per_rack: Some(3),
+        canary: Some(3),
+        max_failures: None,
+    };
     let planned = session
-        .plan(&req, ImageChoice::Latest, TransportMode::Auto)
+        .plan(
+            &req,
+            ImageChoice::Latest,
+            agentsadm_plan::PlanOptions {
+                transport: TransportMode::Auto,
+                rollout,
+            },
+        )
         .await
         .unwrap();
     let p = &planned.plan;
     let rack_of: BTreeMap<String, Option<String>> = p
-        .servers
+        .servers()
         .values()
         .map(|sp| (sp.hostname.clone(), sp.rack.clone()))
         .collect();
@@ -687,16 +700,11 @@ async fn seeded_racks_are_never_over_their_limit() {
             && text.contains("  rack-01: 39 servers: cn0001, cn0002, cn0003, ..."),
         "{text}"
     );
-    let options = ExecOptions {
-        concurrency: 12,
-        max_per_rack: Some(3),
-        canary: 3,
-        ..options()
-    };
+    let options = options();
     let reporter = RecordingReporter::default();
     let report = session
         .execute(
-            p,
+            crate::sim_common::yes(p),
             &options,
             fast_transport(),
             &reporter,
@@ -761,7 +769,7 @@ async fn mockcloud_servers_get_what_install_agent_can_carry_and_say_what_not() {
         .unwrap();
     let p = &planned.plan;
     let mut no_execute: Vec<(&str, &str, bool)> = p
-        .skips
+        .skips()
         .iter()
         .filter(|s| s.reason == SkipReason::NoExecute)
         .map(|s| {
@@ -789,7 +797,7 @@ async fn mockcloud_servers_get_what_install_agent_can_carry_and_say_what_not() {
                 .contains("): needs CNAPI execute, which mockcloud servers do not have; skipped"),
         "{text}"
     );
-    let steps: Vec<_> = p.servers.values().flat_map(|sp| &sp.steps).collect();
+    let steps: Vec<_> = p.servers().values().flat_map(|sp| &sp.steps).collect();
     assert_eq!(steps.len(), 3, "{p}");
     assert!(
         steps.iter().all(|s| s.component == "vm-agent"
@@ -807,7 +815,7 @@ async fn mockcloud_servers_get_what_install_agent_can_carry_and_say_what_not() {
         .unwrap();
     let gz: Vec<_> = planned
         .plan
-        .skips
+        .skips()
         .iter()
         .filter(|s| s.component.as_deref() == Some("gz-tools"))
         .collect();
@@ -856,7 +864,7 @@ async fn instances_without_params_are_their_servers_own() {
 
     let session = session_on(&dc, &apis);
     let planned = plan_intent(&session, &request(Operation::Update, &["vm-agent"], &[])).await;
-    assert!(planned.plan.servers.is_empty(), "{}", planned.plan);
+    assert!(planned.plan.servers().is_empty(), "{}", planned.plan);
 
     dc.faults().fail_sapi_writes(1000);
     let req = request(Operation::Update, &["vm-agent"], &[]);
@@ -883,7 +891,7 @@ async fn instances_without_params_are_their_servers_own() {
         "{}",
         plan.render()
     );
-    let done = adopt::adopt(&apis.sapi, &plan, &intent).await.unwrap();
+    let done = adopt::adopt(&apis.sapi, crate::sim_common::yes(&plan.plan)).await;
     assert!(done.failures.is_empty(), "{done:?}");
     let (intent, _) = gather::gather(&apis, &catalog).await.unwrap();
     for (before, after) in net_before.iter().zip(bare(&intent, "net-agent")) {

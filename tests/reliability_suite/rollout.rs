@@ -186,7 +186,7 @@ fn check_outcomes(
 ) -> BTreeSet<ServerUuid> {
     assert_eq!(
         report.servers.len(),
-        plan.servers.len(),
+        plan.servers().len(),
         "every planned server has an outcome"
     );
     let mut not_converged = BTreeSet::new();
@@ -256,9 +256,9 @@ async fn rollout_of_500_servers_with_faults_converges_on_the_second_run() {
         .await
         .expect("plan");
     let plan = &planned.plan;
-    assert_eq!(plan.servers.len(), SERVERS, "{plan}");
+    assert_eq!(plan.servers().len(), SERVERS, "{plan}");
     let targets: BTreeMap<String, ImageUuid> = plan
-        .targets
+        .targets()
         .iter()
         .map(|(name, t)| (name.clone(), t.uuid))
         .collect();
@@ -279,7 +279,7 @@ async fn rollout_of_500_servers_with_faults_converges_on_the_second_run() {
     let run = async {
         let r = session
             .execute(
-                plan,
+                crate::sim_common::yes(plan),
                 &exec_options(),
                 transport(),
                 &NullReporter,
@@ -370,7 +370,7 @@ async fn rollout_of_500_servers_with_faults_converges_on_the_second_run() {
             .any(|o| o.failure.as_ref().unwrap().component.is_some())
     );
     let converged: BTreeSet<ServerUuid> = plan
-        .servers
+        .servers()
         .keys()
         .filter(|s| !failed.contains(s))
         .copied()
@@ -389,7 +389,7 @@ async fn rollout_of_500_servers_with_faults_converges_on_the_second_run() {
         .plan(&request(), ImageChoice::Latest, TransportMode::Auto)
         .await
         .expect("re-plan");
-    let replanned: BTreeSet<ServerUuid> = again.plan.servers.keys().copied().collect();
+    let replanned: BTreeSet<ServerUuid> = again.plan.servers().keys().copied().collect();
     // A server whose install finished but whose health check could not be
     // run (its execute hit a 5xx burst) failed unconfirmed: it runs the
     // targets, so there is nothing to plan for it.
@@ -413,7 +413,7 @@ async fn rollout_of_500_servers_with_faults_converges_on_the_second_run() {
     assert_eq!(replanned, failed, "{}", again.plan);
     let report = session
         .execute(
-            &again.plan,
+            crate::sim_common::yes(&again.plan),
             &exec_options(),
             transport(),
             &NullReporter,
@@ -425,7 +425,7 @@ async fn rollout_of_500_servers_with_faults_converges_on_the_second_run() {
     assert_eq!(report.exit_status(&again.plan), 0);
     check_outcomes(&dc, &again.plan, &report, &targets);
 
-    let all: BTreeSet<ServerUuid> = plan.servers.keys().copied().collect();
+    let all: BTreeSet<ServerUuid> = plan.servers().keys().copied().collect();
     assert_intent(&before, &intent(&dc).await, &targets, &all, "second run");
     for s in &all {
         assert!(shows_targets(&dc, *s, &targets), "{s} not converged");
@@ -478,7 +478,6 @@ impl agentsadm_orchestrate::transport::Transport for Recording<'_> {
 #[tokio::test(start_paused = true)]
 async fn execute_steps_start_after_the_servers_cn_agent_tasks() {
     use agentsadm_orchestrate::execute::Executor;
-    use agentsadm_plan::PlanOptions;
     use agentsadm_plan::PlanningInput;
     use agentsadm_plan::plan;
     use agentsadm_sim::fake::FakeDc;
@@ -503,9 +502,7 @@ async fn execute_steps_start_after_the_servers_cn_agent_tasks() {
         intent: &intent,
         reality: &reality,
         request: &request,
-        options: PlanOptions {
-            transport: TransportMode::Auto,
-        },
+        options: TransportMode::Auto.into(),
         images: &images,
     })
     .unwrap();
@@ -513,18 +510,13 @@ async fn execute_steps_start_after_the_servers_cn_agent_tasks() {
         inner: &fake,
         events: Default::default(),
     };
-    let report = Executor {
-        transport: &recording,
-        store: &fake,
-        reporter: &NullReporter,
-        options: &ExecOptions::default(),
-    }
-    .execute(&p, std::future::pending())
-    .await
-    .unwrap();
+    let report = Executor::new(&recording, &fake, &NullReporter, &ExecOptions::default())
+        .execute(crate::sim_common::yes(&p), std::future::pending())
+        .await
+        .unwrap();
     assert!(report.all_succeeded(), "{}", report.render(&p));
     let events = recording.events.into_inner().unwrap();
-    for server in p.servers.keys() {
+    for server in p.servers().keys() {
         let mine: Vec<(TransportKind, bool)> = events
             .iter()
             .filter(|e| e.0 == *server)

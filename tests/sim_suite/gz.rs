@@ -39,7 +39,7 @@ async fn gz_env(dc: &SimDc, server: &SimServer, args: &[&str], env: &[(&str, &st
         .iter()
         .map(|(k, v)| (k.to_string(), v.to_string()))
         .collect();
-    let req = gz_execute_request(&argv, env, Duration::from_secs(30));
+    let req = gz_execute_request(&argv, env);
     let r = dc
         .apis()
         .cnapi
@@ -310,7 +310,6 @@ async fn cn_agent_through_execute_hands_itself_to_agentsadm_install() {
             "--json".into(),
         ],
         Default::default(),
-        Duration::from_secs(30),
     );
     let mut req = req;
     req.timeout = None;
@@ -451,7 +450,7 @@ async fn orchestrated_update_through_execute_converges() {
     };
     let report = session
         .execute(
-            &planned.plan,
+            crate::sim_common::yes(&planned.plan),
             &options,
             transport,
             &NullReporter,
@@ -465,7 +464,7 @@ async fn orchestrated_update_through_execute_converges() {
         .await
         .unwrap();
     assert!(again.plan.is_empty(), "{}", again.plan);
-    let cn_agent = &planned.plan.targets["cn-agent"];
+    let cn_agent = &planned.plan.targets()["cn-agent"];
     for s in dc.servers() {
         let gz = dc.gz_report(s.uuid).await.unwrap();
         assert_eq!(gz.agents, dc.server_agents(s.uuid), "{}", s.hostname);

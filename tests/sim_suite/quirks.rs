@@ -2,10 +2,12 @@
 //! (docs/triton/apis.md §5, the simulator checklist), through the real
 //! clients where they can express the call and raw HTTP where a client
 //! deliberately never does it (no Accept-Version, UpgradeInstance...).
-
-use crate::sim_common;
+//! IMGAPI's are in `quirks_imgapi`, SAPI's in `quirks_sapi`; CNAPI's, image
+//! files and publishing here.
 
 use std::time::Duration;
+
+use crate::sim_common::{get, raw, small_dc};
 
 use agentsadm_api::ApiError;
 use agentsadm_api::cnapi::ExecuteRequest;
@@ -16,15 +18,9 @@ use agentsadm_api::imgapi::ListImagesFilter;
 use agentsadm_api::remote::AgentsReport;
 use agentsadm_api::remote::GzResult;
 use agentsadm_api::remote::gz_execute_request;
-use agentsadm_api::sapi::CreateInstance;
-use agentsadm_api::sapi::ServiceType;
-use agentsadm_api::sapi::Update;
-use agentsadm_api::sapi::UpdateAction;
-use agentsadm_api::sapi::object;
 use agentsadm_sim::BuildOptions;
 use agentsadm_sim::ExecuteTransport;
 use agentsadm_sim::PublishTarget;
-use agentsadm_sim::SeedSpec;
 use agentsadm_sim::SimConfig;
 use agentsadm_sim::SimDc;
 use agentsadm_sim::image_spec;
@@ -33,769 +29,11 @@ use agentsadm_sim::publish_via_client;
 use agentsadm_sim::sim_api_config;
 use agentsadm_types::ids::ImageUuid;
 use agentsadm_types::ids::InstanceUuid;
-use agentsadm_types::ids::ServiceUuid;
-use agentsadm_types::image::Compression;
-use agentsadm_types::image::ImageState;
 use reqwest::Method;
 use serde_json::json;
-use sim_common::{get, get_v2, raw, small_dc};
 
-fn code_of(e: &ApiError) -> (Option<u16>, Option<String>) {
+pub(crate) fn code_of(e: &ApiError) -> (Option<u16>, Option<String>) {
     (e.status(), e.code().map(str::to_string))
-}
-
-// ---------------------------------------------------------------- IMGAPI
-
-#[tokio::test]
-async fn imgapi_channels_only_for_v2_and_on_channel_servers() {
-    let dc = small_dc(1).await;
-    let u = &dc.urls().updates;
-    let v1 = get(&format!("{u}/images?name=vm-agent")).await.json();
-    let v2 = get_v2(&format!("{u}/images?name=vm-agent")).await.json();
-    assert!(v1[0].get("channels").is_none(), "no channels for v1");
-    assert_eq!(v2[0]["channels"], json!(["dev", "staging", "release"]));
-    // The DC IMGAPI has no channels at all, even for v2.
-    let dc_v2 = get_v2(&format!("{}/images?name=vm-agent", dc.urls().imgapi))
-        .await
-        .json();
-    assert!(dc_v2[0].get("channels").is_none());
-    // The client always asks for v2.
-    let img = dc.updates_client().latest_image("vm-agent").await.unwrap();
-    assert!(img.unwrap().channels.is_some());
-    // An unsupported version is refused.
-    let r = raw(
-        Method::GET,
-        &format!("{u}/images"),
-        &[("accept-version", "~3")],
-        None,
-    )
-    .await
-    .unwrap();
-    assert_eq!(
-        (r.status, r.json()["code"].clone()),
-        (400, json!("InvalidVersion"))
-    );
-}
-
-#[tokio::test]
-async fn imgapi_default_all_and_unknown_channels() {
-    let dc = SimDc::start(SimConfig::default().servers(0).populate(SeedSpec {
-        updates_newer: Some("1.2.0".into()),
-        ..SeedSpec::default()
-    }))
-    .await
-    .unwrap();
-    let updates = dc.updates_client();
-    let names = |imgs: &[agentsadm_types::image::ImageManifest]| {
-        imgs.iter().filter(|i| i.name == "cn-agent").count()
-    };
-    // Default channel (dev) has both versions, release only the first.
-    let dev = updates
-        .list_images(&ListImagesFilter::default())
-        .await
-        .unwrap();
-    assert_eq!(names(&dev), 2);
-    let release = updates
-        .clone()
-        .with_channel(Some("release".into()))
-        .list_images(&ListImagesFilter::default())
-        .await
-        .unwrap();
-    assert_eq!(names(&release), 1);
-    let experimental_only = ListImagesFilter {
-        channel: Some("experimental".into()),
-        ..Default::default()
-    };
-    assert_eq!(
-        names(&updates.list_images(&experimental_only).await.unwrap()),
-        1
-    );
-    let all = ListImagesFilter {
-        channel: Some("*".into()),
-        ..Default::default()
-    };
-    assert_eq!(names(&updates.list_images(&all).await.unwrap()), 2);
-    let bad = ListImagesFilter {
-        channel: Some("nope".into()),
-        ..Default::default()
-    };
-    let err = updates.list_images(&bad).await.unwrap_err();
-    assert_eq!(code_of(&err), (Some(422), Some("ValidationFailed".into())));
-    let ApiError::Status { body, .. } = &err else {
-        panic!()
-    };
-    assert_eq!(body.message, "unknown channel: nope");
-    assert_eq!(body.errors[0].field, "channel");
-    // GetImage of an image outside the requested channel: 404.
-    let newer = dev
-        .iter()
-        .filter(|i| i.name == "cn-agent")
-        .max_by_key(|i| i.published_at.clone())
-        .unwrap();
-    let in_release = updates
-        .clone()
-        .with_channel(Some("release".into()))
-        .get_image(newer.uuid)
-        .await
-        .unwrap_err();
-    assert!(in_release.is_not_found());
-    let channels = updates.list_channels().await.unwrap();
-    assert_eq!(channels.len(), 5);
-    assert!(channels.iter().any(|c| c.name == "dev" && c.default));
-    let dc_channels = dc.apis().imgapi.list_channels().await.unwrap_err();
-    assert!(dc_channels.is_not_found(), "no /channels without channels");
-    dc.shutdown().await;
-}
-
-#[tokio::test]
-async fn imgapi_list_filters_order_and_state() {
-    let dc = small_dc(0).await;
-    let img = dc.apis().imgapi;
-    let f = |name: Option<&str>, t: Option<&str>| ListImagesFilter {
-        name: name.map(str::to_string),
-        image_type: t.map(str::to_string),
-        ..Default::default()
-    };
-    let sub = img.list_images(&f(Some("~agent"), None)).await.unwrap();
-    assert!(sub.iter().all(|i| i.name.contains("agent")));
-    assert!(sub.iter().any(|i| i.name == "cn-agent"));
-    assert!(sub.iter().all(|i| i.name != "gz-tools"));
-    // `~` is case-sensitive.
-    assert!(
-        img.list_images(&f(Some("~AGENT"), None))
-            .await
-            .unwrap()
-            .is_empty()
-    );
-    assert!(
-        img.list_images(&f(None, Some("!other")))
-            .await
-            .unwrap()
-            .is_empty()
-    );
-    let tagged = ListImagesFilter {
-        tags: vec![("smartdc_service".into(), "true".into())],
-        ..Default::default()
-    };
-    let all = img.list_images(&tagged).await.unwrap();
-    assert_eq!(all.len(), dc.catalog().len());
-    let sorted: Vec<_> = all.iter().map(|i| i.published_at.clone()).collect();
-    let mut expect = sorted.clone();
-    expect.sort();
-    assert_eq!(sorted, expect, "ascending published_at");
-    // An unactivated image: only with state=unactivated or all, first.
-    let c = dc.catalog().get("vm-agent").unwrap();
-    let built = build(&image_spec(c, &BuildOptions::new("9.9.9")));
-    let mut manifest = built.manifest.clone();
-    manifest.files.clear();
-    img.import_manifest(&manifest).await.unwrap();
-    let listed = img.list_images(&f(Some("vm-agent"), None)).await.unwrap();
-    assert!(listed.iter().all(|i| i.uuid != manifest.uuid));
-    let st = |s: &str| ListImagesFilter {
-        name: Some("vm-agent".into()),
-        state: Some(s.into()),
-        ..Default::default()
-    };
-    let un = img.list_images(&st("unactivated")).await.unwrap();
-    assert_eq!(un.len(), 1);
-    assert_eq!(un[0].state, ImageState::Unactivated);
-    let every = img.list_images(&st("all")).await.unwrap();
-    assert_eq!(every[0].uuid, manifest.uuid, "unactivated sorts first");
-    let err = img.list_images(&st("bogus")).await.unwrap_err();
-    assert_eq!(code_of(&err), (Some(422), Some("InvalidParameter".into())));
-    // limit NaN: IMGAPI names the `state` field (its bug).
-    let r = get(&format!("{}/images?limit=abc", dc.urls().imgapi)).await;
-    assert_eq!(r.status, 422);
-    assert_eq!(r.json()["errors"][0]["field"], "state");
-    let r = get(&format!("{}/images?sort=name", dc.urls().imgapi)).await;
-    assert_eq!(r.status, 422);
-    let r = get(&format!("{}/images?marker=yesterday", dc.urls().imgapi)).await;
-    assert_eq!(r.status, 422);
-    dc.shutdown().await;
-}
-
-#[tokio::test]
-async fn imgapi_marker_is_inclusive_and_the_client_pages_past_1000() {
-    let dc = SimDc::start(SimConfig::default().servers(0).empty())
-        .await
-        .unwrap();
-    let c = dc.catalog().get("amon-agent").unwrap();
-    let mut opts = BuildOptions::new("1.0.0");
-    opts.payload_bytes = 0;
-    let mut uuids = Vec::new();
-    for _ in 0..1003 {
-        let m = dc.publish(build(&image_spec(c, &opts)), PublishTarget::Dc);
-        uuids.push(m.uuid);
-    }
-    let img = dc.apis().imgapi;
-    // Raw: the marker image itself comes back first.
-    let page = get(&format!(
-        "{}/images?limit=2&marker={}",
-        dc.urls().imgapi,
-        uuids[10]
-    ))
-    .await
-    .json();
-    assert_eq!(page[0]["uuid"], json!(uuids[10]));
-    assert_eq!(page[1]["uuid"], json!(uuids[11]));
-    let all = img.list_images(&ListImagesFilter::default()).await.unwrap();
-    let got: Vec<ImageUuid> = all.iter().map(|i| i.uuid).collect();
-    assert_eq!(got, uuids, "every image once, in published order");
-    let from = ListImagesFilter {
-        marker: Some(uuids[1000].to_string()),
-        ..Default::default()
-    };
-    assert_eq!(img.list_images(&from).await.unwrap().len(), 3);
-    dc.shutdown().await;
-}
-
-#[tokio::test]
-async fn imgapi_pretty_json_key_order_and_etag() {
-    let dc = small_dc(0).await;
-    let r = get(&format!("{}/images?name=cn-agent", dc.urls().imgapi)).await;
-    assert!(
-        r.text.starts_with("[\n  {\n    \"v\": 2,\n    \"uuid\": "),
-        "{}",
-        &r.text[..60]
-    );
-    let keys: Vec<String> = r.json()[0].as_object().unwrap().keys().cloned().collect();
-    assert_eq!(
-        keys,
-        [
-            "v",
-            "uuid",
-            "owner",
-            "name",
-            "version",
-            "state",
-            "disabled",
-            "public",
-            "published_at",
-            "type",
-            "os",
-            "files",
-            "description",
-            "tags"
-        ]
-    );
-    assert_eq!(r.header("server").as_deref(), Some("imgapi/4.13.1"));
-    assert!(r.header("x-request-id").is_some());
-    let uuid = r.json()[0]["uuid"].as_str().unwrap().to_string();
-    let one = get(&format!("{}/images/{uuid}", dc.urls().imgapi)).await;
-    let etag = one.header("etag").unwrap();
-    let again = raw(
-        Method::GET,
-        &format!("{}/images/{uuid}", dc.urls().imgapi),
-        &[("if-none-match", &etag)],
-        None,
-    )
-    .await
-    .unwrap();
-    assert_eq!(again.status, 304);
-    // SAPI and CNAPI are compact.
-    let s = get(&format!("{}/ping", dc.urls().sapi)).await;
-    assert!(!s.text.contains('\n'));
-    dc.shutdown().await;
-}
-
-#[tokio::test]
-async fn imgapi_file_headers_head_and_missing_file() {
-    let dc = small_dc(0).await;
-    let img = dc.apis().imgapi;
-    // (vm-agent's and cn-agent's files are seeded without Content-MD5.)
-    let m = img.latest_image("cmon-agent").await.unwrap().unwrap();
-    let url = format!("{}/images/{}/file", dc.urls().imgapi, m.uuid);
-    let r = get(&url).await;
-    let file = m.file().unwrap();
-    assert_eq!(r.status, 200);
-    assert_eq!(r.header("etag").as_deref(), Some(file.sha1.as_str()));
-    assert_eq!(r.header("content-length"), Some(file.size.to_string()));
-    assert_eq!(
-        r.header("content-type").as_deref(),
-        Some("application/octet-stream")
-    );
-    assert!(r.header("last-modified").unwrap().ends_with(" GMT"));
-    let dl = img.get_image_file(m.uuid).await.unwrap();
-    assert_eq!(dl.content_length, Some(file.size));
-    use base64::Engine;
-    use md5::Digest;
-    let bytes = dl.response.bytes().await.unwrap();
-    let md5 = base64::engine::general_purpose::STANDARD.encode(md5::Md5::digest(&bytes));
-    assert_eq!(dl.content_md5.as_deref(), Some(md5.as_str()));
-    // HEAD is not routed: 405 with the methods that are.
-    let head = raw(Method::HEAD, &url, &[], None).await.unwrap();
-    assert_eq!(head.status, 405);
-    assert_eq!(head.header("allow").as_deref(), Some("PUT, GET"));
-    // An image without a file.
-    let c = dc.catalog().get("vm-agent").unwrap();
-    let mut manifest = build(&image_spec(c, &BuildOptions::new("3.0.0"))).manifest;
-    manifest.files.clear();
-    img.import_manifest(&manifest).await.unwrap();
-    let err = img.get_image_file(manifest.uuid).await.unwrap_err();
-    let ApiError::Status { status, body, .. } = &err else {
-        panic!("{err}")
-    };
-    assert_eq!(*status, 404);
-    assert_eq!(
-        body.message,
-        format!("image \"{}\" has no file", manifest.uuid)
-    );
-    dc.shutdown().await;
-}
-
-#[tokio::test]
-async fn imgapi_errors_and_create_lifecycle() {
-    let dc = SimDc::start(SimConfig::default().servers(0).empty())
-        .await
-        .unwrap();
-    let img = dc.apis().imgapi;
-    let u = &dc.urls().imgapi;
-    let r = get(&format!("{u}/images/foo")).await;
-    assert_eq!(r.status, 404);
-    assert_eq!(r.json()["message"], "/images/foo does not exist");
-    let r = get(&format!("{u}/nope")).await;
-    assert_eq!(r.json()["message"], "/nope does not exist");
-    let missing = ImageUuid::from_u128(42);
-    let err = img.get_image(missing).await.unwrap_err();
-    let ApiError::Status { body, .. } = &err else {
-        panic!()
-    };
-    assert_eq!(body.message, format!("image {missing} not found"));
-    // CreateImage answers 200 with an unactivated image.
-    let created = raw(
-        Method::POST,
-        &format!("{u}/images"),
-        &[("accept-version", "~2")],
-        Some(
-            json!({"name": "cn-agent", "version": "1.0.0", "type": "other", "os": "other",
-                    "owner": "00000000-0000-0000-0000-000000000000", "public": false}),
-        ),
-    )
-    .await
-    .unwrap();
-    assert_eq!(created.status, 200);
-    assert_eq!(created.json()["state"], "unactivated");
-    assert_eq!(created.json()["files"], json!([]));
-    let uuid: ImageUuid = created.json()["uuid"].as_str().unwrap().parse().unwrap();
-    let err = img.activate_image(uuid).await.unwrap_err();
-    assert_eq!(
-        code_of(&err),
-        (Some(422), Some("NoActivationNoFile".into()))
-    );
-    let err = img
-        .add_image_file(
-            uuid,
-            Compression::Gzip,
-            "0000",
-            bytes::Bytes::from_static(b"x"),
-        )
-        .await
-        .unwrap_err();
-    assert_eq!(code_of(&err), (Some(400), Some("Download".into())));
-    img.add_image_file(
-        uuid,
-        Compression::Gzip,
-        "11f6ad8ec52a2984abaafd7c3b516503785c2072",
-        bytes::Bytes::from_static(b"x"),
-    )
-    .await
-    .unwrap();
-    let active = img.activate_image(uuid).await.unwrap();
-    assert_eq!(active.state, ImageState::Active);
-    assert!(active.published_at.is_some());
-    let err = img.activate_image(uuid).await.unwrap_err();
-    assert_eq!(
-        code_of(&err),
-        (Some(422), Some("ImageAlreadyActivated".into()))
-    );
-    let err = img
-        .add_image_file(
-            uuid,
-            Compression::Gzip,
-            "x",
-            bytes::Bytes::from_static(b"x"),
-        )
-        .await
-        .unwrap_err();
-    assert_eq!(
-        code_of(&err),
-        (Some(422), Some("ImageFilesImmutable".into()))
-    );
-    // Import keeps the UUID; importing it again conflicts.
-    let c = dc.catalog().get("net-agent").unwrap();
-    let built = build(&image_spec(c, &BuildOptions::new("1.0.0")));
-    let m = publish_via_client(&img, &built, None).await.unwrap();
-    assert_eq!(m.uuid, built.manifest.uuid);
-    assert_eq!(m.files[0].sha1, built.manifest.files[0].sha1);
-    let err = img.import_manifest(&built.manifest).await.unwrap_err();
-    assert_eq!(
-        code_of(&err),
-        (Some(409), Some("ImageUuidAlreadyExists".into()))
-    );
-    dc.shutdown().await;
-}
-
-#[tokio::test]
-async fn imgapi_admin_import_from_the_updates_server() {
-    let dc = SimDc::start(SimConfig::default().servers(0).populate(SeedSpec {
-        updates_newer: Some("1.2.0".into()),
-        ..SeedSpec::default()
-    }))
-    .await
-    .unwrap();
-    let updates = dc.updates_client();
-    let newest = updates
-        .clone()
-        .with_channel(Some("dev".into()))
-        .latest_image("vm-agent")
-        .await
-        .unwrap()
-        .unwrap();
-    let dc_img = dc.apis().imgapi;
-    assert!(
-        dc_img
-            .get_image(newest.uuid)
-            .await
-            .unwrap_err()
-            .is_not_found()
-    );
-    let source = format!("{}?channel=dev", dc.urls().updates);
-    let imported = dc_img
-        .import_from_source(newest.uuid, &source)
-        .await
-        .unwrap();
-    assert_eq!(imported.uuid, newest.uuid);
-    assert_eq!(imported.state, ImageState::Active);
-    assert_eq!(
-        imported.published_at, newest.published_at,
-        "published_at kept"
-    );
-    assert_eq!(imported.files[0].sha1, newest.files[0].sha1);
-    assert!(imported.channels.is_none(), "the DC IMGAPI has no channels");
-    let bytes = dc_img
-        .get_image_file(newest.uuid)
-        .await
-        .unwrap()
-        .response
-        .bytes()
-        .await
-        .unwrap();
-    assert_eq!(bytes.len() as u64, newest.files[0].size);
-    // Importing again is a no-op for the client (the image is there).
-    let again = dc_img
-        .import_from_source(newest.uuid, &source)
-        .await
-        .unwrap();
-    assert_eq!(again.uuid, newest.uuid);
-    // The raw import endpoint itself conflicts.
-    let r = raw(
-        Method::POST,
-        &format!(
-            "{}/images/{}?action=import&source={}",
-            dc.urls().imgapi,
-            newest.uuid,
-            dc.urls().updates
-        ),
-        &[],
-        None,
-    )
-    .await
-    .unwrap();
-    assert_eq!(r.status, 409);
-    // A source without the image: RemoteSourceError.
-    let missing = ImageUuid::from_u128(5);
-    let err = dc_img
-        .import_from_source(missing, &source)
-        .await
-        .unwrap_err();
-    assert_eq!(code_of(&err), (Some(503), Some("RemoteSourceError".into())));
-    dc.shutdown().await;
-}
-
-// ---------------------------------------------------------------- SAPI
-
-#[tokio::test]
-async fn sapi_v1_hides_agents_and_type() {
-    let dc = small_dc(1).await;
-    let s = &dc.urls().sapi;
-    assert_eq!(get(&format!("{s}/instances")).await.json(), json!([]));
-    assert_eq!(get(&format!("{s}/services")).await.json(), json!([]));
-    let explicit = get(&format!("{s}/instances?type=agent")).await.json();
-    assert!(!explicit.as_array().unwrap().is_empty());
-    assert!(explicit[0].get("type").is_none(), "no type for v1");
-    let v2 = get_v2(&format!("{s}/instances")).await.json();
-    assert_eq!(v2[0]["type"], "agent");
-    // The client sends ~2 and sees types.
-    let svcs = dc.apis().sapi.list_agent_services().await.unwrap();
-    assert_eq!(svcs.len(), dc.catalog().len());
-    assert!(svcs.iter().all(|s| s.is_agent()));
-    dc.shutdown().await;
-}
-
-#[tokio::test]
-async fn sapi_list_instances_ignores_server_filter() {
-    let dc = small_dc(2).await;
-    let sapi = dc.apis().sapi;
-    let all = sapi.list_agent_instances().await.unwrap();
-    let cn = dc.server("cn0001").unwrap();
-    let r = get_v2(&format!(
-        "{}/instances?type=agent&server_uuid={}",
-        dc.urls().sapi,
-        cn.uuid
-    ))
-    .await
-    .json();
-    assert_eq!(
-        r.as_array().unwrap().len(),
-        all.len(),
-        "server_uuid ignored"
-    );
-    // The server's instances: by params.server_uuid, or, for those adopted
-    // without params (vm-agent, net-agent), by what the server reports.
-    let reported: Vec<InstanceUuid> = dc
-        .server_agents(cn.uuid)
-        .iter()
-        .filter_map(|a| a.uuid)
-        .collect();
-    let mine = all
-        .iter()
-        .filter(|i| match &i.params {
-            Some(_) => i.server_uuid() == Some(cn.uuid),
-            None => reported.contains(&i.uuid),
-        })
-        .count();
-    assert_eq!(mine, dc.catalog().default_set(false).len());
-    let svc = sapi
-        .list_services(Some("vm-agent"), None, Some(ServiceType::Agent))
-        .await
-        .unwrap()
-        .remove(0);
-    let of_svc = sapi.list_service_instances(svc.uuid).await.unwrap();
-    assert_eq!(of_svc.len(), 3, "one per server");
-    // service_uuid wins over type.
-    let r = get_v2(&format!(
-        "{}/instances?service_uuid={}&type=vm",
-        dc.urls().sapi,
-        svc.uuid
-    ))
-    .await
-    .json();
-    assert_eq!(r.as_array().unwrap().len(), 3);
-    dc.shutdown().await;
-}
-
-#[tokio::test]
-async fn sapi_create_copies_type_overwrites_and_validates() {
-    let dc = small_dc(0).await;
-    let sapi = dc.apis().sapi;
-    let svc = sapi
-        .list_services(Some("net-agent"), None, None)
-        .await
-        .unwrap()
-        .remove(0);
-    let uuid = InstanceUuid::from_u128(77);
-    let mk = |tag: &str| CreateInstance {
-        uuid: Some(uuid),
-        service_uuid: Some(svc.uuid),
-        params: Some(object([("tag", json!(tag))])),
-        metadata: None,
-        exists: Some(true),
-    };
-    let a = sapi.create_instance(&mk("a")).await.unwrap();
-    assert_eq!(a.service_type, Some(ServiceType::Agent));
-    let b = sapi.create_instance(&mk("b")).await.unwrap();
-    assert_eq!(b.uuid, uuid);
-    let got = sapi.get_instance(uuid).await.unwrap();
-    assert_eq!(got.params.unwrap()["tag"], "b", "re-POST overwrites");
-    let err = sapi
-        .create_instance(&CreateInstance {
-            service_uuid: Some(ServiceUuid::from_u128(1)),
-            ..Default::default()
-        })
-        .await
-        .unwrap_err();
-    assert!(err.is_not_found());
-    let r = raw(
-        Method::POST,
-        &format!("{}/instances", dc.urls().sapi),
-        &[],
-        Some(json!({})),
-    )
-    .await
-    .unwrap();
-    assert_eq!(
-        (r.status, r.json()),
-        (
-            409,
-            json!({"code": "MissingParameter", "message": "missing required keys: service_uuid"})
-        )
-    );
-    // The client leaves an unset service out, so SAPI answers that it is
-    // missing.
-    let err = sapi
-        .create_instance(&CreateInstance::default())
-        .await
-        .unwrap_err();
-    assert_eq!(err.status(), Some(409), "{err}");
-    // `"service_uuid": null` would be present, so not missing: SAPI's
-    // assertion on its type throws and the process dies.
-    let r = raw(
-        Method::POST,
-        &format!("{}/instances", dc.urls().sapi),
-        &[],
-        Some(json!({"service_uuid": null})),
-    )
-    .await;
-    assert!(r.is_err(), "SAPI answered a null service_uuid");
-    dc.shutdown().await;
-}
-
-#[tokio::test]
-async fn sapi_update_actions_and_missing_object_500() {
-    let dc = small_dc(1).await;
-    let sapi = dc.apis().sapi;
-    // (vm-agent and net-agent instances are seeded without params.)
-    let inst = sapi
-        .list_agent_instances()
-        .await
-        .unwrap()
-        .into_iter()
-        .find(|i| i.params.is_some())
-        .unwrap();
-    let up = sapi
-        .update_instance(inst.uuid, &Update::params(object([("extra", json!(1))])))
-        .await
-        .unwrap();
-    let p = up.params.unwrap();
-    assert_eq!(p["extra"], 1);
-    assert!(p.contains_key("server_uuid"), "update merges");
-    let del = sapi
-        .update_instance(
-            inst.uuid,
-            &Update {
-                action: Some(UpdateAction::Delete),
-                params: Some(object([("extra", json!(null))])),
-                metadata: None,
-            },
-        )
-        .await
-        .unwrap();
-    assert!(!del.params.unwrap().contains_key("extra"));
-    let rep = sapi
-        .update_instance(
-            inst.uuid,
-            &Update {
-                action: Some(UpdateAction::Replace),
-                params: Some(object([("only", json!(true))])),
-                metadata: None,
-            },
-        )
-        .await
-        .unwrap();
-    assert_eq!(rep.params.unwrap().len(), 1);
-    let bad = raw(
-        Method::PUT,
-        &format!("{}/instances/{}", dc.urls().sapi, inst.uuid),
-        &[],
-        Some(json!({"action": "frob"})),
-    )
-    .await
-    .unwrap();
-    assert_eq!(
-        (bad.status, bad.json()),
-        (409, json!({"code": "InvalidArgument", "message": ""}))
-    );
-    // A missing object: a plain 500 with only a message, not retried.
-    let missing = InstanceUuid::from_u128(3);
-    let started = std::time::Instant::now();
-    let err = sapi
-        .update_instance(missing, &Update::params(object([("a", json!(1))])))
-        .await
-        .unwrap_err();
-    let ApiError::Status { status, body, .. } = &err else {
-        panic!("{err}")
-    };
-    assert_eq!(*status, 500);
-    assert_eq!(body.code, None);
-    assert_eq!(
-        body.message,
-        format!("updateObject failed: no record for bucket sapi_instances object {missing}")
-    );
-    assert!(!err.is_transient());
-    assert!(started.elapsed() < Duration::from_secs(5));
-    dc.shutdown().await;
-}
-
-#[tokio::test]
-async fn sapi_delete_semantics() {
-    let dc = small_dc(0).await;
-    let sapi = dc.apis().sapi;
-    let app = sapi
-        .create_application(
-            "other",
-            "930896af-bf8c-48d4-885c-6573a94b1853",
-            object([("a", json!(1))]),
-        )
-        .await
-        .unwrap();
-    assert_eq!(sapi.get_application(app.uuid).await.unwrap(), app);
-    sapi.delete_application(app.uuid).await.unwrap();
-    let err = sapi.delete_application(app.uuid).await.unwrap_err();
-    let ApiError::Status { status, body, .. } = &err else {
-        panic!()
-    };
-    assert_eq!((*status, body.message.as_str()), (404, ""));
-    let inst = sapi.list_agent_instances().await.unwrap().remove(0);
-    sapi.delete_instance(inst.uuid).await.unwrap();
-    let err = sapi.delete_instance(inst.uuid).await.unwrap_err();
-    let ApiError::Status { status, body, .. } = &err else {
-        panic!()
-    };
-    assert_eq!(*status, 404);
-    assert_eq!(body.message, format!("no such instance: {}", inst.uuid));
-    // Services and applications: 404 with an empty body.
-    let r = raw(
-        Method::DELETE,
-        &format!("{}/services/{}", dc.urls().sapi, ServiceUuid::from_u128(1)),
-        &[],
-        None,
-    )
-    .await
-    .unwrap();
-    assert_eq!((r.status, r.text.as_str()), (404, ""));
-    dc.shutdown().await;
-}
-
-#[tokio::test]
-async fn sapi_upgrade_instance_on_agent_drops_the_connection() {
-    let dc = small_dc(0).await;
-    let inst = dc
-        .apis()
-        .sapi
-        .list_agent_instances()
-        .await
-        .unwrap()
-        .remove(0);
-    let url = format!("{}/instances/{}/upgrade", dc.urls().sapi, inst.uuid);
-    let missing = raw(Method::PUT, &url, &[], Some(json!({}))).await.unwrap();
-    assert_eq!(
-        (missing.status, missing.json()["message"].clone()),
-        (409, json!("missing image_uuid"))
-    );
-    let crash = raw(
-        Method::PUT,
-        &url,
-        &[],
-        Some(json!({"image_uuid": "11111111-2222-3333-4444-555555555555"})),
-    )
-    .await;
-    let err = crash.expect_err("no reply at all");
-    assert!(!err.is_timeout(), "{err}");
-    // SAPI keeps serving afterwards (SMF restarted it), and the instance is
-    // unchanged.
-    let after = dc.apis().sapi.get_instance(inst.uuid).await.unwrap();
-    assert_eq!(after, inst);
-    dc.shutdown().await;
 }
 
 // ---------------------------------------------------------------- CNAPI
@@ -1202,7 +440,6 @@ async fn cnapi_execute_runs_gz_commands_and_nothing_else() {
     let req = gz_execute_request(
         &["gz".into(), "report".into(), "--json".into()],
         Default::default(),
-        Duration::from_secs(30),
     );
     let r = cnapi
         .execute(cn.uuid, &req, Duration::from_secs(30))
@@ -1224,7 +461,6 @@ async fn cnapi_execute_runs_gz_commands_and_nothing_else() {
             "--json".into(),
         ],
         Default::default(),
-        Duration::from_secs(30),
     );
     let r = cnapi
         .execute(cn.uuid, &req, Duration::from_secs(30))
@@ -1268,7 +504,6 @@ async fn cnapi_execute_runs_gz_commands_and_nothing_else() {
             "--inside-cn-agent".into(),
         ],
         Default::default(),
-        Duration::from_secs(30),
     );
     let r = cnapi
         .execute(cn.uuid, &req, Duration::from_secs(30))
@@ -1315,7 +550,6 @@ async fn cnapi_execute_runs_gz_commands_and_nothing_else() {
     let body = serde_json::to_value(gz_execute_request(
         &["gz".into(), "report".into(), "--json".into()],
         Default::default(),
-        Duration::from_secs(30),
     ))
     .unwrap();
     let j = raw(Method::POST, &url, &[], Some(body.clone()))
@@ -1338,29 +572,34 @@ async fn cnapi_execute_runs_gz_commands_and_nothing_else() {
 }
 
 #[tokio::test]
-async fn cnapi_execute_through_ur_refuses_timeout_and_the_client_copes() {
+async fn cnapi_execute_through_ur_with_timeout_kills_cnapi_and_the_client_never_sends_it() {
     let dc = SimDc::start(
         SimConfig::default()
             .servers(1)
-            .execute_transport(ExecuteTransport::Ur),
+            .execute_transport(ExecuteTransport::Ur)
+            .cnapi_restart(Duration::from_millis(200)),
     )
     .await
     .unwrap();
     let cn = dc.server("cn0001").unwrap();
-    let req = gz_execute_request(
-        &["gz".into(), "report".into()],
-        Default::default(),
-        Duration::from_secs(30),
-    );
+    let mut req = gz_execute_request(&["gz".into(), "report".into()], Default::default());
+    req.timeout = Some(30_000);
     let raw_r = raw(
         Method::POST,
         &format!("{}/servers/{}/execute", dc.urls().cnapi, cn.uuid),
         &[],
         Some(serde_json::to_value(&req).unwrap()),
     )
-    .await
-    .unwrap();
-    assert_eq!(raw_r.status, 409);
+    .await;
+    assert!(raw_r.is_err(), "the connection drops: {raw_r:?}");
+    assert_eq!(dc.cnapi_crashes(), 1);
+    // The client's execute never sends `timeout` unless told the server is
+    // in cn-agent mode, whatever the request says.
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while dc.cnapi_down() {
+        assert!(std::time::Instant::now() < deadline);
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
     let r = dc
         .apis()
         .cnapi
@@ -1368,6 +607,8 @@ async fn cnapi_execute_through_ur_refuses_timeout_and_the_client_copes() {
         .await
         .unwrap();
     assert_eq!(r.exit_status, 0);
+    assert_eq!(dc.cnapi_crashes(), 1);
+    assert_eq!(dc.executes().last().unwrap().timeout, None);
     dc.shutdown().await;
 }
 
@@ -1398,13 +639,20 @@ async fn cnapi_uninstall_agents_and_old_cn_agent_precondition() {
         .get_instance(relay.uuid.unwrap())
         .await
         .unwrap();
-    let mut old = SimConfig::default().servers(1);
-    old.uninstall_min_cn_agent = "2.8.0".into();
-    let dc2 = SimDc::start(old).await.unwrap();
-    let cn = dc2.server("cn0001").unwrap();
-    let err = dc2
-        .apis()
-        .cnapi
+    // The seeded cn-agent is on the real 2.x line, at the floor.
+    let cn_agent = |dc: &SimDc| {
+        dc.server_agents(cn.uuid)
+            .into_iter()
+            .find(|a| a.name == "cn-agent")
+    };
+    assert!(cn_agent(&dc).unwrap().version.starts_with("2.8.0-"));
+    // An older cn-agent: 412.
+    let mut agents = dc.server_agents(cn.uuid);
+    for a in agents.iter_mut().filter(|a| a.name == "cn-agent") {
+        a.version = "2.7.1".into();
+    }
+    cnapi.update_server_agents(cn.uuid, &agents).await.unwrap();
+    let err = cnapi
         .uninstall_agents(cn.uuid, &["vm-agent".to_string()])
         .await
         .unwrap_err();
@@ -1412,8 +660,24 @@ async fn cnapi_uninstall_agents_and_old_cn_agent_precondition() {
         code_of(&err),
         (Some(412), Some("PreconditionFailed".into()))
     );
+    let ApiError::Status { body, .. } = &err else {
+        panic!()
+    };
+    assert!(
+        body.message.contains("require at least cn-agent v2.8.0"),
+        "{body:?}"
+    );
+    assert_eq!(dc.cnapi_crashes(), 0);
+    // No cn-agent entry at all: formatting the refusal throws, CNAPI dies.
+    agents.retain(|a| a.name != "cn-agent");
+    cnapi.update_server_agents(cn.uuid, &agents).await.unwrap();
+    let err = cnapi
+        .uninstall_agents(cn.uuid, &["vm-agent".to_string()])
+        .await
+        .unwrap_err();
+    assert!(err.is_unreachable(), "{err}");
+    assert_eq!(dc.cnapi_crashes(), 1);
     dc.shutdown().await;
-    dc2.shutdown().await;
 }
 
 #[tokio::test]

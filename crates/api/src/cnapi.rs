@@ -3,6 +3,16 @@
 //! and task waiting (docs/triton/apis.md §3). CNAPI ignores Accept-Version
 //! and rejects unknown query parameters with 409, so only documented ones are
 //! ever sent.
+//!
+//! Two CNAPI 1.26.6 requests kill the process instead of answering (§3.12),
+//! so this client never sends them: CommandExecute with `timeout` to a
+//! server whose commands go through Ur ([`ExecuteMode`]; only
+//! [`CnapiClient::execute_as`] in [`ExecuteMode::CnAgent`] sends it), and
+//! uninstall-agents to a server whose `server.agents` has no cn-agent entry
+//! (callers check [`Server::cn_agent`] first). One server is read through
+//! ServerList (`uuids=...&extras=agents`, [`CnapiClient::list_server`]):
+//! ServerGet computes capacity through VMAPI and takes 15 s when VMAPI is
+//! down.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -30,6 +40,18 @@ use agentsadm_types::ids::TaskId;
 
 /// ServerList's maximum (and default) page size.
 pub const SERVER_PAGE_LIMIT: usize = 1000;
+
+/// The cn-agent CNAPI's uninstall-agents needs in `server.agents`
+/// (`CN_AGENT_VERSION_WITH_AGENTS_UNINSTALL`; 412 PreconditionFailed below
+/// it, and a crash when there is no cn-agent entry at all).
+pub const UNINSTALL_MIN_CN_AGENT: semver::Version = semver::Version::new(2, 8, 0);
+
+/// The cn-agent from which a server counts as executing commands through
+/// cn-agent when CNAPI's `FEATURE_USE_CNAGENT_COMMAND_EXECUTE` is on. CNAPI
+/// itself switches at 2.6.0 (`TASK_COMMAND_EXECUTE_MIN_VERSON`); asking for
+/// 2.8.0 only means a 2.6 or 2.7 cn-agent gets no `timeout` (the caller's
+/// own bound holds instead), never that Ur gets one.
+pub const EXECUTE_TIMEOUT_MIN_CN_AGENT: semver::Version = semver::Version::new(2, 8, 0);
 
 /// One entry of `server.agents` as cn-agent reports it.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
@@ -97,6 +119,107 @@ impl Server {
     /// Number of VMs, when `vms` was requested.
     pub fn vm_count(&self) -> usize {
         self.vms.as_ref().map(|v| v.len()).unwrap_or(0)
+    }
+
+    /// The `cn-agent` entry of `server.agents`, which is where CNAPI looks
+    /// (never sysinfo's `SDC Agents`) before execute and uninstall-agents.
+    pub fn cn_agent(&self) -> Option<&AgentEntry> {
+        self.agents.as_ref()?.iter().find(|a| a.name == "cn-agent")
+    }
+
+    /// The version of [`Server::cn_agent`], when it parses.
+    pub fn cn_agent_version(&self) -> Option<semver::Version> {
+        agentsadm_types::image::parse_agent_version(&self.cn_agent()?.version)
+    }
+
+    /// A mockcloud CN (CNAPI `system_type` `Virtual`): no Ur, and its
+    /// cn-agent does not implement `command_execute`.
+    pub fn is_mockcloud(&self) -> bool {
+        self.extra.get("system_type").and_then(|v| v.as_str()) == Some("Virtual")
+    }
+}
+
+/// How CNAPI carries CommandExecute to one server. CNAPI decides per
+/// request: through cn-agent's `command_execute` task only when its
+/// `FEATURE_USE_CNAGENT_COMMAND_EXECUTE` is on and the server's cn-agent is
+/// new enough, else through Ur, whose path takes no `timeout` (CNAPI
+/// 1.26.6 crashes on one there), runs the script with exactly the request's
+/// `env`, and answers nothing at all while the server's ur-agent is down.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ExecuteMode {
+    Ur,
+    CnAgent,
+}
+
+impl ExecuteMode {
+    /// The mode of a server whose `server.agents` CNAPI holds, given
+    /// CNAPI's feature flag.
+    pub fn for_server(cn_agent_flag: bool, server: &Server) -> ExecuteMode {
+        let new_enough = server
+            .cn_agent_version()
+            .is_some_and(|v| v >= EXECUTE_TIMEOUT_MIN_CN_AGENT);
+        if cn_agent_flag && new_enough {
+            ExecuteMode::CnAgent
+        } else {
+            ExecuteMode::Ur
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ExecuteMode::Ur => "Ur",
+            ExecuteMode::CnAgent => "cn-agent",
+        }
+    }
+}
+
+/// One task of cn-agent's own history (`GET /servers/:uuid/task-history`,
+/// cn-agent's `GET /history`): its last 16 tasks since it started. It
+/// outlives a CNAPI restart, which leaves CNAPI's record of the same task
+/// `active` for ever.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct CnAgentTask {
+    pub task: String,
+    /// `active` or `finished`.
+    #[serde(default)]
+    pub status: String,
+    #[serde(default)]
+    pub started_at: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub finished_at: Option<String>,
+    /// The task's parameters as CNAPI sent them (`image_uuid` for
+    /// agent_install, `agents` for agents_uninstall).
+    #[serde(default)]
+    pub params: serde_json::Value,
+    #[serde(default, rename = "errorCount")]
+    pub error_count: u32,
+    /// The task's events (`{type: "event", name, event, timestamp}`).
+    #[serde(default)]
+    pub messages: Vec<serde_json::Value>,
+}
+
+impl CnAgentTask {
+    pub fn is_finished(&self) -> bool {
+        self.status == "finished"
+    }
+
+    /// The text of the task's first `error` event, if it had one.
+    pub fn error_message(&self) -> Option<String> {
+        self.messages.iter().find_map(|m| {
+            if m.get("name").and_then(|n| n.as_str()) != Some("error") {
+                return None;
+            }
+            let err = m.get("event")?.get("error")?;
+            err.as_str()
+                .or_else(|| err.get("message").and_then(|x| x.as_str()))
+                .map(str::to_string)
+        })
+    }
+
+    /// Whether it finished with an error.
+    pub fn failed(&self) -> bool {
+        self.error_count > 0 || self.error_message().is_some()
     }
 }
 
@@ -175,24 +298,19 @@ pub struct ExecuteRequest {
     pub env: BTreeMap<String, String>,
     #[serde(default)]
     pub json: bool,
-    /// Milliseconds (cn-agent kills the command after it). Only honoured
-    /// when CNAPI runs commands through cn-agent; through Ur (CNAPI's
-    /// default) a `timeout` is refused with 409, see [`CnapiClient::execute`].
+    /// Milliseconds (cn-agent kills the command after it). Only ever sent
+    /// by [`CnapiClient::execute_as`] in [`ExecuteMode::CnAgent`], which
+    /// sets it from its bound; any value here is replaced. Through Ur
+    /// (CNAPI's default) CNAPI 1.26.6 dies on it instead of refusing it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub timeout: Option<u64>,
 }
 
-/// CommandExecute result with `json: true`. On the wire CNAPI sends
-/// `exitCode` (and `signal`); `exitCode` is `null` when cn-agent killed the
-/// command on its timeout, which reads as [`ExecuteResult::KILLED`].
+/// What a command run in-process printed and how it exited (the
+/// simulator's GZ and `agentsadm gz` run in the same process).
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct ExecuteResult {
-    #[serde(
-        rename = "exitCode",
-        alias = "exit_status",
-        default = "killed_exit",
-        deserialize_with = "exit_code_or_killed"
-    )]
+    #[serde(rename = "exitCode", alias = "exit_status")]
     pub exit_status: i32,
     #[serde(default)]
     pub stdout: String,
@@ -200,25 +318,101 @@ pub struct ExecuteResult {
     pub stderr: String,
 }
 
-impl ExecuteResult {
-    /// The exit status reported for a command killed on its timeout (CNAPI
-    /// sends `exitCode: null` and a `signal`).
+/// CNAPI's answer to CommandExecute with `json: true`, in either mode:
+/// `{exitCode, stderr, stdout}` from Ur, `{err, exitCode, signal, stderr,
+/// stdout}` from cn-agent. `exitCode` is not always a number: `null` when
+/// cn-agent killed the command on its timeout ([`ExecuteAnswer::KILLED`],
+/// `signal` says which), and a string when Ur stopped it itself, as it does
+/// past 5 MB of output (`ERR_CHILD_PROCESS_STDIO_MAXBUFFER`,
+/// [`ExecuteAnswer::STOPPED`]). Ur reports a command killed by a signal as
+/// exit 1 with no `stderr` at all.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct ExecuteAnswer {
+    pub exit_status: i32,
+    /// `exitCode` when it was a string (Ur's reason for stopping the
+    /// command).
+    pub exit_error: Option<String>,
+    /// The signal cn-agent reports for a command it killed.
+    pub signal: Option<String>,
+    pub stdout: String,
+    pub stderr: String,
+    /// The answer had no `stderr`: Ur's sign of a signal death.
+    pub stderr_missing: bool,
+}
+
+impl ExecuteAnswer {
+    /// The exit status read for `exitCode: null` (cn-agent killed it).
     pub const KILLED: i32 = -1;
+    /// The exit status read for a string `exitCode` (Ur stopped it).
+    pub const STOPPED: i32 = -2;
+
+    /// How the command ended, for messages: `exited 3`, `was killed by
+    /// SIGKILL`, `was stopped by Ur (ERR_CHILD_PROCESS_STDIO_MAXBUFFER: ...)`.
+    pub fn describe_exit(&self) -> String {
+        if let Some(e) = &self.exit_error {
+            let why = if e.contains("MAXBUFFER") {
+                ": it printed more than Ur's 5 MB limit"
+            } else {
+                ""
+            };
+            return format!("was stopped by Ur ({e}{why})");
+        }
+        if let Some(sig) = &self.signal {
+            return format!("was killed by {sig}");
+        }
+        match self.exit_status {
+            ExecuteAnswer::KILLED => "was killed (no exit status)".to_string(),
+            1 if self.stderr_missing => {
+                "exited 1 with no stderr, which is how Ur reports a command killed by a signal"
+                    .to_string()
+            }
+            n if (129..=192).contains(&n) => {
+                format!("exited {n} (killed by signal {})", n - 128)
+            }
+            n => format!("exited {n}"),
+        }
+    }
 }
 
-fn killed_exit() -> i32 {
-    ExecuteResult::KILLED
+impl<'de> Deserialize<'de> for ExecuteAnswer {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        struct Wire {
+            #[serde(rename = "exitCode", alias = "exit_status", default)]
+            exit_code: serde_json::Value,
+            #[serde(default)]
+            signal: Option<String>,
+            #[serde(default)]
+            stdout: Option<String>,
+            #[serde(default)]
+            stderr: Option<String>,
+        }
+        let w = Wire::deserialize(d)?;
+        let (exit_status, exit_error) = match &w.exit_code {
+            serde_json::Value::Number(n) => (
+                n.as_i64()
+                    .and_then(|n| i32::try_from(n).ok())
+                    .unwrap_or(ExecuteAnswer::STOPPED),
+                None,
+            ),
+            serde_json::Value::String(e) => (ExecuteAnswer::STOPPED, Some(e.clone())),
+            _ => (ExecuteAnswer::KILLED, None),
+        };
+        Ok(ExecuteAnswer {
+            exit_status,
+            exit_error,
+            signal: w.signal,
+            stdout: w.stdout.unwrap_or_default(),
+            stderr_missing: w.stderr.is_none(),
+            stderr: w.stderr.unwrap_or_default(),
+        })
+    }
 }
 
-fn exit_code_or_killed<'de, D: serde::Deserializer<'de>>(d: D) -> Result<i32, D::Error> {
-    Ok(Option::<i32>::deserialize(d)?.unwrap_or(ExecuteResult::KILLED))
-}
-
-/// CNAPI's refusal of `timeout` when commands go through Ur.
-fn is_ur_timeout_refusal(e: &ApiError) -> bool {
-    e.status() == Some(409)
-        && e.code() == Some("InvalidArgument")
-        && matches!(e, ApiError::Status { body, .. } if body.message.contains("timeout only supported"))
+/// The margin over an execute's bound for the HTTP request itself (CNAPI's
+/// own work around the command): a tenth of the bound, 1 to 10 s.
+fn execute_margin(bound: Duration) -> Duration {
+    (bound / 10).clamp(Duration::from_secs(1), Duration::from_secs(10))
 }
 
 #[derive(Deserialize)]
@@ -294,7 +488,22 @@ impl CnapiClient {
         Ok(out)
     }
 
-    /// ServerGet (all extras).
+    /// One server with its `agents`, through ServerList
+    /// (`uuids=<uuid>&extras=agents`); `None` when CNAPI has no such
+    /// server. Unlike ServerGet it computes no capacity, which goes through
+    /// VMAPI (15 s a call while VMAPI is down).
+    pub async fn list_server(&self, uuid: ServerUuid) -> Result<Option<Server>, ApiError> {
+        let filter = ServerListFilter {
+            uuids: vec![uuid],
+            extras: vec!["agents".to_string()],
+            ..ServerListFilter::default()
+        };
+        let servers = self.list_servers(&filter).await?;
+        Ok(servers.into_iter().find(|s| s.uuid == uuid))
+    }
+
+    /// ServerGet (all extras). Slow while VMAPI is down (it computes
+    /// capacity through it): read one server with [`CnapiClient::list_server`].
     pub async fn get_server(&self, uuid: ServerUuid) -> Result<Server, ApiError> {
         self.rest
             .json(
@@ -378,40 +587,39 @@ impl CnapiClient {
         Ok(r.id)
     }
 
-    /// CommandExecute with `json: true`; the HTTP call lasts as long as the
-    /// command, so its timeout is the command's plus a margin.
-    ///
-    /// The command's own `timeout` (ms) only works when CNAPI runs commands
-    /// through cn-agent (`FEATURE_USE_CNAGENT_COMMAND_EXECUTE`); through Ur,
-    /// CNAPI's default, it answers 409 InvalidArgument before running
-    /// anything. Then the request is sent again without it, and only this
-    /// call's HTTP timeout bounds the command.
+    /// CommandExecute with `json: true`, through whichever path CNAPI
+    /// takes, without `timeout` (what Ur mode needs and cn-agent mode
+    /// accepts). The HTTP request waits at most `bound` plus a margin: in
+    /// Ur mode nothing else ends it (CNAPI waits an hour, and for ever
+    /// gets no answer from a server whose ur-agent is down).
     pub async fn execute(
         &self,
         uuid: ServerUuid,
         request: &ExecuteRequest,
-        timeout: Duration,
-    ) -> Result<ExecuteResult, ApiError> {
-        let mut req = request.clone();
-        req.json = true;
-        req.timeout
-            .get_or_insert((timeout.as_millis() as u64).max(1));
-        match self.execute_once(uuid, &req, timeout).await {
-            Err(e) if is_ur_timeout_refusal(&e) => {
-                req.timeout = None;
-                self.execute_once(uuid, &req, timeout).await
-            }
-            other => other,
-        }
+        bound: Duration,
+    ) -> Result<ExecuteAnswer, ApiError> {
+        self.execute_as(uuid, request, ExecuteMode::Ur, bound).await
     }
 
-    async fn execute_once(
+    /// CommandExecute with `json: true` to a server in `mode`: in
+    /// [`ExecuteMode::CnAgent`] with `timeout` = `bound` (cn-agent kills
+    /// the command then), in [`ExecuteMode::Ur`] without (never relying on
+    /// CNAPI to refuse it: CNAPI 1.26.6 dies instead). Either way this call
+    /// gives up `bound` plus a margin after sending.
+    pub async fn execute_as(
         &self,
         uuid: ServerUuid,
-        req: &ExecuteRequest,
-        timeout: Duration,
-    ) -> Result<ExecuteResult, ApiError> {
-        let body = serde_json::to_value(req).unwrap_or_default();
+        request: &ExecuteRequest,
+        mode: ExecuteMode,
+        bound: Duration,
+    ) -> Result<ExecuteAnswer, ApiError> {
+        let mut req = request.clone();
+        req.json = true;
+        req.timeout = match mode {
+            ExecuteMode::CnAgent => Some((bound.as_millis() as u64).max(1)),
+            ExecuteMode::Ur => None,
+        };
+        let body = serde_json::to_value(&req).unwrap_or_default();
         let path = format!("/servers/{uuid}/execute");
         let raw = self
             .rest
@@ -419,11 +627,23 @@ impl CnapiClient {
                 Method::POST,
                 &path,
                 Idempotent::No,
-                Some(timeout + Duration::from_secs(10)),
+                Some(bound + execute_margin(bound)),
                 |rb| rb.json(&body),
             )
             .await?;
         self.rest.decode(Method::POST, &path, &raw.body)
+    }
+
+    /// ServerTaskHistory: cn-agent's own record of its recent tasks.
+    pub async fn task_history(&self, uuid: ServerUuid) -> Result<Vec<CnAgentTask>, ApiError> {
+        self.rest
+            .json(
+                Method::GET,
+                &format!("/servers/{uuid}/task-history"),
+                Idempotent::Yes,
+                None,
+            )
+            .await
     }
 
     /// TaskGet.
@@ -447,6 +667,28 @@ impl CnapiClient {
                 Method::GET,
                 &path,
                 Idempotent::Yes,
+                Some(Duration::from_secs(secs) + Duration::from_secs(10)),
+                |rb| rb,
+            )
+            .await?;
+        self.rest.decode(Method::GET, &path, &raw.body)
+    }
+
+    /// TaskWait once, without retrying: a dropped connection or a 5xx is
+    /// returned, so that the caller knows CNAPI went away while the task
+    /// ran (a restarted CNAPI never finishes the tasks it had in flight).
+    pub async fn wait_task_once(&self, id: TaskId, timeout: Duration) -> Result<Task, ApiError> {
+        let secs = timeout.as_secs().max(1);
+        let path = format!(
+            "/tasks/{id}/wait{}",
+            query(&[("timeout", secs.to_string())])
+        );
+        let raw = self
+            .rest
+            .send_raw(
+                Method::GET,
+                &path,
+                Idempotent::No,
                 Some(Duration::from_secs(secs) + Duration::from_secs(10)),
                 |rb| rb,
             )
@@ -528,6 +770,7 @@ impl CnapiClient {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::Value;
 
     #[test]
     fn task_error_message_from_history() {
@@ -555,5 +798,73 @@ mod tests {
         let a = s.reported_agents();
         assert_eq!(a.len(), 1);
         assert_eq!(a[0].image_uuid, None);
+    }
+
+    #[test]
+    fn execute_answers_of_both_paths_decode() {
+        // Ur: a signal death is exit 1 with no stderr at all.
+        let a: ExecuteAnswer =
+            serde_json::from_value(json!({"exitCode": 1, "stdout": ""})).unwrap();
+        assert!(a.stderr_missing);
+        assert!(
+            a.describe_exit().contains("signal"),
+            "{}",
+            a.describe_exit()
+        );
+        // Ur past 5 MB of output: exitCode is a string.
+        let a: ExecuteAnswer = serde_json::from_value(json!({
+            "exitCode": "ERR_CHILD_PROCESS_STDIO_MAXBUFFER", "stderr": "", "stdout": "x"
+        }))
+        .unwrap();
+        assert_eq!(a.exit_status, ExecuteAnswer::STOPPED);
+        assert!(a.describe_exit().contains("5 MB"), "{}", a.describe_exit());
+        // cn-agent: killed on its timeout.
+        let a: ExecuteAnswer = serde_json::from_value(json!({
+            "err": {"message": "x"}, "exitCode": null, "signal": "SIGKILL",
+            "stderr": "", "stdout": "", "req_id": "r"
+        }))
+        .unwrap();
+        assert_eq!(a.exit_status, ExecuteAnswer::KILLED);
+        assert_eq!(a.describe_exit(), "was killed by SIGKILL");
+        let a: ExecuteAnswer =
+            serde_json::from_value(json!({"exitCode": 137, "stderr": "", "stdout": ""})).unwrap();
+        assert_eq!(a.describe_exit(), "exited 137 (killed by signal 9)");
+    }
+
+    #[test]
+    fn execute_mode_needs_the_flag_and_a_new_cn_agent() {
+        let server = |agents: Value| -> Server {
+            serde_json::from_value(json!({
+                "uuid": "44454c4c-4800-1034-804a-b2c04f354d31", "agents": agents
+            }))
+            .unwrap()
+        };
+        let new = server(json!([{"name": "cn-agent", "version": "2.15.0"}]));
+        let old = server(
+            json!([{"name": "cn-agent", "version": "2.7.9-master-20200101T000000Z-g1234567"}]),
+        );
+        let none = server(json!([{"name": "vm-agent", "version": "9.0.0"}]));
+        assert_eq!(ExecuteMode::for_server(true, &new), ExecuteMode::CnAgent);
+        assert_eq!(ExecuteMode::for_server(false, &new), ExecuteMode::Ur);
+        assert_eq!(ExecuteMode::for_server(true, &old), ExecuteMode::Ur);
+        assert_eq!(ExecuteMode::for_server(true, &none), ExecuteMode::Ur);
+        assert!(none.cn_agent().is_none());
+    }
+
+    #[test]
+    fn cn_agent_history_reads_errors() {
+        let t: CnAgentTask = serde_json::from_value(json!({
+            "started_at": "2026-01-01T00:00:00.000Z", "task": "agent_install", "pid": 4,
+            "params": {"image_uuid": "fd5f189c-c26a-46a6-bd1a-b0e0150edf8f"},
+            "status": "finished", "errorCount": 1, "log": [],
+            "messages": [{"type": "event", "name": "error", "event": {"error": "AgentInstall error: boom"}},
+                         {"type": "event", "name": "finish", "event": {}}]
+        }))
+        .unwrap();
+        assert!(t.is_finished() && t.failed());
+        assert_eq!(
+            t.error_message().as_deref(),
+            Some("AgentInstall error: boom")
+        );
     }
 }

@@ -9,6 +9,7 @@
 //! - Error bodies (`{code, message, errors?}`, or restify's plain `{message}`
 //!   500s) become [`ApiError::Status`] with the parsed body.
 
+pub mod adoption;
 pub mod cnapi;
 pub mod imgapi;
 pub mod remote;

@@ -7,7 +7,6 @@
 //! wire shape is a change in one place.
 
 use std::collections::BTreeMap;
-use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
@@ -23,25 +22,59 @@ use agentsadm_types::ids::ServerUuid;
 /// mistaken for an agent and survives agent removal).
 pub const GZ_BINARY: &str = "/opt/smartdc/agentsadm/bin/agentsadm";
 
+/// The exit status Ur answers as 0 before rebooting the server
+/// (ur-agent's "reboot after replying"). Nothing agentsadm runs through
+/// execute may end with it: the script maps it, and `agentsadm gz` never
+/// returns it.
+pub const UR_REBOOT_EXIT_STATUS: i32 = 113;
+
 /// The script sent with CNAPI execute. The arguments travel in the request's
 /// `args` (never interpolated into the script), so no quoting can go wrong.
-pub const EXEC_SCRIPT: &str = "#!/bin/bash\nexec /opt/smartdc/agentsadm/bin/agentsadm \"$@\"\n";
+/// It runs agentsadm as a child rather than `exec`, so that its status can
+/// be kept off [`UR_REBOOT_EXIT_STATUS`], and a signal death reads as bash's
+/// `128 + signal` (Ur itself reports one as exit 1 with no stderr).
+pub const EXEC_SCRIPT: &str = "#!/bin/bash\n/opt/smartdc/agentsadm/bin/agentsadm \"$@\"\nstatus=$?\nif [[ $status -eq 113 ]]; then\n    echo \"agentsadm: exit status 113 reported as 1 (Ur reboots the server on 113)\" >&2\n    status=1\nfi\nexit $status\n";
+
+/// What [`EXEC_SCRIPT`] exits with when agentsadm exited with `status`.
+pub fn exec_script_status(status: i32) -> i32 {
+    if status == UR_REBOOT_EXIT_STATUS {
+        1
+    } else {
+        status
+    }
+}
+
+/// The environment every execute carries. Through Ur (and cn-agent's
+/// `command_execute`) the script gets exactly the request's `env`, nothing
+/// inherited: without these `agentsadm gz` and the package hooks it runs
+/// would have no PATH, HOME, TZ or LANG. (The global zone root's own PATH.)
+pub const GZ_EXECUTE_ENV: [(&str, &str); 4] = [
+    (
+        "PATH",
+        "/usr/bin:/usr/sbin:/sbin:/smartdc/bin:/opt/smartdc/bin:/opt/local/bin:/opt/local/sbin:/opt/smartdc/agents/bin",
+    ),
+    ("HOME", "/root"),
+    ("TZ", "UTC"),
+    ("LANG", "C"),
+];
 
 /// Build the CNAPI execute request that runs `agentsadm <args...>` on a
-/// server. `env` carries the API URLs when the server cannot read them from
-/// its own SDC config (the simulator).
-pub fn gz_execute_request(
-    args: &[String],
-    env: BTreeMap<String, String>,
-    timeout: Duration,
-) -> ExecuteRequest {
+/// server: [`GZ_EXECUTE_ENV`] with `env` on top (the API URLs when the
+/// server cannot read them from its own SDC config, as in the simulator).
+/// It carries no `timeout`: only [`crate::cnapi::CnapiClient::execute_as`]
+/// adds one, for servers that execute through cn-agent.
+pub fn gz_execute_request(args: &[String], env: BTreeMap<String, String>) -> ExecuteRequest {
+    let mut full: BTreeMap<String, String> = GZ_EXECUTE_ENV
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+    full.extend(env);
     ExecuteRequest {
         script: EXEC_SCRIPT.to_string(),
         args: args.to_vec(),
-        env,
+        env: full,
         json: true,
-        // CNAPI's execute timeout is in milliseconds.
-        timeout: Some((timeout.as_millis() as u64).max(1)),
+        timeout: None,
     }
 }
 
@@ -133,12 +166,55 @@ mod tests {
     #[test]
     fn execute_request_round_trips() {
         let args = vec!["gz".to_string(), "install".to_string(), "x".to_string()];
-        let req = gz_execute_request(&args, BTreeMap::new(), Duration::from_secs(60));
+        let req = gz_execute_request(&args, BTreeMap::from([("HOME".into(), "/x".into())]));
         assert_eq!(parse_gz_execute(&req), Some(args.as_slice()));
+        assert_eq!(req.timeout, None);
+        assert_eq!(req.env["HOME"], "/x");
+        for (k, _) in GZ_EXECUTE_ENV {
+            assert!(req.env.contains_key(k), "{k}");
+        }
         let other = ExecuteRequest {
             script: "rm -rf /".into(),
             ..Default::default()
         };
         assert_eq!(parse_gz_execute(&other), None);
+    }
+
+    /// The script, run by the real bash with a stand-in agentsadm: 113
+    /// never comes out, other statuses and signal deaths do.
+    #[test]
+    fn exec_script_keeps_113_from_ur() {
+        let dir = tempfile::tempdir().unwrap();
+        let fake = dir.path().join("agentsadm");
+        std::fs::write(
+            &fake,
+            "#!/bin/bash\ncase \"$1\" in\n  kill) kill -9 $$ ;;\n  *) echo \"args:$*\"; exit \"$1\" ;;\nesac\n",
+        )
+        .unwrap();
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&fake, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let script = dir.path().join("script");
+        std::fs::write(
+            &script,
+            EXEC_SCRIPT.replace(GZ_BINARY, fake.to_str().unwrap()),
+        )
+        .unwrap();
+        let run = |arg: &str| {
+            std::process::Command::new("bash")
+                .arg(&script)
+                .args([arg, "two words"])
+                .env_clear()
+                .output()
+                .expect("bash runs (it is needed for this test)")
+        };
+        for (arg, status) in [("0", 0), ("3", 3), ("113", 1), ("kill", 137)] {
+            let out = run(arg);
+            assert_eq!(out.status.code(), Some(status), "{arg}: {out:?}");
+            assert_eq!(exec_script_status(arg.parse().unwrap_or(137)), status);
+        }
+        assert_eq!(
+            String::from_utf8_lossy(&run("0").stdout),
+            "args:0 two words\n"
+        );
     }
 }

@@ -2,53 +2,51 @@
 //! `adopt --local` (headnode setup) and `installer ...` (the helpers the
 //! scripts in `installer/` call).
 //!
-//! `server` prints its plan, asks (or takes `-y`), takes the datacenter
-//! lock and carries it out. `check --fix` takes the lock first and checks
-//! and plans under it, then executes only the repairs it showed and the
-//! operator confirmed (fenced, as `update` is). `--json` prints one document. Exit status: 0 clean / done,
+//! `check --fix`, `server` and `adopt --local` go through the library's one
+//! run, as `update` does: `-n`, the datacenter lock, the plan made again
+//! under it and after the prompt (fenced), the question or `-y`, the same
+//! execution options (`-j`, `--canary`, `--max-failures`,
+//! `--max-per-rack`, `--task-timeout`, `--break-lock`). `--json` prints one
+//! document. Exit status: 0 clean / done,
 //! 1 nothing done (bad input, API down, refused, declined), 2 drift remains
 //! or some repair / deletion failed (re-run to finish).
 
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::sync::atomic::AtomicBool;
-use std::time::Duration;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use anyhow::bail;
 use clap::{Args, Subcommand};
 use serde_json::json;
 
-use super::execution::Execution;
-
-use super::execution::interrupted;
-
-use super::execution::refuse_if_locked;
-
-use super::execution::with_dc_lock;
-
 use super::CmdResult;
 use super::GlobalOpts;
-use super::execution::with_dc_lock_watched;
+use super::execution::CliOperator;
+use super::execution::Execution;
+use super::execution::interrupted;
+use super::execution::run_error;
+use super::orch::RunArgs;
 use super::orch::ServersArg;
-use super::orch::confirm;
-use super::orch::stdin_is_terminal;
 use agentsadm_api::SapiClient;
 use agentsadm_flows::check;
 use agentsadm_flows::check::CheckConfig;
 use agentsadm_flows::check::CheckRequest;
-use agentsadm_flows::check::RepairOptions;
+use agentsadm_flows::check::CheckRun;
+use agentsadm_flows::check::FixOutcome;
+use agentsadm_flows::check::FixPlanner;
 use agentsadm_flows::cleanup;
+use agentsadm_flows::cleanup::CleanupPlan;
+use agentsadm_flows::cleanup::CleanupPlanner;
 use agentsadm_flows::cleanup::ServerAction;
 use agentsadm_flows::headnode;
 use agentsadm_flows::repair::FixPlan;
+use agentsadm_flows::repair::RepairPlan;
 use agentsadm_flows::setup_state::SetupState;
 use agentsadm_flows::usbkey;
 use agentsadm_gz::session::GzSettings;
-use agentsadm_orchestrate::execute::DEFAULT_CONCURRENCY;
-use agentsadm_orchestrate::execute::ExecOptions;
-use agentsadm_orchestrate::fence::Fenced;
-use agentsadm_orchestrate::fence::fence;
+use agentsadm_orchestrate::run::{AskError, Run, RunError, RunOutcome, Shown};
 use agentsadm_types::ids::ImageUuid;
+use agentsadm_types::output::Output;
 
 #[derive(Args, Debug)]
 pub struct CheckArgs {
@@ -58,21 +56,13 @@ pub struct CheckArgs {
     /// through CNAPI execute) and compare it with CNAPI.
     #[arg(long)]
     pub live: bool,
-    /// Repair what can be repaired (shows the repairs and asks first).
+    /// Repair what can be repaired (shows the repairs and asks first), in
+    /// waves as `update` does (-j is also how many servers are asked for
+    /// their report at once).
     #[arg(long)]
     pub fix: bool,
-    /// Do not ask for confirmation.
-    #[arg(short = 'y', long = "yes")]
-    pub yes: bool,
-    /// Servers repaired (or asked for their report) at once.
-    #[arg(short = 'j', long, default_value_t = DEFAULT_CONCURRENCY, value_name = "N")]
-    pub concurrency: usize,
-    /// Give up on one install or upgrade after this long.
-    #[arg(long, value_parser = super::orch::duration, default_value = "30m", value_name = "DURATION")]
-    pub task_timeout: Duration,
-    /// Take the datacenter lock even if another agentsadm holds it.
-    #[arg(long)]
-    pub break_lock: bool,
+    #[command(flatten)]
+    pub run: RunArgs,
 }
 
 #[derive(Args, Debug)]
@@ -95,41 +85,12 @@ pub struct ServerTarget {
     /// The server (UUID or hostname).
     #[arg(value_name = "SERVER")]
     pub server: String,
-    /// Do not ask for confirmation.
-    #[arg(short = 'y', long = "yes")]
-    pub yes: bool,
-    /// Only show what would be deleted.
-    #[arg(short = 'n', long = "dry-run")]
-    pub dry_run: bool,
-    /// Take the datacenter lock even if another agentsadm holds it.
-    #[arg(long)]
-    pub break_lock: bool,
+    #[command(flatten)]
+    pub run: RunArgs,
 }
 
 fn exit(code: u8) -> ExitCode {
     ExitCode::from(code)
-}
-
-/// Ask unless `-y`; refuse without a terminal. `Ok(false)`: declined.
-async fn confirmed(yes: bool, json: bool, question: &str) -> anyhow::Result<bool> {
-    if yes {
-        return Ok(true);
-    }
-    if json || !stdin_is_terminal() {
-        bail!("refusing to change anything without confirmation: pass -y (nothing was changed)");
-    }
-    confirm(question).await
-}
-
-impl CheckArgs {
-    /// The executor's options for `--fix`.
-    fn exec_options(&self) -> ExecOptions {
-        ExecOptions {
-            concurrency: self.concurrency.max(1),
-            task_timeout: self.task_timeout,
-            ..Default::default()
-        }
-    }
 }
 
 pub async fn run_check(g: &GlobalOpts, a: CheckArgs) -> CmdResult {
@@ -140,12 +101,13 @@ pub async fn run_check(g: &GlobalOpts, a: CheckArgs) -> CmdResult {
         servers: a.servers.servers.clone(),
         live: a.live,
     };
+    let settings = a.run.settings(None);
     let config = CheckConfig {
-        concurrency: a.concurrency.max(1),
+        concurrency: settings.rollout.concurrency,
         ..CheckConfig::default()
     };
-    let run = check::check(&apis, &catalog, &request, &config).await?;
     if !a.fix {
+        let run = check::check(&apis, &catalog, &request, &config).await?;
         if !out.json {
             out.line(run.render().trim_end());
         }
@@ -157,29 +119,72 @@ pub async fn run_check(g: &GlobalOpts, a: CheckArgs) -> CmdResult {
         }
         return Ok(exit(status));
     }
-
-    // A first check without the lock: bad input, nothing to repair, or no
-    // way to confirm ends here with nothing written (not even the lock).
-    let unlocked = FixPlan::new(run, &catalog);
-    if unlocked.repairs.is_empty() || (!a.yes && (out.json || !stdin_is_terminal())) {
-        if !out.json {
-            out.line(unlocked.render());
+    let planner = FixPlanner {
+        apis: &apis,
+        catalog: &catalog,
+        request: &request,
+        config: &config,
+        policy: settings.rollout,
+    };
+    // Downgrades the last plan shown holds: they need -y.
+    let downgrades = AtomicUsize::new(0);
+    let operator = CliOperator::new(
+        out,
+        |p: &FixPlan, shown| show_repairs(out, p, shown, &downgrades),
+        |p: &FixPlan| {
+            refuse_downgrades(&p.repairs)?;
+            Ok("Repair?")
+        },
+    );
+    let execution = Execution::new(g, "repair");
+    let reporter = execution.reporter();
+    let run = Run::new(&apis, &catalog, &settings, &reporter, "check --fix");
+    let outcome = match run.go(&planner, &operator, interrupted()).await {
+        Ok(outcome) => outcome,
+        Err(RunError::NeedsYes) if downgrades.load(Ordering::SeqCst) > 0 => {
+            let n = downgrades.load(Ordering::SeqCst);
+            bail!(
+                "{n} of these repairs downgrade{} a component to the image SAPI names; re-run with -y to confirm (nothing was changed)",
+                if n == 1 { "s" } else { "" }
+            );
         }
-        if unlocked.repairs.is_empty() {
-            return Ok(fix_not_executed(&out, &unlocked));
+        Err(e) => return Err(run_error(e)),
+    };
+    let (planned, report) = match outcome {
+        RunOutcome::DryRun(p) | RunOutcome::Empty(p) => return Ok(fix_not_executed(&out, &p)),
+        RunOutcome::Declined(_) => {
+            out.line("Nothing was changed.");
+            return Ok(exit(1));
         }
-        refuse_downgrades(&out, &unlocked)?;
-        bail!("refusing to change anything without confirmation: pass -y (nothing was changed)");
-    }
-    // A held lock is news before a long check, not after it.
-    refuse_if_locked(&apis.sapi, a.break_lock).await?;
-    let lost = AtomicBool::new(false);
-    let work = fenced_fix(g, &apis, &catalog, &request, &config, &a, &lost);
-    with_dc_lock_watched(&apis.sapi, "check --fix", a.break_lock, &out, &lost, work).await?
+        RunOutcome::Executed { planned, report } => (planned, report),
+    };
+    let plan = planned.repairs;
+    let outcome = check::after_fix(&apis, &catalog, &request, &config, &plan.plan, report).await?;
+    Ok(exit(show_fix_outcome(out, &planned.run, &plan, &outcome)))
 }
 
-/// `check --fix` with nothing (left) to repair: the check's own status.
-fn fix_not_executed(out: &agentsadm_types::output::Output, plan: &FixPlan) -> ExitCode {
+/// The check and its repairs, as `check --fix` shows them; downgrades are
+/// warned about (stderr) when the run stops for want of `-y`.
+fn show_repairs(out: Output, p: &FixPlan, shown: Shown, downgrades: &AtomicUsize) {
+    let found = p.repairs.downgrades();
+    downgrades.store(found.len(), Ordering::SeqCst);
+    if shown == Shown::Unlocked && !p.repairs.is_empty() {
+        for d in &found {
+            out.warn(format!("downgrade: {d}"));
+        }
+    }
+    if out.json {
+        return;
+    }
+    if shown == Shown::Changed {
+        out.line("\nThe datacenter changed since the repairs were shown; checked again:");
+    }
+    out.line(p.render());
+}
+
+/// `check --fix` with nothing (left) to repair, or `-n`: the check's own
+/// status.
+fn fix_not_executed(out: &Output, plan: &FixPlan) -> ExitCode {
     let status = plan.run.exit_status();
     if out.json {
         out.json(&json!({
@@ -189,88 +194,26 @@ fn fix_not_executed(out: &agentsadm_types::output::Output, plan: &FixPlan) -> Ex
     exit(status)
 }
 
-/// Repairs that downgrade a component need `-y`: say which, and refuse.
-fn refuse_downgrades(out: &agentsadm_types::output::Output, plan: &FixPlan) -> anyhow::Result<()> {
-    let downgrades = plan.repairs.downgrades();
+/// Repairs that downgrade a component need `-y`: in a terminal, say which,
+/// and refuse.
+fn refuse_downgrades(plan: &RepairPlan) -> Result<(), AskError> {
+    let downgrades = plan.downgrades();
     if downgrades.is_empty() {
         return Ok(());
     }
     for d in &downgrades {
-        out.warn(format!("downgrade: {d}"));
+        eprintln!("agentsadm: warning: downgrade: {d}");
     }
-    bail!(
+    Err(format!(
         "{} of these repairs downgrade{} a component to the image SAPI names; re-run with -y to confirm (nothing was changed)",
         downgrades.len(),
         if downgrades.len() == 1 { "s" } else { "" }
-    );
+    )
+    .into())
 }
 
-/// Under the lock: check and plan the repairs, confirm, check again until
-/// the repairs confirmed are the repairs that would run (fenced, as
-/// `update` is), then repair.
-async fn fenced_fix(
-    g: &GlobalOpts,
-    apis: &agentsadm_api::Apis,
-    catalog: &agentsadm_types::catalog::Catalog,
-    request: &CheckRequest,
-    config: &CheckConfig,
-    a: &CheckArgs,
-    lost: &AtomicBool,
-) -> CmdResult {
-    let out = g.output();
-    let first = FixPlan::new(check::check(apis, catalog, request, config).await?, catalog);
-    if !out.json {
-        out.line(first.render());
-    }
-    let fenced = fence(
-        first,
-        a.yes,
-        |p: &FixPlan| p.repairs.is_empty(),
-        async |p: &FixPlan| {
-            refuse_downgrades(&out, p)?;
-            confirm("Repair?").await
-        },
-        async || -> anyhow::Result<FixPlan> {
-            Ok(FixPlan::new(
-                check::check(apis, catalog, request, config).await?,
-                catalog,
-            ))
-        },
-        |again| {
-            if !out.json {
-                out.line("\nThe datacenter changed since the repairs were shown; checked again:");
-                out.line(again.render());
-            }
-        },
-    )
-    .await?;
-    let FixPlan { run, repairs: plan } = match fenced {
-        Fenced::Confirmed(p) => p,
-        Fenced::Empty(p) => return Ok(fix_not_executed(&out, &p)),
-        Fenced::Declined => {
-            out.line("Nothing was changed.");
-            return Ok(exit(1));
-        }
-    };
-
-    let execution = Execution::new(g, "repair", a.exec_options());
-    let reporter = execution.reporter();
-    let options = RepairOptions {
-        exec: &execution.options,
-        transport: &execution.transport,
-        reporter: &reporter,
-        lock_lost: Some(lost),
-    };
-    let outcome = check::fix(
-        apis,
-        catalog,
-        request,
-        config,
-        &plan,
-        options,
-        interrupted(),
-    )
-    .await?;
+/// What `check --fix` did and what is left; its exit status.
+fn show_fix_outcome(out: Output, run: &CheckRun, plan: &RepairPlan, outcome: &FixOutcome) -> u8 {
     let status = outcome.exit_status();
     if out.json {
         out.json(&json!({
@@ -281,7 +224,7 @@ async fn fenced_fix(
             "after": outcome.after.to_json(),
             "exit_status": status,
         }));
-        return Ok(exit(status));
+        return status;
     }
     let r = &outcome.repairs;
     for f in &r.failures {
@@ -318,7 +261,7 @@ async fn fenced_fix(
         "\nAfter repair:\n{}",
         outcome.after.render().trim_end()
     ));
-    Ok(exit(status))
+    status
 }
 
 pub async fn run_server(g: &GlobalOpts, a: ServerArgs) -> CmdResult {
@@ -327,28 +270,54 @@ pub async fn run_server(g: &GlobalOpts, a: ServerArgs) -> CmdResult {
         ServerCommand::FactoryReset(t) => (ServerAction::FactoryReset, t),
     };
     let out = g.output();
+    let catalog = g.load_catalog()?;
     let apis = g.apis()?;
-    let plan = cleanup::prepare(&apis, action, &target.server).await?;
-    if !out.json {
-        out.line(plan.render().trim_end());
-    }
-    if target.dry_run {
-        if out.json {
-            out.json(&json!({"plan": plan, "executed": false, "exit_status": 0}));
-        }
-        return Ok(exit(0));
-    }
+    let settings = target.run.settings(None);
+    let planner = CleanupPlanner {
+        apis: &apis,
+        action,
+        name: target.server.clone(),
+    };
     let question = match action {
         ServerAction::Delete => "Delete?",
         ServerAction::FactoryReset => "Factory-reset (this wipes the server)?",
     };
-    if !confirmed(target.yes, out.json, question).await? {
-        out.line("Nothing was changed.");
-        return Ok(exit(1));
-    }
-    let operation = format!("server {} {}", action.as_str(), plan.server);
-    let work = cleanup::execute(&apis, &plan);
-    let report = with_dc_lock(&apis.sapi, &operation, target.break_lock, &out, work).await?;
+    let operator = CliOperator::new(
+        out,
+        move |plan: &CleanupPlan, shown| {
+            if out.json {
+                return;
+            }
+            if shown == Shown::Changed {
+                out.line("\nThe server's records changed since they were shown; the new plan:");
+            }
+            out.line(plan.render().trim_end());
+        },
+        move |_: &CleanupPlan| Ok(question),
+    );
+    let operation = format!("server {} {}", action.as_str(), target.server);
+    let execution = Execution::new(g, action.as_str());
+    let reporter = execution.reporter();
+    let run = Run::new(&apis, &catalog, &settings, &reporter, operation);
+    let (plan, report) = match run
+        .go(&planner, &operator, interrupted())
+        .await
+        .map_err(run_error)?
+    {
+        RunOutcome::DryRun(plan) | RunOutcome::Empty(plan) => {
+            if out.json {
+                out.json(&json!({"plan": plan, "executed": false, "exit_status": 0}));
+            }
+            return Ok(exit(0));
+        }
+        RunOutcome::Declined(_) => {
+            out.line("Nothing was changed.");
+            return Ok(exit(1));
+        }
+        RunOutcome::Executed { planned, report } => {
+            (planned, cleanup::CleanupReport::from_exec(&report))
+        }
+    };
     let status = report.exit_status();
     if out.json {
         out.json(&json!({"plan": plan, "executed": true, "result": report, "exit_status": status}));
@@ -399,6 +368,9 @@ pub enum InstallerCommand {
         #[arg(long)]
         all: bool,
     },
+    /// Pack an agentsadm binary as its IMGAPI image:
+    /// `DIR/agentsadm-<version>.{tar.gz,manifest}` (what `make release` runs).
+    Release(super::release::ReleaseArgs),
     /// Read or update `/var/lib/setup.json` under a GZ root.
     State {
         /// The global zone root.
@@ -479,6 +451,7 @@ pub async fn run_installer(g: &GlobalOpts, a: InstallerArgs) -> CmdResult {
             }
             Ok(exit(0))
         }
+        InstallerCommand::Release(r) => super::release::run(g, r),
         InstallerCommand::State { root, command } => {
             let mut state = SetupState::load(&root)?;
             match command {
@@ -512,7 +485,9 @@ pub async fn run_installer(g: &GlobalOpts, a: InstallerArgs) -> CmdResult {
     }
 }
 
-/// `agentsadm adopt --local`: adopt what this GZ has installed.
+/// `agentsadm adopt --local`: adopt what this GZ has installed, through
+/// the same run as every changing command, on SAPI alone (CNAPI does not
+/// exist yet during headnode setup).
 pub async fn run_adopt_local(g: &GlobalOpts, a: super::orch::AdoptArgs) -> CmdResult {
     let out = g.output();
     let catalog = g.load_catalog()?;
@@ -527,34 +502,23 @@ pub async fn run_adopt_local(g: &GlobalOpts, a: super::orch::AdoptArgs) -> CmdRe
             })?,
     };
     let sapi = SapiClient::new(&sapi_url, agentsadm_api::ApiConfig::default())?;
-    let mut settings = GzSettings::new(&a.root);
-    settings.catalog = catalog.clone();
-    settings.no_sapi = true;
-    settings.no_cnapi = true;
-    let server = headnode::local_server(settings).await?;
-    let (intent, plan) = headnode::plan(&sapi, &catalog, &server).await?;
-    if !out.json {
-        out.line(plan.render().trim_end());
-    }
-    if a.dry_run || plan.is_empty() {
-        if out.json {
-            out.json(&json!({"plan": plan, "executed": false}));
-        }
-        return Ok(exit(0));
-    }
-    let work = agentsadm_orchestrate::adopt::adopt(&sapi, &plan, &intent);
-    let report = with_dc_lock(&sapi, "adopt --local", a.break_lock, &out, work).await??;
-    let status = if report.failures.is_empty() { 0 } else { 2 };
-    if out.json {
-        out.json(&json!({"plan": plan, "executed": true, "result": report, "exit_status": status}));
-    } else {
-        for (server, component, e) in &report.failures {
-            eprintln!("error: cannot adopt {component} on {server}: {e}");
-        }
-        out.line(format!(
-            "Adopted {} instances; created {} services; set {} default images.",
-            report.instances_adopted, report.services_created, report.defaults_set
-        ));
-    }
-    Ok(exit(status))
+    let mut gz = GzSettings::new(&a.root);
+    gz.catalog = catalog.clone();
+    gz.no_sapi = true;
+    gz.no_cnapi = true;
+    let planner = headnode::LocalAdoptPlanner {
+        sapi: &sapi,
+        catalog: &catalog,
+        settings: gz,
+    };
+    let settings = super::orch::adopt::settings(a.run);
+    let operator = super::orch::adopt::adopt_operator(out);
+    let execution = Execution::new(g, "adopt");
+    let reporter = execution.reporter();
+    let run = Run::sapi_only(&sapi, &catalog, &settings, &reporter, "adopt --local");
+    let outcome = run
+        .go(&planner, &operator, interrupted())
+        .await
+        .map_err(run_error)?;
+    Ok(exit(super::orch::adopt::adopt_outcome(out, outcome)))
 }

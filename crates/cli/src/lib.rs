@@ -10,6 +10,8 @@ pub mod flows;
 pub mod gz;
 pub mod orch;
 pub mod progress;
+pub mod release;
+pub mod selfupdate;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -38,7 +40,7 @@ pub const EXIT_PARTIAL: u8 = 2;
 #[derive(Parser, Debug)]
 #[command(
     name = "agentsadm",
-    version,
+    version = release::VERSION,
     about = "Install, upgrade and track Triton global-zone agents, one component at a time"
 )]
 pub struct Cli<X: Extension = NoExtension> {
@@ -252,6 +254,11 @@ pub enum Command {
     Installer(flows::InstallerArgs),
     /// Global-zone installer commands (run on one server).
     Gz(crate::gz::command::GzArgs),
+    /// Update agentsadm on this headnode, and what new servers get.
+    #[command(
+        after_help = "Examples:\n  agentsadm self-update --latest\n  agentsadm self-update -n --latest -C staging\n  agentsadm self-update --rollback"
+    )]
+    SelfUpdate(selfupdate::SelfUpdateArgs),
 }
 
 impl Command {
@@ -265,6 +272,7 @@ impl Command {
             Command::Remove(_) => Some("remove"),
             Command::Adopt(_) => Some("adopt"),
             Command::Check(c) if c.fix => Some("check"),
+            Command::SelfUpdate(a) if !a.dry_run => Some("self-update"),
             _ => None,
         }
     }
@@ -288,6 +296,7 @@ async fn dispatch<X: Extension>(cli: Cli<X>) -> CmdResult {
         Command::Server(a) => flows::run_server(&g, a).await,
         Command::Installer(a) => flows::run_installer(&g, a).await,
         Command::Gz(a) => gz::run(&g, a).await,
+        Command::SelfUpdate(a) => selfupdate::run(&g, a).await,
     }
 }
 
@@ -487,6 +496,36 @@ mod help_tests {
                 .count();
             assert!((2..=3).contains(&n), "{name}: {n} examples");
             assert!(!help[..global].contains("--sapi-url"), "{name}:\n{help}");
+        }
+    }
+
+    /// One set of execution options for every changing command, with one
+    /// validation.
+    #[test]
+    fn every_changing_command_takes_the_same_execution_options() {
+        use clap::Parser as _;
+        let parse = |args: &str| {
+            super::Cli::<super::NoExtension>::try_parse_from(args.split_whitespace())
+                .map(|_| ())
+                .map_err(|e| e.to_string())
+        };
+        let options = "-j 3 --canary 1 --max-failures 10% --max-per-rack 2 --task-timeout 5m --break-lock -n -y";
+        for command in [
+            "update vm-agent",
+            "install dockerlogger -s cn1",
+            "remove dockerlogger -s cn1",
+            "check --fix",
+            "adopt",
+            "server delete cn1",
+            "server factory-reset cn1",
+        ] {
+            parse(&format!("agentsadm {command} {options}")).unwrap();
+            let e = parse(&format!("agentsadm {command} -j 0")).unwrap_err();
+            assert!(e.contains("at least 1"), "{command}: {e}");
+            let e = parse(&format!("agentsadm {command} --max-per-rack 0")).unwrap_err();
+            assert!(e.contains("at least 1"), "{command}: {e}");
+            let e = parse(&format!("agentsadm {command} --max-failures lots")).unwrap_err();
+            assert!(e.contains("percentage"), "{command}: {e}");
         }
     }
 }

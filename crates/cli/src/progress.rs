@@ -21,6 +21,7 @@ use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
 
 use agentsadm_orchestrate::report::ExecEvent;
 use agentsadm_orchestrate::report::Reporter;
+use agentsadm_orchestrate::report::ServerOutcome;
 use agentsadm_orchestrate::report::ServerStatus;
 use agentsadm_orchestrate::report::fmt_duration;
 use agentsadm_types::ids::ServerUuid;
@@ -320,6 +321,106 @@ fn server_style() -> ProgressStyle {
         .unwrap_or_else(|_| ProgressStyle::default_spinner())
 }
 
+impl CliProgress {
+    /// The run started: the bars (and their ticker), or a first line.
+    fn started(&self, servers: usize, concurrency: usize) {
+        if let Ok(mut s) = self.state.lock() {
+            s.done = 0;
+            s.total = servers;
+        }
+        if self.mode == ProgressMode::Bars {
+            let term: Arc<dyn Terminal> = match &self.term {
+                Some(t) => t.clone(),
+                None => Arc::new(IndicatifTerminal::new(servers)),
+            };
+            // Every row is redrawn each second, so a server stuck
+            // in one step still shows its time growing.
+            let ticker = tokio::runtime::Handle::try_current().ok().map(|h| {
+                let state = self.state.clone();
+                let term = term.clone();
+                h.spawn(async move {
+                    let mut every = tokio::time::interval(TICK);
+                    every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+                    loop {
+                        every.tick().await;
+                        draw(&state, term.as_ref());
+                    }
+                })
+            });
+            if let Ok(mut l) = self.live.lock() {
+                *l = Some(Live { term, ticker });
+            }
+        } else if self.mode == ProgressMode::Lines {
+            eprintln!("{}: {servers} servers, {concurrency} at a time", self.verb);
+        }
+    }
+
+    /// One server ended: its bar goes; a line says how it ended.
+    fn server_finished(&self, server: &ServerUuid, outcome: &ServerOutcome) {
+        let (n, total) = {
+            let mut s = self.state.lock().unwrap_or_else(|e| e.into_inner());
+            s.done += 1;
+            s.rows.finish(server);
+            (s.done, s.total)
+        };
+        self.redraw();
+        let label = format!("{} ({server})", outcome.hostname);
+        match outcome.status {
+            ServerStatus::Succeeded => {
+                if self.mode == ProgressMode::Lines {
+                    let steps: Vec<String> = outcome
+                        .steps
+                        .iter()
+                        .map(|s| format!("{} {}", s.component, fmt_duration(s.elapsed)))
+                        .collect();
+                    let what = if steps.is_empty() {
+                        "SAPI only".to_string()
+                    } else {
+                        steps.join(", ")
+                    };
+                    eprintln!("[{n}/{total}] {label}: ok ({what})");
+                }
+            }
+            _ => {
+                let why = outcome
+                    .failure
+                    .as_ref()
+                    .map(ToString::to_string)
+                    .unwrap_or_else(|| outcome.status.as_str().to_string());
+                self.line(&format!(
+                    "[{n}/{total}] {label}: {}: {why}",
+                    outcome.status.as_str()
+                ));
+            }
+        }
+    }
+}
+
+/// What an interrupt leaves: the servers in flight and what happens next.
+fn interrupted_text(
+    in_flight: &[agentsadm_orchestrate::report::InFlight],
+    waiting: bool,
+) -> String {
+    let mut text = "interrupted: no further servers will be started".to_string();
+    if in_flight.is_empty() {
+        text.push_str("; run the same command again to finish");
+    } else {
+        let mut names: Vec<String> = in_flight.iter().map(|f| f.describe()).collect();
+        names.sort();
+        text.push_str(&format!(
+            "; {} in flight, whose CNAPI tasks may still complete on their own: {}",
+            in_flight.len(),
+            names.join(", ")
+        ));
+        if waiting {
+            text.push_str("; waiting for them to finish (press Ctrl-C again to stop waiting)");
+        } else {
+            text.push_str("; run the same command again to finish");
+        }
+    }
+    text
+}
+
 impl Reporter for CliProgress {
     fn event(&self, event: &ExecEvent<'_>) {
         match event {
@@ -327,37 +428,7 @@ impl Reporter for CliProgress {
                 servers,
                 concurrency,
                 ..
-            } => {
-                if let Ok(mut s) = self.state.lock() {
-                    s.done = 0;
-                    s.total = *servers;
-                }
-                if self.mode == ProgressMode::Bars {
-                    let term: Arc<dyn Terminal> = match &self.term {
-                        Some(t) => t.clone(),
-                        None => Arc::new(IndicatifTerminal::new(*servers)),
-                    };
-                    // Every row is redrawn each second, so a server stuck
-                    // in one step still shows its time growing.
-                    let ticker = tokio::runtime::Handle::try_current().ok().map(|h| {
-                        let state = self.state.clone();
-                        let term = term.clone();
-                        h.spawn(async move {
-                            let mut every = tokio::time::interval(TICK);
-                            every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-                            loop {
-                                every.tick().await;
-                                draw(&state, term.as_ref());
-                            }
-                        })
-                    });
-                    if let Ok(mut l) = self.live.lock() {
-                        *l = Some(Live { term, ticker });
-                    }
-                } else if self.mode == ProgressMode::Lines {
-                    eprintln!("{}: {servers} servers, {concurrency} at a time", self.verb);
-                }
-            }
+            } => self.started(*servers, *concurrency),
             ExecEvent::ServerStarted { server, hostname } => {
                 if let Ok(mut s) = self.state.lock() {
                     s.rows.start(*server, hostname, Instant::now());
@@ -374,44 +445,7 @@ impl Reporter for CliProgress {
                 self.redraw();
             }
             ExecEvent::StepFinished { .. } => {}
-            ExecEvent::ServerFinished { server, outcome } => {
-                let (n, total) = {
-                    let mut s = self.state.lock().unwrap_or_else(|e| e.into_inner());
-                    s.done += 1;
-                    s.rows.finish(server);
-                    (s.done, s.total)
-                };
-                self.redraw();
-                let label = format!("{} ({server})", outcome.hostname);
-                match outcome.status {
-                    ServerStatus::Succeeded => {
-                        if self.mode == ProgressMode::Lines {
-                            let steps: Vec<String> = outcome
-                                .steps
-                                .iter()
-                                .map(|s| format!("{} {}", s.component, fmt_duration(s.elapsed)))
-                                .collect();
-                            let what = if steps.is_empty() {
-                                "SAPI only".to_string()
-                            } else {
-                                steps.join(", ")
-                            };
-                            eprintln!("[{n}/{total}] {label}: ok ({what})");
-                        }
-                    }
-                    _ => {
-                        let why = outcome
-                            .failure
-                            .as_ref()
-                            .map(ToString::to_string)
-                            .unwrap_or_else(|| outcome.status.as_str().to_string());
-                        self.line(&format!(
-                            "[{n}/{total}] {label}: {}: {why}",
-                            outcome.status.as_str()
-                        ));
-                    }
-                }
-            }
+            ExecEvent::ServerFinished { server, outcome } => self.server_finished(server, outcome),
             ExecEvent::Outlier(o) => {
                 if let Ok(mut s) = self.state.lock() {
                     s.rows.outlier(o.server, o.median);
@@ -436,26 +470,7 @@ impl Reporter for CliProgress {
                 ));
             }
             ExecEvent::Interrupted { in_flight, waiting } => {
-                let mut text = "interrupted: no further servers will be started".to_string();
-                if in_flight.is_empty() {
-                    text.push_str("; run the same command again to finish");
-                } else {
-                    let mut names: Vec<String> = in_flight.iter().map(|f| f.describe()).collect();
-                    names.sort();
-                    text.push_str(&format!(
-                        "; {} in flight, whose CNAPI tasks may still complete on their own: {}",
-                        in_flight.len(),
-                        names.join(", ")
-                    ));
-                    if *waiting {
-                        text.push_str(
-                            "; waiting for them to finish (press Ctrl-C again to stop waiting)",
-                        );
-                    } else {
-                        text.push_str("; run the same command again to finish");
-                    }
-                }
-                self.line(&text);
+                self.line(&interrupted_text(in_flight, *waiting));
             }
             ExecEvent::StoppedWaiting { in_flight } => {
                 let mut names: Vec<&str> = in_flight.iter().map(|f| f.hostname.as_str()).collect();

@@ -458,6 +458,7 @@ mod tests {
             tasks: Vec::new(),
             gates: Vec::new(),
             revert: None,
+            replaced: Vec::new(),
         };
         t.event(&ExecEvent::ServerFinished {
             server,

@@ -5,12 +5,14 @@
 //!   (the orchestrator's [`gather::fetch`]), with `--live` each selected
 //!   server's own `agentsadm gz report` through CNAPI execute, and a GetImage
 //!   for every image intent or reality names; then the pure finder.
-//! - [`repair()`]: carry out a [`RepairPlan`]: CNAPI reports, SAPI writes
-//!   through the orchestrator's [`SapiIntentStore`], server steps through the
-//!   orchestrator's [`Executor`] and [`CnapiTransport`].
-//! - [`fix`]: repair, check again, delete the instances installs replaced
-//!   ([`settle`]), and check once more if that changed anything; the final
-//!   check is what `check --fix` reports as remaining.
+//! - [`FixPlanner`]: check and plan the repairs, as
+//!   [`agentsadm_orchestrate::run::Run`] does it for `check --fix` (lock,
+//!   question or `-y`, fence, waves), and [`after_fix`]: what the repairs
+//!   did and a check of what is left.
+//! - [`fix`]: carry out confirmed repairs through the orchestrator's
+//!   [`Executor`] (CNAPI reports, SAPI writes, server steps through
+//!   [`CnapiTransport`]) and check again (for callers that hold the lock
+//!   themselves).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::future::Future;
@@ -29,14 +31,14 @@ use super::drift::Finding;
 
 use super::drift::Survey;
 use super::repair;
+use super::repair::FixPlan;
 use super::repair::RepairPlan;
-use super::repair::Replaced;
-use super::repair::SapiRepair;
 use agentsadm_api::ApiError;
 use agentsadm_api::Apis;
 use agentsadm_api::cnapi::CnapiClient;
 use agentsadm_api::remote::AgentsReport;
 use agentsadm_api::remote::gz_execute_request;
+use agentsadm_orchestrate::confirm::Confirmed;
 use agentsadm_orchestrate::execute::DEFAULT_CONCURRENCY;
 use agentsadm_orchestrate::execute::ExecOptions;
 use agentsadm_orchestrate::execute::Executor;
@@ -44,15 +46,18 @@ use agentsadm_orchestrate::execute::RunGate;
 use agentsadm_orchestrate::gather;
 use agentsadm_orchestrate::gather::Answers;
 use agentsadm_orchestrate::gather::GatherError;
+use agentsadm_orchestrate::records::ApiRecords;
+use agentsadm_orchestrate::records::RecordStatus;
 use agentsadm_orchestrate::report::ExecReport;
 use agentsadm_orchestrate::report::Reporter;
-use agentsadm_orchestrate::store::IntentStore;
+use agentsadm_orchestrate::run::Planner;
 use agentsadm_orchestrate::store::SapiIntentStore;
 use agentsadm_orchestrate::transport::CnapiTransport;
 use agentsadm_orchestrate::transport::CnapiTransportConfig;
 use agentsadm_plan::ImageRef;
-use agentsadm_plan::IntentChange;
+use agentsadm_plan::Plan;
 use agentsadm_plan::PlanError;
+use agentsadm_plan::RolloutPolicy;
 use agentsadm_plan::resolve_servers;
 use agentsadm_types::catalog::Catalog;
 use agentsadm_types::error::error_chain;
@@ -136,9 +141,15 @@ impl CheckRun {
         }
     }
 
-    /// The repairs `--fix` would make (pure).
+    /// The repairs `--fix` would make (pure), with the library's neutral
+    /// rollout.
     pub fn repair_plan(&self, catalog: &Catalog) -> RepairPlan {
-        repair::plan_repairs(catalog, &self.survey, &self.live, &self.findings)
+        self.repair_plan_with(catalog, &RolloutPolicy::default())
+    }
+
+    /// The repairs `--fix` would make (pure), rolled out under `policy`.
+    pub fn repair_plan_with(&self, catalog: &Catalog, policy: &RolloutPolicy) -> RepairPlan {
+        repair::plan_repairs_with(catalog, &self.survey, &self.live, &self.findings, policy)
     }
 
     /// The findings as operators read them.
@@ -324,7 +335,7 @@ pub async fn live_report(
     config: &CheckConfig,
 ) -> Result<AgentsReport, LiveReportError> {
     let args: Vec<String> = ["gz", "report", "--json"].map(String::from).to_vec();
-    let request = gz_execute_request(&args, config.execute_env.clone(), config.live_timeout);
+    let request = gz_execute_request(&args, config.execute_env.clone());
     let result = cnapi
         .execute(server, &request, config.live_timeout)
         .await
@@ -358,7 +369,7 @@ fn parse_last_json<T: serde::de::DeserializeOwned>(stdout: &str) -> Option<T> {
         .find_map(|i| serde_json::from_str(&text[i..]).ok())
 }
 
-/// A repair that failed.
+/// A repair that failed (or was not made).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct RepairFailure {
     /// What was being done (`post server.agents of cn1`, `delete instance ...`).
@@ -386,6 +397,37 @@ impl RepairReport {
             || self.interrupted
             || self.servers.as_ref().is_some_and(|r| !r.all_succeeded())
     }
+
+    /// What the executor's report of a repair plan comes to.
+    pub fn from_exec(plan: &Plan, report: ExecReport) -> RepairReport {
+        let mut out = RepairReport {
+            interrupted: report.interrupted,
+            replaced_deleted: report.servers.values().map(|o| o.replaced.len()).sum(),
+            ..RepairReport::default()
+        };
+        for r in &report.records {
+            let why = match &r.status {
+                RecordStatus::Failed { message } => message.clone(),
+                RecordStatus::NotRun { reason } => reason.clone(),
+                _ if r.change.is_sapi() => {
+                    out.sapi_done += 1;
+                    continue;
+                }
+                _ => {
+                    out.reports_posted += 1;
+                    continue;
+                }
+            };
+            out.failures.push(RepairFailure {
+                what: agentsadm_plan::display::record_line(&r.change),
+                message: why,
+            });
+        }
+        if !plan.servers().is_empty() {
+            out.servers = Some(report);
+        }
+        out
+    }
 }
 
 /// How repairs run.
@@ -395,14 +437,14 @@ pub struct RepairOptions<'a> {
     pub transport: &'a CnapiTransportConfig,
     pub reporter: &'a dyn Reporter,
     /// Set once another process broke the datacenter lock (`check --fix`
-    /// holds it): from then on no SAPI write is made and no new server
+    /// holds it): from then on no record change is made and no new server
     /// starts, as for `update`.
     pub lock_lost: Option<&'a AtomicBool>,
 }
 
-/// The repair run's answers to the executor: the operator confirmed the
-/// repairs as a whole, so a passed canary wave goes on; a broken lock
-/// starts no new server.
+/// The library call's answers to the executor: the repairs were agreed as
+/// a whole, so a passed canary wave goes on; a broken lock starts no new
+/// server.
 struct RepairGate<'a>(Option<&'a AtomicBool>);
 
 impl RunGate for RepairGate<'_> {
@@ -413,192 +455,6 @@ impl RunGate for RepairGate<'_> {
     async fn canary_passed(&self, _canaries: &[String], _remaining: usize) -> bool {
         true
     }
-}
-
-/// Carry out the plan: CNAPI reports, SAPI writes, then the server steps
-/// through the orchestrator. Failures are collected, never stop the rest
-/// (except that a SAPI failure does not stop server steps either: each
-/// repair is independent).
-pub async fn repair(
-    apis: &Apis,
-    catalog: &Catalog,
-    plan: &RepairPlan,
-    options: RepairOptions<'_>,
-    cancel: impl Future<Output = ()>,
-) -> RepairReport {
-    let mut out = RepairReport::default();
-    let concurrency = options.exec.concurrency.max(1);
-
-    let posted: Vec<Result<(), RepairFailure>> = stream::iter(plan.reports.iter())
-        .map(|r| async move {
-            apis.cnapi
-                .update_server_agents(r.server, &r.agents)
-                .await
-                .map_err(|e| RepairFailure {
-                    what: format!("post server.agents of {} ({})", r.hostname, r.server),
-                    message: error_chain(&e),
-                })
-        })
-        .buffer_unordered(concurrency)
-        .collect()
-        .await;
-    for r in posted {
-        match r {
-            Ok(()) => out.reports_posted += 1,
-            Err(f) => out.failures.push(f),
-        }
-    }
-
-    let store = SapiIntentStore::new(apis.sapi.clone());
-    // Services, then creates and updates, then deletes: an adoption that
-    // replaces an instance creates the new one before deleting the old.
-    let phases: [Vec<&SapiRepair>; 3] = [
-        plan.sapi
-            .iter()
-            .filter(|r| matches!(r, SapiRepair::Service(_)))
-            .collect(),
-        plan.sapi
-            .iter()
-            .filter(|r| {
-                matches!(r, SapiRepair::Instance { change, .. }
-                    if !matches!(change, IntentChange::DeleteInstance { .. }))
-            })
-            .collect(),
-        plan.sapi
-            .iter()
-            .filter(|r| {
-                matches!(
-                    r,
-                    SapiRepair::Instance {
-                        change: IntentChange::DeleteInstance { .. },
-                        ..
-                    }
-                )
-            })
-            .collect(),
-    ];
-    let gate = RepairGate(options.lock_lost);
-    for phase in phases {
-        if gate.lock_lost() {
-            out.failures.push(RepairFailure {
-                what: format!("make {} SAPI writes", phase.len()),
-                message: "another process broke the datacenter lock; nothing more was written (run check --fix again)".to_string(),
-            });
-            continue;
-        }
-        let store = &store;
-        let results: Vec<Result<(), RepairFailure>> = stream::iter(phase)
-            .map(|r| async move { apply_sapi(store, r).await })
-            .buffer_unordered(concurrency)
-            .collect()
-            .await;
-        for r in results {
-            match r {
-                Ok(()) => out.sapi_done += 1,
-                Err(f) => out.failures.push(f),
-            }
-        }
-    }
-
-    if !plan.plan.servers.is_empty() {
-        let transport = CnapiTransport::new(
-            apis.cnapi.clone(),
-            catalog.clone(),
-            options.transport.clone(),
-        );
-        let executor = Executor {
-            transport: &transport,
-            store: &store,
-            reporter: options.reporter,
-            options: options.exec,
-        };
-        match executor.execute_gated(&plan.plan, cancel, &gate).await {
-            Ok(report) => {
-                out.interrupted = report.interrupted;
-                out.servers = Some(report);
-            }
-            Err(e) => out.failures.push(RepairFailure {
-                what: "run the server steps".to_string(),
-                message: error_chain(&e),
-            }),
-        }
-    }
-    out
-}
-
-async fn apply_sapi(store: &SapiIntentStore, r: &SapiRepair) -> Result<(), RepairFailure> {
-    match r {
-        SapiRepair::Service(change) => {
-            store
-                .set_service_image(change)
-                .await
-                .map_err(|e| RepairFailure {
-                    what: format!("set the default image of service {}", change.component),
-                    message: error_chain(&e),
-                })
-        }
-        SapiRepair::Instance {
-            server,
-            hostname,
-            change,
-        } => {
-            // Deletes do not use the server; orphans have none.
-            let server = server.unwrap_or(ServerUuid::from_u128(0));
-            store
-                .apply(server, change, None)
-                .await
-                .map_err(|e| RepairFailure {
-                    what: format!(
-                        "{} of {}{}",
-                        match change {
-                            IntentChange::DeleteInstance { .. } => "delete the SAPI instance",
-                            IntentChange::CreateInstance { .. } => "create the SAPI instance",
-                            _ => "set params of the SAPI instance",
-                        },
-                        change.component(),
-                        hostname
-                            .as_deref()
-                            .map(|h| format!(" on {h}"))
-                            .unwrap_or_default()
-                    ),
-                    message: error_chain(&e),
-                })
-        }
-    }
-}
-
-/// Delete the instances installs replaced, where the server now reports
-/// another instance for the component. Returns how many were deleted.
-pub async fn settle(
-    apis: &Apis,
-    replaced: &[Replaced],
-    after: &CheckRun,
-) -> (usize, Vec<RepairFailure>) {
-    let mut done = 0;
-    let mut failures = Vec::new();
-    for r in replaced {
-        let now = after
-            .survey
-            .reality
-            .get(&r.server)
-            .and_then(|s| s.components.get(&r.component))
-            .and_then(|i| i.instance);
-        if now.is_none() || now == Some(r.instance) {
-            continue;
-        }
-        match apis.sapi.delete_instance(r.instance).await {
-            Ok(()) => done += 1,
-            Err(e) if e.is_not_found() => {}
-            Err(e) => failures.push(RepairFailure {
-                what: format!(
-                    "delete the replaced SAPI instance {} of {}",
-                    r.instance, r.component
-                ),
-                message: error_chain(&e),
-            }),
-        }
-    }
-    (done, failures)
 }
 
 /// What `check --fix` did and what is left.
@@ -620,28 +476,81 @@ impl FixOutcome {
     }
 }
 
-/// Repair, check again, settle replaced instances, and check once more if
-/// settling changed SAPI.
+/// Carry out confirmed repairs (CNAPI reports, SAPI writes, then the
+/// server steps in their waves, each install's replaced instance deleted
+/// once the server reports the new one), then check again. The caller
+/// holds the datacenter lock; [`agentsadm_orchestrate::run::Run`] with
+/// [`FixPlanner`] does all of it for the command line.
 pub async fn fix(
     apis: &Apis,
     catalog: &Catalog,
     request: &CheckRequest,
     config: &CheckConfig,
-    plan: &RepairPlan,
+    confirmed: Confirmed<'_>,
     options: RepairOptions<'_>,
     cancel: impl Future<Output = ()>,
 ) -> Result<FixOutcome, CheckError> {
-    let mut repairs = repair(apis, catalog, plan, options, cancel).await;
-    let mut after = check(apis, catalog, request, config).await?;
-    if !plan.replaced.is_empty() {
-        let (deleted, failures) = settle(apis, &plan.replaced, &after).await;
-        repairs.replaced_deleted = deleted;
-        repairs.failures.extend(failures);
-        if deleted > 0 {
-            after = check(apis, catalog, request, config).await?;
+    let transport = CnapiTransport::new(
+        apis.cnapi.clone(),
+        catalog.clone(),
+        options.transport.clone(),
+    )
+    .with_sapi(apis.sapi.clone());
+    let store = SapiIntentStore::new(apis.sapi.clone());
+    let records = ApiRecords::new(apis);
+    let executor =
+        Executor::new(&transport, &store, options.reporter, options.exec).with_records(&records);
+    let gate = RepairGate(options.lock_lost);
+    let report = match executor.execute_gated(confirmed, cancel, &gate).await {
+        Ok(report) => report,
+        Err(e) => {
+            // Only a rollout's service defaults fail this way; repairs
+            // carry none, but say it if it ever happens.
+            let mut r = RepairReport::default();
+            r.failures.push(RepairFailure {
+                what: "start the repairs".to_string(),
+                message: error_chain(&e),
+            });
+            let after = check(apis, catalog, request, config).await?;
+            return Ok(FixOutcome { repairs: r, after });
         }
-    }
+    };
+    after_fix(apis, catalog, request, config, confirmed.plan(), report).await
+}
+
+/// The end of `check --fix`: what the executor did, and a check of what
+/// is left.
+pub async fn after_fix(
+    apis: &Apis,
+    catalog: &Catalog,
+    request: &CheckRequest,
+    config: &CheckConfig,
+    plan: &Plan,
+    report: ExecReport,
+) -> Result<FixOutcome, CheckError> {
+    let repairs = RepairReport::from_exec(plan, report);
+    let after = check(apis, catalog, request, config).await?;
     Ok(FixOutcome { repairs, after })
+}
+
+/// `check --fix` as a [`Planner`] for [`agentsadm_orchestrate::run::Run`]:
+/// each call checks the datacenter anew and plans its repairs.
+pub struct FixPlanner<'a> {
+    pub apis: &'a Apis,
+    pub catalog: &'a Catalog,
+    pub request: &'a CheckRequest,
+    pub config: &'a CheckConfig,
+    pub policy: RolloutPolicy,
+}
+
+impl Planner for FixPlanner<'_> {
+    type Planned = FixPlan;
+    type Error = CheckError;
+
+    async fn plan(&self) -> Result<FixPlan, CheckError> {
+        let run = check(self.apis, self.catalog, self.request, self.config).await?;
+        Ok(FixPlan::new(run, self.catalog, &self.policy))
+    }
 }
 
 #[cfg(test)]

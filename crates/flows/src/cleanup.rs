@@ -17,11 +17,14 @@
 //!   the server in `params.server_uuid`: what an operator expects from
 //!   re-running a delete whose CNAPI step succeeded.
 //!
-//! Planning ([`plan_cleanup`]) is pure; [`prepare`] reads, [`execute`] writes.
+//! Planning ([`plan_cleanup`]) is pure and makes one [`Plan`] of record
+//! changes (the instance deletions, then the CNAPI call), run like every
+//! other plan: [`CleanupPlanner`] gives it to
+//! [`agentsadm_orchestrate::run::Run`] (lock, question or `-y`, fence);
+//! [`prepare`] reads, [`execute`] writes a confirmed plan.
 
 use std::fmt::Write as _;
 
-use futures::stream::{self, StreamExt};
 use serde::Serialize;
 
 use agentsadm_api::cnapi::Server;
@@ -31,6 +34,15 @@ use agentsadm_api::Apis;
 use agentsadm_api::cnapi::ServerListFilter;
 use agentsadm_api::sapi::Instance;
 use agentsadm_api::sapi::Service;
+use agentsadm_orchestrate::confirm::Confirmed;
+use agentsadm_orchestrate::execute::{ExecOptions, Executor};
+use agentsadm_orchestrate::records::{ApiRecords, RecordStatus};
+use agentsadm_orchestrate::report::{ExecReport, NullReporter};
+use agentsadm_orchestrate::run::{Planned, Planner};
+use agentsadm_orchestrate::store::SapiIntentStore;
+use agentsadm_plan::{
+    IntentChange, Operation, Plan, PlanBuilder, RecordChange, RolloutPolicy, ServerCall,
+};
 use agentsadm_types::error::error_chain;
 use agentsadm_types::ids::InstanceUuid;
 use agentsadm_types::ids::JobUuid;
@@ -74,7 +86,8 @@ pub struct ReportedElsewhere {
     pub owner: Option<ServerUuid>,
 }
 
-/// What will be done. Pure output of [`plan_cleanup`].
+/// What will be done: the view operators read (and `--json` shows), and
+/// the [`Plan`] that carries it out. Pure output of [`plan_cleanup`].
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct CleanupPlan {
     pub action: ServerAction,
@@ -87,6 +100,15 @@ pub struct CleanupPlan {
     /// Reported UUIDs that are left alone.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub left_alone: Vec<ReportedElsewhere>,
+    /// The deletions and the CNAPI call, as the executor runs them.
+    #[serde(skip)]
+    pub plan: Plan,
+}
+
+impl Planned for CleanupPlan {
+    fn plan(&self) -> &Plan {
+        &self.plan
+    }
 }
 
 impl CleanupPlan {
@@ -304,6 +326,13 @@ pub fn plan_cleanup(
         }
         _ => {}
     }
+    let plan = closed_plan(
+        action,
+        server,
+        hostname.as_deref(),
+        record.is_some(),
+        &found,
+    );
     Ok(CleanupPlan {
         action,
         server,
@@ -311,7 +340,43 @@ pub fn plan_cleanup(
         in_cnapi: record.is_some(),
         instances: found,
         left_alone,
+        plan,
     })
+}
+
+/// The record changes: every instance deleted, then (only once they all
+/// are) the CNAPI call.
+fn closed_plan(
+    action: ServerAction,
+    server: ServerUuid,
+    hostname: Option<&str>,
+    in_cnapi: bool,
+    instances: &[CleanupInstance],
+) -> Plan {
+    let catalog = agentsadm_types::catalog::Catalog::builtin();
+    let (operation, call) = match action {
+        ServerAction::Delete => (Operation::ServerDelete, ServerCall::Delete),
+        ServerAction::FactoryReset => (Operation::FactoryReset, ServerCall::FactoryReset),
+    };
+    let mut b = PlanBuilder::new(operation, &catalog);
+    b.selected_servers(1);
+    for i in instances {
+        b.record(RecordChange::Instance {
+            server: Some(server),
+            hostname: hostname.map(str::to_string),
+            change: IntentChange::DeleteInstance {
+                component: i.service.clone(),
+                instance: i.uuid,
+            },
+        });
+    }
+    b.record(RecordChange::Server {
+        server,
+        hostname: hostname.map(str::to_string),
+        call,
+        in_cnapi,
+    });
+    b.finish(&RolloutPolicy::default())
 }
 
 /// Find the server by UUID or hostname: its UUID and CNAPI record (`None`
@@ -508,80 +573,119 @@ impl CleanupReport {
     }
 }
 
-/// Instances deleted at once.
-const DELETE_CONCURRENCY: usize = 10;
-
-/// Delete the instances, then call CNAPI (only when every instance is gone).
-pub async fn execute(apis: &Apis, plan: &CleanupPlan) -> CleanupReport {
-    let mut instances: Vec<InstanceOutcome> = stream::iter(plan.instances.iter())
-        .map(|i| async move {
-            let (status, error) = match apis.sapi.delete_instance(i.uuid).await {
-                Ok(()) => (InstanceStatus::Deleted, None),
-                Err(e) if e.is_not_found() => (InstanceStatus::AlreadyGone, None),
-                Err(e) => (InstanceStatus::Failed, Some(error_chain(&e))),
-            };
-            InstanceOutcome {
-                uuid: i.uuid,
-                service: i.service.clone(),
-                status,
-                error,
-            }
-        })
-        .buffer_unordered(DELETE_CONCURRENCY)
-        .collect()
-        .await;
-    instances.sort_by(|a, b| a.service.cmp(&b.service).then_with(|| a.uuid.cmp(&b.uuid)));
-    let failed = instances
-        .iter()
-        .filter(|i| i.status == InstanceStatus::Failed)
-        .count();
-    let mut warnings = Vec::new();
-    let cnapi = if failed > 0 {
-        CnapiOutcome::NotRun {
-            reason: format!("{failed} SAPI instances could not be deleted"),
-        }
-    } else {
-        match plan.action {
-            ServerAction::Delete => match apis.cnapi.delete_server(plan.server).await {
-                Ok(()) => CnapiOutcome::Deleted,
-                Err(e) if e.is_not_found() => CnapiOutcome::AlreadyGone,
-                Err(e) => CnapiOutcome::Failed {
-                    message: error_chain(&e),
-                },
-            },
-            ServerAction::FactoryReset => match apis.cnapi.factory_reset(plan.server).await {
-                Ok(job_uuid) => {
-                    // The next setup clears server.agents too; clearing it
-                    // now keeps `check` and `list` from trusting a wiped
-                    // server's old report in the meantime.
-                    let agents_cleared =
-                        match apis.cnapi.update_server_agents(plan.server, &[]).await {
-                            Ok(()) => true,
-                            Err(e) => {
-                                warnings.push(format!(
-                                    "cannot clear server.agents: {}",
-                                    error_chain(&e)
-                                ));
-                                false
-                            }
-                        };
-                    CnapiOutcome::ResetStarted {
-                        job_uuid,
-                        agents_cleared,
-                    }
+impl CleanupReport {
+    /// What the executor's record changes come to.
+    pub fn from_exec(report: &ExecReport) -> CleanupReport {
+        let mut instances = Vec::new();
+        let mut warnings = Vec::new();
+        let mut cnapi = CnapiOutcome::NotRun {
+            reason: "not reached".to_string(),
+        };
+        for r in &report.records {
+            warnings.extend(r.warning.clone());
+            match &r.change {
+                RecordChange::Instance {
+                    change:
+                        IntentChange::DeleteInstance {
+                            component,
+                            instance,
+                        },
+                    ..
+                } => {
+                    let (status, error) = match &r.status {
+                        RecordStatus::AlreadyDone => (InstanceStatus::AlreadyGone, None),
+                        RecordStatus::Failed { message } => {
+                            (InstanceStatus::Failed, Some(message.clone()))
+                        }
+                        RecordStatus::NotRun { reason } => {
+                            (InstanceStatus::Failed, Some(reason.clone()))
+                        }
+                        _ => (InstanceStatus::Deleted, None),
+                    };
+                    instances.push(InstanceOutcome {
+                        uuid: *instance,
+                        service: component.clone(),
+                        status,
+                        error,
+                    });
                 }
-                // CNAPI's 409 for VMs is a bare JSON string; the client
-                // puts it in the message, so it reads as CNAPI said it.
-                Err(e) => CnapiOutcome::Failed {
-                    message: error_chain(&e),
-                },
-            },
+                RecordChange::Server { .. } => {
+                    cnapi = match &r.status {
+                        RecordStatus::Done => CnapiOutcome::Deleted,
+                        RecordStatus::AlreadyDone => CnapiOutcome::AlreadyGone,
+                        RecordStatus::ResetStarted {
+                            job_uuid,
+                            agents_cleared,
+                        } => CnapiOutcome::ResetStarted {
+                            job_uuid: *job_uuid,
+                            agents_cleared: *agents_cleared,
+                        },
+                        RecordStatus::Failed { message } => CnapiOutcome::Failed {
+                            message: message.clone(),
+                        },
+                        RecordStatus::NotRun { reason } => CnapiOutcome::NotRun {
+                            reason: reason.clone(),
+                        },
+                    };
+                }
+                _ => {}
+            }
         }
-    };
-    CleanupReport {
-        instances,
-        cnapi,
-        warnings,
+        instances.sort_by(|a, b| a.service.cmp(&b.service).then_with(|| a.uuid.cmp(&b.uuid)));
+        CleanupReport {
+            instances,
+            cnapi,
+            warnings,
+        }
+    }
+}
+
+/// Carry out a confirmed cleanup: delete the instances, then call CNAPI
+/// (only when every instance is gone). The caller holds the datacenter
+/// lock; [`agentsadm_orchestrate::run::Run`] with [`CleanupPlanner`] does
+/// all of it for the command line.
+pub async fn execute(apis: &Apis, confirmed: Confirmed<'_>) -> CleanupReport {
+    let store = SapiIntentStore::new(apis.sapi.clone());
+    let records = ApiRecords::new(apis);
+    let options = ExecOptions::default();
+    let transport = agentsadm_orchestrate::transport::CnapiTransport::new(
+        apis.cnapi.clone(),
+        agentsadm_types::catalog::Catalog::builtin(),
+        Default::default(),
+    )
+    .with_sapi(apis.sapi.clone());
+    let executor =
+        Executor::new(&transport, &store, &NullReporter, &options).with_records(&records);
+    match executor.execute(confirmed, std::future::pending()).await {
+        Ok(report) => CleanupReport::from_exec(&report),
+        // Only a rollout's service defaults fail this way; a cleanup has
+        // none.
+        Err(e) => CleanupReport {
+            instances: Vec::new(),
+            cnapi: CnapiOutcome::NotRun {
+                reason: error_chain(&e),
+            },
+            warnings: Vec::new(),
+        },
+    }
+}
+
+/// `server delete|factory-reset` as a [`Planner`] for
+/// [`agentsadm_orchestrate::run::Run`]: each call reads CNAPI and SAPI
+/// anew.
+pub struct CleanupPlanner<'a> {
+    pub apis: &'a Apis,
+    pub action: ServerAction,
+    /// The server as typed (UUID or hostname).
+    pub name: String,
+}
+
+impl Planner for CleanupPlanner<'_> {
+    type Planned = CleanupPlan;
+    type Error = CleanupError;
+
+    async fn plan(&self) -> Result<CleanupPlan, CleanupError> {
+        prepare(self.apis, self.action, &self.name).await
     }
 }
 

@@ -21,9 +21,8 @@ use agentsadm_gz::session::GzSettings;
 use agentsadm_orchestrate::Intent;
 use agentsadm_orchestrate::Reality;
 use agentsadm_orchestrate::adopt;
-use agentsadm_orchestrate::adopt::AdoptError;
 use agentsadm_orchestrate::adopt::AdoptPlan;
-use agentsadm_orchestrate::adopt::AdoptReport;
+use agentsadm_orchestrate::run::Planner;
 use agentsadm_types::catalog::Catalog;
 use agentsadm_types::ids::ServerUuid;
 
@@ -38,8 +37,6 @@ pub enum LocalAdoptError {
         #[source]
         err: Box<ApiError>,
     },
-    #[error(transparent)]
-    Adopt(#[from] AdoptError),
 }
 
 /// This server as a CNAPI record would show it, from its own GZ: set up,
@@ -70,12 +67,12 @@ pub async fn local_server(settings: GzSettings) -> Result<Server, LocalAdoptErro
     })
 }
 
-/// What adoption of this server will do, with the intent it saw.
+/// What adoption of this server will do.
 pub async fn plan(
     sapi: &SapiClient,
     catalog: &Catalog,
     server: &Server,
-) -> Result<(Intent, AdoptPlan), LocalAdoptError> {
+) -> Result<AdoptPlan, LocalAdoptError> {
     let (services, instances) =
         tokio::join!(sapi.list_agent_services(), sapi.list_agent_instances());
     let services = services.map_err(|err| LocalAdoptError::Sapi {
@@ -89,18 +86,29 @@ pub async fn plan(
     let reality = Reality::from_servers(catalog, std::slice::from_ref(server));
     let intent = Intent::build(catalog, &services, &instances, &reality);
     let only: [ServerUuid; 1] = [server.uuid];
-    let plan = adopt::plan_adoption(catalog, &intent, &reality, Some(&only));
-    Ok((intent, plan))
+    Ok(adopt::plan_adoption(
+        catalog,
+        &intent,
+        &reality,
+        Some(&only),
+    ))
 }
 
-/// Plan and carry out the adoption of this server.
-pub async fn adopt_local(
-    sapi: &SapiClient,
-    catalog: &Catalog,
-    settings: GzSettings,
-) -> Result<(AdoptPlan, AdoptReport), LocalAdoptError> {
-    let server = local_server(settings).await?;
-    let (intent, plan) = plan(sapi, catalog, &server).await?;
-    let report = adopt::adopt(sapi, &plan, &intent).await?;
-    Ok((plan, report))
+/// `adopt --local` as a [`Planner`] for
+/// [`agentsadm_orchestrate::run::Run`]: each call reads this server's GZ
+/// and SAPI anew.
+pub struct LocalAdoptPlanner<'a> {
+    pub sapi: &'a SapiClient,
+    pub catalog: &'a Catalog,
+    pub settings: GzSettings,
+}
+
+impl Planner for LocalAdoptPlanner<'_> {
+    type Planned = AdoptPlan;
+    type Error = LocalAdoptError;
+
+    async fn plan(&self) -> Result<AdoptPlan, LocalAdoptError> {
+        let server = local_server(self.settings.clone()).await?;
+        plan(self.sapi, self.catalog, &server).await
+    }
 }

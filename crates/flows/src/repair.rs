@@ -1,69 +1,42 @@
 //! Repair planning for `check --fix`: a pure function from findings (and
-//! the survey they came from) to what will be done, in the order it is
-//! done:
+//! the survey they came from) to one [`Plan`], made through the same
+//! [`PlanBuilder`] as `update`, so the same rules hold (marlin-agent is
+//! never restarted by a bulk repair, gates, waves: canary, failure budget,
+//! rack limit, concurrency). In the order it runs:
 //!
 //! 1. CNAPI: post each stale server's own report as `server.agents` (first,
 //!    so that nothing later is overwritten by an older snapshot).
-//! 2. SAPI only, through the orchestrator's [`IntentStore`]: service
-//!    defaults, instances to create (adopt what servers keep), params to
-//!    set, instances to delete (orphans, duplicates, unset-up servers).
-//! 3. Server changes (install, upgrade) as an orchestrator [`Plan`], run by
-//!    the orchestrator's executor (the same path as `agentsadm update`),
-//!    with the SAPI instance of each install adopted after it.
-//! 4. After the plan ran: the instance each install replaced is deleted
-//!    once the server reports the new one ([`Replaced`]).
+//! 2. SAPI only: service defaults, instances to create (adopt what servers
+//!    keep), params to set, instances to delete (orphans, duplicates,
+//!    unset-up servers).
+//! 3. Server changes (install, upgrade), in waves, with the SAPI instance
+//!    of each install adopted after it, and the instance the install
+//!    replaced deleted once the server reports the new one.
 //!
 //! Findings whose fix is manual or informational are left out and counted.
-//!
-//! [`IntentStore`]: agentsadm_orchestrate::store::IntentStore
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
 use serde::Serialize;
 
 use super::drift::Finding;
-
 use super::drift::Fix;
-
 use super::drift::Survey;
 use agentsadm_api::cnapi::AgentEntry;
 use agentsadm_api::remote::AgentsReport;
+use agentsadm_orchestrate::run::Planned;
 use agentsadm_plan::Action;
 use agentsadm_plan::IntentChange;
 use agentsadm_plan::Operation;
 use agentsadm_plan::Plan;
-use agentsadm_plan::ServerPlan;
+use agentsadm_plan::PlanBuilder;
+use agentsadm_plan::RecordChange;
+use agentsadm_plan::RolloutPolicy;
 use agentsadm_plan::ServiceChange;
-use agentsadm_plan::Step;
 use agentsadm_types::catalog::Catalog;
 use agentsadm_types::ids::InstanceUuid;
 use agentsadm_types::ids::ServerUuid;
-
-/// A server whose CNAPI `server.agents` is replaced by its own report.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
-pub struct ReportRepair {
-    pub server: ServerUuid,
-    pub hostname: String,
-    pub agents: Vec<AgentEntry>,
-}
-
-/// A SAPI-only repair.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
-#[serde(tag = "target", rename_all = "kebab-case")]
-pub enum SapiRepair {
-    /// A service's default image.
-    Service(ServiceChange),
-    /// An instance change. `server` is the server the instance belongs to
-    /// (absent for orphans no server can be found for).
-    Instance {
-        #[serde(skip_serializing_if = "Option::is_none")]
-        server: Option<ServerUuid>,
-        #[serde(skip_serializing_if = "Option::is_none")]
-        hostname: Option<String>,
-        change: IntentChange,
-    },
-}
 
 /// An instance an install replaces: deleted once the server reports the
 /// instance the install created.
@@ -74,26 +47,62 @@ pub struct Replaced {
     pub instance: InstanceUuid,
 }
 
-/// Everything `check --fix` will do.
+/// Everything `check --fix` will do: one plan, and the findings left for
+/// an operator.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct RepairPlan {
-    pub reports: Vec<ReportRepair>,
-    pub sapi: Vec<SapiRepair>,
-    /// Installs and upgrades, for the orchestrator's executor.
     pub plan: Plan,
-    pub replaced: Vec<Replaced>,
     /// Findings with a manual fix (not done).
     pub manual: usize,
 }
 
 impl RepairPlan {
     pub fn is_empty(&self) -> bool {
-        self.reports.is_empty() && self.sapi.is_empty() && self.plan.servers.is_empty()
+        self.plan.is_empty()
     }
 
     /// Number of repairs (reports, SAPI writes, server steps).
     pub fn len(&self) -> usize {
-        self.reports.len() + self.sapi.len() + self.plan.step_count()
+        self.plan.records().len() + self.plan.step_count()
+    }
+
+    /// The servers whose CNAPI `server.agents` is replaced by their own
+    /// report: (server, hostname, agents).
+    pub fn reports(&self) -> impl Iterator<Item = (ServerUuid, &str, &[AgentEntry])> {
+        self.plan.records().iter().filter_map(|r| match r {
+            RecordChange::PostAgents {
+                server,
+                hostname,
+                agents,
+            } => Some((*server, hostname.as_str(), agents.as_slice())),
+            _ => None,
+        })
+    }
+
+    /// The SAPI-only repairs, in the order they are made.
+    pub fn sapi(&self) -> impl Iterator<Item = &RecordChange> {
+        self.plan.records().iter().filter(|r| r.is_sapi())
+    }
+
+    /// The instances installs replace.
+    pub fn replaced(&self) -> Vec<Replaced> {
+        let mut out = Vec::new();
+        for (server, sp) in self.plan.servers() {
+            for change in &sp.intent {
+                if let IntentChange::DeleteReplaced {
+                    component,
+                    instance,
+                } = change
+                {
+                    out.push(Replaced {
+                        server: *server,
+                        component: component.clone(),
+                        instance: *instance,
+                    });
+                }
+            }
+        }
+        out
     }
 
     /// The server steps that would move a component to an older version
@@ -125,54 +134,50 @@ impl RepairPlan {
             return out;
         }
         out.push_str("Repairs:\n");
-        if !self.reports.is_empty() {
+        let reports: Vec<_> = self.reports().collect();
+        if !reports.is_empty() {
             out.push_str("  CNAPI server.agents from the servers' own reports:\n");
-            for r in &self.reports {
+            for (server, hostname, agents) in reports {
                 let _ = writeln!(
                     out,
-                    "    ~ {} ({}): {} components",
-                    r.hostname,
-                    r.server,
-                    r.agents.len()
+                    "    ~ {hostname} ({server}): {} components",
+                    agents.len()
                 );
             }
         }
-        if !self.sapi.is_empty() {
+        let sapi: Vec<_> = self.sapi().collect();
+        if !sapi.is_empty() {
             out.push_str("  SAPI:\n");
-            for r in &self.sapi {
+            for r in sapi {
                 let _ = writeln!(out, "    {}", sapi_line(r));
             }
         }
-        if !self.plan.servers.is_empty() {
+        self.render_servers(&mut out);
+        let _ = writeln!(
+            out,
+            "\n{} ({} CNAPI, {} SAPI, {} on servers); {} manual action.",
+            plural(self.len(), "repair", "repairs"),
+            self.reports().count(),
+            self.sapi().count(),
+            self.plan.step_count(),
+            plural(self.manual, "finding needs", "findings need")
+        );
+        out
+    }
+
+    /// The server steps, the instances they replace, the waves, and what
+    /// a bulk repair leaves alone.
+    fn render_servers(&self, out: &mut String) {
+        if !self.plan.servers().is_empty() {
             out.push_str("  Servers:\n");
             for (uuid, sp) in self.plan.servers_in_order() {
                 let _ = writeln!(out, "    {} ({uuid})", sp.hostname);
                 for st in &sp.steps {
-                    let line = match &st.action {
-                        Action::Install { to } => {
-                            format!("+ {} {} ({})", st.component, to.version, short(&to.uuid))
-                        }
-                        Action::Upgrade { from, to } => format!(
-                            "~ {} {} -> {} ({}){}",
-                            st.component,
-                            from.version,
-                            to.version,
-                            short(&to.uuid),
-                            if agentsadm_plan::is_newer(&from.version, &to.version) {
-                                " DOWNGRADE"
-                            } else {
-                                ""
-                            }
-                        ),
-                        Action::Remove { installed } => {
-                            format!("- {} {}", st.component, installed.version)
-                        }
-                    };
-                    let _ = writeln!(out, "      {line} [{}]", st.transport.as_str());
+                    let _ = writeln!(out, "      {} [{}]", step_line(st), st.transport.as_str());
                 }
             }
         }
-        for r in &self.replaced {
+        for r in self.replaced() {
             let _ = writeln!(
                 out,
                 "  then: delete SAPI instance {} of {} once the server reports the new one",
@@ -180,16 +185,43 @@ impl RepairPlan {
                 r.component
             );
         }
-        let _ = writeln!(
-            out,
-            "\n{} ({} CNAPI, {} SAPI, {} on servers); {} manual action.",
-            plural(self.len(), "repair", "repairs"),
-            self.reports.len(),
-            self.sapi.len(),
-            self.plan.step_count(),
-            plural(self.manual, "finding needs", "findings need")
-        );
-        out
+        if !self.plan.rollout().is_empty() {
+            for line in agentsadm_plan::display::rollout_lines(self.plan.rollout(), 20) {
+                let _ = writeln!(out, "  {line}");
+            }
+        }
+        for s in self.plan.skips() {
+            let _ = writeln!(
+                out,
+                "  left alone: {} on {}: {}",
+                s.component.as_deref().unwrap_or("?"),
+                s.hostname.as_deref().unwrap_or("?"),
+                s.reason.describe()
+            );
+        }
+    }
+}
+
+fn step_line(st: &agentsadm_plan::Step) -> String {
+    match &st.action {
+        Action::Install { to } => {
+            format!("+ {} {} ({})", st.component, to.version, short(&to.uuid))
+        }
+        Action::Upgrade { from, to } => format!(
+            "~ {} {} -> {} ({}){}",
+            st.component,
+            from.version,
+            to.version,
+            short(&to.uuid),
+            if agentsadm_plan::is_newer(&from.version, &to.version) {
+                " DOWNGRADE"
+            } else {
+                ""
+            }
+        ),
+        Action::Remove { installed } => {
+            format!("- {} {}", st.component, installed.version)
+        }
     }
 }
 
@@ -201,54 +233,60 @@ fn short(u: &impl ToString) -> String {
     u.to_string().chars().take(8).collect()
 }
 
-fn sapi_line(r: &SapiRepair) -> String {
-    match r {
-        SapiRepair::Service(c) => format!(
-            "~ service {}: default image {} -> {} ({})",
-            c.component,
-            c.from.map(|u| short(&u)).unwrap_or_else(|| "unset".into()),
-            c.to.version,
-            short(&c.to.uuid)
-        ),
-        SapiRepair::Instance {
+fn sapi_line(r: &RecordChange) -> String {
+    let (server, hostname, change) = match r {
+        RecordChange::ServiceDefault { change: c } => {
+            return format!(
+                "~ service {}: default image {} -> {} ({})",
+                c.component,
+                c.from.map(|u| short(&u)).unwrap_or_else(|| "unset".into()),
+                c.to.version,
+                short(&c.to.uuid)
+            );
+        }
+        RecordChange::Instance {
             server,
             hostname,
             change,
-        } => {
-            let on = match (hostname, server) {
-                (Some(h), _) => format!(" on {h}"),
-                (None, Some(s)) => format!(" of server {s}"),
-                (None, None) => String::new(),
-            };
-            match change {
-                IntentChange::CreateInstance {
-                    component,
-                    instance,
-                    image,
-                    ..
-                } => format!(
-                    "+ instance {} of {component}{on}, image_uuid {}",
-                    short(instance),
-                    short(image)
-                ),
-                IntentChange::UpdateInstance {
-                    component,
-                    instance,
-                    image,
-                    ..
-                } => format!(
-                    "~ instance {} of {component}{on}: params server_uuid, image_uuid {}",
-                    short(instance),
-                    short(image)
-                ),
-                IntentChange::DeleteInstance {
-                    component,
-                    instance,
-                } => format!("- instance {} of {component}{on}", short(instance)),
-                IntentChange::AdoptInstalled { component, .. } => {
-                    format!("+ instance of {component}{on}")
-                }
-            }
+        } => (server, hostname, change),
+        other => return agentsadm_plan::display::record_line(other),
+    };
+    let on = match (hostname, server) {
+        (Some(h), _) => format!(" on {h}"),
+        (None, Some(s)) => format!(" of server {s}"),
+        (None, None) => String::new(),
+    };
+    match change {
+        IntentChange::CreateInstance {
+            component,
+            instance,
+            image,
+            ..
+        } => format!(
+            "+ instance {} of {component}{on}, image_uuid {}",
+            short(instance),
+            short(image)
+        ),
+        IntentChange::UpdateInstance {
+            component,
+            instance,
+            image,
+            ..
+        } => format!(
+            "~ instance {} of {component}{on}: params server_uuid, image_uuid {}",
+            short(instance),
+            short(image)
+        ),
+        IntentChange::DeleteInstance {
+            component,
+            instance,
+        }
+        | IntentChange::DeleteReplaced {
+            component,
+            instance,
+        } => format!("- instance {} of {component}{on}", short(instance)),
+        IntentChange::AdoptInstalled { component, .. } => {
+            format!("+ instance of {component}{on}")
         }
     }
 }
@@ -264,9 +302,9 @@ pub struct FixPlan {
 }
 
 impl FixPlan {
-    /// The repairs `run` calls for (pure).
-    pub fn new(run: super::check::CheckRun, catalog: &Catalog) -> FixPlan {
-        let repairs = run.repair_plan(catalog);
+    /// The repairs `run` calls for (pure), rolled out under `policy`.
+    pub fn new(run: super::check::CheckRun, catalog: &Catalog, policy: &RolloutPolicy) -> FixPlan {
+        let repairs = run.repair_plan_with(catalog, policy);
         FixPlan { run, repairs }
     }
 
@@ -286,232 +324,224 @@ impl PartialEq for FixPlan {
     }
 }
 
-/// Plan the repairs of `findings` (pure). `live` gives the reports to post
-/// for `stale-cnapi-report` findings.
-/// Whether `agentsadm gz` can run on `server` (not a mockcloud CN).
-fn has_execute(survey: &Survey, server: ServerUuid) -> bool {
-    survey.reality.get(&server).is_none_or(|s| s.has_execute())
+impl Planned for FixPlan {
+    fn plan(&self) -> &Plan {
+        &self.repairs.plan
+    }
 }
 
+/// What the findings' fixes come to, sorted by kind before they enter the
+/// plan (the builder keeps this order within a phase).
+#[derive(Default)]
+struct Repairs {
+    reports: BTreeMap<ServerUuid, RecordChange>,
+    services: Vec<RecordChange>,
+    creates: Vec<RecordChange>,
+    updates: Vec<RecordChange>,
+    deletes: BTreeMap<InstanceUuid, RecordChange>,
+    manual: usize,
+}
+
+/// Plan the repairs of `findings` (pure) with the library's neutral
+/// rollout. `live` gives the reports to post for `stale-cnapi-report`
+/// findings.
 pub fn plan_repairs(
     catalog: &Catalog,
     survey: &Survey,
     live: &BTreeMap<ServerUuid, AgentsReport>,
     findings: &[Finding],
 ) -> RepairPlan {
-    let mut reports: BTreeMap<ServerUuid, ReportRepair> = BTreeMap::new();
-    let mut services: Vec<SapiRepair> = Vec::new();
-    let mut creates: Vec<SapiRepair> = Vec::new();
-    let mut updates: Vec<SapiRepair> = Vec::new();
-    let mut deletes: BTreeMap<InstanceUuid, SapiRepair> = BTreeMap::new();
-    let mut steps: BTreeMap<ServerUuid, (Vec<Step>, Vec<IntentChange>)> = BTreeMap::new();
-    let mut replaced = Vec::new();
-    let mut manual = 0;
+    plan_repairs_with(catalog, survey, live, findings, &RolloutPolicy::default())
+}
 
+/// [`plan_repairs`], rolled out under `policy`.
+pub fn plan_repairs_with(
+    catalog: &Catalog,
+    survey: &Survey,
+    live: &BTreeMap<ServerUuid, AgentsReport>,
+    findings: &[Finding],
+    policy: &RolloutPolicy,
+) -> RepairPlan {
+    let mut b = PlanBuilder::new(Operation::Repair, catalog);
+    // Repairs are never named one by one: a bulk operation.
+    b.bulk(true).selected_servers(survey.reality.servers.len());
+    let mut r = Repairs::default();
     for f in findings {
-        let component = f.component.clone().unwrap_or_default();
-        let hostname = f.hostname.clone();
-        let delete = |instance: InstanceUuid| SapiRepair::Instance {
-            server: f.server,
-            hostname: hostname.clone(),
-            change: IntentChange::DeleteInstance {
-                component: component.clone(),
-                instance,
-            },
-        };
-        match &f.fix {
-            Fix::None => {}
-            Fix::Manual { .. } => manual += 1,
-            Fix::PostLiveReport => {
-                if let (Some(server), Some(report)) =
-                    (f.server, f.server.and_then(|s| live.get(&s)))
-                {
-                    reports.entry(server).or_insert_with(|| ReportRepair {
+        if !record_fix(f, survey, live, &mut r) && !server_fix(f, catalog, survey, &mut b) {
+            r.manual += 1;
+        }
+    }
+    let Repairs {
+        reports,
+        services,
+        creates,
+        updates,
+        deletes,
+        manual,
+    } = r;
+    for change in reports
+        .into_values()
+        .chain(services)
+        .chain(creates)
+        .chain(updates)
+        .chain(deletes.into_values())
+    {
+        b.record(change);
+    }
+    RepairPlan {
+        plan: b.finish(policy),
+        manual,
+    }
+}
+
+/// A fix that writes records only. Returns whether the finding was taken
+/// care of (informational ones need nothing).
+fn record_fix(
+    f: &Finding,
+    survey: &Survey,
+    live: &BTreeMap<ServerUuid, AgentsReport>,
+    r: &mut Repairs,
+) -> bool {
+    let component = f.component.clone().unwrap_or_default();
+    let instance_change = |change: IntentChange| RecordChange::Instance {
+        server: f.server,
+        hostname: f.hostname.clone(),
+        change,
+    };
+    let delete = |instance: InstanceUuid| {
+        instance_change(IntentChange::DeleteInstance {
+            component: component.clone(),
+            instance,
+        })
+    };
+    match &f.fix {
+        Fix::None => {}
+        Fix::PostLiveReport => {
+            if let (Some(server), Some(report)) = (f.server, f.server.and_then(|s| live.get(&s))) {
+                r.reports
+                    .entry(server)
+                    .or_insert_with(|| RecordChange::PostAgents {
                         server,
-                        hostname: hostname.clone().unwrap_or_default(),
+                        hostname: f.hostname.clone().unwrap_or_default(),
                         agents: report.agents.clone(),
                     });
-                }
             }
-            Fix::DeleteInstance { instance } => {
-                deletes
-                    .entry(*instance)
-                    .or_insert_with(|| delete(*instance));
-            }
-            Fix::SetParams {
-                instance,
-                service,
-                image,
-            } => updates.push(SapiRepair::Instance {
-                server: f.server,
-                hostname: hostname.clone(),
-                change: IntentChange::UpdateInstance {
+        }
+        Fix::DeleteInstance { instance } => {
+            r.deletes
+                .entry(*instance)
+                .or_insert_with(|| delete(*instance));
+        }
+        Fix::SetParams {
+            instance,
+            service,
+            image,
+        } => r
+            .updates
+            .push(instance_change(IntentChange::UpdateInstance {
+                component: component.clone(),
+                service: *service,
+                instance: *instance,
+                image: *image,
+            })),
+        Fix::AdoptInstance {
+            instance,
+            service,
+            image,
+            replaces,
+        } => {
+            r.creates
+                .push(instance_change(IntentChange::CreateInstance {
                     component: component.clone(),
                     service: *service,
                     instance: *instance,
                     image: *image,
-                },
-            }),
-            Fix::AdoptInstance {
-                instance,
-                service,
-                image,
-                replaces,
-            } => {
-                creates.push(SapiRepair::Instance {
-                    server: f.server,
-                    hostname: hostname.clone(),
-                    change: IntentChange::CreateInstance {
-                        component: component.clone(),
-                        service: *service,
-                        instance: *instance,
-                        image: *image,
-                    },
-                });
-                if let Some(old) = replaces {
-                    deletes.entry(*old).or_insert_with(|| delete(*old));
-                }
+                }));
+            // A duplicate that is also replaced by an adoption is deleted
+            // once.
+            if let Some(old) = replaces {
+                r.deletes.entry(*old).or_insert_with(|| delete(*old));
             }
-            Fix::SetServiceDefault { service, image } => {
-                let from = survey
-                    .intent
-                    .services
-                    .get(&component)
-                    .and_then(|s| s.default_image);
-                services.push(SapiRepair::Service(ServiceChange {
+        }
+        Fix::SetServiceDefault { service, image } => {
+            let from = survey
+                .intent
+                .services
+                .get(&component)
+                .and_then(|s| s.default_image);
+            r.services.push(RecordChange::ServiceDefault {
+                change: ServiceChange {
                     component: component.clone(),
                     service: *service,
                     from,
                     from_version: None,
                     to: image.clone(),
-                }));
-            }
-            Fix::Install {
-                image,
-                transport,
-                replaces,
-            } => {
-                let (Some(server), Some(c), Some(svc)) = (
-                    f.server,
-                    catalog.get(&component),
-                    survey.intent.services.get(&component),
-                ) else {
-                    manual += 1;
-                    continue;
-                };
-                let entry = steps.entry(server).or_default();
-                let action = Action::Install { to: image.clone() };
-                entry.0.push(Step {
-                    component: c.name.clone(),
-                    order: c.order,
-                    // Repairs run where execute is available unless the
-                    // fix itself chose install-agent for want of it; a
-                    // mockcloud server has none.
-                    gate: agentsadm_plan::Gate::for_step(
-                        &action,
-                        *transport,
-                        has_execute(survey, server),
-                    ),
-                    action,
-                    transport: *transport,
-                });
-                entry.1.push(IntentChange::AdoptInstalled {
+                },
+            });
+        }
+        Fix::Manual { .. } | Fix::Install { .. } | Fix::Upgrade { .. } => return false,
+    }
+    true
+}
+
+/// A fix that changes a server (install, upgrade). Returns whether it
+/// could be planned.
+fn server_fix(f: &Finding, catalog: &Catalog, survey: &Survey, b: &mut PlanBuilder<'_>) -> bool {
+    let component = f.component.as_deref().unwrap_or_default();
+    let (Some(state), Some(c)) = (
+        f.server.and_then(|s| survey.reality.get(&s)),
+        catalog.get(component),
+    ) else {
+        return false;
+    };
+    // A mockcloud server has no execute: its gates say so.
+    let execute = state.has_execute();
+    match &f.fix {
+        Fix::Install {
+            image,
+            transport,
+            replaces,
+        } => {
+            let Some(svc) = survey.intent.services.get(&c.name) else {
+                return false;
+            };
+            b.step(
+                state,
+                execute,
+                c,
+                Action::Install { to: image.clone() },
+                *transport,
+            )
+            .intent(
+                state,
+                IntentChange::AdoptInstalled {
                     component: c.name.clone(),
                     service: svc.uuid,
                     image: image.uuid,
-                });
-                if let Some(old) = replaces {
-                    replaced.push(Replaced {
-                        server,
+                },
+            );
+            if let Some(old) = replaces {
+                b.intent(
+                    state,
+                    IntentChange::DeleteReplaced {
                         component: c.name.clone(),
                         instance: *old,
-                    });
-                }
+                    },
+                );
             }
-            Fix::Upgrade { image, transport } => {
-                let (Some(server), Some(c)) = (f.server, catalog.get(&component)) else {
-                    manual += 1;
-                    continue;
-                };
-                let Some(installed) = survey
-                    .reality
-                    .get(&server)
-                    .and_then(|s| s.components.get(&c.name))
-                else {
-                    manual += 1;
-                    continue;
-                };
-                let installed_has_execute = has_execute(survey, server);
-                let action = Action::Upgrade {
-                    from: installed.into(),
-                    to: image.clone(),
-                };
-                steps.entry(server).or_default().0.push(Step {
-                    component: c.name.clone(),
-                    order: c.order,
-                    gate: agentsadm_plan::Gate::for_step(
-                        &action,
-                        *transport,
-                        installed_has_execute,
-                    ),
-                    action,
-                    transport: *transport,
-                });
-            }
+            true
         }
-    }
-
-    // A duplicate that is also replaced by an adoption is deleted once.
-    let mut sapi = services;
-    sapi.extend(creates);
-    sapi.extend(updates);
-    sapi.extend(deletes.into_values());
-
-    let mut servers = BTreeMap::new();
-    let mut components: BTreeSet<String> = BTreeSet::new();
-    for (uuid, (mut steps, intent)) in steps {
-        steps.sort_by(|a, b| {
-            a.order
-                .cmp(&b.order)
-                .then_with(|| a.component.cmp(&b.component))
-        });
-        components.extend(steps.iter().map(|s| s.component.clone()));
-        let (hostname, headnode) = survey
-            .reality
-            .get(&uuid)
-            .map(|s| (s.hostname.clone(), s.headnode))
-            .unwrap_or_default();
-        servers.insert(
-            uuid,
-            ServerPlan {
-                hostname,
-                headnode,
-                rack: None,
-                steps,
-                intent,
-            },
-        );
-    }
-    let mut ordered: Vec<&agentsadm_types::catalog::Component> =
-        components.iter().filter_map(|c| catalog.get(c)).collect();
-    agentsadm_types::catalog::sort_install_order(&mut ordered);
-    let plan = Plan {
-        operation: Operation::Update,
-        components: ordered.iter().map(|c| c.name.clone()).collect(),
-        targets: BTreeMap::new(),
-        imports: Vec::new(),
-        service_changes: Vec::new(),
-        selected_servers: servers.len(),
-        servers,
-        skips: Vec::new(),
-        warnings: Vec::new(),
-        needs_explicit_yes: false,
-    };
-    RepairPlan {
-        reports: reports.into_values().collect(),
-        sapi,
-        plan,
-        replaced,
-        manual,
+        Fix::Upgrade { image, transport } => {
+            let Some(installed) = state.components.get(&c.name) else {
+                return false;
+            };
+            let action = Action::Upgrade {
+                from: installed.into(),
+                to: image.clone(),
+            };
+            b.step(state, execute, c, action, *transport);
+            true
+        }
+        _ => false,
     }
 }

@@ -3,11 +3,12 @@
 //! The agent service is found by name (`GET /services?type=agent&name=`). No
 //! service means the component is not managed through SAPI here: adoption is
 //! skipped, which is not an error. Otherwise the instance (the kept instance
-//! UUID) gets `params.server_uuid` and `params.image_uuid`: UpdateInstance
-//! when it exists, CreateInstance with the UUID when it does not (SAPI stores
-//! agent instances without deploying anything). An existing instance is
-//! never re-posted: SAPI deletes it when such a re-create fails.
-//! UpgradeInstance is never used: the real SAPI crashes on it for agents.
+//! UUID) gets `params.server_uuid` and `params.image_uuid`, as the one
+//! adoption rule ([`agentsadm_api::adoption`]) says: UpdateInstance when it
+//! exists under the service, CreateInstance with the UUID when it does not,
+//! and nothing (an error naming both services) when SAPI records it under
+//! another service. UpgradeInstance is never used: the real SAPI crashes
+//! on it for agents.
 
 use agentsadm_api::sapi::CreateInstance;
 
@@ -17,6 +18,8 @@ use agentsadm_api::sapi::Update;
 
 use agentsadm_api::ApiError;
 use agentsadm_api::SapiClient;
+use agentsadm_api::adoption::Adoption as Rule;
+use agentsadm_api::adoption::adopt_instance;
 use agentsadm_api::sapi::object;
 use agentsadm_types::ids::ImageUuid;
 use agentsadm_types::ids::InstanceUuid;
@@ -85,23 +88,24 @@ pub async fn adopt(
         instance,
         err: Box::new(err),
     };
-    match sapi.get_instance(instance).await {
-        Ok(existing) if existing.service_uuid == svc.uuid => {
+    let recorded = match sapi.get_instance(instance).await {
+        Ok(existing) => Some(existing.service_uuid),
+        Err(ApiError::Status { status: 404, .. }) => None,
+        Err(err) => return Err(inst_err(err)),
+    };
+    match adopt_instance(recorded, Some(svc.uuid)) {
+        Rule::Update => {
             sapi.update_instance(instance, &Update::params(params))
                 .await
                 .map_err(inst_err)?;
             Ok(Adoption::Updated)
         }
-        Ok(existing) => {
-            // Recorded under another service: re-posting it would risk
-            // SAPI deleting it when the re-create fails; say so instead.
-            Err(AdoptError::OtherService {
-                service: service.to_string(),
-                instance,
-                recorded: existing.service_uuid.to_string(),
-            })
-        }
-        Err(ApiError::Status { status: 404, .. }) => {
+        Rule::OtherService { recorded } => Err(AdoptError::OtherService {
+            service: service.to_string(),
+            instance,
+            recorded: recorded.to_string(),
+        }),
+        Rule::Create => {
             sapi.create_instance(&CreateInstance {
                 uuid: Some(instance),
                 service_uuid: Some(svc.uuid),
@@ -113,7 +117,6 @@ pub async fn adopt(
             .map_err(inst_err)?;
             Ok(Adoption::Created)
         }
-        Err(err) => Err(inst_err(err)),
     }
 }
 

@@ -10,36 +10,38 @@
 //! - Creates the `gz-tools` and `sdcadm` services where a headnode lacks
 //!   them, reported or not (RFD 82 M5): a real headnode has neither.
 //! - Sets the default image of existing services that have none.
-//! - For each selected server and reported component: creates the instance
-//!   with the UUID the server keeps (idempotent: SAPI overwrites), or adds
-//!   `params.server_uuid` / `params.image_uuid` to a legacy instance. An
-//!   instance whose params are already complete is left alone even if its
-//!   image differs from what runs: that is a pending update, not drift for
-//!   adoption to erase.
+//! - For each selected server and reported component, as the one adoption
+//!   rule ([`agentsadm_api::adoption`]) says: creates the instance with the
+//!   UUID the server keeps, or adds `params.server_uuid` /
+//!   `params.image_uuid` to the one SAPI has under the service (a legacy
+//!   instance); a UUID SAPI files under another service is left alone and
+//!   listed. An instance whose params are already complete is left alone
+//!   even if its image differs from what runs: that is a pending update,
+//!   not drift for adoption to erase.
 //! - Components reported without an instance UUID or image UUID cannot be
 //!   adopted; they are listed with the reason.
+//! - The result is a [`Plan`] of SAPI record changes only, run like every
+//!   other plan ([`crate::run::Run`]: lock, question or `-y`, fence).
 
 use std::collections::BTreeMap;
 
-use futures::stream::{self, StreamExt};
 use serde::Serialize;
-use serde_json::{Value, json};
 
 use agentsadm_plan::intent::InstanceLink;
 
-use super::store::instance_params;
-use agentsadm_api::ApiError;
-use agentsadm_api::sapi::CreateInstance;
-use agentsadm_api::sapi::CreateService;
+use super::confirm::Confirmed;
+use super::execute::{ExecOptions, Executor};
+use super::records::{ApiRecords, RecordStatus};
+use super::report::{ExecReport, NullReporter};
+use super::run::{Planned, Planner};
+use super::store::SapiIntentStore;
+use agentsadm_api::adoption::{Adoption, adopt_instance};
 use agentsadm_api::sapi::SapiClient;
-use agentsadm_api::sapi::ServiceType;
-use agentsadm_api::sapi::Update;
-use agentsadm_api::sapi::object;
 use agentsadm_plan::intent::Intent;
 use agentsadm_plan::reality::Reality;
+use agentsadm_plan::{Operation, Plan, PlanBuilder, RecordChange, RolloutPolicy, ServiceChange};
 use agentsadm_types::catalog::Catalog;
 use agentsadm_types::catalog::ComponentKind;
-use agentsadm_types::error::error_chain;
 use agentsadm_types::ids::ImageUuid;
 use agentsadm_types::ids::InstanceUuid;
 use agentsadm_types::ids::ServerUuid;
@@ -82,13 +84,23 @@ pub struct AdoptSkip {
     pub reason: String,
 }
 
-/// What adoption will do. Pure output of [`plan_adoption`].
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+/// What adoption will do: the view operators read (and `--json` shows),
+/// and the [`Plan`] that carries it out. Pure output of [`plan_adoption`].
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct AdoptPlan {
     pub new_services: Vec<NewService>,
     pub service_defaults: Vec<ServiceDefault>,
     pub instances: Vec<AdoptInstance>,
     pub skips: Vec<AdoptSkip>,
+    /// The record changes above, as the executor runs them.
+    #[serde(skip)]
+    pub plan: Plan,
+}
+
+impl Planned for AdoptPlan {
+    fn plan(&self) -> &Plan {
+        &self.plan
+    }
 }
 
 impl AdoptPlan {
@@ -138,50 +150,59 @@ impl AdoptPlan {
     }
 }
 
-/// Decide what to adopt on `servers` (all set-up servers when `None`).
-pub fn plan_adoption(
-    catalog: &Catalog,
-    intent: &Intent,
-    reality: &Reality,
-    servers: Option<&[ServerUuid]>,
-) -> AdoptPlan {
-    let mut plan = AdoptPlan::default();
-
-    // Default image per component: the headnode's, else the most common.
+/// The default image of each component: the headnode's, else the one
+/// most servers run (on a tie the smallest UUID, for determinism).
+fn default_images(reality: &Reality) -> BTreeMap<String, ImageUuid> {
     let mut counts: BTreeMap<&str, BTreeMap<ImageUuid, usize>> = BTreeMap::new();
-    let mut headnode: BTreeMap<&str, ImageUuid> = BTreeMap::new();
+    let mut out: BTreeMap<String, ImageUuid> = BTreeMap::new();
     for s in reality.servers.values().filter(|s| s.setup) {
         for (name, inst) in &s.components {
             if let Some(image) = inst.image {
                 *counts.entry(name).or_default().entry(image).or_default() += 1;
                 if s.headnode {
-                    headnode.insert(name, image);
+                    out.insert(name.clone(), image);
                 }
             }
         }
     }
-    let default_for = |name: &str| -> Option<ImageUuid> {
-        headnode.get(name).copied().or_else(|| {
-            counts
-                .get(name)?
-                .iter()
-                // Most servers; on a tie the smallest UUID, for determinism.
-                .max_by(|a, b| a.1.cmp(b.1).then_with(|| b.0.cmp(a.0)))
-                .map(|(i, _)| *i)
-        })
+    for (name, images) in counts {
+        if let Some((image, _)) = images
+            .iter()
+            .max_by(|a, b| a.1.cmp(b.1).then_with(|| b.0.cmp(a.0)))
+        {
+            out.entry(name.to_string()).or_insert(*image);
+        }
+    }
+    out
+}
+
+/// The services to create and the defaults to set.
+fn services(
+    catalog: &Catalog,
+    intent: &Intent,
+    reality: &Reality,
+    defaults: &BTreeMap<String, ImageUuid>,
+) -> (Vec<NewService>, Vec<ServiceDefault>) {
+    let reported = |name: &str| {
+        reality
+            .servers
+            .values()
+            .any(|s| s.setup && s.components.get(name).is_some_and(|i| i.image.is_some()))
     };
+    let mut new_services = Vec::new();
+    let mut service_defaults = Vec::new();
     for c in catalog.iter() {
         match intent.services.get(&c.name) {
-            None if counts.contains_key(c.name.as_str()) => plan.new_services.push(NewService {
+            None if reported(&c.name) => new_services.push(NewService {
                 component: c.name.clone(),
-                default_image: default_for(&c.name),
+                default_image: defaults.get(&c.name).copied(),
             }),
             Some(svc) if svc.default_image.is_none() => {
-                if let Some(image) = default_for(&c.name) {
-                    plan.service_defaults.push(ServiceDefault {
+                if let Some(image) = defaults.get(&c.name) {
+                    service_defaults.push(ServiceDefault {
                         component: c.name.clone(),
                         service: svc.uuid,
-                        image,
+                        image: *image,
                     });
                 }
             }
@@ -196,93 +217,177 @@ pub fn plan_adoption(
             .iter()
             .filter(|c| matches!(c.kind, ComponentKind::GzTools | ComponentKind::Sdcadm))
         {
-            let planned = plan.new_services.iter().any(|n| n.component == c.name);
+            let planned = new_services.iter().any(|n| n.component == c.name);
             if !planned && !intent.services.contains_key(&c.name) {
-                plan.new_services.push(NewService {
+                new_services.push(NewService {
                     component: c.name.clone(),
-                    default_image: default_for(&c.name),
+                    default_image: defaults.get(&c.name).copied(),
                 });
             }
         }
     }
+    (new_services, service_defaults)
+}
 
+/// The instances of one server to adopt, and what cannot be.
+fn server_instances(
+    intent: &Intent,
+    s: &agentsadm_plan::reality::ServerState,
+    instances: &mut Vec<AdoptInstance>,
+    skips: &mut Vec<AdoptSkip>,
+) {
+    for (name, inst) in &s.components {
+        let mut skip = |reason: String| {
+            skips.push(AdoptSkip {
+                server: s.uuid,
+                hostname: s.hostname.clone(),
+                component: name.clone(),
+                reason,
+            })
+        };
+        let (Some(instance), Some(image)) = (inst.instance, inst.image) else {
+            skip(if inst.instance.is_none() {
+                "the server reports no instance UUID for it (reinstall it with agentsadm, which keeps one)".to_string()
+            } else {
+                "the server reports no image UUID for it (only sysinfo knows it; reinstall it)"
+                    .to_string()
+            });
+            continue;
+        };
+        let existing = intent.instance(&s.uuid, name);
+        if let Some(e) = existing.filter(|e| e.uuid != instance) {
+            skip(format!(
+                "SAPI has a different instance ({}) for it; 'agentsadm check' reports the duplicate",
+                e.uuid
+            ));
+            continue;
+        }
+        let service = intent.services.get(name).map(|svc| svc.uuid);
+        let exists = match adopt_instance(intent.recorded.get(&instance).copied(), service) {
+            Adoption::OtherService { recorded } => {
+                skip(format!(
+                    "SAPI records instance {instance} under another service ({recorded}); left alone: run 'agentsadm check' and decide which component owns it"
+                ));
+                continue;
+            }
+            Adoption::Create => false,
+            Adoption::Update => true,
+        };
+        let complete =
+            existing.is_some_and(|e| e.link != InstanceLink::Reported && e.image.is_some());
+        if !complete {
+            instances.push(AdoptInstance {
+                server: s.uuid,
+                hostname: s.hostname.clone(),
+                component: name.clone(),
+                instance,
+                image,
+                exists,
+            });
+        }
+    }
+}
+
+/// Decide what to adopt on `servers` (all set-up servers when `None`).
+pub fn plan_adoption(
+    catalog: &Catalog,
+    intent: &Intent,
+    reality: &Reality,
+    servers: Option<&[ServerUuid]>,
+) -> AdoptPlan {
+    let defaults = default_images(reality);
+    let (new_services, service_defaults) = services(catalog, intent, reality, &defaults);
     let selected: Vec<ServerUuid> = match servers {
         Some(s) => s.to_vec(),
         None => reality.servers.keys().copied().collect(),
     };
+    let mut instances = Vec::new();
+    let mut skips = Vec::new();
     for uuid in selected {
-        let Some(s) = reality.get(&uuid) else {
-            continue;
-        };
-        if !s.setup {
-            continue;
-        }
-        for (name, inst) in &s.components {
-            let skip = |reason: &str| AdoptSkip {
-                server: uuid,
-                hostname: s.hostname.clone(),
-                component: name.clone(),
-                reason: reason.to_string(),
-            };
-            let (Some(instance), Some(image)) = (inst.instance, inst.image) else {
-                plan.skips.push(skip(if inst.instance.is_none() {
-                    "the server reports no instance UUID for it (reinstall it with agentsadm, which keeps one)"
-                } else {
-                    "the server reports no image UUID for it (only sysinfo knows it; reinstall it)"
-                }));
-                continue;
-            };
-            let existing = intent.instance(&uuid, name);
-            let needs = match existing {
-                None => true,
-                Some(e) if e.uuid != instance => {
-                    plan.skips.push(skip(&format!(
-                        "SAPI has a different instance ({}) for it; 'agentsadm check' reports the duplicate",
-                        e.uuid
-                    )));
-                    false
-                }
-                Some(e) => e.link == InstanceLink::Reported || e.image.is_none(),
-            };
-            if needs {
-                plan.instances.push(AdoptInstance {
-                    server: uuid,
-                    hostname: s.hostname.clone(),
-                    component: name.clone(),
-                    instance,
-                    image,
-                    // Also one SAPI has but could not tie to a server.
-                    exists: existing.is_some()
-                        || intent.unlinked.iter().any(|u| u.uuid == instance),
-                });
-            }
+        if let Some(s) = reality.get(&uuid).filter(|s| s.setup) {
+            server_instances(intent, s, &mut instances, &mut skips);
         }
     }
-    plan
+    let mut b = PlanBuilder::new(Operation::Adopt, catalog);
+    b.selected_servers(reality.servers.len());
+    for n in &new_services {
+        b.record(RecordChange::CreateService {
+            component: n.component.clone(),
+            default_image: n.default_image,
+        });
+    }
+    for d in &service_defaults {
+        b.record(RecordChange::ServiceDefault {
+            change: ServiceChange {
+                component: d.component.clone(),
+                service: d.service,
+                from: None,
+                from_version: None,
+                to: agentsadm_plan::ImageRef {
+                    uuid: d.image,
+                    name: d.component.clone(),
+                    version: String::new(),
+                    import_from: None,
+                },
+            },
+        });
+    }
+    for i in &instances {
+        b.record(RecordChange::AdoptInstance {
+            server: i.server,
+            hostname: i.hostname.clone(),
+            component: i.component.clone(),
+            service: intent.services.get(&i.component).map(|s| s.uuid),
+            instance: i.instance,
+            image: i.image,
+            exists: i.exists,
+        });
+    }
+    AdoptPlan {
+        new_services,
+        service_defaults,
+        instances,
+        skips,
+        plan: b.finish(&RolloutPolicy::default()),
+    }
 }
 
-/// Adoption failed before any instance was written.
+/// `agentsadm adopt` as a [`Planner`] for [`crate::run::Run`]: each call
+/// reads SAPI and CNAPI anew and plans the adoption of `servers` (UUIDs or
+/// hostnames as typed; all set-up servers when empty).
+pub struct AdoptPlanner<'a> {
+    pub apis: &'a agentsadm_api::Apis,
+    pub catalog: &'a Catalog,
+    pub servers: Vec<String>,
+}
+
+/// Adoption could not be planned; nothing was changed.
 #[derive(Debug, thiserror::Error)]
 pub enum AdoptError {
-    #[error("no SAPI application named \"sdc\": SAPI is not set up yet")]
-    NoSdcApplication,
-    #[error("cannot {what} in SAPI")]
-    Api {
-        what: String,
-        #[source]
-        err: ApiError,
-    },
+    #[error(transparent)]
+    Gather(#[from] super::gather::GatherError),
+    #[error(transparent)]
+    Servers(#[from] agentsadm_plan::PlanError),
 }
 
-/// One instance that could not be adopted; the others still are. The
-/// report keeps its text (the server and component are beside it).
-#[derive(Debug, thiserror::Error)]
-enum InstanceAdoptError {
-    #[error("no SAPI service for {component}")]
-    NoService { component: String },
-    /// SAPI refused the instance; its message says why.
-    #[error(transparent)]
-    Api(ApiError),
+impl Planner for AdoptPlanner<'_> {
+    type Planned = AdoptPlan;
+    type Error = AdoptError;
+
+    async fn plan(&self) -> Result<AdoptPlan, AdoptError> {
+        let (intent, reality) = super::gather::gather(self.apis, self.catalog).await?;
+        let servers = if self.servers.is_empty() {
+            None
+        } else {
+            Some(agentsadm_plan::resolve_servers(&reality, &self.servers)?)
+        };
+        Ok(plan_adoption(
+            self.catalog,
+            &intent,
+            &reality,
+            servers.as_deref(),
+        ))
+    }
 }
 
 /// What adoption did.
@@ -293,126 +398,91 @@ pub struct AdoptReport {
     pub instances_adopted: usize,
     /// Instances that failed: (server, component, error).
     pub failures: Vec<(ServerUuid, String, String)>,
+    /// Services that could not be created or given a default: (component,
+    /// error).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub service_failures: Vec<(String, String)>,
 }
 
-/// Carry out an adoption plan: services first (an error stops everything),
-/// then instances 20 at a time (errors are collected).
-pub async fn adopt(
-    sapi: &SapiClient,
-    plan: &AdoptPlan,
-    intent: &Intent,
-) -> Result<AdoptReport, AdoptError> {
-    let mut report = AdoptReport::default();
-    let mut services: BTreeMap<String, ServiceUuid> = intent
-        .services
-        .iter()
-        .map(|(n, s)| (n.clone(), s.uuid))
-        .collect();
-    if !plan.new_services.is_empty() {
-        let app = sapi
-            .sdc_application()
-            .await
-            .map_err(|err| AdoptError::Api {
-                what: "find the sdc application".to_string(),
-                err,
-            })?
-            .ok_or(AdoptError::NoSdcApplication)?;
-        for s in &plan.new_services {
-            let log_key = format!("{}_LOG_LEVEL", s.component.to_uppercase().replace('-', "_"));
-            let create = CreateService {
-                name: s.component.clone(),
-                application_uuid: app.uuid,
-                service_type: Some(ServiceType::Agent),
-                params: Some(object([(
-                    "tags",
-                    json!({"smartdc_role": s.component, "smartdc_type": "core"}),
-                )])),
-                metadata: Some(object([
-                    ("SERVICE_NAME", Value::String(s.component.clone())),
-                    (log_key.as_str(), Value::String("info".to_string())),
-                ])),
-                manifests: Some(object(Vec::<(String, Value)>::new())),
-                uuid: None,
+impl AdoptReport {
+    /// What the executor's record changes come to.
+    pub fn from_exec(report: &ExecReport) -> AdoptReport {
+        let mut out = AdoptReport::default();
+        for r in &report.records {
+            let error = match &r.status {
+                RecordStatus::Failed { message } => Some(message.clone()),
+                RecordStatus::NotRun { reason } => Some(reason.clone()),
+                _ => None,
             };
-            let created = sapi
-                .create_service(&create)
-                .await
-                .map_err(|err| AdoptError::Api {
-                    what: format!("create service {}", s.component),
-                    err,
-                })?;
-            report.services_created += 1;
-            services.insert(s.component.clone(), created.uuid);
-            if let Some(image) = s.default_image {
-                set_default(sapi, created.uuid, &s.component, image).await?;
-                report.defaults_set += 1;
+            match (&r.change, error) {
+                (RecordChange::CreateService { default_image, .. }, None) => {
+                    out.services_created += 1;
+                    out.defaults_set += usize::from(default_image.is_some());
+                }
+                (RecordChange::ServiceDefault { .. }, None) => out.defaults_set += 1,
+                (RecordChange::AdoptInstance { .. }, None) => out.instances_adopted += 1,
+                (
+                    RecordChange::AdoptInstance {
+                        server, component, ..
+                    },
+                    Some(e),
+                ) => out.failures.push((*server, component.clone(), e)),
+                (change, Some(e)) => out
+                    .service_failures
+                    .push((change.component().unwrap_or_default().to_string(), e)),
+                (_, None) => {}
             }
         }
-    }
-    for d in &plan.service_defaults {
-        set_default(sapi, d.service, &d.component, d.image).await?;
-        report.defaults_set += 1;
+        out.failures.sort();
+        out
     }
 
-    let results: Vec<(ServerUuid, String, Result<(), InstanceAdoptError>)> =
-        stream::iter(plan.instances.iter())
-            .map(|i| {
-                let service = services.get(&i.component).copied();
-                async move {
-                    let result = match service {
-                        None => Err(InstanceAdoptError::NoService {
-                            component: i.component.clone(),
-                        }),
-                        // An instance SAPI has is completed with
-                        // UpdateInstance: re-posting it would overwrite it,
-                        // and a failed re-create makes SAPI delete it.
-                        Some(_) if i.exists => sapi
-                            .update_instance(
-                                i.instance,
-                                &Update::params(instance_params(i.server, i.image)),
-                            )
-                            .await
-                            .map(|_| ())
-                            .map_err(InstanceAdoptError::Api),
-                        Some(service) => sapi
-                            .create_instance(&CreateInstance {
-                                uuid: Some(i.instance),
-                                service_uuid: Some(service),
-                                params: Some(instance_params(i.server, i.image)),
-                                ..Default::default()
-                            })
-                            .await
-                            .map(|_| ())
-                            .map_err(InstanceAdoptError::Api),
-                    };
-                    (i.server, i.component.clone(), result)
-                }
-            })
-            .buffer_unordered(super::execute::DEFAULT_CONCURRENCY)
-            .collect()
-            .await;
-    for (server, component, r) in results {
-        match r {
-            Ok(()) => report.instances_adopted += 1,
-            Err(e) => report.failures.push((server, component, error_chain(&e))),
+    /// 0 when everything was adopted, 2 otherwise.
+    pub fn exit_status(&self) -> u8 {
+        if self.failures.is_empty() && self.service_failures.is_empty() {
+            0
+        } else {
+            2
         }
     }
-    report.failures.sort();
-    Ok(report)
 }
 
-async fn set_default(
-    sapi: &SapiClient,
-    service: ServiceUuid,
-    component: &str,
-    image: ImageUuid,
-) -> Result<(), AdoptError> {
-    let update = Update::params(object([("image_uuid", Value::String(image.to_string()))]));
-    sapi.update_service(service, &update)
-        .await
-        .map(|_| ())
-        .map_err(|err| AdoptError::Api {
-            what: format!("set the default image of service {component}"),
-            err,
+/// Carry out a confirmed adoption through SAPI alone (services first, then
+/// instances 20 at a time; failures are collected).
+pub async fn adopt(sapi: &SapiClient, confirmed: Confirmed<'_>) -> AdoptReport {
+    let store = SapiIntentStore::new(sapi.clone());
+    let records = ApiRecords::sapi_only(sapi);
+    let options = ExecOptions::default();
+    let executor =
+        Executor::new(&NoServers, &store, &NullReporter, &options).with_records(&records);
+    match executor.execute(confirmed, std::future::pending()).await {
+        Ok(report) => AdoptReport::from_exec(&report),
+        // Only service default changes of a rollout fail this way, and an
+        // adoption plan has none.
+        Err(e) => AdoptReport {
+            service_failures: vec![(String::new(), agentsadm_types::error::error_chain(&e))],
+            ..AdoptReport::default()
+        },
+    }
+}
+
+/// Adoption reaches no server.
+struct NoServers;
+
+impl super::transport::Transport for NoServers {
+    fn run<'a>(
+        &'a self,
+        _: ServerUuid,
+        _: &'a agentsadm_plan::Step,
+    ) -> futures::future::BoxFuture<
+        'a,
+        Result<super::transport::StepDone, super::transport::StepFailure>,
+    > {
+        Box::pin(async {
+            Err(super::transport::StepFailure::new(
+                super::report::FailureStage::Execute,
+                "adoption runs no step on servers".to_string(),
+            ))
         })
+    }
 }

@@ -3,25 +3,27 @@
 //! again after the prompt (the datacenter may have changed while the
 //! operator read it: a server rebooted, an image was published, another
 //! tool wrote SAPI); if it differs, the new plan is shown and the question
-//! asked again. `update`, `install`, `remove` and `check --fix` all go
-//! through [`fence`], whatever their plan type.
+//! asked again. Every changing command goes through [`fence`], inside
+//! [`crate::run::Run`], whatever it shows with its plan.
+
+use crate::confirm::Consent;
 
 /// How the confirmation ended.
 #[derive(Debug, PartialEq, Eq)]
 pub enum Fenced<P> {
-    /// Run this plan: it is the one confirmed (or planned under the lock
-    /// with `-y`, nothing to fence against).
-    Confirmed(P),
+    /// Run this plan: it is the one confirmed, by the prompt or (with
+    /// `-y`, nothing to fence against) agreed in advance.
+    Confirmed(P, Consent),
     /// The plan (first or re-planned) has nothing to do.
     Empty(P),
-    /// The operator said no: nothing may be changed.
-    Declined,
+    /// The operator said no to this plan: nothing may be changed.
+    Declined(P),
 }
 
 /// Confirm `first` (already shown) unless `yes`; after each yes, plan
-/// again with `replan` and run only when the new plan equals the confirmed
-/// one. A different plan goes to `changed` (to show it) and is asked
-/// about in turn. `ask` may refuse (an error) as well as decline.
+/// again with `replan` and run only when the new plan is the `same` as the
+/// confirmed one. A different plan goes to `changed` (to show it) and is
+/// asked about in turn. `ask` may refuse (an error) as well as decline.
 pub async fn fence<P, E>(
     first: P,
     yes: bool,
@@ -29,24 +31,22 @@ pub async fn fence<P, E>(
     mut ask: impl AsyncFnMut(&P) -> Result<bool, E>,
     mut replan: impl AsyncFnMut() -> Result<P, E>,
     mut changed: impl FnMut(&P),
-) -> Result<Fenced<P>, E>
-where
-    P: PartialEq,
-{
+    same: impl Fn(&P, &P) -> bool,
+) -> Result<Fenced<P>, E> {
     let mut plan = first;
     loop {
         if is_empty(&plan) {
             return Ok(Fenced::Empty(plan));
         }
         if yes {
-            return Ok(Fenced::Confirmed(plan));
+            return Ok(Fenced::Confirmed(plan, Consent::Yes));
         }
         if !ask(&plan).await? {
-            return Ok(Fenced::Declined);
+            return Ok(Fenced::Declined(plan));
         }
         let again = replan().await?;
-        if again == plan {
-            return Ok(Fenced::Confirmed(plan));
+        if same(&again, &plan) {
+            return Ok(Fenced::Confirmed(plan, Consent::Prompt));
         }
         changed(&again);
         plan = again;
@@ -79,6 +79,7 @@ mod tests {
             },
             async || -> Result<u32, ()> { Ok(replans.borrow_mut().next().expect("a re-plan")) },
             |p| shown.borrow_mut().push(*p),
+            |a, b| a == b,
         )
         .await
         .unwrap();
@@ -90,17 +91,17 @@ mod tests {
         // Unchanged after the prompt: run it.
         assert_eq!(
             run(1, false, &[true], &[1]).await,
-            (Fenced::Confirmed(1), vec![1], vec![])
+            (Fenced::Confirmed(1, Consent::Prompt), vec![1], vec![])
         );
         // Changed: shown, asked again, then run the new one.
         assert_eq!(
             run(1, false, &[true, true], &[2, 2]).await,
-            (Fenced::Confirmed(2), vec![1, 2], vec![2])
+            (Fenced::Confirmed(2, Consent::Prompt), vec![1, 2], vec![2])
         );
         // Changed, then declined: nothing runs.
         assert_eq!(
             run(1, false, &[true, false], &[2]).await,
-            (Fenced::Declined, vec![1, 2], vec![2])
+            (Fenced::Declined(2), vec![1, 2], vec![2])
         );
         // Changed to nothing to do.
         assert_eq!(
@@ -110,7 +111,7 @@ mod tests {
         // -y: planned under the lock, nothing asked, nothing re-planned.
         assert_eq!(
             run(1, true, &[], &[]).await,
-            (Fenced::Confirmed(1), vec![], vec![])
+            (Fenced::Confirmed(1, Consent::Yes), vec![], vec![])
         );
     }
 }

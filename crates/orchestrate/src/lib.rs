@@ -1,36 +1,50 @@
-//! The headnode orchestrator: gathers intent (SAPI) and reality (CNAPI), plans
-//! per-server steps, and converges the fleet with bounded parallelism.
+//! The headnode orchestrator: gathers intent (SAPI) and reality (CNAPI),
+//! plans, and carries out a confirmed plan across the fleet.
 //!
 //! The parts, in the order a run uses them:
 //!
 //! - [`gather`]: one ServerList, one ListServices, one ListInstances (I/O).
-//! - [`reality`], [`intent`]: those answers indexed by server and component.
 //! - [`images`]: `--image` / `--latest` / `--channel` resolution and imports
 //!   into the datacenter IMGAPI (I/O, before planning).
-//! - [`mod@plan`]: the pure planner, and [`display`] for humans.
+//! - the pure planner is the `agentsadm_plan` crate; [`session`] gathers,
+//!   resolves and plans for `update`, `install` and `remove`, [`adopt`]
+//!   plans adoption.
+//! - [`run`]: the one run every changing command goes through: the lock,
+//!   the plan made again under it, the question (or `-y`) and the
+//!   [`confirm::Confirmed`] token it yields, the plan made again after the
+//!   answer ([`fence`]), imports, execution, the report.
 //! - [`lock`]: one orchestrator per datacenter (SAPI application metadata).
-//! - [`execute`]: runs a plan through a [`transport::Transport`] (CNAPI
-//!   install-agent tasks or `agentsadm gz` via CNAPI execute) and an
-//!   [`store::IntentStore`] (SAPI), reporting to a [`report::Reporter`];
-//!   [`outlier`] decides about slow servers. The library draws nothing:
-//!   the command line turns the reporter's events into progress.
-//! - [`session`]: the above as one library call (CLI, demo, tests).
-//! - [`fence`]: execute only the plan that was shown and confirmed.
-//! - [`adopt`]: create agent services and instances for what servers report.
-//! - [`testkit`] and [`fake`]: a deterministic example datacenter and an
-//!   in-memory transport / SAPI for tests and benchmarks.
+//! - [`execute`]: runs a confirmed plan: service defaults, [`records`]
+//!   (CNAPI and SAPI record changes), then the servers in the plan's
+//!   [`waves`], each server's turn in [`turn`], through a
+//!   [`transport::Transport`] (CNAPI install-agent tasks or `agentsadm gz`
+//!   via CNAPI execute) and an [`store::IntentStore`] (SAPI), reporting to
+//!   a [`report::Reporter`]; [`outlier`] decides about slow servers and
+//!   [`summary`] renders the end of a run. The library draws nothing: the
+//!   command line turns the reporter's events into progress.
+//!   [`execmode`] tells how CNAPI execute reaches each server, and
+//!   [`recover`] settles tasks whose result CNAPI lost.
 
 pub mod adopt;
+pub mod confirm;
+pub mod execmode;
 pub mod execute;
 pub mod fence;
 pub mod gather;
 pub mod images;
 pub mod lock;
 pub mod outlier;
+pub mod records;
+pub mod recover;
 pub mod report;
+mod reporters;
+pub mod run;
 pub mod session;
 pub mod store;
+pub mod summary;
 pub mod transport;
+mod turn;
+pub mod waves;
 
 pub use agentsadm_plan::intent::Intent;
 pub use agentsadm_plan::reality::Reality;

@@ -17,6 +17,8 @@
 //! longer exists, is broken automatically (with a warning). `--break-lock`
 //! breaks any lock (for when the holder is known to be dead elsewhere).
 
+use std::future::Future;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, SystemTime};
 
 use futures::future::BoxFuture;
@@ -169,26 +171,42 @@ pub fn this_owner() -> String {
     let user = std::env::var("USER")
         .or_else(|_| std::env::var("LOGNAME"))
         .unwrap_or_else(|_| "root".to_string());
-    format!("{user}@{}:{}", this_host(), std::process::id())
+    format!(
+        "{user}@{}:{}",
+        agentsadm_types::log::hostname(),
+        std::process::id()
+    )
 }
 
-fn this_host() -> String {
-    ["/etc/nodename", "/etc/hostname"]
-        .iter()
-        .find_map(|p| std::fs::read_to_string(p).ok())
-        .map(|s| s.trim().to_string())
-        .filter(|s| !s.is_empty())
-        .or_else(|| std::env::var("HOSTNAME").ok())
-        .unwrap_or_else(|| "localhost".to_string())
-}
-
-/// Whether a lock owner's process exists, when it runs on this host.
+/// Whether a lock owner's process exists, when it runs on this host (the
+/// one hostname function, so that the early check and the lock agree).
 fn local_owner_alive(r: &LockRecord) -> Option<bool> {
     let (host, pid) = r.owner_host_pid()?;
-    if host != this_host() {
+    if host != agentsadm_types::log::hostname() {
         return None;
     }
     Some(std::path::Path::new(&format!("/proc/{pid}")).exists())
+}
+
+/// Refuse early, before a long plan, when another agentsadm holds the
+/// lock (unless `--break-lock`); [`acquire`] still takes it properly
+/// afterwards. Writes nothing.
+pub async fn check_free(store: &dyn LockStore, options: &LockOptions) -> Result<(), LockError> {
+    if options.break_lock {
+        return Ok(());
+    }
+    let Some(r) = store.read().await? else {
+        return Ok(());
+    };
+    match evaluate(
+        Some(&r),
+        SystemTime::now(),
+        options.stale_after,
+        local_owner_alive(&r),
+    ) {
+        LockState::Held => Err(LockError::held(&r)),
+        _ => Ok(()),
+    }
 }
 
 /// A held lock. Release it with [`DcLock::release`]; refresh it with
@@ -280,6 +298,60 @@ impl DcLock<'_> {
             _ => Ok(()),
         }
     }
+}
+
+/// Take the datacenter lock for `operation`, run `work` while refreshing
+/// the lock, then release it. Failing to refresh or release is a note: the
+/// work has started (or is done) and stopping it would leave it half done;
+/// a lock another process took sets `lost` (the executor then starts no new
+/// server).
+pub async fn hold<T>(
+    store: &dyn LockStore,
+    operation: &str,
+    options: &LockOptions,
+    lost: &AtomicBool,
+    note: impl Fn(&str),
+    work: impl Future<Output = T>,
+) -> Result<T, LockError> {
+    let owner = this_owner();
+    let mut dc_lock = acquire(store, &owner, operation, options).await?;
+    if let Some(old) = &dc_lock.broke {
+        note(&format!(
+            "warning: broke the orchestrator lock of {} ({:?}, last seen {})",
+            old.owner, old.operation, old.refreshed
+        ));
+    }
+    tokio::pin!(work);
+    let mut refresh = tokio::time::interval(options.refresh_every);
+    // The first tick is immediate; the lock was just written.
+    refresh.tick().await;
+    let result = loop {
+        tokio::select! {
+            r = &mut work => break r,
+            _ = refresh.tick() => match dc_lock.refresh().await {
+                Err(e @ LockError::Lost { .. }) => {
+                    if !lost.swap(true, Ordering::SeqCst) {
+                        note(&format!(
+                            "warning: {}; no new server will be started",
+                            agentsadm_types::error::error_chain(&e)
+                        ));
+                    }
+                }
+                Err(e) => note(&format!(
+                    "warning: {}",
+                    agentsadm_types::error::error_chain(&e)
+                )),
+                Ok(()) => {}
+            },
+        }
+    };
+    if let Err(e) = dc_lock.release().await {
+        note(&format!(
+            "warning: cannot release the orchestrator lock: {}",
+            agentsadm_types::error::error_chain(&e)
+        ));
+    }
+    Ok(result)
 }
 
 /// [`LockStore`] in the SAPI `sdc` application's metadata.

@@ -8,8 +8,7 @@
 
 use std::borrow::Cow;
 use std::collections::BTreeMap;
-use std::fmt::{self, Write as _};
-use std::sync::Mutex;
+use std::fmt;
 use std::time::Duration;
 
 use serde::Serialize;
@@ -18,7 +17,7 @@ use super::outlier::Outlier;
 
 use super::outlier::duration_secs;
 
-use super::outlier::percentile_sorted;
+use super::records::RecordOutcome;
 use super::transport::StepFailure;
 use super::transport::TaskRef;
 use agentsadm_plan::Plan;
@@ -106,234 +105,14 @@ pub trait Reporter: Send + Sync {
     fn event(&self, event: &ExecEvent<'_>);
 }
 
+pub use super::reporters::{LogReporter, RecordingReporter};
+
 /// Ignores everything.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct NullReporter;
 
 impl Reporter for NullReporter {
     fn event(&self, _event: &ExecEvent<'_>) {}
-}
-
-/// Records one line per event; for tests.
-#[derive(Debug, Default)]
-pub struct RecordingReporter {
-    pub lines: Mutex<Vec<String>>,
-}
-
-impl RecordingReporter {
-    pub fn lines(&self) -> Vec<String> {
-        self.lines.lock().map(|l| l.clone()).unwrap_or_default()
-    }
-}
-
-impl Reporter for RecordingReporter {
-    fn event(&self, event: &ExecEvent<'_>) {
-        let line = match event {
-            ExecEvent::Started { servers, .. } => format!("start {servers}"),
-            ExecEvent::ServerStarted { hostname, .. } => format!("server-start {hostname}"),
-            ExecEvent::StepStarted { hostname, step, .. } => {
-                format!("step-start {hostname} {}", step.component)
-            }
-            ExecEvent::StepFinished {
-                hostname,
-                step,
-                failure,
-                ..
-            } => format!(
-                "step-done {hostname} {} {}",
-                step.component,
-                if failure.is_some() { "failed" } else { "ok" }
-            ),
-            ExecEvent::ServerFinished { outcome, .. } => {
-                format!(
-                    "server-done {} {}",
-                    outcome.hostname,
-                    outcome.status.as_str()
-                )
-            }
-            ExecEvent::Outlier(o) => format!("outlier {}", o.hostname),
-            ExecEvent::StragglersAbandoned { servers } => format!("stragglers {}", servers.len()),
-            ExecEvent::Interrupted { in_flight, waiting } => format!(
-                "interrupted {} in flight{}",
-                in_flight.len(),
-                if *waiting { ", waiting" } else { "" }
-            ),
-            ExecEvent::StoppedWaiting { in_flight } => {
-                format!("stopped waiting {}", in_flight.len())
-            }
-            ExecEvent::Finished(_) => "finished".to_string(),
-        };
-        if let Ok(mut l) = self.lines.lock() {
-            l.push(line);
-        }
-    }
-}
-
-/// Writes every event to the run's log (`tracing`, bunyan records in the
-/// log file) with component `executor` (a server's hostname is
-/// `server_name`: bunyan's `hostname` is this machine's): each server's and step's start and
-/// end with durations, every failure with its stage (task id included) and
-/// remote text, outliers, stragglers, interruption and the totals.
-#[derive(Clone, Copy, Debug, Default)]
-pub struct LogReporter;
-
-fn failure_task(stage: &FailureStage) -> Option<String> {
-    match stage {
-        FailureStage::Task { id: Some(id), .. } => Some(id.to_string()),
-        _ => None,
-    }
-}
-
-impl Reporter for LogReporter {
-    fn event(&self, event: &ExecEvent<'_>) {
-        const C: &str = "executor";
-        match event {
-            ExecEvent::Started {
-                servers,
-                steps,
-                concurrency,
-            } => tracing::info!(target: agentsadm_types::log::FILE_ONLY_TARGET,
-                component = C,
-                servers,
-                steps,
-                concurrency,
-                "execution started"
-            ),
-            ExecEvent::ServerStarted { server, hostname } => {
-                tracing::info!(target: agentsadm_types::log::FILE_ONLY_TARGET,
-                    component = C,
-                    server = %server,
-                    server_name = *hostname,
-                    "server started"
-                )
-            }
-            ExecEvent::StepStarted {
-                server,
-                hostname,
-                step,
-            } => tracing::info!(target: agentsadm_types::log::FILE_ONLY_TARGET,
-                component = C,
-                server = %server,
-                server_name = *hostname,
-                agent = step.component.as_str(),
-                action = step.action.verb(),
-                transport = step.transport.as_str(),
-                "step started"
-            ),
-            ExecEvent::StepFinished {
-                server,
-                hostname,
-                step,
-                elapsed,
-                failure,
-            } => match failure {
-                None => tracing::info!(target: agentsadm_types::log::FILE_ONLY_TARGET,
-                    component = C,
-                    server = %server,
-                    server_name = *hostname,
-                    agent = step.component.as_str(),
-                    action = step.action.verb(),
-                    elapsed_ms = elapsed.as_millis() as u64,
-                    "step done in {}",
-                    fmt_duration(*elapsed)
-                ),
-                Some(f) => tracing::error!(target: agentsadm_types::log::FILE_ONLY_TARGET,
-                    component = C,
-                    server = %server,
-                    server_name = *hostname,
-                    agent = step.component.as_str(),
-                    action = step.action.verb(),
-                    elapsed_ms = elapsed.as_millis() as u64,
-                    stage = %f.stage,
-                    task = failure_task(&f.stage),
-                    error = f.message.as_str(),
-                    "step failed after {}: {}: {}",
-                    fmt_duration(*elapsed),
-                    f.stage,
-                    f.message
-                ),
-            },
-            ExecEvent::ServerFinished { server, outcome } => {
-                let f = outcome.failure.as_ref();
-                if outcome.status == ServerStatus::Succeeded {
-                    tracing::info!(target: agentsadm_types::log::FILE_ONLY_TARGET,
-                        component = C,
-                        server = %server,
-                        server_name = outcome.hostname.as_str(),
-                        status = outcome.status.as_str(),
-                        elapsed_ms = outcome.elapsed.as_millis() as u64,
-                        "server succeeded in {}",
-                        fmt_duration(outcome.elapsed)
-                    );
-                } else {
-                    tracing::error!(target: agentsadm_types::log::FILE_ONLY_TARGET,
-                        component = C,
-                        server = %server,
-                        server_name = outcome.hostname.as_str(),
-                        status = outcome.status.as_str(),
-                        elapsed_ms = outcome.elapsed.as_millis() as u64,
-                        stage = f.map(|f| f.stage.to_string()),
-                        task = f.and_then(|f| failure_task(&f.stage)),
-                        error = f.map(|f| f.message.as_str()),
-                        "server {}: {}",
-                        outcome.status.as_str(),
-                        f.map(ToString::to_string).unwrap_or_default()
-                    );
-                }
-            }
-            ExecEvent::Outlier(o) => tracing::warn!(target: agentsadm_types::log::FILE_ONLY_TARGET,
-                component = C,
-                server = %o.server,
-                server_name = o.hostname.as_str(),
-                elapsed_ms = o.elapsed.as_millis() as u64,
-                median_ms = o.median.as_millis() as u64,
-                "outlier: {} running for {}, the median server took {}",
-                o.hostname,
-                fmt_duration(o.elapsed),
-                fmt_duration(o.median)
-            ),
-            ExecEvent::StragglersAbandoned { servers } => {
-                let names: Vec<&str> = servers.iter().map(|(_, h)| h.as_str()).collect();
-                tracing::warn!(target: agentsadm_types::log::FILE_ONLY_TARGET,
-                    component = C,
-                    servers = names.join(","),
-                    "stopped waiting for stragglers"
-                );
-            }
-            ExecEvent::Interrupted { in_flight, waiting } => {
-                let servers: Vec<String> = in_flight.iter().map(InFlight::describe).collect();
-                tracing::warn!(target: agentsadm_types::log::FILE_ONLY_TARGET,
-                    component = C,
-                    in_flight = servers.join("; "),
-                    waiting,
-                    "interrupted by the operator: no new server starts; {} in flight",
-                    in_flight.len()
-                )
-            }
-            ExecEvent::StoppedWaiting { in_flight } => {
-                let servers: Vec<String> = in_flight.iter().map(InFlight::describe).collect();
-                tracing::warn!(target: agentsadm_types::log::FILE_ONLY_TARGET,
-                    component = C,
-                    in_flight = servers.join("; "),
-                    "stopped waiting for the servers in flight (they may still complete)"
-                )
-            }
-            ExecEvent::Finished(r) => {
-                let c = r.counts();
-                tracing::info!(target: agentsadm_types::log::FILE_ONLY_TARGET,
-                    component = C,
-                    succeeded = c.succeeded,
-                    failed = c.failed,
-                    timed_out = c.timed_out,
-                    interrupted = c.interrupted,
-                    not_started = c.not_started,
-                    outliers = r.outliers.len(),
-                    elapsed_ms = r.elapsed.as_millis() as u64,
-                    "execution finished"
-                );
-            }
-        }
-    }
 }
 
 /// How one server ended.
@@ -512,6 +291,47 @@ pub struct ServerOutcome {
     /// What was put back after an unhealthy step.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub revert: Option<Revert>,
+    /// Instances an install replaced, deleted once the server reported the
+    /// new one (`check --fix`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub replaced: Vec<agentsadm_types::ids::InstanceUuid>,
+}
+
+impl ServerOutcome {
+    /// A server that succeeded (so far), with nothing recorded yet.
+    pub fn new(hostname: &str) -> ServerOutcome {
+        ServerOutcome {
+            hostname: hostname.to_string(),
+            status: ServerStatus::Succeeded,
+            elapsed: Duration::ZERO,
+            steps: Vec::new(),
+            failure: None,
+            tasks: Vec::new(),
+            gates: Vec::new(),
+            revert: None,
+            replaced: Vec::new(),
+        }
+    }
+
+    /// The server ended with `status` because of `failure`.
+    pub fn fail(&mut self, status: ServerStatus, failure: Failure) {
+        self.status = status;
+        self.failure = Some(failure);
+    }
+}
+
+/// A failed server's instance target put back after the rollout halted:
+/// intent names the image the server still runs.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct IntentRevert {
+    pub server: ServerUuid,
+    pub hostname: String,
+    pub component: String,
+    /// The image `params.image_uuid` names again.
+    pub image: agentsadm_types::ids::ImageUuid,
+    /// Why it could not be put back, if it could not.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
 }
 
 /// One step's health gate.
@@ -557,10 +377,18 @@ pub struct ExecReport {
     /// Why the run stopped starting servers, if it did.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub halted: Option<Halted>,
-    /// Service default images put back after a failed canary (the rollout
-    /// touched no other server, so nothing may claim the new build).
+    /// Service default images put back after a failed canary or a
+    /// failure-budget halt (so that new servers do not get the build that
+    /// was halted).
     #[serde(skip_serializing_if = "is_zero")]
     pub service_changes_reverted: usize,
+    /// Instance targets of failed servers put back after such a halt.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub intent_reverted: Vec<IntentRevert>,
+    /// The record changes (CNAPI reports, SAPI services and instances, a
+    /// server's CNAPI record), in the order they were made.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub records: Vec<RecordOutcome>,
 }
 
 fn is_zero(n: &usize) -> bool {
@@ -667,13 +495,15 @@ impl ExecReport {
         c
     }
 
-    /// Whether every planned server succeeded.
+    /// Whether every planned server succeeded and every record change was
+    /// made.
     pub fn all_succeeded(&self) -> bool {
         !self.interrupted
             && self
                 .servers
                 .values()
                 .all(|o| o.status == ServerStatus::Succeeded)
+            && self.records.iter().all(RecordOutcome::ok)
     }
 
     /// 0 when the plan was carried out completely with nothing blocking
@@ -685,258 +515,6 @@ impl ExecReport {
             2
         }
     }
-
-    /// The per-component summary table's rows, in the plan's component order.
-    pub fn summary(&self, plan: &Plan) -> Vec<ComponentSummary> {
-        let mut times: BTreeMap<&str, Vec<Duration>> = BTreeMap::new();
-        let mut rows: BTreeMap<&str, ComponentSummary> = BTreeMap::new();
-        let mut order: Vec<&str> = plan.components.iter().map(String::as_str).collect();
-        for s in &plan.skips {
-            if let Some(c) = s.component.as_deref()
-                && !order.contains(&c)
-            {
-                order.push(c);
-            }
-        }
-        for c in &order {
-            rows.insert(
-                c,
-                ComponentSummary {
-                    component: c.to_string(),
-                    done: 0,
-                    failed: 0,
-                    skipped: 0,
-                    p50: None,
-                    p90: None,
-                    max: None,
-                    note: None,
-                },
-            );
-        }
-        for o in self.servers.values() {
-            for st in &o.steps {
-                let Some(row) = rows.get_mut(st.component.as_str()) else {
-                    continue;
-                };
-                match st.status {
-                    StepStatus::Done => {
-                        row.done += 1;
-                        times
-                            .entry(row_key(&order, &st.component))
-                            .or_default()
-                            .push(st.elapsed);
-                    }
-                    StepStatus::Failed => row.failed += 1,
-                    StepStatus::NotRun => row.skipped += 1,
-                }
-            }
-        }
-        for s in &plan.skips {
-            match (&s.server, &s.component) {
-                (Some(_), Some(c)) => {
-                    if let Some(row) = rows.get_mut(c.as_str()) {
-                        row.skipped += 1;
-                    }
-                }
-                (None, Some(c)) => {
-                    if let Some(row) = rows.get_mut(c.as_str()) {
-                        row.note = Some(s.reason.describe());
-                    }
-                }
-                // A whole server left out: every component it would have
-                // had counts it only when it blocks convergence.
-                (Some(_), None) if s.blocking => {
-                    for row in rows.values_mut().filter(|r| r.note.is_none()) {
-                        row.skipped += 1;
-                    }
-                }
-                _ => {}
-            }
-        }
-        for (c, mut t) in times {
-            t.sort();
-            if let Some(row) = rows.get_mut(c) {
-                row.p50 = Some(percentile_sorted(&t, 50.0));
-                row.p90 = Some(percentile_sorted(&t, 90.0));
-                row.max = t.last().copied();
-            }
-        }
-        order.iter().filter_map(|c| rows.remove(c)).collect()
-    }
-
-    /// The final text: summary table, failures, timeouts, outliers, and a
-    /// one-line verdict.
-    pub fn render(&self, plan: &Plan) -> String {
-        let mut out = String::new();
-        // Components nothing happened to stay out of the table (they are in
-        // the JSON summary); a note (marlin-agent skipped in bulk) keeps a row.
-        let rows: Vec<Vec<String>> = self
-            .summary(plan)
-            .into_iter()
-            .filter(|r| r.done + r.failed + r.skipped > 0 || r.note.is_some())
-            .map(|r| {
-                vec![
-                    r.component,
-                    r.done.to_string(),
-                    r.failed.to_string(),
-                    r.skipped.to_string(),
-                    r.p50.map(fmt_duration).unwrap_or_else(|| "-".into()),
-                    r.p90.map(fmt_duration).unwrap_or_else(|| "-".into()),
-                    r.max.map(fmt_duration).unwrap_or_else(|| "-".into()),
-                    r.note.unwrap_or_default(),
-                ]
-            })
-            .collect();
-        if !rows.is_empty() {
-            out.push_str(&agentsadm_types::output::table(
-                &[
-                    "COMPONENT",
-                    "DONE",
-                    "FAILED",
-                    "SKIPPED",
-                    "P50",
-                    "P90",
-                    "MAX",
-                    "NOTE",
-                ],
-                &rows,
-            ));
-        }
-        let failed: Vec<(&ServerUuid, &ServerOutcome)> = self
-            .servers
-            .iter()
-            .filter(|(_, o)| matches!(o.status, ServerStatus::Failed | ServerStatus::TimedOut))
-            .collect();
-        if !failed.is_empty() {
-            out.push_str("\nFailed:\n");
-            for (uuid, o) in failed {
-                let why = o
-                    .failure
-                    .as_ref()
-                    .map(ToString::to_string)
-                    .unwrap_or_else(|| o.status.as_str().to_string());
-                let _ = writeln!(out, "  {} ({uuid}): {why}", o.hostname);
-            }
-        }
-        if !self.outliers.is_empty() {
-            out.push_str("\nOutliers (slow servers):\n");
-            for o in &self.outliers {
-                let _ = writeln!(
-                    out,
-                    "  {} ({}): {} elapsed when flagged, median {}",
-                    o.hostname,
-                    o.server,
-                    fmt_duration(o.elapsed),
-                    fmt_duration(o.median)
-                );
-            }
-        }
-        let left: Vec<(&ServerUuid, &ServerOutcome)> = self
-            .servers
-            .iter()
-            .filter(|(_, o)| o.status == ServerStatus::Interrupted)
-            .collect();
-        if !left.is_empty() {
-            out.push_str(
-                "\nLeft running when the run stopped waiting (they may still complete; follow a task with 'sdc-cnapi /tasks/<id>', or run the same command again):\n",
-            );
-            for (uuid, o) in left {
-                let tasks: Vec<String> = o
-                    .tasks
-                    .iter()
-                    .filter(|t| t.waiting)
-                    .map(|t| format!("{} task {}", t.component, t.task))
-                    .collect();
-                let what = if tasks.is_empty() {
-                    "no CNAPI task (CNAPI execute)".to_string()
-                } else {
-                    tasks.join(", ")
-                };
-                let _ = writeln!(out, "  {} ({uuid}): {what}", o.hostname);
-            }
-        }
-        if self.interrupted {
-            let c = self.counts();
-            if c.not_started > 0 {
-                let _ = writeln!(
-                    out,
-                    "\nInterrupted: {} servers were not started; run the same command again to finish.",
-                    c.not_started
-                );
-            }
-        }
-        // The safety settings as they ended: an operator reading the
-        // summary sees how close the run came to its budget.
-        let c = self.counts();
-        let mut safety = Vec::new();
-        if let Some(canary) = &self.canary {
-            safety.push(format!(
-                "canary {} {}",
-                canary.servers.join(", "),
-                if canary.passed { "passed" } else { "failed" }
-            ));
-        }
-        if let Some(budget) = self.budget {
-            let failures = c.failed + c.timed_out;
-            safety.push(format!(
-                "{} of a failure budget of {budget}",
-                if failures == 1 {
-                    "1 failure".to_string()
-                } else {
-                    format!("{failures} failures")
-                }
-            ));
-        }
-        if !safety.is_empty() {
-            let mut line = safety.join("; ");
-            line[..1].make_ascii_uppercase();
-            let _ = writeln!(out, "\n{line}.");
-        }
-        if let Some(h) = &self.halted {
-            let _ = writeln!(out, "\n{h}");
-        }
-        let skipped = plan.skips.iter().filter(|s| s.blocking).count();
-        let _ = write!(
-            out,
-            "\n{} {} of {} servers",
-            match plan.operation {
-                agentsadm_plan::Operation::Update => "Updated",
-                agentsadm_plan::Operation::Install => "Installed on",
-                agentsadm_plan::Operation::Remove => "Removed from",
-            },
-            c.succeeded,
-            self.servers.len()
-        );
-        let mut extra = Vec::new();
-        if c.failed > 0 {
-            extra.push(format!("{} failed", c.failed));
-        }
-        if c.timed_out > 0 {
-            extra.push(format!("{} timed out", c.timed_out));
-        }
-        if c.interrupted > 0 {
-            extra.push(format!("{} left running", c.interrupted));
-        }
-        if c.not_started > 0 {
-            extra.push(format!("{} not started", c.not_started));
-        }
-        if skipped > 0 {
-            extra.push(format!("{skipped} skipped"));
-        }
-        if !extra.is_empty() {
-            let _ = write!(out, " ({})", extra.join(", "));
-        }
-        let _ = writeln!(out, " in {}.", fmt_duration(self.elapsed));
-        out
-    }
-}
-
-fn row_key<'a>(order: &[&'a str], component: &str) -> &'a str {
-    order
-        .iter()
-        .copied()
-        .find(|c| *c == component)
-        .unwrap_or("")
 }
 
 /// Short human durations: `850ms`, `4.2s`, `3m05s`, `1h02m`.

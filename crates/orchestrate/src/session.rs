@@ -1,9 +1,11 @@
-//! One orchestrator run against a datacenter's APIs, as a library call:
-//! gather, resolve images, plan; then (after the caller confirmed and took
-//! the lock) import images and execute through CNAPI and SAPI.
+//! `update`, `install` and `remove` against a datacenter's APIs, as library
+//! calls: gather, resolve images, plan ([`Session::plan`], or
+//! [`RequestPlanner`] for [`crate::run::Run`]); then, once the operator
+//! confirmed, import images and execute through CNAPI and SAPI.
 //!
-//! The command line, the demo, the simulator-backed tests and benchmarks
-//! all go through here, so they exercise the same path:
+//! The command line (through [`crate::run::Run`]), the demo, the
+//! simulator-backed tests and benchmarks all go through here, so they
+//! exercise the same path:
 //!
 //! ```no_run
 //! # async fn f(apis: agentsadm_api::Apis) -> Result<(), Box<dyn std::error::Error>> {
@@ -21,8 +23,12 @@
 //! };
 //! let planned = session.plan(&request, ImageChoice::Latest, TransportMode::Auto).await?;
 //! println!("{}", planned.plan);
+//! // -y: agreed in advance (without it, only the prompt makes the token).
+//! let settings = agentsadm_orchestrate::run::RunSettings { yes: true, ..Default::default() };
+//! let confirmed = agentsadm_orchestrate::confirm::Confirmed::by_yes(&settings, &planned.plan)
+//!     .expect("-y");
 //! let report = session
-//!     .execute(&planned.plan, &Default::default(), Default::default(),
+//!     .execute(confirmed, &settings.options, Default::default(),
 //!              &agentsadm_orchestrate::report::NullReporter, std::future::pending())
 //!     .await?;
 //! # let _ = report; Ok(()) }
@@ -38,6 +44,7 @@ use super::execute::Executor;
 
 use super::execute::RunGate;
 
+use super::confirm::Confirmed;
 use super::execute::Unattended;
 use super::gather;
 use super::gather::GatherError;
@@ -45,8 +52,10 @@ use super::images;
 use super::images::ImageChoice;
 use super::images::ImageError;
 use super::images::ImageSources;
+use super::records::ApiRecords;
 use super::report::ExecReport;
 use super::report::Reporter;
+use super::run::Planner;
 use super::store::SapiIntentStore;
 use super::transport::CnapiTransport;
 use super::transport::CnapiTransportConfig;
@@ -59,7 +68,6 @@ use agentsadm_plan::PlanOptions;
 use agentsadm_plan::PlanningInput;
 use agentsadm_plan::Request;
 use agentsadm_plan::ResolvedImages;
-use agentsadm_plan::TransportMode;
 use agentsadm_plan::intent::Intent;
 use agentsadm_plan::reality::Reality;
 use agentsadm_types::catalog::Catalog;
@@ -115,11 +123,13 @@ impl Session<'_> {
     }
 
     /// Gather intent and reality, resolve images, plan. Changes nothing.
+    /// `options`: the transport mode (waves with the library's neutral
+    /// rollout), or [`PlanOptions`] with the operator's rollout.
     pub async fn plan(
         &self,
         request: &Request,
         choice: ImageChoice,
-        transport: TransportMode,
+        options: impl Into<PlanOptions>,
     ) -> Result<Planned, SessionError> {
         let (intent, reality) = gather::gather(self.apis, self.catalog).await?;
         let components = self.components_in_play(&intent, request);
@@ -139,7 +149,7 @@ impl Session<'_> {
             intent: &intent,
             reality: &reality,
             request,
-            options: PlanOptions { transport },
+            options: options.into(),
             images: &images,
         })?;
         Ok(Planned {
@@ -154,7 +164,7 @@ impl Session<'_> {
     /// and execute) and SAPI. The caller holds the datacenter lock.
     pub async fn execute(
         &self,
-        plan: &Plan,
+        plan: Confirmed<'_>,
         options: &ExecOptions,
         transport: CnapiTransportConfig,
         reporter: &dyn Reporter,
@@ -168,23 +178,42 @@ impl Session<'_> {
     /// before each server starts (see [`RunGate`]).
     pub async fn execute_gated(
         &self,
-        plan: &Plan,
+        plan: Confirmed<'_>,
         options: &ExecOptions,
         transport: CnapiTransportConfig,
         reporter: &dyn Reporter,
         cancel: impl Future<Output = ()>,
         gate: &impl RunGate,
     ) -> Result<ExecReport, SessionError> {
-        images::import(&self.apis.imgapi, &plan.imports).await?;
+        images::import(&self.apis.imgapi, plan.plan().imports()).await?;
         let transport =
-            CnapiTransport::new(self.apis.cnapi.clone(), self.catalog.clone(), transport);
+            CnapiTransport::new(self.apis.cnapi.clone(), self.catalog.clone(), transport)
+                .with_sapi(self.apis.sapi.clone());
         let store = SapiIntentStore::new(self.apis.sapi.clone());
-        let executor = Executor {
-            transport: &transport,
-            store: &store,
-            reporter,
-            options,
-        };
+        let records = ApiRecords::new(self.apis);
+        let executor = Executor::new(&transport, &store, reporter, options).with_records(&records);
         Ok(executor.execute_gated(plan, cancel, gate).await?)
+    }
+}
+
+/// `update`, `install` or `remove` as a [`Planner`] for
+/// [`crate::run::Run`]: each call gathers, resolves images and plans anew.
+pub struct RequestPlanner<'a> {
+    pub session: Session<'a>,
+    pub request: Request,
+    pub choice: ImageChoice,
+    pub options: PlanOptions,
+}
+
+impl Planner for RequestPlanner<'_> {
+    type Planned = Plan;
+    type Error = SessionError;
+
+    async fn plan(&self) -> Result<Plan, SessionError> {
+        Ok(self
+            .session
+            .plan(&self.request, self.choice, self.options)
+            .await?
+            .plan)
     }
 }

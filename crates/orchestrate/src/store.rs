@@ -4,8 +4,11 @@
 //! Every write is idempotent, so a re-run after an interruption can repeat
 //! it: instances are created with an explicit UUID (SAPI overwrites on a
 //! duplicate create), updates merge params, and deleting an instance that
-//! is already gone counts as done. UpgradeInstance is never used: the real
-//! SAPI crashes on it for agent instances (docs/triton/apis.md §2.6).
+//! is already gone counts as done. Adopting what a server reports follows
+//! the one adoption rule ([`agentsadm_api::adoption`]): an instance SAPI
+//! records under another service is left alone. UpgradeInstance is never
+//! used: the real SAPI crashes on it for agent instances
+//! (docs/triton/apis.md §2.6).
 
 use futures::future::BoxFuture;
 use serde_json::Value;
@@ -13,6 +16,8 @@ use serde_json::Value;
 use agentsadm_plan::IntentChange;
 
 use agentsadm_api::ApiError;
+use agentsadm_api::adoption::Adoption;
+use agentsadm_api::adoption::adopt_instance;
 use agentsadm_api::sapi::CreateInstance;
 use agentsadm_api::sapi::SapiClient;
 use agentsadm_api::sapi::Update;
@@ -36,6 +41,14 @@ pub enum IntentWriteError {
         "{component} was installed but the server reports no instance UUID for it, so it cannot be adopted into SAPI; run 'agentsadm adopt' once the server reports it"
     )]
     NoInstanceReported { component: String },
+    #[error(
+        "SAPI records instance {instance} (the one the server keeps for {component}) under another service ({recorded}); left as it is: run 'agentsadm check' and decide which component owns it"
+    )]
+    OtherService {
+        component: String,
+        instance: InstanceUuid,
+        recorded: ServiceUuid,
+    },
     /// Only produced by fakes.
     #[error("{message}")]
     Injected { message: String },
@@ -146,10 +159,21 @@ impl SapiIntentStore {
                     component: component.clone(),
                 })?;
                 // The server's kept instance may already be in SAPI (an
-                // earlier run, a postinstall): complete it with
-                // UpdateInstance rather than re-post it.
-                match self.sapi.get_instance(instance).await {
-                    Ok(_) => self
+                // earlier run, a postinstall, cn-agent's own adoption):
+                // the one adoption rule decides.
+                let recorded = match self.sapi.get_instance(instance).await {
+                    Ok(existing) => Some(existing.service_uuid),
+                    Err(err) if err.is_not_found() => None,
+                    Err(err) => {
+                        return Err(IntentWriteError::Api {
+                            what: format!("look up instance {instance}"),
+                            err: Box::new(err),
+                        });
+                    }
+                };
+                match adopt_instance(recorded, Some(*service)) {
+                    Adoption::Create => self.create(*service, instance, server, *image).await,
+                    Adoption::Update => self
                         .sapi
                         .update_instance(instance, &Update::params(instance_params(server, *image)))
                         .await
@@ -158,26 +182,41 @@ impl SapiIntentStore {
                             what: format!("update instance {instance}"),
                             err: Box::new(err),
                         }),
-                    Err(err) if err.is_not_found() => {
-                        self.create(*service, instance, server, *image).await
-                    }
-                    Err(err) => Err(IntentWriteError::Api {
-                        what: format!("look up instance {instance}"),
-                        err: Box::new(err),
+                    Adoption::OtherService { recorded } => Err(IntentWriteError::OtherService {
+                        component: component.clone(),
+                        instance,
+                        recorded,
                     }),
                 }
             }
-            IntentChange::DeleteInstance { instance, .. } => {
-                match self.sapi.delete_instance(*instance).await {
-                    Ok(()) => Ok(()),
-                    Err(err) if err.is_not_found() => Ok(()),
-                    Err(err) => Err(IntentWriteError::Api {
-                        what: format!("delete instance {instance}"),
-                        err: Box::new(err),
-                    }),
+            IntentChange::DeleteReplaced { instance, .. } => {
+                // Only once the server reports another instance.
+                if reported.is_none_or(|r| r == *instance) {
+                    return Ok(());
                 }
+                self.delete(*instance).await
             }
+            IntentChange::DeleteInstance { instance, .. } => self.delete(*instance).await,
         }
+    }
+
+    /// Delete an instance; `Ok(false)`: it was already gone.
+    pub(crate) async fn delete_instance(
+        &self,
+        instance: InstanceUuid,
+    ) -> Result<bool, IntentWriteError> {
+        match self.sapi.delete_instance(instance).await {
+            Ok(()) => Ok(true),
+            Err(err) if err.is_not_found() => Ok(false),
+            Err(err) => Err(IntentWriteError::Api {
+                what: format!("delete instance {instance}"),
+                err: Box::new(err),
+            }),
+        }
+    }
+
+    async fn delete(&self, instance: InstanceUuid) -> Result<(), IntentWriteError> {
+        self.delete_instance(instance).await.map(|_| ())
     }
 }
 

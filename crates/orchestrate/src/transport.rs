@@ -22,6 +22,25 @@
 //! before the new cn-agent runs. For it (the catalog's `core-last`
 //! component) success is confirmed through CNAPI `server.agents` showing
 //! the new image, whatever the task said, as sdcadm does.
+//!
+//! What the real CNAPI and cn-agent require of both carriers
+//! (docs/triton/apis.md §3.12):
+//!
+//! - Execute goes through Ur or cn-agent per server ([`execmode`]):
+//!   `timeout` is sent only in cn-agent mode, and every execute is bounded
+//!   here (the step's timeout for `gz install|remove`, the short
+//!   [`CnapiTransportConfig::health_check_bound`] for `gz health`): through
+//!   Ur a server whose ur-agent is down never answers.
+//! - A task whose result CNAPI lost (a restart mid-task) is settled by the
+//!   server itself ([`recover`]), and `server.agents` is put right.
+//! - uninstall-agents is only asked of a server whose `server.agents`
+//!   lists cn-agent >= 2.8.0: CNAPI answers 412 below that and crashes
+//!   without the entry.
+//! - One server is read through ServerList, never ServerGet (which waits
+//!   for VMAPI).
+//!
+//! [`execmode`]: super::execmode
+//! [`recover`]: super::recover
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
@@ -36,10 +55,20 @@ use agentsadm_plan::Action;
 
 use agentsadm_plan::Step;
 
+use super::execmode::ExecuteModes;
+use super::recover::RecoveryConfig;
+use super::recover::TaskGoal;
+use super::recover::TaskPeers;
+use super::recover::TaskWaiter;
+use super::recover::Waited;
 use super::report::FailureStage;
 use agentsadm_api::ApiError;
+use agentsadm_api::SapiClient;
+use agentsadm_api::cnapi::AgentEntry;
 use agentsadm_api::cnapi::CnapiClient;
-use agentsadm_api::cnapi::TaskStatus;
+use agentsadm_api::cnapi::ExecuteMode;
+use agentsadm_api::cnapi::UNINSTALL_MIN_CN_AGENT;
+use agentsadm_api::remote::AgentsReport;
 use agentsadm_api::remote::GzResult;
 use agentsadm_api::remote::gz_execute_request;
 use agentsadm_plan::TransportKind;
@@ -52,16 +81,23 @@ use agentsadm_types::ids::ServerUuid;
 use agentsadm_types::ids::TaskId;
 
 /// Said on every execute: CNAPI runs the command through Ur by default and
-/// through cn-agent behind a CNAPI feature flag, and which one is not
-/// visible from here. Inside cn-agent, work that stops cn-agent must be
-/// handed off; under Ur the hand-off costs one transient-service run, and
-/// cn-agent's new image is confirmed through `server.agents` either way.
+/// through cn-agent behind a CNAPI feature flag. The mode read from SAPI
+/// is CNAPI's configuration, not a promise about this one request, so the
+/// hand-off stays: inside cn-agent, work that stops cn-agent must be
+/// handed off; under Ur it costs one transient-service run, and cn-agent's
+/// new image is confirmed through `server.agents` either way.
 const INSIDE_CN_AGENT: &str = "--inside-cn-agent";
 
-/// How often a `gz health` check whose request failed is asked again, and
-/// the pause before the first retry (growing linearly).
+/// How often a `gz health` check whose request failed quickly is asked
+/// again (within its bound), and the pause before the first retry (growing
+/// linearly).
 const HEALTH_CHECK_RETRIES: u32 = 3;
 const HEALTH_CHECK_PAUSE: Duration = Duration::from_millis(500);
+
+/// Over the health gate's own time (`--min-healthy` + `--health-timeout`),
+/// what one `gz health` through CNAPI may take before it counts as not
+/// answered.
+const HEALTH_CHECK_MARGIN: Duration = Duration::from_secs(30);
 
 /// What a successful step reports back.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -101,7 +137,7 @@ impl StepFailure {
         self.stage == FailureStage::Unhealthy
     }
 
-    fn api(stage: FailureStage, err: &ApiError) -> StepFailure {
+    pub(crate) fn api(stage: FailureStage, err: &ApiError) -> StepFailure {
         StepFailure::new(stage, error_chain(err))
     }
 }
@@ -197,6 +233,34 @@ pub struct CnapiTransportConfig {
     /// `--min-healthy` and `--health-timeout` for `agentsadm gz` on the
     /// servers (`None`: the installer's defaults).
     pub health: Option<HealthFlags>,
+    /// How long the `gz health` check after an install-agent task may take
+    /// in all, retries included (`None`: the gate's own time plus a
+    /// margin). Not the step's timeout: a server whose ur-agent is down
+    /// never answers, and the install itself is done by then.
+    pub health_check_bound: Option<Duration>,
+    /// When a task is settled by asking the server.
+    pub recovery: RecoveryConfig,
+}
+
+impl CnapiTransportConfig {
+    /// The bound of one whole `gz health` check.
+    pub fn health_bound(&self) -> Duration {
+        self.health_check_bound.unwrap_or_else(|| {
+            let gate = self
+                .health
+                .map(|h| h.min_healthy + h.timeout)
+                .unwrap_or(gate_defaults::MIN_HEALTHY + gate_defaults::HEALTH_TIMEOUT);
+            gate + HEALTH_CHECK_MARGIN
+        })
+    }
+}
+
+/// The installer's health-gate defaults on a real server (`agentsadm gz
+/// health` without flags), as the installer documents them.
+mod gate_defaults {
+    use std::time::Duration;
+    pub const MIN_HEALTHY: Duration = Duration::from_secs(10);
+    pub const HEALTH_TIMEOUT: Duration = Duration::from_secs(120);
 }
 
 impl Default for CnapiTransportConfig {
@@ -209,6 +273,8 @@ impl Default for CnapiTransportConfig {
             confirm_grace_after_failure: Duration::from_secs(30),
             confirm_timeout: Duration::from_secs(10 * 60),
             health: None,
+            health_check_bound: None,
+            recovery: RecoveryConfig::default(),
         }
     }
 }
@@ -221,9 +287,14 @@ pub struct CnapiTransport {
     catalog: Catalog,
     config: CnapiTransportConfig,
     tasks: TaskLedger,
+    modes: ExecuteModes,
+    peers: TaskPeers,
 }
 
 impl CnapiTransport {
+    /// A transport that treats every server as executing through Ur (no
+    /// `timeout` ever sent); [`CnapiTransport::with_sapi`] reads CNAPI's
+    /// flag instead.
     pub fn new(
         cnapi: CnapiClient,
         catalog: Catalog,
@@ -234,7 +305,22 @@ impl CnapiTransport {
             catalog,
             config,
             tasks: TaskLedger::default(),
+            modes: ExecuteModes::default(),
+            peers: TaskPeers::default(),
         }
+    }
+
+    /// Read CNAPI's `FEATURE_USE_CNAGENT_COMMAND_EXECUTE` from this SAPI
+    /// (once, when first needed) to tell each server's execute mode.
+    pub fn with_sapi(mut self, sapi: SapiClient) -> CnapiTransport {
+        self.modes = ExecuteModes::from_sapi(sapi);
+        self
+    }
+
+    /// Use this execute-mode source (tests).
+    pub fn with_modes(mut self, modes: ExecuteModes) -> CnapiTransport {
+        self.modes = modes;
+        self
     }
 
     fn package_name(&self, component: &str) -> String {
@@ -253,25 +339,26 @@ impl CnapiTransport {
                     .install_agent(server, to.uuid)
                     .await
                     .map_err(|e| StepFailure::api(FailureStage::InstallAgent, &e))?;
-                let task = self.wait(server, &step.component, id).await;
+                let goal = TaskGoal::Install {
+                    package: self.package_name(&step.component),
+                    image: to.uuid,
+                    version: to.version.clone(),
+                };
+                let task = self.wait(server, &step.component, id, &goal).await;
                 if self_replacing {
                     let failed = task.err();
                     let done = self.confirm_image(server, step, to.uuid, failed).await?;
-                    self.gz_health(server, step).await?;
+                    self.gz_health(server, step, id).await?;
                     return Ok(done);
                 }
                 task?;
                 let done = self.done(server, step).await?;
-                self.gz_health(server, step).await?;
+                self.gz_health(server, step, id).await?;
                 Ok(done)
             }
             (TransportKind::InstallAgent, Action::Remove { .. }) => {
-                let id = self
-                    .cnapi
-                    .uninstall_agents(server, &[self.package_name(&step.component)])
-                    .await
-                    .map_err(|e| StepFailure::api(FailureStage::UninstallAgents, &e))?;
-                self.wait(server, &step.component, id).await?;
+                let package = self.package_name(&step.component);
+                self.uninstall(server, &step.component, &package).await?;
                 Ok(StepDone::default())
             }
             (TransportKind::Execute, action) => {
@@ -308,7 +395,9 @@ impl CnapiTransport {
                         ]
                     }
                 };
-                let done = self.execute(server, step, &args).await?;
+                let done = self
+                    .execute(server, step, &args, self.config.execute_timeout)
+                    .await?;
                 match action {
                     Action::Install { to } | Action::Upgrade { to, .. } if self_replacing => {
                         // The installer handed the swap to a transient SMF
@@ -323,11 +412,66 @@ impl CnapiTransport {
         }
     }
 
+    /// uninstall-agents of `package`, refused here (before CNAPI is asked)
+    /// when `server.agents` does not list cn-agent >= 2.8.0: CNAPI answers
+    /// 412 for an older one, and without the entry its refusal crashes it.
+    async fn uninstall(
+        &self,
+        server: ServerUuid,
+        component: &str,
+        package: &str,
+    ) -> Result<(), StepFailure> {
+        let record = self
+            .cnapi
+            .list_server(server)
+            .await
+            .map_err(|e| StepFailure::api(FailureStage::UninstallAgents, &e))?;
+        let refusal = match &record {
+            None => Some("CNAPI has no record of the server".to_string()),
+            Some(r) => match (r.cn_agent(), r.cn_agent_version()) {
+                (None, _) => Some(
+                    "its server.agents lists no cn-agent (CNAPI 1.26.6 crashes on such a request instead of refusing it); check that cn-agent runs on the server ('svcs cn-agent') and reports, or reinstall it with 'agentsadm install cn-agent -s <server>', then remove again"
+                        .to_string(),
+                ),
+                (Some(_), Some(v)) if v >= UNINSTALL_MIN_CN_AGENT => None,
+                (Some(a), _) => Some(format!(
+                    "its cn-agent is {} and CNAPI's uninstall-agents needs cn-agent {UNINSTALL_MIN_CN_AGENT} or later; update cn-agent first ('agentsadm update cn-agent -s <server>'), or remove through execute ('--transport execute')",
+                    if a.version.is_empty() {
+                        "of no known version"
+                    } else {
+                        &a.version
+                    }
+                )),
+            },
+        };
+        if let Some(why) = refusal {
+            return Err(StepFailure::new(
+                FailureStage::UninstallAgents,
+                format!("not asked to remove {package}: {why}"),
+            ));
+        }
+        let id = self
+            .cnapi
+            .uninstall_agents(server, &[package.to_string()])
+            .await
+            .map_err(|e| StepFailure::api(FailureStage::UninstallAgents, &e))?;
+        let goal = TaskGoal::Uninstall {
+            packages: vec![package.to_string()],
+        };
+        self.wait(server, component, id, &goal).await
+    }
+
     /// The health gate after cn-agent's task (plan gate `gz health`):
-    /// `agentsadm gz health NAME` through execute. Unhealthy: the previous
-    /// image is reinstalled through install-agent (cn-agent's task cannot
-    /// roll back by itself) and the step fails as `unhealthy`.
-    async fn gz_health(&self, server: ServerUuid, step: &Step) -> Result<(), StepFailure> {
+    /// `agentsadm gz health NAME` through execute, within
+    /// [`CnapiTransportConfig::health_bound`] in all. Unhealthy: the
+    /// previous image is reinstalled through install-agent (cn-agent's task
+    /// cannot roll back by itself) and the step fails as `unhealthy`.
+    async fn gz_health(
+        &self,
+        server: ServerUuid,
+        step: &Step,
+        task: TaskId,
+    ) -> Result<(), StepFailure> {
         if step.gate != agentsadm_plan::Gate::GzHealth {
             return Ok(());
         }
@@ -340,13 +484,22 @@ impl CnapiTransport {
         if let Some(h) = &self.config.health {
             args.extend(h.gz_args());
         }
-        // `gz health` only reads: a request CNAPI failed (a 5xx, a dropped
-        // connection) is asked again, a few times, before the install is
-        // reported as unconfirmed.
+        // `gz health` only reads: a request CNAPI failed quickly (a 5xx, a
+        // dropped connection) is asked again, a few times, as long as the
+        // bound leaves time; one that got no answer is not.
+        let bound = self.config.health_bound();
+        let deadline = tokio::time::Instant::now() + bound;
         let mut attempt = 0u32;
         let checked = loop {
-            match self.execute(server, step, &args).await {
-                Err(e) if e.stage == FailureStage::Execute && attempt < HEALTH_CHECK_RETRIES => {
+            let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+            match self.execute(server, step, &args, left).await {
+                Err(e)
+                    if e.stage == FailureStage::Execute
+                        && attempt < HEALTH_CHECK_RETRIES
+                        && !e.message.contains(NO_ANSWER)
+                        && deadline.saturating_duration_since(tokio::time::Instant::now())
+                            > HEALTH_CHECK_PAUSE * (attempt + 1) =>
+                {
                     attempt += 1;
                     tokio::time::sleep(HEALTH_CHECK_PAUSE * attempt).await;
                 }
@@ -357,10 +510,11 @@ impl CnapiTransport {
             return Ok(());
         };
         if !unhealthy.is_unhealthy() {
-            // The check itself could not run (execute refused, no
-            // agentsadm on the server): the install stands, unconfirmed.
+            // The check itself could not run (no answer, execute refused,
+            // no agentsadm on the server): the install stands, unconfirmed.
             unhealthy.message = format!(
-                "the install finished but its health could not be checked with 'agentsadm gz health': {}",
+                "the install itself finished (CNAPI task {task} completed); only its health check could not run ('agentsadm gz health' through CNAPI execute, bound {}): {}",
+                super::report::fmt_duration(bound),
                 unhealthy.message
             );
             return Err(unhealthy);
@@ -371,22 +525,28 @@ impl CnapiTransport {
         };
         // What the server runs again: the previous image reinstalled, or
         // (a fresh install) nothing.
+        let package = self.package_name(&step.component);
         let reverted: Result<Option<ImageUuid>, StepFailure> = match previous {
             Some(image) => match self.cnapi.install_agent(server, image).await {
-                Ok(id) => self
-                    .wait(server, &step.component, id)
-                    .await
-                    .map(|()| Some(image)),
+                Ok(id) => {
+                    let goal = TaskGoal::Install {
+                        package: package.clone(),
+                        image,
+                        version: match &step.action {
+                            Action::Upgrade { from, .. } => from.version.clone(),
+                            _ => String::new(),
+                        },
+                    };
+                    self.wait(server, &step.component, id, &goal)
+                        .await
+                        .map(|()| Some(image))
+                }
                 Err(e) => Err(StepFailure::api(FailureStage::InstallAgent, &e)),
             },
-            None => match self
-                .cnapi
-                .uninstall_agents(server, &[self.package_name(&step.component)])
+            None => self
+                .uninstall(server, &step.component, &package)
                 .await
-            {
-                Ok(id) => self.wait(server, &step.component, id).await.map(|()| None),
-                Err(e) => Err(StepFailure::api(FailureStage::UninstallAgents, &e)),
-            },
+                .map(|()| None),
         };
         match reverted {
             Ok(Some(image)) => {
@@ -407,44 +567,66 @@ impl CnapiTransport {
         Err(unhealthy)
     }
 
-    /// Wait for a task with `GET /tasks/:id/wait`, chunk after chunk,
-    /// keeping it in the ledger while it is waited for.
+    /// Wait for a task, keeping it in the ledger while it is waited for.
+    /// When CNAPI could not say how it ended and the server did, the
+    /// server's `server.agents` is put right too.
     async fn wait(
         &self,
         server: ServerUuid,
         component: &str,
         id: TaskId,
+        goal: &TaskGoal,
     ) -> Result<(), StepFailure> {
         self.tasks.started(server, component, id);
-        let r = self.wait_task(id).await;
+        let waiter = TaskWaiter {
+            cnapi: &self.cnapi,
+            config: &self.config.recovery,
+            peers: &self.peers,
+            chunk: self.config.wait_chunk,
+        };
+        let r = waiter.wait(server, id, goal).await;
         self.tasks.ended(server, id);
-        r
+        if let Ok(Waited::FromServer { why }) = &r {
+            tracing::warn!(%server, %component, task = %id, "{why}");
+            self.refresh_agents(server, goal).await;
+        }
+        r.map(|_| ())
     }
 
-    async fn wait_task(&self, id: TaskId) -> Result<(), StepFailure> {
-        loop {
-            let task = self
-                .cnapi
-                .wait_task(id, self.config.wait_chunk)
-                .await
-                .map_err(|e| StepFailure::api(FailureStage::TaskWait, &e))?;
-            match task.status {
-                TaskStatus::Active => continue,
-                TaskStatus::Complete => return Ok(()),
-                TaskStatus::Failure => {
-                    let message = task
-                        .error_message()
-                        .unwrap_or_else(|| "failed without an error message".to_string());
-                    return Err(StepFailure::new(
-                        FailureStage::Task {
-                            task: task.task,
-                            id: Some(id),
-                        },
-                        message,
-                    ));
-                }
+    /// Put `server.agents` right after a task CNAPI lost: from the server's
+    /// own report where execute reaches it, else the entry the task
+    /// changed. A failure here leaves the install done and is logged.
+    async fn refresh_agents(&self, server: ServerUuid, goal: &TaskGoal) {
+        let live = self.live_agents(server).await;
+        match super::recover::refresh_agents(&self.cnapi, server, goal, live).await {
+            Ok(true) => tracing::info!(%server, "server.agents refreshed after a task CNAPI lost"),
+            Ok(false) => {}
+            Err(e) => {
+                tracing::warn!(%server, error = %error_chain(&e), "cannot refresh server.agents after a task CNAPI lost; 'agentsadm check --fix' posts it later")
             }
         }
+    }
+
+    /// The server's own `agentsadm gz report`, when CNAPI execute reaches
+    /// it and it answers within the health-check bound.
+    async fn live_agents(&self, server: ServerUuid) -> Option<Vec<AgentEntry>> {
+        let record = self.cnapi.list_server(server).await.ok()??;
+        if record.is_mockcloud() {
+            return None;
+        }
+        let mode = self.modes.for_server(&record).await;
+        let args: Vec<String> = ["gz", "report", "--json"].map(String::from).to_vec();
+        let request = gz_execute_request(&args, self.config.execute_env.clone());
+        let answer = self
+            .cnapi
+            .execute_as(server, &request, mode, self.config.health_bound())
+            .await
+            .ok()?;
+        if answer.exit_status != 0 {
+            return None;
+        }
+        let report: AgentsReport = parse_last_document(&answer.stdout)?;
+        (report.server_uuid == server).then_some(report.agents)
     }
 
     /// After a successful install: the instance UUID the server reports.
@@ -454,19 +636,23 @@ impl CnapiTransport {
         }
         let s = self
             .cnapi
-            .get_server(server)
+            .list_server(server)
             .await
             .map_err(|e| StepFailure::api(FailureStage::ReadServerAgents, &e))?;
         let package = self.package_name(&step.component);
         let instance = s
-            .reported_agents()
+            .map(|s| s.reported_agents())
+            .unwrap_or_default()
             .into_iter()
             .find(|a| a.name == package || a.name == step.component)
             .and_then(|a| a.uuid);
         Ok(StepDone { instance })
     }
 
-    /// Poll `GET /servers/:uuid` until the component reports `image`.
+    /// Poll `server.agents` (ServerList) until the component reports
+    /// `image`. When it does not in time, the server's own report (where
+    /// execute reaches it) settles it: the new cn-agent's report may have
+    /// reached a CNAPI that was down.
     async fn confirm_image(
         &self,
         server: ServerUuid,
@@ -477,68 +663,106 @@ impl CnapiTransport {
         let package = self.package_name(&step.component);
         let started = tokio::time::Instant::now();
         let (mut pause, max_pause) = self.config.confirm_poll;
+        let find = |agents: Vec<AgentEntry>| {
+            agents
+                .into_iter()
+                .find(|a| a.name == package || a.name == step.component)
+        };
         loop {
             let s = self
                 .cnapi
-                .get_server(server)
+                .list_server(server)
                 .await
                 .map_err(|e| StepFailure::api(FailureStage::ConfirmServerAgents, &e))?;
-            if let Some(a) = s
-                .reported_agents()
-                .into_iter()
-                .find(|a| a.name == package || a.name == step.component)
+            let reported = find(s.map(|s| s.reported_agents()).unwrap_or_default());
+            if let Some(a) = &reported
                 && a.image_uuid == Some(image)
             {
                 return Ok(StepDone { instance: a.uuid });
             }
-            if task_failure.is_none() && started.elapsed() >= self.config.confirm_timeout {
-                let now = s
-                    .reported_agents()
-                    .into_iter()
-                    .find(|a| a.name == package || a.name == step.component)
+            let out_of_time = match &task_failure {
+                None => started.elapsed() >= self.config.confirm_timeout,
+                Some(_) => started.elapsed() >= self.config.confirm_grace_after_failure,
+            };
+            if out_of_time {
+                if let Some(live) = self.live_agents(server).await
+                    && let Some(a) = find(live.clone())
+                    && a.image_uuid == Some(image)
+                {
+                    tracing::warn!(%server, component = %step.component, "server.agents missed the new image; the server's own report shows it");
+                    if let Err(e) = self.cnapi.update_server_agents(server, &live).await {
+                        tracing::warn!(%server, error = %error_chain(&e), "cannot post the server's report to server.agents");
+                    }
+                    return Ok(StepDone { instance: a.uuid });
+                }
+                let now = reported
                     .and_then(|a| a.image_uuid)
                     .map(|i| i.to_string())
                     .unwrap_or_else(|| "nothing".to_string());
-                return Err(StepFailure::new(
-                    FailureStage::ConfirmServerAgents,
-                    format!(
-                        "the install finished but after {:?} server.agents still reports {now}, not {image}: the new {} did not report (check its SMF service on the server)",
-                        self.config.confirm_timeout, step.component
+                return Err(match task_failure {
+                    None => StepFailure::new(
+                        FailureStage::ConfirmServerAgents,
+                        format!(
+                            "the install finished but after {:?} server.agents still reports {now}, not {image}: the new {} did not report (check its SMF service on the server)",
+                            self.config.confirm_timeout, step.component
+                        ),
                     ),
-                ));
-            }
-            if let Some(f) = &task_failure
-                && started.elapsed() >= self.config.confirm_grace_after_failure
-            {
-                return Err(StepFailure::new(
-                    f.stage.clone(),
-                    format!(
-                        "{} (and server.agents still does not show image {image} after {:?})",
-                        f.message, self.config.confirm_grace_after_failure
+                    Some(f) => StepFailure::new(
+                        f.stage.clone(),
+                        format!(
+                            "{} (and server.agents still does not show image {image} after {:?})",
+                            f.message, self.config.confirm_grace_after_failure
+                        ),
                     ),
-                ));
+                });
             }
             tokio::time::sleep(pause).await;
             pause = (pause * 2).min(max_pause);
         }
     }
 
+    /// `agentsadm <args>` on the server through CNAPI execute, in the
+    /// server's execute mode, within `bound`.
     async fn execute(
         &self,
         server: ServerUuid,
         step: &Step,
         args: &[String],
+        bound: Duration,
     ) -> Result<StepDone, StepFailure> {
-        let request = gz_execute_request(
-            args,
-            self.config.execute_env.clone(),
-            self.config.execute_timeout,
-        );
-        let result = self
+        let record = self
             .cnapi
-            .execute(server, &request, self.config.execute_timeout)
+            .list_server(server)
             .await
             .map_err(|e| StepFailure::api(FailureStage::Execute, &e))?;
+        let mode = match &record {
+            Some(r) => self.modes.for_server(r).await,
+            None => ExecuteMode::Ur,
+        };
+        let request = gz_execute_request(args, self.config.execute_env.clone());
+        let result = self
+            .cnapi
+            .execute_as(server, &request, mode, bound)
+            .await
+            .map_err(|e| {
+                if matches!(e, ApiError::Timeout { .. }) {
+                    let hint = match mode {
+                        ExecuteMode::Ur => {
+                            "through Ur, a server whose ur-agent is down or restarting never answers: check 'svcs ur' on the server"
+                        }
+                        ExecuteMode::CnAgent => "check cn-agent on the server",
+                    };
+                    StepFailure::new(
+                        FailureStage::Execute,
+                        format!(
+                            "{NO_ANSWER} within {} ({hint})",
+                            super::report::fmt_duration(bound)
+                        ),
+                    )
+                } else {
+                    StepFailure::api(FailureStage::Execute, &e)
+                }
+            })?;
         match parse_gz_result(&result.stdout) {
             Some(gz) => {
                 if let Some(err) = gz.error {
@@ -552,7 +776,7 @@ impl CnapiTransport {
                 if result.exit_status != 0 {
                     return Err(StepFailure::new(
                         FailureStage::Gz,
-                        format!("exited {} ({})", result.exit_status, tail(&result.stderr)),
+                        format!("{} ({})", result.describe_exit(), tail(&result.stderr)),
                     ));
                 }
                 let package = self.package_name(&step.component);
@@ -566,8 +790,8 @@ impl CnapiTransport {
             None => Err(StepFailure::new(
                 FailureStage::Execute,
                 format!(
-                    "agentsadm gz exited {} without a result document (is agentsadm installed at {}?): {}",
-                    result.exit_status,
+                    "agentsadm gz {} without a result document (is agentsadm installed at {}?): {}",
+                    result.describe_exit(),
                     agentsadm_api::remote::GZ_BINARY,
                     tail(if result.stderr.trim().is_empty() {
                         &result.stdout
@@ -580,19 +804,27 @@ impl CnapiTransport {
     }
 }
 
-/// The [`GzResult`] `agentsadm gz ... --json` printed: the whole of stdout,
-/// or, if something was printed before it, the document starting at the
-/// last line that opens a JSON object.
-fn parse_gz_result(stdout: &str) -> Option<GzResult> {
+/// How an execute that got no answer in time is described (and told apart
+/// from one that failed quickly).
+const NO_ANSWER: &str = "no answer from CNAPI execute";
+
+/// The last JSON document a command printed: all of stdout, or the part
+/// from the last line that opens a JSON object.
+fn parse_last_document<T: serde::de::DeserializeOwned>(stdout: &str) -> Option<T> {
     let text = stdout.trim();
     if let Ok(r) = serde_json::from_str(text) {
         return Some(r);
     }
-    let start = text
-        .rmatch_indices("\n{")
+    text.rmatch_indices("\n{")
         .map(|(i, _)| i + 1)
-        .find(|&i| serde_json::from_str::<GzResult>(&text[i..]).is_ok())?;
-    serde_json::from_str(&text[start..]).ok()
+        .find_map(|i| serde_json::from_str(&text[i..]).ok())
+}
+
+/// The [`GzResult`] `agentsadm gz ... --json` printed: the whole of stdout,
+/// or, if something was printed before it, the document starting at the
+/// last line that opens a JSON object.
+fn parse_gz_result(stdout: &str) -> Option<GzResult> {
+    parse_last_document(stdout)
 }
 
 /// The last few lines of command output, for error messages.

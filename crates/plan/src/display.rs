@@ -19,6 +19,8 @@ use crate::Plan;
 use crate::Skip;
 
 use crate::HealthFlags;
+use crate::RecordChange;
+use crate::Rollout;
 use crate::SkipReason;
 use agentsadm_types::ids::ImageUuid;
 
@@ -201,9 +203,141 @@ fn server_lines(sp: &crate::ServerPlan, grouped: bool) -> Vec<String> {
                     &instance.to_string()[..8]
                 )
             }
+            IntentChange::DeleteReplaced {
+                component,
+                instance,
+            } => format!(
+                "- SAPI instance {} of {component} (replaced: once the server reports the new one)",
+                &instance.to_string()[..8]
+            ),
         });
     }
     lines
+}
+
+/// The rollout as the plan shows it: a head line with the concurrency,
+/// the rack limit and the failure budget, then one line per wave (the
+/// canary wave first). Waves longer than `limit` are cut with a count.
+pub fn rollout_lines(r: &Rollout, limit: usize) -> Vec<String> {
+    let rack = r
+        .max_per_rack
+        .map(|n| format!(", at most {n} per rack"))
+        .unwrap_or_default();
+    let budget = match (r.budget, r.max_failures) {
+        (Some(b), Some(given)) => format!(
+            "halts once more than {} failed (--max-failures {given})",
+            plural(b, "server has", "servers have")
+        ),
+        _ => "no failure budget".to_string(),
+    };
+    let mut out = vec![format!(
+        "Rollout: {} at a time{rack}; {budget}:",
+        plural(r.concurrency, "server", "servers")
+    )];
+    let canary_first = r.waves.first().is_some_and(|w| w.canary);
+    for w in &r.waves {
+        let hosts: Vec<&str> = w.servers.iter().map(|s| s.hostname.as_str()).collect();
+        let mut shown = list_hosts(&hosts, limit);
+        if hosts.len() > limit {
+            shown.push_str(&format!(" ({} in all)", hosts.len()));
+        }
+        out.push(if w.canary {
+            format!("  canary: {shown} (must pass before the others start)")
+        } else if canary_first {
+            format!("  then, in this order: {shown}")
+        } else {
+            format!("  in this order: {shown}")
+        });
+    }
+    out
+}
+
+/// One record change as the plan shows it.
+pub fn record_line(r: &RecordChange) -> String {
+    match r {
+        RecordChange::PostAgents {
+            server,
+            hostname,
+            agents,
+        } => format!(
+            "~ CNAPI server.agents of {hostname} ({server}): {} from its own report",
+            plural(agents.len(), "component", "components")
+        ),
+        RecordChange::CreateService {
+            component,
+            default_image,
+        } => match default_image {
+            Some(i) => format!("+ SAPI service {component} (default image {})", short(i)),
+            None => format!("+ SAPI service {component}"),
+        },
+        RecordChange::ServiceDefault { change } => format!(
+            "~ SAPI service {}: default image {} -> {}",
+            change.component,
+            change
+                .from
+                .as_ref()
+                .map(short)
+                .unwrap_or_else(|| "unset".into()),
+            short(&change.to.uuid)
+        ),
+        RecordChange::AdoptInstance {
+            hostname,
+            component,
+            instance,
+            exists,
+            ..
+        } => format!(
+            "{} SAPI instance {} of {component} on {hostname} (adopt)",
+            if *exists { "~" } else { "+" },
+            &instance.to_string()[..8]
+        ),
+        RecordChange::Instance {
+            hostname, change, ..
+        } => {
+            let on = hostname
+                .as_deref()
+                .map(|h| format!(" on {h}"))
+                .unwrap_or_default();
+            let (mark, what) = match change {
+                IntentChange::DeleteInstance { .. } | IntentChange::DeleteReplaced { .. } => {
+                    ("-", String::new())
+                }
+                IntentChange::CreateInstance { image, .. } => {
+                    ("+", format!(", image_uuid {}", short(image)))
+                }
+                IntentChange::UpdateInstance { image, .. }
+                | IntentChange::AdoptInstalled { image, .. } => {
+                    ("~", format!(": image_uuid {}", short(image)))
+                }
+            };
+            let instance = match change {
+                IntentChange::UpdateInstance { instance, .. }
+                | IntentChange::CreateInstance { instance, .. }
+                | IntentChange::DeleteInstance { instance, .. }
+                | IntentChange::DeleteReplaced { instance, .. } => {
+                    format!(" {}", &instance.to_string()[..8])
+                }
+                IntentChange::AdoptInstalled { .. } => String::new(),
+            };
+            format!(
+                "{mark} SAPI instance{instance} of {}{on}{what}",
+                change.component()
+            )
+        }
+        RecordChange::Server {
+            server,
+            hostname,
+            call,
+            ..
+        } => format!(
+            "! CNAPI {} of {}{server}",
+            call.as_str(),
+            hostname
+                .as_deref()
+                .map(|h| format!("{h} "))
+                .unwrap_or_default()
+        ),
+    }
 }
 
 fn plural(n: usize, one: &str, many: &str) -> String {
@@ -238,49 +372,42 @@ impl fmt::Display for PlanDisplay<'_> {
             writeln!(f, "{cause}")?;
         }
 
-        // Only the components the plan changes: a bulk update names every
-        // component, and fifteen lines of images already in place hide the
-        // four that move.
-        let changed = p.changed_components();
-        let (shown, unchanged): (Vec<_>, Vec<_>) = p
-            .targets
-            .iter()
-            .partition(|(name, _)| changed.contains(name.as_str()));
-        if !shown.is_empty() {
-            writeln!(f, "\nTarget images:")?;
-            for (name, t) in &shown {
-                writeln!(f, "  {name} {} {}", t.version, t.uuid)?;
-            }
-        }
-        if !unchanged.is_empty() {
-            let names: Vec<&str> = unchanged.iter().map(|(n, _)| n.as_str()).collect();
-            writeln!(f, "\nNo change for: {}", names.join(", "))?;
-        }
-        if !p.imports.is_empty() {
-            writeln!(f, "\nImport into the datacenter IMGAPI:")?;
-            for i in &p.imports {
-                writeln!(
-                    f,
-                    "  + {} {} {} from {}",
-                    i.name,
-                    i.version,
-                    i.uuid,
-                    i.import_from.as_deref().unwrap_or("?")
-                )?;
-            }
-        }
-        if !p.service_changes.is_empty() {
-            writeln!(f, "\nSAPI service defaults (image for new servers):")?;
-            for c in &p.service_changes {
-                let from = match (&c.from, &c.from_version) {
-                    (Some(u), Some(v)) => format!("{v} ({})", short(u)),
-                    (Some(u), None) => short(u),
-                    (None, _) => "unset".to_string(),
-                };
-                writeln!(f, "  ~ {}: {from} -> {}", c.component, image(&c.to))?;
+        write_images(f, p)?;
+        self.write_servers(f)?;
+        write_racks(f, p)?;
+        if !p.rollout.is_empty() {
+            let limit = if p.servers.len() <= self.max_servers {
+                usize::MAX
+            } else {
+                10
+            };
+            writeln!(f)?;
+            for line in rollout_lines(&p.rollout, limit) {
+                writeln!(f, "{line}")?;
             }
         }
 
+        write_gates(f, p, self.health)?;
+        if !p.skips.is_empty() {
+            writeln!(f, "\nSkipped:")?;
+            write_skips(f, &p.skips)?;
+        }
+        if !p.warnings.is_empty() {
+            writeln!(f, "\nWarnings:")?;
+            for w in &p.warnings {
+                writeln!(f, "  ! {w}")?;
+            }
+        }
+
+        write_summary(f, p)
+    }
+}
+
+impl PlanDisplay<'_> {
+    /// Each server's lines, or (beyond `max_servers`) servers with the
+    /// same lines grouped.
+    fn write_servers(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let p = self.plan;
         if !p.servers.is_empty() {
             writeln!(f, "\nServers:")?;
             if p.servers.len() <= self.max_servers {
@@ -317,73 +444,126 @@ impl fmt::Display for PlanDisplay<'_> {
             }
         }
 
-        // Rack-aware batches (--max-per-rack, canaries from different
-        // racks) follow CNAPI's rack_identifier: show the grouping when
-        // racks are set.
-        if p.servers.values().any(|sp| sp.rack.is_some()) {
-            let mut racks: BTreeMap<Option<&str>, Vec<&str>> = BTreeMap::new();
-            for (_, sp) in p.servers_in_order() {
-                racks
-                    .entry(sp.rack.as_deref())
-                    .or_default()
-                    .push(&sp.hostname);
-            }
-            writeln!(f, "\nRacks:")?;
-            for (rack, hosts) in &racks {
-                writeln!(
-                    f,
-                    "  {}: {}: {}",
-                    rack.unwrap_or("(no rack)"),
-                    plural(hosts.len(), "server", "servers"),
-                    list_hosts(hosts, 3)
-                )?;
-            }
-        }
-
-        write_gates(f, p, self.health)?;
-
-        if !p.skips.is_empty() {
-            writeln!(f, "\nSkipped:")?;
-            write_skips(f, &p.skips)?;
-        }
-        if !p.warnings.is_empty() {
-            writeln!(f, "\nWarnings:")?;
-            for w in &p.warnings {
-                writeln!(f, "  ! {w}")?;
-            }
-        }
-
-        let c = p.counts();
-        let mut summary = String::new();
-        if p.is_empty() {
-            summary.push_str("Nothing to do");
-        } else {
-            let _ = write!(
-                summary,
-                "{} to change: {}, {}, {}",
-                plural(c.servers, "server", "servers"),
-                plural(c.upgrades, "upgrade", "upgrades"),
-                plural(c.installs, "install", "installs"),
-                plural(c.removals, "removal", "removals")
-            );
-            if c.intent_only_servers > 0 {
-                let _ = write!(
-                    summary,
-                    ", {} SAPI only",
-                    plural(c.intent_only_servers, "server", "servers")
-                );
-            }
-        }
-        if c.blocking_skips + c.other_skips > 0 {
-            let _ = write!(
-                summary,
-                "; {} skipped ({} blocking)",
-                c.blocking_skips + c.other_skips,
-                c.blocking_skips
-            );
-        }
-        writeln!(f, "\n{summary}.")
+        Ok(())
     }
+}
+
+/// Target images (only those something changes), imports, record changes
+/// and service defaults.
+fn write_images(f: &mut fmt::Formatter<'_>, p: &Plan) -> fmt::Result {
+    // Only the components the plan changes: a bulk update names every
+    // component, and fifteen lines of images already in place hide the
+    // four that move.
+    let changed = p.changed_components();
+    let (shown, unchanged): (Vec<_>, Vec<_>) = p
+        .targets
+        .iter()
+        .partition(|(name, _)| changed.contains(name.as_str()));
+    if !shown.is_empty() {
+        writeln!(f, "\nTarget images:")?;
+        for (name, t) in &shown {
+            writeln!(f, "  {name} {} {}", t.version, t.uuid)?;
+        }
+    }
+    if !unchanged.is_empty() {
+        let names: Vec<&str> = unchanged.iter().map(|(n, _)| n.as_str()).collect();
+        writeln!(f, "\nNo change for: {}", names.join(", "))?;
+    }
+    if !p.imports.is_empty() {
+        writeln!(f, "\nImport into the datacenter IMGAPI:")?;
+        for i in &p.imports {
+            writeln!(
+                f,
+                "  + {} {} {} from {}",
+                i.name,
+                i.version,
+                i.uuid,
+                i.import_from.as_deref().unwrap_or("?")
+            )?;
+        }
+    }
+    if !p.records.is_empty() {
+        writeln!(f, "\nRecords (before any server):")?;
+        for r in &p.records {
+            writeln!(f, "  {}", record_line(r))?;
+        }
+    }
+    if !p.service_changes.is_empty() {
+        writeln!(f, "\nSAPI service defaults (image for new servers):")?;
+        for c in &p.service_changes {
+            let from = match (&c.from, &c.from_version) {
+                (Some(u), Some(v)) => format!("{v} ({})", short(u)),
+                (Some(u), None) => short(u),
+                (None, _) => "unset".to_string(),
+            };
+            writeln!(f, "  ~ {}: {from} -> {}", c.component, image(&c.to))?;
+        }
+    }
+
+    Ok(())
+}
+
+/// Rack-aware batches (--max-per-rack, canaries from different racks)
+/// follow CNAPI's rack_identifier: the grouping, when racks are set.
+fn write_racks(f: &mut fmt::Formatter<'_>, p: &Plan) -> fmt::Result {
+    // Rack-aware batches (--max-per-rack, canaries from different
+    // racks) follow CNAPI's rack_identifier: show the grouping when
+    // racks are set.
+    if p.servers.values().any(|sp| sp.rack.is_some()) {
+        let mut racks: BTreeMap<Option<&str>, Vec<&str>> = BTreeMap::new();
+        for (_, sp) in p.servers_in_order() {
+            racks
+                .entry(sp.rack.as_deref())
+                .or_default()
+                .push(&sp.hostname);
+        }
+        writeln!(f, "\nRacks:")?;
+        for (rack, hosts) in &racks {
+            writeln!(
+                f,
+                "  {}: {}: {}",
+                rack.unwrap_or("(no rack)"),
+                plural(hosts.len(), "server", "servers"),
+                list_hosts(hosts, 3)
+            )?;
+        }
+    }
+
+    Ok(())
+}
+
+/// The closing line: what changes, what is skipped.
+fn write_summary(f: &mut fmt::Formatter<'_>, p: &Plan) -> fmt::Result {
+    let c = p.counts();
+    let mut summary = String::new();
+    if p.is_empty() {
+        summary.push_str("Nothing to do");
+    } else {
+        let _ = write!(
+            summary,
+            "{} to change: {}, {}, {}",
+            plural(c.servers, "server", "servers"),
+            plural(c.upgrades, "upgrade", "upgrades"),
+            plural(c.installs, "install", "installs"),
+            plural(c.removals, "removal", "removals")
+        );
+        if c.intent_only_servers > 0 {
+            let _ = write!(
+                summary,
+                ", {} SAPI only",
+                plural(c.intent_only_servers, "server", "servers")
+            );
+        }
+    }
+    if c.blocking_skips + c.other_skips > 0 {
+        let _ = write!(
+            summary,
+            "; {} skipped ({} blocking)",
+            c.blocking_skips + c.other_skips,
+            c.blocking_skips
+        );
+    }
+    writeln!(f, "\n{summary}.")
 }
 
 /// Why a server was skipped, as shown. marlin-agent runs only on Manta

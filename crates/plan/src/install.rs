@@ -5,8 +5,8 @@
 use std::collections::BTreeMap;
 
 use super::PlanError;
-use super::empty_plan;
-use super::finish;
+use super::builder::PlanBuilder;
+use super::request::Operation;
 use super::request::PlanningInput;
 use super::select::Selected;
 use super::select::execute_available;
@@ -18,8 +18,6 @@ use super::skip::server_component_skip;
 use super::types::Action;
 use super::types::IntentChange;
 use super::types::Plan;
-use super::types::ServerPlan;
-use super::types::Step;
 
 /// The install plan.
 pub(super) fn plan_install(input: &PlanningInput, selected: Selected) -> Result<Plan, PlanError> {
@@ -46,18 +44,20 @@ pub(super) fn plan_install(input: &PlanningInput, selected: Selected) -> Result<
                 })?
             }
         };
-    let mut plan = empty_plan(input, &selected);
-    plan.components = vec![c.name.clone()];
-    plan.targets = BTreeMap::from([(c.name.clone(), target.clone())]);
+    let mut b = PlanBuilder::new(Operation::Install, input.catalog);
+    b.selected_servers(selected.servers.len())
+        .components([c.name.clone()])
+        .targets(BTreeMap::from([(c.name.clone(), target.clone())]));
+    let mut skips = Vec::new();
     for &server in &selected.servers {
-        if !server_in_play(input, &selected, server, &mut plan.skips) {
+        if !server_in_play(input, &selected, server, &mut skips) {
             continue;
         }
         let Some(state) = input.reality.get(&server) else {
             continue;
         };
         if let Some(installed) = state.components.get(&c.name) {
-            plan.skips.push(server_component_skip(
+            skips.push(server_component_skip(
                 input,
                 server,
                 &c.name,
@@ -71,34 +71,29 @@ pub(super) fn plan_install(input: &PlanningInput, selected: Selected) -> Result<
         let transport = match runnable_transport(input, server, state, c) {
             Ok(t) => t,
             Err(skip) => {
-                plan.skips.push(skip);
+                skips.push(skip);
                 continue;
             }
         };
-        plan.servers.insert(
-            server,
-            ServerPlan {
-                hostname: state.hostname.clone(),
-                headnode: state.headnode,
-                rack: state.rack.clone(),
-                steps: vec![Step {
-                    component: c.name.clone(),
-                    order: c.order,
-                    action: Action::Install { to: target.clone() },
-                    transport,
-                    gate: crate::Gate::for_step(
-                        &Action::Install { to: target.clone() },
-                        transport,
-                        execute_available(input, server),
-                    ),
-                }],
-                intent: vec![IntentChange::AdoptInstalled {
-                    component: c.name.clone(),
-                    service: service.uuid,
-                    image: target.uuid,
-                }],
+        let execute = execute_available(input, server);
+        b.step(
+            state,
+            execute,
+            c,
+            Action::Install { to: target.clone() },
+            transport,
+        )
+        .intent(
+            state,
+            IntentChange::AdoptInstalled {
+                component: c.name.clone(),
+                service: service.uuid,
+                image: target.uuid,
             },
         );
     }
-    finish(input, plan)
+    for skip in skips {
+        b.skip(skip);
+    }
+    Ok(b.finish(&input.options.rollout))
 }

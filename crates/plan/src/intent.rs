@@ -93,6 +93,11 @@ pub struct Intent {
     pub duplicates: Vec<DuplicateInstance>,
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub unlinked: Vec<UnlinkedInstance>,
+    /// The service SAPI files each listed agent instance under, catalog
+    /// component or not (for the adoption rule: a UUID recorded under
+    /// another service is never taken over).
+    #[serde(skip)]
+    pub recorded: BTreeMap<InstanceUuid, ServiceUuid>,
 }
 
 impl Intent {
@@ -131,6 +136,7 @@ impl Intent {
             );
         }
 
+        intent.recorded = instances.iter().map(|i| (i.uuid, i.service_uuid)).collect();
         let reported = reality.instance_index();
         let mut sorted: Vec<&Instance> = instances.iter().collect();
         sorted.sort_by_key(|i| i.uuid);

@@ -15,42 +15,50 @@
 //!   of new installs and deletions of removed ones after (their UUIDs are
 //!   born, or die, on the server).
 //!
-//! The parts: [`request`] (what the planner reads), [`types`] (the plan),
+//! The parts: [`request`] (what the planner reads), [`types`] (the plan
+//! and its vocabulary: steps, SAPI writes, record changes), [`PlanBuilder`]
+//! (the only way to make a [`Plan`]; its `finish` holds the rules every
+//! plan obeys), [`rollout`] (waves: canaries, order, budget, concurrency),
 //! [`skip`] (what is left alone and why), `select` (servers, components
 //! and transports in play), and one module per operation: `update`,
-//! `install`, `remove`.
-
-use std::collections::{BTreeMap, BTreeSet};
-
-use agentsadm_types::catalog::Catalog;
+//! `install`, `remove`. The other changing commands (`check --fix`,
+//! `adopt`, `server delete|factory-reset`) plan in their own crates through
+//! the same builder.
 
 use agentsadm_types::catalog::CatalogError;
 use agentsadm_types::ids::ImageUuid;
 use agentsadm_types::ids::ServerUuid;
 
+mod builder;
 pub mod display;
 mod install;
 pub mod intent;
 pub mod reality;
 mod remove;
 pub mod request;
+pub mod rollout;
 mod select;
 pub mod skip;
 pub mod types;
 mod update;
 
+pub use builder::PlanBuilder;
 pub use request::{
     ComponentSelection, ImageRef, Operation, PlanOptions, PlanningInput, Request, ResolvedImages,
     ServerSelection, TransportKind, TransportMode,
 };
+pub use rollout::{
+    DEFAULT_CONCURRENCY, FailureBudget, Rollout, RolloutPolicy, Wave, WaveServer, default_canary,
+    pick_canaries,
+};
 pub use select::resolve_servers;
 pub use skip::{Skip, SkipReason};
 pub use types::{
-    Action, Gate, HealthFlags, InstalledRef, IntentChange, Plan, PlanCounts, ServerPlan,
-    ServiceChange, Step,
+    Action, Gate, HealthFlags, InstalledRef, IntentChange, Plan, PlanCounts, RecordChange,
+    ServerCall, ServerPlan, ServiceChange, Step,
 };
 
-use select::{Selected, select_servers};
+use select::select_servers;
 
 /// A request that cannot be planned. Nothing has been changed.
 #[derive(Debug, thiserror::Error)]
@@ -90,6 +98,8 @@ pub enum PlanError {
         "image {image} for {component} is not in the datacenter IMGAPI; pass --image with --channel to import it"
     )]
     InstallImageMissing { component: String, image: ImageUuid },
+    #[error("{operation} is not planned from a request (its own planner makes the plan)")]
+    NotARequest { operation: &'static str },
     #[error("refusing to remove {component}: {reason}")]
     CannotRemove {
         component: String,
@@ -104,51 +114,9 @@ pub fn plan(input: &PlanningInput) -> Result<Plan, PlanError> {
         Operation::Update => update::plan_update(input, selected),
         Operation::Install => install::plan_install(input, selected),
         Operation::Remove => remove::plan_remove(input, selected),
-    }
-}
-
-/// A plan with nothing in it yet, for the operation's planner to fill.
-fn empty_plan(input: &PlanningInput, selected: &Selected) -> Plan {
-    Plan {
-        operation: input.request.operation,
-        components: Vec::new(),
-        targets: input.images.targets.clone(),
-        imports: Vec::new(),
-        service_changes: Vec::new(),
-        servers: BTreeMap::new(),
-        skips: Vec::new(),
-        warnings: Vec::new(),
-        needs_explicit_yes: false,
-        selected_servers: selected.servers.len(),
-    }
-}
-
-/// The marlin-agent warning: named explicitly and about to be changed.
-fn non_bulk_warning(plan: &mut Plan, catalog: &Catalog) {
-    let mut touched: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
-    for sp in plan.servers.values() {
-        for st in &sp.steps {
-            if catalog.get(&st.component).is_some_and(|c| !c.bulk_update) {
-                touched.entry(&st.component).or_default().push(&sp.hostname);
-            }
-        }
-    }
-    let mut warnings = Vec::new();
-    for (component, hosts) in touched {
-        let mut shown: Vec<&str> = hosts.iter().copied().take(10).collect();
-        if hosts.len() > 10 {
-            shown.push("...");
-        }
-        warnings.push(format!(
-            "{component}: restarting it aborts running Manta jobs on {} server{} ({}); -y is required",
-            hosts.len(),
-            if hosts.len() == 1 { "" } else { "s" },
-            shown.join(", ")
-        ));
-    }
-    if !warnings.is_empty() {
-        plan.needs_explicit_yes = true;
-        plan.warnings.extend(warnings);
+        other => Err(PlanError::NotARequest {
+            operation: other.as_str(),
+        }),
     }
 }
 
@@ -161,31 +129,4 @@ pub fn is_newer(a: &str, b: &str) -> bool {
         (Ok(a), Ok(b)) => a > b,
         _ => false,
     }
-}
-
-/// Common tail: imports for targets that some step or service change uses,
-/// the non-bulk warning, and a stable skip order.
-fn finish(input: &PlanningInput, mut plan: Plan) -> Result<Plan, PlanError> {
-    let used: BTreeSet<ImageUuid> = plan
-        .servers
-        .values()
-        .flat_map(|s| {
-            s.steps
-                .iter()
-                .filter_map(|st| st.action.target().map(|t| t.uuid))
-        })
-        .chain(plan.service_changes.iter().map(|c| c.to.uuid))
-        .collect();
-    let mut imports: Vec<ImageRef> = plan
-        .targets
-        .values()
-        .filter(|t| t.import_from.is_some() && used.contains(&t.uuid))
-        .cloned()
-        .collect();
-    imports.sort();
-    imports.dedup();
-    plan.imports = imports;
-    non_bulk_warning(&mut plan, input.catalog);
-    plan.skips.sort();
-    Ok(plan)
 }

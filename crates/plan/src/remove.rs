@@ -3,10 +3,11 @@
 //! longer has it only loses its instances. cn-agent is never removed.
 
 use super::PlanError;
-use super::empty_plan;
-use super::finish;
+use super::builder::PlanBuilder;
+use super::request::Operation;
 use super::request::PlanningInput;
 use super::select::Selected;
+use super::select::execute_available;
 use super::select::runnable_transport;
 use super::select::server_in_play;
 use super::select::single_component;
@@ -15,8 +16,6 @@ use super::skip::server_component_skip;
 use super::types::Action;
 use super::types::IntentChange;
 use super::types::Plan;
-use super::types::ServerPlan;
-use super::types::Step;
 use agentsadm_types::catalog::OrderClass;
 
 /// The remove plan.
@@ -33,50 +32,46 @@ pub(super) fn plan_remove(input: &PlanningInput, selected: Selected) -> Result<P
             component: c.name.clone(),
         });
     }
-    let mut plan = empty_plan(input, &selected);
-    plan.components = vec![c.name.clone()];
+    let mut b = PlanBuilder::new(Operation::Remove, input.catalog);
+    b.selected_servers(selected.servers.len())
+        .components([c.name.clone()])
+        .targets(input.images.targets.clone());
+    let mut skips = Vec::new();
     for &server in &selected.servers {
-        if !server_in_play(input, &selected, server, &mut plan.skips) {
+        if !server_in_play(input, &selected, server, &mut skips) {
             continue;
         }
         let Some(state) = input.reality.get(&server) else {
             continue;
         };
-        let mut changes: Vec<IntentChange> = input
+        let mut deletes: Vec<_> = input
             .intent
             .instance(&server, &c.name)
             .map(|i| i.uuid)
             .into_iter()
             .chain(input.intent.duplicates_of(&server, &c.name))
-            .map(|instance| IntentChange::DeleteInstance {
-                component: c.name.clone(),
-                instance,
-            })
             .collect();
-        changes.sort_by_key(|ch| match ch {
-            IntentChange::DeleteInstance { instance, .. } => Some(*instance),
-            _ => None,
-        });
-        let mut steps = Vec::new();
+        deletes.sort();
         if let Some(installed) = state.components.get(&c.name) {
             let transport = match runnable_transport(input, server, state, c) {
                 Ok(t) => t,
                 Err(skip) => {
-                    plan.skips.push(skip);
+                    skips.push(skip);
                     continue;
                 }
             };
-            steps.push(Step {
-                component: c.name.clone(),
-                order: c.order,
-                action: Action::Remove {
-                    installed: installed.into(),
-                },
+            let action = Action::Remove {
+                installed: installed.into(),
+            };
+            b.step(
+                state,
+                execute_available(input, server),
+                c,
+                action,
                 transport,
-                gate: crate::Gate::None,
-            });
-        } else if changes.is_empty() {
-            plan.skips.push(server_component_skip(
+            );
+        } else if deletes.is_empty() {
+            skips.push(server_component_skip(
                 input,
                 server,
                 &c.name,
@@ -85,16 +80,18 @@ pub(super) fn plan_remove(input: &PlanningInput, selected: Selected) -> Result<P
             ));
             continue;
         }
-        plan.servers.insert(
-            server,
-            ServerPlan {
-                hostname: state.hostname.clone(),
-                headnode: state.headnode,
-                rack: state.rack.clone(),
-                steps,
-                intent: changes,
-            },
-        );
+        for instance in deletes {
+            b.intent(
+                state,
+                IntentChange::DeleteInstance {
+                    component: c.name.clone(),
+                    instance,
+                },
+            );
+        }
     }
-    finish(input, plan)
+    for skip in skips {
+        b.skip(skip);
+    }
+    Ok(b.finish(&input.options.rollout))
 }

@@ -13,13 +13,21 @@ use crate::reality::Reality;
 use agentsadm_types::catalog::ComponentKind;
 use agentsadm_types::ids::ImageUuid;
 
-/// What the operator asked for.
+/// What the operator asked for: the command that made the plan.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "lowercase")]
+#[serde(rename_all = "kebab-case")]
 pub enum Operation {
     Update,
     Install,
     Remove,
+    /// `check --fix`.
+    Repair,
+    /// `adopt`.
+    Adopt,
+    /// `server delete`.
+    ServerDelete,
+    /// `server factory-reset`.
+    FactoryReset,
 }
 
 impl Operation {
@@ -28,6 +36,10 @@ impl Operation {
             Operation::Update => "update",
             Operation::Install => "install",
             Operation::Remove => "remove",
+            Operation::Repair => "repair",
+            Operation::Adopt => "adopt",
+            Operation::ServerDelete => "server delete",
+            Operation::FactoryReset => "server factory-reset",
         }
     }
 }
@@ -120,6 +132,18 @@ impl TransportMode {
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct PlanOptions {
     pub transport: TransportMode,
+    /// How the servers are rolled out (waves, budget, concurrency).
+    pub rollout: crate::rollout::RolloutPolicy,
+}
+
+impl From<TransportMode> for PlanOptions {
+    /// The transport mode, with the library's neutral rollout.
+    fn from(transport: TransportMode) -> PlanOptions {
+        PlanOptions {
+            transport,
+            ..PlanOptions::default()
+        }
+    }
 }
 
 /// An image as the plan refers to it.

@@ -15,6 +15,8 @@ use super::request::Operation;
 use super::request::TransportKind;
 use super::skip::Skip;
 use crate::reality::Installed;
+use crate::rollout::Rollout;
+use agentsadm_api::cnapi::AgentEntry;
 use agentsadm_types::catalog::OrderClass;
 use agentsadm_types::ids::ImageUuid;
 use agentsadm_types::ids::InstanceUuid;
@@ -180,6 +182,13 @@ pub enum IntentChange {
         component: String,
         instance: InstanceUuid,
     },
+    /// After an install that replaces an instance (`check --fix`): delete
+    /// the old instance once the server reports another one for the
+    /// component; left alone while the server still reports it.
+    DeleteReplaced {
+        component: String,
+        instance: InstanceUuid,
+    },
 }
 
 impl IntentChange {
@@ -196,8 +205,130 @@ impl IntentChange {
             IntentChange::UpdateInstance { component, .. }
             | IntentChange::CreateInstance { component, .. }
             | IntentChange::AdoptInstalled { component, .. }
-            | IntentChange::DeleteInstance { component, .. } => component,
+            | IntentChange::DeleteInstance { component, .. }
+            | IntentChange::DeleteReplaced { component, .. } => component,
         }
+    }
+}
+
+/// What a record change does to a server's CNAPI record (`server
+/// delete|factory-reset`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ServerCall {
+    /// `DELETE /servers/:uuid` (404: already gone).
+    Delete,
+    /// `PUT /servers/:uuid/factory-reset`, then clear `server.agents`.
+    FactoryReset,
+}
+
+impl ServerCall {
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            ServerCall::Delete => "delete",
+            ServerCall::FactoryReset => "factory-reset",
+        }
+    }
+}
+
+/// A write to the datacenter's records that is not part of one server's
+/// turn: made before the server waves, in the order of
+/// [`RecordChange::phase`], each independent of the others (a failure is
+/// reported and the rest still made), except that a [`RecordChange::Server`]
+/// call is made only once every other record change succeeded.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(tag = "record", rename_all = "kebab-case")]
+pub enum RecordChange {
+    /// CNAPI: replace `server.agents` with the server's own report.
+    PostAgents {
+        server: ServerUuid,
+        hostname: String,
+        agents: Vec<AgentEntry>,
+    },
+    /// SAPI: a new `type=agent` service, created without
+    /// `params.image_uuid` (SAPI would check it against IMGAPI), whose
+    /// default image is set right after (as sdcadm does, TOOLS-1716).
+    CreateService {
+        component: String,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        default_image: Option<ImageUuid>,
+    },
+    /// SAPI: a service's default image (`params.image_uuid`).
+    ServiceDefault {
+        #[serde(flatten)]
+        change: ServiceChange,
+    },
+    /// SAPI: adopt what a server reports: create the instance with the
+    /// UUID the server keeps, or complete the params of the one SAPI has
+    /// (`exists`). `service` is `None` for a service this plan creates.
+    AdoptInstance {
+        server: ServerUuid,
+        hostname: String,
+        component: String,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        service: Option<ServiceUuid>,
+        instance: InstanceUuid,
+        image: ImageUuid,
+        exists: bool,
+    },
+    /// SAPI: an instance write. `server` is the server the instance
+    /// belongs to (absent for orphans no server can be found for).
+    Instance {
+        #[serde(skip_serializing_if = "Option::is_none")]
+        server: Option<ServerUuid>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        hostname: Option<String>,
+        change: IntentChange,
+    },
+    /// CNAPI: delete or factory-reset the server, last. `in_cnapi`: CNAPI
+    /// still had the record when the plan was made.
+    Server {
+        server: ServerUuid,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        hostname: Option<String>,
+        call: ServerCall,
+        in_cnapi: bool,
+    },
+}
+
+impl RecordChange {
+    /// When the change is made: CNAPI reports first (nothing later may be
+    /// overwritten by an older snapshot), then services, defaults,
+    /// instances created or completed, instances deleted (an adoption that
+    /// replaces an instance creates the new one first), and the server's
+    /// CNAPI record last.
+    pub fn phase(&self) -> u8 {
+        match self {
+            RecordChange::PostAgents { .. } => 0,
+            RecordChange::CreateService { .. } => 1,
+            RecordChange::ServiceDefault { .. } => 2,
+            RecordChange::AdoptInstance { .. } => 3,
+            RecordChange::Instance {
+                change: IntentChange::DeleteInstance { .. } | IntentChange::DeleteReplaced { .. },
+                ..
+            } => 4,
+            RecordChange::Instance { .. } => 3,
+            RecordChange::Server { .. } => 5,
+        }
+    }
+
+    /// The component the change is about, if one.
+    pub fn component(&self) -> Option<&str> {
+        match self {
+            RecordChange::PostAgents { .. } | RecordChange::Server { .. } => None,
+            RecordChange::CreateService { component, .. }
+            | RecordChange::AdoptInstance { component, .. } => Some(component),
+            RecordChange::ServiceDefault { change } => Some(&change.component),
+            RecordChange::Instance { change, .. } => Some(change.component()),
+        }
+    }
+
+    /// Whether the change writes SAPI (else CNAPI).
+    pub fn is_sapi(&self) -> bool {
+        !matches!(
+            self,
+            RecordChange::PostAgents { .. } | RecordChange::Server { .. }
+        )
     }
 }
 
@@ -247,27 +378,36 @@ pub struct ServiceChange {
     pub to: ImageRef,
 }
 
-/// The complete plan.
+/// The complete plan: what one run of any changing command does. Closed:
+/// its fields are private and it is made only by [`crate::PlanBuilder`],
+/// whose `finish` holds every rule (components never touched in bulk,
+/// health gates, skips, imports, waves), so no caller can build a plan
+/// that skips them. Read it through the accessors.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct Plan {
-    pub operation: Operation,
+    pub(crate) operation: Operation,
     /// The components in play, in install order.
-    pub components: Vec<String>,
+    pub(crate) components: Vec<String>,
     /// Explicit target images, by component.
-    pub targets: BTreeMap<String, ImageRef>,
+    pub(crate) targets: BTreeMap<String, ImageRef>,
     /// Images to import into the datacenter IMGAPI before executing.
-    pub imports: Vec<ImageRef>,
+    pub(crate) imports: Vec<ImageRef>,
     /// Service default images to set before executing.
-    pub service_changes: Vec<ServiceChange>,
-    pub servers: BTreeMap<ServerUuid, ServerPlan>,
-    pub skips: Vec<Skip>,
+    pub(crate) service_changes: Vec<ServiceChange>,
+    /// Record changes made before the server waves.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub(crate) records: Vec<RecordChange>,
+    pub(crate) servers: BTreeMap<ServerUuid, ServerPlan>,
+    pub(crate) skips: Vec<Skip>,
     /// Things the operator must read before confirming.
-    pub warnings: Vec<String>,
+    pub(crate) warnings: Vec<String>,
     /// Set when the plan touches a component that must be confirmed with
     /// `-y` explicitly (marlin-agent).
-    pub needs_explicit_yes: bool,
+    pub(crate) needs_explicit_yes: bool,
     /// How many servers the request selected (before skips).
-    pub selected_servers: usize,
+    pub(crate) selected_servers: usize,
+    /// The waves the servers run in.
+    pub(crate) rollout: Rollout,
 }
 
 /// Counts for the summary line.
@@ -283,9 +423,72 @@ pub struct PlanCounts {
 }
 
 impl Plan {
-    /// Nothing to do at all: no steps, no SAPI writes, no imports.
+    pub fn operation(&self) -> Operation {
+        self.operation
+    }
+
+    /// The components in play, in install order.
+    pub fn components(&self) -> &[String] {
+        &self.components
+    }
+
+    /// Explicit target images, by component.
+    pub fn targets(&self) -> &BTreeMap<String, ImageRef> {
+        &self.targets
+    }
+
+    /// Images imported into the datacenter IMGAPI before anything else.
+    pub fn imports(&self) -> &[ImageRef] {
+        &self.imports
+    }
+
+    /// Service default images set before the servers (put back when a
+    /// canary fails or the failure budget halts the rollout).
+    pub fn service_changes(&self) -> &[ServiceChange] {
+        &self.service_changes
+    }
+
+    /// Record changes made before the server waves, in order.
+    pub fn records(&self) -> &[RecordChange] {
+        &self.records
+    }
+
+    /// Per server: its steps and SAPI writes.
+    pub fn servers(&self) -> &BTreeMap<ServerUuid, ServerPlan> {
+        &self.servers
+    }
+
+    pub fn skips(&self) -> &[Skip] {
+        &self.skips
+    }
+
+    /// Things the operator must read before confirming.
+    pub fn warnings(&self) -> &[String] {
+        &self.warnings
+    }
+
+    /// Whether the plan touches a component that needs an explicit yes
+    /// (marlin-agent).
+    pub fn needs_explicit_yes(&self) -> bool {
+        self.needs_explicit_yes
+    }
+
+    /// How many servers the request selected (before skips).
+    pub fn selected_servers(&self) -> usize {
+        self.selected_servers
+    }
+
+    /// The waves, concurrency and failure budget the servers run under.
+    pub fn rollout(&self) -> &Rollout {
+        &self.rollout
+    }
+
+    /// Nothing to do at all: no steps, no SAPI or CNAPI writes, no imports.
     pub fn is_empty(&self) -> bool {
-        self.servers.is_empty() && self.service_changes.is_empty() && self.imports.is_empty()
+        self.servers.is_empty()
+            && self.service_changes.is_empty()
+            && self.imports.is_empty()
+            && self.records.is_empty()
     }
 
     /// Whether any skip leaves the request unfulfilled.
@@ -302,6 +505,7 @@ impl Plan {
             out.extend(s.intent.iter().map(IntentChange::component));
         }
         out.extend(self.service_changes.iter().map(|c| c.component.as_str()));
+        out.extend(self.records.iter().filter_map(RecordChange::component));
         out.extend(self.imports.iter().map(|i| i.name.as_str()));
         out
     }

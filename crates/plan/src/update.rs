@@ -14,15 +14,14 @@
 //! 4. A server with steps that is not running is skipped whole (blocking);
 //!    one with SAPI writes only is still planned, as SAPI needs no server.
 
-use super::request::ComponentSelection;
-
-use super::request::ImageRef;
-
 use super::PlanError;
-use super::empty_plan;
-use super::finish;
+use super::builder::PlanBuilder;
 use super::is_newer;
+use super::request::ComponentSelection;
+use super::request::ImageRef;
+use super::request::Operation;
 use super::request::PlanningInput;
+use super::request::TransportKind;
 use super::select::Selected;
 use super::select::execute_available;
 use super::select::named_components;
@@ -36,9 +35,7 @@ use super::skip::server_component_skip;
 use super::types::Action;
 use super::types::IntentChange;
 use super::types::Plan;
-use super::types::ServerPlan;
 use super::types::ServiceChange;
-use super::types::Step;
 use crate::intent::InstanceLink;
 use crate::reality::Installed;
 use crate::reality::ServerState;
@@ -47,47 +44,49 @@ use agentsadm_types::ids::ServerUuid;
 
 /// The update plan.
 pub(super) fn plan_update(input: &PlanningInput, selected: Selected) -> Result<Plan, PlanError> {
-    let mut plan = empty_plan(input, &selected);
-    let (active, named_components) = components_in_play(input, &mut plan.skips)?;
-    plan.components = active.iter().map(|c| c.name.clone()).collect();
-    plan.targets
-        .retain(|name, _| plan.components.contains(name));
+    let mut b = PlanBuilder::new(Operation::Update, input.catalog);
+    b.selected_servers(selected.servers.len());
+    let mut skips = Vec::new();
+    let (active, named_components) = components_in_play(input, &mut skips)?;
+    b.bulk(!named_components)
+        .components(active.iter().map(|c| c.name.clone()));
+    let mut targets = input.images.targets.clone();
+    targets.retain(|name, _| active.iter().any(|c| c.name == *name));
+    b.targets(targets);
 
     // The service default moves with a whole-service update, so that new
     // servers get the new image; `-s` updates only the named instances.
     if !selected.named {
-        plan.service_changes = service_default_changes(input, &active);
+        for change in service_default_changes(input, &active) {
+            b.service_change(change);
+        }
     }
 
     for &server in &selected.servers {
-        if !server_in_play(input, &selected, server, &mut plan.skips) {
+        if !server_in_play(input, &selected, server, &mut skips) {
             continue;
         }
         let Some(state) = input.reality.get(&server) else {
             continue;
         };
         let update = plan_server(input, server, state, &active, named_components);
-        plan.skips.extend(update.skips);
+        skips.extend(update.skips);
         if let Some(skip) =
             not_running_skip(input, server, state).filter(|_| !update.steps.is_empty())
         {
-            plan.skips.push(skip);
+            skips.push(skip);
             continue;
         }
-        if !update.steps.is_empty() || !update.intent.is_empty() {
-            plan.servers.insert(
-                server,
-                ServerPlan {
-                    hostname: state.hostname.clone(),
-                    headnode: state.headnode,
-                    rack: state.rack.clone(),
-                    steps: update.steps,
-                    intent: update.intent,
-                },
-            );
+        if update.steps.is_empty() && update.intent.is_empty() {
+            continue;
         }
+        let execute = execute_available(input, server);
+        b.server_changes(state, execute, update.steps, update.intent);
     }
-    finish(input, plan)
+    for skip in skips {
+        b.skip(skip);
+    }
+    Ok(b.finish(&input.options.rollout))
 }
 
 /// The requested components that take part, in install order, and whether
@@ -167,20 +166,20 @@ fn service_default_changes(input: &PlanningInput, active: &[&Component]) -> Vec<
 
 /// What updating one server comes to.
 #[derive(Default)]
-struct ServerUpdate {
-    steps: Vec<Step>,
+struct ServerUpdate<'c> {
+    steps: Vec<(&'c Component, Action, TransportKind)>,
     intent: Vec<IntentChange>,
     skips: Vec<Skip>,
 }
 
 /// One server's steps, SAPI writes and skips, component by component.
-fn plan_server(
+fn plan_server<'c>(
     input: &PlanningInput,
     server: ServerUuid,
     state: &ServerState,
-    active: &[&Component],
+    active: &[&'c Component],
     named_components: bool,
-) -> ServerUpdate {
+) -> ServerUpdate<'c> {
     let mut out = ServerUpdate::default();
     for c in active {
         let Some(installed) = state.components.get(&c.name) else {
@@ -217,13 +216,7 @@ fn plan_server(
                 from: installed.into(),
                 to: target.clone(),
             };
-            out.steps.push(Step {
-                component: c.name.clone(),
-                order: c.order,
-                gate: crate::Gate::for_step(&action, transport, execute_available(input, server)),
-                action,
-                transport,
-            });
+            out.steps.push((c, action, transport));
         }
         out.intent
             .extend(instance_target(input, server, c, installed, target));

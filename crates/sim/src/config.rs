@@ -29,8 +29,11 @@ use super::faults::FaultConfig;
 use super::faults::LatencySpec;
 use super::gz::GzLayout;
 
-/// How CNAPI carries CommandExecute: Ur, as real CNAPI does by default
-/// (`handleWithUr`), unless `FEATURE_USE_CNAGENT_COMMAND_EXECUTE` is set.
+/// How CNAPI is configured to carry CommandExecute: Ur, as real CNAPI does
+/// by default (`handleWithUr`), unless `FEATURE_USE_CNAGENT_COMMAND_EXECUTE`
+/// is set (`CnAgent`; seeding writes it into the SAPI `cnapi` service's
+/// metadata, where the real one is rendered from). Even then a server whose
+/// `server.agents` lacks cn-agent >= 2.6.0 goes through Ur, per request.
 /// Either way the script gets exactly the request's `env` (Ur and cn-agent
 /// both pass it as the whole environment, `{}` when absent).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -39,8 +42,9 @@ pub enum ExecuteTransport {
     /// cn-agent's `command_execute` task: `timeout` (ms) is honoured (the
     /// command is killed with SIGKILL), and the answer carries `signal`.
     CnAgent,
-    /// Ur (the default): a `timeout` parameter is refused with 409
-    /// InvalidArgument; the answer is `{exitCode, stdout, stderr}`.
+    /// Ur (the default): a `timeout` parameter crashes CNAPI (1.26.6 logs
+    /// its refusal through an undefined logger); the answer is `{exitCode,
+    /// stdout, stderr}`.
     #[default]
     Ur,
 }
@@ -73,6 +77,34 @@ impl Default for Strictness {
             sapi_delete_on_failed_create: true,
             mockcloud_refuses_execute: true,
         }
+    }
+}
+
+/// How long the simulated SAPI takes per list and per write, modelled on
+/// the real SAPI 2.1.3 (docs/triton/apis.md §2.10, measured on the
+/// real-triton harness): ListInstances reads every instance on each call,
+/// 0.31 s at 12,013 instances, 0.91 s at 24,013 and 1.57 s at 28,021
+/// (interpolated between, extrapolated past); a write (create, update,
+/// delete) takes 21 ms. A request takes at least that long from its
+/// arrival, whatever the simulator's own work cost.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct SapiTiming {
+    /// Multiplies the modelled times: 1.0 is the real SAPI (the default),
+    /// 0 turns the model off (a test's own SAPI-heavy loops).
+    pub scale: f64,
+}
+
+impl Default for SapiTiming {
+    fn default() -> Self {
+        SapiTiming { scale: 1.0 }
+    }
+}
+
+impl SapiTiming {
+    /// No modelled time at all.
+    pub fn off() -> SapiTiming {
+        SapiTiming { scale: 0.0 }
     }
 }
 
@@ -166,13 +198,25 @@ pub struct SimConfig {
     pub sapi_crash_restart_ms: u64,
     pub execute_transport: ExecuteTransport,
     /// How long CNAPI waits for Ur's answer to an execute that nothing
-    /// answers (a mockcloud server, see [`Strictness`]). Real CNAPI waits
-    /// an hour (`Ur.execute`'s default `timeoutSeconds`).
+    /// answers (a mockcloud server, see [`Strictness`], a server whose
+    /// ur-agent is down). Real CNAPI waits an hour (`Ur.execute`'s default
+    /// `timeoutSeconds`).
     pub ur_reply_timeout_ms: u64,
-    /// The cn-agent version uninstall-agents requires. Real CNAPI wants
-    /// 2.8.0; the simulator's synthetic images start at 1.0.0, so the
-    /// default is 1.0.0. Set 2.8.0 to see the 412 PreconditionFailed.
+    /// The cn-agent version uninstall-agents requires in `server.agents`
+    /// (412 PreconditionFailed below it; without a cn-agent entry CNAPI
+    /// crashes). Real CNAPI wants 2.8.0, and the seeded cn-agent images
+    /// are 2.x as real ones are.
     pub uninstall_min_cn_agent: String,
+    /// How long CNAPI is down after it crashed (SMF restarts it) or
+    /// [`super::SimDc::restart_cnapi`] without a time of its own.
+    pub cnapi_restart_ms: u64,
+    /// How long a server is away after Ur rebooted it (exit status 113).
+    pub server_reboot_ms: u64,
+    /// How long ServerGet takes while VMAPI is down
+    /// ([`super::Faults::set_vmapi_down`]): the real one computes capacity
+    /// through VMAPI, about 15 s with its client's retries.
+    pub vmapi_down_server_get_ms: u64,
+    pub sapi_timing: SapiTiming,
     /// How each server's GZ is laid out: a full rooted GZ (default; hooks
     /// run) or the mockcloud layout (three files per component; for
     /// thousands of servers and benchmarks). See [`super::gz`].
@@ -204,7 +248,11 @@ impl Default for SimConfig {
             sapi_crash_restart_ms: 0,
             execute_transport: ExecuteTransport::default(),
             ur_reply_timeout_ms: 3_600_000,
-            uninstall_min_cn_agent: "1.0.0".to_string(),
+            uninstall_min_cn_agent: "2.8.0".to_string(),
+            cnapi_restart_ms: 2_000,
+            server_reboot_ms: 2_000,
+            vmapi_down_server_get_ms: 15_000,
+            sapi_timing: SapiTiming::default(),
             gz_layout: GzLayout::default(),
             faults: FaultConfig::default(),
             strictness: Strictness::default(),
@@ -332,6 +380,21 @@ impl SimConfig {
 
     pub fn ur_reply_timeout(mut self, d: Duration) -> Self {
         self.ur_reply_timeout_ms = d.as_millis() as u64;
+        self
+    }
+
+    pub fn cnapi_restart(mut self, d: Duration) -> Self {
+        self.cnapi_restart_ms = d.as_millis() as u64;
+        self
+    }
+
+    pub fn server_reboot(mut self, d: Duration) -> Self {
+        self.server_reboot_ms = d.as_millis() as u64;
+        self
+    }
+
+    pub fn sapi_timing(mut self, t: SapiTiming) -> Self {
+        self.sapi_timing = t;
         self
     }
 }

@@ -92,8 +92,12 @@ impl DcCore {
     }
 
     /// What cn-agent's refreshAgents does: read the GZ and set
-    /// `server.agents` (directly; the real one POSTs to CNAPI).
+    /// `server.agents` (directly; the real one POSTs to CNAPI, so nothing
+    /// arrives while CNAPI is down).
     pub(crate) async fn refresh_agents(&self, server: &MockServer) {
+        if self.cnapi_down(server) {
+            return;
+        }
         match self.gz.report(server.target(&self.config.datacenter)).await {
             Ok(report) => self.cnapi.set_agents(server.uuid, report.agents),
             Err(e) => {
@@ -108,10 +112,23 @@ impl DcCore {
     /// ([`super::gz::apply_results`]), as cn-agent's refreshAgents would
     /// find them.
     pub(crate) fn record_results(&self, server: &MockServer, results: &[ComponentResult]) {
+        if self.cnapi_down(server) {
+            return;
+        }
         if let Some(r) = self.cnapi.servers().get_mut(&server.uuid) {
             super::gz::apply_results(&self.catalog, &mut r.agents, results);
         }
         self.touch();
+    }
+
+    /// Whether CNAPI is down, so that a cn-agent's `server.agents` report
+    /// for `server` is lost (cn-agent logs it and does not retry).
+    fn cnapi_down(&self, server: &MockServer) -> bool {
+        let down = self.cnapi.info.is_down();
+        if down {
+            tracing::warn!(server = %server.hostname, "sim: CNAPI is down; cn-agent's server.agents report is lost");
+        }
+        down
     }
 
     /// Note a change for the persister.

@@ -245,6 +245,11 @@ impl FakeDc {
             IntentChange::DeleteInstance { instance, .. } => {
                 dc.sapi_delete_instance(*instance);
             }
+            IntentChange::DeleteReplaced { instance, .. } => {
+                if reported.is_some_and(|r| r != *instance) {
+                    dc.sapi_delete_instance(*instance);
+                }
+            }
         }
         Ok(())
     }

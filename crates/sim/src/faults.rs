@@ -11,6 +11,13 @@
 //!   serve` flags). Servers are named by hostname or UUID there.
 //! - [`Faults`] is the runtime state shared by the API handlers and the task
 //!   runner, changed at any time through [`crate::SimDc::faults`].
+//! - What real Triton does when parts of it are down or misbehave, set at
+//!   run time: a server's ur-agent stopped ([`Faults::stop_ur`]), the
+//!   `agentsadm` a server runs through execute dying of a signal, printing
+//!   past Ur's 5 MB or exiting with a chosen status ([`CommandFault`]),
+//!   CNAPI failing to record task results ([`Faults::lose_task_results_on`])
+//!   and VMAPI down ([`Faults::set_vmapi_down`]). A CNAPI crash and restart
+//!   is [`crate::SimDc::restart_cnapi`].
 //!
 //! Latency is always a tokio sleep, never CPU, so a benchmark that injects
 //! 50 ms per install measures the orchestrator and not the simulator.
@@ -265,6 +272,26 @@ struct ServerFaults {
     truncated: BTreeSet<String>,
     /// (component, image, servers; empty: all).
     unhealthy: Vec<(String, ImageUuid, BTreeSet<ServerUuid>)>,
+    ur_down: BTreeSet<ServerUuid>,
+    commands: BTreeMap<ServerUuid, CommandFault>,
+    lost_results: BTreeSet<ServerUuid>,
+    vmapi_down: bool,
+}
+
+/// What becomes of the `agentsadm` command a server runs through CNAPI
+/// execute (instead of its own outcome).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CommandFault {
+    /// agentsadm exits with this status (the script around it then does
+    /// what it does with it, see `remote::exec_script_status`).
+    Exit(i32),
+    /// The script as a whole exits with this status, whatever agentsadm
+    /// did (as a script that `exec`s agentsadm would pass on its status).
+    ScriptExit(i32),
+    /// The script is killed by a signal (SIGKILL).
+    Signal,
+    /// It prints more than Ur's 5 MB and is stopped.
+    Oversized,
 }
 
 /// A scenario naming something that does not exist.
@@ -425,6 +452,55 @@ impl Faults {
             }
         }
         out
+    }
+
+    /// The server's ur-agent stops: CNAPI execute through Ur gets no answer
+    /// until CNAPI's own hour runs out.
+    pub fn stop_ur(&self, server: ServerUuid) {
+        self.servers().ur_down.insert(server);
+    }
+
+    pub fn start_ur(&self, server: ServerUuid) {
+        self.servers().ur_down.remove(&server);
+    }
+
+    pub(crate) fn ur_down(&self, server: ServerUuid) -> bool {
+        self.servers().ur_down.contains(&server)
+    }
+
+    /// Every `agentsadm` command run through execute on `server` ends this
+    /// way until [`Faults::clear_command_fault`].
+    pub fn command_fault_on(&self, server: ServerUuid, fault: CommandFault) {
+        self.servers().commands.insert(server, fault);
+    }
+
+    pub fn clear_command_fault(&self, server: ServerUuid) {
+        self.servers().commands.remove(&server);
+    }
+
+    pub(crate) fn command_fault(&self, server: ServerUuid) -> Option<CommandFault> {
+        self.servers().commands.get(&server).copied()
+    }
+
+    /// CNAPI's write of a finished task's result on this server fails (the
+    /// Moray put in `sendTaskRequest`): the task stays `active` for ever,
+    /// though cn-agent finished it and reported the new `server.agents`.
+    pub fn lose_task_results_on(&self, server: ServerUuid) {
+        self.servers().lost_results.insert(server);
+    }
+
+    pub(crate) fn loses_task_results(&self, server: ServerUuid) -> bool {
+        self.servers().lost_results.contains(&server)
+    }
+
+    /// VMAPI is down: CNAPI's ServerGet, which computes capacity through
+    /// it, takes [`crate::SimConfig::vmapi_down_server_get_ms`].
+    pub fn set_vmapi_down(&self, down: bool) {
+        self.servers().vmapi_down = down;
+    }
+
+    pub(crate) fn vmapi_down(&self) -> bool {
+        self.servers().vmapi_down
     }
 
     /// The next `count` requests to `api` get `status` (500 or 503).

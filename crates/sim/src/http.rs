@@ -120,8 +120,9 @@ pub(crate) struct ApiInfo {
     pub faults: Arc<Faults>,
     /// Bumped after every request that may change state (not GET/HEAD).
     pub mutations: Arc<AtomicU64>,
-    /// SAPI only: the process "restarts" until this instant (micros since
-    /// `started`) after an UpgradeInstance crash; connections are cut.
+    /// The process "restarts" until this instant (micros since `started`)
+    /// after a crash (SAPI's UpgradeInstance, CNAPI's execute with
+    /// `timeout` in Ur mode...); connections are cut.
     pub down_until_us: AtomicU64,
     pub started: Instant,
 }
@@ -152,7 +153,8 @@ impl ApiInfo {
             .store(until.as_micros() as u64, Ordering::Relaxed);
     }
 
-    fn is_down(&self) -> bool {
+    /// Whether the process is down (crashed, not yet restarted).
+    pub(crate) fn is_down(&self) -> bool {
         let until = self.down_until_us.load(Ordering::Relaxed);
         until > 0 && (self.started.elapsed().as_micros() as u64) < until
     }

@@ -111,9 +111,11 @@ use serde::{Deserialize, Serialize};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
-pub use self::cnapi::{LIST_MAX_LIMIT, ServerRecord, ServerStatus};
-pub use self::config::{ExecuteTransport, SeedSpec, SimConfig, Strictness};
-pub use self::faults::{BurstSpec, Distribution, FaultConfig, Faults, LatencySpec, SimApi};
+pub use self::cnapi::{ExecuteSeen, LIST_MAX_LIMIT, ServerRecord, ServerStatus};
+pub use self::config::{ExecuteTransport, SapiTiming, SeedSpec, SimConfig, Strictness};
+pub use self::faults::{
+    BurstSpec, CommandFault, Distribution, FaultConfig, Faults, LatencySpec, SimApi,
+};
 pub use self::gz::{
     GzEnv, GzLayout, GzOpError, GzOps, GzTarget, ImageLookup, InstallerGz, SeedImage,
     SeededComponent,
@@ -461,6 +463,7 @@ impl SimDc {
             info: info(SimApi::Sapi),
             crash_restart: Duration::from_millis(config.sapi_crash_restart_ms),
             delete_on_failed_create: config.strictness.sapi_delete_on_failed_create,
+            timing: config.sapi_timing,
         });
         let core = Arc::new(DcCore {
             catalog: Catalog::builtin(),
@@ -701,28 +704,6 @@ impl SimDc {
             add_vms(r, n);
         }
         self.core.touch();
-    }
-
-    /// What a still-running cn-agent does after a CNAPI ServerDelete: its
-    /// sysinfo registration creates the record again (setup, with the
-    /// agents its GZ reports). No-op when the record exists.
-    pub async fn reregister(&self, uuid: ServerUuid) -> Result<(), GzOpError> {
-        let server = self
-            .core
-            .server(uuid)
-            .ok_or(GzOpError::UnknownServer { server: uuid })?;
-        if self.record(uuid).is_some() {
-            return Ok(());
-        }
-        let report = self.gz_report(uuid).await?;
-        let mut rec = ServerRecord::new(&server, &self.core.config.datacenter, true);
-        rec.mockcloud = self.core.config.mockcloud_without_execute();
-        rec.rack_identifier =
-            fleet::seeded_rack(server.index, self.core.config.rack_size).unwrap_or_default();
-        rec.agents = report.agents;
-        self.core.cnapi.servers().insert(uuid, rec);
-        self.core.touch();
-        Ok(())
     }
 
     /// What seeding created: the default image of every component, the

@@ -57,15 +57,18 @@ impl BuildOptions {
 }
 
 /// The image spec for a component with these options, its version in the
-/// real `<semver>-<branch>-<stamp>-g<sha>` form (sha from the UUID).
+/// real `<semver>-<branch>-<stamp>-g<sha>` form (sha from the UUID). A
+/// cn-agent image's semver is on cn-agent's 2.x line
+/// ([`crate::seed::release_version`]), as the seeded ones are.
 pub fn image_spec(c: &Component, opts: &BuildOptions) -> ImageSpec {
-    let mut spec = ImageSpec::for_component(c, &opts.semver);
+    let semver = crate::seed::release_version(&c.name, &opts.semver);
+    let mut spec = ImageSpec::for_component(c, &semver);
     if let Some(u) = opts.uuid {
         spec.uuid = u;
     }
     let sha = spec.uuid.to_string()[..7].to_string();
     spec.version =
-        agentsadm_types::image::agent_version_string(&opts.semver, &opts.branch, &opts.stamp, &sha);
+        agentsadm_types::image::agent_version_string(&semver, &opts.branch, &opts.stamp, &sha);
     spec.payload_bytes = opts.payload_bytes;
     if let Some(h) = &opts.hooks {
         spec.hooks = h.clone();

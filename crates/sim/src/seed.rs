@@ -22,6 +22,15 @@
 //! adopt themselves with only `{uuid, service_uuid}`; and the image files
 //! of [`SeedSpec::files_without_md5`] are served without `Content-MD5`.
 //!
+//! cn-agent's images are published on cn-agent's real release line, 2.x
+//! ([`release_version`]): the seed's 1.0.0 is cn-agent 2.8.0, the lowest
+//! whose servers CNAPI's uninstall-agents accepts, so simulated removals
+//! take the path the real CNAPI takes. The SAPI `cnapi` service (and its
+//! instance on the headnode) carries `FEATURE_USE_CNAGENT_COMMAND_EXECUTE`
+//! when the simulated CNAPI runs commands through cn-agent
+//! ([`crate::SimConfig::execute_transport`]), as a real CNAPI's config is
+//! rendered from there.
+//!
 //! Everything comes from a seeded RNG, so the same seed gives the same
 //! UUIDs.
 
@@ -68,6 +77,25 @@ pub struct SeedReport {
     pub servers_set_up: usize,
 }
 
+/// The version a component's image gets for the simulator's `semver`:
+/// the same, except cn-agent's, which are on cn-agent's real 2.x line
+/// (major + 1, minor + 8: 1.0.0 is 2.8.0, 1.1.0 is 2.9.0), keeping their
+/// order.
+pub fn release_version(component: &str, semver: &str) -> String {
+    if component != "cn-agent" {
+        return semver.to_string();
+    }
+    match semver::Version::parse(semver) {
+        Ok(v) => semver::Version {
+            major: v.major + 1,
+            minor: v.minor + 8,
+            ..v
+        }
+        .to_string(),
+        Err(_) => semver.to_string(),
+    }
+}
+
 fn uuid_from(rng: &mut SmallRng) -> uuid::Uuid {
     let mut b = [0u8; 16];
     rng.fill_bytes(&mut b);
@@ -83,10 +111,11 @@ pub(crate) fn seeded_image(
     payload_bytes: usize,
     rng: &mut SmallRng,
 ) -> BuiltImage {
-    let mut spec = ImageSpec::for_component(c, semver);
+    let semver = release_version(&c.name, semver);
+    let mut spec = ImageSpec::for_component(c, &semver);
     spec.uuid = ImageUuid(uuid_from(rng));
     let sha = spec.uuid.to_string()[..7].to_string();
-    spec.version = agentsadm_types::image::agent_version_string(semver, "master", stamp, &sha);
+    spec.version = agentsadm_types::image::agent_version_string(&semver, "master", stamp, &sha);
     spec.payload_bytes = payload_bytes;
     build(&spec)
 }
@@ -144,6 +173,52 @@ fn sdc_app_metadata_schema() -> serde_json::Value {
             "sdc_underlay_pool": {"type": "string"}
         }
     }}})
+}
+
+/// The SAPI `cnapi` service (type vm) and its instance on the headnode,
+/// with `FEATURE_USE_CNAGENT_COMMAND_EXECUTE` in the service's metadata
+/// when the simulated CNAPI runs commands through cn-agent.
+fn put_cnapi_service(
+    core: &DcCore,
+    sapi: &mut super::sapi::SapiStore,
+    app: ApplicationUuid,
+    rng: &mut SmallRng,
+) {
+    let uuid = ServiceUuid(uuid_from(rng));
+    let mut metadata = object([("SERVICE_NAME", json!("cnapi"))]);
+    if core.config.execute_transport == crate::ExecuteTransport::CnAgent {
+        metadata.insert(
+            "FEATURE_USE_CNAGENT_COMMAND_EXECUTE".to_string(),
+            json!(true),
+        );
+    }
+    sapi.services.push(Service {
+        uuid,
+        name: "cnapi".to_string(),
+        application_uuid: app,
+        params: Some(object([(
+            "tags",
+            json!({"smartdc_role": "cnapi", "smartdc_type": "core"}),
+        )])),
+        metadata: Some(metadata),
+        manifests: Some(Default::default()),
+        master: None,
+        service_type: Some(ServiceType::Vm),
+    });
+    let headnode = core.fleet.values().find(|s| s.headnode).map(|s| s.uuid);
+    sapi.put_instance(Instance {
+        uuid: InstanceUuid(uuid_from(rng)),
+        service_uuid: uuid,
+        params: Some(object([
+            ("alias", json!("cnapi0")),
+            ("server_uuid", json!(headnode)),
+        ])),
+        metadata: Some(Default::default()),
+        manifests: None,
+        master: None,
+        job_uuid: None,
+        service_type: Some(ServiceType::Vm),
+    });
 }
 
 pub(crate) fn populate(core: &DcCore, spec: &SeedSpec) -> Result<SeedReport, SimError> {
@@ -240,6 +315,7 @@ pub(crate) fn populate(core: &DcCore, spec: &SeedSpec) -> Result<SeedReport, Sim
             });
             report.services.insert(c.name.clone(), uuid);
         }
+        put_cnapi_service(core, &mut sapi, app_uuid, &mut rng);
     }
     report.application = Some(app_uuid);
 

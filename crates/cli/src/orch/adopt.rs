@@ -1,31 +1,30 @@
 //! `agentsadm adopt`: create the SAPI agent services and instances for
 //! what servers report (`--local`: what this global zone has installed,
-//! for headnode setup).
+//! for headnode setup), through the library's one run: `-n`, the lock,
+//! the plan made again under it, the question or `-y`, the fence.
 
 use clap::Args;
 use serde_json::json;
 
+use super::RunArgs;
 use super::ServersArg;
-
 use super::exit;
 use crate::CmdResult;
-use crate::EXIT_PARTIAL;
 use crate::GlobalOpts;
-use crate::execution::with_dc_lock;
-use agentsadm_orchestrate::adopt;
-use agentsadm_orchestrate::gather;
-use agentsadm_plan::resolve_servers;
+use crate::execution::CliOperator;
+use crate::execution::Execution;
+use crate::execution::interrupted;
+use crate::execution::run_error;
+use agentsadm_orchestrate::adopt::{AdoptPlan, AdoptPlanner, AdoptReport};
+use agentsadm_orchestrate::run::{Run, RunOutcome, RunSettings, Shown};
+use agentsadm_types::output::Output;
 
 #[derive(Args, Debug)]
 pub struct AdoptArgs {
     #[command(flatten)]
     pub servers: ServersArg,
-    /// Only show what would be adopted.
-    #[arg(short = 'n', long = "dry-run")]
-    pub dry_run: bool,
-    /// Take the datacenter lock even if another agentsadm holds it.
-    #[arg(long)]
-    pub break_lock: bool,
+    #[command(flatten)]
+    pub run: RunArgs,
     /// Adopt what this server's own global zone has installed instead of
     /// what CNAPI reports (headnode setup, before CNAPI exists).
     #[arg(long, conflicts_with = "servers")]
@@ -42,39 +41,74 @@ pub async fn run_adopt(g: &GlobalOpts, a: AdoptArgs) -> CmdResult {
     let out = g.output();
     let catalog = g.load_catalog()?;
     let apis = g.apis()?;
-    let (intent, reality) = gather::gather(&apis, &catalog).await?;
-    let servers = if a.servers.servers.is_empty() {
-        None
-    } else {
-        Some(resolve_servers(&reality, &a.servers.servers)?)
+    let settings = a.run.settings(None);
+    let planner = AdoptPlanner {
+        apis: &apis,
+        catalog: &catalog,
+        servers: a.servers.servers,
     };
-    let plan = adopt::plan_adoption(&catalog, &intent, &reality, servers.as_deref());
-    if !out.json {
-        out.line(plan.render().trim_end());
-    }
-    if a.dry_run || plan.is_empty() {
-        if out.json {
-            out.json(&json!({"plan": plan, "executed": false}));
+    let operator = adopt_operator(out);
+    let execution = Execution::new(g, "adopt");
+    let reporter = execution.reporter();
+    let run = Run::new(&apis, &catalog, &settings, &reporter, "adopt");
+    let outcome = run
+        .go(&planner, &operator, interrupted())
+        .await
+        .map_err(run_error)?;
+    Ok(exit(adopt_outcome(out, outcome)))
+}
+
+/// The run's operator for adoption: the plan as lines, "Adopt?".
+pub(crate) fn adopt_operator<'a>(out: Output) -> CliOperator<'a, AdoptPlan> {
+    CliOperator::new(
+        out,
+        move |plan: &AdoptPlan, shown| {
+            if out.json {
+                return;
+            }
+            if shown == Shown::Changed {
+                out.line("\nWhat the servers report changed since it was shown; the new plan:");
+            }
+            out.line(plan.render().trim_end());
+        },
+        |_: &AdoptPlan| Ok("Adopt?"),
+    )
+}
+
+/// Print how an adoption run ended; its exit status.
+pub(crate) fn adopt_outcome(out: Output, outcome: RunOutcome<AdoptPlan>) -> u8 {
+    let (plan, report) = match outcome {
+        RunOutcome::DryRun(plan) | RunOutcome::Empty(plan) => {
+            if out.json {
+                out.json(&json!({"plan": plan, "executed": false, "exit_status": 0}));
+            }
+            return 0;
         }
-        return Ok(exit(0));
-    }
-    let work = adopt::adopt(&apis.sapi, &plan, &intent);
-    let report = with_dc_lock(&apis.sapi, "adopt", a.break_lock, &out, work).await??;
-    let status = if report.failures.is_empty() {
-        0
-    } else {
-        EXIT_PARTIAL
+        RunOutcome::Declined(_) => {
+            out.line("Nothing was changed.");
+            return 1;
+        }
+        RunOutcome::Executed { planned, report } => (planned, AdoptReport::from_exec(&report)),
     };
+    let status = report.exit_status();
     if out.json {
         out.json(&json!({"plan": plan, "executed": true, "result": report, "exit_status": status}));
-    } else {
-        for (server, component, e) in &report.failures {
-            eprintln!("error: cannot adopt {component} on {server}: {e}");
-        }
-        out.line(format!(
-            "Adopted {} instances; created {} services; set {} default images.",
-            report.instances_adopted, report.services_created, report.defaults_set
-        ));
+        return status;
     }
-    Ok(exit(status))
+    for (server, component, e) in &report.failures {
+        eprintln!("error: cannot adopt {component} on {server}: {e}");
+    }
+    for (component, e) in &report.service_failures {
+        eprintln!("error: SAPI service {component}: {e}");
+    }
+    out.line(format!(
+        "Adopted {} instances; created {} services; set {} default images.",
+        report.instances_adopted, report.services_created, report.defaults_set
+    ));
+    status
+}
+
+/// The settings of `adopt` (for `--local` too).
+pub(crate) fn settings(run: RunArgs) -> RunSettings {
+    run.settings(None)
 }

@@ -7,47 +7,27 @@ use clap::{ArgAction, Args, Subcommand};
 use serde_json::json;
 
 use super::ChannelArgs;
-
 use super::ExecArgs;
-
-use super::ExecSettings;
-
 use super::ServersArg;
-
-use super::confirm;
-
 use super::exit;
-
 use super::latest_target_line;
-
-use super::stdin_is_terminal;
-
 use super::updates_client;
-use agentsadm_types::catalog::Catalog;
-use std::sync::atomic::AtomicBool;
-
-use crate::execution::CliGate;
-
-use crate::execution::Execution;
-
-use crate::execution::interrupted;
-
-use crate::execution::refuse_if_locked;
-
 use crate::CmdResult;
 use crate::EXIT_PARTIAL;
 use crate::GlobalOpts;
-use crate::execution::with_dc_lock_watched;
-use agentsadm_orchestrate::execute::default_canary;
-use agentsadm_orchestrate::fence::Fenced;
-use agentsadm_orchestrate::fence::fence;
+use crate::execution::CliOperator;
+use crate::execution::Execution;
+use crate::execution::interrupted;
+use crate::execution::run_error;
 use agentsadm_orchestrate::images::ImageChoice;
-use agentsadm_orchestrate::session::Session;
+use agentsadm_orchestrate::run::{Run, RunOutcome, RunSettings, Shown};
+use agentsadm_orchestrate::session::{RequestPlanner, Session};
 use agentsadm_plan::ComponentSelection;
 use agentsadm_plan::Operation;
 use agentsadm_plan::Plan;
 use agentsadm_plan::Request;
 use agentsadm_plan::ServerSelection;
+use agentsadm_types::catalog::Catalog;
 use agentsadm_types::ids::ImageUuid;
 
 /// Servers shown one by one in a plan up to this many; beyond, servers with
@@ -140,7 +120,7 @@ struct Change {
     /// before planning, then the choice is that image.
     image_spec: Option<(String, String)>,
     source: ChannelArgs,
-    exec: ExecSettings,
+    settings: RunSettings,
     /// Where the target comes from, printed first (`--latest`).
     target_line: Option<String>,
 }
@@ -222,7 +202,7 @@ impl UpdateArgs {
             },
             image_spec,
             source: self.source,
-            exec: self.exec.into(),
+            settings: self.exec.into(),
             target_line: None,
         })
     }
@@ -247,7 +227,7 @@ impl InstallArgs {
             choice,
             image_spec,
             source: self.source,
-            exec: self.exec.into(),
+            settings: self.exec.into(),
             target_line: None,
         })
     }
@@ -272,7 +252,7 @@ impl RemoveArgs {
             choice: ImageChoice::Intent,
             image_spec: None,
             source: ChannelArgs::default(),
-            exec: self.exec.into(),
+            settings: self.exec.into(),
             target_line: None,
         })
     }
@@ -286,9 +266,9 @@ fn servers_selection(names: Vec<String>) -> ServerSelection {
     }
 }
 
-/// plan / update / install / remove. A changing command takes the
-/// datacenter lock before planning, plans under it, and executes only the
-/// plan that was shown and confirmed (fenced plans).
+/// plan / update / install / remove, through the library's one run: the
+/// datacenter lock, the plan made under it and again after the prompt
+/// (fenced plans), the question or `-y`, imports, execution.
 async fn run_change(g: &GlobalOpts, mut change: Change, plan_only: bool) -> CmdResult {
     let out = g.output();
     let catalog = g.load_catalog()?;
@@ -309,11 +289,6 @@ async fn run_change(g: &GlobalOpts, mut change: Change, plan_only: bool) -> CmdR
         catalog: &catalog,
         updates: updates.as_ref(),
     };
-    let changes = !plan_only && !change.exec.dry_run;
-    if changes {
-        // A held lock is news before a long plan, not after it.
-        refuse_if_locked(&apis.sapi, change.exec.break_lock).await?;
-    }
     if let Some((component, spec)) = &change.image_spec {
         let sources = agentsadm_orchestrate::images::ImageSources {
             dc: &apis.imgapi,
@@ -323,39 +298,24 @@ async fn run_change(g: &GlobalOpts, mut change: Change, plan_only: bool) -> CmdR
         change.choice =
             ImageChoice::Image(agentsadm_orchestrate::images::find_image(sources, c, spec).await?);
     }
-    if !changes {
-        let plan = plan_and_show(g, &session, &change).await?;
-        if out.json {
-            out.json(&json!({"plan": plan, "executed": false, "exit_status": 0}));
-        }
-        return Ok(exit(0));
-    }
-    // A first plan without the lock: bad input, nothing to do, or no way
-    // to confirm ends here with nothing written (not even the lock).
-    let exec = &change.exec;
-    let unlocked = session
-        .plan(&change.request, change.choice, exec.transport)
-        .await?
-        .plan;
-    if unlocked.is_empty() {
-        return show_empty(g, &change, &unlocked, false);
-    }
-    let interactive = !out.json && stdin_is_terminal();
-    if !exec.yes && !interactive {
-        if out.json {
-            for w in &unlocked.warnings {
-                eprintln!("warning: {w}");
-            }
-        } else {
-            show_plan(g, &change, &unlocked);
-        }
-        if unlocked.needs_explicit_yes {
-            bail!(
-                "this plan restarts components that abort running work; re-run with -y to confirm (nothing was changed)"
-            );
-        }
-        bail!("refusing to change servers without confirmation: pass -y (nothing was changed)");
-    }
+    change.settings.dry_run |= plan_only;
+    let planner = RequestPlanner {
+        session,
+        request: change.request.clone(),
+        choice: change.choice,
+        options: change.settings.plan_options(),
+    };
+    let operator = CliOperator::new(
+        out,
+        |plan: &Plan, shown| show_plan(g, &change, plan, shown),
+        |plan: &Plan| {
+            Ok(if plan.needs_explicit_yes() {
+                "This plan restarts components that abort running work (see the warnings above). Proceed?"
+            } else {
+                "Proceed?"
+            })
+        },
+    );
     let operation = format!(
         "{} {}",
         change.request.operation,
@@ -364,17 +324,55 @@ async fn run_change(g: &GlobalOpts, mut change: Change, plan_only: bool) -> CmdR
             ComponentSelection::Named(v) => v.join(","),
         }
     );
-    let lost = AtomicBool::new(false);
-    let work = fenced_change(g, &session, &change, &lost);
-    with_dc_lock_watched(&apis.sapi, &operation, exec.break_lock, &out, &lost, work).await?
+    let execution = Execution::new(g, change.request.operation.as_str());
+    let reporter = execution.reporter();
+    let run = Run::new(&apis, &catalog, &change.settings, &reporter, operation);
+    match run.go(&planner, &operator, interrupted()).await {
+        Ok(RunOutcome::DryRun(plan)) => {
+            if out.json {
+                out.json(&json!({"plan": plan, "executed": false, "exit_status": 0}));
+            }
+            Ok(exit(0))
+        }
+        Ok(RunOutcome::Empty(plan)) => show_empty(g, &plan),
+        Ok(RunOutcome::Declined(_)) => {
+            out.line("Nothing was changed.");
+            Ok(exit(1))
+        }
+        Ok(RunOutcome::Executed { planned, report }) => {
+            let status = report.exit_status(&planned);
+            if out.json {
+                out.json(&json!({
+                    "plan": planned,
+                    "executed": true,
+                    "result": report,
+                    "summary": report.summary(&planned),
+                    "exit_status": status,
+                }));
+            } else if !out.quiet || status != 0 {
+                println!("\n{}", report.render(&planned).trim_end());
+            }
+            Ok(exit(status))
+        }
+        Err(e) => Err(run_error(e)),
+    }
 }
 
 /// Print a plan (text output only), and why an empty update changes
-/// nothing.
-fn show_plan(g: &GlobalOpts, change: &Change, plan: &Plan) {
+/// nothing. In `--json`, a plan shown because the run stops without a
+/// confirmation has its warnings on stderr.
+fn show_plan(g: &GlobalOpts, change: &Change, plan: &Plan, shown: Shown) {
     let out = g.output();
     if out.json {
+        if shown == Shown::Unlocked && !plan.is_empty() {
+            for w in plan.warnings() {
+                eprintln!("warning: {w}");
+            }
+        }
         return;
+    }
+    if shown == Shown::Changed {
+        out.line("\nThe plan changed since it was shown; the new plan:");
     }
     let max = if g.verbose > 0 {
         usize::MAX
@@ -386,25 +384,25 @@ fn show_plan(g: &GlobalOpts, change: &Change, plan: &Plan) {
     }
     out.line(
         plan.display_compact(max)
-            .with_health(change.exec.options.health)
+            .with_health(change.settings.options.health)
             .to_string()
             .trim_end(),
     );
     if plan.is_empty()
-        && plan.operation == Operation::Update
+        && plan.operation() == Operation::Update
         && change.choice == ImageChoice::Intent
-        && plan.skips.is_empty()
+        && plan.skips().is_empty()
     {
         out.line(format!(
             "The selected servers already run the image SAPI names for {} (the service default); use --latest or COMPONENT@VERSION to move to another image.",
-            plan.components.join(", ")
+            plan.components().join(", ")
         ));
     }
 }
 
-/// An empty plan (shown unless `shown`): exit 0, or 2 when something
-/// blocking was skipped.
-fn show_empty(g: &GlobalOpts, change: &Change, plan: &Plan, shown: bool) -> CmdResult {
+/// An empty plan (already shown): exit 0, or 2 when something blocking was
+/// skipped.
+fn show_empty(g: &GlobalOpts, plan: &Plan) -> CmdResult {
     let out = g.output();
     let partial = if plan.has_blocking_skips() {
         EXIT_PARTIAL
@@ -413,128 +411,8 @@ fn show_empty(g: &GlobalOpts, change: &Change, plan: &Plan, shown: bool) -> CmdR
     };
     if out.json {
         out.json(&json!({"plan": plan, "executed": false, "exit_status": partial}));
-    } else if !shown {
-        show_plan(g, change, plan);
     }
     Ok(exit(partial))
-}
-
-/// Plan, log the plan, and show it (text only).
-async fn plan_and_show(
-    g: &GlobalOpts,
-    session: &Session<'_>,
-    change: &Change,
-) -> anyhow::Result<Plan> {
-    let plan = session
-        .plan(&change.request, change.choice, change.exec.transport)
-        .await?
-        .plan;
-    tracing::info!(
-        target: agentsadm_types::log::FILE_ONLY_TARGET,
-        component = "planner",
-        plan = serde_json::to_string(&plan).unwrap_or_default(),
-        "{}",
-        plan.display_compact(DEFAULT_MAX_SERVERS)
-    );
-    show_plan(g, change, &plan);
-    Ok(plan)
-}
-
-/// Under the lock: plan, confirm, re-plan until the plan confirmed is the
-/// plan that would run, then execute it.
-async fn fenced_change(
-    g: &GlobalOpts,
-    session: &Session<'_>,
-    change: &Change,
-    lost: &AtomicBool,
-) -> CmdResult {
-    let out = g.output();
-    let exec = &change.exec;
-    let first = plan_and_show(g, session, change).await?;
-    // Without -y only a terminal gets here (see run_change). The plan's
-    // warnings were printed with it.
-    let fenced = fence(
-        first,
-        exec.yes,
-        Plan::is_empty,
-        async |plan: &Plan| {
-            confirm(if plan.needs_explicit_yes {
-                "This plan restarts components that abort running work (see the warnings above). Proceed?"
-            } else {
-                "Proceed?"
-            })
-            .await
-        },
-        async || -> anyhow::Result<Plan> {
-            Ok(session
-                .plan(&change.request, change.choice, exec.transport)
-                .await?
-                .plan)
-        },
-        |again| {
-            out.line("\nThe plan changed since it was shown; the new plan:");
-            show_plan(g, change, again);
-        },
-    )
-    .await?;
-    let plan = match fenced {
-        Fenced::Confirmed(plan) => plan,
-        Fenced::Empty(plan) => return show_empty(g, change, &plan, true),
-        Fenced::Declined => {
-            out.line("Nothing was changed.");
-            return Ok(exit(1));
-        }
-    };
-
-    let mut options = exec.options.clone();
-    options.canary = exec
-        .canary
-        .unwrap_or_else(|| default_canary(plan.servers.len()));
-    let execution = Execution::new(g, plan.operation.as_str(), options);
-    let reporter = execution.reporter();
-    if !plan.imports.is_empty() {
-        out.line(format!(
-            "Importing {} image(s) into the datacenter IMGAPI...",
-            plan.imports.len()
-        ));
-    }
-    let gate = CliGate {
-        yes: exec.yes,
-        lost,
-        out: &out,
-    };
-    let report = session
-        .execute_gated(
-            &plan,
-            &execution.options,
-            execution.transport.clone(),
-            &reporter,
-            interrupted(),
-            &gate,
-        )
-        .await?;
-    let status = report.exit_status(&plan);
-    tracing::info!(
-        target: agentsadm_types::log::FILE_ONLY_TARGET,
-        component = "summary",
-        summary = serde_json::to_string(&report.summary(&plan)).unwrap_or_default(),
-        outliers = serde_json::to_string(&report.outliers).unwrap_or_default(),
-        exit_status = status,
-        "{}",
-        report.render(&plan).trim_end()
-    );
-    if out.json {
-        out.json(&json!({
-            "plan": plan,
-            "executed": true,
-            "result": report,
-            "summary": report.summary(&plan),
-            "exit_status": status,
-        }));
-    } else if !out.quiet || status != 0 {
-        println!("\n{}", report.render(&plan).trim_end());
-    }
-    Ok(exit(status))
 }
 
 pub async fn run_plan(g: &GlobalOpts, a: PlanArgs) -> CmdResult {
@@ -604,8 +482,8 @@ mod tests {
         );
         assert_eq!(c.request.exclude, vec!["cn4".to_string()]);
         assert_eq!(c.choice, ImageChoice::Latest);
-        assert_eq!(c.exec.options.concurrency, 5);
-        assert!(c.exec.yes);
+        assert_eq!(c.settings.rollout.concurrency, 5);
+        assert!(c.settings.yes);
         assert!(update(&[]).unwrap_err().to_string().contains("--all"));
         assert!(
             update(&["vm-agnet"])
@@ -631,14 +509,14 @@ mod tests {
         ])
         .unwrap();
         assert_eq!(
-            c.exec.options.straggler_timeout,
+            c.settings.options.straggler_timeout,
             Some(Duration::from_secs(600))
         );
-        assert_eq!(c.exec.options.task_timeout, Duration::from_secs(300));
-        assert_eq!(c.exec.options.concurrency, 20);
-        assert_eq!(c.exec.options.outlier.margin, Duration::from_secs(30));
+        assert_eq!(c.settings.options.task_timeout, Duration::from_secs(300));
+        assert_eq!(c.settings.rollout.concurrency, 20);
+        assert_eq!(c.settings.options.outlier.margin, Duration::from_secs(30));
         let c = update(&["--all", "--outlier-margin", "1s"]).unwrap();
-        assert_eq!(c.exec.options.outlier.margin, Duration::from_secs(1));
+        assert_eq!(c.settings.options.outlier.margin, Duration::from_secs(1));
     }
 
     #[test]

@@ -1,11 +1,11 @@
 //! The orchestrator's commands: list, avail, plan, update, install, remove
 //! and adopt.
 //!
-//! Every changing command goes the same way: gather intent and reality,
-//! resolve images, plan (pure), print the plan, stop there with `-n`, ask
-//! (or take `-y`), take the datacenter lock, import images, execute with
-//! progress, print the summary. `--json` prints one document instead of
-//! text. Exit status: 0 converged, 1 nothing done (bad input, API down,
+//! Every changing command goes the same way, through the library's one run
+//! ([`agentsadm_orchestrate::run::Run`]): plan, show, stop there with `-n`,
+//! take the datacenter lock, plan again under it, ask (or take `-y`),
+//! import images, execute with progress; the command line renders the
+//! plan and the summary. `--json` prints one document instead of text. Exit status: 0 converged, 1 nothing done (bad input, API down,
 //! lock held, declined), 2 finished with failed or skipped servers.
 //!
 //! - [`change`]: the commands `plan`, `update`, `install` and `remove`;
@@ -13,8 +13,9 @@
 //! - [`avail`]: the command `avail`;
 //! - [`adopt`]: the command `adopt`.
 //!
-//! This module holds the arguments they share, turned into the library's
-//! settings ([`ExecOptions`], [`TransportMode`]) once.
+//! This module holds the arguments they share ([`RunArgs`], flattened into
+//! every changing command, and [`StepArgs`]), turned into the library's
+//! [`RunSettings`] once.
 
 use std::process::ExitCode;
 use std::time::Duration;
@@ -31,7 +32,9 @@ use agentsadm_orchestrate::execute::DEFAULT_CONCURRENCY;
 use agentsadm_orchestrate::execute::ExecOptions;
 use agentsadm_orchestrate::execute::FailureBudget;
 use agentsadm_orchestrate::outlier::OutlierPolicy;
+use agentsadm_orchestrate::run::RunSettings;
 use agentsadm_plan::HealthFlags;
+use agentsadm_plan::RolloutPolicy;
 use agentsadm_plan::TransportMode;
 
 pub mod adopt;
@@ -81,9 +84,12 @@ impl From<TransportArg> for TransportMode {
     }
 }
 
-/// Options of every changing command.
+/// The execution options of every command that changes the datacenter
+/// (`update`, `install`, `remove`, `check --fix`, `adopt`, `server
+/// delete|factory-reset`): one set, one validation, turned into the
+/// library's [`RunSettings`] once.
 #[derive(Args, Clone, Debug)]
-pub struct ExecArgs {
+pub struct RunArgs {
     /// Only show the plan.
     #[arg(short = 'n', long = "dry-run")]
     pub dry_run: bool,
@@ -93,13 +99,33 @@ pub struct ExecArgs {
     /// Servers changed at once.
     #[arg(short = 'j', long, default_value_t = DEFAULT_CONCURRENCY, value_name = "N", value_parser = at_least_one)]
     pub concurrency: usize,
+    /// Servers of the first wave, which must pass before the rest start
+    /// (default: 1 when the plan changes more than 20 servers, else 0; never
+    /// the headnode).
+    #[arg(long, value_name = "N")]
+    pub canary: Option<usize>,
+    /// Start no new server once more than N (or P% of the servers, at
+    /// least one) have failed.
+    #[arg(long, default_value = "5%", value_name = "N|P%")]
+    pub max_failures: FailureBudget,
+    /// At most N servers of one rack (CNAPI rack_identifier) at once.
+    #[arg(long, value_name = "N", value_parser = at_least_one)]
+    pub max_per_rack: Option<usize>,
+    /// Give up on one step after this long (e.g. 30m).
+    #[arg(long, value_parser = duration, default_value = "30m", value_name = "DURATION")]
+    pub task_timeout: Duration,
+    /// Take the datacenter lock even if another agentsadm holds it.
+    #[arg(long)]
+    pub break_lock: bool,
+}
+
+/// How steps reach servers and are watched: `update`, `install`, `remove`.
+#[derive(Args, Clone, Debug)]
+pub struct StepArgs {
     /// How steps reach servers: auto (apm agents through CNAPI install-agent,
     /// other kinds through `agentsadm gz` via CNAPI execute), execute, install-agent.
     #[arg(long, value_enum, default_value_t = TransportArg::Auto)]
     pub transport: TransportArg,
-    /// Give up on one step after this long (e.g. 30m).
-    #[arg(long, value_parser = duration, default_value = "30m", value_name = "DURATION")]
-    pub task_timeout: Duration,
     /// A server is an outlier past max(FACTOR x median, median + MARGIN).
     #[arg(long, default_value_t = 3.0, value_name = "FACTOR")]
     pub outlier_factor: f64,
@@ -109,20 +135,6 @@ pub struct ExecArgs {
     /// Once only outliers are left, stop waiting for them after this long.
     #[arg(long, value_parser = duration, value_name = "DURATION")]
     pub straggler_timeout: Option<Duration>,
-    /// Take the datacenter lock even if another agentsadm holds it.
-    #[arg(long)]
-    pub break_lock: bool,
-    /// Start no new server once more than N (or P% of the servers, at
-    /// least one) have failed.
-    #[arg(long, default_value = "5%", value_name = "N|P%")]
-    pub max_failures: FailureBudget,
-    /// Servers of the first wave, which must pass before the rest start
-    /// (default: 1 when the plan changes more than 20 servers, else 0).
-    #[arg(long, value_name = "N")]
-    pub canary: Option<usize>,
-    /// At most N servers of one rack (CNAPI rack_identifier) at once.
-    #[arg(long, value_name = "N")]
-    pub max_per_rack: Option<usize>,
     /// Health gate on each server: services must stay online this long
     /// after an install (default: the installer's, 10s on a real server).
     #[arg(long, value_parser = duration, value_name = "DURATION")]
@@ -133,6 +145,61 @@ pub struct ExecArgs {
     pub health_timeout: Option<Duration>,
 }
 
+/// The options of `update`, `install` and `remove`: the run's and the
+/// steps'.
+#[derive(Args, Clone, Debug)]
+pub struct ExecArgs {
+    #[command(flatten)]
+    pub run: RunArgs,
+    #[command(flatten)]
+    pub steps: StepArgs,
+}
+
+impl RunArgs {
+    /// The library's settings; `steps` for the commands that run steps
+    /// with more than the defaults.
+    pub fn settings(self, steps: Option<StepArgs>) -> RunSettings {
+        let mut options = ExecOptions {
+            task_timeout: self.task_timeout,
+            ..Default::default()
+        };
+        let mut transport = TransportMode::Auto;
+        if let Some(s) = steps {
+            transport = s.transport.into();
+            options.outlier = OutlierPolicy {
+                factor: s.outlier_factor,
+                margin: s.outlier_margin,
+                ..Default::default()
+            };
+            options.straggler_timeout = s.straggler_timeout;
+            options.health =
+                (s.min_healthy.is_some() || s.health_timeout.is_some()).then(|| HealthFlags {
+                    min_healthy: s.min_healthy.unwrap_or(Duration::from_secs(10)),
+                    timeout: s.health_timeout.unwrap_or(Duration::from_secs(120)),
+                });
+        }
+        RunSettings {
+            dry_run: self.dry_run,
+            yes: self.yes,
+            break_lock: self.break_lock,
+            transport,
+            rollout: RolloutPolicy {
+                concurrency: self.concurrency,
+                canary: self.canary,
+                max_failures: Some(self.max_failures),
+                max_per_rack: self.max_per_rack,
+            },
+            options,
+        }
+    }
+}
+
+impl From<ExecArgs> for RunSettings {
+    fn from(a: ExecArgs) -> RunSettings {
+        a.run.settings(Some(a.steps))
+    }
+}
+
 /// A duration as `--task-timeout` and friends take it, with an example
 /// when it is not one.
 pub fn duration(s: &str) -> Result<Duration, String> {
@@ -141,10 +208,10 @@ pub fn duration(s: &str) -> Result<Duration, String> {
     })
 }
 
-/// `-j N`: at least one server at a time.
+/// `-j N`, `--max-per-rack N`: at least one server at a time.
 fn at_least_one(s: &str) -> Result<usize, String> {
     match s.trim().parse::<usize>() {
-        Ok(0) => Err("must be at least 1 (servers changed at once)".to_string()),
+        Ok(0) => Err("must be at least 1 (servers at once)".to_string()),
         Ok(n) => Ok(n),
         Err(_) => Err(format!("{s:?} is not a number of servers")),
     }
@@ -158,50 +225,6 @@ fn server_name(s: &str) -> Result<String, String> {
         Err("empty server name: give UUIDs or hostnames, comma-separated".to_string())
     } else {
         Ok(s.to_string())
-    }
-}
-
-/// What [`ExecArgs`] come to: the confirmation and lock choices, the
-/// planner's transport mode and the executor's options.
-#[derive(Clone, Debug)]
-pub struct ExecSettings {
-    pub dry_run: bool,
-    pub yes: bool,
-    pub break_lock: bool,
-    pub transport: TransportMode,
-    pub options: ExecOptions,
-    /// `--canary`; `None`: [`agentsadm_orchestrate::execute::default_canary`] of the plan.
-    pub canary: Option<usize>,
-}
-
-impl From<ExecArgs> for ExecSettings {
-    fn from(a: ExecArgs) -> ExecSettings {
-        ExecSettings {
-            dry_run: a.dry_run,
-            yes: a.yes,
-            break_lock: a.break_lock,
-            transport: a.transport.into(),
-            canary: a.canary,
-            options: ExecOptions {
-                max_failures: Some(a.max_failures),
-                max_per_rack: a.max_per_rack,
-                concurrency: a.concurrency.max(1),
-                task_timeout: a.task_timeout,
-                outlier: OutlierPolicy {
-                    factor: a.outlier_factor,
-                    margin: a.outlier_margin,
-                    ..Default::default()
-                },
-                straggler_timeout: a.straggler_timeout,
-                health: (a.min_healthy.is_some() || a.health_timeout.is_some()).then(|| {
-                    HealthFlags {
-                        min_healthy: a.min_healthy.unwrap_or(Duration::from_secs(10)),
-                        timeout: a.health_timeout.unwrap_or(Duration::from_secs(120)),
-                    }
-                }),
-                ..Default::default()
-            },
-        }
     }
 }
 
@@ -225,7 +248,7 @@ fn exit(code: u8) -> ExitCode {
 /// for one, or always (`latest`: `--latest` looks nowhere else). Without
 /// `--channel`, the channel is the `sdc` application's `update_channel`
 /// (as sdcadm does); with neither, the updates server's default channel.
-async fn updates_client(
+pub(crate) async fn updates_client(
     apis: &Apis,
     source: &ChannelArgs,
     latest: bool,

@@ -14,7 +14,6 @@ use serde_json::json;
 
 use agentsadm_plan::ComponentSelection;
 use agentsadm_plan::Operation;
-use agentsadm_plan::PlanOptions;
 use agentsadm_plan::PlanningInput;
 use agentsadm_plan::Request;
 use agentsadm_plan::ServerSelection;
@@ -122,9 +121,7 @@ pub async fn run(args: &PlanBenchArgs) -> anyhow::Result<serde_json::Value> {
             intent: &intent,
             reality: &reality,
             request: &request,
-            options: PlanOptions {
-                transport: TransportMode::Auto,
-            },
+            options: TransportMode::Auto.into(),
             images: &images,
         })?;
         times.push(t.elapsed().as_secs_f64() * 1000.0);

@@ -53,6 +53,7 @@ use agentsadm_plan::Plan;
 use agentsadm_plan::PlanOptions;
 use agentsadm_plan::PlanningInput;
 use agentsadm_plan::Request;
+use agentsadm_plan::RolloutPolicy;
 use agentsadm_plan::ServerSelection;
 use agentsadm_plan::TransportMode;
 use agentsadm_plan::plan;
@@ -176,6 +177,10 @@ async fn measure_fake(
             },
             options: PlanOptions {
                 transport: TransportMode::Auto,
+                rollout: RolloutPolicy {
+                    concurrency,
+                    ..RolloutPolicy::default()
+                },
             },
             images: &images,
         })?
@@ -183,19 +188,13 @@ async fn measure_fake(
     check_plan(&plan, servers)?;
     // The shar installs one component after the other; so does this run.
     let options = ExecOptions {
-        concurrency,
         parallel_within_server: components.is_some(),
         ..Default::default()
     };
     let reporter = NullReporter;
-    let executor = Executor {
-        transport: &fake,
-        store: &fake,
-        reporter: &reporter,
-        options: &options,
-    };
+    let executor = Executor::new(&fake, &fake, &reporter, &options);
     let t = Instant::now();
-    let report = executor.execute(&plan, std::future::pending()).await?;
+    let report = executor.execute(yes(&plan), std::future::pending()).await?;
     let wall = t.elapsed().as_secs_f64();
     anyhow::ensure!(
         report.all_succeeded(),
@@ -305,12 +304,22 @@ async fn measure_sim(
         servers: ServerSelection::All,
         exclude: Vec::new(),
     };
+    let rollout = RolloutPolicy {
+        concurrency,
+        ..RolloutPolicy::default()
+    };
     let planned = session
-        .plan(&request, ImageChoice::Latest, TransportMode::Auto)
+        .plan(
+            &request,
+            ImageChoice::Latest,
+            PlanOptions {
+                transport: TransportMode::Auto,
+                rollout,
+            },
+        )
         .await?;
     check_plan(&planned.plan, servers)?;
     let options = ExecOptions {
-        concurrency,
         parallel_within_server: components.is_some(),
         ..Default::default()
     };
@@ -321,7 +330,7 @@ async fn measure_sim(
     let t = Instant::now();
     let report = session
         .execute(
-            &planned.plan,
+            yes(&planned.plan),
             &options,
             transport,
             &NullReporter,
@@ -361,9 +370,9 @@ async fn measure(
 
 fn check_plan(plan: &Plan, servers: usize) -> anyhow::Result<()> {
     anyhow::ensure!(
-        plan.servers.len() == servers,
+        plan.servers().len() == servers,
         "benchmark plan covers {} servers, expected {servers}",
-        plan.servers.len()
+        plan.servers().len()
     );
     Ok(())
 }
@@ -432,6 +441,11 @@ async fn measure_realistic(servers: usize) -> anyhow::Result<RealisticResult> {
             },
             options: PlanOptions {
                 transport: TransportMode::Auto,
+                rollout: RolloutPolicy {
+                    concurrency,
+                    canary: Some(1),
+                    ..RolloutPolicy::default()
+                },
             },
             images: &images,
         })?
@@ -447,8 +461,6 @@ async fn measure_realistic(servers: usize) -> anyhow::Result<RealisticResult> {
         }
     }
     let options = ExecOptions {
-        concurrency,
-        canary: 1,
         health: Some(agentsadm_plan::HealthFlags {
             min_healthy: Duration::ZERO,
             timeout: Duration::from_secs(120),
@@ -457,14 +469,9 @@ async fn measure_realistic(servers: usize) -> anyhow::Result<RealisticResult> {
         ..Default::default()
     };
     let reporter = NullReporter;
-    let executor = Executor {
-        transport: &fake,
-        store: &fake,
-        reporter: &reporter,
-        options: &options,
-    };
+    let executor = Executor::new(&fake, &fake, &reporter, &options);
     let t = Instant::now();
-    let report = executor.execute(&plan, std::future::pending()).await?;
+    let report = executor.execute(yes(&plan), std::future::pending()).await?;
     let wall = t.elapsed().as_secs_f64();
     anyhow::ensure!(
         report.all_succeeded(),
@@ -545,6 +552,16 @@ pub async fn run(args: &RolloutBenchArgs) -> anyhow::Result<serde_json::Value> {
         "realistic_canary_waves": realistic.canary_waves,
         "realistic_wall_over_list_scheduled_20": ratio(realistic.wall_s, realistic.list_scheduled_s),
     }))
+}
+
+/// A benchmark's plan runs as `-y` would run it.
+fn yes(plan: &Plan) -> agentsadm_orchestrate::confirm::Confirmed<'_> {
+    static YES: std::sync::LazyLock<agentsadm_orchestrate::run::RunSettings> =
+        std::sync::LazyLock::new(|| agentsadm_orchestrate::run::RunSettings {
+            yes: true,
+            ..Default::default()
+        });
+    agentsadm_orchestrate::confirm::Confirmed::by_yes(&YES, plan).expect("-y")
 }
 
 #[cfg(test)]

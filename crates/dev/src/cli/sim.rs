@@ -122,9 +122,18 @@ pub struct ServeArgs {
     /// Delay before server.agents shows a new cn-agent, milliseconds.
     #[arg(long, value_name = "MS")]
     pub cn_agent_restart_ms: Option<u64>,
-    /// How CNAPI runs execute: cn-agent (timeout honoured) or ur.
+    /// How CNAPI runs execute: cn-agent (FEATURE_USE_CNAGENT_COMMAND_EXECUTE
+    /// on, written into SAPI's cnapi service; timeout honoured) or ur (the
+    /// default: a timeout crashes CNAPI, as the real one).
     #[arg(long, value_name = "T")]
     pub execute_transport: Option<String>,
+    /// Scale of SAPI's modelled time per list and write (1: the real
+    /// SAPI's, the default; 0: off).
+    #[arg(long, value_name = "SCALE")]
+    pub sapi_timing: Option<f64>,
+    /// How long CNAPI stays down after it crashes, milliseconds.
+    #[arg(long, value_name = "MS")]
+    pub cnapi_restart_ms: Option<u64>,
     /// Each server's GZ: `rooted` (a full GZ tree, hooks run; the default)
     /// or `mockcloud` (three files per component; for thousands of servers).
     #[arg(long, value_enum, value_name = "LAYOUT")]
@@ -315,6 +324,15 @@ pub fn serve_config(a: &ServeArgs) -> anyhow::Result<SimConfig> {
             "ur" => ExecuteTransport::Ur,
             other => anyhow::bail!("--execute-transport {other:?}: use cn-agent or ur"),
         };
+    }
+    if let Some(scale) = a.sapi_timing {
+        if !(scale.is_finite() && scale >= 0.0) {
+            anyhow::bail!("--sapi-timing {scale}: use a scale of 0 or more (1: the real SAPI's)");
+        }
+        c.sapi_timing = agentsadm_sim::SapiTiming { scale };
+    }
+    if let Some(ms) = a.cnapi_restart_ms {
+        c.cnapi_restart_ms = ms;
     }
     Ok(c)
 }
@@ -513,9 +531,16 @@ mod tests {
             "ur",
             "--gz-layout",
             "mockcloud",
+            "--sapi-timing",
+            "0.5",
+            "--cnapi-restart-ms",
+            "100",
         ])
         .unwrap();
         assert_eq!(c.gz_layout, GzLayout::Mockcloud);
+        assert_eq!(c.sapi_timing.scale, 0.5);
+        assert_eq!(c.cnapi_restart_ms, 100);
+        assert_eq!(SimConfig::default().sapi_timing.scale, 1.0);
         assert_eq!((c.servers, c.rng_seed), (7, 3));
         assert_eq!(c.not_setup, ["cn0007", "cn0006"]);
         assert_eq!(c.with_vms["cn0001"], 2);
@@ -540,6 +565,8 @@ mod tests {
                 "--latency-distribution",
             ),
             (vec!["--execute-transport", "ssh"], "--execute-transport"),
+            (vec!["--sapi-timing=-1"], "--sapi-timing"),
+            (vec!["--sapi-timing", "NaN"], "--sapi-timing"),
         ] {
             let err = config(&args).unwrap_err().to_string();
             assert!(err.contains(needle), "{args:?}: {err}");

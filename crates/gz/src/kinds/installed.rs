@@ -128,6 +128,7 @@ pub fn current(paths: &GzPaths, component: &Component) -> Result<Option<Footprin
                     let bin = paths.at("opt/smartdc/docker/bin/dockerlogger");
                     Ok(bin.exists().then(Footprint::default))
                 }
+                ComponentKind::Agentsadm => Ok(unrecorded_agentsadm(paths)),
                 ComponentKind::ApmAgent => Ok(None),
             }
         }
@@ -155,6 +156,49 @@ fn named_manifests(paths: &GzPaths, component: &Component) -> Vec<String> {
         .collect();
     out.sort();
     out
+}
+
+/// agentsadm installed without a record: the binary CN setup
+/// (`installer/agentsetup.sh`) fetched alone, or a copy put there by hand.
+/// Its files are what the directory holds; its image and version are the
+/// ones its `image_uuid` and `package.json` name, when it has them (a
+/// release tarball unpacked there by hand), else unknown (an upgrade
+/// replaces it all the same).
+fn unrecorded_agentsadm(paths: &GzPaths) -> Option<Footprint> {
+    let dir = paths.at(super::AGENTSADM_DIR);
+    if !fsutil::exists(&paths.at(super::AGENTSADM_BIN)) {
+        return None;
+    }
+    let image_uuid = fsutil::read_trimmed(&dir.join("image_uuid"))
+        .ok()
+        .flatten()
+        .and_then(|s| s.parse().ok());
+    let version = PackageJson::read(&dir)
+        .ok()
+        .flatten()
+        .filter(|p| p.name == "agentsadm")
+        .map(|p| p.version)
+        .unwrap_or_default();
+    let overlay = super::overlay_files(&dir)
+        .unwrap_or_default()
+        .into_iter()
+        .map(|rel| format!("{}/{rel}", super::AGENTSADM_DIR))
+        .collect();
+    let (link, target) = super::AGENTSADM_LINK;
+    let links = match fs::read_link(paths.at(link)) {
+        Ok(t) if t == std::path::Path::new(target) => vec![Link {
+            path: link.into(),
+            target: target.into(),
+        }],
+        _ => Vec::new(),
+    };
+    Some(Footprint {
+        image_uuid,
+        version,
+        overlay,
+        links,
+        ..Footprint::default()
+    })
 }
 
 /// A record that exists but cannot be read.

@@ -9,7 +9,6 @@
 
 /// Where each reserved command lives, and its names.
 pub const SYSTEM_COMMANDS: &[(&str, &[&str])] = &[
-    ("/opt/smartdc/agents/bin", &["agentsadm"]),
     (
         "/sbin",
         &[
@@ -303,7 +302,7 @@ mod tests {
     fn agentsadm_and_system_commands_are_reserved_agents_bins_are_not() {
         assert_eq!(
             reserved_command("agentsadm").as_deref(),
-            Some("/opt/smartdc/agents/bin/agentsadm")
+            Some("/opt/smartdc/bin/agentsadm")
         );
         assert_eq!(
             reserved_command("svcadm").as_deref(),

@@ -148,6 +148,7 @@ pub fn stage(
         ComponentKind::ApmAgent => stage_apm(&s),
         ComponentKind::Sdcadm => stage_sdcadm(&s),
         ComponentKind::GzTools => stage_gz_tools(&s),
+        ComponentKind::Agentsadm => stage_agentsadm(component, manifest, txn_dir, record_sha256),
         ComponentKind::Dockerlogger => stage_dockerlogger(&s),
     }
 }
@@ -438,6 +439,64 @@ fn check_bins(pkg_dir: &Path, top: &str, pkg: &PackageJson) -> Result<(), Layout
         }
     }
     Ok(())
+}
+
+/// agentsadm's own image (`make release`): `agentsadm/image_uuid` (the
+/// manifest's UUID), `agentsadm/package.json` (name `agentsadm`, a valid
+/// version) and the binary `agentsadm/bin/agentsadm`, a regular file (a
+/// link could name any file on the server); everything in it is laid over
+/// `opt/smartdc/agentsadm`, the binary made executable.
+fn stage_agentsadm(
+    component: &Component,
+    manifest: &ImageManifest,
+    txn_dir: &Path,
+    record_sha256: &str,
+) -> Result<StagedVersion, LayoutError> {
+    let top = component.package_name();
+    let pkg_dir = txn_dir.join("new").join(top);
+    read_image_uuid(
+        &pkg_dir,
+        &format!("{top}/image_uuid"),
+        "agentsadm",
+        manifest.uuid,
+        true,
+    )?;
+    let pkg = read_package(&pkg_dir, top, top, "agentsadm", true)?.expect("required package.json");
+    if !super::valid_version(&pkg.version) {
+        return Err(LayoutError::BadVersion {
+            file: format!("{top}/package.json"),
+            found: pkg.version.chars().take(80).collect(),
+        });
+    }
+    let bin = pkg_dir.join("bin/agentsadm");
+    if !fs::symlink_metadata(&bin).is_ok_and(|m| m.file_type().is_file()) {
+        return Err(LayoutError::MissingFile {
+            file: format!("{top}/bin/agentsadm (a regular file)"),
+            kind: "agentsadm",
+        });
+    }
+    {
+        use std::os::unix::fs::PermissionsExt;
+        fs::set_permissions(&bin, fs::Permissions::from_mode(0o755)).map_err(io_err(&bin))?;
+    }
+    let root = txn_dir.join("root");
+    let dest = root.join(super::AGENTSADM_DIR);
+    fsutil::rename_into(&pkg_dir, &dest).map_err(io_err(&dest))?;
+    let overlay = overlay_files(&root).map_err(io_err(&root))?;
+    let (link, target) = super::AGENTSADM_LINK;
+    let footprint = Footprint {
+        image_uuid: Some(manifest.uuid),
+        version: manifest.version.clone(),
+        tree: None,
+        overlay,
+        links: vec![Link {
+            path: link.into(),
+            target: target.into(),
+        }],
+        smf_manifests: Vec::new(),
+        apm: false,
+    };
+    finish_overlay(component, manifest, footprint, None, &root, record_sha256)
 }
 
 /// The tree inside sdcadm's shar image.

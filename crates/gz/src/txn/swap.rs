@@ -393,6 +393,10 @@ async fn remove_old(
 }
 
 /// Move every existing file of the old and new overlays into `<aside>/root`.
+/// A regular file the new version replaces is kept there by a hard link
+/// and stays in place until the new one is renamed over it: a path both
+/// versions have (agentsadm's own binary) is never missing, and a rollback
+/// renames the old file back over the new one.
 fn move_overlay_out(
     paths: &GzPaths,
     new: Option<&Footprint>,
@@ -401,12 +405,33 @@ fn move_overlay_out(
 ) -> Result<(), TxnError> {
     for rel in kinds::overlay_union(old, new) {
         let src = paths.at(&rel);
-        if fsutil::exists(&src) && !src.is_dir() {
-            let dst = super::aside_dir(paths, txn_dir).join("root").join(&rel);
-            fsutil::rename_into(&src, &dst).map_err(fs_err(Step::Swap, "move aside", &src))?;
+        let Ok(md) = fs::symlink_metadata(&src) else {
+            continue;
+        };
+        if md.is_dir() {
+            continue;
         }
+        let dst = super::aside_dir(paths, txn_dir).join("root").join(&rel);
+        let replaced = new.is_some_and(|n| n.overlay.contains(&rel));
+        if replaced && md.file_type().is_file() && keep_by_link(&src, &dst).is_ok() {
+            continue;
+        }
+        fsutil::rename_into(&src, &dst).map_err(fs_err(Step::Swap, "move aside", &src))?;
     }
     Ok(())
+}
+
+/// A second name for `src` at `dst` (a leftover at `dst` from an
+/// interrupted run is replaced), durable before the caller goes on.
+fn keep_by_link(src: &Path, dst: &Path) -> io::Result<()> {
+    let dir = dst.parent().unwrap_or(Path::new("."));
+    fs::create_dir_all(dir)?;
+    match fs::remove_file(dst) {
+        Err(e) if e.kind() != io::ErrorKind::NotFound => return Err(e),
+        _ => {}
+    }
+    fs::hard_link(src, dst)?;
+    fsutil::fsync_dir(dir)
 }
 
 /// Rename the staged tree into place and lay the overlay files.

@@ -96,8 +96,11 @@ fn undo_files(paths: &GzPaths, journal: &Journal) -> Vec<String> {
         }
         for rel in &new.overlay {
             let placed = !fsutil::exists(&txn_dir.join("root").join(rel));
+            // A file the old version had is renamed back over the new one
+            // below: removing it first would leave the path empty.
+            let restored = fsutil::exists(&aside.join("root").join(rel));
             let dest = paths.at(rel);
-            if placed && fsutil::exists(&dest) && !dest.is_dir() {
+            if placed && !restored && fsutil::exists(&dest) && !dest.is_dir() {
                 note(
                     &mut errors,
                     format!("remove new {rel}"),
@@ -130,10 +133,9 @@ fn undo_files(paths: &GzPaths, journal: &Journal) -> Vec<String> {
         match kinds::overlay_files(&aside_root) {
             Ok(files) => {
                 for rel in files {
+                    // One rename replaces whatever file is there: the path
+                    // is never empty (agentsadm's binary).
                     let dest = paths.at(&rel);
-                    if fsutil::exists(&dest) && !dest.is_dir() {
-                        let _ = fs::remove_file(&dest);
-                    }
                     note(
                         &mut errors,
                         format!("restore {rel}"),

@@ -1,38 +1,59 @@
-//! CNAPI's CommandExecute: the request's checks, and running the
-//! `agentsadm` command lines the orchestrator sends against a mock server
-//! (install latency and failure injection for the ones that change it).
+//! CNAPI's CommandExecute: the request's checks, the path it takes to the
+//! server, and running the `agentsadm` command lines the orchestrator
+//! sends against a mock server (install latency and failure injection for
+//! the ones that change it).
 //!
-//! Through either transport the command's environment is exactly the
-//! request's `env` (`{}` when absent): Ur's `executeFile` and cn-agent's
+//! Through either path the command's environment is exactly the request's
+//! `env` (`{}` when absent): Ur's `executeFile` and cn-agent's
 //! `command_execute` both pass it as the whole environment, so nothing
-//! such as `SMF_FMRI` appears unless the caller sent it. (The API URLs a
-//! real GZ reads from its own SDC config ride along as `IMGAPI_URL`,
+//! such as `SMF_FMRI`, PATH or HOME appears unless the caller sent it (see
+//! [`crate::SimDc::executes`] for what each request carried). (The API URLs
+//! a real GZ reads from its own SDC config ride along as `IMGAPI_URL`,
 //! `SAPI_URL` and `CNAPI_URL` where the request did not set them: the
 //! in-process installer reads them from there.)
 //!
-//! - Ur (CNAPI's default): `timeout` is refused with 409; the answer is
-//!   `{exitCode, stderr, stdout}`; exit 113 (Ur's "reboot after replying")
-//!   reads as 0. A command that does not end, or a mockcloud server (no
-//!   Ur; when [`crate::Strictness::mockcloud_refuses_execute`]), gets
-//!   no reply: CNAPI gives up after its Ur timeout
-//!   ([`crate::SimConfig::ur_reply_timeout_ms`]) with a plain 500.
+//! The path is CNAPI's, per request: cn-agent when
+//! [`crate::SimConfig::execute_transport`] is `CnAgent` (the feature flag)
+//! and the server's `server.agents` has cn-agent >= 2.6.0
+//! (`TASK_COMMAND_EXECUTE_MIN_VERSON`), else Ur.
+//!
+//! - Ur: a `timeout` crashes CNAPI (it logs its refusal through an
+//!   undefined logger; the connection drops with no answer). The answer is
+//!   `{exitCode, stderr, stdout}`; exit 113 reads as 0 and the server then
+//!   reboots; a command killed by a signal reads as exit 1 with no
+//!   `stderr`; past 5 MB of output the command is stopped and `exitCode` is
+//!   the string `ERR_CHILD_PROCESS_STDIO_MAXBUFFER`. A command that does
+//!   not end, a server whose ur-agent is down ([`crate::Faults::stop_ur`])
+//!   or a mockcloud server (no Ur; when
+//!   [`crate::Strictness::mockcloud_refuses_execute`]) gets no reply: CNAPI
+//!   gives up after its Ur timeout ([`crate::SimConfig::ur_reply_timeout_ms`])
+//!   with a plain 500.
 //! - cn-agent: `timeout` kills the command with SIGKILL; the answer is the
 //!   task's finish event `{err, exitCode, signal, stderr, stdout, req_id}`
 //!   (`err` as forkexec's VError serializes). On a mockcloud server
 //!   cn-agent's dummy backend answers exit 666 without running anything.
+//!
+//! What the `agentsadm` behind [`agentsadm_api::remote::EXEC_SCRIPT`] does
+//! can be forced per server ([`crate::CommandFault`]); the script's own
+//! handling of its status ([`agentsadm_api::remote::exec_script_status`])
+//! applies to it as on a real server.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use axum::body::Bytes;
+use axum::extract::connect_info::ConnectInfo;
 use axum::extract::{Path, RawQuery, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::Response;
-use serde_json::{Value, json};
+use serde_json::{Map, Value, json};
 
 use crate::ExecuteTransport;
 use crate::core::DcCore;
+use crate::faults::CommandFault;
 use crate::fleet::MockServer;
+use crate::http::Conn;
+use crate::http::empty;
 use crate::http::json_response;
 use crate::http::plain_error;
 use crate::http::rest_error;
@@ -46,9 +67,11 @@ use super::Core;
 
 use super::STYLE;
 
+use super::ServerRecord;
+
 use super::bool_param;
 
-use super::invalid_argument;
+use super::control::ExecuteSeen;
 
 use super::invalid_parameters;
 
@@ -68,22 +91,50 @@ struct CommandOutcome {
     signal: Option<&'static str>,
     stdout: String,
     stderr: String,
+    /// It printed more than Ur's `maxBuffer` and was stopped.
+    oversized: bool,
+}
+
+impl CommandOutcome {
+    fn exited(code: i32, stdout: String, stderr: String) -> CommandOutcome {
+        CommandOutcome {
+            exit_code: Some(code),
+            signal: None,
+            stdout,
+            stderr,
+            oversized: false,
+        }
+    }
 }
 
 /// What cn-agent's mockcloud ("dummy") backend answers to command_execute.
 const MOCKCLOUD_NO_EXECUTE: &str = "command_execute not implemented for mockcloud servers";
 
-pub(super) async fn execute(
-    State(core): Core,
-    Path(raw): Path<String>,
-    headers: HeaderMap,
-    RawQuery(rq): RawQuery,
-    body: Bytes,
-) -> Response {
-    let (rec, p) = match task_request(&core, &raw, rq.as_deref(), &body) {
-        Ok(r) => r,
-        Err(r) => return r,
-    };
+/// The cn-agent from which CNAPI sends CommandExecute to cn-agent when its
+/// flag is on (sdc-cnapi `TASK_COMMAND_EXECUTE_MIN_VERSON`).
+const CN_AGENT_EXECUTE_MIN: semver::Version = semver::Version::new(2, 6, 0);
+
+/// Ur's `maxBuffer` (ur-agent `MAX_BUFFER`), and Node's error code for it.
+const UR_MAX_BUFFER: usize = 5 * 1024 * 1024;
+const MAX_BUFFER_CODE: &str = "ERR_CHILD_PROCESS_STDIO_MAXBUFFER";
+
+/// The path CNAPI takes for a CommandExecute to this server.
+fn path_for(core: &DcCore, rec: &ServerRecord) -> ExecuteTransport {
+    let new_enough = rec
+        .agents
+        .iter()
+        .find(|a| a.name == "cn-agent")
+        .and_then(|a| agentsadm_types::image::parse_agent_version(&a.version))
+        .is_some_and(|v| v >= CN_AGENT_EXECUTE_MIN);
+    if core.config.execute_transport == ExecuteTransport::CnAgent && new_enough {
+        ExecuteTransport::CnAgent
+    } else {
+        ExecuteTransport::Ur
+    }
+}
+
+/// The request's parameters, checked as CNAPI's `ensureParamsValid` does.
+fn parse_request(p: &Map<String, Value>) -> Result<ExecuteRequest, Response> {
     let mut errors = Vec::new();
     if !p.get("script").is_some_and(Value::is_string) {
         errors.push(("script", "value was not a string".to_string()));
@@ -96,83 +147,148 @@ pub(super) async fn execute(
     }
     let json_flag = match p.get("json") {
         None => false,
-        Some(v) => match bool_param(v) {
-            Some(b) => b,
-            None => {
-                errors.push(("json", "Invalid value".to_string()));
-                false
-            }
-        },
+        Some(v) => bool_param(v).unwrap_or_else(|| {
+            errors.push(("json", "Invalid value".to_string()));
+            false
+        }),
     };
     if p.get("timeout").is_some_and(|t| !t.is_number()) {
         errors.push(("timeout", "value was not a number".to_string()));
     }
     if !errors.is_empty() {
-        return invalid_parameters(StatusCode::INTERNAL_SERVER_ERROR, errors);
+        return Err(invalid_parameters(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            errors,
+        ));
     }
-    let timeout_ms = p.get("timeout").and_then(Value::as_u64);
-    let transport = core.config.execute_transport;
-    if timeout_ms.is_some() && transport == ExecuteTransport::Ur {
-        return invalid_argument(
-            "timeout only supported when using cn-agent (See: FEATURE_USE_CNAGENT_COMMAND_EXECUTE)",
-        );
-    }
-    let request = ExecuteRequest {
+    let strings = |v: &Value| match v {
+        Value::String(s) => s.clone(),
+        other => other.to_string(),
+    };
+    Ok(ExecuteRequest {
         script: p["script"].as_str().unwrap_or_default().to_string(),
         args: p
             .get("args")
             .and_then(Value::as_array)
-            .map(|a| {
-                a.iter()
-                    .map(|v| match v {
-                        Value::String(s) => s.clone(),
-                        other => other.to_string(),
-                    })
-                    .collect()
-            })
+            .map(|a| a.iter().map(strings).collect())
             .unwrap_or_default(),
         env: p
             .get("env")
             .and_then(Value::as_object)
-            .map(|o| {
-                o.iter()
-                    .map(|(k, v)| (k.clone(), v.as_str().unwrap_or_default().to_string()))
-                    .collect()
-            })
+            .map(|o| o.iter().map(|(k, v)| (k.clone(), strings(v))).collect())
             .unwrap_or_default(),
         json: json_flag,
-        timeout: timeout_ms,
+        timeout: p.get("timeout").and_then(Value::as_u64),
+    })
+}
+
+pub(super) async fn execute(
+    State(core): Core,
+    Path(raw): Path<String>,
+    headers: HeaderMap,
+    RawQuery(rq): RawQuery,
+    ConnectInfo(conn): ConnectInfo<Conn>,
+    body: Bytes,
+) -> Response {
+    let died = core.cnapi.died();
+    let (rec, p) = match task_request(&core, &raw, rq.as_deref(), &body) {
+        Ok(r) => r,
+        Err(r) => return r,
     };
+    let request = match parse_request(&p) {
+        Ok(r) => r,
+        Err(r) => return r,
+    };
+    let path = path_for(&core, &rec);
+    core.cnapi
+        .executes
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .push(ExecuteSeen {
+            server: rec.uuid,
+            path,
+            timeout: request.timeout,
+            env: request.env.clone(),
+            args: request.args.clone(),
+        });
+    let timeout_ms = request.timeout;
+    if timeout_ms.is_some() && path == ExecuteTransport::Ur {
+        core.cnapi.crash(
+            Some(&conn),
+            &format!(
+                "CommandExecute with timeout to {}, whose commands go through Ur (self.log is undefined in Server.executeCommand)",
+                rec.hostname
+            ),
+            Duration::from_millis(core.config.cnapi_restart_ms),
+        );
+        return empty(StatusCode::INTERNAL_SERVER_ERROR);
+    }
     let server = match physical(&core, rec.uuid) {
         Ok(s) => s,
         Err(r) => return r,
     };
+    let json_flag = request.json;
     let mockcloud = core.config.mockcloud_without_execute();
     let ur_wait = Duration::from_millis(core.config.ur_reply_timeout_ms);
-    let outcome = match (transport, mockcloud) {
-        (ExecuteTransport::Ur, true) => {
-            sleep_or_shutdown(&core, ur_wait).await;
-            return ur_timed_out(&core);
-        }
-        (ExecuteTransport::CnAgent, true) => CommandOutcome {
-            exit_code: Some(666),
-            signal: None,
-            stdout: String::new(),
-            stderr: format!("cn-agent: {MOCKCLOUD_NO_EXECUTE}\n"),
-        },
-        // Ur has no timeout of its own: CNAPI stops waiting for its reply.
-        (ExecuteTransport::Ur, false) => {
-            match tokio::time::timeout(ur_wait, run_command(&core, &server, request, None)).await {
-                Ok(o) => o,
-                Err(_) => return ur_timed_out(&core),
+    let no_ur = mockcloud || core.faults.ur_down(rec.uuid);
+    let outcome = match (path, mockcloud) {
+        (ExecuteTransport::Ur, _) if no_ur => {
+            // Nothing answers on the server's Ur queue.
+            tokio::select! {
+                _ = sleep_or_shutdown(&core, ur_wait) => return ur_timed_out(&core),
+                () = died => { conn.cut(); return empty(StatusCode::INTERNAL_SERVER_ERROR); }
             }
         }
-        (ExecuteTransport::CnAgent, false) => {
-            run_command(&core, &server, request, timeout_ms).await
+        (ExecuteTransport::CnAgent, true) => CommandOutcome::exited(
+            666,
+            String::new(),
+            format!("cn-agent: {MOCKCLOUD_NO_EXECUTE}\n"),
+        ),
+        (path, _) => {
+            // The command runs on the server whatever becomes of CNAPI.
+            let cmd_timeout = (path == ExecuteTransport::CnAgent)
+                .then_some(timeout_ms)
+                .flatten();
+            let run = tokio::spawn(run_command(
+                core.clone(),
+                server.clone(),
+                request,
+                cmd_timeout,
+            ));
+            // Ur has no timeout of its own: CNAPI stops waiting for its reply.
+            let limit = match path {
+                ExecuteTransport::Ur => ur_wait,
+                ExecuteTransport::CnAgent => Duration::MAX,
+            };
+            tokio::select! {
+                r = tokio::time::timeout(limit, run) => match r {
+                    Ok(Ok(o)) => o,
+                    Ok(Err(_)) => killed(),
+                    Err(_) => return ur_timed_out(&core),
+                },
+                () = died => { conn.cut(); return empty(StatusCode::INTERNAL_SERVER_ERROR); }
+            }
         }
     };
-    let req_id = request_id(&headers);
-    let exit_code = match (transport, outcome.exit_code) {
+    if path == ExecuteTransport::Ur && outcome.exit_code == Some(113) {
+        // Ur answers, then reboots the server.
+        core.cnapi
+            .reboots
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        tokio::spawn(reboot(core.clone(), server.clone()));
+    }
+    answer(&outcome, path, json_flag, mockcloud, &request_id(&headers))
+}
+
+/// The HTTP answer for a command's outcome on `path`.
+fn answer(
+    outcome: &CommandOutcome,
+    path: ExecuteTransport,
+    json_flag: bool,
+    mockcloud: bool,
+    req_id: &str,
+) -> Response {
+    let exit_code = match (path, outcome.exit_code) {
         // Ur replies 0 for 113 ("reboot after replying").
         (ExecuteTransport::Ur, Some(113)) => Some(0),
         // A command Ur saw killed: exit_status 1, no stderr.
@@ -180,20 +296,25 @@ pub(super) async fn execute(
         (_, code) => code,
     };
     if json_flag {
-        let body = match transport {
+        let body = match path {
             ExecuteTransport::Ur => {
                 // `{exitCode, stderr, stdout}`; Ur sends no stderr for a
-                // command it saw killed.
+                // command it saw killed, and Node's error code for one it
+                // stopped past its buffer.
                 let mut b = serde_json::Map::new();
-                b.insert("exitCode".into(), json!(exit_code));
-                if outcome.exit_code.is_some() {
+                if outcome.oversized {
+                    b.insert("exitCode".into(), json!(MAX_BUFFER_CODE));
+                } else {
+                    b.insert("exitCode".into(), json!(exit_code));
+                }
+                if outcome.exit_code.is_some() || outcome.oversized {
                     b.insert("stderr".into(), json!(outcome.stderr));
                 }
                 b.insert("stdout".into(), json!(outcome.stdout));
                 Value::Object(b)
             }
             ExecuteTransport::CnAgent => json!({
-                "err": forkexec_error(&outcome, mockcloud),
+                "err": forkexec_error(outcome, mockcloud),
                 "exitCode": exit_code,
                 "signal": outcome.signal,
                 "stderr": outcome.stderr,
@@ -202,7 +323,7 @@ pub(super) async fn execute(
             }),
         };
         json_response(STYLE, StatusCode::OK, &body)
-    } else if exit_code != Some(0) {
+    } else if exit_code != Some(0) || outcome.oversized {
         // Without json, a non-zero exit is an InternalError and stderr is lost.
         rest_error(
             STYLE,
@@ -213,6 +334,33 @@ pub(super) async fn execute(
     } else {
         json_response(STYLE, StatusCode::OK, &json!(outcome.stdout.trim()))
     }
+}
+
+/// Ur's "reboot after replying": the server goes away a second later
+/// (cn-agent with it: the tasks CNAPI had sent it fail), and comes back
+/// after [`crate::SimConfig::server_reboot_ms`] with a fresh cn-agent.
+async fn reboot(core: Arc<DcCore>, server: Arc<MockServer>) {
+    if !sleep_or_shutdown(&core, Duration::from_secs(1)).await {
+        return;
+    }
+    tracing::warn!(server = %server.hostname, "sim: Ur reboots the server (exit status 113)");
+    if let Some(r) = core.cnapi.servers().get_mut(&server.uuid) {
+        r.status = super::ServerStatus::Unknown;
+        r.transitional_status = "rebooting".to_string();
+    }
+    core.cnapi.agents.forget(server.uuid);
+    core.cnapi
+        .tasks
+        .fail_active_on(server.uuid, "socket hang up (the server rebooted)");
+    core.touch();
+    if !sleep_or_shutdown(&core, Duration::from_millis(core.config.server_reboot_ms)).await {
+        return;
+    }
+    if let Some(r) = core.cnapi.servers().get_mut(&server.uuid) {
+        r.status = super::ServerStatus::Running;
+        r.transitional_status = String::new();
+    }
+    super::agent::cn_agent_started(&core, &server).await;
 }
 
 /// CNAPI's Ur client giving up on a reply (a server without Ur, a command
@@ -261,19 +409,22 @@ const CHANGING: [&str; 4] = ["install", "remove", "setup", "rollback"];
 /// built by `remote::gz_execute_request` run; any other script is answered
 /// as a server without that command would: exit 127 and nothing run.
 async fn run_command(
-    core: &Arc<DcCore>,
-    server: &Arc<MockServer>,
+    core: Arc<DcCore>,
+    server: Arc<MockServer>,
     request: ExecuteRequest,
     timeout_ms: Option<u64>,
 ) -> CommandOutcome {
+    let core = &core;
     let Some(args) = agentsadm_api::remote::parse_gz_execute(&request) else {
-        return CommandOutcome {
-            exit_code: Some(127),
-            signal: None,
-            stdout: String::new(),
-            stderr: "agentsadm sim: simulated servers only run agentsadm command lines (remote::EXEC_SCRIPT); the script was not run\n".into(),
-        };
+        return CommandOutcome::exited(
+            127,
+            String::new(),
+            "agentsadm sim: simulated servers only run agentsadm command lines (remote::EXEC_SCRIPT); the script was not run\n".into(),
+        );
     };
+    if let Some(fault) = core.faults.command_fault(server.uuid) {
+        return forced(fault);
+    }
     let arrived = tokio::time::Instant::now();
     let argv = args.to_vec();
     let changing = argv.first().map(String::as_str) == Some("gz")
@@ -313,23 +464,21 @@ async fn run_command(
                 }),
                 warnings: Vec::new(),
             };
-            return CommandOutcome {
-                exit_code: Some(1),
-                signal: None,
-                stdout: serde_json::to_string(&result).unwrap_or_default() + "\n",
-                stderr: format!("agentsadm: error: {message}\n"),
-            };
+            return CommandOutcome::exited(
+                1,
+                serde_json::to_string(&result).unwrap_or_default() + "\n",
+                format!("agentsadm: error: {message}\n"),
+            );
         }
     }
     // A changing command takes at least the injected latency; its real
     // work runs inside it.
-    if let Err(e) = core.ensure_prepared(server) {
-        return CommandOutcome {
-            exit_code: Some(1),
-            signal: None,
-            stdout: String::new(),
-            stderr: format!("agentsadm: error: {}\n", error_chain(&e)),
-        };
+    if let Err(e) = core.ensure_prepared(&server) {
+        return CommandOutcome::exited(
+            1,
+            String::new(),
+            format!("agentsadm: error: {}\n", error_chain(&e)),
+        );
     }
     let env = core.env();
     // Exactly the request's environment, plus the server's own API URLs
@@ -358,11 +507,36 @@ async fn run_command(
     if changing {
         core.touch();
     }
-    CommandOutcome {
-        exit_code: Some(result.exit_status),
-        signal: None,
-        stdout: result.stdout,
-        stderr: result.stderr,
+    CommandOutcome::exited(
+        agentsadm_api::remote::exec_script_status(result.exit_status),
+        result.stdout,
+        result.stderr,
+    )
+}
+
+/// The outcome a [`CommandFault`] forces, through the script around
+/// agentsadm.
+fn forced(fault: CommandFault) -> CommandOutcome {
+    match fault {
+        CommandFault::Exit(status) => CommandOutcome::exited(
+            agentsadm_api::remote::exec_script_status(status),
+            String::new(),
+            format!("agentsadm: (simulated) exit status {status}\n"),
+        ),
+        CommandFault::ScriptExit(status) => CommandOutcome::exited(
+            status,
+            String::new(),
+            format!("(simulated) the script exits {status}\n"),
+        ),
+        CommandFault::Signal => killed(),
+        CommandFault::Oversized => CommandOutcome {
+            exit_code: None,
+            signal: Some("SIGTERM"),
+            // What fitted in the buffer when the command was stopped.
+            stdout: "y\n".repeat(UR_MAX_BUFFER / 2),
+            stderr: String::new(),
+            oversized: true,
+        },
     }
 }
 
@@ -374,6 +548,7 @@ fn killed() -> CommandOutcome {
         signal: Some("SIGKILL"),
         stdout: String::new(),
         stderr: String::new(),
+        oversized: false,
     }
 }
 

@@ -1,12 +1,15 @@
 //! CNAPI's install-agent and uninstall-agents routes and the cn-agent
 //! tasks behind them: each answers a task id at once and finishes the task
 //! in the background after the injected latency, with the real GZ work
-//! running inside that latency.
+//! running inside that latency. cn-agent records each task in its own
+//! history; CNAPI records its end only if it did not die meanwhile (and
+//! its write does not fail, [`crate::Faults::lose_task_results_on`]).
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use axum::body::Bytes;
+use axum::extract::connect_info::ConnectInfo;
 use axum::extract::{Path, RawQuery, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::Response;
@@ -15,6 +18,8 @@ use serde_json::{Value, json};
 use crate::core::DcCore;
 use crate::fleet::MockServer;
 use crate::gz::GzOpError;
+use crate::http::Conn;
+use crate::http::empty;
 use crate::http::json_response;
 use crate::http::rest_error;
 use agentsadm_types::error::error_chain;
@@ -25,6 +30,7 @@ use super::tasks::TaskFailure;
 
 use super::Core;
 use super::STYLE;
+use super::agent;
 use super::invalid_parameters;
 use super::physical;
 use super::request_id;
@@ -60,14 +66,53 @@ pub(super) async fn install_agent(
         .create(rec.uuid, TaskKind::AgentInstall, &request_id(&headers));
     let core2 = core.clone();
     let arrived = tokio::time::Instant::now();
+    let run = TaskRun {
+        id,
+        kind: TaskKind::AgentInstall,
+        server: rec.uuid,
+        pid: agent::cn_agent_up(&rec).then(|| {
+            core.cnapi
+                .agents
+                .started(rec.uuid, "agent_install", Value::Object(p))
+        }),
+    };
     tokio::spawn(async move {
         match image {
-            Some(Ok(image)) => run_agent_install(core2, id, server, image, arrived).await,
-            Some(Err(bad)) => core2.cnapi.tasks.finish(id, Err(bad)),
-            None => core2.cnapi.tasks.finish(id, Err(TaskFailure::MissingImage)),
+            Some(Ok(image)) => run_agent_install(core2, run, server, image, arrived).await,
+            Some(Err(bad)) => run.finish(&core2, Err(bad)),
+            None => run.finish(&core2, Err(TaskFailure::MissingImage)),
         }
     });
     json_response(STYLE, StatusCode::OK, &json!({"id": id}))
+}
+
+/// One cn-agent task: CNAPI's record `id`, and cn-agent's history entry
+/// (`pid`; none when no cn-agent took the task).
+#[derive(Clone, Copy)]
+struct TaskRun {
+    id: TaskId,
+    kind: TaskKind,
+    server: agentsadm_types::ids::ServerUuid,
+    pid: Option<u32>,
+}
+
+impl TaskRun {
+    /// cn-agent ends the task and answers CNAPI, which records the end
+    /// unless it died since or its write fails.
+    fn finish(&self, core: &DcCore, result: Result<(), TaskFailure>) {
+        if let Some(pid) = self.pid {
+            let history = result
+                .as_ref()
+                .map(|_| ())
+                .map_err(|f| format!("{} error: {}", self.kind.error_prefix(), error_chain(f)));
+            core.cnapi.agents.finished(self.server, pid, history);
+        }
+        if core.faults.loses_task_results(self.server) {
+            tracing::warn!(task = %self.id, "sim CNAPI: the task's result is not recorded (injected Moray failure)");
+            return;
+        }
+        core.cnapi.tasks.finish(self.id, result);
+    }
 }
 
 /// Only a set-up server runs cn-agent; CNAPI's task request to any other
@@ -91,13 +136,13 @@ fn cn_agent_reachable(core: &DcCore, server: &MockServer) -> Result<(), TaskFail
 /// cn-agent's `agent_install` task, with the injected faults.
 async fn run_agent_install(
     core: Arc<DcCore>,
-    id: TaskId,
+    run: TaskRun,
     server: Arc<MockServer>,
     image: ImageUuid,
     arrived: tokio::time::Instant,
 ) {
     if let Err(failure) = cn_agent_reachable(&core, &server) {
-        core.cnapi.tasks.finish(id, Err(failure));
+        run.finish(&core, Err(failure));
         return;
     }
     let name = core.image_name(image);
@@ -120,7 +165,7 @@ async fn run_agent_install(
             what: name.unwrap_or_else(|| "image".to_string()),
             hostname: server.hostname.clone(),
         };
-        core.cnapi.tasks.finish(id, Err(failure));
+        run.finish(&core, Err(failure));
         core.touch();
         return;
     }
@@ -129,14 +174,14 @@ async fn run_agent_install(
             imgapi_url: core.env().imgapi_url.clone(),
             image,
         };
-        core.cnapi.tasks.finish(id, Err(failure));
+        run.finish(&core, Err(failure));
         return;
     };
     if name == "cn-agent" {
         // cn-agent hands the install to cn-agent-update and restarts; the
         // task it answered for is done, the report comes from the new
         // cn-agent a little later.
-        core.cnapi.tasks.finish(id, Ok(()));
+        run.finish(&core, Ok(()));
         core.touch();
         if !sleep_or_shutdown(
             &core,
@@ -152,7 +197,7 @@ async fn run_agent_install(
         };
         match result {
             // The new cn-agent starts and reports the whole GZ.
-            Ok(_) => core.refresh_agents(&server).await,
+            Ok(_) => agent::cn_agent_started(&core, &server).await,
             Err(e) => {
                 tracing::warn!(server = %server.hostname, error = %error_chain(&e), "sim: cn-agent self-update failed; server.agents unchanged")
             }
@@ -168,7 +213,7 @@ async fn run_agent_install(
         core.record_results(&server, &results);
         Ok(())
     };
-    finish_within(&core, id, deadline, work).await;
+    finish_within(&core, run, deadline, work).await;
 }
 
 /// Run a task's `work` inside its injected latency (the task ends at
@@ -176,7 +221,7 @@ async fn run_agent_install(
 /// task. Nothing is finished if the datacenter shuts down first.
 async fn finish_within(
     core: &DcCore,
-    id: TaskId,
+    run: TaskRun,
     deadline: tokio::time::Instant,
     work: impl std::future::Future<Output = Result<(), GzOpError>>,
 ) {
@@ -184,9 +229,7 @@ async fn finish_within(
     if !alive {
         return;
     }
-    core.cnapi
-        .tasks
-        .finish(id, result.map_err(TaskFailure::from));
+    run.finish(core, result.map_err(TaskFailure::from));
     core.touch();
 }
 
@@ -195,6 +238,7 @@ pub(super) async fn uninstall_agents(
     Path(raw): Path<String>,
     headers: HeaderMap,
     RawQuery(rq): RawQuery,
+    ConnectInfo(conn): ConnectInfo<Conn>,
     body: Bytes,
 ) -> Response {
     let (rec, p) = match task_request(&core, &raw, rq.as_deref(), &body) {
@@ -213,9 +257,21 @@ pub(super) async fn uninstall_agents(
             );
         }
     };
-    // agents_uninstall needs cn-agent >= 2.8.0.
-    let cn_agent = rec.agents.iter().find(|a| a.name == "cn-agent");
-    let version = cn_agent.map(|a| a.version.clone()).unwrap_or_default();
+    // agents_uninstall needs cn-agent >= 2.8.0. Without a cn-agent entry
+    // the real CNAPI formats its refusal with an undefined version, which
+    // throws: the process dies.
+    let Some(cn_agent) = rec.agents.iter().find(|a| a.name == "cn-agent") else {
+        core.cnapi.crash(
+            Some(&conn),
+            &format!(
+                "uninstall-agents on {} whose server.agents has no cn-agent",
+                rec.hostname
+            ),
+            Duration::from_millis(core.config.cnapi_restart_ms),
+        );
+        return empty(StatusCode::INTERNAL_SERVER_ERROR);
+    };
+    let version = cn_agent.version.clone();
     let min = agentsadm_types::image::parse_agent_version(&core.config.uninstall_min_cn_agent)
         .unwrap_or(semver::Version::new(2, 8, 0));
     let new_enough =
@@ -246,9 +302,19 @@ pub(super) async fn uninstall_agents(
         .create(rec.uuid, TaskKind::AgentsUninstall, &request_id(&headers));
     let core2 = core.clone();
     let arrived = tokio::time::Instant::now();
+    let run = TaskRun {
+        id,
+        kind: TaskKind::AgentsUninstall,
+        server: rec.uuid,
+        pid: agent::cn_agent_up(&rec).then(|| {
+            core.cnapi
+                .agents
+                .started(rec.uuid, "agents_uninstall", Value::Object(p.clone()))
+        }),
+    };
     tokio::spawn(async move {
         if let Err(failure) = cn_agent_reachable(&core2, &server) {
-            core2.cnapi.tasks.finish(id, Err(failure));
+            run.finish(&core2, Err(failure));
             return;
         }
         let fate = core2.faults.install_fate(server.uuid, "");
@@ -264,7 +330,7 @@ pub(super) async fn uninstall_agents(
             core2.record_results(&server, &results);
             Ok(())
         };
-        finish_within(&core2, id, deadline, work).await;
+        finish_within(&core2, run, deadline, work).await;
     });
     json_response(STYLE, StatusCode::OK, &json!({"id": id}))
 }

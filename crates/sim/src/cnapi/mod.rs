@@ -21,12 +21,25 @@
 //! connection is cut is not what CNAPI's docs or sdcadm assume; callers
 //! must confirm through `server.agents` either way.)
 //!
+//! The CNAPI process can die (docs/triton/apis.md §3.12), and does where
+//! the real one does: CommandExecute with `timeout` to a server in Ur mode,
+//! uninstall-agents to a server without a cn-agent entry, or a restart from
+//! outside ([`crate::SimDc::restart_cnapi`]). Then the request's
+//! connection drops with no answer, every request in flight is cut, CNAPI
+//! answers nothing until it is back ([`crate::SimConfig::cnapi_restart_ms`]),
+//! the tasks it had in flight stay `active` for ever, and the
+//! `server.agents` reports cn-agents send meanwhile are lost.
+//!
 //! Modules: `record` (the server record and its projections), `servers`
 //! (the server routes), `tasks` (the task store and task routes),
 //! `install` (install-agent, uninstall-agents), `execute`
-//! (CommandExecute), `setup` (setup and factory reset jobs); this file has
-//! the router and the request checks they share.
+//! (CommandExecute), `setup` (setup and factory reset jobs), `agent`
+//! (what each cn-agent keeps and does by itself), `control` (the
+//! simulator's own handles on all that); this file has the router, the
+//! process's life and the request checks they share.
 
+mod agent;
+mod control;
 mod execute;
 mod install;
 mod record;
@@ -35,6 +48,7 @@ mod setup;
 mod tasks;
 
 use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -49,6 +63,7 @@ use serde_json::{Map, Value, json};
 use crate::core::DcCore;
 use crate::fleet::MockServer;
 use crate::http::ApiInfo;
+use crate::http::Conn;
 use crate::http::JsonStyle;
 use crate::http::bad_method;
 use crate::http::json_response;
@@ -59,6 +74,9 @@ use crate::http::rest_error_fields;
 use agentsadm_api::cnapi::AgentEntry;
 use agentsadm_types::ids::ServerUuid;
 
+pub(crate) use self::agent::CnAgents;
+pub(crate) use self::agent::cn_agent_started;
+pub use self::control::ExecuteSeen;
 pub use self::record::{ServerRecord, ServerStatus};
 pub(crate) use self::tasks::TaskStore;
 
@@ -72,6 +90,18 @@ pub(crate) struct CnapiState {
     pub info: Arc<ApiInfo>,
     pub servers: Mutex<BTreeMap<ServerUuid, ServerRecord>>,
     pub tasks: TaskStore,
+    /// Each server's cn-agent (kept here, but not CNAPI's).
+    pub agents: CnAgents,
+    /// Bumped each time the process dies; long requests watch it.
+    restarts: tokio::sync::watch::Sender<u64>,
+    /// Times the process died.
+    pub crashes: AtomicU64,
+    /// ServerGet requests served (each one asks VMAPI).
+    pub server_gets: AtomicU64,
+    /// Servers Ur rebooted (exit status 113).
+    pub reboots: AtomicU64,
+    /// Every CommandExecute as it arrived.
+    pub executes: Mutex<Vec<ExecuteSeen>>,
 }
 
 impl CnapiState {
@@ -80,6 +110,34 @@ impl CnapiState {
             info,
             servers: Mutex::new(BTreeMap::new()),
             tasks: TaskStore::default(),
+            agents: CnAgents::default(),
+            restarts: tokio::sync::watch::Sender::new(0),
+            crashes: AtomicU64::new(0),
+            server_gets: AtomicU64::new(0),
+            reboots: AtomicU64::new(0),
+            executes: Mutex::new(Vec::new()),
+        }
+    }
+
+    /// The process dies (`why`) and SMF starts it again after `down`: the
+    /// request `conn` came on gets no answer, requests in flight are cut,
+    /// and every task in flight is orphaned (its record stays `active`).
+    pub(crate) fn crash(&self, conn: Option<&Conn>, why: &str, down: Duration) {
+        tracing::warn!("sim CNAPI: {why}; the process dies and restarts as the real one does");
+        if let Some(c) = conn {
+            c.cut();
+        }
+        self.crashes.fetch_add(1, Ordering::Relaxed);
+        self.tasks.orphan_active();
+        self.restarts.send_modify(|g| *g += 1);
+        self.info.crash_for(down);
+    }
+
+    /// Resolves when the process dies (for a request in flight).
+    pub(crate) fn died(&self) -> impl std::future::Future<Output = ()> + use<> {
+        let mut rx = self.restarts.subscribe();
+        async move {
+            let _ = rx.changed().await;
         }
     }
 
@@ -119,6 +177,7 @@ pub(crate) fn router(core: Arc<DcCore>) -> Router {
             post(install::uninstall_agents),
         )
         .route("/servers/{uuid}/execute", post(execute::execute))
+        .route("/servers/{uuid}/task-history", get(agent::task_history))
         .route("/tasks/{id}", get(tasks::get_task))
         .route("/tasks/{id}/wait", get(tasks::wait_task))
         .fallback(fallback)

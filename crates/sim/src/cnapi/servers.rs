@@ -2,7 +2,8 @@
 //! `fields` projection, paging), ServerGet, ServerUpdate and ServerDelete.
 
 use std::collections::BTreeMap;
-use std::time::SystemTime;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, SystemTime};
 
 use axum::body::Bytes;
 use axum::extract::{Path, RawQuery, State};
@@ -189,6 +190,15 @@ pub(super) async fn get_server(
     // Strict: even `extras` is refused on ServerGet.
     if let Err(r) = strict(&p, &["server_uuid"]) {
         return r;
+    }
+    // Capacity comes from VMAPI, whose client retries for about 15 s when
+    // VMAPI is down.
+    core.cnapi.server_gets.fetch_add(1, Ordering::Relaxed);
+    if core.faults.vmapi_down() {
+        let d = Duration::from_millis(core.config.vmapi_down_server_get_ms);
+        if !super::sleep_or_shutdown(&core, d).await {
+            return crate::http::empty(StatusCode::SERVICE_UNAVAILABLE);
+        }
     }
     let now = iso_millis(SystemTime::now());
     json_response(STYLE, StatusCode::OK, &rec.to_json(Groups::all(), &now))

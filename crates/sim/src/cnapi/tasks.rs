@@ -7,6 +7,7 @@ use std::collections::HashMap;
 use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, SystemTime};
 
+use axum::extract::connect_info::ConnectInfo;
 use axum::extract::{Path, RawQuery, State};
 use axum::http::StatusCode;
 use axum::response::Response;
@@ -18,6 +19,7 @@ use agentsadm_api::cnapi::Task;
 use agentsadm_api::cnapi::TaskEvent;
 
 use crate::gz::GzOpError;
+use crate::http::Conn;
 use crate::http::json_response;
 use crate::http::parse_query;
 use crate::http::query_get;
@@ -51,7 +53,7 @@ impl TaskKind {
 
     /// The name cn-agent's task class puts before a failure's message
     /// (`AgentInstall error: ...`).
-    fn error_prefix(self) -> &'static str {
+    pub(crate) fn error_prefix(self) -> &'static str {
         match self {
             TaskKind::AgentInstall => "AgentInstall",
             TaskKind::AgentsUninstall => "AgentsUninstallTask",
@@ -91,6 +93,9 @@ struct TaskEntry {
     kind: TaskKind,
     task: Task,
     done: watch::Sender<bool>,
+    /// CNAPI died while the task was in flight: no one will ever record
+    /// its result (the callback died with the process).
+    orphaned: bool,
 }
 
 /// The tasks CNAPI knows, by id.
@@ -117,17 +122,76 @@ impl TaskStore {
             history: None,
         };
         let (done, _) = watch::channel(false);
-        self.entries().insert(id, TaskEntry { kind, task, done });
+        self.entries().insert(
+            id,
+            TaskEntry {
+                kind,
+                task,
+                done,
+                orphaned: false,
+            },
+        );
         id
     }
 
+    /// CNAPI died: every task in flight keeps its `active` record.
+    pub(crate) fn orphan_active(&self) {
+        for e in self.entries().values_mut() {
+            if e.task.status == TaskStatus::Active {
+                e.orphaned = true;
+            }
+        }
+    }
+
+    /// The tasks whose record is `active`.
+    pub(crate) fn active(&self) -> Vec<Task> {
+        self.entries()
+            .values()
+            .filter(|e| e.task.status == TaskStatus::Active)
+            .map(|e| e.task.clone())
+            .collect()
+    }
+
+    /// The server's cn-agent went away mid-task (a reboot): CNAPI's
+    /// `POST /tasks` to it fails, and CNAPI records that as the task's
+    /// failure.
+    pub(crate) fn fail_active_on(&self, server: ServerUuid, why: &str) {
+        let ids: Vec<TaskId> = self
+            .entries()
+            .values()
+            .filter(|e| {
+                e.task.server_uuid == server && e.task.status == TaskStatus::Active && !e.orphaned
+            })
+            .map(|e| e.task.id)
+            .collect();
+        for id in ids {
+            self.record(id, Err(why.to_string()));
+        }
+    }
+
     /// Finish a task: `Ok` completes it, `Err` fails it, with the history
-    /// entries cn-agent's answer produces.
+    /// entries cn-agent's answer produces. Nothing changes for a task that
+    /// is no longer `active` or that CNAPI lost (orphaned).
     pub(crate) fn finish(&self, id: TaskId, result: Result<(), TaskFailure>) {
+        let prefix = self.entries().get(&id).map(|e| e.kind.error_prefix());
+        let Some(prefix) = prefix else {
+            return;
+        };
+        self.record(
+            id,
+            result.map_err(|failure| format!("{prefix} error: {}", error_chain(&failure))),
+        );
+    }
+
+    /// Record a task's end (`Err` holds the error event's message).
+    fn record(&self, id: TaskId, result: Result<(), String>) {
         let mut entries = self.entries();
         let Some(entry) = entries.get_mut(&id) else {
             return;
         };
+        if entry.orphaned || entry.task.status != TaskStatus::Active {
+            return;
+        }
         let now = iso_millis(SystemTime::now());
         let req_id = entry.task.req_id.clone().unwrap_or_default();
         match result {
@@ -139,12 +203,7 @@ impl TaskStore {
                     event: json!({"req_id": req_id}),
                 }]);
             }
-            Err(failure) => {
-                let message = format!(
-                    "{} error: {}",
-                    entry.kind.error_prefix(),
-                    error_chain(&failure)
-                );
+            Err(message) => {
                 entry.task.status = TaskStatus::Failure;
                 entry.task.history = Some(vec![
                     TaskEvent {
@@ -194,7 +253,9 @@ pub(super) async fn wait_task(
     State(core): Core,
     Path(raw): Path<String>,
     RawQuery(rq): RawQuery,
+    ConnectInfo(conn): ConnectInfo<Conn>,
 ) -> Response {
+    let died = core.cnapi.died();
     let q = parse_query(rq.as_deref());
     let Some((task, mut rx)) = raw
         .parse()
@@ -213,6 +274,11 @@ pub(super) async fn wait_task(
     tokio::select! {
         _ = tokio::time::timeout(Duration::from_secs(secs), rx.wait_for(|d| *d)) => {}
         _ = core.shutdown.cancelled() => {}
+        () = died => {
+            // The process that held this request is gone.
+            conn.cut();
+            return crate::http::empty(StatusCode::INTERNAL_SERVER_ERROR);
+        }
     }
     // On timeout this is still the active task: a 200, not an error.
     match core.cnapi.tasks.get(task.id) {

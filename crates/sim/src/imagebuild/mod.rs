@@ -218,6 +218,7 @@ pub fn build(spec: &ImageSpec) -> BuiltImage {
                 ComponentKind::GzTools => gz_tools_tree(spec),
                 ComponentKind::Dockerlogger => dockerlogger_tree(spec),
                 ComponentKind::Sdcadm => sdcadm_tree(spec),
+                ComponentKind::Agentsadm => agentsadm_tree(spec),
             };
             (compress(&tar_bytes, spec.compression), spec.compression)
         }
@@ -706,6 +707,20 @@ fn sdcadm_tree(spec: &ImageSpec) -> Vec<u8> {
         ),
     );
     files_tree(Some(&spec.package), &files)
+}
+
+/// agentsadm's image, laid out by the same list `make release` packs
+/// ([`agentsadm_gz::release::tree_files`]); its binary a script that says
+/// its version (a test runs it to see which copy is installed), the
+/// payload after its `exit`.
+fn agentsadm_tree(spec: &ImageSpec) -> Vec<u8> {
+    let mut binary =
+        format!("#!/bin/sh\necho \"agentsadm {}\"\nexit 0\n", spec.version).into_bytes();
+    binary.extend(payload(spec, spec.payload_bytes));
+    files_tree(
+        None,
+        &agentsadm_gz::release::tree_files(binary, &spec.version, spec.uuid),
+    )
 }
 
 #[cfg(test)]

@@ -21,16 +21,20 @@
 //! SAPI asserts on (a `params` that is not an object...) crashing the
 //! process like UpgradeInstance does.
 //!
+//! It takes the real SAPI's time per list and write, as a latency model
+//! (`timing`, [`crate::config::SapiTiming`]).
+//!
 //! Modules: `store` (the objects), `applications`, `services` and
-//! `instances` (their routes), `schema` (the `metadata_schema` check); this
-//! file has the router and what the routes share (parameters, update
-//! actions, error answers).
+//! `instances` (their routes), `schema` (the `metadata_schema` check),
+//! `timing` (the latency model); this file has the router and what the
+//! routes share (parameters, update actions, error answers).
 
 mod applications;
 mod instances;
 mod schema;
 mod services;
 mod store;
+mod timing;
 
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
@@ -76,6 +80,8 @@ pub(crate) struct SapiService {
     /// Whether a failed CreateInstance deletes the instance of its `uuid`
     /// (real SAPI does; see [`crate::config::Strictness`]).
     pub delete_on_failed_create: bool,
+    /// How long lists and writes take.
+    pub timing: crate::config::SapiTiming,
 }
 
 impl SapiService {
@@ -140,6 +146,10 @@ pub(crate) fn router(svc: Arc<SapiService>) -> Router {
         .route("/cache", post(sync_cache))
         .fallback(fallback)
         .method_not_allowed_fallback(method_not_allowed)
+        .layer(axum::middleware::from_fn_with_state(
+            svc.clone(),
+            timing::sapi_timing,
+        ))
         .with_state(svc)
 }
 

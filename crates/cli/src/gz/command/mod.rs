@@ -319,7 +319,19 @@ fn parse(argv: &[String]) -> Result<(Invocation, clap::ArgMatches), ParseFailure
 pub async fn run(global: &GlobalArgs, args: GzArgs) -> u8 {
     let mut printer = Printer::terminal(global.json, global.quiet);
     let argv: Vec<String> = std::env::args().skip(1).collect();
-    execute(global, args, BTreeMap::new(), argv, None, &mut printer).await
+    exit_status(execute(global, args, BTreeMap::new(), argv, None, &mut printer).await)
+}
+
+/// The exit status `agentsadm gz` reports: never
+/// [`agentsadm_api::remote::UR_REBOOT_EXIT_STATUS`], which Ur, the way
+/// CNAPI execute usually reaches a server, answers as success before
+/// rebooting the server.
+fn exit_status(code: u8) -> u8 {
+    if i32::from(code) == agentsadm_api::remote::UR_REBOOT_EXIT_STATUS {
+        1
+    } else {
+        code
+    }
 }
 
 /// Run `agentsadm <argv...>` (a `gz` command) in this process with `env`
@@ -407,7 +419,7 @@ pub async fn run_captured_on(
     };
     let (stdout, stderr) = printer.take();
     ExecuteResult {
-        exit_status: code as i32,
+        exit_status: i32::from(exit_status(code)),
         stdout,
         stderr,
     }
@@ -685,5 +697,13 @@ mod tests {
         assert_eq!(parse_duration("90").unwrap(), Duration::from_secs(90));
         assert_eq!(parse_duration("5m").unwrap(), Duration::from_secs(300));
         assert!(parse_duration("soon").is_err());
+    }
+
+    #[test]
+    fn gz_never_exits_with_urs_reboot_status() {
+        assert_eq!(exit_status(113), 1);
+        for code in [0u8, 1, 2, 3, 112, 114, 255] {
+            assert_eq!(exit_status(code), code);
+        }
     }
 }

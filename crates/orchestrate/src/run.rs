@@ -1,0 +1,452 @@
+//! One run of a command that changes the datacenter: `update`, `install`,
+//! `remove`, `check --fix`, `adopt`, `server delete|factory-reset`. Each
+//! brings its [`Planner`] (how it reads the datacenter and makes its
+//! [`Plan`]) and an [`Operator`] (the command line, or a test's script,
+//! which shows plans and answers questions); [`Run::go`] does the rest,
+//! the same way for all of them:
+//!
+//! 1. `-n`: plan once, show it, stop (nothing written, not even the lock).
+//! 2. A held lock is reported before a long plan, unless `--break-lock`.
+//! 3. A first plan without the lock: bad input, nothing to do, or no way
+//!    to confirm (no `-y`, no terminal) ends here with nothing written.
+//! 4. Under the datacenter lock (refreshed while the run lasts): plan
+//!    again and show it; with `-y` it is confirmed as it is; otherwise ask,
+//!    and after a yes plan once more: only a plan equal to the one
+//!    confirmed runs (a changed one is shown and asked about again,
+//!    [`crate::fence`]). The answer is a [`Confirmed`] token.
+//! 5. Import the plan's images, execute it (the lock's loss stops new
+//!    starts), release the lock, and hand back the report.
+
+use std::future::Future;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use futures::future::LocalBoxFuture;
+
+use super::confirm::Confirmed;
+use super::execute::{ExecError, ExecOptions, Executor, RunGate};
+use super::fence::{Fenced, fence};
+use super::images::{self, ImageError};
+use super::lock::{self, LockError, LockOptions, SapiLockStore};
+use super::records::ApiRecords;
+use super::report::{ExecReport, InFlight, Reporter};
+use super::store::SapiIntentStore;
+use super::transport::{CnapiTransport, CnapiTransportConfig, StepDone, StepFailure, Transport};
+use agentsadm_api::Apis;
+use agentsadm_api::CnapiClient;
+use agentsadm_api::ImgapiClient;
+use agentsadm_api::SapiClient;
+use agentsadm_plan::{Plan, PlanOptions, RolloutPolicy, TransportMode};
+use agentsadm_types::catalog::Catalog;
+
+/// What every changing command's arguments come to, made once from the
+/// command line (one set of execution options for all of them).
+#[derive(Clone, Debug, Default)]
+pub struct RunSettings {
+    /// `-n`: show the plan only.
+    pub dry_run: bool,
+    /// `-y`: agree to the plan made under the lock without being asked.
+    pub yes: bool,
+    /// `--break-lock`: take the datacenter lock whoever holds it.
+    pub break_lock: bool,
+    /// `--transport` (update, install, remove).
+    pub transport: TransportMode,
+    /// `-j`, `--canary`, `--max-failures`, `--max-per-rack`.
+    pub rollout: RolloutPolicy,
+    /// `--task-timeout` and the rest of the executor's settings.
+    pub options: ExecOptions,
+}
+
+impl RunSettings {
+    /// The planner's options these settings ask for.
+    pub fn plan_options(&self) -> PlanOptions {
+        PlanOptions {
+            transport: self.transport,
+            rollout: self.rollout,
+        }
+    }
+}
+
+/// What a command plans: its [`Plan`] and whatever it shows with it (a
+/// check's findings, a cleanup's instances).
+pub trait Planned {
+    fn plan(&self) -> &Plan;
+}
+
+impl Planned for Plan {
+    fn plan(&self) -> &Plan {
+        self
+    }
+}
+
+/// How a command reads the datacenter and plans (I/O, then the pure
+/// planner). Called again under the lock and after the answer.
+pub trait Planner {
+    type Planned: Planned;
+    type Error: std::error::Error + Send + Sync + 'static;
+    fn plan(&self) -> impl Future<Output = Result<Self::Planned, Self::Error>>;
+}
+
+/// When a plan is shown.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Shown {
+    /// The plan as it is (made under the lock, or for `-n`).
+    Plan,
+    /// The plan made without the lock, shown because the run stops there
+    /// (nothing to do, or no way to confirm).
+    Unlocked,
+    /// The plan changed since it was shown (made again after the answer).
+    Changed,
+}
+
+/// Why asking failed (the operator refused, the answer could not be read).
+pub type AskError = Box<dyn std::error::Error + Send + Sync>;
+
+/// The one who reads plans and answers: the command line's terminal, or a
+/// test. Rendering is the operator's; deciding is the run's.
+pub trait Operator<P> {
+    /// Show a plan.
+    fn show(&self, planned: &P, shown: Shown);
+    /// Whether a question can be answered here (a terminal, not `--json`).
+    fn interactive(&self) -> bool;
+    /// Ask whether to carry out the plan just shown. An error refuses.
+    fn ask(&self, planned: &P) -> impl Future<Output = Result<bool, AskError>>;
+    /// Something the operator should read (a broken stale lock, a lost
+    /// lock, images being imported).
+    fn note(&self, message: &str);
+    /// The canary wave passed: go on with the `remaining` servers? (`yes`:
+    /// `-y` was given, so the answer is yes.)
+    fn canary_passed(
+        &self,
+        canaries: &[String],
+        remaining: usize,
+        yes: bool,
+    ) -> impl Future<Output = bool>;
+    /// Interrupted with servers in flight: keep waiting for them until the
+    /// returned future resolves (see [`RunGate::keep_waiting`]).
+    fn keep_waiting(&self, _in_flight: &[InFlight]) -> Option<LocalBoxFuture<'_, ()>> {
+        None
+    }
+}
+
+/// A run that did not get to execute, or failed while starting.
+#[derive(Debug, thiserror::Error)]
+pub enum RunError<E: std::error::Error + 'static> {
+    #[error(transparent)]
+    Plan(E),
+    #[error(transparent)]
+    Lock(#[from] LockError),
+    #[error("refusing to change anything without confirmation: pass -y (nothing was changed)")]
+    NeedsYes,
+    #[error(
+        "this plan restarts components that abort running work; re-run with -y to confirm (nothing was changed)"
+    )]
+    NeedsExplicitYes,
+    /// The operator refused, or the answer could not be read; nothing was
+    /// changed.
+    #[error(transparent)]
+    Ask(AskError),
+    #[error("this plan needs {api}, which this run has no URL for; nothing was changed")]
+    MissingApi { api: &'static str },
+    #[error(transparent)]
+    Image(#[from] ImageError),
+    #[error(transparent)]
+    Exec(#[from] ExecError),
+}
+
+/// How a run ended (without an error).
+// One value per run, moved once: its size does not matter.
+#[allow(clippy::large_enum_variant)]
+#[derive(Debug)]
+pub enum RunOutcome<P> {
+    /// `-n`: shown; nothing was written, not even the lock.
+    DryRun(P),
+    /// Nothing to do (found before or under the lock).
+    Empty(P),
+    /// The operator said no: nothing was changed.
+    Declined(P),
+    /// Carried out: the plan that ran and what happened.
+    Executed { planned: P, report: ExecReport },
+}
+
+/// One run against a datacenter's APIs.
+pub struct Run<'a> {
+    /// Where the lock and intent live.
+    pub sapi: &'a SapiClient,
+    /// How steps reach servers and CNAPI records are written (`None`
+    /// before CNAPI exists: headnode setup's local adoption).
+    pub cnapi: Option<&'a CnapiClient>,
+    /// Where images are imported (`None`: a plan that imports fails).
+    pub imgapi: Option<&'a ImgapiClient>,
+    pub catalog: &'a Catalog,
+    pub settings: &'a RunSettings,
+    pub reporter: &'a dyn Reporter,
+    /// How steps reach servers through CNAPI.
+    pub transport: CnapiTransportConfig,
+    /// What the lock record says this run does (`update vm-agent`).
+    pub operation: String,
+    /// The lock's timing (tests shorten the settle interval).
+    pub lock: LockOptions,
+}
+
+impl<'a> Run<'a> {
+    /// A run with the transport and lock settings `settings` imply.
+    pub fn new(
+        apis: &'a Apis,
+        catalog: &'a Catalog,
+        settings: &'a RunSettings,
+        reporter: &'a dyn Reporter,
+        operation: impl Into<String>,
+    ) -> Run<'a> {
+        let mut run = Run::sapi_only(&apis.sapi, catalog, settings, reporter, operation);
+        run.cnapi = Some(&apis.cnapi);
+        run.imgapi = Some(&apis.imgapi);
+        run
+    }
+
+    /// A run with only SAPI (headnode setup, before CNAPI and IMGAPI run):
+    /// a plan that needs either fails before it changes anything.
+    pub fn sapi_only(
+        sapi: &'a SapiClient,
+        catalog: &'a Catalog,
+        settings: &'a RunSettings,
+        reporter: &'a dyn Reporter,
+        operation: impl Into<String>,
+    ) -> Run<'a> {
+        Run {
+            sapi,
+            cnapi: None,
+            imgapi: None,
+            catalog,
+            settings,
+            reporter,
+            // `agentsadm gz` on a server may take as long as one step may.
+            transport: CnapiTransportConfig {
+                execute_timeout: settings.options.task_timeout,
+                health: settings.options.health,
+                ..Default::default()
+            },
+            operation: operation.into(),
+            lock: LockOptions {
+                break_lock: settings.break_lock,
+                ..LockOptions::default()
+            },
+        }
+    }
+
+    /// Plan, confirm under the lock, execute. See the module documentation.
+    pub async fn go<P, O>(
+        &self,
+        planner: &P,
+        operator: &O,
+        cancel: impl Future<Output = ()>,
+    ) -> Result<RunOutcome<P::Planned>, RunError<P::Error>>
+    where
+        P: Planner,
+        O: Operator<P::Planned> + Sync,
+    {
+        if self.settings.dry_run {
+            let planned = planner.plan().await.map_err(RunError::Plan)?;
+            log_plan(planned.plan());
+            operator.show(&planned, Shown::Plan);
+            return Ok(RunOutcome::DryRun(planned));
+        }
+        let store = SapiLockStore::new(self.sapi.clone()).await?;
+        lock::check_free(&store, &self.lock).await?;
+        let unlocked = planner.plan().await.map_err(RunError::Plan)?;
+        if unlocked.plan().is_empty() {
+            operator.show(&unlocked, Shown::Unlocked);
+            return Ok(RunOutcome::Empty(unlocked));
+        }
+        if !self.settings.yes && !operator.interactive() {
+            operator.show(&unlocked, Shown::Unlocked);
+            return Err(if unlocked.plan().needs_explicit_yes() {
+                RunError::NeedsExplicitYes
+            } else {
+                RunError::NeedsYes
+            });
+        }
+        drop(unlocked);
+        let lost = AtomicBool::new(false);
+        let work = self.locked(planner, operator, &lost, cancel);
+        self.hold(&store, &lost, |m| operator.note(m), work).await?
+    }
+
+    /// Under the lock: plan, confirm (fenced), import, execute.
+    async fn locked<P, O>(
+        &self,
+        planner: &P,
+        operator: &O,
+        lost: &AtomicBool,
+        cancel: impl Future<Output = ()>,
+    ) -> Result<RunOutcome<P::Planned>, RunError<P::Error>>
+    where
+        P: Planner,
+        O: Operator<P::Planned> + Sync,
+    {
+        let first = planner.plan().await.map_err(RunError::Plan)?;
+        log_plan(first.plan());
+        operator.show(&first, Shown::Plan);
+        let fenced = fence(
+            first,
+            self.settings.yes,
+            |p: &P::Planned| p.plan().is_empty(),
+            async |p: &P::Planned| operator.ask(p).await.map_err(RunError::Ask),
+            async || {
+                let again = planner.plan().await.map_err(RunError::Plan)?;
+                log_plan(again.plan());
+                Ok(again)
+            },
+            |again| operator.show(again, Shown::Changed),
+            |a: &P::Planned, b: &P::Planned| a.plan() == b.plan(),
+        )
+        .await?;
+        let (planned, consent) = match fenced {
+            Fenced::Confirmed(p, consent) => (p, consent),
+            Fenced::Empty(p) => return Ok(RunOutcome::Empty(p)),
+            Fenced::Declined(p) => return Ok(RunOutcome::Declined(p)),
+        };
+        let confirmed = match consent {
+            super::confirm::Consent::Yes => Confirmed::by_yes(self.settings, planned.plan()),
+            super::confirm::Consent::Prompt => Some(Confirmed::by_prompt(planned.plan())),
+        };
+        // `fence` confirms with -y only when the settings say -y.
+        let Some(confirmed) = confirmed else {
+            return Err(RunError::NeedsYes);
+        };
+        let gate = Gate {
+            lost,
+            operator,
+            yes: self.settings.yes,
+            _planned: std::marker::PhantomData,
+        };
+        let report = self.execute(confirmed, operator, cancel, &gate).await?;
+        Ok(RunOutcome::Executed { planned, report })
+    }
+
+    /// Import the plan's images, then carry it out through CNAPI and SAPI.
+    async fn execute<P, O, E>(
+        &self,
+        confirmed: Confirmed<'_>,
+        operator: &O,
+        cancel: impl Future<Output = ()>,
+        gate: &Gate<'_, O, P>,
+    ) -> Result<ExecReport, RunError<E>>
+    where
+        O: Operator<P> + Sync,
+        E: std::error::Error + 'static,
+    {
+        let plan = confirmed.plan();
+        if !plan.imports().is_empty() {
+            operator.note(&format!(
+                "Importing {} image(s) into the datacenter IMGAPI...",
+                plan.imports().len()
+            ));
+        }
+        if !plan.imports().is_empty() {
+            let imgapi = self.imgapi.ok_or(RunError::MissingApi { api: "IMGAPI" })?;
+            images::import(imgapi, plan.imports()).await?;
+        }
+        let store = SapiIntentStore::new(self.sapi.clone());
+        let (transport, records): (Box<dyn Transport>, ApiRecords) = match self.cnapi {
+            Some(cnapi) => (
+                Box::new(
+                    CnapiTransport::new(
+                        cnapi.clone(),
+                        self.catalog.clone(),
+                        self.transport.clone(),
+                    )
+                    .with_sapi(self.sapi.clone()),
+                ),
+                ApiRecords::new_with(self.sapi, cnapi),
+            ),
+            None if plan.servers().is_empty() => {
+                (Box::new(NoCnapi), ApiRecords::sapi_only(self.sapi))
+            }
+            None => return Err(RunError::MissingApi { api: "CNAPI" }),
+        };
+        let executor = Executor::new(
+            transport.as_ref(),
+            &store,
+            self.reporter,
+            &self.settings.options,
+        )
+        .with_records(&records);
+        let report = executor.execute_gated(confirmed, cancel, gate).await?;
+        tracing::info!(
+            target: agentsadm_types::log::FILE_ONLY_TARGET,
+            component = "summary",
+            summary = serde_json::to_string(&report.summary(plan)).unwrap_or_default(),
+            outliers = serde_json::to_string(&report.outliers).unwrap_or_default(),
+            exit_status = report.exit_status(plan),
+            "{}",
+            report.render(plan).trim_end()
+        );
+        Ok(report)
+    }
+
+    /// [`lock::hold`] under this run's operation and lock options.
+    async fn hold<T>(
+        &self,
+        store: &SapiLockStore,
+        lost: &AtomicBool,
+        note: impl Fn(&str),
+        work: impl Future<Output = T>,
+    ) -> Result<T, LockError> {
+        lock::hold(store, &self.operation, &self.lock, lost, note, work).await
+    }
+}
+
+/// The plan in the run's log, each time it is made.
+fn log_plan(plan: &Plan) {
+    tracing::info!(
+        target: agentsadm_types::log::FILE_ONLY_TARGET,
+        component = "planner",
+        plan = serde_json::to_string(plan).unwrap_or_default(),
+        "{}",
+        plan.display_compact(50)
+    );
+}
+
+/// The run's answers to the executor: the lock as the refresh found it,
+/// the operator for the canary wave and interrupts.
+struct Gate<'a, O, P> {
+    lost: &'a AtomicBool,
+    operator: &'a O,
+    yes: bool,
+    _planned: std::marker::PhantomData<fn(&P)>,
+}
+
+impl<O: Operator<P> + Sync, P> RunGate for Gate<'_, O, P> {
+    fn lock_lost(&self) -> bool {
+        self.lost.load(Ordering::SeqCst)
+    }
+
+    async fn canary_passed(&self, canaries: &[String], remaining: usize) -> bool {
+        self.operator
+            .canary_passed(canaries, remaining, self.yes)
+            .await
+    }
+
+    fn keep_waiting(&self, in_flight: &[InFlight]) -> Option<LocalBoxFuture<'_, ()>> {
+        self.operator.keep_waiting(in_flight)
+    }
+}
+
+/// No way to reach servers (a SAPI-only run); never used with a plan that
+/// has server steps.
+struct NoCnapi;
+
+impl Transport for NoCnapi {
+    fn run<'a>(
+        &'a self,
+        _: agentsadm_types::ids::ServerUuid,
+        _: &'a agentsadm_plan::Step,
+    ) -> futures::future::BoxFuture<'a, Result<StepDone, StepFailure>> {
+        Box::pin(async {
+            Err(StepFailure::new(
+                super::report::FailureStage::Execute,
+                "this run has no CNAPI to reach servers through".to_string(),
+            ))
+        })
+    }
+}

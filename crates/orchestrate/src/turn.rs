@@ -1,0 +1,385 @@
+//! One server's turn: its SAPI instance targets, its steps batch by batch
+//! (core components alone, the parallel-safe set concurrently), each
+//! bounded by the task timeout, then the SAPI writes that follow installs
+//! and removals. An unhealthy step's intent is put back. A turn never
+//! fails as a whole: what went wrong is in its [`ServerOutcome`].
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use super::execute::Executor;
+use super::report::ExecEvent;
+use super::report::Failure;
+use super::report::FailureStage;
+use super::report::GateResult;
+use super::report::Revert;
+use super::report::ServerOutcome;
+use super::report::ServerStatus;
+use super::report::StepResult;
+use super::report::StepStatus;
+use super::transport::StepFailure;
+use agentsadm_plan::Action;
+use agentsadm_plan::Gate;
+use agentsadm_plan::IntentChange;
+use agentsadm_plan::ServerPlan;
+use agentsadm_plan::Step;
+use agentsadm_plan::TransportKind;
+use agentsadm_types::error::error_chain;
+use agentsadm_types::ids::ImageUuid;
+use agentsadm_types::ids::InstanceUuid;
+use agentsadm_types::ids::ServerUuid;
+
+/// A step's result and, on success, the instance the server reported; on
+/// failure, whether it timed out.
+pub(crate) type StepRun = (
+    StepResult,
+    Result<Option<InstanceUuid>, (StepFailure, bool)>,
+);
+
+pub(crate) fn not_run(step: &Step) -> StepResult {
+    StepResult {
+        component: step.component.clone(),
+        action: step.action.verb(),
+        status: StepStatus::NotRun,
+        elapsed: Duration::ZERO,
+    }
+}
+
+/// What the steps of a turn left behind for the writes after them.
+#[derive(Default)]
+struct Ran<'p> {
+    /// The instance each installed component reported.
+    reported: BTreeMap<&'p str, Option<InstanceUuid>>,
+    /// The first unhealthy step, and why its revert failed (if it did).
+    unhealthy: Option<(&'p Step, Option<String>)>,
+}
+
+impl Executor<'_> {
+    /// One server's turn. Never returns an error: failures are in the
+    /// outcome.
+    pub(crate) async fn run_server(&self, server: ServerUuid, sp: &ServerPlan) -> ServerOutcome {
+        let started = Instant::now();
+        self.reporter.event(&ExecEvent::ServerStarted {
+            server,
+            hostname: &sp.hostname,
+        });
+        let mut outcome = ServerOutcome::new(&sp.hostname);
+        for change in sp.intent.iter().filter(|c| c.runs_before_steps()) {
+            if let Err(err) = self.store.apply(server, change, None).await {
+                outcome.fail(ServerStatus::Failed, sapi_failure(change, &err));
+                outcome.steps = sp.steps.iter().map(not_run).collect();
+                outcome.elapsed = started.elapsed();
+                outcome.tasks = self.transport.tasks(server);
+                return outcome;
+            }
+        }
+        let ran = self.run_batches(server, sp, &mut outcome).await;
+        if let Some((step, revert_error)) = ran.unhealthy {
+            outcome.revert = Some(self.revert_intent(server, sp, step, revert_error).await);
+        }
+        if outcome.failure.is_none() {
+            self.intent_after(server, sp, &ran.reported, &mut outcome)
+                .await;
+        }
+        outcome.elapsed = started.elapsed();
+        outcome.tasks = self.transport.tasks(server);
+        outcome
+    }
+
+    /// The SAPI writes that follow the steps (adoptions, deletions).
+    async fn intent_after(
+        &self,
+        server: ServerUuid,
+        sp: &ServerPlan,
+        reported: &BTreeMap<&str, Option<InstanceUuid>>,
+        outcome: &mut ServerOutcome,
+    ) {
+        for change in sp.intent.iter().filter(|c| !c.runs_before_steps()) {
+            let instance = reported.get(change.component()).copied().flatten();
+            if let Err(err) = self.store.apply(server, change, instance).await {
+                outcome.fail(ServerStatus::Failed, sapi_failure(change, &err));
+                break;
+            }
+            if let IntentChange::DeleteReplaced { instance: old, .. } = change
+                && instance.is_some_and(|now| now != *old)
+            {
+                outcome.replaced.push(*old);
+            }
+        }
+    }
+
+    /// The steps, batch by batch; the first failure stops the turn (the
+    /// remaining steps are not run).
+    async fn run_batches<'p>(
+        &self,
+        server: ServerUuid,
+        sp: &'p ServerPlan,
+        outcome: &mut ServerOutcome,
+    ) -> Ran<'p> {
+        let mut ran = Ran::default();
+        for batch in sp.batches() {
+            if outcome.failure.is_some() {
+                outcome.steps.extend(batch.iter().map(not_run));
+                continue;
+            }
+            let results: Vec<StepRun> = if batch.len() > 1 && self.options.parallel_within_server {
+                self.run_together(server, &sp.hostname, batch).await
+            } else {
+                self.run_in_turn(server, &sp.hostname, batch).await
+            };
+            for (step, (result, r)) in batch.iter().zip(results) {
+                if step.gate != Gate::None && result.status != StepStatus::NotRun {
+                    match &r {
+                        Ok(_) => outcome.gates.push(gate(step, true)),
+                        Err((f, _)) if f.is_unhealthy() => {
+                            outcome.gates.push(gate(step, false));
+                            ran.unhealthy.get_or_insert((step, f.revert_error.clone()));
+                        }
+                        Err(_) => {}
+                    }
+                }
+                match r {
+                    Ok(instance) => {
+                        ran.reported.insert(step.component.as_str(), instance);
+                    }
+                    Err((f, timed_out)) if outcome.failure.is_none() => {
+                        let status = if timed_out {
+                            ServerStatus::TimedOut
+                        } else {
+                            ServerStatus::Failed
+                        };
+                        outcome.fail(
+                            status,
+                            Failure {
+                                component: Some(result.component.clone()),
+                                stage: f.stage,
+                                message: f.message,
+                            },
+                        );
+                    }
+                    Err(_) => {}
+                }
+                outcome.steps.push(result);
+            }
+        }
+        ran
+    }
+
+    /// Steps one after the other; after a failure the rest are not run.
+    async fn run_in_turn(
+        &self,
+        server: ServerUuid,
+        hostname: &str,
+        batch: &[Step],
+    ) -> Vec<StepRun> {
+        let mut v = Vec::with_capacity(batch.len());
+        for st in batch {
+            let r = self.run_step(server, hostname, st).await;
+            let failed = r.1.is_err();
+            v.push(r);
+            if failed {
+                break;
+            }
+        }
+        let ran = v.len();
+        v.extend(batch[ran..].iter().map(|st| (not_run(st), Ok(None))));
+        v
+    }
+
+    /// After an unhealthy step the server runs the previous image again
+    /// (the installer rolled back, or the transport reinstalled it): put
+    /// the SAPI instance's `params.image_uuid`, which this run pointed at
+    /// the new image before the steps, back to the previous one, so intent
+    /// never claims a reverted image.
+    async fn revert_intent(
+        &self,
+        server: ServerUuid,
+        sp: &ServerPlan,
+        step: &Step,
+        revert_error: Option<String>,
+    ) -> Revert {
+        let previous = match &step.action {
+            Action::Upgrade { from, .. } => from.image,
+            _ => None,
+        };
+        let mut revert = Revert {
+            component: step.component.clone(),
+            image: previous,
+            sapi: false,
+            error: revert_error,
+        };
+        let Some(previous) = previous else {
+            return revert;
+        };
+        match self
+            .put_back_instance(server, sp, &step.component, previous)
+            .await
+        {
+            Ok(wrote) => revert.sapi = wrote,
+            Err(msg) => {
+                revert.error = Some(match revert.error.take() {
+                    Some(prev) => format!("{prev}; {msg}"),
+                    None => msg,
+                });
+            }
+        }
+        revert
+    }
+
+    /// Point the instance targets this turn wrote for `component` back at
+    /// `previous`. `Ok(true)`: something was put back.
+    pub(crate) async fn put_back_instance(
+        &self,
+        server: ServerUuid,
+        sp: &ServerPlan,
+        component: &str,
+        previous: ImageUuid,
+    ) -> Result<bool, String> {
+        let mut wrote = false;
+        for change in sp
+            .intent
+            .iter()
+            .filter(|c| c.runs_before_steps() && c.component() == component)
+        {
+            let back = match change {
+                IntentChange::UpdateInstance {
+                    component,
+                    service,
+                    instance,
+                    ..
+                }
+                | IntentChange::CreateInstance {
+                    component,
+                    service,
+                    instance,
+                    ..
+                } => IntentChange::UpdateInstance {
+                    component: component.clone(),
+                    service: *service,
+                    instance: *instance,
+                    image: previous,
+                },
+                _ => continue,
+            };
+            self.store.apply(server, &back, None).await.map_err(|e| {
+                format!(
+                    "cannot put params.image_uuid {previous} back on the SAPI instance: {}",
+                    error_chain(&e)
+                )
+            })?;
+            wrote = true;
+        }
+        Ok(wrote)
+    }
+
+    /// A batch of parallel-safe steps, concurrently, except that the steps
+    /// through `agentsadm gz` (CNAPI execute) start once the cn-agent tasks
+    /// are done. Both report the server's whole agent set to CNAPI
+    /// (cn-agent's refreshAgents, the installer's report), each from its
+    /// own read of the disk: run together, the later POST can carry a read
+    /// taken before the other install finished and undo its report (a lost
+    /// update; CNAPI 5xx retries widen the window). In this order the
+    /// installer reads last. Results are in the batch's order.
+    async fn run_together(
+        &self,
+        server: ServerUuid,
+        hostname: &str,
+        batch: &[Step],
+    ) -> Vec<StepRun> {
+        let (cn_agent, gz): (Vec<usize>, Vec<usize>) =
+            (0..batch.len()).partition(|&i| batch[i].transport != TransportKind::Execute);
+        let mut out: Vec<Option<StepRun>> = (0..batch.len()).map(|_| None).collect();
+        for group in [cn_agent, gz] {
+            let runs = futures::future::join_all(
+                group
+                    .iter()
+                    .map(|&i| self.run_step(server, hostname, &batch[i])),
+            )
+            .await;
+            for (i, run) in group.into_iter().zip(runs) {
+                out[i] = Some(run);
+            }
+        }
+        // Every index is in exactly one group, so nothing is dropped here.
+        out.into_iter().flatten().collect()
+    }
+
+    /// Run one step under the task timeout. The error carries whether it
+    /// was a timeout.
+    async fn run_step(&self, server: ServerUuid, hostname: &str, step: &Step) -> StepRun {
+        self.reporter.event(&ExecEvent::StepStarted {
+            server,
+            hostname,
+            step,
+        });
+        let t = Instant::now();
+        let timeout = self.options.task_timeout;
+        let result = match tokio::time::timeout(timeout, self.transport.run(server, step)).await {
+            Ok(Ok(done)) => Ok(done.instance),
+            Ok(Err(f)) => Err((f, false)),
+            Err(_) => Err((self.timed_out(server, step), true)),
+        };
+        let elapsed = t.elapsed();
+        self.reporter.event(&ExecEvent::StepFinished {
+            server,
+            hostname,
+            step,
+            elapsed,
+            failure: result.as_ref().err().map(|(f, _)| f),
+        });
+        let status = if result.is_ok() {
+            StepStatus::Done
+        } else {
+            StepStatus::Failed
+        };
+        (
+            StepResult {
+                component: step.component.clone(),
+                action: step.action.verb(),
+                status,
+                elapsed,
+            },
+            result,
+        )
+    }
+
+    /// The failure of a step that ran into the task timeout. The step's
+    /// future was dropped while waiting: its task is still marked as
+    /// waited for.
+    fn timed_out(&self, server: ServerUuid, step: &Step) -> StepFailure {
+        let task = self
+            .transport
+            .tasks(server)
+            .into_iter()
+            .rfind(|t| t.waiting && t.component == step.component);
+        let what = match task {
+            Some(t) => format!("CNAPI task {} may still be running", t.task),
+            None => "the work may still be running on the server".to_string(),
+        };
+        StepFailure::new(
+            FailureStage::Timeout,
+            format!(
+                "no result after {} (--task-timeout); {what}",
+                super::report::fmt_duration(self.options.task_timeout)
+            ),
+        )
+    }
+}
+
+fn gate(step: &Step, passed: bool) -> GateResult {
+    GateResult {
+        component: step.component.clone(),
+        gate: step.gate,
+        passed,
+    }
+}
+
+fn sapi_failure(change: &IntentChange, err: &super::store::IntentWriteError) -> Failure {
+    Failure {
+        component: Some(change.component().to_string()),
+        stage: FailureStage::Sapi,
+        message: error_chain(err),
+    }
+}

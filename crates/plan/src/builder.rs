@@ -1,0 +1,448 @@
+//! The one way to make a [`Plan`]: every planner (update, install, remove,
+//! `check --fix`'s repairs, adoption, server cleanup) adds what it decided
+//! to a [`PlanBuilder`], and [`PlanBuilder::finish`] applies the rules no
+//! plan may skip:
+//!
+//! - components that are never changed in bulk (marlin-agent: restarting
+//!   it aborts running Manta jobs) lose their steps in a bulk plan (`--all`,
+//!   `check --fix`), with a skip that says to name them; named explicitly,
+//!   the plan warns and needs an explicit yes;
+//! - each step's health gate follows from its action, its transport and
+//!   whether `agentsadm gz` reaches the server (callers cannot choose it);
+//! - a server's steps run in the catalog's order classes; servers with
+//!   nothing to do are dropped;
+//! - images are imported only when a step or service change uses them;
+//! - skips and record changes come in a stable order;
+//! - the waves (canaries, start order, budget, concurrency) are decided
+//!   from the operator's [`RolloutPolicy`].
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use super::Operation;
+use super::rollout::{Rollout, RolloutPolicy, waves};
+use super::skip::{Skip, SkipReason};
+use super::types::{
+    Action, Gate, IntentChange, Plan, RecordChange, ServerPlan, ServiceChange, Step,
+};
+use super::{ImageRef, TransportKind};
+use crate::reality::ServerState;
+use agentsadm_types::catalog::{Catalog, Component};
+use agentsadm_types::ids::{ImageUuid, ServerUuid};
+
+/// A plan being made. See the module documentation for what
+/// [`PlanBuilder::finish`] decides.
+#[derive(Debug)]
+pub struct PlanBuilder<'c> {
+    catalog: &'c Catalog,
+    plan: Plan,
+    /// The components were selected in bulk, not named.
+    bulk: bool,
+    /// Whether `agentsadm gz` reaches each server (for its health gates).
+    execute: BTreeMap<ServerUuid, bool>,
+}
+
+impl<'c> PlanBuilder<'c> {
+    pub fn new(operation: Operation, catalog: &'c Catalog) -> PlanBuilder<'c> {
+        PlanBuilder {
+            catalog,
+            plan: Plan {
+                operation,
+                components: Vec::new(),
+                targets: BTreeMap::new(),
+                imports: Vec::new(),
+                service_changes: Vec::new(),
+                records: Vec::new(),
+                servers: BTreeMap::new(),
+                skips: Vec::new(),
+                warnings: Vec::new(),
+                needs_explicit_yes: false,
+                selected_servers: 0,
+                rollout: Rollout::default(),
+            },
+            bulk: false,
+            execute: BTreeMap::new(),
+        }
+    }
+
+    /// The components were selected in bulk (`--all`, every repair), not
+    /// named by the operator.
+    pub fn bulk(&mut self, bulk: bool) -> &mut Self {
+        self.bulk = bulk;
+        self
+    }
+
+    /// How many servers the request selected (before skips).
+    pub fn selected_servers(&mut self, n: usize) -> &mut Self {
+        self.plan.selected_servers = n;
+        self
+    }
+
+    /// The components in play (put in install order by `finish`).
+    pub fn components(&mut self, names: impl IntoIterator<Item = String>) -> &mut Self {
+        for n in names {
+            if !self.plan.components.contains(&n) {
+                self.plan.components.push(n);
+            }
+        }
+        self
+    }
+
+    /// The explicit target images, by component.
+    pub fn targets(&mut self, targets: BTreeMap<String, ImageRef>) -> &mut Self {
+        self.plan.targets = targets;
+        self
+    }
+
+    pub fn service_change(&mut self, change: ServiceChange) -> &mut Self {
+        self.plan.service_changes.push(change);
+        self
+    }
+
+    pub fn record(&mut self, change: RecordChange) -> &mut Self {
+        self.plan.records.push(change);
+        self
+    }
+
+    pub fn skip(&mut self, skip: Skip) -> &mut Self {
+        self.plan.skips.push(skip);
+        self
+    }
+
+    pub fn warn(&mut self, warning: String) -> &mut Self {
+        self.plan.warnings.push(warning);
+        self
+    }
+
+    /// The server's plan, made on first use. `execute_available`: the
+    /// transport mode lets the orchestrator run `agentsadm gz` there.
+    fn server(&mut self, state: &ServerState, execute_available: bool) -> &mut ServerPlan {
+        self.execute
+            .entry(state.uuid)
+            .and_modify(|e| *e &= execute_available)
+            .or_insert(execute_available);
+        self.plan
+            .servers
+            .entry(state.uuid)
+            .or_insert_with(|| ServerPlan {
+                hostname: state.hostname.clone(),
+                headnode: state.headnode,
+                rack: state.rack.clone(),
+                steps: Vec::new(),
+                intent: Vec::new(),
+            })
+    }
+
+    /// A step of `component` on the server; its gate is decided by
+    /// `finish`.
+    pub fn step(
+        &mut self,
+        state: &ServerState,
+        execute_available: bool,
+        component: &Component,
+        action: Action,
+        transport: TransportKind,
+    ) -> &mut Self {
+        self.server(state, execute_available).steps.push(Step {
+            component: component.name.clone(),
+            order: component.order,
+            gate: Gate::None,
+            action,
+            transport,
+        });
+        self
+    }
+
+    /// All of one server's steps and SAPI writes at once (a planner that
+    /// decided a server whole; one lookup instead of one per change).
+    pub fn server_changes<'a>(
+        &mut self,
+        state: &ServerState,
+        execute_available: bool,
+        steps: impl IntoIterator<Item = (&'a Component, Action, TransportKind)>,
+        intent: impl IntoIterator<Item = IntentChange>,
+    ) -> &mut Self {
+        let sp = self.server(state, execute_available && state.has_execute());
+        sp.steps
+            .extend(steps.into_iter().map(|(c, action, transport)| Step {
+                component: c.name.clone(),
+                order: c.order,
+                gate: Gate::None,
+                action,
+                transport,
+            }));
+        sp.intent.extend(intent);
+        self
+    }
+
+    /// A SAPI write of the server's turn (before or after its steps, as
+    /// [`IntentChange::runs_before_steps`] says).
+    pub fn intent(&mut self, state: &ServerState, change: IntentChange) -> &mut Self {
+        let execute = state.has_execute();
+        self.server(state, execute).intent.push(change);
+        self
+    }
+
+    /// Apply the rules and decide the waves.
+    pub fn finish(mut self, policy: &RolloutPolicy) -> Plan {
+        self.non_bulk_rule();
+        self.gates();
+        let plan = &mut self.plan;
+        plan.servers
+            .retain(|_, sp| !sp.steps.is_empty() || !sp.intent.is_empty());
+        for sp in plan.servers.values_mut() {
+            sp.steps.sort_by(|a, b| {
+                a.order
+                    .cmp(&b.order)
+                    .then_with(|| a.component.cmp(&b.component))
+            });
+        }
+        let mut ordered: Vec<&Component> = plan
+            .components
+            .iter()
+            .filter_map(|c| self.catalog.get(c))
+            .collect();
+        agentsadm_types::catalog::sort_install_order(&mut ordered);
+        let known: Vec<String> = ordered.iter().map(|c| c.name.clone()).collect();
+        plan.components.retain(|c| self.catalog.get(c).is_none());
+        plan.components.splice(0..0, known);
+        plan.imports = imports(plan);
+        plan.skips.sort();
+        plan.skips.dedup();
+        plan.records.sort_by_key(RecordChange::phase);
+        plan.rollout = waves(&plan.servers, policy);
+        self.plan
+    }
+
+    /// marlin-agent and its kind: never in a bulk plan; named, a warning
+    /// and an explicit yes.
+    fn non_bulk_rule(&mut self) {
+        let catalog = self.catalog;
+        let non_bulk = |name: &str| catalog.get(name).is_some_and(|c| !c.bulk_update);
+        let mut touched: BTreeMap<String, Vec<String>> = BTreeMap::new();
+        let mut dropped: Vec<Skip> = Vec::new();
+        let bulk = self.bulk;
+        for (uuid, sp) in self.plan.servers.iter_mut() {
+            let (keep, held): (Vec<Step>, Vec<Step>) = std::mem::take(&mut sp.steps)
+                .into_iter()
+                .partition(|st| !bulk || !non_bulk(&st.component));
+            sp.steps = keep;
+            for st in &sp.steps {
+                if non_bulk(&st.component) {
+                    touched
+                        .entry(st.component.clone())
+                        .or_default()
+                        .push(sp.hostname.clone());
+                }
+            }
+            for st in held {
+                // Its SAPI writes go with it: intent must not claim a
+                // build the server never got.
+                sp.intent.retain(|c| c.component() != st.component);
+                dropped.push(Skip {
+                    server: Some(*uuid),
+                    hostname: Some(sp.hostname.clone()),
+                    component: Some(st.component.clone()),
+                    reason: SkipReason::NotBulk,
+                    blocking: false,
+                });
+            }
+        }
+        self.plan.skips.extend(dropped);
+        for (component, hosts) in touched {
+            let mut shown: Vec<&str> = hosts.iter().map(String::as_str).take(10).collect();
+            if hosts.len() > 10 {
+                shown.push("...");
+            }
+            self.plan.warnings.push(format!(
+                "{component}: restarting it aborts running Manta jobs on {} server{} ({}); -y is required",
+                hosts.len(),
+                if hosts.len() == 1 { "" } else { "s" },
+                shown.join(", ")
+            ));
+            self.plan.needs_explicit_yes = true;
+        }
+    }
+
+    /// Each step's gate, from its action, transport and the server.
+    fn gates(&mut self) {
+        for (uuid, sp) in self.plan.servers.iter_mut() {
+            let execute = self.execute.get(uuid).copied().unwrap_or(false);
+            for st in &mut sp.steps {
+                st.gate = Gate::for_step(&st.action, st.transport, execute);
+            }
+        }
+    }
+}
+
+/// Imports for the targets that some step or service change uses.
+fn imports(plan: &Plan) -> Vec<ImageRef> {
+    let used: BTreeSet<ImageUuid> = plan
+        .servers
+        .values()
+        .flat_map(|s| {
+            s.steps
+                .iter()
+                .filter_map(|st| st.action.target().map(|t| t.uuid))
+        })
+        .chain(plan.service_changes.iter().map(|c| c.to.uuid))
+        .collect();
+    let mut imports: Vec<ImageRef> = plan
+        .targets
+        .values()
+        .filter(|t| t.import_from.is_some() && used.contains(&t.uuid))
+        .cloned()
+        .collect();
+    imports.sort();
+    imports.dedup();
+    imports
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::reality::{Installed, Reality};
+    use agentsadm_api::cnapi::Server;
+    use serde_json::json;
+
+    fn reality(n: usize) -> Reality {
+        let servers: Vec<Server> = (0..n)
+            .map(|i| {
+                serde_json::from_value(json!({
+                    "uuid": format!("5e000000-0000-4000-8000-{i:012}"),
+                    "hostname": if i == 0 { "aa-headnode".to_string() } else { format!("cn{i:03}") },
+                    "headnode": i == 0,
+                    "setup": true, "status": "running",
+                    "rack_identifier": format!("rack-{}", i % 2),
+                    "agents": [{"name": "marlin", "version": "1.0.0"},
+                               {"name": "vm-agent", "version": "1.0.0"}]
+                }))
+                .unwrap()
+            })
+            .collect();
+        Reality::from_servers(&Catalog::builtin(), &servers)
+    }
+
+    fn upgrade(installed: &Installed) -> Action {
+        Action::Upgrade {
+            from: installed.into(),
+            to: ImageRef {
+                uuid: ImageUuid::from_u128(7),
+                name: "x".into(),
+                version: "2.0.0".into(),
+                import_from: None,
+            },
+        }
+    }
+
+    /// Each server gets a marlin-agent and a vm-agent upgrade.
+    fn build(bulk: bool, policy: &RolloutPolicy) -> Plan {
+        let catalog = Catalog::builtin();
+        let r = reality(6);
+        let mut b = PlanBuilder::new(Operation::Update, &catalog);
+        b.bulk(bulk).selected_servers(r.servers.len());
+        for s in r.servers.values() {
+            for name in ["marlin-agent", "vm-agent"] {
+                let c = catalog.get(name).unwrap();
+                let action = upgrade(&s.components[name]);
+                b.step(s, true, c, action, TransportKind::InstallAgent);
+            }
+        }
+        b.finish(policy)
+    }
+
+    #[test]
+    fn marlin_agent_never_in_bulk_and_named_needs_yes() {
+        let bulk = build(true, &RolloutPolicy::default());
+        assert!(
+            bulk.servers()
+                .values()
+                .all(|sp| sp.steps.iter().all(|st| st.component == "vm-agent"))
+        );
+        assert_eq!(bulk.skips().len(), 6);
+        assert!(bulk.skips().iter().all(|s| s.reason == SkipReason::NotBulk));
+        assert!(!bulk.needs_explicit_yes());
+        let named = build(false, &RolloutPolicy::default());
+        assert_eq!(named.step_count(), 12);
+        assert!(named.needs_explicit_yes());
+        assert!(named.warnings()[0].starts_with("marlin-agent: restarting it aborts"));
+        // Gates follow from the transport and the server, never the caller.
+        assert!(
+            named
+                .servers()
+                .values()
+                .flat_map(|sp| &sp.steps)
+                .all(|st| st.gate == Gate::GzHealth)
+        );
+    }
+
+    #[test]
+    fn waves_never_start_with_the_headnode() {
+        let policy = RolloutPolicy {
+            concurrency: 3,
+            canary: Some(2),
+            max_failures: Some(crate::FailureBudget::Count(1)),
+            max_per_rack: Some(1),
+        };
+        let p = build(true, &policy);
+        let r = p.rollout();
+        // aa-headnode sorts first but is no canary; one canary per rack.
+        let canaries: Vec<&str> = r.canaries().iter().map(|s| s.hostname.as_str()).collect();
+        assert_eq!(canaries, ["cn001", "cn002"]);
+        let order: Vec<&str> = r.order().map(|s| s.hostname.as_str()).collect();
+        assert_eq!(
+            order,
+            ["cn001", "cn002", "aa-headnode", "cn003", "cn004", "cn005"]
+        );
+        assert_eq!(
+            (r.concurrency, r.budget, r.max_per_rack),
+            (3, Some(1), Some(1))
+        );
+        // Only the headnode: no canary wave at all.
+        let catalog = Catalog::builtin();
+        let only = reality(1);
+        let hn = only.servers.values().next().unwrap();
+        let mut b = PlanBuilder::new(Operation::Update, &catalog);
+        let c = catalog.get("vm-agent").unwrap();
+        b.step(
+            hn,
+            true,
+            c,
+            upgrade(&hn.components["vm-agent"]),
+            TransportKind::Execute,
+        );
+        let p = b.finish(&policy);
+        assert!(p.rollout().canaries().is_empty());
+        assert_eq!(p.rollout().len(), 1);
+    }
+
+    #[test]
+    fn default_canary_when_more_than_twenty_servers() {
+        let policy = RolloutPolicy {
+            canary: None,
+            ..RolloutPolicy::default()
+        };
+        assert!(build(true, &policy).rollout().canaries().is_empty());
+        let catalog = Catalog::builtin();
+        let r = reality(22);
+        let mut b = PlanBuilder::new(Operation::Update, &catalog);
+        let c = catalog.get("vm-agent").unwrap();
+        for s in r.servers.values() {
+            b.step(
+                s,
+                false,
+                c,
+                upgrade(&s.components["vm-agent"]),
+                TransportKind::InstallAgent,
+            );
+        }
+        let p = b.finish(&policy);
+        assert_eq!(p.rollout().canaries().len(), 1);
+        assert_eq!(p.rollout().waves.len(), 2);
+        assert!(
+            p.servers()
+                .values()
+                .flat_map(|sp| &sp.steps)
+                .all(|st| st.gate == Gate::ServerAgents)
+        );
+    }
+}

@@ -1,0 +1,104 @@
+//! The simulator's own handles on CNAPI and the cn-agents, for tests, the
+//! demo and `sim serve`: restart CNAPI, restart a server's cn-agent, and
+//! what CNAPI saw (crashes, ServerGet calls, every CommandExecute, the
+//! tasks in flight).
+
+use std::collections::BTreeMap;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use crate::ExecuteTransport;
+use crate::SimDc;
+use crate::gz::GzOpError;
+use agentsadm_api::cnapi::Task;
+use agentsadm_types::ids::ServerUuid;
+
+/// One CommandExecute as CNAPI received it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ExecuteSeen {
+    pub server: ServerUuid,
+    /// The path CNAPI took (or would have, had it not died).
+    pub path: ExecuteTransport,
+    /// The request's `timeout` (ms).
+    pub timeout: Option<u64>,
+    /// The request's `env`: the command's whole environment.
+    pub env: BTreeMap<String, String>,
+    pub args: Vec<String>,
+}
+
+impl SimDc {
+    /// CNAPI dies and SMF restarts it after `down` (`None`:
+    /// [`crate::SimConfig::cnapi_restart_ms`]), as on a crash, `sdcadm
+    /// update cnapi` or a headnode hiccup: requests in flight are cut, the
+    /// tasks in flight stay `active` for ever (cn-agent still finishes
+    /// them), and `server.agents` reports sent while it is down are lost.
+    pub fn restart_cnapi(&self, down: Option<Duration>) {
+        let down = down.unwrap_or_else(|| Duration::from_millis(self.core.config.cnapi_restart_ms));
+        self.core.cnapi.crash(None, "restarted from outside", down);
+    }
+
+    /// How many times CNAPI died (crashes and restarts). Against the real
+    /// CNAPI: its process id changed.
+    pub fn cnapi_crashes(&self) -> u64 {
+        self.core.cnapi.crashes.load(Ordering::Relaxed)
+    }
+
+    /// Whether CNAPI is down right now (between a crash and its restart).
+    pub fn cnapi_down(&self) -> bool {
+        self.core.cnapi.info.is_down()
+    }
+
+    /// How many ServerGet requests CNAPI served (each computes capacity
+    /// through VMAPI).
+    pub fn server_gets(&self) -> u64 {
+        self.core.cnapi.server_gets.load(Ordering::Relaxed)
+    }
+
+    /// How many times Ur rebooted a server (an execute that exited 113).
+    pub fn reboots(&self) -> u64 {
+        self.core.cnapi.reboots.load(Ordering::Relaxed)
+    }
+
+    /// Every CommandExecute CNAPI received, oldest first.
+    pub fn executes(&self) -> Vec<ExecuteSeen> {
+        self.core
+            .cnapi
+            .executes
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    /// The tasks whose CNAPI record is `active`.
+    pub fn active_tasks(&self) -> Vec<Task> {
+        self.core.cnapi.tasks.active()
+    }
+
+    /// cn-agent restarts on a server: it forgets its task history, sends
+    /// its `server.agents`, and registers the server again if CNAPI deleted
+    /// its record (lost if CNAPI is down then).
+    pub async fn restart_cn_agent(&self, uuid: ServerUuid) -> Result<(), GzOpError> {
+        let server = self
+            .core
+            .server(uuid)
+            .ok_or(GzOpError::UnknownServer { server: uuid })?;
+        super::cn_agent_started(&self.core, &server).await;
+        Ok(())
+    }
+
+    /// What a still-running cn-agent does after a CNAPI ServerDelete: its
+    /// sysinfo registration creates the record again (setup, with the
+    /// agents its GZ reports). No-op when the record exists.
+    pub async fn reregister(&self, uuid: ServerUuid) -> Result<(), GzOpError> {
+        let server = self
+            .core
+            .server(uuid)
+            .ok_or(GzOpError::UnknownServer { server: uuid })?;
+        if self.record(uuid).is_some() {
+            return Ok(());
+        }
+        super::agent::register(&self.core, &server).await
+    }
+}
