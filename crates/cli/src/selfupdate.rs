@@ -96,7 +96,7 @@ pub async fn run(g: &GlobalOpts, a: SelfUpdateArgs) -> CmdResult {
         ..LockOptions::default()
     };
     let lost = std::sync::atomic::AtomicBool::new(false);
-    let note = |line: &str| out.warn(line.to_string());
+    let note = |line: &str| out.warn(line);
     let outcome = lock::hold(&store, "self-update", &options, &lost, note, work).await??;
     if out.json {
         out.json(&json!({"plan": plan, "executed": true, "result": outcome, "exit_status": 0}));

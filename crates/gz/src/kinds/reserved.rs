@@ -256,6 +256,7 @@ pub const SYSTEM_COMMANDS: &[(&str, &[&str])] = &[
     (
         "/opt/smartdc/bin",
         &[
+            "agentsadm",
             "sdc-amonadm",
             "sdc-backup",
             "sdc-cnapi",
