@@ -10,6 +10,9 @@ use std::fs;
 /// a stopped process forks no more, so two or three passes are the rule).
 const MAX_PASSES: usize = 64;
 
+/// How long a sweep waits for what it killed to die.
+const DEATH_GRACE: std::time::Duration = std::time::Duration::from_secs(5);
+
 /// One process as `/proc/<pid>/stat` tells it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(super) struct Proc {
@@ -113,29 +116,49 @@ pub(super) fn with_environ(table: &[Proc], entry: &str) -> BTreeSet<i32> {
 /// then kill them all. Never this process. Returns how many were killed.
 pub(super) fn stop_and_kill(mut select: impl FnMut(&[Proc]) -> BTreeSet<i32>) -> usize {
     let me = std::process::id() as i32;
-    let mut stopped: BTreeSet<i32> = BTreeSet::new();
+    // Each process stopped, with its start time.
+    let mut stopped: BTreeMap<i32, u64> = BTreeMap::new();
     for _ in 0..MAX_PASSES {
-        let fresh: Vec<i32> = select(&table())
+        let table = table();
+        let fresh: Vec<&Proc> = select(&table)
             .into_iter()
-            .filter(|p| *p != me && *p > 1 && !stopped.contains(p))
+            .filter(|p| *p != me && *p > 1 && !stopped.contains_key(p))
+            .filter_map(|pid| table.iter().find(|p| p.pid == pid))
             .collect();
         if fresh.is_empty() {
             break;
         }
-        for pid in fresh {
+        for p in fresh {
             // SAFETY: kill only sends a signal, to a process the caller
             // identified as the hook's (a descendant of its supervisor,
             // or one carrying its marker).
-            unsafe { libc::kill(pid, libc::SIGSTOP) };
-            stopped.insert(pid);
+            unsafe { libc::kill(p.pid, libc::SIGSTOP) };
+            stopped.insert(p.pid, p.start);
         }
     }
-    for &pid in &stopped {
+    for &pid in stopped.keys() {
         // SAFETY: as above; these processes are stopped, so still the
         // same processes.
         unsafe { libc::kill(pid, libc::SIGKILL) };
     }
+    wait_dead(&stopped);
     stopped.len()
+}
+
+/// Wait (a little: a killed process dies as soon as it is scheduled) until
+/// none of `procs` (pid and start time) runs any more, so that nothing
+/// killed is still about when the caller goes on.
+fn wait_dead(procs: &BTreeMap<i32, u64>) {
+    let deadline = std::time::Instant::now() + DEATH_GRACE;
+    let running = |(pid, start): (&i32, &u64)| {
+        fs::read_to_string(format!("/proc/{pid}/stat"))
+            .ok()
+            .and_then(|t| parse_stat(&t))
+            .is_some_and(|p| p.start == *start && !p.zombie)
+    };
+    while procs.iter().any(running) && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(2));
+    }
 }
 
 #[cfg(test)]

@@ -61,54 +61,7 @@ fn note(errors: &mut Vec<String>, what: String, r: io::Result<()>) {
 fn undo_files(paths: &GzPaths, journal: &Journal) -> Vec<String> {
     let txn_dir = txn_dir_of(paths, journal);
     let aside = aside_dir(paths, &txn_dir);
-    let mut errors = Vec::new();
-    // New links and files go.
-    if let Some(new) = &journal.new {
-        for link in &new.links {
-            note(
-                &mut errors,
-                format!("unlink {}", link.path),
-                unlink_owned(paths, link),
-            );
-        }
-        if let Some(tree) = &new.tree {
-            let dest = paths.at(tree);
-            let staged_still_there = txn_dir.join("new").exists()
-                && fs::read_dir(txn_dir.join("new"))
-                    .map(|mut d| d.next().is_some())
-                    .unwrap_or(false);
-            let old_moved = aside.join("tree").exists();
-            let old_had_tree = journal
-                .old
-                .as_ref()
-                .and_then(|o| o.tree.as_ref())
-                .map(|t| t == tree)
-                .unwrap_or(false);
-            // The tree at `dest` is the new one when the staged copy has
-            // moved and the old one is aside (or there was none).
-            if fsutil::exists(&dest) && !staged_still_there && (old_moved || !old_had_tree) {
-                note(
-                    &mut errors,
-                    format!("remove new {tree}"),
-                    fsutil::remove_any(&dest),
-                );
-            }
-        }
-        for rel in &new.overlay {
-            let placed = !fsutil::exists(&txn_dir.join("root").join(rel));
-            // A file the old version had is renamed back over the new one
-            // below: removing it first would leave the path empty.
-            let restored = fsutil::exists(&aside.join("root").join(rel));
-            let dest = paths.at(rel);
-            if placed && !restored && fsutil::exists(&dest) && !dest.is_dir() {
-                note(
-                    &mut errors,
-                    format!("remove new {rel}"),
-                    fs::remove_file(&dest),
-                );
-            }
-        }
-    }
+    let mut errors = remove_new(paths, journal, &txn_dir, &aside);
     // The old tree and files come back.
     if let Some(old) = &journal.old {
         let aside = aside.join("tree");
@@ -178,6 +131,60 @@ fn undo_files(paths: &GzPaths, journal: &Journal) -> Vec<String> {
             "restore the instance UUID file".into(),
             fsutil::rename_into(&inst_aside, &inst),
         );
+    }
+    errors
+}
+
+/// The new version's links, tree and overlay files go (an overlay file
+/// the old version had stays, to be renamed back over).
+fn remove_new(paths: &GzPaths, journal: &Journal, txn_dir: &Path, aside: &Path) -> Vec<String> {
+    let mut errors = Vec::new();
+    // New links and files go.
+    if let Some(new) = &journal.new {
+        for link in &new.links {
+            note(
+                &mut errors,
+                format!("unlink {}", link.path),
+                unlink_owned(paths, link),
+            );
+        }
+        if let Some(tree) = &new.tree {
+            let dest = paths.at(tree);
+            let staged_still_there = txn_dir.join("new").exists()
+                && fs::read_dir(txn_dir.join("new"))
+                    .map(|mut d| d.next().is_some())
+                    .unwrap_or(false);
+            let old_moved = aside.join("tree").exists();
+            let old_had_tree = journal
+                .old
+                .as_ref()
+                .and_then(|o| o.tree.as_ref())
+                .map(|t| t == tree)
+                .unwrap_or(false);
+            // The tree at `dest` is the new one when the staged copy has
+            // moved and the old one is aside (or there was none).
+            if fsutil::exists(&dest) && !staged_still_there && (old_moved || !old_had_tree) {
+                note(
+                    &mut errors,
+                    format!("remove new {tree}"),
+                    fsutil::remove_any(&dest),
+                );
+            }
+        }
+        for rel in &new.overlay {
+            let placed = !fsutil::exists(&txn_dir.join("root").join(rel));
+            // A file the old version had is renamed back over the new one
+            // below: removing it first would leave the path empty.
+            let restored = fsutil::exists(&aside.join("root").join(rel));
+            let dest = paths.at(rel);
+            if placed && !restored && fsutil::exists(&dest) && !dest.is_dir() {
+                note(
+                    &mut errors,
+                    format!("remove new {rel}"),
+                    fs::remove_file(&dest),
+                );
+            }
+        }
     }
     errors
 }
