@@ -10,6 +10,7 @@
 use std::path::Path;
 
 use crate::gz_common::*;
+use agentsadm_api::remote::FailureStep;
 use agentsadm_api::remote::ComponentAction;
 use agentsadm_platform::ServiceState;
 use agentsadm_platform::rooted::SMF_FAULTS_FILE;
@@ -71,7 +72,7 @@ async fn unhealthy_upgrade_is_rolled_back_tree_smf_and_instance() {
     let out = srv.gz_offline(&["install", arg(&f2)]).await;
     let r = result(&out);
     let err = r.error.expect("the unhealthy upgrade fails");
-    assert_eq!(err.step, "unhealthy");
+    assert_eq!(err.step, FailureStep::Unhealthy);
     assert_eq!(err.component.as_deref(), Some("net-agent"));
     for want in [FMRI, "maintenance", "SMF_EXIT_ERR_FATAL", "rolled back"] {
         assert!(err.message.contains(want), "{want:?} in {}", err.message);
@@ -116,7 +117,7 @@ async fn unhealthy_fresh_install_leaves_nothing() {
         .gz_offline(&["install", arg(&f1), "--min-healthy", "0"])
         .await;
     let err = result(&out).error.expect("unhealthy");
-    assert_eq!(err.step, "unhealthy");
+    assert_eq!(err.step, FailureStep::Unhealthy);
     assert!(
         err.message.contains("it is not installed"),
         "{}",
@@ -146,7 +147,7 @@ async fn expect_current_refuses_a_server_that_changed_since_the_plan() {
             .gz_offline(&["install", arg(&f2), "--expect-current", expected])
             .await;
         let err = result(&out).error.expect("refused");
-        assert_eq!(err.step, "expect-current");
+        assert_eq!(err.step, FailureStep::ExpectCurrent);
         assert!(
             err.message.contains("changed since the plan"),
             "{}",
@@ -196,7 +197,7 @@ async fn gz_health_reports_an_installed_component() {
     let out = srv.gz_offline(&["health", "net-agent"]).await;
     assert_eq!(out.exit_status, 1);
     let err = result(&out).error.unwrap();
-    assert_eq!(err.step, "unhealthy");
+    assert_eq!(err.step, FailureStep::Unhealthy);
     assert!(err.message.contains("maintenance"), "{}", err.message);
     assert_same(&before, &snapshot(srv.root()), "health changes nothing");
     let msg = failed(&srv.gz_offline(&["health", "vm-agent"]).await);
@@ -241,7 +242,7 @@ async fn a_flapping_service_fails_the_gate_and_is_rolled_back() {
             .await;
         let err = result(&out).error.expect("the flapping build fails");
         eprintln!("CASE {what}: {}", err.message);
-        assert_eq!(err.step, "unhealthy", "{what}: {}", err.message);
+        assert_eq!(err.step, FailureStep::Unhealthy, "{what}: {}", err.message);
         for want in [FMRI, "left online", "rolled back"] {
             assert!(
                 err.message.contains(want),

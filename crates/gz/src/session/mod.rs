@@ -272,7 +272,7 @@ impl GzError {
     pub fn to_failure(&self) -> GzFailure {
         GzFailure {
             component: None,
-            step: self.step().as_str().to_string(),
+            step: self.step(),
             message: error_chain(self),
         }
     }
@@ -704,7 +704,7 @@ fn failure(
     }
     GzFailure {
         component: component.map(str::to_string),
-        step: step.as_str().to_string(),
+        step,
         message,
     }
 }
@@ -713,7 +713,7 @@ fn failure(
 fn refusal(component: Option<&str>, step: Step, message: String) -> GzFailure {
     GzFailure {
         component: component.map(str::to_string),
-        step: step.as_str().to_string(),
+        step,
         message,
     }
 }

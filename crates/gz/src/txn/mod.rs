@@ -334,8 +334,8 @@ pub enum TxnError {
 impl TxnError {
     pub fn step(&self) -> Step {
         match self {
-            TxnError::Hook { hook, .. } => Step::Hook(*hook),
-            TxnError::Fs { step, .. } => *step,
+            TxnError::Hook { hook, .. } => Step::Hook((*hook).into()),
+            TxnError::Fs { step, .. } => step.clone(),
             TxnError::Smf { .. } => Step::Smf,
             TxnError::Sapi { .. } | TxnError::SapiRemove { .. } => Step::Sapi,
             TxnError::InstanceCorrupt { .. } => Step::Instance,
@@ -343,7 +343,7 @@ impl TxnError {
             TxnError::Journal { .. } => Step::Journal,
             TxnError::Unhealthy { .. } => Step::Unhealthy,
             TxnError::ManifestNotWritten { .. } | TxnError::ManifestRefused { .. } => {
-                Step::Hook(Hook::Postinstall)
+                Step::Hook(Hook::Postinstall.into())
             }
         }
     }
