@@ -4,14 +4,48 @@
 //! records the loss in the run's [`LockFence`] and says so at once.
 
 use std::future::Future;
+use std::sync::atomic::{AtomicBool, Ordering};
 
-use super::guard::LockFence;
-use super::lock::{DcLock, LockError, LockOptions};
+use super::guard::{Fence, LockFence};
+use super::lock::{DcLock, LockError, LockOptions, LockStore};
 use agentsadm_types::error::error_chain;
+
+/// Take the datacenter lock for `operation`, run `work` while refreshing
+/// it, then release it (retrying while SAPI does not answer): for work
+/// that holds the lock outside a run's executor (self-update). A lock
+/// found lost sets `lost` and is said at once; failing to release is a
+/// note (the work is done).
+pub async fn hold<T>(
+    store: &dyn LockStore,
+    operation: &str,
+    options: &LockOptions,
+    lost: &AtomicBool,
+    note: impl Fn(&str),
+    work: impl Future<Output = T>,
+) -> Result<T, LockError> {
+    let dc_lock =
+        super::lock::acquire(store, &super::lock::this_owner(), operation, options).await?;
+    for old in &dc_lock.broke {
+        note(&format!(
+            "warning: broke the orchestrator lock of {} ({:?}, last seen {})",
+            old.owner, old.operation, old.refreshed
+        ));
+    }
+    let fence = LockFence::new(&dc_lock);
+    let result = refreshing(&dc_lock, &fence, options, &note, work).await;
+    if fence.is_lost() {
+        lost.store(true, Ordering::SeqCst);
+    }
+    drop(fence);
+    if let Err(e) = dc_lock.release().await {
+        note(&format!("warning: {}", release_failed(&e)));
+    }
+    Ok(result)
+}
 
 /// Run `work` while refreshing `lock`. Failing to refresh is a note: the
 /// work has started, and the fence stops whatever has not.
-pub(crate) async fn hold<T>(
+pub(crate) async fn refreshing<T>(
     lock: &DcLock<'_>,
     fence: &LockFence<'_>,
     options: &LockOptions,

@@ -283,7 +283,7 @@ impl<'a> Run<'a> {
         let fence = LockFence::new(&dc_lock);
         let work = self.locked(planner, operator, &fence, cancel);
         let mut outcome =
-            holding::hold(&dc_lock, &fence, &self.lock, |m| operator.note(m), work).await;
+            holding::refreshing(&dc_lock, &fence, &self.lock, |m| operator.note(m), work).await;
         drop(fence);
         let released = dc_lock.release().await;
         if let Ok(RunOutcome::Executed { planned, report }) = &mut outcome {

@@ -45,6 +45,8 @@ use agentsadm_api::ApiError;
 
 pub use board::{Entry, LockBoard, LockRecord, Stage, Standing, Unreadable, standing};
 pub use sapi::SapiLockStore;
+// Work outside a run's executor (self-update) holds the lock through it.
+pub use crate::holding::hold;
 
 use board::ECHO;
 
@@ -92,9 +94,6 @@ pub enum LockError {
         "other agentsadm processes kept taking the orchestrator lock at the same time ({rounds} rounds); nothing was changed: run the command again"
     )]
     Contended { rounds: u32 },
-    /// Only produced by fakes.
-    #[error("{message}")]
-    Injected { message: String },
 }
 
 impl LockError {

@@ -58,8 +58,10 @@ use crate::http::json_response;
 use crate::http::plain_error;
 use crate::http::rest_error;
 use agentsadm_api::cnapi::ExecuteRequest;
+use agentsadm_api::remote::FailureStep;
 use agentsadm_api::remote::GzFailure;
 use agentsadm_api::remote::GzResult;
+use agentsadm_api::remote::HookPhase;
 use agentsadm_types::error::error_chain;
 use agentsadm_types::ids::ImageUuid;
 
@@ -459,7 +461,7 @@ async fn run_command(
                 components: Vec::new(),
                 error: Some(GzFailure {
                     component: Some(component),
-                    step: "injected".into(),
+                    step: FailureStep::Hook(HookPhase::Postinstall),
                     message: message.clone(),
                 }),
                 warnings: Vec::new(),
