@@ -173,8 +173,7 @@ pub fn table_with(
 /// most `max` characters, with `...` and its full length when cut.
 pub fn clip(text: &str, max: usize) -> String {
     let mut out = String::new();
-    let mut shown = 0;
-    for ch in text.chars() {
+    for (shown, ch) in text.chars().enumerate() {
         if shown >= max {
             return format!("{out}... ({} bytes)", text.len());
         }
@@ -183,7 +182,6 @@ pub fn clip(text: &str, max: usize) -> String {
         } else {
             out.push(ch);
         }
-        shown += 1;
     }
     out
 }

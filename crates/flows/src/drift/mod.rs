@@ -197,10 +197,10 @@ fn protect_reported(survey: &Survey, findings: &mut [Finding]) {
                     ),
                 };
             }
-            Fix::AdoptInstance { replaces, .. } | Fix::Install { replaces, .. } => {
-                if replaces.as_ref().is_some_and(|r| reporters.contains_key(r)) {
-                    *replaces = None;
-                }
+            Fix::AdoptInstance { replaces, .. } | Fix::Install { replaces, .. }
+                if replaces.as_ref().is_some_and(|r| reporters.contains_key(r)) =>
+            {
+                *replaces = None;
             }
             _ => {}
         }

@@ -70,7 +70,7 @@ pub enum LockError {
     Api {
         what: &'static str,
         #[source]
-        err: ApiError,
+        err: Box<ApiError>,
     },
     #[error("the orchestrator lock was taken over by {owner} while this run held it")]
     Lost { owner: String },

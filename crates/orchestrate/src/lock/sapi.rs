@@ -29,7 +29,10 @@ impl SapiLockStore {
         let app = sapi
             .sdc_application()
             .await
-            .map_err(|err| LockError::Api { what: "find", err })?
+            .map_err(|err| LockError::Api {
+                what: "find",
+                err: Box::new(err),
+            })?
             .ok_or(LockError::NoSdcApplication)?;
         Ok(SapiLockStore {
             sapi,
@@ -42,7 +45,10 @@ impl SapiLockStore {
             .update_application(self.app, &Update::metadata(object([(key, value)])))
             .await
             .map(|_| ())
-            .map_err(|err| LockError::Api { what, err })
+            .map_err(|err| LockError::Api {
+                what,
+                err: Box::new(err),
+            })
     }
 }
 
@@ -53,7 +59,10 @@ impl LockStore for SapiLockStore {
                 .sapi
                 .get_application(self.app)
                 .await
-                .map_err(|err| LockError::Api { what: "read", err })?;
+                .map_err(|err| LockError::Api {
+                    what: "read",
+                    err: Box::new(err),
+                })?;
             Ok(LockBoard::from_metadata(&app.metadata))
         })
     }
@@ -78,7 +87,7 @@ impl LockStore for SapiLockStore {
                 .map(|_| ())
                 .map_err(|err| LockError::Api {
                     what: "release",
-                    err,
+                    err: Box::new(err),
                 })
         })
     }
