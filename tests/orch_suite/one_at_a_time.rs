@@ -245,6 +245,16 @@ fn assert_lost(report: &ExecReport, plan: &Plan, holder: Option<&str>) {
     assert_eq!(c.failed, 0, "{text}");
     let json = serde_json::to_value(report).unwrap();
     assert!(json["lock_lost"]["noticed"].is_string(), "{json}");
+    let changed: Vec<String> = report
+        .touched_servers()
+        .iter()
+        .map(|(_, s)| s.to_string())
+        .collect();
+    assert_eq!(
+        json["lock_lost"]["may_have_changed"],
+        serde_json::json!(changed),
+        "the JSON names the servers too"
+    );
 }
 
 /// Run A updates four servers one at a time; after its first server, the

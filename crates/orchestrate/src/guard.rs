@@ -71,6 +71,11 @@ pub struct LockLoss {
     pub noticed: String,
     /// Who holds it now, as far as its record says.
     pub holder: String,
+    /// The servers this run started (it may have changed them), which
+    /// the new holder may since have changed as well: filled in with the
+    /// run's report.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub may_have_changed: Vec<ServerUuid>,
 }
 
 /// The datacenter lock a run holds, as its fence.
@@ -105,6 +110,7 @@ impl<'l> LockFence<'l> {
             *loss = Some(LockLoss {
                 noticed: noticed.to_string(),
                 holder,
+                may_have_changed: Vec::new(),
             });
             return true;
         }

@@ -356,7 +356,14 @@ impl<'a> Run<'a> {
                 noticed: "when the lock was confirmed before the summary".to_string(),
             });
         }
-        report.lock_lost = lock.loss();
+        report.lock_lost = lock.loss().map(|mut loss| {
+            loss.may_have_changed = report
+                .touched_servers()
+                .into_iter()
+                .map(|(_, s)| s)
+                .collect();
+            loss
+        });
         Ok(RunOutcome::Executed { planned, report })
     }
 

@@ -304,14 +304,22 @@ impl ExecReport {
     /// The servers this run started (it may have changed them), in the
     /// order servers are shown: `cn1 (uuid)`.
     pub fn touched(&self) -> Vec<String> {
-        let mut v: Vec<(&str, &ServerUuid)> = self
+        self.touched_servers()
+            .into_iter()
+            .map(|(h, u)| format!("{h} ({u})"))
+            .collect()
+    }
+
+    /// [`ExecReport::touched`], as (hostname, server).
+    pub fn touched_servers(&self) -> Vec<(&str, ServerUuid)> {
+        let mut v: Vec<(&str, ServerUuid)> = self
             .servers
             .iter()
             .filter(|(_, o)| o.status != ServerStatus::NotStarted)
-            .map(|(u, o)| (o.hostname.as_str(), u))
+            .map(|(u, o)| (o.hostname.as_str(), *u))
             .collect();
         v.sort();
-        v.into_iter().map(|(h, u)| format!("{h} ({u})")).collect()
+        v
     }
 
     /// A lost lock, an API that stopped answering, a lock not released:
