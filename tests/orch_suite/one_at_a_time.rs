@@ -497,3 +497,57 @@ async fn the_lock_is_confirmed_once_more_before_the_summary() {
     );
     dc.shutdown().await;
 }
+
+/// Work held under the lock outside a run (self-update's `lock::hold`):
+/// the lock record removed while the work ran, between two refreshes, is
+/// noticed when the work is done (said, `lost` set, so the command exits
+/// 2), and no record stays.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn held_work_notices_a_lock_lost_between_refreshes() {
+    let dc = sim(1).await;
+    let apis = dc.apis();
+    let store = lock::SapiLockStore::new(apis.sapi.clone()).await.unwrap();
+    let options = lock::LockOptions {
+        settle: Duration::from_millis(20),
+        ..lock::LockOptions::default()
+    };
+    let lost = std::sync::atomic::AtomicBool::new(false);
+    let notes = std::sync::Mutex::new(Vec::<String>::new());
+    let work = async {
+        let keys: Vec<String> = lock_board(&apis)
+            .await
+            .entries
+            .iter()
+            .map(|e| e.key.clone())
+            .collect();
+        assert!(!keys.is_empty(), "held while the work runs");
+        let app = apis.sapi.sdc_application().await.unwrap().unwrap();
+        let cleanup = Update {
+            action: Some(UpdateAction::Delete),
+            params: None,
+            metadata: Some(object(keys.iter().map(|k| (k.as_str(), "")))),
+        };
+        apis.sapi
+            .update_application(app.uuid, &cleanup)
+            .await
+            .unwrap();
+        "done"
+    };
+    let note = |l: &str| notes.lock().unwrap().push(l.to_string());
+    let result = lock::hold(&store, "self-update", &options, &lost, note, work)
+        .await
+        .unwrap();
+    assert_eq!(result, "done");
+    assert!(lost.load(Ordering::SeqCst), "{:?}", notes.lock().unwrap());
+    assert!(
+        notes
+            .lock()
+            .unwrap()
+            .iter()
+            .any(|n| n.contains("lock was lost")),
+        "{:?}",
+        notes.lock().unwrap()
+    );
+    assert!(lock_board(&apis).await.entries.is_empty());
+    dc.shutdown().await;
+}

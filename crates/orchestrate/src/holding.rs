@@ -6,7 +6,7 @@
 use std::future::Future;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use super::guard::{Fence, LockFence};
+use super::guard::{Fence, Hold, LockFence};
 use super::lock::{DcLock, LockError, LockOptions, LockStore};
 use agentsadm_types::error::error_chain;
 
@@ -33,6 +33,11 @@ pub async fn hold<T>(
     }
     let fence = LockFence::new(&dc_lock);
     let result = refreshing(&dc_lock, &fence, options, &note, work).await;
+    // Once more when the work is done: a loss between two refreshes is
+    // said too.
+    if !fence.is_lost() && fence.confirm("when the work was done").await == Hold::Lost {
+        note("warning: the orchestrator lock was lost while the work ran");
+    }
     if fence.is_lost() {
         lost.store(true, Ordering::SeqCst);
     }
