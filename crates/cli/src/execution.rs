@@ -20,6 +20,9 @@ use agentsadm_orchestrate::report::InFlight;
 use agentsadm_orchestrate::run::{AskError, Operator, RunError, Shown};
 use agentsadm_types::output::Output;
 
+/// The last line of every `-n`: nothing was changed.
+pub(crate) const DRY_RUN_NOTE: &str = "Dry run (-n): nothing was changed.";
+
 /// How one run shows its progress.
 pub(crate) struct Execution<'g> {
     progress: CliProgress,

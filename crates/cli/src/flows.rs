@@ -151,7 +151,12 @@ pub async fn run_check(g: &GlobalOpts, a: CheckArgs) -> CmdResult {
         Err(e) => return Err(run_error(e)),
     };
     let (planned, report) = match outcome {
-        RunOutcome::DryRun(p) | RunOutcome::Empty(p) => return Ok(fix_not_executed(&out, &p)),
+        RunOutcome::DryRun(p) => {
+            let code = fix_not_executed(&out, &p);
+            out.line(crate::execution::DRY_RUN_NOTE);
+            return Ok(code);
+        }
+        RunOutcome::Empty(p) => return Ok(fix_not_executed(&out, &p)),
         RunOutcome::Declined(_) => {
             out.line("Nothing was changed.");
             return Ok(exit(1));
@@ -299,12 +304,30 @@ pub async fn run_server(g: &GlobalOpts, a: ServerArgs) -> CmdResult {
     let execution = Execution::new(g, action.as_str());
     let reporter = execution.reporter();
     let run = Run::new(&apis, &catalog, &settings, &reporter, operation);
-    let (plan, report) = match run
-        .go(&planner, &operator, interrupted())
-        .await
-        .map_err(run_error)?
-    {
-        RunOutcome::DryRun(plan) | RunOutcome::Empty(plan) => {
+    let outcome = match run.go(&planner, &operator, interrupted()).await {
+        Err(RunError::Plan(e @ cleanup::CleanupError::NothingLeft { .. })) => {
+            // A re-run after the delete finished: done, exit 0.
+            let message = e.to_string();
+            tracing::info!(target: agentsadm_types::log::FILE_ONLY_TARGET, component = "cleanup", "{message}");
+            if out.json {
+                out.json(&json!({"executed": false, "message": message, "exit_status": 0}));
+            } else {
+                out.line(format!("{}{}", message[..1].to_uppercase(), &message[1..]));
+            }
+            return Ok(exit(0));
+        }
+        other => other.map_err(run_error)?,
+    };
+    let (plan, report) = match outcome {
+        RunOutcome::DryRun(plan) => {
+            if out.json {
+                out.json(&json!({"plan": plan, "executed": false, "exit_status": 0}));
+            } else {
+                out.line(crate::execution::DRY_RUN_NOTE);
+            }
+            return Ok(exit(0));
+        }
+        RunOutcome::Empty(plan) => {
             if out.json {
                 out.json(&json!({"plan": plan, "executed": false, "exit_status": 0}));
             }

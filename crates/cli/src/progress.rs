@@ -128,6 +128,11 @@ impl LiveRows {
     }
 }
 
+/// `1 server`, `2 servers`.
+pub(crate) fn plural(n: usize, one: &str, many: &str) -> String {
+    format!("{n} {}", if n == 1 { one } else { many })
+}
+
 /// Whole seconds, as a live row shows them: `7s`, `3m05s`, `1h02m`.
 pub fn fmt_elapsed(d: Duration) -> String {
     let s = d.as_secs();
@@ -350,8 +355,12 @@ impl CliProgress {
             if let Ok(mut l) = self.live.lock() {
                 *l = Some(Live { term, ticker });
             }
-        } else if self.mode == ProgressMode::Lines {
-            eprintln!("{}: {servers} servers, {concurrency} at a time", self.verb);
+        } else if self.mode == ProgressMode::Lines && servers > 0 {
+            eprintln!(
+                "{}: {}, {concurrency} at a time",
+                self.verb,
+                plural(servers, "server", "servers")
+            );
         }
     }
 

@@ -67,10 +67,7 @@ pub(crate) async fn bind_all(port: Option<u16>) -> Result<Bound, SimError> {
 }
 
 /// The listeners after the first one, on base+1...
-async fn bind_from(
-    base: u16,
-    first: (SimApi, TcpListener, String),
-) -> Result<Bound, SimError> {
+async fn bind_from(base: u16, first: (SimApi, TcpListener, String)) -> Result<Bound, SimError> {
     let mut bound = vec![first];
     for (offset, api) in ORDER.into_iter().enumerate().skip(1) {
         let port = u16::try_from(offset)
@@ -110,6 +107,9 @@ mod tests {
         // 65534 itself may be taken on a busy machine; either way no panic
         // and no wrap-around to low ports.
         let e = e.expect("refused");
-        assert!(e.contains("at most 65532") || e.contains("cannot listen"), "{e}");
+        assert!(
+            e.contains("at most 65532") || e.contains("cannot listen"),
+            "{e}"
+        );
     }
 }

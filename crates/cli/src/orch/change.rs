@@ -331,6 +331,8 @@ async fn run_change(g: &GlobalOpts, mut change: Change, plan_only: bool) -> CmdR
         Ok(RunOutcome::DryRun(plan)) => {
             if out.json {
                 out.json(&json!({"plan": plan, "executed": false, "exit_status": 0}));
+            } else if !plan_only {
+                out.line(crate::execution::DRY_RUN_NOTE);
             }
             Ok(exit(0))
         }
