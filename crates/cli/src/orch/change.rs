@@ -9,6 +9,7 @@ use serde_json::json;
 use super::ChannelArgs;
 use super::ExecArgs;
 use super::ServersArg;
+use super::Want;
 use super::exit;
 use super::latest_target_line;
 use super::updates_client;
@@ -62,8 +63,14 @@ pub struct UpdateArgs {
     /// characters, or a version; `COMPONENT@IMAGE` says the same.
     #[arg(long, value_name = "IMAGE", conflicts_with = "latest")]
     pub image: Option<String>,
-    /// Update to the newest image (of the updates server's channel with
-    /// --channel, else of the datacenter IMGAPI).
+    /// Update to the newest image: --latest takes the newest image in the
+    /// update channel of the updates server (the channel: -C, else SAPI's
+    /// update_channel, else the server's default; the server:
+    /// --updates-url, else UPDATES_URL, else updatesServerUrl in the
+    /// headnode's sdcadm configuration), and imports it into the
+    /// datacenter IMGAPI; --latest --source dc takes the newest image
+    /// already in the datacenter IMGAPI (air-gapped datacenters: nothing
+    /// outside the datacenter is contacted).
     #[arg(long)]
     pub latest: bool,
     #[command(flatten)]
@@ -273,26 +280,28 @@ async fn run_change(g: &GlobalOpts, mut change: Change, plan_only: bool) -> CmdR
     let out = g.output();
     let catalog = g.load_catalog()?;
     let apis = g.apis()?;
-    // --latest always looks in the updates server's channel (sdcadm's
-    // rule), wherever its URL came from.
+    // --latest looks in the update channel of the updates server
+    // (sdcadm's rule), or with --source dc only in the datacenter IMGAPI.
     let latest = change.choice == ImageChoice::Latest;
-    let updates = updates_client(&apis, &change.source, latest).await?;
-    if latest && let Some(u) = &updates {
+    let want = if latest { Want::Latest } else { Want::Lookup };
+    let updates = updates_client(&apis, &change.source, want).await?;
+    let updates_imgapi = updates.as_ref().map(|u| &u.client);
+    if latest {
         let names = match &change.request.components {
             ComponentSelection::All => Vec::new(),
             ComponentSelection::Named(v) => v.clone(),
         };
-        change.target_line = Some(latest_target_line(&names, u));
+        change.target_line = Some(latest_target_line(&names, updates.as_ref(), &apis.imgapi));
     }
     let session = Session {
         apis: &apis,
         catalog: &catalog,
-        updates: updates.as_ref(),
+        updates: updates_imgapi,
     };
     if let Some((component, spec)) = &change.image_spec {
         let sources = agentsadm_orchestrate::images::ImageSources {
             dc: &apis.imgapi,
-            updates: updates.as_ref(),
+            updates: updates_imgapi,
         };
         let c = catalog.require(component)?;
         change.choice =
