@@ -216,8 +216,8 @@ impl ExecReport {
         if self.interrupted && c.not_started > 0 {
             let _ = writeln!(
                 out,
-                "\nInterrupted: {} servers were not started; run the same command again to finish.",
-                c.not_started
+                "\nInterrupted: {} not started; run the same command again to finish.",
+                plural(c.not_started, "server was", "servers were")
             );
         }
     }
@@ -325,9 +325,9 @@ impl ExecReport {
             };
             let _ = write!(
                 out,
-                "\n{verb} {} of {} servers",
+                "\n{verb} {} of {}",
                 c.succeeded,
-                self.servers.len()
+                plural(self.servers.len(), "server", "servers")
             );
         } else {
             let made = self.records.iter().filter(|r| r.ok()).count();
@@ -351,13 +351,18 @@ impl ExecReport {
             extra.push(format!("{} not started", c.not_started));
         }
         if skipped > 0 {
-            extra.push(format!("{skipped} skipped"));
+            extra.push(format!("{skipped} skipped, blocking"));
         }
         if !extra.is_empty() {
             let _ = write!(out, " ({})", extra.join(", "));
         }
         let _ = writeln!(out, " in {}.", fmt_duration(self.elapsed));
     }
+}
+
+/// `1 server`, `2 servers`.
+fn plural(n: usize, one: &str, many: &str) -> String {
+    format!("{n} {}", if n == 1 { one } else { many })
 }
 
 fn row_key<'a>(order: &[&'a str], component: &str) -> &'a str {
