@@ -5,6 +5,7 @@
 //! input, API down, lock held), 2 finished with failed or skipped servers.
 //! Each subcommand module owns its own clap arguments and `run` function.
 
+mod earlier;
 mod execution;
 pub mod flows;
 pub mod gz;

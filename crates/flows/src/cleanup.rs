@@ -472,11 +472,11 @@ pub async fn prepare(
     })
 }
 
-/// `server delete HOSTNAME` for a hostname CNAPI does not know: a re-run
-/// after the delete finished, or a typo. SAPI instances do not record
-/// hostnames, so it is "nothing left" only when no SAPI agent instance
-/// names a server CNAPI does not know (then whichever it was, nothing of
-/// it is left); otherwise the orphans' servers are named.
+/// `server delete HOSTNAME` for a hostname CNAPI does not know: a typo, or
+/// a server deleted already (the command line looks for an earlier run's
+/// record of it). SAPI instances do not record hostnames, so when some
+/// name servers CNAPI does not know, those servers are named (one of them
+/// may be the one meant).
 async fn unknown_hostname(
     apis: &Apis,
     name: String,
@@ -496,12 +496,7 @@ async fn unknown_hostname(
     orphans.sort();
     orphans.dedup();
     Ok(if orphans.is_empty() {
-        CleanupError::NothingLeft {
-            why: format!(
-                "CNAPI has no server named {name}, and no SAPI agent instance names a server CNAPI does not know (deleted already? 'agentsadm list' shows the servers there are)"
-            ),
-            name,
-        }
+        CleanupError::UnknownServer { name }
     } else {
         CleanupError::UnknownHostname { name, orphans }
     })

@@ -247,6 +247,7 @@ impl<'a> Run<'a> {
         if self.settings.dry_run {
             let planned = planner.plan().await.map_err(RunError::Plan)?;
             log_plan(planned.plan());
+            log_skips(planned.plan());
             operator.show(&planned, Shown::Plan);
             return Ok(RunOutcome::DryRun(planned));
         }
@@ -254,6 +255,7 @@ impl<'a> Run<'a> {
         lock::check_free(&store, &self.lock).await?;
         let unlocked = planner.plan().await.map_err(RunError::Plan)?;
         if unlocked.plan().is_empty() {
+            log_skips(unlocked.plan());
             operator.show(&unlocked, Shown::Unlocked);
             return Ok(RunOutcome::Empty(unlocked));
         }
@@ -290,21 +292,40 @@ impl<'a> Run<'a> {
             first,
             self.settings.yes,
             |p: &P::Planned| p.plan().is_empty(),
-            async |p: &P::Planned| operator.ask(p).await.map_err(RunError::Ask),
+            async |p: &P::Planned| {
+                let answer = operator.ask(p).await;
+                log_answer("proceed with the plan shown", &answer);
+                answer.map_err(RunError::Ask)
+            },
             async || {
                 let again = planner.plan().await.map_err(RunError::Plan)?;
                 log_plan(again.plan());
                 Ok(again)
             },
-            |again| operator.show(again, Shown::Changed),
+            |again| {
+                tracing::warn!(target: agentsadm_types::log::FILE_ONLY_TARGET,
+                    component = "fence", event = "plan-changed",
+                    "the plan made again after the answer differs from the one confirmed: shown and asked again");
+                operator.show(again, Shown::Changed)
+            },
             |a: &P::Planned, b: &P::Planned| a.plan() == b.plan(),
         )
         .await?;
         let (planned, consent) = match fenced {
             Fenced::Confirmed(p, consent) => (p, consent),
-            Fenced::Empty(p) => return Ok(RunOutcome::Empty(p)),
+            Fenced::Empty(p) => {
+                log_skips(p.plan());
+                return Ok(RunOutcome::Empty(p));
+            }
             Fenced::Declined(p) => return Ok(RunOutcome::Declined(p)),
         };
+        log_skips(planned.plan());
+        if consent == super::confirm::Consent::Yes {
+            log_answer(
+                "proceed with the plan shown (-y: agreed in advance)",
+                &Ok(true),
+            );
+        }
         let confirmed = match consent {
             super::confirm::Consent::Yes => Confirmed::by_yes(self.settings, planned.plan()),
             super::confirm::Consent::Prompt => Some(Confirmed::by_prompt(planned.plan())),
@@ -397,6 +418,21 @@ impl<'a> Run<'a> {
     ) -> Result<T, LockError> {
         let owner = lock::this_owner();
         let mut dc_lock = lock::acquire(store, &owner, &self.operation, &self.lock).await?;
+        log_lock(
+            "acquired",
+            &format!(
+                "took the datacenter lock as {owner} for {:?}{}",
+                self.operation,
+                dc_lock
+                    .broke
+                    .as_ref()
+                    .map(|old| format!(
+                        " (broke the lock of {}, last seen {})",
+                        old.owner, old.refreshed
+                    ))
+                    .unwrap_or_default()
+            ),
+        );
         if let Some(old) = &dc_lock.broke {
             note(&format!(
                 "warning: broke the orchestrator lock of {} ({:?}, last seen {})",
@@ -413,6 +449,7 @@ impl<'a> Run<'a> {
                 _ = refresh.tick() => match dc_lock.refresh().await {
                     Err(e @ LockError::Lost { .. }) => {
                         if !lost.swap(true, Ordering::SeqCst) {
+                            log_lock("lost", &agentsadm_types::error::error_chain(&e));
                             note(&format!(
                                 "warning: {}; no new server will be started",
                                 agentsadm_types::error::error_chain(&e)
@@ -427,13 +464,68 @@ impl<'a> Run<'a> {
                 },
             }
         };
-        if let Err(e) = dc_lock.release().await {
+        let released = dc_lock.release().await;
+        log_lock(
+            "released",
+            &match &released {
+                Ok(()) => "released the datacenter lock".to_string(),
+                Err(e) => format!(
+                    "cannot release the datacenter lock: {}",
+                    agentsadm_types::error::error_chain(e)
+                ),
+            },
+        );
+        if let Err(e) = released {
             note(&format!(
                 "warning: cannot release the orchestrator lock: {}",
                 agentsadm_types::error::error_chain(&e)
             ));
         }
         Ok(result)
+    }
+}
+
+/// A datacenter lock event in the run's log.
+fn log_lock(event: &str, message: &str) {
+    if event == "lost" {
+        tracing::warn!(target: agentsadm_types::log::FILE_ONLY_TARGET,
+            component = "lock", event, "{message}");
+    } else {
+        tracing::info!(target: agentsadm_types::log::FILE_ONLY_TARGET,
+            component = "lock", event, "{message}");
+    }
+}
+
+/// The operator's answer to a question, in the run's log.
+fn log_answer(question: &str, answer: &Result<bool, AskError>) {
+    let said = match answer {
+        Ok(true) => "yes".to_string(),
+        Ok(false) => "no".to_string(),
+        Err(e) => format!("no answer ({e})"),
+    };
+    tracing::info!(target: agentsadm_types::log::FILE_ONLY_TARGET,
+        component = "operator", question, answer = said.as_str(),
+        "{question}? {said}");
+}
+
+/// The servers and components a plan leaves out, one record each, with
+/// why (the plan holds them too; the log answers "what happened to cn7").
+fn log_skips(plan: &Plan) {
+    for s in plan.skips() {
+        tracing::info!(target: agentsadm_types::log::FILE_ONLY_TARGET,
+            component = "planner",
+            event = "skipped",
+            server = s.server.map(|u| u.to_string()),
+            server_name = s.hostname.as_deref(),
+            agent = s.component.as_deref(),
+            blocking = s.blocking,
+            reason = s.reason.describe().as_str(),
+            "skipped {}{}: {}{}",
+            s.hostname.as_deref().unwrap_or("every server"),
+            s.component.as_deref().map(|c| format!(" ({c})")).unwrap_or_default(),
+            s.reason.describe(),
+            if s.blocking { " (blocking: exit status 2)" } else { "" }
+        );
     }
 }
 
@@ -463,9 +555,20 @@ impl<O: Operator<P> + Sync, P> RunGate for Gate<'_, O, P> {
     }
 
     async fn canary_passed(&self, canaries: &[String], remaining: usize) -> bool {
-        self.operator
+        let go_on = self
+            .operator
             .canary_passed(canaries, remaining, self.yes)
-            .await
+            .await;
+        let answer: Result<bool, AskError> = Ok(go_on);
+        log_answer(
+            &format!(
+                "canary passed on {}: continue with {remaining} servers{}",
+                canaries.join(", "),
+                if self.yes { " (-y)" } else { "" }
+            ),
+            &answer,
+        );
+        go_on
     }
 
     fn keep_waiting(&self, in_flight: &[InFlight]) -> Option<LocalBoxFuture<'_, ()>> {

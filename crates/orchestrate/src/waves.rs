@@ -161,6 +161,14 @@ impl<'p> Waves<'p> {
             }
             if self.canary_done == self.canaries.len() {
                 let passed = self.canary_failed.is_empty();
+                tracing::info!(target: agentsadm_types::log::FILE_ONLY_TARGET,
+                    component = "executor", event = "canary", passed,
+                    servers = self.canary_hosts.join(","),
+                    failed = self.canary_failed.join(","),
+                    "canary wave {} on {}{}",
+                    if passed { "passed" } else { "failed" },
+                    self.canary_hosts.join(", "),
+                    if passed { String::new() } else { format!(" (failed: {})", self.canary_failed.join(", ")) });
                 report.canary = Some(CanaryResult {
                     servers: self.canary_hosts.clone(),
                     passed,
