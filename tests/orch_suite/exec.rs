@@ -546,7 +546,8 @@ async fn command_line_progress_handles_every_event() {
         );
         let progress = CliProgress::new(mode, "update");
         let options = ExecOptions {
-            straggler_timeout: Some(Duration::from_secs(60)),
+            // Past the outlier threshold (60 s), so cn003 is flagged first.
+            straggler_timeout: Some(Duration::from_secs(90)),
             ..Default::default()
         };
         let report = Executor::new(&fake, &fake, &progress, &options)

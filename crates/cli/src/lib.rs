@@ -11,6 +11,7 @@ pub mod flows;
 pub mod gz;
 pub mod orch;
 pub mod progress;
+mod terminal;
 
 use std::path::PathBuf;
 use std::process::ExitCode;

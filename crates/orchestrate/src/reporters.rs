@@ -270,10 +270,11 @@ impl Reporter for LogReporter {
                 server_name = o.hostname.as_str(),
                 elapsed_ms = o.elapsed.as_millis() as u64,
                 median_ms = o.median.as_millis() as u64,
-                "outlier: {} running for {}, the median server took {}",
+                basis = ?o.basis,
+                "outlier: {} running for {}, {}",
                 o.hostname,
                 fmt_duration(o.elapsed),
-                fmt_duration(o.median)
+                o.compared_with()
             ),
             ExecEvent::StragglersAbandoned { servers } => {
                 let names: Vec<&str> = servers.iter().map(|(_, h)| h.as_str()).collect();

@@ -385,13 +385,12 @@ impl<'a> Run<'a> {
             }
             None => return Err(RunError::MissingApi { api: "CNAPI" }),
         };
-        let executor = Executor::new(
-            transport.as_ref(),
-            &store,
-            self.reporter,
-            &self.settings.options,
-        )
-        .with_records(&records);
+        // Slow servers before the run has a median are judged against the
+        // catalog's expected times (and any history the caller added).
+        let mut options = self.settings.options.clone();
+        options.known.add_catalog(self.catalog);
+        let executor = Executor::new(transport.as_ref(), &store, self.reporter, &options)
+            .with_records(&records);
         let report = executor.execute_gated(confirmed, cancel, gate).await?;
         tracing::info!(
             target: agentsadm_types::log::FILE_ONLY_TARGET,

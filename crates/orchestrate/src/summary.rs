@@ -178,11 +178,11 @@ impl ExecReport {
         for o in &self.outliers {
             let _ = writeln!(
                 out,
-                "  {} ({}): {} elapsed when flagged, median {}",
+                "  {} ({}): {} elapsed when flagged, {}",
                 o.hostname,
                 o.server,
                 fmt_duration(o.elapsed),
-                fmt_duration(o.median)
+                o.reference()
             );
         }
     }
