@@ -94,6 +94,7 @@ mod listen;
 mod params;
 mod persist;
 pub mod publish;
+pub mod recording;
 mod sapi;
 pub mod seed;
 pub mod standin;

@@ -23,16 +23,20 @@ pub enum ComponentKind {
     Dockerlogger,
     /// sdcadm under `/opt/smartdc/sdcadm` (headnode only).
     Sdcadm,
+    /// agentsadm itself under `/opt/smartdc/agentsadm` (every server): the
+    /// binary the orchestrator runs there through CNAPI execute.
+    Agentsadm,
 }
 
 impl ComponentKind {
     /// A kind's expected install time on one server: an apm agent's
     /// install-agent task (download, `apm install`, restart), a minute;
-    /// the archives unpacked into `/opt/smartdc` (gz-tools, sdcadm), two.
+    /// the archives unpacked into `/opt/smartdc` (gz-tools, sdcadm,
+    /// agentsadm), two.
     pub fn expected_install(&self) -> std::time::Duration {
         std::time::Duration::from_secs(match self {
             ComponentKind::ApmAgent | ComponentKind::Dockerlogger => 60,
-            ComponentKind::GzTools | ComponentKind::Sdcadm => 120,
+            ComponentKind::GzTools | ComponentKind::Sdcadm | ComponentKind::Agentsadm => 120,
         })
     }
 
@@ -42,6 +46,7 @@ impl ComponentKind {
             ComponentKind::GzTools => "gz-tools",
             ComponentKind::Dockerlogger => "dockerlogger",
             ComponentKind::Sdcadm => "sdcadm",
+            ComponentKind::Agentsadm => "agentsadm",
         }
     }
 }
@@ -119,6 +124,12 @@ pub struct Component {
         skip_serializing_if = "Option::is_none"
     )]
     pub expected_install_secs: Option<u64>,
+    /// Files of its package (relative to the package directory, e.g.
+    /// `bin/helper`) that may keep a setuid or setgid bit from the image;
+    /// every other file loses both when unpacked. No component needs one
+    /// today.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub setid_files: Vec<String>,
 }
 
 impl Component {
@@ -300,14 +311,17 @@ mod tests {
     #[test]
     fn builtin_catalog_loads_and_orders() {
         let cat = Catalog::builtin();
-        assert_eq!(cat.len(), 16);
+        assert_eq!(cat.len(), 17);
         let hn: Vec<&str> = cat
             .default_set(true)
             .iter()
             .map(|c| c.name.as_str())
             .collect();
         assert_eq!(hn.first(), Some(&"agents_core"));
-        assert_eq!(hn.get(1), Some(&"config-agent"));
+        // agentsadm right after the layout everything installs into: the
+        // other components' steps run through it.
+        assert_eq!(hn.get(1), Some(&"agentsadm"));
+        assert_eq!(hn.get(2), Some(&"config-agent"));
         assert_eq!(hn.last(), Some(&"cn-agent"));
         assert!(hn.contains(&"sdcadm"));
         let cn: Vec<&str> = cat
@@ -316,6 +330,8 @@ mod tests {
             .map(|c| c.name.as_str())
             .collect();
         assert!(!cn.contains(&"sdcadm"));
+        assert!(cn.contains(&"agentsadm"));
+        assert_eq!(cat.get("agentsadm").unwrap().kind, ComponentKind::Agentsadm);
         assert!(!cn.contains(&"marlin-agent"));
         assert!(!cat.get("marlin-agent").unwrap().bulk_update);
         assert_eq!(cat.get("marlin").unwrap().name, "marlin-agent");

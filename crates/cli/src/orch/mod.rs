@@ -323,7 +323,7 @@ fn exit(code: u8) -> ExitCode {
 /// its channel: `-C`, else the `sdc` application's `update_channel` (as
 /// sdcadm does), else the updates server's default. `None` with
 /// `--source dc`, or for a lookup nobody pointed at an updates server.
-async fn updates_client(
+pub(crate) async fn updates_client(
     apis: &Apis,
     source: &ChannelArgs,
     want: Want,
