@@ -21,7 +21,9 @@
 //! - `sim`: plan, execute and re-plan against the simulated datacenter, the
 //!   CLI's exit statuses, two orchestrators started together;
 //! - `runlog`: the bunyan log of every run, JSON error documents;
-//! - `tables`: `list` and `avail` tables (`-H`, `-o`, `--sort`, `-q`).
+//! - `tables`: `list` and `avail` tables (`-H`, `-o`, `--sort`, `-q`);
+//! - `terminal`: a rollout in tmux: the canary question seen, Ctrl-C and
+//!   the end of input as "no".
 
 #[path = "orch_suite/adopt.rs"]
 mod adopt;
@@ -61,3 +63,5 @@ mod sim;
 mod sim_common;
 #[path = "orch_suite/tables.rs"]
 mod tables;
+#[path = "orch_suite/terminal.rs"]
+mod terminal;

@@ -11,9 +11,10 @@ pub mod flows;
 pub mod gz;
 pub mod orch;
 pub mod progress;
-mod terminal;
+mod question;
 pub mod release;
 pub mod selfupdate;
+mod terminal;
 
 use std::path::PathBuf;
 use std::process::ExitCode;

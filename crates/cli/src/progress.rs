@@ -152,11 +152,6 @@ impl LiveRows {
     }
 }
 
-/// `1 server`, `2 servers`.
-pub(crate) fn plural(n: usize, one: &str, many: &str) -> String {
-    format!("{n} {}", if n == 1 { one } else { many })
-}
-
 /// The key of the `+N more running` line.
 pub const MORE_ROWS: ServerUuid = ServerUuid::from_u128(0);
 
@@ -396,7 +391,7 @@ impl CliProgress {
             eprintln!(
                 "{}: {}, {concurrency} at a time",
                 self.verb,
-                plural(servers, "server", "servers")
+                agentsadm_types::output::plural(servers, "server", "servers")
             );
         }
     }

@@ -314,6 +314,15 @@ async fn run_change(g: &GlobalOpts, mut change: Change, plan_only: bool) -> CmdR
         choice: change.choice,
         options: change.settings.plan_options(),
     };
+    let operation = format!(
+        "{} {}",
+        change.request.operation,
+        match &change.request.components {
+            ComponentSelection::All => "--all".to_string(),
+            ComponentSelection::Named(v) => v.join(","),
+        }
+    );
+    let execution = Execution::new(g, change.request.operation.as_str());
     let operator = CliOperator::new(
         out,
         |plan: &Plan, shown| show_plan(g, &change, plan, shown),
@@ -324,16 +333,8 @@ async fn run_change(g: &GlobalOpts, mut change: Change, plan_only: bool) -> CmdR
                 "Proceed?"
             })
         },
-    );
-    let operation = format!(
-        "{} {}",
-        change.request.operation,
-        match &change.request.components {
-            ComponentSelection::All => "--all".to_string(),
-            ComponentSelection::Named(v) => v.join(","),
-        }
-    );
-    let execution = Execution::new(g, change.request.operation.as_str());
+    )
+    .with_display(execution.display());
     let reporter = execution.reporter();
     let run = Run::new(&apis, &catalog, &change.settings, &reporter, operation);
     match run.go(&planner, &operator, interrupted()).await {

@@ -326,7 +326,7 @@ fn print_list_summary(out: &Output, servers: usize, rows: &[ListRow]) {
     }
     out.line(format!(
         "{}, {} installed components ({}).",
-        crate::progress::plural(servers, "server", "servers"),
+        agentsadm_types::output::plural(servers, "server", "servers"),
         rows.len(),
         states(&totals)
     ));

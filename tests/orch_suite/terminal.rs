@@ -1,0 +1,229 @@
+//! A rollout in a real terminal (tmux, 120x40): the canary question is
+//! seen. The live display is taken off the screen while it is asked, so
+//! no redraw wipes it and no ETA ticks under it; the question and the
+//! answer stay on the screen; Ctrl-C and the end of input (Ctrl-D) are
+//! "no": exit status 2 and no server after the canary wave started.
+
+use std::path::Path;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use agentsadm_sim::{LatencySpec, SeedSpec, SimConfig, SimDc};
+
+#[path = "../common/tools.rs"]
+mod tools;
+
+/// A tmux server of the test's own (its own socket), killed when dropped.
+struct Tmux {
+    socket: String,
+}
+
+impl Tmux {
+    /// A 120x40 session running `script` (with `sh`), kept on screen after
+    /// it ends.
+    fn start(name: &str, script: &Path) -> Tmux {
+        let tmux = Tmux {
+            socket: format!("agentsadm-test-{}-{name}", std::process::id()),
+        };
+        let cmd = format!("sh {}", script.display());
+        tmux.run(&[
+            "-f",
+            "/dev/null",
+            "new-session",
+            "-d",
+            "-s",
+            "t",
+            "-x",
+            "120",
+            "-y",
+            "40",
+            &cmd,
+        ]);
+        tmux.run(&["set-option", "-t", "t", "remain-on-exit", "on"]);
+        tmux
+    }
+
+    fn run(&self, args: &[&str]) -> String {
+        let out = Command::new("tmux")
+            .arg("-L")
+            .arg(&self.socket)
+            .args(args)
+            .output()
+            .expect("tmux runs");
+        assert!(
+            out.status.success(),
+            "tmux {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    /// What the terminal shows, trailing blank lines dropped.
+    fn screen(&self) -> String {
+        let text = self.run(&["capture-pane", "-p", "-t", "t"]);
+        text.trim_end().to_string()
+    }
+
+    fn keys(&self, keys: &[&str]) {
+        let mut args = vec!["send-keys", "-t", "t"];
+        args.extend_from_slice(keys);
+        self.run(&args);
+    }
+
+    /// Wait (up to two minutes) until the screen shows `text`.
+    async fn wait_for(&self, text: &str) -> String {
+        let deadline = Instant::now() + Duration::from_secs(120);
+        loop {
+            let screen = self.screen();
+            if screen.contains(text) {
+                return screen;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "never showed {text:?}:\n{screen}"
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+}
+
+impl Drop for Tmux {
+    fn drop(&mut self) {
+        let _ = Command::new("tmux")
+            .args(["-L", &self.socket, "kill-server"])
+            .output();
+    }
+}
+
+/// The last line on the screen.
+fn last_line(screen: &str) -> &str {
+    screen.lines().last().unwrap_or_default()
+}
+
+/// Update vm-agent with a canary wave of one server in tmux, confirm the
+/// plan, wait for the canary question, then answer it with `keys`.
+/// Returns the screen at the end and how many servers run the new image.
+async fn canary_answered_with(name: &str, keys: &[&str]) -> (String, usize) {
+    let dc = SimDc::start(
+        SimConfig::default()
+            .servers(4)
+            .populate(SeedSpec::with_newer())
+            .install_latency(LatencySpec::fixed(300)),
+    )
+    .await
+    .expect("simulator starts");
+    let before = dc.server_agents(dc.headnode().uuid);
+    let old = before
+        .iter()
+        .find(|a| a.name == "vm-agent")
+        .expect("vm-agent installed")
+        .version
+        .clone();
+    let dir = tempfile::tempdir().unwrap();
+    let urls = dc.urls();
+    let script = dir.path().join("run.sh");
+    // The shell lives on after Ctrl-C (a trap), to print the exit status.
+    std::fs::write(
+        &script,
+        format!(
+            "trap : INT\nexport IMGAPI_URL={} SAPI_URL={} CNAPI_URL={} UPDATES_URL={} XDG_STATE_HOME={}\n{} update vm-agent --latest --canary 1 -j 2\necho \"EXIT=$?\"\n",
+            urls.imgapi,
+            urls.sapi,
+            urls.cnapi,
+            urls.updates,
+            dir.path().display(),
+            env!("CARGO_BIN_EXE_agentsadm"),
+        ),
+    )
+    .unwrap();
+    let tmux = Tmux::start(name, &script);
+    tmux.wait_for("Proceed? [y/N]").await;
+    tmux.keys(&["y", "Enter"]);
+    let question = "continue with 4 servers? [y/N]";
+    let screen = tmux.wait_for(question).await;
+    assert!(
+        last_line(&screen).starts_with("canary passed on cn")
+            && last_line(&screen).ends_with(question),
+        "the question is the last thing on the screen:\n{screen}"
+    );
+    // Several redraws later (the rows tick every second, the bar four
+    // times a second), nothing was drawn over or under it.
+    tokio::time::sleep(Duration::from_millis(2_500)).await;
+    let later = tmux.screen();
+    assert_eq!(last_line(&later), last_line(&screen), "{later}");
+    assert!(!later.contains("ETA"), "no bar while asking:\n{later}");
+    tmux.keys(keys);
+    let end = tmux.wait_for("EXIT=").await;
+    let upgraded = dc
+        .servers()
+        .iter()
+        .filter(|s| {
+            dc.server_agents(s.uuid)
+                .iter()
+                .any(|a| a.name == "vm-agent" && a.version != old)
+        })
+        .count();
+    drop(tmux);
+    dc.shutdown().await;
+    (end, upgraded)
+}
+
+/// The screen from the canary question on.
+fn from_question(screen: &str) -> &str {
+    let at = screen.find("canary passed on").expect("question on screen");
+    &screen[at..]
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ctrl_c_at_the_canary_question_is_no() {
+    if !tools::require_tool("tmux", "tmux") {
+        return;
+    }
+    let (screen, upgraded) = canary_answered_with("ctrl-c", &["C-c"]).await;
+    let tail = from_question(&screen);
+    assert!(
+        tail.contains(
+            "continue with 4 servers? [y/N] ^C\nCtrl-C, taken as no: no further server is started"
+        ),
+        "{screen}"
+    );
+    assert!(
+        tail.contains("stopped after the canary wave (not confirmed)")
+            && tail.contains("4 not started"),
+        "{screen}"
+    );
+    assert!(!tail.contains("ETA"), "no stale bar:\n{screen}");
+    assert!(screen.lines().any(|l| l == "EXIT=2"), "{screen}");
+    assert_eq!(upgraded, 1, "only the canary");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_end_of_input_at_the_canary_question_is_no() {
+    if !tools::require_tool("tmux", "tmux") {
+        return;
+    }
+    let (screen, upgraded) = canary_answered_with("eof", &["C-d"]).await;
+    let tail = from_question(&screen);
+    assert!(
+        tail.contains("no answer (end of input), taken as no: no further server is started"),
+        "{screen}"
+    );
+    assert!(screen.lines().any(|l| l == "EXIT=2"), "{screen}");
+    assert_eq!(upgraded, 1, "only the canary");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn yes_at_the_canary_question_goes_on_below_it() {
+    if !tools::require_tool("tmux", "tmux") {
+        return;
+    }
+    let (screen, upgraded) = canary_answered_with("yes", &["y", "Enter"]).await;
+    let tail = from_question(&screen);
+    assert!(
+        tail.contains("continue with 4 servers? [y/N] y\ncontinuing with 4 more servers\n"),
+        "{screen}"
+    );
+    assert!(!tail.contains("ETA"), "no stale bar:\n{screen}");
+    assert!(screen.lines().any(|l| l == "EXIT=0"), "{screen}");
+    assert_eq!(upgraded, 5);
+}
