@@ -764,6 +764,34 @@ mod tests {
     }
 
     #[test]
+    fn rows_that_do_not_fit_are_counted_not_cut_off() {
+        // -j 40 at 80x24: 22 lines under the bar, so 21 rows and
+        // "+19 more running"; every line within the width.
+        let now = Instant::now();
+        let mut rows = LiveRows::default();
+        for i in 1..=40 {
+            rows.start(server_uuid(i), &format!("cn{i:04}"), now);
+            rows.step(server_uuid(i), "vm-agent upgrade".into());
+        }
+        rows.outlier(server_uuid(1), "median 633ms".into());
+        let lines = rows.render(now, false, Some((24, 80)));
+        assert_eq!(lines.len(), 22);
+        assert_eq!(
+            lines[0].1,
+            "cn0001                       0s  vm-agent upgrade  SLOW (median 633ms)"
+        );
+        assert_eq!(lines[20].1.split_whitespace().next(), Some("cn0021"));
+        assert_eq!(lines[21], (MORE_ROWS, "+19 more running".to_string()));
+        assert!(lines.iter().all(|(_, l)| l.chars().count() <= 75));
+        // A narrow terminal cuts lines rather than wrapping them.
+        let narrow = rows.render(now, false, Some((24, 40)));
+        assert!(narrow.iter().all(|(_, l)| l.chars().count() <= 35));
+        // All rows fit: no count line; no terminal: every row.
+        assert_eq!(rows.render(now, false, Some((60, 80))).len(), 40);
+        assert_eq!(rows.render(now, false, None).len(), 40);
+    }
+
+    #[test]
     fn elapsed_is_whole_seconds() {
         assert_eq!(fmt_elapsed(Duration::from_millis(999)), "0s");
         assert_eq!(fmt_elapsed(Duration::from_secs(65)), "1m05s");

@@ -325,7 +325,7 @@ async fn run_change(g: &GlobalOpts, mut change: Change, plan_only: bool) -> CmdR
     let execution = Execution::new(g, change.request.operation.as_str());
     let operator = CliOperator::new(
         out,
-        |plan: &Plan, shown| show_plan(g, &change, plan, shown),
+        |plan: &Plan, shown| show_plan(g, &change, &catalog, plan, shown),
         |plan: &Plan| {
             Ok(if plan.needs_explicit_yes() {
                 "This plan restarts components that abort running work (see the warnings above). Proceed?"
@@ -373,7 +373,7 @@ async fn run_change(g: &GlobalOpts, mut change: Change, plan_only: bool) -> CmdR
 /// Print a plan (text output only), and why an empty update changes
 /// nothing. In `--json`, a plan shown because the run stops without a
 /// confirmation has its warnings on stderr.
-fn show_plan(g: &GlobalOpts, change: &Change, plan: &Plan, shown: Shown) {
+fn show_plan(g: &GlobalOpts, change: &Change, catalog: &Catalog, plan: &Plan, shown: Shown) {
     let out = g.output();
     if out.json {
         if shown == Shown::Unlocked && !plan.is_empty() {
@@ -400,6 +400,15 @@ fn show_plan(g: &GlobalOpts, change: &Change, plan: &Plan, shown: Shown) {
             .to_string()
             .trim_end(),
     );
+    // A rollout too small for a median: how its slow servers are judged.
+    if !plan.is_empty() {
+        let mut known = change.settings.options.known.clone();
+        known.add_catalog(catalog);
+        let policy = &change.settings.options.outlier;
+        if let Some(line) = agentsadm_orchestrate::baseline::judgement(plan, &known, policy) {
+            out.line(line);
+        }
+    }
     if plan.is_empty()
         && plan.operation() == Operation::Update
         && change.choice == ImageChoice::Intent

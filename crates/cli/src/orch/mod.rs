@@ -123,13 +123,16 @@ pub struct StepArgs {
     /// other kinds through `agentsadm gz` via CNAPI execute), execute, install-agent.
     #[arg(long, value_enum, default_value_t = TransportArg::Auto)]
     pub transport: TransportArg,
-    /// A server is an outlier past max(FACTOR x median, median + MARGIN).
+    /// A server is an outlier past max(FACTOR x median, median + MARGIN);
+    /// until 5 servers finished, its expected time (the catalog's install
+    /// times) stands in for the median.
     #[arg(long, default_value_t = 3.0, value_name = "FACTOR")]
     pub outlier_factor: f64,
     /// The MARGIN above: at least this much over the median (e.g. 30s, 1s).
     #[arg(long, value_parser = duration, default_value = "30s", value_name = "DURATION")]
     pub outlier_margin: Duration,
-    /// Once only outliers are left, stop waiting for them after this long.
+    /// Stop waiting for any server that has run this long, from the first
+    /// server on (its work may still complete on the server).
     #[arg(long, value_parser = duration, value_name = "DURATION")]
     pub straggler_timeout: Option<Duration>,
     /// Health gate on each server: services must stay online this long
