@@ -22,6 +22,11 @@ impl Tmux {
     /// A 120x40 session running `script` (with `sh`), kept on screen after
     /// it ends.
     fn start(name: &str, script: &Path) -> Tmux {
+        Tmux::sized(name, script, (120, 40))
+    }
+
+    /// [`Tmux::start`] at `columns` x `rows`.
+    fn sized(name: &str, script: &Path, (columns, rows): (u16, u16)) -> Tmux {
         let tmux = Tmux {
             socket: format!("agentsadm-test-{}-{name}", std::process::id()),
         };
@@ -34,9 +39,9 @@ impl Tmux {
             "-s",
             "t",
             "-x",
-            "120",
+            &columns.to_string(),
             "-y",
-            "40",
+            &rows.to_string(),
             &cmd,
         ]);
         tmux.run(&["set-option", "-t", "t", "remain-on-exit", "on"]);
@@ -100,6 +105,28 @@ fn last_line(screen: &str) -> &str {
     screen.lines().last().unwrap_or_default()
 }
 
+/// A script in `dir` that runs `agentsadm ARGS` against `dc`, then prints
+/// its exit status (`EXIT=N`).
+fn script(dc: &SimDc, dir: &Path, args: &str) -> std::path::PathBuf {
+    let urls = dc.urls();
+    let script = dir.join("run.sh");
+    // The shell lives on after Ctrl-C (a trap), to print the exit status.
+    std::fs::write(
+        &script,
+        format!(
+            "trap : INT\nexport IMGAPI_URL={} SAPI_URL={} CNAPI_URL={} UPDATES_URL={} XDG_STATE_HOME={}\n{} {args}\necho \"EXIT=$?\"\n",
+            urls.imgapi,
+            urls.sapi,
+            urls.cnapi,
+            urls.updates,
+            dir.display(),
+            env!("CARGO_BIN_EXE_agentsadm"),
+        ),
+    )
+    .unwrap();
+    script
+}
+
 /// Update vm-agent with a canary wave of one server in tmux, confirm the
 /// plan, wait for the canary question, then answer it with `keys`.
 /// Returns the screen at the end and how many servers run the new image.
@@ -120,22 +147,7 @@ async fn canary_answered_with(name: &str, keys: &[&str]) -> (String, usize) {
         .version
         .clone();
     let dir = tempfile::tempdir().unwrap();
-    let urls = dc.urls();
-    let script = dir.path().join("run.sh");
-    // The shell lives on after Ctrl-C (a trap), to print the exit status.
-    std::fs::write(
-        &script,
-        format!(
-            "trap : INT\nexport IMGAPI_URL={} SAPI_URL={} CNAPI_URL={} UPDATES_URL={} XDG_STATE_HOME={}\n{} update vm-agent --latest --canary 1 -j 2\necho \"EXIT=$?\"\n",
-            urls.imgapi,
-            urls.sapi,
-            urls.cnapi,
-            urls.updates,
-            dir.path().display(),
-            env!("CARGO_BIN_EXE_agentsadm"),
-        ),
-    )
-    .unwrap();
+    let script = script(&dc, dir.path(), "update vm-agent --latest --canary 1 -j 2");
     let tmux = Tmux::start(name, &script);
     tmux.wait_for("Proceed? [y/N]").await;
     tmux.keys(&["y", "Enter"]);
@@ -226,4 +238,50 @@ async fn yes_at_the_canary_question_goes_on_below_it() {
     assert!(!tail.contains("ETA"), "no stale bar:\n{screen}");
     assert!(screen.lines().any(|l| l == "EXIT=0"), "{screen}");
     assert_eq!(upgraded, 5);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rows_that_do_not_fit_at_80x24_are_counted() {
+    if !tools::require_tool("tmux", "tmux") {
+        return;
+    }
+    let dc = SimDc::start(
+        SimConfig::default()
+            .servers(40)
+            .populate(SeedSpec::with_newer())
+            .install_latency(LatencySpec::fixed(4_000)),
+    )
+    .await
+    .expect("simulator starts");
+    let dir = tempfile::tempdir().unwrap();
+    let script = script(&dc, dir.path(), "update vm-agent --latest -j 40 -y");
+    let tmux = Tmux::sized("rows", &script, (80, 24));
+    let screen = tmux.wait_for("more running").await;
+    let lines: Vec<&str> = screen.lines().collect();
+    // The bar, 21 rows and the count: nothing scrolled off or wrapped.
+    let bar = lines
+        .iter()
+        .position(|l| l.contains("servers, ETA"))
+        .unwrap_or_else(|| panic!("no bar:\n{screen}"));
+    let below = &lines[bar + 1..];
+    assert_eq!(below.len(), 22, "{screen}");
+    assert!(
+        below[..21]
+            .iter()
+            .all(|l| l.contains(" cn0") || l.contains(" headnode")),
+        "{screen}"
+    );
+    assert!(
+        below[21].trim_end().ends_with("+19 more running"),
+        "{screen}"
+    );
+    assert!(lines.iter().all(|l| l.chars().count() <= 80), "{screen}");
+    let end = tmux.wait_for("EXIT=").await;
+    let from = end
+        .find("Updated 41 of 41 servers")
+        .unwrap_or_else(|| panic!("{end}"));
+    assert!(!end[from..].contains("ETA"), "no stale bar:\n{end}");
+    assert!(end.lines().any(|l| l == "EXIT=0"), "{end}");
+    drop(tmux);
+    dc.shutdown().await;
 }
