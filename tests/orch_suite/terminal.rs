@@ -129,8 +129,9 @@ fn script(dc: &SimDc, dir: &Path, args: &str) -> std::path::PathBuf {
 
 /// Update vm-agent with a canary wave of one server in tmux, confirm the
 /// plan, wait for the canary question, then answer it with `keys`.
-/// Returns the screen at the end and how many servers run the new image.
-async fn canary_answered_with(name: &str, keys: &[&str]) -> (String, usize) {
+/// Returns the screen at the end, how many servers run the new image and
+/// the run's log.
+async fn canary_answered_with(name: &str, keys: &[&str]) -> (String, usize, String) {
     let dc = SimDc::start(
         SimConfig::default()
             .servers(4)
@@ -177,7 +178,11 @@ async fn canary_answered_with(name: &str, keys: &[&str]) -> (String, usize) {
         .count();
     drop(tmux);
     dc.shutdown().await;
-    (end, upgraded)
+    let mut log = String::new();
+    for entry in std::fs::read_dir(dir.path().join("agentsadm/logs")).expect("run log") {
+        log += &std::fs::read_to_string(entry.unwrap().path()).unwrap();
+    }
+    (end, upgraded, log)
 }
 
 /// The screen from the canary question on.
@@ -191,7 +196,9 @@ async fn ctrl_c_at_the_canary_question_is_no() {
     if !tools::require_tool("tmux", "tmux") {
         return;
     }
-    let (screen, upgraded) = canary_answered_with("ctrl-c", &["C-c"]).await;
+    let (screen, upgraded, log) = canary_answered_with("ctrl-c", &["C-c"]).await;
+    // The run's log has the answer, and how it was given.
+    assert!(log.contains(r#""answer":"Ctrl-C (taken as no)""#), "{log}");
     let tail = from_question(&screen);
     assert!(
         tail.contains(
@@ -214,7 +221,11 @@ async fn the_end_of_input_at_the_canary_question_is_no() {
     if !tools::require_tool("tmux", "tmux") {
         return;
     }
-    let (screen, upgraded) = canary_answered_with("eof", &["C-d"]).await;
+    let (screen, upgraded, log) = canary_answered_with("eof", &["C-d"]).await;
+    assert!(
+        log.contains(r#""answer":"end of input (taken as no)""#),
+        "{log}"
+    );
     let tail = from_question(&screen);
     assert!(
         tail.contains("no answer (end of input), taken as no: no further server is started"),
@@ -229,7 +240,7 @@ async fn yes_at_the_canary_question_goes_on_below_it() {
     if !tools::require_tool("tmux", "tmux") {
         return;
     }
-    let (screen, upgraded) = canary_answered_with("yes", &["y", "Enter"]).await;
+    let (screen, upgraded, _) = canary_answered_with("yes", &["y", "Enter"]).await;
     let tail = from_question(&screen);
     assert!(
         tail.contains("continue with 4 servers? [y/N] y\ncontinuing with 4 more servers\n"),
