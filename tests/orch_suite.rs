@@ -68,3 +68,5 @@ mod small;
 mod tables;
 #[path = "orch_suite/terminal.rs"]
 mod terminal;
+#[path = "common/tools.rs"]
+mod tools;

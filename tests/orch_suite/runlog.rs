@@ -12,8 +12,7 @@ use agentsadm_sim::SimConfig;
 
 use agentsadm_sim::SimDc;
 
-#[path = "../common/tools.rs"]
-mod tools;
+use crate::tools;
 
 async fn sim(cns: usize) -> SimDc {
     SimDc::start(

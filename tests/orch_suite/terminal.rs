@@ -10,8 +10,7 @@ use std::time::{Duration, Instant};
 
 use agentsadm_sim::{LatencySpec, SeedSpec, SimConfig, SimDc};
 
-#[path = "../common/tools.rs"]
-mod tools;
+use crate::tools;
 
 /// A tmux server of the test's own (its own socket), killed when dropped.
 struct Tmux {

@@ -16,7 +16,7 @@ pub fn term_size() -> Option<(usize, usize)> {
     // the call and the descriptor is only read.
     let mut ws: libc::winsize = unsafe { std::mem::zeroed() };
     let rc = unsafe { libc::ioctl(libc::STDERR_FILENO, libc::TIOCGWINSZ, &mut ws) };
-    (rc == 0 && ws.ws_row > 0 && ws.ws_col > 0).then(|| (ws.ws_row as usize, ws.ws_col as usize))
+    (rc == 0 && ws.ws_row > 0 && ws.ws_col > 0).then_some((ws.ws_row as usize, ws.ws_col as usize))
 }
 
 /// indicatif on stderr: one overall bar, one line per row.

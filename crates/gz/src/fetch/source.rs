@@ -238,6 +238,22 @@ pub fn check_manifest<'c>(
     Ok(component)
 }
 
+/// A failed GetImage: an answer that is not a manifest says which field
+/// is wrong (IMGAPI is up); anything else is IMGAPI's to fix or retry.
+fn manifest_api_error(uuid: ImageUuid, url: &str, err: agentsadm_api::ApiError) -> FetchError {
+    match err.decode_detail() {
+        Some(detail) => FetchError::BadManifest {
+            uuid,
+            url: url.to_string(),
+            detail,
+        },
+        None => FetchError::Imgapi {
+            uuid,
+            err: Box::new(err),
+        },
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -261,21 +277,5 @@ mod tests {
             ImageSource::Imgapi(u)
         );
         assert!(ImageSource::from_arg("/nope/x.tgz").is_err());
-    }
-}
-
-/// A failed GetImage: an answer that is not a manifest says which field
-/// is wrong (IMGAPI is up); anything else is IMGAPI's to fix or retry.
-fn manifest_api_error(uuid: ImageUuid, url: &str, err: agentsadm_api::ApiError) -> FetchError {
-    match err.decode_detail() {
-        Some(detail) => FetchError::BadManifest {
-            uuid,
-            url: url.to_string(),
-            detail,
-        },
-        None => FetchError::Imgapi {
-            uuid,
-            err: Box::new(err),
-        },
     }
 }
