@@ -12,7 +12,8 @@ use agentsadm_sim::{LatencySpec, SeedSpec, SimConfig, SimDc};
 
 use crate::tools;
 
-/// A tmux server of the test's own (its own socket), killed when dropped.
+/// A tmux server of the test's own (its own socket, in the test's
+/// directory), killed when dropped.
 struct Tmux {
     socket: String,
 }
@@ -26,8 +27,11 @@ impl Tmux {
 
     /// [`Tmux::start`] at `columns` x `rows`.
     fn sized(name: &str, script: &Path, (columns, rows): (u16, u16)) -> Tmux {
+        // The socket beside the script, in the test's own directory: gone
+        // with it.
+        let socket = script.with_file_name(format!("tmux-{name}.sock"));
         let tmux = Tmux {
-            socket: format!("agentsadm-test-{}-{name}", std::process::id()),
+            socket: socket.display().to_string(),
         };
         let cmd = format!("sh {}", script.display());
         tmux.run(&[
@@ -49,7 +53,7 @@ impl Tmux {
 
     fn run(&self, args: &[&str]) -> String {
         let out = Command::new("tmux")
-            .arg("-L")
+            .arg("-S")
             .arg(&self.socket)
             .args(args)
             .output()
@@ -94,7 +98,7 @@ impl Tmux {
 impl Drop for Tmux {
     fn drop(&mut self) {
         let _ = Command::new("tmux")
-            .args(["-L", &self.socket, "kill-server"])
+            .args(["-S", &self.socket, "kill-server"])
             .output();
     }
 }
