@@ -33,6 +33,7 @@ mod builder;
 pub mod display;
 mod install;
 pub mod intent;
+pub mod marks;
 pub mod reality;
 mod remove;
 pub mod request;
@@ -51,6 +52,7 @@ pub use rollout::{
     DEFAULT_CONCURRENCY, FailureBudget, Rollout, RolloutPolicy, Wave, WaveServer, default_canary,
     pick_canaries,
 };
+pub use marks::{HoldScope, Holds, Mark};
 pub use select::resolve_servers;
 pub use skip::{Skip, SkipReason};
 pub use types::{

@@ -134,6 +134,8 @@ pub struct PlanOptions {
     pub transport: TransportMode,
     /// How the servers are rolled out (waves, budget, concurrency).
     pub rollout: crate::rollout::RolloutPolicy,
+    /// `--ignore-holds`: change held components anyway (explicit yes).
+    pub ignore_holds: bool,
 }
 
 impl From<TransportMode> for PlanOptions {

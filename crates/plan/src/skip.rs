@@ -5,6 +5,7 @@
 use serde::Serialize;
 
 use super::request::PlanningInput;
+use crate::marks::HoldScope;
 use crate::reality::ServerState;
 use agentsadm_types::ids::ImageUuid;
 use agentsadm_types::ids::ServerUuid;
@@ -42,6 +43,17 @@ pub enum SkipReason {
     NoExecute,
     /// `--latest` found an older version than the server runs.
     NewerInstalled { version: String, latest: String },
+    /// The component is held here (`agentsadm hold`). `named`: the
+    /// operator named the server, and the hold refuses it (blocking)
+    /// unless `--ignore-holds`.
+    Held {
+        scope: HoldScope,
+        by: String,
+        at: String,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        why: Option<String>,
+        named: bool,
+    },
 }
 
 impl SkipReason {
@@ -82,6 +94,25 @@ impl SkipReason {
             ),
             SkipReason::NoExecute => {
                 "needs CNAPI execute, which mockcloud servers do not have; skipped".to_string()
+            }
+            SkipReason::Held {
+                scope,
+                by,
+                at,
+                why,
+                named,
+            } => {
+                let mark = crate::marks::Mark {
+                    by: by.clone(),
+                    at: at.clone(),
+                    reason: why.clone(),
+                };
+                let what = if *named {
+                    "pass --ignore-holds -y to change it anyway"
+                } else {
+                    "'agentsadm release' lets it move"
+                };
+                format!("held {} {}; {what}", scope.as_str(), mark.describe())
             }
             SkipReason::TransportUnsupported { kind } => format!(
                 "cn-agent's install-agent task cannot install {kind} components (use --transport auto)"

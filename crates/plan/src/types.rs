@@ -58,6 +58,15 @@ impl Action {
         }
     }
 
+    /// Whether the step moves the component (installs, upgrades or
+    /// removes it): what a hold forbids.
+    pub fn moves(&self) -> bool {
+        matches!(
+            self,
+            Action::Install { .. } | Action::Upgrade { .. } | Action::Remove { .. }
+        )
+    }
+
     /// The image the step installs, if any.
     pub fn target(&self) -> Option<&ImageRef> {
         match self {

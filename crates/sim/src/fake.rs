@@ -122,6 +122,7 @@ impl FakeDc {
             request,
             options: PlanOptions {
                 transport: TransportMode::Auto,
+                ignore_holds: false,
                 rollout,
             },
             images,

@@ -143,6 +143,10 @@ pub struct StepArgs {
     /// server's install is rolled back as unhealthy (default 2m).
     #[arg(long, value_parser = duration, value_name = "DURATION")]
     pub health_timeout: Option<Duration>,
+    /// Change components held with `agentsadm hold` on the servers named
+    /// anyway (needs -y as well).
+    #[arg(long)]
+    pub ignore_holds: bool,
 }
 
 /// The options of `update`, `install` and `remove`: the run's and the
@@ -164,8 +168,10 @@ impl RunArgs {
             ..Default::default()
         };
         let mut transport = TransportMode::Auto;
+        let mut ignore_holds = false;
         if let Some(s) = steps {
             transport = s.transport.into();
+            ignore_holds = s.ignore_holds;
             options.outlier = OutlierPolicy {
                 factor: s.outlier_factor,
                 margin: s.outlier_margin,
@@ -189,6 +195,7 @@ impl RunArgs {
                 max_failures: Some(self.max_failures),
                 max_per_rack: self.max_per_rack,
             },
+            ignore_holds,
             options,
         }
     }
