@@ -53,7 +53,14 @@ async fn disabled_stays_disabled_across_upgrade_reinstall_and_rollback() {
     assert!(all_are(&net_agent(&srv), "online"));
 
     ok(&srv
-        .gz_offline(&["disable", "net-agent", "--by", "alice", "--reason", "RFD 58 migration"])
+        .gz_offline(&[
+            "disable",
+            "net-agent",
+            "--by",
+            "alice",
+            "--reason",
+            "RFD 58 migration",
+        ])
         .await);
     assert!(all_are(&net_agent(&srv), "disabled"));
     let record = std::fs::read_to_string(srv.at(RECORD)).unwrap();
@@ -62,7 +69,11 @@ async fn disabled_stays_disabled_across_upgrade_reinstall_and_rollback() {
     // The upgrade's postinstall enables it; the installer keeps it off,
     // and its gate checks it stays off.
     ok(&srv.gz_offline(&["install", f2]).await);
-    assert!(all_are(&net_agent(&srv), "disabled"), "{:?}", srv.smf_state());
+    assert!(
+        all_are(&net_agent(&srv), "disabled"),
+        "{:?}",
+        srv.smf_state()
+    );
     ok(&srv.gz_offline(&["install", "--force", f2]).await);
     assert!(all_are(&net_agent(&srv), "disabled"), "reinstall");
     ok(&srv.gz_offline(&["rollback", "net-agent"]).await);
@@ -123,7 +134,11 @@ async fn sigkill_during_the_postinstall_leaves_it_disabled_after_recovery() {
     let notes = session.remove(&[]).await.warnings;
     drop(session);
     assert!(notes.iter().any(|n| n.contains("net-agent")), "{notes:?}");
-    assert!(all_are(&net_agent(&srv), "disabled"), "{:?}", srv.smf_state());
+    assert!(
+        all_are(&net_agent(&srv), "disabled"),
+        "{:?}",
+        srv.smf_state()
+    );
     srv.assert_no_leftovers();
     // The retry upgrades, still disabled.
     let f3 = write_image(&enabling("2.0.1", "true"), dir.path());

@@ -16,7 +16,12 @@ fn hold(reason: &str) -> serde_json::Value {
     json!({"by": "alice", "at": "2026-11-26T09:00:00Z", "reason": reason})
 }
 
-fn plan_of(dc: &ExampleDc, req: &agentsadm_plan::Request, images: &ResolvedImages, ignore: bool) -> Plan {
+fn plan_of(
+    dc: &ExampleDc,
+    req: &agentsadm_plan::Request,
+    images: &ResolvedImages,
+    ignore: bool,
+) -> Plan {
     let (intent, reality) = (dc.intent(), dc.reality());
     let mut options: agentsadm_plan::PlanOptions = TransportMode::Auto.into();
     options.ignore_holds = ignore;
@@ -49,7 +54,12 @@ fn held_dc() -> (ExampleDc, ResolvedImages) {
 #[test]
 fn bulk_update_skips_held_servers_with_who_when_why() {
     let (dc, images) = held_dc();
-    let p = plan_of(&dc, &request(Operation::Update, &["--all"], &[]), &images, false);
+    let p = plan_of(
+        &dc,
+        &request(Operation::Update, &["--all"], &[]),
+        &images,
+        false,
+    );
     let held: Vec<_> = p
         .skips()
         .iter()
@@ -59,7 +69,11 @@ fn bulk_update_skips_held_servers_with_who_when_why() {
     for s in &held {
         assert!(!s.blocking);
         assert!(!p.servers().contains_key(&s.server.unwrap()));
-        assert!(s.reason.describe().contains("by alice at 2026-11-26T09:00:00Z: support case 4711"));
+        assert!(
+            s.reason
+                .describe()
+                .contains("by alice at 2026-11-26T09:00:00Z: support case 4711")
+        );
     }
     // The others move; the service default too (the hold is per server).
     assert_eq!(p.servers().len(), 2);
@@ -68,7 +82,10 @@ fn bulk_update_skips_held_servers_with_who_when_why() {
     golden("update_with_holds.txt", &p.display().to_string());
     // The JSON (and so the run log) carries the hold.
     let text = serde_json::to_string(&p).unwrap();
-    assert!(text.contains("\"reason\":\"held\"") && text.contains("support case 4711"), "{text}");
+    assert!(
+        text.contains("\"reason\":\"held\"") && text.contains("support case 4711"),
+        "{text}"
+    );
 }
 
 #[test]
@@ -81,14 +98,22 @@ fn naming_a_held_server_refuses_unless_ignore_holds() {
     assert!(p.servers().contains_key(&dc.server_named("cn003")));
     let s = p.skips().iter().find(|s| s.server == Some(cn1)).unwrap();
     assert!(s.blocking);
-    assert!(s.reason.describe().contains("--ignore-holds -y"), "{}", s.reason.describe());
+    assert!(
+        s.reason.describe().contains("--ignore-holds -y"),
+        "{}",
+        s.reason.describe()
+    );
     assert!(!p.needs_explicit_yes());
 
     let p = plan_of(&dc, &req, &images, true);
     assert!(p.servers().contains_key(&cn1));
     assert!(p.skips().is_empty(), "{:?}", p.skips());
     assert!(p.needs_explicit_yes());
-    assert!(p.warnings().iter().any(|w| w.contains("vm-agent on cn001")), "{:?}", p.warnings());
+    assert!(
+        p.warnings().iter().any(|w| w.contains("vm-agent on cn001")),
+        "{:?}",
+        p.warnings()
+    );
 }
 
 #[test]
@@ -104,15 +129,37 @@ fn a_datacenter_wide_hold_keeps_servers_and_the_service_default() {
         .insert("agentsadm_hold".into(), hold("canary kept back"));
     let target = dc.publish("vm-agent", "1.1.0");
     let images = dc.images_with_targets(std::slice::from_ref(&target));
-    let p = plan_of(&dc, &request(Operation::Update, &["--all"], &[]), &images, false);
-    assert!(p.servers().values().all(|sp| sp.steps.iter().all(|s| s.component != "vm-agent")));
-    assert!(p.service_changes().iter().all(|c| c.component != "vm-agent"));
+    let p = plan_of(
+        &dc,
+        &request(Operation::Update, &["--all"], &[]),
+        &images,
+        false,
+    );
+    assert!(
+        p.servers()
+            .values()
+            .all(|sp| sp.steps.iter().all(|s| s.component != "vm-agent"))
+    );
+    assert!(
+        p.service_changes()
+            .iter()
+            .all(|c| c.component != "vm-agent")
+    );
     assert!(p.skips().iter().any(|s| matches!(
         &s.reason,
         SkipReason::Held { scope: HoldScope::Datacenter, why: Some(w), .. } if w == "canary kept back"
     ) && s.server.is_none()));
     // A server added later gets the service's hold too.
     dc.add_server("cn009", false);
-    let p = plan_of(&dc, &request(Operation::Update, &["--all"], &[]), &images, false);
-    assert!(p.servers().values().all(|sp| sp.steps.iter().all(|s| s.component != "vm-agent")));
+    let p = plan_of(
+        &dc,
+        &request(Operation::Update, &["--all"], &[]),
+        &images,
+        false,
+    );
+    assert!(
+        p.servers()
+            .values()
+            .all(|sp| sp.steps.iter().all(|s| s.component != "vm-agent"))
+    );
 }

@@ -55,11 +55,13 @@ pub fn record_file(paths: &GzPaths, component: &str) -> PathBuf {
 /// Blocking.
 pub fn read(paths: &GzPaths, component: &str) -> Option<OffRecord> {
     let bytes = std::fs::read(record_file(paths, component)).ok()?;
-    Some(serde_json::from_slice(&bytes).unwrap_or_else(|_| OffRecord {
-        by: "unknown".into(),
-        at: "unknown".into(),
-        reason: None,
-    }))
+    Some(
+        serde_json::from_slice(&bytes).unwrap_or_else(|_| OffRecord {
+            by: "unknown".into(),
+            at: "unknown".into(),
+            reason: None,
+        }),
+    )
 }
 
 /// Write the record (atomic, fsynced). Blocking.

@@ -44,6 +44,7 @@ pub mod types;
 mod update;
 
 pub use builder::PlanBuilder;
+pub use marks::{HoldScope, Holds, Mark};
 pub use request::{
     ComponentSelection, ImageRef, Operation, PlanOptions, PlanningInput, Request, ResolvedImages,
     ServerSelection, TransportKind, TransportMode,
@@ -52,7 +53,6 @@ pub use rollout::{
     DEFAULT_CONCURRENCY, FailureBudget, Rollout, RolloutPolicy, Wave, WaveServer, default_canary,
     pick_canaries,
 };
-pub use marks::{HoldScope, Holds, Mark};
 pub use select::resolve_servers;
 pub use skip::{Skip, SkipReason};
 pub use types::{

@@ -74,7 +74,9 @@ impl GzSession {
                 }
             };
             let changed = if disabling {
-                keep_off::turn_off(self.platform.as_ref(), &fmris).await.map(drop)
+                keep_off::turn_off(self.platform.as_ref(), &fmris)
+                    .await
+                    .map(drop)
             } else {
                 self.turn_on(&fmris).await
             };

@@ -46,7 +46,9 @@ pub async fn rollback(env: &TxnEnv<'_>, journal: &Journal) -> Vec<String> {
         // hand; the component is disabled here, so it ends disabled.
         let fmris: Vec<String> = journal.smf.services.keys().cloned().collect();
         if let Err((fmri, e)) = super::super::keep_off::turn_off(env.platform, &fmris).await {
-            errors.push(format!("disable {fmri} (the component is disabled here): {e}"));
+            errors.push(format!(
+                "disable {fmri} (the component is disabled here): {e}"
+            ));
         }
     }
     let paths = env.paths().clone();
