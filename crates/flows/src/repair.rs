@@ -355,7 +355,7 @@ pub fn plan_repairs_with(
     findings: &[Finding],
     policy: &RolloutPolicy,
 ) -> RepairPlan {
-    let mut b = PlanBuilder::new(Operation::Repair, catalog, &survey.intent.holds);
+    let mut b = PlanBuilder::new(Operation::Repair, catalog, &survey.intent);
     // Repairs are never named one by one: a bulk operation.
     b.bulk(true).selected_servers(survey.reality.servers.len());
     let mut r = Repairs::default();

@@ -25,7 +25,8 @@ use super::types::{
     Action, Gate, IntentChange, Plan, RecordChange, ServerPlan, ServiceChange, Step,
 };
 use super::{ImageRef, PlanningInput, TransportKind};
-use crate::marks::{HoldScope, Holds};
+use crate::intent::Intent;
+use crate::marks::HoldScope;
 use crate::reality::ServerState;
 use agentsadm_types::catalog::{Catalog, Component};
 use agentsadm_types::ids::{ImageUuid, ServerUuid};
@@ -40,17 +41,17 @@ pub struct PlanBuilder<'c> {
     bulk: bool,
     /// Whether `agentsadm gz` reaches each server (for its health gates).
     execute: BTreeMap<ServerUuid, bool>,
-    /// The holds in SAPI, and how this request treats them.
-    holds: &'c Holds,
+    /// SAPI's holds and disables (and how this request treats holds).
+    intent: &'c Intent,
     named_servers: bool,
     ignore_holds: bool,
 }
 
 impl<'c> PlanBuilder<'c> {
-    /// A plan of `operation`. `holds`: SAPI's holds (every plan that
-    /// moves components honours them; [`Holds::none`] for one that moves
-    /// none).
-    pub fn new(operation: Operation, catalog: &'c Catalog, holds: &'c Holds) -> PlanBuilder<'c> {
+    /// A plan of `operation`. `intent`: SAPI's intent, whose holds and
+    /// disables every plan that moves components honours ([`Intent::none`]
+    /// for one that moves none).
+    pub fn new(operation: Operation, catalog: &'c Catalog, intent: &'c Intent) -> PlanBuilder<'c> {
         PlanBuilder {
             catalog,
             plan: Plan {
@@ -69,7 +70,7 @@ impl<'c> PlanBuilder<'c> {
             },
             bulk: false,
             execute: BTreeMap::new(),
-            holds,
+            intent,
             named_servers: false,
             ignore_holds: false,
         }
@@ -96,7 +97,7 @@ impl<'c> PlanBuilder<'c> {
         input: &PlanningInput<'c>,
         named: bool,
     ) -> PlanBuilder<'c> {
-        let mut b = PlanBuilder::new(operation, input.catalog, &input.intent.holds);
+        let mut b = PlanBuilder::new(operation, input.catalog, input.intent);
         b.named_servers(named)
             .ignore_holds(input.options.ignore_holds);
         b
@@ -186,6 +187,7 @@ impl<'c> PlanBuilder<'c> {
             gate: Gate::None,
             action,
             transport,
+            keep_off: None,
         });
         self
     }
@@ -207,6 +209,7 @@ impl<'c> PlanBuilder<'c> {
                 gate: Gate::None,
                 action,
                 transport,
+                keep_off: None,
             }));
         sp.intent.extend(intent);
         self
@@ -224,6 +227,7 @@ impl<'c> PlanBuilder<'c> {
     pub fn finish(mut self, policy: &RolloutPolicy) -> Plan {
         self.hold_rule();
         self.non_bulk_rule();
+        self.keep_off_rule();
         self.gates();
         let plan = &mut self.plan;
         plan.servers
@@ -258,10 +262,10 @@ impl<'c> PlanBuilder<'c> {
     /// default too. With `--ignore-holds` they stay, with a warning and an
     /// explicit yes.
     fn hold_rule(&mut self) {
-        if self.holds.is_empty() {
+        let holds = &self.intent.holds;
+        if holds.is_empty() {
             return;
         }
-        let holds = self.holds;
         let mut skips: Vec<Skip> = Vec::new();
         let mut overridden: Vec<String> = Vec::new();
         let held_skip = |server: Option<(ServerUuid, &str)>, component: &str, named: bool| {
@@ -319,6 +323,26 @@ impl<'c> PlanBuilder<'c> {
                 overridden.join(", ")
             ));
             self.plan.needs_explicit_yes = true;
+        }
+    }
+
+    /// A component disabled on a server stays off: each install or
+    /// upgrade of it there runs `gz disable` in the same step (the
+    /// installer keeps it off by itself; cn-agent's install task does not).
+    fn keep_off_rule(&mut self) {
+        let disabled = &self.intent.disabled;
+        if disabled.is_empty() {
+            return;
+        }
+        for (uuid, sp) in self.plan.servers.iter_mut() {
+            for st in &mut sp.steps {
+                if matches!(st.action, Action::Install { .. } | Action::Upgrade { .. }) {
+                    st.keep_off = disabled
+                        .get(uuid)
+                        .and_then(|m| m.get(&st.component))
+                        .cloned();
+                }
+            }
         }
     }
 
@@ -447,7 +471,7 @@ mod tests {
     fn build(bulk: bool, policy: &RolloutPolicy) -> Plan {
         let catalog = Catalog::builtin();
         let r = reality(6);
-        let mut b = PlanBuilder::new(Operation::Update, &catalog, Holds::none());
+        let mut b = PlanBuilder::new(Operation::Update, &catalog, Intent::none());
         b.bulk(bulk).selected_servers(r.servers.len());
         for s in r.servers.values() {
             for name in ["marlin-agent", "vm-agent"] {
@@ -510,7 +534,7 @@ mod tests {
         let catalog = Catalog::builtin();
         let only = reality(1);
         let hn = only.servers.values().next().unwrap();
-        let mut b = PlanBuilder::new(Operation::Update, &catalog, Holds::none());
+        let mut b = PlanBuilder::new(Operation::Update, &catalog, Intent::none());
         let c = catalog.get("vm-agent").unwrap();
         b.step(
             hn,
@@ -533,7 +557,7 @@ mod tests {
         assert!(build(true, &policy).rollout().canaries().is_empty());
         let catalog = Catalog::builtin();
         let r = reality(22);
-        let mut b = PlanBuilder::new(Operation::Update, &catalog, Holds::none());
+        let mut b = PlanBuilder::new(Operation::Update, &catalog, Intent::none());
         let c = catalog.get("vm-agent").unwrap();
         for s in r.servers.values() {
             b.step(

@@ -108,7 +108,26 @@ pub struct Intent {
     pub disabled: BTreeMap<ServerUuid, BTreeMap<String, Mark>>,
 }
 
+static NO_INTENT: Intent = Intent {
+    services: BTreeMap::new(),
+    instances: BTreeMap::new(),
+    duplicates: Vec::new(),
+    unlinked: Vec::new(),
+    recorded: BTreeMap::new(),
+    holds: Holds {
+        services: BTreeMap::new(),
+        servers: BTreeMap::new(),
+    },
+    disabled: BTreeMap::new(),
+};
+
 impl Intent {
+    /// No intent at all: no holds, nothing disabled (for the builder of a
+    /// plan that moves no component: adoption, server records).
+    pub fn none() -> &'static Intent {
+        &NO_INTENT
+    }
+
     /// Index SAPI's agent services and instances. Services that are not
     /// catalog components (e.g. `cabase`) and their instances are ignored.
     pub fn build(

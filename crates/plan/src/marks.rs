@@ -110,18 +110,7 @@ pub struct Holds {
     pub servers: BTreeMap<ServerUuid, BTreeMap<String, Mark>>,
 }
 
-static NO_HOLDS: Holds = Holds {
-    services: BTreeMap::new(),
-    servers: BTreeMap::new(),
-};
-
 impl Holds {
-    /// No holds at all (plans that move no component: adoption, server
-    /// records).
-    pub fn none() -> &'static Holds {
-        &NO_HOLDS
-    }
-
     pub fn is_empty(&self) -> bool {
         self.services.is_empty() && self.servers.is_empty()
     }

@@ -28,6 +28,10 @@ pub enum Operation {
     ServerDelete,
     /// `server factory-reset`.
     FactoryReset,
+    /// `disable`.
+    Disable,
+    /// `enable`.
+    Enable,
 }
 
 impl Operation {
@@ -40,6 +44,8 @@ impl Operation {
             Operation::Adopt => "adopt",
             Operation::ServerDelete => "server delete",
             Operation::FactoryReset => "server factory-reset",
+            Operation::Disable => "disable",
+            Operation::Enable => "enable",
         }
     }
 }
