@@ -223,6 +223,8 @@ fn step_line(st: &agentsadm_plan::Step) -> String {
         Action::Remove { installed } => {
             format!("- {} {}", st.component, installed.version)
         }
+        Action::Disable { .. } => format!("! disable {} (its services off)", st.component),
+        Action::Enable => format!("^ enable {} (its services on)", st.component),
     }
 }
 
@@ -250,6 +252,16 @@ fn sapi_line(r: &RecordChange) -> String {
         (None, None) => String::new(),
     };
     match change {
+        IntentChange::Mark {
+            component,
+            instance,
+            key,
+            ..
+        } => format!(
+            "~ instance {} of {component}{on}: params.{}",
+            short(instance),
+            key.param()
+        ),
         IntentChange::CreateInstance {
             component,
             instance,

@@ -331,9 +331,33 @@ impl CnapiTransport {
             .unwrap_or_else(|| component.to_string())
     }
 
+    /// `gz disable` of a component disabled on the server, after its
+    /// install or upgrade and before its health gate: cn-agent's install
+    /// task knows nothing of the server's record, and real postinstalls
+    /// enable their services. Nothing for other steps.
+    async fn keep_off_after(&self, server: ServerUuid, step: &Step) -> Result<(), StepFailure> {
+        let Some(mark) = &step.keep_off else {
+            return Ok(());
+        };
+        let args = switch_args(&step.component, Some(mark));
+        self.execute(server, step, &args, self.config.execute_timeout)
+            .await
+            .map(drop)
+    }
+
     async fn run_step(&self, server: ServerUuid, step: &Step) -> Result<StepDone, StepFailure> {
         let self_replacing = step.order == OrderClass::CoreLast;
         match (step.transport, &step.action) {
+            (_, Action::Disable { mark }) => {
+                let args = switch_args(&step.component, Some(mark));
+                self.execute(server, step, &args, self.config.execute_timeout)
+                    .await
+            }
+            (_, Action::Enable) => {
+                let args = switch_args(&step.component, None);
+                self.execute(server, step, &args, self.config.execute_timeout)
+                    .await
+            }
             (TransportKind::InstallAgent, Action::Install { to } | Action::Upgrade { to, .. }) => {
                 let id = self
                     .cnapi
@@ -349,11 +373,13 @@ impl CnapiTransport {
                 if self_replacing {
                     let failed = task.err();
                     let done = self.confirm_image(server, step, to.uuid, failed).await?;
+                    self.keep_off_after(server, step).await?;
                     self.gz_health(server, step, id).await?;
                     return Ok(done);
                 }
                 task?;
                 let done = self.done(server, step).await?;
+                self.keep_off_after(server, step).await?;
                 self.gz_health(server, step, id).await?;
                 Ok(done)
             }
@@ -386,7 +412,7 @@ impl CnapiTransport {
                         }
                         args
                     }
-                    Action::Remove { .. } => {
+                    Action::Remove { .. } | Action::Disable { .. } | Action::Enable => {
                         vec![
                             "gz".into(),
                             "remove".into(),
@@ -407,7 +433,10 @@ impl CnapiTransport {
                         confirmed.instance = confirmed.instance.or(done.instance);
                         Ok(confirmed)
                     }
-                    _ => Ok(done),
+                    _ => {
+                        self.keep_off_after(server, step).await?;
+                        Ok(done)
+                    }
                 }
             }
         }
@@ -874,4 +903,21 @@ mod tests {
         assert_eq!(tail("a\nb\nc\nd\n"), "b | c | d");
         assert_eq!(tail("  "), "no output");
     }
+}
+
+/// `gz disable NAME --by --at [--reason]` (`Some`) or `gz enable NAME`.
+fn switch_args(component: &str, mark: Option<&agentsadm_plan::Mark>) -> Vec<String> {
+    let mut args: Vec<String> = vec!["gz".into()];
+    match mark {
+        Some(m) => {
+            args.extend(["disable".into(), component.to_string()]);
+            args.extend(["--by".into(), m.by.clone(), "--at".into(), m.at.clone()]);
+            if let Some(r) = &m.reason {
+                args.extend(["--reason".into(), r.clone()]);
+            }
+        }
+        None => args.extend(["enable".into(), component.to_string()]),
+    }
+    args.extend(["--json".into(), INSIDE_CN_AGENT.into()]);
+    args
 }

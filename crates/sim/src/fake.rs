@@ -213,6 +213,8 @@ impl FakeDc {
                     dc.remove_installed(server, &step.component);
                     None
                 }
+                // The fake keeps no SMF state.
+                Action::Disable { .. } | Action::Enable => None,
             }
         };
         if let Ok(mut v) = self.steps_run.lock() {
@@ -268,6 +270,21 @@ impl FakeDc {
             IntentChange::DeleteReplaced { instance, .. } => {
                 if reported.is_some_and(|r| r != *instance) {
                     dc.sapi_delete_instance(*instance);
+                }
+            }
+            IntentChange::Mark {
+                instance, key, mark, ..
+            } => {
+                if let Some(i) = dc.instances.get_mut(instance) {
+                    let params = i.params.get_or_insert_with(Default::default);
+                    match mark {
+                        Some(m) => {
+                            params.insert(key.param().into(), m.to_value());
+                        }
+                        None => {
+                            params.remove(key.param());
+                        }
+                    }
                 }
             }
         }
