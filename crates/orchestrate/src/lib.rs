@@ -24,6 +24,8 @@
 //!   command line turns the reporter's events into progress.
 //!   [`execmode`] tells how CNAPI execute reaches each server, and
 //!   [`recover`] settles tasks whose result CNAPI lost.
+//! - [`marks`]: `disable`/`enable` planned for the run, `hold`/`release`
+//!   written to SAPI (issue 25).
 
 pub mod adopt;
 pub mod confirm;
@@ -33,6 +35,7 @@ pub mod fence;
 pub mod gather;
 pub mod images;
 pub mod lock;
+pub mod marks;
 pub mod outlier;
 pub mod records;
 pub mod recover;

@@ -11,7 +11,8 @@
 //! - [`change`]: the commands `plan`, `update`, `install` and `remove`;
 //! - [`list`]: the command `list` (per server, or `--summary`);
 //! - [`avail`]: the command `avail`;
-//! - [`adopt`]: the command `adopt`.
+//! - [`adopt`]: the command `adopt`;
+//! - [`marks`]: `disable`, `enable`, `hold` and `release` (issue 25).
 //!
 //! This module holds the arguments they share ([`RunArgs`], flattened into
 //! every changing command, and [`StepArgs`]), turned into the library's
@@ -41,12 +42,16 @@ pub mod adopt;
 pub mod avail;
 pub mod change;
 pub mod list;
+pub mod marks;
 
 pub use adopt::{AdoptArgs, run_adopt};
 pub use avail::{AvailArgs, run_avail};
 pub use change::{
     InstallArgs, PlanArgs, PlanCommand, RemoveArgs, UpdateArgs, run_install, run_plan, run_remove,
     run_update,
+};
+pub use marks::{
+    DisableArgs, EnableArgs, HoldArgs, ReleaseArgs, run_disable, run_enable, run_hold, run_release,
 };
 pub use list::{ListArgs, ListRow, ListSummaryRow, list_rows, list_summary, run_list};
 
