@@ -16,6 +16,7 @@
 //! - `halt`: the waves the plan shows and the run follows; a failure-budget
 //!   halt puts intent back (sim);
 //! - `holds`: holds as a planner rule, golden plan with holds (pure);
+//! - `marks_sim`: disable and hold end to end through the binary (sim);
 //! - `interrupt`: Ctrl-C with servers in flight (task ids, waiting for
 //!   them, a second interrupt), task ids of timed-out steps;
 //! - `latest`: where `--latest` looks, printed on the plan's first line;
@@ -52,6 +53,8 @@ mod interrupt;
 mod latest;
 #[path = "orch_suite/list.rs"]
 mod list;
+#[path = "orch_suite/marks_sim.rs"]
+mod marks_sim;
 #[path = "orch_suite/plan.rs"]
 mod plan;
 #[path = "orch_suite/rollout.rs"]

@@ -58,7 +58,9 @@ pub struct HoldWrite {
 pub enum HoldError {
     #[error(transparent)]
     Session(#[from] SessionError),
-    #[error("{component} has no SAPI agent service, so it cannot be held: run 'agentsadm adopt' first")]
+    #[error(
+        "{component} has no SAPI agent service, so it cannot be held: run 'agentsadm adopt' first"
+    )]
     Unmanaged { component: String },
     #[error(
         "{component} on {hostname} has no SAPI instance to hold it on: run 'agentsadm adopt' (or 'agentsadm check --fix') first"

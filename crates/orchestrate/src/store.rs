@@ -195,10 +195,14 @@ impl SapiIntentStore {
             }
             IntentChange::DeleteInstance { instance, .. } => self.delete(*instance).await,
             IntentChange::Mark {
-                instance, key, mark, ..
+                instance,
+                key,
+                mark,
+                ..
             } => {
                 let value = mark.as_ref().map(|m| m.to_value()).unwrap_or_default();
-                let mut update = Update::params(agentsadm_api::sapi::object([(key.param(), value)]));
+                let mut update =
+                    Update::params(agentsadm_api::sapi::object([(key.param(), value)]));
                 if mark.is_none() {
                     update.action = Some(agentsadm_api::sapi::UpdateAction::Delete);
                 }

@@ -39,9 +39,8 @@ pub(super) fn plan_switch(
         let Some(state) = input.reality.get(&server) else {
             continue;
         };
-        let skip = |reason, blocking| {
-            server_component_skip(input, server, &c.name, reason, blocking)
-        };
+        let skip =
+            |reason, blocking| server_component_skip(input, server, &c.name, reason, blocking);
         if !state.components.contains_key(&c.name) {
             skips.push(skip(SkipReason::ComponentAbsent, selected.named));
             continue;
@@ -72,12 +71,7 @@ pub(super) fn plan_switch(
             key: MarkKey::Disabled,
             mark: mark.cloned(),
         };
-        b.server_changes(
-            state,
-            true,
-            [(c, action, TransportKind::Execute)],
-            [change],
-        );
+        b.server_changes(state, true, [(c, action, TransportKind::Execute)], [change]);
     }
     for s in skips {
         b.skip(s);

@@ -45,12 +45,21 @@ impl From<&Installed> for InstalledRef {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 #[serde(tag = "action", rename_all = "lowercase")]
 pub enum Action {
-    Install { to: ImageRef },
-    Upgrade { from: InstalledRef, to: ImageRef },
-    Remove { installed: InstalledRef },
+    Install {
+        to: ImageRef,
+    },
+    Upgrade {
+        from: InstalledRef,
+        to: ImageRef,
+    },
+    Remove {
+        installed: InstalledRef,
+    },
     /// `agentsadm disable`: keep the component's services off on the
     /// server (`gz disable`, through execute).
-    Disable { mark: Mark },
+    Disable {
+        mark: Mark,
+    },
     /// `agentsadm enable`: let them run again (`gz enable`).
     Enable,
 }

@@ -273,7 +273,10 @@ impl FakeDc {
                 }
             }
             IntentChange::Mark {
-                instance, key, mark, ..
+                instance,
+                key,
+                mark,
+                ..
             } => {
                 if let Some(i) = dc.instances.get_mut(instance) {
                     let params = i.params.get_or_insert_with(Default::default);

@@ -22,7 +22,9 @@ use crate::GlobalOpts;
 use crate::execution::{CliOperator, Execution, interrupted, run_error};
 use agentsadm_orchestrate::marks::{SwitchPlanner, set_holds};
 use agentsadm_orchestrate::run::{Run, RunOutcome, Shown};
-use agentsadm_plan::{ComponentSelection, HoldScope, Mark, Operation, Plan, Request, ServerSelection};
+use agentsadm_plan::{
+    ComponentSelection, HoldScope, Mark, Operation, Plan, Request, ServerSelection,
+};
 
 #[derive(Args, Debug)]
 pub struct DisableArgs {
@@ -208,9 +210,10 @@ async fn set_and_say(
     }
     for w in &written {
         match (&w.scope, &w.hostname) {
-            (HoldScope::Datacenter, _) | (_, None) => {
-                out.line(format!("{}: {verb} datacenter-wide (new servers included)", w.component))
-            }
+            (HoldScope::Datacenter, _) | (_, None) => out.line(format!(
+                "{}: {verb} datacenter-wide (new servers included)",
+                w.component
+            )),
             (HoldScope::Server, Some(h)) => out.line(format!("{} on {h}: {verb}", w.component)),
         }
     }

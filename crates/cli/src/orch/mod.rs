@@ -50,10 +50,10 @@ pub use change::{
     InstallArgs, PlanArgs, PlanCommand, RemoveArgs, UpdateArgs, run_install, run_plan, run_remove,
     run_update,
 };
+pub use list::{ListArgs, ListRow, ListSummaryRow, list_rows, list_summary, run_list};
 pub use marks::{
     DisableArgs, EnableArgs, HoldArgs, ReleaseArgs, run_disable, run_enable, run_hold, run_release,
 };
-pub use list::{ListArgs, ListRow, ListSummaryRow, list_rows, list_summary, run_list};
 
 /// The updates server sdcadm uses by default.
 pub const DEFAULT_UPDATES_URL: &str = "https://updates.tritondatacenter.com";
