@@ -113,6 +113,10 @@ async fn disabled_net_agent_and_held_vm_agent_through_update_all_latest() {
     )
     .await;
     assert_eq!(code, 0, "{out}\n{err}");
+    // `list` shows both marks.
+    let (code, out, _) = cli(&dc, s, &["list", "-s", "cn0001", "net-agent", "vm-agent"]).await;
+    assert_eq!(code, 0);
+    assert!(out.contains("(disabled)") && out.contains("(held)"), "{out}");
     let vm_before = version(&dc, "cn0001", "vm-agent");
     let net_before = version(&dc, "cn0001", "net-agent");
 

@@ -91,6 +91,30 @@ pub struct ListRow {
     /// ok, pending (intent differs), not-adopted, missing (intent without
     /// install), unmanaged.
     pub state: &'static str,
+    /// `agentsadm disable`: who, when, why (SAPI).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub disabled: Option<agentsadm_plan::Mark>,
+    /// `agentsadm hold` (on the server, or datacenter-wide).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub held: Option<agentsadm_plan::Mark>,
+}
+
+impl ListRow {
+    /// The STATE cell: the state, then the operator's marks.
+    fn state_cell(&self) -> String {
+        let marks: Vec<&str> = [
+            self.disabled.as_ref().map(|_| "disabled"),
+            self.held.as_ref().map(|_| "held"),
+        ]
+        .into_iter()
+        .flatten()
+        .collect();
+        if marks.is_empty() {
+            self.state.to_string()
+        } else {
+            format!("{} ({})", self.state, marks.join(", "))
+        }
+    }
 }
 
 /// The rows of `agentsadm list` (pure).
@@ -134,6 +158,8 @@ pub fn list_rows(
                 instance: installed.and_then(|i| i.instance).or(inst.map(|i| i.uuid)),
                 intended_image: intended,
                 state,
+                disabled: intent.disabled(uuid, name).cloned(),
+                held: intent.holds.get(uuid, name).map(|(_, m)| m.clone()),
             });
         }
     }
@@ -220,7 +246,7 @@ pub async fn run_list(g: &GlobalOpts, a: ListArgs) -> CmdResult {
                 r.intended_image
                     .map(|i| short(&i))
                     .unwrap_or_else(|| "-".into()),
-                r.state.to_string(),
+                r.state_cell(),
             ]
         })
         .collect();
