@@ -125,6 +125,7 @@ fn drifted() -> (ExampleDc, BTreeMap<ServerUuid, AgentsReport>) {
             server_uuid: cn4,
             agents,
             errors: Vec::new(),
+            services_off: Vec::new(),
         },
     )]);
     (dc, live)

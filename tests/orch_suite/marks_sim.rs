@@ -35,6 +35,21 @@ fn smf(dc: &SimDc, host: &str, component: &str) -> Vec<String> {
     states
 }
 
+/// Set the state of the server's instances of `component` behind
+/// agentsadm's back (as `svcadm` would).
+fn set_smf(dc: &SimDc, host: &str, component: &str, state: &str) {
+    let cn = dc.server(host).unwrap();
+    let path = cn.root.join("var/svc/smf-state.json");
+    let mut v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    for (fmri, s) in v["services"].as_object_mut().unwrap().iter_mut() {
+        if fmri.contains(&format!("/{component}:")) {
+            s["state"] = state.into();
+        }
+    }
+    std::fs::write(&path, serde_json::to_vec(&v).unwrap()).unwrap();
+}
+
 fn version(dc: &SimDc, host: &str, component: &str) -> String {
     let cn = dc.server(host).unwrap();
     dc.server_agents(cn.uuid)
@@ -116,7 +131,10 @@ async fn disabled_net_agent_and_held_vm_agent_through_update_all_latest() {
     // `list` shows both marks.
     let (code, out, _) = cli(&dc, s, &["list", "-s", "cn0001", "net-agent", "vm-agent"]).await;
     assert_eq!(code, 0);
-    assert!(out.contains("(disabled)") && out.contains("(held)"), "{out}");
+    assert!(
+        out.contains("(disabled)") && out.contains("(held)"),
+        "{out}"
+    );
     let vm_before = version(&dc, "cn0001", "vm-agent");
     let net_before = version(&dc, "cn0001", "net-agent");
 
@@ -164,6 +182,35 @@ async fn disabled_net_agent_and_held_vm_agent_through_update_all_latest() {
 
     let (code, out, err) = cli(&dc, s, &["check"]).await;
     assert_eq!(code, 0, "check is clean: {out}\n{err}");
+    let (code, out, err) = cli(&dc, s, &["check", "--live"]).await;
+    assert_eq!(code, 0, "check --live is clean: {out}\n{err}");
+
+    // Turned on behind agentsadm's back on cn0001 (svcadm enable), off on
+    // cn0002: check --live says both, --fix disables cn0001's again and
+    // leaves cn0002's to the operator.
+    set_smf(&dc, "cn0001", "net-agent", "online");
+    set_smf(&dc, "cn0002", "net-agent", "disabled");
+    let (code, out, _) = cli(&dc, s, &["check", "--live"]).await;
+    assert_eq!(code, 2, "{out}");
+    assert!(
+        out.contains("running-where-disabled") || out.contains("not all disabled"),
+        "{out}"
+    );
+    assert!(out.contains("SAPI does not say so"), "{out}");
+    let (code, out, err) = cli(&dc, s, &["check", "--live", "--fix", "-y"]).await;
+    assert!(code == 0 || code == 2, "{out}\n{err}");
+    assert!(
+        smf(&dc, "cn0001", "net-agent")
+            .iter()
+            .all(|s| s == "disabled"),
+        "{out}"
+    );
+    assert!(
+        smf(&dc, "cn0002", "net-agent")
+            .iter()
+            .all(|s| s == "disabled")
+    );
+    set_smf(&dc, "cn0002", "net-agent", "online");
 
     // Released, the next bulk update moves them.
     let (code, _, err) = cli(&dc, s, &["release", "vm-agent", "-s", "cn0001,cn0002"]).await;

@@ -484,7 +484,9 @@ fn record_fix(
                 },
             });
         }
-        Fix::Manual { .. } | Fix::Install { .. } | Fix::Upgrade { .. } => return false,
+        Fix::Manual { .. } | Fix::Install { .. } | Fix::Upgrade { .. } | Fix::Disable { .. } => {
+            return false;
+        }
     }
     true
 }
@@ -545,6 +547,17 @@ fn server_fix(f: &Finding, catalog: &Catalog, survey: &Survey, b: &mut PlanBuild
                 to: image.clone(),
             };
             b.step(state, execute, c, action, *transport);
+            true
+        }
+        Fix::Disable { mark } if execute => {
+            let action = Action::Disable { mark: mark.clone() };
+            b.step(
+                state,
+                execute,
+                c,
+                action,
+                agentsadm_plan::TransportKind::Execute,
+            );
             true
         }
         _ => false,

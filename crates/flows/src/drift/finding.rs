@@ -53,11 +53,17 @@ pub enum FindingKind {
     /// Installed but agentsadm does not manage it (no SAPI service, or not
     /// a catalog component). Informational.
     UnmanagedComponent,
+    /// SAPI says disabled here (`agentsadm disable`); the server's report
+    /// (`--live`) has a service of it not disabled.
+    RunningWhereDisabled,
+    /// Every service of it is disabled on the server, but SAPI does not
+    /// say so: the next upgrade's postinstall would turn it back on.
+    DisabledWithoutIntent,
 }
 
 impl FindingKind {
     /// Every kind, in report order.
-    pub const ALL: [FindingKind; 11] = [
+    pub const ALL: [FindingKind; 13] = [
         FindingKind::MissingInstall,
         FindingKind::WrongImage,
         FindingKind::InstalledWithoutInstance,
@@ -69,6 +75,8 @@ impl FindingKind {
         FindingKind::ServiceWithoutDefaultImage,
         FindingKind::DefaultImageNotInImgapi,
         FindingKind::UnmanagedComponent,
+        FindingKind::RunningWhereDisabled,
+        FindingKind::DisabledWithoutIntent,
     ];
 
     pub fn as_str(&self) -> &'static str {
@@ -84,6 +92,8 @@ impl FindingKind {
             FindingKind::ServiceWithoutDefaultImage => "service-without-default-image",
             FindingKind::DefaultImageNotInImgapi => "default-image-not-in-imgapi",
             FindingKind::UnmanagedComponent => "unmanaged-component",
+            FindingKind::RunningWhereDisabled => "running-where-disabled",
+            FindingKind::DisabledWithoutIntent => "disabled-without-intent",
         }
     }
 
@@ -141,6 +151,9 @@ pub enum Fix {
     },
     /// Post the server's own report to CNAPI as `server.agents`.
     PostLiveReport,
+    /// Disable the component's services again (`gz disable`, an
+    /// orchestrator step), as SAPI's mark says.
+    Disable { mark: agentsadm_plan::Mark },
     /// Nothing automatic: what the operator can do.
     Manual { hint: String },
     /// Informational; nothing to fix.
@@ -206,6 +219,10 @@ impl Fix {
             Fix::PostLiveReport => {
                 "post the server's own report to CNAPI as server.agents".to_string()
             }
+            Fix::Disable { mark } => format!(
+                "disable its services again (gz disable through execute), as SAPI says ({})",
+                mark.describe()
+            ),
             Fix::Manual { hint } => format!("manual: {hint}"),
             Fix::None => "none (informational)".to_string(),
         }

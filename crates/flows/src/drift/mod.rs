@@ -121,6 +121,11 @@ pub fn find(input: &DriftInput) -> (Survey, Vec<Finding>) {
         {
             server::stale_report(cn, state, &mut out);
         }
+        if let Some(report) = input.live.get(&state.uuid)
+            && state.setup
+        {
+            server::switch_findings(&survey, state, report, &mut out);
+        }
         if state.setup {
             server::server_findings(input, &survey, state, &mut out);
         } else if !setting_up.contains(&state.uuid) {
