@@ -143,6 +143,7 @@ fn summary(findings: &[Finding]) -> Vec<(String, String, FindingKind, &'static s
                 Fix::DeleteInstance { .. } => "delete-instance",
                 Fix::SetServiceDefault { .. } => "set-service-default",
                 Fix::PostLiveReport => "post-live-report",
+                Fix::Disable { .. } => "disable",
                 Fix::Manual { .. } => "manual",
                 Fix::None => "none",
             };
@@ -382,6 +383,7 @@ fn apply(
                     dc.set_installed(*server, &st.component, to.uuid, keep);
                 }
                 Action::Remove { .. } => panic!("repairs never remove"),
+                Action::Disable { .. } | Action::Enable => panic!("no component is disabled here"),
             }
         }
     }

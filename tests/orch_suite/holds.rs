@@ -147,7 +147,7 @@ fn a_datacenter_wide_hold_keeps_servers_and_the_service_default() {
     );
     assert!(p.skips().iter().any(|s| matches!(
         &s.reason,
-        SkipReason::Held { scope: HoldScope::Datacenter, why: Some(w), .. } if w == "canary kept back"
+        SkipReason::Held { scope: HoldScope::Datacenter, hold, .. } if hold.reason.as_deref() == Some("canary kept back")
     ) && s.server.is_none()));
     // A server added later gets the service's hold too.
     dc.add_server("cn009", false);

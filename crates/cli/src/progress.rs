@@ -575,6 +575,7 @@ mod tests {
             },
             transport: TransportKind::InstallAgent,
             gate: agentsadm_plan::Gate::GzHealth,
+            keep_off: None,
         }
     }
 

@@ -883,6 +883,23 @@ impl Transport for CnapiTransport {
     }
 }
 
+/// `gz disable NAME --by --at [--reason]` (`Some`) or `gz enable NAME`.
+fn switch_args(component: &str, mark: Option<&agentsadm_plan::Mark>) -> Vec<String> {
+    let mut args: Vec<String> = vec!["gz".into()];
+    match mark {
+        Some(m) => {
+            args.extend(["disable".into(), component.to_string()]);
+            args.extend(["--by".into(), m.by.clone(), "--at".into(), m.at.clone()]);
+            if let Some(r) = &m.reason {
+                args.extend(["--reason".into(), r.clone()]);
+            }
+        }
+        None => args.extend(["enable".into(), component.to_string()]),
+    }
+    args.extend(["--json".into(), INSIDE_CN_AGENT.into()]);
+    args
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -903,21 +920,4 @@ mod tests {
         assert_eq!(tail("a\nb\nc\nd\n"), "b | c | d");
         assert_eq!(tail("  "), "no output");
     }
-}
-
-/// `gz disable NAME --by --at [--reason]` (`Some`) or `gz enable NAME`.
-fn switch_args(component: &str, mark: Option<&agentsadm_plan::Mark>) -> Vec<String> {
-    let mut args: Vec<String> = vec!["gz".into()];
-    match mark {
-        Some(m) => {
-            args.extend(["disable".into(), component.to_string()]);
-            args.extend(["--by".into(), m.by.clone(), "--at".into(), m.at.clone()]);
-            if let Some(r) = &m.reason {
-                args.extend(["--reason".into(), r.clone()]);
-            }
-        }
-        None => args.extend(["enable".into(), component.to_string()]),
-    }
-    args.extend(["--json".into(), INSIDE_CN_AGENT.into()]);
-    args
 }

@@ -279,9 +279,7 @@ impl<'c> PlanBuilder<'c> {
                 component: Some(component.to_string()),
                 reason: SkipReason::Held {
                     scope,
-                    by: mark.by.clone(),
-                    at: mark.at.clone(),
-                    why: mark.reason.clone(),
+                    hold: Box::new(mark.clone()),
                     named,
                 },
                 blocking: named,

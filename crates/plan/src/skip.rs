@@ -48,10 +48,8 @@ pub enum SkipReason {
     /// unless `--ignore-holds`.
     Held {
         scope: HoldScope,
-        by: String,
-        at: String,
-        #[serde(skip_serializing_if = "Option::is_none")]
-        why: Option<String>,
+        /// Who held it, when and why.
+        hold: Box<crate::marks::Mark>,
         named: bool,
     },
 }
@@ -95,24 +93,13 @@ impl SkipReason {
             SkipReason::NoExecute => {
                 "needs CNAPI execute, which mockcloud servers do not have; skipped".to_string()
             }
-            SkipReason::Held {
-                scope,
-                by,
-                at,
-                why,
-                named,
-            } => {
-                let mark = crate::marks::Mark {
-                    by: by.clone(),
-                    at: at.clone(),
-                    reason: why.clone(),
-                };
+            SkipReason::Held { scope, hold, named } => {
                 let what = if *named {
                     "pass --ignore-holds -y to change it anyway"
                 } else {
                     "'agentsadm release' lets it move"
                 };
-                format!("held {} {}; {what}", scope.as_str(), mark.describe())
+                format!("held {} {}; {what}", scope.as_str(), hold.describe())
             }
             SkipReason::TransportUnsupported { kind } => format!(
                 "cn-agent's install-agent task cannot install {kind} components (use --transport auto)"

@@ -85,11 +85,9 @@ impl GzSession {
                 return result;
             }
         }
-        if !disabling {
-            if let Err(e) = blocking(move || keep_off::remove(&paths, &component)).await {
-                result.error = Some(failure(Some(&c.name), Step::Smf, &e, None));
-                return result;
-            }
+        if !disabling && let Err(e) = blocking(move || keep_off::remove(&paths, &component)).await {
+            result.error = Some(failure(Some(&c.name), Step::Smf, &e, None));
+            return result;
         }
         tracing::info!(component = %c.name, disabled = disabling, "kept-off record changed");
         result.components.push(ComponentResult {

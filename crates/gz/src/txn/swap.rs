@@ -540,23 +540,6 @@ fn create_prefix_dirs(paths: &GzPaths) -> Result<(), TxnError> {
     Ok(())
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn instance_files_inside_the_tree_are_found() {
-        let tree = Some("agents/vm-agent");
-        assert_eq!(
-            inside_tree("agents/vm-agent/instance_uuid", tree),
-            Some("instance_uuid")
-        );
-        assert_eq!(inside_tree("agents/vm-agent-x/instance_uuid", tree), None);
-        assert_eq!(inside_tree("opt/smartdc/agents/etc/vm-agent", tree), None);
-        assert_eq!(inside_tree("agents/vm-agent/instance_uuid", None), None);
-    }
-}
-
 /// Disable every instance of a component kept off: those its new
 /// manifests define and those the transaction's snapshot knows. Returns
 /// them all (for its gate).
@@ -579,4 +562,21 @@ async fn keep_off_now(
         .await
         .map_err(|(fmri, err)| smf_err("disable", fmri, err))?;
     Ok(fmris)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn instance_files_inside_the_tree_are_found() {
+        let tree = Some("agents/vm-agent");
+        assert_eq!(
+            inside_tree("agents/vm-agent/instance_uuid", tree),
+            Some("instance_uuid")
+        );
+        assert_eq!(inside_tree("agents/vm-agent-x/instance_uuid", tree), None);
+        assert_eq!(inside_tree("opt/smartdc/agents/etc/vm-agent", tree), None);
+        assert_eq!(inside_tree("agents/vm-agent/instance_uuid", None), None);
+    }
 }
