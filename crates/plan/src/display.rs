@@ -576,6 +576,13 @@ fn write_summary(f: &mut fmt::Formatter<'_>, p: &Plan) -> fmt::Result {
             plural(c.installs, "install", "installs"),
             plural(c.removals, "removal", "removals")
         );
+        if c.switches > 0 {
+            let _ = write!(
+                summary,
+                ", {}",
+                plural(c.switches, "disable or enable", "disables or enables")
+            );
+        }
         if c.intent_only_servers > 0 {
             let _ = write!(
                 summary,
