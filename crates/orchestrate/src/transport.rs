@@ -57,6 +57,7 @@ use agentsadm_plan::Action;
 use agentsadm_plan::Step;
 
 use super::execmode::ExecuteModes;
+use super::guard::{Fence, Unfenced, fenced};
 use super::recover::RecoveryConfig;
 use super::recover::TaskGoal;
 use super::recover::TaskPeers;
@@ -150,6 +151,22 @@ pub trait Transport: Send + Sync {
         server: ServerUuid,
         step: &'a Step,
     ) -> BoxFuture<'a, Result<StepDone, StepFailure>>;
+
+    /// [`Transport::run`] under the run's datacenter lock: the step is
+    /// refused (`lock lost`, or the API that did not answer) unless the
+    /// lock is confirmed first. A transport that can, confirms it at the
+    /// last moment before the request that changes the server.
+    fn run_fenced<'a>(
+        &'a self,
+        server: ServerUuid,
+        step: &'a Step,
+        fence: &'a dyn Fence,
+    ) -> BoxFuture<'a, Result<StepDone, StepFailure>> {
+        Box::pin(async move {
+            fenced(fence, server, step).await?;
+            self.run(server, step).await
+        })
+    }
 
     /// The CNAPI tasks this transport started on `server` so far, oldest
     /// first: what an operator looks up with `sdc-cnapi /tasks/<id>` when a
@@ -334,31 +351,42 @@ impl CnapiTransport {
     /// `gz disable` of a component disabled on the server, after its
     /// install or upgrade and before its health gate: cn-agent's install
     /// task knows nothing of the server's record, and real postinstalls
-    /// enable their services. Nothing for other steps.
+    /// enable their services. Nothing for other steps. Not fenced: the
+    /// step passed its fence, and a lost lock must not leave the
+    /// component enabled.
     async fn keep_off_after(&self, server: ServerUuid, step: &Step) -> Result<(), StepFailure> {
         let Some(mark) = &step.keep_off else {
             return Ok(());
         };
         let args = switch_args(&step.component, Some(mark));
-        self.execute(server, step, &args, self.config.execute_timeout)
+        self.execute(server, step, &args, self.config.execute_timeout, None)
             .await
             .map(drop)
     }
 
-    async fn run_step(&self, server: ServerUuid, step: &Step) -> Result<StepDone, StepFailure> {
+    async fn run_step(
+        &self,
+        server: ServerUuid,
+        step: &Step,
+        fence: &dyn Fence,
+    ) -> Result<StepDone, StepFailure> {
         let self_replacing = step.order == OrderClass::CoreLast;
         match (step.transport, &step.action) {
             (_, Action::Disable { mark }) => {
                 let args = switch_args(&step.component, Some(mark));
-                self.execute(server, step, &args, self.config.execute_timeout)
-                    .await
+                let bound = self.config.execute_timeout;
+                self.execute(server, step, &args, bound, Some(fence)).await
             }
             (_, Action::Enable) => {
                 let args = switch_args(&step.component, None);
-                self.execute(server, step, &args, self.config.execute_timeout)
-                    .await
+                let bound = self.config.execute_timeout;
+                self.execute(server, step, &args, bound, Some(fence)).await
             }
             (TransportKind::InstallAgent, Action::Install { to } | Action::Upgrade { to, .. }) => {
+                // cn-agent's task has no --expect-current: the server's
+                // image is checked here, then the lock, then the task.
+                self.expect_current(server, step).await?;
+                fenced(fence, server, step).await?;
                 let id = self
                     .cnapi
                     .install_agent(server, to.uuid)
@@ -385,7 +413,8 @@ impl CnapiTransport {
             }
             (TransportKind::InstallAgent, Action::Remove { .. }) => {
                 let package = self.package_name(&step.component);
-                self.uninstall(server, &step.component, &package).await?;
+                self.uninstall(server, &step.component, &package, Some((fence, step)))
+                    .await?;
                 Ok(StepDone::default())
             }
             (TransportKind::Execute, action) => {
@@ -423,7 +452,13 @@ impl CnapiTransport {
                     }
                 };
                 let done = self
-                    .execute(server, step, &args, self.config.execute_timeout)
+                    .execute(
+                        server,
+                        step,
+                        &args,
+                        self.config.execute_timeout,
+                        Some(fence),
+                    )
                     .await?;
                 match action {
                     Action::Install { to } | Action::Upgrade { to, .. } if self_replacing => {
@@ -442,6 +477,50 @@ impl CnapiTransport {
         }
     }
 
+    /// The install-agent equivalent of `gz install --expect-current`: the
+    /// image CNAPI's `server.agents` lists for the component must be the
+    /// one the plan saw (nothing, for an install); otherwise someone
+    /// changed the server since the plan and the task is not started.
+    async fn expect_current(&self, server: ServerUuid, step: &Step) -> Result<(), StepFailure> {
+        let Some(expected) = step.expect_current() else {
+            return Ok(());
+        };
+        let record = self
+            .cnapi
+            .list_server(server)
+            .await
+            .map_err(|e| StepFailure::api(FailureStage::InstallAgent, &e))?;
+        let package = self.package_name(&step.component);
+        let entry = record
+            .map(|r| r.reported_agents())
+            .unwrap_or_default()
+            .into_iter()
+            .find(|a| a.name == package || a.name == step.component);
+        let now = entry.as_ref().map(|a| a.image_uuid);
+        let same = match (expected, now) {
+            (None, None) => true,
+            (Some(image), Some(Some(current))) => image == current,
+            _ => false,
+        };
+        if same {
+            return Ok(());
+        }
+        let shown =
+            |i: Option<ImageUuid>| i.map_or_else(|| "nothing".to_string(), |i| i.to_string());
+        Err(StepFailure::new(
+            FailureStage::Changed,
+            format!(
+                "CNAPI's server.agents lists {} for {}, not {} as the plan saw: the server changed since the plan (another run?); not started: plan again",
+                match now {
+                    None => "nothing".to_string(),
+                    Some(i) => format!("image {}", shown(i)),
+                },
+                step.component,
+                shown(expected)
+            ),
+        ))
+    }
+
     /// uninstall-agents of `package`, refused here (before CNAPI is asked)
     /// when `server.agents` does not list cn-agent >= 2.8.0: CNAPI answers
     /// 412 for an older one, and without the entry its refusal crashes it.
@@ -450,6 +529,7 @@ impl CnapiTransport {
         server: ServerUuid,
         component: &str,
         package: &str,
+        fence: Option<(&dyn Fence, &Step)>,
     ) -> Result<(), StepFailure> {
         let record = self
             .cnapi
@@ -479,6 +559,9 @@ impl CnapiTransport {
                 FailureStage::UninstallAgents,
                 format!("not asked to remove {package}: {why}"),
             ));
+        }
+        if let Some((fence, step)) = fence {
+            fenced(fence, server, step).await?;
         }
         let id = self
             .cnapi
@@ -522,7 +605,7 @@ impl CnapiTransport {
         let mut attempt = 0u32;
         let checked = loop {
             let left = deadline.saturating_duration_since(tokio::time::Instant::now());
-            match self.execute(server, step, &args, left).await {
+            match self.execute(server, step, &args, left, None).await {
                 Err(e)
                     if e.stage == FailureStage::Execute
                         && attempt < HEALTH_CHECK_RETRIES
@@ -574,7 +657,7 @@ impl CnapiTransport {
                 Err(e) => Err(StepFailure::api(FailureStage::InstallAgent, &e)),
             },
             None => self
-                .uninstall(server, &step.component, &package)
+                .uninstall(server, &step.component, &package, None)
                 .await
                 .map(|()| None),
         };
@@ -752,13 +835,15 @@ impl CnapiTransport {
     }
 
     /// `agentsadm <args>` on the server through CNAPI execute, in the
-    /// server's execute mode, within `bound`.
+    /// server's execute mode, within `bound`; a command that changes the
+    /// server goes only under a `fence` confirmed at the last moment.
     async fn execute(
         &self,
         server: ServerUuid,
         step: &Step,
         args: &[String],
         bound: Duration,
+        fence: Option<&dyn Fence>,
     ) -> Result<StepDone, StepFailure> {
         let record = self
             .cnapi
@@ -769,6 +854,9 @@ impl CnapiTransport {
             Some(r) => self.modes.for_server(r).await,
             None => ExecuteMode::Ur,
         };
+        if let Some(fence) = fence {
+            fenced(fence, server, step).await?;
+        }
         let request = gz_execute_request(args, self.config.execute_env.clone());
         let result = self
             .cnapi
@@ -875,7 +963,16 @@ impl Transport for CnapiTransport {
         server: ServerUuid,
         step: &'a Step,
     ) -> BoxFuture<'a, Result<StepDone, StepFailure>> {
-        Box::pin(self.run_step(server, step))
+        Box::pin(self.run_step(server, step, &Unfenced))
+    }
+
+    fn run_fenced<'a>(
+        &'a self,
+        server: ServerUuid,
+        step: &'a Step,
+        fence: &'a dyn Fence,
+    ) -> BoxFuture<'a, Result<StepDone, StepFailure>> {
+        Box::pin(self.run_step(server, step, fence))
     }
 
     fn tasks(&self, server: ServerUuid) -> Vec<TaskRef> {

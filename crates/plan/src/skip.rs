@@ -52,6 +52,9 @@ pub enum SkipReason {
         hold: Box<crate::marks::Mark>,
         named: bool,
     },
+    /// The server's `server.agents` cannot be used (a malformed entry, a
+    /// component listed twice): set aside, every other server goes on.
+    Quarantined { problem: String },
 }
 
 impl SkipReason {
@@ -87,6 +90,9 @@ impl SkipReason {
                 format!("already installed ({version}); use 'agentsadm update' to change it")
             }
             SkipReason::NotInstalled => "not installed and no SAPI instance".to_string(),
+            SkipReason::Quarantined { problem } => format!(
+                "set aside: what CNAPI lists for it cannot be used ({problem}); 'agentsadm check' says what to do"
+            ),
             SkipReason::NewerInstalled { version, latest } => format!(
                 "runs {version}, newer than the latest image found ({latest}); pass --image to downgrade"
             ),

@@ -59,11 +59,18 @@ pub enum FindingKind {
     /// Every service of it is disabled on the server, but SAPI does not
     /// say so: the next upgrade's postinstall would turn it back on.
     DisabledWithoutIntent,
+    /// An instance this server reports whose `params.server_uuid` names
+    /// another server: its params are corrected, never the instance
+    /// deleted.
+    InstanceNamesOtherServer,
+    /// What CNAPI lists for the server cannot be used (a malformed entry,
+    /// a component listed twice): the server is set aside.
+    UnusableServerAgents,
 }
 
 impl FindingKind {
     /// Every kind, in report order.
-    pub const ALL: [FindingKind; 13] = [
+    pub const ALL: [FindingKind; 15] = [
         FindingKind::MissingInstall,
         FindingKind::WrongImage,
         FindingKind::InstalledWithoutInstance,
@@ -77,6 +84,8 @@ impl FindingKind {
         FindingKind::UnmanagedComponent,
         FindingKind::RunningWhereDisabled,
         FindingKind::DisabledWithoutIntent,
+        FindingKind::InstanceNamesOtherServer,
+        FindingKind::UnusableServerAgents,
     ];
 
     pub fn as_str(&self) -> &'static str {
@@ -94,6 +103,8 @@ impl FindingKind {
             FindingKind::UnmanagedComponent => "unmanaged-component",
             FindingKind::RunningWhereDisabled => "running-where-disabled",
             FindingKind::DisabledWithoutIntent => "disabled-without-intent",
+            FindingKind::InstanceNamesOtherServer => "instance-names-other-server",
+            FindingKind::UnusableServerAgents => "unusable-server-agents",
         }
     }
 
