@@ -58,6 +58,7 @@ use agentsadm_plan::Step;
 
 use super::execmode::ExecuteModes;
 use super::guard::{Fence, Unfenced, fenced};
+use super::marks::switch_args;
 use super::recover::RecoveryConfig;
 use super::recover::TaskGoal;
 use super::recover::TaskPeers;
@@ -88,7 +89,7 @@ use agentsadm_types::ids::TaskId;
 /// hand-off stays: inside cn-agent, work that stops cn-agent must be
 /// handed off; under Ur it costs one transient-service run, and cn-agent's
 /// new image is confirmed through `server.agents` either way.
-const INSIDE_CN_AGENT: &str = "--inside-cn-agent";
+pub(crate) const INSIDE_CN_AGENT: &str = "--inside-cn-agent";
 
 /// How often a `gz health` check whose request failed quickly is asked
 /// again (within its bound), and the pause before the first retry (growing
@@ -348,12 +349,9 @@ impl CnapiTransport {
             .unwrap_or_else(|| component.to_string())
     }
 
-    /// `gz disable` of a component disabled on the server, after its
-    /// install or upgrade and before its health gate: cn-agent's install
-    /// task knows nothing of the server's record, and real postinstalls
-    /// enable their services. Nothing for other steps. Not fenced: the
-    /// step passed its fence, and a lost lock must not leave the
-    /// component enabled.
+    /// `gz disable` after installing a component disabled there, before
+    /// its gate (cn-agent's task does not know the server's record). Not
+    /// fenced: a lost lock must not leave it enabled.
     async fn keep_off_after(&self, server: ServerUuid, step: &Step) -> Result<(), StepFailure> {
         let Some(mark) = &step.keep_off else {
             return Ok(());
@@ -372,13 +370,12 @@ impl CnapiTransport {
     ) -> Result<StepDone, StepFailure> {
         let self_replacing = step.order == OrderClass::CoreLast;
         match (step.transport, &step.action) {
-            (_, Action::Disable { mark }) => {
-                let args = switch_args(&step.component, Some(mark));
-                let bound = self.config.execute_timeout;
-                self.execute(server, step, &args, bound, Some(fence)).await
-            }
-            (_, Action::Enable) => {
-                let args = switch_args(&step.component, None);
+            (_, Action::Disable { .. } | Action::Enable) => {
+                let mark = match &step.action {
+                    Action::Disable { mark } => Some(mark),
+                    _ => None,
+                };
+                let args = switch_args(&step.component, mark);
                 let bound = self.config.execute_timeout;
                 self.execute(server, step, &args, bound, Some(fence)).await
             }
@@ -978,23 +975,6 @@ impl Transport for CnapiTransport {
     fn tasks(&self, server: ServerUuid) -> Vec<TaskRef> {
         self.tasks.of(server)
     }
-}
-
-/// `gz disable NAME --by --at [--reason]` (`Some`) or `gz enable NAME`.
-fn switch_args(component: &str, mark: Option<&agentsadm_plan::Mark>) -> Vec<String> {
-    let mut args: Vec<String> = vec!["gz".into()];
-    match mark {
-        Some(m) => {
-            args.extend(["disable".into(), component.to_string()]);
-            args.extend(["--by".into(), m.by.clone(), "--at".into(), m.at.clone()]);
-            if let Some(r) = &m.reason {
-                args.extend(["--reason".into(), r.clone()]);
-            }
-        }
-        None => args.extend(["enable".into(), component.to_string()]),
-    }
-    args.extend(["--json".into(), INSIDE_CN_AGENT.into()]);
-    args
 }
 
 #[cfg(test)]
