@@ -3,6 +3,8 @@
 //!
 //! - `install`: every kind, upgrade hooks and instance UUIDs, rollback, remove, report;
 //! - `kinds`: what each component kind stages;
+//! - `keep_off`: a disabled component stays disabled across upgrade,
+//!   reinstall, rollback and a SIGKILL mid-postinstall (issue 25);
 //! - `agentsadm_kind`: agentsadm's own component (its directory, report,
 //!   upgrade by rename with the binary always there, takeover of a bare copy);
 //! - `bad_input`: each bad input refused with the cause named, nothing changed;
@@ -59,6 +61,8 @@ mod health;
 mod hostile;
 #[path = "gz_suite/install.rs"]
 mod install;
+#[path = "gz_suite/keep_off.rs"]
+mod keep_off;
 #[path = "gz_suite/kinds.rs"]
 mod kinds;
 #[path = "gz_suite/mockcloud.rs"]

@@ -15,6 +15,8 @@
 //! - `halfsetup`: a datacenter not set up leads with the cause (pure);
 //! - `halt`: the waves the plan shows and the run follows; a failure-budget
 //!   halt puts intent back (sim);
+//! - `holds`: holds as a planner rule, golden plan with holds (pure);
+//! - `marks_sim`: disable and hold end to end through the binary (sim);
 //! - `interrupt`: Ctrl-C with servers in flight (task ids, waiting for
 //!   them, a second interrupt), task ids of timed-out steps;
 //! - `latest`: where `--latest` looks, printed on the plan's first line;
@@ -52,12 +54,16 @@ mod golden_common;
 mod halfsetup;
 #[path = "orch_suite/halt.rs"]
 mod halt;
+#[path = "orch_suite/holds.rs"]
+mod holds;
 #[path = "orch_suite/interrupt.rs"]
 mod interrupt;
 #[path = "orch_suite/latest.rs"]
 mod latest;
 #[path = "orch_suite/list.rs"]
 mod list;
+#[path = "orch_suite/marks_sim.rs"]
+mod marks_sim;
 #[path = "orch_suite/one_at_a_time.rs"]
 mod one_at_a_time;
 #[path = "orch_suite/outage.rs"]

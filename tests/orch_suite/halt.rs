@@ -97,6 +97,7 @@ async fn a_budget_halt_puts_intent_back_for_what_did_not_converge() {
     };
     let options = PlanOptions {
         transport: TransportMode::Auto,
+        ignore_holds: false,
         rollout,
     };
     let planned = session

@@ -48,6 +48,7 @@ fn update_plan_with(n: usize, concurrency: usize) -> (FakeDc, Plan) {
         request: &request(Operation::Update, &["vm-agent"], &[]),
         options: PlanOptions {
             transport: TransportMode::Auto,
+            ignore_holds: false,
             rollout: agentsadm_plan::RolloutPolicy {
                 concurrency,
                 ..Default::default()

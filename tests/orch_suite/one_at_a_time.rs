@@ -116,6 +116,7 @@ pub(crate) async fn update(
         choice: ImageChoice::Image(image),
         options: PlanOptions {
             transport: TransportMode::Auto,
+            ignore_holds: false,
             rollout: settings.rollout,
         },
     };

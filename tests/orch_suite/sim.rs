@@ -661,6 +661,7 @@ async fn seeded_racks_are_never_over_their_limit() {
             ImageChoice::Latest,
             agentsadm_plan::PlanOptions {
                 transport: TransportMode::Auto,
+                ignore_holds: false,
                 rollout,
             },
         )

@@ -92,6 +92,11 @@ pub struct AgentsReport {
     pub agents: Vec<AgentEntry>,
     #[serde(default)]
     pub errors: Vec<ReportError>,
+    /// Installed components whose SMF instances are all disabled (for
+    /// `check`: a component running where SAPI says disabled, or the
+    /// reverse). Absent from older installers.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub services_off: Vec<String>,
 }
 
 /// A component that is present but unreadable (missing `image_uuid`,

@@ -242,6 +242,23 @@ pub enum Command {
         after_help = "Examples:\n  agentsadm remove dockerlogger -s cn0001\n  agentsadm remove dockerlogger -s cn0001,cn0002 -y"
     )]
     Remove(orch::RemoveArgs),
+    /// Keep a component's SMF services disabled on servers (recorded in
+    /// SAPI), across every later upgrade.
+    #[command(
+        after_help = "Examples:\n  agentsadm disable net-agent -s cn0042 --reason 'RFD 58: migration destination'"
+    )]
+    Disable(orch::DisableArgs),
+    /// Let a component disabled with `agentsadm disable` run again.
+    #[command(after_help = "Examples:\n  agentsadm enable net-agent -s cn0042 -y")]
+    Enable(orch::EnableArgs),
+    /// Leave a component where it is: every bulk change skips it (recorded in SAPI).
+    #[command(
+        after_help = "Examples:\n  agentsadm hold vm-agent -s cn0007,cn0008 --reason 'support case 4711'\n  agentsadm hold marlin-agent --reason 'Manta freeze'"
+    )]
+    Hold(orch::HoldArgs),
+    /// Lift a hold put with `agentsadm hold`.
+    #[command(after_help = "Examples:\n  agentsadm release vm-agent -s cn0007,cn0008")]
+    Release(orch::ReleaseArgs),
     /// Create SAPI agent services and instances for what is installed.
     #[command(after_help = "Examples:\n  agentsadm adopt -n\n  agentsadm adopt -y")]
     Adopt(orch::AdoptArgs),
@@ -276,6 +293,8 @@ impl Command {
             Command::Install(_) => Some("install"),
             Command::Remove(_) => Some("remove"),
             Command::Adopt(_) => Some("adopt"),
+            Command::Disable(_) => Some("disable"),
+            Command::Enable(_) => Some("enable"),
             Command::Check(c) if c.fix => Some("check"),
             Command::Server(s) => Some(match s.command {
                 flows::ServerCommand::Delete(_) => "server-delete",
@@ -301,6 +320,10 @@ async fn dispatch<X: Extension>(cli: Cli<X>) -> CmdResult {
         Command::Install(a) => orch::run_install(&g, a).await,
         Command::Remove(a) => orch::run_remove(&g, a).await,
         Command::Adopt(a) => orch::run_adopt(&g, a).await,
+        Command::Disable(a) => orch::run_disable(&g, a).await,
+        Command::Enable(a) => orch::run_enable(&g, a).await,
+        Command::Hold(a) => orch::run_hold(&g, a).await,
+        Command::Release(a) => orch::run_release(&g, a).await,
         Command::Check(a) => flows::run_check(&g, a).await,
         Command::Server(a) => flows::run_server(&g, a).await,
         Command::Installer(a) => flows::run_installer(&g, a).await,

@@ -371,7 +371,7 @@ fn closed_plan(
         ServerAction::Delete => (Operation::ServerDelete, ServerCall::Delete),
         ServerAction::FactoryReset => (Operation::FactoryReset, ServerCall::FactoryReset),
     };
-    let mut b = PlanBuilder::new(operation, &catalog);
+    let mut b = PlanBuilder::new(operation, &catalog, agentsadm_plan::Intent::none());
     b.selected_servers(1);
     for i in instances {
         b.record(RecordChange::Instance {

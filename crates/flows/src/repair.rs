@@ -223,6 +223,8 @@ fn step_line(st: &agentsadm_plan::Step) -> String {
         Action::Remove { installed } => {
             format!("- {} {}", st.component, installed.version)
         }
+        Action::Disable { .. } => format!("! disable {} (its services off)", st.component),
+        Action::Enable => format!("^ enable {} (its services on)", st.component),
     }
 }
 
@@ -250,6 +252,16 @@ fn sapi_line(r: &RecordChange) -> String {
         (None, None) => String::new(),
     };
     match change {
+        IntentChange::Mark {
+            component,
+            instance,
+            key,
+            ..
+        } => format!(
+            "~ instance {} of {component}{on}: params.{}",
+            short(instance),
+            key.param()
+        ),
         IntentChange::CreateInstance {
             component,
             instance,
@@ -355,7 +367,7 @@ pub fn plan_repairs_with(
     findings: &[Finding],
     policy: &RolloutPolicy,
 ) -> RepairPlan {
-    let mut b = PlanBuilder::new(Operation::Repair, catalog);
+    let mut b = PlanBuilder::new(Operation::Repair, catalog, &survey.intent);
     // Repairs are never named one by one: a bulk operation.
     b.bulk(true).selected_servers(survey.reality.servers.len());
     let mut r = Repairs::default();
@@ -472,7 +484,9 @@ fn record_fix(
                 },
             });
         }
-        Fix::Manual { .. } | Fix::Install { .. } | Fix::Upgrade { .. } => return false,
+        Fix::Manual { .. } | Fix::Install { .. } | Fix::Upgrade { .. } | Fix::Disable { .. } => {
+            return false;
+        }
     }
     true
 }
@@ -533,6 +547,17 @@ fn server_fix(f: &Finding, catalog: &Catalog, survey: &Survey, b: &mut PlanBuild
                 to: image.clone(),
             };
             b.step(state, execute, c, action, *transport);
+            true
+        }
+        Fix::Disable { mark } if execute => {
+            let action = Action::Disable { mark: mark.clone() };
+            b.step(
+                state,
+                execute,
+                c,
+                action,
+                agentsadm_plan::TransportKind::Execute,
+            );
             true
         }
         _ => false,

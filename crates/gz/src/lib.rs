@@ -78,6 +78,7 @@ pub mod fetch;
 pub mod fsutil;
 pub mod health;
 pub mod hooks;
+pub mod keep_off;
 pub mod kinds;
 pub mod layout;
 pub mod lock;

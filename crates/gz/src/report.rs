@@ -59,6 +59,7 @@ pub fn report(paths: &GzPaths, catalog: &Catalog, server: ServerUuid) -> AgentsR
         server_uuid: server,
         agents,
         errors,
+        services_off: Vec::new(),
     }
 }
 

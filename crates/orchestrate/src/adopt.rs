@@ -320,7 +320,7 @@ pub fn plan_adoption(
         }
         server_instances(intent, s, &mut instances, &mut skips);
     }
-    let mut b = PlanBuilder::new(Operation::Adopt, catalog);
+    let mut b = PlanBuilder::new(Operation::Adopt, catalog, agentsadm_plan::Intent::none());
     b.selected_servers(reality.servers.len());
     for n in &new_services {
         b.record(RecordChange::CreateService {

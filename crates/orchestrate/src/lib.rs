@@ -28,6 +28,8 @@
 //!   command line turns the reporter's events into progress.
 //!   [`execmode`] tells how CNAPI execute reaches each server, and
 //!   [`recover`] settles tasks whose result CNAPI lost.
+//! - [`marks`]: `disable`/`enable` planned for the run, `hold`/`release`
+//!   written to SAPI (issue 25).
 
 pub mod adopt;
 pub mod baseline;
@@ -40,6 +42,7 @@ pub mod guard;
 mod holding;
 pub mod images;
 pub mod lock;
+pub mod marks;
 pub mod outlier;
 pub mod records;
 pub mod recover;

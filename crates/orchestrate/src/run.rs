@@ -58,6 +58,8 @@ pub struct RunSettings {
     pub transport: TransportMode,
     /// `-j`, `--canary`, `--max-failures`, `--max-per-rack`.
     pub rollout: RolloutPolicy,
+    /// `--ignore-holds` (update, install, remove).
+    pub ignore_holds: bool,
     /// `--task-timeout` and the rest of the executor's settings.
     pub options: ExecOptions,
 }
@@ -68,6 +70,7 @@ impl RunSettings {
         PlanOptions {
             transport: self.transport,
             rollout: self.rollout,
+            ignore_holds: self.ignore_holds,
         }
     }
 }

@@ -194,6 +194,27 @@ impl SapiIntentStore {
                 self.delete(*instance).await
             }
             IntentChange::DeleteInstance { instance, .. } => self.delete(*instance).await,
+            IntentChange::Mark {
+                instance,
+                key,
+                mark,
+                ..
+            } => {
+                let value = mark.as_ref().map(|m| m.to_value()).unwrap_or_default();
+                let mut update =
+                    Update::params(agentsadm_api::sapi::object([(key.param(), value)]));
+                if mark.is_none() {
+                    update.action = Some(agentsadm_api::sapi::UpdateAction::Delete);
+                }
+                self.sapi
+                    .update_instance(*instance, &update)
+                    .await
+                    .map(|_| ())
+                    .map_err(|err| IntentWriteError::Api {
+                        what: format!("set params.{} on instance {instance}", key.param()),
+                        err: Box::new(err),
+                    })
+            }
         }
     }
 

@@ -58,6 +58,7 @@ use agentsadm_plan::Step;
 
 use super::execmode::ExecuteModes;
 use super::guard::{Fence, Unfenced, fenced};
+use super::marks::switch_args;
 use super::recover::RecoveryConfig;
 use super::recover::TaskGoal;
 use super::recover::TaskPeers;
@@ -88,7 +89,7 @@ use agentsadm_types::ids::TaskId;
 /// hand-off stays: inside cn-agent, work that stops cn-agent must be
 /// handed off; under Ur it costs one transient-service run, and cn-agent's
 /// new image is confirmed through `server.agents` either way.
-const INSIDE_CN_AGENT: &str = "--inside-cn-agent";
+pub(crate) const INSIDE_CN_AGENT: &str = "--inside-cn-agent";
 
 /// How often a `gz health` check whose request failed quickly is asked
 /// again (within its bound), and the pause before the first retry (growing
@@ -351,6 +352,19 @@ impl CnapiTransport {
             .unwrap_or_else(|| component.to_string())
     }
 
+    /// `gz disable` after installing a component disabled there, before
+    /// its gate (cn-agent's task does not know the server's record). Not
+    /// fenced: a lost lock must not leave it enabled.
+    async fn keep_off_after(&self, server: ServerUuid, step: &Step) -> Result<(), StepFailure> {
+        let Some(mark) = &step.keep_off else {
+            return Ok(());
+        };
+        let args = switch_args(&step.component, Some(mark));
+        self.execute(server, step, &args, self.config.execute_timeout, None)
+            .await
+            .map(drop)
+    }
+
     async fn run_step(
         &self,
         server: ServerUuid,
@@ -359,6 +373,15 @@ impl CnapiTransport {
     ) -> Result<StepDone, StepFailure> {
         let self_replacing = step.order == OrderClass::CoreLast;
         match (step.transport, &step.action) {
+            (_, Action::Disable { .. } | Action::Enable) => {
+                let mark = match &step.action {
+                    Action::Disable { mark } => Some(mark),
+                    _ => None,
+                };
+                let args = switch_args(&step.component, mark);
+                let bound = self.config.execute_timeout;
+                self.execute(server, step, &args, bound, Some(fence)).await
+            }
             (TransportKind::InstallAgent, Action::Install { to } | Action::Upgrade { to, .. }) => {
                 // cn-agent's task has no --expect-current: the server's
                 // image is checked here, then the lock, then the task.
@@ -378,11 +401,13 @@ impl CnapiTransport {
                 if self_replacing {
                     let failed = task.err();
                     let mut done = self.confirm_image(server, step, to.uuid, failed).await?;
+                    self.keep_off_after(server, step).await?;
                     done.gate_elapsed = self.gz_health(server, step, id).await?;
                     return Ok(done);
                 }
                 task?;
                 let mut done = self.done(server, step).await?;
+                self.keep_off_after(server, step).await?;
                 done.gate_elapsed = self.gz_health(server, step, id).await?;
                 Ok(done)
             }
@@ -416,7 +441,7 @@ impl CnapiTransport {
                         }
                         args
                     }
-                    Action::Remove { .. } => {
+                    Action::Remove { .. } | Action::Disable { .. } | Action::Enable => {
                         vec![
                             "gz".into(),
                             "remove".into(),
@@ -443,7 +468,10 @@ impl CnapiTransport {
                         confirmed.instance = confirmed.instance.or(done.instance);
                         Ok(confirmed)
                     }
-                    _ => Ok(done),
+                    _ => {
+                        self.keep_off_after(server, step).await?;
+                        Ok(done)
+                    }
                 }
             }
         }

@@ -24,7 +24,9 @@ use super::skip::{Skip, SkipReason};
 use super::types::{
     Action, Gate, IntentChange, Plan, RecordChange, ServerPlan, ServiceChange, Step,
 };
-use super::{ImageRef, TransportKind};
+use super::{ImageRef, PlanningInput, TransportKind};
+use crate::intent::Intent;
+use crate::marks::HoldScope;
 use crate::reality::ServerState;
 use agentsadm_types::catalog::{Catalog, Component};
 use agentsadm_types::ids::{ImageUuid, ServerUuid};
@@ -39,10 +41,17 @@ pub struct PlanBuilder<'c> {
     bulk: bool,
     /// Whether `agentsadm gz` reaches each server (for its health gates).
     execute: BTreeMap<ServerUuid, bool>,
+    /// SAPI's holds and disables (and how this request treats holds).
+    intent: &'c Intent,
+    named_servers: bool,
+    ignore_holds: bool,
 }
 
 impl<'c> PlanBuilder<'c> {
-    pub fn new(operation: Operation, catalog: &'c Catalog) -> PlanBuilder<'c> {
+    /// A plan of `operation`. `intent`: SAPI's intent, whose holds and
+    /// disables every plan that moves components honours ([`Intent::none`]
+    /// for one that moves none).
+    pub fn new(operation: Operation, catalog: &'c Catalog, intent: &'c Intent) -> PlanBuilder<'c> {
         PlanBuilder {
             catalog,
             plan: Plan {
@@ -61,7 +70,37 @@ impl<'c> PlanBuilder<'c> {
             },
             bulk: false,
             execute: BTreeMap::new(),
+            intent,
+            named_servers: false,
+            ignore_holds: false,
         }
+    }
+
+    /// The operator named the servers (`-s`): a hold there refuses the
+    /// change (a blocking skip) instead of quietly leaving it out.
+    pub fn named_servers(&mut self, named: bool) -> &mut Self {
+        self.named_servers = named;
+        self
+    }
+
+    /// `--ignore-holds`: held components are changed anyway, with a
+    /// warning and an explicit yes.
+    pub fn ignore_holds(&mut self, ignore: bool) -> &mut Self {
+        self.ignore_holds = ignore;
+        self
+    }
+
+    /// A plan of a request: SAPI's holds, honoured as the request and
+    /// its options say (`named`: the request named its servers).
+    pub fn for_request(
+        operation: Operation,
+        input: &PlanningInput<'c>,
+        named: bool,
+    ) -> PlanBuilder<'c> {
+        let mut b = PlanBuilder::new(operation, input.catalog, input.intent);
+        b.named_servers(named)
+            .ignore_holds(input.options.ignore_holds);
+        b
     }
 
     /// The components were selected in bulk (`--all`, every repair), not
@@ -148,6 +187,7 @@ impl<'c> PlanBuilder<'c> {
             gate: Gate::None,
             action,
             transport,
+            keep_off: None,
         });
         self
     }
@@ -169,6 +209,7 @@ impl<'c> PlanBuilder<'c> {
                 gate: Gate::None,
                 action,
                 transport,
+                keep_off: None,
             }));
         sp.intent.extend(intent);
         self
@@ -184,7 +225,9 @@ impl<'c> PlanBuilder<'c> {
 
     /// Apply the rules and decide the waves.
     pub fn finish(mut self, policy: &RolloutPolicy) -> Plan {
+        self.hold_rule();
         self.non_bulk_rule();
+        self.keep_off_rule();
         self.gates();
         let plan = &mut self.plan;
         plan.servers
@@ -211,6 +254,94 @@ impl<'c> PlanBuilder<'c> {
         plan.records.sort_by_key(RecordChange::phase);
         plan.rollout = waves(&plan.servers, policy);
         self.plan
+    }
+
+    /// Held components stay where they are: their steps (and the SAPI
+    /// writes that go with them) leave the plan with a skip saying who
+    /// held them, when and why; a datacenter-wide hold keeps the service
+    /// default too. With `--ignore-holds` they stay, with a warning and an
+    /// explicit yes.
+    fn hold_rule(&mut self) {
+        let holds = &self.intent.holds;
+        if holds.is_empty() {
+            return;
+        }
+        let mut skips: Vec<Skip> = Vec::new();
+        let mut overridden: Vec<String> = Vec::new();
+        let held_skip = |server: Option<(ServerUuid, &str)>, component: &str, named: bool| {
+            let (scope, mark) = match server {
+                Some((uuid, _)) => holds.get(&uuid, component)?,
+                None => (HoldScope::Datacenter, holds.services.get(component)?),
+            };
+            Some(Skip {
+                server: server.map(|s| s.0),
+                hostname: server.map(|s| s.1.to_string()),
+                component: Some(component.to_string()),
+                reason: SkipReason::Held {
+                    scope,
+                    hold: Box::new(mark.clone()),
+                    named,
+                },
+                blocking: named,
+            })
+        };
+        for (uuid, sp) in self.plan.servers.iter_mut() {
+            let (held, keep): (Vec<Step>, Vec<Step>) = std::mem::take(&mut sp.steps)
+                .into_iter()
+                .partition(|st| st.action.moves() && holds.get(uuid, &st.component).is_some());
+            sp.steps = keep;
+            for st in held {
+                if self.ignore_holds {
+                    overridden.push(format!("{} on {}", st.component, sp.hostname));
+                    sp.steps.push(st);
+                    continue;
+                }
+                sp.intent.retain(|c| c.component() != st.component);
+                skips.extend(held_skip(
+                    Some((*uuid, &sp.hostname)),
+                    &st.component,
+                    self.named_servers,
+                ));
+            }
+        }
+        if !self.ignore_holds {
+            let services = &holds.services;
+            self.plan.service_changes.retain(|c| {
+                let held = services.contains_key(&c.component);
+                if held {
+                    skips.extend(held_skip(None, &c.component, false));
+                }
+                !held
+            });
+        }
+        self.plan.skips.extend(skips);
+        if !overridden.is_empty() {
+            self.plan.warnings.push(format!(
+                "held, changed anyway (--ignore-holds): {}; -y is required",
+                overridden.join(", ")
+            ));
+            self.plan.needs_explicit_yes = true;
+        }
+    }
+
+    /// A component disabled on a server stays off: each install or
+    /// upgrade of it there runs `gz disable` in the same step (the
+    /// installer keeps it off by itself; cn-agent's install task does not).
+    fn keep_off_rule(&mut self) {
+        let disabled = &self.intent.disabled;
+        if disabled.is_empty() {
+            return;
+        }
+        for (uuid, sp) in self.plan.servers.iter_mut() {
+            for st in &mut sp.steps {
+                if matches!(st.action, Action::Install { .. } | Action::Upgrade { .. }) {
+                    st.keep_off = disabled
+                        .get(uuid)
+                        .and_then(|m| m.get(&st.component))
+                        .cloned();
+                }
+            }
+        }
     }
 
     /// marlin-agent and its kind: never in a bulk plan; named, a warning
@@ -338,7 +469,7 @@ mod tests {
     fn build(bulk: bool, policy: &RolloutPolicy) -> Plan {
         let catalog = Catalog::builtin();
         let r = reality(6);
-        let mut b = PlanBuilder::new(Operation::Update, &catalog);
+        let mut b = PlanBuilder::new(Operation::Update, &catalog, Intent::none());
         b.bulk(bulk).selected_servers(r.servers.len());
         for s in r.servers.values() {
             for name in ["marlin-agent", "vm-agent"] {
@@ -401,7 +532,7 @@ mod tests {
         let catalog = Catalog::builtin();
         let only = reality(1);
         let hn = only.servers.values().next().unwrap();
-        let mut b = PlanBuilder::new(Operation::Update, &catalog);
+        let mut b = PlanBuilder::new(Operation::Update, &catalog, Intent::none());
         let c = catalog.get("vm-agent").unwrap();
         b.step(
             hn,
@@ -424,7 +555,7 @@ mod tests {
         assert!(build(true, &policy).rollout().canaries().is_empty());
         let catalog = Catalog::builtin();
         let r = reality(22);
-        let mut b = PlanBuilder::new(Operation::Update, &catalog);
+        let mut b = PlanBuilder::new(Operation::Update, &catalog, Intent::none());
         let c = catalog.get("vm-agent").unwrap();
         for s in r.servers.values() {
             b.step(

@@ -131,30 +131,7 @@ fn server_lines(sp: &crate::ServerPlan, grouped: bool) -> Vec<String> {
             format!(" {}", &i.to_string()[..8])
         }
     };
-    let mut lines = Vec::new();
-    for st in &sp.steps {
-        let t = st.transport.as_str();
-        lines.push(match &st.action {
-            Action::Install { to } => format!("+ {} {} [{t}]", st.component, image(to)),
-            Action::Upgrade { from, to } => {
-                let from_img = from
-                    .image
-                    .as_ref()
-                    .map(|u| format!(" ({})", short(u)))
-                    .unwrap_or_default();
-                format!(
-                    "~ {} {}{} -> {} [{t}]",
-                    st.component,
-                    from.version,
-                    from_img,
-                    image(to)
-                )
-            }
-            Action::Remove { installed } => {
-                format!("- {} {} [{t}]", st.component, installed.version)
-            }
-        });
-    }
+    let mut lines: Vec<String> = sp.steps.iter().map(step_line).collect();
     for ch in &sp.intent {
         // An instance target that goes with an upgrade of the same component
         // is implied by the `~` line (and listed in --json).
@@ -206,9 +183,67 @@ fn server_lines(sp: &crate::ServerPlan, grouped: bool) -> Vec<String> {
                 "- SAPI instance {} of {component} (replaced: once the server reports the new one)",
                 &instance.to_string()[..8]
             ),
+            IntentChange::Mark {
+                component,
+                instance,
+                key,
+                mark,
+            } => match mark {
+                Some(m) => format!(
+                    "~ SAPI instance{} of {component}: params.{} {}",
+                    inst(instance),
+                    key.param(),
+                    m.describe()
+                ),
+                None => format!(
+                    "~ SAPI instance{} of {component}: params.{} cleared",
+                    inst(instance),
+                    key.param()
+                ),
+            },
         });
     }
     lines
+}
+
+/// The line of one step: `+` install, `~` upgrade, `-` remove, `!`
+/// disable, `^` enable, with its transport (and the `gz disable` that
+/// follows an install of a component disabled there).
+fn step_line(st: &crate::Step) -> String {
+    let t = st.transport.as_str();
+    let t = match (&st.keep_off, st.transport) {
+        (None, _) => t.to_string(),
+        (Some(_), crate::TransportKind::InstallAgent) => {
+            format!("{t}, then gz disable: disabled here, and cn-agent's postinstall enables it")
+        }
+        (Some(_), _) => format!("{t}, kept disabled (disabled here)"),
+    };
+    match &st.action {
+        Action::Install { to } => format!("+ {} {} [{t}]", st.component, image(to)),
+        Action::Upgrade { from, to } => {
+            let from_img = from
+                .image
+                .as_ref()
+                .map(|u| format!(" ({})", short(u)))
+                .unwrap_or_default();
+            format!(
+                "~ {} {}{} -> {} [{t}]",
+                st.component,
+                from.version,
+                from_img,
+                image(to)
+            )
+        }
+        Action::Remove { installed } => {
+            format!("- {} {} [{t}]", st.component, installed.version)
+        }
+        Action::Disable { mark } => format!(
+            "! disable {}: its SMF services off and kept off ({}) [{t}]",
+            st.component,
+            mark.describe()
+        ),
+        Action::Enable => format!("^ enable {}: its SMF services on again [{t}]", st.component),
+    }
 }
 
 /// The rollout as the plan shows it: a head line with the concurrency,
@@ -305,12 +340,14 @@ pub fn record_line(r: &RecordChange) -> String {
                 | IntentChange::AdoptInstalled { image, .. } => {
                     ("~", format!(": image_uuid {}", short(image)))
                 }
+                IntentChange::Mark { key, .. } => ("~", format!(": params.{}", key.param())),
             };
             let instance = match change {
                 IntentChange::UpdateInstance { instance, .. }
                 | IntentChange::CreateInstance { instance, .. }
                 | IntentChange::DeleteInstance { instance, .. }
-                | IntentChange::DeleteReplaced { instance, .. } => {
+                | IntentChange::DeleteReplaced { instance, .. }
+                | IntentChange::Mark { instance, .. } => {
                     format!(" {}", &instance.to_string()[..8])
                 }
                 IntentChange::AdoptInstalled { .. } => String::new(),
@@ -546,6 +583,13 @@ fn write_summary(f: &mut fmt::Formatter<'_>, p: &Plan) -> fmt::Result {
             plural(c.installs, "install", "installs"),
             plural(c.removals, "removal", "removals")
         );
+        if c.switches > 0 {
+            let _ = write!(
+                summary,
+                ", {}",
+                plural(c.switches, "disable or enable", "disables or enables")
+            );
+        }
         if c.intent_only_servers > 0 {
             let _ = write!(
                 summary,

@@ -44,7 +44,7 @@ pub(super) fn plan_install(input: &PlanningInput, selected: Selected) -> Result<
                 })?
             }
         };
-    let mut b = PlanBuilder::new(Operation::Install, input.catalog);
+    let mut b = PlanBuilder::for_request(Operation::Install, input, selected.named);
     b.selected_servers(selected.servers.len())
         .components([c.name.clone()])
         .targets(BTreeMap::from([(c.name.clone(), target.clone())]));

@@ -17,6 +17,7 @@ use std::collections::BTreeMap;
 
 use serde::Serialize;
 
+use crate::marks::{DISABLED_PARAM, HOLD_PARAM, Holds, Mark};
 use crate::reality::Reality;
 use agentsadm_api::sapi::Instance;
 use agentsadm_api::sapi::Service;
@@ -103,9 +104,35 @@ pub struct Intent {
     /// another service is never taken over).
     #[serde(skip)]
     pub recorded: BTreeMap<InstanceUuid, ServiceUuid>,
+    /// Holds (`params.agentsadm_hold` on services and instances).
+    #[serde(skip_serializing_if = "Holds::is_empty")]
+    pub holds: Holds,
+    /// Components whose services must stay off, by server then component
+    /// (`params.agentsadm_disabled` on the instance).
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub disabled: BTreeMap<ServerUuid, BTreeMap<String, Mark>>,
 }
 
+static NO_INTENT: Intent = Intent {
+    services: BTreeMap::new(),
+    instances: BTreeMap::new(),
+    duplicates: Vec::new(),
+    unlinked: Vec::new(),
+    recorded: BTreeMap::new(),
+    holds: Holds {
+        services: BTreeMap::new(),
+        servers: BTreeMap::new(),
+    },
+    disabled: BTreeMap::new(),
+};
+
 impl Intent {
+    /// No intent at all: no holds, nothing disabled (for the builder of a
+    /// plan that moves no component: adoption, server records).
+    pub fn none() -> &'static Intent {
+        &NO_INTENT
+    }
+
     /// Index SAPI's agent services and instances. Services that are not
     /// catalog components (e.g. `cabase`) and their instances are ignored.
     pub fn build(
@@ -131,6 +158,9 @@ impl Intent {
                 continue;
             }
             by_uuid.insert(s.uuid, c.name.clone());
+            if let Some(mark) = Mark::from_params(s.params.as_ref(), HOLD_PARAM) {
+                intent.holds.services.insert(c.name.clone(), mark);
+            }
             intent.services.insert(
                 c.name.clone(),
                 AgentService {
@@ -183,6 +213,19 @@ impl Intent {
             let per_server = intent.instances.entry(server).or_default();
             match per_server.get(component) {
                 None => {
+                    // The marks of the instance kept (a duplicate's are
+                    // not read: `check` removes it).
+                    for (key, marks) in [
+                        (HOLD_PARAM, &mut intent.holds.servers),
+                        (DISABLED_PARAM, &mut intent.disabled),
+                    ] {
+                        if let Some(mark) = Mark::from_params(inst.params.as_ref(), key) {
+                            marks
+                                .entry(server)
+                                .or_default()
+                                .insert(component.clone(), mark);
+                        }
+                    }
                     per_server.insert(component.clone(), entry);
                 }
                 Some(existing) => {
@@ -226,6 +269,12 @@ impl Intent {
         self.instance(server, component)
             .and_then(|i| i.image)
             .or_else(|| self.services.get(component)?.default_image)
+    }
+
+    /// Whether the component's services must stay off on the server, and
+    /// who said so.
+    pub fn disabled(&self, server: &ServerUuid, component: &str) -> Option<&Mark> {
+        self.disabled.get(server)?.get(component)
     }
 
     /// Duplicate instance UUIDs of one (server, component).

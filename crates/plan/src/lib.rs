@@ -33,16 +33,20 @@ mod builder;
 pub mod display;
 mod install;
 pub mod intent;
+pub mod marks;
 pub mod reality;
 mod remove;
 pub mod request;
 pub mod rollout;
 mod select;
 pub mod skip;
+mod switch;
 pub mod types;
 mod update;
 
 pub use builder::PlanBuilder;
+pub use intent::Intent;
+pub use marks::{HoldScope, Holds, Mark};
 pub use request::{
     ComponentSelection, ImageRef, Operation, PlanOptions, PlanningInput, Request, ResolvedImages,
     ServerSelection, TransportKind, TransportMode,
@@ -54,7 +58,7 @@ pub use rollout::{
 pub use select::resolve_servers;
 pub use skip::{Skip, SkipReason};
 pub use types::{
-    Action, Gate, HealthFlags, InstalledRef, IntentChange, Plan, PlanCounts, RecordChange,
+    Action, Gate, HealthFlags, InstalledRef, IntentChange, MarkKey, Plan, PlanCounts, RecordChange,
     ServerCall, ServerPlan, ServiceChange, Step,
 };
 
@@ -118,6 +122,13 @@ pub fn plan(input: &PlanningInput) -> Result<Plan, PlanError> {
             operation: other.as_str(),
         }),
     }
+}
+
+/// The plan of `disable` (`Some(mark)`: who, when, why) or `enable`
+/// (`None`) of the request's one component on its servers. Pure.
+pub fn plan_disable(input: &PlanningInput, mark: Option<&Mark>) -> Result<Plan, PlanError> {
+    let selected = select_servers(input)?;
+    switch::plan_switch(input, selected, mark)
 }
 
 /// Whether version `a` is strictly newer than `b`. Agent versions are

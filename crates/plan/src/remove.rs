@@ -32,7 +32,7 @@ pub(super) fn plan_remove(input: &PlanningInput, selected: Selected) -> Result<P
             component: c.name.clone(),
         });
     }
-    let mut b = PlanBuilder::new(Operation::Remove, input.catalog);
+    let mut b = PlanBuilder::for_request(Operation::Remove, input, selected.named);
     b.selected_servers(selected.servers.len())
         .components([c.name.clone()])
         .targets(input.images.targets.clone());

@@ -28,6 +28,10 @@ pub enum Operation {
     ServerDelete,
     /// `server factory-reset`.
     FactoryReset,
+    /// `disable`.
+    Disable,
+    /// `enable`.
+    Enable,
 }
 
 impl Operation {
@@ -40,6 +44,8 @@ impl Operation {
             Operation::Adopt => "adopt",
             Operation::ServerDelete => "server delete",
             Operation::FactoryReset => "server factory-reset",
+            Operation::Disable => "disable",
+            Operation::Enable => "enable",
         }
     }
 }
@@ -134,6 +140,8 @@ pub struct PlanOptions {
     pub transport: TransportMode,
     /// How the servers are rolled out (waves, budget, concurrency).
     pub rollout: crate::rollout::RolloutPolicy,
+    /// `--ignore-holds`: change held components anyway (explicit yes).
+    pub ignore_holds: bool,
 }
 
 impl From<TransportMode> for PlanOptions {

@@ -5,6 +5,7 @@
 use serde::Serialize;
 
 use super::request::PlanningInput;
+use crate::marks::HoldScope;
 use crate::reality::ServerState;
 use agentsadm_types::ids::ImageUuid;
 use agentsadm_types::ids::ServerUuid;
@@ -42,6 +43,15 @@ pub enum SkipReason {
     NoExecute,
     /// `--latest` found an older version than the server runs.
     NewerInstalled { version: String, latest: String },
+    /// The component is held here (`agentsadm hold`). `named`: the
+    /// operator named the server, and the hold refuses it (blocking)
+    /// unless `--ignore-holds`.
+    Held {
+        scope: HoldScope,
+        /// Who held it, when and why.
+        hold: Box<crate::marks::Mark>,
+        named: bool,
+    },
     /// The server's `server.agents` cannot be used (a malformed entry, a
     /// component listed twice): set aside, every other server goes on.
     Quarantined { problem: String },
@@ -88,6 +98,14 @@ impl SkipReason {
             ),
             SkipReason::NoExecute => {
                 "needs CNAPI execute, which mockcloud servers do not have; skipped".to_string()
+            }
+            SkipReason::Held { scope, hold, named } => {
+                let what = if *named {
+                    "pass --ignore-holds -y to change it anyway"
+                } else {
+                    "'agentsadm release' lets it move"
+                };
+                format!("held {} {}; {what}", scope.as_str(), hold.describe())
             }
             SkipReason::TransportUnsupported { kind } => format!(
                 "cn-agent's install-agent task cannot install {kind} components (use --transport auto)"

@@ -14,6 +14,7 @@ use super::request::Operation;
 
 use super::request::TransportKind;
 use super::skip::Skip;
+use crate::marks::Mark;
 use crate::reality::Installed;
 use crate::rollout::Rollout;
 use agentsadm_api::cnapi::AgentEntry;
@@ -44,9 +45,23 @@ impl From<&Installed> for InstalledRef {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 #[serde(tag = "action", rename_all = "lowercase")]
 pub enum Action {
-    Install { to: ImageRef },
-    Upgrade { from: InstalledRef, to: ImageRef },
-    Remove { installed: InstalledRef },
+    Install {
+        to: ImageRef,
+    },
+    Upgrade {
+        from: InstalledRef,
+        to: ImageRef,
+    },
+    Remove {
+        installed: InstalledRef,
+    },
+    /// `agentsadm disable`: keep the component's services off on the
+    /// server (`gz disable`, through execute).
+    Disable {
+        mark: Mark,
+    },
+    /// `agentsadm enable`: let them run again (`gz enable`).
+    Enable,
 }
 
 impl Action {
@@ -55,14 +70,25 @@ impl Action {
             Action::Install { .. } => "install",
             Action::Upgrade { .. } => "upgrade",
             Action::Remove { .. } => "remove",
+            Action::Disable { .. } => "disable",
+            Action::Enable => "enable",
         }
+    }
+
+    /// Whether the step moves the component (installs, upgrades or
+    /// removes it): what a hold forbids.
+    pub fn moves(&self) -> bool {
+        matches!(
+            self,
+            Action::Install { .. } | Action::Upgrade { .. } | Action::Remove { .. }
+        )
     }
 
     /// The image the step installs, if any.
     pub fn target(&self) -> Option<&ImageRef> {
         match self {
             Action::Install { to } | Action::Upgrade { to, .. } => Some(to),
-            Action::Remove { .. } => None,
+            Action::Remove { .. } | Action::Disable { .. } | Action::Enable => None,
         }
     }
 }
@@ -89,7 +115,7 @@ impl Gate {
     /// lets the orchestrator run `agentsadm gz` on servers.
     pub fn for_step(action: &Action, transport: TransportKind, execute_available: bool) -> Gate {
         match (action, transport) {
-            (Action::Remove { .. }, _) => Gate::None,
+            (Action::Remove { .. } | Action::Disable { .. } | Action::Enable, _) => Gate::None,
             (_, TransportKind::Execute) => Gate::Installer,
             (_, TransportKind::InstallAgent) if execute_available => Gate::GzHealth,
             (_, TransportKind::InstallAgent) => Gate::ServerAgents,
@@ -133,6 +159,11 @@ pub struct Step {
     pub transport: TransportKind,
     /// How the step is confirmed healthy.
     pub gate: Gate,
+    /// The component is disabled on the server (SAPI): after installing,
+    /// `gz disable` runs in the same step (cn-agent's install task does
+    /// not know the server's record; its postinstall enables services).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub keep_off: Option<Mark>,
 }
 
 impl Step {
@@ -144,7 +175,7 @@ impl Step {
         match &self.action {
             Action::Install { .. } => Some(None),
             Action::Upgrade { from, .. } => from.image.map(Some),
-            Action::Remove { .. } => None,
+            Action::Remove { .. } | Action::Disable { .. } | Action::Enable => None,
         }
     }
 }
@@ -189,6 +220,34 @@ pub enum IntentChange {
         component: String,
         instance: InstanceUuid,
     },
+    /// Before the steps: set (`Some`) or clear (`None`) a mark in the
+    /// instance's params (`params.agentsadm_disabled`,
+    /// `params.agentsadm_hold`).
+    Mark {
+        component: String,
+        instance: InstanceUuid,
+        key: MarkKey,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        mark: Option<Mark>,
+    },
+}
+
+/// Which mark an [`IntentChange::Mark`] writes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum MarkKey {
+    Disabled,
+    Hold,
+}
+
+impl MarkKey {
+    /// The params key.
+    pub fn param(&self) -> &'static str {
+        match self {
+            MarkKey::Disabled => crate::marks::DISABLED_PARAM,
+            MarkKey::Hold => crate::marks::HOLD_PARAM,
+        }
+    }
 }
 
 impl IntentChange {
@@ -196,7 +255,9 @@ impl IntentChange {
     pub fn runs_before_steps(&self) -> bool {
         matches!(
             self,
-            IntentChange::UpdateInstance { .. } | IntentChange::CreateInstance { .. }
+            IntentChange::UpdateInstance { .. }
+                | IntentChange::CreateInstance { .. }
+                | IntentChange::Mark { .. }
         )
     }
 
@@ -206,7 +267,8 @@ impl IntentChange {
             | IntentChange::CreateInstance { component, .. }
             | IntentChange::AdoptInstalled { component, .. }
             | IntentChange::DeleteInstance { component, .. }
-            | IntentChange::DeleteReplaced { component, .. } => component,
+            | IntentChange::DeleteReplaced { component, .. }
+            | IntentChange::Mark { component, .. } => component,
         }
     }
 }
@@ -417,6 +479,8 @@ pub struct PlanCounts {
     pub installs: usize,
     pub upgrades: usize,
     pub removals: usize,
+    /// Disables and enables.
+    pub switches: usize,
     pub intent_only_servers: usize,
     pub blocking_skips: usize,
     pub other_skips: usize,
@@ -537,6 +601,7 @@ impl Plan {
                     Action::Install { .. } => c.installs += 1,
                     Action::Upgrade { .. } => c.upgrades += 1,
                     Action::Remove { .. } => c.removals += 1,
+                    Action::Disable { .. } | Action::Enable => c.switches += 1,
                 }
             }
         }

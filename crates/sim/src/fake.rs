@@ -125,6 +125,7 @@ impl FakeDc {
             request,
             options: PlanOptions {
                 transport: TransportMode::Auto,
+                ignore_holds: false,
                 rollout,
             },
             images,
@@ -233,6 +234,8 @@ impl FakeDc {
                     dc.remove_installed(server, &step.component);
                     None
                 }
+                // The fake keeps no SMF state.
+                Action::Disable { .. } | Action::Enable => None,
             }
         };
         if let Ok(mut v) = self.steps_run.lock() {
@@ -291,6 +294,24 @@ impl FakeDc {
             IntentChange::DeleteReplaced { instance, .. } => {
                 if reported.is_some_and(|r| r != *instance) {
                     dc.sapi_delete_instance(*instance);
+                }
+            }
+            IntentChange::Mark {
+                instance,
+                key,
+                mark,
+                ..
+            } => {
+                if let Some(i) = dc.instances.get_mut(instance) {
+                    let params = i.params.get_or_insert_with(Default::default);
+                    match mark {
+                        Some(m) => {
+                            params.insert(key.param().into(), m.to_value());
+                        }
+                        None => {
+                            params.remove(key.param());
+                        }
+                    }
                 }
             }
         }

@@ -98,6 +98,30 @@ pub struct ListRow {
     /// The server's CNAPI status (`running`, `unknown`, ...): what a
     /// server that is down reports may be out of date.
     pub server_status: String,
+    /// `agentsadm disable`: who, when, why (SAPI).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub disabled: Option<agentsadm_plan::Mark>,
+    /// `agentsadm hold` (on the server, or datacenter-wide).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub held: Option<agentsadm_plan::Mark>,
+}
+
+impl ListRow {
+    /// The STATE cell: the state, then the operator's marks.
+    fn state_cell(&self) -> String {
+        let marks: Vec<&str> = [
+            self.disabled.as_ref().map(|_| "disabled"),
+            self.held.as_ref().map(|_| "held"),
+        ]
+        .into_iter()
+        .flatten()
+        .collect();
+        if marks.is_empty() {
+            self.state.to_string()
+        } else {
+            format!("{} ({})", self.state, marks.join(", "))
+        }
+    }
 }
 
 /// A component's state in `list`, in `check`'s words (one vocabulary).
@@ -145,6 +169,8 @@ pub fn list_rows(
                 intended_image: None,
                 state: "quarantined",
                 server_status: s.status.clone(),
+                disabled: None,
+                held: None,
             });
         }
         for name in names {
@@ -171,6 +197,8 @@ pub fn list_rows(
                 intended_image: intended,
                 state,
                 server_status: s.status.clone(),
+                disabled: intent.disabled(uuid, name).cloned(),
+                held: intent.holds.get(uuid, name).map(|(_, m)| m.clone()),
             });
         }
     }
@@ -259,7 +287,7 @@ pub async fn run_list(g: &GlobalOpts, a: ListArgs) -> CmdResult {
                 r.intended_image
                     .map(|i| short(&i))
                     .unwrap_or_else(|| "-".into()),
-                r.state.to_string(),
+                r.state_cell(),
             ]
         })
         .collect();

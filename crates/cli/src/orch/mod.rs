@@ -11,7 +11,8 @@
 //! - [`change`]: the commands `plan`, `update`, `install` and `remove`;
 //! - [`list`]: the command `list` (per server, or `--summary`);
 //! - [`avail`]: the command `avail`;
-//! - [`adopt`]: the command `adopt`.
+//! - [`adopt`]: the command `adopt`;
+//! - [`marks`]: `disable`, `enable`, `hold` and `release` (issue 25).
 //!
 //! This module holds the arguments they share ([`RunArgs`], flattened into
 //! every changing command, and [`StepArgs`]), turned into the library's
@@ -41,6 +42,7 @@ pub mod adopt;
 pub mod avail;
 pub mod change;
 pub mod list;
+pub mod marks;
 
 pub use adopt::{AdoptArgs, run_adopt};
 pub use avail::{AvailArgs, run_avail};
@@ -49,6 +51,9 @@ pub use change::{
     run_update,
 };
 pub use list::{ListArgs, ListRow, ListSummaryRow, list_rows, list_summary, run_list};
+pub use marks::{
+    DisableArgs, EnableArgs, HoldArgs, ReleaseArgs, run_disable, run_enable, run_hold, run_release,
+};
 
 /// `-s SERVERS`: UUIDs or hostnames, comma-separated or repeated.
 #[derive(Args, Clone, Debug, Default)]
@@ -143,6 +148,10 @@ pub struct StepArgs {
     /// server's install is rolled back as unhealthy (default 2m).
     #[arg(long, value_parser = duration, value_name = "DURATION")]
     pub health_timeout: Option<Duration>,
+    /// Change components held with `agentsadm hold` on the servers named
+    /// anyway (needs -y as well).
+    #[arg(long)]
+    pub ignore_holds: bool,
 }
 
 /// The options of `update`, `install` and `remove`: the run's and the
@@ -164,8 +173,10 @@ impl RunArgs {
             ..Default::default()
         };
         let mut transport = TransportMode::Auto;
+        let mut ignore_holds = false;
         if let Some(s) = steps {
             transport = s.transport.into();
+            ignore_holds = s.ignore_holds;
             options.outlier = OutlierPolicy {
                 factor: s.outlier_factor,
                 margin: s.outlier_margin,
@@ -189,6 +200,7 @@ impl RunArgs {
                 max_failures: Some(self.max_failures),
                 max_per_rack: self.max_per_rack,
             },
+            ignore_holds,
             options,
         }
     }

@@ -177,6 +177,7 @@ async fn measure_fake(
             },
             options: PlanOptions {
                 transport: TransportMode::Auto,
+                ignore_holds: false,
                 rollout: RolloutPolicy {
                     concurrency,
                     ..RolloutPolicy::default()
@@ -314,6 +315,7 @@ async fn measure_sim(
             ImageChoice::Latest,
             PlanOptions {
                 transport: TransportMode::Auto,
+                ignore_holds: false,
                 rollout,
             },
         )
@@ -441,6 +443,7 @@ async fn measure_realistic(servers: usize) -> anyhow::Result<RealisticResult> {
             },
             options: PlanOptions {
                 transport: TransportMode::Auto,
+                ignore_holds: false,
                 rollout: RolloutPolicy {
                     concurrency,
                     canary: Some(1),

@@ -53,6 +53,12 @@ pub enum FindingKind {
     /// Installed but agentsadm does not manage it (no SAPI service, or not
     /// a catalog component). Informational.
     UnmanagedComponent,
+    /// SAPI says disabled here (`agentsadm disable`); the server's report
+    /// (`--live`) has a service of it not disabled.
+    RunningWhereDisabled,
+    /// Every service of it is disabled on the server, but SAPI does not
+    /// say so: the next upgrade's postinstall would turn it back on.
+    DisabledWithoutIntent,
     /// An instance this server reports whose `params.server_uuid` names
     /// another server: its params are corrected, never the instance
     /// deleted.
@@ -64,7 +70,7 @@ pub enum FindingKind {
 
 impl FindingKind {
     /// Every kind, in report order.
-    pub const ALL: [FindingKind; 13] = [
+    pub const ALL: [FindingKind; 15] = [
         FindingKind::MissingInstall,
         FindingKind::WrongImage,
         FindingKind::InstalledWithoutInstance,
@@ -76,6 +82,8 @@ impl FindingKind {
         FindingKind::ServiceWithoutDefaultImage,
         FindingKind::DefaultImageNotInImgapi,
         FindingKind::UnmanagedComponent,
+        FindingKind::RunningWhereDisabled,
+        FindingKind::DisabledWithoutIntent,
         FindingKind::InstanceNamesOtherServer,
         FindingKind::UnusableServerAgents,
     ];
@@ -93,6 +101,8 @@ impl FindingKind {
             FindingKind::ServiceWithoutDefaultImage => "service-without-default-image",
             FindingKind::DefaultImageNotInImgapi => "default-image-not-in-imgapi",
             FindingKind::UnmanagedComponent => "unmanaged-component",
+            FindingKind::RunningWhereDisabled => "running-where-disabled",
+            FindingKind::DisabledWithoutIntent => "disabled-without-intent",
             FindingKind::InstanceNamesOtherServer => "instance-names-other-server",
             FindingKind::UnusableServerAgents => "unusable-server-agents",
         }
@@ -152,6 +162,9 @@ pub enum Fix {
     },
     /// Post the server's own report to CNAPI as `server.agents`.
     PostLiveReport,
+    /// Disable the component's services again (`gz disable`, an
+    /// orchestrator step), as SAPI's mark says.
+    Disable { mark: agentsadm_plan::Mark },
     /// Nothing automatic: what the operator can do.
     Manual { hint: String },
     /// Informational; nothing to fix.
@@ -217,6 +230,10 @@ impl Fix {
             Fix::PostLiveReport => {
                 "post the server's own report to CNAPI as server.agents".to_string()
             }
+            Fix::Disable { mark } => format!(
+                "disable its services again (gz disable through execute), as SAPI says ({})",
+                mark.describe()
+            ),
             Fix::Manual { hint } => format!("manual: {hint}"),
             Fix::None => "none (informational)".to_string(),
         }

@@ -124,6 +124,11 @@ pub fn find(input: &DriftInput) -> (Survey, Vec<Finding>) {
         if server::quarantine_finding(state, &mut out) {
             continue;
         }
+        if let Some(report) = input.live.get(&state.uuid)
+            && state.setup
+        {
+            server::switch_findings(&survey, state, report, &mut out);
+        }
         if state.setup {
             server::server_findings(input, &survey, state, &mut out);
         } else if !setting_up.contains(&state.uuid) {

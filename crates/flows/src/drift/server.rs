@@ -584,3 +584,55 @@ pub(super) fn stale_report(cnapi: &ServerState, live: &ServerState, out: &mut Ve
         ));
     }
 }
+
+/// With the server's own report: a component running where SAPI says
+/// disabled (fixed by disabling it again), and one whose services are all
+/// disabled without SAPI saying so (an operator's `svcadm disable`: the
+/// next upgrade would turn it back on; recording it or enabling it is the
+/// operator's choice, never made by `check --fix`).
+pub(super) fn switch_findings(
+    survey: &Survey,
+    state: &ServerState,
+    report: &agentsadm_api::remote::AgentsReport,
+    out: &mut Vec<Finding>,
+) {
+    for a in &report.agents {
+        if !survey.intent.is_managed(&a.name) {
+            continue;
+        }
+        let off = report.services_off.contains(&a.name);
+        let instance = survey.intent.instance(&state.uuid, &a.name).map(|i| i.uuid);
+        match survey.intent.disabled(&state.uuid, &a.name) {
+            Some(mark) if !off => out.push(finding(
+                FindingKind::RunningWhereDisabled,
+                state,
+                &a.name,
+                instance,
+                format!(
+                    "SAPI says {} is disabled on this server ({}), but its services are not all disabled",
+                    a.name,
+                    mark.describe()
+                ),
+                Fix::Disable { mark: mark.clone() },
+            )),
+            None if off => out.push(finding(
+                FindingKind::DisabledWithoutIntent,
+                state,
+                &a.name,
+                instance,
+                format!(
+                    "every service of {} is disabled on this server, but SAPI does not say so: its next upgrade would enable it",
+                    a.name
+                ),
+                Fix::Manual {
+                    hint: format!(
+                        "record it with 'agentsadm disable {c} -s {h} --reason ...' (kept off across upgrades), or enable its services on {h} (svcadm enable)",
+                        c = a.name,
+                        h = state.hostname
+                    ),
+                },
+            )),
+            _ => {}
+        }
+    }
+}

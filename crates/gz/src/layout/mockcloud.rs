@@ -334,6 +334,7 @@ impl Layout for MockcloudGz {
             server_uuid: server,
             agents,
             errors,
+            services_off: Vec::new(),
         }
     }
 }

@@ -1,7 +1,8 @@
 //! `gz health NAME`: the health gate for a component that is already
 //! installed (after cn-agent's install task, which has no gate of its own):
 //! every SMF instance its manifests define that should run is online and
-//! stays online for `--min-healthy`.
+//! stays online for `--min-healthy`; for a component disabled here
+//! (`gz disable`), that every instance is disabled and stays so.
 
 use std::path::PathBuf;
 
@@ -10,6 +11,8 @@ use agentsadm_api::remote::ComponentAction;
 use agentsadm_api::remote::ComponentResult;
 
 use agentsadm_api::remote::GzResult;
+
+use agentsadm_platform::blocking;
 
 use super::super::health;
 use super::super::step::Step;
@@ -57,7 +60,26 @@ impl GzSession {
                 .settings
                 .health
                 .unwrap_or_else(|| health::HealthGate::for_root(&self.settings.root));
-            match health::check_installed(self.platform.as_ref(), files, &gate).await {
+            let (paths, name) = (self.paths().clone(), c.name.clone());
+            let off = blocking(move || super::super::keep_off::read(&paths, &name)).await;
+            let checked_now = match off {
+                // Disabled here: its gate is that it is off and stays off.
+                Some(_) => {
+                    match blocking(move || super::super::keep_off::instances(&files, &[])).await {
+                        Ok(fmris) => {
+                            super::super::keep_off::check_off(self.platform.as_ref(), &fmris, &gate)
+                                .await
+                                .map(|()| fmris)
+                        }
+                        Err(err) => Err(health::GateError::Platform {
+                            fmri: "(manifests)".to_string(),
+                            err: Box::new(err),
+                        }),
+                    }
+                }
+                None => health::check_installed(self.platform.as_ref(), files, &gate).await,
+            };
+            match checked_now {
                 Ok(fmris) => checked = fmris,
                 Err(e) => {
                     result.error = Some(failure(Some(&c.name), Step::Unhealthy, &e, None));

@@ -19,6 +19,7 @@
 mod handoff;
 mod health;
 mod install;
+mod keep_off;
 mod remove;
 mod report;
 mod rollback;

@@ -21,6 +21,46 @@ impl GzSession {
     /// finish or undo) or with an incomplete rollback recorded is reported
     /// as an error, never as installed: what is on disk may be half done.
     pub async fn report(&self) -> AgentsReport {
+        let mut report = self.files_report().await;
+        if self.layout.runs_services() {
+            report.services_off = self.services_off(&report).await;
+        }
+        report
+    }
+
+    /// The installed components whose SMF instances are all disabled.
+    async fn services_off(&self, report: &AgentsReport) -> Vec<String> {
+        let mut off = Vec::new();
+        for a in &report.agents {
+            let Some(c) = self.settings.catalog.get(&a.name).cloned() else {
+                continue;
+            };
+            let Ok(Some(fp)) = self.current(&c).await else {
+                continue;
+            };
+            let files: Vec<std::path::PathBuf> = fp
+                .smf_manifests
+                .iter()
+                .map(|r| self.paths().at(r))
+                .collect();
+            let Ok(fmris) = blocking(move || super::super::keep_off::instances(&files, &[])).await
+            else {
+                continue;
+            };
+            let mut all_off = !fmris.is_empty();
+            for fmri in &fmris {
+                let state = self.platform.smf_state(fmri).await.ok().flatten();
+                all_off &= state.is_none_or(|s| s == agentsadm_platform::ServiceState::Disabled);
+            }
+            if all_off {
+                off.push(c.name.clone());
+            }
+        }
+        off
+    }
+
+    /// What the files say (the layout's report, journals, broken markers).
+    async fn files_report(&self) -> AgentsReport {
         let layout = self.layout.clone();
         let catalog = self.settings.catalog.clone();
         let server = self.server;

@@ -197,6 +197,10 @@ pub struct Journal {
     /// rollback ends what is left of them first.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub hook_groups: Vec<super::hooks::HookGroup>,
+    /// The component is disabled on this server ([`super::keep_off`]):
+    /// its services end disabled whichever way the transaction ends.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub keep_off: bool,
 }
 
 /// The SAPI side of a transaction.
@@ -594,11 +598,12 @@ pub async fn install(
 ) -> Result<TxnOutcome, TxnFailure> {
     let instance_file = env.layout.instance_rel(component);
     let new = staged.footprint.clone();
-    let (instance, instance_created, templates, created_dirs) = {
+    let (instance, instance_created, templates, (created_dirs, keep_off)) = {
         let paths = env.paths().clone();
         let instance_file = instance_file.clone();
         let apm_tree = staged.tree_src.clone().filter(|_| new.apm);
         let new = new.clone();
+        let component_name = component.name.clone();
         blocking(move || {
             let (instance, created) = plan_instance(&paths.at(&instance_file))?;
             let templates: Vec<PathBuf> = match apm_tree {
@@ -610,7 +615,8 @@ pub async fn install(
                 None => Vec::new(),
             };
             let created_dirs = missing_dirs(&paths, Some(&new), &instance_file);
-            Ok((instance, created, templates, created_dirs))
+            let keep_off = super::keep_off::read(&paths, &component_name).is_some();
+            Ok((instance, created, templates, (created_dirs, keep_off)))
         })
         .await
         .map_err(TxnFailure::before)?
@@ -632,6 +638,7 @@ pub async fn install(
         instance_created,
         smf,
         hook_groups: Vec::new(),
+        keep_off,
     };
     write_journal(env, &journal)
         .await
@@ -689,6 +696,7 @@ pub async fn remove(
         instance_created: false,
         smf,
         hook_groups: Vec::new(),
+        keep_off: false,
     };
     write_journal(env, &journal)
         .await

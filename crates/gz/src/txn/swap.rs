@@ -7,6 +7,7 @@ use std::fs;
 use std::io;
 use std::path::{Path, PathBuf};
 
+use agentsadm_platform::PlatformError;
 use agentsadm_platform::blocking;
 use agentsadm_types::catalog::Component;
 use agentsadm_types::ids::InstanceUuid;
@@ -104,9 +105,25 @@ pub(super) async fn swap_in(
     // 5. SMF.
     let imports = import_smf(env, component, journal, new.apm).await?;
     env.checkpoint("after-smf");
+    // 5b. A component disabled here stays off, whatever the postinstall
+    // and the import enabled; its gate checks that it stays off.
+    if journal.keep_off && env.layout.runs_services() {
+        let fmris = keep_off_now(env, journal, &imports).await?;
+        env.checkpoint("after-keep-off");
+        if let Some(gate) = env.gate {
+            super::super::keep_off::check_off(env.platform, &fmris, gate)
+                .await
+                .map_err(|err| TxnError::Unhealthy {
+                    component: journal.component.clone(),
+                    err,
+                })?;
+            env.checkpoint("after-health");
+        }
+    }
     // 6. The health gate, then SAPI.
     if let Some(gate) = env.gate
         && env.layout.runs_services()
+        && !journal.keep_off
     {
         let files: Vec<PathBuf> = imports.iter().map(|rel| paths.at(rel)).collect();
         let before = journal.smf.services.clone();
@@ -521,6 +538,30 @@ fn create_prefix_dirs(paths: &GzPaths) -> Result<(), TxnError> {
         fs::create_dir_all(&dir).map_err(fs_err(Step::Swap, "create", &dir))?;
     }
     Ok(())
+}
+
+/// Disable every instance of a component kept off: those its new
+/// manifests define and those the transaction's snapshot knows. Returns
+/// them all (for its gate).
+async fn keep_off_now(
+    env: &TxnEnv<'_>,
+    journal: &Journal,
+    imports: &[String],
+) -> Result<Vec<String>, TxnError> {
+    let files: Vec<PathBuf> = imports.iter().map(|rel| env.paths().at(rel)).collect();
+    let known: Vec<String> = journal.smf.services.keys().cloned().collect();
+    let smf_err = |action: &'static str, target: String, err: PlatformError| TxnError::Smf {
+        action,
+        target,
+        err: Box::new(err),
+    };
+    let fmris = blocking(move || super::super::keep_off::instances(&files, &known))
+        .await
+        .map_err(|err| smf_err("manifest read", journal.component.clone(), err))?;
+    super::super::keep_off::turn_off(env.platform, &fmris)
+        .await
+        .map_err(|(fmri, err)| smf_err("disable", fmri, err))?;
+    Ok(fmris)
 }
 
 #[cfg(test)]

@@ -41,6 +41,16 @@ pub async fn rollback(env: &TxnEnv<'_>, journal: &Journal) -> Vec<String> {
     let j = journal.clone();
     let mut errors = blocking(move || undo_files(&paths, &j)).await;
     errors.extend(restore_smf(env, journal).await);
+    if journal.keep_off && env.layout.runs_services() {
+        // Restored "as it was" may still be a state someone enabled by
+        // hand; the component is disabled here, so it ends disabled.
+        let fmris: Vec<String> = journal.smf.services.keys().cloned().collect();
+        if let Err((fmri, e)) = super::super::keep_off::turn_off(env.platform, &fmris).await {
+            errors.push(format!(
+                "disable {fmri} (the component is disabled here): {e}"
+            ));
+        }
+    }
     let paths = env.paths().clone();
     let j = journal.clone();
     errors.extend(blocking(move || clear(&paths, &j)).await);

@@ -212,6 +212,26 @@ pub enum GzCommand {
         #[arg(long)]
         post: bool,
     },
+    /// Keep an installed component's services disabled on this server,
+    /// across every later upgrade, reinstall and rollback.
+    Disable {
+        #[arg(value_name = "NAME")]
+        name: String,
+        /// Who asked (recorded; the orchestrator passes SAPI's).
+        #[arg(long, value_name = "WHO")]
+        by: Option<String>,
+        /// When (recorded; the orchestrator passes SAPI's).
+        #[arg(long, value_name = "TIME")]
+        at: Option<String>,
+        /// Why (recorded).
+        #[arg(long, value_name = "TEXT")]
+        reason: Option<String>,
+    },
+    /// Let a component disabled with `gz disable` run again.
+    Enable {
+        #[arg(value_name = "NAME")]
+        name: String,
+    },
     /// Restore the version replaced by the last upgrade of a component.
     Rollback {
         #[arg(value_name = "NAME")]
@@ -554,6 +574,20 @@ async fn execute(
         }
         GzCommand::Remove { names } => session.remove(&names).await,
         GzCommand::Rollback { name } => session.rollback(&name).await,
+        GzCommand::Disable {
+            name,
+            by,
+            at,
+            reason,
+        } => {
+            let record = agentsadm_gz::keep_off::OffRecord {
+                by: by.unwrap_or_else(|| "agentsadm gz disable".into()),
+                at: at.unwrap_or_default(),
+                reason,
+            };
+            session.disable(&name, record).await
+        }
+        GzCommand::Enable { name } => session.enable(&name).await,
         GzCommand::Setup { source } => {
             let src = if source == "imgapi" {
                 SetupSource::Imgapi

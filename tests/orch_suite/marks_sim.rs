@@ -1,0 +1,226 @@
+//! Issue 25 end to end, through the binary against the simulated
+//! datacenter: net-agent disabled on a server stays disabled (in the
+//! server's SMF state) across `update --all --latest -y`, which still
+//! upgrades it there, with `check` clean; vm-agent held on two servers is
+//! skipped by `update --all`, with the hold's reason in the plan and the
+//! run log; release lets it move.
+
+use std::path::Path;
+
+use agentsadm_sim::{SeedSpec, SimConfig, SimDc};
+
+async fn cli(dc: &SimDc, state: &Path, args: &[&str]) -> (i32, String, String) {
+    crate::cli_common::agentsadm(dc)
+        .state(state)
+        .run(args)
+        .await
+}
+
+/// The states of the server's instances of `component`.
+fn smf(dc: &SimDc, host: &str, component: &str) -> Vec<String> {
+    let cn = dc.server(host).unwrap();
+    let text = std::fs::read_to_string(cn.root.join("var/svc/smf-state.json")).unwrap();
+    let v: serde_json::Value = serde_json::from_str(&text).unwrap();
+    let states: Vec<String> = v["services"]
+        .as_object()
+        .unwrap()
+        .iter()
+        .filter(|(fmri, _)| fmri.contains(&format!("/{component}:")))
+        .map(|(_, s)| s["state"].as_str().unwrap().to_string())
+        .collect();
+    assert!(
+        !states.is_empty(),
+        "{component} has no SMF instance on {host}"
+    );
+    states
+}
+
+/// Set the state of the server's instances of `component` behind
+/// agentsadm's back (as `svcadm` would).
+fn set_smf(dc: &SimDc, host: &str, component: &str, state: &str) {
+    let cn = dc.server(host).unwrap();
+    let path = cn.root.join("var/svc/smf-state.json");
+    let mut v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    for (fmri, s) in v["services"].as_object_mut().unwrap().iter_mut() {
+        if fmri.contains(&format!("/{component}:")) {
+            s["state"] = state.into();
+        }
+    }
+    std::fs::write(&path, serde_json::to_vec(&v).unwrap()).unwrap();
+}
+
+fn version(dc: &SimDc, host: &str, component: &str) -> String {
+    let cn = dc.server(host).unwrap();
+    dc.server_agents(cn.uuid)
+        .into_iter()
+        .find(|a| a.name == component)
+        .map(|a| a.version)
+        .unwrap_or_default()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn disabled_net_agent_and_held_vm_agent_through_update_all_latest() {
+    let dc = SimDc::start(
+        SimConfig::default()
+            .servers(3)
+            .populate(SeedSpec::with_newer()),
+    )
+    .await
+    .expect("simulator starts");
+    let state = tempfile::tempdir().unwrap();
+    let s = state.path();
+    // Mock servers are written on first use: make them all now.
+    for cn in dc.servers() {
+        dc.gz_report(cn.uuid).await.unwrap();
+    }
+
+    let (code, out, err) = cli(
+        &dc,
+        s,
+        &[
+            "disable",
+            "net-agent",
+            "-s",
+            "cn0001",
+            "--reason",
+            "RFD 58 migration",
+            "-y",
+        ],
+    )
+    .await;
+    assert_eq!(code, 0, "{out}\n{err}");
+    assert!(out.contains("! disable net-agent"), "{out}");
+    assert!(
+        smf(&dc, "cn0001", "net-agent")
+            .iter()
+            .all(|s| s == "disabled")
+    );
+    assert!(
+        smf(&dc, "cn0002", "net-agent")
+            .iter()
+            .all(|s| s == "online")
+    );
+    // Recorded in SAPI on the instance, with who, when and why.
+    let instances = dc.apis().sapi.list_agent_instances().await.unwrap();
+    let marked: Vec<_> = instances
+        .iter()
+        .filter_map(|i| i.params.as_ref()?.get("agentsadm_disabled"))
+        .collect();
+    assert_eq!(marked.len(), 1, "{marked:?}");
+    assert_eq!(marked[0]["reason"], "RFD 58 migration");
+    // Converged: disabling again plans nothing.
+    let (code, out, _) = cli(&dc, s, &["disable", "net-agent", "-s", "cn0001", "-y"]).await;
+    assert_eq!(code, 0);
+    assert!(!out.contains("! disable"), "{out}");
+
+    let (code, out, err) = cli(
+        &dc,
+        s,
+        &[
+            "hold",
+            "vm-agent",
+            "-s",
+            "cn0001,cn0002",
+            "--reason",
+            "support case 4711",
+        ],
+    )
+    .await;
+    assert_eq!(code, 0, "{out}\n{err}");
+    // `list` shows both marks.
+    let (code, out, _) = cli(&dc, s, &["list", "-s", "cn0001", "net-agent", "vm-agent"]).await;
+    assert_eq!(code, 0);
+    assert!(
+        out.contains("(disabled)") && out.contains("(held)"),
+        "{out}"
+    );
+    let vm_before = version(&dc, "cn0001", "vm-agent");
+    let net_before = version(&dc, "cn0001", "net-agent");
+
+    let log = s.join("update.log");
+    let (code, out, err) = cli(
+        &dc,
+        s,
+        &[
+            "update",
+            "--all",
+            "--latest",
+            "-y",
+            "--log-file",
+            log.to_str().unwrap(),
+        ],
+    )
+    .await;
+    assert_eq!(code, 0, "{out}\n{err}");
+    assert!(out.contains("held on this server by"), "{out}");
+    assert!(out.contains("support case 4711"), "{out}");
+    assert!(out.contains("then gz disable"), "{out}");
+    // net-agent upgraded on cn0001, and still disabled there.
+    assert_ne!(version(&dc, "cn0001", "net-agent"), net_before);
+    assert!(
+        smf(&dc, "cn0001", "net-agent")
+            .iter()
+            .all(|s| s == "disabled"),
+        "{:?}",
+        smf(&dc, "cn0001", "net-agent")
+    );
+    assert!(
+        smf(&dc, "cn0002", "net-agent")
+            .iter()
+            .all(|s| s == "online")
+    );
+    // vm-agent left where it was on the held servers, moved elsewhere.
+    assert_eq!(version(&dc, "cn0001", "vm-agent"), vm_before);
+    assert_eq!(version(&dc, "cn0002", "vm-agent"), vm_before);
+    assert_ne!(version(&dc, "cn0003", "vm-agent"), vm_before);
+    let text = std::fs::read_to_string(&log).unwrap();
+    assert!(
+        text.contains("held on this server by") && text.contains("support case 4711"),
+        "the hold in the run log"
+    );
+
+    let (code, out, err) = cli(&dc, s, &["check"]).await;
+    assert_eq!(code, 0, "check is clean: {out}\n{err}");
+    let (code, out, err) = cli(&dc, s, &["check", "--live"]).await;
+    assert_eq!(code, 0, "check --live is clean: {out}\n{err}");
+
+    // Turned on behind agentsadm's back on cn0001 (svcadm enable), off on
+    // cn0002: check --live says both, --fix disables cn0001's again and
+    // leaves cn0002's to the operator.
+    set_smf(&dc, "cn0001", "net-agent", "online");
+    set_smf(&dc, "cn0002", "net-agent", "disabled");
+    let (code, out, _) = cli(&dc, s, &["check", "--live"]).await;
+    assert_eq!(code, 2, "{out}");
+    assert!(
+        out.contains("running-where-disabled") || out.contains("not all disabled"),
+        "{out}"
+    );
+    assert!(out.contains("SAPI does not say so"), "{out}");
+    let (code, out, err) = cli(&dc, s, &["check", "--live", "--fix", "-y"]).await;
+    assert!(code == 0 || code == 2, "{out}\n{err}");
+    assert!(
+        smf(&dc, "cn0001", "net-agent")
+            .iter()
+            .all(|s| s == "disabled"),
+        "{out}"
+    );
+    assert!(
+        smf(&dc, "cn0002", "net-agent")
+            .iter()
+            .all(|s| s == "disabled")
+    );
+    set_smf(&dc, "cn0002", "net-agent", "online");
+
+    // Released, the next bulk update moves them.
+    let (code, _, err) = cli(&dc, s, &["release", "vm-agent", "-s", "cn0001,cn0002"]).await;
+    assert_eq!(code, 0, "{err}");
+    let (code, out, err) = cli(&dc, s, &["update", "--all", "--latest", "-y"]).await;
+    assert_eq!(code, 0, "{out}\n{err}");
+    assert_ne!(version(&dc, "cn0001", "vm-agent"), vm_before);
+    assert!(
+        smf(&dc, "cn0001", "net-agent")
+            .iter()
+            .all(|s| s == "disabled")
+    );
+}
