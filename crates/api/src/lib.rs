@@ -10,7 +10,9 @@
 //!   500s) become [`ApiError::Status`] with the parsed body.
 
 pub mod adoption;
+pub mod bootstrap;
 pub mod cnapi;
+pub mod compat;
 pub mod imgapi;
 pub mod remote;
 pub mod retry;

@@ -29,6 +29,7 @@ use agentsadm_types::catalog::CatalogError;
 use agentsadm_types::ids::ImageUuid;
 use agentsadm_types::ids::ServerUuid;
 
+mod agentsadm;
 mod builder;
 pub mod display;
 mod install;
@@ -54,8 +55,8 @@ pub use rollout::{
 pub use select::resolve_servers;
 pub use skip::{Skip, SkipReason};
 pub use types::{
-    Action, Gate, HealthFlags, InstalledRef, IntentChange, Plan, PlanCounts, RecordChange,
-    ServerCall, ServerPlan, ServiceChange, Step,
+    Action, Gate, HealthFlags, InstalledRef, IntentChange, MinVersion, Plan, PlanCounts,
+    RecordChange, ServerCall, ServerPlan, ServiceChange, Step,
 };
 
 use select::select_servers;

@@ -42,6 +42,10 @@ pub enum SkipReason {
     NoExecute,
     /// `--latest` found an older version than the server runs.
     NewerInstalled { version: String, latest: String },
+    /// The server's agentsadm (`have`: a version, `version unknown` or
+    /// `none`) cannot parse the step, and there is no agentsadm image new
+    /// enough to give it first.
+    AgentsadmTooOld { have: String, need: String },
 }
 
 impl SkipReason {
@@ -83,6 +87,9 @@ impl SkipReason {
             SkipReason::NoExecute => {
                 "needs CNAPI execute, which mockcloud servers do not have; skipped".to_string()
             }
+            SkipReason::AgentsadmTooOld { have, need } => format!(
+                "its agentsadm ({have}) cannot run this step, which needs {need} or later, and the datacenter IMGAPI has no agentsadm image that new: run 'agentsadm self-update' on the headnode, then plan again"
+            ),
             SkipReason::TransportUnsupported { kind } => format!(
                 "cn-agent's install-agent task cannot install {kind} components (use --transport auto)"
             ),
