@@ -147,7 +147,13 @@ impl GzUse {
                 "--health-timeout",
             ],
             GzUse::Remove => &["gz", "remove", "--json", "--inside-cn-agent"],
-            GzUse::Health => &["gz", "health", "--json", "--min-healthy", "--health-timeout"],
+            GzUse::Health => &[
+                "gz",
+                "health",
+                "--json",
+                "--min-healthy",
+                "--health-timeout",
+            ],
             GzUse::Report => &["gz", "report", "--json"],
             GzUse::Record => &["gz", "install", "--json"],
         }
@@ -311,7 +317,10 @@ mod tests {
     fn builders_send_only_dated_words_of_their_kind() {
         let image = ImageUuid::from_u128(1);
         let cases: Vec<(GzUse, Vec<String>)> = vec![
-            (GzUse::Install, install_args(image, Some(Some(image)), &health())),
+            (
+                GzUse::Install,
+                install_args(image, Some(Some(image)), &health()),
+            ),
             (GzUse::Install, install_args(image, Some(None), &[])),
             (GzUse::Install, install_args(image, None, &health())),
             (GzUse::Remove, remove_args("vm-agent")),
@@ -366,12 +375,18 @@ mod tests {
                 .starts_with("error: unexpected argument '--inside-cn-agent' found")
         );
         assert_eq!(first_unknown(&report_args(), None), None);
-        assert_eq!(first_unknown(&record_args(ImageUuid::from_u128(2)), None), None);
+        assert_eq!(
+            first_unknown(&record_args(ImageUuid::from_u128(2)), None),
+            None
+        );
         // `--flag=value` is the flag; undated words are the binary's business.
         let argv: Vec<String> = ["gz", "install", "x", "--expect-current=none", "--root", "/"]
             .map(String::from)
             .to_vec();
-        assert_eq!(words_of(&argv), ["gz", "install", "--expect-current", "--root"]);
+        assert_eq!(
+            words_of(&argv),
+            ["gz", "install", "--expect-current", "--root"]
+        );
         assert_eq!(first_unknown(&argv, Some(&old)), Some("--expect-current"));
     }
 }
