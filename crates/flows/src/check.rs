@@ -334,8 +334,10 @@ pub async fn live_report(
     server: ServerUuid,
     config: &CheckConfig,
 ) -> Result<AgentsReport, LiveReportError> {
-    let args: Vec<String> = ["gz", "report", "--json"].map(String::from).to_vec();
-    let request = gz_execute_request(&args, config.execute_env.clone());
+    let request = gz_execute_request(
+        &agentsadm_api::compat::report_args(),
+        config.execute_env.clone(),
+    );
     let result = cnapi
         .execute(server, &request, config.live_timeout)
         .await
@@ -495,7 +497,8 @@ pub async fn fix(
         catalog.clone(),
         options.transport.clone(),
     )
-    .with_sapi(apis.sapi.clone());
+    .with_sapi(apis.sapi.clone())
+    .with_imgapi(apis.imgapi.clone());
     let store = SapiIntentStore::new(apis.sapi.clone());
     let records = ApiRecords::new(apis);
     let executor =

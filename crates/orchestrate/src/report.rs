@@ -205,6 +205,9 @@ pub enum FailureStage {
     /// The server's installed image is not the one the plan saw (`gz
     /// install --expect-current` refused): `changed since the plan`.
     Changed,
+    /// Putting agentsadm on the server without it (its manifest, the
+    /// bootstrap script): `bootstrap`.
+    Bootstrap,
 }
 
 impl FailureStage {
@@ -225,6 +228,7 @@ impl FailureStage {
             FailureStage::Gz => "gz",
             FailureStage::Unhealthy => "unhealthy",
             FailureStage::Changed => "changed since the plan",
+            FailureStage::Bootstrap => "bootstrap",
             FailureStage::Task { task, id: Some(id) } => {
                 return Cow::Owned(format!("{task} task {id}"));
             }
