@@ -149,7 +149,25 @@ impl CheckRun {
 
     /// The repairs `--fix` would make (pure), rolled out under `policy`.
     pub fn repair_plan_with(&self, catalog: &Catalog, policy: &RolloutPolicy) -> RepairPlan {
-        repair::plan_repairs_with(catalog, &self.survey, &self.live, &self.findings, policy)
+        repair::plan_repairs_with(
+            catalog,
+            &self.survey,
+            &self.live,
+            &self.findings,
+            policy,
+            self.agentsadm(catalog),
+        )
+    }
+
+    /// The agentsadm servers get first when theirs cannot parse a repair:
+    /// the SAPI `agentsadm` service's default image, when the datacenter
+    /// IMGAPI has it.
+    fn agentsadm(&self, catalog: &Catalog) -> Option<&ImageRef> {
+        let c = catalog
+            .iter()
+            .find(|c| c.kind == agentsadm_types::catalog::ComponentKind::Agentsadm)?;
+        let image = self.survey.intent.services.get(&c.name)?.default_image?;
+        self.images.get(&image)
     }
 
     /// The findings as operators read them.
