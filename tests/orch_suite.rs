@@ -3,6 +3,9 @@
 //!
 //! - `plan`: planner scenarios and golden plans (pure);
 //! - `adopt`: adoption planning (pure);
+//! - `agentsadm_first`: servers whose agentsadm is missing, old or of
+//!   unknown version get it first (plan golden; a rollout on the strict
+//!   simulator that bootstraps them and converges);
 //! - `list`: the rows of `agentsadm list` and its summary (pure);
 //! - `adopt_sapi`: adoption against SAPI's real re-create rules (sim);
 //! - `cnapi_real`: the transport against a CNAPI and cn-agent that behave
@@ -25,6 +28,8 @@
 
 #[path = "orch_suite/adopt.rs"]
 mod adopt;
+#[path = "orch_suite/agentsadm_first.rs"]
+mod agentsadm_first;
 #[path = "orch_suite/adopt_sapi.rs"]
 mod adopt_sapi;
 #[path = "orch_suite/cnapi_real.rs"]

@@ -575,6 +575,8 @@ mod tests {
             },
             transport: TransportKind::InstallAgent,
             gate: agentsadm_plan::Gate::GzHealth,
+            needs_agentsadm: None,
+            needed_by: Vec::new(),
         }
     }
 

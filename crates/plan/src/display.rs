@@ -149,7 +149,11 @@ fn server_lines(sp: &crate::ServerPlan, grouped: bool) -> Vec<String> {
                 format!(
                     "~ {} {}{} -> {} [{t}]",
                     st.component,
-                    from.version,
+                    if from.version.is_empty() {
+                        "(version unknown)"
+                    } else {
+                        &from.version
+                    },
                     from_img,
                     image(to)
                 )
