@@ -15,6 +15,8 @@
 //! - `selfupdate`: agentsadm's release image and `self-update` (latest,
 //!   rollback, refusals, SIGKILL at each step).
 
+#[path = "common/cli.rs"]
+mod cli_common;
 #[path = "common/flows.rs"]
 mod flows_common;
 #[path = "common/golden.rs"]

@@ -22,8 +22,14 @@
 //! - `real_fixtures`: every real agent's SMF manifest and package.json read;
 //! - `symlinks`: links in a package never followed by chmod;
 //! - `claims`: bins, SMF manifests and services of other components refused;
+//! - `escapes`: nothing a hook starts (setsid, setpgid, double fork)
+//!   outlives it, after a failure, a success or a SIGKILL and recovery;
 //! - `txn_hostile`: hooks that delete staging, incomplete rollbacks, pending
 //!   journals in the report, atomic-write leftovers, kept copies checked;
+//! - `written_manifests`: what a postinstall writes into apm's SMF
+//!   directory is checked before import and journaled; another's refused;
+//! - `modes_bins`: modes normalised (no world-write, sticky or unallowed
+//!   setuid); bins that dangle or shadow a system command refused;
 //! - `roots`: relative roots, no hooks for a rooted GZ on SmartOS, fetch flags.
 
 #[path = "common/gz.rs"]
@@ -41,6 +47,8 @@ mod claims;
 mod concurrency;
 #[path = "gz_suite/crash.rs"]
 mod crash;
+#[path = "gz_suite/escapes.rs"]
+mod escapes;
 #[path = "gz_suite/fetch.rs"]
 mod fetch;
 #[path = "gz_suite/handoff.rs"]
@@ -55,6 +63,8 @@ mod install;
 mod kinds;
 #[path = "gz_suite/mockcloud.rs"]
 mod mockcloud;
+#[path = "gz_suite/modes_bins.rs"]
+mod modes_bins;
 #[path = "gz_suite/own_manifests.rs"]
 mod own_manifests;
 #[path = "gz_suite/real_fixtures.rs"]
@@ -77,3 +87,5 @@ mod txn_hostile;
 mod unpack;
 #[path = "gz_suite/unpack_props.rs"]
 mod unpack_props;
+#[path = "gz_suite/written_manifests.rs"]
+mod written_manifests;

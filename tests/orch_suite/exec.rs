@@ -18,20 +18,16 @@ use agentsadm_orchestrate::lock::LockRecord;
 use agentsadm_orchestrate::lock::LockStore;
 use agentsadm_orchestrate::outlier::OutlierPolicy;
 use agentsadm_orchestrate::report::ExecReport;
-use agentsadm_orchestrate::report::RecordingReporter;
 use agentsadm_orchestrate::report::ServerStatus;
 use agentsadm_orchestrate::report::StepStatus;
 use agentsadm_plan::ImageRef;
 use agentsadm_plan::Operation;
 use agentsadm_plan::Plan;
-use agentsadm_plan::PlanOptions;
-use agentsadm_plan::PlanningInput;
 use agentsadm_plan::Request;
 use agentsadm_plan::ResolvedImages;
 use agentsadm_plan::RolloutPolicy;
-use agentsadm_plan::TransportMode;
-use agentsadm_plan::plan;
 use agentsadm_sim::fake::FakeDc;
+use agentsadm_sim::recording::RecordingReporter;
 use agentsadm_sim::testkit::ExampleDc;
 use agentsadm_sim::testkit::request;
 
@@ -43,23 +39,10 @@ fn plan_on(fake: &FakeDc, req: &Request, images: &ResolvedImages) -> Plan {
 fn plan_with(
     fake: &FakeDc,
     req: &Request,
-    images: &ResolvedImages,
+    images: &agentsadm_plan::ResolvedImages,
     rollout: RolloutPolicy,
 ) -> Plan {
-    let (intent, reality) = fake.snapshot();
-    let catalog = fake.dc().catalog.clone();
-    plan(&PlanningInput {
-        catalog: &catalog,
-        intent: &intent,
-        reality: &reality,
-        request: req,
-        options: PlanOptions {
-            transport: TransportMode::Auto,
-            rollout,
-        },
-        images,
-    })
-    .expect("plan")
+    fake.plan(req, images, rollout)
 }
 
 async fn run(fake: &FakeDc, plan: &Plan, options: &ExecOptions) -> ExecReport {
@@ -430,9 +413,9 @@ impl agentsadm_orchestrate::store::IntentStore for FailingStore {
     ) -> futures::future::BoxFuture<'a, Result<(), agentsadm_orchestrate::store::IntentWriteError>>
     {
         Box::pin(async {
-            Err(agentsadm_orchestrate::store::IntentWriteError::Injected {
-                message: "SAPI is down".into(),
-            })
+            Err(agentsadm_sim::fake::sapi_unavailable(
+                "set the service default",
+            ))
         })
     }
 }

@@ -389,17 +389,12 @@ pub fn main<X: Extension>() -> ExitCode {
 /// connection failure (which names the URL; what the HTTP client says
 /// below it is noise to an operator).
 fn error_line(e: &anyhow::Error) -> String {
-    let mut parts = Vec::new();
-    for cause in e.chain() {
-        parts.push(cause.to_string());
-        if matches!(
+    agentsadm_types::error::error_chain_until(e.as_ref(), |cause| {
+        matches!(
             cause.downcast_ref::<agentsadm_api::ApiError>(),
             Some(agentsadm_api::ApiError::Connect { .. })
-        ) {
-            break;
-        }
-    }
-    parts.join(": ")
+        )
+    })
 }
 
 /// Run a parsed command line; an error becomes one line on stderr and

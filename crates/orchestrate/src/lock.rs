@@ -88,9 +88,6 @@ pub enum LockError {
     },
     #[error("the orchestrator lock was taken over by {owner} while this run held it")]
     Lost { owner: String },
-    /// Only produced by fakes.
-    #[error("{message}")]
-    Injected { message: String },
 }
 
 impl LockError {

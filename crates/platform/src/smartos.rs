@@ -171,9 +171,18 @@ impl Platform for SmartOs {
 
     fn smf_health<'a>(&'a self, fmri: &'a str) -> PlatformFuture<'a, Option<ServiceHealth>> {
         Box::pin(async move {
-            let Some(state) = self.smf_state(fmri).await? else {
+            let mut args = super::svcs::HEALTH_ARGS.to_vec();
+            args.push(fmri);
+            let out = run(SVCS, &args).await?;
+            if !out.status.success() {
                 return Ok(None);
-            };
+            }
+            let text = String::from_utf8_lossy(&out.stdout);
+            let line = super::svcs::parse_health(&text).ok_or_else(|| PlatformError::Invalid {
+                path: PathBuf::from(SVCS),
+                reason: format!("unexpected output for {fmri}: {}", text.trim()),
+            })?;
+            let state = line.state.clone();
             let explanation = if state == ServiceState::Online {
                 None
             } else {
@@ -185,7 +194,12 @@ impl Platform for SmartOs {
                     .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
                     .filter(|t| !t.is_empty())
             };
-            Ok(Some(ServiceHealth { state, explanation }))
+            Ok(Some(ServiceHealth {
+                run: Some(line.run()),
+                next_state: line.next_state,
+                state,
+                explanation,
+            }))
         })
     }
 

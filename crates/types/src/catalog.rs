@@ -103,6 +103,12 @@ pub struct Component {
     /// SMF services the component delivers, for status and rollback.
     #[serde(default)]
     pub smf_services: Vec<String>,
+    /// Files of its package (relative to the package directory, e.g.
+    /// `bin/helper`) that may keep a setuid or setgid bit from the image;
+    /// every other file loses both when unpacked. No component needs one
+    /// today.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub setid_files: Vec<String>,
 }
 
 impl Component {

@@ -281,7 +281,7 @@ pub enum SelfUpdateError {
     )]
     Install {
         what: &'static str,
-        step: String,
+        step: agentsadm_api::remote::FailureStep,
         message: String,
     },
     #[error("cannot read {path}")]

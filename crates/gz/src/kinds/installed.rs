@@ -48,11 +48,14 @@ pub fn current(paths: &GzPaths, component: &Component) -> Result<Option<Footprin
                         .collect()
                 })
                 .unwrap_or_default();
-            let smf_manifests = template_outputs(&dir)
+            let mut smf_manifests: Vec<String> = template_outputs(&dir)
                 .unwrap_or_default()
                 .into_iter()
                 .map(|(_, o)| o)
                 .collect();
+            smf_manifests.extend(named_manifests(paths, component));
+            smf_manifests.sort();
+            smf_manifests.dedup();
             Ok(Some(Footprint {
                 image_uuid: image,
                 version: package.map(|p| p.version).unwrap_or_default(),
@@ -130,6 +133,29 @@ pub fn current(paths: &GzPaths, component: &Component) -> Result<Option<Footprin
             }
         }
     }
+}
+
+/// The manifests in apm's SMF directory named after `component`
+/// (`<pkg>.xml`, `<pkg>-*.xml`): the ones its postinstall wrote beyond its
+/// templates are its own too, imported with it and removed with it
+/// ([`super::claims::manifest_file_owner`]; a removal still leaves what
+/// another installed component claims).
+fn named_manifests(paths: &GzPaths, component: &Component) -> Vec<String> {
+    let Ok(rd) = fs::read_dir(paths.smf_dir()) else {
+        return Vec::new();
+    };
+    let mut out: Vec<String> = rd
+        .flatten()
+        .filter_map(|e| {
+            let name = e.file_name().to_string_lossy().into_owned();
+            let stem = name.strip_suffix(".xml")?;
+            let ours = super::claims::named_after(stem, component.package_name())
+                || super::claims::named_after(stem, &component.name);
+            ours.then(|| paths.rel(&e.path()))
+        })
+        .collect();
+    out.sort();
+    out
 }
 
 /// agentsadm installed without a record: the binary CN setup

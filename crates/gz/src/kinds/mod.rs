@@ -27,11 +27,14 @@
 //! - `installed`: what is installed now, read back;
 //! - [`claims`]: the bins, SMF manifests and services a version claims,
 //!   and the rule that it claims only its own;
+//! - [`reserved`]: the names a bin may not take (agentsadm, the system's
+//!   commands);
 //! - here: the types, where records and instance UUIDs live, the helpers
 //!   both use, and sdcadm's configuration.
 
 pub mod claims;
 mod installed;
+pub mod reserved;
 mod stage;
 
 pub use installed::{CurrentError, current, read_record};

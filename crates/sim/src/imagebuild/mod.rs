@@ -8,6 +8,7 @@
 //! from the real ones (dockerlogger and sdcadm are tarballs rather than shell
 //! archives; gz-tools also carries `gz-tools/image_uuid`) it is noted below.
 
+pub mod hostile;
 pub mod shar;
 
 use std::collections::BTreeMap;
@@ -323,7 +324,12 @@ impl TreeBuilder {
     }
 
     pub fn dir(&mut self, path: &str) -> &mut Self {
-        let mut h = Self::header(tar::EntryType::Directory, 0o755, 0);
+        self.dir_mode(path, 0o755)
+    }
+
+    /// A directory with `mode` (hostile packages: world-writable, sticky).
+    pub fn dir_mode(&mut self, path: &str, mode: u32) -> &mut Self {
+        let mut h = Self::header(tar::EntryType::Directory, mode, 0);
         self.builder
             .append_data(
                 &mut h,
