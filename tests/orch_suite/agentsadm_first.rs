@@ -52,7 +52,10 @@ fn example() -> ExampleDc {
 #[test]
 fn plan_shows_agentsadm_first_where_the_copy_cannot_parse_the_steps() {
     let mut dc = example();
-    let targets = vec![dc.publish("gz-tools", "2.0.0"), dc.publish("vm-agent", "2.0.0")];
+    let targets = vec![
+        dc.publish("gz-tools", "2.0.0"),
+        dc.publish("vm-agent", "2.0.0"),
+    ];
     let images = dc.images_with_targets(&targets);
     let (intent, reality) = (dc.intent(), dc.reality());
     let req = request(Operation::Update, &["gz-tools", "vm-agent"], &[]);
@@ -79,12 +82,20 @@ fn plan_shows_agentsadm_first_where_the_copy_cannot_parse_the_steps() {
     }
     for host in ["headnode", "cn001"] {
         let sp = p.servers().values().find(|s| s.hostname == host).unwrap();
-        assert!(sp.steps.iter().all(|s| s.component != "agentsadm"), "{host}");
+        assert!(
+            sp.steps.iter().all(|s| s.component != "agentsadm"),
+            "{host}"
+        );
         // Every step says what it needs of the server's agentsadm.
-        assert!(sp.steps.iter().all(|s| s.needs_agentsadm.is_some()), "{host}");
+        assert!(
+            sp.steps.iter().all(|s| s.needs_agentsadm.is_some()),
+            "{host}"
+        );
     }
     assert!(p.skips().is_empty(), "{text}");
-    assert!(text.contains("agentsadm: cn004 (none) -> 1.0.0, needed by gz-tools, vm-agent [bootstrap]"));
+    assert!(
+        text.contains("agentsadm: cn004 (none) -> 1.0.0, needed by gz-tools, vm-agent [bootstrap]")
+    );
     golden("update_agentsadm_first.txt", &text);
 
     // Without an agentsadm image to give them, the execute steps are left
@@ -104,11 +115,20 @@ fn plan_shows_agentsadm_first_where_the_copy_cannot_parse_the_steps() {
         .skips()
         .iter()
         .filter(|s| matches!(s.reason, SkipReason::AgentsadmTooOld { .. }))
-        .map(|s| (s.hostname.as_deref().unwrap(), s.component.as_deref().unwrap()))
+        .map(|s| {
+            (
+                s.hostname.as_deref().unwrap(),
+                s.component.as_deref().unwrap(),
+            )
+        })
         .collect();
     assert_eq!(
         skipped,
-        [("cn002", "gz-tools"), ("cn003", "gz-tools"), ("cn004", "gz-tools")]
+        [
+            ("cn002", "gz-tools"),
+            ("cn003", "gz-tools"),
+            ("cn004", "gz-tools")
+        ]
     );
     assert!(p.has_blocking_skips());
     assert!(
@@ -132,7 +152,7 @@ fn fast_transport() -> CnapiTransportConfig {
 
 /// Run `agentsadm <argv>` on a server through CNAPI execute; its exit
 /// status and output.
-async fn gz(apis: &Apis, server: ServerUuid, argv: &[&str]) -> (i32, String) {
+pub(crate) async fn gz(apis: &Apis, server: ServerUuid, argv: &[&str]) -> (i32, String) {
     let args: Vec<String> = argv.iter().map(|s| s.to_string()).collect();
     let r = apis
         .cnapi
@@ -148,7 +168,7 @@ async fn gz(apis: &Apis, server: ServerUuid, argv: &[&str]) -> (i32, String) {
 
 /// A server set up before agentsadm existed: no files, no record, no
 /// instance file, and `server.agents` without it.
-async fn remove_agentsadm(dc: &SimDc, s: &SimServer) {
+pub(crate) async fn remove_agentsadm(dc: &SimDc, s: &SimServer) {
     let root = &s.root;
     for p in [
         "opt/smartdc/agentsadm",
@@ -217,7 +237,7 @@ async fn rollout_dc() -> (SimDc, ImageUuid) {
 }
 
 /// Put the old agentsadm on `s` (its current copy installs it).
-async fn old_copy(dc: &SimDc, s: &SimServer, old: ImageUuid) {
+pub(crate) async fn old_copy(dc: &SimDc, s: &SimServer, old: ImageUuid) {
     let apis = dc.apis();
     let image = old.to_string();
     let (status, out) = gz(&apis, s.uuid, &["gz", "install", &image, "--json"]).await;
@@ -240,7 +260,11 @@ async fn rollout_gives_agentsadm_first_and_converges() {
     // Strict: what the old copy and the missing one would do with the
     // orchestrator's command lines.
     let (status, out) = gz(&apis, cns[2].uuid, &["gz", "health", "vm-agent", "--json"]).await;
-    assert_eq!((status, out.contains("unrecognized subcommand 'health'")), (2, true), "{out}");
+    assert_eq!(
+        (status, out.contains("unrecognized subcommand 'health'")),
+        (2, true),
+        "{out}"
+    );
     let (status, _) = gz(&apis, cns[1].uuid, &["gz", "report", "--json"]).await;
     assert_eq!(status, 127);
 
@@ -257,7 +281,12 @@ async fn rollout_gives_agentsadm_first_and_converges() {
     let p = &planned.plan;
     let text = p.to_string();
     let agentsadm_default = dc.default_image("agentsadm").unwrap();
-    for (i, from) in [(1, "(none)"), (4, "(none)"), (2, "0.0.9-"), (3, "(version unknown)")] {
+    for (i, from) in [
+        (1, "(none)"),
+        (4, "(none)"),
+        (2, "0.0.9-"),
+        (3, "(version unknown)"),
+    ] {
         let sp = &p.servers()[&cns[i].uuid];
         let first = &sp.steps[0];
         assert_eq!(
@@ -308,9 +337,17 @@ async fn rollout_gives_agentsadm_first_and_converges() {
         let agents = dc.server_agents(s.uuid);
         let a = agents.iter().find(|a| a.name == "agentsadm").unwrap();
         assert_eq!(a.image_uuid, Some(agentsadm_default), "{}", s.hostname);
-        assert!(a.uuid.is_some(), "{}: recorded with its instance", s.hostname);
+        assert!(
+            a.uuid.is_some(),
+            "{}: recorded with its instance",
+            s.hostname
+        );
         let own = dc.gz_report(s.uuid).await.unwrap();
-        assert!(own.agents.iter().any(|a| a.name == "agentsadm" && a.image_uuid == Some(agentsadm_default)));
+        assert!(
+            own.agents
+                .iter()
+                .any(|a| a.name == "agentsadm" && a.image_uuid == Some(agentsadm_default))
+        );
         assert!(s.root.join("opt/smartdc/agentsadm/bin/agentsadm").is_file());
         assert!(!s.root.join("opt/smartdc/agentsadm.bootstrap").exists());
     }
@@ -318,7 +355,11 @@ async fn rollout_gives_agentsadm_first_and_converges() {
     // server reports.
     let services = apis.sapi.list_agent_services().await.unwrap();
     let service = services.iter().find(|s| s.name == "agentsadm").unwrap();
-    let instances = apis.sapi.list_service_instances(service.uuid).await.unwrap();
+    let instances = apis
+        .sapi
+        .list_service_instances(service.uuid)
+        .await
+        .unwrap();
     for s in &cns {
         let reported = dc
             .server_agents(s.uuid)
