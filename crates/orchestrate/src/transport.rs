@@ -76,13 +76,13 @@ use super::report::FailureStage;
 use agentsadm_api::ApiError;
 use agentsadm_api::ImgapiClient;
 use agentsadm_api::SapiClient;
-use agentsadm_api::cnapi::ExecuteRequest;
-use agentsadm_api::cnapi::ExecuteAnswer;
-use agentsadm_api::compat;
 use agentsadm_api::cnapi::AgentEntry;
 use agentsadm_api::cnapi::CnapiClient;
+use agentsadm_api::cnapi::ExecuteAnswer;
 use agentsadm_api::cnapi::ExecuteMode;
+use agentsadm_api::cnapi::ExecuteRequest;
 use agentsadm_api::cnapi::UNINSTALL_MIN_CN_AGENT;
+use agentsadm_api::compat;
 use agentsadm_api::remote::AgentsReport;
 use agentsadm_api::remote::GzResult;
 use agentsadm_api::remote::gz_execute_request;
@@ -94,7 +94,6 @@ use agentsadm_types::ids::ImageUuid;
 use agentsadm_types::ids::InstanceUuid;
 use agentsadm_types::ids::ServerUuid;
 use agentsadm_types::ids::TaskId;
-
 
 /// How often a `gz health` check whose request failed quickly is asked
 /// again (within its bound), and the pause before the first retry (growing
@@ -330,10 +329,7 @@ impl CnapiTransport {
 
     /// The health gate's flags for `agentsadm gz`, if set.
     fn health_args(&self) -> Vec<String> {
-        self.config
-            .health
-            .map(|h| h.gz_args())
-            .unwrap_or_default()
+        self.config.health.map(|h| h.gz_args()).unwrap_or_default()
     }
 
     /// Read CNAPI's `FEATURE_USE_CNAGENT_COMMAND_EXECUTE` from this SAPI

@@ -65,10 +65,7 @@ pub(super) async fn run(
     }
     let outcome = match core.config.gz_layout {
         GzLayout::Rooted => {
-            vars.insert(
-                "AGENTSADM_ROOT".into(),
-                server.root.display().to_string(),
-            );
+            vars.insert("AGENTSADM_ROOT".into(), server.root.display().to_string());
             run_bash(core, request, vars, timeout_ms).await
         }
         GzLayout::Mockcloud => {
@@ -78,7 +75,10 @@ pub(super) async fn run(
             match r.exit_status {
                 0 => CommandOutcome::exited(
                     0,
-                    format!("{SCRIPT_NAME}: agentsadm image {} is in place\n", image.image),
+                    format!(
+                        "{SCRIPT_NAME}: agentsadm image {} is in place\n",
+                        image.image
+                    ),
                     String::new(),
                 ),
                 _ => CommandOutcome::exited(

@@ -427,7 +427,11 @@ impl GzOps for InstallerGz {
             .find(|c| c.kind == agentsadm_types::catalog::ComponentKind::Agentsadm)?;
         match self.layout {
             GzLayout::Rooted => {
-                if !target.root.join(agentsadm_gz::kinds::AGENTSADM_BIN).is_file() {
+                if !target
+                    .root
+                    .join(agentsadm_gz::kinds::AGENTSADM_BIN)
+                    .is_file()
+                {
                     return None;
                 }
                 let paths = agentsadm_gz::paths::GzPaths::new(&target.root);
