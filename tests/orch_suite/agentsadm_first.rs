@@ -114,7 +114,7 @@ fn plan_shows_agentsadm_first_where_the_copy_cannot_parse_the_steps() {
     let skipped: Vec<(&str, &str)> = p
         .skips()
         .iter()
-        .filter(|s| matches!(s.reason, SkipReason::AgentsadmTooOld { .. }))
+        .filter(|s| matches!(s.reason, SkipReason::AgentsadmTooOld(_)))
         .map(|s| {
             (
                 s.hostname.as_deref().unwrap(),

@@ -27,7 +27,7 @@ use agentsadm_types::ids::ServerUuid;
 use agentsadm_types::version::VersionKey;
 
 use super::request::{ImageRef, TransportKind};
-use super::skip::{Skip, SkipReason};
+use super::skip::{AgentsadmShort, Skip, SkipReason};
 use super::types::{Action, Gate, MinVersion, Plan, ServerPlan, Step};
 use crate::reality::Installed;
 
@@ -119,10 +119,10 @@ pub(crate) fn first(plan: &mut Plan, supply: &Supply<'_>) -> (Vec<Skip>, Vec<Str
                 server: Some(*uuid),
                 hostname: Some(sp.hostname.clone()),
                 component: Some(st.component.clone()),
-                reason: SkipReason::AgentsadmTooOld {
+                reason: SkipReason::AgentsadmTooOld(Box::new(AgentsadmShort {
                     have: have.clone(),
                     need: need.to_string(),
-                },
+                })),
                 blocking: true,
             });
             dropped.insert(st.component.clone());
@@ -376,7 +376,7 @@ mod tests {
         assert_eq!(skipped.len(), 3);
         assert!(p.skips().iter().all(|s| s.blocking));
         assert!(
-            matches!(skipped[2], ("cn4", SkipReason::AgentsadmTooOld { have, .. }) if have == "none")
+            matches!(skipped[2], ("cn4", SkipReason::AgentsadmTooOld(short)) if short.have == "none")
         );
         // A cn-agent task needs no agentsadm; only its health check does.
         let p = plan("vm-agent", TransportKind::InstallAgent, None);

@@ -53,7 +53,7 @@ pub use rollout::{
     pick_canaries,
 };
 pub use select::resolve_servers;
-pub use skip::{Skip, SkipReason};
+pub use skip::{AgentsadmShort, Skip, SkipReason};
 pub use types::{
     Action, Gate, HealthFlags, InstalledRef, IntentChange, MinVersion, Plan, PlanCounts,
     RecordChange, ServerCall, ServerPlan, ServiceChange, Step,

@@ -42,10 +42,19 @@ pub enum SkipReason {
     NoExecute,
     /// `--latest` found an older version than the server runs.
     NewerInstalled { version: String, latest: String },
-    /// The server's agentsadm (`have`: a version, `version unknown` or
-    /// `none`) cannot parse the step, and there is no agentsadm image new
-    /// enough to give it first.
-    AgentsadmTooOld { have: String, need: String },
+    /// The server's agentsadm cannot parse the step, and there is no
+    /// agentsadm image new enough to give it first (boxed: a skip stays
+    /// small).
+    AgentsadmTooOld(Box<AgentsadmShort>),
+}
+
+/// What a server's agentsadm is, and what a step needs of it.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+pub struct AgentsadmShort {
+    /// A version, `version unknown` or `none`.
+    pub have: String,
+    /// The oldest version that parses the step.
+    pub need: String,
 }
 
 impl SkipReason {
@@ -87,8 +96,9 @@ impl SkipReason {
             SkipReason::NoExecute => {
                 "needs CNAPI execute, which mockcloud servers do not have; skipped".to_string()
             }
-            SkipReason::AgentsadmTooOld { have, need } => format!(
-                "its agentsadm ({have}) cannot run this step, which needs {need} or later, and the datacenter IMGAPI has no agentsadm image that new: run 'agentsadm self-update' on the headnode, then plan again"
+            SkipReason::AgentsadmTooOld(short) => format!(
+                "its agentsadm ({}) cannot run this step, which needs {} or later, and the datacenter IMGAPI has no agentsadm image that new: run 'agentsadm self-update' on the headnode, then plan again",
+                short.have, short.need
             ),
             SkipReason::TransportUnsupported { kind } => format!(
                 "cn-agent's install-agent task cannot install {kind} components (use --transport auto)"
