@@ -476,25 +476,30 @@ async fn stale_locks_are_broken_and_a_taken_over_lock_is_not_released() {
     let old = LockRecord {
         owner: "root@elsewhere:99".into(),
         token: "old".into(),
+        generation: 4,
+        stage: agentsadm_orchestrate::lock::Stage::Held,
         operation: "update --all".into(),
         started: "2020-01-01T00:00:00Z".into(),
         refreshed: "2020-01-01T00:00:00Z".into(),
     };
     fake.write(&old).await.unwrap();
     let opts = LockOptions::default();
-    let mut l = lock::acquire(&fake, "root@hn:1", "update vm-agent", &opts)
+    let l = lock::acquire(&fake, "root@hn:1", "update vm-agent", &opts)
         .await
         .unwrap();
     assert_eq!(
-        l.broke.as_ref().map(|r| r.owner.as_str()),
-        Some("root@elsewhere:99")
+        l.broke.iter().map(|r| r.owner.as_str()).collect::<Vec<_>>(),
+        ["root@elsewhere:99"]
     );
+    assert_eq!(l.generation(), 5, "the generation only grows");
     l.refresh().await.unwrap();
 
-    // Someone breaks it: refresh notices, release leaves theirs alone.
+    // Someone breaks it (a later generation, held): refresh notices,
+    // release leaves theirs alone.
     let mut theirs = l.record().clone();
     theirs.token = "theirs".into();
     theirs.owner = "root@hn:2".into();
+    theirs.generation += 1;
     fake.write(&theirs).await.unwrap();
     assert!(matches!(l.refresh().await, Err(LockError::Lost { .. })));
     l.release().await.unwrap();
@@ -508,7 +513,8 @@ async fn stale_locks_are_broken_and_a_taken_over_lock_is_not_released() {
     let l = lock::acquire(&fake, "root@hn:3", "update", &forced)
         .await
         .unwrap();
-    assert_eq!(l.broke.unwrap().owner, "root@hn:2");
+    assert_eq!(l.broke[0].owner, "root@hn:2");
+    assert_eq!(l.generation(), 7);
 }
 
 #[tokio::test(start_paused = true)]

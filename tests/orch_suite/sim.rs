@@ -301,13 +301,16 @@ async fn the_sapi_lock_admits_one_orchestrator() {
     assert!(a.is_ok() != b.is_ok(), "exactly one wins: {a:?} {b:?}");
     let winner = a.or(b).unwrap();
     let app = apis.sapi.sdc_application().await.unwrap().unwrap();
-    assert_eq!(
-        app.metadata[lock::LOCK_KEY]["owner"],
-        winner.record().owner.as_str()
-    );
+    let board = lock::LockBoard::from_metadata(&app.metadata);
+    assert_eq!(board.holder().unwrap().owner, winner.record().owner);
+    assert_eq!(board.entries.len(), 1, "the loser withdrew its claim");
     winner.release().await.unwrap();
     let app = apis.sapi.sdc_application().await.unwrap().unwrap();
-    assert!(!app.metadata.contains_key(lock::LOCK_KEY));
+    assert!(
+        lock::LockBoard::from_metadata(&app.metadata)
+            .entries
+            .is_empty()
+    );
     dc.shutdown().await;
 }
 
@@ -544,7 +547,11 @@ async fn two_orchestrators_started_together_one_runs_the_other_exits_1() {
     assert!(loser.contains('@'), "names the holder: {loser}");
     // The lock is released afterwards.
     let app = dc.apis().sapi.sdc_application().await.unwrap().unwrap();
-    assert!(!app.metadata.contains_key(lock::LOCK_KEY));
+    assert!(
+        lock::LockBoard::from_metadata(&app.metadata)
+            .entries
+            .is_empty()
+    );
     dc.shutdown().await;
 }
 

@@ -10,6 +10,7 @@
 //!   500s) become [`ApiError::Status`] with the parsed body.
 
 pub mod adoption;
+pub mod agents;
 pub mod bootstrap;
 pub mod cnapi;
 pub mod compat;

@@ -42,12 +42,39 @@ impl<'g> Execution<'g> {
     }
 }
 
-/// Resolves when the operator presses Ctrl-C; never, where it cannot be
-/// caught.
+/// Resolves when the operator presses Ctrl-C, or the process is told to
+/// stop (SIGTERM: `kill`, an SMF stop; SIGHUP: the terminal went away):
+/// every one ends a rollout the same way, with its summary and run-log
+/// records, never silently. Never resolves where none can be caught.
 pub(crate) async fn interrupted() {
-    if tokio::signal::ctrl_c().await.is_err() {
-        std::future::pending::<()>().await;
+    let ctrl_c = async {
+        if tokio::signal::ctrl_c().await.is_err() {
+            std::future::pending::<()>().await;
+        }
+    };
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        let stop = |kind: SignalKind| async move {
+            match signal(kind) {
+                Ok(mut s) => {
+                    s.recv().await;
+                }
+                Err(_) => std::future::pending::<()>().await,
+            }
+        };
+        tokio::select! {
+            () = ctrl_c => {}
+            () = stop(SignalKind::terminate()) => {
+                tracing::warn!("SIGTERM received: stopping as for Ctrl-C");
+            }
+            () = stop(SignalKind::hangup()) => {
+                tracing::warn!("SIGHUP received: stopping as for Ctrl-C");
+            }
+        }
     }
+    #[cfg(not(unix))]
+    ctrl_c.await;
 }
 
 type Show<'a, P> = Box<dyn Fn(&P, Shown) + Sync + 'a>;

@@ -482,6 +482,7 @@ impl Reporter for CliProgress {
                     names.join(", ")
                 ));
             }
+            ExecEvent::Stopping(h) => self.line(&format!("warning: {h}")),
             ExecEvent::Finished(_) => {
                 if let Ok(mut l) = self.live.lock()
                     && let Some(l) = l.take()

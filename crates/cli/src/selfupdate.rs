@@ -98,8 +98,12 @@ pub async fn run(g: &GlobalOpts, a: SelfUpdateArgs) -> CmdResult {
     let lost = std::sync::atomic::AtomicBool::new(false);
     let note = |line: &str| out.warn(line);
     let outcome = lock::hold(&store, "self-update", &options, &lost, note, work).await??;
+    // A lock lost while it ran (said when noticed): the headnode may since
+    // have been changed by the new holder, so this is not "done".
+    let lock_lost = lost.load(std::sync::atomic::Ordering::SeqCst);
+    let status: u8 = if lock_lost { 2 } else { 0 };
     if out.json {
-        out.json(&json!({"plan": plan, "executed": true, "result": outcome, "exit_status": 0}));
+        out.json(&json!({"plan": plan, "executed": true, "result": outcome, "lock_lost": lock_lost, "exit_status": status}));
     } else {
         for w in &outcome.warnings {
             if !plan.notes.contains(w) {
@@ -107,6 +111,9 @@ pub async fn run(g: &GlobalOpts, a: SelfUpdateArgs) -> CmdResult {
             }
         }
         out.line(outcome.line());
+        if lock_lost {
+            out.warn("the datacenter lock was lost while self-update ran: another agentsadm may since have changed this headnode; check it ('agentsadm gz report'), then run self-update again once the lock is free");
+        }
     }
-    Ok(ExitCode::SUCCESS)
+    Ok(ExitCode::from(status))
 }

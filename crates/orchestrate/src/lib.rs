@@ -13,7 +13,10 @@
 //!   the plan made again under it, the question (or `-y`) and the
 //!   [`confirm::Confirmed`] token it yields, the plan made again after the
 //!   answer ([`fence`]), imports, execution, the report.
-//! - [`lock`]: one orchestrator per datacenter (SAPI application metadata).
+//! - [`lock`]: one orchestrator per datacenter (SAPI application metadata),
+//!   held through the run and confirmed before each change ([`guard`]);
+//!   a failure while an API does not answer is the outage's, not the
+//!   server's ([`guard::ApiProbe`]).
 //! - [`execute`]: runs a confirmed plan: service defaults, [`records`]
 //!   (CNAPI and SAPI record changes), then the servers in the plan's
 //!   [`waves`], each server's turn in [`turn`], through a
@@ -31,6 +34,8 @@ pub mod execmode;
 pub mod execute;
 pub mod fence;
 pub mod gather;
+pub mod guard;
+mod holding;
 pub mod images;
 pub mod lock;
 pub mod outlier;

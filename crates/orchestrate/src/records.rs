@@ -16,6 +16,7 @@ use futures::stream::{self, StreamExt};
 use serde::Serialize;
 use serde_json::{Value, json};
 
+use super::guard::{Fence, Hold};
 use super::store::{IntentWriteError, SapiIntentStore, instance_params};
 use agentsadm_api::ApiError;
 use agentsadm_api::Apis;
@@ -373,14 +374,17 @@ impl RecordOutcome {
 }
 
 /// Make `changes` (already in phase order) through `store`, `concurrency`
-/// at a time within a phase. `lock_lost` is asked before each phase: once
-/// it says so, nothing more is written.
+/// at a time within a phase. Before each phase `lock_lost` is asked and
+/// the lock confirmed through `fence`: once lost (or not confirmed),
+/// nothing more is written, and the hold that stopped it is returned.
 pub(crate) async fn make_records(
     store: &dyn RecordStore,
     changes: &[RecordChange],
     concurrency: usize,
     lock_lost: &(dyn Fn() -> bool + Sync),
-) -> Vec<RecordOutcome> {
+    fence: &dyn Fence,
+) -> (Vec<RecordOutcome>, Hold) {
+    let mut hold = Hold::Held;
     let mut out: Vec<RecordOutcome> = Vec::with_capacity(changes.len());
     let mut created: BTreeMap<String, ServiceUuid> = BTreeMap::new();
     let mut start = 0;
@@ -392,8 +396,19 @@ pub(crate) async fn make_records(
             .map_or(changes.len(), |n| start + n);
         let batch = &changes[start..end];
         start = end;
-        let refused = if lock_lost() {
+        if hold == Hold::Held {
+            hold = if lock_lost() {
+                Hold::Lost
+            } else {
+                fence.confirm("the record changes").await
+            };
+        }
+        let refused = if hold == Hold::Lost {
             Some("the datacenter lock was lost: nothing more was written".to_string())
+        } else if let Hold::Unconfirmed(api) = hold {
+            Some(format!(
+                "{api} did not answer when the datacenter lock was confirmed: nothing more was written"
+            ))
         } else if batch
             .iter()
             .any(|c| matches!(c, RecordChange::Server { .. }))
@@ -458,5 +473,5 @@ pub(crate) async fn make_records(
             });
         }
     }
-    out
+    (out, hold)
 }

@@ -70,6 +70,9 @@ pub enum ExecEvent<'a> {
     StoppedWaiting {
         in_flight: &'a [InFlight],
     },
+    /// The run stops starting servers because it lost the datacenter lock
+    /// or an API stopped answering (said once, when noticed).
+    Stopping(&'a Halted),
     Finished(&'a ExecReport),
 }
 
@@ -131,6 +134,14 @@ pub enum ServerStatus {
     Interrupted,
     /// Never started (interrupted before its turn).
     NotStarted,
+    /// Started, then stopped before its remaining steps: the run lost the
+    /// datacenter lock, or an API stopped answering, before them. What
+    /// ran is in its steps; nothing else was started on it.
+    Stopped,
+    /// How it ended is not known: an API stopped answering while it ran
+    /// (its tasks may still complete; they are in the outcome). Not a
+    /// failure of the server.
+    Unknown,
 }
 
 impl ServerStatus {
@@ -141,6 +152,8 @@ impl ServerStatus {
             ServerStatus::TimedOut => "timed-out",
             ServerStatus::Interrupted => "interrupted",
             ServerStatus::NotStarted => "not-started",
+            ServerStatus::Stopped => "stopped",
+            ServerStatus::Unknown => "unknown",
         }
     }
 }
@@ -151,8 +164,11 @@ impl ServerStatus {
 pub enum StepStatus {
     Done,
     Failed,
-    /// Not attempted because an earlier step on the server failed.
+    /// Not attempted because an earlier step on the server failed (or
+    /// the run lost its lock or an API first).
     NotRun,
+    /// Started, but how it ended is not known: an API stopped answering.
+    Unknown,
 }
 
 /// One step's outcome.
@@ -204,11 +220,18 @@ pub enum FailureStage {
     /// cn-agent's task): `unhealthy`.
     Unhealthy,
     /// The server's installed image is not the one the plan saw (`gz
-    /// install --expect-current` refused): `changed since the plan`.
+    /// install --expect-current` refused, or CNAPI's `server.agents`
+    /// before an install-agent task): `changed since the plan`.
     Changed,
     /// Putting agentsadm on the server without it (its manifest, the
     /// bootstrap script): `bootstrap`.
     Bootstrap,
+    /// The step was not started: the run no longer holds the datacenter
+    /// lock: `lock lost`.
+    LockLost,
+    /// An API stopped answering (the step was not started, or how it
+    /// ended is not known): `<API> not answering`.
+    ApiLost { api: agentsadm_api::Api },
 }
 
 impl FailureStage {
@@ -230,6 +253,8 @@ impl FailureStage {
             FailureStage::Unhealthy => "unhealthy",
             FailureStage::Changed => "changed since the plan",
             FailureStage::Bootstrap => "bootstrap",
+            FailureStage::LockLost => "lock lost",
+            FailureStage::ApiLost { api } => return Cow::Owned(format!("{api} not answering")),
             FailureStage::Task { task, id: Some(id) } => {
                 return Cow::Owned(format!("{task} task {id}"));
             }
@@ -394,6 +419,30 @@ pub struct ExecReport {
     /// server's CNAPI record), in the order they were made.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub records: Vec<RecordOutcome>,
+    /// The datacenter lock, if this run lost it at any point (noticed
+    /// while running, or when confirmed once more before the summary).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub lock_lost: Option<crate::guard::LockLoss>,
+    /// The API that stopped answering, if one did.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub outage: Option<Outage>,
+    /// Why the lock could not be released, if it could not.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub lock_release: Option<String>,
+}
+
+fn api_name<S: serde::Serializer>(api: &agentsadm_api::Api, s: S) -> Result<S::Ok, S::Error> {
+    s.collect_str(api)
+}
+
+/// An API that stopped answering during the run.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Outage {
+    /// `SAPI`, `CNAPI` or `IMGAPI`.
+    #[serde(serialize_with = "api_name")]
+    pub api: agentsadm_api::Api,
+    /// What the run was doing when it noticed.
+    pub noticed: String,
 }
 
 fn is_zero(n: &usize) -> bool {
@@ -418,8 +467,10 @@ pub enum Halted {
     Canary { failed: Vec<String> },
     /// The operator did not continue after the canary wave.
     Declined,
-    /// Another process broke the datacenter lock.
+    /// The datacenter lock was lost (taken over, or its record removed).
     LockLost,
+    /// An API stopped answering.
+    ApiLost { api: String },
 }
 
 impl fmt::Display for Halted {
@@ -440,7 +491,11 @@ impl fmt::Display for Halted {
             ),
             Halted::LockLost => write!(
                 f,
-                "the datacenter lock was broken by another process: no new server was started; check who holds it, then run the same command again"
+                "the datacenter lock was lost: nothing more was started; check who holds it, then run the same command again"
+            ),
+            Halted::ApiLost { api } => write!(
+                f,
+                "{api} stopped answering: nothing more was started and no server was counted as failed; once {api} answers, run the same command again"
             ),
         }
     }
@@ -483,6 +538,8 @@ pub struct StatusCounts {
     pub timed_out: usize,
     pub interrupted: usize,
     pub not_started: usize,
+    pub stopped: usize,
+    pub unknown: usize,
 }
 
 impl ExecReport {
@@ -495,6 +552,8 @@ impl ExecReport {
                 ServerStatus::TimedOut => c.timed_out += 1,
                 ServerStatus::Interrupted => c.interrupted += 1,
                 ServerStatus::NotStarted => c.not_started += 1,
+                ServerStatus::Stopped => c.stopped += 1,
+                ServerStatus::Unknown => c.unknown += 1,
             }
         }
         c
@@ -504,6 +563,8 @@ impl ExecReport {
     /// made.
     pub fn all_succeeded(&self) -> bool {
         !self.interrupted
+            && self.lock_lost.is_none()
+            && self.outage.is_none()
             && self
                 .servers
                 .values()

@@ -168,6 +168,13 @@ impl Reporter for LogReporter {
                     "stopped waiting for the servers in flight (they may still complete)"
                 )
             }
+            ExecEvent::Stopping(h) => {
+                tracing::warn!(target: agentsadm_types::log::FILE_ONLY_TARGET,
+                    component = C,
+                    reason = serde_json::to_string(h).unwrap_or_default(),
+                    "{h}"
+                )
+            }
             ExecEvent::Finished(r) => {
                 let c = r.counts();
                 tracing::info!(target: agentsadm_types::log::FILE_ONLY_TARGET,

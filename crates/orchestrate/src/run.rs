@@ -18,17 +18,19 @@
 //!    starts), release the lock, and hand back the report.
 
 use std::future::Future;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
 
 use futures::future::LocalBoxFuture;
 
 use super::confirm::Confirmed;
 use super::execute::{ExecError, ExecOptions, Executor, RunGate};
 use super::fence::{Fenced, fence};
+use super::guard::{ApiPings, Fence, Hold, LockFence};
+use super::holding;
 use super::images::{self, ImageError};
 use super::lock::{self, LockError, LockOptions, SapiLockStore};
 use super::records::ApiRecords;
-use super::report::{ExecReport, InFlight, Reporter};
+use super::report::{ExecReport, InFlight, Outage, Reporter};
 use super::store::SapiIntentStore;
 use super::transport::{CnapiTransport, CnapiTransportConfig, StepDone, StepFailure, Transport};
 use agentsadm_api::Apis;
@@ -37,6 +39,10 @@ use agentsadm_api::ImgapiClient;
 use agentsadm_api::SapiClient;
 use agentsadm_plan::{Plan, PlanOptions, RolloutPolicy, TransportMode};
 use agentsadm_types::catalog::Catalog;
+
+/// How long a ping of an API may take before the API counts as not
+/// answering (asked when a server's turn failed).
+const PROBE_BOUND: Duration = Duration::from_secs(10);
 
 /// What every changing command's arguments come to, made once from the
 /// command line (one set of execution options for all of them).
@@ -266,9 +272,29 @@ impl<'a> Run<'a> {
             });
         }
         drop(unlocked);
-        let lost = AtomicBool::new(false);
-        let work = self.locked(planner, operator, &lost, cancel);
-        self.hold(&store, &lost, |m| operator.note(m), work).await?
+        let dc_lock =
+            lock::acquire(&store, &lock::this_owner(), &self.operation, &self.lock).await?;
+        for old in &dc_lock.broke {
+            operator.note(&format!(
+                "warning: broke the orchestrator lock of {} ({:?}, last seen {})",
+                old.owner, old.operation, old.refreshed
+            ));
+        }
+        let fence = LockFence::new(&dc_lock);
+        let work = self.locked(planner, operator, &fence, cancel);
+        let mut outcome =
+            holding::refreshing(&dc_lock, &fence, &self.lock, |m| operator.note(m), work).await;
+        drop(fence);
+        let released = dc_lock.release().await;
+        if let Ok(RunOutcome::Executed { planned, report }) = &mut outcome {
+            if let Err(e) = released {
+                report.lock_release = Some(holding::release_failed(&e));
+            }
+            log_summary(planned.plan(), report);
+        } else if let Err(e) = released {
+            operator.note(&format!("warning: {}", holding::release_failed(&e)));
+        }
+        outcome
     }
 
     /// Under the lock: plan, confirm (fenced), import, execute.
@@ -276,7 +302,7 @@ impl<'a> Run<'a> {
         &self,
         planner: &P,
         operator: &O,
-        lost: &AtomicBool,
+        lock: &LockFence<'_>,
         cancel: impl Future<Output = ()>,
     ) -> Result<RunOutcome<P::Planned>, RunError<P::Error>>
     where
@@ -314,12 +340,30 @@ impl<'a> Run<'a> {
             return Err(RunError::NeedsYes);
         };
         let gate = Gate {
-            lost,
+            fence: lock,
             operator,
             yes: self.settings.yes,
             _planned: std::marker::PhantomData,
         };
-        let report = self.execute(confirmed, operator, cancel, &gate).await?;
+        let mut report = self.execute(confirmed, operator, cancel, &gate).await?;
+        // Once more before the summary: a run that lost the lock at any
+        // point says so.
+        if let Hold::Unconfirmed(api) = lock.confirm("before the summary").await
+            && report.outage.is_none()
+        {
+            report.outage = Some(Outage {
+                api,
+                noticed: "when the lock was confirmed before the summary".to_string(),
+            });
+        }
+        report.lock_lost = lock.loss().map(|mut loss| {
+            loss.may_have_changed = report
+                .touched_servers()
+                .into_iter()
+                .map(|(_, s)| s)
+                .collect();
+            loss
+        });
         Ok(RunOutcome::Executed { planned, report })
     }
 
@@ -368,36 +412,37 @@ impl<'a> Run<'a> {
             }
             None => return Err(RunError::MissingApi { api: "CNAPI" }),
         };
+        let probe = ApiPings {
+            sapi: self.sapi.clone(),
+            cnapi: self.cnapi.cloned(),
+            imgapi: self.imgapi.cloned(),
+            bound: PROBE_BOUND,
+        };
         let executor = Executor::new(
             transport.as_ref(),
             &store,
             self.reporter,
             &self.settings.options,
         )
-        .with_records(&records);
-        let report = executor.execute_gated(confirmed, cancel, gate).await?;
-        tracing::info!(
-            target: agentsadm_types::log::FILE_ONLY_TARGET,
-            component = "summary",
-            summary = serde_json::to_string(&report.summary(plan)).unwrap_or_default(),
-            outliers = serde_json::to_string(&report.outliers).unwrap_or_default(),
-            exit_status = report.exit_status(plan),
-            "{}",
-            report.render(plan).trim_end()
-        );
-        Ok(report)
+        .with_records(&records)
+        .with_guard(gate.fence, &probe);
+        Ok(executor.execute_gated(confirmed, cancel, gate).await?)
     }
+}
 
-    /// [`lock::hold`] under this run's operation and lock options.
-    async fn hold<T>(
-        &self,
-        store: &SapiLockStore,
-        lost: &AtomicBool,
-        note: impl Fn(&str),
-        work: impl Future<Output = T>,
-    ) -> Result<T, LockError> {
-        lock::hold(store, &self.operation, &self.lock, lost, note, work).await
-    }
+/// The end of an executed run in the run's log: its summary, outliers
+/// and exit status (after the lock was released, so that a release that
+/// failed is in it).
+fn log_summary(plan: &Plan, report: &ExecReport) {
+    tracing::info!(
+        target: agentsadm_types::log::FILE_ONLY_TARGET,
+        component = "summary",
+        summary = serde_json::to_string(&report.summary(plan)).unwrap_or_default(),
+        outliers = serde_json::to_string(&report.outliers).unwrap_or_default(),
+        exit_status = report.exit_status(plan),
+        "{}",
+        report.render(plan).trim_end()
+    );
 }
 
 /// The plan in the run's log, each time it is made.
@@ -414,7 +459,7 @@ fn log_plan(plan: &Plan) {
 /// The run's answers to the executor: the lock as the refresh found it,
 /// the operator for the canary wave and interrupts.
 struct Gate<'a, O, P> {
-    lost: &'a AtomicBool,
+    fence: &'a LockFence<'a>,
     operator: &'a O,
     yes: bool,
     _planned: std::marker::PhantomData<fn(&P)>,
@@ -422,7 +467,7 @@ struct Gate<'a, O, P> {
 
 impl<O: Operator<P> + Sync, P> RunGate for Gate<'_, O, P> {
     fn lock_lost(&self) -> bool {
-        self.lost.load(Ordering::SeqCst)
+        self.fence.is_lost()
     }
 
     async fn canary_passed(&self, canaries: &[String], remaining: usize) -> bool {

@@ -67,6 +67,7 @@ use agentsadm_plan::Step;
 mod bootstrap;
 
 use super::execmode::ExecuteModes;
+use super::guard::{Fence, Unfenced, fenced};
 use super::recover::RecoveryConfig;
 use super::recover::TaskGoal;
 use super::recover::TaskPeers;
@@ -156,6 +157,22 @@ pub trait Transport: Send + Sync {
         server: ServerUuid,
         step: &'a Step,
     ) -> BoxFuture<'a, Result<StepDone, StepFailure>>;
+
+    /// [`Transport::run`] under the run's datacenter lock: the step is
+    /// refused (`lock lost`, or the API that did not answer) unless the
+    /// lock is confirmed first. A transport that can, confirms it at the
+    /// last moment before the request that changes the server.
+    fn run_fenced<'a>(
+        &'a self,
+        server: ServerUuid,
+        step: &'a Step,
+        fence: &'a dyn Fence,
+    ) -> BoxFuture<'a, Result<StepDone, StepFailure>> {
+        Box::pin(async move {
+            fenced(fence, server, step).await?;
+            self.run(server, step).await
+        })
+    }
 
     /// The CNAPI tasks this transport started on `server` so far, oldest
     /// first: what an operator looks up with `sdc-cnapi /tasks/<id>` when a
@@ -352,10 +369,19 @@ impl CnapiTransport {
             .unwrap_or_else(|| component.to_string())
     }
 
-    async fn run_step(&self, server: ServerUuid, step: &Step) -> Result<StepDone, StepFailure> {
+    async fn run_step(
+        &self,
+        server: ServerUuid,
+        step: &Step,
+        fence: &dyn Fence,
+    ) -> Result<StepDone, StepFailure> {
         let self_replacing = step.order == OrderClass::CoreLast;
         match (step.transport, &step.action) {
             (TransportKind::InstallAgent, Action::Install { to } | Action::Upgrade { to, .. }) => {
+                // cn-agent's task has no --expect-current: the server's
+                // image is checked here, then the lock, then the task.
+                self.expect_current(server, step).await?;
+                fenced(fence, server, step).await?;
                 let id = self
                     .cnapi
                     .install_agent(server, to.uuid)
@@ -380,11 +406,12 @@ impl CnapiTransport {
             }
             (TransportKind::InstallAgent, Action::Remove { .. }) => {
                 let package = self.package_name(&step.component);
-                self.uninstall(server, &step.component, &package).await?;
+                self.uninstall(server, &step.component, &package, Some((fence, step)))
+                    .await?;
                 Ok(StepDone::default())
             }
             (TransportKind::Bootstrap, Action::Install { to } | Action::Upgrade { to, .. }) => {
-                self.bootstrap(server, step, to).await
+                self.bootstrap(server, step, to, fence).await
             }
             (TransportKind::Bootstrap, Action::Remove { .. }) => Err(StepFailure::new(
                 FailureStage::Bootstrap,
@@ -408,7 +435,13 @@ impl CnapiTransport {
                     Action::Remove { .. } => compat::remove_args(&step.component),
                 };
                 let done = self
-                    .execute(server, step, &args, self.config.execute_timeout)
+                    .execute(
+                        server,
+                        step,
+                        &args,
+                        self.config.execute_timeout,
+                        Some(fence),
+                    )
                     .await?;
                 match action {
                     Action::Install { to } | Action::Upgrade { to, .. } if self_replacing => {
@@ -424,6 +457,50 @@ impl CnapiTransport {
         }
     }
 
+    /// The install-agent equivalent of `gz install --expect-current`: the
+    /// image CNAPI's `server.agents` lists for the component must be the
+    /// one the plan saw (nothing, for an install); otherwise someone
+    /// changed the server since the plan and the task is not started.
+    async fn expect_current(&self, server: ServerUuid, step: &Step) -> Result<(), StepFailure> {
+        let Some(expected) = step.expect_current() else {
+            return Ok(());
+        };
+        let record = self
+            .cnapi
+            .list_server(server)
+            .await
+            .map_err(|e| StepFailure::api(FailureStage::InstallAgent, &e))?;
+        let package = self.package_name(&step.component);
+        let entry = record
+            .map(|r| r.reported_agents())
+            .unwrap_or_default()
+            .into_iter()
+            .find(|a| a.name == package || a.name == step.component);
+        let now = entry.as_ref().map(|a| a.image_uuid);
+        let same = match (expected, now) {
+            (None, None) => true,
+            (Some(image), Some(Some(current))) => image == current,
+            _ => false,
+        };
+        if same {
+            return Ok(());
+        }
+        let shown =
+            |i: Option<ImageUuid>| i.map_or_else(|| "nothing".to_string(), |i| i.to_string());
+        Err(StepFailure::new(
+            FailureStage::Changed,
+            format!(
+                "CNAPI's server.agents lists {} for {}, not {} as the plan saw: the server changed since the plan (another run?); not started: plan again",
+                match now {
+                    None => "nothing".to_string(),
+                    Some(i) => format!("image {}", shown(i)),
+                },
+                step.component,
+                shown(expected)
+            ),
+        ))
+    }
+
     /// uninstall-agents of `package`, refused here (before CNAPI is asked)
     /// when `server.agents` does not list cn-agent >= 2.8.0: CNAPI answers
     /// 412 for an older one, and without the entry its refusal crashes it.
@@ -432,6 +509,7 @@ impl CnapiTransport {
         server: ServerUuid,
         component: &str,
         package: &str,
+        fence: Option<(&dyn Fence, &Step)>,
     ) -> Result<(), StepFailure> {
         let record = self
             .cnapi
@@ -461,6 +539,9 @@ impl CnapiTransport {
                 FailureStage::UninstallAgents,
                 format!("not asked to remove {package}: {why}"),
             ));
+        }
+        if let Some((fence, step)) = fence {
+            fenced(fence, server, step).await?;
         }
         let id = self
             .cnapi
@@ -496,7 +577,7 @@ impl CnapiTransport {
         let mut attempt = 0u32;
         let checked = loop {
             let left = deadline.saturating_duration_since(tokio::time::Instant::now());
-            match self.execute(server, step, &args, left).await {
+            match self.execute(server, step, &args, left, None).await {
                 Err(e)
                     if e.stage == FailureStage::Execute
                         && attempt < HEALTH_CHECK_RETRIES
@@ -548,7 +629,7 @@ impl CnapiTransport {
                 Err(e) => Err(StepFailure::api(FailureStage::InstallAgent, &e)),
             },
             None => self
-                .uninstall(server, &step.component, &package)
+                .uninstall(server, &step.component, &package, None)
                 .await
                 .map(|()| None),
         };
@@ -725,26 +806,33 @@ impl CnapiTransport {
     }
 
     /// `agentsadm <args>` on the server through CNAPI execute, in the
-    /// server's execute mode, within `bound`.
+    /// server's execute mode, within `bound`; a command that changes the
+    /// server goes only under a `fence` confirmed at the last moment.
     async fn execute(
         &self,
         server: ServerUuid,
         step: &Step,
         args: &[String],
         bound: Duration,
+        fence: Option<&dyn Fence>,
     ) -> Result<StepDone, StepFailure> {
         let request = gz_execute_request(args, self.config.execute_env.clone());
-        let result = self.execute_request(server, request, bound).await?;
+        let result = self
+            .execute_request(server, step, request, bound, fence)
+            .await?;
         self.gz_outcome(step, &result)
     }
 
     /// Run `request` on the server through CNAPI execute, in the server's
-    /// execute mode, within `bound`.
+    /// execute mode, within `bound`; with a `fence`, only while the run
+    /// still holds the lock.
     async fn execute_request(
         &self,
         server: ServerUuid,
+        step: &Step,
         request: ExecuteRequest,
         bound: Duration,
+        fence: Option<&dyn Fence>,
     ) -> Result<ExecuteAnswer, StepFailure> {
         let record = self
             .cnapi
@@ -755,6 +843,9 @@ impl CnapiTransport {
             Some(r) => self.modes.for_server(r).await,
             None => ExecuteMode::Ur,
         };
+        if let Some(fence) = fence {
+            fenced(fence, server, step).await?;
+        }
         self.cnapi
             .execute_as(server, &request, mode, bound)
             .await
@@ -863,7 +954,16 @@ impl Transport for CnapiTransport {
         server: ServerUuid,
         step: &'a Step,
     ) -> BoxFuture<'a, Result<StepDone, StepFailure>> {
-        Box::pin(self.run_step(server, step))
+        Box::pin(self.run_step(server, step, &Unfenced))
+    }
+
+    fn run_fenced<'a>(
+        &'a self,
+        server: ServerUuid,
+        step: &'a Step,
+        fence: &'a dyn Fence,
+    ) -> BoxFuture<'a, Result<StepDone, StepFailure>> {
+        Box::pin(self.run_step(server, step, fence))
     }
 
     fn tasks(&self, server: ServerUuid) -> Vec<TaskRef> {

@@ -68,7 +68,16 @@ impl Executor<'_> {
         let mut outcome = ServerOutcome::new(&sp.hostname);
         for change in sp.intent.iter().filter(|c| c.runs_before_steps()) {
             if let Err(err) = self.store.apply(server, change, None).await {
-                outcome.fail(ServerStatus::Failed, sapi_failure(change, &err));
+                // Nothing ran on the server: stopped, if an API is what failed.
+                let failure = sapi_failure(change, &err);
+                let (status, failure) = match self.outage_of(&failure).await {
+                    Some(api) => (
+                        ServerStatus::Stopped,
+                        api_lost(&failure, api, "nothing was started on this server"),
+                    ),
+                    None => (ServerStatus::Failed, failure),
+                };
+                outcome.fail(status, failure);
                 outcome.steps = sp.steps.iter().map(not_run).collect();
                 outcome.elapsed = started.elapsed();
                 outcome.tasks = self.transport.tasks(server);
@@ -99,7 +108,20 @@ impl Executor<'_> {
         for change in sp.intent.iter().filter(|c| !c.runs_before_steps()) {
             let instance = reported.get(change.component()).copied().flatten();
             if let Err(err) = self.store.apply(server, change, instance).await {
-                outcome.fail(ServerStatus::Failed, sapi_failure(change, &err));
+                // The steps ran; what SAPI recorded of them is not known.
+                let failure = sapi_failure(change, &err);
+                let (status, failure) = match self.outage_of(&failure).await {
+                    Some(api) => (
+                        ServerStatus::Unknown,
+                        api_lost(
+                            &failure,
+                            api,
+                            "the steps ran; what SAPI records of them is not known",
+                        ),
+                    ),
+                    None => (ServerStatus::Failed, failure),
+                };
+                outcome.fail(status, failure);
                 break;
             }
             if let IntentChange::DeleteReplaced { instance: old, .. } = change
@@ -145,10 +167,11 @@ impl Executor<'_> {
                         ran.reported.insert(step.component.as_str(), instance);
                     }
                     Err((f, timed_out)) if outcome.failure.is_none() => {
-                        let status = if timed_out {
-                            ServerStatus::TimedOut
-                        } else {
-                            ServerStatus::Failed
+                        let status = match result.status {
+                            StepStatus::NotRun => ServerStatus::Stopped,
+                            StepStatus::Unknown => ServerStatus::Unknown,
+                            _ if timed_out => ServerStatus::TimedOut,
+                            _ => ServerStatus::Failed,
                         };
                         outcome.fail(
                             status,
@@ -316,12 +339,35 @@ impl Executor<'_> {
         });
         let t = Instant::now();
         let timeout = self.options.task_timeout;
-        let result = match tokio::time::timeout(timeout, self.transport.run(server, step)).await {
+        let run = self.transport.run_fenced(server, step, self.fence);
+        let mut result = match tokio::time::timeout(timeout, run).await {
             Ok(Ok(done)) => Ok(done.instance),
             Ok(Err(f)) => Err((f, false)),
             Err(_) => Err((self.timed_out(server, step), true)),
         };
         let elapsed = t.elapsed();
+        let mut status = if result.is_ok() {
+            StepStatus::Done
+        } else {
+            StepStatus::Failed
+        };
+        if let Err((f, _)) = &result {
+            if matches!(
+                f.stage,
+                FailureStage::LockLost | FailureStage::ApiLost { .. }
+            ) {
+                // Refused before it started.
+                status = StepStatus::NotRun;
+            } else if let Some(api) = self.outage_of(&failure_of(step, f)).await {
+                status = StepStatus::Unknown;
+                let lost = api_lost(
+                    &failure_of(step, f),
+                    api,
+                    "how this step ended is not known",
+                );
+                result = Err((StepFailure::new(lost.stage, lost.message), false));
+            }
+        }
         self.reporter.event(&ExecEvent::StepFinished {
             server,
             hostname,
@@ -329,11 +375,6 @@ impl Executor<'_> {
             elapsed,
             failure: result.as_ref().err().map(|(f, _)| f),
         });
-        let status = if result.is_ok() {
-            StepStatus::Done
-        } else {
-            StepStatus::Failed
-        };
         (
             StepResult {
                 component: step.component.clone(),
@@ -365,6 +406,44 @@ impl Executor<'_> {
                 super::report::fmt_duration(self.options.task_timeout)
             ),
         )
+    }
+}
+
+impl Executor<'_> {
+    /// Whether `failure` is an outage's: unless the server itself decided
+    /// (unhealthy, changed since the plan), the APIs are asked, and the
+    /// one that does not answer is returned (the raw error goes to the
+    /// log, not the report).
+    pub(crate) async fn outage_of(&self, failure: &Failure) -> Option<agentsadm_api::Api> {
+        if matches!(
+            failure.stage,
+            FailureStage::Unhealthy | FailureStage::Changed | FailureStage::LockLost
+        ) {
+            return None;
+        }
+        let api = match &failure.stage {
+            FailureStage::ApiLost { api } => *api,
+            _ => self.probe.down().await?,
+        };
+        tracing::warn!(api = %api, error = %failure, "an API stopped answering");
+        Some(api)
+    }
+}
+
+/// The failure an outage of `api` makes of `failure`: `what` it means.
+fn api_lost(failure: &Failure, api: agentsadm_api::Api, what: &str) -> Failure {
+    Failure {
+        component: failure.component.clone(),
+        stage: FailureStage::ApiLost { api },
+        message: format!("{api} stopped answering: {what}"),
+    }
+}
+
+fn failure_of(step: &Step, f: &StepFailure) -> Failure {
+    Failure {
+        component: Some(step.component.clone()),
+        stage: f.stage.clone(),
+        message: f.message.clone(),
     }
 }
 

@@ -42,6 +42,8 @@ struct Waves<'p> {
     canary_hosts: Vec<String>,
     canary_done: usize,
     canary_failed: Vec<String>,
+    /// Canaries that neither succeeded nor failed (stopped, unknown).
+    canary_unsettled: usize,
     /// The servers after the canary wave may start.
     open: bool,
     launched: usize,
@@ -76,6 +78,7 @@ impl<'p> Waves<'p> {
             canaries,
             canary_done: 0,
             canary_failed: Vec::new(),
+            canary_unsettled: 0,
             launched: 0,
             max_per_rack: rollout.max_per_rack.unwrap_or(usize::MAX).max(1),
             in_rack: BTreeMap::new(),
@@ -112,6 +115,11 @@ impl<'p> Waves<'p> {
             self.held.push_back(e);
         }
         None
+    }
+
+    /// A server taken by [`Waves::next`] that did not start after all.
+    fn put_back(&mut self, uuid: ServerUuid, sp: &'p ServerPlan) {
+        self.queue.push_front((uuid, sp));
     }
 
     fn start(&mut self, uuid: ServerUuid, sp: &'p ServerPlan) {
@@ -158,15 +166,20 @@ impl<'p> Waves<'p> {
             self.canary_done += 1;
             if failed {
                 self.canary_failed.push(outcome.hostname.clone());
+            } else if outcome.status != ServerStatus::Succeeded {
+                self.canary_unsettled += 1;
             }
             if self.canary_done == self.canaries.len() {
-                let passed = self.canary_failed.is_empty();
+                let passed = self.canary_failed.is_empty() && self.canary_unsettled == 0;
                 report.canary = Some(CanaryResult {
                     servers: self.canary_hosts.clone(),
                     passed,
                 });
                 let waiting = self.waiting();
-                if !passed {
+                if self.canary_failed.is_empty() && !passed {
+                    // Stopped or unknown: the lost lock or API halts the
+                    // run and says why.
+                } else if !passed {
                     report.halted = Some(Halted::Canary {
                         failed: std::mem::take(&mut self.canary_failed),
                     });
@@ -215,10 +228,19 @@ impl Executor<'_> {
                 && w.wave_allows()
             {
                 if gate.lock_lost() {
-                    report.halted = Some(Halted::LockLost);
+                    self.halt(report, Halted::LockLost);
                     break;
                 }
                 let Some((uuid, sp)) = w.next() else { break };
+                // The confirmation before each server is also the one
+                // before each wave (its first server).
+                if !self
+                    .hold(&format!("before starting {}", sp.hostname), report)
+                    .await
+                {
+                    w.put_back(uuid, sp);
+                    break;
+                }
                 w.start(uuid, sp);
                 running.push(async move { (uuid, self.run_server(uuid, sp).await) });
             }
@@ -247,7 +269,19 @@ impl Executor<'_> {
                 Some((uuid, outcome)) = running.next() => {
                     self.reporter.event(&ExecEvent::ServerFinished { server: uuid, outcome: &outcome });
                     w.finished(plan, uuid, &outcome, report, gate).await;
+                    let lost = outcome.failure.as_ref().map(|f| f.stage.clone());
                     report.servers.insert(uuid, outcome);
+                    match lost {
+                        Some(FailureStage::ApiLost { api }) => {
+                            let hostname = report.servers[&uuid].hostname.clone();
+                            self.outage(report, api, &format!("during the turn of {hostname}"));
+                            // Waiting on the servers in flight means
+                            // waiting on the API that is gone.
+                            break;
+                        }
+                        Some(FailureStage::LockLost) => self.halt(report, Halted::LockLost),
+                        _ => {}
+                    }
                 }
                 _ = ticker.tick() => {
                     if self.tick(&mut w, report) {
@@ -326,6 +360,7 @@ impl Executor<'_> {
     /// (its work may complete on its own) or never started.
     fn leftovers(&self, w: Waves<'_>, report: &mut ExecReport) {
         let now = Instant::now();
+        let outage = report.outage.clone().filter(|_| !report.interrupted);
         for (uuid, (t, hostname)) in &w.started {
             let tasks = self.transport.tasks(*uuid);
             let running: Vec<String> = tasks
@@ -336,6 +371,26 @@ impl Executor<'_> {
             let mut o = ServerOutcome::new(hostname);
             o.elapsed = now - *t;
             o.tasks = tasks;
+            if let Some(outage) = &outage {
+                o.fail(
+                    ServerStatus::Unknown,
+                    Failure {
+                        component: None,
+                        stage: FailureStage::ApiLost { api: outage.api },
+                        message: format!(
+                            "in flight when {} stopped answering; how it ended is not known{}",
+                            outage.api,
+                            if running.is_empty() {
+                                String::new()
+                            } else {
+                                format!(" ({})", running.join(", "))
+                            }
+                        ),
+                    },
+                );
+                report.servers.insert(*uuid, o);
+                continue;
+            }
             o.fail(
                 ServerStatus::Interrupted,
                 Failure {

@@ -42,6 +42,9 @@ pub enum SkipReason {
     NoExecute,
     /// `--latest` found an older version than the server runs.
     NewerInstalled { version: String, latest: String },
+    /// The server's `server.agents` cannot be used (a malformed entry, a
+    /// component listed twice): set aside, every other server goes on.
+    Quarantined { problem: String },
     /// The server's agentsadm cannot parse the step, and there is no
     /// agentsadm image new enough to give it first (boxed: a skip stays
     /// small).
@@ -90,6 +93,9 @@ impl SkipReason {
                 format!("already installed ({version}); use 'agentsadm update' to change it")
             }
             SkipReason::NotInstalled => "not installed and no SAPI instance".to_string(),
+            SkipReason::Quarantined { problem } => format!(
+                "set aside: what CNAPI lists for it cannot be used ({problem}); 'agentsadm check' says what to do"
+            ),
             SkipReason::NewerInstalled { version, latest } => format!(
                 "runs {version}, newer than the latest image found ({latest}); pass --image to downgrade"
             ),

@@ -89,7 +89,8 @@ pub struct ListRow {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub intended_image: Option<ImageUuid>,
     /// ok, pending (intent differs), not-adopted, missing (intent without
-    /// install), unmanaged.
+    /// install), unmanaged, quarantined (its `server.agents` cannot be
+    /// used; `check` says why).
     pub state: &'static str,
 }
 
@@ -111,6 +112,18 @@ pub fn list_rows(
         }
         names.sort();
         names.dedup();
+        if s.is_quarantined() && names.is_empty() {
+            rows.push(ListRow {
+                server: *uuid,
+                hostname: s.hostname.clone(),
+                component: "-".to_string(),
+                version: None,
+                image: None,
+                instance: None,
+                intended_image: None,
+                state: "quarantined",
+            });
+        }
         for name in names {
             if !components.is_empty() && !components.contains(name) {
                 continue;
@@ -119,6 +132,9 @@ pub fn list_rows(
             let inst = intent.instance(uuid, name);
             let intended = intent.intended_image(uuid, name);
             let state = match (installed, inst) {
+                // What it reports cannot be trusted: 'agentsadm check'
+                // names the field (the same first entry both show).
+                _ if s.is_quarantined() => "quarantined",
                 _ if !intent.is_managed(name) => "unmanaged",
                 (Some(i), Some(_)) if i.image.is_some() && i.image == intended => "ok",
                 (Some(_), Some(_)) => "pending",

@@ -20,6 +20,7 @@ use agentsadm_types::error::error_chain;
 use agentsadm_types::ids::ServerUuid;
 
 use super::{CnapiTransport, StepDone, StepFailure, tail};
+use crate::guard::Fence;
 use crate::report::FailureStage;
 
 impl CnapiTransport {
@@ -30,6 +31,7 @@ impl CnapiTransport {
         server: ServerUuid,
         step: &Step,
         to: &ImageRef,
+        fence: &dyn Fence,
     ) -> Result<StepDone, StepFailure> {
         let failed = |message: String| StepFailure::new(FailureStage::Bootstrap, message);
         let Some(imgapi) = &self.imgapi else {
@@ -59,7 +61,13 @@ impl CnapiTransport {
         };
         let request = bootstrap_request(&image, self.config.execute_env.clone());
         let result = self
-            .execute_request(server, request, self.config.execute_timeout)
+            .execute_request(
+                server,
+                step,
+                request,
+                self.config.execute_timeout,
+                Some(fence),
+            )
             .await?;
         if result.exit_status != 0 {
             let output = if result.stderr.trim().is_empty() {
@@ -79,6 +87,7 @@ impl CnapiTransport {
             step,
             &compat::record_args(to.uuid),
             self.config.execute_timeout,
+            Some(fence),
         )
         .await
     }
