@@ -32,7 +32,10 @@
 //! - `sim`: plan, execute and re-plan against the simulated datacenter, the
 //!   CLI's exit statuses, two orchestrators started together;
 //! - `runlog`: the bunyan log of every run, JSON error documents;
-//! - `tables`: `list` and `avail` tables (`-H`, `-o`, `--sort`, `-q`).
+//! - `small`: how a rollout too small for a median judges slow servers;
+//! - `tables`: `list` and `avail` tables (`-H`, `-o`, `--sort`, `-q`);
+//! - `terminal`: a rollout in tmux: the canary question seen, Ctrl-C and
+//!   the end of input as "no".
 
 #[path = "orch_suite/adopt.rs"]
 mod adopt;
@@ -78,5 +81,11 @@ mod runlog;
 mod sim;
 #[path = "common/sim.rs"]
 mod sim_common;
+#[path = "orch_suite/small.rs"]
+mod small;
 #[path = "orch_suite/tables.rs"]
 mod tables;
+#[path = "orch_suite/terminal.rs"]
+mod terminal;
+#[path = "common/tools.rs"]
+mod tools;

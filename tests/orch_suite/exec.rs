@@ -535,7 +535,8 @@ async fn command_line_progress_handles_every_event() {
         );
         let progress = CliProgress::new(mode, "update");
         let options = ExecOptions {
-            straggler_timeout: Some(Duration::from_secs(60)),
+            // Past the outlier threshold (60 s), so cn003 is flagged first.
+            straggler_timeout: Some(Duration::from_secs(90)),
             ..Default::default()
         };
         let report = Executor::new(&fake, &fake, &progress, &options)
@@ -546,4 +547,112 @@ async fn command_line_progress_handles_every_event() {
         assert_eq!(report.counts().timed_out, 1);
         assert_eq!(report.outliers.len(), 1);
     }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_small_rollout_stops_waiting_for_a_hung_server_after_the_straggler_timeout() {
+    // Four servers, one hung: too few for a median, yet --straggler-timeout
+    // applies from the first server, not after the 30-minute task timeout.
+    let (fake, targets) = setup(3, &["vm-agent"]);
+    let cn2 = fake.dc().server_named("cn002");
+    fake.faults().latency = Duration::from_secs(1);
+    fake.faults().hang.insert(cn2);
+    let p = plan_on(
+        &fake,
+        &request(Operation::Update, &["vm-agent"], &[]),
+        &images(&fake, &targets),
+    );
+    assert!(p.servers().len() <= OutlierPolicy::default().min_finished);
+    let options = ExecOptions {
+        straggler_timeout: Some(Duration::from_secs(3)),
+        ..Default::default()
+    };
+    let report = run(&fake, &p, &options).await;
+    let o = &report.servers[&cn2];
+    assert_eq!(o.status, ServerStatus::TimedOut);
+    let failure = o.failure.as_ref().unwrap();
+    assert_eq!(failure.stage, "straggler");
+    assert!(
+        failure
+            .message
+            .contains("stopped waiting after 3.0s (--straggler-timeout)"),
+        "{}",
+        failure.message
+    );
+    assert!(
+        report.elapsed < Duration::from_secs(6),
+        "{:?}",
+        report.elapsed
+    );
+    assert_eq!(report.counts().succeeded, p.servers().len() - 1);
+    assert_eq!(report.exit_status(&p), 2);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_small_rollout_judges_slow_servers_against_what_is_known() {
+    use agentsadm_orchestrate::baseline::{KnownDurations, OutlierBasis};
+    let (fake, targets) = setup(3, &["vm-agent"]);
+    let cn2 = fake.dc().server_named("cn002");
+    fake.faults().latency = Duration::from_secs(10);
+    fake.faults().slow.insert(cn2, 30.0);
+    let p = plan_on(
+        &fake,
+        &request(Operation::Update, &["vm-agent"], &[]),
+        &images(&fake, &targets),
+    );
+    // The catalog's expected time: vm-agent 1m00s, so slow past
+    // max(3 x 60 s, 60 s + 30 s) = 3 minutes; cn002 takes 5.
+    let catalog = fake.dc().catalog.clone();
+    let known = KnownDurations::from_catalog(&catalog);
+    let options = ExecOptions {
+        known: known.clone(),
+        ..Default::default()
+    };
+    let report = run(&fake, &p, &options).await;
+    assert_eq!(report.outliers.len(), 1, "{:?}", report.outliers);
+    let o = &report.outliers[0];
+    assert_eq!(
+        (o.hostname.as_str(), o.basis),
+        ("cn002", OutlierBasis::Catalog)
+    );
+    assert_eq!(o.median, Duration::from_secs(60));
+    assert!(o.elapsed > Duration::from_secs(180) && o.elapsed <= Duration::from_secs(182));
+    assert_eq!(
+        o.compared_with(),
+        "expected 1m00s (the catalog's install times)"
+    );
+    assert!(report.all_succeeded());
+
+    // Its own earlier runs (run history) win: 10 s, so slow past 40 s.
+    let (fake, targets) = setup(3, &["vm-agent"]);
+    fake.faults().latency = Duration::from_secs(10);
+    fake.faults().slow.insert(cn2, 30.0);
+    let p = plan_on(
+        &fake,
+        &request(Operation::Update, &["vm-agent"], &[]),
+        &images(&fake, &targets),
+    );
+    let mut known = known;
+    known.record_history(cn2, "vm-agent", Duration::from_secs(10));
+    let options = ExecOptions {
+        known,
+        ..Default::default()
+    };
+    let report = run(&fake, &p, &options).await;
+    let o = &report.outliers[0];
+    assert_eq!(o.basis, OutlierBasis::History);
+    assert!(o.elapsed > Duration::from_secs(40) && o.elapsed <= Duration::from_secs(42));
+    assert_eq!(o.compared_with(), "it took 10.0s in earlier runs");
+
+    // Nothing known: no judgement (the plan says so, see plan::).
+    let (fake, targets) = setup(3, &["vm-agent"]);
+    fake.faults().latency = Duration::from_secs(10);
+    fake.faults().slow.insert(cn2, 30.0);
+    let p = plan_on(
+        &fake,
+        &request(Operation::Update, &["vm-agent"], &[]),
+        &images(&fake, &targets),
+    );
+    let report = run(&fake, &p, &ExecOptions::default()).await;
+    assert!(report.outliers.is_empty());
 }

@@ -351,7 +351,10 @@ async fn command_line_exit_statuses() {
     dc.set_running(cn3.uuid, false);
     let (code, out, err) = cli(&dc, &["update", "vm-agent", "--latest", "-y"]).await;
     assert_eq!(code, 2, "{out}\n{err}");
-    assert!(out.contains("Updated 3 of 3 servers (1 skipped)"), "{out}");
+    assert!(
+        out.contains("Updated 3 of 3 servers (1 skipped, blocking)"),
+        "{out}"
+    );
     assert!(out.contains("cn0003"), "{out}");
 
     // Back up: the same command finishes the job, exit 0; JSON output.

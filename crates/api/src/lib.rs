@@ -197,6 +197,22 @@ impl ApiError {
         }
     }
 
+    /// For an answer that is not the JSON expected: what is wrong with it,
+    /// naming the field (`missing field `compression``), without the
+    /// parser's position in the body.
+    pub fn decode_detail(&self) -> Option<String> {
+        match self {
+            ApiError::Decode { err, .. } => {
+                let text = err.to_string();
+                Some(match text.rfind(" at line ") {
+                    Some(at) => text[..at].to_string(),
+                    None => text,
+                })
+            }
+            _ => None,
+        }
+    }
+
     /// The API answered 404.
     pub fn is_not_found(&self) -> bool {
         self.status() == Some(404)

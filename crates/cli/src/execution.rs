@@ -15,10 +15,14 @@ use std::future::Future;
 use super::GlobalOpts;
 use super::Tee;
 use super::progress::CliProgress;
+use super::progress::Display;
 use super::progress::ProgressMode;
 use agentsadm_orchestrate::report::InFlight;
 use agentsadm_orchestrate::run::{AskError, Operator, RunError, Shown};
 use agentsadm_types::output::Output;
+
+/// The last line of every `-n`: nothing was changed.
+pub(crate) const DRY_RUN_NOTE: &str = "Dry run (-n): nothing was changed.";
 
 /// How one run shows its progress.
 pub(crate) struct Execution<'g> {
@@ -39,6 +43,11 @@ impl<'g> Execution<'g> {
     /// observer of an in-process run (the demo), if any.
     pub(crate) fn reporter(&self) -> Tee<'_> {
         self.global.reporter(&self.progress)
+    }
+
+    /// The live display, for the operator's questions while servers run.
+    pub(crate) fn display(&self) -> Display {
+        self.progress.display()
     }
 }
 
@@ -86,6 +95,9 @@ pub(crate) struct CliOperator<'a, P> {
     pub(crate) out: Output,
     pub(crate) show: Show<'a, P>,
     pub(crate) question: Question<'a, P>,
+    /// The run's live display, taken off the screen while the canary
+    /// question is asked.
+    display: Option<Display>,
 }
 
 impl<'a, P> CliOperator<'a, P> {
@@ -98,7 +110,14 @@ impl<'a, P> CliOperator<'a, P> {
             out,
             show: Box::new(show),
             question: Box::new(question),
+            display: None,
         }
+    }
+
+    /// Ask the canary question with `display` off the screen.
+    pub(crate) fn with_display(mut self, display: Display) -> Self {
+        self.display = Some(display);
+        self
     }
 }
 
@@ -127,9 +146,13 @@ impl<P> Operator<P> for CliOperator<'_, P> {
     }
 
     /// With `-y`, say so and go on; in a terminal, ask; elsewhere stop.
+    /// The question is asked with the live display off the screen (a
+    /// redraw would wipe it) and stays there with its answer; Ctrl-C and
+    /// the end of input are "no".
     async fn canary_passed(&self, canaries: &[String], remaining: usize, yes: bool) -> bool {
+        let servers = if remaining == 1 { "server" } else { "servers" };
         let head = format!(
-            "canary passed on {}: continue with {} servers?",
+            "canary passed on {}: continue with {} {servers}?",
             canaries.join(", "),
             thousands(remaining)
         );
@@ -143,7 +166,19 @@ impl<P> Operator<P> for CliOperator<'_, P> {
         if !self.interactive() {
             return false;
         }
-        super::orch::confirm(&head).await.unwrap_or(false)
+        if let Some(d) = &self.display {
+            d.suspend();
+        }
+        let answer = super::question::ask(&head).await;
+        let go_on = answer == super::question::Answer::Yes;
+        eprintln!("{}", answer.canary_words(remaining));
+        tracing::info!(target: agentsadm_types::log::FILE_ONLY_TARGET,
+            component = "operator", answer = answer.as_str(),
+            "canary question answered: {}", answer.as_str());
+        if go_on && let Some(d) = &self.display {
+            d.resume();
+        }
+        go_on
     }
 
     /// In a terminal, the first Ctrl-C keeps waiting for the servers in

@@ -10,7 +10,7 @@ use serde_json::json;
 
 use super::CmdResult;
 use super::GlobalOpts;
-use super::orch::{ChannelArgs, updates_client};
+use super::orch::{ChannelArgs, Want, updates_client};
 use agentsadm_flows::selfupdate::{self, Allow, SelfUpdateEnv, Target};
 use agentsadm_gz::session::GzSettings;
 use agentsadm_orchestrate::lock::{self, LockOptions, SapiLockStore};
@@ -61,8 +61,15 @@ pub async fn run(g: &GlobalOpts, a: SelfUpdateArgs) -> CmdResult {
     };
     // The updates server for --latest, and to look an image up in when the
     // datacenter does not have it.
-    let wants_updates = matches!(target, Target::Latest | Target::Image(_));
-    let updates = updates_client(&apis, &a.source, wants_updates).await?;
+    // (--latest follows the one rule of `update --latest`; an image is
+    // looked up there only when an updates server is named.)
+    let want = match target {
+        Target::Latest => Want::Latest,
+        _ => Want::Lookup,
+    };
+    let updates = updates_client(&apis, &a.source, want)
+        .await?
+        .map(|u| u.client);
     let mut settings = GzSettings::new(&a.root);
     settings.catalog = g.load_catalog()?;
     settings.clients = Some(apis.clone());

@@ -469,6 +469,7 @@ mod tests {
             hostname: "cn0006".into(),
             elapsed: Duration::from_secs(3),
             median: Duration::from_secs(1),
+            basis: Default::default(),
         }));
         let c = t.counts();
         assert_eq!(c.servers_failed.get("cn0007"), Some(&1));

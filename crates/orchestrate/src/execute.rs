@@ -56,7 +56,9 @@ pub const DEFAULT_TASK_TIMEOUT: Duration = Duration::from_secs(30 * 60);
 pub struct ExecOptions {
     pub task_timeout: Duration,
     pub outlier: OutlierPolicy,
-    /// Stop waiting for outliers this long after they are all that is left.
+    /// `--straggler-timeout`: stop waiting for a server that has been
+    /// running this long (from its own start, whatever the others do); its
+    /// work may still complete on the server.
     pub straggler_timeout: Option<Duration>,
     /// Run parallel-safe components of one server concurrently. Off only to
     /// imitate the shar (one component after the other) in benchmarks.
@@ -66,6 +68,10 @@ pub struct ExecOptions {
     /// `--min-healthy` / `--health-timeout` for the servers' health gate
     /// (`None`: the installer's defaults).
     pub health: Option<agentsadm_plan::HealthFlags>,
+    /// What is known about install times, for slow servers before the run
+    /// has a median ([`crate::baseline`]): the catalog's expected times,
+    /// and servers' own times from earlier runs.
+    pub known: super::baseline::KnownDurations,
 }
 
 impl Default for ExecOptions {
@@ -77,6 +83,7 @@ impl Default for ExecOptions {
             parallel_within_server: true,
             tick: Duration::from_secs(1),
             health: None,
+            known: super::baseline::KnownDurations::default(),
         }
     }
 }

@@ -23,8 +23,9 @@ pub async fn hold<T>(
     note: impl Fn(&str),
     work: impl Future<Output = T>,
 ) -> Result<T, LockError> {
-    let dc_lock =
-        super::lock::acquire(store, &super::lock::this_owner(), operation, options).await?;
+    let owner = super::lock::this_owner();
+    let dc_lock = super::lock::acquire(store, &owner, operation, options).await?;
+    log_acquired(&owner, operation, &dc_lock);
     for old in &dc_lock.broke {
         note(&format!(
             "warning: broke the orchestrator lock of {} ({:?}, last seen {})",
@@ -42,7 +43,9 @@ pub async fn hold<T>(
         lost.store(true, Ordering::SeqCst);
     }
     drop(fence);
-    if let Err(e) = dc_lock.release().await {
+    let released = dc_lock.release().await;
+    log_released(&released);
+    if let Err(e) = released {
         note(&format!("warning: {}", release_failed(&e)));
     }
     Ok(result)
@@ -72,6 +75,7 @@ pub(crate) async fn refreshing<T>(
                 )),
                 Err(e) => {
                     if fence.lost("when the lock was refreshed", &e) {
+                        log_lock("lost", &error_chain(&e));
                         note(&format!(
                             "warning: {}: nothing more will be started",
                             error_chain(&e)
@@ -89,4 +93,45 @@ pub(crate) fn release_failed(e: &LockError) -> String {
         "cannot release the orchestrator lock ({}): it goes stale 10 minutes after its last refresh; to run again sooner, pass --break-lock once nothing else runs",
         error_chain(e)
     )
+}
+
+/// The lock taken, in the run's log (with the records it broke).
+pub(crate) fn log_acquired(owner: &str, operation: &str, lock: &DcLock<'_>) {
+    let broke: Vec<String> = lock
+        .broke
+        .iter()
+        .map(|old| format!("{} (last seen {})", old.owner, old.refreshed))
+        .collect();
+    let broke = if broke.is_empty() {
+        String::new()
+    } else {
+        format!(" (broke the lock of {})", broke.join(", "))
+    };
+    log_lock(
+        "acquired",
+        &format!("took the datacenter lock as {owner} for {operation:?}{broke}"),
+    );
+}
+
+/// The lock's release (or why it failed), in the run's log.
+pub(crate) fn log_released(released: &Result<(), LockError>) {
+    log_lock(
+        "released",
+        &match released {
+            Ok(()) => "released the datacenter lock".to_string(),
+            Err(e) => format!("cannot release the datacenter lock: {}", error_chain(e)),
+        },
+    );
+}
+
+/// A datacenter lock event in the run's log (the file only: the terminal
+/// gets the notes).
+fn log_lock(event: &str, message: &str) {
+    if event == "lost" {
+        tracing::warn!(target: agentsadm_types::log::FILE_ONLY_TARGET,
+            component = "lock", event, "{message}");
+    } else {
+        tracing::info!(target: agentsadm_types::log::FILE_ONLY_TARGET,
+            component = "lock", event, "{message}");
+    }
 }

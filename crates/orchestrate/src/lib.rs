@@ -22,13 +22,15 @@
 //!   [`waves`], each server's turn in [`turn`], through a
 //!   [`transport::Transport`] (CNAPI install-agent tasks or `agentsadm gz`
 //!   via CNAPI execute) and an [`store::IntentStore`] (SAPI), reporting to
-//!   a [`report::Reporter`]; [`outlier`] decides about slow servers and
+//!   a [`report::Reporter`]; [`outlier`] decides about slow servers
+//!   (against [`baseline`]'s expected times before there is a median) and
 //!   [`summary`] renders the end of a run. The library draws nothing: the
 //!   command line turns the reporter's events into progress.
 //!   [`execmode`] tells how CNAPI execute reaches each server, and
 //!   [`recover`] settles tasks whose result CNAPI lost.
 
 pub mod adopt;
+pub mod baseline;
 pub mod confirm;
 pub mod execmode;
 pub mod execute;

@@ -15,6 +15,7 @@ use std::time::Duration;
 
 use serde::Serialize;
 
+use super::baseline::OutlierBasis;
 use agentsadm_types::ids::ServerUuid;
 
 /// When a running server counts as an outlier.
@@ -45,8 +46,12 @@ pub struct Outlier {
     pub hostname: String,
     #[serde(with = "duration_secs")]
     pub elapsed: Duration,
+    /// What it was compared with: the median of the servers that
+    /// finished, or (before there is one) its expected time, see `basis`.
     #[serde(with = "duration_secs")]
     pub median: Duration,
+    /// What `median` is ([`crate::baseline`]).
+    pub basis: OutlierBasis,
 }
 
 /// Serialize durations as fractional seconds.
@@ -109,6 +114,7 @@ pub fn new_outliers<'a>(
             hostname: hostname.to_string(),
             elapsed,
             median,
+            basis: OutlierBasis::Median,
         })
         .collect();
     out.sort_by_key(|a| a.server);

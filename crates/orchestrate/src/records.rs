@@ -466,12 +466,92 @@ pub(crate) async fn make_records(
                     None,
                 ),
             };
-            out.push(RecordOutcome {
+            let outcome = RecordOutcome {
                 change,
                 status,
                 warning,
-            });
+            };
+            log_record(&outcome);
+            out.push(outcome);
         }
     }
     (out, hold)
+}
+
+/// The API call a record change makes, as the run's log names it.
+fn record_call(change: &RecordChange) -> String {
+    match change {
+        RecordChange::PostAgents { server, .. } => {
+            format!("CNAPI POST /servers/{server} (server.agents)")
+        }
+        RecordChange::CreateService { component, .. } => {
+            format!("SAPI POST /services (create {component})")
+        }
+        RecordChange::ServiceDefault { change } => format!(
+            "SAPI PUT /services/{} (params.image_uuid {})",
+            change.service, change.to.uuid
+        ),
+        RecordChange::AdoptInstance {
+            instance, exists, ..
+        } => match exists {
+            true => format!("SAPI PUT /instances/{instance} (params)"),
+            false => format!("SAPI POST /instances ({instance})"),
+        },
+        RecordChange::Instance {
+            change: IntentChange::DeleteInstance { instance, .. },
+            ..
+        } => format!("SAPI DELETE /instances/{instance}"),
+        RecordChange::Instance { change, .. } => {
+            format!("SAPI write of {} instance", change.component())
+        }
+        RecordChange::Server {
+            server,
+            call: ServerCall::Delete,
+            ..
+        } => format!("CNAPI DELETE /servers/{server}"),
+        RecordChange::Server {
+            server,
+            call: ServerCall::FactoryReset,
+            ..
+        } => format!("CNAPI PUT /servers/{server}/factory-reset"),
+    }
+}
+
+/// One record change in the run's log: the call, what it changed and how
+/// it ended (the factory reset's CNAPI job included).
+fn log_record(outcome: &RecordOutcome) {
+    let call = record_call(&outcome.change);
+    let change = serde_json::to_string(&outcome.change).unwrap_or_default();
+    let status = serde_json::to_string(&outcome.status).unwrap_or_default();
+    let how = match &outcome.status {
+        RecordStatus::Done => "done".to_string(),
+        RecordStatus::AlreadyDone => "already done (nothing to change)".to_string(),
+        RecordStatus::ResetStarted {
+            job_uuid,
+            agents_cleared,
+        } => format!(
+            "CNAPI job {job_uuid} started; server.agents {}",
+            if *agents_cleared {
+                "cleared"
+            } else {
+                "not cleared"
+            }
+        ),
+        RecordStatus::Failed { message } => format!("failed: {message}"),
+        RecordStatus::NotRun { reason } => format!("not made: {reason}"),
+    };
+    let job = match &outcome.status {
+        RecordStatus::ResetStarted { job_uuid, .. } => Some(job_uuid.to_string()),
+        _ => None,
+    };
+    if outcome.ok() {
+        tracing::info!(target: agentsadm_types::log::FILE_ONLY_TARGET,
+            component = "records", call = call.as_str(), change = change.as_str(),
+            result = status.as_str(), job = job, warning = outcome.warning.as_deref(),
+            "{call}: {how}");
+    } else {
+        tracing::error!(target: agentsadm_types::log::FILE_ONLY_TARGET,
+            component = "records", call = call.as_str(), change = change.as_str(),
+            result = status.as_str(), "{call}: {how}");
+    }
 }

@@ -49,6 +49,10 @@ pub enum ExecEvent<'a> {
         step: &'a Step,
         elapsed: Duration,
         failure: Option<&'a StepFailure>,
+        /// The CNAPI task the step ran as (none through CNAPI execute).
+        task: Option<TaskId>,
+        /// The health gate, when the step has one and got that far.
+        gate: Option<&'a GateResult>,
     },
     ServerFinished {
         server: ServerUuid,
@@ -179,6 +183,12 @@ pub struct StepResult {
     pub status: StepStatus,
     #[serde(with = "duration_secs")]
     pub elapsed: Duration,
+    /// The CNAPI task the step ran as (none through CNAPI execute).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub task: Option<TaskId>,
+    /// The step's health gate, when it has one and got that far.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gate: Option<GateResult>,
 }
 
 /// Which part of a server's turn failed. Text and `--json` (field
@@ -370,6 +380,14 @@ pub struct GateResult {
     pub component: String,
     pub gate: agentsadm_plan::Gate,
     pub passed: bool,
+    /// What the gate saw: `online` (every service of the component stayed
+    /// online), or the service and the state it was in instead.
+    pub seen: String,
+    /// How long the gate took, when it ran as a check of its own (`gz
+    /// health` after an install-agent task); the installer's own gate is
+    /// inside the step's time.
+    #[serde(skip_serializing_if = "Option::is_none", with = "opt_duration_secs")]
+    pub elapsed: Option<Duration>,
 }
 
 /// The revert of an unhealthy step: the previous image installed again

@@ -253,6 +253,7 @@ impl<'a> Run<'a> {
         if self.settings.dry_run {
             let planned = planner.plan().await.map_err(RunError::Plan)?;
             log_plan(planned.plan());
+            log_skips(planned.plan());
             operator.show(&planned, Shown::Plan);
             return Ok(RunOutcome::DryRun(planned));
         }
@@ -260,6 +261,7 @@ impl<'a> Run<'a> {
         lock::check_free(&store, &self.lock).await?;
         let unlocked = planner.plan().await.map_err(RunError::Plan)?;
         if unlocked.plan().is_empty() {
+            log_skips(unlocked.plan());
             operator.show(&unlocked, Shown::Unlocked);
             return Ok(RunOutcome::Empty(unlocked));
         }
@@ -272,8 +274,9 @@ impl<'a> Run<'a> {
             });
         }
         drop(unlocked);
-        let dc_lock =
-            lock::acquire(&store, &lock::this_owner(), &self.operation, &self.lock).await?;
+        let owner = lock::this_owner();
+        let dc_lock = lock::acquire(&store, &owner, &self.operation, &self.lock).await?;
+        holding::log_acquired(&owner, &self.operation, &dc_lock);
         for old in &dc_lock.broke {
             operator.note(&format!(
                 "warning: broke the orchestrator lock of {} ({:?}, last seen {})",
@@ -286,6 +289,7 @@ impl<'a> Run<'a> {
             holding::refreshing(&dc_lock, &fence, &self.lock, |m| operator.note(m), work).await;
         drop(fence);
         let released = dc_lock.release().await;
+        holding::log_released(&released);
         if let Ok(RunOutcome::Executed { planned, report }) = &mut outcome {
             if let Err(e) = released {
                 report.lock_release = Some(holding::release_failed(&e));
@@ -316,21 +320,40 @@ impl<'a> Run<'a> {
             first,
             self.settings.yes,
             |p: &P::Planned| p.plan().is_empty(),
-            async |p: &P::Planned| operator.ask(p).await.map_err(RunError::Ask),
+            async |p: &P::Planned| {
+                let answer = operator.ask(p).await;
+                log_answer("proceed with the plan shown", &answer);
+                answer.map_err(RunError::Ask)
+            },
             async || {
                 let again = planner.plan().await.map_err(RunError::Plan)?;
                 log_plan(again.plan());
                 Ok(again)
             },
-            |again| operator.show(again, Shown::Changed),
+            |again| {
+                tracing::warn!(target: agentsadm_types::log::FILE_ONLY_TARGET,
+                    component = "fence", event = "plan-changed",
+                    "the plan made again after the answer differs from the one confirmed: shown and asked again");
+                operator.show(again, Shown::Changed)
+            },
             |a: &P::Planned, b: &P::Planned| a.plan() == b.plan(),
         )
         .await?;
         let (planned, consent) = match fenced {
             Fenced::Confirmed(p, consent) => (p, consent),
-            Fenced::Empty(p) => return Ok(RunOutcome::Empty(p)),
+            Fenced::Empty(p) => {
+                log_skips(p.plan());
+                return Ok(RunOutcome::Empty(p));
+            }
             Fenced::Declined(p) => return Ok(RunOutcome::Declined(p)),
         };
+        log_skips(planned.plan());
+        if consent == super::confirm::Consent::Yes {
+            log_answer(
+                "proceed with the plan shown (-y: agreed in advance)",
+                &Ok(true),
+            );
+        }
         let confirmed = match consent {
             super::confirm::Consent::Yes => Confirmed::by_yes(self.settings, planned.plan()),
             super::confirm::Consent::Prompt => Some(Confirmed::by_prompt(planned.plan())),
@@ -418,14 +441,13 @@ impl<'a> Run<'a> {
             imgapi: self.imgapi.cloned(),
             bound: PROBE_BOUND,
         };
-        let executor = Executor::new(
-            transport.as_ref(),
-            &store,
-            self.reporter,
-            &self.settings.options,
-        )
-        .with_records(&records)
-        .with_guard(gate.fence, &probe);
+        // Slow servers before the run has a median are judged against the
+        // catalog's expected times (and any history the caller added).
+        let mut options = self.settings.options.clone();
+        options.known.add_catalog(self.catalog);
+        let executor = Executor::new(transport.as_ref(), &store, self.reporter, &options)
+            .with_records(&records)
+            .with_guard(gate.fence, &probe);
         Ok(executor.execute_gated(confirmed, cancel, gate).await?)
     }
 }
@@ -443,6 +465,39 @@ fn log_summary(plan: &Plan, report: &ExecReport) {
         "{}",
         report.render(plan).trim_end()
     );
+}
+
+/// The operator's answer to a question, in the run's log.
+fn log_answer(question: &str, answer: &Result<bool, AskError>) {
+    let said = match answer {
+        Ok(true) => "yes".to_string(),
+        Ok(false) => "no".to_string(),
+        Err(e) => format!("no answer ({e})"),
+    };
+    tracing::info!(target: agentsadm_types::log::FILE_ONLY_TARGET,
+        component = "operator", question, answer = said.as_str(),
+        "{question}? {said}");
+}
+
+/// The servers and components a plan leaves out, one record each, with
+/// why (the plan holds them too; the log answers "what happened to cn7").
+fn log_skips(plan: &Plan) {
+    for s in plan.skips() {
+        tracing::info!(target: agentsadm_types::log::FILE_ONLY_TARGET,
+            component = "planner",
+            event = "skipped",
+            server = s.server.map(|u| u.to_string()),
+            server_name = s.hostname.as_deref(),
+            agent = s.component.as_deref(),
+            blocking = s.blocking,
+            reason = s.reason.describe().as_str(),
+            "skipped {}{}: {}{}",
+            s.hostname.as_deref().unwrap_or("every server"),
+            s.component.as_deref().map(|c| format!(" ({c})")).unwrap_or_default(),
+            s.reason.describe(),
+            if s.blocking { " (blocking: exit status 2)" } else { "" }
+        );
+    }
 }
 
 /// The plan in the run's log, each time it is made.
@@ -471,9 +526,20 @@ impl<O: Operator<P> + Sync, P> RunGate for Gate<'_, O, P> {
     }
 
     async fn canary_passed(&self, canaries: &[String], remaining: usize) -> bool {
-        self.operator
+        let go_on = self
+            .operator
             .canary_passed(canaries, remaining, self.yes)
-            .await
+            .await;
+        let answer: Result<bool, AskError> = Ok(go_on);
+        log_answer(
+            &format!(
+                "canary passed on {}: continue with {remaining} servers{}",
+                canaries.join(", "),
+                if self.yes { " (-y)" } else { "" }
+            ),
+            &answer,
+        );
+        go_on
     }
 
     fn keep_waiting(&self, in_flight: &[InFlight]) -> Option<LocalBoxFuture<'_, ()>> {

@@ -182,11 +182,11 @@ impl ExecReport {
         for o in &self.outliers {
             let _ = writeln!(
                 out,
-                "  {} ({}): {} elapsed when flagged, median {}",
+                "  {} ({}): {} elapsed when flagged, {}",
                 o.hostname,
                 o.server,
                 fmt_duration(o.elapsed),
-                fmt_duration(o.median)
+                o.reference()
             );
         }
     }
@@ -220,8 +220,8 @@ impl ExecReport {
         if self.interrupted && c.not_started > 0 {
             let _ = writeln!(
                 out,
-                "\nInterrupted: {} servers were not started; run the same command again to finish.",
-                c.not_started
+                "\nInterrupted: {} not started; run the same command again to finish.",
+                plural(c.not_started, "server was", "servers were")
             );
         }
     }
@@ -419,9 +419,9 @@ impl ExecReport {
             };
             let _ = write!(
                 out,
-                "\n{verb} {} of {} servers",
+                "\n{verb} {} of {}",
                 c.succeeded,
-                self.servers.len()
+                plural(self.servers.len(), "server", "servers")
             );
         } else {
             let made = self.records.iter().filter(|r| r.ok()).count();
@@ -451,13 +451,18 @@ impl ExecReport {
             extra.push(format!("{} unknown", c.unknown));
         }
         if skipped > 0 {
-            extra.push(format!("{skipped} skipped"));
+            extra.push(format!("{skipped} skipped, blocking"));
         }
         if !extra.is_empty() {
             let _ = write!(out, " ({})", extra.join(", "));
         }
         let _ = writeln!(out, " in {}.", fmt_duration(self.elapsed));
     }
+}
+
+/// `1 server`, `2 servers`.
+fn plural(n: usize, one: &str, many: &str) -> String {
+    format!("{n} {}", if n == 1 { one } else { many })
 }
 
 fn row_key<'a>(order: &[&'a str], component: &str) -> &'a str {

@@ -113,6 +113,9 @@ pub struct StepDone {
     /// The instance UUID the server keeps for the component, when known
     /// (needed to adopt a fresh install into SAPI).
     pub instance: Option<InstanceUuid>,
+    /// How long the health gate took, when the transport ran it as a
+    /// check of its own (`gz health` after an install-agent task).
+    pub gate_elapsed: Option<Duration>,
 }
 
 /// A step that failed on the server or on the way there: which part of the
@@ -395,13 +398,13 @@ impl CnapiTransport {
                 let task = self.wait(server, &step.component, id, &goal).await;
                 if self_replacing {
                     let failed = task.err();
-                    let done = self.confirm_image(server, step, to.uuid, failed).await?;
-                    self.gz_health(server, step, id).await?;
+                    let mut done = self.confirm_image(server, step, to.uuid, failed).await?;
+                    done.gate_elapsed = self.gz_health(server, step, id).await?;
                     return Ok(done);
                 }
                 task?;
-                let done = self.done(server, step).await?;
-                self.gz_health(server, step, id).await?;
+                let mut done = self.done(server, step).await?;
+                done.gate_elapsed = self.gz_health(server, step, id).await?;
                 Ok(done)
             }
             (TransportKind::InstallAgent, Action::Remove { .. }) => {
@@ -564,10 +567,11 @@ impl CnapiTransport {
         server: ServerUuid,
         step: &Step,
         task: TaskId,
-    ) -> Result<(), StepFailure> {
+    ) -> Result<Option<Duration>, StepFailure> {
         if step.gate != agentsadm_plan::Gate::GzHealth {
-            return Ok(());
+            return Ok(None);
         }
+        let started = tokio::time::Instant::now();
         let args = compat::health_args(&step.component, &self.health_args());
         // `gz health` only reads: a request CNAPI failed quickly (a 5xx, a
         // dropped connection) is asked again, a few times, as long as the
@@ -592,7 +596,7 @@ impl CnapiTransport {
             }
         };
         let Err(mut unhealthy) = checked.map(|_| ()) else {
-            return Ok(());
+            return Ok(Some(started.elapsed()));
         };
         if !unhealthy.is_unhealthy() {
             // The check itself could not run (no answer, execute refused,
@@ -730,7 +734,10 @@ impl CnapiTransport {
             .into_iter()
             .find(|a| a.name == package || a.name == step.component)
             .and_then(|a| a.uuid);
-        Ok(StepDone { instance })
+        Ok(StepDone {
+            instance,
+            ..StepDone::default()
+        })
     }
 
     /// Poll `server.agents` (ServerList) until the component reports
@@ -762,7 +769,10 @@ impl CnapiTransport {
             if let Some(a) = &reported
                 && a.image_uuid == Some(image)
             {
-                return Ok(StepDone { instance: a.uuid });
+                return Ok(StepDone {
+                    instance: a.uuid,
+                    ..StepDone::default()
+                });
             }
             let out_of_time = match &task_failure {
                 None => started.elapsed() >= self.config.confirm_timeout,
@@ -777,7 +787,10 @@ impl CnapiTransport {
                     if let Err(e) = self.cnapi.update_server_agents(server, &live).await {
                         tracing::warn!(%server, error = %error_chain(&e), "cannot post the server's report to server.agents");
                     }
-                    return Ok(StepDone { instance: a.uuid });
+                    return Ok(StepDone {
+                        instance: a.uuid,
+                        ..StepDone::default()
+                    });
                 }
                 let now = reported
                     .and_then(|a| a.image_uuid)
@@ -894,7 +907,10 @@ impl CnapiTransport {
                     .iter()
                     .find(|c| c.name == step.component || c.name == package)
                     .and_then(|c| c.instance_uuid);
-                Ok(StepDone { instance })
+                Ok(StepDone {
+                    instance,
+                    ..StepDone::default()
+                })
             }
             None => Err(StepFailure::new(
                 FailureStage::Execute,

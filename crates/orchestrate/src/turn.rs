@@ -19,6 +19,7 @@ use super::report::ServerOutcome;
 use super::report::ServerStatus;
 use super::report::StepResult;
 use super::report::StepStatus;
+use super::transport::StepDone;
 use super::transport::StepFailure;
 use agentsadm_plan::Action;
 use agentsadm_plan::Gate;
@@ -44,6 +45,8 @@ pub(crate) fn not_run(step: &Step) -> StepResult {
         action: step.action.verb(),
         status: StepStatus::NotRun,
         elapsed: Duration::ZERO,
+        task: None,
+        gate: None,
     }
 }
 
@@ -152,15 +155,11 @@ impl Executor<'_> {
                 self.run_in_turn(server, &sp.hostname, batch).await
             };
             for (step, (result, r)) in batch.iter().zip(results) {
-                if step.gate != Gate::None && result.status != StepStatus::NotRun {
-                    match &r {
-                        Ok(_) => outcome.gates.push(gate(step, true)),
-                        Err((f, _)) if f.is_unhealthy() => {
-                            outcome.gates.push(gate(step, false));
-                            ran.unhealthy.get_or_insert((step, f.revert_error.clone()));
-                        }
-                        Err(_) => {}
-                    }
+                outcome.gates.extend(result.gate.clone());
+                if let Err((f, _)) = &r
+                    && f.is_unhealthy()
+                {
+                    ran.unhealthy.get_or_insert((step, f.revert_error.clone()));
                 }
                 match r {
                     Ok(instance) => {
@@ -340,12 +339,20 @@ impl Executor<'_> {
         let t = Instant::now();
         let timeout = self.options.task_timeout;
         let run = self.transport.run_fenced(server, step, self.fence);
-        let mut result = match tokio::time::timeout(timeout, run).await {
-            Ok(Ok(done)) => Ok(done.instance),
+        let ran = match tokio::time::timeout(timeout, run).await {
+            Ok(Ok(done)) => Ok(done),
             Ok(Err(f)) => Err((f, false)),
             Err(_) => Err((self.timed_out(server, step), true)),
         };
         let elapsed = t.elapsed();
+        let task = self
+            .transport
+            .tasks(server)
+            .into_iter()
+            .rfind(|t| t.component == step.component)
+            .map(|t| t.task);
+        let gate = gate(step, &ran);
+        let mut result = ran.map(|done| done.instance);
         let mut status = if result.is_ok() {
             StepStatus::Done
         } else {
@@ -374,6 +381,8 @@ impl Executor<'_> {
             step,
             elapsed,
             failure: result.as_ref().err().map(|(f, _)| f),
+            task,
+            gate: gate.as_ref(),
         });
         (
             StepResult {
@@ -381,6 +390,8 @@ impl Executor<'_> {
                 action: step.action.verb(),
                 status,
                 elapsed,
+                task,
+                gate,
             },
             result,
         )
@@ -447,12 +458,33 @@ fn failure_of(step: &Step, f: &StepFailure) -> Failure {
     }
 }
 
-fn gate(step: &Step, passed: bool) -> GateResult {
-    GateResult {
+/// A step's health gate, from how the step ended: passed when it
+/// succeeded, failed when it was unhealthy (the failure names the service
+/// and its state); none when the step has no gate or failed before it.
+fn gate(step: &Step, ran: &Result<StepDone, (StepFailure, bool)>) -> Option<GateResult> {
+    if step.gate == Gate::None {
+        return None;
+    }
+    let (passed, seen, elapsed) = match ran {
+        Ok(done) => (
+            true,
+            match step.gate {
+                // Without execute only CNAPI's report is seen.
+                Gate::ServerAgents => "the new image in server.agents".to_string(),
+                _ => "online".to_string(),
+            },
+            done.gate_elapsed,
+        ),
+        Err((f, _)) if f.is_unhealthy() => (false, f.message.clone(), None),
+        Err(_) => return None,
+    };
+    Some(GateResult {
         component: step.component.clone(),
         gate: step.gate,
         passed,
-    }
+        seen,
+        elapsed,
+    })
 }
 
 fn sapi_failure(change: &IntentChange, err: &super::store::IntentWriteError) -> Failure {

@@ -4,8 +4,10 @@
 //! a server whose rack is full waits (the next server in order whose rack
 //! has room goes first); once more servers have failed than the budget
 //! allows, or the lock is lost, no new server starts. Outliers are checked
-//! on a tick, and with a straggler timeout the run stops waiting for
-//! servers that are all outliers.
+//! on a tick (against the median once enough servers finished, before that
+//! against each server's expected time, [`crate::baseline`]), and with
+//! `--straggler-timeout` the run stops waiting for any server that has run
+//! that long, from the first server on (its work may still complete).
 //!
 //! Everything runs on the caller's task (no spawning): a small number of
 //! futures waiting on the network, with no per-server setup cost.
@@ -13,10 +15,11 @@
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::time::Duration;
 
-use futures::future::{LocalBoxFuture, OptionFuture};
+use futures::future::{AbortHandle, LocalBoxFuture, OptionFuture, abortable};
 use futures::stream::{FuturesUnordered, StreamExt};
 use tokio::time::Instant;
 
+use super::baseline::{self, Baseline, KnownDurations};
 use super::execute::{Executor, RunGate};
 use super::outlier;
 use super::report::CanaryResult;
@@ -55,11 +58,14 @@ struct Waves<'p> {
     /// Durations of the servers that succeeded (for outliers).
     finished: Vec<Duration>,
     warned: BTreeSet<ServerUuid>,
-    straggler_since: Option<Instant>,
+    /// Each server's expected turn, where known.
+    baselines: BTreeMap<ServerUuid, Option<Baseline>>,
+    /// Cancels a server's turn given up on (`--straggler-timeout`).
+    abort: BTreeMap<ServerUuid, AbortHandle>,
 }
 
 impl<'p> Waves<'p> {
-    fn new(plan: &'p Plan) -> Waves<'p> {
+    fn new(plan: &'p Plan, known: &KnownDurations) -> Waves<'p> {
         let rollout = plan.rollout();
         let queue: VecDeque<(ServerUuid, &ServerPlan)> = rollout
             .order()
@@ -87,7 +93,12 @@ impl<'p> Waves<'p> {
             started: BTreeMap::new(),
             finished: Vec::new(),
             warned: BTreeSet::new(),
-            straggler_since: None,
+            baselines: plan
+                .servers()
+                .iter()
+                .map(|(u, sp)| (*u, known.server_baseline(*u, sp)))
+                .collect(),
+            abort: BTreeMap::new(),
         }
     }
 
@@ -171,6 +182,14 @@ impl<'p> Waves<'p> {
             }
             if self.canary_done == self.canaries.len() {
                 let passed = self.canary_failed.is_empty() && self.canary_unsettled == 0;
+                tracing::info!(target: agentsadm_types::log::FILE_ONLY_TARGET,
+                    component = "executor", event = "canary", passed,
+                    servers = self.canary_hosts.join(","),
+                    failed = self.canary_failed.join(","),
+                    "canary wave {} on {}{}",
+                    if passed { "passed" } else { "failed" },
+                    self.canary_hosts.join(", "),
+                    if passed { String::new() } else { format!(" (failed: {})", self.canary_failed.join(", ")) });
                 report.canary = Some(CanaryResult {
                     servers: self.canary_hosts.clone(),
                     passed,
@@ -212,7 +231,7 @@ impl Executor<'_> {
         cancel: impl std::future::Future<Output = ()>,
         gate: &impl RunGate,
     ) {
-        let mut w = Waves::new(plan);
+        let mut w = Waves::new(plan, &self.options.known);
         let concurrency = plan.rollout().concurrency.max(1);
         let mut running = FuturesUnordered::new();
         let mut ticker = tokio::time::interval(self.options.tick);
@@ -242,7 +261,10 @@ impl Executor<'_> {
                     break;
                 }
                 w.start(uuid, sp);
-                running.push(async move { (uuid, self.run_server(uuid, sp).await) });
+                let (turn, handle) =
+                    abortable(async move { (uuid, self.run_server(uuid, sp).await) });
+                w.abort.insert(uuid, handle);
+                running.push(turn);
             }
             if running.is_empty() {
                 break;
@@ -266,7 +288,10 @@ impl Executor<'_> {
                     self.reporter.event(&ExecEvent::StoppedWaiting { in_flight: &in_flight });
                     break;
                 }
-                Some((uuid, outcome)) = running.next() => {
+                Some(turn) = running.next() => {
+                    // A turn given up on was recorded when it was.
+                    let Ok((uuid, outcome)) = turn else { continue };
+                    w.abort.remove(&uuid);
                     self.reporter.event(&ExecEvent::ServerFinished { server: uuid, outcome: &outcome });
                     w.finished(plan, uuid, &outcome, report, gate).await;
                     let lost = outcome.failure.as_ref().map(|f| f.stage.clone());
@@ -284,8 +309,13 @@ impl Executor<'_> {
                     }
                 }
                 _ = ticker.tick() => {
-                    if self.tick(&mut w, report) {
-                        break;
+                    for (uuid, outcome) in self.tick(&mut w, report) {
+                        if let Some(turn) = w.abort.remove(&uuid) {
+                            turn.abort();
+                        }
+                        self.reporter.event(&ExecEvent::ServerFinished { server: uuid, outcome: &outcome });
+                        w.finished(plan, uuid, &outcome, report, gate).await;
+                        report.servers.insert(uuid, outcome);
                     }
                 }
             }
@@ -294,66 +324,65 @@ impl Executor<'_> {
         self.leftovers(w, report);
     }
 
-    /// Warn about new outliers; with a straggler timeout, give up on the
-    /// servers in flight once they are all outliers and have been for
-    /// that long. Returns whether to stop waiting.
-    fn tick(&self, w: &mut Waves<'_>, report: &mut ExecReport) -> bool {
+    /// Warn about new outliers (against the median once enough servers
+    /// finished, else against each server's expected turn); with
+    /// `--straggler-timeout`, give up on the servers that have run that
+    /// long. Returns the servers given up on, with their outcome.
+    fn tick(&self, w: &mut Waves<'_>, report: &mut ExecReport) -> Vec<(ServerUuid, ServerOutcome)> {
         let now = Instant::now();
-        let fresh = outlier::new_outliers(
-            &self.options.outlier,
-            &w.finished,
-            w.started.iter().map(|(u, (t, h))| (*u, *h, now - *t)),
-            &w.warned,
-        );
+        let policy = &self.options.outlier;
+        let running = w.started.iter().map(|(u, (t, h))| (*u, *h, now - *t));
+        let fresh = if w.finished.len() >= policy.min_finished.max(1) {
+            outlier::new_outliers(policy, &w.finished, running, &w.warned)
+        } else {
+            baseline::baseline_outliers(
+                policy,
+                running.map(|(u, h, e)| (u, h, e, w.baselines.get(&u).copied().flatten())),
+                &w.warned,
+            )
+        };
         for o in fresh {
             w.warned.insert(o.server);
             self.reporter.event(&ExecEvent::Outlier(&o));
             report.outliers.push(o);
         }
         let Some(limit) = self.options.straggler_timeout else {
-            return false;
+            return Vec::new();
         };
-        let running_now: Vec<ServerUuid> = w.started.keys().copied().collect();
-        let waiting = if report.halted.is_some() {
-            0
-        } else {
-            w.waiting()
-        };
-        if !outlier::only_stragglers_left(waiting, &running_now, &w.warned) {
-            w.straggler_since = None;
-            return false;
-        }
-        let since = *w.straggler_since.get_or_insert(now);
-        if now - since < limit {
-            return false;
-        }
-        let abandoned: Vec<(ServerUuid, String)> = w
+        let overdue: Vec<(ServerUuid, String, Duration)> = w
             .started
             .iter()
-            .map(|(u, (_, h))| (*u, h.to_string()))
+            .filter(|(_, (t, _))| now - *t >= limit)
+            .map(|(u, (t, h))| (*u, h.to_string(), now - *t))
             .collect();
+        if overdue.is_empty() {
+            return Vec::new();
+        }
+        let abandoned: Vec<(ServerUuid, String)> =
+            overdue.iter().map(|(u, h, _)| (*u, h.clone())).collect();
         self.reporter.event(&ExecEvent::StragglersAbandoned {
             servers: &abandoned,
         });
-        for (uuid, (t, hostname)) in &w.started {
-            let mut o = ServerOutcome::new(hostname);
-            o.elapsed = now - *t;
-            o.tasks = self.transport.tasks(*uuid);
-            o.fail(
-                ServerStatus::TimedOut,
-                Failure {
-                    component: None,
-                    stage: FailureStage::Straggler,
-                    message: format!(
-                        "stopped waiting {} after every other server finished (--straggler-timeout); the work may still complete on the server",
-                        super::report::fmt_duration(limit)
-                    ),
-                },
-            );
-            report.servers.insert(*uuid, o);
-        }
-        w.started.clear();
-        true
+        overdue
+            .into_iter()
+            .map(|(uuid, hostname, elapsed)| {
+                let mut o = ServerOutcome::new(&hostname);
+                o.elapsed = elapsed;
+                o.tasks = self.transport.tasks(uuid);
+                o.fail(
+                    ServerStatus::TimedOut,
+                    Failure {
+                        component: None,
+                        stage: FailureStage::Straggler,
+                        message: format!(
+                            "stopped waiting after {} (--straggler-timeout); the work may still complete on the server",
+                            super::report::fmt_duration(limit)
+                        ),
+                    },
+                );
+                (uuid, o)
+            })
+            .collect()
     }
 
     /// Whatever is left was still running when the run stopped waiting

@@ -238,7 +238,10 @@ impl FakeDc {
         if let Ok(mut v) = self.steps_run.lock() {
             v.push((server, step.component.clone()));
         }
-        Ok(StepDone { instance })
+        Ok(StepDone {
+            instance,
+            ..StepDone::default()
+        })
     }
 
     fn apply_change(

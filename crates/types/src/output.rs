@@ -13,10 +13,21 @@ pub struct Output {
 }
 
 impl Output {
-    /// Print a JSON document (pretty, one per command).
+    /// Print a JSON document (pretty, one per command). A document that
+    /// is an object also says where the command's log is (`"log"`), when
+    /// it has one.
     pub fn json<T: Serialize>(&self, value: &T) {
-        let text = serde_json::to_string_pretty(value)
-            .unwrap_or_else(|e| format!("{{\"error\":\"{e}\"}}"));
+        let text = match serde_json::to_value(value) {
+            Ok(mut doc) => {
+                if let (Some(obj), Some(log)) = (doc.as_object_mut(), crate::log::run_log()) {
+                    obj.entry("log")
+                        .or_insert_with(|| log.display().to_string().into());
+                }
+                serde_json::to_string_pretty(&doc)
+            }
+            Err(e) => Err(e),
+        }
+        .unwrap_or_else(|e| format!("{{\"error\":\"{e}\"}}"));
         let mut out = std::io::stdout().lock();
         let _ = writeln!(out, "{text}");
     }
