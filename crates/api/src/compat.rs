@@ -245,8 +245,12 @@ pub fn install_args(
         "install".into(),
         image.to_string(),
         "--json".into(),
-        // Said on every execute: inside cn-agent, work that stops cn-agent
-        // must be handed off (see the transport).
+        // Said on every execute: CNAPI runs the command through Ur by
+        // default and through cn-agent behind a feature flag, and the mode
+        // read from SAPI is no promise about one request. Inside cn-agent,
+        // work that stops cn-agent must be handed off; under Ur it costs one
+        // transient-service run (cn-agent's new image is confirmed through
+        // `server.agents` either way).
         "--inside-cn-agent".into(),
     ];
     if let Some(expected) = expect_current {

@@ -17,14 +17,11 @@
 //!   every component kind. CNAPI documents execute as deprecated, but it is
 //!   the only way to run an installer without Ur; a dedicated cn-agent task
 //!   would slot in here as another carrier.
-//! - **bootstrap** (agentsadm itself, on a server whose copy is missing or
-//!   cannot parse an execute install): the script of
-//!   [`agentsadm_api::bootstrap`] through CNAPI execute, then the copy it
-//!   put in place records itself ([`bootstrap`]).
+//! - **bootstrap** (agentsadm, where its copy is missing or too old): the
+//!   script of [`agentsadm_api::bootstrap`] through execute ([`bootstrap`]).
 //!
-//! Every `agentsadm` command line is built by [`agentsadm_api::compat`],
-//! which dates each of its words: the plan made sure the server's copy
-//! parses it.
+//! Every `agentsadm` command line is built by [`agentsadm_api::compat`]
+//! (its words dated: the plan made sure the server's copy parses them).
 //!
 //! cn-agent cannot replace itself in-process: its task finishes (or is cut)
 //! before the new cn-agent runs. For it (the catalog's `core-last`
@@ -65,7 +62,6 @@ use agentsadm_plan::Action;
 use agentsadm_plan::Step;
 
 mod bootstrap;
-
 use super::execmode::ExecuteModes;
 use super::guard::{Fence, Unfenced, fenced};
 use super::recover::RecoveryConfig;
@@ -421,14 +417,7 @@ impl CnapiTransport {
                 "the bootstrap only installs agentsadm; a removal goes through execute",
             )),
             (TransportKind::Execute, action) => {
-                // `--inside-cn-agent` is said on every execute: CNAPI runs
-                // the command through Ur by default and through cn-agent
-                // behind a CNAPI feature flag. The mode read from SAPI is
-                // CNAPI's configuration, not a promise about this one
-                // request, so the hand-off stays: inside cn-agent, work
-                // that stops cn-agent must be handed off; under Ur it costs
-                // one transient-service run, and cn-agent's new image is
-                // confirmed through `server.agents` either way.
+                // `--inside-cn-agent` on every execute: compat::install_args.
                 let health = self.health_args();
                 let args: Vec<String> = match action {
                     Action::Install { to } | Action::Upgrade { to, .. } => {
