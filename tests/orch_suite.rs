@@ -3,6 +3,11 @@
 //!
 //! - `plan`: planner scenarios and golden plans (pure);
 //! - `adopt`: adoption planning (pure);
+//! - `agentsadm_first`: servers whose agentsadm is missing, old or of
+//!   unknown version get it first (plan golden; a rollout on the strict
+//!   simulator that bootstraps them and converges);
+//! - `agentsadm_bootstrap`: the bootstrap script killed at each checkpoint
+//!   and run again; the strict execute (old, current and no agentsadm);
 //! - `list`: the rows of `agentsadm list` and its summary (pure);
 //! - `adopt_sapi`: adoption against SAPI's real re-create rules (sim);
 //! - `cnapi_real`: the transport against a CNAPI and cn-agent that behave
@@ -38,6 +43,10 @@
 mod adopt;
 #[path = "orch_suite/adopt_sapi.rs"]
 mod adopt_sapi;
+#[path = "orch_suite/agentsadm_bootstrap.rs"]
+mod agentsadm_bootstrap;
+#[path = "orch_suite/agentsadm_first.rs"]
+mod agentsadm_first;
 #[path = "common/cli.rs"]
 mod cli_common;
 #[path = "orch_suite/cnapi_real.rs"]

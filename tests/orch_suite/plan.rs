@@ -125,9 +125,10 @@ fn update_all_orders_steps_and_skips_marlin_and_unmanaged() {
         .iter()
         .map(|s| s.component.as_str())
         .collect();
-    assert_eq!(hn_steps.first(), Some(&"agents_core"));
-    // agentsadm before every step that runs through it.
-    assert_eq!(hn_steps.get(1), Some(&"agentsadm"));
+    // agentsadm before every step, all of which may run through it (gz
+    // install, or gz health after cn-agent's task).
+    assert_eq!(hn_steps.first(), Some(&"agentsadm"));
+    assert_eq!(hn_steps.get(1), Some(&"agents_core"));
     assert_eq!(hn_steps.get(2), Some(&"config-agent"));
     assert_eq!(hn_steps.last(), Some(&"cn-agent"));
     assert!(hn_steps.contains(&"sdcadm") && hn_steps.contains(&"gz-tools"));
@@ -136,7 +137,7 @@ fn update_all_orders_steps_and_skips_marlin_and_unmanaged() {
     assert_eq!(
         batches.len(),
         5,
-        "core-first (agents_core, then agentsadm), core-second, parallel-safe set, core-last"
+        "core-first (agentsadm, then agents_core), core-second, parallel-safe set, core-last"
     );
     assert_eq!(batches[3].len(), hn_steps.len() - 4);
     // gz-tools, sdcadm and agentsadm go through agentsadm gz; apm agents

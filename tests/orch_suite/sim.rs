@@ -118,7 +118,8 @@ async fn update_all_to_latest_converges() {
         .iter()
         .map(|s| (s.component.as_str(), s.transport))
         .collect();
-    assert_eq!(hn_steps.first().map(|s| s.0), Some("agents_core"));
+    assert_eq!(hn_steps.first().map(|s| s.0), Some("agentsadm"));
+    assert_eq!(hn_steps.get(1).map(|s| s.0), Some("agents_core"));
     assert_eq!(hn_steps.last().map(|s| s.0), Some("cn-agent"));
     assert!(hn_steps.contains(&("gz-tools", TransportKind::Execute)));
     assert!(hn_steps.contains(&("vm-agent", TransportKind::InstallAgent)));

@@ -399,7 +399,7 @@ async fn rollout_of_500_servers_with_faults_converges_on_the_second_run() {
         .filter(|(_, o)| {
             o.failure
                 .as_ref()
-                .is_some_and(|f| f.message.contains("health could not be checked"))
+                .is_some_and(|f| f.message.contains("only its health check could not run"))
         })
         .map(|(u, _)| *u)
         .collect();

@@ -494,6 +494,33 @@ async fn cnapi_execute_runs_gz_commands_and_nothing_else() {
         dc.gz_report(cn.uuid).await.unwrap().agents.is_empty(),
         "wiped"
     );
+    // Its agentsadm went with the rest: the script's shell finds none
+    // (strict execute), and CN setup puts one there first, here through
+    // the orchestrator's bootstrap.
+    let req = gz_execute_request(
+        &["gz".into(), "report".into(), "--json".into()],
+        Default::default(),
+    );
+    let r = cnapi
+        .execute(cn.uuid, &req, Duration::from_secs(30))
+        .await
+        .unwrap();
+    assert_eq!(r.exit_status, 127, "{}", r.stderr);
+    let agentsadm = dc.default_image("agentsadm").unwrap();
+    let manifest = dc.apis().imgapi.get_image(agentsadm).await.unwrap();
+    let req = agentsadm_api::bootstrap::bootstrap_request(
+        &agentsadm_api::bootstrap::BootstrapImage {
+            image: agentsadm,
+            sha1: manifest.files[0].sha1.clone(),
+            size: manifest.files[0].size,
+        },
+        Default::default(),
+    );
+    let r = cnapi
+        .execute(cn.uuid, &req, Duration::from_secs(30))
+        .await
+        .unwrap();
+    assert_eq!(r.exit_status, 0, "{}", r.stderr);
     let req = gz_execute_request(
         &[
             "gz".into(),

@@ -11,7 +11,9 @@
 
 pub mod adoption;
 pub mod agents;
+pub mod bootstrap;
 pub mod cnapi;
+pub mod compat;
 pub mod imgapi;
 pub mod remote;
 pub mod retry;

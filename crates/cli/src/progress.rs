@@ -622,6 +622,8 @@ mod tests {
             transport: TransportKind::InstallAgent,
             gate: agentsadm_plan::Gate::GzHealth,
             keep_off: None,
+            needs_agentsadm: None,
+            needed_by: Vec::new(),
         }
     }
 

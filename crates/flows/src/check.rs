@@ -149,7 +149,25 @@ impl CheckRun {
 
     /// The repairs `--fix` would make (pure), rolled out under `policy`.
     pub fn repair_plan_with(&self, catalog: &Catalog, policy: &RolloutPolicy) -> RepairPlan {
-        repair::plan_repairs_with(catalog, &self.survey, &self.live, &self.findings, policy)
+        repair::plan_repairs_with(
+            catalog,
+            &self.survey,
+            &self.live,
+            &self.findings,
+            policy,
+            self.agentsadm(catalog),
+        )
+    }
+
+    /// The agentsadm servers get first when theirs cannot parse a repair:
+    /// the SAPI `agentsadm` service's default image, when the datacenter
+    /// IMGAPI has it.
+    fn agentsadm(&self, catalog: &Catalog) -> Option<&ImageRef> {
+        let c = catalog
+            .iter()
+            .find(|c| c.kind == agentsadm_types::catalog::ComponentKind::Agentsadm)?;
+        let image = self.survey.intent.services.get(&c.name)?.default_image?;
+        self.images.get(&image)
     }
 
     /// The findings as operators read them.
@@ -334,8 +352,10 @@ pub async fn live_report(
     server: ServerUuid,
     config: &CheckConfig,
 ) -> Result<AgentsReport, LiveReportError> {
-    let args: Vec<String> = ["gz", "report", "--json"].map(String::from).to_vec();
-    let request = gz_execute_request(&args, config.execute_env.clone());
+    let request = gz_execute_request(
+        &agentsadm_api::compat::report_args(),
+        config.execute_env.clone(),
+    );
     let result = cnapi
         .execute(server, &request, config.live_timeout)
         .await
@@ -495,7 +515,8 @@ pub async fn fix(
         catalog.clone(),
         options.transport.clone(),
     )
-    .with_sapi(apis.sapi.clone());
+    .with_sapi(apis.sapi.clone())
+    .with_imgapi(apis.imgapi.clone());
     let store = SapiIntentStore::new(apis.sapi.clone());
     let records = ApiRecords::new(apis);
     let executor =

@@ -27,6 +27,7 @@ use agentsadm_api::cnapi::AgentEntry;
 use agentsadm_api::remote::AgentsReport;
 use agentsadm_orchestrate::run::Planned;
 use agentsadm_plan::Action;
+use agentsadm_plan::ImageRef;
 use agentsadm_plan::IntentChange;
 use agentsadm_plan::Operation;
 use agentsadm_plan::Plan;
@@ -356,18 +357,29 @@ pub fn plan_repairs(
     live: &BTreeMap<ServerUuid, AgentsReport>,
     findings: &[Finding],
 ) -> RepairPlan {
-    plan_repairs_with(catalog, survey, live, findings, &RolloutPolicy::default())
+    plan_repairs_with(
+        catalog,
+        survey,
+        live,
+        findings,
+        &RolloutPolicy::default(),
+        None,
+    )
 }
 
-/// [`plan_repairs`], rolled out under `policy`.
+/// [`plan_repairs`], rolled out under `policy`, giving `agentsadm` first
+/// to servers whose copy cannot parse their repairs (without one, such
+/// repairs are left out).
 pub fn plan_repairs_with(
     catalog: &Catalog,
     survey: &Survey,
     live: &BTreeMap<ServerUuid, AgentsReport>,
     findings: &[Finding],
     policy: &RolloutPolicy,
+    agentsadm: Option<&ImageRef>,
 ) -> RepairPlan {
     let mut b = PlanBuilder::new(Operation::Repair, catalog, &survey.intent);
+    b.agentsadm(agentsadm.cloned());
     // Repairs are never named one by one: a bulk operation.
     b.bulk(true).selected_servers(survey.reality.servers.len());
     let mut r = Repairs::default();

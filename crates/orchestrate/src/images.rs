@@ -11,6 +11,9 @@
 //!   images intent names are looked up in the datacenter IMGAPI so the plan
 //!   can show versions and skip images that are not there.
 //!
+//! Whatever the choice, the agentsadm servers get first when their own
+//! cannot parse a plan's steps is found too ([`ResolvedImages::agentsadm`]).
+//!
 //! Every manifest is checked to be an agent image (`type: other`) of the
 //! component it is for. Imports (AdminImportImage with `source=`) only run
 //! once the operator confirmed the plan.
@@ -26,8 +29,11 @@ use agentsadm_plan::ResolvedImages;
 use agentsadm_plan::intent::Intent;
 use agentsadm_types::catalog::Catalog;
 use agentsadm_types::catalog::Component;
+use agentsadm_types::catalog::ComponentKind;
 use agentsadm_types::ids::ImageUuid;
 use agentsadm_types::image::ImageManifest;
+use agentsadm_types::image::ImageState;
+use agentsadm_types::version::VersionKey;
 
 /// Which target the operator asked for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -279,7 +285,65 @@ pub async fn resolve(
         }
     }
     out.known = known;
+    out.agentsadm = agentsadm_target(catalog, sources.dc, intent, &out).await?;
     Ok(out)
+}
+
+/// The agentsadm a server gets first when its own cannot parse a plan's
+/// steps: this run's explicit target when the datacenter has it, else the
+/// SAPI `agentsadm` service's default image (what `self-update` sets, and
+/// what CN setup installs), else the newest active agentsadm in the
+/// datacenter IMGAPI (versions ordered as `self-update` orders them).
+/// `None`: the datacenter has none.
+async fn agentsadm_target(
+    catalog: &Catalog,
+    dc: &ImgapiClient,
+    intent: &Intent,
+    resolved: &ResolvedImages,
+) -> Result<Option<ImageRef>, ImageError> {
+    let Some(c) = catalog.iter().find(|c| c.kind == ComponentKind::Agentsadm) else {
+        return Ok(None);
+    };
+    if let Some(t) = resolved
+        .targets
+        .get(&c.name)
+        .filter(|t| t.import_from.is_none())
+    {
+        return Ok(Some(t.clone()));
+    }
+    let label = format!("the datacenter IMGAPI {}", dc.base_url());
+    if let Some(default) = intent.services.get(&c.name).and_then(|s| s.default_image) {
+        if let Some(r) = resolved.lookup(&default) {
+            return Ok(Some(r.clone()));
+        }
+        if let Some(m) = get_opt(dc, default, &label).await?
+            && check_manifest(catalog, c, &m).is_ok()
+        {
+            return Ok(Some(to_ref(&m, None)));
+        }
+    }
+    let filter = agentsadm_api::imgapi::ListImagesFilter {
+        name: Some(c.name.clone()),
+        ..Default::default()
+    };
+    let found = dc
+        .list_images(&filter)
+        .await
+        .map_err(|err| ImageError::Lookup {
+            image: format!("newest {}", c.name),
+            source_label: label,
+            err: Box::new(err),
+        })?;
+    let newest = found
+        .into_iter()
+        .filter(|m| m.state == ImageState::Active && !m.disabled)
+        .filter(|m| check_manifest(catalog, c, m).is_ok())
+        .filter_map(|m| Some((VersionKey::of(&m.version)?, m)))
+        .max_by(|a, b| {
+            a.0.cmp(&b.0)
+                .then_with(|| a.1.published_at.cmp(&b.1.published_at))
+        });
+    Ok(newest.map(|(_, m)| to_ref(&m, None)))
 }
 
 /// `image`, once `m` passed the catalog's checks for `component`.

@@ -150,19 +150,11 @@ pub async fn set_holds(
     Ok(done)
 }
 
-/// `gz disable NAME --by --at [--reason]` (`Some`) or `gz enable NAME`.
+/// `gz disable NAME --by --at [--reason]` (`Some`) or `gz enable NAME`
+/// ([`agentsadm_api::compat::switch_args`]).
 pub(crate) fn switch_args(component: &str, mark: Option<&agentsadm_plan::Mark>) -> Vec<String> {
-    let mut args: Vec<String> = vec!["gz".into()];
-    match mark {
-        Some(m) => {
-            args.extend(["disable".into(), component.to_string()]);
-            args.extend(["--by".into(), m.by.clone(), "--at".into(), m.at.clone()]);
-            if let Some(r) = &m.reason {
-                args.extend(["--reason".into(), r.clone()]);
-            }
-        }
-        None => args.extend(["enable".into(), component.to_string()]),
-    }
-    args.extend(["--json".into(), super::transport::INSIDE_CN_AGENT.into()]);
-    args
+    agentsadm_api::compat::switch_args(
+        component,
+        mark.map(|m| (m.by.as_str(), m.at.as_str(), m.reason.as_deref())),
+    )
 }

@@ -233,6 +233,9 @@ pub enum FailureStage {
     /// install --expect-current` refused, or CNAPI's `server.agents`
     /// before an install-agent task): `changed since the plan`.
     Changed,
+    /// Putting agentsadm on the server without it (its manifest, the
+    /// bootstrap script): `bootstrap`.
+    Bootstrap,
     /// The step was not started: the run no longer holds the datacenter
     /// lock: `lock lost`.
     LockLost,
@@ -259,6 +262,7 @@ impl FailureStage {
             FailureStage::Gz => "gz",
             FailureStage::Unhealthy => "unhealthy",
             FailureStage::Changed => "changed since the plan",
+            FailureStage::Bootstrap => "bootstrap",
             FailureStage::LockLost => "lock lost",
             FailureStage::ApiLost { api } => return Cow::Owned(format!("{api} not answering")),
             FailureStage::Task { task, id: Some(id) } => {

@@ -419,14 +419,18 @@ impl<'a> Run<'a> {
         let store = SapiIntentStore::new(self.sapi.clone());
         let (transport, records): (Box<dyn Transport>, ApiRecords) = match self.cnapi {
             Some(cnapi) => (
-                Box::new(
-                    CnapiTransport::new(
+                Box::new({
+                    let transport = CnapiTransport::new(
                         cnapi.clone(),
                         self.catalog.clone(),
                         self.transport.clone(),
                     )
-                    .with_sapi(self.sapi.clone()),
-                ),
+                    .with_sapi(self.sapi.clone());
+                    match self.imgapi {
+                        Some(imgapi) => transport.with_imgapi(imgapi.clone()),
+                        None => transport,
+                    }
+                }),
                 ApiRecords::new_with(self.sapi, cnapi),
             ),
             None if plan.servers().is_empty() => {

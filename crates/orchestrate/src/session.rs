@@ -188,7 +188,8 @@ impl Session<'_> {
         images::import(&self.apis.imgapi, plan.plan().imports()).await?;
         let transport =
             CnapiTransport::new(self.apis.cnapi.clone(), self.catalog.clone(), transport)
-                .with_sapi(self.apis.sapi.clone());
+                .with_sapi(self.apis.sapi.clone())
+                .with_imgapi(self.apis.imgapi.clone());
         let store = SapiIntentStore::new(self.apis.sapi.clone());
         let records = ApiRecords::new(self.apis);
         let executor = Executor::new(&transport, &store, reporter, options).with_records(&records);

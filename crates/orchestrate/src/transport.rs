@@ -1,8 +1,8 @@
 //! How a planned step reaches a server.
 //!
 //! [`Transport`] runs one [`Step`] on one server and returns when the server
-//! has done it (or failed). Two real carriers exist, both through CNAPI, and
-//! [`CnapiTransport`] implements both, choosing by the step's
+//! has done it (or failed). Three real carriers exist, all through CNAPI,
+//! and [`CnapiTransport`] implements them, choosing by the step's
 //! [`TransportKind`] (the plan decided it):
 //!
 //! - **install-agent**: `POST /servers/:uuid/install-agent {image_uuid}`
@@ -16,7 +16,12 @@
 //!   [`GzResult`]. It gives the atomic install with rollback and handles
 //!   every component kind. CNAPI documents execute as deprecated, but it is
 //!   the only way to run an installer without Ur; a dedicated cn-agent task
-//!   would slot in here as a third carrier.
+//!   would slot in here as another carrier.
+//! - **bootstrap** (agentsadm, where its copy is missing or too old): the
+//!   script of [`agentsadm_api::bootstrap`] through execute ([`bootstrap`]).
+//!
+//! Every `agentsadm` command line is built by [`agentsadm_api::compat`]
+//! (its words dated: the plan made sure the server's copy parses them).
 //!
 //! cn-agent cannot replace itself in-process: its task finishes (or is cut)
 //! before the new cn-agent runs. For it (the catalog's `core-last`
@@ -56,6 +61,7 @@ use agentsadm_plan::Action;
 
 use agentsadm_plan::Step;
 
+mod bootstrap;
 use super::execmode::ExecuteModes;
 use super::guard::{Fence, Unfenced, fenced};
 use super::marks::switch_args;
@@ -66,11 +72,15 @@ use super::recover::TaskWaiter;
 use super::recover::Waited;
 use super::report::FailureStage;
 use agentsadm_api::ApiError;
+use agentsadm_api::ImgapiClient;
 use agentsadm_api::SapiClient;
 use agentsadm_api::cnapi::AgentEntry;
 use agentsadm_api::cnapi::CnapiClient;
+use agentsadm_api::cnapi::ExecuteAnswer;
 use agentsadm_api::cnapi::ExecuteMode;
+use agentsadm_api::cnapi::ExecuteRequest;
 use agentsadm_api::cnapi::UNINSTALL_MIN_CN_AGENT;
+use agentsadm_api::compat;
 use agentsadm_api::remote::AgentsReport;
 use agentsadm_api::remote::GzResult;
 use agentsadm_api::remote::gz_execute_request;
@@ -82,14 +92,6 @@ use agentsadm_types::ids::ImageUuid;
 use agentsadm_types::ids::InstanceUuid;
 use agentsadm_types::ids::ServerUuid;
 use agentsadm_types::ids::TaskId;
-
-/// Said on every execute: CNAPI runs the command through Ur by default and
-/// through cn-agent behind a CNAPI feature flag. The mode read from SAPI
-/// is CNAPI's configuration, not a promise about this one request, so the
-/// hand-off stays: inside cn-agent, work that stops cn-agent must be
-/// handed off; under Ur it costs one transient-service run, and cn-agent's
-/// new image is confirmed through `server.agents` either way.
-pub(crate) const INSIDE_CN_AGENT: &str = "--inside-cn-agent";
 
 /// How often a `gz health` check whose request failed quickly is asked
 /// again (within its bound), and the pause before the first retry (growing
@@ -311,6 +313,8 @@ pub struct CnapiTransport {
     tasks: TaskLedger,
     modes: ExecuteModes,
     peers: TaskPeers,
+    /// Where the bootstrap reads an agentsadm image's manifest.
+    imgapi: Option<ImgapiClient>,
 }
 
 impl CnapiTransport {
@@ -329,7 +333,20 @@ impl CnapiTransport {
             tasks: TaskLedger::default(),
             modes: ExecuteModes::default(),
             peers: TaskPeers::default(),
+            imgapi: None,
         }
+    }
+
+    /// Read agentsadm images' manifests here for the bootstrap (the
+    /// datacenter IMGAPI servers download from).
+    pub fn with_imgapi(mut self, imgapi: ImgapiClient) -> CnapiTransport {
+        self.imgapi = Some(imgapi);
+        self
+    }
+
+    /// The health gate's flags for `agentsadm gz`, if set.
+    fn health_args(&self) -> Vec<String> {
+        self.config.health.map(|h| h.gz_args()).unwrap_or_default()
     }
 
     /// Read CNAPI's `FEATURE_USE_CNAGENT_COMMAND_EXECUTE` from this SAPI
@@ -417,39 +434,29 @@ impl CnapiTransport {
                     .await?;
                 Ok(StepDone::default())
             }
+            (TransportKind::Bootstrap, Action::Install { to } | Action::Upgrade { to, .. }) => {
+                self.bootstrap(server, step, to, fence).await
+            }
+            (TransportKind::Bootstrap, Action::Remove { .. }) => Err(StepFailure::new(
+                FailureStage::Bootstrap,
+                "the bootstrap only installs agentsadm; a removal goes through execute",
+            )),
             (TransportKind::Execute, action) => {
+                // `--inside-cn-agent` on every execute: compat::install_args.
+                let health = self.health_args();
                 let args: Vec<String> = match action {
                     Action::Install { to } | Action::Upgrade { to, .. } => {
-                        let mut args: Vec<String> = vec![
-                            "gz".into(),
-                            "install".into(),
-                            to.uuid.to_string(),
-                            "--json".into(),
-                            INSIDE_CN_AGENT.into(),
-                        ];
                         // The server refuses if it changed since the plan.
-                        if let Some(expected) = step.expect_current() {
-                            args.push("--expect-current".into());
-                            args.push(
-                                expected
-                                    .map(|i| i.to_string())
-                                    .unwrap_or_else(|| "none".into()),
-                            );
-                        }
-                        if let Some(h) = &self.config.health {
-                            args.extend(h.gz_args());
-                        }
-                        args
+                        compat::install_args(to.uuid, step.expect_current(), &health)
                     }
-                    Action::Remove { .. } | Action::Disable { .. } | Action::Enable => {
-                        vec![
-                            "gz".into(),
-                            "remove".into(),
-                            step.component.clone(),
-                            "--json".into(),
-                            INSIDE_CN_AGENT.into(),
-                        ]
+                    Action::Disable { .. } | Action::Enable => {
+                        // Routed to the switch arm above; never here.
+                        return Err(StepFailure::new(
+                            FailureStage::Execute,
+                            "a disable or enable step goes through gz disable|enable",
+                        ));
                     }
+                    Action::Remove { .. } => compat::remove_args(&step.component),
                 };
                 let done = self
                     .execute(
@@ -589,15 +596,7 @@ impl CnapiTransport {
             return Ok(None);
         }
         let started = tokio::time::Instant::now();
-        let mut args: Vec<String> = vec![
-            "gz".into(),
-            "health".into(),
-            step.component.clone(),
-            "--json".into(),
-        ];
-        if let Some(h) = &self.config.health {
-            args.extend(h.gz_args());
-        }
+        let args = compat::health_args(&step.component, &self.health_args());
         // `gz health` only reads: a request CNAPI failed quickly (a 5xx, a
         // dropped connection) is asked again, a few times, as long as the
         // bound leaves time; one that got no answer is not.
@@ -729,8 +728,7 @@ impl CnapiTransport {
             return None;
         }
         let mode = self.modes.for_server(&record).await;
-        let args: Vec<String> = ["gz", "report", "--json"].map(String::from).to_vec();
-        let request = gz_execute_request(&args, self.config.execute_env.clone());
+        let request = gz_execute_request(&compat::report_args(), self.config.execute_env.clone());
         let answer = self
             .cnapi
             .execute_as(server, &request, mode, self.config.health_bound())
@@ -855,6 +853,24 @@ impl CnapiTransport {
         bound: Duration,
         fence: Option<&dyn Fence>,
     ) -> Result<StepDone, StepFailure> {
+        let request = gz_execute_request(args, self.config.execute_env.clone());
+        let result = self
+            .execute_request(server, step, request, bound, fence)
+            .await?;
+        self.gz_outcome(step, &result)
+    }
+
+    /// Run `request` on the server through CNAPI execute, in the server's
+    /// execute mode, within `bound`; with a `fence`, only while the run
+    /// still holds the lock.
+    async fn execute_request(
+        &self,
+        server: ServerUuid,
+        step: &Step,
+        request: ExecuteRequest,
+        bound: Duration,
+        fence: Option<&dyn Fence>,
+    ) -> Result<ExecuteAnswer, StepFailure> {
         let record = self
             .cnapi
             .list_server(server)
@@ -867,9 +883,7 @@ impl CnapiTransport {
         if let Some(fence) = fence {
             fenced(fence, server, step).await?;
         }
-        let request = gz_execute_request(args, self.config.execute_env.clone());
-        let result = self
-            .cnapi
+        self.cnapi
             .execute_as(server, &request, mode, bound)
             .await
             .map_err(|e| {
@@ -890,7 +904,11 @@ impl CnapiTransport {
                 } else {
                     StepFailure::api(FailureStage::Execute, &e)
                 }
-            })?;
+            })
+    }
+
+    /// What `agentsadm gz ... --json` printed and its exit status come to.
+    fn gz_outcome(&self, step: &Step, result: &ExecuteAnswer) -> Result<StepDone, StepFailure> {
         match parse_gz_result(&result.stdout) {
             Some(gz) => {
                 if let Some(err) = gz.error {

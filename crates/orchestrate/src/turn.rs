@@ -311,7 +311,7 @@ impl Executor<'_> {
         batch: &[Step],
     ) -> Vec<StepRun> {
         let (cn_agent, gz): (Vec<usize>, Vec<usize>) =
-            (0..batch.len()).partition(|&i| batch[i].transport != TransportKind::Execute);
+            (0..batch.len()).partition(|&i| batch[i].transport == TransportKind::InstallAgent);
         let mut out: Vec<Option<StepRun>> = (0..batch.len()).map(|_| None).collect();
         for group in [cn_agent, gz] {
             let runs = futures::future::join_all(

@@ -9,8 +9,11 @@
 //!   the plan warns and needs an explicit yes;
 //! - each step's health gate follows from its action, its transport and
 //!   whether `agentsadm gz` reaches the server (callers cannot choose it);
-//! - a server's steps run in the catalog's order classes; servers with
-//!   nothing to do are dropped;
+//! - every step states the oldest agentsadm that parses what it sends, and
+//!   a server whose copy is older (or missing) gets an agentsadm step
+//!   first, or loses the steps it cannot run ([`super::agentsadm`]);
+//! - a server's steps run in the catalog's order classes, agentsadm's
+//!   before all; servers with nothing to do are dropped;
 //! - images are imported only when a step or service change uses them;
 //! - skips and record changes come in a stable order;
 //! - the waves (canaries, start order, budget, concurrency) are decided
@@ -27,8 +30,8 @@ use super::types::{
 use super::{ImageRef, PlanningInput, TransportKind};
 use crate::intent::Intent;
 use crate::marks::HoldScope;
-use crate::reality::ServerState;
-use agentsadm_types::catalog::{Catalog, Component};
+use crate::reality::{Installed, ServerState};
+use agentsadm_types::catalog::{Catalog, Component, ComponentKind};
 use agentsadm_types::ids::{ImageUuid, ServerUuid};
 
 /// A plan being made. See the module documentation for what
@@ -45,6 +48,10 @@ pub struct PlanBuilder<'c> {
     intent: &'c Intent,
     named_servers: bool,
     ignore_holds: bool,
+    /// The agentsadm servers get first when theirs cannot parse a step.
+    agentsadm: Option<ImageRef>,
+    /// Each server's agentsadm, as it reports it.
+    copies: BTreeMap<ServerUuid, Option<Installed>>,
 }
 
 impl<'c> PlanBuilder<'c> {
@@ -73,6 +80,8 @@ impl<'c> PlanBuilder<'c> {
             intent,
             named_servers: false,
             ignore_holds: false,
+            agentsadm: None,
+            copies: BTreeMap::new(),
         }
     }
 
@@ -101,6 +110,14 @@ impl<'c> PlanBuilder<'c> {
         b.named_servers(named)
             .ignore_holds(input.options.ignore_holds);
         b
+    }
+
+    /// The agentsadm a server gets first when its own is missing or too
+    /// old for its steps ([`crate::ResolvedImages::agentsadm`]); without
+    /// one, such steps are left out.
+    pub fn agentsadm(&mut self, target: Option<ImageRef>) -> &mut Self {
+        self.agentsadm = target;
+        self
     }
 
     /// The components were selected in bulk (`--all`, every repair), not
@@ -155,6 +172,11 @@ impl<'c> PlanBuilder<'c> {
     /// The server's plan, made on first use. `execute_available`: the
     /// transport mode lets the orchestrator run `agentsadm gz` there.
     fn server(&mut self, state: &ServerState, execute_available: bool) -> &mut ServerPlan {
+        if let Some(c) = super::agentsadm::component(self.catalog) {
+            self.copies
+                .entry(state.uuid)
+                .or_insert_with(|| state.components.get(&c.name).cloned());
+        }
         self.execute
             .entry(state.uuid)
             .and_modify(|e| *e &= execute_available)
@@ -185,6 +207,8 @@ impl<'c> PlanBuilder<'c> {
             component: component.name.clone(),
             order: component.order,
             gate: Gate::None,
+            needs_agentsadm: None,
+            needed_by: Vec::new(),
             action,
             transport,
             keep_off: None,
@@ -207,6 +231,8 @@ impl<'c> PlanBuilder<'c> {
                 component: c.name.clone(),
                 order: c.order,
                 gate: Gate::None,
+                needs_agentsadm: None,
+                needed_by: Vec::new(),
                 action,
                 transport,
                 keep_off: None,
@@ -229,13 +255,22 @@ impl<'c> PlanBuilder<'c> {
         self.non_bulk_rule();
         self.keep_off_rule();
         self.gates();
+        self.agentsadm_first();
+        let catalog = self.catalog;
         let plan = &mut self.plan;
         plan.servers
             .retain(|_, sp| !sp.steps.is_empty() || !sp.intent.is_empty());
+        // agentsadm before everything: the other steps may run through it.
+        let later = |st: &Step| {
+            catalog
+                .get(&st.component)
+                .is_none_or(|c| c.kind != ComponentKind::Agentsadm)
+        };
         for sp in plan.servers.values_mut() {
             sp.steps.sort_by(|a, b| {
-                a.order
-                    .cmp(&b.order)
+                later(a)
+                    .cmp(&later(b))
+                    .then_with(|| a.order.cmp(&b.order))
                     .then_with(|| a.component.cmp(&b.component))
             });
         }
@@ -394,6 +429,34 @@ impl<'c> PlanBuilder<'c> {
         }
     }
 
+    /// Every step's agentsadm need; agentsadm first where a server's copy
+    /// cannot parse its steps (see [`super::agentsadm`]).
+    fn agentsadm_first(&mut self) {
+        let Some(component) = super::agentsadm::component(self.catalog) else {
+            return;
+        };
+        let supply = super::agentsadm::Supply {
+            component,
+            target: self.agentsadm.as_ref(),
+            copies: &self.copies,
+            execute: &self.execute,
+        };
+        let (skips, ungated) = super::agentsadm::first(&mut self.plan, &supply);
+        self.plan.skips.extend(skips);
+        if !ungated.is_empty() {
+            let mut shown: Vec<&str> = ungated.iter().map(String::as_str).take(10).collect();
+            if ungated.len() > 10 {
+                shown.push("...");
+            }
+            self.plan.warnings.push(format!(
+                "{} ({}): agentsadm is missing or too old for 'gz health' and the datacenter IMGAPI has no agentsadm image to give {}; only server.agents confirms their cn-agent installs (run 'agentsadm self-update' on the headnode to publish one)",
+                if ungated.len() == 1 { "1 server".to_string() } else { format!("{} servers", ungated.len()) },
+                shown.join(", "),
+                if ungated.len() == 1 { "it" } else { "them" },
+            ));
+        }
+    }
+
     /// Each step's gate, from its action, transport and the server.
     fn gates(&mut self) {
         for (uuid, sp) in self.plan.servers.iter_mut() {
@@ -445,7 +508,8 @@ mod tests {
                     "setup": true, "status": "running",
                     "rack_identifier": format!("rack-{}", i % 2),
                     "agents": [{"name": "marlin", "version": "1.0.0"},
-                               {"name": "vm-agent", "version": "1.0.0"}]
+                               {"name": "vm-agent", "version": "1.0.0"},
+                               {"name": "agentsadm", "version": "0.1.0"}]
                 }))
                 .unwrap()
             })

@@ -229,7 +229,11 @@ fn step_line(st: &crate::Step) -> String {
             format!(
                 "~ {} {}{} -> {} [{t}]",
                 st.component,
-                from.version,
+                if from.version.is_empty() {
+                    "(version unknown)"
+                } else {
+                    &from.version
+                },
                 from_img,
                 image(to)
             )
@@ -402,6 +406,7 @@ impl fmt::Display for PlanDisplay<'_> {
         }
 
         write_images(f, p)?;
+        self.write_agentsadm_first(f)?;
         self.write_servers(f)?;
         write_racks(f, p)?;
         if !p.rollout.is_empty() {
@@ -440,6 +445,66 @@ impl fmt::Display for PlanDisplay<'_> {
 }
 
 impl PlanDisplay<'_> {
+    /// The agentsadm steps the plan added because a server's copy cannot
+    /// parse its other steps, one line per server (`agentsadm: cn0042 1.2.0
+    /// -> 1.4.0, needed by gz-tools`), or beyond `max_servers` servers
+    /// with the same change on one line.
+    fn write_agentsadm_first(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let p = self.plan;
+        let mut lines: Vec<(String, String)> = Vec::new();
+        for (_, sp) in p.servers_in_order() {
+            for st in sp.steps.iter().filter(|st| !st.needed_by.is_empty()) {
+                let from = match &st.action {
+                    Action::Upgrade { from, .. } if from.version.is_empty() => {
+                        "(version unknown)".to_string()
+                    }
+                    Action::Upgrade { from, .. } => from.version.clone(),
+                    _ => "(none)".to_string(),
+                };
+                let to = st
+                    .action
+                    .target()
+                    .map(|t| t.version.as_str())
+                    .unwrap_or("?");
+                let change = format!(
+                    "{from} -> {to}, needed by {} [{}]",
+                    st.needed_by.join(", "),
+                    st.transport.as_str()
+                );
+                lines.push((sp.hostname.clone(), change));
+            }
+        }
+        if lines.is_empty() {
+            return Ok(());
+        }
+        writeln!(
+            f,
+            "\nagentsadm first (the servers' own copy is missing or too old for their steps):"
+        )?;
+        if p.servers.len() <= self.max_servers {
+            for (host, change) in &lines {
+                writeln!(f, "  agentsadm: {host} {change}")?;
+            }
+            return Ok(());
+        }
+        let mut groups: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
+        for (host, change) in &lines {
+            groups.entry(change).or_default().push(host);
+        }
+        for (change, hosts) in groups {
+            let who = match hosts.as_slice() {
+                [one] => (*one).to_string(),
+                many => format!(
+                    "{} ({})",
+                    plural(many.len(), "server", "servers"),
+                    list_hosts(many, 5)
+                ),
+            };
+            writeln!(f, "  agentsadm: {who} {change}")?;
+        }
+        Ok(())
+    }
+
     /// Each server's lines, or (beyond `max_servers`) servers with the
     /// same lines grouped.
     fn write_servers(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {

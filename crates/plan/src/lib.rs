@@ -29,6 +29,7 @@ use agentsadm_types::catalog::CatalogError;
 use agentsadm_types::ids::ImageUuid;
 use agentsadm_types::ids::ServerUuid;
 
+mod agentsadm;
 mod builder;
 pub mod display;
 mod install;
@@ -56,10 +57,10 @@ pub use rollout::{
     pick_canaries,
 };
 pub use select::resolve_servers;
-pub use skip::{Skip, SkipReason};
+pub use skip::{AgentsadmShort, Skip, SkipReason};
 pub use types::{
-    Action, Gate, HealthFlags, InstalledRef, IntentChange, MarkKey, Plan, PlanCounts, RecordChange,
-    ServerCall, ServerPlan, ServiceChange, Step,
+    Action, Gate, HealthFlags, InstalledRef, IntentChange, MarkKey, MinVersion, Plan, PlanCounts,
+    RecordChange, ServerCall, ServerPlan, ServiceChange, Step,
 };
 
 use select::select_servers;

@@ -104,6 +104,11 @@ pub enum TransportKind {
     InstallAgent,
     /// CNAPI execute of `agentsadm gz ...` on the server.
     Execute,
+    /// CNAPI execute of the bootstrap script (no agentsadm needed), then
+    /// of the copy it put in place (`agentsadm_api::bootstrap`): only for
+    /// agentsadm itself, on a server whose copy is missing or cannot parse
+    /// an ordinary execute step.
+    Bootstrap,
 }
 
 impl TransportKind {
@@ -111,6 +116,7 @@ impl TransportKind {
         match self {
             TransportKind::InstallAgent => "install-agent",
             TransportKind::Execute => "execute",
+            TransportKind::Bootstrap => "bootstrap",
         }
     }
 
@@ -179,6 +185,11 @@ pub struct ResolvedImages {
     /// The targets are "the newest available" (`--latest`): never move a
     /// server (or a service default) to an older version than it has.
     pub no_downgrade: bool,
+    /// The agentsadm a server gets first when its copy is missing or too
+    /// old for the plan's steps (the SAPI `agentsadm` service's default
+    /// image, else the newest in the datacenter IMGAPI); `None`: the
+    /// datacenter has none, and such steps are left out.
+    pub agentsadm: Option<ImageRef>,
 }
 
 impl ResolvedImages {

@@ -55,6 +55,19 @@ pub enum SkipReason {
     /// The server's `server.agents` cannot be used (a malformed entry, a
     /// component listed twice): set aside, every other server goes on.
     Quarantined { problem: String },
+    /// The server's agentsadm cannot parse the step, and there is no
+    /// agentsadm image new enough to give it first (boxed: a skip stays
+    /// small).
+    AgentsadmTooOld(Box<AgentsadmShort>),
+}
+
+/// What a server's agentsadm is, and what a step needs of it.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+pub struct AgentsadmShort {
+    /// A version, `version unknown` or `none`.
+    pub have: String,
+    /// The oldest version that parses the step.
+    pub need: String,
 }
 
 impl SkipReason {
@@ -107,6 +120,10 @@ impl SkipReason {
                 };
                 format!("held {} {}; {what}", scope.as_str(), hold.describe())
             }
+            SkipReason::AgentsadmTooOld(short) => format!(
+                "its agentsadm ({}) cannot run this step, which needs {} or later, and the datacenter IMGAPI has no agentsadm image that new: run 'agentsadm self-update' on the headnode, then plan again",
+                short.have, short.need
+            ),
             SkipReason::TransportUnsupported { kind } => format!(
                 "cn-agent's install-agent task cannot install {kind} components (use --transport auto)"
             ),

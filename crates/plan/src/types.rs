@@ -18,6 +18,7 @@ use crate::marks::Mark;
 use crate::reality::Installed;
 use crate::rollout::Rollout;
 use agentsadm_api::cnapi::AgentEntry;
+use agentsadm_api::compat::GzUse;
 use agentsadm_types::catalog::OrderClass;
 use agentsadm_types::ids::ImageUuid;
 use agentsadm_types::ids::InstanceUuid;
@@ -116,7 +117,7 @@ impl Gate {
     pub fn for_step(action: &Action, transport: TransportKind, execute_available: bool) -> Gate {
         match (action, transport) {
             (Action::Remove { .. } | Action::Disable { .. } | Action::Enable, _) => Gate::None,
-            (_, TransportKind::Execute) => Gate::Installer,
+            (_, TransportKind::Execute | TransportKind::Bootstrap) => Gate::Installer,
             (_, TransportKind::InstallAgent) if execute_available => Gate::GzHealth,
             (_, TransportKind::InstallAgent) => Gate::ServerAgents,
         }
@@ -164,9 +165,48 @@ pub struct Step {
     /// not know the server's record; its postinstall enables services).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub keep_off: Option<Mark>,
+    /// The oldest agentsadm on the server that parses what the step sends
+    /// it ([`agentsadm_api::compat`]); `None`: it sends agentsadm nothing.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub needs_agentsadm: Option<MinVersion>,
+    /// For an agentsadm step the plan added because the server's copy is
+    /// missing or too old: the components whose steps need it.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub needed_by: Vec<String>,
+}
+
+/// An agentsadm release a step needs at least (shown and serialized as
+/// `MAJOR.MINOR.PATCH`).
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub struct MinVersion(pub semver::Version);
+
+impl std::fmt::Display for MinVersion {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}", self.0)
+    }
+}
+
+impl Serialize for MinVersion {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
 }
 
 impl Step {
+    /// What the step sends to the server's agentsadm, if anything: an
+    /// execute step's `gz install|remove`, or `gz health` after cn-agent's
+    /// task. A bootstrap needs no agentsadm (its last part runs the copy it
+    /// put in place).
+    pub fn gz_use(&self) -> Option<GzUse> {
+        match (self.transport, &self.action, self.gate) {
+            (_, Action::Disable { .. } | Action::Enable, _) => Some(GzUse::Switch),
+            (TransportKind::Execute, Action::Remove { .. }, _) => Some(GzUse::Remove),
+            (TransportKind::Execute, _, _) => Some(GzUse::Install),
+            (TransportKind::InstallAgent, _, Gate::GzHealth) => Some(GzUse::Health),
+            _ => None,
+        }
+    }
+
     /// The image the server must have now for the step to run (`Some(None)`:
     /// nothing installed), as the plan saw it; `None` when the plan does
     /// not know it (an installed version without an image UUID) or for a

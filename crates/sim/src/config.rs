@@ -69,6 +69,13 @@ pub struct Strictness {
     /// real SmartOS CNs (`SunOS`) with a working execute, for a large
     /// datacenter that still installs gz-tools, sdcadm or dockerlogger.
     pub mockcloud_refuses_execute: bool,
+    /// CommandExecute of an `agentsadm` command line runs the agentsadm the
+    /// server has, as a real global zone would: with none there, the
+    /// script's shell answers 127 (`No such file or directory`); with one
+    /// older than a word of the command line (`agentsadm_api::compat`),
+    /// that copy's parser refuses it (exit 2) and nothing runs. `false`:
+    /// the simulator's own agentsadm runs every command line.
+    pub execute_runs_the_servers_agentsadm: bool,
 }
 
 impl Default for Strictness {
@@ -76,6 +83,7 @@ impl Default for Strictness {
         Strictness {
             sapi_delete_on_failed_create: true,
             mockcloud_refuses_execute: true,
+            execute_runs_the_servers_agentsadm: true,
         }
     }
 }

@@ -401,14 +401,24 @@ impl ExampleDc {
     }
 
     /// What image resolution would find with no `--image`/`--latest`:
-    /// every published image is known.
+    /// every published image is known, and agentsadm's service default is
+    /// what servers whose agentsadm is missing or too old get first.
     pub fn known_images(&self) -> ResolvedImages {
+        let intent = self.intent();
+        let agentsadm = self
+            .catalog
+            .iter()
+            .find(|c| c.kind == agentsadm_types::catalog::ComponentKind::Agentsadm)
+            .and_then(|c| intent.services.get(&c.name)?.default_image)
+            .and_then(|i| self.images.get(&i))
+            .map(image_ref);
         ResolvedImages {
             known: self
                 .images
                 .values()
                 .map(|m| (m.uuid, image_ref(m)))
                 .collect(),
+            agentsadm,
             ..Default::default()
         }
     }

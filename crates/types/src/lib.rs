@@ -1,7 +1,8 @@
 //! Shared domain types of agentsadm, below every other layer: server,
 //! image and instance ids ([`ids`]), the component catalog ([`catalog`]),
 //! image manifests ([`image`]), output and logging conventions
-//! ([`output`], [`log`]) and the error-chain printer ([`error`]).
+//! ([`output`], [`log`]), the error-chain printer ([`error`]) and how
+//! versions order ([`version`]).
 
 pub mod catalog;
 pub mod error;
@@ -9,3 +10,4 @@ pub mod ids;
 pub mod image;
 pub mod log;
 pub mod output;
+pub mod version;

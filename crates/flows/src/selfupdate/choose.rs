@@ -5,60 +5,8 @@
 //! `--allow-major-update`); an image named explicitly is refused when it is
 //! older (`--allow-downgrade`) or of another major.
 
-use std::cmp::Ordering;
-use std::fmt;
-
-use agentsadm_types::image::{ImageManifest, ImageState, parse_agent_version};
-
-/// How agentsadm versions order: semver, then the build's timestamp
-/// (`<semver>-<branch>-<YYYYMMDDTHHMMSSZ>-g<sha>`; none sorts first).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct VersionKey {
-    pub semver: semver::Version,
-    pub built: String,
-}
-
-impl VersionKey {
-    /// The key of a version string, if it starts with a semver.
-    pub fn of(version: &str) -> Option<VersionKey> {
-        let semver = parse_agent_version(version)?;
-        let built = version
-            .split('-')
-            .rfind(|f| is_timestamp(f))
-            .unwrap_or_default()
-            .to_string();
-        Some(VersionKey { semver, built })
-    }
-}
-
-impl Ord for VersionKey {
-    fn cmp(&self, other: &Self) -> Ordering {
-        self.semver
-            .cmp(&other.semver)
-            .then_with(|| self.built.cmp(&other.built))
-    }
-}
-
-impl PartialOrd for VersionKey {
-    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
-        Some(self.cmp(other))
-    }
-}
-
-impl fmt::Display for VersionKey {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}", self.semver)
-    }
-}
-
-/// `YYYYMMDDTHHMMSSZ`.
-fn is_timestamp(s: &str) -> bool {
-    let b = s.as_bytes();
-    b.len() == 16
-        && b[8] == b'T'
-        && b[15] == b'Z'
-        && b[..8].iter().chain(&b[9..15]).all(u8::is_ascii_digit)
-}
+use agentsadm_types::image::{ImageManifest, ImageState};
+pub use agentsadm_types::version::VersionKey;
 
 /// What `--latest` found among the updates server's images.
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -151,26 +99,6 @@ mod tests {
 
     fn key(v: &str) -> VersionKey {
         VersionKey::of(v).unwrap()
-    }
-
-    #[test]
-    fn versions_order_by_semver_then_build_time() {
-        assert!(
-            key("1.2.0-master-20260101T000000Z-gaaaaaaa")
-                < key("1.10.0-master-20250101T000000Z-gbbbbbbb")
-        );
-        assert!(
-            key("1.2.0-master-20260101T000000Z-gaaaaaaa")
-                < key("1.2.0-release-20260102T000000Z-gbbbbbbb")
-        );
-        // A branch name with '-' does not hide the timestamp.
-        assert_eq!(
-            key("1.2.0-release-2026-20260102T000000Z-gb").built,
-            "20260102T000000Z"
-        );
-        // A bare semver (a build without a stamp) is older than any stamped build of it.
-        assert!(key("1.2.0") < key("1.2.0-master-20260101T000000Z-gaaaaaaa"));
-        assert_eq!(VersionKey::of("bootstrap"), None);
     }
 
     #[test]

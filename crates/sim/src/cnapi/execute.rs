@@ -33,8 +33,12 @@
 //!   (`err` as forkexec's VError serializes). On a mockcloud server
 //!   cn-agent's dummy backend answers exit 666 without running anything.
 //!
-//! What the `agentsadm` behind [`agentsadm_api::remote::EXEC_SCRIPT`] does
-//! can be forced per server ([`crate::CommandFault`]); the script's own
+//! The `agentsadm` behind [`agentsadm_api::remote::EXEC_SCRIPT`] is the
+//! server's own ([`crate::Strictness::execute_runs_the_servers_agentsadm`]):
+//! none there answers 127, an old one refuses words newer than itself.
+//! The bootstrap script ([`agentsadm_api::bootstrap`]) runs for real on
+//! rooted servers (`bootstrap`). What the `agentsadm` does can be forced
+//! per server ([`crate::CommandFault`]); the script's own
 //! handling of its status ([`agentsadm_api::remote::exec_script_status`])
 //! applies to it as on a real server.
 
@@ -88,7 +92,7 @@ use super::sleep_until_or_shutdown;
 use super::task_request;
 
 /// What a command run produced (forkexec's `info`).
-struct CommandOutcome {
+pub(super) struct CommandOutcome {
     exit_code: Option<i32>,
     signal: Option<&'static str>,
     stdout: String,
@@ -98,10 +102,22 @@ struct CommandOutcome {
 }
 
 impl CommandOutcome {
-    fn exited(code: i32, stdout: String, stderr: String) -> CommandOutcome {
+    pub(super) fn exited(code: i32, stdout: String, stderr: String) -> CommandOutcome {
         CommandOutcome {
             exit_code: Some(code),
             signal: None,
+            stdout,
+            stderr,
+            oversized: false,
+        }
+    }
+
+    /// Killed by a signal (a script that killed itself, as the tests'
+    /// checkpoints do, dies by SIGKILL).
+    pub(super) fn signalled(stdout: String, stderr: String) -> CommandOutcome {
+        CommandOutcome {
+            exit_code: None,
+            signal: Some("SIGKILL"),
             stdout,
             stderr,
             oversized: false,
@@ -417,15 +433,33 @@ async fn run_command(
     timeout_ms: Option<u64>,
 ) -> CommandOutcome {
     let core = &core;
+    if let Some(image) = agentsadm_api::bootstrap::parse_bootstrap(&request) {
+        if let Some(fault) = core.faults.command_fault(server.uuid) {
+            return forced(fault);
+        }
+        return super::bootstrap::run(core, &server, &request, image, timeout_ms).await;
+    }
     let Some(args) = agentsadm_api::remote::parse_gz_execute(&request) else {
         return CommandOutcome::exited(
             127,
             String::new(),
-            "agentsadm sim: simulated servers only run agentsadm command lines (remote::EXEC_SCRIPT); the script was not run\n".into(),
+            "agentsadm sim: simulated servers only run agentsadm command lines (remote::EXEC_SCRIPT) and the bootstrap (bootstrap::BOOTSTRAP_SCRIPT); the script was not run\n".into(),
         );
     };
     if let Some(fault) = core.faults.command_fault(server.uuid) {
         return forced(fault);
+    }
+    if let Err(e) = core.ensure_prepared(&server) {
+        return CommandOutcome::exited(
+            1,
+            String::new(),
+            format!("agentsadm: error: {}\n", error_chain(&e)),
+        );
+    }
+    if core.config.strictness.execute_runs_the_servers_agentsadm
+        && let Some(refused) = refused_by_the_servers_agentsadm(core, &server, args)
+    {
+        return refused;
     }
     let arrived = tokio::time::Instant::now();
     let argv = args.to_vec();
@@ -475,13 +509,6 @@ async fn run_command(
     }
     // A changing command takes at least the injected latency; its real
     // work runs inside it.
-    if let Err(e) = core.ensure_prepared(&server) {
-        return CommandOutcome::exited(
-            1,
-            String::new(),
-            format!("agentsadm: error: {}\n", error_chain(&e)),
-        );
-    }
     let env = core.env();
     // Exactly the request's environment, plus the server's own API URLs
     // where the request does not name them (module docs).
@@ -516,6 +543,36 @@ async fn run_command(
     )
 }
 
+/// What the server's own agentsadm makes of `argv` when it cannot run it
+/// (strict mode): none there, and the script's bash answers 127 as for any
+/// missing command; one older than a word of the command line, and its
+/// parser refuses the whole line (clap's exit status 2), as a real old
+/// binary would.
+fn refused_by_the_servers_agentsadm(
+    core: &DcCore,
+    server: &MockServer,
+    argv: &[String],
+) -> Option<CommandOutcome> {
+    let target = server.target(&core.config.datacenter);
+    let Some(version) = core.gz.agentsadm(&target) else {
+        return Some(CommandOutcome::exited(
+            127,
+            String::new(),
+            format!(
+                "/tmp/cnagent-script: line 2: {}: No such file or directory\n",
+                agentsadm_api::remote::GZ_BINARY
+            ),
+        ));
+    };
+    let key = agentsadm_types::version::VersionKey::of(&version);
+    let word = agentsadm_api::compat::first_unknown(argv, key.as_ref())?;
+    Some(CommandOutcome::exited(
+        agentsadm_api::compat::USAGE_EXIT_STATUS,
+        String::new(),
+        agentsadm_api::compat::refusal(argv, word),
+    ))
+}
+
 /// The outcome a [`CommandFault`] forces, through the script around
 /// agentsadm.
 fn forced(fault: CommandFault) -> CommandOutcome {
@@ -544,7 +601,7 @@ fn forced(fault: CommandFault) -> CommandOutcome {
 
 /// A command killed on its timeout (forkexec sets `killSignal: SIGKILL`) or
 /// by the datacenter shutting down.
-fn killed() -> CommandOutcome {
+pub(super) fn killed() -> CommandOutcome {
     CommandOutcome {
         exit_code: None,
         signal: Some("SIGKILL"),

@@ -39,6 +39,7 @@
 //! process's life and the request checks they share.
 
 mod agent;
+mod bootstrap;
 mod control;
 mod execute;
 mod install;

@@ -421,6 +421,35 @@ impl GzOps for InstallerGz {
         })
     }
 
+    fn agentsadm(&self, target: &GzTarget) -> Option<String> {
+        let c = self
+            .catalog
+            .iter()
+            .find(|c| c.kind == agentsadm_types::catalog::ComponentKind::Agentsadm)?;
+        match self.layout {
+            GzLayout::Rooted => {
+                if !target
+                    .root
+                    .join(agentsadm_gz::kinds::AGENTSADM_BIN)
+                    .is_file()
+                {
+                    return None;
+                }
+                let paths = agentsadm_gz::paths::GzPaths::new(&target.root);
+                let current = agentsadm_gz::kinds::current(&paths, c).ok().flatten();
+                Some(current.map(|f| f.version).unwrap_or_default())
+            }
+            GzLayout::Mockcloud => {
+                let dir = target.root.join("agents").join(c.package_name());
+                let package = std::fs::read(dir.join("package.json")).ok()?;
+                let version = serde_json::from_slice::<serde_json::Value>(&package)
+                    .ok()
+                    .and_then(|v| v.get("version")?.as_str().map(str::to_string));
+                Some(version.unwrap_or_default())
+            }
+        }
+    }
+
     fn run(
         &self,
         env: Arc<GzEnv>,

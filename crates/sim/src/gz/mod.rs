@@ -21,6 +21,8 @@
 //! - [`GzOps::setup`]: the server-setup job's agent step, `gz setup
 //!   --source imgapi`.
 //! - [`GzOps::report`]: the `server.agents` list the installer reads.
+//! - [`GzOps::agentsadm`]: the agentsadm on the server, if any, and its
+//!   version (what the strict execute checks command lines against).
 //! - [`GzOps::run`]: an `agentsadm` command line (CNAPI execute of
 //!   [`agentsadm_api::remote::gz_execute_request`]) through
 //!   [`agentsadm_cli::gz::command::run_captured_on`], output captured.
@@ -262,6 +264,11 @@ pub trait GzOps: Send + Sync + 'static {
 
     /// The `server.agents` report read from the GZ.
     fn report(&self, target: GzTarget) -> BoxFuture<'static, Result<AgentsReport, GzOpError>>;
+
+    /// The agentsadm the server has, which is what CNAPI execute would run
+    /// there: `None` when it has none, else its version (empty when it
+    /// records none, as a copy CN setup fetched alone).
+    fn agentsadm(&self, target: &GzTarget) -> Option<String>;
 
     /// Run `agentsadm <argv...>` against the GZ (the implementation adds
     /// the options that address it) and capture its output. `vars` is the

@@ -1,0 +1,384 @@
+//! agentsadm first (issue 21): servers whose agentsadm is missing, too old,
+//! or of unknown version get it before any step that runs through it, and
+//! no server is sent a command line its agentsadm cannot parse.
+//!
+//! - the plan (pure, golden): servers on a current copy, an old one, one of
+//!   unknown version and none, for a gz-tools (execute) and vm-agent
+//!   (install-agent with its `gz health` gate) update;
+//! - a rollout on the simulated datacenter (strict: the servers' own
+//!   agentsadm runs each command line, refusing newer words, and the
+//!   bootstrap script runs for real with bash) that upgrades them first and
+//!   converges;
+//! - the bootstrap killed at each of its checkpoints, then run again.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use agentsadm_api::Apis;
+use agentsadm_api::remote::gz_execute_request;
+use agentsadm_orchestrate::execute::ExecOptions;
+use agentsadm_orchestrate::images::ImageChoice;
+use agentsadm_orchestrate::report::NullReporter;
+use agentsadm_orchestrate::session::Session;
+use agentsadm_orchestrate::transport::CnapiTransportConfig;
+use agentsadm_plan::{
+    Action, Operation, PlanningInput, SkipReason, TransportKind, TransportMode, plan,
+};
+use agentsadm_sim::publish::{BuildOptions, PublishTarget};
+use agentsadm_sim::testkit::{ExampleDc, request};
+use agentsadm_sim::{SeedSpec, SimConfig, SimDc, SimServer};
+use agentsadm_types::ids::{ImageUuid, ServerUuid};
+
+use crate::golden_common::golden;
+
+/// cn001 current (1.0.0), cn002 on an old copy (0.0.9), cn003 on a copy
+/// that says no version, cn004 with none.
+fn example() -> ExampleDc {
+    let mut dc = ExampleDc::new(4);
+    let old = dc.publish("agentsadm", "0.0.9");
+    dc.set_installed(dc.server_named("cn002"), "agentsadm", old.uuid, None);
+    let cn3 = dc.server_named("cn003");
+    let s = dc.servers.get_mut(&cn3).unwrap();
+    for a in s.agents.iter_mut().flatten() {
+        if a.name == "agentsadm" {
+            a.version = String::new();
+            a.image_uuid = None;
+        }
+    }
+    dc.remove_installed(dc.server_named("cn004"), "agentsadm");
+    dc
+}
+
+#[test]
+fn plan_shows_agentsadm_first_where_the_copy_cannot_parse_the_steps() {
+    let mut dc = example();
+    let targets = vec![
+        dc.publish("gz-tools", "2.0.0"),
+        dc.publish("vm-agent", "2.0.0"),
+    ];
+    let images = dc.images_with_targets(&targets);
+    let (intent, reality) = (dc.intent(), dc.reality());
+    let req = request(Operation::Update, &["gz-tools", "vm-agent"], &[]);
+    let p = plan(&PlanningInput {
+        catalog: &dc.catalog,
+        intent: &intent,
+        reality: &reality,
+        request: &req,
+        options: TransportMode::Auto.into(),
+        images: &images,
+    })
+    .unwrap();
+    let text = p.display().to_string();
+    for host in ["cn002", "cn003", "cn004"] {
+        let sp = p.servers().values().find(|s| s.hostname == host).unwrap();
+        let first = &sp.steps[0];
+        assert_eq!(first.component, "agentsadm", "{host}\n{text}");
+        assert_eq!(first.transport, TransportKind::Bootstrap, "{host}");
+        assert_eq!(first.needed_by, ["gz-tools", "vm-agent"], "{host}");
+        assert_eq!(
+            matches!(first.action, Action::Install { .. }),
+            host == "cn004"
+        );
+    }
+    for host in ["headnode", "cn001"] {
+        let sp = p.servers().values().find(|s| s.hostname == host).unwrap();
+        assert!(
+            sp.steps.iter().all(|s| s.component != "agentsadm"),
+            "{host}"
+        );
+        // Every step says what it needs of the server's agentsadm.
+        assert!(
+            sp.steps.iter().all(|s| s.needs_agentsadm.is_some()),
+            "{host}"
+        );
+    }
+    assert!(p.skips().is_empty(), "{text}");
+    assert!(
+        text.contains("agentsadm: cn004 (none) -> 1.0.0, needed by gz-tools, vm-agent [bootstrap]")
+    );
+    golden("update_agentsadm_first.txt", &text);
+
+    // Without an agentsadm image to give them, the execute steps are left
+    // out (blocking) and cn-agent's tasks lose only their health check.
+    let mut none = images.clone();
+    none.agentsadm = None;
+    let p = plan(&PlanningInput {
+        catalog: &dc.catalog,
+        intent: &intent,
+        reality: &reality,
+        request: &req,
+        options: TransportMode::Auto.into(),
+        images: &none,
+    })
+    .unwrap();
+    let skipped: Vec<(&str, &str)> = p
+        .skips()
+        .iter()
+        .filter(|s| matches!(s.reason, SkipReason::AgentsadmTooOld(_)))
+        .map(|s| {
+            (
+                s.hostname.as_deref().unwrap(),
+                s.component.as_deref().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        skipped,
+        [
+            ("cn002", "gz-tools"),
+            ("cn003", "gz-tools"),
+            ("cn004", "gz-tools")
+        ]
+    );
+    assert!(p.has_blocking_skips());
+    assert!(
+        p.warnings()
+            .iter()
+            .any(|w| w.starts_with("3 servers (cn002, cn003, cn004): agentsadm is missing")),
+        "{:?}",
+        p.warnings()
+    );
+}
+
+fn fast_transport() -> CnapiTransportConfig {
+    CnapiTransportConfig {
+        wait_chunk: Duration::from_secs(5),
+        execute_timeout: Duration::from_secs(60),
+        confirm_poll: (Duration::from_millis(20), Duration::from_millis(200)),
+        confirm_grace_after_failure: Duration::from_secs(2),
+        ..Default::default()
+    }
+}
+
+/// Run `agentsadm <argv>` on a server through CNAPI execute; its exit
+/// status and output.
+pub(crate) async fn gz(apis: &Apis, server: ServerUuid, argv: &[&str]) -> (i32, String) {
+    let args: Vec<String> = argv.iter().map(|s| s.to_string()).collect();
+    let r = apis
+        .cnapi
+        .execute(
+            server,
+            &gz_execute_request(&args, BTreeMap::new()),
+            Duration::from_secs(60),
+        )
+        .await
+        .unwrap();
+    (r.exit_status, format!("{}{}", r.stdout, r.stderr))
+}
+
+/// A server set up before agentsadm existed: no files, no record, no
+/// instance file, and `server.agents` without it.
+pub(crate) async fn remove_agentsadm(dc: &SimDc, s: &SimServer) {
+    let root = &s.root;
+    for p in [
+        "opt/smartdc/agentsadm",
+        "opt/smartdc/bin/agentsadm",
+        "opt/smartdc/agents/.agentsadm/installed/agentsadm.json",
+        "opt/smartdc/agents/etc/agentsadm",
+    ] {
+        let p = root.join(p);
+        if p.is_dir() {
+            std::fs::remove_dir_all(&p).unwrap();
+        } else if p.symlink_metadata().is_ok() {
+            std::fs::remove_file(&p).unwrap();
+        }
+    }
+    post_own_report(dc, s.uuid).await;
+    let sapi = &dc.apis().sapi;
+    let services = sapi.list_agent_services().await.unwrap();
+    let service = services.iter().find(|s| s.name == "agentsadm").unwrap();
+    for i in sapi.list_service_instances(service.uuid).await.unwrap() {
+        if i.server_uuid() == Some(s.uuid) {
+            sapi.delete_instance(i.uuid).await.unwrap();
+        }
+    }
+}
+
+/// Post what the server's GZ reports to `server.agents` (as cn-agent would
+/// after a change made by hand).
+async fn post_own_report(dc: &SimDc, server: ServerUuid) {
+    let report = dc.gz_report(server).await.unwrap();
+    dc.apis()
+        .cnapi
+        .update_server_agents(server, &report.agents)
+        .await
+        .unwrap();
+}
+
+/// A copy that says no version: a binary alone, as CN setup fetched it
+/// before agentsadm recorded itself.
+async fn bare_copy(dc: &SimDc, s: &SimServer) {
+    let root = &s.root;
+    for p in [
+        "opt/smartdc/agentsadm/package.json",
+        "opt/smartdc/agentsadm/image_uuid",
+        "opt/smartdc/agentsadm/etc/buildstamp",
+        "opt/smartdc/agents/.agentsadm/installed/agentsadm.json",
+    ] {
+        let _ = std::fs::remove_file(root.join(p));
+    }
+    post_own_report(dc, s.uuid).await;
+}
+
+/// The datacenter of the rollout: five CNs; an old agentsadm (0.0.9) in the
+/// datacenter IMGAPI, and newer gz-tools and vm-agent.
+async fn rollout_dc() -> (SimDc, ImageUuid) {
+    let dc = SimDc::start(
+        SimConfig::default()
+            .servers(5)
+            .populate(SeedSpec::with_newer()),
+    )
+    .await
+    .expect("simulator starts");
+    let old = dc
+        .publish_component("agentsadm", &BuildOptions::new("0.0.9"), PublishTarget::Dc)
+        .unwrap();
+    (dc, old.uuid)
+}
+
+/// Put the old agentsadm on `s` (its current copy installs it).
+pub(crate) async fn old_copy(dc: &SimDc, s: &SimServer, old: ImageUuid) {
+    let apis = dc.apis();
+    let image = old.to_string();
+    let (status, out) = gz(&apis, s.uuid, &["gz", "install", &image, "--json"]).await;
+    assert_eq!(status, 0, "{out}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rollout_gives_agentsadm_first_and_converges() {
+    let (dc, old) = rollout_dc().await;
+    let cns = dc.compute_nodes();
+    // cn0001 current; cn0002 and cn0005 none; cn0003 old; cn0004 unknown.
+    for i in [1, 4] {
+        dc.gz_report(cns[i].uuid).await.unwrap();
+        remove_agentsadm(&dc, &cns[i]).await;
+    }
+    old_copy(&dc, &cns[2], old).await;
+    dc.gz_report(cns[3].uuid).await.unwrap();
+    bare_copy(&dc, &cns[3]).await;
+    let apis = dc.apis();
+    // Strict: what the old copy and the missing one would do with the
+    // orchestrator's command lines.
+    let (status, out) = gz(&apis, cns[2].uuid, &["gz", "health", "vm-agent", "--json"]).await;
+    assert_eq!(
+        (status, out.contains("unrecognized subcommand 'health'")),
+        (2, true),
+        "{out}"
+    );
+    let (status, _) = gz(&apis, cns[1].uuid, &["gz", "report", "--json"]).await;
+    assert_eq!(status, 127);
+
+    let session = Session {
+        apis: &apis,
+        catalog: dc.catalog(),
+        updates: None,
+    };
+    let req = request(Operation::Update, &["gz-tools", "vm-agent"], &[]);
+    let planned = session
+        .plan(&req, ImageChoice::Latest, TransportMode::Auto)
+        .await
+        .unwrap();
+    let p = &planned.plan;
+    let text = p.to_string();
+    let agentsadm_default = dc.default_image("agentsadm").unwrap();
+    for (i, from) in [
+        (1, "(none)"),
+        (4, "(none)"),
+        (2, "0.0.9-"),
+        (3, "(version unknown)"),
+    ] {
+        let sp = &p.servers()[&cns[i].uuid];
+        let first = &sp.steps[0];
+        assert_eq!(
+            (first.component.as_str(), first.transport),
+            ("agentsadm", TransportKind::Bootstrap),
+            "{}\n{text}",
+            cns[i].hostname
+        );
+        assert_eq!(first.action.target().unwrap().uuid, agentsadm_default);
+        let line = format!("agentsadm: {} {from}", cns[i].hostname);
+        assert!(text.contains(&line), "{line}\n{text}");
+    }
+    assert!(
+        p.servers()[&cns[0].uuid]
+            .steps
+            .iter()
+            .all(|s| s.component != "agentsadm")
+    );
+
+    let options = ExecOptions {
+        task_timeout: Duration::from_secs(60),
+        ..Default::default()
+    };
+    let report = session
+        .execute(
+            crate::sim_common::yes(p),
+            &options,
+            fast_transport(),
+            &NullReporter,
+            std::future::pending(),
+        )
+        .await
+        .unwrap();
+    assert!(report.all_succeeded(), "{}", report.render(p));
+
+    // The bootstrap went to exactly the four servers, once each.
+    let mut bootstrapped: Vec<ServerUuid> = dc
+        .executes()
+        .iter()
+        .filter(|e| e.args.len() == 3 && e.args[0] == agentsadm_default.to_string())
+        .map(|e| e.server)
+        .collect();
+    bootstrapped.sort();
+    let mut want: Vec<ServerUuid> = [1, 2, 3, 4].map(|i| cns[i].uuid).to_vec();
+    want.sort();
+    assert_eq!(bootstrapped, want);
+    for s in &cns {
+        let agents = dc.server_agents(s.uuid);
+        let a = agents.iter().find(|a| a.name == "agentsadm").unwrap();
+        assert_eq!(a.image_uuid, Some(agentsadm_default), "{}", s.hostname);
+        assert!(
+            a.uuid.is_some(),
+            "{}: recorded with its instance",
+            s.hostname
+        );
+        let own = dc.gz_report(s.uuid).await.unwrap();
+        assert!(
+            own.agents
+                .iter()
+                .any(|a| a.name == "agentsadm" && a.image_uuid == Some(agentsadm_default))
+        );
+        assert!(s.root.join("opt/smartdc/agentsadm/bin/agentsadm").is_file());
+        assert!(!s.root.join("opt/smartdc/agentsadm.bootstrap").exists());
+    }
+    // Adopted into SAPI by the copy itself, with the instance UUID the
+    // server reports.
+    let services = apis.sapi.list_agent_services().await.unwrap();
+    let service = services.iter().find(|s| s.name == "agentsadm").unwrap();
+    let instances = apis
+        .sapi
+        .list_service_instances(service.uuid)
+        .await
+        .unwrap();
+    for s in &cns {
+        let reported = dc
+            .server_agents(s.uuid)
+            .into_iter()
+            .find(|a| a.name == "agentsadm")
+            .and_then(|a| a.uuid);
+        let inst = instances
+            .iter()
+            .find(|i| i.server_uuid() == Some(s.uuid))
+            .unwrap_or_else(|| panic!("{}: no SAPI instance", s.hostname));
+        assert_eq!(Some(inst.uuid), reported, "{}", s.hostname);
+        assert_eq!(inst.image_uuid(), Some(agentsadm_default), "{}", s.hostname);
+    }
+
+    // Convergence: nothing left.
+    let again = session
+        .plan(&req, ImageChoice::Latest, TransportMode::Auto)
+        .await
+        .unwrap();
+    assert!(again.plan.is_empty(), "{}", again.plan);
+    dc.shutdown().await;
+}
