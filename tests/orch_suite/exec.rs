@@ -58,6 +58,7 @@ fn plan_with(
             rollout,
         },
         images,
+        durations: None,
     })
     .expect("plan")
 }

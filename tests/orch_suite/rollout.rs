@@ -72,6 +72,7 @@ fn plan_with(
             rollout,
         },
         images,
+        durations: None,
     })
     .expect("plan")
 }

@@ -151,6 +151,7 @@ impl Session<'_> {
             request,
             options: options.into(),
             images: &images,
+            durations: None,
         })?;
         Ok(Planned {
             plan,

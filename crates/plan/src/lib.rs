@@ -39,6 +39,7 @@ pub mod request;
 pub mod rollout;
 mod select;
 pub mod skip;
+pub mod timing;
 pub mod types;
 mod update;
 

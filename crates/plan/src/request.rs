@@ -190,4 +190,9 @@ pub struct PlanningInput<'a> {
     pub request: &'a Request,
     pub options: PlanOptions,
     pub images: &'a ResolvedImages,
+    /// What servers took in earlier runs (the run history, read before
+    /// planning): the waves start the longest expected first and the plan
+    /// shows the expected finish. `None`: no history (servers start by
+    /// hostname).
+    pub durations: Option<&'a crate::timing::Durations>,
 }

@@ -86,6 +86,7 @@ pub(super) fn plan_update(input: &PlanningInput, selected: Selected) -> Result<P
     for skip in skips {
         b.skip(skip);
     }
+    b.durations(input.durations);
     Ok(b.finish(&input.options.rollout))
 }
 

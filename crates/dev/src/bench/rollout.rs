@@ -183,6 +183,7 @@ async fn measure_fake(
                 },
             },
             images: &images,
+            durations: None,
         })?
     };
     check_plan(&plan, servers)?;
@@ -448,6 +449,7 @@ async fn measure_realistic(servers: usize) -> anyhow::Result<RealisticResult> {
                 },
             },
             images: &images,
+            durations: None,
         })?
     };
     check_plan(&plan, servers)?;
