@@ -59,8 +59,9 @@ struct Row {
     hostname: String,
     step: String,
     started: Instant,
-    /// Flagged slow: (median of the finished servers).
-    outlier: Option<Duration>,
+    /// Flagged slow: (the median of the finished servers, or what it
+    /// usually takes by its own history: `true`).
+    outlier: Option<(Duration, bool)>,
 }
 
 /// The live rows, one per server in flight, rendered for a given instant.
@@ -88,7 +89,7 @@ impl LiveRows {
         }
     }
 
-    fn outlier(&mut self, server: ServerUuid, median: Duration) {
+    fn outlier(&mut self, server: ServerUuid, median: (Duration, bool)) {
         if let Some(r) = self.rows.get_mut(&server) {
             r.outlier = Some(median);
         }
@@ -108,8 +109,9 @@ impl LiveRows {
             .map(|(u, r)| {
                 let elapsed = fmt_elapsed(now.saturating_duration_since(r.started));
                 let mut line = format!("{:<24} {elapsed:>6}  {}", r.hostname, r.step);
-                if let Some(median) = r.outlier {
-                    let mark = format!("SLOW (median {})", fmt_elapsed(median));
+                if let Some((yardstick, own)) = r.outlier {
+                    let basis = if own { "usually" } else { "median" };
+                    let mark = format!("SLOW ({basis} {})", fmt_elapsed(yardstick));
                     if color {
                         line = format!("\x1b[33m{line}  {mark}\x1b[0m");
                     } else {
@@ -448,15 +450,14 @@ impl Reporter for CliProgress {
             ExecEvent::ServerFinished { server, outcome } => self.server_finished(server, outcome),
             ExecEvent::Outlier(o) => {
                 if let Ok(mut s) = self.state.lock() {
-                    s.rows.outlier(o.server, o.median);
+                    s.rows.outlier(o.server, o.yardstick());
                 }
                 self.redraw();
                 self.line(&format!(
-                    "warning: {} ({}) is slow: running for {}, the median server took {}",
+                    "warning: {} ({}) is slow: {}",
                     o.hostname,
                     o.server,
-                    fmt_duration(o.elapsed),
-                    fmt_duration(o.median)
+                    o.describe()
                 ));
             }
             ExecEvent::StragglersAbandoned { servers } => {
@@ -641,7 +642,8 @@ mod tests {
             server: b,
             hostname: "cn0002".into(),
             elapsed: Duration::from_secs(3),
-            median: Duration::from_secs(1),
+            median: Some(Duration::from_secs(1)),
+            usual: None,
         }));
         advance(Duration::from_secs(62)).await;
         let rows = term.last();
@@ -672,7 +674,8 @@ mod tests {
             server: a,
             hostname: "cn0001".into(),
             elapsed: Duration::from_secs(3),
-            median: Duration::from_secs(1),
+            median: Some(Duration::from_secs(1)),
+            usual: None,
         }));
         assert!(term.last()[0].starts_with("\x1b[33m"));
         let task = agentsadm_types::ids::TaskId::from_u128(7);

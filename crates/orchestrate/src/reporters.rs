@@ -194,11 +194,11 @@ impl Reporter for LogReporter {
                 server = %o.server,
                 server_name = o.hostname.as_str(),
                 elapsed_ms = o.elapsed.as_millis() as u64,
-                median_ms = o.median.as_millis() as u64,
-                "outlier: {} running for {}, the median server took {}",
+                median_ms = o.median.map(|m| m.as_millis() as u64),
+                usual_ms = o.usual.map(|u| u.as_millis() as u64),
+                "outlier: {} {}",
                 o.hostname,
-                fmt_duration(o.elapsed),
-                fmt_duration(o.median)
+                o.describe()
             ),
             ExecEvent::StragglersAbandoned { servers } => {
                 let names: Vec<&str> = servers.iter().map(|(_, h)| h.as_str()).collect();

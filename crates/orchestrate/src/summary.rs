@@ -176,13 +176,15 @@ impl ExecReport {
         }
         out.push_str("\nOutliers (slow servers):\n");
         for o in &self.outliers {
+            let (yardstick, own) = o.yardstick();
             let _ = writeln!(
                 out,
-                "  {} ({}): {} elapsed when flagged, median {}",
+                "  {} ({}): {} elapsed when flagged, {} {}",
                 o.hostname,
                 o.server,
                 fmt_duration(o.elapsed),
-                fmt_duration(o.median)
+                if own { "usually" } else { "median" },
+                fmt_duration(yardstick)
             );
         }
     }

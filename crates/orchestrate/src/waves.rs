@@ -52,6 +52,9 @@ struct Waves<'p> {
     started: BTreeMap<ServerUuid, (Instant, &'p str)>,
     /// Durations of the servers that succeeded (for outliers).
     finished: Vec<Duration>,
+    /// What each server's steps usually take, by its own history (the
+    /// plan's), for outliers.
+    usual: BTreeMap<ServerUuid, Duration>,
     warned: BTreeSet<ServerUuid>,
     straggler_since: Option<Instant>,
 }
@@ -83,6 +86,10 @@ impl<'p> Waves<'p> {
             budget: rollout.budget,
             started: BTreeMap::new(),
             finished: Vec::new(),
+            usual: rollout
+                .order()
+                .filter_map(|w| w.usual.map(|u| (w.server, u)))
+                .collect(),
             warned: BTreeSet::new(),
             straggler_since: None,
         }
@@ -268,7 +275,9 @@ impl Executor<'_> {
         let fresh = outlier::new_outliers(
             &self.options.outlier,
             &w.finished,
-            w.started.iter().map(|(u, (t, h))| (*u, *h, now - *t)),
+            w.started
+                .iter()
+                .map(|(u, (t, h))| (*u, *h, now - *t, w.usual.get(u).copied())),
             &w.warned,
         );
         for o in fresh {
