@@ -12,6 +12,8 @@
 //! - `fence`: a plan changed between the prompt and execution is shown
 //!   and asked about again, never executed unconfirmed, through the one
 //!   run (`check --fix`, `adopt`, `server delete`); a held lock first;
+//! - `history`: every run recorded (journal and SAPI), seen from another
+//!   session, a run killed mid-rollout, plans scheduled from history;
 //! - `halfsetup`: a datacenter not set up leads with the cause (pure);
 //! - `halt`: the waves the plan shows and the run follows; a failure-budget
 //!   halt puts intent back (sim);
@@ -41,6 +43,8 @@ mod golden_common;
 mod halfsetup;
 #[path = "orch_suite/halt.rs"]
 mod halt;
+#[path = "orch_suite/history.rs"]
+mod history;
 #[path = "orch_suite/interrupt.rs"]
 mod interrupt;
 #[path = "orch_suite/latest.rs"]

@@ -237,6 +237,11 @@ pub enum Command {
         after_help = "Examples:\n  agentsadm remove dockerlogger -s cn0001\n  agentsadm remove dockerlogger -s cn0001,cn0002 -y"
     )]
     Remove(orch::RemoveArgs),
+    /// List the runs that changed the datacenter, or show one per server.
+    #[command(
+        after_help = "Examples:\n  agentsadm history\n  agentsadm history -n 5 --since 2d\n  agentsadm history 1f0c2a9e --json"
+    )]
+    History(orch::HistoryArgs),
     /// Create SAPI agent services and instances for what is installed.
     #[command(after_help = "Examples:\n  agentsadm adopt -n\n  agentsadm adopt -y")]
     Adopt(orch::AdoptArgs),
@@ -284,6 +289,7 @@ async fn dispatch<X: Extension>(cli: Cli<X>) -> CmdResult {
         Command::Install(a) => orch::run_install(&g, a).await,
         Command::Remove(a) => orch::run_remove(&g, a).await,
         Command::Adopt(a) => orch::run_adopt(&g, a).await,
+        Command::History(a) => orch::run_history(&g, a).await,
         Command::Check(a) => flows::run_check(&g, a).await,
         Command::Server(a) => flows::run_server(&g, a).await,
         Command::Installer(a) => flows::run_installer(&g, a).await,

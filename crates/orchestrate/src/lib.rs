@@ -24,6 +24,9 @@
 //!   command line turns the reporter's events into progress.
 //!   [`execmode`] tells how CNAPI execute reaches each server, and
 //!   [`recover`] settles tasks whose result CNAPI lost.
+//! - [`history`]: every run the [`run`] executes is recorded (the headnode's
+//!   journals and SAPI); `agentsadm history` and `revert` read it back,
+//!   and the planner schedules from what servers took before.
 
 pub mod adopt;
 pub mod confirm;
@@ -31,6 +34,7 @@ pub mod execmode;
 pub mod execute;
 pub mod fence;
 pub mod gather;
+pub mod history;
 pub mod images;
 pub mod lock;
 pub mod outlier;

@@ -179,7 +179,21 @@ pub fn this_owner() -> String {
 /// Whether a lock owner's process exists, when it runs on this host (the
 /// one hostname function, so that the early check and the lock agree).
 fn local_owner_alive(r: &LockRecord) -> Option<bool> {
-    let (host, pid) = r.owner_host_pid()?;
+    owner_alive(&r.owner)
+}
+
+/// Whether the process of an owner string (`user@host:pid`) exists, when
+/// it runs on this host; `None` elsewhere or when the string has another
+/// form.
+pub fn owner_alive(owner: &str) -> Option<bool> {
+    let probe = LockRecord {
+        owner: owner.to_string(),
+        token: String::new(),
+        operation: String::new(),
+        started: String::new(),
+        refreshed: String::new(),
+    };
+    let (host, pid) = probe.owner_host_pid()?;
     if host != agentsadm_types::log::hostname() {
         return None;
     }

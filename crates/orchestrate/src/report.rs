@@ -389,6 +389,10 @@ pub struct ExecReport {
     /// server's CNAPI record), in the order they were made.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub records: Vec<RecordOutcome>,
+    /// The run's id in the history (`agentsadm history RUN`, `agentsadm
+    /// revert RUN`), when it was recorded.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub run: Option<agentsadm_types::ids::RunId>,
 }
 
 fn is_zero(n: &usize) -> bool {

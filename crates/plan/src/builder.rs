@@ -23,7 +23,7 @@ use super::rollout::{Rollout, RolloutPolicy, waves};
 use super::skip::{Skip, SkipReason};
 use super::timing::Durations;
 use super::types::{
-    Action, Gate, IntentChange, Plan, RecordChange, ServerPlan, ServiceChange, Step,
+    Action, Gate, IntentChange, Plan, RecordChange, RevertOf, ServerPlan, ServiceChange, Step,
 };
 use super::{ImageRef, TransportKind};
 use crate::reality::ServerState;
@@ -61,6 +61,7 @@ impl<'c> PlanBuilder<'c> {
                 needs_explicit_yes: false,
                 selected_servers: 0,
                 rollout: Rollout::default(),
+                reverts: None,
             },
             bulk: false,
             execute: BTreeMap::new(),
@@ -112,6 +113,12 @@ impl<'c> PlanBuilder<'c> {
 
     pub fn record(&mut self, change: RecordChange) -> &mut Self {
         self.plan.records.push(change);
+        self
+    }
+
+    /// The plan puts back run `of` (`agentsadm revert`).
+    pub fn reverts(&mut self, of: RevertOf) -> &mut Self {
+        self.plan.reverts = Some(of);
         self
     }
 

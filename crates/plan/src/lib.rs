@@ -56,7 +56,7 @@ pub use select::resolve_servers;
 pub use skip::{Skip, SkipReason};
 pub use types::{
     Action, Gate, HealthFlags, InstalledRef, IntentChange, Plan, PlanCounts, RecordChange,
-    ServerCall, ServerPlan, ServiceChange, Step,
+    RevertOf, ServerCall, ServerPlan, ServiceChange, Step,
 };
 
 use select::select_servers;

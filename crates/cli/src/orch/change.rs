@@ -299,11 +299,14 @@ async fn run_change(g: &GlobalOpts, mut change: Change, plan_only: bool) -> CmdR
             ImageChoice::Image(agentsadm_orchestrate::images::find_image(sources, c, spec).await?);
     }
     change.settings.dry_run |= plan_only;
+    // What servers took before: read once, before planning.
+    let durations = super::history::store(g).durations().await;
     let planner = RequestPlanner {
         session,
         request: change.request.clone(),
         choice: change.choice,
         options: change.settings.plan_options(),
+        durations: Some(durations),
     };
     let operator = CliOperator::new(
         out,
@@ -351,6 +354,9 @@ async fn run_change(g: &GlobalOpts, mut change: Change, plan_only: bool) -> CmdR
                 }));
             } else if !out.quiet || status != 0 {
                 println!("\n{}", report.render(&planned).trim_end());
+                if let Some(line) = super::history::recorded_line(&report) {
+                    out.line(line);
+                }
             }
             Ok(exit(status))
         }

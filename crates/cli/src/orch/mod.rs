@@ -11,7 +11,8 @@
 //! - [`change`]: the commands `plan`, `update`, `install` and `remove`;
 //! - [`list`]: the command `list` (per server, or `--summary`);
 //! - [`avail`]: the command `avail`;
-//! - [`adopt`]: the command `adopt`.
+//! - [`adopt`]: the command `adopt`;
+//! - [`history`]: the command `history` (the runs recorded).
 //!
 //! This module holds the arguments they share ([`RunArgs`], flattened into
 //! every changing command, and [`StepArgs`]), turned into the library's
@@ -40,6 +41,7 @@ use agentsadm_plan::TransportMode;
 pub mod adopt;
 pub mod avail;
 pub mod change;
+pub mod history;
 pub mod list;
 
 pub use adopt::{AdoptArgs, run_adopt};
@@ -48,6 +50,7 @@ pub use change::{
     InstallArgs, PlanArgs, PlanCommand, RemoveArgs, UpdateArgs, run_install, run_plan, run_remove,
     run_update,
 };
+pub use history::{HistoryArgs, run_history};
 pub use list::{ListArgs, ListRow, ListSummaryRow, list_rows, list_summary, run_list};
 
 /// The updates server sdcadm uses by default.
