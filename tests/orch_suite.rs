@@ -14,6 +14,8 @@
 //!   run (`check --fix`, `adopt`, `server delete`); a held lock first;
 //! - `history`: every run recorded (journal and SAPI), seen from another
 //!   session, a run killed mid-rollout, plans scheduled from history;
+//! - `revert`: a revert returns the datacenter to the images before (no
+//!   drift), is recorded and revertible; servers changed since are skipped;
 //! - `halfsetup`: a datacenter not set up leads with the cause (pure);
 //! - `halt`: the waves the plan shows and the run follows; a failure-budget
 //!   halt puts intent back (sim);
@@ -53,6 +55,8 @@ mod latest;
 mod list;
 #[path = "orch_suite/plan.rs"]
 mod plan;
+#[path = "orch_suite/revert.rs"]
+mod revert;
 #[path = "orch_suite/rollout.rs"]
 mod rollout;
 #[path = "orch_suite/runlog.rs"]

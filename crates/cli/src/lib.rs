@@ -242,6 +242,11 @@ pub enum Command {
         after_help = "Examples:\n  agentsadm history\n  agentsadm history -n 5 --since 2d\n  agentsadm history 1f0c2a9e --json"
     )]
     History(orch::HistoryArgs),
+    /// Put back what a recorded run changed (the images servers ran before).
+    #[command(
+        after_help = "Examples:\n  agentsadm revert 1f0c2a9e -n\n  agentsadm revert 1f0c2a9e -y --canary 1"
+    )]
+    Revert(orch::RevertArgs),
     /// Create SAPI agent services and instances for what is installed.
     #[command(after_help = "Examples:\n  agentsadm adopt -n\n  agentsadm adopt -y")]
     Adopt(orch::AdoptArgs),
@@ -269,6 +274,7 @@ impl Command {
             Command::Install(_) => Some("install"),
             Command::Remove(_) => Some("remove"),
             Command::Adopt(_) => Some("adopt"),
+            Command::Revert(_) => Some("revert"),
             Command::Check(c) if c.fix => Some("check"),
             _ => None,
         }
@@ -290,6 +296,7 @@ async fn dispatch<X: Extension>(cli: Cli<X>) -> CmdResult {
         Command::Remove(a) => orch::run_remove(&g, a).await,
         Command::Adopt(a) => orch::run_adopt(&g, a).await,
         Command::History(a) => orch::run_history(&g, a).await,
+        Command::Revert(a) => orch::run_revert(&g, a).await,
         Command::Check(a) => flows::run_check(&g, a).await,
         Command::Server(a) => flows::run_server(&g, a).await,
         Command::Installer(a) => flows::run_installer(&g, a).await,
@@ -542,6 +549,7 @@ mod help_tests {
         let options = "-j 3 --canary 1 --max-failures 10% --max-per-rack 2 --task-timeout 5m --break-lock -n -y";
         for command in [
             "update vm-agent",
+            "revert 1f0c2a9e",
             "install dockerlogger -s cn1",
             "remove dockerlogger -s cn1",
             "check --fix",

@@ -26,7 +26,8 @@
 //!   [`recover`] settles tasks whose result CNAPI lost.
 //! - [`history`]: every run the [`run`] executes is recorded (the headnode's
 //!   journals and SAPI); `agentsadm history` and `revert` read it back,
-//!   and the planner schedules from what servers took before.
+//!   and the planner schedules from what servers took before; [`revert`]
+//!   plans putting back what a recorded run changed.
 
 pub mod adopt;
 pub mod confirm;
@@ -42,6 +43,7 @@ pub mod records;
 pub mod recover;
 pub mod report;
 mod reporters;
+pub mod revert;
 pub mod run;
 pub mod session;
 pub mod store;

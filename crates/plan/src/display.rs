@@ -389,6 +389,13 @@ impl fmt::Display for PlanDisplay<'_> {
             p.operation,
             plural(p.selected_servers, "server", "servers")
         )?;
+        if let Some(of) = &p.reverts {
+            writeln!(
+                f,
+                "Reverts run {} ({}, started {})",
+                of.run, of.operation, of.started
+            )?;
+        }
         // A datacenter not (fully) set up: its cause first, not buried
         // under one skip line per server or component.
         for cause in lead_causes(p) {

@@ -28,6 +28,8 @@ pub enum Operation {
     ServerDelete,
     /// `server factory-reset`.
     FactoryReset,
+    /// `revert RUN`.
+    Revert,
 }
 
 impl Operation {
@@ -40,6 +42,7 @@ impl Operation {
             Operation::Adopt => "adopt",
             Operation::ServerDelete => "server delete",
             Operation::FactoryReset => "server factory-reset",
+            Operation::Revert => "revert",
         }
     }
 }

@@ -42,6 +42,11 @@ pub enum SkipReason {
     NoExecute,
     /// `--latest` found an older version than the server runs.
     NewerInstalled { version: String, latest: String },
+    /// `revert`: no longer what the reverted run left (`now`), changed
+    /// since `by` a later run (or outside agentsadm).
+    ChangedSince { now: String, by: String },
+    /// `revert`: the server is no longer in CNAPI.
+    ServerGone,
 }
 
 impl SkipReason {
@@ -83,6 +88,10 @@ impl SkipReason {
             SkipReason::NoExecute => {
                 "needs CNAPI execute, which mockcloud servers do not have; skipped".to_string()
             }
+            SkipReason::ChangedSince { now, by } => {
+                format!("changed since by {by}: {now}; left as it is")
+            }
+            SkipReason::ServerGone => "server is no longer in CNAPI".to_string(),
             SkipReason::TransportUnsupported { kind } => format!(
                 "cn-agent's install-agent task cannot install {kind} components (use --transport auto)"
             ),

@@ -12,7 +12,8 @@
 //! - [`list`]: the command `list` (per server, or `--summary`);
 //! - [`avail`]: the command `avail`;
 //! - [`adopt`]: the command `adopt`;
-//! - [`history`]: the command `history` (the runs recorded).
+//! - [`history`]: the command `history` (the runs recorded);
+//! - [`revert`]: the command `revert` (put back what a run changed).
 //!
 //! This module holds the arguments they share ([`RunArgs`], flattened into
 //! every changing command, and [`StepArgs`]), turned into the library's
@@ -43,6 +44,7 @@ pub mod avail;
 pub mod change;
 pub mod history;
 pub mod list;
+pub mod revert;
 
 pub use adopt::{AdoptArgs, run_adopt};
 pub use avail::{AvailArgs, run_avail};
@@ -52,6 +54,7 @@ pub use change::{
 };
 pub use history::{HistoryArgs, run_history};
 pub use list::{ListArgs, ListRow, ListSummaryRow, list_rows, list_summary, run_list};
+pub use revert::{RevertArgs, run_revert};
 
 /// The updates server sdcadm uses by default.
 pub const DEFAULT_UPDATES_URL: &str = "https://updates.tritondatacenter.com";
