@@ -5,7 +5,10 @@
 # downloaded and ran the agentsshar.
 #
 # 1. Fetch the agentsadm binary from the assets zone (curl -f: an HTTP error
-#    page is never saved and run).
+#    page is never saved and run). `agentsadm self-update` on the headnode
+#    keeps that copy (/usbkey/extra/agentsadm/agentsadm) and the SAPI
+#    agentsadm service's image current, so step 3 then installs the same
+#    agentsadm from its image, recorded like every component.
 # 2. gz-tools from cn_tools.tar.gz (setup state "tools_installed").
 # 3. `agentsadm gz setup --source imgapi`: installs each component's default
 #    image (its SAPI agent service's params.image_uuid) from IMGAPI, in

@@ -188,7 +188,8 @@ fn the_story_runs_on_twelve_servers() {
     assert!(!last_check.contains("exit status"), "{last_check}");
     // Act 9: the deleted server's instances are gone, CNAPI forgot it.
     has(&format!("$ agentsadm server delete {} -y", cast.deleted));
-    has("Deleted 12 SAPI instances (0 already gone, 0 failed).");
+    // A compute node's default set: 12 agents and agentsadm.
+    has("Deleted 13 SAPI instances (0 already gone, 0 failed).");
     has(&format!(
         "# SAPI agent instances of {} now: 0; CNAPI GET /servers/",
         cast.deleted

@@ -11,12 +11,20 @@
 //! - `setup`: the `installer/` scripts end to end (USB key build, headnode
 //!   with no API, adoption, import, a compute node from empty through
 //!   `agentsetup.sh`), and shellcheck;
-//! - `usbkey`: the USB key's image directory and its defaults.
+//! - `usbkey`: the USB key's image directory and its defaults;
+//! - `selfupdate`: agentsadm's release image and `self-update` (latest,
+//!   rollback, refusals, SIGKILL at each step).
 
+#[path = "common/cli.rs"]
+mod cli_common;
 #[path = "common/flows.rs"]
 mod flows_common;
 #[path = "common/golden.rs"]
 mod golden_common;
+#[path = "common/gz.rs"]
+mod gz_common;
+#[path = "common/rel.rs"]
+mod rel_common;
 #[path = "common/sim.rs"]
 mod sim_common;
 #[path = "common/tools.rs"]
@@ -28,6 +36,8 @@ mod check;
 mod drift;
 #[path = "flows_suite/fix_rollout.rs"]
 mod fix_rollout;
+#[path = "flows_suite/selfupdate.rs"]
+mod selfupdate;
 #[path = "flows_suite/server.rs"]
 mod server;
 #[path = "flows_suite/setup.rs"]

@@ -3,6 +3,8 @@
 //!
 //! - `install`: every kind, upgrade hooks and instance UUIDs, rollback, remove, report;
 //! - `kinds`: what each component kind stages;
+//! - `agentsadm_kind`: agentsadm's own component (its directory, report,
+//!   upgrade by rename with the binary always there, takeover of a bare copy);
 //! - `bad_input`: each bad input refused with the cause named, nothing changed;
 //! - `crash`: killed at every checkpoint, recovered to old or new;
 //! - `concurrency`: ordering, parallel-safe overlap, the server lock;
@@ -20,8 +22,14 @@
 //! - `real_fixtures`: every real agent's SMF manifest and package.json read;
 //! - `symlinks`: links in a package never followed by chmod;
 //! - `claims`: bins, SMF manifests and services of other components refused;
+//! - `escapes`: nothing a hook starts (setsid, setpgid, double fork)
+//!   outlives it, after a failure, a success or a SIGKILL and recovery;
 //! - `txn_hostile`: hooks that delete staging, incomplete rollbacks, pending
 //!   journals in the report, atomic-write leftovers, kept copies checked;
+//! - `written_manifests`: what a postinstall writes into apm's SMF
+//!   directory is checked before import and journaled; another's refused;
+//! - `modes_bins`: modes normalised (no world-write, sticky or unallowed
+//!   setuid); bins that dangle or shadow a system command refused;
 //! - `roots`: relative roots, no hooks for a rooted GZ on SmartOS, fetch flags.
 
 #[path = "common/gz.rs"]
@@ -29,6 +37,8 @@ mod gz_common;
 #[path = "common/tools.rs"]
 mod tools_common;
 
+#[path = "gz_suite/agentsadm_kind.rs"]
+mod agentsadm_kind;
 #[path = "gz_suite/bad_input.rs"]
 mod bad_input;
 #[path = "gz_suite/claims.rs"]
@@ -37,6 +47,8 @@ mod claims;
 mod concurrency;
 #[path = "gz_suite/crash.rs"]
 mod crash;
+#[path = "gz_suite/escapes.rs"]
+mod escapes;
 #[path = "gz_suite/fetch.rs"]
 mod fetch;
 #[path = "gz_suite/handoff.rs"]
@@ -51,6 +63,8 @@ mod install;
 mod kinds;
 #[path = "gz_suite/mockcloud.rs"]
 mod mockcloud;
+#[path = "gz_suite/modes_bins.rs"]
+mod modes_bins;
 #[path = "gz_suite/own_manifests.rs"]
 mod own_manifests;
 #[path = "gz_suite/real_fixtures.rs"]
@@ -73,3 +87,5 @@ mod txn_hostile;
 mod unpack;
 #[path = "gz_suite/unpack_props.rs"]
 mod unpack_props;
+#[path = "gz_suite/written_manifests.rs"]
+mod written_manifests;

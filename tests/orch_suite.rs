@@ -31,6 +31,8 @@
 mod adopt;
 #[path = "orch_suite/adopt_sapi.rs"]
 mod adopt_sapi;
+#[path = "common/cli.rs"]
+mod cli_common;
 #[path = "orch_suite/cnapi_real.rs"]
 mod cnapi_real;
 #[path = "orch_suite/exec.rs"]

@@ -2,7 +2,8 @@
 //! binary (linking is the slow part of CI, so one binary instead of one per
 //! file).
 //!
-//! - `quirks`: every simulated wire quirk, through the real clients;
+//! - `quirks`, `quirks_imgapi`, `quirks_sapi`: every simulated wire quirk,
+//!   through the real clients (CNAPI's in `quirks`);
 //! - `api_faults`: the clients' retries, timeouts and error bodies against
 //!   injected faults;
 //! - `gz`: the real GZ installer behind the simulator (both layouts);
@@ -23,6 +24,10 @@ mod gz;
 mod outages;
 #[path = "sim_suite/quirks.rs"]
 mod quirks;
+#[path = "sim_suite/quirks_imgapi.rs"]
+mod quirks_imgapi;
+#[path = "sim_suite/quirks_sapi.rs"]
+mod quirks_sapi;
 #[path = "sim_suite/serve.rs"]
 mod serve;
 #[path = "sim_suite/strict.rs"]

@@ -583,3 +583,109 @@ pub fn assert_links_resolve_inside(base: &Path, dir: &Path) {
         }
     }
 }
+
+// ---------------------------------------------------------------------------
+// A guarded server: what a hostile package must leave as it was
+
+/// A server with IMGAPI, SAPI and CNAPI stand-ins and a sentinel file
+/// outside its root.
+pub struct Guarded {
+    pub imgapi: agentsadm_sim::standin::ImgapiStandIn,
+    pub apis: Apis,
+    pub srv: TestServer,
+    pub outside: tempfile::TempDir,
+    pub sentinel: PathBuf,
+}
+
+/// What a refused or rolled-back install must not change: the whole root,
+/// the SMF state, the sentinel outside the root, SAPI's instances and the
+/// agents last reported to CNAPI.
+#[derive(Debug, PartialEq)]
+pub struct Guard {
+    pub root: BTreeMap<String, String>,
+    pub smf: BTreeMap<String, String>,
+    pub sentinel: (u32, Vec<u8>),
+    pub sapi: BTreeMap<String, serde_json::Value>,
+    pub cnapi: Option<serde_json::Value>,
+}
+
+impl Guarded {
+    /// A server with `installed` installed in order (SAPI services made
+    /// for each component).
+    pub async fn new(installed: &[BuiltImage]) -> Guarded {
+        let imgapi = agentsadm_sim::standin::ImgapiStandIn::start()
+            .await
+            .unwrap();
+        let apis = Apis::start().await;
+        let srv = TestServer::new(false);
+        let outside = tempfile::tempdir().unwrap();
+        let sentinel = outside.path().join("secret");
+        std::fs::write(&sentinel, b"top secret\n").unwrap();
+        std::fs::set_permissions(&sentinel, std::fs::Permissions::from_mode(0o600)).unwrap();
+        let g = Guarded {
+            imgapi,
+            apis,
+            srv,
+            outside,
+            sentinel,
+        };
+        for img in installed {
+            if !g
+                .apis
+                .state
+                .lock()
+                .unwrap()
+                .services
+                .contains_key(&img.manifest.name)
+            {
+                g.apis.add_service(&img.manifest.name);
+            }
+            let uuid = g.publish(img);
+            ok(&g.gz(&["install", &uuid]).await);
+        }
+        g
+    }
+
+    pub fn publish(&self, img: &BuiltImage) -> String {
+        self.imgapi.publish(img);
+        img.manifest.uuid.to_string()
+    }
+
+    /// IMGAPI, SAPI and CNAPI URLs for a run.
+    pub fn env(&self) -> BTreeMap<String, String> {
+        self.apis.env(&self.imgapi.url())
+    }
+
+    /// `gz <args> --root R --json` in-process with the stand-ins.
+    pub async fn gz(&self, args: &[&str]) -> ExecuteResult {
+        self.srv.gz(args, &self.env()).await
+    }
+
+    /// A path in the directory outside the root.
+    pub fn outside(&self, name: &str) -> PathBuf {
+        self.outside.path().join(name)
+    }
+
+    pub fn state(&self) -> Guard {
+        let md = std::fs::metadata(&self.sentinel).unwrap();
+        let api = self.apis.state.lock().unwrap();
+        Guard {
+            root: snapshot(self.srv.root()),
+            smf: self.srv.smf_state(),
+            sentinel: (
+                md.permissions().mode() & 0o7777,
+                std::fs::read(&self.sentinel).unwrap(),
+            ),
+            sapi: api.instances.clone(),
+            cnapi: api.server_posts.last().map(|p| p["agents"].clone()),
+        }
+    }
+
+    /// The server is as `before` (the root's differences listed first).
+    pub fn assert_unchanged(&self, before: &Guard, what: &str) {
+        let now = self.state();
+        assert_same(&before.root, &now.root, what);
+        assert_eq!(before, &now, "{what}");
+        self.srv.assert_no_leftovers();
+    }
+}

@@ -393,17 +393,7 @@ async fn many_kinds_at_once_converge_in_one_fix() {
 }
 
 fn cli(dc: &agentsadm_sim::SimDc, args: &[&str]) -> std::process::Output {
-    let urls = dc.urls();
-    let state = tempfile::tempdir().expect("state dir");
-    Command::new(env!("CARGO_BIN_EXE_agentsadm"))
-        .args(args)
-        .env("XDG_STATE_HOME", state.path())
-        .env("SAPI_URL", &urls.sapi)
-        .env("CNAPI_URL", &urls.cnapi)
-        .env("IMGAPI_URL", &urls.imgapi)
-        .env("AGENTSADM_NO_PROGRESS", "1")
-        .output()
-        .expect("agentsadm runs")
+    crate::cli_common::agentsadm(dc).output_blocking(args)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

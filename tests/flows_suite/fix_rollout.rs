@@ -17,7 +17,6 @@ use agentsadm_flows::drift::Fix;
 use agentsadm_flows::repair;
 use agentsadm_flows::repair::FixPlan;
 use agentsadm_orchestrate::report::Halted;
-use agentsadm_orchestrate::report::RecordingReporter;
 use agentsadm_orchestrate::report::ServerStatus;
 use agentsadm_orchestrate::store::instance_params;
 use agentsadm_plan::RolloutPolicy;
@@ -28,6 +27,7 @@ use agentsadm_sim::BuildOptions;
 use agentsadm_sim::PublishTarget;
 use agentsadm_sim::SimConfig;
 use agentsadm_sim::SimDc;
+use agentsadm_sim::recording::RecordingReporter;
 use agentsadm_sim::testkit::ExampleDc;
 
 use crate::flows_common::*;

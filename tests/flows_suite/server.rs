@@ -6,7 +6,6 @@
 //! still cleans SAPI.
 
 use std::collections::BTreeMap;
-use std::process::Command;
 use std::time::Duration;
 
 use agentsadm_api::sapi::Instance;
@@ -253,6 +252,35 @@ async fn factory_reset_with_vms_is_refused_without_deleting_anything() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_server_is_read_through_server_list_not_server_get() {
+    // ServerGet waits on VMAPI (15 s a call while it is down): by UUID, by
+    // hostname, and for a UUID CNAPI no longer has, the record (with the
+    // VMs a factory reset checks) comes from ServerList.
+    let mut config = SimConfig::default().servers(3).with_vms("cn0003", 2);
+    config.vmapi_down_server_get_ms = 50;
+    let dc = SimDc::start(config).await.expect("sim starts");
+    dc.faults().set_vmapi_down(true);
+    let cn1 = server(&dc, "cn0001");
+    let plan = cleanup::prepare(&dc.apis(), ServerAction::Delete, &cn1.to_string())
+        .await
+        .unwrap();
+    assert_eq!((plan.server, plan.in_cnapi), (cn1, true));
+    assert!(!plan.instances.is_empty());
+    let err = cleanup::prepare(&dc.apis(), ServerAction::FactoryReset, "cn0003")
+        .await
+        .unwrap_err();
+    assert!(matches!(err, CleanupError::HasVms { vms: 2, .. }), "{err}");
+    let gone = server(&dc, "cn0002");
+    dc.apis().cnapi.delete_server(gone).await.unwrap();
+    let plan = cleanup::prepare(&dc.apis(), ServerAction::Delete, &gone.to_string())
+        .await
+        .unwrap();
+    assert!(!plan.in_cnapi);
+    assert_eq!(dc.server_gets(), 0, "no ServerGet: it waits for VMAPI");
+    dc.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn refusals_for_the_headnode_and_servers_that_are_down() {
     let dc = small_dc().await;
     let err = cleanup::prepare(&dc.apis(), ServerAction::Delete, "headnode")
@@ -274,16 +302,7 @@ async fn refusals_for_the_headnode_and_servers_that_are_down() {
 }
 
 fn cli(dc: &SimDc, args: &[&str]) -> std::process::Output {
-    let urls = dc.urls();
-    let state = tempfile::tempdir().expect("state dir");
-    Command::new(env!("CARGO_BIN_EXE_agentsadm"))
-        .args(args)
-        .env("XDG_STATE_HOME", state.path())
-        .env("SAPI_URL", &urls.sapi)
-        .env("CNAPI_URL", &urls.cnapi)
-        .env("IMGAPI_URL", &urls.imgapi)
-        .output()
-        .expect("agentsadm runs")
+    crate::cli_common::agentsadm(dc).output_blocking(args)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

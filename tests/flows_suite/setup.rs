@@ -76,12 +76,28 @@ fn ok(out: &Output) {
 }
 
 /// Image files of every component at 1.0.0 (what the build would put on
-/// the key), and their UUIDs by component.
+/// the key), and their UUIDs by component. agentsadm's is `make release`'s
+/// of this very binary: setup installs it over the copy it started with,
+/// and the scripts go on running it.
 fn images(dir: &Path) -> (Vec<PathBuf>, std::collections::BTreeMap<String, ImageUuid>) {
     let catalog = Catalog::builtin();
     let mut files = Vec::new();
     let mut uuids = std::collections::BTreeMap::new();
     for c in catalog.iter() {
+        if c.kind == ComponentKind::Agentsadm {
+            let spec = agentsadm_gz::release::ReleaseSpec {
+                binary: PathBuf::from(BIN),
+                semver: "1.0.0".into(),
+                branch: "master".into(),
+                timestamp: "20260101T000000Z".into(),
+                git_sha: "0123456".into(),
+                uuid: None,
+            };
+            let r = agentsadm_gz::release::write_release(&spec, dir).unwrap();
+            files.push(r.tarball);
+            uuids.insert(c.name.clone(), r.manifest.uuid);
+            continue;
+        }
         let img = build(&ImageSpec::for_component(c, "1.0.0"));
         let (_, file) = write_to_dir(&img, dir).unwrap();
         files.push(file);

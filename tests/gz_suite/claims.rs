@@ -9,6 +9,7 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::PathBuf;
 
 use crate::gz_common::*;
+use agentsadm_api::remote::FailureStep;
 use agentsadm_api::remote::GzResult;
 use agentsadm_gz::fetch::FetchOptions;
 use agentsadm_gz::fetch::ImageSource;
@@ -86,7 +87,7 @@ impl Scene {
             .unwrap_or_else(|| panic!("{what}: the install succeeded"));
         let msg = format!("{}: {}", e.step, e.message);
         eprintln!("CASE {what}: {msg}");
-        assert_eq!(e.step, "validate", "{what}: {msg}");
+        assert_eq!(e.step, FailureStep::Validate, "{what}: {msg}");
         for want in expect {
             assert!(msg.contains(want), "{what}: {msg:?} lacks {want:?}");
         }

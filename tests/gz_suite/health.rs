@@ -2,11 +2,15 @@
 //! maintenance is rolled back (tree, SMF state, instance UUID) and the
 //! install fails as `unhealthy` naming the service and its state;
 //! `--expect-current` refuses a server that changed since the plan;
-//! `gz health NAME` checks an installed component.
+//! `gz health NAME` checks an installed component. The gate watches
+//! transitions (issue 22): a service that flaps between two looks (in
+//! maintenance a fifth of every second, or restarted by its restarter
+//! again and again) fails it.
 
 use std::path::Path;
 
 use crate::gz_common::*;
+use agentsadm_api::remote::FailureStep;
 use agentsadm_api::remote::ComponentAction;
 use agentsadm_platform::ServiceState;
 use agentsadm_platform::rooted::SMF_FAULTS_FILE;
@@ -27,6 +31,7 @@ fn fault_for_build(srv: &TestServer, bad: &BuiltImage) {
             state: ServiceState::Maintenance,
             reason: Some(REASON.into()),
         }],
+        flaps: Vec::new(),
     };
     std::fs::write(
         srv.at(SMF_FAULTS_FILE),
@@ -67,7 +72,7 @@ async fn unhealthy_upgrade_is_rolled_back_tree_smf_and_instance() {
     let out = srv.gz_offline(&["install", arg(&f2)]).await;
     let r = result(&out);
     let err = r.error.expect("the unhealthy upgrade fails");
-    assert_eq!(err.step, "unhealthy");
+    assert_eq!(err.step, FailureStep::Unhealthy);
     assert_eq!(err.component.as_deref(), Some("net-agent"));
     for want in [FMRI, "maintenance", "SMF_EXIT_ERR_FATAL", "rolled back"] {
         assert!(err.message.contains(want), "{want:?} in {}", err.message);
@@ -112,7 +117,7 @@ async fn unhealthy_fresh_install_leaves_nothing() {
         .gz_offline(&["install", arg(&f1), "--min-healthy", "0"])
         .await;
     let err = result(&out).error.expect("unhealthy");
-    assert_eq!(err.step, "unhealthy");
+    assert_eq!(err.step, FailureStep::Unhealthy);
     assert!(
         err.message.contains("it is not installed"),
         "{}",
@@ -142,7 +147,7 @@ async fn expect_current_refuses_a_server_that_changed_since_the_plan() {
             .gz_offline(&["install", arg(&f2), "--expect-current", expected])
             .await;
         let err = result(&out).error.expect("refused");
-        assert_eq!(err.step, "expect-current");
+        assert_eq!(err.step, FailureStep::ExpectCurrent);
         assert!(
             err.message.contains("changed since the plan"),
             "{}",
@@ -192,9 +197,59 @@ async fn gz_health_reports_an_installed_component() {
     let out = srv.gz_offline(&["health", "net-agent"]).await;
     assert_eq!(out.exit_status, 1);
     let err = result(&out).error.unwrap();
-    assert_eq!(err.step, "unhealthy");
+    assert_eq!(err.step, FailureStep::Unhealthy);
     assert!(err.message.contains("maintenance"), "{}", err.message);
     assert_same(&before, &snapshot(srv.root()), "health changes nothing");
     let msg = failed(&srv.gz_offline(&["health", "vm-agent"]).await);
     assert!(msg.contains("not installed"), "{msg}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_flapping_service_fails_the_gate_and_is_rolled_back() {
+    use agentsadm_platform::rooted::SmfFlap;
+    let mut v1 = spec("net-agent", "1.0.0");
+    // What the default hooks write outside the package is not rolled
+    // back, by design: these write nothing there.
+    v1.hooks.postuninstall = Some("true".into());
+    let g = Guarded::new(&[agentsadm_sim::imagebuild::build(&v1)]).await;
+    for (what, period_ms, down_ms) in [
+        // Never seen down by a look every 500 ms: only its runs tell.
+        ("restarted every 300 ms", 300, 0),
+        // In maintenance 200 ms of every second.
+        ("in maintenance 200 ms of every second", 1000, 200),
+    ] {
+        let faults = SmfFaults {
+            faults: Vec::new(),
+            flaps: vec![SmfFlap {
+                fmri: FMRI.into(),
+                period_ms,
+                down_ms,
+                state: ServiceState::Maintenance,
+                reason: Some(REASON.into()),
+            }],
+        };
+        std::fs::write(
+            g.srv.at(SMF_FAULTS_FILE),
+            serde_json::to_vec(&faults).unwrap(),
+        )
+        .unwrap();
+        let before = g.state();
+        let mut v2 = spec("net-agent", "2.0.0");
+        v2.hooks.postinstall = Some("true".into());
+        let v2 = agentsadm_sim::imagebuild::build(&v2);
+        let out = g
+            .gz(&["install", &g.publish(&v2), "--min-healthy", "3s"])
+            .await;
+        let err = result(&out).error.expect("the flapping build fails");
+        eprintln!("CASE {what}: {}", err.message);
+        assert_eq!(err.step, FailureStep::Unhealthy, "{what}: {}", err.message);
+        for want in [FMRI, "left online", "rolled back"] {
+            assert!(
+                err.message.contains(want),
+                "{what}: {want:?} in {}",
+                err.message
+            );
+        }
+        g.assert_unchanged(&before, what);
+    }
 }

@@ -6,7 +6,10 @@
 //! cannot complete says what is installed now and the one command that
 //! repairs it, and `gz report` shows the component as broken until then.
 //! Also: `gz report` never shows a component with a pending journal as
-//! installed, and recovery removes the temporaries of atomic writes.
+//! installed, and recovery removes the temporaries of atomic writes. An
+//! upgrade that cannot keep the version it replaced (out of space or
+//! inodes at the very end) says so in its result and `gz report` shows it
+//! (issue 22).
 
 use std::collections::BTreeMap;
 use std::os::unix::fs::PermissionsExt;
@@ -272,4 +275,71 @@ async fn rollback_verifies_the_kept_copy() {
         scene.srv.installed_image("vm-agent"),
         Some(scene.v1.manifest.uuid.to_string())
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_upgrade_that_cannot_keep_the_previous_version_says_so() {
+    let scene = Scene::new().await;
+    let v2 = image("vm-agent", "2.0.0");
+    scene.imgapi.publish(&v2);
+    let mut env = scene.env();
+    // The filesystem is full (or out of inodes) just when the replaced
+    // version is kept.
+    env.insert("AGENTSADM_TEST_NO_SPACE_AT".into(), "keep-previous".into());
+    let out = scene
+        .srv
+        .gz(
+            &[
+                "install",
+                &v2.manifest.uuid.to_string(),
+                "--no-sapi",
+                "--no-cnapi",
+            ],
+            &env,
+        )
+        .await;
+    let r = ok(&out);
+    assert_eq!(
+        scene.srv.installed_image("vm-agent"),
+        Some(v2.manifest.uuid.to_string())
+    );
+    let warning = r
+        .warnings
+        .iter()
+        .find(|w| w.contains("could not be kept"))
+        .unwrap_or_else(|| panic!("no warning in the result: {:?}", r.warnings));
+    for want in [
+        "vm-agent: the version it replaced (1.0.0",
+        "No space left on device",
+        "`agentsadm gz rollback vm-agent` is not possible",
+    ] {
+        assert!(warning.contains(want), "{want:?} in {warning}");
+    }
+    assert!(!scene.srv.at(&format!("{STATE}/previous/vm-agent")).exists());
+    // gz report: installed, without the copy a rollback needs.
+    let rep = report(&scene.gz(&["report"]).await);
+    assert!(
+        rep.agents
+            .iter()
+            .any(|a| a.name == "vm-agent" && a.image_uuid == Some(v2.manifest.uuid))
+    );
+    let e = rep
+        .errors
+        .iter()
+        .find(|e| e.name == "vm-agent")
+        .unwrap_or_else(|| panic!("not in the report: {:?}", rep.errors));
+    assert!(
+        e.message
+            .starts_with("no previous version kept: the version it replaced"),
+        "{e:?}"
+    );
+    failed(&scene.gz(&["rollback", "vm-agent"]).await);
+    // The next upgrade keeps v2, and the report has nothing to say.
+    let v3 = image("vm-agent", "3.0.0");
+    scene.imgapi.publish(&v3);
+    let r = ok(&scene.gz(&["install", &v3.manifest.uuid.to_string()]).await);
+    assert!(r.warnings.iter().all(|w| !w.contains("could not be kept")));
+    let rep = report(&scene.gz(&["report"]).await);
+    assert!(rep.errors.is_empty(), "{:?}", rep.errors);
+    assert!(scene.srv.at(&format!("{STATE}/previous/vm-agent")).exists());
 }

@@ -377,7 +377,8 @@ fn a_large_package_unpacks_exactly_through_the_writer_pool() {
     let mut add_dir = |b: &mut tar::Builder<Vec<u8>>, path: &str, mode: u32| {
         let mut h = header(tar::EntryType::Directory, 0, mode);
         b.append_data(&mut h, format!("{path}/"), &[][..]).unwrap();
-        dirs.insert(path.to_string(), mode | 0o700);
+        // Never world-writable; always owner-writable.
+        dirs.insert(path.to_string(), (mode & 0o775) | 0o700);
     };
     let add_file = |b: &mut tar::Builder<Vec<u8>>, path: &str, mode: u32, data: &[u8]| {
         let mut h = header(tar::EntryType::Regular, data.len() as u64, mode);
@@ -386,14 +387,15 @@ fn a_large_package_unpacks_exactly_through_the_writer_pool() {
     add_dir(&mut b, "pkg", 0o755);
     for d in 0..20 {
         let dir = format!("pkg/d{d}");
-        // 0777 is cut by the usual umask (022): set at the end.
+        // 0777 comes out 0775 (never world-writable).
         add_dir(&mut b, &dir, [0o755, 0o750, 0o700, 0o555, 0o777][d % 5]);
         for f in 0..15 {
             let path = format!("{dir}/f{f}");
             let mode = [0o644, 0o600, 0o755, 0o640, 0o666][f % 5];
             let data = format!("{d}/{f};").repeat(f * 37 + 1).into_bytes();
             add_file(&mut b, &path, mode, &data);
-            files.insert(path, (mode, data));
+            // 0666 comes out 0664 (never world-writable).
+            files.insert(path, (mode & !0o002, data));
         }
     }
     // A file larger than a chunk, between batches.

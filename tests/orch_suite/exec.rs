@@ -18,20 +18,16 @@ use agentsadm_orchestrate::lock::LockRecord;
 use agentsadm_orchestrate::lock::LockStore;
 use agentsadm_orchestrate::outlier::OutlierPolicy;
 use agentsadm_orchestrate::report::ExecReport;
-use agentsadm_orchestrate::report::RecordingReporter;
 use agentsadm_orchestrate::report::ServerStatus;
 use agentsadm_orchestrate::report::StepStatus;
 use agentsadm_plan::ImageRef;
 use agentsadm_plan::Operation;
 use agentsadm_plan::Plan;
-use agentsadm_plan::PlanOptions;
-use agentsadm_plan::PlanningInput;
 use agentsadm_plan::Request;
 use agentsadm_plan::ResolvedImages;
 use agentsadm_plan::RolloutPolicy;
-use agentsadm_plan::TransportMode;
-use agentsadm_plan::plan;
 use agentsadm_sim::fake::FakeDc;
+use agentsadm_sim::recording::RecordingReporter;
 use agentsadm_sim::testkit::ExampleDc;
 use agentsadm_sim::testkit::request;
 
@@ -43,24 +39,10 @@ fn plan_on(fake: &FakeDc, req: &Request, images: &ResolvedImages) -> Plan {
 fn plan_with(
     fake: &FakeDc,
     req: &Request,
-    images: &ResolvedImages,
+    images: &agentsadm_plan::ResolvedImages,
     rollout: RolloutPolicy,
 ) -> Plan {
-    let (intent, reality) = fake.snapshot();
-    let catalog = fake.dc().catalog.clone();
-    plan(&PlanningInput {
-        catalog: &catalog,
-        intent: &intent,
-        reality: &reality,
-        request: req,
-        options: PlanOptions {
-            transport: TransportMode::Auto,
-            rollout,
-        },
-        images,
-        durations: None,
-    })
-    .expect("plan")
+    fake.plan(req, images, rollout)
 }
 
 async fn run(fake: &FakeDc, plan: &Plan, options: &ExecOptions) -> ExecReport {
@@ -431,9 +413,9 @@ impl agentsadm_orchestrate::store::IntentStore for FailingStore {
     ) -> futures::future::BoxFuture<'a, Result<(), agentsadm_orchestrate::store::IntentWriteError>>
     {
         Box::pin(async {
-            Err(agentsadm_orchestrate::store::IntentWriteError::Injected {
-                message: "SAPI is down".into(),
-            })
+            Err(agentsadm_sim::fake::sapi_unavailable(
+                "set the service default",
+            ))
         })
     }
 }
@@ -586,12 +568,12 @@ async fn a_server_with_history_is_flagged_against_itself_in_a_small_run() {
     let (intent, reality) = fake.snapshot();
     let catalog = fake.dc().catalog.clone();
     let images = images(&fake, &targets);
-    let p = plan(&PlanningInput {
+    let p = agentsadm_plan::plan(&agentsadm_plan::PlanningInput {
         catalog: &catalog,
         intent: &intent,
         reality: &reality,
         request: &request(Operation::Update, &["vm-agent"], &[]),
-        options: PlanOptions::default(),
+        options: agentsadm_plan::PlanOptions::default(),
         images: &images,
         durations: Some(&history),
     })

@@ -9,8 +9,6 @@
 //!   and the failed servers' `params.image_uuid`, and says so; re-running
 //!   the same command finishes the job.
 
-use std::collections::BTreeMap;
-use std::process::Stdio;
 use std::time::Duration;
 
 use agentsadm_api::Apis;
@@ -189,32 +187,7 @@ async fn a_budget_halt_puts_intent_back_for_what_did_not_converge() {
 }
 
 async fn cli(dc: &SimDc, args: &[&str]) -> (i32, String, String) {
-    let urls = dc.urls();
-    let state = tempfile::tempdir().expect("state dir");
-    let env: BTreeMap<&str, &str> = BTreeMap::from([
-        ("SAPI_URL", urls.sapi.as_str()),
-        ("CNAPI_URL", urls.cnapi.as_str()),
-        ("IMGAPI_URL", urls.imgapi.as_str()),
-        ("UPDATES_URL", urls.updates.as_str()),
-        ("AGENTSADM_NO_PROGRESS", "1"),
-        ("XDG_STATE_HOME", state.path().to_str().expect("utf-8 path")),
-    ]);
-    let out = tokio::time::timeout(
-        Duration::from_secs(120),
-        tokio::process::Command::new(env!("CARGO_BIN_EXE_agentsadm"))
-            .args(args)
-            .envs(env)
-            .stdin(Stdio::null())
-            .output(),
-    )
-    .await
-    .expect("agentsadm finishes")
-    .expect("agentsadm runs");
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
+    crate::cli_common::agentsadm(dc).run(args).await
 }
 
 /// `plan update` shows the waves before anything runs: the canaries (one

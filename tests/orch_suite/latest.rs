@@ -3,8 +3,6 @@
 //! `UPDATES_URL`, `--updates-url` or the default, and the plan says so on
 //! its first line.
 
-use std::process::Stdio;
-
 use agentsadm_sim::SeedSpec;
 
 use agentsadm_sim::SimConfig;
@@ -14,26 +12,11 @@ use agentsadm_sim::SimDc;
 /// `agentsadm <args>` against `dc` with `extra` environment and no
 /// `UPDATES_URL` unless `extra` sets it.
 async fn cli(dc: &SimDc, args: &[&str], extra: &[(&str, &str)]) -> (i32, String, String) {
-    let urls = dc.urls();
-    let state = tempfile::tempdir().expect("state dir");
-    let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_agentsadm"));
-    cmd.args(args)
-        .env("SAPI_URL", &urls.sapi)
-        .env("CNAPI_URL", &urls.cnapi)
-        .env("IMGAPI_URL", &urls.imgapi)
-        .env_remove("UPDATES_URL")
-        .env("AGENTSADM_NO_PROGRESS", "1")
-        .env("XDG_STATE_HOME", state.path())
-        .stdin(Stdio::null());
+    let mut run = crate::cli_common::agentsadm(dc).without_updates();
     for (k, v) in extra {
-        cmd.env(k, v);
+        run = run.env(k, v);
     }
-    let out = cmd.output().await.expect("agentsadm runs");
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
+    run.run(args).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -98,20 +98,23 @@ fn update_all_orders_steps_and_skips_marlin_and_unmanaged() {
         .map(|s| s.component.as_str())
         .collect();
     assert_eq!(hn_steps.first(), Some(&"agents_core"));
-    assert_eq!(hn_steps.get(1), Some(&"config-agent"));
+    // agentsadm before every step that runs through it.
+    assert_eq!(hn_steps.get(1), Some(&"agentsadm"));
+    assert_eq!(hn_steps.get(2), Some(&"config-agent"));
     assert_eq!(hn_steps.last(), Some(&"cn-agent"));
     assert!(hn_steps.contains(&"sdcadm") && hn_steps.contains(&"gz-tools"));
     assert!(!hn_steps.contains(&"firewaller"));
     let batches = p.servers()[&hn].batches();
     assert_eq!(
         batches.len(),
-        4,
-        "core-first, core-second, parallel-safe set, core-last"
+        5,
+        "core-first (agents_core, then agentsadm), core-second, parallel-safe set, core-last"
     );
-    assert_eq!(batches[2].len(), hn_steps.len() - 3);
-    // gz-tools and sdcadm go through agentsadm gz; apm agents through install-agent.
+    assert_eq!(batches[3].len(), hn_steps.len() - 4);
+    // gz-tools, sdcadm and agentsadm go through agentsadm gz; apm agents
+    // through install-agent.
     for st in &p.servers()[&hn].steps {
-        let expected = if st.component == "gz-tools" || st.component == "sdcadm" {
+        let expected = if ["gz-tools", "sdcadm", "agentsadm"].contains(&st.component.as_str()) {
             TransportKind::Execute
         } else {
             TransportKind::InstallAgent

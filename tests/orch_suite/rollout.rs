@@ -19,16 +19,12 @@ use agentsadm_orchestrate::execute::default_canary;
 use agentsadm_orchestrate::execute::pick_canaries;
 use agentsadm_orchestrate::report::ExecReport;
 use agentsadm_orchestrate::report::Halted;
-use agentsadm_orchestrate::report::RecordingReporter;
 use agentsadm_plan::Operation;
 use agentsadm_plan::Plan;
-use agentsadm_plan::PlanOptions;
-use agentsadm_plan::PlanningInput;
 use agentsadm_plan::Request;
 use agentsadm_plan::RolloutPolicy;
-use agentsadm_plan::TransportMode;
-use agentsadm_plan::plan;
 use agentsadm_sim::fake::FakeDc;
+use agentsadm_sim::recording::RecordingReporter;
 use agentsadm_sim::testkit::ExampleDc;
 use agentsadm_sim::testkit::request;
 
@@ -54,27 +50,14 @@ fn plan_on(fake: &FakeDc, req: &Request, images: &agentsadm_plan::ResolvedImages
     plan_with(fake, req, images, RolloutPolicy::default())
 }
 
+/// The plan with `rollout` (concurrency, canary, budget) decided in it.
 fn plan_with(
     fake: &FakeDc,
     req: &Request,
     images: &agentsadm_plan::ResolvedImages,
     rollout: RolloutPolicy,
 ) -> Plan {
-    let (intent, reality) = fake.snapshot();
-    let catalog = fake.dc().catalog.clone();
-    plan(&PlanningInput {
-        catalog: &catalog,
-        intent: &intent,
-        reality: &reality,
-        request: req,
-        options: PlanOptions {
-            transport: TransportMode::Auto,
-            rollout,
-        },
-        images,
-        durations: None,
-    })
-    .expect("plan")
+    fake.plan(req, images, rollout)
 }
 
 /// The plan `p` again, with the waves `rollout` decides (the planner, not

@@ -5,8 +5,6 @@
 //! the real hostname; the `bunyan` CLI renders it.
 
 use std::path::Path;
-use std::process::Stdio;
-use std::time::Duration;
 
 use agentsadm_sim::SeedSpec;
 
@@ -29,28 +27,10 @@ async fn sim(cns: usize) -> SimDc {
 
 /// Run the binary against `dc` with `$XDG_STATE_HOME` at `state`.
 async fn cli(dc: &SimDc, state: &Path, args: &[&str]) -> (i32, String, String) {
-    let urls = dc.urls();
-    let out = tokio::time::timeout(
-        Duration::from_secs(120),
-        tokio::process::Command::new(env!("CARGO_BIN_EXE_agentsadm"))
-            .args(args)
-            .env("SAPI_URL", &urls.sapi)
-            .env("CNAPI_URL", &urls.cnapi)
-            .env("IMGAPI_URL", &urls.imgapi)
-            .env("UPDATES_URL", &urls.updates)
-            .env("AGENTSADM_NO_PROGRESS", "1")
-            .env("XDG_STATE_HOME", state)
-            .stdin(Stdio::null())
-            .output(),
-    )
-    .await
-    .expect("agentsadm finishes")
-    .expect("agentsadm runs");
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
+    crate::cli_common::agentsadm(dc)
+        .state(state)
+        .run(args)
+        .await
 }
 
 fn records(path: &Path) -> Vec<serde_json::Value> {

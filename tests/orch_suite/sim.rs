@@ -5,7 +5,6 @@
 //! failure reports, the SAPI lock, and the command line's exit statuses.
 
 use std::collections::BTreeMap;
-use std::process::Stdio;
 use std::time::Duration;
 
 use agentsadm_api::ApiConfig;
@@ -313,34 +312,7 @@ async fn the_sapi_lock_admits_one_orchestrator() {
 
 /// Run the agentsadm binary against the simulator.
 async fn cli(dc: &SimDc, args: &[&str]) -> (i32, String, String) {
-    let urls = dc.urls();
-    // Run logs go to a directory of the test's own, never the developer's
-    // home; --latest looks at the simulator's updates server.
-    let state = tempfile::tempdir().expect("state dir");
-    let env: BTreeMap<&str, &str> = BTreeMap::from([
-        ("SAPI_URL", urls.sapi.as_str()),
-        ("CNAPI_URL", urls.cnapi.as_str()),
-        ("IMGAPI_URL", urls.imgapi.as_str()),
-        ("UPDATES_URL", urls.updates.as_str()),
-        ("AGENTSADM_NO_PROGRESS", "1"),
-        ("XDG_STATE_HOME", state.path().to_str().expect("utf-8 path")),
-    ]);
-    let out = tokio::time::timeout(
-        Duration::from_secs(120),
-        tokio::process::Command::new(env!("CARGO_BIN_EXE_agentsadm"))
-            .args(args)
-            .envs(env)
-            .stdin(Stdio::null())
-            .output(),
-    )
-    .await
-    .expect("agentsadm finishes")
-    .expect("agentsadm runs");
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
+    crate::cli_common::agentsadm(dc).run(args).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -643,10 +615,10 @@ async fn an_unhealthy_build_is_reverted_on_the_server_and_in_sapi() {
 /// flight; the canaries come from different racks; the run converges.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn seeded_racks_are_never_over_their_limit() {
-    use agentsadm_orchestrate::report::RecordingReporter;
     use agentsadm_sim::faults::Distribution;
     use agentsadm_sim::faults::FaultConfig;
     use agentsadm_sim::faults::LatencySpec;
+    use agentsadm_sim::recording::RecordingReporter;
     let faults = FaultConfig {
         install_latency: LatencySpec {
             base_ms: 5,

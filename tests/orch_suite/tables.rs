@@ -1,8 +1,6 @@
 //! `list` and `avail` as tables operators trim and sort (`-H`, `-o`,
 //! `--sort`, `list -q`), within 120 columns, through the binary.
 
-use std::process::Stdio;
-
 use agentsadm_sim::SeedSpec;
 
 use agentsadm_sim::SimConfig;
@@ -10,24 +8,10 @@ use agentsadm_sim::SimConfig;
 use agentsadm_sim::SimDc;
 
 async fn cli(dc: &SimDc, args: &[&str]) -> (i32, String, String) {
-    let urls = dc.urls();
-    let state = tempfile::tempdir().expect("state dir");
-    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_agentsadm"))
-        .args(args)
-        .env("XDG_STATE_HOME", state.path())
-        .env("SAPI_URL", &urls.sapi)
-        .env("CNAPI_URL", &urls.cnapi)
-        .env("IMGAPI_URL", &urls.imgapi)
-        .env_remove("UPDATES_URL")
-        .stdin(Stdio::null())
-        .output()
+    crate::cli_common::agentsadm(dc)
+        .without_updates()
+        .run(args)
         .await
-        .expect("agentsadm runs");
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -139,8 +139,155 @@ pub struct ComponentResult {
 pub struct GzFailure {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub component: Option<String>,
-    pub step: String,
+    pub step: FailureStep,
     pub message: String,
+}
+
+/// The step a `gz` run or a component failed at, as both sides name it:
+/// the installer sets it, the orchestrator decides on it (an unhealthy
+/// build is reverted, a changed server is skipped), and the names on the
+/// wire are spelled here only.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum FailureStep {
+    /// The server could not be identified (sysinfo, `--server-uuid`).
+    Sysinfo,
+    /// The server lock.
+    Lock,
+    /// Recovery of an interrupted transaction.
+    Recover,
+    /// API URLs and clients.
+    Config,
+    /// Which image or component: names, manifests, the catalog, placement.
+    Resolve,
+    /// Downloading the image file.
+    Download,
+    /// The file's size and digests against its manifest.
+    Verify,
+    /// Unpacking the image.
+    Unpack,
+    /// The staged package does not look like the image it claims to be.
+    Validate,
+    /// The instance UUID file.
+    Instance,
+    /// The transaction journal.
+    Journal,
+    /// Moving files, trees and links in or out.
+    Swap,
+    /// A lifecycle hook.
+    Hook(HookPhase),
+    /// SMF manifests and services.
+    Smf,
+    /// SAPI adoption or instance removal.
+    Sapi,
+    /// Handing cn-agent's own replacement to agentsadm-install.
+    Handoff,
+    /// `gz rollback` found nothing to restore, or could not stage it.
+    Rollback,
+    /// The health gate: a service of the new version did not come up (or
+    /// stay up); the transaction rolled back.
+    Unhealthy,
+    /// `--expect-current`: the server's installed image is not the one the
+    /// plan expected (changed since the plan).
+    ExpectCurrent,
+    /// A name this side does not know (a newer or older agentsadm on the
+    /// other side): kept as sent, and shown as it is.
+    Other(String),
+}
+
+/// The lifecycle hook a [`FailureStep::Hook`] failed in.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum HookPhase {
+    Preinstall,
+    Postinstall,
+    Preuninstall,
+    Postuninstall,
+}
+
+impl FailureStep {
+    const NAMED: [FailureStep; 22] = [
+        FailureStep::Sysinfo,
+        FailureStep::Lock,
+        FailureStep::Recover,
+        FailureStep::Config,
+        FailureStep::Resolve,
+        FailureStep::Download,
+        FailureStep::Verify,
+        FailureStep::Unpack,
+        FailureStep::Validate,
+        FailureStep::Instance,
+        FailureStep::Journal,
+        FailureStep::Swap,
+        FailureStep::Hook(HookPhase::Preinstall),
+        FailureStep::Hook(HookPhase::Postinstall),
+        FailureStep::Hook(HookPhase::Preuninstall),
+        FailureStep::Hook(HookPhase::Postuninstall),
+        FailureStep::Smf,
+        FailureStep::Sapi,
+        FailureStep::Handoff,
+        FailureStep::Rollback,
+        FailureStep::Unhealthy,
+        FailureStep::ExpectCurrent,
+    ];
+
+    /// The name in results and logs.
+    pub fn as_str(&self) -> &str {
+        match self {
+            FailureStep::Sysinfo => "sysinfo",
+            FailureStep::Lock => "lock",
+            FailureStep::Recover => "recover",
+            FailureStep::Config => "config",
+            FailureStep::Resolve => "resolve",
+            FailureStep::Download => "download",
+            FailureStep::Verify => "verify",
+            FailureStep::Unpack => "unpack",
+            FailureStep::Validate => "validate",
+            FailureStep::Instance => "instance",
+            FailureStep::Journal => "journal",
+            FailureStep::Swap => "swap",
+            FailureStep::Hook(HookPhase::Preinstall) => "hook:preinstall",
+            FailureStep::Hook(HookPhase::Postinstall) => "hook:postinstall",
+            FailureStep::Hook(HookPhase::Preuninstall) => "hook:preuninstall",
+            FailureStep::Hook(HookPhase::Postuninstall) => "hook:postuninstall",
+            FailureStep::Smf => "smf",
+            FailureStep::Sapi => "sapi",
+            FailureStep::Handoff => "handoff",
+            FailureStep::Rollback => "rollback",
+            FailureStep::Unhealthy => "unhealthy",
+            FailureStep::ExpectCurrent => "expect-current",
+            FailureStep::Other(name) => name,
+        }
+    }
+
+    /// The step a name stands for; an unknown name is kept as [`FailureStep::Other`].
+    pub fn parse(name: &str) -> FailureStep {
+        Self::NAMED
+            .iter()
+            .find(|s| s.as_str() == name)
+            .cloned()
+            .unwrap_or_else(|| FailureStep::Other(name.to_string()))
+    }
+}
+
+impl std::fmt::Display for FailureStep {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl Serialize for FailureStep {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.as_str())
+    }
+}
+
+impl<'de> Deserialize<'de> for FailureStep {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<FailureStep, D::Error> {
+        // A bounded name: whatever the other side sends is echoed in
+        // summaries and logs.
+        let name = String::deserialize(d)?;
+        let name: String = name.chars().take(64).collect();
+        Ok(FailureStep::parse(&name))
+    }
 }
 
 /// What `agentsadm gz install|remove|rollback|setup --json` prints. On
@@ -162,6 +309,21 @@ pub struct GzResult {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn failure_steps_keep_their_wire_names_and_unknown_ones_survive() {
+        for step in FailureStep::NAMED {
+            let wire = serde_json::to_string(&step).unwrap();
+            assert_eq!(serde_json::from_str::<FailureStep>(&wire).unwrap(), step);
+        }
+        assert_eq!(
+            serde_json::from_str::<FailureStep>("\"hook:postinstall\"").unwrap(),
+            FailureStep::Hook(HookPhase::Postinstall)
+        );
+        let newer: FailureStep = serde_json::from_str("\"contract\"").unwrap();
+        assert_eq!(newer, FailureStep::Other("contract".into()));
+        assert_eq!(newer.to_string(), "contract");
+    }
 
     #[test]
     fn execute_request_round_trips() {

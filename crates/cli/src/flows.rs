@@ -368,6 +368,9 @@ pub enum InstallerCommand {
         #[arg(long)]
         all: bool,
     },
+    /// Pack an agentsadm binary as its IMGAPI image:
+    /// `DIR/agentsadm-<version>.{tar.gz,manifest}` (what `make release` runs).
+    Release(super::release::ReleaseArgs),
     /// Read or update `/var/lib/setup.json` under a GZ root.
     State {
         /// The global zone root.
@@ -448,6 +451,7 @@ pub async fn run_installer(g: &GlobalOpts, a: InstallerArgs) -> CmdResult {
             }
             Ok(exit(0))
         }
+        InstallerCommand::Release(r) => super::release::run(g, r),
         InstallerCommand::State { root, command } => {
             let mut state = SetupState::load(&root)?;
             match command {

@@ -230,7 +230,7 @@ fn api(what: impl Into<String>) -> impl FnOnce(ApiError) -> CleanupError {
     }
 }
 
-/// Decide what to delete (pure). `record` is ServerGet's answer (`None`
+/// Decide what to delete (pure). `record` is CNAPI's server record (`None`
 /// when CNAPI has no record); `services` and `instances` are SAPI's
 /// `type=agent` lists.
 pub fn plan_cleanup(
@@ -380,44 +380,50 @@ fn closed_plan(
 }
 
 /// Find the server by UUID or hostname: its UUID and CNAPI record (`None`
-/// for a UUID CNAPI does not know).
+/// for a UUID CNAPI does not know). Read through ServerList with the
+/// extras the cleanup reads (its agents, or sysinfo's `SDC Agents`, and its
+/// VMs), never ServerGet, which waits on VMAPI (15 s a call while VMAPI is
+/// down).
 pub async fn resolve_server(
     apis: &Apis,
     name: &str,
 ) -> Result<(ServerUuid, Option<Server>), CleanupError> {
     let name = name.trim();
+    let extras = ["agents", "sysinfo", "vms"].map(String::from).to_vec();
     if let Ok(uuid) = name.parse::<ServerUuid>() {
-        return match apis.cnapi.get_server(uuid).await {
-            Ok(s) => Ok((uuid, Some(s))),
-            Err(e) if e.is_not_found() => Ok((uuid, None)),
-            Err(e) => Err(api(format!("read server {uuid} from CNAPI"))(e)),
+        let filter = ServerListFilter {
+            uuids: vec![uuid],
+            extras,
+            ..Default::default()
         };
+        let found = apis
+            .cnapi
+            .list_servers(&filter)
+            .await
+            .map_err(api(format!("read server {uuid} from CNAPI")))?;
+        return Ok((uuid, found.into_iter().find(|s| s.uuid == uuid)));
     }
     let filter = ServerListFilter {
         hostname: Some(name.to_string()),
+        extras,
         ..Default::default()
     };
-    let found = apis
+    let mut found = apis
         .cnapi
         .list_servers(&filter)
         .await
         .map_err(api(format!("look up hostname {name:?} in CNAPI")))?;
-    match found.as_slice() {
-        [] => Err(CleanupError::UnknownServer {
+    match found.len() {
+        0 => Err(CleanupError::UnknownServer {
             name: name.to_string(),
         }),
-        [one] => {
-            let uuid = one.uuid;
-            let record = apis
-                .cnapi
-                .get_server(uuid)
-                .await
-                .map_err(api(format!("read server {uuid} from CNAPI")))?;
-            Ok((uuid, Some(record)))
+        1 => {
+            let record = found.remove(0);
+            Ok((record.uuid, Some(record)))
         }
-        many => Err(CleanupError::AmbiguousHostname {
+        _ => Err(CleanupError::AmbiguousHostname {
             hostname: name.to_string(),
-            uuids: many.iter().map(|s| s.uuid).collect(),
+            uuids: found.iter().map(|s| s.uuid).collect(),
         }),
     }
 }

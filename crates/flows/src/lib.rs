@@ -8,6 +8,8 @@
 //!   and (with `--live`) the servers' own reports, find drift, and with
 //!   `--fix` carry out the repairs through the orchestrator.
 //! - [`cleanup`]: `agentsadm server delete|factory-reset`.
+//! - [`selfupdate`]: `agentsadm self-update` (agentsadm's own copy on the
+//!   headnode, and the one new servers get).
 //! - Setup: [`usbkey`] (the USB key's per-component image directory and
 //!   its import into IMGAPI), [`headnode`] (`agentsadm adopt --local`),
 //!   [`setup_state`] (`/var/lib/setup.json`); the scripts that use them
@@ -18,5 +20,6 @@ pub mod cleanup;
 pub mod drift;
 pub mod headnode;
 pub mod repair;
+pub mod selfupdate;
 pub mod setup_state;
 pub mod usbkey;

@@ -37,6 +37,7 @@ use agentsadm_plan::ServiceChange;
 use agentsadm_types::catalog::Catalog;
 use agentsadm_types::ids::InstanceUuid;
 use agentsadm_types::ids::ServerUuid;
+use agentsadm_types::output::{plural, short};
 
 /// An instance an install replaces: deleted once the server reports the
 /// instance the install created.
@@ -223,14 +224,6 @@ fn step_line(st: &agentsadm_plan::Step) -> String {
             format!("- {} {}", st.component, installed.version)
         }
     }
-}
-
-fn plural(n: usize, one: &str, many: &str) -> String {
-    format!("{n} {}", if n == 1 { one } else { many })
-}
-
-fn short(u: &impl ToString) -> String {
-    u.to_string().chars().take(8).collect()
 }
 
 fn sapi_line(r: &RecordChange) -> String {

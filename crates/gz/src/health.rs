@@ -7,6 +7,11 @@
 //! version. The same check answers `agentsadm gz health NAME`, which the
 //! orchestrator runs after cn-agent's install task (that task has no gate).
 //!
+//! The gate watches transitions, not just samples: once it has seen an
+//! instance online, any exit fails it, even one its restarter undid before
+//! the next look (SmartOS: a new contract or state time from `svcs -o
+//! state,nstate,ctid,stime`; the rooted platform: a recorded state change).
+//!
 //! Which instances should run: every instance the component's manifests
 //! define that was enabled before the change, or, for one the change
 //! creates, that its manifest enables. An instance the operator disabled
@@ -144,6 +149,13 @@ pub fn expected_instances(
 /// (maintenance, disabled, degraded, absent) fails at once; `offline`
 /// (waiting for dependencies) and transitional states fail only when the
 /// timeout runs out.
+///
+/// The gate watches transitions, not only samples: once it has seen an
+/// instance online, any exit fails it, whether a look finds it not online
+/// or online again in another run ([`ServiceHealth::run`]: on SmartOS a
+/// new contract, in the rooted platform a recorded state change). A
+/// service in maintenance for a fraction of every second, or one its
+/// restarter keeps restarting, no longer passes between two looks.
 pub async fn wait_healthy(
     platform: &dyn Platform,
     fmris: &[String],
@@ -154,6 +166,8 @@ pub async fn wait_healthy(
     }
     let started = tokio::time::Instant::now();
     let mut online_since: Option<tokio::time::Instant> = None;
+    // Each instance's run when the gate first saw it online.
+    let mut runs: BTreeMap<String, Option<String>> = BTreeMap::new();
     loop {
         let mut first_bad: Option<(String, Option<ServiceHealth>)> = None;
         for fmri in fmris {
@@ -166,7 +180,19 @@ pub async fn wait_healthy(
                 })?;
             let online = health
                 .as_ref()
-                .is_some_and(|h| h.state == ServiceState::Online);
+                .is_some_and(|h| h.state == ServiceState::Online && h.next_state.is_none());
+            match runs.get(fmri) {
+                Some(seen) => {
+                    let run = health.as_ref().and_then(|h| h.run.clone());
+                    if !online || (seen.is_some() && run != *seen) {
+                        return Err(GateError::Unhealthy(exited(fmri, seen.as_deref(), health)));
+                    }
+                }
+                None if online => {
+                    runs.insert(fmri.clone(), health.as_ref().and_then(|h| h.run.clone()));
+                }
+                None => {}
+            }
             if !online {
                 first_bad = Some((fmri.clone(), health));
                 break;
@@ -206,6 +232,33 @@ pub async fn wait_healthy(
             .map(|s| gate.min_healthy.saturating_sub(now - s))
             .unwrap_or(gate.poll);
         tokio::time::sleep(gate.poll.min(left_online).max(Duration::from_millis(1))).await;
+    }
+}
+
+/// An instance the gate had seen online left it (`seen`: its run then).
+fn exited(fmri: &str, seen: Option<&str>, health: Option<ServiceHealth>) -> Unhealthy {
+    let (state, run, why) = match health {
+        Some(h) => (h.state.to_string(), h.run, h.explanation),
+        None => ("absent".to_string(), None, None),
+    };
+    let runs = match (seen, run) {
+        (Some(a), Some(b)) if a != b => format!(" (run {a}, now {b})"),
+        _ => String::new(),
+    };
+    let mut explanation = if state == ServiceState::Online.as_str() {
+        format!("it left online and was restarted while the health gate watched it{runs}")
+    } else {
+        format!("it left online while the health gate watched it{runs}")
+    };
+    if let Some(why) = why {
+        explanation.push_str("; ");
+        explanation.push_str(&why);
+    }
+    Unhealthy {
+        fmri: fmri.to_string(),
+        state,
+        explanation: Some(explanation),
+        waited: None,
     }
 }
 
@@ -265,6 +318,7 @@ mod tests {
                 state: ServiceState::Maintenance,
                 reason: Some("Start method exited with $SMF_EXIT_ERR_FATAL.".into()),
             }],
+            flaps: Vec::new(),
         };
         let path = dir.path().join(SMF_FAULTS_FILE);
         std::fs::create_dir_all(path.parent().unwrap()).unwrap();

@@ -31,6 +31,8 @@
 //! - [`hooks`]: apm-compatible lifecycle hooks; [`package`]: `package.json`;
 //! - [`adopt`]: SAPI adoption; [`report`]: the Triton GZ's `server.agents`
 //!   report; [`step`]: the failure steps results name;
+//! - [`release`]: agentsadm's own image (`make release` packs it, the
+//!   `agentsadm` kind installs it);
 //!
 //! The operating system (SMF, sysinfo, the SDC config) is
 //! [`agentsadm_platform`]; the installer depends on it, never the reverse, and
@@ -81,6 +83,7 @@ pub mod layout;
 pub mod lock;
 pub mod package;
 pub mod paths;
+pub mod release;
 pub mod report;
 pub mod session;
 pub mod setup;

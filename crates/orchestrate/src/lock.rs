@@ -17,6 +17,8 @@
 //! longer exists, is broken automatically (with a warning). `--break-lock`
 //! breaks any lock (for when the holder is known to be dead elsewhere).
 
+use std::future::Future;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, SystemTime};
 
 use futures::future::BoxFuture;
@@ -86,9 +88,6 @@ pub enum LockError {
     },
     #[error("the orchestrator lock was taken over by {owner} while this run held it")]
     Lost { owner: String },
-    /// Only produced by fakes.
-    #[error("{message}")]
-    Injected { message: String },
 }
 
 impl LockError {
@@ -310,6 +309,60 @@ impl DcLock<'_> {
             _ => Ok(()),
         }
     }
+}
+
+/// Take the datacenter lock for `operation`, run `work` while refreshing
+/// the lock, then release it. Failing to refresh or release is a note: the
+/// work has started (or is done) and stopping it would leave it half done;
+/// a lock another process took sets `lost` (the executor then starts no new
+/// server).
+pub async fn hold<T>(
+    store: &dyn LockStore,
+    operation: &str,
+    options: &LockOptions,
+    lost: &AtomicBool,
+    note: impl Fn(&str),
+    work: impl Future<Output = T>,
+) -> Result<T, LockError> {
+    let owner = this_owner();
+    let mut dc_lock = acquire(store, &owner, operation, options).await?;
+    if let Some(old) = &dc_lock.broke {
+        note(&format!(
+            "warning: broke the orchestrator lock of {} ({:?}, last seen {})",
+            old.owner, old.operation, old.refreshed
+        ));
+    }
+    tokio::pin!(work);
+    let mut refresh = tokio::time::interval(options.refresh_every);
+    // The first tick is immediate; the lock was just written.
+    refresh.tick().await;
+    let result = loop {
+        tokio::select! {
+            r = &mut work => break r,
+            _ = refresh.tick() => match dc_lock.refresh().await {
+                Err(e @ LockError::Lost { .. }) => {
+                    if !lost.swap(true, Ordering::SeqCst) {
+                        note(&format!(
+                            "warning: {}; no new server will be started",
+                            agentsadm_types::error::error_chain(&e)
+                        ));
+                    }
+                }
+                Err(e) => note(&format!(
+                    "warning: {}",
+                    agentsadm_types::error::error_chain(&e)
+                )),
+                Ok(()) => {}
+            },
+        }
+    };
+    if let Err(e) = dc_lock.release().await {
+        note(&format!(
+            "warning: cannot release the orchestrator lock: {}",
+            agentsadm_types::error::error_chain(&e)
+        ));
+    }
+    Ok(result)
 }
 
 /// [`LockStore`] in the SAPI `sdc` application's metadata.

@@ -20,6 +20,7 @@ use super::outlier::duration_secs;
 use super::records::RecordOutcome;
 use super::transport::StepFailure;
 use super::transport::TaskRef;
+use agentsadm_api::remote::FailureStep;
 use agentsadm_plan::Plan;
 use agentsadm_plan::Step;
 use agentsadm_types::ids::ServerUuid;
@@ -105,7 +106,7 @@ pub trait Reporter: Send + Sync {
     fn event(&self, event: &ExecEvent<'_>);
 }
 
-pub use super::reporters::{LogReporter, RecordingReporter};
+pub use super::reporters::LogReporter;
 
 /// Ignores everything.
 #[derive(Clone, Copy, Debug, Default)]
@@ -198,7 +199,7 @@ pub enum FailureStage {
     Gz,
     /// `agentsadm gz` failed at one of its steps: `gz <step>` (`gz
     /// hook:postinstall`, `gz download`, ...).
-    GzStep { step: String },
+    GzStep { step: FailureStep },
     /// The health gate failed (the installer's, or `gz health` after
     /// cn-agent's task): `unhealthy`.
     Unhealthy,
@@ -229,7 +230,7 @@ impl FailureStage {
                 return Cow::Owned(format!("{task} task {id}"));
             }
             FailureStage::Task { task, id: None } => return Cow::Owned(format!("{task} task")),
-            FailureStage::GzStep { step } => return Cow::Owned(format!("gz {step}")),
+            FailureStage::GzStep { step } => return Cow::Owned(format!("gz {}", step.as_str())),
         })
     }
 }

@@ -470,10 +470,7 @@ impl<'a> Run<'a> {
         Ok(report)
     }
 
-    /// Take the datacenter lock, run `work` while refreshing the lock, then
-    /// release it. Failing to refresh or release is a note: the work has
-    /// started (or is done) and stopping it would leave it half done; a
-    /// lock another process took sets `lost` (no new server starts).
+    /// [`lock::hold`] under this run's operation and lock options.
     async fn hold<T>(
         &self,
         store: &SapiLockStore,
@@ -481,45 +478,7 @@ impl<'a> Run<'a> {
         note: impl Fn(&str),
         work: impl Future<Output = T>,
     ) -> Result<T, LockError> {
-        let owner = lock::this_owner();
-        let mut dc_lock = lock::acquire(store, &owner, &self.operation, &self.lock).await?;
-        if let Some(old) = &dc_lock.broke {
-            note(&format!(
-                "warning: broke the orchestrator lock of {} ({:?}, last seen {})",
-                old.owner, old.operation, old.refreshed
-            ));
-        }
-        tokio::pin!(work);
-        let mut refresh = tokio::time::interval(self.lock.refresh_every);
-        // The first tick is immediate; the lock was just written.
-        refresh.tick().await;
-        let result = loop {
-            tokio::select! {
-                r = &mut work => break r,
-                _ = refresh.tick() => match dc_lock.refresh().await {
-                    Err(e @ LockError::Lost { .. }) => {
-                        if !lost.swap(true, Ordering::SeqCst) {
-                            note(&format!(
-                                "warning: {}; no new server will be started",
-                                agentsadm_types::error::error_chain(&e)
-                            ));
-                        }
-                    }
-                    Err(e) => note(&format!(
-                        "warning: {}",
-                        agentsadm_types::error::error_chain(&e)
-                    )),
-                    Ok(()) => {}
-                },
-            }
-        };
-        if let Err(e) = dc_lock.release().await {
-            note(&format!(
-                "warning: cannot release the orchestrator lock: {}",
-                agentsadm_types::error::error_chain(&e)
-            ));
-        }
-        Ok(result)
+        lock::hold(store, &self.operation, &self.lock, lost, note, work).await
     }
 }
 

@@ -49,9 +49,6 @@ pub enum IntentWriteError {
         instance: InstanceUuid,
         recorded: ServiceUuid,
     },
-    /// Only produced by fakes.
-    #[error("{message}")]
-    Injected { message: String },
 }
 
 /// Applies a plan's SAPI changes.

@@ -46,6 +46,7 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use agentsadm_api::remote::FailureStep;
 use agentsadm_plan::HealthFlags;
 
 use futures::future::BoxFuture;
@@ -766,10 +767,10 @@ impl CnapiTransport {
         match parse_gz_result(&result.stdout) {
             Some(gz) => {
                 if let Some(err) = gz.error {
-                    let stage = match err.step.as_str() {
-                        "unhealthy" => FailureStage::Unhealthy,
-                        "expect-current" => FailureStage::Changed,
-                        _ => FailureStage::GzStep { step: err.step },
+                    let stage = match err.step {
+                        FailureStep::Unhealthy => FailureStage::Unhealthy,
+                        FailureStep::ExpectCurrent => FailureStage::Changed,
+                        step => FailureStage::GzStep { step },
                     };
                     return Err(StepFailure::new(stage, err.message));
                 }

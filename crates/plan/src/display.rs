@@ -22,7 +22,7 @@ use crate::HealthFlags;
 use crate::RecordChange;
 use crate::Rollout;
 use crate::SkipReason;
-use agentsadm_types::ids::ImageUuid;
+use agentsadm_types::output::{plural, short};
 
 /// A plan rendered for humans.
 pub struct PlanDisplay<'a> {
@@ -114,10 +114,6 @@ impl fmt::Display for Plan {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         self.display().fmt(f)
     }
-}
-
-fn short(uuid: &ImageUuid) -> String {
-    uuid.to_string()[..8].to_string()
 }
 
 fn image(i: &ImageRef) -> String {
@@ -361,10 +357,6 @@ pub fn record_line(r: &RecordChange) -> String {
                 .unwrap_or_default()
         ),
     }
-}
-
-fn plural(n: usize, one: &str, many: &str) -> String {
-    format!("{n} {}", if n == 1 { one } else { many })
 }
 
 fn list_hosts(hosts: &[&str], limit: usize) -> String {

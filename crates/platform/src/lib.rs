@@ -12,7 +12,8 @@
 //!   enabled state), so rollback of services can be observed.
 //! - [`mockcloud::Mockcloud`] is one server of a mockcloud tree: sysinfo
 //!   from `servers/<uuid>/sysinfo.json` and no SMF at all.
-//! - [`manifest`]: the service instances an SMF manifest defines.
+//! - [`manifest`]: the service instances an SMF manifest defines;
+//! - [`svcs`]: `svcs` output as the health gate reads it.
 //!
 //! Every method returns a future: the installer runs inside tokio tasks
 //! (thousands at once in the simulator), so commands are awaited and file
@@ -24,6 +25,7 @@ pub mod manifest;
 pub mod mockcloud;
 pub mod rooted;
 pub mod smartos;
+pub mod svcs;
 
 use std::fmt;
 use std::io;
@@ -105,6 +107,17 @@ pub struct ServiceHealth {
     pub state: ServiceState,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub explanation: Option<String>,
+    /// The state it is moving to (`svcs -o nstate`), when it is moving.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next_state: Option<ServiceState>,
+    /// The instance's current run, where the platform can tell: it
+    /// changes whenever the instance leaves its state, even if it is back
+    /// by the next look (SmartOS: its primary contract and the time it
+    /// entered its state; rooted: the count of its recorded state
+    /// changes). The health gate fails an instance whose run changes while
+    /// it is watched.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub run: Option<String>,
 }
 
 /// What the installer needs from sysinfo.
@@ -221,6 +234,8 @@ pub trait Platform: Send + Sync + fmt::Debug {
             Ok(self.smf_state(fmri).await?.map(|state| ServiceHealth {
                 state,
                 explanation: None,
+                next_state: None,
+                run: None,
             }))
         })
     }

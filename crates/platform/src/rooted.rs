@@ -13,6 +13,15 @@
 //! `maintenance`) with its reason, which [`Platform::smf_health`] reports
 //! as `svcs -x` would. A fault can be limited to one build: it applies
 //! only while a file (the component's `image_uuid`) holds a given text.
+//!
+//! Every state change of an instance is recorded (in this process, not in
+//! the state file, which tests compare as the server's content), and
+//! [`Platform::smf_health`] reports their count as the instance's run: a
+//! service that left `online` and came back between two looks of the
+//! health gate has a new run. A flapping service is modelled by a flap in
+//! the faults file ([`SmfFlap`]): started, it runs, but exits every
+//! period and its restarter brings it back after a while (or at once),
+//! each exit and return a recorded change.
 
 use std::collections::BTreeMap;
 use std::fs::{self, OpenOptions};
@@ -84,12 +93,39 @@ pub struct SmfFault {
     pub reason: Option<String>,
 }
 
+/// A service that keeps exiting (module docs): from the moment it is
+/// started it runs `period_ms`, exits, and is in `state` for `down_ms`
+/// before its restarter brings it back online (0: at once), again and
+/// again.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SmfFlap {
+    pub fmri: String,
+    pub period_ms: u64,
+    #[serde(default)]
+    pub down_ms: u64,
+    /// Its state while down (`maintenance`, `offline`).
+    pub state: ServiceState,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+}
+
 /// The faults file.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct SmfFaults {
     #[serde(default)]
     pub faults: Vec<SmfFault>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub flaps: Vec<SmfFlap>,
+}
+
+/// What this process recorded of one instance's state changes.
+#[derive(Clone, Copy, Debug, Default)]
+struct Changes {
+    count: u64,
+    /// When it was last started (a flap counts from there).
+    started: Option<std::time::Instant>,
 }
 
 /// The rooted SMF state file.
@@ -108,6 +144,8 @@ pub struct Rooted {
     smf: Arc<Mutex<()>>,
     /// Faults besides the file's (the simulator's).
     faults: Arc<Vec<SmfFault>>,
+    /// Every state change of each instance, as this process made it.
+    changes: Arc<Mutex<BTreeMap<String, Changes>>>,
 }
 
 impl Rooted {
@@ -121,24 +159,38 @@ impl Rooted {
             root: root.into(),
             smf: Arc::new(Mutex::new(())),
             faults: Arc::new(faults),
+            changes: Arc::default(),
+        }
+    }
+
+    /// The faults file (empty when absent). Blocking.
+    fn faults_file(&self) -> Result<SmfFaults, PlatformError> {
+        let path = self.root.join(SMF_FAULTS_FILE);
+        match fs::read(&path) {
+            Ok(bytes) => {
+                serde_json::from_slice::<SmfFaults>(&bytes).map_err(|e| PlatformError::Invalid {
+                    path: path.clone(),
+                    reason: e.to_string(),
+                })
+            }
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(SmfFaults::default()),
+            Err(err) => Err(PlatformError::Read { path, err }),
+        }
+    }
+
+    /// Record a state change of `fmri` (`started`: it was (re)started).
+    fn record_change(&self, fmri: &str, started: bool) {
+        let mut all = self.changes.lock().unwrap_or_else(|p| p.into_inner());
+        let c = all.entry(fmri.to_string()).or_default();
+        c.count += 1;
+        if started {
+            c.started = Some(std::time::Instant::now());
         }
     }
 
     /// The fault that applies to `fmri` now, if any. Blocking.
     fn fault_for(&self, fmri: &str) -> Result<Option<SmfFault>, PlatformError> {
-        let path = self.root.join(SMF_FAULTS_FILE);
-        let from_file = match fs::read(&path) {
-            Ok(bytes) => {
-                serde_json::from_slice::<SmfFaults>(&bytes)
-                    .map_err(|e| PlatformError::Invalid {
-                        path: path.clone(),
-                        reason: e.to_string(),
-                    })?
-                    .faults
-            }
-            Err(e) if e.kind() == io::ErrorKind::NotFound => Vec::new(),
-            Err(err) => return Err(PlatformError::Read { path, err }),
-        };
+        let from_file = self.faults_file()?.faults;
         Ok(from_file
             .into_iter()
             .chain(self.faults.iter().cloned())
@@ -155,6 +207,7 @@ impl Rooted {
 
     /// An enabled instance starts: online, or what a fault says.
     fn start(&self, fmri: &str, service: &mut RootedService) -> Result<(), PlatformError> {
+        self.record_change(fmri, true);
         match self.fault_for(fmri)? {
             Some(f) => {
                 service.state = f.state;
@@ -259,6 +312,10 @@ impl Rooted {
     fn delete(&self, fmri: &str) -> Result<(), PlatformError> {
         // `svccfg delete` of a service removes all its instances.
         let service = fmri_service(fmri);
+        self.changes
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .retain(|k, _| k != fmri && fmri_service(k) != service);
         self.update(|state| {
             state
                 .services
@@ -272,6 +329,9 @@ impl Rooted {
         self.update(|state| match state.services.get_mut(fmri) {
             Some(s) if to == ServiceState::Online => self.start(fmri, s),
             Some(s) => {
+                if s.state != to {
+                    self.record_change(fmri, false);
+                }
                 s.state = to;
                 s.reason = None;
                 Ok(())
@@ -290,15 +350,55 @@ impl Rooted {
 
     fn health(&self, fmri: &str) -> Result<Option<ServiceHealth>, PlatformError> {
         let _guard = self.smf.lock().unwrap_or_else(|p| p.into_inner());
-        Ok(self
-            .read_state()?
-            .services
-            .get(fmri)
-            .map(|s| ServiceHealth {
-                state: s.state.clone(),
-                explanation: s.reason.clone(),
-            }))
+        let Some(s) = self.read_state()?.services.remove(fmri) else {
+            return Ok(None);
+        };
+        let changes = {
+            let all = self.changes.lock().unwrap_or_else(|p| p.into_inner());
+            all.get(fmri).copied().unwrap_or_default()
+        };
+        let mut health = ServiceHealth {
+            state: s.state,
+            explanation: s.reason,
+            next_state: None,
+            run: Some(changes.count.to_string()),
+        };
+        let flap = self
+            .faults_file()?
+            .flaps
+            .into_iter()
+            .find(|f| f.fmri == fmri);
+        if let (Some(flap), Some(started), ServiceState::Online) =
+            (flap, changes.started, &health.state)
+        {
+            let (count, down) = flapped(&flap, started.elapsed());
+            health.run = Some((changes.count + count).to_string());
+            if down {
+                health.state = flap.state;
+                health.explanation = flap.reason.or_else(|| {
+                    Some(format!(
+                        "svc:{fmri} exited (injected flap from {SMF_FAULTS_FILE})"
+                    ))
+                });
+            }
+        }
+        Ok(Some(health))
     }
+}
+
+/// A flapping service `elapsed` after it started: how many state changes
+/// its exits and returns made, and whether it is down now.
+fn flapped(flap: &SmfFlap, elapsed: std::time::Duration) -> (u64, bool) {
+    let period = flap.period_ms.max(1) as u128;
+    let down = (flap.down_ms as u128).min(period - 1);
+    let ms = elapsed.as_millis();
+    let exits = ms / period;
+    // Each exit leaves online; each completed downtime comes back. An
+    // exit whose downtime has not ended yet is down now.
+    let phase = ms % period;
+    let down_now = exits > 0 && phase < down;
+    let changes = if down_now { 2 * exits - 1 } else { 2 * exits };
+    (changes as u64, down_now)
 }
 
 /// A temporary file next to `path`, fsynced, renamed over it, and the
@@ -410,6 +510,49 @@ mod tests {
         p.smf_delete(fmri).await.unwrap();
         assert_eq!(p.smf_state(fmri).await.unwrap(), None);
         assert!(p.smf_enable(fmri).await.is_err());
+    }
+
+    #[test]
+    fn flaps_count_every_exit_and_return() {
+        let flap = SmfFlap {
+            fmri: "svc:/x:default".into(),
+            period_ms: 1000,
+            down_ms: 200,
+            state: ServiceState::Maintenance,
+            reason: None,
+        };
+        let at = |ms| flapped(&flap, std::time::Duration::from_millis(ms));
+        assert_eq!(at(0), (0, false));
+        assert_eq!(at(999), (0, false));
+        assert_eq!(at(1000), (1, true));
+        assert_eq!(at(1199), (1, true));
+        assert_eq!(at(1200), (2, false));
+        assert_eq!(at(2100), (3, true));
+        let restarts = SmfFlap {
+            down_ms: 0,
+            ..flap.clone()
+        };
+        assert_eq!(
+            flapped(&restarts, std::time::Duration::from_millis(2500)),
+            (4, false)
+        );
+    }
+
+    #[tokio::test]
+    async fn every_state_change_moves_the_run() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = Rooted::new(dir.path());
+        let m = dir.path().join("m.xml");
+        fs::write(&m, MANIFEST).unwrap();
+        p.smf_import(&m).await.unwrap();
+        let fmri = "svc:/smartdc/agent/vm-agent:default";
+        let run = |h: Option<ServiceHealth>| h.unwrap().run.unwrap();
+        let first = run(p.smf_health(fmri).await.unwrap());
+        assert_eq!(first, run(p.smf_health(fmri).await.unwrap()));
+        p.smf_restart(fmri).await.unwrap();
+        let after = p.smf_health(fmri).await.unwrap().unwrap();
+        assert_eq!(after.state, ServiceState::Online);
+        assert_ne!(after.run.unwrap(), first);
     }
 
     #[test]

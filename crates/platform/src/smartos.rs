@@ -95,14 +95,9 @@ impl Platform for SmartOs {
     fn sysinfo(&self) -> PlatformFuture<'_, Sysinfo> {
         Box::pin(async {
             let out = run_ok(SYSINFO, &[]).await?;
-            let v: serde_json::Value =
-                serde_json::from_slice(&out.stdout).map_err(|e| PlatformError::Invalid {
-                    path: PathBuf::from(SYSINFO),
-                    reason: e.to_string(),
-                })?;
-            Sysinfo::from_json(&v).ok_or_else(|| PlatformError::Invalid {
+            parse_sysinfo(&out.stdout).map_err(|reason| PlatformError::Invalid {
                 path: PathBuf::from(SYSINFO),
-                reason: "no UUID in sysinfo output".to_string(),
+                reason,
             })
         })
     }
@@ -156,10 +151,7 @@ impl Platform for SmartOs {
             let ps = run_ok("/usr/bin/ps", &["-o", "ctid=", "-p", &pid])
                 .await
                 .ok()?;
-            let ctid = String::from_utf8_lossy(&ps.stdout).trim().to_string();
-            if ctid.is_empty() || !ctid.bytes().all(|b| b.is_ascii_digit()) {
-                return None;
-            }
+            let ctid = parse_ctid(&String::from_utf8_lossy(&ps.stdout))?.to_string();
             let ct = run_ok("/usr/bin/ctstat", &["-v", "-i", &ctid]).await.ok()?;
             contract_service(&String::from_utf8_lossy(&ct.stdout))
         })
@@ -179,9 +171,18 @@ impl Platform for SmartOs {
 
     fn smf_health<'a>(&'a self, fmri: &'a str) -> PlatformFuture<'a, Option<ServiceHealth>> {
         Box::pin(async move {
-            let Some(state) = self.smf_state(fmri).await? else {
+            let mut args = super::svcs::HEALTH_ARGS.to_vec();
+            args.push(fmri);
+            let out = run(SVCS, &args).await?;
+            if !out.status.success() {
                 return Ok(None);
-            };
+            }
+            let text = String::from_utf8_lossy(&out.stdout);
+            let line = super::svcs::parse_health(&text).ok_or_else(|| PlatformError::Invalid {
+                path: PathBuf::from(SVCS),
+                reason: format!("unexpected output for {fmri}: {}", text.trim()),
+            })?;
+            let state = line.state.clone();
             let explanation = if state == ServiceState::Online {
                 None
             } else {
@@ -193,7 +194,12 @@ impl Platform for SmartOs {
                     .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
                     .filter(|t| !t.is_empty())
             };
-            Ok(Some(ServiceHealth { state, explanation }))
+            Ok(Some(ServiceHealth {
+                run: Some(line.run()),
+                next_state: line.next_state,
+                state,
+                explanation,
+            }))
         })
     }
 
@@ -248,9 +254,26 @@ impl Platform for SmartOs {
     }
 }
 
+/// The output of `/usr/bin/sysinfo` (JSON) as the installer reads it, or
+/// why it cannot be.
+pub fn parse_sysinfo(stdout: &[u8]) -> Result<Sysinfo, String> {
+    let v: serde_json::Value = serde_json::from_slice(stdout).map_err(|e| e.to_string())?;
+    Sysinfo::from_json(&v).ok_or_else(|| "no UUID in sysinfo output".to_string())
+}
+
+/// The contract ID `ps -o ctid= -p PID` prints (`-` or nothing for a
+/// process outside any contract).
+pub fn parse_ctid(ps: &str) -> Option<u64> {
+    let ctid = ps.trim();
+    if ctid.is_empty() || !ctid.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    ctid.parse().ok()
+}
+
 /// The `service fmri:` of `ctstat -v` output (a process contract started by
 /// SMF names its service instance there).
-fn contract_service(ctstat: &str) -> Option<String> {
+pub fn contract_service(ctstat: &str) -> Option<String> {
     ctstat.lines().find_map(|l| {
         let (key, value) = l.trim().split_once(':')?;
         (key.trim() == "service fmri")

@@ -40,6 +40,9 @@ use agentsadm_plan::ServiceChange;
 use agentsadm_plan::Step;
 use agentsadm_plan::intent::Intent;
 use agentsadm_plan::reality::Reality;
+use agentsadm_plan::{
+    Plan, PlanOptions, PlanningInput, Request, ResolvedImages, RolloutPolicy, TransportMode,
+};
 use agentsadm_types::ids::InstanceUuid;
 use agentsadm_types::ids::ServerUuid;
 use agentsadm_types::ids::TaskId;
@@ -105,6 +108,26 @@ impl FakeDc {
     pub fn snapshot(&self) -> (Intent, Reality) {
         let dc = self.dc();
         (dc.intent(), dc.reality())
+    }
+
+    /// The plan for `request` on what the fake datacenter holds now, with
+    /// `rollout` (concurrency, canary, budget) decided in it.
+    pub fn plan(&self, request: &Request, images: &ResolvedImages, rollout: RolloutPolicy) -> Plan {
+        let (intent, reality) = self.snapshot();
+        let catalog = self.dc().catalog.clone();
+        agentsadm_plan::plan(&PlanningInput {
+            catalog: &catalog,
+            intent: &intent,
+            reality: &reality,
+            request,
+            options: PlanOptions {
+                transport: TransportMode::Auto,
+                rollout,
+            },
+            images,
+            durations: None,
+        })
+        .expect("the fake datacenter's request plans")
     }
 
     /// Every (server, component) a step completed for, in completion order.
@@ -205,10 +228,7 @@ impl FakeDc {
         reported: Option<InstanceUuid>,
     ) -> Result<(), IntentWriteError> {
         if self.faults().sapi_fail.contains(&server) {
-            return Err(IntentWriteError::Injected {
-                message: "SAPI PUT /instances returned HTTP 503: ServiceUnavailableError"
-                    .to_string(),
-            });
+            return Err(sapi_unavailable("update instance"));
         }
         let mut dc = self.dc();
         match change {
@@ -333,5 +353,20 @@ fn agent_install_failure() -> FailureStage {
     FailureStage::Task {
         task: "agent_install".to_string(),
         id: None,
+    }
+}
+
+/// A SAPI write refused as a SAPI that is down refuses it (HTTP 503), for
+/// fakes that fail writes: the product's own error, not a fake-only one.
+pub fn sapi_unavailable(what: &str) -> IntentWriteError {
+    IntentWriteError::Api {
+        what: what.to_string(),
+        err: Box::new(agentsadm_api::ApiError::Status {
+            api: agentsadm_api::Api::Sapi,
+            method: reqwest::Method::PUT,
+            path: "/instances".to_string(),
+            status: 503,
+            body: agentsadm_api::ErrorBody::new("ServiceUnavailableError", "SAPI is unavailable"),
+        }),
     }
 }

@@ -93,6 +93,7 @@ mod imgapi;
 mod params;
 mod persist;
 pub mod publish;
+pub mod recording;
 mod sapi;
 pub mod seed;
 pub mod standin;

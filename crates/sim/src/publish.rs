@@ -58,8 +58,9 @@ impl BuildOptions {
 
 /// The image spec for a component with these options, its version in the
 /// real `<semver>-<branch>-<stamp>-g<sha>` form (sha from the UUID). A
-/// cn-agent image's semver is on cn-agent's 2.x line
-/// ([`crate::seed::release_version`]), as the seeded ones are.
+/// cn-agent semver below 2.0.0 moves onto cn-agent's 2.x line, as the
+/// seeded ones do; one already there is kept
+/// ([`crate::seed::release_version`]).
 pub fn image_spec(c: &Component, opts: &BuildOptions) -> ImageSpec {
     let semver = crate::seed::release_version(&c.name, &opts.semver);
     let mut spec = ImageSpec::for_component(c, &semver);

@@ -78,21 +78,24 @@ pub struct SeedReport {
 }
 
 /// The version a component's image gets for the simulator's `semver`:
-/// the same, except cn-agent's, which are on cn-agent's real 2.x line
-/// (major + 1, minor + 8: 1.0.0 is 2.8.0, 1.1.0 is 2.9.0), keeping their
-/// order.
+/// the same, except cn-agent's below 2.0.0 (the simulator's own 1.x line),
+/// which move onto cn-agent's real 2.x line (major + 1, minor + 8: 1.0.0 is
+/// 2.8.0, 1.1.0 is 2.9.0), keeping their order. A cn-agent version already
+/// on the real line (2.15.0, or a 2.7.0 below CNAPI's uninstall floor) is
+/// taken as asked: `sim publish --version 2.15.0 cn-agent` publishes 2.15.0,
+/// not 3.23.0.
 pub fn release_version(component: &str, semver: &str) -> String {
     if component != "cn-agent" {
         return semver.to_string();
     }
     match semver::Version::parse(semver) {
-        Ok(v) => semver::Version {
+        Ok(v) if v.major < 2 => semver::Version {
             major: v.major + 1,
             minor: v.minor + 8,
             ..v
         }
         .to_string(),
-        Err(_) => semver.to_string(),
+        _ => semver.to_string(),
     }
 }
 
@@ -389,4 +392,24 @@ pub(crate) fn populate(core: &DcCore, spec: &SeedSpec) -> Result<SeedReport, Sim
     *core.seed_report.lock().unwrap_or_else(|e| e.into_inner()) = Some(report.clone());
     core.touch();
     Ok(report)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::release_version;
+
+    #[test]
+    fn cn_agent_release_line() {
+        // The simulator's 1.x line moves onto cn-agent's 2.x line, in order.
+        assert_eq!(release_version("cn-agent", "1.0.0"), "2.8.0");
+        assert_eq!(release_version("cn-agent", "1.1.0"), "2.9.0");
+        // A version already on the real line is published as asked
+        // (harnesses ask for 2.15.0, or 2.7.0 below the uninstall floor).
+        assert_eq!(release_version("cn-agent", "2.15.0"), "2.15.0");
+        assert_eq!(release_version("cn-agent", "2.7.0"), "2.7.0");
+        assert_eq!(release_version("cn-agent", "3.1.4"), "3.1.4");
+        // Other components keep theirs.
+        assert_eq!(release_version("vm-agent", "1.0.0"), "1.0.0");
+        assert_eq!(release_version("cn-agent", "not-semver"), "not-semver");
+    }
 }

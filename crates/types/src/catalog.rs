@@ -23,6 +23,9 @@ pub enum ComponentKind {
     Dockerlogger,
     /// sdcadm under `/opt/smartdc/sdcadm` (headnode only).
     Sdcadm,
+    /// agentsadm itself under `/opt/smartdc/agentsadm` (every server): the
+    /// binary the orchestrator runs there through CNAPI execute.
+    Agentsadm,
 }
 
 impl ComponentKind {
@@ -32,6 +35,7 @@ impl ComponentKind {
             ComponentKind::GzTools => "gz-tools",
             ComponentKind::Dockerlogger => "dockerlogger",
             ComponentKind::Sdcadm => "sdcadm",
+            ComponentKind::Agentsadm => "agentsadm",
         }
     }
 }
@@ -99,6 +103,12 @@ pub struct Component {
     /// SMF services the component delivers, for status and rollback.
     #[serde(default)]
     pub smf_services: Vec<String>,
+    /// Files of its package (relative to the package directory, e.g.
+    /// `bin/helper`) that may keep a setuid or setgid bit from the image;
+    /// every other file loses both when unpacked. No component needs one
+    /// today.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub setid_files: Vec<String>,
 }
 
 impl Component {
@@ -273,14 +283,17 @@ mod tests {
     #[test]
     fn builtin_catalog_loads_and_orders() {
         let cat = Catalog::builtin();
-        assert_eq!(cat.len(), 16);
+        assert_eq!(cat.len(), 17);
         let hn: Vec<&str> = cat
             .default_set(true)
             .iter()
             .map(|c| c.name.as_str())
             .collect();
         assert_eq!(hn.first(), Some(&"agents_core"));
-        assert_eq!(hn.get(1), Some(&"config-agent"));
+        // agentsadm right after the layout everything installs into: the
+        // other components' steps run through it.
+        assert_eq!(hn.get(1), Some(&"agentsadm"));
+        assert_eq!(hn.get(2), Some(&"config-agent"));
         assert_eq!(hn.last(), Some(&"cn-agent"));
         assert!(hn.contains(&"sdcadm"));
         let cn: Vec<&str> = cat
@@ -289,6 +302,8 @@ mod tests {
             .map(|c| c.name.as_str())
             .collect();
         assert!(!cn.contains(&"sdcadm"));
+        assert!(cn.contains(&"agentsadm"));
+        assert_eq!(cat.get("agentsadm").unwrap().kind, ComponentKind::Agentsadm);
         assert!(!cn.contains(&"marlin-agent"));
         assert!(!cat.get("marlin-agent").unwrap().bulk_update);
         assert_eq!(cat.get("marlin").unwrap().name, "marlin-agent");

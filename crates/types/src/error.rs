@@ -9,16 +9,42 @@
 /// follow.
 pub fn error_chain(err: &dyn std::error::Error) -> String {
     let mut line = err.to_string();
-    let mut cause = err.source();
+    push_causes(&mut line, err.source(), |_| false);
+    line
+}
+
+/// [`error_chain`], stopping after the first error for which `last` holds
+/// (the command line stops at a connection failure, which names the URL:
+/// what the HTTP client says below it is noise to an operator).
+pub fn error_chain_until(
+    err: &(dyn std::error::Error + 'static),
+    last: impl Fn(&(dyn std::error::Error + 'static)) -> bool,
+) -> String {
+    let mut line = err.to_string();
+    if !last(err) {
+        push_causes(&mut line, err.source(), last);
+    }
+    line
+}
+
+/// Append `cause` and its sources to `line`, each once, up to the first
+/// for which `last` holds.
+fn push_causes(
+    line: &mut String,
+    mut cause: Option<&(dyn std::error::Error + 'static)>,
+    last: impl Fn(&(dyn std::error::Error + 'static)) -> bool,
+) {
     while let Some(e) = cause {
         let text = e.to_string();
         if !line.contains(&text) {
             line.push_str(": ");
             line.push_str(&text);
         }
+        if last(e) {
+            return;
+        }
         cause = e.source();
     }
-    line
 }
 
 #[cfg(test)]

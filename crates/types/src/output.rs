@@ -167,6 +167,17 @@ pub fn table_with(
     }
 }
 
+/// A UUID as plans, findings and tables show it: its first 8 characters
+/// (what `COMPONENT@PREFIX` and `--image PREFIX` accept back).
+pub fn short(u: &impl ToString) -> String {
+    short_uuid(u, 8)
+}
+
+/// A count and its noun: `1 server`, `2 servers`.
+pub fn plural(n: usize, one: &str, many: &str) -> String {
+    format!("{n} {}", if n == 1 { one } else { many })
+}
+
 /// The first `n` characters of a UUID, as tables show them.
 pub fn short_uuid(u: &impl ToString, n: usize) -> String {
     u.to_string().chars().take(n).collect()

@@ -20,6 +20,7 @@ use agentsadm_types::ids::InstanceUuid;
 use agentsadm_types::ids::ServerUuid;
 use agentsadm_types::output::Output;
 use agentsadm_types::output::TableOptions;
+use agentsadm_types::output::short;
 use agentsadm_types::output::table;
 use agentsadm_types::output::table_with;
 
@@ -170,10 +171,6 @@ pub fn list_summary(rows: &[ListRow]) -> Vec<ListSummaryRow> {
         *g.states.entry(r.state).or_default() += 1;
     }
     groups.into_values().collect()
-}
-
-fn short(u: &impl ToString) -> String {
-    u.to_string().chars().take(8).collect()
 }
 
 pub async fn run_list(g: &GlobalOpts, a: ListArgs) -> CmdResult {

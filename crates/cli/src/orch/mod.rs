@@ -254,7 +254,7 @@ fn exit(code: u8) -> ExitCode {
 /// for one, or always (`latest`: `--latest` looks nowhere else). Without
 /// `--channel`, the channel is the `sdc` application's `update_channel`
 /// (as sdcadm does); with neither, the updates server's default channel.
-async fn updates_client(
+pub(crate) async fn updates_client(
     apis: &Apis,
     source: &ChannelArgs,
     latest: bool,

@@ -18,6 +18,7 @@ use agentsadm_plan::reality::ServerState;
 use agentsadm_types::ids::ServiceUuid;
 
 use super::DriftInput;
+use agentsadm_types::output::short;
 
 /// What kind of drift a finding is. The kebab-case names are the stable
 /// `kind` field of `agentsadm check --json`.
@@ -252,10 +253,6 @@ pub(super) fn finding(
         fix,
         informational: kind.is_informational(),
     }
-}
-
-pub(super) fn short(u: &impl ToString) -> String {
-    u.to_string().chars().take(8).collect()
 }
 
 pub(super) fn image_label(i: &ImageRef) -> String {

@@ -5,6 +5,7 @@ use std::fmt::Write as _;
 use super::counts;
 use super::finding::Finding;
 use agentsadm_types::ids::ServerUuid;
+use agentsadm_types::output::plural;
 
 /// The findings as operators read them: grouped by server, one line per
 /// finding and one for its fix, then a summary line.
@@ -60,8 +61,4 @@ pub fn render(findings: &[Finding], servers_checked: usize) -> String {
         by_kind.join(", ")
     );
     out
-}
-
-fn plural(n: usize, one: &str, many: &str) -> String {
-    format!("{n} {}", if n == 1 { one } else { many })
 }

@@ -266,7 +266,7 @@ impl FetchError {
     }
 
     /// The step this failure belongs to, for results.
-    pub fn step(&self) -> &'static str {
+    pub fn step(&self) -> crate::step::Step {
         match self {
             FetchError::NoImgapi { .. }
             | FetchError::NotFound { .. }
@@ -283,18 +283,18 @@ impl FetchError {
             | FetchError::WrongType { .. }
             | FetchError::UnknownComponent { .. }
             | FetchError::NoFile { .. }
-            | FetchError::UnsupportedCompression { .. } => "resolve",
+            | FetchError::UnsupportedCompression { .. } => crate::step::Step::Resolve,
             FetchError::Transfer { .. }
             | FetchError::Stalled { .. }
             | FetchError::TooSlow { .. }
             | FetchError::Deadline { .. }
             | FetchError::NoSpace { .. }
-            | FetchError::FileRequest { .. } => "download",
+            | FetchError::FileRequest { .. } => crate::step::Step::Download,
             FetchError::SizeMismatch { .. }
             | FetchError::Truncated { .. }
             | FetchError::Sha1Mismatch { .. }
-            | FetchError::Md5Mismatch { .. } => "verify",
-            FetchError::Io { .. } | FetchError::Unpack { .. } => "unpack",
+            | FetchError::Md5Mismatch { .. } => crate::step::Step::Verify,
+            FetchError::Io { .. } | FetchError::Unpack { .. } => crate::step::Step::Unpack,
         }
     }
 }

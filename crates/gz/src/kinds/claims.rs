@@ -48,10 +48,13 @@ pub enum ClaimError {
         owner: String,
     },
     #[error(
-        "the {component} package declares the SMF service {service}, outside {component}'s services ({allowed}); use an image built for {component}"
+        "the {component} package{} declares the SMF service {service}, outside {component}'s services ({allowed}); use an image built for {component}",
+        file.as_deref().map(|f| format!("'s SMF manifest {f}")).unwrap_or_default()
     )]
     OutsideNamespace {
         component: String,
+        /// The manifest that declares it, when one file is checked.
+        file: Option<String>,
         service: String,
         allowed: String,
     },
@@ -61,6 +64,20 @@ pub enum ClaimError {
         file: String,
         #[source]
         err: PlatformError,
+    },
+    #[error(
+        "the {component} package's SMF manifest {file} is not a regular file (a link, or a directory); use an image built for {component}"
+    )]
+    NotAFile { component: String, file: String },
+    #[error(
+        "the {component} package's postinstall wrote {file}, {}; a manifest of {component} is named {package}.xml or {package}-*.xml in that directory, whose manifests are imported at every boot; use an image built for {component}",
+        match owner { Some(o) => format!("which is {o}'s"), None => "which belongs to no component".to_string() }
+    )]
+    ForeignFile {
+        component: String,
+        package: String,
+        file: String,
+        owner: Option<String>,
     },
 }
 
@@ -91,6 +108,63 @@ pub fn namespace_owner<'a>(catalog: &'a Catalog, service: &str) -> Option<&'a Co
         }
     }
     best.map(|(_, c)| c)
+}
+
+/// The component a manifest file in apm's SMF directory belongs to, by
+/// its name: `<pkg>.xml` or `<pkg>-<anything>.xml` for a component's
+/// package (or component) name, the longest such name winning, as for
+/// services (`cn-agent-update.xml` is cn-agent's).
+pub fn manifest_file_owner<'a>(catalog: &'a Catalog, file_name: &str) -> Option<&'a Component> {
+    let stem = file_name.strip_suffix(".xml")?;
+    let mut best: Option<(usize, &Component)> = None;
+    for c in catalog.iter() {
+        for own in [c.package_name(), c.name.as_str()] {
+            if named_after(stem, own) && best.is_none_or(|(len, _)| own.len() > len) {
+                best = Some((own.len(), c));
+            }
+        }
+    }
+    best.map(|(_, c)| c)
+}
+
+/// Whether a manifest file stem is `name` or `name-<something>`.
+pub fn named_after(stem: &str, name: &str) -> bool {
+    !name.is_empty()
+        && (stem == name
+            || stem
+                .strip_prefix(name)
+                .is_some_and(|rest| rest.len() > 1 && rest.starts_with('-')))
+}
+
+/// Check one manifest that is about to be imported for `component`: a
+/// regular file (never a link to another's), whose every service is in
+/// `component`'s namespace and claimed by no other installed component.
+/// Blocking (reads the file).
+pub fn check_manifest(
+    catalog: &Catalog,
+    component: &Component,
+    file: &std::path::Path,
+    shown: &str,
+    others: Option<&BTreeMap<String, Claims>>,
+) -> Result<(), ClaimError> {
+    let regular = std::fs::symlink_metadata(file).is_ok_and(|m| m.file_type().is_file());
+    if !regular {
+        return Err(ClaimError::NotAFile {
+            component: component.name.clone(),
+            file: shown.to_string(),
+        });
+    }
+    let services = read_manifest_services(file).map_err(|err| ClaimError::Manifest {
+        component: component.name.clone(),
+        file: shown.to_string(),
+        err,
+    })?;
+    let mine = Claims {
+        services: services.into_iter().collect(),
+        ..Claims::default()
+    };
+    check_services(catalog, component, &mine, Some(shown))?;
+    check_taken(component, &mine, others.unwrap_or(&BTreeMap::new()))
 }
 
 /// Whether `fmri` is in `component`'s namespace.
@@ -169,6 +243,17 @@ pub fn check_staged(
     others: &BTreeMap<String, Claims>,
 ) -> Result<(), ClaimError> {
     let mine = staged_claims(component, staged)?;
+    check_services(catalog, component, &mine, None)?;
+    check_taken(component, &mine, others)
+}
+
+/// Every service of `mine` is in `component`'s namespace.
+fn check_services(
+    catalog: &Catalog,
+    component: &Component,
+    mine: &Claims,
+    file: Option<&str>,
+) -> Result<(), ClaimError> {
     for service in &mine.services {
         if !in_namespace(catalog, component, service) {
             let allowed = component
@@ -178,6 +263,7 @@ pub fn check_staged(
                 .collect::<Vec<_>>();
             return Err(ClaimError::OutsideNamespace {
                 component: component.name.clone(),
+                file: file.map(str::to_string),
                 service: service.clone(),
                 allowed: if allowed.is_empty() {
                     "it has none".to_string()
@@ -187,6 +273,15 @@ pub fn check_staged(
             });
         }
     }
+    Ok(())
+}
+
+/// No name of `mine` is another installed component's.
+fn check_taken(
+    component: &Component,
+    mine: &Claims,
+    others: &BTreeMap<String, Claims>,
+) -> Result<(), ClaimError> {
     let taken = |what: &'static str, name: &String, owner: &String| ClaimError::Taken {
         component: component.name.clone(),
         what,

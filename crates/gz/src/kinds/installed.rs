@@ -48,11 +48,14 @@ pub fn current(paths: &GzPaths, component: &Component) -> Result<Option<Footprin
                         .collect()
                 })
                 .unwrap_or_default();
-            let smf_manifests = template_outputs(&dir)
+            let mut smf_manifests: Vec<String> = template_outputs(&dir)
                 .unwrap_or_default()
                 .into_iter()
                 .map(|(_, o)| o)
                 .collect();
+            smf_manifests.extend(named_manifests(paths, component));
+            smf_manifests.sort();
+            smf_manifests.dedup();
             Ok(Some(Footprint {
                 image_uuid: image,
                 version: package.map(|p| p.version).unwrap_or_default(),
@@ -125,10 +128,77 @@ pub fn current(paths: &GzPaths, component: &Component) -> Result<Option<Footprin
                     let bin = paths.at("opt/smartdc/docker/bin/dockerlogger");
                     Ok(bin.exists().then(Footprint::default))
                 }
+                ComponentKind::Agentsadm => Ok(unrecorded_agentsadm(paths)),
                 ComponentKind::ApmAgent => Ok(None),
             }
         }
     }
+}
+
+/// The manifests in apm's SMF directory named after `component`
+/// (`<pkg>.xml`, `<pkg>-*.xml`): the ones its postinstall wrote beyond its
+/// templates are its own too, imported with it and removed with it
+/// ([`super::claims::manifest_file_owner`]; a removal still leaves what
+/// another installed component claims).
+fn named_manifests(paths: &GzPaths, component: &Component) -> Vec<String> {
+    let Ok(rd) = fs::read_dir(paths.smf_dir()) else {
+        return Vec::new();
+    };
+    let mut out: Vec<String> = rd
+        .flatten()
+        .filter_map(|e| {
+            let name = e.file_name().to_string_lossy().into_owned();
+            let stem = name.strip_suffix(".xml")?;
+            let ours = super::claims::named_after(stem, component.package_name())
+                || super::claims::named_after(stem, &component.name);
+            ours.then(|| paths.rel(&e.path()))
+        })
+        .collect();
+    out.sort();
+    out
+}
+
+/// agentsadm installed without a record: the binary CN setup
+/// (`installer/agentsetup.sh`) fetched alone, or a copy put there by hand.
+/// Its files are what the directory holds; its image and version are the
+/// ones its `image_uuid` and `package.json` name, when it has them (a
+/// release tarball unpacked there by hand), else unknown (an upgrade
+/// replaces it all the same).
+fn unrecorded_agentsadm(paths: &GzPaths) -> Option<Footprint> {
+    let dir = paths.at(super::AGENTSADM_DIR);
+    if !fsutil::exists(&paths.at(super::AGENTSADM_BIN)) {
+        return None;
+    }
+    let image_uuid = fsutil::read_trimmed(&dir.join("image_uuid"))
+        .ok()
+        .flatten()
+        .and_then(|s| s.parse().ok());
+    let version = PackageJson::read(&dir)
+        .ok()
+        .flatten()
+        .filter(|p| p.name == "agentsadm")
+        .map(|p| p.version)
+        .unwrap_or_default();
+    let overlay = super::overlay_files(&dir)
+        .unwrap_or_default()
+        .into_iter()
+        .map(|rel| format!("{}/{rel}", super::AGENTSADM_DIR))
+        .collect();
+    let (link, target) = super::AGENTSADM_LINK;
+    let links = match fs::read_link(paths.at(link)) {
+        Ok(t) if t == std::path::Path::new(target) => vec![Link {
+            path: link.into(),
+            target: target.into(),
+        }],
+        _ => Vec::new(),
+    };
+    Some(Footprint {
+        image_uuid,
+        version,
+        overlay,
+        links,
+        ..Footprint::default()
+    })
 }
 
 /// A record that exists but cannot be read.

@@ -8,6 +8,14 @@
 //! | sdcadm (a shar of `contents.tgz`, or a package directory) | `opt/smartdc/sdcadm/` (whole tree), links `opt/smartdc/bin/sdcadm`, `opt/smartdc/man/man1/sdcadm.1`, its SMF manifests copied to `var/svc/manifest/site` | record `.agentsadm/installed/sdcadm.json`; else the tree's `image_uuid`, `etc/buildstamp`, `package.json` | `opt/smartdc/agents/etc/sdcadm` |
 //! | gz-tools | the files of `tools.tar.gz` (headnode) or `cn_tools.tar.gz` laid over `opt/smartdc` | record `.agentsadm/installed/gz-tools.json`; else Triton's `opt/smartdc/etc/gz-tools.image` (image only) | `opt/smartdc/agents/etc/gz-tools` |
 //! | dockerlogger (a shar; its `install.sh` is never run) | `opt/smartdc/docker/bin/{dockerlogger,dockerlogger-setup.sh}`, `var/svc/manifest/site/dockerlogger.xml` | record `.agentsadm/installed/dockerlogger.json` (Triton keeps none on the node) | `opt/smartdc/docker/etc/dockerlogger.uuid` (Triton's) |
+//! | agentsadm (`make release`: `agentsadm/{bin/agentsadm,package.json,image_uuid,etc/buildstamp}`) | the package's files laid over `opt/smartdc/agentsadm` (never under `opt/smartdc/agents`), link `opt/smartdc/bin/agentsadm` | record `.agentsadm/installed/agentsadm.json`; else (a copy CN setup fetched alone) the directory's `image_uuid` and `package.json` | `opt/smartdc/agents/etc/agentsadm` |
+//!
+//! agentsadm's files are an overlay, not a tree swapped as a whole: the
+//! transaction replaces a file both versions have with one rename over it
+//! and keeps the old one by a hard link ([`super::txn`]), so
+//! `opt/smartdc/agentsadm/bin/agentsadm`, the binary this very install may
+//! be running from and the one every later command on the server needs,
+//! is never missing nor written in place, whenever the run is killed.
 //!
 //! The record of a non-apm kind lists its files, links and manifests, so an
 //! upgrade removes files the new version no longer has and `gz remove` knows
@@ -19,11 +27,14 @@
 //! - `installed`: what is installed now, read back;
 //! - [`claims`]: the bins, SMF manifests and services a version claims,
 //!   and the rule that it claims only its own;
+//! - [`reserved`]: the names a bin may not take (agentsadm, the system's
+//!   commands);
 //! - here: the types, where records and instance UUIDs live, the helpers
 //!   both use, and sdcadm's configuration.
 
 pub mod claims;
 mod installed;
+pub mod reserved;
 mod stage;
 
 pub use installed::{CurrentError, current, read_record};
@@ -87,6 +98,16 @@ pub struct InstalledRecord {
     pub footprint: Footprint,
 }
 
+/// agentsadm's directory, root-relative.
+pub const AGENTSADM_DIR: &str = "opt/smartdc/agentsadm";
+/// agentsadm's binary, root-relative: what the orchestrator runs on every
+/// server ([`agentsadm_api::remote::GZ_BINARY`] on a real GZ).
+pub const AGENTSADM_BIN: &str = "opt/smartdc/agentsadm/bin/agentsadm";
+/// The link operators run it by (`/opt/smartdc/bin` is in the GZ's PATH),
+/// and its target.
+pub const AGENTSADM_LINK: (&str, &str) =
+    ("opt/smartdc/bin/agentsadm", "../agentsadm/bin/agentsadm");
+
 /// The record file of a non-apm component, root-relative.
 pub fn record_rel(component: &str) -> String {
     format!("{}/installed/{component}.json", super::paths::STATE_DIR)
@@ -97,7 +118,7 @@ pub fn instance_rel(component: &Component) -> String {
     match component.kind {
         ComponentKind::ApmAgent => format!("opt/smartdc/agents/etc/{}", component.package_name()),
         ComponentKind::Dockerlogger => "opt/smartdc/docker/etc/dockerlogger.uuid".to_string(),
-        ComponentKind::GzTools | ComponentKind::Sdcadm => {
+        ComponentKind::GzTools | ComponentKind::Sdcadm | ComponentKind::Agentsadm => {
             format!("opt/smartdc/agents/etc/{}", component.name)
         }
     }

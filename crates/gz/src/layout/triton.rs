@@ -98,6 +98,11 @@ impl Layout for TritonGz {
                 expected_top: Some(c.package_name().to_string()),
                 write_limit: request.unpack_limit,
                 crash_at: request.crash_at.map(str::to_string),
+                keep_setid: c
+                    .setid_files
+                    .iter()
+                    .map(|f| format!("{}/{f}", c.package_name()))
+                    .collect(),
             };
             let cached = self
                 .paths

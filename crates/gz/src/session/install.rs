@@ -136,9 +136,13 @@ impl GzSession {
             }
         }
         for group in groups {
-            let outcomes =
-                futures::future::join_all(group.iter().map(|(c, img)| self.install_one(c, img)))
-                    .await;
+            let names: Vec<String> = group.iter().map(|(c, _)| c.name.clone()).collect();
+            let outcomes = futures::future::join_all(
+                group
+                    .iter()
+                    .map(|(c, img)| self.install_one(c, img, &names)),
+            )
+            .await;
             let mut failed = false;
             for outcome in outcomes {
                 match outcome {
@@ -169,7 +173,14 @@ impl GzSession {
         }
     }
 
-    async fn install_one(&self, c: &Component, image: &ResolvedImage) -> Result<Done, GzFailure> {
+    /// Install `image` of `c`; `group` names the components installing at
+    /// the same time (`c` among them).
+    async fn install_one(
+        &self,
+        c: &Component,
+        image: &ResolvedImage,
+        group: &[String],
+    ) -> Result<Done, GzFailure> {
         let start = Instant::now();
         let uuid = image.uuid();
         let current = self
@@ -226,8 +237,11 @@ impl GzSession {
         // The health gate runs inside the transaction, before SAPI
         // adoption: a build whose services do not come up is rolled back
         // and never recorded.
+        let concurrent: Vec<String> = group.iter().filter(|n| **n != c.name).cloned().collect();
         let mut env = self.txn_env();
         env.gate = self.settings.health.as_ref();
+        env.others = Some(&others);
+        env.concurrent = &concurrent;
         env.checkpoint("staged");
         let outcome = txn::install(&env, c, Op::Install, &txn_dir, &staged, current.clone()).await;
         let outcome = match outcome {
@@ -240,7 +254,7 @@ impl GzSession {
         // The cache keeps the installed image's file (a retry or reinstall
         // needs no download), not the replaced one's.
         self.forget_download(from, Some(uuid)).await;
-        let mut notes = Vec::new();
+        let mut notes = outcome.notes.clone();
         adoption_note(c, outcome.adoption.as_ref(), &mut notes);
         let (layout, component, server) = (self.layout.clone(), c.clone(), self.server);
         notes.extend(blocking(move || layout.after_install(&component, server)).await);

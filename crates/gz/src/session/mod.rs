@@ -88,6 +88,10 @@ pub enum Knob {
     /// `AGENTSADM_TEST_UNPACK_LIMIT`: unpacking fails with "disk full"
     /// after this many bytes.
     UnpackLimit,
+    /// `AGENTSADM_TEST_NO_SPACE_AT`: the named step fails as a full
+    /// filesystem would (`ENOSPC`): `keep-previous`, keeping the version an
+    /// upgrade replaced.
+    NoSpaceAt,
 }
 
 impl Knob {
@@ -98,6 +102,7 @@ impl Knob {
             Knob::CrashAt => "AGENTSADM_TEST_CRASH_AT",
             Knob::Host => "AGENTSADM_TEST_HOST",
             Knob::UnpackLimit => "AGENTSADM_TEST_UNPACK_LIMIT",
+            Knob::NoSpaceAt => "AGENTSADM_TEST_NO_SPACE_AT",
         }
     }
 
@@ -105,9 +110,14 @@ impl Knob {
     fn is_knob_env(name: &str) -> bool {
         #[cfg(feature = "test-knobs")]
         {
-            [Knob::CrashAt, Knob::Host, Knob::UnpackLimit]
-                .iter()
-                .any(|k| k.env_name() == name)
+            [
+                Knob::CrashAt,
+                Knob::Host,
+                Knob::UnpackLimit,
+                Knob::NoSpaceAt,
+            ]
+            .iter()
+            .any(|k| k.env_name() == name)
         }
         #[cfg(not(feature = "test-knobs"))]
         {
@@ -262,7 +272,7 @@ impl GzError {
     pub fn to_failure(&self) -> GzFailure {
         GzFailure {
             component: None,
-            step: self.step().as_str().to_string(),
+            step: self.step(),
             message: error_chain(self),
         }
     }
@@ -280,6 +290,8 @@ pub struct GzSession {
     cnapi: Option<CnapiClient>,
     hook_env: HookEnv,
     crash_at: Option<String>,
+    /// `AGENTSADM_TEST_NO_SPACE_AT`.
+    no_space_at: Option<String>,
     _lock: Option<ServerLock>,
     /// Notes for the result (recovery).
     notes: Vec<String>,
@@ -339,6 +351,7 @@ impl GzSession {
         };
         let (imgapi, sapi, cnapi) = clients(&settings, platform.as_ref()).await?;
         let crash_at = settings.knob(Knob::CrashAt);
+        let no_space_at = settings.knob(Knob::NoSpaceAt);
         let hook_env = HookEnv {
             prefix: layout.paths().prefix(),
             extra: settings
@@ -365,6 +378,7 @@ impl GzSession {
             cnapi,
             hook_env,
             crash_at,
+            no_space_at,
             _lock: None,
             notes,
         };
@@ -539,9 +553,12 @@ impl GzSession {
             platform: self.platform.as_ref(),
             hooks: &self.hook_env,
             crash_at: self.crash_at.as_deref(),
+            no_space_at: self.no_space_at.as_deref(),
             sapi: self.sapi_target(),
             catalog: &self.settings.catalog,
             gate: None,
+            others: None,
+            concurrent: &[],
         }
     }
 
@@ -687,7 +704,7 @@ fn failure(
     }
     GzFailure {
         component: component.map(str::to_string),
-        step: step.as_str().to_string(),
+        step,
         message,
     }
 }
@@ -696,7 +713,7 @@ fn failure(
 fn refusal(component: Option<&str>, step: Step, message: String) -> GzFailure {
     GzFailure {
         component: component.map(str::to_string),
-        step: step.as_str().to_string(),
+        step,
         message,
     }
 }

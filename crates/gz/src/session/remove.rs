@@ -122,7 +122,7 @@ impl GzSession {
                 instance_uuid: out.instance,
                 elapsed_ms: start.elapsed().as_millis() as u64,
             },
-            notes: Vec::new(),
+            notes: out.notes,
         })
     }
 }

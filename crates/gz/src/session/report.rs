@@ -7,6 +7,8 @@ use agentsadm_api::remote::GzResult;
 use agentsadm_api::remote::ReportError;
 use agentsadm_platform::blocking;
 
+use super::super::paths::GzPaths;
+use super::super::txn;
 use super::BrokenMarker;
 
 use super::GzSession;
@@ -54,6 +56,14 @@ impl GzSession {
                         name: c.name.clone(),
                         message,
                     });
+                } else if let Some(note) = not_kept(paths, &c.name)
+                    && report.agents.iter().any(|a| a.name == c.name)
+                {
+                    // Installed, but without the copy `gz rollback` needs.
+                    report.errors.push(ReportError {
+                        name: c.name.clone(),
+                        message: note,
+                    });
                 }
             }
             report
@@ -86,4 +96,24 @@ impl GzSession {
             ));
         }
     }
+}
+
+/// What `gz report` says of a component whose last upgrade could not keep
+/// the version it replaced (the commit's note), if that is so. Blocking.
+fn not_kept(paths: &GzPaths, component: &str) -> Option<String> {
+    let file = txn::not_kept_file(paths, component);
+    let bytes = std::fs::read(&file).ok()?;
+    let note = serde_json::from_slice::<txn::NotKept>(&bytes)
+        .map(|n| n.message)
+        .unwrap_or_else(|_| {
+            format!(
+                "{component}: the version its last upgrade replaced was not kept (see {}); `agentsadm gz rollback {component}` is not possible",
+                file.display()
+            )
+        });
+    let note = note
+        .strip_prefix(&format!("{component}: "))
+        .map(str::to_string)
+        .unwrap_or(note);
+    Some(format!("no previous version kept: {note}"))
 }

@@ -131,7 +131,7 @@ impl GzSession {
                     return Err(self.txn_failed(c, &f, &current).await);
                 }
             };
-        let mut notes = Vec::new();
+        let mut notes = outcome.notes.clone();
         adoption_note(c, outcome.adoption.as_ref(), &mut notes);
         Ok(Done {
             result: ComponentResult {

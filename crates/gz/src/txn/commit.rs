@@ -30,15 +30,15 @@ pub(super) async fn finish<T>(
     env: &TxnEnv<'_>,
     mut journal: Journal,
     steps: Result<T, TxnError>,
-) -> Result<T, TxnFailure> {
+) -> Result<(T, Vec<String>), TxnFailure> {
     let error = match steps {
         Ok(value) => {
             journal.phase = Phase::Committing;
             match write_journal(env, &journal).await {
                 Ok(()) => {
                     env.checkpoint("committing");
-                    commit(env, &journal).await;
-                    return Ok(value);
+                    let notes = commit(env, &journal).await.into_iter().collect();
+                    return Ok((value, notes));
                 }
                 Err(error) => error,
             }
@@ -57,20 +57,40 @@ pub(super) async fn finish<T>(
 }
 
 /// Finish a transaction whose changes all succeeded. Idempotent: a commit
-/// interrupted at any point is finished by calling it again.
-pub async fn commit(env: &TxnEnv<'_>, journal: &Journal) {
+/// interrupted at any point is finished by calling it again. Returns what
+/// the result must warn about: an upgrade whose replaced version could not
+/// be kept (the filesystem full, out of inodes) is installed, but `gz
+/// rollback` is not possible; that also stays in `<state>/not-kept` for
+/// `gz report` until a later transaction of the component commits.
+pub async fn commit(env: &TxnEnv<'_>, journal: &Journal) -> Option<String> {
     let form = env.layout.kept_form();
     let paths = env.paths().clone();
     let j = journal.clone();
-    if blocking(move || keep_previous(&paths, &j, form)).await {
+    let no_space = env.no_space_at("keep-previous");
+    let kept = blocking(move || keep_previous(&paths, &j, form, no_space)).await;
+    if kept.as_ref().is_ok_and(|k| *k) {
         env.checkpoint("after-previous");
+    }
+    let not_kept = kept.err().map(|err| {
+        let old = journal.old.as_ref().map(|o| o.version.as_str()).unwrap_or("");
+        format!(
+            "{c}: the version it replaced ({old}) could not be kept ({err}): {c} is installed, but `agentsadm gz rollback {c}` is not possible until a later upgrade keeps one; free space and inodes in {}",
+            env.paths().state_dir().display(),
+            c = journal.component,
+        )
+    });
+    if let Some(note) = &not_kept {
+        tracing::warn!(component = %journal.component, "{note}");
     }
     let paths = env.paths().clone();
     let j = journal.clone();
+    let note = not_kept.clone();
     blocking(move || {
         let txn_dir = txn_dir_of(&paths, &j);
+        // First what frees space: the copy that was not kept.
         discard(&paths, &super::aside_dir(&paths, &txn_dir));
         discard(&paths, &txn_dir);
+        record_not_kept(&paths, &j.component, note);
         // A successful transaction repairs what an incomplete rollback
         // left.
         let _ = fs::remove_file(paths.broken_file(&j.component));
@@ -84,51 +104,64 @@ pub async fn commit(env: &TxnEnv<'_>, journal: &Journal) {
     })
     .await;
     env.platform.refresh_sysinfo().await;
+    not_kept
+}
+
+/// Write (or, with `None`, clear) the note that `component`'s replaced
+/// version was not kept. Blocking.
+fn record_not_kept(paths: &GzPaths, component: &str, note: Option<String>) {
+    let file = super::not_kept_file(paths, component);
+    match note {
+        Some(message) => {
+            let text = serde_json::to_vec_pretty(&super::NotKept { message }).unwrap_or_default();
+            if let Err(e) = fsutil::write_atomic(&file, &text) {
+                tracing::warn!(path = %file.display(), error = %e, "cannot record that the previous version was not kept");
+            }
+        }
+        None => {
+            let _ = fs::remove_file(&file);
+        }
+    }
 }
 
 /// Make the replaced version `previous/<component>` (an upgrade), or drop
-/// the kept one (a removal). Returns whether a version was kept just now.
-fn keep_previous(paths: &GzPaths, journal: &Journal, form: KeptForm) -> bool {
+/// the kept one (a removal). Returns whether a version was kept just now;
+/// an error when one should have been and could not (the version kept
+/// before is gone then too: `gz rollback` must never restore an older
+/// version than the one replaced). `no_space` injects `ENOSPC` (tests).
+fn keep_previous(
+    paths: &GzPaths,
+    journal: &Journal,
+    form: KeptForm,
+    no_space: bool,
+) -> io::Result<bool> {
     let old_dir = super::aside_dir(paths, &txn_dir_of(paths, journal));
     let previous = paths.previous_dir().join(&journal.component);
     let keep = journal.op != Op::Remove && journal.old.is_some();
     if !keep {
         discard(paths, &previous);
-        return false;
+        return Ok(false);
     }
-    let cannot_keep = |e: io::Error| {
-        tracing::warn!(component = %journal.component, error = %e, "cannot keep the previous version; gz rollback will not be possible");
+    // Checked on the tree for TreeOnly, not `old/`: a commit finished
+    // again after the tree moved must not discard what it kept.
+    let source = match form {
+        KeptForm::Whole => old_dir.clone(),
+        KeptForm::TreeOnly => old_dir.join("tree"),
     };
-    match form {
-        KeptForm::Whole => {
-            if !old_dir.exists() {
-                return false;
-            }
-            if let Some(old) = &journal.old {
-                let text = serde_json::to_vec_pretty(old).unwrap_or_default();
-                if let Err(e) = fs::write(old_dir.join("footprint.json"), text) {
-                    tracing::warn!(component = %journal.component, error = %e, "cannot record the previous version; gz rollback will not be possible");
-                }
-            }
-            discard(paths, &previous);
-            if let Err(e) = fsutil::rename_into(&old_dir, &previous) {
-                cannot_keep(e);
-            }
-        }
-        KeptForm::TreeOnly => {
-            // Checked on the tree, not `old/`: a commit finished again after
-            // the tree moved must not discard what it kept.
-            let tree = old_dir.join("tree");
-            if !fsutil::exists(&tree) {
-                return false;
-            }
-            discard(paths, &previous);
-            if let Err(e) = fsutil::rename_into(&tree, &previous) {
-                cannot_keep(e);
-            }
-        }
+    if !fsutil::exists(&source) {
+        return Ok(false);
     }
-    true
+    // The version kept before goes first (it also frees space).
+    discard(paths, &previous);
+    if no_space {
+        return Err(io::Error::from_raw_os_error(libc::ENOSPC));
+    }
+    if let (KeptForm::Whole, Some(old)) = (form, &journal.old) {
+        let text = serde_json::to_vec_pretty(old).unwrap_or_default();
+        fs::write(old_dir.join("footprint.json"), text)?;
+    }
+    fsutil::rename_into(&source, &previous)?;
+    Ok(true)
 }
 
 /// Remove a tree, moving it into `trash/` first so a kill mid-removal never

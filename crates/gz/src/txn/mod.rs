@@ -17,8 +17,11 @@
 //!    installed dir), which must have written the manifest of each of its
 //!    `smf/manifests/*.xml.in` into `opt/smartdc/agents/smf` (agentsadm
 //!    never renders a package's templates: a manifest the postinstall did
-//!    not write fails the install);
-//! 5. SMF: every manifest of the new version is imported through the
+//!    not write fails the install); what else it wrote there is journaled,
+//!    kept as the component's own when named after it, refused otherwise
+//!    (`manifests`);
+//! 5. SMF: every manifest of the new version is checked (a regular file
+//!    declaring only the component's services) and imported through the
 //!    [`Platform`];
 //! 6. the health gate, when the run has one ([`super::health`]): the
 //!    instances that should run must come online and stay online, else the
@@ -27,7 +30,9 @@
 //!    did not come up;
 //! 7. the journal moves to `committing`; the old version becomes
 //!    `previous/<component>` (for `gz rollback`, in the layout's
-//!    [`KeptForm`]), the staging directory and the journal are removed. A
+//!    [`KeptForm`]; one that cannot be kept, the filesystem full, is a
+//!    warning in the result and in `gz report`), the staging directory and
+//!    the journal are removed. A
 //!    commit interrupted midway is finished by the next run.
 //!
 //! Every layout ([`super::layout`]) runs this same transaction; a layout
@@ -41,16 +46,18 @@
 //! test checkpoints run on the task itself, so a `wait:` checkpoint stops
 //! the run as it did when everything ran inline.
 //!
-//! Modules: `swap` (steps 3-6 and the removal steps), `commit` (the end of
+//! Modules: `swap` (steps 3-6 and the removal steps), `manifests` (what a
+//! postinstall writes into apm's SMF directory), `commit` (the end of
 //! every transaction), `undo` (rollback), `recover` (journals a killed run
 //! left behind).
 //!
-//! Each hook runs in its own process group, journaled as it starts
-//! ([`Journal::hook_groups`]). Rollback (a failed step, or recovery of a
-//! `swapping` journal) first kills what is left of those groups (a hook
-//! orphaned by a kill of the installer would go on writing into the tree
-//! being restored), then undoes in reverse and keeps going past errors,
-//! reporting them: new links and files
+//! Each hook runs contained ([`super::hooks::contain`]: whatever it starts
+//! ends with it), journaled as it starts ([`Journal::hook_groups`]).
+//! Rollback (a failed step, or recovery of a `swapping` journal) first
+//! ends whatever is left of those hooks (a hook orphaned by a kill of the
+//! installer, and every process it started, would go on writing into the
+//! tree being restored), then undoes in reverse and keeps going past
+//! errors, reporting them: new links and files
 //! go, the old tree and files move back, the old links return, a newly
 //! created instance UUID file goes, the old SMF manifests are restored and
 //! re-imported, services the new version added are deleted, and each
@@ -71,6 +78,7 @@
 //! `after-health`, `after-adopt`, `committing`, `after-previous`.
 
 mod commit;
+mod manifests;
 mod recover;
 mod swap;
 mod undo;
@@ -155,6 +163,12 @@ pub struct SmfSnapshot {
     pub backed_up: Vec<String>,
     /// Manifest files that did not exist (removed on rollback).
     pub absent: Vec<String>,
+    /// apm: the manifests in apm's SMF directory just before the
+    /// postinstall ran; a rollback removes the new ones that are not
+    /// another component's (what a postinstall killed with the installer
+    /// wrote, which the journal could not list).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dir_before: Option<Vec<String>>,
 }
 
 /// The journal: everything recovery needs, written before the first change.
@@ -179,8 +193,8 @@ pub struct Journal {
     /// rollback when empty), root-relative, shallowest first.
     pub created_dirs: Vec<String>,
     pub smf: SmfSnapshot,
-    /// The process group of each hook this transaction started (recorded
-    /// as it starts): a rollback kills what is left of them first.
+    /// Each hook this transaction started (recorded as it starts): a
+    /// rollback ends what is left of them first.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub hook_groups: Vec<super::hooks::HookGroup>,
 }
@@ -201,6 +215,8 @@ pub struct TxnEnv<'a> {
     pub hooks: &'a HookEnv,
     /// `AGENTSADM_TEST_CRASH_AT`.
     pub crash_at: Option<&'a str>,
+    /// `AGENTSADM_TEST_NO_SPACE_AT`: the step that fails with `ENOSPC`.
+    pub no_space_at: Option<&'a str>,
     /// `None` with `--no-sapi`.
     pub sapi: Option<SapiTarget<'a>>,
     /// Whose SMF services are whose ([`kinds::claims`]): a transaction
@@ -208,6 +224,13 @@ pub struct TxnEnv<'a> {
     pub catalog: &'a agentsadm_types::catalog::Catalog,
     /// The health gate after an install's SMF import (`None`: no gate).
     pub gate: Option<&'a super::health::HealthGate>,
+    /// What the other installed components claim (checked again right
+    /// before each SMF import; `None`: the namespace alone is checked).
+    pub others: Option<&'a BTreeMap<String, kinds::claims::Claims>>,
+    /// The components installing at the same time in this run: a manifest
+    /// named after one of them that appears during this transaction's
+    /// postinstall is that transaction's to check.
+    pub concurrent: &'a [String],
 }
 
 impl TxnEnv<'_> {
@@ -218,6 +241,12 @@ impl TxnEnv<'_> {
     /// Abort (or wait to be killed) at a named point, for crash tests.
     pub fn checkpoint(&self, name: &str) {
         super::test_checkpoint(self.crash_at, name);
+    }
+
+    /// Whether a test asked the step `name` to fail as a full filesystem
+    /// would.
+    pub fn no_space_at(&self, name: &str) -> bool {
+        self.no_space_at == Some(name)
     }
 }
 
@@ -285,6 +314,15 @@ pub enum TxnError {
         /// The file existed and the postinstall left it as it was.
         stale: bool,
     },
+    /// A manifest the postinstall wrote that is not the component's to
+    /// write or to import.
+    #[error("{component}: an SMF manifest was refused")]
+    ManifestRefused {
+        component: String,
+        manifest: String,
+        #[source]
+        err: Box<kinds::claims::ClaimError>,
+    },
     #[error("the new version of {component} is unhealthy")]
     Unhealthy {
         component: String,
@@ -296,15 +334,17 @@ pub enum TxnError {
 impl TxnError {
     pub fn step(&self) -> Step {
         match self {
-            TxnError::Hook { hook, .. } => Step::Hook(*hook),
-            TxnError::Fs { step, .. } => *step,
+            TxnError::Hook { hook, .. } => Step::Hook((*hook).into()),
+            TxnError::Fs { step, .. } => step.clone(),
             TxnError::Smf { .. } => Step::Smf,
             TxnError::Sapi { .. } | TxnError::SapiRemove { .. } => Step::Sapi,
             TxnError::InstanceCorrupt { .. } => Step::Instance,
             TxnError::LinkConflict { .. } | TxnError::Package { .. } => Step::Swap,
             TxnError::Journal { .. } => Step::Journal,
             TxnError::Unhealthy { .. } => Step::Unhealthy,
-            TxnError::ManifestNotWritten { .. } => Step::Hook(Hook::Postinstall),
+            TxnError::ManifestNotWritten { .. } | TxnError::ManifestRefused { .. } => {
+                Step::Hook(Hook::Postinstall.into())
+            }
         }
     }
 }
@@ -335,6 +375,9 @@ impl TxnFailure {
 pub struct TxnOutcome {
     pub instance: Option<InstanceUuid>,
     pub adoption: Option<Adoption>,
+    /// What the result should warn about (the replaced version could not
+    /// be kept for `gz rollback`).
+    pub notes: Vec<String>,
 }
 
 fn fs_err(step: Step, action: &'static str, path: &Path) -> impl FnOnce(io::Error) -> TxnError {
@@ -594,12 +637,18 @@ pub async fn install(
         .await
         .map_err(TxnFailure::before)?;
     env.checkpoint("after-journal");
-    let swapped = swap::swap_in(env, &mut journal, txn_dir, staged, instance).await;
+    let swapped = swap::swap_in(env, component, &mut journal, txn_dir, staged, instance).await;
     let outcome = swapped.map(|adoption| TxnOutcome {
         instance: Some(instance),
         adoption,
+        notes: Vec::new(),
     });
-    finish(env, journal, outcome).await
+    finish(env, journal, outcome)
+        .await
+        .map(|(mut outcome, notes)| {
+            outcome.notes.extend(notes);
+            outcome
+        })
 }
 
 /// Remove a component. `old` is what is installed.
@@ -649,8 +698,31 @@ pub async fn remove(
     let outcome = removed.map(|()| TxnOutcome {
         instance,
         adoption: None,
+        notes: Vec::new(),
     });
-    finish(env, journal, outcome).await
+    finish(env, journal, outcome)
+        .await
+        .map(|(mut outcome, notes)| {
+            outcome.notes.extend(notes);
+            outcome
+        })
+}
+
+/// Where the note that an upgrade could not keep the version it replaced
+/// lives (`<state>/not-kept/<component>.json`) until a later transaction
+/// of the component commits; `gz report` shows it.
+pub fn not_kept_file(paths: &GzPaths, component: &str) -> PathBuf {
+    paths
+        .state_dir()
+        .join("not-kept")
+        .join(format!("{component}.json"))
+}
+
+/// The note [`not_kept_file`] holds.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NotKept {
+    /// What the result said, in full.
+    pub message: String,
 }
 
 fn txn_dir_of(paths: &GzPaths, journal: &Journal) -> PathBuf {

@@ -51,8 +51,7 @@ pub async fn recover(env: &TxnEnv<'_>) -> Result<Vec<Recovered>, RecoverError> {
             .map_err(|err| RecoverError { path, err })?;
         let finished = journal.phase == Phase::Committing;
         let errors = if finished {
-            commit(env, &journal).await;
-            Vec::new()
+            commit(env, &journal).await.into_iter().collect()
         } else {
             rollback(env, &journal).await
         };

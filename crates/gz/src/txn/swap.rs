@@ -30,6 +30,7 @@ use super::Journal;
 use super::TxnEnv;
 use super::TxnError;
 use super::fs_err;
+use super::manifests;
 use super::write_journal;
 
 /// Where the instance UUID file sits inside the tree `tree`, if it does.
@@ -40,6 +41,7 @@ fn inside_tree<'a>(instance_file: &'a str, tree: Option<&str>) -> Option<&'a str
 /// Steps 3-6 of an install; returns what SAPI adoption did.
 pub(super) async fn swap_in(
     env: &TxnEnv<'_>,
+    component: &Component,
     journal: &mut Journal,
     txn_dir: &Path,
     staged: &StagedVersion,
@@ -94,42 +96,19 @@ pub(super) async fn swap_in(
             .await?;
     }
     env.checkpoint("after-place-new");
-    let expected = {
+    {
         let (paths, new, package) = (paths.clone(), new.clone(), staged.package.clone());
-        blocking(move || link_new(&paths, &new, package.as_ref())).await?
-    };
-    let hooks_run = env.hooks.skip.is_none();
-    if let (Some(pkg), Some(tree)) = (&staged.package, &new.tree) {
-        let installed = paths.at(tree);
-        run_hook(env, journal, Hook::Postinstall, pkg, &installed).await?;
-        if hooks_run {
-            let (paths, component) = (paths.clone(), journal.component.clone());
-            blocking(move || check_manifests_written(&paths, &component, &expected)).await?;
-        }
+        blocking(move || link_new(&paths, &new, package.as_ref())).await?;
     }
-    // 5. SMF. Where hooks do not run (a copy of a GZ on a SmartOS host),
-    // an apm package's manifests were never written: nothing to import.
-    let imports: Vec<&String> = new
-        .smf_manifests
-        .iter()
-        .filter(|rel| hooks_run || !new.apm || fsutil::exists(&paths.at(rel)))
-        .collect();
-    for rel in imports {
-        env.platform
-            .smf_import(&paths.at(rel))
-            .await
-            .map_err(|err| TxnError::Smf {
-                action: "import",
-                target: rel.clone(),
-                err: Box::new(err),
-            })?;
-    }
+    postinstall(env, component, journal, txn_dir, staged).await?;
+    // 5. SMF.
+    let imports = import_smf(env, component, journal, new.apm).await?;
     env.checkpoint("after-smf");
     // 6. The health gate, then SAPI.
     if let Some(gate) = env.gate
         && env.layout.runs_services()
     {
-        let files: Vec<PathBuf> = new.smf_manifests.iter().map(|rel| paths.at(rel)).collect();
+        let files: Vec<PathBuf> = imports.iter().map(|rel| paths.at(rel)).collect();
         let before = journal.smf.services.clone();
         let fmris = blocking(move || health::expected_instances(&files, &before))
             .await
@@ -162,6 +141,88 @@ pub(super) async fn swap_in(
     };
     env.checkpoint("after-adopt");
     Ok(adoption)
+}
+
+/// The new version's postinstall, and what it wrote into apm's SMF
+/// directory journaled and checked ([`manifests`]), whether it succeeded
+/// or not.
+async fn postinstall(
+    env: &TxnEnv<'_>,
+    component: &Component,
+    journal: &mut Journal,
+    txn_dir: &Path,
+    staged: &StagedVersion,
+) -> Result<(), TxnError> {
+    let (Some(pkg), Some(tree)) = (&staged.package, &staged.footprint.tree) else {
+        return Ok(());
+    };
+    let installed = env.paths().at(tree);
+    let hooks_run = env.hooks.skip.is_none();
+    let watch = {
+        let (paths, installed) = (env.paths().clone(), installed.clone());
+        blocking(move || manifests::before_postinstall(&paths, &installed)).await?
+    };
+    if !hooks_run {
+        return run_hook(env, journal, Hook::Postinstall, pkg, &installed).await;
+    }
+    // The journal knows what was there, for a run killed mid-hook (it is
+    // written as the hook starts, with the hook).
+    journal.smf.dir_before = Some(manifests::listing(&watch));
+    let ran = run_hook(env, journal, Hook::Postinstall, pkg, &installed).await;
+    let (watch, refused) =
+        manifests::journal_written(env, component, journal, txn_dir, watch).await?;
+    ran?;
+    if let Some(refused) = refused {
+        return Err(refused);
+    }
+    manifests::check_written(env, component, journal, watch).await
+}
+
+/// Import the new version's manifests (and those its postinstall wrote
+/// beyond its templates), each checked immediately before its import.
+/// Where hooks do not run (a copy of a GZ on a SmartOS host), an apm
+/// package's manifests were never written: nothing to import. Returns the
+/// manifests imported.
+async fn import_smf(
+    env: &TxnEnv<'_>,
+    component: &Component,
+    journal: &Journal,
+    apm: bool,
+) -> Result<Vec<String>, TxnError> {
+    let paths = env.paths().clone();
+    let hooks_run = env.hooks.skip.is_none();
+    let imports: Vec<String> = journal
+        .new
+        .as_ref()
+        .map(|n| n.smf_manifests.clone())
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|rel| hooks_run || !apm || fsutil::exists(&paths.at(rel)))
+        .collect();
+    for rel in &imports {
+        if env.layout.runs_services() {
+            let (paths, catalog, me, rel) = (
+                paths.clone(),
+                env.catalog.clone(),
+                component.clone(),
+                rel.clone(),
+            );
+            let others = env.others.cloned();
+            blocking(move || {
+                manifests::check_before_import(&catalog, &me, others.as_ref(), &paths, &rel)
+            })
+            .await?;
+        }
+        env.platform
+            .smf_import(&paths.at(rel))
+            .await
+            .map_err(|err| TxnError::Smf {
+                action: "import",
+                target: rel.clone(),
+                err: Box::new(err),
+            })?;
+    }
+    Ok(imports)
 }
 
 /// The steps of a removal; any error is undone by the caller.
@@ -228,7 +289,7 @@ pub(super) async fn remove_steps(
     Ok(())
 }
 
-/// Run a hook, journaling its process group as soon as it starts.
+/// Run a hook, journaling it as soon as it starts.
 async fn run_hook(
     env: &TxnEnv<'_>,
     journal: &mut Journal,
@@ -239,8 +300,8 @@ async fn run_hook(
     let (tx, rx) = tokio::sync::oneshot::channel();
     let record = async {
         match rx.await {
-            Ok(pgid) => {
-                journal.hook_groups.push(hooks::HookGroup::new(pgid));
+            Ok(group) => {
+                journal.hook_groups.push(group);
                 write_journal(env, journal).await
             }
             // No such hook, or it could not start.
@@ -332,6 +393,10 @@ async fn remove_old(
 }
 
 /// Move every existing file of the old and new overlays into `<aside>/root`.
+/// A regular file the new version replaces is kept there by a hard link
+/// and stays in place until the new one is renamed over it: a path both
+/// versions have (agentsadm's own binary) is never missing, and a rollback
+/// renames the old file back over the new one.
 fn move_overlay_out(
     paths: &GzPaths,
     new: Option<&Footprint>,
@@ -340,12 +405,33 @@ fn move_overlay_out(
 ) -> Result<(), TxnError> {
     for rel in kinds::overlay_union(old, new) {
         let src = paths.at(&rel);
-        if fsutil::exists(&src) && !src.is_dir() {
-            let dst = super::aside_dir(paths, txn_dir).join("root").join(&rel);
-            fsutil::rename_into(&src, &dst).map_err(fs_err(Step::Swap, "move aside", &src))?;
+        let Ok(md) = fs::symlink_metadata(&src) else {
+            continue;
+        };
+        if md.is_dir() {
+            continue;
         }
+        let dst = super::aside_dir(paths, txn_dir).join("root").join(&rel);
+        let replaced = new.is_some_and(|n| n.overlay.contains(&rel));
+        if replaced && md.file_type().is_file() && keep_by_link(&src, &dst).is_ok() {
+            continue;
+        }
+        fsutil::rename_into(&src, &dst).map_err(fs_err(Step::Swap, "move aside", &src))?;
     }
     Ok(())
+}
+
+/// A second name for `src` at `dst` (a leftover at `dst` from an
+/// interrupted run is replaced), durable before the caller goes on.
+fn keep_by_link(src: &Path, dst: &Path) -> io::Result<()> {
+    let dir = dst.parent().unwrap_or(Path::new("."));
+    fs::create_dir_all(dir)?;
+    match fs::remove_file(dst) {
+        Err(e) if e.kind() != io::ErrorKind::NotFound => return Err(e),
+        _ => {}
+    }
+    fs::hard_link(src, dst)?;
+    fsutil::fsync_dir(dir)
 }
 
 /// Rename the staged tree into place and lay the overlay files.
@@ -373,14 +459,12 @@ fn place_new(
     Ok(())
 }
 
-/// apm bins executable, then every link of the new version; returns the
-/// manifests an apm package's postinstall must write (with their state
-/// before it runs).
+/// apm bins executable, then every link of the new version.
 fn link_new(
     paths: &GzPaths,
     new: &Footprint,
     package: Option<&PackageJson>,
-) -> Result<Vec<ExpectedManifest>, TxnError> {
+) -> Result<(), TxnError> {
     if let (Some(pkg), Some(tree)) = (package, &new.tree) {
         // apm: bins are made executable before they are linked.
         for path in pkg.bin.values() {
@@ -401,10 +485,7 @@ fn link_new(
     for link in &new.links {
         make_link(paths, link)?;
     }
-    match (package, &new.tree) {
-        (Some(_), Some(tree)) => expected_manifests(paths, &paths.at(tree)),
-        _ => Ok(Vec::new()),
-    }
+    Ok(())
 }
 
 /// Create or replace a link we own; refuse to clobber anything else.
@@ -432,81 +513,12 @@ pub(super) fn unlink_owned(paths: &GzPaths, link: &Link) -> io::Result<()> {
     }
 }
 
-/// A manifest template of an installed apm tree, the manifest its
-/// postinstall renders it to (root-relative), and that file's content
-/// before the postinstall ran (to tell whether the postinstall wrote it).
-struct ExpectedManifest {
-    template: PathBuf,
-    output: String,
-    before: Option<(Vec<u8>, Option<std::time::SystemTime>)>,
-}
-
-/// Content and mtime of a file, if it exists.
-fn file_state(path: &Path) -> Option<(Vec<u8>, Option<std::time::SystemTime>)> {
-    let data = fs::read(path).ok()?;
-    let mtime = fs::metadata(path).and_then(|m| m.modified()).ok();
-    Some((data, mtime))
-}
-
-fn expected_manifests(
-    paths: &GzPaths,
-    installed: &Path,
-) -> Result<Vec<ExpectedManifest>, TxnError> {
-    let list = kinds::template_outputs(installed).map_err(fs_err(
-        Step::Smf,
-        "list manifests of",
-        installed,
-    ))?;
-    Ok(list
-        .into_iter()
-        .map(|(template, output)| {
-            let before = file_state(&paths.at(&output));
-            ExpectedManifest {
-                template,
-                output,
-                before,
-            }
-        })
-        .collect())
-}
-
 /// `/opt/smartdc/agents/{tmp,lib/node_modules,bin,smf,etc,db}`, as apm
 /// makes them before it installs anything.
 fn create_prefix_dirs(paths: &GzPaths) -> Result<(), TxnError> {
     for dir in super::APM_PREFIX_DIRS {
         let dir = paths.prefix().join(dir);
         fs::create_dir_all(&dir).map_err(fs_err(Step::Swap, "create", &dir))?;
-    }
-    Ok(())
-}
-
-/// Every manifest an apm package's templates stand for was written by its
-/// own postinstall (apm renders nothing; each agent's postinstall does,
-/// with values only it knows). One missing, or left as it was before the
-/// postinstall ran, fails the install: importing a stale manifest, or one
-/// rendered with guessed values, would leave a service that cannot start.
-fn check_manifests_written(
-    paths: &GzPaths,
-    component: &str,
-    expected: &[ExpectedManifest],
-) -> Result<(), TxnError> {
-    for ExpectedManifest {
-        template,
-        output,
-        before,
-    } in expected
-    {
-        let now = file_state(&paths.at(output));
-        // Written (even with the same content) by the postinstall: a new
-        // file, or new content or mtime.
-        if now.is_none() || now == *before {
-            return Err(TxnError::ManifestNotWritten {
-                component: component.to_string(),
-                manifest: paths.at(output),
-                template: paths.rel(template),
-                stale: now.is_some(),
-            });
-        }
     }
     Ok(())
 }

@@ -9,6 +9,7 @@ use std::io;
 use std::path::{Path, PathBuf};
 
 use agentsadm_platform::blocking;
+use agentsadm_types::catalog::Catalog;
 
 use super::super::fsutil;
 use super::super::kinds;
@@ -23,12 +24,18 @@ use super::txn_dir_of;
 
 /// Undo `journal`; returns what could not be undone.
 pub async fn rollback(env: &TxnEnv<'_>, journal: &Journal) -> Vec<String> {
-    // First whatever the new package's hooks left running: an orphaned
-    // hook would go on writing into the tree being restored.
-    for group in &journal.hook_groups {
-        if super::super::hooks::kill_group(group) {
-            tracing::warn!(component = %journal.component, pgid = group.pgid, "killed what was left of a hook");
-        }
+    // First whatever the hooks left running: an orphaned hook, or what it
+    // started, would go on writing into the tree being restored.
+    let groups = journal.hook_groups.clone();
+    let killed = blocking(move || {
+        groups
+            .iter()
+            .map(super::super::hooks::end_left)
+            .sum::<usize>()
+    })
+    .await;
+    if killed > 0 {
+        tracing::warn!(component = %journal.component, killed, "killed what the hooks left running");
     }
     let paths = env.paths().clone();
     let j = journal.clone();
@@ -54,51 +61,7 @@ fn note(errors: &mut Vec<String>, what: String, r: io::Result<()>) {
 fn undo_files(paths: &GzPaths, journal: &Journal) -> Vec<String> {
     let txn_dir = txn_dir_of(paths, journal);
     let aside = aside_dir(paths, &txn_dir);
-    let mut errors = Vec::new();
-    // New links and files go.
-    if let Some(new) = &journal.new {
-        for link in &new.links {
-            note(
-                &mut errors,
-                format!("unlink {}", link.path),
-                unlink_owned(paths, link),
-            );
-        }
-        if let Some(tree) = &new.tree {
-            let dest = paths.at(tree);
-            let staged_still_there = txn_dir.join("new").exists()
-                && fs::read_dir(txn_dir.join("new"))
-                    .map(|mut d| d.next().is_some())
-                    .unwrap_or(false);
-            let old_moved = aside.join("tree").exists();
-            let old_had_tree = journal
-                .old
-                .as_ref()
-                .and_then(|o| o.tree.as_ref())
-                .map(|t| t == tree)
-                .unwrap_or(false);
-            // The tree at `dest` is the new one when the staged copy has
-            // moved and the old one is aside (or there was none).
-            if fsutil::exists(&dest) && !staged_still_there && (old_moved || !old_had_tree) {
-                note(
-                    &mut errors,
-                    format!("remove new {tree}"),
-                    fsutil::remove_any(&dest),
-                );
-            }
-        }
-        for rel in &new.overlay {
-            let placed = !fsutil::exists(&txn_dir.join("root").join(rel));
-            let dest = paths.at(rel);
-            if placed && fsutil::exists(&dest) && !dest.is_dir() {
-                note(
-                    &mut errors,
-                    format!("remove new {rel}"),
-                    fs::remove_file(&dest),
-                );
-            }
-        }
-    }
+    let mut errors = remove_new(paths, journal, &txn_dir, &aside);
     // The old tree and files come back.
     if let Some(old) = &journal.old {
         let aside = aside.join("tree");
@@ -123,10 +86,9 @@ fn undo_files(paths: &GzPaths, journal: &Journal) -> Vec<String> {
         match kinds::overlay_files(&aside_root) {
             Ok(files) => {
                 for rel in files {
+                    // One rename replaces whatever file is there: the path
+                    // is never empty (agentsadm's binary).
                     let dest = paths.at(&rel);
-                    if fsutil::exists(&dest) && !dest.is_dir() {
-                        let _ = fs::remove_file(&dest);
-                    }
                     note(
                         &mut errors,
                         format!("restore {rel}"),
@@ -173,6 +135,60 @@ fn undo_files(paths: &GzPaths, journal: &Journal) -> Vec<String> {
     errors
 }
 
+/// The new version's links, tree and overlay files go (an overlay file
+/// the old version had stays, to be renamed back over).
+fn remove_new(paths: &GzPaths, journal: &Journal, txn_dir: &Path, aside: &Path) -> Vec<String> {
+    let mut errors = Vec::new();
+    // New links and files go.
+    if let Some(new) = &journal.new {
+        for link in &new.links {
+            note(
+                &mut errors,
+                format!("unlink {}", link.path),
+                unlink_owned(paths, link),
+            );
+        }
+        if let Some(tree) = &new.tree {
+            let dest = paths.at(tree);
+            let staged_still_there = txn_dir.join("new").exists()
+                && fs::read_dir(txn_dir.join("new"))
+                    .map(|mut d| d.next().is_some())
+                    .unwrap_or(false);
+            let old_moved = aside.join("tree").exists();
+            let old_had_tree = journal
+                .old
+                .as_ref()
+                .and_then(|o| o.tree.as_ref())
+                .map(|t| t == tree)
+                .unwrap_or(false);
+            // The tree at `dest` is the new one when the staged copy has
+            // moved and the old one is aside (or there was none).
+            if fsutil::exists(&dest) && !staged_still_there && (old_moved || !old_had_tree) {
+                note(
+                    &mut errors,
+                    format!("remove new {tree}"),
+                    fsutil::remove_any(&dest),
+                );
+            }
+        }
+        for rel in &new.overlay {
+            let placed = !fsutil::exists(&txn_dir.join("root").join(rel));
+            // A file the old version had is renamed back over the new one
+            // below: removing it first would leave the path empty.
+            let restored = fsutil::exists(&aside.join("root").join(rel));
+            let dest = paths.at(rel);
+            if placed && !restored && fsutil::exists(&dest) && !dest.is_dir() {
+                note(
+                    &mut errors,
+                    format!("remove new {rel}"),
+                    fs::remove_file(&dest),
+                );
+            }
+        }
+    }
+    errors
+}
+
 /// Directories this transaction created (deepest first, when empty), the
 /// staging directory and the journal.
 fn clear(paths: &GzPaths, journal: &Journal) -> Vec<String> {
@@ -198,27 +214,44 @@ fn clear(paths: &GzPaths, journal: &Journal) -> Vec<String> {
 /// import again) and what failed.
 fn restore_manifest_files(
     paths: &GzPaths,
+    catalog: &Catalog,
     journal: &Journal,
     txn_dir: &Path,
 ) -> (Vec<(String, PathBuf)>, Vec<String>) {
     let mut errors = Vec::new();
-    for rel in &journal.smf.absent {
+    let strays = match &journal.smf.dir_before {
+        Some(before) => super::manifests::strays(paths, catalog, &journal.component, before),
+        None => Vec::new(),
+    };
+    for rel in journal.smf.absent.iter().chain(&strays) {
         let path = paths.at(rel);
-        if path.is_file()
-            && let Err(e) = fs::remove_file(&path)
-        {
+        // A file or a link (dangling or not) the transaction created.
+        let placed = fs::symlink_metadata(&path).is_ok_and(|m| !m.is_dir());
+        if placed && let Err(e) = fs::remove_file(&path) {
             errors.push(format!("remove {rel}: {e}"));
+        }
+        // The subdirectories of apm's SMF directory it was written into
+        // (a hostile postinstall's), when nothing else is left in them.
+        let smf_dir = paths.smf_dir();
+        let mut dir = path.parent();
+        while let Some(d) = dir.filter(|d| d.starts_with(&smf_dir) && *d != smf_dir) {
+            if fs::remove_dir(d).is_err() {
+                break;
+            }
+            dir = d.parent();
         }
     }
     let mut restored = Vec::new();
     for rel in &journal.smf.backed_up {
         let saved = aside_dir(paths, txn_dir).join("smf").join(rel);
         let dest = paths.at(rel);
+        // A new file renamed over whatever is at `dest`: never a copy
+        // through a link a hook may have put there.
         let copied = (|| {
-            if let Some(parent) = dest.parent() {
-                fs::create_dir_all(parent)?;
-            }
-            fs::copy(&saved, &dest).map(|_| ())
+            let data = fs::read(&saved)?;
+            let mode = fs::metadata(&saved)?.permissions();
+            fsutil::write_atomic(&dest, &data)?;
+            fs::set_permissions(&dest, mode)
         })();
         match copied {
             Ok(()) => restored.push((rel.clone(), dest)),
@@ -231,7 +264,11 @@ fn restore_manifest_files(
 /// Put SMF back as the snapshot recorded it.
 async fn restore_smf(env: &TxnEnv<'_>, journal: &Journal) -> Vec<String> {
     let smf = &journal.smf;
-    if smf.services.is_empty() && smf.backed_up.is_empty() && smf.absent.is_empty() {
+    if smf.services.is_empty()
+        && smf.backed_up.is_empty()
+        && smf.absent.is_empty()
+        && smf.dir_before.is_none()
+    {
         return Vec::new();
     }
     let chain = |e: &dyn std::error::Error| agentsadm_types::error::error_chain(e);
@@ -253,11 +290,11 @@ async fn restore_smf(env: &TxnEnv<'_>, journal: &Journal) -> Vec<String> {
     }
     // The old manifests come back and are imported again.
     let (restored, file_errors) = {
-        let paths = env.paths().clone();
+        let (paths, catalog) = (env.paths().clone(), env.catalog.clone());
         let j = journal.clone();
         blocking(move || {
             let txn_dir = txn_dir_of(&paths, &j);
-            restore_manifest_files(&paths, &j, &txn_dir)
+            restore_manifest_files(&paths, &catalog, &j, &txn_dir)
         })
         .await
     };

@@ -19,7 +19,10 @@
 //!   are created with `O_EXCL | O_NOFOLLOW`.
 //! - Only files, directories and links: devices, FIFOs, sparse and
 //!   contiguous files, volume labels and pax global headers are refused.
-//! - Modes are preserved without setuid, setgid and sticky bits; directories
+//! - Modes are normalised: never world-writable (a 0777 hook script that
+//!   root runs at the next upgrade would be anyone's), no sticky bit (a
+//!   1777 directory comes out 0775), no setuid or setgid bit except on the
+//!   files the catalog allows ([`UnpackOptions::keep_setid`]); directories
 //!   stay owner-writable so the tree can always be moved and removed.
 //! - Ownership is not restored (`tar -o`): the installer owns what it writes.
 //!
@@ -33,7 +36,13 @@
 //! Files are written by a small pool of threads while this one inflates and
 //! checks ([`write`]). A write limit stands in for a full disk in tests; a
 //! real `ENOSPC` gives the same [`UnpackError::DiskFull`].
+//!
+//! Modules: `stream` (decompression, shell archives, the bounds), `entry`
+//! (one entry checked and written), [`tarstream`] (the tar reader), `tree`
+//! (the model of staging and the link check), `write` (the writer pool).
 
+mod entry;
+mod stream;
 pub mod tarstream;
 mod tree;
 mod write;
@@ -41,16 +50,17 @@ mod write;
 use std::cell::Cell;
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs::{self, File};
-use std::io::{self, BufRead, BufReader, Read};
-use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+use std::io::{self, Read};
 use std::path::{Path, PathBuf};
 use std::rc::Rc;
 
 use agentsadm_types::image::Compression;
 
-use tarstream::{EntryKind, Header, TarError, TarReader, describe_flag};
-use tree::{LinkProblem, Node, Tree};
-use write::{CHUNK, Job, Writers};
+use entry::{Unpacker, check_top, finish_dirs, normalize, refuse_kind, too_many, utf8_name};
+use stream::{Bounded, Counting, tar_error, tar_stream};
+use tarstream::{EntryKind, TarError, TarReader};
+use tree::{LinkProblem, Tree};
+use write::Writers;
 
 /// Buffer for reading the compressed stream: large enough that a 50 MB
 /// image is a few hundred system calls, small enough to run thousands of
@@ -86,6 +96,10 @@ pub struct UnpackOptions {
     /// `AGENTSADM_TEST_CRASH_AT`: the `mid-unpack` checkpoint fires once
     /// the first file's content is written (see [`super::test_checkpoint`]).
     pub crash_at: Option<String>,
+    /// Files (archive paths, `vm-agent/bin/x`) that keep a setuid or setgid
+    /// bit the archive gives them: the catalog's allowance for the
+    /// component. Every other file loses both.
+    pub keep_setid: Vec<String>,
 }
 
 impl Default for UnpackOptions {
@@ -95,6 +109,7 @@ impl Default for UnpackOptions {
             expected_top: None,
             write_limit: None,
             crash_at: None,
+            keep_setid: Vec::new(),
         }
     }
 }
@@ -285,119 +300,6 @@ fn clip_bytes(bytes: &[u8]) -> String {
     match std::str::from_utf8(bytes) {
         Ok(s) => clip(s),
         Err(_) => clip(&bytes.escape_ascii().to_string()),
-    }
-}
-
-/// Wrap `reader` in the decompressor for `compression`.
-pub fn decompressor<'a, R: Read + 'a>(
-    reader: R,
-    compression: Compression,
-) -> Result<Box<dyn Read + 'a>, UnpackError> {
-    let buffered = BufReader::with_capacity(IO_BUFFER, reader);
-    match compression {
-        Compression::Gzip => Ok(Box::new(flate2::bufread::MultiGzDecoder::new(buffered))),
-        Compression::Bzip2 => Ok(Box::new(bzip2::bufread::MultiBzDecoder::new(buffered))),
-        Compression::None => Ok(Box::new(buffered)),
-        Compression::Xz => Err(UnpackError::Corrupt {
-            compression,
-            err: io::Error::new(
-                io::ErrorKind::Unsupported,
-                "xz-compressed images are not supported",
-            ),
-        }),
-    }
-}
-
-/// The tar stream of an image file. An uncompressed file may instead be a
-/// shell archive (dockerlogger and sdcadm images, see [`super::shar`]): it
-/// is read whole and repacked as tar, its loose members placed under `top`.
-fn tar_stream<'a, R: Read + 'a>(
-    reader: R,
-    compression: Compression,
-    top: Option<&str>,
-) -> Result<Box<dyn Read + 'a>, UnpackError> {
-    if compression != Compression::None {
-        return decompressor(reader, compression);
-    }
-    let mut buffered = BufReader::with_capacity(IO_BUFFER, reader);
-    let corrupt = |err| UnpackError::Corrupt { compression, err };
-    let head = buffered.fill_buf().map_err(corrupt)?;
-    if !super::shar::is_shar(head) {
-        return Ok(Box::new(buffered));
-    }
-    let members = super::shar::read_members(buffered).map_err(|e| match e {
-        super::shar::ReadError::Io(err) => UnpackError::Corrupt { compression, err },
-        super::shar::ReadError::Shar(err) => UnpackError::Shar { err },
-    })?;
-    let tar = super::shar::into_tar(members, top).map_err(|err| UnpackError::Shar { err })?;
-    Ok(Box::new(io::Cursor::new(tar)))
-}
-
-/// Counts the compressed bytes read, for the expansion ratio.
-struct Counting<R> {
-    inner: R,
-    count: Rc<Cell<u64>>,
-}
-
-impl<R: Read> Read for Counting<R> {
-    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        let n = self.inner.read(buf)?;
-        self.count.set(self.count.get() + n as u64);
-        Ok(n)
-    }
-}
-
-/// Which bound the decompressed stream hit.
-#[derive(Clone, Copy, Debug)]
-enum Exceeded {
-    Cap(u64),
-    Ratio { ratio: u64, compressed: u64 },
-    FreeSpace { free: u64 },
-}
-
-/// Stops the decompressed stream at the limits (the error says which, in
-/// `exceeded`, for the unpacker to report).
-struct Bounded<R> {
-    inner: R,
-    read: u64,
-    cap: u64,
-    ratio: u64,
-    known_compressed: Option<u64>,
-    compressed: Rc<Cell<u64>>,
-    /// Bytes that may be written before the reserve is reached.
-    free_budget: Option<(u64, u64)>,
-    exceeded: Rc<Cell<Option<Exceeded>>>,
-}
-
-impl<R: Read> Read for Bounded<R> {
-    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        if self.exceeded.get().is_some() {
-            return Err(io::Error::other("unpack limit reached"));
-        }
-        let n = self.inner.read(buf)?;
-        self.read += n as u64;
-        let compressed = self
-            .known_compressed
-            .unwrap_or(0)
-            .max(self.compressed.get());
-        let hit = if self.read > self.cap {
-            Some(Exceeded::Cap(self.cap))
-        } else if self.read > compressed.saturating_mul(self.ratio) {
-            Some(Exceeded::Ratio {
-                ratio: self.ratio,
-                compressed,
-            })
-        } else {
-            match self.free_budget {
-                Some((budget, free)) if self.read > budget => Some(Exceeded::FreeSpace { free }),
-                _ => None,
-            }
-        };
-        if let Some(e) = hit {
-            self.exceeded.set(Some(e));
-            return Err(io::Error::other("unpack limit reached"));
-        }
-        Ok(n)
     }
 }
 
@@ -611,509 +513,6 @@ pub fn read_members_limited<R: Read>(
         return Err(UnpackError::Empty);
     }
     Ok((top.unwrap_or_default(), out))
-}
-
-fn too_many() -> UnpackError {
-    UnpackError::TooManyEntries {
-        max: MAX_ENTRIES,
-        max_name_bytes: MAX_NAME_BYTES,
-    }
-}
-
-/// The error for a failure of the tar reader: a limit the bounded stream
-/// hit, a broken compressed stream, or a malformed archive.
-fn tar_error(
-    err: TarError,
-    compression: Compression,
-    exceeded: &Cell<Option<Exceeded>>,
-    free: Option<u64>,
-    reserve: u64,
-    dest: &Path,
-) -> UnpackError {
-    if let Some(hit) = exceeded.get() {
-        return match hit {
-            Exceeded::Cap(limit) => UnpackError::ExceedsUnpackedCap { limit },
-            Exceeded::Ratio { ratio, compressed } => {
-                UnpackError::ExceedsExpansionRatio { ratio, compressed }
-            }
-            Exceeded::FreeSpace { free: f } => UnpackError::ExceedsFreeSpace {
-                dest: dest.to_path_buf(),
-                free: free.unwrap_or(f),
-                reserve,
-            },
-        };
-    }
-    match err {
-        TarError::Io(err) => UnpackError::Corrupt { compression, err },
-        TarError::Unsupported { path, kind, .. } => UnpackError::UnsupportedEntry {
-            path: clip_bytes(&path),
-            kind,
-        },
-        other => UnpackError::Malformed { err: other },
-    }
-}
-
-/// A name as UTF-8, or the refusal naming its bytes.
-fn utf8_name(bytes: &[u8]) -> Result<String, UnpackError> {
-    if bytes.len() > MAX_PATH_BYTES {
-        return Err(UnpackError::BadPath {
-            path: clip_bytes(bytes),
-            reason: "it is longer than 4096 bytes",
-        });
-    }
-    match std::str::from_utf8(bytes) {
-        Ok(s) => Ok(s.to_string()),
-        Err(_) => Err(UnpackError::NotUtf8 {
-            path: clip_bytes(bytes),
-        }),
-    }
-}
-
-/// Refuse what is neither a file, a directory nor a link.
-fn refuse_kind(raw: &str, kind: EntryKind) -> Result<(), UnpackError> {
-    let device = |what| UnpackError::DeviceFile {
-        path: clip(raw),
-        kind: what,
-    };
-    match kind {
-        EntryKind::CharDevice => Err(device("character device")),
-        EntryKind::BlockDevice => Err(device("block device")),
-        EntryKind::Fifo => Err(device("FIFO")),
-        EntryKind::Other(flag) => Err(UnpackError::UnsupportedEntry {
-            path: clip(raw),
-            kind: describe_flag(flag),
-        }),
-        EntryKind::Regular | EntryKind::Directory | EntryKind::Symlink | EntryKind::HardLink => {
-            Ok(())
-        }
-    }
-}
-
-/// Split an archive path into normal components, refusing absolute paths,
-/// `..` and NUL bytes. `./` prefixes and repeated slashes are fine.
-fn normalize(raw: &str) -> Result<Vec<&str>, UnpackError> {
-    let bad = |reason| UnpackError::BadPath {
-        path: clip(raw),
-        reason,
-    };
-    if raw.contains('\0') {
-        return Err(bad("it contains a NUL byte"));
-    }
-    if raw.starts_with('/') {
-        return Err(bad("it is an absolute path"));
-    }
-    let mut parts = Vec::new();
-    for c in raw.split('/') {
-        match c {
-            "" | "." => {}
-            ".." => return Err(bad("it contains '..'")),
-            name => parts.push(name),
-        }
-    }
-    Ok(parts)
-}
-
-/// Enforce the single top-level directory rule for one entry.
-fn check_top(
-    top: &mut Option<String>,
-    parts: &[&str],
-    raw: &str,
-    kind: EntryKind,
-    expected: Option<&str>,
-    single_top: bool,
-) -> Result<(), UnpackError> {
-    if !single_top {
-        return Ok(());
-    }
-    let first = parts[0];
-    let is_dir = kind == EntryKind::Directory;
-    match top {
-        None => {
-            if let Some(exp) = expected
-                && first != exp
-            {
-                return Err(UnpackError::UnexpectedTop {
-                    found: clip(first),
-                    expected: exp.to_string(),
-                });
-            }
-            if parts.len() == 1 && !is_dir {
-                return Err(UnpackError::TopNotDirectory { top: clip(raw) });
-            }
-            *top = Some(first.to_string());
-        }
-        Some(t) => {
-            if t != first {
-                return Err(UnpackError::MultipleTopLevel {
-                    first: clip(t),
-                    second: clip(first),
-                });
-            }
-            if parts.len() == 1 && !is_dir {
-                return Err(UnpackError::TopNotDirectory { top: clip(raw) });
-            }
-        }
-    }
-    Ok(())
-}
-
-struct Unpacker<'a> {
-    dest: &'a Path,
-    options: &'a UnpackOptions,
-    compression: Compression,
-    exceeded: Rc<Cell<Option<Exceeded>>>,
-    /// Free bytes on the destination's filesystem when unpacking began.
-    free: Option<u64>,
-    reserve: u64,
-    top: Option<String>,
-    written: u64,
-    entries: u64,
-    tree: Tree,
-    /// The last parent directory checked (entries come grouped by
-    /// directory, and a checked directory stays one).
-    last_parent: Option<String>,
-    /// Directory modes the umask kept `mkdir` from giving, applied after
-    /// all entries. Most directories are created with their final mode and
-    /// need no `chmod`.
-    dir_modes: BTreeMap<String, u32>,
-    writers: Writers,
-}
-
-impl Unpacker<'_> {
-    fn tar_error(&self, err: TarError) -> UnpackError {
-        tar_error(
-            err,
-            self.compression,
-            &self.exceeded,
-            self.free,
-            self.reserve,
-            self.dest,
-        )
-    }
-
-    fn entry<R: Read>(
-        &mut self,
-        header: Header,
-        tar: &mut TarReader<R>,
-    ) -> Result<(), UnpackError> {
-        let raw = utf8_name(&header.path)?;
-        let parts = normalize(&raw)?;
-        if parts.is_empty() {
-            // `./` itself: nothing to create.
-            if header.kind == EntryKind::Directory {
-                return Ok(());
-            }
-            return Err(UnpackError::BadPath {
-                path: clip(&raw),
-                reason: "it has an empty name",
-            });
-        }
-        check_top(
-            &mut self.top,
-            &parts,
-            &raw,
-            header.kind,
-            self.options.expected_top.as_deref(),
-            self.options.single_top,
-        )?;
-        refuse_kind(&raw, header.kind)?;
-        self.entries += 1;
-        if self.entries > MAX_ENTRIES || self.tree.bytes() > MAX_NAME_BYTES {
-            return Err(too_many());
-        }
-        let mode = header.mode & 0o777;
-        self.ensure_parents(&parts, &raw)?;
-        let rel = parts.join("/");
-        match header.kind {
-            EntryKind::Directory => self.directory(rel, &raw, mode),
-            EntryKind::Regular => self.regular(tar, rel, &raw, &header),
-            EntryKind::Symlink => {
-                let link = self.link_target(&header, &raw, "symbolic")?;
-                self.symlink(&parts, rel, &raw, link)
-            }
-            EntryKind::HardLink => {
-                let link = self.link_target(&header, &raw, "hard")?;
-                self.hard_link(rel, &raw, &link)
-            }
-            // Refused by `refuse_kind` above.
-            _ => Err(UnpackError::UnsupportedEntry {
-                path: clip(&raw),
-                kind: "special file".into(),
-            }),
-        }
-    }
-
-    fn link_target(
-        &self,
-        header: &Header,
-        raw: &str,
-        kind: &'static str,
-    ) -> Result<String, UnpackError> {
-        if header.link.is_empty() {
-            return Err(UnpackError::BadPath {
-                path: clip(raw),
-                reason: if kind == "hard" {
-                    "it is a hard link without a target"
-                } else {
-                    "it is a symbolic link without a target"
-                },
-            });
-        }
-        if header.link.len() >= MAX_PATH_BYTES {
-            return Err(UnpackError::BadPath {
-                path: clip(raw),
-                reason: "its link target is longer than 4095 bytes",
-            });
-        }
-        std::str::from_utf8(&header.link)
-            .map(str::to_string)
-            .map_err(|_| UnpackError::NotUtf8 {
-                path: clip_bytes(&header.link),
-            })
-    }
-
-    /// Create missing parent directories of an entry, refusing to go
-    /// through anything that is not a real directory.
-    fn ensure_parents(&mut self, parts: &[&str], raw: &str) -> Result<(), UnpackError> {
-        let parent_len = parts.len() - 1;
-        if parent_len == 0 {
-            return Ok(());
-        }
-        let parent = parts[..parent_len].join("/");
-        if self.last_parent.as_deref() == Some(parent.as_str()) {
-            return Ok(());
-        }
-        let mut dir = String::with_capacity(parent.len());
-        for part in &parts[..parent_len] {
-            if !dir.is_empty() {
-                dir.push('/');
-            }
-            dir.push_str(part);
-            match self.tree.get(&dir) {
-                Some(Node::Dir) => {}
-                Some(Node::Symlink(_)) => {
-                    return Err(UnpackError::ThroughSymlink {
-                        path: clip(raw),
-                        link: clip(&dir),
-                    });
-                }
-                Some(Node::File) => {
-                    return Err(UnpackError::Conflict {
-                        path: clip(raw),
-                        reason: "a parent is a file",
-                    });
-                }
-                None => {
-                    self.create_dir(&dir, 0o755)?;
-                    self.tree.insert(dir.clone(), Node::Dir);
-                }
-            }
-        }
-        self.last_parent = Some(parent);
-        Ok(())
-    }
-
-    fn directory(&mut self, rel: String, raw: &str, mode: u32) -> Result<(), UnpackError> {
-        match self.tree.get(&rel) {
-            Some(Node::Dir) => {}
-            Some(_) => {
-                return Err(UnpackError::Conflict {
-                    path: clip(raw),
-                    reason: "a directory entry replaces a file or link",
-                });
-            }
-            None => {
-                self.create_dir(&rel, mode)?;
-                self.tree.insert(rel, Node::Dir);
-                return Ok(());
-            }
-        }
-        // Made earlier as a parent (0755), or named twice: the last mode
-        // wins.
-        self.dir_modes.insert(rel, mode);
-        Ok(())
-    }
-
-    /// `mkdir` with the directory's final mode (owner-writable, so the
-    /// tree can always be filled, moved and removed); when the umask would
-    /// clear some of its bits, it is set at the end instead.
-    fn create_dir(&mut self, rel: &str, mode: u32) -> Result<(), UnpackError> {
-        let mode = final_dir_mode(mode);
-        fs::DirBuilder::new()
-            .mode(mode)
-            .create(self.dest.join(rel))
-            .map_err(|err| write::write_error(self.dest, rel, err))?;
-        if !write::mode_survives_umask(mode) {
-            self.dir_modes.insert(rel.to_string(), mode);
-        }
-        Ok(())
-    }
-
-    /// Make way for a non-directory at `rel`: an earlier file or link there
-    /// is replaced (tar semantics: the later entry wins), a directory is
-    /// not.
-    fn clear_for_file(&mut self, rel: &str, raw: &str) -> Result<(), UnpackError> {
-        match self.tree.get(rel) {
-            None => Ok(()),
-            Some(Node::Dir) => Err(UnpackError::Conflict {
-                path: clip(raw),
-                reason: "a file entry replaces a directory",
-            }),
-            Some(_) => {
-                // The earlier entry may still be queued for a writer.
-                self.writers.barrier()?;
-                fs::remove_file(self.dest.join(rel))
-                    .map_err(|err| write::write_error(self.dest, rel, err))
-            }
-        }
-    }
-
-    fn regular<R: Read>(
-        &mut self,
-        tar: &mut TarReader<R>,
-        rel: String,
-        raw: &str,
-        header: &Header,
-    ) -> Result<(), UnpackError> {
-        self.clear_for_file(&rel, raw)?;
-        self.tree.insert(rel.clone(), Node::File);
-        let size = header.size;
-        let mode = header.mode & 0o777;
-        let mtime = header.mtime;
-        if let Some(limit) = self.options.write_limit
-            && self.written + size > limit
-        {
-            // Write up to the limit, as a filling disk would.
-            return Err(UnpackError::DiskFull {
-                path: clip(raw),
-                dest: self.dest.to_path_buf(),
-                err: io::Error::new(
-                    io::ErrorKind::StorageFull,
-                    "No space left on device (injected write limit)",
-                ),
-            });
-        }
-        if size <= CHUNK as u64 {
-            // Bounded by CHUNK.
-            let mut data = vec![0u8; size as usize];
-            tar.read_content_exact(&mut data)
-                .map_err(|e| self.tar_error(e))?;
-            self.written += size;
-            return self.writers.send(Job::File {
-                rel,
-                mode,
-                mtime,
-                data,
-            });
-        }
-        self.writers.send(Job::Open { rel, mode, mtime })?;
-        let mut left = size;
-        while left > 0 {
-            let n = left.min(CHUNK as u64) as usize;
-            let mut data = self.writers.chunk_buffer(n);
-            tar.read_content_exact(&mut data)
-                .map_err(|e| self.tar_error(e))?;
-            self.written += n as u64;
-            left -= n as u64;
-            self.writers.send(Job::Chunk(data))?;
-        }
-        self.writers.send(Job::Close)
-    }
-
-    fn symlink(
-        &mut self,
-        parts: &[&str],
-        rel: String,
-        raw: &str,
-        link: String,
-    ) -> Result<(), UnpackError> {
-        let escapes = || UnpackError::LinkEscapes {
-            kind: "symbolic",
-            path: clip(raw),
-            target: clip(&link),
-        };
-        if link.contains('\0') || link.starts_with('/') {
-            return Err(escapes());
-        }
-        // A first, lexical check from the link's own directory (the chain
-        // check at the end resolves it against the final tree).
-        let base = if self.options.single_top { 1 } else { 0 };
-        let mut depth = parts.len() as i64 - 1 - base;
-        for c in link.split('/') {
-            match c {
-                "" | "." => {}
-                ".." => {
-                    depth -= 1;
-                    if depth < 0 {
-                        return Err(escapes());
-                    }
-                }
-                _ => depth += 1,
-            }
-        }
-        self.clear_for_file(&rel, raw)?;
-        self.tree.insert(rel.clone(), Node::Symlink(link.clone()));
-        self.writers.send(Job::Symlink { rel, target: link })
-    }
-
-    fn hard_link(&mut self, rel: String, raw: &str, link: &str) -> Result<(), UnpackError> {
-        let escapes = || UnpackError::LinkEscapes {
-            kind: "hard",
-            path: clip(raw),
-            target: clip(link),
-        };
-        let parts = normalize(link).map_err(|_| escapes())?;
-        if parts.is_empty() {
-            return Err(escapes());
-        }
-        if self.options.single_top && Some(parts[0]) != self.top.as_deref() {
-            return Err(escapes());
-        }
-        // The source must be a regular file reached through directories
-        // only (never through a link).
-        let bad = || UnpackError::BadHardLink {
-            path: clip(raw),
-            target: clip(link),
-        };
-        let mut src = String::with_capacity(link.len());
-        for (i, part) in parts.iter().enumerate() {
-            if !src.is_empty() {
-                src.push('/');
-            }
-            src.push_str(part);
-            let last = i + 1 == parts.len();
-            match (self.tree.get(&src), last) {
-                (Some(Node::File), true) | (Some(Node::Dir), false) => {}
-                _ => return Err(bad()),
-            }
-        }
-        if src == rel {
-            return Ok(());
-        }
-        self.clear_for_file(&rel, raw)?;
-        // The source may still be queued for a writer.
-        self.writers.barrier()?;
-        fs::hard_link(self.dest.join(&src), self.dest.join(&rel))
-            .map_err(|err| write::write_error(self.dest, &rel, err))?;
-        self.tree.insert(rel, Node::File);
-        Ok(())
-    }
-}
-
-/// A directory's mode in staging: the archive's permission bits, and always
-/// owner-writable.
-fn final_dir_mode(mode: u32) -> u32 {
-    (mode & 0o777) | 0o700
-}
-
-/// Apply the directory modes `mkdir` could not give, deepest first.
-fn finish_dirs(dest: &Path, dir_modes: &BTreeMap<String, u32>) -> Result<(), UnpackError> {
-    for (dir, mode) in dir_modes.iter().rev() {
-        let mode = final_dir_mode(*mode);
-        fs::set_permissions(dest.join(dir), fs::Permissions::from_mode(mode))
-            .map_err(|err| write::write_error(dest, dir, err))?;
-    }
-    Ok(())
 }
 
 /// Whether an I/O error means the filesystem is full (or over quota).

@@ -197,7 +197,9 @@ pub fn mode_survives_umask(mode: u32) -> bool {
         let line = status.lines().find(|l| l.starts_with("Umask:"))?;
         u32::from_str_radix(line["Umask:".len()..].trim(), 8).ok()
     });
-    matches!(umask, Some(u) if mode & u == 0)
+    // A setuid or setgid bit is set by `fchmod` once the content is
+    // written (a write by anyone but root clears it).
+    mode & 0o7000 == 0 && matches!(umask, Some(u) if mode & u == 0)
 }
 
 /// The error of a failed write: a full disk, or anything else.

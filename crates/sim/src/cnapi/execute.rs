@@ -58,6 +58,8 @@ use crate::http::json_response;
 use crate::http::plain_error;
 use crate::http::rest_error;
 use agentsadm_api::cnapi::ExecuteRequest;
+use agentsadm_api::remote::FailureStep;
+use agentsadm_api::remote::HookPhase;
 use agentsadm_api::remote::GzFailure;
 use agentsadm_api::remote::GzResult;
 use agentsadm_types::error::error_chain;
@@ -459,7 +461,7 @@ async fn run_command(
                 components: Vec::new(),
                 error: Some(GzFailure {
                     component: Some(component),
-                    step: "injected".into(),
+                    step: FailureStep::Hook(HookPhase::Postinstall),
                     message: message.clone(),
                 }),
                 warnings: Vec::new(),

@@ -178,7 +178,7 @@ pub enum GzOpError {
     #[error("{prefix}{step} failed: {message}", prefix = component.as_deref().map(|c| format!("{c}: ")).unwrap_or_default())]
     Installer {
         component: Option<String>,
-        step: String,
+        step: agentsadm_api::remote::FailureStep,
         message: String,
     },
     #[error("cannot read the GZ of server {server}")]

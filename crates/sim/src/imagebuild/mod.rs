@@ -8,6 +8,7 @@
 //! from the real ones (dockerlogger and sdcadm are tarballs rather than shell
 //! archives; gz-tools also carries `gz-tools/image_uuid`) it is noted below.
 
+pub mod hostile;
 pub mod shar;
 
 use std::collections::BTreeMap;
@@ -217,6 +218,7 @@ pub fn build(spec: &ImageSpec) -> BuiltImage {
                 ComponentKind::GzTools => gz_tools_tree(spec),
                 ComponentKind::Dockerlogger => dockerlogger_tree(spec),
                 ComponentKind::Sdcadm => sdcadm_tree(spec),
+                ComponentKind::Agentsadm => agentsadm_tree(spec),
             };
             (compress(&tar_bytes, spec.compression), spec.compression)
         }
@@ -322,7 +324,12 @@ impl TreeBuilder {
     }
 
     pub fn dir(&mut self, path: &str) -> &mut Self {
-        let mut h = Self::header(tar::EntryType::Directory, 0o755, 0);
+        self.dir_mode(path, 0o755)
+    }
+
+    /// A directory with `mode` (hostile packages: world-writable, sticky).
+    pub fn dir_mode(&mut self, path: &str, mode: u32) -> &mut Self {
+        let mut h = Self::header(tar::EntryType::Directory, mode, 0);
         self.builder
             .append_data(
                 &mut h,
@@ -700,6 +707,20 @@ fn sdcadm_tree(spec: &ImageSpec) -> Vec<u8> {
         ),
     );
     files_tree(Some(&spec.package), &files)
+}
+
+/// agentsadm's image, laid out by the same list `make release` packs
+/// ([`agentsadm_gz::release::tree_files`]); its binary a script that says
+/// its version (a test runs it to see which copy is installed), the
+/// payload after its `exit`.
+fn agentsadm_tree(spec: &ImageSpec) -> Vec<u8> {
+    let mut binary =
+        format!("#!/bin/sh\necho \"agentsadm {}\"\nexit 0\n", spec.version).into_bytes();
+    binary.extend(payload(spec, spec.payload_bytes));
+    files_tree(
+        None,
+        &agentsadm_gz::release::tree_files(binary, &spec.version, spec.uuid),
+    )
 }
 
 #[cfg(test)]

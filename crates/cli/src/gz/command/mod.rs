@@ -539,7 +539,7 @@ async fn execute(
                             components: Vec::new(),
                             error: Some(GzFailure {
                                 component: None,
-                                step: Step::Resolve.as_str().to_string(),
+                                step: Step::Resolve,
                                 message: error_chain(&e),
                             }),
                             warnings: Vec::new(),

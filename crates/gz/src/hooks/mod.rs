@@ -1,19 +1,36 @@
 //! apm-compatible lifecycle hooks (docs/triton/agent-install.md §2.1).
 //!
-//! Like apm, a hook is spawned directly (it needs its exec bit and a `#!`
-//! line; there is no shell in between), with the installer's environment
-//! plus exactly apm's variables:
+//! Like apm, a hook's script is exec'd as it is (it needs its exec bit and
+//! a `#!` line; no shell interprets it), with the installer's environment
+//! plus apm's variables:
 //! `npm_config_prefix`, `npm_config_smfdir`, `npm_config_etc`,
-//! `npm_config_dbdir`, `npm_package_name`, `npm_package_version`.
+//! `npm_config_dbdir`, `npm_package_name`, `npm_package_version` (and
+//! agentsadm's marker, [`contain::MARKER_ENV`]).
 //! In a rooted directory the prefix points into the root, so a hook never
 //! touches the real machine. Unlike apm:
-//! - a hook has a timeout; on expiry its whole process group is killed;
+//! - every process a hook starts ends with it: when the hook exits or
+//!   times out, what it left running is killed ([`contain`]: a process
+//!   contract on SmartOS, a subreaper supervisor on Linux);
+//! - a hook has a timeout;
 //! - a hook killed by a signal is a failure (apm counts it as success);
 //! - the tails of its stdout and stderr go into the error.
+//!
+//! Modules: [`contain`] (the containment, per OS), `supervisor`, `spawn`
+//! and `procfs` (Linux), `contract` (SmartOS).
+
+pub mod contain;
+mod contract;
+#[cfg(target_os = "linux")]
+mod procfs;
+#[cfg(target_os = "linux")]
+mod spawn;
+#[cfg(target_os = "linux")]
+mod supervisor;
+
+pub use contain::{HookGroup, end_left};
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::process::Stdio;
 use std::time::Duration;
 
 use tokio::io::{AsyncRead, AsyncReadExt};
@@ -104,25 +121,25 @@ fn tails(stdout: &str, stderr: &str) -> String {
     s
 }
 
-/// Spawn `cmd`, retrying briefly while the kernel says the script is busy
-/// (`ETXTBSY`). The unpacker has just written the script; if another
-/// thread of this process forks in that moment (concurrent installs, the
-/// simulator), the child holds a copy of the write descriptor until its own
-/// exec, and exec of the script fails although nothing is wrong with it.
-async fn spawn_retrying_busy(
-    cmd: &mut tokio::process::Command,
-) -> std::io::Result<tokio::process::Child> {
-    let mut delay = Duration::from_millis(5);
-    for _ in 0..8 {
-        match cmd.spawn() {
-            Err(e) if e.raw_os_error() == Some(libc::ETXTBSY) => {
-                tokio::time::sleep(delay).await;
-                delay *= 2;
-            }
-            other => return other,
+/// Whether `script` can be exec'd: a regular file with an exec bit that
+/// starts with `#!` or is an ELF binary.
+async fn blocking_runnable(script: PathBuf) -> std::io::Result<()> {
+    agentsadm_platform::blocking(move || {
+        use std::io::Read;
+        use std::os::unix::fs::PermissionsExt;
+        let md = std::fs::metadata(&script)?;
+        if !md.is_file() || md.permissions().mode() & 0o111 == 0 {
+            return Err(std::io::Error::from_raw_os_error(libc::EACCES));
         }
-    }
-    cmd.spawn()
+        let mut head = [0u8; 4];
+        let n = std::fs::File::open(&script)?.read(&mut head)?;
+        if head[..n].starts_with(b"#!") || head[..n] == *b"\x7fELF" {
+            Ok(())
+        } else {
+            Err(std::io::Error::from_raw_os_error(libc::ENOEXEC))
+        }
+    })
+    .await
 }
 
 /// What a successful hook printed (kept for the log).
@@ -144,15 +161,15 @@ pub async fn run_hook(
     run_hook_recorded(hook, package, cwd, env, None).await
 }
 
-/// [`run_hook`], sending the hook's process group id to `spawned` as soon
-/// as it runs (the transaction journals it, so that recovery after a kill
-/// of the installer can end whatever the hook left running).
+/// [`run_hook`], sending the hook's [`HookGroup`] to `spawned` as soon as
+/// it runs (the transaction journals it, so that recovery after a kill of
+/// the installer can end whatever the hook left running).
 pub async fn run_hook_recorded(
     hook: Hook,
     package: &PackageJson,
     cwd: &Path,
     env: &HookEnv,
-    spawned: Option<tokio::sync::oneshot::Sender<u32>>,
+    spawned: Option<tokio::sync::oneshot::Sender<HookGroup>>,
 ) -> Result<Option<HookOutput>, HookError> {
     let Some(script) = package.script(hook) else {
         return Ok(None);
@@ -167,121 +184,66 @@ pub async fn run_hook_recorded(
             script: PathBuf::from(script),
         });
     }
-    let mut cmd = tokio::process::Command::new(&script_path);
-    cmd.current_dir(cwd)
-        .envs(&env.extra)
-        .envs(env.apm_vars(package))
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .kill_on_drop(true)
-        // Its own process group, so a timeout kills everything it started.
-        .process_group(0);
-    let mut child = spawn_retrying_busy(&mut cmd)
-        .await
-        .map_err(|err| HookError::Spawn {
-            hook: hook.as_str(),
-            script: PathBuf::from(script),
-            err,
-        })?;
-    let pid = child.id();
-    if let (Some(tx), Some(pid)) = (spawned, pid) {
-        // process_group(0): the group id is the child's pid.
-        let _ = tx.send(pid);
-    }
-    let stdout = tokio::spawn(tail(child.stdout.take()));
-    let stderr = tokio::spawn(tail(child.stderr.take()));
-    let waited = tokio::time::timeout(env.timeout, child.wait()).await;
-    let status = match waited {
-        Ok(Ok(status)) => Some(status),
-        Ok(Err(err)) => {
-            return Err(HookError::Spawn {
-                hook: hook.as_str(),
-                script: PathBuf::from(script),
-                err,
-            });
-        }
-        Err(_) => {
-            if let Some(pid) = pid {
-                // SAFETY: killpg only sends a signal; pid is our child's
-                // process group (process_group(0) above).
-                unsafe {
-                    libc::killpg(pid as libc::pid_t, libc::SIGKILL);
-                }
-            }
-            let _ = child.wait().await;
-            None
-        }
+    let spawn_err = |err| HookError::Spawn {
+        hook: hook.as_str(),
+        script: PathBuf::from(script),
+        err,
     };
+    // What exec would refuse, refused here (the supervisor's shell would
+    // run a script without a `#!` line itself, where apm's exec fails).
+    let runnable = blocking_runnable(script_path.clone()).await;
+    runnable.map_err(spawn_err)?;
+    let command = contain::HookCommand {
+        cwd,
+        env: env
+            .extra
+            .iter()
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .chain(env.apm_vars(package))
+            .collect(),
+    };
+    let mut running = contain::spawn(&script_path, &command)
+        .await
+        .map_err(spawn_err)?;
+    if let Some(tx) = spawned {
+        let _ = tx.send(running.group.clone());
+    }
+    let (out_pipe, err_pipe) = running.take_output();
+    let stdout = tokio::spawn(tail(out_pipe));
+    let stderr = tokio::spawn(tail(err_pipe));
+    let waited = running.wait(env.timeout).await;
+    let killed = running.end(waited.as_ref().ok()).await;
+    if killed > 0 {
+        tracing::warn!(package = %package.name, hook = hook.as_str(), killed, "killed the processes the hook left running");
+    }
     let out = collect(stdout).await;
     let err = collect(stderr).await;
-    match status {
-        None => Err(HookError::TimedOut {
+    let failed = |status: String, stdout: String, stderr: String| HookError::Failed {
+        hook: hook.as_str(),
+        script: PathBuf::from(script),
+        status,
+        stdout,
+        stderr,
+    };
+    match waited.map_err(spawn_err)? {
+        contain::Waited::TimedOut => Err(HookError::TimedOut {
             hook: hook.as_str(),
             script: PathBuf::from(script),
             timeout: env.timeout,
             stdout: out,
             stderr: err,
         }),
-        Some(s) if s.success() => Ok(Some(HookOutput {
+        contain::Waited::Exited(s) if s.success() => Ok(Some(HookOutput {
             stdout: out,
             stderr: err,
         })),
-        Some(s) => Err(HookError::Failed {
-            hook: hook.as_str(),
-            script: PathBuf::from(script),
-            status: s.to_string(),
-            stdout: out,
-            stderr: err,
-        }),
+        contain::Waited::Exited(s) => Err(failed(s.to_string(), out, err)),
+        contain::Waited::SupervisorLost => Err(failed(
+            "unknown: a process it started killed the supervisor agentsadm runs it under".into(),
+            out,
+            err,
+        )),
     }
-}
-
-/// A hook's process group as the journal records it: the group id and
-/// the boot it ran in (a group id from an earlier boot names nothing of
-/// ours, and may name someone else's group now).
-#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct HookGroup {
-    pub pgid: i32,
-    #[serde(default)]
-    pub boot: String,
-}
-
-impl HookGroup {
-    pub fn new(pgid: u32) -> HookGroup {
-        HookGroup {
-            pgid: pgid as i32,
-            boot: boot_id(),
-        }
-    }
-}
-
-/// This boot's identity where the OS offers one (Linux's boot_id), else
-/// empty. On SmartOS the group id alone is used; running each hook in its
-/// own contract (`ctrun -l child`) and killing by contract id would be
-/// stronger, since contract ids are not reused the way pids are.
-fn boot_id() -> String {
-    std::fs::read_to_string("/proc/sys/kernel/random/boot_id")
-        .map(|s| s.trim().to_string())
-        .unwrap_or_default()
-}
-
-/// Kill whatever is left of a hook's process group (an installer killed
-/// mid-hook leaves the hook running, orphaned, and it would go on writing
-/// into the tree a rollback restores). Returns whether a group was there.
-/// Blocking-free: one signal per group.
-pub fn kill_group(group: &HookGroup) -> bool {
-    if group.pgid <= 1 || group.boot != boot_id() {
-        return false;
-    }
-    // A pgid this process itself is in is never ours to kill.
-    // SAFETY: getpgrp has no preconditions.
-    if unsafe { libc::getpgrp() } == group.pgid {
-        return false;
-    }
-    // SAFETY: killpg only sends a signal to the group the journal recorded
-    // (a group a hook of this installer led, in this boot).
-    unsafe { libc::killpg(group.pgid, libc::SIGKILL) == 0 }
 }
 
 async fn collect(handle: tokio::task::JoinHandle<String>) -> String {
@@ -421,5 +383,86 @@ mod tests {
         .await
         .unwrap_err();
         assert!(matches!(e, HookError::Missing { .. }));
+        // Not runnable: no exec bit, no `#!` line.
+        std::fs::write(d.path().join("plain.sh"), "true\n").unwrap();
+        std::fs::set_permissions(
+            d.path().join("plain.sh"),
+            std::fs::Permissions::from_mode(0o644),
+        )
+        .unwrap();
+        let e = run_hook(
+            Hook::Postinstall,
+            &package("plain.sh"),
+            d.path(),
+            &env(d.path(), Duration::from_secs(1)),
+        )
+        .await
+        .unwrap_err();
+        assert!(matches!(e, HookError::Spawn { .. }), "{e}");
+        std::fs::set_permissions(
+            d.path().join("plain.sh"),
+            std::fs::Permissions::from_mode(0o755),
+        )
+        .unwrap();
+        let e = run_hook(
+            Hook::Postinstall,
+            &package("plain.sh"),
+            d.path(),
+            &env(d.path(), Duration::from_secs(1)),
+        )
+        .await
+        .unwrap_err();
+        assert!(matches!(e, HookError::Spawn { .. }), "{e}");
+    }
+
+    /// Whether `pid` is gone (or dead, waiting to be reaped).
+    #[cfg(target_os = "linux")]
+    fn gone(pid: i32) -> bool {
+        match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+            Err(_) => true,
+            Ok(t) => t
+                .rsplit_once(')')
+                .is_some_and(|(_, rest)| rest.trim_start().starts_with('Z')),
+        }
+    }
+
+    #[cfg(target_os = "linux")]
+    #[tokio::test]
+    async fn nothing_a_hook_starts_outlives_it() {
+        let d = tempfile::tempdir().unwrap();
+        // A setsid child, a child in its own process group (job control),
+        // and a daemon (setsid, then fork, the middle one exits); each
+        // writes its pid and sleeps. The hook then fails, or kills the
+        // supervisor it runs under first.
+        let starts = "setsid bash -c 'echo $$ > pid.setsid; exec sleep 30' &\n\
+                      set -m; (echo $BASHPID > pid.pgid; exec sleep 30) & set +m\n\
+                      setsid bash -c '(echo $BASHPID > pid.daemon; exec sleep 30) &'\n\
+                      while [ ! -s pid.setsid ] || [ ! -s pid.pgid ] || [ ! -s pid.daemon ]; do sleep 0.05; done";
+        for (case, end) in [
+            ("fails", "exit 3"),
+            ("succeeds", "exit 0"),
+            ("kills its supervisor", "kill -9 $PPID; sleep 0.5; exit 0"),
+        ] {
+            for f in ["pid.setsid", "pid.pgid", "pid.daemon"] {
+                let _ = std::fs::remove_file(d.path().join(f));
+            }
+            write_script(d.path(), "h.sh", &format!("{starts}\n{end}"));
+            let r = run_hook(
+                Hook::Postinstall,
+                &package("h.sh"),
+                d.path(),
+                &env(d.path(), Duration::from_secs(20)),
+            )
+            .await;
+            assert_eq!(r.is_ok(), case == "succeeds", "{case}: {r:?}");
+            for f in ["pid.setsid", "pid.pgid", "pid.daemon"] {
+                let pid: i32 = std::fs::read_to_string(d.path().join(f))
+                    .unwrap()
+                    .trim()
+                    .parse()
+                    .unwrap();
+                assert!(gone(pid), "{case}: the {f} process {pid} outlived the hook");
+            }
+        }
     }
 }

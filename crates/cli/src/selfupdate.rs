@@ -1,0 +1,112 @@
+//! `agentsadm self-update`: the command line of
+//! [`agentsadm_flows::selfupdate`] (plan, `-n` stops there, else execute
+//! under the datacenter lock) and its one line or JSON document.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{ArgGroup, Args};
+use serde_json::json;
+
+use super::CmdResult;
+use super::GlobalOpts;
+use super::orch::{ChannelArgs, updates_client};
+use agentsadm_flows::selfupdate::{self, Allow, SelfUpdateEnv, Target};
+use agentsadm_gz::session::GzSettings;
+use agentsadm_orchestrate::lock::{self, LockOptions, SapiLockStore};
+
+#[derive(Args, Debug)]
+#[command(group(ArgGroup::new("target").required(true).args(["image", "latest", "rollback"])))]
+pub struct SelfUpdateArgs {
+    /// An agentsadm image: a UUID or version (the datacenter IMGAPI, then
+    /// the updates server), or an image file with its .manifest beside it.
+    #[arg(value_name = "IMAGE|FILE")]
+    pub image: Option<String>,
+    /// The newest build in the updates server's channel (within the
+    /// installed major version).
+    #[arg(long)]
+    pub latest: bool,
+    /// Put back the copy the last self-update replaced.
+    #[arg(long)]
+    pub rollback: bool,
+    #[command(flatten)]
+    pub source: ChannelArgs,
+    /// Allow another major version.
+    #[arg(long)]
+    pub allow_major_update: bool,
+    /// Allow an image older than the installed one.
+    #[arg(long)]
+    pub allow_downgrade: bool,
+    /// Show what would be done, and do nothing.
+    #[arg(short = 'n', long)]
+    pub dry_run: bool,
+    /// Take over the orchestrator lock even if another run holds it.
+    #[arg(long)]
+    pub break_lock: bool,
+    /// The headnode's global zone root (a directory in tests).
+    #[arg(long, value_name = "DIR", default_value = "/", hide = true)]
+    pub root: PathBuf,
+}
+
+/// `agentsadm self-update ...`.
+pub async fn run(g: &GlobalOpts, a: SelfUpdateArgs) -> CmdResult {
+    let out = g.output();
+    let apis = g.apis()?;
+    let target = match (&a.image, a.latest, a.rollback) {
+        (_, _, true) => Target::Rollback,
+        (_, true, _) => Target::Latest,
+        (Some(i), _, _) if std::path::Path::new(i).exists() => Target::File(PathBuf::from(i)),
+        (Some(i), _, _) => Target::Image(i.clone()),
+        (None, false, false) => unreachable!("clap requires a target"),
+    };
+    // The updates server for --latest, and to look an image up in when the
+    // datacenter does not have it.
+    let wants_updates = matches!(target, Target::Latest | Target::Image(_));
+    let updates = updates_client(&apis, &a.source, wants_updates).await?;
+    let mut settings = GzSettings::new(&a.root);
+    settings.catalog = g.load_catalog()?;
+    settings.clients = Some(apis.clone());
+    let env = SelfUpdateEnv {
+        settings,
+        dc: &apis.imgapi,
+        updates: updates.as_ref(),
+        sapi: &apis.sapi,
+        running_version: super::release::VERSION,
+    };
+    let allow = Allow {
+        major_update: a.allow_major_update,
+        downgrade: a.allow_downgrade,
+    };
+    let plan = selfupdate::plan(&env, &target, allow).await?;
+    for note in &plan.notes {
+        out.warn(format!("note: {note}"));
+    }
+    if a.dry_run {
+        if out.json {
+            out.json(&json!({"plan": plan, "executed": false, "exit_status": 0}));
+        } else {
+            out.line(plan.describe());
+        }
+        return Ok(ExitCode::SUCCESS);
+    }
+    let work = selfupdate::execute(&env, &plan);
+    let store = SapiLockStore::new(apis.sapi.clone()).await?;
+    let options = LockOptions {
+        break_lock: a.break_lock,
+        ..LockOptions::default()
+    };
+    let lost = std::sync::atomic::AtomicBool::new(false);
+    let note = |line: &str| out.warn(line);
+    let outcome = lock::hold(&store, "self-update", &options, &lost, note, work).await??;
+    if out.json {
+        out.json(&json!({"plan": plan, "executed": true, "result": outcome, "exit_status": 0}));
+    } else {
+        for w in &outcome.warnings {
+            if !plan.notes.contains(w) {
+                out.warn(format!("warning: {w}"));
+            }
+        }
+        out.line(outcome.line());
+    }
+    Ok(ExitCode::SUCCESS)
+}
