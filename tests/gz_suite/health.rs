@@ -10,8 +10,8 @@
 use std::path::Path;
 
 use crate::gz_common::*;
-use agentsadm_api::remote::FailureStep;
 use agentsadm_api::remote::ComponentAction;
+use agentsadm_api::remote::FailureStep;
 use agentsadm_platform::ServiceState;
 use agentsadm_platform::rooted::SMF_FAULTS_FILE;
 use agentsadm_platform::rooted::SmfFault;

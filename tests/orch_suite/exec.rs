@@ -549,10 +549,9 @@ async fn command_line_progress_handles_every_event() {
 async fn a_server_with_history_is_flagged_against_itself_in_a_small_run() {
     use agentsadm_plan::timing::{Durations, Sample};
     let (fake, targets) = setup(3, &["vm-agent"]);
-    let (cn2, cn3) = (
-        fake.dc().server_named("cn002"),
-        fake.dc().server_named("cn003"),
-    );
+    // One at a time: the fake datacenter is behind one lock.
+    let cn2 = fake.dc().server_named("cn002");
+    let cn3 = fake.dc().server_named("cn003");
     fake.faults().latency = Duration::from_secs(40);
     fake.faults().slow.insert(cn2, 4.5); // 3 min this time
     fake.faults().slow.insert(cn3, 7.5); // 5 min, as usual

@@ -28,7 +28,7 @@ use std::time::{Duration, Instant};
 
 use serde::Serialize;
 
-use super::rollout::{check_plan, round3, yes};
+use super::rollout::{check_plan, list_schedule, round3, yes};
 use agentsadm_orchestrate::execute::{ExecOptions, Executor};
 use agentsadm_orchestrate::history::{HistoryEntry, durations_of, entry};
 use agentsadm_orchestrate::report::NullReporter;
@@ -60,6 +60,10 @@ pub struct HistoryRun {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub expected_finish_s: Option<f64>,
     pub canary_s: f64,
+    /// What a zero-overhead executor takes on this run's latencies in the
+    /// plan's order: the canary wave, then greedy list scheduling 20 wide
+    /// (`wall_s` over it is the executor's own overhead).
+    pub list_scheduled_s: f64,
     pub median_ms: f64,
     pub p99_ms: f64,
     pub max_ms: f64,
@@ -198,6 +202,21 @@ async fn execute(
         .first()
         .and_then(|c| order.iter().position(|u| *u == c.server))
         .map_or(0.0, |i| secs[i]);
+    let at = |u: &ServerUuid| order.iter().position(|o| o == u).map_or(0.0, |i| secs[i]);
+    let canary_wave = plan
+        .rollout()
+        .canaries()
+        .iter()
+        .map(|c| at(&c.server))
+        .fold(0.0, f64::max);
+    let rest: Vec<f64> = plan
+        .rollout()
+        .waves
+        .iter()
+        .filter(|w| !w.canary)
+        .flat_map(|w| w.servers.iter().map(|s| at(&s.server)))
+        .collect();
+    let list_scheduled = canary_wave + list_schedule(&rest, CONCURRENCY);
     let mut sorted = latencies.to_vec();
     sorted.sort_by(f64::total_cmp);
     let pct = |p: f64| sorted[((sorted.len() as f64 - 1.0) * p).round() as usize];
@@ -209,6 +228,7 @@ async fn execute(
             .expected_finish
             .map(|d| round3(d.as_secs_f64())),
         canary_s: round3(canary),
+        list_scheduled_s: round3(list_scheduled),
         median_ms: round3(pct(0.5)),
         p99_ms: round3(pct(0.99)),
         max_ms: round3(longest * 1000.0),

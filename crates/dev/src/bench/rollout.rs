@@ -518,7 +518,7 @@ async fn measure_realistic(servers: usize) -> anyhow::Result<RealisticResult> {
 
 /// The makespan of greedy list scheduling: each job, in order, starts on
 /// the first of `width` slots to free up.
-fn list_schedule(jobs: &[f64], width: usize) -> f64 {
+pub(super) fn list_schedule(jobs: &[f64], width: usize) -> f64 {
     let mut slots = vec![0.0f64; width.max(1)];
     for j in jobs {
         let first = slots

@@ -59,9 +59,9 @@ use crate::http::plain_error;
 use crate::http::rest_error;
 use agentsadm_api::cnapi::ExecuteRequest;
 use agentsadm_api::remote::FailureStep;
-use agentsadm_api::remote::HookPhase;
 use agentsadm_api::remote::GzFailure;
 use agentsadm_api::remote::GzResult;
+use agentsadm_api::remote::HookPhase;
 use agentsadm_types::error::error_chain;
 use agentsadm_types::ids::ImageUuid;
 
