@@ -28,12 +28,19 @@ pub enum RevertError {
         "run {run} is still running (its process lives, or it holds the datacenter lock); wait for it to end"
     )]
     StillRunning { run: String },
+    /// Boxed: the gathering error is large and rare.
     #[error(transparent)]
-    Gather(#[from] GatherError),
+    Gather(Box<GatherError>),
     #[error(transparent)]
     Image(#[from] ImageError),
     #[error(transparent)]
     Plan(#[from] PlanError),
+}
+
+impl From<GatherError> for RevertError {
+    fn from(e: GatherError) -> Self {
+        RevertError::Gather(Box::new(e))
+    }
 }
 
 /// What a recorded run changed, and what later runs changed since, as the

@@ -104,8 +104,11 @@ fn changed_since(now: String, by: Option<&String>) -> SkipReason {
     SkipReason::ChangedSince {
         now,
         by: by
-            .cloned()
-            .unwrap_or_else(|| "outside agentsadm (no later run in the history)".into()),
+            .map_or(
+                "outside agentsadm (no later run in the history)",
+                String::as_str,
+            )
+            .into(),
     }
 }
 

@@ -44,7 +44,8 @@ pub enum SkipReason {
     NewerInstalled { version: String, latest: String },
     /// `revert`: no longer what the reverted run left (`now`), changed
     /// since `by` a later run (or outside agentsadm).
-    ChangedSince { now: String, by: String },
+    /// (`by` boxed: keeps [`Skip`] small enough to return by value.)
+    ChangedSince { now: String, by: Box<str> },
     /// `revert`: the server is no longer in CNAPI.
     ServerGone,
 }

@@ -75,7 +75,7 @@ pub async fn run_history(g: &GlobalOpts, a: HistoryArgs) -> CmdResult {
     let out = g.output();
     let listing = store(g).list().await;
     if let Some(e) = &listing.sapi_error {
-        out.warn(&format!("{e}; showing this headnode's runs only"));
+        out.warn(format!("{e}; showing this headnode's runs only"));
     }
     if let Some(run) = &a.run {
         let entry = agentsadm_orchestrate::history::find_in(listing.entries, run)?;

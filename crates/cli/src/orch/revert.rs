@@ -36,7 +36,7 @@ pub async fn run_revert(g: &GlobalOpts, a: RevertArgs) -> CmdResult {
     let apis = g.apis()?;
     let listing = super::history::store(g).list().await;
     if let Some(e) = &listing.sapi_error {
-        out.warn(&format!("{e}; only this headnode's runs are known"));
+        out.warn(format!("{e}; only this headnode's runs are known"));
     }
     let run: HistoryEntry = find_in(listing.entries.clone(), &a.run)?;
     let later: Vec<HistoryEntry> = listing

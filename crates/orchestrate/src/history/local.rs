@@ -216,10 +216,11 @@ impl LocalHistory {
         let mut removed = 0;
         for (i, (path, len)) in files.iter().enumerate() {
             total += len;
-            if (i >= self.keep.max(1) || total > self.max_bytes) && i > 0 {
-                if std::fs::remove_file(path).is_ok() {
-                    removed += 1;
-                }
+            if (i >= self.keep.max(1) || total > self.max_bytes)
+                && i > 0
+                && std::fs::remove_file(path).is_ok()
+            {
+                removed += 1;
             }
         }
         removed
