@@ -7,6 +7,9 @@
 //!   command line's exit statuses and `--json`;
 //! - `fix_rollout`: `check --fix` in waves: failure budget, canaries, rack
 //!   limit, never marlin-agent in bulk;
+//! - `records`: an instance a server reports is never deleted (its params
+//!   are corrected, or it is left to the operator); a malformed
+//!   `server.agents` sets one server aside, not the datacenter;
 //! - `server`: `server delete|factory-reset` against the simulator;
 //! - `setup`: the `installer/` scripts end to end (USB key build, headnode
 //!   with no API, adoption, import, a compute node from empty through
@@ -36,6 +39,8 @@ mod check;
 mod drift;
 #[path = "flows_suite/fix_rollout.rs"]
 mod fix_rollout;
+#[path = "flows_suite/records.rs"]
+mod records;
 #[path = "flows_suite/selfupdate.rs"]
 mod selfupdate;
 #[path = "flows_suite/server.rs"]

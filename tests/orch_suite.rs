@@ -22,10 +22,19 @@
 //! - `interrupt`: Ctrl-C with servers in flight (task ids, waiting for
 //!   them, a second interrupt), task ids of timed-out steps;
 //! - `latest`: where `--latest` looks, printed on the plan's first line;
+//! - `one_at_a_time`: two runs never both proceed however slow SAPI is; a
+//!   run that loses its lock (deleted, broken) stops and says so; lock
+//!   records that cannot be read or are dated in the future are reported;
+//! - `outage`: an API that stops answering mid-rollout is named, fails no
+//!   server, and a re-run converges; SIGTERM and SIGHUP end a rollout as
+//!   Ctrl-C does;
 //! - `sim`: plan, execute and re-plan against the simulated datacenter, the
 //!   CLI's exit statuses, two orchestrators started together;
 //! - `runlog`: the bunyan log of every run, JSON error documents;
-//! - `tables`: `list` and `avail` tables (`-H`, `-o`, `--sort`, `-q`).
+//! - `small`: how a rollout too small for a median judges slow servers;
+//! - `tables`: `list` and `avail` tables (`-H`, `-o`, `--sort`, `-q`);
+//! - `terminal`: a rollout in tmux: the canary question seen, Ctrl-C and
+//!   the end of input as "no".
 
 #[path = "orch_suite/adopt.rs"]
 mod adopt;
@@ -55,6 +64,10 @@ mod interrupt;
 mod latest;
 #[path = "orch_suite/list.rs"]
 mod list;
+#[path = "orch_suite/one_at_a_time.rs"]
+mod one_at_a_time;
+#[path = "orch_suite/outage.rs"]
+mod outage;
 #[path = "orch_suite/plan.rs"]
 mod plan;
 #[path = "orch_suite/revert.rs"]
@@ -67,5 +80,11 @@ mod runlog;
 mod sim;
 #[path = "common/sim.rs"]
 mod sim_common;
+#[path = "orch_suite/small.rs"]
+mod small;
 #[path = "orch_suite/tables.rs"]
 mod tables;
+#[path = "orch_suite/terminal.rs"]
+mod terminal;
+#[path = "common/tools.rs"]
+mod tools;

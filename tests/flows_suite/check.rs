@@ -341,6 +341,7 @@ async fn unmanaged_components_are_informational() {
     let cn = server(&dc, "cn0002");
     let mut agents = dc.server_agents(cn);
     agents.push(AgentEntry {
+        problem: None,
         name: "cabase".into(),
         version: "1.0.3".into(),
         image_uuid: None,

@@ -150,11 +150,11 @@ async fn a_partial_failure_finishes_on_the_next_run() {
     assert!(dc.record(cn).is_none());
     assert!(!instances_by_server(&dc).await.contains_key(&cn));
 
-    // Once more: nothing in CNAPI, nothing in SAPI: an unknown server.
+    // Once more: nothing in CNAPI, nothing in SAPI: nothing left.
     let err = cleanup::prepare(&dc.apis(), ServerAction::Delete, &cn.to_string())
         .await
         .unwrap_err();
-    assert!(matches!(err, CleanupError::UnknownServer { .. }), "{err}");
+    assert!(matches!(err, CleanupError::NothingLeft { .. }), "{err}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -305,6 +305,14 @@ fn cli(dc: &SimDc, args: &[&str]) -> std::process::Output {
     crate::cli_common::agentsadm(dc).output_blocking(args)
 }
 
+/// [`cli`] with run logs kept in `state` (one machine's runs, one after
+/// the other).
+fn cli_in(dc: &SimDc, state: &std::path::Path, args: &[&str]) -> std::process::Output {
+    crate::cli_common::agentsadm(dc)
+        .state(state)
+        .output_blocking(args)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn command_line() {
     let dc = dc_with_vms().await;
@@ -331,19 +339,50 @@ async fn command_line() {
     let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(doc["executed"], false);
     assert_eq!(dc.mutation_count(), before);
-    // Delete for real, by hostname, --json.
-    let out =
-        tokio::task::block_in_place(|| cli(&dc, &["server", "delete", "cn0001", "-y", "--json"]));
+    // Delete for real, by hostname, --json: the run log (its path in the
+    // document) has every SAPI instance deleted and the CNAPI call.
+    let state = tempfile::tempdir().unwrap();
+    let out = tokio::task::block_in_place(|| {
+        cli_in(
+            &dc,
+            state.path(),
+            &["server", "delete", "cn0001", "-y", "--json"],
+        )
+    });
     assert_eq!(out.status.code(), Some(0), "{out:?}");
     let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(doc["result"]["cnapi"]["status"], "deleted");
-    assert!(doc["plan"]["instances"].as_array().unwrap().len() > 5);
+    let instances = doc["plan"]["instances"].as_array().unwrap();
+    assert!(instances.len() > 5);
     assert!(dc.record(cn).is_none());
-    // Re-run by UUID: nothing left anywhere: 1 with a clear message.
+    let log = std::fs::read_to_string(doc["log"].as_str().expect("the log's path")).unwrap();
+    assert!(doc["log"].as_str().unwrap().ends_with("-server-delete.log"));
+    for i in instances {
+        let call = format!(
+            "SAPI DELETE /instances/{}: done",
+            i["uuid"].as_str().unwrap()
+        );
+        assert!(log.contains(&call), "{call}");
+    }
+    assert!(
+        log.contains(&format!("CNAPI DELETE /servers/{cn}: done")),
+        "{log}"
+    );
+    assert!(log.contains("\"exit_status\":0"), "{log}");
+    // Run again, by hostname: the earlier run's log says which server it
+    // was; nothing is left: 0.
+    let out = tokio::task::block_in_place(|| {
+        cli_in(&dc, state.path(), &["server", "delete", "cn0001", "-y"])
+    });
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("an earlier run deleted it as"), "{text}");
+    assert!(text.contains("Nothing left to delete"), "{text}");
+    // And by UUID (from anywhere): 0, nothing left.
     let out =
         tokio::task::block_in_place(|| cli(&dc, &["server", "delete", &cn.to_string(), "-y"]));
-    assert_eq!(out.status.code(), Some(1), "{out:?}");
-    assert!(String::from_utf8_lossy(&out.stderr).contains("unknown server"));
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    assert!(String::from_utf8_lossy(&out.stdout).contains("Nothing left to delete"));
     // A leftover the CNAPI delete left behind is still cleaned by UUID.
     let image = dc.default_image("vm-agent").unwrap();
     put_instance(

@@ -491,6 +491,33 @@ async fn manifests_over_1_mib_are_refused() {
     assert!(msg.contains("larger than 1048576 bytes"), "{msg}");
 }
 
+/// A damaged IMGAPI record (a manifest without `files[0].compression`):
+/// IMGAPI is up, so the message says which field is wrong, not "check that
+/// IMGAPI is up".
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_manifest_missing_a_field_names_the_field() {
+    let scene = Scene::new().await;
+    let img = image("vm-agent", "2.0.0");
+    scene.imgapi.publish(&img);
+    scene.imgapi.set_fault(
+        img.manifest.uuid,
+        Fault::ManifestWithoutFileField("compression"),
+    );
+    let msg = scene
+        .refused_image(
+            "a manifest without files[0].compression",
+            &img,
+            &[
+                "missing field `compression`",
+                "not a valid image manifest",
+                "sdc-imgadm get",
+            ],
+        )
+        .await;
+    assert!(!msg.contains("check that IMGAPI is up"), "{msg}");
+    assert!(!msg.contains(" at line "), "{msg}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn manifest_identity_and_state_are_checked() {
     let scene = Scene::new().await;

@@ -310,7 +310,7 @@ async fn outliers_are_warned_once_and_stragglers_abandoned() {
     // Median 10 s: threshold max(30 s, 40 s) = 40 s; cn004 runs 1000 s.
     assert_eq!(report.outliers.len(), 1);
     assert_eq!(report.outliers[0].hostname, "cn004");
-    assert_eq!(report.outliers[0].median, Some(Duration::from_secs(10)));
+    assert_eq!(report.outliers[0].median, Duration::from_secs(10));
     assert!(
         report.outliers[0].elapsed > Duration::from_secs(40)
             && report.outliers[0].elapsed <= Duration::from_secs(42)
@@ -476,25 +476,30 @@ async fn stale_locks_are_broken_and_a_taken_over_lock_is_not_released() {
     let old = LockRecord {
         owner: "root@elsewhere:99".into(),
         token: "old".into(),
+        generation: 4,
+        stage: agentsadm_orchestrate::lock::Stage::Held,
         operation: "update --all".into(),
         started: "2020-01-01T00:00:00Z".into(),
         refreshed: "2020-01-01T00:00:00Z".into(),
     };
     fake.write(&old).await.unwrap();
     let opts = LockOptions::default();
-    let mut l = lock::acquire(&fake, "root@hn:1", "update vm-agent", &opts)
+    let l = lock::acquire(&fake, "root@hn:1", "update vm-agent", &opts)
         .await
         .unwrap();
     assert_eq!(
-        l.broke.as_ref().map(|r| r.owner.as_str()),
-        Some("root@elsewhere:99")
+        l.broke.iter().map(|r| r.owner.as_str()).collect::<Vec<_>>(),
+        ["root@elsewhere:99"]
     );
+    assert_eq!(l.generation(), 5, "the generation only grows");
     l.refresh().await.unwrap();
 
-    // Someone breaks it: refresh notices, release leaves theirs alone.
+    // Someone breaks it (a later generation, held): refresh notices,
+    // release leaves theirs alone.
     let mut theirs = l.record().clone();
     theirs.token = "theirs".into();
     theirs.owner = "root@hn:2".into();
+    theirs.generation += 1;
     fake.write(&theirs).await.unwrap();
     assert!(matches!(l.refresh().await, Err(LockError::Lost { .. })));
     l.release().await.unwrap();
@@ -508,7 +513,8 @@ async fn stale_locks_are_broken_and_a_taken_over_lock_is_not_released() {
     let l = lock::acquire(&fake, "root@hn:3", "update", &forced)
         .await
         .unwrap();
-    assert_eq!(l.broke.unwrap().owner, "root@hn:2");
+    assert_eq!(l.broke[0].owner, "root@hn:2");
+    assert_eq!(l.generation(), 7);
 }
 
 #[tokio::test(start_paused = true)]
@@ -529,7 +535,8 @@ async fn command_line_progress_handles_every_event() {
         );
         let progress = CliProgress::new(mode, "update");
         let options = ExecOptions {
-            straggler_timeout: Some(Duration::from_secs(60)),
+            // Past the outlier threshold (60 s), so cn003 is flagged first.
+            straggler_timeout: Some(Duration::from_secs(90)),
             ..Default::default()
         };
         let report = Executor::new(&fake, &fake, &progress, &options)
@@ -547,6 +554,7 @@ async fn command_line_progress_handles_every_event() {
 /// cn003, slow every time (it usually takes 5 min), is not flagged at all.
 #[tokio::test(start_paused = true)]
 async fn a_server_with_history_is_flagged_against_itself_in_a_small_run() {
+    use agentsadm_orchestrate::baseline::OutlierBasis;
     use agentsadm_plan::timing::{Durations, Sample};
     let (fake, targets) = setup(3, &["vm-agent"]);
     // One at a time: the fake datacenter is behind one lock.
@@ -579,8 +587,10 @@ async fn a_server_with_history_is_flagged_against_itself_in_a_small_run() {
     .unwrap();
     // The slowest first: cn003, then the others.
     assert_eq!(p.rollout().order().next().unwrap().hostname, "cn003");
+    // The executor judges by what the history knows (as Run feeds it).
+    let mut options = ExecOptions::default();
+    options.known.add_history(&history);
     let reporter = RecordingReporter::default();
-    let options = ExecOptions::default();
     let report = Executor::new(&fake, &fake, &reporter, &options)
         .execute(crate::sim_common::yes(&p), std::future::pending())
         .await
@@ -588,8 +598,8 @@ async fn a_server_with_history_is_flagged_against_itself_in_a_small_run() {
     assert_eq!(report.outliers.len(), 1, "{:?}", report.outliers);
     let o = &report.outliers[0];
     assert_eq!(o.hostname, "cn002");
-    assert_eq!(o.usual, Some(Duration::from_secs(40)));
-    assert_eq!(o.median, None);
+    assert_eq!(o.basis, OutlierBasis::History);
+    assert_eq!(o.median, Duration::from_secs(40));
     // max(3 x 40 s, 40 s + 30 s) = 2 min, checked every second.
     assert!(o.elapsed > Duration::from_secs(120) && o.elapsed <= Duration::from_secs(122));
     assert!(
@@ -603,4 +613,112 @@ async fn a_server_with_history_is_flagged_against_itself_in_a_small_run() {
             .render(&p)
             .contains("elapsed when flagged, usually 40.0s")
     );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_small_rollout_stops_waiting_for_a_hung_server_after_the_straggler_timeout() {
+    // Four servers, one hung: too few for a median, yet --straggler-timeout
+    // applies from the first server, not after the 30-minute task timeout.
+    let (fake, targets) = setup(3, &["vm-agent"]);
+    let cn2 = fake.dc().server_named("cn002");
+    fake.faults().latency = Duration::from_secs(1);
+    fake.faults().hang.insert(cn2);
+    let p = plan_on(
+        &fake,
+        &request(Operation::Update, &["vm-agent"], &[]),
+        &images(&fake, &targets),
+    );
+    assert!(p.servers().len() <= OutlierPolicy::default().min_finished);
+    let options = ExecOptions {
+        straggler_timeout: Some(Duration::from_secs(3)),
+        ..Default::default()
+    };
+    let report = run(&fake, &p, &options).await;
+    let o = &report.servers[&cn2];
+    assert_eq!(o.status, ServerStatus::TimedOut);
+    let failure = o.failure.as_ref().unwrap();
+    assert_eq!(failure.stage, "straggler");
+    assert!(
+        failure
+            .message
+            .contains("stopped waiting after 3.0s (--straggler-timeout)"),
+        "{}",
+        failure.message
+    );
+    assert!(
+        report.elapsed < Duration::from_secs(6),
+        "{:?}",
+        report.elapsed
+    );
+    assert_eq!(report.counts().succeeded, p.servers().len() - 1);
+    assert_eq!(report.exit_status(&p), 2);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_small_rollout_judges_slow_servers_against_what_is_known() {
+    use agentsadm_orchestrate::baseline::{KnownDurations, OutlierBasis};
+    let (fake, targets) = setup(3, &["vm-agent"]);
+    let cn2 = fake.dc().server_named("cn002");
+    fake.faults().latency = Duration::from_secs(10);
+    fake.faults().slow.insert(cn2, 30.0);
+    let p = plan_on(
+        &fake,
+        &request(Operation::Update, &["vm-agent"], &[]),
+        &images(&fake, &targets),
+    );
+    // The catalog's expected time: vm-agent 1m00s, so slow past
+    // max(3 x 60 s, 60 s + 30 s) = 3 minutes; cn002 takes 5.
+    let catalog = fake.dc().catalog.clone();
+    let known = KnownDurations::from_catalog(&catalog);
+    let options = ExecOptions {
+        known: known.clone(),
+        ..Default::default()
+    };
+    let report = run(&fake, &p, &options).await;
+    assert_eq!(report.outliers.len(), 1, "{:?}", report.outliers);
+    let o = &report.outliers[0];
+    assert_eq!(
+        (o.hostname.as_str(), o.basis),
+        ("cn002", OutlierBasis::Catalog)
+    );
+    assert_eq!(o.median, Duration::from_secs(60));
+    assert!(o.elapsed > Duration::from_secs(180) && o.elapsed <= Duration::from_secs(182));
+    assert_eq!(
+        o.compared_with(),
+        "expected 1m00s (the catalog's install times)"
+    );
+    assert!(report.all_succeeded());
+
+    // Its own earlier runs (run history) win: 10 s, so slow past 40 s.
+    let (fake, targets) = setup(3, &["vm-agent"]);
+    fake.faults().latency = Duration::from_secs(10);
+    fake.faults().slow.insert(cn2, 30.0);
+    let p = plan_on(
+        &fake,
+        &request(Operation::Update, &["vm-agent"], &[]),
+        &images(&fake, &targets),
+    );
+    let mut known = known;
+    known.record_history(cn2, "vm-agent", Duration::from_secs(10));
+    let options = ExecOptions {
+        known,
+        ..Default::default()
+    };
+    let report = run(&fake, &p, &options).await;
+    let o = &report.outliers[0];
+    assert_eq!(o.basis, OutlierBasis::History);
+    assert!(o.elapsed > Duration::from_secs(40) && o.elapsed <= Duration::from_secs(42));
+    assert_eq!(o.compared_with(), "it took 10.0s in earlier runs");
+
+    // Nothing known: no judgement (the plan says so, see plan::).
+    let (fake, targets) = setup(3, &["vm-agent"]);
+    fake.faults().latency = Duration::from_secs(10);
+    fake.faults().slow.insert(cn2, 30.0);
+    let p = plan_on(
+        &fake,
+        &request(Operation::Update, &["vm-agent"], &[]),
+        &images(&fake, &targets),
+    );
+    let report = run(&fake, &p, &ExecOptions::default()).await;
+    assert!(report.outliers.is_empty());
 }

@@ -9,6 +9,8 @@ use agentsadm_sim::SimConfig;
 
 use agentsadm_sim::SimDc;
 
+use agentsadm_cli::orch::{LATEST_DC_RULE, LATEST_RULE};
+
 /// `agentsadm <args>` against `dc` with `extra` environment and no
 /// `UPDATES_URL` unless `extra` sets it.
 async fn cli(dc: &SimDc, args: &[&str], extra: &[(&str, &str)]) -> (i32, String, String) {
@@ -44,7 +46,9 @@ async fn latest_looks_in_the_update_channel_wherever_the_url_came_from() {
     let first = by_env.lines().next().unwrap_or_default();
     assert_eq!(
         first,
-        format!("target: newest vm-agent in channel release of the updates server {updates}"),
+        format!(
+            "{LATEST_RULE}: vm-agent from channel release (SAPI's update_channel) of the updates server {updates} (UPDATES_URL)"
+        ),
         "{by_env}"
     );
     assert!(
@@ -67,7 +71,7 @@ async fn latest_looks_in_the_update_channel_wherever_the_url_came_from() {
     )
     .await;
     assert_eq!(code, 0, "{err}");
-    assert_eq!(by_flag, by_env);
+    assert_eq!(by_flag, by_env.replace("(UPDATES_URL)", "(--updates-url)"));
 
     // -C names another channel: its newest, said so.
     let (code, dev, err) = cli(
@@ -79,7 +83,7 @@ async fn latest_looks_in_the_update_channel_wherever_the_url_came_from() {
     assert_eq!(code, 0, "{err}");
     assert!(
         dev.starts_with(&format!(
-            "target: newest vm-agent in channel dev of the updates server {updates}"
+            "{LATEST_RULE}: vm-agent from channel dev (-C) of the updates server {updates} (UPDATES_URL)"
         )),
         "{dev}"
     );
@@ -93,6 +97,87 @@ async fn latest_looks_in_the_update_channel_wherever_the_url_came_from() {
     )
     .await;
     assert_eq!(code, 0, "{err}");
-    assert!(!intent.contains("target:"), "{intent}");
+    assert!(!intent.contains("--latest takes"), "{intent}");
     assert_eq!(dc.mutation_count(), before, "planning changes nothing");
+}
+
+/// An air-gapped datacenter: `--latest --source dc` takes the newest image
+/// already in the datacenter IMGAPI and never contacts the updates server
+/// (here a closed port); with no updates server configured, `--latest`
+/// says so instead of looking up a public name.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn air_gapped_latest_and_no_updates_server() {
+    let dc = SimDc::start(
+        SimConfig::default()
+            .servers(2)
+            .populate(SeedSpec::with_newer()),
+    )
+    .await
+    .expect("simulator starts");
+    let closed = [("UPDATES_URL", "http://127.0.0.1:1")];
+    let (code, out, err) = cli(
+        &dc,
+        &["plan", "update", "vm-agent", "--latest", "--source", "dc"],
+        &closed,
+    )
+    .await;
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(
+        out.lines().next().unwrap_or_default(),
+        format!(
+            "{LATEST_DC_RULE}: vm-agent from the datacenter IMGAPI {}",
+            dc.urls().imgapi
+        ),
+        "{out}"
+    );
+    // 1.1.0 is in the datacenter IMGAPI; 1.2.0 only on the updates server.
+    assert!(out.contains("1.1.0") && !out.contains("1.2.0"), "{out}");
+
+    // No updates server configured (no flag, no UPDATES_URL, no sdcadm
+    // configuration here): one line that says what to do, exit 1.
+    let (code, out, err) = cli(&dc, &["update", "vm-agent", "--latest", "-n"], &[]).await;
+    assert_eq!(code, 1, "{out}");
+    assert_eq!(err.lines().count(), 1, "{err}");
+    for want in [
+        "no updates server is configured",
+        "--updates-url",
+        "UPDATES_URL",
+        "updatesServerUrl",
+        "--source dc",
+    ] {
+        assert!(err.contains(want), "{want}: {err}");
+    }
+    assert!(!err.contains("tritondatacenter.com"), "{err}");
+    // -C alone also needs a server; --source dc refuses -C.
+    let (code, _, err) = cli(&dc, &["avail", "-C", "dev"], &[]).await;
+    assert_eq!(code, 1);
+    assert!(err.contains("no updates server is configured"), "{err}");
+    let (code, _, err) = cli(&dc, &["avail", "--source", "dc", "-C", "dev"], &[]).await;
+    assert_eq!(code, 1);
+    assert!(
+        err.contains("--source dc takes images only from the datacenter IMGAPI"),
+        "{err}"
+    );
+    dc.shutdown().await;
+}
+
+/// One `--latest` rule, said identically in `update --help`, the README
+/// and (above) the plan's first line.
+#[test]
+fn the_latest_rule_is_said_the_same_everywhere() {
+    let help = std::process::Command::new(env!("CARGO_BIN_EXE_agentsadm"))
+        .args(["update", "--help"])
+        .output()
+        .expect("agentsadm runs");
+    let help = String::from_utf8_lossy(&help.stdout);
+    let flat = |t: &str| t.split_whitespace().collect::<Vec<_>>().join(" ");
+    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md"))
+        .expect("README.md");
+    for rule in [LATEST_RULE, LATEST_DC_RULE] {
+        assert!(
+            flat(&help).contains(rule),
+            "update --help lacks {rule:?}:\n{help}"
+        );
+        assert!(flat(&readme).contains(rule), "README.md lacks {rule:?}");
+    }
 }

@@ -79,6 +79,35 @@ fn update_one_component_everywhere() {
     );
 }
 
+/// marlin-agent appears in an `--all` plan (and so in its summary) only
+/// when a selected server runs it.
+#[test]
+fn marlin_agent_is_not_mentioned_where_no_server_has_it() {
+    let mut dc = ExampleDc::new(2);
+    let cn1 = dc.server_named("cn001");
+    dc.manage("marlin-agent");
+    let target = dc.publish("vm-agent", "2.0.0");
+    let images = dc.images_with_targets(&[target]);
+    let mentions = |p: &Plan| {
+        p.skips()
+            .iter()
+            .any(|s| s.component.as_deref() == Some("marlin-agent"))
+    };
+    let p = plan_ok(&dc, &request(Operation::Update, &["--all"], &[]), &images);
+    assert!(!mentions(&p), "{:?}", p.skips());
+    assert!(!p.to_string().contains("marlin"), "{p}");
+    dc.install(cn1, "marlin-agent", "1.0.0");
+    let p = plan_ok(&dc, &request(Operation::Update, &["--all"], &[]), &images);
+    assert!(mentions(&p));
+    // Only when the servers selected include one that runs it.
+    let p = plan_ok(
+        &dc,
+        &request(Operation::Update, &["--all"], &["cn002"]),
+        &images,
+    );
+    assert!(!mentions(&p), "{:?}", p.skips());
+}
+
 #[test]
 fn update_all_orders_steps_and_skips_marlin_and_unmanaged() {
     let mut dc = ExampleDc::new(2);

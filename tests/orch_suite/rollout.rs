@@ -415,7 +415,7 @@ async fn a_broken_lock_stops_new_starts() {
     assert_eq!(report.halted, Some(Halted::LockLost));
     assert_eq!(report.counts().succeeded, 3);
     assert_eq!(report.exit_status(&p), 2);
-    assert!(report.render(&p).contains("lock was broken"));
+    assert!(report.render(&p).contains("lock was lost"));
 }
 
 #[tokio::test(start_paused = true)]

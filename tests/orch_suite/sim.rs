@@ -300,13 +300,16 @@ async fn the_sapi_lock_admits_one_orchestrator() {
     assert!(a.is_ok() != b.is_ok(), "exactly one wins: {a:?} {b:?}");
     let winner = a.or(b).unwrap();
     let app = apis.sapi.sdc_application().await.unwrap().unwrap();
-    assert_eq!(
-        app.metadata[lock::LOCK_KEY]["owner"],
-        winner.record().owner.as_str()
-    );
+    let board = lock::LockBoard::from_metadata(&app.metadata);
+    assert_eq!(board.holder().unwrap().owner, winner.record().owner);
+    assert_eq!(board.entries.len(), 1, "the loser withdrew its claim");
     winner.release().await.unwrap();
     let app = apis.sapi.sdc_application().await.unwrap().unwrap();
-    assert!(!app.metadata.contains_key(lock::LOCK_KEY));
+    assert!(
+        lock::LockBoard::from_metadata(&app.metadata)
+            .entries
+            .is_empty()
+    );
     dc.shutdown().await;
 }
 
@@ -347,7 +350,10 @@ async fn command_line_exit_statuses() {
     dc.set_running(cn3.uuid, false);
     let (code, out, err) = cli(&dc, &["update", "vm-agent", "--latest", "-y"]).await;
     assert_eq!(code, 2, "{out}\n{err}");
-    assert!(out.contains("Updated 3 of 3 servers (1 skipped)"), "{out}");
+    assert!(
+        out.contains("Updated 3 of 3 servers (1 skipped, blocking)"),
+        "{out}"
+    );
     assert!(out.contains("cn0003"), "{out}");
 
     // Back up: the same command finishes the job, exit 0; JSON output.
@@ -543,7 +549,11 @@ async fn two_orchestrators_started_together_one_runs_the_other_exits_1() {
     assert!(loser.contains('@'), "names the holder: {loser}");
     // The lock is released afterwards.
     let app = dc.apis().sapi.sdc_application().await.unwrap().unwrap();
-    assert!(!app.metadata.contains_key(lock::LOCK_KEY));
+    assert!(
+        lock::LockBoard::from_metadata(&app.metadata)
+            .entries
+            .is_empty()
+    );
     dc.shutdown().await;
 }
 

@@ -72,7 +72,9 @@ async fn list_and_avail_fit_and_take_table_options() {
     assert_eq!(code, 0, "{err}");
     assert!(out.lines().all(|l| l.len() <= 120), "{out}");
     assert!(!out.contains(".000Z"), "{out}");
-    let first = out.lines().nth(1).unwrap();
+    // Where the list came from, the header, then the images.
+    assert!(out.starts_with("Images in "), "{out}");
+    let first = out.lines().nth(2).unwrap();
     let image = first.split_whitespace().nth(2).unwrap();
     assert_eq!(image.len(), 8, "{first}");
     dc.shutdown().await;

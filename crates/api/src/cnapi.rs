@@ -33,7 +33,6 @@ use super::RestClient;
 
 use super::query;
 use agentsadm_types::ids::ImageUuid;
-use agentsadm_types::ids::InstanceUuid;
 use agentsadm_types::ids::JobUuid;
 use agentsadm_types::ids::ServerUuid;
 use agentsadm_types::ids::TaskId;
@@ -53,18 +52,7 @@ pub const UNINSTALL_MIN_CN_AGENT: semver::Version = semver::Version::new(2, 8, 0
 /// own bound holds instead), never that Ur gets one.
 pub const EXECUTE_TIMEOUT_MIN_CN_AGENT: semver::Version = semver::Version::new(2, 8, 0);
 
-/// One entry of `server.agents` as cn-agent reports it.
-#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
-pub struct AgentEntry {
-    pub name: String,
-    #[serde(default)]
-    pub version: String,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub image_uuid: Option<ImageUuid>,
-    /// The SAPI instance UUID (absent when `etc/<name>` is missing).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub uuid: Option<InstanceUuid>,
-}
+pub use super::agents::AgentEntry;
 
 /// A CNAPI server record. Only the fields agentsadm reads are typed; the
 /// rest is kept in `extra`.

@@ -10,6 +10,7 @@
 //!   500s) become [`ApiError::Status`] with the parsed body.
 
 pub mod adoption;
+pub mod agents;
 pub mod cnapi;
 pub mod imgapi;
 pub mod remote;
@@ -190,6 +191,22 @@ impl ApiError {
     pub fn code(&self) -> Option<&str> {
         match self {
             ApiError::Status { body, .. } => body.code.as_deref(),
+            _ => None,
+        }
+    }
+
+    /// For an answer that is not the JSON expected: what is wrong with it,
+    /// naming the field (`missing field `compression``), without the
+    /// parser's position in the body.
+    pub fn decode_detail(&self) -> Option<String> {
+        match self {
+            ApiError::Decode { err, .. } => {
+                let text = err.to_string();
+                Some(match text.rfind(" at line ") {
+                    Some(at) => text[..at].to_string(),
+                    None => text,
+                })
+            }
             _ => None,
         }
     }

@@ -15,10 +15,14 @@ use std::future::Future;
 use super::GlobalOpts;
 use super::Tee;
 use super::progress::CliProgress;
+use super::progress::Display;
 use super::progress::ProgressMode;
 use agentsadm_orchestrate::report::InFlight;
 use agentsadm_orchestrate::run::{AskError, Operator, RunError, Shown};
 use agentsadm_types::output::Output;
+
+/// The last line of every `-n`: nothing was changed.
+pub(crate) const DRY_RUN_NOTE: &str = "Dry run (-n): nothing was changed.";
 
 /// How one run shows its progress.
 pub(crate) struct Execution<'g> {
@@ -40,14 +44,46 @@ impl<'g> Execution<'g> {
     pub(crate) fn reporter(&self) -> Tee<'_> {
         self.global.reporter(&self.progress)
     }
+
+    /// The live display, for the operator's questions while servers run.
+    pub(crate) fn display(&self) -> Display {
+        self.progress.display()
+    }
 }
 
-/// Resolves when the operator presses Ctrl-C; never, where it cannot be
-/// caught.
+/// Resolves when the operator presses Ctrl-C, or the process is told to
+/// stop (SIGTERM: `kill`, an SMF stop; SIGHUP: the terminal went away):
+/// every one ends a rollout the same way, with its summary and run-log
+/// records, never silently. Never resolves where none can be caught.
 pub(crate) async fn interrupted() {
-    if tokio::signal::ctrl_c().await.is_err() {
-        std::future::pending::<()>().await;
+    let ctrl_c = async {
+        if tokio::signal::ctrl_c().await.is_err() {
+            std::future::pending::<()>().await;
+        }
+    };
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        let stop = |kind: SignalKind| async move {
+            match signal(kind) {
+                Ok(mut s) => {
+                    s.recv().await;
+                }
+                Err(_) => std::future::pending::<()>().await,
+            }
+        };
+        tokio::select! {
+            () = ctrl_c => {}
+            () = stop(SignalKind::terminate()) => {
+                tracing::warn!("SIGTERM received: stopping as for Ctrl-C");
+            }
+            () = stop(SignalKind::hangup()) => {
+                tracing::warn!("SIGHUP received: stopping as for Ctrl-C");
+            }
+        }
     }
+    #[cfg(not(unix))]
+    ctrl_c.await;
 }
 
 type Show<'a, P> = Box<dyn Fn(&P, Shown) + Sync + 'a>;
@@ -59,6 +95,9 @@ pub(crate) struct CliOperator<'a, P> {
     pub(crate) out: Output,
     pub(crate) show: Show<'a, P>,
     pub(crate) question: Question<'a, P>,
+    /// The run's live display, taken off the screen while the canary
+    /// question is asked.
+    display: Option<Display>,
 }
 
 impl<'a, P> CliOperator<'a, P> {
@@ -71,7 +110,14 @@ impl<'a, P> CliOperator<'a, P> {
             out,
             show: Box::new(show),
             question: Box::new(question),
+            display: None,
         }
+    }
+
+    /// Ask the canary question with `display` off the screen.
+    pub(crate) fn with_display(mut self, display: Display) -> Self {
+        self.display = Some(display);
+        self
     }
 }
 
@@ -100,9 +146,13 @@ impl<P> Operator<P> for CliOperator<'_, P> {
     }
 
     /// With `-y`, say so and go on; in a terminal, ask; elsewhere stop.
+    /// The question is asked with the live display off the screen (a
+    /// redraw would wipe it) and stays there with its answer; Ctrl-C and
+    /// the end of input are "no".
     async fn canary_passed(&self, canaries: &[String], remaining: usize, yes: bool) -> bool {
+        let servers = if remaining == 1 { "server" } else { "servers" };
         let head = format!(
-            "canary passed on {}: continue with {} servers?",
+            "canary passed on {}: continue with {} {servers}?",
             canaries.join(", "),
             thousands(remaining)
         );
@@ -116,7 +166,19 @@ impl<P> Operator<P> for CliOperator<'_, P> {
         if !self.interactive() {
             return false;
         }
-        super::orch::confirm(&head).await.unwrap_or(false)
+        if let Some(d) = &self.display {
+            d.suspend();
+        }
+        let answer = super::question::ask(&head).await;
+        let go_on = answer == super::question::Answer::Yes;
+        eprintln!("{}", answer.canary_words(remaining));
+        tracing::info!(target: agentsadm_types::log::FILE_ONLY_TARGET,
+            component = "operator", answer = answer.as_str(),
+            "canary question answered: {}", answer.as_str());
+        if go_on && let Some(d) = &self.display {
+            d.resume();
+        }
+        go_on
     }
 
     /// In a terminal, the first Ctrl-C keeps waiting for the servers in

@@ -151,7 +151,12 @@ pub async fn run_check(g: &GlobalOpts, a: CheckArgs) -> CmdResult {
         Err(e) => return Err(run_error(e)),
     };
     let (planned, report) = match outcome {
-        RunOutcome::DryRun(p) | RunOutcome::Empty(p) => return Ok(fix_not_executed(&out, &p)),
+        RunOutcome::DryRun(p) => {
+            let code = fix_not_executed(&out, &p);
+            out.line(crate::execution::DRY_RUN_NOTE);
+            return Ok(code);
+        }
+        RunOutcome::Empty(p) => return Ok(fix_not_executed(&out, &p)),
         RunOutcome::Declined(_) => {
             out.line("Nothing was changed.");
             return Ok(exit(1));
@@ -273,10 +278,63 @@ pub async fn run_server(g: &GlobalOpts, a: ServerArgs) -> CmdResult {
     let catalog = g.load_catalog()?;
     let apis = g.apis()?;
     let settings = target.run.settings(None);
+    let mut name = target.server.clone();
+    let mut outcome = server_run(g, &apis, &catalog, &settings, action, &name).await;
+    // `server delete HOSTNAME` again after it finished: CNAPI no longer
+    // knows the name, but the earlier run's log says which server it was;
+    // what is left of it (nothing, or what a failed run left) is by UUID.
+    if action == ServerAction::Delete
+        && name.parse::<agentsadm_types::ids::ServerUuid>().is_err()
+        && matches!(
+            outcome,
+            Err(RunError::Plan(
+                cleanup::CleanupError::UnknownServer { .. }
+                    | cleanup::CleanupError::UnknownHostname { .. }
+            ))
+        )
+        && let Some((uuid, log)) = agentsadm_types::log::default_log_dir()
+            .and_then(|dir| crate::earlier::deleted_server(&dir, &name))
+    {
+        if !out.json {
+            out.line(format!(
+                "CNAPI has no server named {name}; an earlier run deleted it as {uuid} (log {}): checking what is left of it.",
+                log.display()
+            ));
+        }
+        name = uuid.to_string();
+        outcome = server_run(g, &apis, &catalog, &settings, action, &name).await;
+    }
+    let outcome = match outcome {
+        Err(RunError::Plan(e @ cleanup::CleanupError::NothingLeft { .. })) => {
+            // A re-run after the delete finished: done, exit 0.
+            let message = e.to_string();
+            tracing::info!(target: agentsadm_types::log::FILE_ONLY_TARGET, component = "cleanup", "{message}");
+            if out.json {
+                out.json(&json!({"executed": false, "message": message, "exit_status": 0}));
+            } else {
+                out.line(format!("{}{}", message[..1].to_uppercase(), &message[1..]));
+            }
+            return Ok(exit(0));
+        }
+        other => other.map_err(run_error)?,
+    };
+    Ok(exit(server_outcome(out, outcome)))
+}
+
+/// One `server delete|factory-reset` run of the server `name`.
+async fn server_run(
+    g: &GlobalOpts,
+    apis: &agentsadm_api::Apis,
+    catalog: &agentsadm_types::catalog::Catalog,
+    settings: &agentsadm_orchestrate::run::RunSettings,
+    action: ServerAction,
+    name: &str,
+) -> Result<RunOutcome<CleanupPlan>, RunError<cleanup::CleanupError>> {
+    let out = g.output();
     let planner = CleanupPlanner {
-        apis: &apis,
+        apis,
         action,
-        name: target.server.clone(),
+        name: name.to_string(),
     };
     let question = match action {
         ServerAction::Delete => "Delete?",
@@ -295,24 +353,33 @@ pub async fn run_server(g: &GlobalOpts, a: ServerArgs) -> CmdResult {
         },
         move |_: &CleanupPlan| Ok(question),
     );
-    let operation = format!("server {} {}", action.as_str(), target.server);
+    let operation = format!("server {} {name}", action.as_str());
     let execution = Execution::new(g, action.as_str());
     let reporter = execution.reporter();
-    let run = Run::new(&apis, &catalog, &settings, &reporter, operation);
-    let (plan, report) = match run
-        .go(&planner, &operator, interrupted())
-        .await
-        .map_err(run_error)?
-    {
-        RunOutcome::DryRun(plan) | RunOutcome::Empty(plan) => {
+    let run = Run::new(apis, catalog, settings, &reporter, operation);
+    run.go(&planner, &operator, interrupted()).await
+}
+
+/// Print how a `server` run ended; its exit status.
+fn server_outcome(out: Output, outcome: RunOutcome<CleanupPlan>) -> u8 {
+    let (plan, report) = match outcome {
+        RunOutcome::DryRun(plan) => {
+            if out.json {
+                out.json(&json!({"plan": plan, "executed": false, "exit_status": 0}));
+            } else {
+                out.line(crate::execution::DRY_RUN_NOTE);
+            }
+            return 0;
+        }
+        RunOutcome::Empty(plan) => {
             if out.json {
                 out.json(&json!({"plan": plan, "executed": false, "exit_status": 0}));
             }
-            return Ok(exit(0));
+            return 0;
         }
         RunOutcome::Declined(_) => {
             out.line("Nothing was changed.");
-            return Ok(exit(1));
+            return 1;
         }
         RunOutcome::Executed { planned, report } => {
             (planned, cleanup::CleanupReport::from_exec(&report))
@@ -331,7 +398,7 @@ pub async fn run_server(g: &GlobalOpts, a: ServerArgs) -> CmdResult {
             }
         }
     }
-    Ok(exit(status))
+    status
 }
 
 #[derive(Args, Debug)]

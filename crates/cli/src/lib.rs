@@ -5,13 +5,16 @@
 //! input, API down, lock held), 2 finished with failed or skipped servers.
 //! Each subcommand module owns its own clap arguments and `run` function.
 
+mod earlier;
 mod execution;
 pub mod flows;
 pub mod gz;
 pub mod orch;
 pub mod progress;
+mod question;
 pub mod release;
 pub mod selfupdate;
+mod terminal;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -273,16 +276,22 @@ pub enum Command {
 
 impl Command {
     /// The name in the file name of a run's default log, for the commands
-    /// that change the datacenter; `None` for the others (they log only
-    /// with `--log-file`).
+    /// that change the datacenter and `plan` (which logs as `update -n`
+    /// does: the plan an operator saw is on record); `None` for the
+    /// others (they log only with `--log-file`).
     fn run_log_name(&self) -> Option<&'static str> {
         match self {
+            Command::Plan(_) => Some("plan"),
             Command::Update(_) => Some("update"),
             Command::Install(_) => Some("install"),
             Command::Remove(_) => Some("remove"),
             Command::Adopt(_) => Some("adopt"),
             Command::Revert(_) => Some("revert"),
             Command::Check(c) if c.fix => Some("check"),
+            Command::Server(s) => Some(match s.command {
+                flows::ServerCommand::Delete(_) => "server-delete",
+                flows::ServerCommand::FactoryReset(_) => "server-factory-reset",
+            }),
             Command::SelfUpdate(a) if !a.dry_run => Some("self-update"),
             _ => None,
         }
@@ -331,11 +340,46 @@ fn usage_error_line(rendered: &str) -> String {
     }
 }
 
+/// An exit status as the number the process exits with.
+pub fn exit_number(code: ExitCode) -> u8 {
+    (0..=u8::MAX)
+        .find(|n| ExitCode::from(*n) == code)
+        .unwrap_or(1)
+}
+
+/// Whether the command line asks for JSON, read from the raw arguments
+/// (for errors found before they parse): `--json` before any `--`.
+fn wants_json(args: &[std::ffi::OsString]) -> bool {
+    args.iter()
+        .skip(1)
+        .take_while(|a| *a != "--")
+        .any(|a| a == "--json")
+}
+
+/// A usage error: one line on stderr, and with `--json` the error document
+/// on stdout (a script piping `--json` always gets a document). Exit 1.
+fn usage_error(rendered: &str, json: bool) -> ExitCode {
+    let first = usage_error_line(rendered);
+    if json {
+        Output {
+            json: true,
+            quiet: false,
+        }
+        .json(&serde_json::json!({
+            "error": {"message": first, "usage": true},
+            "exit_status": 1,
+        }));
+    }
+    eprintln!("agentsadm: error: {first} (see 'agentsadm --help')");
+    ExitCode::from(1)
+}
+
 /// Parse arguments, run the command, and turn the outcome into an exit
 /// status. Usage errors are one line on stderr and exit 1 (not clap's 2,
 /// which means "partial" here).
 pub fn main<X: Extension>() -> ExitCode {
-    let cli = match Cli::<X>::try_parse() {
+    let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    let cli = match Cli::<X>::try_parse_from(&args) {
         Ok(cli) => cli,
         Err(e) => {
             use clap::error::ErrorKind;
@@ -352,10 +396,7 @@ pub fn main<X: Extension>() -> ExitCode {
                     ExitCode::SUCCESS
                 };
             }
-            let rendered = e.render().to_string();
-            let first = usage_error_line(&rendered);
-            eprintln!("agentsadm: error: {first} (see 'agentsadm --help')");
-            return ExitCode::from(1);
+            return usage_error(&e.render().to_string(), wants_json(&args));
         }
     };
     let mut cli = cli;
@@ -372,8 +413,8 @@ pub fn main<X: Extension>() -> ExitCode {
         ));
     }
     if let Err(e) = agentsadm_types::log::init(cli.global.verbose, cli.global.log_file.as_deref()) {
-        eprintln!("agentsadm: error: cannot open log file: {e}");
-        return ExitCode::from(1);
+        let json = cli.global.json;
+        return usage_error(&format!("cannot open log file: {e}"), json);
     }
     let argv: Vec<String> = std::env::args().collect();
     tracing::info!(
@@ -415,18 +456,18 @@ fn error_line(e: &anyhow::Error) -> String {
 async fn run_parsed<X: Extension>(cli: Cli<X>) -> ExitCode {
     let log_file = cli.global.log_file.clone();
     let json = cli.global.json;
-    let quiet = cli.global.quiet;
+    agentsadm_types::log::set_run_log(log_file.clone());
     // A command that ended in an error changed nothing: its one line says
     // why (the log keeps the record), so the path is not printed after it.
     let mut failed = false;
     let code = match dispatch(cli).await {
         Ok(code) => {
-            tracing::info!(target: agentsadm_types::log::FILE_ONLY_TARGET, component = "cli", exit = ?code, "command finished");
+            tracing::info!(target: agentsadm_types::log::FILE_ONLY_TARGET, component = "cli", exit_status = exit_number(code), "command finished with exit status {}", exit_number(code));
             code
         }
         Err(e) => {
             // The log file keeps the record; stderr gets the one line below.
-            tracing::error!(target: agentsadm_types::log::FILE_ONLY_TARGET, component = "cli", error = format!("{e:#}"), "command failed");
+            tracing::error!(target: agentsadm_types::log::FILE_ONLY_TARGET, component = "cli", error = format!("{e:#}"), exit_status = 1u8, "command failed with exit status 1");
             if json {
                 // `| json` always gets a document.
                 Output {
@@ -443,8 +484,9 @@ async fn run_parsed<X: Extension>(cli: Cli<X>) -> ExitCode {
             ExitCode::from(1)
         }
     };
+    agentsadm_types::log::set_run_log(None);
+    // With --json the path is in the document; with -q it is still said.
     if let Some(p) = log_file
-        && !quiet
         && !json
         && !failed
     {
@@ -464,13 +506,10 @@ where
     I: IntoIterator<Item = T>,
     T: Into<std::ffi::OsString> + Clone,
 {
-    let mut cli = match Cli::<X>::try_parse_from(args) {
+    let args: Vec<std::ffi::OsString> = args.into_iter().map(Into::into).collect();
+    let mut cli = match Cli::<X>::try_parse_from(&args) {
         Ok(cli) => cli,
-        Err(e) => {
-            let first = usage_error_line(&e.render().to_string());
-            eprintln!("agentsadm: error: {first} (see 'agentsadm --help')");
-            return ExitCode::from(1);
-        }
+        Err(e) => return usage_error(&e.render().to_string(), wants_json(&args)),
     };
     if matches!(&cli.command, TopCommand::Extra(x) if x.runs_commands_in_process()) {
         eprintln!("agentsadm: error: the demo cannot run inside itself");

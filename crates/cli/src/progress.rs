@@ -17,8 +17,6 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
-
 use agentsadm_orchestrate::report::ExecEvent;
 use agentsadm_orchestrate::report::Reporter;
 use agentsadm_orchestrate::report::ServerOutcome;
@@ -59,9 +57,9 @@ struct Row {
     hostname: String,
     step: String,
     started: Instant,
-    /// Flagged slow: (the median of the finished servers, or what it
-    /// usually takes by its own history: `true`).
-    outlier: Option<(Duration, bool)>,
+    /// Flagged slow: what it was compared with (`median 633ms`,
+    /// `expected 1m00s`).
+    outlier: Option<String>,
 }
 
 /// The live rows, one per server in flight, rendered for a given instant.
@@ -89,9 +87,9 @@ impl LiveRows {
         }
     }
 
-    fn outlier(&mut self, server: ServerUuid, median: (Duration, bool)) {
+    fn outlier(&mut self, server: ServerUuid, reference: String) {
         if let Some(r) = self.rows.get_mut(&server) {
-            r.outlier = Some(median);
+            r.outlier = Some(reference);
         }
     }
 
@@ -101,32 +99,68 @@ impl LiveRows {
 
     /// One line per server in flight, in hostname order: hostname, whole
     /// seconds elapsed, current step, and a `SLOW` mark on an outlier
-    /// (yellow where `color`).
-    pub fn render(&self, now: Instant, color: bool) -> Vec<(ServerUuid, String)> {
-        let mut rows: Vec<(ServerUuid, String)> = self
+    /// (yellow where `color`). With the terminal's `size` (rows, columns),
+    /// lines are cut to its width and the rows that do not fit under the
+    /// overall bar are one last line, `+N more running` (keyed by
+    /// [`MORE_ROWS`]), instead of being cut off by the terminal.
+    pub fn render(
+        &self,
+        now: Instant,
+        color: bool,
+        size: Option<(usize, usize)>,
+    ) -> Vec<(ServerUuid, String)> {
+        let mut rows: Vec<(&str, ServerUuid, String, bool)> = self
             .rows
             .iter()
             .map(|(u, r)| {
                 let elapsed = fmt_elapsed(now.saturating_duration_since(r.started));
                 let mut line = format!("{:<24} {elapsed:>6}  {}", r.hostname, r.step);
-                if let Some((yardstick, own)) = r.outlier {
-                    let basis = if own { "usually" } else { "median" };
-                    let mark = format!("SLOW ({basis} {})", fmt_elapsed(yardstick));
-                    if color {
-                        line = format!("\x1b[33m{line}  {mark}\x1b[0m");
-                    } else {
-                        line = format!("{line}  {mark}");
-                    }
+                if let Some(reference) = &r.outlier {
+                    line = format!("{line}  SLOW ({reference})");
                 }
-                (*u, line)
+                (r.hostname.as_str(), *u, line, r.outlier.is_some())
             })
             .collect();
-        rows.sort_by(|a, b| {
-            let ha = self.rows.get(&a.0).map(|r| r.hostname.as_str());
-            let hb = self.rows.get(&b.0).map(|r| r.hostname.as_str());
-            ha.cmp(&hb)
-        });
-        rows
+        rows.sort_by(|a, b| (a.0, a.1).cmp(&(b.0, b.1)));
+        // The overall bar, and one line free for the cursor.
+        let fits = size.map(|(h, _)| h.saturating_sub(2).max(1));
+        let hidden = match fits {
+            Some(n) if rows.len() > n => rows.len() - (n - 1),
+            _ => 0,
+        };
+        let width = size.map(|(_, w)| w.saturating_sub(5).max(20));
+        let cut = |line: String| match width {
+            Some(w) if line.chars().count() > w => line.chars().take(w).collect(),
+            _ => line,
+        };
+        let mut out: Vec<(ServerUuid, String)> = rows
+            .into_iter()
+            .take(rows_len_shown(hidden, fits))
+            .map(|(_, u, line, slow)| {
+                let line = cut(line);
+                if slow && color {
+                    (u, format!("\x1b[33m{line}\x1b[0m"))
+                } else {
+                    (u, line)
+                }
+            })
+            .collect();
+        if hidden > 0 {
+            out.push((MORE_ROWS, format!("+{hidden} more running")));
+        }
+        out
+    }
+}
+
+/// The key of the `+N more running` line.
+pub const MORE_ROWS: ServerUuid = ServerUuid::from_u128(0);
+
+/// How many rows are drawn: all, or those that fit beside the `+N more`
+/// line.
+fn rows_len_shown(hidden: usize, fits: Option<usize>) -> usize {
+    match fits {
+        Some(n) if hidden > 0 => n - 1,
+        _ => usize::MAX,
     }
 }
 
@@ -158,68 +192,15 @@ pub trait Terminal: Send + Sync {
     fn println(&self, line: &str);
     /// Take the live rows off the screen.
     fn clear(&self);
-}
-
-/// indicatif on stderr: one overall bar, one line per row.
-struct IndicatifTerminal {
-    multi: MultiProgress,
-    overall: ProgressBar,
-    bars: Mutex<BTreeMap<ServerUuid, ProgressBar>>,
-}
-
-impl IndicatifTerminal {
-    fn new(total: usize) -> IndicatifTerminal {
-        let multi = MultiProgress::with_draw_target(ProgressDrawTarget::stderr());
-        let overall = multi.add(ProgressBar::new(total as u64));
-        overall.set_style(overall_style());
-        overall.enable_steady_tick(std::time::Duration::from_millis(250));
-        IndicatifTerminal {
-            multi,
-            overall,
-            bars: Mutex::new(BTreeMap::new()),
-        }
-    }
-}
-
-impl Terminal for IndicatifTerminal {
-    fn draw(&self, rows: &[(ServerUuid, String)], done: usize, _total: usize) {
-        self.overall.set_position(done as u64);
-        let Ok(mut bars) = self.bars.lock() else {
-            return;
-        };
-        let live: Vec<ServerUuid> = rows.iter().map(|(u, _)| *u).collect();
-        bars.retain(|u, bar| {
-            let keep = live.contains(u);
-            if !keep {
-                bar.finish_and_clear();
-                self.multi.remove(bar);
-            }
-            keep
-        });
-        for (u, line) in rows {
-            let bar = bars.entry(*u).or_insert_with(|| {
-                let bar = self.multi.add(ProgressBar::new_spinner());
-                bar.set_style(server_style());
-                bar
-            });
-            bar.set_message(line.clone());
-            bar.tick();
-        }
-    }
-
-    fn println(&self, line: &str) {
-        let _ = self.multi.println(line);
-    }
-
-    fn clear(&self) {
-        if let Ok(mut bars) = self.bars.lock() {
-            for bar in bars.values() {
-                bar.finish_and_clear();
-            }
-            bars.clear();
-        }
-        self.overall.finish_and_clear();
-        let _ = self.multi.clear();
+    /// Take the rows off the screen and draw nothing until [`Terminal::show`]
+    /// (a question is being asked under them).
+    fn hide(&self) {}
+    /// Draw again after [`Terminal::hide`].
+    fn show(&self) {}
+    /// The terminal's rows and columns, when known: rows beyond what fits
+    /// are counted in one line rather than cut off by the terminal.
+    fn size(&self) -> Option<(usize, usize)> {
+        None
     }
 }
 
@@ -236,6 +217,8 @@ struct State {
     done: usize,
     total: usize,
     color: bool,
+    /// A question is on the screen: nothing is drawn.
+    paused: bool,
 }
 
 /// A [`Reporter`] for the command line.
@@ -243,9 +226,62 @@ pub struct CliProgress {
     mode: ProgressMode,
     verb: &'static str,
     state: Arc<Mutex<State>>,
-    live: Mutex<Option<Live>>,
+    live: Arc<Mutex<Option<Live>>>,
     /// A terminal given by the caller (tests) instead of indicatif.
     term: Option<Arc<dyn Terminal>>,
+}
+
+/// The live display as the run's operator uses it while servers run:
+/// lines above the bars, and the bars off the screen while a question is
+/// asked (a redraw would wipe the question; an ETA would tick over it).
+#[derive(Clone)]
+pub struct Display {
+    state: Arc<Mutex<State>>,
+    live: Arc<Mutex<Option<Live>>>,
+}
+
+impl Display {
+    /// Whether bars are on the screen (a run in progress, in a terminal).
+    pub fn is_live(&self) -> bool {
+        self.live.lock().is_ok_and(|l| l.is_some())
+    }
+
+    /// A line above the bars (or on stderr when there are none).
+    pub fn println(&self, line: &str) {
+        if let Ok(l) = self.live.lock()
+            && let Some(l) = l.as_ref()
+        {
+            l.term.println(line);
+            return;
+        }
+        eprintln!("{line}");
+    }
+
+    /// Take the bars off the screen and draw nothing until
+    /// [`Display::resume`]: what is printed meanwhile stays.
+    pub fn suspend(&self) {
+        if let Ok(mut s) = self.state.lock() {
+            s.paused = true;
+        }
+        if let Ok(l) = self.live.lock()
+            && let Some(l) = l.as_ref()
+        {
+            l.term.hide();
+        }
+    }
+
+    /// Draw the bars again, below whatever was printed while suspended.
+    pub fn resume(&self) {
+        if let Ok(mut s) = self.state.lock() {
+            s.paused = false;
+        }
+        if let Ok(l) = self.live.lock()
+            && let Some(l) = l.as_ref()
+        {
+            l.term.show();
+            draw(&self.state, l.term.as_ref());
+        }
+    }
 }
 
 impl CliProgress {
@@ -260,9 +296,18 @@ impl CliProgress {
                 done: 0,
                 total: 0,
                 color: std::io::stderr().is_terminal() && use_color(),
+                paused: false,
             })),
-            live: Mutex::new(None),
+            live: Arc::new(Mutex::new(None)),
             term: None,
+        }
+    }
+
+    /// The display, for the run's operator (questions, notes).
+    pub fn display(&self) -> Display {
+        Display {
+            state: self.state.clone(),
+            live: self.live.clone(),
         }
     }
 
@@ -304,23 +349,13 @@ impl CliProgress {
 
 fn draw(state: &Mutex<State>, term: &dyn Terminal) {
     let Ok(s) = state.lock() else { return };
-    let rows = s.rows.render(Instant::now(), s.color);
+    if s.paused {
+        return;
+    }
+    let rows = s.rows.render(Instant::now(), s.color, term.size());
     let (done, total) = (s.done, s.total);
     drop(s);
     term.draw(&rows, done, total);
-}
-
-fn overall_style() -> ProgressStyle {
-    ProgressStyle::with_template(
-        "{elapsed_precise} [{wide_bar}] {pos}/{len} servers, ETA {eta} {msg}",
-    )
-    .unwrap_or_else(|_| ProgressStyle::default_bar())
-    .progress_chars("=> ")
-}
-
-fn server_style() -> ProgressStyle {
-    ProgressStyle::with_template("  {spinner} {msg}")
-        .unwrap_or_else(|_| ProgressStyle::default_spinner())
 }
 
 impl CliProgress {
@@ -333,7 +368,7 @@ impl CliProgress {
         if self.mode == ProgressMode::Bars {
             let term: Arc<dyn Terminal> = match &self.term {
                 Some(t) => t.clone(),
-                None => Arc::new(IndicatifTerminal::new(servers)),
+                None => Arc::new(crate::terminal::IndicatifTerminal::new(servers)),
             };
             // Every row is redrawn each second, so a server stuck
             // in one step still shows its time growing.
@@ -352,8 +387,12 @@ impl CliProgress {
             if let Ok(mut l) = self.live.lock() {
                 *l = Some(Live { term, ticker });
             }
-        } else if self.mode == ProgressMode::Lines {
-            eprintln!("{}: {servers} servers, {concurrency} at a time", self.verb);
+        } else if self.mode == ProgressMode::Lines && servers > 0 {
+            eprintln!(
+                "{}: {}, {concurrency} at a time",
+                self.verb,
+                agentsadm_types::output::plural(servers, "server", "servers")
+            );
         }
     }
 
@@ -450,7 +489,7 @@ impl Reporter for CliProgress {
             ExecEvent::ServerFinished { server, outcome } => self.server_finished(server, outcome),
             ExecEvent::Outlier(o) => {
                 if let Ok(mut s) = self.state.lock() {
-                    s.rows.outlier(o.server, o.yardstick());
+                    s.rows.outlier(o.server, o.reference());
                 }
                 self.redraw();
                 self.line(&format!(
@@ -483,6 +522,7 @@ impl Reporter for CliProgress {
                     names.join(", ")
                 ));
             }
+            ExecEvent::Stopping(h) => self.line(&format!("warning: {h}")),
             ExecEvent::Finished(_) => {
                 if let Ok(mut l) = self.live.lock()
                     && let Some(l) = l.take()
@@ -502,12 +542,16 @@ impl Reporter for CliProgress {
 }
 
 impl Drop for CliProgress {
+    /// A run that ended without its last event (an error) leaves no bar
+    /// behind on the screen.
     fn drop(&mut self) {
         if let Ok(mut l) = self.live.lock()
             && let Some(l) = l.take()
-            && let Some(t) = l.ticker
         {
-            t.abort();
+            if let Some(t) = l.ticker {
+                t.abort();
+            }
+            l.term.clear();
         }
     }
 }
@@ -642,18 +686,23 @@ mod tests {
             server: b,
             hostname: "cn0002".into(),
             elapsed: Duration::from_secs(3),
-            median: Some(Duration::from_secs(1)),
-            usual: None,
+            median: Duration::from_millis(633),
+            basis: Default::default(),
         }));
         advance(Duration::from_secs(62)).await;
         let rows = term.last();
         assert!(rows[0].contains("1m05s  vm-agent upgrade") && !rows[0].contains("SLOW"));
         assert!(
-            rows[1].contains("1m05s  starting  SLOW (median 1s)"),
+            rows[1].contains("1m05s  starting  SLOW (median 633ms)"),
             "{rows:?}"
         );
         assert!(!rows[1].contains('\x1b'), "no colour when asked for none");
-        assert!(term.printed.lock().unwrap()[0].contains("cn0002"));
+        // The row and the warning name the same time.
+        let printed = term.printed.lock().unwrap()[0].clone();
+        assert!(
+            printed.contains("cn0002") && printed.ends_with("the median server took 633ms"),
+            "{printed}"
+        );
     }
 
     #[tokio::test(start_paused = true)]
@@ -674,8 +723,8 @@ mod tests {
             server: a,
             hostname: "cn0001".into(),
             elapsed: Duration::from_secs(3),
-            median: Some(Duration::from_secs(1)),
-            usual: None,
+            median: Duration::from_secs(1),
+            basis: Default::default(),
         }));
         assert!(term.last()[0].starts_with("\x1b[33m"));
         let task = agentsadm_types::ids::TaskId::from_u128(7);
@@ -712,6 +761,34 @@ mod tests {
                 && last.contains("may still complete"),
             "{last}"
         );
+    }
+
+    #[test]
+    fn rows_that_do_not_fit_are_counted_not_cut_off() {
+        // -j 40 at 80x24: 22 lines under the bar, so 21 rows and
+        // "+19 more running"; every line within the width.
+        let now = Instant::now();
+        let mut rows = LiveRows::default();
+        for i in 1..=40 {
+            rows.start(server_uuid(i), &format!("cn{i:04}"), now);
+            rows.step(server_uuid(i), "vm-agent upgrade".into());
+        }
+        rows.outlier(server_uuid(1), "median 633ms".into());
+        let lines = rows.render(now, false, Some((24, 80)));
+        assert_eq!(lines.len(), 22);
+        assert_eq!(
+            lines[0].1,
+            "cn0001                       0s  vm-agent upgrade  SLOW (median 633ms)"
+        );
+        assert_eq!(lines[20].1.split_whitespace().next(), Some("cn0021"));
+        assert_eq!(lines[21], (MORE_ROWS, "+19 more running".to_string()));
+        assert!(lines.iter().all(|(_, l)| l.chars().count() <= 75));
+        // A narrow terminal cuts lines rather than wrapping them.
+        let narrow = rows.render(now, false, Some((24, 40)));
+        assert!(narrow.iter().all(|(_, l)| l.chars().count() <= 35));
+        // All rows fit: no count line; no terminal: every row.
+        assert_eq!(rows.render(now, false, Some((60, 80))).len(), 40);
+        assert_eq!(rows.render(now, false, None).len(), 40);
     }
 
     #[test]

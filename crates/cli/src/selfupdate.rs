@@ -10,7 +10,7 @@ use serde_json::json;
 
 use super::CmdResult;
 use super::GlobalOpts;
-use super::orch::{ChannelArgs, updates_client};
+use super::orch::{ChannelArgs, Want, updates_client};
 use agentsadm_flows::selfupdate::{self, Allow, SelfUpdateEnv, Target};
 use agentsadm_gz::session::GzSettings;
 use agentsadm_orchestrate::lock::{self, LockOptions, SapiLockStore};
@@ -61,8 +61,15 @@ pub async fn run(g: &GlobalOpts, a: SelfUpdateArgs) -> CmdResult {
     };
     // The updates server for --latest, and to look an image up in when the
     // datacenter does not have it.
-    let wants_updates = matches!(target, Target::Latest | Target::Image(_));
-    let updates = updates_client(&apis, &a.source, wants_updates).await?;
+    // (--latest follows the one rule of `update --latest`; an image is
+    // looked up there only when an updates server is named.)
+    let want = match target {
+        Target::Latest => Want::Latest,
+        _ => Want::Lookup,
+    };
+    let updates = updates_client(&apis, &a.source, want)
+        .await?
+        .map(|u| u.client);
     let mut settings = GzSettings::new(&a.root);
     settings.catalog = g.load_catalog()?;
     settings.clients = Some(apis.clone());
@@ -98,8 +105,12 @@ pub async fn run(g: &GlobalOpts, a: SelfUpdateArgs) -> CmdResult {
     let lost = std::sync::atomic::AtomicBool::new(false);
     let note = |line: &str| out.warn(line);
     let outcome = lock::hold(&store, "self-update", &options, &lost, note, work).await??;
+    // A lock lost while it ran (said when noticed): the headnode may since
+    // have been changed by the new holder, so this is not "done".
+    let lock_lost = lost.load(std::sync::atomic::Ordering::SeqCst);
+    let status: u8 = if lock_lost { 2 } else { 0 };
     if out.json {
-        out.json(&json!({"plan": plan, "executed": true, "result": outcome, "exit_status": 0}));
+        out.json(&json!({"plan": plan, "executed": true, "result": outcome, "lock_lost": lock_lost, "exit_status": status}));
     } else {
         for w in &outcome.warnings {
             if !plan.notes.contains(w) {
@@ -107,6 +118,9 @@ pub async fn run(g: &GlobalOpts, a: SelfUpdateArgs) -> CmdResult {
             }
         }
         out.line(outcome.line());
+        if lock_lost {
+            out.warn("the datacenter lock was lost while self-update ran: another agentsadm may since have changed this headnode; check it ('agentsadm gz report'), then run self-update again once the lock is free");
+        }
     }
-    Ok(ExitCode::SUCCESS)
+    Ok(ExitCode::from(status))
 }

@@ -468,8 +468,8 @@ mod tests {
             server,
             hostname: "cn0006".into(),
             elapsed: Duration::from_secs(3),
-            median: Some(Duration::from_secs(1)),
-            usual: None,
+            median: Duration::from_secs(1),
+            basis: Default::default(),
         }));
         let c = t.counts();
         assert_eq!(c.servers_failed.get("cn0007"), Some(&1));

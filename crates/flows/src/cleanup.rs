@@ -182,6 +182,19 @@ pub enum CleanupError {
         "unknown server {name}: not in CNAPI, and no SAPI agent instance names it (check the UUID or hostname with 'agentsadm list')"
     )]
     UnknownServer { name: String },
+    /// A delete with nothing left to do (a re-run after it finished): not
+    /// an error for the command line, which exits 0 with this sentence.
+    #[error("nothing left to delete: {why}")]
+    NothingLeft { name: String, why: String },
+    #[error(
+        "no server named {name} in CNAPI, and SAPI has agent instances of {} server(s) CNAPI does not know ({}): if one of them was {name}, delete it by UUID ('agentsadm server delete UUID'); nothing was changed",
+        orphans.len(),
+        orphans.iter().map(ToString::to_string).collect::<Vec<_>>().join(", ")
+    )]
+    UnknownHostname {
+        name: String,
+        orphans: Vec<ServerUuid>,
+    },
     #[error(
         "hostname {hostname:?} matches several servers ({uuids}); name the server by UUID",
         uuids = uuids.iter().map(ToString::to_string).collect::<Vec<_>>().join(", ")
@@ -434,19 +447,64 @@ pub async fn prepare(
     action: ServerAction,
     name: &str,
 ) -> Result<CleanupPlan, CleanupError> {
-    let (uuid, record) = resolve_server(apis, name).await?;
+    let resolved = resolve_server(apis, name).await;
     let (services, instances) = tokio::join!(
         apis.sapi.list_agent_services(),
         apis.sapi.list_agent_instances()
     );
     let services = services.map_err(api("list the agent services in SAPI"))?;
     let instances = instances.map_err(api("list the agent instances in SAPI"))?;
+    let (uuid, record) = match resolved {
+        Err(CleanupError::UnknownServer { name }) if action == ServerAction::Delete => {
+            return Err(unknown_hostname(apis, name, &instances).await?);
+        }
+        other => other?,
+    };
     plan_cleanup(action, uuid, record.as_ref(), &services, &instances).map_err(|e| match e {
+        // Deleted already (a re-run): nothing in CNAPI, no instance left.
+        CleanupError::UnknownServer { .. } if action == ServerAction::Delete => {
+            CleanupError::NothingLeft {
+                name: name.to_string(),
+                why: format!(
+                    "CNAPI has no server {uuid} and no SAPI agent instance names it (deleted already?)"
+                ),
+            }
+        }
         // A UUID CNAPI does not know was typed: say it the way it was typed.
         CleanupError::UnknownServer { .. } => CleanupError::UnknownServer {
             name: name.to_string(),
         },
         other => other,
+    })
+}
+
+/// `server delete HOSTNAME` for a hostname CNAPI does not know: a typo, or
+/// a server deleted already (the command line looks for an earlier run's
+/// record of it). SAPI instances do not record hostnames, so when some
+/// name servers CNAPI does not know, those servers are named (one of them
+/// may be the one meant).
+async fn unknown_hostname(
+    apis: &Apis,
+    name: String,
+    instances: &[Instance],
+) -> Result<CleanupError, CleanupError> {
+    let servers = apis
+        .cnapi
+        .list_servers(&ServerListFilter::default())
+        .await
+        .map_err(api("list the servers in CNAPI"))?;
+    let known: std::collections::BTreeSet<ServerUuid> = servers.iter().map(|s| s.uuid).collect();
+    let mut orphans: Vec<ServerUuid> = instances
+        .iter()
+        .filter_map(Instance::server_uuid)
+        .filter(|u| !known.contains(u))
+        .collect();
+    orphans.sort();
+    orphans.dedup();
+    Ok(if orphans.is_empty() {
+        CleanupError::UnknownServer { name }
+    } else {
+        CleanupError::UnknownHostname { name, orphans }
     })
 }
 

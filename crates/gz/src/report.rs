@@ -40,6 +40,7 @@ pub fn report(paths: &GzPaths, catalog: &Catalog, server: ServerUuid) -> AgentsR
                     });
                 }
                 agents.push(AgentEntry {
+                    problem: None,
                     name: c.name.clone(),
                     version: fp.version,
                     image_uuid: fp.image_uuid,
@@ -155,6 +156,7 @@ fn apm_agents(paths: &GzPaths, agents: &mut Vec<AgentEntry>, errors: &mut Vec<Re
             errors.push(fail(e));
         }
         agents.push(AgentEntry {
+            problem: None,
             name,
             version,
             image_uuid: image,

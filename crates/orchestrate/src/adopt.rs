@@ -274,7 +274,7 @@ fn server_instances(
             Adoption::Update => true,
         };
         let complete =
-            existing.is_some_and(|e| e.link != InstanceLink::Reported && e.image.is_some());
+            existing.is_some_and(|e| e.link == InstanceLink::Params && e.image.is_some());
         if !complete {
             instances.push(AdoptInstance {
                 server: s.uuid,
@@ -304,9 +304,21 @@ pub fn plan_adoption(
     let mut instances = Vec::new();
     let mut skips = Vec::new();
     for uuid in selected {
-        if let Some(s) = reality.get(&uuid).filter(|s| s.setup) {
-            server_instances(intent, s, &mut instances, &mut skips);
+        let Some(s) = reality.get(&uuid).filter(|s| s.setup) else {
+            continue;
+        };
+        if let Some(problem) = &s.quarantine {
+            skips.push(AdoptSkip {
+                server: s.uuid,
+                hostname: s.hostname.clone(),
+                component: "-".to_string(),
+                reason: format!(
+                    "set aside: what CNAPI lists for it cannot be used ({problem}); 'agentsadm check' says what to do"
+                ),
+            });
+            continue;
         }
+        server_instances(intent, s, &mut instances, &mut skips);
     }
     let mut b = PlanBuilder::new(Operation::Adopt, catalog);
     b.selected_servers(reality.servers.len());

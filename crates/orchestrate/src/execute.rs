@@ -22,6 +22,7 @@ use futures::future::LocalBoxFuture;
 use tokio::time::Instant;
 
 use super::confirm::Confirmed;
+use super::guard::{ApiProbe, Fence, Hold, NoProbe, Unfenced};
 use super::outlier::OutlierPolicy;
 use super::records::{NoRecords, RecordStore, make_records};
 use super::report::ExecEvent;
@@ -29,6 +30,7 @@ use super::report::ExecReport;
 use super::report::Halted;
 use super::report::InFlight;
 use super::report::IntentRevert;
+use super::report::Outage;
 use super::report::Reporter;
 use super::report::ServerStatus;
 use super::report::StepStatus;
@@ -54,7 +56,9 @@ pub const DEFAULT_TASK_TIMEOUT: Duration = Duration::from_secs(30 * 60);
 pub struct ExecOptions {
     pub task_timeout: Duration,
     pub outlier: OutlierPolicy,
-    /// Stop waiting for outliers this long after they are all that is left.
+    /// `--straggler-timeout`: stop waiting for a server that has been
+    /// running this long (from its own start, whatever the others do); its
+    /// work may still complete on the server.
     pub straggler_timeout: Option<Duration>,
     /// Run parallel-safe components of one server concurrently. Off only to
     /// imitate the shar (one component after the other) in benchmarks.
@@ -64,6 +68,10 @@ pub struct ExecOptions {
     /// `--min-healthy` / `--health-timeout` for the servers' health gate
     /// (`None`: the installer's defaults).
     pub health: Option<agentsadm_plan::HealthFlags>,
+    /// What is known about install times, for slow servers before the run
+    /// has a median ([`crate::baseline`]): the catalog's expected times,
+    /// and servers' own times from earlier runs.
+    pub known: super::baseline::KnownDurations,
 }
 
 impl Default for ExecOptions {
@@ -75,6 +83,7 @@ impl Default for ExecOptions {
             parallel_within_server: true,
             tick: Duration::from_secs(1),
             health: None,
+            known: super::baseline::KnownDurations::default(),
         }
     }
 }
@@ -128,6 +137,11 @@ pub struct Executor<'a> {
     pub(crate) records: &'a dyn RecordStore,
     pub(crate) reporter: &'a dyn Reporter,
     pub(crate) options: &'a ExecOptions,
+    /// The datacenter lock, confirmed before each change.
+    pub(crate) fence: &'a dyn Fence,
+    /// Asked, when a server's turn failed, whether an API stopped
+    /// answering.
+    pub(crate) probe: &'a dyn ApiProbe,
 }
 
 impl<'a> Executor<'a> {
@@ -146,7 +160,18 @@ impl<'a> Executor<'a> {
             records: &NoRecords,
             reporter,
             options,
+            fence: &Unfenced,
+            probe: &NoProbe,
         }
+    }
+
+    /// Confirm the datacenter lock through `fence` before the record
+    /// changes, each server and each step; ask `probe` about the APIs
+    /// when a server's turn fails.
+    pub fn with_guard(mut self, fence: &'a dyn Fence, probe: &'a dyn ApiProbe) -> Executor<'a> {
+        self.fence = fence;
+        self.probe = probe;
+        self
     }
 
     /// Make the plan's record changes through `records`.
@@ -182,7 +207,9 @@ impl<'a> Executor<'a> {
             ..ExecReport::default()
         };
         if gate.lock_lost() {
-            report.halted = Some(Halted::LockLost);
+            self.halt(&mut report, Halted::LockLost);
+        } else if !plan.service_changes().is_empty() {
+            self.hold("the service default images", &mut report).await;
         }
         for change in plan.service_changes() {
             if report.halted.is_some() {
@@ -198,8 +225,23 @@ impl<'a> Executor<'a> {
             report.service_changes += 1;
         }
         let concurrency = plan.rollout().concurrency.max(1);
-        let lost = || gate.lock_lost();
-        report.records = make_records(self.records, plan.records(), concurrency, &lost).await;
+        let lost = || gate.lock_lost() || self.fence.is_lost();
+        if report.halted.is_none() {
+            let (records, hold) =
+                make_records(self.records, plan.records(), concurrency, &lost, self.fence).await;
+            report.records = records;
+            match hold {
+                Hold::Held => {}
+                Hold::Lost => self.halt(&mut report, Halted::LockLost),
+                Hold::Unconfirmed(api) => self.outage(&mut report, api, "the record changes"),
+            }
+            if report.records.iter().any(|r| !r.ok())
+                && report.outage.is_none()
+                && let Some(api) = self.probe.down().await
+            {
+                self.outage(&mut report, api, "the record changes");
+            }
+        }
 
         self.reporter.event(&ExecEvent::Started {
             servers: plan.servers().len(),
@@ -218,6 +260,47 @@ impl<'a> Executor<'a> {
         report.elapsed = started_at.elapsed();
         self.reporter.event(&ExecEvent::Finished(&report));
         Ok(report)
+    }
+
+    /// Confirm the lock before `what`: a lost lock or an API that does not
+    /// answer halts the run (said once). Returns whether to go on.
+    pub(crate) async fn hold(&self, what: &str, report: &mut ExecReport) -> bool {
+        match self.fence.confirm(what).await {
+            Hold::Held => true,
+            Hold::Lost => {
+                self.halt(report, Halted::LockLost);
+                false
+            }
+            Hold::Unconfirmed(api) => {
+                self.outage(report, api, what);
+                false
+            }
+        }
+    }
+
+    /// Stop starting anything for `why`, saying so once.
+    pub(crate) fn halt(&self, report: &mut ExecReport, why: Halted) {
+        if report.halted.is_none() {
+            self.reporter.event(&ExecEvent::Stopping(&why));
+            report.halted = Some(why);
+        }
+    }
+
+    /// `api` stopped answering (noticed at `what`): recorded once, and the
+    /// run halts.
+    pub(crate) fn outage(&self, report: &mut ExecReport, api: agentsadm_api::Api, what: &str) {
+        if report.outage.is_none() {
+            report.outage = Some(Outage {
+                api,
+                noticed: what.to_string(),
+            });
+        }
+        self.halt(
+            report,
+            Halted::ApiLost {
+                api: api.to_string(),
+            },
+        );
     }
 
     /// A halted rollout: the new build reached no other server (canary) or

@@ -67,6 +67,14 @@ impl ImageSources<'_> {
 /// Image resolution or import failed; nothing was changed.
 #[derive(Debug, thiserror::Error)]
 pub enum ImageError {
+    #[error(
+        "{source_label} answered with a manifest for image {image} that is not a valid image manifest ({detail}); the API is up, but this image's record is damaged: see it with 'sdc-imgadm get {image}'"
+    )]
+    BadManifest {
+        image: String,
+        source_label: String,
+        detail: String,
+    },
     #[error("cannot look up image {image} in {source_label}")]
     Lookup {
         image: String,
@@ -143,6 +151,11 @@ async fn get_opt(
     match client.get_image(uuid).await {
         Ok(m) => Ok(Some(m)),
         Err(e) if e.is_not_found() => Ok(None),
+        Err(err) if err.decode_detail().is_some() => Err(ImageError::BadManifest {
+            image: uuid.to_string(),
+            source_label: label.to_string(),
+            detail: err.decode_detail().unwrap_or_default(),
+        }),
         Err(err) => Err(ImageError::Lookup {
             image: uuid.to_string(),
             source_label: label.to_string(),

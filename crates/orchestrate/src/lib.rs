@@ -13,13 +13,17 @@
 //!   the plan made again under it, the question (or `-y`) and the
 //!   [`confirm::Confirmed`] token it yields, the plan made again after the
 //!   answer ([`fence`]), imports, execution, the report.
-//! - [`lock`]: one orchestrator per datacenter (SAPI application metadata).
+//! - [`lock`]: one orchestrator per datacenter (SAPI application metadata),
+//!   held through the run and confirmed before each change ([`guard`]);
+//!   a failure while an API does not answer is the outage's, not the
+//!   server's ([`guard::ApiProbe`]).
 //! - [`execute`]: runs a confirmed plan: service defaults, [`records`]
 //!   (CNAPI and SAPI record changes), then the servers in the plan's
 //!   [`waves`], each server's turn in [`turn`], through a
 //!   [`transport::Transport`] (CNAPI install-agent tasks or `agentsadm gz`
 //!   via CNAPI execute) and an [`store::IntentStore`] (SAPI), reporting to
-//!   a [`report::Reporter`]; [`outlier`] decides about slow servers and
+//!   a [`report::Reporter`]; [`outlier`] decides about slow servers
+//!   (against [`baseline`]'s expected times before there is a median) and
 //!   [`summary`] renders the end of a run. The library draws nothing: the
 //!   command line turns the reporter's events into progress.
 //!   [`execmode`] tells how CNAPI execute reaches each server, and
@@ -30,12 +34,15 @@
 //!   plans putting back what a recorded run changed.
 
 pub mod adopt;
+pub mod baseline;
 pub mod confirm;
 pub mod execmode;
 pub mod execute;
 pub mod fence;
 pub mod gather;
+pub mod guard;
 pub mod history;
+mod holding;
 pub mod images;
 pub mod lock;
 pub mod outlier;

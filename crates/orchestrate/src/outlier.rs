@@ -6,12 +6,10 @@
 //!   `max(factor x median, median + margin)` is an outlier; each gets one
 //!   warning. The margin keeps fast rollouts (median of seconds) from
 //!   flagging ordinary jitter.
-//! - A server with a history of its own (the plan's
-//!   [`agentsadm_plan::WaveServer::usual`]: what its steps usually take)
-//!   is judged against itself instead, from the start and however few
-//!   servers have finished: past `max(factor x usual, usual + margin)` it
-//!   is an outlier ("cn0042 usually takes 40s and is at 3m00s"). A server
-//!   that is slow every time is no news; one slower than itself is.
+//! - A server with a history of its own is judged against itself instead,
+//!   from the start and however few servers have finished
+//!   ([`crate::baseline::outliers`]): "cn0042 usually takes 40.0s and is at
+//!   3m00s".
 //! - Stragglers: when nothing is left to start and every server still
 //!   running is an outlier, the straggler clock starts; after
 //!   `--straggler-timeout` the executor stops waiting for them.
@@ -21,6 +19,7 @@ use std::time::Duration;
 
 use serde::Serialize;
 
+use super::baseline::OutlierBasis;
 use agentsadm_types::ids::ServerUuid;
 
 /// When a running server counts as an outlier.
@@ -44,61 +43,19 @@ impl Default for OutlierPolicy {
     }
 }
 
-/// One outlier warning: against the servers finished so far (`median`)
-/// or against the server's own history (`usual`); exactly one is set.
+/// One outlier warning.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct Outlier {
     pub server: ServerUuid,
     pub hostname: String,
     #[serde(with = "duration_secs")]
     pub elapsed: Duration,
-    /// The median of the servers finished when it was flagged.
-    #[serde(skip_serializing_if = "Option::is_none", with = "opt_duration_secs")]
-    pub median: Option<Duration>,
-    /// What its steps usually take, by its own history.
-    #[serde(skip_serializing_if = "Option::is_none", with = "opt_duration_secs")]
-    pub usual: Option<Duration>,
-}
-
-impl Outlier {
-    /// What it is measured against: (`usual` or the median, `true` when
-    /// it is its own history).
-    pub fn yardstick(&self) -> (Duration, bool) {
-        match (self.usual, self.median) {
-            (Some(u), _) => (u, true),
-            (None, m) => (m.unwrap_or_default(), false),
-        }
-    }
-
-    /// Why it is flagged, after its name: `usually takes 40.0s and is at
-    /// 3m00s`, or `running for 3m00s, the median server took 40.0s`.
-    pub fn describe(&self) -> String {
-        use super::report::fmt_duration;
-        match self.yardstick() {
-            (usual, true) => format!(
-                "usually takes {} and is at {}",
-                fmt_duration(usual),
-                fmt_duration(self.elapsed)
-            ),
-            (median, false) => format!(
-                "running for {}, the median server took {}",
-                fmt_duration(self.elapsed),
-                fmt_duration(median)
-            ),
-        }
-    }
-}
-
-/// Serialize optional durations as fractional seconds.
-pub mod opt_duration_secs {
-    use std::time::Duration;
-
-    pub fn serialize<S: serde::Serializer>(d: &Option<Duration>, s: S) -> Result<S::Ok, S::Error> {
-        match d {
-            Some(d) => super::duration_secs::serialize(d, s),
-            None => s.serialize_none(),
-        }
-    }
+    /// What it was compared with: the median of the servers that
+    /// finished, or (before there is one) its expected time, see `basis`.
+    #[serde(with = "duration_secs")]
+    pub median: Duration,
+    /// What `median` is ([`crate::baseline`]).
+    pub basis: OutlierBasis,
 }
 
 /// Serialize durations as fractional seconds.
@@ -143,47 +100,25 @@ pub fn threshold(policy: &OutlierPolicy, finished: &[Duration]) -> Option<(Durat
     Some((by_factor.max(m + policy.margin), m))
 }
 
-/// The elapsed time above which a server that usually takes `usual` is an
-/// outlier against its own history.
-pub fn own_threshold(policy: &OutlierPolicy, usual: Duration) -> Duration {
-    usual
-        .mul_f64(policy.factor.max(1.0))
-        .max(usual + policy.margin)
-}
-
-/// One running server: its UUID, hostname, elapsed time and what it
-/// usually takes by its own history (if it has one).
-pub type Running<'a> = (ServerUuid, &'a str, Duration, Option<Duration>);
-
-/// Running servers that just became outliers (not warned about before):
-/// those with a history of their own against it, the others against the
-/// median of `finished`.
+/// Running servers that just became outliers (not warned about before).
 pub fn new_outliers<'a>(
     policy: &OutlierPolicy,
     finished: &[Duration],
-    running: impl IntoIterator<Item = Running<'a>>,
+    running: impl IntoIterator<Item = (ServerUuid, &'a str, Duration)>,
     warned: &BTreeSet<ServerUuid>,
 ) -> Vec<Outlier> {
-    let fleet = threshold(policy, finished);
+    let Some((limit, median)) = threshold(policy, finished) else {
+        return Vec::new();
+    };
     let mut out: Vec<Outlier> = running
         .into_iter()
-        .filter(|(server, ..)| !warned.contains(server))
-        .filter_map(|(server, hostname, elapsed, usual)| {
-            let (median, usual) = match usual {
-                Some(u) if elapsed > own_threshold(policy, u) => (None, Some(u)),
-                Some(_) => return None,
-                None => match fleet {
-                    Some((limit, median)) if elapsed > limit => (Some(median), None),
-                    _ => return None,
-                },
-            };
-            Some(Outlier {
-                server,
-                hostname: hostname.to_string(),
-                elapsed,
-                median,
-                usual,
-            })
+        .filter(|(server, _, elapsed)| *elapsed > limit && !warned.contains(server))
+        .map(|(server, hostname, elapsed)| Outlier {
+            server,
+            hostname: hostname.to_string(),
+            elapsed,
+            median,
+            basis: OutlierBasis::Median,
         })
         .collect();
     out.sort_by_key(|a| a.server);
@@ -228,7 +163,7 @@ mod tests {
     #[test]
     fn no_warning_before_five_finished() {
         let p = OutlierPolicy::default();
-        let running = [(server(1), "cn1", Duration::from_secs(1000), None)];
+        let running = [(server(1), "cn1", Duration::from_secs(1000))];
         assert!(new_outliers(&p, &secs(&[10, 10, 10, 10]), running, &BTreeSet::new()).is_empty());
         assert_eq!(
             new_outliers(&p, &secs(&[10; 5]), running, &BTreeSet::new()).len(),
@@ -261,9 +196,9 @@ mod tests {
         let p = OutlierPolicy::default();
         let finished = secs(&[10; 6]);
         let running = vec![
-            (server(2), "cn2", Duration::from_secs(41), None),
-            (server(1), "cn1", Duration::from_secs(39), None),
-            (server(3), "cn3", Duration::from_secs(100), None),
+            (server(2), "cn2", Duration::from_secs(41)),
+            (server(1), "cn1", Duration::from_secs(39)),
+            (server(3), "cn3", Duration::from_secs(100)),
         ];
         let first = new_outliers(&p, &finished, running.clone(), &BTreeSet::new());
         assert_eq!(
@@ -273,7 +208,7 @@ mod tests {
                 .collect::<Vec<_>>(),
             ["cn2", "cn3"]
         );
-        assert_eq!(first[0].median, Some(Duration::from_secs(10)));
+        assert_eq!(first[0].median, Duration::from_secs(10));
         let warned: BTreeSet<_> = first.iter().map(|o| o.server).collect();
         assert!(new_outliers(&p, &finished, running, &warned).is_empty());
     }
@@ -285,36 +220,5 @@ mod tests {
         assert!(!only_stragglers_left(1, &[server(1)], &outliers));
         assert!(!only_stragglers_left(0, &[server(1), server(2)], &outliers));
         assert!(!only_stragglers_left(0, &[], &outliers));
-    }
-
-    #[test]
-    fn a_server_with_history_is_judged_against_itself() {
-        let p = OutlierPolicy::default();
-        let secs = Duration::from_secs;
-        // Nothing finished yet: cn0042 usually takes 40 s and is at 3 min;
-        // cn7 usually takes 5 min (slow every time) and is at 4 min; cn9
-        // has no history and no median to compare with.
-        let running = vec![
-            (server(42), "cn0042", secs(180), Some(secs(40))),
-            (server(7), "cn7", secs(240), Some(secs(300))),
-            (server(9), "cn9", secs(240), None),
-        ];
-        let flagged = new_outliers(&p, &[], running.clone(), &BTreeSet::new());
-        assert_eq!(flagged.len(), 1, "{flagged:?}");
-        assert_eq!(flagged[0].hostname, "cn0042");
-        assert_eq!(flagged[0].usual, Some(secs(40)));
-        assert_eq!(flagged[0].median, None);
-        assert_eq!(flagged[0].describe(), "usually takes 40.0s and is at 3m00s");
-        // With a fleet median of 10 s, cn7 is still itself (no warning);
-        // cn9 is judged against the fleet.
-        let flagged = new_outliers(&p, &secs_list(&[10; 5]), running, &BTreeSet::new());
-        let names: Vec<&str> = flagged.iter().map(|o| o.hostname.as_str()).collect();
-        assert_eq!(names, ["cn9", "cn0042"]);
-        let json = serde_json::to_value(&flagged[0]).unwrap();
-        assert!(json.get("median").is_none() || json.get("usual").is_none());
-    }
-
-    fn secs_list(v: &[u64]) -> Vec<Duration> {
-        secs(v)
     }
 }

@@ -16,6 +16,7 @@ use futures::stream::{self, StreamExt};
 use serde::Serialize;
 use serde_json::{Value, json};
 
+use super::guard::{Fence, Hold};
 use super::store::{IntentWriteError, SapiIntentStore, instance_params};
 use agentsadm_api::ApiError;
 use agentsadm_api::Apis;
@@ -373,14 +374,17 @@ impl RecordOutcome {
 }
 
 /// Make `changes` (already in phase order) through `store`, `concurrency`
-/// at a time within a phase. `lock_lost` is asked before each phase: once
-/// it says so, nothing more is written.
+/// at a time within a phase. Before each phase `lock_lost` is asked and
+/// the lock confirmed through `fence`: once lost (or not confirmed),
+/// nothing more is written, and the hold that stopped it is returned.
 pub(crate) async fn make_records(
     store: &dyn RecordStore,
     changes: &[RecordChange],
     concurrency: usize,
     lock_lost: &(dyn Fn() -> bool + Sync),
-) -> Vec<RecordOutcome> {
+    fence: &dyn Fence,
+) -> (Vec<RecordOutcome>, Hold) {
+    let mut hold = Hold::Held;
     let mut out: Vec<RecordOutcome> = Vec::with_capacity(changes.len());
     let mut created: BTreeMap<String, ServiceUuid> = BTreeMap::new();
     let mut start = 0;
@@ -392,8 +396,19 @@ pub(crate) async fn make_records(
             .map_or(changes.len(), |n| start + n);
         let batch = &changes[start..end];
         start = end;
-        let refused = if lock_lost() {
+        if hold == Hold::Held {
+            hold = if lock_lost() {
+                Hold::Lost
+            } else {
+                fence.confirm("the record changes").await
+            };
+        }
+        let refused = if hold == Hold::Lost {
             Some("the datacenter lock was lost: nothing more was written".to_string())
+        } else if let Hold::Unconfirmed(api) = hold {
+            Some(format!(
+                "{api} did not answer when the datacenter lock was confirmed: nothing more was written"
+            ))
         } else if batch
             .iter()
             .any(|c| matches!(c, RecordChange::Server { .. }))
@@ -451,12 +466,92 @@ pub(crate) async fn make_records(
                     None,
                 ),
             };
-            out.push(RecordOutcome {
+            let outcome = RecordOutcome {
                 change,
                 status,
                 warning,
-            });
+            };
+            log_record(&outcome);
+            out.push(outcome);
         }
     }
-    out
+    (out, hold)
+}
+
+/// The API call a record change makes, as the run's log names it.
+fn record_call(change: &RecordChange) -> String {
+    match change {
+        RecordChange::PostAgents { server, .. } => {
+            format!("CNAPI POST /servers/{server} (server.agents)")
+        }
+        RecordChange::CreateService { component, .. } => {
+            format!("SAPI POST /services (create {component})")
+        }
+        RecordChange::ServiceDefault { change } => format!(
+            "SAPI PUT /services/{} (params.image_uuid {})",
+            change.service, change.to.uuid
+        ),
+        RecordChange::AdoptInstance {
+            instance, exists, ..
+        } => match exists {
+            true => format!("SAPI PUT /instances/{instance} (params)"),
+            false => format!("SAPI POST /instances ({instance})"),
+        },
+        RecordChange::Instance {
+            change: IntentChange::DeleteInstance { instance, .. },
+            ..
+        } => format!("SAPI DELETE /instances/{instance}"),
+        RecordChange::Instance { change, .. } => {
+            format!("SAPI write of {} instance", change.component())
+        }
+        RecordChange::Server {
+            server,
+            call: ServerCall::Delete,
+            ..
+        } => format!("CNAPI DELETE /servers/{server}"),
+        RecordChange::Server {
+            server,
+            call: ServerCall::FactoryReset,
+            ..
+        } => format!("CNAPI PUT /servers/{server}/factory-reset"),
+    }
+}
+
+/// One record change in the run's log: the call, what it changed and how
+/// it ended (the factory reset's CNAPI job included).
+fn log_record(outcome: &RecordOutcome) {
+    let call = record_call(&outcome.change);
+    let change = serde_json::to_string(&outcome.change).unwrap_or_default();
+    let status = serde_json::to_string(&outcome.status).unwrap_or_default();
+    let how = match &outcome.status {
+        RecordStatus::Done => "done".to_string(),
+        RecordStatus::AlreadyDone => "already done (nothing to change)".to_string(),
+        RecordStatus::ResetStarted {
+            job_uuid,
+            agents_cleared,
+        } => format!(
+            "CNAPI job {job_uuid} started; server.agents {}",
+            if *agents_cleared {
+                "cleared"
+            } else {
+                "not cleared"
+            }
+        ),
+        RecordStatus::Failed { message } => format!("failed: {message}"),
+        RecordStatus::NotRun { reason } => format!("not made: {reason}"),
+    };
+    let job = match &outcome.status {
+        RecordStatus::ResetStarted { job_uuid, .. } => Some(job_uuid.to_string()),
+        _ => None,
+    };
+    if outcome.ok() {
+        tracing::info!(target: agentsadm_types::log::FILE_ONLY_TARGET,
+            component = "records", call = call.as_str(), change = change.as_str(),
+            result = status.as_str(), job = job, warning = outcome.warning.as_deref(),
+            "{call}: {how}");
+    } else {
+        tracing::error!(target: agentsadm_types::log::FILE_ONLY_TARGET,
+            component = "records", call = call.as_str(), change = change.as_str(),
+            result = status.as_str(), "{call}: {how}");
+    }
 }

@@ -155,6 +155,7 @@ impl TaskGoal {
             } => {
                 let mut out: Vec<AgentEntry> = agents.to_vec();
                 let entry = AgentEntry {
+                    problem: None,
                     name: package.clone(),
                     version: package_version(version),
                     image_uuid: Some(*image),
@@ -505,12 +506,14 @@ mod tests {
         };
         let before = vec![
             AgentEntry {
+                problem: None,
                 name: "vm-agent".into(),
                 version: "1.0.0".into(),
                 image_uuid: Some(ImageUuid::from_u128(1)),
                 uuid: Some(instance),
             },
             AgentEntry {
+                problem: None,
                 name: "cn-agent".into(),
                 version: "2.15.0".into(),
                 image_uuid: None,

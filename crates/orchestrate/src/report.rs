@@ -49,6 +49,10 @@ pub enum ExecEvent<'a> {
         step: &'a Step,
         elapsed: Duration,
         failure: Option<&'a StepFailure>,
+        /// The CNAPI task the step ran as (none through CNAPI execute).
+        task: Option<TaskId>,
+        /// The health gate, when the step has one and got that far.
+        gate: Option<&'a GateResult>,
     },
     ServerFinished {
         server: ServerUuid,
@@ -70,6 +74,9 @@ pub enum ExecEvent<'a> {
     StoppedWaiting {
         in_flight: &'a [InFlight],
     },
+    /// The run stops starting servers because it lost the datacenter lock
+    /// or an API stopped answering (said once, when noticed).
+    Stopping(&'a Halted),
     Finished(&'a ExecReport),
 }
 
@@ -131,6 +138,14 @@ pub enum ServerStatus {
     Interrupted,
     /// Never started (interrupted before its turn).
     NotStarted,
+    /// Started, then stopped before its remaining steps: the run lost the
+    /// datacenter lock, or an API stopped answering, before them. What
+    /// ran is in its steps; nothing else was started on it.
+    Stopped,
+    /// How it ended is not known: an API stopped answering while it ran
+    /// (its tasks may still complete; they are in the outcome). Not a
+    /// failure of the server.
+    Unknown,
 }
 
 impl ServerStatus {
@@ -141,6 +156,8 @@ impl ServerStatus {
             ServerStatus::TimedOut => "timed-out",
             ServerStatus::Interrupted => "interrupted",
             ServerStatus::NotStarted => "not-started",
+            ServerStatus::Stopped => "stopped",
+            ServerStatus::Unknown => "unknown",
         }
     }
 }
@@ -151,8 +168,11 @@ impl ServerStatus {
 pub enum StepStatus {
     Done,
     Failed,
-    /// Not attempted because an earlier step on the server failed.
+    /// Not attempted because an earlier step on the server failed (or
+    /// the run lost its lock or an API first).
     NotRun,
+    /// Started, but how it ended is not known: an API stopped answering.
+    Unknown,
 }
 
 /// One step's outcome.
@@ -163,6 +183,12 @@ pub struct StepResult {
     pub status: StepStatus,
     #[serde(with = "duration_secs")]
     pub elapsed: Duration,
+    /// The CNAPI task the step ran as (none through CNAPI execute).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub task: Option<TaskId>,
+    /// The step's health gate, when it has one and got that far.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gate: Option<GateResult>,
 }
 
 /// Which part of a server's turn failed. Text and `--json` (field
@@ -204,8 +230,15 @@ pub enum FailureStage {
     /// cn-agent's task): `unhealthy`.
     Unhealthy,
     /// The server's installed image is not the one the plan saw (`gz
-    /// install --expect-current` refused): `changed since the plan`.
+    /// install --expect-current` refused, or CNAPI's `server.agents`
+    /// before an install-agent task): `changed since the plan`.
     Changed,
+    /// The step was not started: the run no longer holds the datacenter
+    /// lock: `lock lost`.
+    LockLost,
+    /// An API stopped answering (the step was not started, or how it
+    /// ended is not known): `<API> not answering`.
+    ApiLost { api: agentsadm_api::Api },
 }
 
 impl FailureStage {
@@ -226,6 +259,8 @@ impl FailureStage {
             FailureStage::Gz => "gz",
             FailureStage::Unhealthy => "unhealthy",
             FailureStage::Changed => "changed since the plan",
+            FailureStage::LockLost => "lock lost",
+            FailureStage::ApiLost { api } => return Cow::Owned(format!("{api} not answering")),
             FailureStage::Task { task, id: Some(id) } => {
                 return Cow::Owned(format!("{task} task {id}"));
             }
@@ -341,6 +376,14 @@ pub struct GateResult {
     pub component: String,
     pub gate: agentsadm_plan::Gate,
     pub passed: bool,
+    /// What the gate saw: `online` (every service of the component stayed
+    /// online), or the service and the state it was in instead.
+    pub seen: String,
+    /// How long the gate took, when it ran as a check of its own (`gz
+    /// health` after an install-agent task); the installer's own gate is
+    /// inside the step's time.
+    #[serde(skip_serializing_if = "Option::is_none", with = "opt_duration_secs")]
+    pub elapsed: Option<Duration>,
 }
 
 /// The revert of an unhealthy step: the previous image installed again
@@ -394,6 +437,30 @@ pub struct ExecReport {
     /// revert RUN`), when it was recorded.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub run: Option<agentsadm_types::ids::RunId>,
+    /// The datacenter lock, if this run lost it at any point (noticed
+    /// while running, or when confirmed once more before the summary).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub lock_lost: Option<crate::guard::LockLoss>,
+    /// The API that stopped answering, if one did.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub outage: Option<Outage>,
+    /// Why the lock could not be released, if it could not.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub lock_release: Option<String>,
+}
+
+fn api_name<S: serde::Serializer>(api: &agentsadm_api::Api, s: S) -> Result<S::Ok, S::Error> {
+    s.collect_str(api)
+}
+
+/// An API that stopped answering during the run.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Outage {
+    /// `SAPI`, `CNAPI` or `IMGAPI`.
+    #[serde(serialize_with = "api_name")]
+    pub api: agentsadm_api::Api,
+    /// What the run was doing when it noticed.
+    pub noticed: String,
 }
 
 fn is_zero(n: &usize) -> bool {
@@ -418,8 +485,10 @@ pub enum Halted {
     Canary { failed: Vec<String> },
     /// The operator did not continue after the canary wave.
     Declined,
-    /// Another process broke the datacenter lock.
+    /// The datacenter lock was lost (taken over, or its record removed).
     LockLost,
+    /// An API stopped answering.
+    ApiLost { api: String },
 }
 
 impl fmt::Display for Halted {
@@ -440,7 +509,11 @@ impl fmt::Display for Halted {
             ),
             Halted::LockLost => write!(
                 f,
-                "the datacenter lock was broken by another process: no new server was started; check who holds it, then run the same command again"
+                "the datacenter lock was lost: nothing more was started; check who holds it, then run the same command again"
+            ),
+            Halted::ApiLost { api } => write!(
+                f,
+                "{api} stopped answering: nothing more was started and no server was counted as failed; once {api} answers, run the same command again"
             ),
         }
     }
@@ -483,6 +556,8 @@ pub struct StatusCounts {
     pub timed_out: usize,
     pub interrupted: usize,
     pub not_started: usize,
+    pub stopped: usize,
+    pub unknown: usize,
 }
 
 impl ExecReport {
@@ -495,6 +570,8 @@ impl ExecReport {
                 ServerStatus::TimedOut => c.timed_out += 1,
                 ServerStatus::Interrupted => c.interrupted += 1,
                 ServerStatus::NotStarted => c.not_started += 1,
+                ServerStatus::Stopped => c.stopped += 1,
+                ServerStatus::Unknown => c.unknown += 1,
             }
         }
         c
@@ -504,6 +581,8 @@ impl ExecReport {
     /// made.
     pub fn all_succeeded(&self) -> bool {
         !self.interrupted
+            && self.lock_lost.is_none()
+            && self.outage.is_none()
             && self
                 .servers
                 .values()

@@ -23,6 +23,63 @@ fn failure_task(stage: &FailureStage) -> Option<String> {
     }
 }
 
+/// A passed gate in a step's line: `; health gate (gz health) passed: online in 1.2s`.
+fn gate_words(g: &super::report::GateResult) -> String {
+    format!(
+        "; health gate ({}) {}: {}{}",
+        g.gate.as_str(),
+        if g.passed { "passed" } else { "failed" },
+        g.seen,
+        g.elapsed
+            .map(|d| format!(" in {}", fmt_duration(d)))
+            .unwrap_or_default()
+    )
+}
+
+/// The servers a run ended without finishing: one record each for those
+/// still in flight when it stopped waiting (their tasks may complete) and
+/// one for those never started.
+fn log_left_behind(r: &super::report::ExecReport) {
+    let mut not_started = Vec::new();
+    for (server, o) in &r.servers {
+        match o.status {
+            ServerStatus::Interrupted => {
+                let tasks: Vec<String> = o
+                    .tasks
+                    .iter()
+                    .filter(|t| t.waiting)
+                    .map(|t| format!("{} task {}", t.component, t.task))
+                    .collect();
+                tracing::warn!(target: agentsadm_types::log::FILE_ONLY_TARGET,
+                    component = "executor",
+                    event = "left-running",
+                    server = %server,
+                    server_name = o.hostname.as_str(),
+                    tasks = tasks.join(", "),
+                    elapsed_ms = o.elapsed.as_millis() as u64,
+                    "left running when the run stopped waiting: {} ({}); it may still complete",
+                    o.hostname,
+                    if tasks.is_empty() { "no CNAPI task: CNAPI execute".to_string() } else { tasks.join(", ") }
+                );
+            }
+            ServerStatus::NotStarted => not_started.push(o.hostname.as_str()),
+            _ => {}
+        }
+    }
+    if !not_started.is_empty() {
+        tracing::info!(target: agentsadm_types::log::FILE_ONLY_TARGET,
+            component = "executor",
+            event = "not-started",
+            servers = not_started.join(","),
+            halted = r.halted.as_ref().map(ToString::to_string),
+            interrupted = r.interrupted,
+            "{} servers not started: {}",
+            not_started.len(),
+            not_started.join(", ")
+        );
+    }
+}
+
 /// A step's or a server's end, done or failed.
 fn log_finished(event: &ExecEvent<'_>) {
     const C: &str = "executor";
@@ -33,33 +90,51 @@ fn log_finished(event: &ExecEvent<'_>) {
             step,
             elapsed,
             failure,
-        } => match failure {
-            None => tracing::info!(target: agentsadm_types::log::FILE_ONLY_TARGET,
-                component = C,
-                server = %server,
-                server_name = *hostname,
-                agent = step.component.as_str(),
-                action = step.action.verb(),
-                elapsed_ms = elapsed.as_millis() as u64,
-                "step done in {}",
-                fmt_duration(*elapsed)
-            ),
-            Some(f) => tracing::error!(target: agentsadm_types::log::FILE_ONLY_TARGET,
-                component = C,
-                server = %server,
-                server_name = *hostname,
-                agent = step.component.as_str(),
-                action = step.action.verb(),
-                elapsed_ms = elapsed.as_millis() as u64,
-                stage = %f.stage,
-                task = failure_task(&f.stage),
-                error = f.message.as_str(),
-                "step failed after {}: {}: {}",
-                fmt_duration(*elapsed),
-                f.stage,
-                f.message
-            ),
-        },
+            task,
+            gate,
+        } => {
+            let task = task.map(|t| t.to_string());
+            let gate_kind = gate.map(|g| g.gate.as_str());
+            let gate_passed = gate.map(|g| g.passed);
+            let gate_seen = gate.map(|g| g.seen.as_str());
+            let gate_ms = gate.and_then(|g| g.elapsed).map(|d| d.as_millis() as u64);
+            match failure {
+                None => tracing::info!(target: agentsadm_types::log::FILE_ONLY_TARGET,
+                    component = C,
+                    server = %server,
+                    server_name = *hostname,
+                    agent = step.component.as_str(),
+                    action = step.action.verb(),
+                    elapsed_ms = elapsed.as_millis() as u64,
+                    task,
+                    gate = gate_kind,
+                    gate_passed,
+                    gate_seen,
+                    gate_elapsed_ms = gate_ms,
+                    "step done in {}{}",
+                    fmt_duration(*elapsed),
+                    gate.map(gate_words).unwrap_or_default()
+                ),
+                Some(f) => tracing::error!(target: agentsadm_types::log::FILE_ONLY_TARGET,
+                    component = C,
+                    server = %server,
+                    server_name = *hostname,
+                    agent = step.component.as_str(),
+                    action = step.action.verb(),
+                    elapsed_ms = elapsed.as_millis() as u64,
+                    stage = %f.stage,
+                    task = task.or_else(|| failure_task(&f.stage)),
+                    gate = gate_kind,
+                    gate_passed,
+                    gate_seen,
+                    error = f.message.as_str(),
+                    "step failed after {}: {}: {}",
+                    fmt_duration(*elapsed),
+                    f.stage,
+                    f.message
+                ),
+            }
+        }
         ExecEvent::ServerFinished { server, outcome } => {
             let f = outcome.failure.as_ref();
             if outcome.status == ServerStatus::Succeeded {
@@ -136,8 +211,8 @@ impl Reporter for LogReporter {
                 server = %o.server,
                 server_name = o.hostname.as_str(),
                 elapsed_ms = o.elapsed.as_millis() as u64,
-                median_ms = o.median.map(|m| m.as_millis() as u64),
-                usual_ms = o.usual.map(|u| u.as_millis() as u64),
+                median_ms = o.median.as_millis() as u64,
+                basis = ?o.basis,
                 "outlier: {} {}",
                 o.hostname,
                 o.describe()
@@ -168,7 +243,15 @@ impl Reporter for LogReporter {
                     "stopped waiting for the servers in flight (they may still complete)"
                 )
             }
+            ExecEvent::Stopping(h) => {
+                tracing::warn!(target: agentsadm_types::log::FILE_ONLY_TARGET,
+                    component = C,
+                    reason = serde_json::to_string(h).unwrap_or_default(),
+                    "{h}"
+                )
+            }
             ExecEvent::Finished(r) => {
+                log_left_behind(r);
                 let c = r.counts();
                 tracing::info!(target: agentsadm_types::log::FILE_ONLY_TARGET,
                     component = C,

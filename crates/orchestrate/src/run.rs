@@ -18,26 +18,33 @@
 //!    starts), release the lock, and hand back the report.
 
 use std::future::Future;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
 
 use futures::future::LocalBoxFuture;
 
 use super::confirm::Confirmed;
 use super::execute::{ExecError, ExecOptions, Executor, RunGate};
 use super::fence::{Fenced, fence};
+use super::guard::{ApiPings, Fence, Hold, LockFence};
 use super::history::{HistorySettings, Recorder, RecordingTee, SapiHistory};
+use super::holding;
 use super::images::{self, ImageError};
 use super::lock::{self, LockError, LockOptions, SapiLockStore};
 use super::records::ApiRecords;
-use super::report::{ExecReport, InFlight, Reporter};
+use super::report::{ExecReport, InFlight, Outage, Reporter};
 use super::store::SapiIntentStore;
 use super::transport::{CnapiTransport, CnapiTransportConfig, StepDone, StepFailure, Transport};
 use agentsadm_api::Apis;
 use agentsadm_api::CnapiClient;
 use agentsadm_api::ImgapiClient;
 use agentsadm_api::SapiClient;
+use agentsadm_plan::timing::Durations;
 use agentsadm_plan::{Plan, PlanOptions, RolloutPolicy, TransportMode};
 use agentsadm_types::catalog::Catalog;
+
+/// How long a ping of an API may take before the API counts as not
+/// answering (asked when a server's turn failed).
+const PROBE_BOUND: Duration = Duration::from_secs(10);
 
 /// What every changing command's arguments come to, made once from the
 /// command line (one set of execution options for all of them).
@@ -189,6 +196,11 @@ pub struct Run<'a> {
     pub lock: LockOptions,
     /// Where the run is recorded ([`crate::history`]); `None`: not at all.
     pub history: Option<HistorySettings>,
+    /// What servers took in earlier runs, as the history had it when the
+    /// plan was made ([`crate::history::HistoryStore::durations`], the same
+    /// the planner scheduled from): a server with times of its own is
+    /// judged against them ([`crate::baseline`]). `None`: no history.
+    pub durations: Option<&'a Durations>,
 }
 
 impl<'a> Run<'a> {
@@ -234,6 +246,7 @@ impl<'a> Run<'a> {
                 ..LockOptions::default()
             },
             history: Some(HistorySettings::default_for_process()),
+            durations: None,
         }
     }
 
@@ -251,6 +264,7 @@ impl<'a> Run<'a> {
         if self.settings.dry_run {
             let planned = planner.plan().await.map_err(RunError::Plan)?;
             log_plan(planned.plan());
+            log_skips(planned.plan());
             operator.show(&planned, Shown::Plan);
             return Ok(RunOutcome::DryRun(planned));
         }
@@ -258,6 +272,7 @@ impl<'a> Run<'a> {
         lock::check_free(&store, &self.lock).await?;
         let unlocked = planner.plan().await.map_err(RunError::Plan)?;
         if unlocked.plan().is_empty() {
+            log_skips(unlocked.plan());
             operator.show(&unlocked, Shown::Unlocked);
             return Ok(RunOutcome::Empty(unlocked));
         }
@@ -270,9 +285,31 @@ impl<'a> Run<'a> {
             });
         }
         drop(unlocked);
-        let lost = AtomicBool::new(false);
-        let work = self.locked(planner, operator, &lost, cancel);
-        self.hold(&store, &lost, |m| operator.note(m), work).await?
+        let owner = lock::this_owner();
+        let dc_lock = lock::acquire(&store, &owner, &self.operation, &self.lock).await?;
+        holding::log_acquired(&owner, &self.operation, &dc_lock);
+        for old in &dc_lock.broke {
+            operator.note(&format!(
+                "warning: broke the orchestrator lock of {} ({:?}, last seen {})",
+                old.owner, old.operation, old.refreshed
+            ));
+        }
+        let fence = LockFence::new(&dc_lock);
+        let work = self.locked(planner, operator, &fence, cancel);
+        let mut outcome =
+            holding::refreshing(&dc_lock, &fence, &self.lock, |m| operator.note(m), work).await;
+        drop(fence);
+        let released = dc_lock.release().await;
+        holding::log_released(&released);
+        if let Ok(RunOutcome::Executed { planned, report }) = &mut outcome {
+            if let Err(e) = released {
+                report.lock_release = Some(holding::release_failed(&e));
+            }
+            log_summary(planned.plan(), report);
+        } else if let Err(e) = released {
+            operator.note(&format!("warning: {}", holding::release_failed(&e)));
+        }
+        outcome
     }
 
     /// Under the lock: plan, confirm (fenced), import, execute.
@@ -280,7 +317,7 @@ impl<'a> Run<'a> {
         &self,
         planner: &P,
         operator: &O,
-        lost: &AtomicBool,
+        lock: &LockFence<'_>,
         cancel: impl Future<Output = ()>,
     ) -> Result<RunOutcome<P::Planned>, RunError<P::Error>>
     where
@@ -294,21 +331,40 @@ impl<'a> Run<'a> {
             first,
             self.settings.yes,
             |p: &P::Planned| p.plan().is_empty(),
-            async |p: &P::Planned| operator.ask(p).await.map_err(RunError::Ask),
+            async |p: &P::Planned| {
+                let answer = operator.ask(p).await;
+                log_answer("proceed with the plan shown", &answer);
+                answer.map_err(RunError::Ask)
+            },
             async || {
                 let again = planner.plan().await.map_err(RunError::Plan)?;
                 log_plan(again.plan());
                 Ok(again)
             },
-            |again| operator.show(again, Shown::Changed),
+            |again| {
+                tracing::warn!(target: agentsadm_types::log::FILE_ONLY_TARGET,
+                    component = "fence", event = "plan-changed",
+                    "the plan made again after the answer differs from the one confirmed: shown and asked again");
+                operator.show(again, Shown::Changed)
+            },
             |a: &P::Planned, b: &P::Planned| a.plan() == b.plan(),
         )
         .await?;
         let (planned, consent) = match fenced {
             Fenced::Confirmed(p, consent) => (p, consent),
-            Fenced::Empty(p) => return Ok(RunOutcome::Empty(p)),
+            Fenced::Empty(p) => {
+                log_skips(p.plan());
+                return Ok(RunOutcome::Empty(p));
+            }
             Fenced::Declined(p) => return Ok(RunOutcome::Declined(p)),
         };
+        log_skips(planned.plan());
+        if consent == super::confirm::Consent::Yes {
+            log_answer(
+                "proceed with the plan shown (-y: agreed in advance)",
+                &Ok(true),
+            );
+        }
         let confirmed = match consent {
             super::confirm::Consent::Yes => Confirmed::by_yes(self.settings, planned.plan()),
             super::confirm::Consent::Prompt => Some(Confirmed::by_prompt(planned.plan())),
@@ -318,12 +374,30 @@ impl<'a> Run<'a> {
             return Err(RunError::NeedsYes);
         };
         let gate = Gate {
-            lost,
+            fence: lock,
             operator,
             yes: self.settings.yes,
             _planned: std::marker::PhantomData,
         };
-        let report = self.execute(confirmed, operator, cancel, &gate).await?;
+        let mut report = self.execute(confirmed, operator, cancel, &gate).await?;
+        // Once more before the summary: a run that lost the lock at any
+        // point says so.
+        if let Hold::Unconfirmed(api) = lock.confirm("before the summary").await
+            && report.outage.is_none()
+        {
+            report.outage = Some(Outage {
+                api,
+                noticed: "when the lock was confirmed before the summary".to_string(),
+            });
+        }
+        report.lock_lost = lock.loss().map(|mut loss| {
+            loss.may_have_changed = report
+                .touched_servers()
+                .into_iter()
+                .map(|(_, s)| s)
+                .collect();
+            loss
+        });
         Ok(RunOutcome::Executed { planned, report })
     }
 
@@ -455,30 +529,73 @@ impl<'a> Run<'a> {
             }
             None => self.reporter,
         };
-        let executor = Executor::new(transport.as_ref(), &store, reporter, &self.settings.options)
-            .with_records(&records);
-        let report = executor.execute_gated(confirmed, cancel, gate).await?;
-        tracing::info!(
-            target: agentsadm_types::log::FILE_ONLY_TARGET,
-            component = "summary",
-            summary = serde_json::to_string(&report.summary(plan)).unwrap_or_default(),
-            outliers = serde_json::to_string(&report.outliers).unwrap_or_default(),
-            exit_status = report.exit_status(plan),
-            "{}",
-            report.render(plan).trim_end()
-        );
-        Ok(report)
+        let probe = ApiPings {
+            sapi: self.sapi.clone(),
+            cnapi: self.cnapi.cloned(),
+            imgapi: self.imgapi.cloned(),
+            bound: PROBE_BOUND,
+        };
+        // Slow servers are judged against their own earlier runs (the
+        // history the plan was scheduled from), and before the run has a
+        // median the others against the catalog's expected times (and
+        // any history the caller added).
+        let mut options = self.settings.options.clone();
+        options.known.add_catalog(self.catalog);
+        if let Some(durations) = self.durations {
+            options.known.add_history(durations);
+        }
+        let executor = Executor::new(transport.as_ref(), &store, reporter, &options)
+            .with_records(&records)
+            .with_guard(gate.fence, &probe);
+        Ok(executor.execute_gated(confirmed, cancel, gate).await?)
     }
+}
 
-    /// [`lock::hold`] under this run's operation and lock options.
-    async fn hold<T>(
-        &self,
-        store: &SapiLockStore,
-        lost: &AtomicBool,
-        note: impl Fn(&str),
-        work: impl Future<Output = T>,
-    ) -> Result<T, LockError> {
-        lock::hold(store, &self.operation, &self.lock, lost, note, work).await
+/// The end of an executed run in the run's log: its summary, outliers
+/// and exit status (after the lock was released, so that a release that
+/// failed is in it).
+fn log_summary(plan: &Plan, report: &ExecReport) {
+    tracing::info!(
+        target: agentsadm_types::log::FILE_ONLY_TARGET,
+        component = "summary",
+        summary = serde_json::to_string(&report.summary(plan)).unwrap_or_default(),
+        outliers = serde_json::to_string(&report.outliers).unwrap_or_default(),
+        exit_status = report.exit_status(plan),
+        "{}",
+        report.render(plan).trim_end()
+    );
+}
+
+/// The operator's answer to a question, in the run's log.
+fn log_answer(question: &str, answer: &Result<bool, AskError>) {
+    let said = match answer {
+        Ok(true) => "yes".to_string(),
+        Ok(false) => "no".to_string(),
+        Err(e) => format!("no answer ({e})"),
+    };
+    tracing::info!(target: agentsadm_types::log::FILE_ONLY_TARGET,
+        component = "operator", question, answer = said.as_str(),
+        "{question}? {said}");
+}
+
+/// The servers and components a plan leaves out, one record each, with
+/// why (the plan holds them too; the log answers "what happened to cn7").
+fn log_skips(plan: &Plan) {
+    for s in plan.skips() {
+        tracing::info!(target: agentsadm_types::log::FILE_ONLY_TARGET,
+            component = "planner",
+            event = "skipped",
+            server = s.server.map(|u| u.to_string()),
+            server_name = s.hostname.as_deref(),
+            agent = s.component.as_deref(),
+            blocking = s.blocking,
+            reason = s.reason.describe().as_str(),
+            "skipped {}{}: {}{}",
+            s.hostname.as_deref().unwrap_or("every server"),
+            s.component.as_deref().map(|c| format!(" ({c})")).unwrap_or_default(),
+            s.reason.describe(),
+            if s.blocking { " (blocking: exit status 2)" } else { "" }
+        );
     }
 }
 
@@ -496,7 +613,7 @@ fn log_plan(plan: &Plan) {
 /// The run's answers to the executor: the lock as the refresh found it,
 /// the operator for the canary wave and interrupts.
 struct Gate<'a, O, P> {
-    lost: &'a AtomicBool,
+    fence: &'a LockFence<'a>,
     operator: &'a O,
     yes: bool,
     _planned: std::marker::PhantomData<fn(&P)>,
@@ -504,13 +621,24 @@ struct Gate<'a, O, P> {
 
 impl<O: Operator<P> + Sync, P> RunGate for Gate<'_, O, P> {
     fn lock_lost(&self) -> bool {
-        self.lost.load(Ordering::SeqCst)
+        self.fence.is_lost()
     }
 
     async fn canary_passed(&self, canaries: &[String], remaining: usize) -> bool {
-        self.operator
+        let go_on = self
+            .operator
             .canary_passed(canaries, remaining, self.yes)
-            .await
+            .await;
+        let answer: Result<bool, AskError> = Ok(go_on);
+        log_answer(
+            &format!(
+                "canary passed on {}: continue with {remaining} servers{}",
+                canaries.join(", "),
+                if self.yes { " (-y)" } else { "" }
+            ),
+            &answer,
+        );
+        go_on
     }
 
     fn keep_waiting(&self, in_flight: &[InFlight]) -> Option<LocalBoxFuture<'_, ()>> {

@@ -12,6 +12,7 @@ use super::outlier::percentile_sorted;
 use super::records::RecordStatus;
 use super::report::ComponentSummary;
 use super::report::ExecReport;
+use super::report::Halted;
 use super::report::ServerOutcome;
 use super::report::ServerStatus;
 use super::report::StepStatus;
@@ -63,6 +64,8 @@ impl ExecReport {
                     }
                     StepStatus::Failed => row.failed += 1,
                     StepStatus::NotRun => row.skipped += 1,
+                    // Shown with the outage, not as a failure.
+                    StepStatus::Unknown => {}
                 }
             }
         }
@@ -108,6 +111,7 @@ impl ExecReport {
         self.write_outliers(&mut out);
         self.write_left_running(&mut out);
         self.write_safety(&mut out);
+        self.write_lost(&mut out);
         self.write_records(&mut out);
         self.write_verdict(plan, &mut out);
         out
@@ -176,15 +180,13 @@ impl ExecReport {
         }
         out.push_str("\nOutliers (slow servers):\n");
         for o in &self.outliers {
-            let (yardstick, own) = o.yardstick();
             let _ = writeln!(
                 out,
-                "  {} ({}): {} elapsed when flagged, {} {}",
+                "  {} ({}): {} elapsed when flagged, {}",
                 o.hostname,
                 o.server,
                 fmt_duration(o.elapsed),
-                if own { "usually" } else { "median" },
-                fmt_duration(yardstick)
+                o.reference()
             );
         }
     }
@@ -218,8 +220,8 @@ impl ExecReport {
         if self.interrupted && c.not_started > 0 {
             let _ = writeln!(
                 out,
-                "\nInterrupted: {} servers were not started; run the same command again to finish.",
-                c.not_started
+                "\nInterrupted: {} not started; run the same command again to finish.",
+                plural(c.not_started, "server was", "servers were")
             );
         }
     }
@@ -253,7 +255,12 @@ impl ExecReport {
             line[..1].make_ascii_uppercase();
             let _ = writeln!(out, "\n{line}.");
         }
-        if let Some(h) = &self.halted {
+        // A lost lock or API has its own section (write_lost).
+        if let Some(h) = self.halted.as_ref().filter(|h| match h {
+            Halted::LockLost => self.lock_lost.is_none(),
+            Halted::ApiLost { .. } => self.outage.is_none(),
+            _ => true,
+        }) {
             let _ = writeln!(out, "\n{h}");
         }
         let mut back = Vec::new();
@@ -294,6 +301,91 @@ impl ExecReport {
         }
     }
 
+    /// The servers this run started (it may have changed them), in the
+    /// order servers are shown: `cn1 (uuid)`.
+    pub fn touched(&self) -> Vec<String> {
+        self.touched_servers()
+            .into_iter()
+            .map(|(h, u)| format!("{h} ({u})"))
+            .collect()
+    }
+
+    /// [`ExecReport::touched`], as (hostname, server).
+    pub fn touched_servers(&self) -> Vec<(&str, ServerUuid)> {
+        let mut v: Vec<(&str, ServerUuid)> = self
+            .servers
+            .iter()
+            .filter(|(_, o)| o.status != ServerStatus::NotStarted)
+            .map(|(u, o)| (o.hostname.as_str(), *u))
+            .collect();
+        v.sort();
+        v
+    }
+
+    /// A lost lock, an API that stopped answering, a lock not released:
+    /// what it means for this summary, and what to do.
+    fn write_lost(&self, out: &mut String) {
+        if let Some(l) = &self.lock_lost {
+            let touched = self.touched();
+            let _ = writeln!(
+                out,
+                "\nThe datacenter lock was lost (noticed {}; its holder now: {}): nothing more was started.",
+                l.noticed, l.holder
+            );
+            if touched.is_empty() {
+                out.push_str("This run changed no server.\n");
+            } else {
+                let _ = writeln!(
+                    out,
+                    "This run changed these servers, and they may since have been changed by someone else, so the results above may no longer hold: {}.",
+                    touched.join(", ")
+                );
+            }
+            out.push_str(
+                "Check them ('agentsadm list', 'agentsadm check'), then run the same command again once the lock is free.\n",
+            );
+        }
+        if let Some(o) = &self.outage {
+            let unknown: Vec<String> = self
+                .servers
+                .iter()
+                .filter(|(_, s)| s.status == ServerStatus::Unknown)
+                .map(|(u, s)| {
+                    let tasks: Vec<String> = s
+                        .tasks
+                        .iter()
+                        .map(|t| format!("{} task {}", t.component, t.task))
+                        .collect();
+                    if tasks.is_empty() {
+                        format!("{} ({u})", s.hostname)
+                    } else {
+                        format!("{} ({u}): {}", s.hostname, tasks.join(", "))
+                    }
+                })
+                .collect();
+            let _ = writeln!(
+                out,
+                "\n{} stopped answering (noticed {}): nothing more was started, and no server was counted as failed.",
+                o.api, o.noticed
+            );
+            if !unknown.is_empty() {
+                let _ = writeln!(
+                    out,
+                    "How these servers ended is not known (their tasks may still complete; follow one with 'sdc-cnapi /tasks/<id>'): {}.",
+                    unknown.join("; ")
+                );
+            }
+            let _ = writeln!(
+                out,
+                "Once {} answers again, run the same command again: it carries on from what the servers report.",
+                o.api
+            );
+        }
+        if let Some(r) = &self.lock_release {
+            let _ = writeln!(out, "warning: {r}");
+        }
+    }
+
     /// Record changes that were not made, with why.
     fn write_records(&self, out: &mut String) {
         let missed: Vec<_> = self.records.iter().filter(|r| !r.ok()).collect();
@@ -328,9 +420,9 @@ impl ExecReport {
             };
             let _ = write!(
                 out,
-                "\n{verb} {} of {} servers",
+                "\n{verb} {} of {}",
                 c.succeeded,
-                self.servers.len()
+                plural(self.servers.len(), "server", "servers")
             );
         } else {
             let made = self.records.iter().filter(|r| r.ok()).count();
@@ -353,14 +445,25 @@ impl ExecReport {
         if c.not_started > 0 {
             extra.push(format!("{} not started", c.not_started));
         }
+        if c.stopped > 0 {
+            extra.push(format!("{} stopped", c.stopped));
+        }
+        if c.unknown > 0 {
+            extra.push(format!("{} unknown", c.unknown));
+        }
         if skipped > 0 {
-            extra.push(format!("{skipped} skipped"));
+            extra.push(format!("{skipped} skipped, blocking"));
         }
         if !extra.is_empty() {
             let _ = write!(out, " ({})", extra.join(", "));
         }
         let _ = writeln!(out, " in {}.", fmt_duration(self.elapsed));
     }
+}
+
+/// `1 server`, `2 servers`.
+fn plural(n: usize, one: &str, many: &str) -> String {
+    format!("{n} {}", if n == 1 { one } else { many })
 }
 
 fn row_key<'a>(order: &[&'a str], component: &str) -> &'a str {

@@ -57,6 +57,7 @@ use agentsadm_plan::Action;
 use agentsadm_plan::Step;
 
 use super::execmode::ExecuteModes;
+use super::guard::{Fence, Unfenced, fenced};
 use super::recover::RecoveryConfig;
 use super::recover::TaskGoal;
 use super::recover::TaskPeers;
@@ -106,6 +107,9 @@ pub struct StepDone {
     /// The instance UUID the server keeps for the component, when known
     /// (needed to adopt a fresh install into SAPI).
     pub instance: Option<InstanceUuid>,
+    /// How long the health gate took, when the transport ran it as a
+    /// check of its own (`gz health` after an install-agent task).
+    pub gate_elapsed: Option<Duration>,
 }
 
 /// A step that failed on the server or on the way there: which part of the
@@ -150,6 +154,22 @@ pub trait Transport: Send + Sync {
         server: ServerUuid,
         step: &'a Step,
     ) -> BoxFuture<'a, Result<StepDone, StepFailure>>;
+
+    /// [`Transport::run`] under the run's datacenter lock: the step is
+    /// refused (`lock lost`, or the API that did not answer) unless the
+    /// lock is confirmed first. A transport that can, confirms it at the
+    /// last moment before the request that changes the server.
+    fn run_fenced<'a>(
+        &'a self,
+        server: ServerUuid,
+        step: &'a Step,
+        fence: &'a dyn Fence,
+    ) -> BoxFuture<'a, Result<StepDone, StepFailure>> {
+        Box::pin(async move {
+            fenced(fence, server, step).await?;
+            self.run(server, step).await
+        })
+    }
 
     /// The CNAPI tasks this transport started on `server` so far, oldest
     /// first: what an operator looks up with `sdc-cnapi /tasks/<id>` when a
@@ -331,10 +351,19 @@ impl CnapiTransport {
             .unwrap_or_else(|| component.to_string())
     }
 
-    async fn run_step(&self, server: ServerUuid, step: &Step) -> Result<StepDone, StepFailure> {
+    async fn run_step(
+        &self,
+        server: ServerUuid,
+        step: &Step,
+        fence: &dyn Fence,
+    ) -> Result<StepDone, StepFailure> {
         let self_replacing = step.order == OrderClass::CoreLast;
         match (step.transport, &step.action) {
             (TransportKind::InstallAgent, Action::Install { to } | Action::Upgrade { to, .. }) => {
+                // cn-agent's task has no --expect-current: the server's
+                // image is checked here, then the lock, then the task.
+                self.expect_current(server, step).await?;
+                fenced(fence, server, step).await?;
                 let id = self
                     .cnapi
                     .install_agent(server, to.uuid)
@@ -348,18 +377,19 @@ impl CnapiTransport {
                 let task = self.wait(server, &step.component, id, &goal).await;
                 if self_replacing {
                     let failed = task.err();
-                    let done = self.confirm_image(server, step, to.uuid, failed).await?;
-                    self.gz_health(server, step, id).await?;
+                    let mut done = self.confirm_image(server, step, to.uuid, failed).await?;
+                    done.gate_elapsed = self.gz_health(server, step, id).await?;
                     return Ok(done);
                 }
                 task?;
-                let done = self.done(server, step).await?;
-                self.gz_health(server, step, id).await?;
+                let mut done = self.done(server, step).await?;
+                done.gate_elapsed = self.gz_health(server, step, id).await?;
                 Ok(done)
             }
             (TransportKind::InstallAgent, Action::Remove { .. }) => {
                 let package = self.package_name(&step.component);
-                self.uninstall(server, &step.component, &package).await?;
+                self.uninstall(server, &step.component, &package, Some((fence, step)))
+                    .await?;
                 Ok(StepDone::default())
             }
             (TransportKind::Execute, action) => {
@@ -397,7 +427,13 @@ impl CnapiTransport {
                     }
                 };
                 let done = self
-                    .execute(server, step, &args, self.config.execute_timeout)
+                    .execute(
+                        server,
+                        step,
+                        &args,
+                        self.config.execute_timeout,
+                        Some(fence),
+                    )
                     .await?;
                 match action {
                     Action::Install { to } | Action::Upgrade { to, .. } if self_replacing => {
@@ -413,6 +449,50 @@ impl CnapiTransport {
         }
     }
 
+    /// The install-agent equivalent of `gz install --expect-current`: the
+    /// image CNAPI's `server.agents` lists for the component must be the
+    /// one the plan saw (nothing, for an install); otherwise someone
+    /// changed the server since the plan and the task is not started.
+    async fn expect_current(&self, server: ServerUuid, step: &Step) -> Result<(), StepFailure> {
+        let Some(expected) = step.expect_current() else {
+            return Ok(());
+        };
+        let record = self
+            .cnapi
+            .list_server(server)
+            .await
+            .map_err(|e| StepFailure::api(FailureStage::InstallAgent, &e))?;
+        let package = self.package_name(&step.component);
+        let entry = record
+            .map(|r| r.reported_agents())
+            .unwrap_or_default()
+            .into_iter()
+            .find(|a| a.name == package || a.name == step.component);
+        let now = entry.as_ref().map(|a| a.image_uuid);
+        let same = match (expected, now) {
+            (None, None) => true,
+            (Some(image), Some(Some(current))) => image == current,
+            _ => false,
+        };
+        if same {
+            return Ok(());
+        }
+        let shown =
+            |i: Option<ImageUuid>| i.map_or_else(|| "nothing".to_string(), |i| i.to_string());
+        Err(StepFailure::new(
+            FailureStage::Changed,
+            format!(
+                "CNAPI's server.agents lists {} for {}, not {} as the plan saw: the server changed since the plan (another run?); not started: plan again",
+                match now {
+                    None => "nothing".to_string(),
+                    Some(i) => format!("image {}", shown(i)),
+                },
+                step.component,
+                shown(expected)
+            ),
+        ))
+    }
+
     /// uninstall-agents of `package`, refused here (before CNAPI is asked)
     /// when `server.agents` does not list cn-agent >= 2.8.0: CNAPI answers
     /// 412 for an older one, and without the entry its refusal crashes it.
@@ -421,6 +501,7 @@ impl CnapiTransport {
         server: ServerUuid,
         component: &str,
         package: &str,
+        fence: Option<(&dyn Fence, &Step)>,
     ) -> Result<(), StepFailure> {
         let record = self
             .cnapi
@@ -451,6 +532,9 @@ impl CnapiTransport {
                 format!("not asked to remove {package}: {why}"),
             ));
         }
+        if let Some((fence, step)) = fence {
+            fenced(fence, server, step).await?;
+        }
         let id = self
             .cnapi
             .uninstall_agents(server, &[package.to_string()])
@@ -472,10 +556,11 @@ impl CnapiTransport {
         server: ServerUuid,
         step: &Step,
         task: TaskId,
-    ) -> Result<(), StepFailure> {
+    ) -> Result<Option<Duration>, StepFailure> {
         if step.gate != agentsadm_plan::Gate::GzHealth {
-            return Ok(());
+            return Ok(None);
         }
+        let started = tokio::time::Instant::now();
         let mut args: Vec<String> = vec![
             "gz".into(),
             "health".into(),
@@ -493,7 +578,7 @@ impl CnapiTransport {
         let mut attempt = 0u32;
         let checked = loop {
             let left = deadline.saturating_duration_since(tokio::time::Instant::now());
-            match self.execute(server, step, &args, left).await {
+            match self.execute(server, step, &args, left, None).await {
                 Err(e)
                     if e.stage == FailureStage::Execute
                         && attempt < HEALTH_CHECK_RETRIES
@@ -508,7 +593,7 @@ impl CnapiTransport {
             }
         };
         let Err(mut unhealthy) = checked.map(|_| ()) else {
-            return Ok(());
+            return Ok(Some(started.elapsed()));
         };
         if !unhealthy.is_unhealthy() {
             // The check itself could not run (no answer, execute refused,
@@ -545,7 +630,7 @@ impl CnapiTransport {
                 Err(e) => Err(StepFailure::api(FailureStage::InstallAgent, &e)),
             },
             None => self
-                .uninstall(server, &step.component, &package)
+                .uninstall(server, &step.component, &package, None)
                 .await
                 .map(|()| None),
         };
@@ -647,7 +732,10 @@ impl CnapiTransport {
             .into_iter()
             .find(|a| a.name == package || a.name == step.component)
             .and_then(|a| a.uuid);
-        Ok(StepDone { instance })
+        Ok(StepDone {
+            instance,
+            ..StepDone::default()
+        })
     }
 
     /// Poll `server.agents` (ServerList) until the component reports
@@ -679,7 +767,10 @@ impl CnapiTransport {
             if let Some(a) = &reported
                 && a.image_uuid == Some(image)
             {
-                return Ok(StepDone { instance: a.uuid });
+                return Ok(StepDone {
+                    instance: a.uuid,
+                    ..StepDone::default()
+                });
             }
             let out_of_time = match &task_failure {
                 None => started.elapsed() >= self.config.confirm_timeout,
@@ -694,7 +785,10 @@ impl CnapiTransport {
                     if let Err(e) = self.cnapi.update_server_agents(server, &live).await {
                         tracing::warn!(%server, error = %error_chain(&e), "cannot post the server's report to server.agents");
                     }
-                    return Ok(StepDone { instance: a.uuid });
+                    return Ok(StepDone {
+                        instance: a.uuid,
+                        ..StepDone::default()
+                    });
                 }
                 let now = reported
                     .and_then(|a| a.image_uuid)
@@ -723,13 +817,15 @@ impl CnapiTransport {
     }
 
     /// `agentsadm <args>` on the server through CNAPI execute, in the
-    /// server's execute mode, within `bound`.
+    /// server's execute mode, within `bound`; a command that changes the
+    /// server goes only under a `fence` confirmed at the last moment.
     async fn execute(
         &self,
         server: ServerUuid,
         step: &Step,
         args: &[String],
         bound: Duration,
+        fence: Option<&dyn Fence>,
     ) -> Result<StepDone, StepFailure> {
         let record = self
             .cnapi
@@ -740,6 +836,9 @@ impl CnapiTransport {
             Some(r) => self.modes.for_server(r).await,
             None => ExecuteMode::Ur,
         };
+        if let Some(fence) = fence {
+            fenced(fence, server, step).await?;
+        }
         let request = gz_execute_request(args, self.config.execute_env.clone());
         let result = self
             .cnapi
@@ -786,7 +885,10 @@ impl CnapiTransport {
                     .iter()
                     .find(|c| c.name == step.component || c.name == package)
                     .and_then(|c| c.instance_uuid);
-                Ok(StepDone { instance })
+                Ok(StepDone {
+                    instance,
+                    ..StepDone::default()
+                })
             }
             None => Err(StepFailure::new(
                 FailureStage::Execute,
@@ -846,7 +948,16 @@ impl Transport for CnapiTransport {
         server: ServerUuid,
         step: &'a Step,
     ) -> BoxFuture<'a, Result<StepDone, StepFailure>> {
-        Box::pin(self.run_step(server, step))
+        Box::pin(self.run_step(server, step, &Unfenced))
+    }
+
+    fn run_fenced<'a>(
+        &'a self,
+        server: ServerUuid,
+        step: &'a Step,
+        fence: &'a dyn Fence,
+    ) -> BoxFuture<'a, Result<StepDone, StepFailure>> {
+        Box::pin(self.run_step(server, step, fence))
     }
 
     fn tasks(&self, server: ServerUuid) -> Vec<TaskRef> {

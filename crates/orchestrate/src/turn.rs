@@ -19,6 +19,7 @@ use super::report::ServerOutcome;
 use super::report::ServerStatus;
 use super::report::StepResult;
 use super::report::StepStatus;
+use super::transport::StepDone;
 use super::transport::StepFailure;
 use agentsadm_plan::Action;
 use agentsadm_plan::Gate;
@@ -44,6 +45,8 @@ pub(crate) fn not_run(step: &Step) -> StepResult {
         action: step.action.verb(),
         status: StepStatus::NotRun,
         elapsed: Duration::ZERO,
+        task: None,
+        gate: None,
     }
 }
 
@@ -68,7 +71,16 @@ impl Executor<'_> {
         let mut outcome = ServerOutcome::new(&sp.hostname);
         for change in sp.intent.iter().filter(|c| c.runs_before_steps()) {
             if let Err(err) = self.store.apply(server, change, None).await {
-                outcome.fail(ServerStatus::Failed, sapi_failure(change, &err));
+                // Nothing ran on the server: stopped, if an API is what failed.
+                let failure = sapi_failure(change, &err);
+                let (status, failure) = match self.outage_of(&failure).await {
+                    Some(api) => (
+                        ServerStatus::Stopped,
+                        api_lost(&failure, api, "nothing was started on this server"),
+                    ),
+                    None => (ServerStatus::Failed, failure),
+                };
+                outcome.fail(status, failure);
                 outcome.steps = sp.steps.iter().map(not_run).collect();
                 outcome.elapsed = started.elapsed();
                 outcome.tasks = self.transport.tasks(server);
@@ -99,7 +111,20 @@ impl Executor<'_> {
         for change in sp.intent.iter().filter(|c| !c.runs_before_steps()) {
             let instance = reported.get(change.component()).copied().flatten();
             if let Err(err) = self.store.apply(server, change, instance).await {
-                outcome.fail(ServerStatus::Failed, sapi_failure(change, &err));
+                // The steps ran; what SAPI recorded of them is not known.
+                let failure = sapi_failure(change, &err);
+                let (status, failure) = match self.outage_of(&failure).await {
+                    Some(api) => (
+                        ServerStatus::Unknown,
+                        api_lost(
+                            &failure,
+                            api,
+                            "the steps ran; what SAPI records of them is not known",
+                        ),
+                    ),
+                    None => (ServerStatus::Failed, failure),
+                };
+                outcome.fail(status, failure);
                 break;
             }
             if let IntentChange::DeleteReplaced { instance: old, .. } = change
@@ -130,25 +155,22 @@ impl Executor<'_> {
                 self.run_in_turn(server, &sp.hostname, batch).await
             };
             for (step, (result, r)) in batch.iter().zip(results) {
-                if step.gate != Gate::None && result.status != StepStatus::NotRun {
-                    match &r {
-                        Ok(_) => outcome.gates.push(gate(step, true)),
-                        Err((f, _)) if f.is_unhealthy() => {
-                            outcome.gates.push(gate(step, false));
-                            ran.unhealthy.get_or_insert((step, f.revert_error.clone()));
-                        }
-                        Err(_) => {}
-                    }
+                outcome.gates.extend(result.gate.clone());
+                if let Err((f, _)) = &r
+                    && f.is_unhealthy()
+                {
+                    ran.unhealthy.get_or_insert((step, f.revert_error.clone()));
                 }
                 match r {
                     Ok(instance) => {
                         ran.reported.insert(step.component.as_str(), instance);
                     }
                     Err((f, timed_out)) if outcome.failure.is_none() => {
-                        let status = if timed_out {
-                            ServerStatus::TimedOut
-                        } else {
-                            ServerStatus::Failed
+                        let status = match result.status {
+                            StepStatus::NotRun => ServerStatus::Stopped,
+                            StepStatus::Unknown => ServerStatus::Unknown,
+                            _ if timed_out => ServerStatus::TimedOut,
+                            _ => ServerStatus::Failed,
                         };
                         outcome.fail(
                             status,
@@ -316,30 +338,60 @@ impl Executor<'_> {
         });
         let t = Instant::now();
         let timeout = self.options.task_timeout;
-        let result = match tokio::time::timeout(timeout, self.transport.run(server, step)).await {
-            Ok(Ok(done)) => Ok(done.instance),
+        let run = self.transport.run_fenced(server, step, self.fence);
+        let ran = match tokio::time::timeout(timeout, run).await {
+            Ok(Ok(done)) => Ok(done),
             Ok(Err(f)) => Err((f, false)),
             Err(_) => Err((self.timed_out(server, step), true)),
         };
         let elapsed = t.elapsed();
+        let task = self
+            .transport
+            .tasks(server)
+            .into_iter()
+            .rfind(|t| t.component == step.component)
+            .map(|t| t.task);
+        let gate = gate(step, &ran);
+        let mut result = ran.map(|done| done.instance);
+        let mut status = if result.is_ok() {
+            StepStatus::Done
+        } else {
+            StepStatus::Failed
+        };
+        if let Err((f, _)) = &result {
+            if matches!(
+                f.stage,
+                FailureStage::LockLost | FailureStage::ApiLost { .. }
+            ) {
+                // Refused before it started.
+                status = StepStatus::NotRun;
+            } else if let Some(api) = self.outage_of(&failure_of(step, f)).await {
+                status = StepStatus::Unknown;
+                let lost = api_lost(
+                    &failure_of(step, f),
+                    api,
+                    "how this step ended is not known",
+                );
+                result = Err((StepFailure::new(lost.stage, lost.message), false));
+            }
+        }
         self.reporter.event(&ExecEvent::StepFinished {
             server,
             hostname,
             step,
             elapsed,
             failure: result.as_ref().err().map(|(f, _)| f),
+            task,
+            gate: gate.as_ref(),
         });
-        let status = if result.is_ok() {
-            StepStatus::Done
-        } else {
-            StepStatus::Failed
-        };
         (
             StepResult {
                 component: step.component.clone(),
                 action: step.action.verb(),
                 status,
                 elapsed,
+                task,
+                gate,
             },
             result,
         )
@@ -368,12 +420,71 @@ impl Executor<'_> {
     }
 }
 
-fn gate(step: &Step, passed: bool) -> GateResult {
-    GateResult {
+impl Executor<'_> {
+    /// Whether `failure` is an outage's: unless the server itself decided
+    /// (unhealthy, changed since the plan), the APIs are asked, and the
+    /// one that does not answer is returned (the raw error goes to the
+    /// log, not the report).
+    pub(crate) async fn outage_of(&self, failure: &Failure) -> Option<agentsadm_api::Api> {
+        if matches!(
+            failure.stage,
+            FailureStage::Unhealthy | FailureStage::Changed | FailureStage::LockLost
+        ) {
+            return None;
+        }
+        let api = match &failure.stage {
+            FailureStage::ApiLost { api } => *api,
+            _ => self.probe.down().await?,
+        };
+        tracing::warn!(api = %api, error = %failure, "an API stopped answering");
+        Some(api)
+    }
+}
+
+/// The failure an outage of `api` makes of `failure`: `what` it means.
+fn api_lost(failure: &Failure, api: agentsadm_api::Api, what: &str) -> Failure {
+    Failure {
+        component: failure.component.clone(),
+        stage: FailureStage::ApiLost { api },
+        message: format!("{api} stopped answering: {what}"),
+    }
+}
+
+fn failure_of(step: &Step, f: &StepFailure) -> Failure {
+    Failure {
+        component: Some(step.component.clone()),
+        stage: f.stage.clone(),
+        message: f.message.clone(),
+    }
+}
+
+/// A step's health gate, from how the step ended: passed when it
+/// succeeded, failed when it was unhealthy (the failure names the service
+/// and its state); none when the step has no gate or failed before it.
+fn gate(step: &Step, ran: &Result<StepDone, (StepFailure, bool)>) -> Option<GateResult> {
+    if step.gate == Gate::None {
+        return None;
+    }
+    let (passed, seen, elapsed) = match ran {
+        Ok(done) => (
+            true,
+            match step.gate {
+                // Without execute only CNAPI's report is seen.
+                Gate::ServerAgents => "the new image in server.agents".to_string(),
+                _ => "online".to_string(),
+            },
+            done.gate_elapsed,
+        ),
+        Err((f, _)) if f.is_unhealthy() => (false, f.message.clone(), None),
+        Err(_) => return None,
+    };
+    Some(GateResult {
         component: step.component.clone(),
         gate: step.gate,
         passed,
-    }
+        seen,
+        elapsed,
+    })
 }
 
 fn sapi_failure(change: &IntentChange, err: &super::store::IntentWriteError) -> Failure {

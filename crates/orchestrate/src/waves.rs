@@ -4,8 +4,11 @@
 //! a server whose rack is full waits (the next server in order whose rack
 //! has room goes first); once more servers have failed than the budget
 //! allows, or the lock is lost, no new server starts. Outliers are checked
-//! on a tick, and with a straggler timeout the run stops waiting for
-//! servers that are all outliers.
+//! on a tick (a server with a history of its own against that; the others
+//! against the median once enough servers finished, before that against
+//! their expected time, [`crate::baseline`]), and with
+//! `--straggler-timeout` the run stops waiting for any server that has run
+//! that long, from the first server on (its work may still complete).
 //!
 //! Everything runs on the caller's task (no spawning): a small number of
 //! futures waiting on the network, with no per-server setup cost.
@@ -13,12 +16,12 @@
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::time::Duration;
 
-use futures::future::{LocalBoxFuture, OptionFuture};
+use futures::future::{AbortHandle, LocalBoxFuture, OptionFuture, abortable};
 use futures::stream::{FuturesUnordered, StreamExt};
 use tokio::time::Instant;
 
+use super::baseline::{self, Baseline, KnownDurations};
 use super::execute::{Executor, RunGate};
-use super::outlier;
 use super::report::CanaryResult;
 use super::report::ExecEvent;
 use super::report::ExecReport;
@@ -42,6 +45,8 @@ struct Waves<'p> {
     canary_hosts: Vec<String>,
     canary_done: usize,
     canary_failed: Vec<String>,
+    /// Canaries that neither succeeded nor failed (stopped, unknown).
+    canary_unsettled: usize,
     /// The servers after the canary wave may start.
     open: bool,
     launched: usize,
@@ -52,15 +57,15 @@ struct Waves<'p> {
     started: BTreeMap<ServerUuid, (Instant, &'p str)>,
     /// Durations of the servers that succeeded (for outliers).
     finished: Vec<Duration>,
-    /// What each server's steps usually take, by its own history (the
-    /// plan's), for outliers.
-    usual: BTreeMap<ServerUuid, Duration>,
     warned: BTreeSet<ServerUuid>,
-    straggler_since: Option<Instant>,
+    /// Each server's expected turn, where known.
+    baselines: BTreeMap<ServerUuid, Option<Baseline>>,
+    /// Cancels a server's turn given up on (`--straggler-timeout`).
+    abort: BTreeMap<ServerUuid, AbortHandle>,
 }
 
 impl<'p> Waves<'p> {
-    fn new(plan: &'p Plan) -> Waves<'p> {
+    fn new(plan: &'p Plan, known: &KnownDurations) -> Waves<'p> {
         let rollout = plan.rollout();
         let queue: VecDeque<(ServerUuid, &ServerPlan)> = rollout
             .order()
@@ -79,6 +84,7 @@ impl<'p> Waves<'p> {
             canaries,
             canary_done: 0,
             canary_failed: Vec::new(),
+            canary_unsettled: 0,
             launched: 0,
             max_per_rack: rollout.max_per_rack.unwrap_or(usize::MAX).max(1),
             in_rack: BTreeMap::new(),
@@ -86,12 +92,13 @@ impl<'p> Waves<'p> {
             budget: rollout.budget,
             started: BTreeMap::new(),
             finished: Vec::new(),
-            usual: rollout
-                .order()
-                .filter_map(|w| w.usual.map(|u| (w.server, u)))
-                .collect(),
             warned: BTreeSet::new(),
-            straggler_since: None,
+            baselines: plan
+                .servers()
+                .iter()
+                .map(|(u, sp)| (*u, known.server_baseline(*u, sp)))
+                .collect(),
+            abort: BTreeMap::new(),
         }
     }
 
@@ -119,6 +126,11 @@ impl<'p> Waves<'p> {
             self.held.push_back(e);
         }
         None
+    }
+
+    /// A server taken by [`Waves::next`] that did not start after all.
+    fn put_back(&mut self, uuid: ServerUuid, sp: &'p ServerPlan) {
+        self.queue.push_front((uuid, sp));
     }
 
     fn start(&mut self, uuid: ServerUuid, sp: &'p ServerPlan) {
@@ -165,15 +177,28 @@ impl<'p> Waves<'p> {
             self.canary_done += 1;
             if failed {
                 self.canary_failed.push(outcome.hostname.clone());
+            } else if outcome.status != ServerStatus::Succeeded {
+                self.canary_unsettled += 1;
             }
             if self.canary_done == self.canaries.len() {
-                let passed = self.canary_failed.is_empty();
+                let passed = self.canary_failed.is_empty() && self.canary_unsettled == 0;
+                tracing::info!(target: agentsadm_types::log::FILE_ONLY_TARGET,
+                    component = "executor", event = "canary", passed,
+                    servers = self.canary_hosts.join(","),
+                    failed = self.canary_failed.join(","),
+                    "canary wave {} on {}{}",
+                    if passed { "passed" } else { "failed" },
+                    self.canary_hosts.join(", "),
+                    if passed { String::new() } else { format!(" (failed: {})", self.canary_failed.join(", ")) });
                 report.canary = Some(CanaryResult {
                     servers: self.canary_hosts.clone(),
                     passed,
                 });
                 let waiting = self.waiting();
-                if !passed {
+                if self.canary_failed.is_empty() && !passed {
+                    // Stopped or unknown: the lost lock or API halts the
+                    // run and says why.
+                } else if !passed {
                     report.halted = Some(Halted::Canary {
                         failed: std::mem::take(&mut self.canary_failed),
                     });
@@ -206,7 +231,7 @@ impl Executor<'_> {
         cancel: impl std::future::Future<Output = ()>,
         gate: &impl RunGate,
     ) {
-        let mut w = Waves::new(plan);
+        let mut w = Waves::new(plan, &self.options.known);
         let concurrency = plan.rollout().concurrency.max(1);
         let mut running = FuturesUnordered::new();
         let mut ticker = tokio::time::interval(self.options.tick);
@@ -222,12 +247,24 @@ impl Executor<'_> {
                 && w.wave_allows()
             {
                 if gate.lock_lost() {
-                    report.halted = Some(Halted::LockLost);
+                    self.halt(report, Halted::LockLost);
                     break;
                 }
                 let Some((uuid, sp)) = w.next() else { break };
+                // The confirmation before each server is also the one
+                // before each wave (its first server).
+                if !self
+                    .hold(&format!("before starting {}", sp.hostname), report)
+                    .await
+                {
+                    w.put_back(uuid, sp);
+                    break;
+                }
                 w.start(uuid, sp);
-                running.push(async move { (uuid, self.run_server(uuid, sp).await) });
+                let (turn, handle) =
+                    abortable(async move { (uuid, self.run_server(uuid, sp).await) });
+                w.abort.insert(uuid, handle);
+                running.push(turn);
             }
             if running.is_empty() {
                 break;
@@ -251,14 +288,34 @@ impl Executor<'_> {
                     self.reporter.event(&ExecEvent::StoppedWaiting { in_flight: &in_flight });
                     break;
                 }
-                Some((uuid, outcome)) = running.next() => {
+                Some(turn) = running.next() => {
+                    // A turn given up on was recorded when it was.
+                    let Ok((uuid, outcome)) = turn else { continue };
+                    w.abort.remove(&uuid);
                     self.reporter.event(&ExecEvent::ServerFinished { server: uuid, outcome: &outcome });
                     w.finished(plan, uuid, &outcome, report, gate).await;
+                    let lost = outcome.failure.as_ref().map(|f| f.stage.clone());
                     report.servers.insert(uuid, outcome);
+                    match lost {
+                        Some(FailureStage::ApiLost { api }) => {
+                            let hostname = report.servers[&uuid].hostname.clone();
+                            self.outage(report, api, &format!("during the turn of {hostname}"));
+                            // Waiting on the servers in flight means
+                            // waiting on the API that is gone.
+                            break;
+                        }
+                        Some(FailureStage::LockLost) => self.halt(report, Halted::LockLost),
+                        _ => {}
+                    }
                 }
                 _ = ticker.tick() => {
-                    if self.tick(&mut w, report) {
-                        break;
+                    for (uuid, outcome) in self.tick(&mut w, report) {
+                        if let Some(turn) = w.abort.remove(&uuid) {
+                            turn.abort();
+                        }
+                        self.reporter.event(&ExecEvent::ServerFinished { server: uuid, outcome: &outcome });
+                        w.finished(plan, uuid, &outcome, report, gate).await;
+                        report.servers.insert(uuid, outcome);
                     }
                 }
             }
@@ -267,74 +324,68 @@ impl Executor<'_> {
         self.leftovers(w, report);
     }
 
-    /// Warn about new outliers; with a straggler timeout, give up on the
-    /// servers in flight once they are all outliers and have been for
-    /// that long. Returns whether to stop waiting.
-    fn tick(&self, w: &mut Waves<'_>, report: &mut ExecReport) -> bool {
+    /// Warn about new outliers ([`baseline::outliers`]: a server with a
+    /// history of its own against itself, the others against the median
+    /// once enough servers finished, else their expected turn); with
+    /// `--straggler-timeout`, give up on the servers that have run that
+    /// long. Returns the servers given up on, with their outcome.
+    fn tick(&self, w: &mut Waves<'_>, report: &mut ExecReport) -> Vec<(ServerUuid, ServerOutcome)> {
         let now = Instant::now();
-        let fresh = outlier::new_outliers(
-            &self.options.outlier,
-            &w.finished,
-            w.started
-                .iter()
-                .map(|(u, (t, h))| (*u, *h, now - *t, w.usual.get(u).copied())),
-            &w.warned,
-        );
+        let policy = &self.options.outlier;
+        let running = w
+            .started
+            .iter()
+            .map(|(u, (t, h))| (*u, *h, now - *t, w.baselines.get(u).copied().flatten()));
+        let fresh = baseline::outliers(policy, &w.finished, running, &w.warned);
         for o in fresh {
             w.warned.insert(o.server);
             self.reporter.event(&ExecEvent::Outlier(&o));
             report.outliers.push(o);
         }
         let Some(limit) = self.options.straggler_timeout else {
-            return false;
+            return Vec::new();
         };
-        let running_now: Vec<ServerUuid> = w.started.keys().copied().collect();
-        let waiting = if report.halted.is_some() {
-            0
-        } else {
-            w.waiting()
-        };
-        if !outlier::only_stragglers_left(waiting, &running_now, &w.warned) {
-            w.straggler_since = None;
-            return false;
-        }
-        let since = *w.straggler_since.get_or_insert(now);
-        if now - since < limit {
-            return false;
-        }
-        let abandoned: Vec<(ServerUuid, String)> = w
+        let overdue: Vec<(ServerUuid, String, Duration)> = w
             .started
             .iter()
-            .map(|(u, (_, h))| (*u, h.to_string()))
+            .filter(|(_, (t, _))| now - *t >= limit)
+            .map(|(u, (t, h))| (*u, h.to_string(), now - *t))
             .collect();
+        if overdue.is_empty() {
+            return Vec::new();
+        }
+        let abandoned: Vec<(ServerUuid, String)> =
+            overdue.iter().map(|(u, h, _)| (*u, h.clone())).collect();
         self.reporter.event(&ExecEvent::StragglersAbandoned {
             servers: &abandoned,
         });
-        for (uuid, (t, hostname)) in &w.started {
-            let mut o = ServerOutcome::new(hostname);
-            o.elapsed = now - *t;
-            o.tasks = self.transport.tasks(*uuid);
-            o.fail(
-                ServerStatus::TimedOut,
-                Failure {
-                    component: None,
-                    stage: FailureStage::Straggler,
-                    message: format!(
-                        "stopped waiting {} after every other server finished (--straggler-timeout); the work may still complete on the server",
-                        super::report::fmt_duration(limit)
-                    ),
-                },
-            );
-            report.servers.insert(*uuid, o);
-        }
-        w.started.clear();
-        true
+        overdue
+            .into_iter()
+            .map(|(uuid, hostname, elapsed)| {
+                let mut o = ServerOutcome::new(&hostname);
+                o.elapsed = elapsed;
+                o.tasks = self.transport.tasks(uuid);
+                o.fail(
+                    ServerStatus::TimedOut,
+                    Failure {
+                        component: None,
+                        stage: FailureStage::Straggler,
+                        message: format!(
+                            "stopped waiting after {} (--straggler-timeout); the work may still complete on the server",
+                            super::report::fmt_duration(limit)
+                        ),
+                    },
+                );
+                (uuid, o)
+            })
+            .collect()
     }
 
     /// Whatever is left was still running when the run stopped waiting
     /// (its work may complete on its own) or never started.
     fn leftovers(&self, w: Waves<'_>, report: &mut ExecReport) {
         let now = Instant::now();
+        let outage = report.outage.clone().filter(|_| !report.interrupted);
         for (uuid, (t, hostname)) in &w.started {
             let tasks = self.transport.tasks(*uuid);
             let running: Vec<String> = tasks
@@ -345,6 +396,26 @@ impl Executor<'_> {
             let mut o = ServerOutcome::new(hostname);
             o.elapsed = now - *t;
             o.tasks = tasks;
+            if let Some(outage) = &outage {
+                o.fail(
+                    ServerStatus::Unknown,
+                    Failure {
+                        component: None,
+                        stage: FailureStage::ApiLost { api: outage.api },
+                        message: format!(
+                            "in flight when {} stopped answering; how it ended is not known{}",
+                            outage.api,
+                            if running.is_empty() {
+                                String::new()
+                            } else {
+                                format!(" ({})", running.join(", "))
+                            }
+                        ),
+                    },
+                );
+                report.servers.insert(*uuid, o);
+                continue;
+            }
             o.fail(
                 ServerStatus::Interrupted,
                 Failure {

@@ -411,7 +411,14 @@ impl fmt::Display for PlanDisplay<'_> {
 
         write_gates(f, p, self.health)?;
         if !p.skips.is_empty() {
-            writeln!(f, "\nSkipped:")?;
+            if p.skips.iter().any(|s| s.blocking) {
+                writeln!(
+                    f,
+                    "\nSkipped (! blocking: the datacenter does not converge until resolved):"
+                )?;
+            } else {
+                writeln!(f, "\nSkipped:")?;
+            }
             write_skips(f, &p.skips)?;
         }
         if !p.warnings.is_empty() {
@@ -577,12 +584,25 @@ fn write_summary(f: &mut fmt::Formatter<'_>, p: &Plan) -> fmt::Result {
             );
         }
     }
-    if c.blocking_skips + c.other_skips > 0 {
+    // What "blocking" means is said where it is counted: a blocking skip
+    // keeps the datacenter from converging, so the command exits 2.
+    let skipped = c.blocking_skips + c.other_skips;
+    if c.blocking_skips > 0 {
         let _ = write!(
             summary,
-            "; {} skipped ({} blocking)",
-            c.blocking_skips + c.other_skips,
-            c.blocking_skips
+            "; {skipped} skipped, {} blocking (marked !: the command exits 2 until {} resolved)",
+            c.blocking_skips,
+            if c.blocking_skips == 1 {
+                "it is"
+            } else {
+                "they are"
+            }
+        );
+    } else if skipped > 0 {
+        let _ = write!(
+            summary,
+            "; {skipped} skipped (none blocking: {} not change the exit status)",
+            if skipped == 1 { "it does" } else { "they do" }
         );
     }
     writeln!(f, "\n{summary}.")

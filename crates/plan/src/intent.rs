@@ -44,6 +44,11 @@ pub enum InstanceLink {
     Params,
     /// Legacy: the server reports this instance UUID in `server.agents`.
     Reported,
+    /// `params.server_uuid` names another server (`named`), but this
+    /// server, and only this one, reports the instance UUID: it is this
+    /// server's instance, filed under the wrong server (its params are
+    /// corrected, it is never deleted as the other's duplicate).
+    Misfiled { named: ServerUuid },
 }
 
 /// The SAPI instance of one component on one server.
@@ -138,6 +143,7 @@ impl Intent {
 
         intent.recorded = instances.iter().map(|i| (i.uuid, i.service_uuid)).collect();
         let reported = reality.instance_index();
+        let reporters = reality.reporters();
         let mut sorted: Vec<&Instance> = instances.iter().collect();
         sorted.sort_by_key(|i| i.uuid);
         for inst in sorted {
@@ -145,7 +151,13 @@ impl Intent {
                 continue;
             };
             let (server, link) = match inst.server_uuid() {
-                Some(s) => (Some(s), InstanceLink::Params),
+                Some(s) => match reporters.get(&inst.uuid).map(Vec::as_slice) {
+                    // Reported by one other server, as this component.
+                    Some([(other, name)]) if *other != s && *name == component.as_str() => {
+                        (Some(*other), InstanceLink::Misfiled { named: s })
+                    }
+                    _ => (Some(s), InstanceLink::Params),
+                },
                 None => (
                     reported
                         .get(&inst.uuid)

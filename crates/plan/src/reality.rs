@@ -53,11 +53,22 @@ pub struct ServerState {
     /// cn-agent's tasks do.
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub mockcloud: bool,
+    /// What makes the server's report unusable (`server.agents[3]: uuid
+    /// "zz" is not a UUID`, a component listed twice), naming the field:
+    /// the server is set aside (no plan touches it, `check` reports only
+    /// this) while every other server goes on.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub quarantine: Option<String>,
 }
 
 impl ServerState {
     pub fn is_running(&self) -> bool {
         self.status == "running"
+    }
+
+    /// Whether the server's report is unusable ([`ServerState::quarantine`]).
+    pub fn is_quarantined(&self) -> bool {
+        self.quarantine.is_some()
     }
 
     /// Whether CNAPI execute (`agentsadm gz` on the server) reaches it.
@@ -67,7 +78,11 @@ impl ServerState {
 
     /// `hostname (uuid)`, the way servers are named in messages.
     pub fn label(&self) -> String {
-        format!("{} ({})", self.hostname, self.uuid)
+        format!(
+            "{} ({})",
+            agentsadm_types::output::clip(&self.hostname, 64),
+            self.uuid
+        )
     }
 }
 
@@ -106,14 +121,48 @@ impl Reality {
     }
 }
 
+impl Reality {
+    /// Every server that reports each instance UUID, with the component:
+    /// one instance UUID should have one server.
+    pub fn reporters(&self) -> BTreeMap<InstanceUuid, Vec<(ServerUuid, &str)>> {
+        let mut out: BTreeMap<InstanceUuid, Vec<(ServerUuid, &str)>> = BTreeMap::new();
+        for s in self.servers.values() {
+            for (name, inst) in &s.components {
+                if let Some(i) = inst.instance {
+                    out.entry(i).or_default().push((s.uuid, name.as_str()));
+                }
+            }
+        }
+        out
+    }
+}
+
 fn server_state(catalog: &Catalog, s: &Server) -> ServerState {
     let mut components = BTreeMap::new();
-    let mut foreign = Vec::new();
-    for entry in s.reported_agents() {
+    let mut foreign: Vec<AgentEntry> = Vec::new();
+    let mut problems: Vec<String> = Vec::new();
+    // Where each name was first listed: a second listing is a problem, and
+    // the first one is the answer everywhere (list, check, plans).
+    let mut first: BTreeMap<String, usize> = BTreeMap::new();
+    for (i, entry) in s.reported_agents().into_iter().enumerate() {
+        if let Some(p) = &entry.problem {
+            problems.push(format!("server.agents[{i}]: {p}"));
+            continue;
+        }
+        let name = catalog
+            .get(&entry.name)
+            .map_or_else(|| entry.name.clone(), |c| c.name.clone());
+        if let Some(j) = first.get(&name) {
+            problems.push(format!(
+                "server.agents lists {name} twice (entries {j} and {i})"
+            ));
+            continue;
+        }
+        first.insert(name.clone(), i);
         match catalog.get(&entry.name) {
-            Some(c) => {
+            Some(_) => {
                 components.insert(
-                    c.name.clone(),
+                    name,
                     Installed {
                         version: entry.version.clone(),
                         image: entry.image_uuid,
@@ -124,9 +173,15 @@ fn server_state(catalog: &Catalog, s: &Server) -> ServerState {
             None => foreign.push(entry),
         }
     }
+    let quarantine = match problems.len() {
+        0 => None,
+        1 => Some(problems.remove(0)),
+        n => Some(format!("{} (and {} more)", problems[0], n - 1)),
+    };
     ServerState {
         uuid: s.uuid,
-        hostname: s.hostname.clone(),
+        // CNAPI's, echoed in every table and message: bounded.
+        hostname: agentsadm_types::output::clip(&s.hostname, MAX_HOSTNAME),
         headnode: s.headnode,
         rack: s
             .extra
@@ -139,8 +194,12 @@ fn server_state(catalog: &Catalog, s: &Server) -> ServerState {
         components,
         foreign,
         mockcloud: system_type(s) == Some(MOCKCLOUD_SYSTEM_TYPE),
+        quarantine,
     }
 }
+
+/// The longest hostname kept as is (a DNS name's limit).
+const MAX_HOSTNAME: usize = 255;
 
 /// What a mockcloud CN reports as its system type.
 const MOCKCLOUD_SYSTEM_TYPE: &str = "Virtual";

@@ -164,8 +164,9 @@ pub struct WaveServer {
         serialize_with = "opt_secs"
     )]
     pub expected: Option<std::time::Duration>,
-    /// What its steps usually take by its own history alone (the outlier
-    /// rule's yardstick for this server); `None` when it has none.
+    /// What its steps usually take by its own history alone (the executor
+    /// judges it against the same times, `agentsadm_orchestrate::baseline`);
+    /// `None` when it has none.
     #[serde(
         rename = "usual_s",
         skip_serializing_if = "Option::is_none",

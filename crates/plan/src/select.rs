@@ -148,6 +148,17 @@ pub(super) fn server_in_play(
         ));
         return false;
     }
+    if let Some(problem) = &state.quarantine {
+        skips.push(server_skip(
+            input,
+            server,
+            SkipReason::Quarantined {
+                problem: problem.clone(),
+            },
+            true,
+        ));
+        return false;
+    }
     true
 }
 

@@ -48,6 +48,9 @@ pub enum SkipReason {
     ChangedSince { now: String, by: Box<str> },
     /// `revert`: the server is no longer in CNAPI.
     ServerGone,
+    /// The server's `server.agents` cannot be used (a malformed entry, a
+    /// component listed twice): set aside, every other server goes on.
+    Quarantined { problem: String },
 }
 
 impl SkipReason {
@@ -83,6 +86,9 @@ impl SkipReason {
                 format!("already installed ({version}); use 'agentsadm update' to change it")
             }
             SkipReason::NotInstalled => "not installed and no SAPI instance".to_string(),
+            SkipReason::Quarantined { problem } => format!(
+                "set aside: what CNAPI lists for it cannot be used ({problem}); 'agentsadm check' says what to do"
+            ),
             SkipReason::NewerInstalled { version, latest } => format!(
                 "runs {version}, newer than the latest image found ({latest}); pass --image to downgrade"
             ),

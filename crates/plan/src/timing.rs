@@ -107,6 +107,16 @@ impl Durations {
         Durations { own, fleet, speed }
     }
 
+    /// Each server's own time for each component it was seen with (the
+    /// median of its newest samples).
+    pub fn own(&self) -> impl Iterator<Item = (ServerUuid, &str, Duration)> + '_ {
+        self.own.iter().flat_map(|(server, components)| {
+            components
+                .iter()
+                .map(move |(c, d)| (*server, c.as_str(), *d))
+        })
+    }
+
     /// No history at all.
     pub fn is_empty(&self) -> bool {
         self.fleet.is_empty()

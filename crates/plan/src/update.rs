@@ -47,7 +47,7 @@ pub(super) fn plan_update(input: &PlanningInput, selected: Selected) -> Result<P
     let mut b = PlanBuilder::new(Operation::Update, input.catalog);
     b.selected_servers(selected.servers.len());
     let mut skips = Vec::new();
-    let (active, named_components) = components_in_play(input, &mut skips)?;
+    let (active, named_components) = components_in_play(input, &selected, &mut skips)?;
     b.bulk(!named_components)
         .components(active.iter().map(|c| c.name.clone()));
     let mut targets = input.images.targets.clone();
@@ -95,6 +95,7 @@ pub(super) fn plan_update(input: &PlanningInput, selected: Selected) -> Result<P
 /// decided once for every server.
 fn components_in_play<'c>(
     input: &PlanningInput<'c>,
+    selected: &Selected,
     skips: &mut Vec<Skip>,
 ) -> Result<(Vec<&'c Component>, bool), PlanError> {
     let catalog = input.catalog;
@@ -113,7 +114,16 @@ fn components_in_play<'c>(
     let mut active: Vec<&Component> = Vec::new();
     for c in candidates {
         if !named && !c.bulk_update {
-            skips.push(component_skip(&c.name, SkipReason::NotBulk, false));
+            // Said only where it matters: a selected server runs it.
+            let somewhere = selected.servers.iter().any(|s| {
+                input
+                    .reality
+                    .get(s)
+                    .is_some_and(|st| st.components.contains_key(&c.name))
+            });
+            if somewhere {
+                skips.push(component_skip(&c.name, SkipReason::NotBulk, false));
+            }
             continue;
         }
         if !input.intent.is_managed(&c.name) {

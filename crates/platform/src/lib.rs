@@ -24,6 +24,7 @@
 pub mod manifest;
 pub mod mockcloud;
 pub mod rooted;
+pub mod sdcadm_config;
 pub mod smartos;
 pub mod svcs;
 
@@ -39,6 +40,7 @@ use agentsadm_types::ids::ServerUuid;
 pub use manifest::{ManifestError, ManifestInstance, manifest_instances, read_manifest_instances};
 pub use mockcloud::Mockcloud;
 pub use rooted::Rooted;
+pub use sdcadm_config::sdcadm_updates_url;
 pub use smartos::{INSTALL_SERVICE_FMRI, INSTALL_SERVICE_MANIFEST, SmartOs, read_sdc_config};
 
 /// The SDC config (`/lib/sdc/config.sh -json`, or a rooted `node.config`).

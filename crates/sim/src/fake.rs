@@ -22,9 +22,11 @@ use futures::future::BoxFuture;
 
 use super::testkit::ExampleDc;
 use super::testkit::instance_uuid;
+use agentsadm_orchestrate::lock::LockBoard;
 use agentsadm_orchestrate::lock::LockError;
 use agentsadm_orchestrate::lock::LockRecord;
 use agentsadm_orchestrate::lock::LockStore;
+use agentsadm_orchestrate::lock::board::GENERATION_KEY;
 use agentsadm_orchestrate::report::FailureStage;
 use agentsadm_orchestrate::store::IntentStore;
 use agentsadm_orchestrate::store::IntentWriteError;
@@ -74,7 +76,8 @@ pub struct Faults {
 pub struct FakeDc {
     dc: Mutex<ExampleDc>,
     faults: Mutex<Faults>,
-    lock: Mutex<Option<LockRecord>>,
+    /// The lock keys, as the `sdc` application's metadata holds them.
+    lock: Mutex<serde_json::Map<String, serde_json::Value>>,
     steps_run: Mutex<Vec<(ServerUuid, String)>>,
     /// Every step is one task, numbered from 1 in start order.
     tasks: TaskLedger,
@@ -86,7 +89,7 @@ impl FakeDc {
         FakeDc {
             dc: Mutex::new(dc),
             faults: Mutex::new(Faults::default()),
-            lock: Mutex::new(None),
+            lock: Mutex::new(serde_json::Map::new()),
             steps_run: Mutex::new(Vec::new()),
             tasks: TaskLedger::default(),
             next_task: std::sync::atomic::AtomicU64::new(1),
@@ -135,9 +138,27 @@ impl FakeDc {
         self.steps_run.lock().map(|v| v.clone()).unwrap_or_default()
     }
 
-    /// The lock record as stored.
+    /// The holder's lock record as stored.
     pub fn lock_record(&self) -> Option<LockRecord> {
-        self.lock.lock().ok().and_then(|l| l.clone())
+        LockBoard::from_metadata(&self.lock_metadata())
+            .holder()
+            .cloned()
+    }
+
+    /// Every lock key as stored.
+    pub fn lock_metadata(&self) -> serde_json::Map<String, serde_json::Value> {
+        self.lock.lock().map(|l| l.clone()).unwrap_or_default()
+    }
+
+    /// Change the lock keys directly (an operator's cleanup, a garbage
+    /// record).
+    pub fn edit_lock_metadata(
+        &self,
+        f: impl FnOnce(&mut serde_json::Map<String, serde_json::Value>),
+    ) {
+        if let Ok(mut l) = self.lock.lock() {
+            f(&mut l);
+        }
     }
 
     /// The task id the `n`th step started gets (from 1).
@@ -218,7 +239,10 @@ impl FakeDc {
         if let Ok(mut v) = self.steps_run.lock() {
             v.push((server, step.component.clone()));
         }
-        Ok(StepDone { instance })
+        Ok(StepDone {
+            instance,
+            ..StepDone::default()
+        })
     }
 
     fn apply_change(
@@ -319,29 +343,42 @@ impl IntentStore for FakeDc {
 }
 
 impl LockStore for FakeDc {
-    fn read(&self) -> BoxFuture<'_, Result<Option<LockRecord>, LockError>> {
+    fn read(&self) -> BoxFuture<'_, Result<LockBoard, LockError>> {
         Box::pin(async move {
             self.lock_delay().await;
-            Ok(self.lock_record())
+            Ok(LockBoard::from_metadata(&self.lock_metadata()))
         })
     }
 
     fn write<'a>(&'a self, record: &'a LockRecord) -> BoxFuture<'a, Result<(), LockError>> {
         Box::pin(async move {
             self.lock_delay().await;
-            if let Ok(mut l) = self.lock.lock() {
-                *l = Some(record.clone());
-            }
+            let value = serde_json::to_value(record).unwrap_or_default();
+            self.edit_lock_metadata(|m| {
+                m.insert(record.key(), value);
+            });
             Ok(())
         })
     }
 
-    fn clear(&self) -> BoxFuture<'_, Result<(), LockError>> {
+    fn remove<'a>(&'a self, keys: &'a [String]) -> BoxFuture<'a, Result<(), LockError>> {
         Box::pin(async move {
             self.lock_delay().await;
-            if let Ok(mut l) = self.lock.lock() {
-                *l = None;
-            }
+            self.edit_lock_metadata(|m| {
+                for k in keys {
+                    m.remove(k);
+                }
+            });
+            Ok(())
+        })
+    }
+
+    fn mark_generation(&self, generation: u64) -> BoxFuture<'_, Result<(), LockError>> {
+        Box::pin(async move {
+            self.lock_delay().await;
+            self.edit_lock_metadata(|m| {
+                m.insert(GENERATION_KEY.to_string(), generation.into());
+            });
             Ok(())
         })
     }

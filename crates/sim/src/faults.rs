@@ -256,6 +256,8 @@ struct ApiFaultCounters {
     burst_remaining: AtomicU32,
     burst_status: AtomicU32,
     latency_us: AtomicU64,
+    /// Stopped answering: every connection is cut.
+    down: std::sync::atomic::AtomicBool,
 }
 
 /// Server-side faults with servers resolved to UUIDs.
@@ -327,6 +329,9 @@ pub struct Faults {
     rng: Mutex<SmallRng>,
     /// SAPI instance writes still to fail (a storage error).
     sapi_write_failures: AtomicU32,
+    /// Latency drawn per write (POST, PUT, DELETE) to each API, before it
+    /// is handled: a slow backing store, so a write lands late.
+    write_latency: Mutex<BTreeMap<SimApi, LatencySpec>>,
 }
 
 impl Faults {
@@ -338,6 +343,7 @@ impl Faults {
             // fault does not rename anything.
             rng: Mutex::new(SmallRng::seed_from_u64(seed ^ 0x5eed_fa17)),
             sapi_write_failures: AtomicU32::new(0),
+            write_latency: Mutex::new(BTreeMap::new()),
         }
     }
 
@@ -353,7 +359,12 @@ impl Faults {
         for a in &self.apis {
             a.burst_remaining.store(0, Ordering::Relaxed);
             a.latency_us.store(0, Ordering::Relaxed);
+            a.down.store(false, Ordering::Relaxed);
         }
+        self.write_latency
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clear();
     }
 
     /// Latency added to every install (install-agent tasks and `gz`
@@ -530,11 +541,46 @@ impl Faults {
             .store(latency.as_micros() as u64, Ordering::Relaxed);
     }
 
-    /// Called per request: the added latency, and the 5xx status to answer
-    /// with instead of handling the request, if a burst is under way.
-    pub(crate) fn on_request(&self, api: SimApi) -> (Duration, Option<u16>) {
+    /// Each write to `api` waits a latency drawn from `spec` before it is
+    /// handled (`LatencySpec::default()` clears it): with a uniform 0-1.5 s,
+    /// a SAPI whose Moray is slow.
+    pub fn set_write_latency(&self, api: SimApi, spec: LatencySpec) {
+        let mut w = self.write_latency.lock().unwrap_or_else(|e| e.into_inner());
+        if spec.is_zero() {
+            w.remove(&api);
+        } else {
+            w.insert(api, spec);
+        }
+    }
+
+    /// `api` stops answering (`true`: every connection is cut, as when
+    /// its process is gone) or answers again.
+    pub fn set_api_down(&self, api: SimApi, down: bool) {
+        self.apis[api.index()].down.store(down, Ordering::Relaxed);
+    }
+
+    pub(crate) fn api_down(&self, api: SimApi) -> bool {
+        self.apis[api.index()].down.load(Ordering::Relaxed)
+    }
+
+    /// Called per request: the added latency (`write`: the request changes
+    /// something), and the 5xx status to answer with instead of handling
+    /// the request, if a burst is under way.
+    pub(crate) fn on_request(&self, api: SimApi, write: bool) -> (Duration, Option<u16>) {
         let c = &self.apis[api.index()];
-        let latency = Duration::from_micros(c.latency_us.load(Ordering::Relaxed));
+        let mut latency = Duration::from_micros(c.latency_us.load(Ordering::Relaxed));
+        if write {
+            let spec = self
+                .write_latency
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .get(&api)
+                .copied();
+            if let Some(spec) = spec {
+                let mut rng = self.rng.lock().unwrap_or_else(|e| e.into_inner());
+                latency += spec.sample(&mut *rng);
+            }
+        }
         let burst = c
             .burst_remaining
             .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| n.checked_sub(1))
@@ -667,10 +713,13 @@ mod tests {
     fn bursts_count_down() {
         let f = Faults::new(1);
         f.burst(SimApi::Cnapi, 2, 500);
-        assert_eq!(f.on_request(SimApi::Cnapi).1, Some(500));
-        assert_eq!(f.on_request(SimApi::Sapi).1, None);
-        assert_eq!(f.on_request(SimApi::Cnapi).1, Some(500));
-        assert_eq!(f.on_request(SimApi::Cnapi).1, None);
+        assert_eq!(f.on_request(SimApi::Cnapi, false).1, Some(500));
+        assert_eq!(f.on_request(SimApi::Sapi, false).1, None);
+        assert_eq!(f.on_request(SimApi::Cnapi, false).1, Some(500));
+        assert_eq!(f.on_request(SimApi::Cnapi, false).1, None);
+        f.set_write_latency(SimApi::Sapi, LatencySpec::fixed(7));
+        assert_eq!(f.on_request(SimApi::Sapi, true).0, Duration::from_millis(7));
+        assert_eq!(f.on_request(SimApi::Sapi, false).0, Duration::ZERO);
     }
 
     #[test]
@@ -697,7 +746,7 @@ mod tests {
         g.apply(&config, &|n| (n == "cn0001").then_some(a), &|_| vec![])
             .unwrap();
         assert!(g.install_fate(a, "x").hang);
-        assert_eq!(g.on_request(SimApi::Cnapi).1, Some(503));
+        assert_eq!(g.on_request(SimApi::Cnapi, false).1, Some(503));
         assert!(
             g.apply(&config, &|_| None, &|_| vec![]).is_err(),
             "unknown server is an error"

@@ -180,13 +180,13 @@ pub(crate) async fn api_layer(
                 .into_uuid()
                 .to_string()
         });
-    if info.is_down() {
+    if info.is_down() || info.faults.api_down(info.api) {
         if let Some(ConnectInfo(conn)) = req.extensions().get::<ConnectInfo<Conn>>() {
             conn.cut();
         }
         return empty(StatusCode::SERVICE_UNAVAILABLE);
     }
-    let (latency, burst) = info.faults.on_request(info.api);
+    let (latency, burst) = info.faults.on_request(info.api, changes);
     if !latency.is_zero() {
         tokio::time::sleep(latency).await;
     }

@@ -90,6 +90,7 @@ pub mod gz;
 mod http;
 pub mod imagebuild;
 mod imgapi;
+mod listen;
 mod params;
 mod persist;
 pub mod publish;
@@ -100,7 +101,6 @@ pub mod standin;
 pub mod testkit;
 
 use std::collections::BTreeMap;
-use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
@@ -154,6 +154,10 @@ pub enum SimError {
         #[source]
         err: std::io::Error,
     },
+    #[error(
+        "--port {port}: the simulator needs four ports from {port} on (IMGAPI, SAPI, CNAPI, updates), so the base must be at most 65532"
+    )]
+    PortRange { port: u16 },
     #[error("cannot create the simulator state directory {path}")]
     StateDir {
         path: PathBuf,
@@ -495,33 +499,7 @@ impl SimDc {
         });
 
         // Listeners first, so the GZ environment knows the URLs.
-        let addr = |offset: u16| -> SocketAddr {
-            let port = core.config.port.map(|p| p + offset).unwrap_or(0);
-            SocketAddr::from(([127, 0, 0, 1], port))
-        };
-        let mut bound = Vec::new();
-        for (offset, api) in [
-            (0, SimApi::Imgapi),
-            (1, SimApi::Sapi),
-            (2, SimApi::Cnapi),
-            (3, SimApi::Updates),
-        ] {
-            let a = addr(offset);
-            let listener =
-                tokio::net::TcpListener::bind(a)
-                    .await
-                    .map_err(|err| SimError::Bind {
-                        api: api.key(),
-                        addr: a.to_string(),
-                        err,
-                    })?;
-            let local = listener.local_addr().map_err(|err| SimError::Bind {
-                api: api.key(),
-                addr: a.to_string(),
-                err,
-            })?;
-            bound.push((api, listener, format!("http://{local}")));
-        }
+        let bound = listen::bind_all(core.config.port).await?;
         let url_of = |api: SimApi| {
             bound
                 .iter()

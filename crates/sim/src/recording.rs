@@ -51,6 +51,7 @@ impl Reporter for RecordingReporter {
             ExecEvent::StoppedWaiting { in_flight } => {
                 format!("stopped waiting {}", in_flight.len())
             }
+            ExecEvent::Stopping(h) => format!("stopping {h}"),
             ExecEvent::Finished(_) => "finished".to_string(),
         };
         if let Ok(mut l) = self.lines.lock() {

@@ -50,6 +50,9 @@ pub enum Fault {
     ManifestOf(ImageUuid),
     /// Send a wrong Content-MD5.
     WrongMd5,
+    /// Answer GetImage with a manifest whose `files[0]` lacks this field
+    /// (a damaged IMGAPI record).
+    ManifestWithoutFileField(&'static str),
 }
 
 #[derive(Default)]
@@ -226,7 +229,13 @@ async fn get_image(State(inner): State<Shared>, Path(uuid): Path<String>) -> Res
     };
     match found {
         Some(m) => {
-            let text = serde_json::to_string_pretty(&m).unwrap_or_default();
+            let mut doc = serde_json::to_value(&m).unwrap_or_default();
+            if let Some(Fault::ManifestWithoutFileField(field)) = fault
+                && let Some(file) = doc["files"][0].as_object_mut()
+            {
+                file.remove(field);
+            }
+            let text = serde_json::to_string_pretty(&doc).unwrap_or_default();
             ([(header::CONTENT_TYPE, "application/json")], text).into_response()
         }
         None => error(

@@ -265,6 +265,7 @@ impl ExampleDc {
         let agents = s.agents.get_or_insert_with(Vec::new);
         agents.retain(|a| a.name != package);
         agents.push(AgentEntry {
+            problem: None,
             name: package,
             version,
             image_uuid: Some(image),

@@ -29,6 +29,17 @@ pub enum ComponentKind {
 }
 
 impl ComponentKind {
+    /// A kind's expected install time on one server: an apm agent's
+    /// install-agent task (download, `apm install`, restart), a minute;
+    /// the archives unpacked into `/opt/smartdc` (gz-tools, sdcadm,
+    /// agentsadm), two.
+    pub fn expected_install(&self) -> std::time::Duration {
+        std::time::Duration::from_secs(match self {
+            ComponentKind::ApmAgent | ComponentKind::Dockerlogger => 60,
+            ComponentKind::GzTools | ComponentKind::Sdcadm | ComponentKind::Agentsadm => 120,
+        })
+    }
+
     pub fn as_str(&self) -> &'static str {
         match self {
             ComponentKind::ApmAgent => "apm-agent",
@@ -103,6 +114,16 @@ pub struct Component {
     /// SMF services the component delivers, for status and rollback.
     #[serde(default)]
     pub smf_services: Vec<String>,
+    /// How long installing it on one server is expected to take, in
+    /// seconds (default: its kind's, [`ComponentKind::expected_install`]).
+    /// Slow servers of a rollout too small for a median are judged
+    /// against it.
+    #[serde(
+        default,
+        rename = "expected_install_s",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub expected_install_secs: Option<u64>,
     /// Files of its package (relative to the package directory, e.g.
     /// `bin/helper`) that may keep a setuid or setgid bit from the image;
     /// every other file loses both when unpacked. No component needs one
@@ -112,6 +133,13 @@ pub struct Component {
 }
 
 impl Component {
+    /// How long installing it on one server is expected to take.
+    pub fn expected_install(&self) -> std::time::Duration {
+        self.expected_install_secs
+            .map(std::time::Duration::from_secs)
+            .unwrap_or_else(|| self.kind.expected_install())
+    }
+
     /// The `package.json` name and install directory name.
     pub fn package_name(&self) -> &str {
         self.package.as_deref().unwrap_or(&self.name)

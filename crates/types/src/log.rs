@@ -176,6 +176,24 @@ impl<S: Subscriber> Layer<S> for BunyanLayer {
     }
 }
 
+/// The log file of the command this process runs, for the one JSON
+/// document it prints (`"log": PATH`, see [`crate::output::Output::json`]).
+/// Set once the log is open; cleared when the command ends (the demo runs
+/// several commands in one process).
+static RUN_LOG: std::sync::Mutex<Option<PathBuf>> = std::sync::Mutex::new(None);
+
+/// Record (or clear) the current command's log file.
+pub fn set_run_log(path: Option<PathBuf>) {
+    if let Ok(mut l) = RUN_LOG.lock() {
+        *l = path;
+    }
+}
+
+/// The current command's log file, if it has one.
+pub fn run_log() -> Option<PathBuf> {
+    RUN_LOG.lock().ok().and_then(|l| l.clone())
+}
+
 /// Target of events meant for the log file only: the run's record (command
 /// line, plan, steps, summary, the final error), which the command line
 /// shows in its own form on stdout and stderr.

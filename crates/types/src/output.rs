@@ -13,10 +13,21 @@ pub struct Output {
 }
 
 impl Output {
-    /// Print a JSON document (pretty, one per command).
+    /// Print a JSON document (pretty, one per command). A document that
+    /// is an object also says where the command's log is (`"log"`), when
+    /// it has one.
     pub fn json<T: Serialize>(&self, value: &T) {
-        let text = serde_json::to_string_pretty(value)
-            .unwrap_or_else(|e| format!("{{\"error\":\"{e}\"}}"));
+        let text = match serde_json::to_value(value) {
+            Ok(mut doc) => {
+                if let (Some(obj), Some(log)) = (doc.as_object_mut(), crate::log::run_log()) {
+                    obj.entry("log")
+                        .or_insert_with(|| log.display().to_string().into());
+                }
+                serde_json::to_string_pretty(&doc)
+            }
+            Err(e) => Err(e),
+        }
+        .unwrap_or_else(|e| format!("{{\"error\":\"{e}\"}}"));
         let mut out = std::io::stdout().lock();
         let _ = writeln!(out, "{text}");
     }
@@ -167,6 +178,25 @@ pub fn table_with(
     }
 }
 
+/// A value read from an API or a server (a hostname, an agent name, a
+/// lock owner), as it may be echoed in a message or a table: control
+/// characters escaped (no terminal escape sequences get through), and at
+/// most `max` characters, with `...` and its full length when cut.
+pub fn clip(text: &str, max: usize) -> String {
+    let mut out = String::new();
+    for (shown, ch) in text.chars().enumerate() {
+        if shown >= max {
+            return format!("{out}... ({} bytes)", text.len());
+        }
+        if ch.is_control() {
+            out.extend(ch.escape_default());
+        } else {
+            out.push(ch);
+        }
+    }
+    out
+}
+
 /// A UUID as plans, findings and tables show it: its first 8 characters
 /// (what `COMPONENT@PREFIX` and `--image PREFIX` accept back).
 pub fn short(u: &impl ToString) -> String {
@@ -194,6 +224,15 @@ pub fn to_the_second(t: &str) -> String {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn clip_bounds_and_escapes() {
+        assert_eq!(super::clip("cn1", 10), "cn1");
+        assert_eq!(super::clip("a\u{1b}[2Jb", 10), "a\\u{1b}[2Jb");
+        let long = "x".repeat(10_000_000);
+        let c = super::clip(&long, 64);
+        assert!(c.len() < 100 && c.ends_with("(10000000 bytes)"), "{c}");
+    }
+
     #[test]
     fn tables_choose_sort_and_drop_the_header() {
         let rows = vec![

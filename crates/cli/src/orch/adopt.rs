@@ -78,7 +78,15 @@ pub(crate) fn adopt_operator<'a>(out: Output) -> CliOperator<'a, AdoptPlan> {
 /// Print how an adoption run ended; its exit status.
 pub(crate) fn adopt_outcome(out: Output, outcome: RunOutcome<AdoptPlan>) -> u8 {
     let (plan, report) = match outcome {
-        RunOutcome::DryRun(plan) | RunOutcome::Empty(plan) => {
+        RunOutcome::DryRun(plan) => {
+            if out.json {
+                out.json(&json!({"plan": plan, "executed": false, "exit_status": 0}));
+            } else {
+                out.line(crate::execution::DRY_RUN_NOTE);
+            }
+            return 0;
+        }
+        RunOutcome::Empty(plan) => {
             if out.json {
                 out.json(&json!({"plan": plan, "executed": false, "exit_status": 0}));
             }

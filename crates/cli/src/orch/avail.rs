@@ -12,6 +12,7 @@ use super::ChannelArgs;
 
 use super::exit;
 
+use super::Want;
 use super::updates_client;
 use crate::CmdResult;
 use crate::GlobalOpts;
@@ -50,8 +51,9 @@ pub async fn run_avail(g: &GlobalOpts, a: AvailArgs) -> CmdResult {
     };
     let apis = g.apis()?;
     let (intent, reality) = gather::gather(&apis, &catalog).await?;
-    let updates = updates_client(&apis, &a.source, false).await?;
-    let client = updates.as_ref().unwrap_or(&apis.imgapi);
+    let updates = updates_client(&apis, &a.source, Want::Lookup).await?;
+    let client = updates.as_ref().map(|u| &u.client).unwrap_or(&apis.imgapi);
+    let from = super::source_words(updates.as_ref(), &apis.imgapi);
     let rows = images::available(client, &components)
         .await
         .with_context(|| format!("cannot list images from {}", client.base_url()))?;
@@ -98,6 +100,7 @@ pub async fn run_avail(g: &GlobalOpts, a: AvailArgs) -> CmdResult {
                 "published_at": r.published_at,
                 "servers": running.get(&r.image).copied().unwrap_or(0),
                 "default": defaults.get(r.component.as_str()) == Some(&r.image),
+                "source": from,
             })
         })
         .collect();
@@ -136,6 +139,9 @@ pub async fn run_avail(g: &GlobalOpts, a: AvailArgs) -> CmdResult {
         &a.table.options(&[]),
     )
     .map_err(anyhow::Error::msg)?;
+    if !a.table.no_header {
+        out.line(format!("Images in {from}:"));
+    }
     out.line(text.trim_end());
     Ok(exit(0))
 }

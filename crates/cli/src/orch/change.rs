@@ -9,6 +9,7 @@ use serde_json::json;
 use super::ChannelArgs;
 use super::ExecArgs;
 use super::ServersArg;
+use super::Want;
 use super::exit;
 use super::latest_target_line;
 use super::updates_client;
@@ -27,6 +28,7 @@ use agentsadm_plan::Operation;
 use agentsadm_plan::Plan;
 use agentsadm_plan::Request;
 use agentsadm_plan::ServerSelection;
+use agentsadm_plan::timing::Durations;
 use agentsadm_types::catalog::Catalog;
 use agentsadm_types::ids::ImageUuid;
 
@@ -62,8 +64,14 @@ pub struct UpdateArgs {
     /// characters, or a version; `COMPONENT@IMAGE` says the same.
     #[arg(long, value_name = "IMAGE", conflicts_with = "latest")]
     pub image: Option<String>,
-    /// Update to the newest image (of the updates server's channel with
-    /// --channel, else of the datacenter IMGAPI).
+    /// Update to the newest image: --latest takes the newest image in the
+    /// update channel of the updates server (the channel: -C, else SAPI's
+    /// update_channel, else the server's default; the server:
+    /// --updates-url, else UPDATES_URL, else updatesServerUrl in the
+    /// headnode's sdcadm configuration), and imports it into the
+    /// datacenter IMGAPI; --latest --source dc takes the newest image
+    /// already in the datacenter IMGAPI (air-gapped datacenters: nothing
+    /// outside the datacenter is contacted).
     #[arg(long)]
     pub latest: bool,
     #[command(flatten)]
@@ -273,26 +281,28 @@ async fn run_change(g: &GlobalOpts, mut change: Change, plan_only: bool) -> CmdR
     let out = g.output();
     let catalog = g.load_catalog()?;
     let apis = g.apis()?;
-    // --latest always looks in the updates server's channel (sdcadm's
-    // rule), wherever its URL came from.
+    // --latest looks in the update channel of the updates server
+    // (sdcadm's rule), or with --source dc only in the datacenter IMGAPI.
     let latest = change.choice == ImageChoice::Latest;
-    let updates = updates_client(&apis, &change.source, latest).await?;
-    if latest && let Some(u) = &updates {
+    let want = if latest { Want::Latest } else { Want::Lookup };
+    let updates = updates_client(&apis, &change.source, want).await?;
+    let updates_imgapi = updates.as_ref().map(|u| &u.client);
+    if latest {
         let names = match &change.request.components {
             ComponentSelection::All => Vec::new(),
             ComponentSelection::Named(v) => v.clone(),
         };
-        change.target_line = Some(latest_target_line(&names, u));
+        change.target_line = Some(latest_target_line(&names, updates.as_ref(), &apis.imgapi));
     }
     let session = Session {
         apis: &apis,
         catalog: &catalog,
-        updates: updates.as_ref(),
+        updates: updates_imgapi,
     };
     if let Some((component, spec)) = &change.image_spec {
         let sources = agentsadm_orchestrate::images::ImageSources {
             dc: &apis.imgapi,
-            updates: updates.as_ref(),
+            updates: updates_imgapi,
         };
         let c = catalog.require(component)?;
         change.choice =
@@ -306,19 +316,8 @@ async fn run_change(g: &GlobalOpts, mut change: Change, plan_only: bool) -> CmdR
         request: change.request.clone(),
         choice: change.choice,
         options: change.settings.plan_options(),
-        durations: Some(durations),
+        durations: Some(durations.clone()),
     };
-    let operator = CliOperator::new(
-        out,
-        |plan: &Plan, shown| show_plan(g, &change, plan, shown),
-        |plan: &Plan| {
-            Ok(if plan.needs_explicit_yes() {
-                "This plan restarts components that abort running work (see the warnings above). Proceed?"
-            } else {
-                "Proceed?"
-            })
-        },
-    );
     let operation = format!(
         "{} {}",
         change.request.operation,
@@ -328,12 +327,27 @@ async fn run_change(g: &GlobalOpts, mut change: Change, plan_only: bool) -> CmdR
         }
     );
     let execution = Execution::new(g, change.request.operation.as_str());
+    let operator = CliOperator::new(
+        out,
+        |plan: &Plan, shown| show_plan(g, &change, &catalog, &durations, plan, shown),
+        |plan: &Plan| {
+            Ok(if plan.needs_explicit_yes() {
+                "This plan restarts components that abort running work (see the warnings above). Proceed?"
+            } else {
+                "Proceed?"
+            })
+        },
+    )
+    .with_display(execution.display());
     let reporter = execution.reporter();
-    let run = Run::new(&apis, &catalog, &change.settings, &reporter, operation);
+    let mut run = Run::new(&apis, &catalog, &change.settings, &reporter, operation);
+    run.durations = Some(&durations);
     match run.go(&planner, &operator, interrupted()).await {
         Ok(RunOutcome::DryRun(plan)) => {
             if out.json {
                 out.json(&json!({"plan": plan, "executed": false, "exit_status": 0}));
+            } else if !plan_only {
+                out.line(crate::execution::DRY_RUN_NOTE);
             }
             Ok(exit(0))
         }
@@ -367,7 +381,14 @@ async fn run_change(g: &GlobalOpts, mut change: Change, plan_only: bool) -> CmdR
 /// Print a plan (text output only), and why an empty update changes
 /// nothing. In `--json`, a plan shown because the run stops without a
 /// confirmation has its warnings on stderr.
-fn show_plan(g: &GlobalOpts, change: &Change, plan: &Plan, shown: Shown) {
+fn show_plan(
+    g: &GlobalOpts,
+    change: &Change,
+    catalog: &Catalog,
+    durations: &Durations,
+    plan: &Plan,
+    shown: Shown,
+) {
     let out = g.output();
     if out.json {
         if shown == Shown::Unlocked && !plan.is_empty() {
@@ -394,6 +415,16 @@ fn show_plan(g: &GlobalOpts, change: &Change, plan: &Plan, shown: Shown) {
             .to_string()
             .trim_end(),
     );
+    // A rollout too small for a median: how its slow servers are judged.
+    if !plan.is_empty() {
+        let mut known = change.settings.options.known.clone();
+        known.add_catalog(catalog);
+        known.add_history(durations);
+        let policy = &change.settings.options.outlier;
+        if let Some(line) = agentsadm_orchestrate::baseline::judgement(plan, &known, policy) {
+            out.line(line);
+        }
+    }
     if plan.is_empty()
         && plan.operation() == Operation::Update
         && change.choice == ImageChoice::Intent
@@ -432,8 +463,51 @@ pub async fn run_plan(g: &GlobalOpts, a: PlanArgs) -> CmdResult {
 }
 
 pub async fn run_update(g: &GlobalOpts, a: UpdateArgs) -> CmdResult {
-    let change = a.change(&g.load_catalog()?)?;
+    let named = a.components.clone();
+    let change = match a.change(&g.load_catalog()?) {
+        Ok(c) => c,
+        Err(e) => return Err(server_hint(g, e, &named).await),
+    };
     run_change(g, change, false).await
+}
+
+/// `update vm-agent cn0001`: sdcadm users name servers after the
+/// component. When the unknown "component" is a server CNAPI knows, say
+/// to select it with `-s` (one CNAPI lookup, on this error path only).
+async fn server_hint(g: &GlobalOpts, e: anyhow::Error, named: &[String]) -> anyhow::Error {
+    let Some(agentsadm_types::catalog::CatalogError::Unknown { name, .. }) = e.downcast_ref()
+    else {
+        return e;
+    };
+    let Ok(apis) = g.apis() else { return e };
+    let filter = agentsadm_api::cnapi::ServerListFilter {
+        hostname: name.parse::<uuid::Uuid>().is_err().then(|| name.clone()),
+        uuids: name.parse().into_iter().collect(),
+        ..Default::default()
+    };
+    match apis.cnapi.list_servers(&filter).await {
+        Ok(found) if !found.is_empty() => {
+            let components: Vec<&str> = named
+                .iter()
+                .map(|c| c.as_str())
+                .filter(|c| {
+                    let component = c.split('@').next().unwrap_or(c);
+                    component != name
+                        && g.load_catalog()
+                            .is_ok_and(|cat| cat.get(component).is_some())
+                })
+                .collect();
+            anyhow::anyhow!(
+                "unknown component {name:?}: {name} is a server; select servers with -s: agentsadm update {} -s {name}",
+                if components.is_empty() {
+                    "COMPONENT".to_string()
+                } else {
+                    components.join(" ")
+                }
+            )
+        }
+        _ => e,
+    }
 }
 
 pub async fn run_install(g: &GlobalOpts, a: InstallArgs) -> CmdResult {

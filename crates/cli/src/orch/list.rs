@@ -11,9 +11,11 @@ use super::ServersArg;
 use super::exit;
 use crate::CmdResult;
 use crate::GlobalOpts;
+use agentsadm_flows::drift::FindingKind;
 use agentsadm_orchestrate::Intent;
 use agentsadm_orchestrate::Reality;
 use agentsadm_orchestrate::gather;
+use agentsadm_plan::reality::Installed;
 use agentsadm_plan::resolve_servers;
 use agentsadm_types::ids::ImageUuid;
 use agentsadm_types::ids::InstanceUuid;
@@ -88,9 +90,30 @@ pub struct ListRow {
     pub instance: Option<InstanceUuid>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub intended_image: Option<ImageUuid>,
-    /// ok, pending (intent differs), not-adopted, missing (intent without
-    /// install), unmanaged.
+    /// `ok`, or the kind `agentsadm check` reports for the same drift:
+    /// `wrong-image` (intent names another image), `installed-without-instance`,
+    /// `missing-install` (intent without an install), `unmanaged-component`;
+    /// `quarantined` when its `server.agents` cannot be used (`check` says why).
     pub state: &'static str,
+    /// The server's CNAPI status (`running`, `unknown`, ...): what a
+    /// server that is down reports may be out of date.
+    pub server_status: String,
+}
+
+/// A component's state in `list`, in `check`'s words (one vocabulary).
+fn component_state(
+    managed: bool,
+    installed: Option<&Installed>,
+    intended: Option<ImageUuid>,
+    has_instance: bool,
+) -> &'static str {
+    match (installed, has_instance) {
+        _ if !managed => FindingKind::UnmanagedComponent.as_str(),
+        (Some(i), true) if i.image.is_some() && i.image == intended => "ok",
+        (Some(_), true) => FindingKind::WrongImage.as_str(),
+        (Some(_), false) => FindingKind::InstalledWithoutInstance.as_str(),
+        (None, _) => FindingKind::MissingInstall.as_str(),
+    }
 }
 
 /// The rows of `agentsadm list` (pure).
@@ -111,6 +134,19 @@ pub fn list_rows(
         }
         names.sort();
         names.dedup();
+        if s.is_quarantined() && names.is_empty() {
+            rows.push(ListRow {
+                server: *uuid,
+                hostname: s.hostname.clone(),
+                component: "-".to_string(),
+                version: None,
+                image: None,
+                instance: None,
+                intended_image: None,
+                state: "quarantined",
+                server_status: s.status.clone(),
+            });
+        }
         for name in names {
             if !components.is_empty() && !components.contains(name) {
                 continue;
@@ -118,12 +154,12 @@ pub fn list_rows(
             let installed = s.components.get(name);
             let inst = intent.instance(uuid, name);
             let intended = intent.intended_image(uuid, name);
-            let state = match (installed, inst) {
-                _ if !intent.is_managed(name) => "unmanaged",
-                (Some(i), Some(_)) if i.image.is_some() && i.image == intended => "ok",
-                (Some(_), Some(_)) => "pending",
-                (Some(_), None) => "not-adopted",
-                (None, _) => "missing",
+            // What a quarantined server reports cannot be trusted: 'agentsadm
+            // check' names the field (the same first entry both show).
+            let state = if s.is_quarantined() {
+                "quarantined"
+            } else {
+                component_state(intent.is_managed(name), installed, intended, inst.is_some())
             };
             rows.push(ListRow {
                 server: *uuid,
@@ -134,6 +170,7 @@ pub fn list_rows(
                 instance: installed.and_then(|i| i.instance).or(inst.map(|i| i.uuid)),
                 intended_image: intended,
                 state,
+                server_status: s.status.clone(),
             });
         }
     }
@@ -185,7 +222,8 @@ pub async fn run_list(g: &GlobalOpts, a: ListArgs) -> CmdResult {
     let servers: Vec<ServerUuid> = if a.servers.servers.is_empty() {
         reality.servers.keys().copied().collect()
     } else {
-        resolve_servers(&reality, &a.servers.servers)?
+        resolve_servers(&reality, &a.servers.servers)
+            .map_err(|e| sort_hint(e.into(), &a.servers.servers))?
     };
     let mut rows = list_rows(&intent, &reality, &servers, &components);
     rows.sort_by(|x, y| {
@@ -214,6 +252,7 @@ pub async fn run_list(g: &GlobalOpts, a: ListArgs) -> CmdResult {
         .map(|r| {
             vec![
                 r.hostname.clone(),
+                r.server_status.clone(),
                 r.component.clone(),
                 r.version.clone().unwrap_or_else(|| "-".into()),
                 r.image.map(|i| short(&i)).unwrap_or_else(|| "-".into()),
@@ -227,6 +266,7 @@ pub async fn run_list(g: &GlobalOpts, a: ListArgs) -> CmdResult {
     let text = table_with(
         &[
             "HOSTNAME",
+            "SERVER",
             "COMPONENT",
             "VERSION",
             "IMAGE",
@@ -239,6 +279,33 @@ pub async fn run_list(g: &GlobalOpts, a: ListArgs) -> CmdResult {
     .map_err(anyhow::Error::msg)?;
     out.line(text.trim_end());
     Ok(exit(0))
+}
+
+/// The columns of `list`, lower case (for `-o` and `--sort`).
+const LIST_COLUMNS: [&str; 7] = [
+    "hostname",
+    "server",
+    "component",
+    "version",
+    "image",
+    "intended",
+    "state",
+];
+
+/// `list -s hostname`: sdcadm's `-s` sorts, ours selects servers. When a
+/// name that is not a server is a column, say so.
+fn sort_hint(e: anyhow::Error, names: &[String]) -> anyhow::Error {
+    match names
+        .iter()
+        .map(|n| n.trim())
+        .find(|n| LIST_COLUMNS.contains(&n.to_ascii_lowercase().as_str()))
+    {
+        Some(column) => anyhow::anyhow!(
+            "{}; -s selects servers here, and {column} is a column: to sort by it, use --sort {column} (sdcadm's -s sorts)",
+            agentsadm_types::error::error_chain(&*e)
+        ),
+        None => e,
+    }
 }
 
 fn print_list_summary(out: &Output, servers: usize, rows: &[ListRow]) {
@@ -277,8 +344,21 @@ fn print_list_summary(out: &Output, servers: usize, rows: &[ListRow]) {
         *totals.entry(r.state).or_default() += 1;
     }
     out.line(format!(
-        "{servers} servers, {} installed components ({}).",
+        "{}, {} installed components ({}).",
+        agentsadm_types::output::plural(servers, "server", "servers"),
         rows.len(),
         states(&totals)
     ));
+    let mut down: Vec<String> = rows
+        .iter()
+        .filter(|r| r.server_status != "running")
+        .map(|r| format!("{} ({})", r.hostname, r.server_status))
+        .collect();
+    down.dedup();
+    if !down.is_empty() {
+        out.line(format!(
+            "Not running (CNAPI status), so what they report may be out of date: {}.",
+            down.join(", ")
+        ));
+    }
 }

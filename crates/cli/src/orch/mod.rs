@@ -56,9 +56,6 @@ pub use history::{HistoryArgs, run_history};
 pub use list::{ListArgs, ListRow, ListSummaryRow, list_rows, list_summary, run_list};
 pub use revert::{RevertArgs, run_revert};
 
-/// The updates server sdcadm uses by default.
-pub const DEFAULT_UPDATES_URL: &str = "https://updates.tritondatacenter.com";
-
 /// `-s SERVERS`: UUIDs or hostnames, comma-separated or repeated.
 #[derive(Args, Clone, Debug, Default)]
 pub struct ServersArg {
@@ -132,13 +129,16 @@ pub struct StepArgs {
     /// other kinds through `agentsadm gz` via CNAPI execute), execute, install-agent.
     #[arg(long, value_enum, default_value_t = TransportArg::Auto)]
     pub transport: TransportArg,
-    /// A server is an outlier past max(FACTOR x median, median + MARGIN).
+    /// A server is an outlier past max(FACTOR x median, median + MARGIN);
+    /// until 5 servers finished, its expected time (the catalog's install
+    /// times) stands in for the median.
     #[arg(long, default_value_t = 3.0, value_name = "FACTOR")]
     pub outlier_factor: f64,
     /// The MARGIN above: at least this much over the median (e.g. 30s, 1s).
     #[arg(long, value_parser = duration, default_value = "30s", value_name = "DURATION")]
     pub outlier_margin: Duration,
-    /// Once only outliers are left, stop waiting for them after this long.
+    /// Stop waiting for any server that has run this long, from the first
+    /// server on (its work may still complete on the server).
     #[arg(long, value_parser = duration, value_name = "DURATION")]
     pub straggler_timeout: Option<Duration>,
     /// Health gate on each server: services must stay online this long
@@ -234,41 +234,128 @@ fn server_name(s: &str) -> Result<String, String> {
     }
 }
 
+/// Where images come from (`--source`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum SourceArg {
+    /// The update channel of the updates server (sdcadm's rule).
+    Updates,
+    /// Only the datacenter IMGAPI: nothing outside the datacenter is
+    /// contacted (air-gapped datacenters).
+    Dc,
+}
+
 /// Where images come from.
 #[derive(Args, Clone, Debug, Default)]
 pub struct ChannelArgs {
-    /// Look for images on the updates server in this channel (and import
-    /// them into the datacenter IMGAPI).
+    /// The update channel of the updates server (default: SAPI's
+    /// update_channel, else the server's default channel); images found
+    /// there are imported into the datacenter IMGAPI.
     #[arg(short = 'C', long, value_name = "CHANNEL")]
     pub channel: Option<String>,
-    /// The updates server (default: `https://updates.tritondatacenter.com`).
-    #[arg(long, env = "UPDATES_URL", value_name = "URL")]
+    /// The updates server (default: UPDATES_URL, else updatesServerUrl in
+    /// the headnode's sdcadm configuration).
+    #[arg(long, value_name = "URL")]
     pub updates_url: Option<String>,
+    /// Where images come from: updates (the update channel of the updates
+    /// server) or dc (only the datacenter IMGAPI: for air-gapped
+    /// datacenters, nothing outside the datacenter is contacted).
+    #[arg(long, value_enum, value_name = "SOURCE")]
+    pub source: Option<SourceArg>,
+}
+
+/// What `--latest` takes, said the same way in `update --help`, the
+/// README and the plan's first line.
+pub const LATEST_RULE: &str =
+    "--latest takes the newest image in the update channel of the updates server";
+/// What `--latest --source dc` takes (air-gapped datacenters).
+pub const LATEST_DC_RULE: &str =
+    "--latest --source dc takes the newest image already in the datacenter IMGAPI";
+
+/// The updates server a command uses, and where its URL and channel came
+/// from (for the plan's first line and `avail`'s).
+pub(crate) struct UpdatesServer {
+    pub client: ImgapiClient,
+    /// `--updates-url`, `UPDATES_URL` or the sdcadm configuration file.
+    pub url_from: String,
+    /// `-C`, `SAPI's update_channel`, or none (the server's default).
+    pub channel_from: Option<&'static str>,
+}
+
+/// No updates server is configured where one is needed: said instead of
+/// looking up a public name (which an air-gapped datacenter cannot).
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "no updates server is configured: pass --updates-url URL or set UPDATES_URL (on a headnode, agentsadm reads updatesServerUrl from sdcadm's configuration: /{conf} or /{defaults}); in an air-gapped datacenter use --source dc ({dc_rule})",
+    dc_rule = LATEST_DC_RULE,
+    conf = agentsadm_platform::sdcadm_config::SDCADM_CONF,
+    defaults = agentsadm_platform::sdcadm_config::SDCADM_DEFAULTS
+)]
+pub struct NoUpdatesServer;
+
+/// What a command wants from the updates server.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Want {
+    /// `--latest`: the updates server unless `--source dc`.
+    Latest,
+    /// An image to look up or list: the updates server only when asked
+    /// for (`--source updates`, `-C`, `--updates-url` or `UPDATES_URL`).
+    Lookup,
+}
+
+/// The updates server's URL and where it came from: `--updates-url`, else
+/// `UPDATES_URL`, else sdcadm's `updatesServerUrl` on this headnode.
+fn updates_url(source: &ChannelArgs, sdcadm: bool) -> Option<(String, String)> {
+    let given = |v: Option<String>| v.filter(|u| !u.trim().is_empty());
+    if let Some(u) = given(source.updates_url.clone()) {
+        return Some((u, "--updates-url".to_string()));
+    }
+    // `UPDATES_URL=` (set but empty) is no URL.
+    if let Some(u) = given(std::env::var("UPDATES_URL").ok()) {
+        return Some((u, "UPDATES_URL".to_string()));
+    }
+    if !sdcadm {
+        return None;
+    }
+    agentsadm_platform::sdcadm_updates_url(std::path::Path::new("/")).map(|(u, from)| {
+        (
+            u,
+            format!("sdcadm's updatesServerUrl in {}", from.display()),
+        )
+    })
 }
 
 fn exit(code: u8) -> ExitCode {
     ExitCode::from(code)
 }
 
-/// The updates server client, when `--channel` or `--updates-url` asks
-/// for one, or always (`latest`: `--latest` looks nowhere else). Without
-/// `--channel`, the channel is the `sdc` application's `update_channel`
-/// (as sdcadm does); with neither, the updates server's default channel.
+/// The updates server, when the command needs one (see [`Want`]), with
+/// its channel: `-C`, else the `sdc` application's `update_channel` (as
+/// sdcadm does), else the updates server's default. `None` with
+/// `--source dc`, or for a lookup nobody pointed at an updates server.
 pub(crate) async fn updates_client(
     apis: &Apis,
     source: &ChannelArgs,
-    latest: bool,
-) -> anyhow::Result<Option<ImgapiClient>> {
-    // `UPDATES_URL=` (set but empty) is no URL.
-    let updates_url = source
-        .updates_url
-        .as_deref()
-        .filter(|u| !u.trim().is_empty());
-    if !latest && source.channel.is_none() && updates_url.is_none() {
+    want: Want,
+) -> anyhow::Result<Option<UpdatesServer>> {
+    let channel_flag = source.channel.clone().filter(|c| !c.trim().is_empty());
+    if source.source == Some(SourceArg::Dc) {
+        if channel_flag.is_some() || source.updates_url.is_some() {
+            anyhow::bail!(
+                "--source dc takes images only from the datacenter IMGAPI; drop -C and --updates-url, or use --source updates"
+            );
+        }
         return Ok(None);
     }
-    let url = updates_url.unwrap_or(DEFAULT_UPDATES_URL);
-    let mut channel = source.channel.clone().filter(|c| !c.trim().is_empty());
+    let asked =
+        want == Want::Latest || source.source == Some(SourceArg::Updates) || channel_flag.is_some();
+    let Some((url, url_from)) = updates_url(source, asked) else {
+        if asked {
+            return Err(NoUpdatesServer.into());
+        }
+        return Ok(None);
+    };
+    let mut channel_from = channel_flag.as_ref().map(|_| "-C");
+    let mut channel = channel_flag;
     if channel.is_none()
         && let Ok(Some(app)) = apis.sapi.sdc_application().await
     {
@@ -278,29 +365,55 @@ pub(crate) async fn updates_client(
             .and_then(|v| v.as_str())
             .filter(|c| !c.trim().is_empty())
             .map(str::to_string);
+        channel_from = channel.as_ref().map(|_| "SAPI's update_channel");
     }
-    let client = ImgapiClient::new(url, ApiConfig::default())
-        .with_context(|| format!("invalid updates server URL {url:?}"))?
+    let client = ImgapiClient::new(&url, ApiConfig::default())
+        .with_context(|| format!("invalid updates server URL {url:?} (from {url_from})"))?
         .with_channel(channel);
-    Ok(Some(client))
+    Ok(Some(UpdatesServer {
+        client,
+        url_from,
+        channel_from,
+    }))
 }
 
-/// Where `--latest` looks, for the plan's first line: `target: newest
-/// vm-agent in channel release of the updates server URL`.
-fn latest_target_line(components: &[String], updates: &ImgapiClient) -> String {
+/// Where the images of a command come from, in words: `channel release
+/// (SAPI's update_channel) of http://... (UPDATES_URL)`, or the
+/// datacenter IMGAPI's URL.
+fn source_words(updates: Option<&UpdatesServer>, dc: &ImgapiClient) -> String {
+    match updates {
+        Some(u) => {
+            let channel = match (u.client.channel(), u.channel_from) {
+                (Some(c), Some(from)) => format!("channel {c} ({from})"),
+                (Some(c), None) => format!("channel {c}"),
+                (None, _) => "the default channel".to_string(),
+            };
+            format!(
+                "{channel} of the updates server {} ({})",
+                u.client.base_url(),
+                u.url_from
+            )
+        }
+        None => format!("the datacenter IMGAPI {}", dc.base_url()),
+    }
+}
+
+/// The plan's first line under `--latest`: the rule, then what it came to.
+fn latest_target_line(
+    components: &[String],
+    updates: Option<&UpdatesServer>,
+    dc: &ImgapiClient,
+) -> String {
     let what = match components {
-        [] => "newest image of each component".to_string(),
-        [one] => format!("newest {one}"),
-        many => format!("newest {}", many.join(", ")),
+        [] => "each component".to_string(),
+        many => many.join(", "),
     };
-    let channel = match updates.channel() {
-        Some(c) => format!("channel {c}"),
-        None => "the default channel".to_string(),
+    let rule = if updates.is_some() {
+        LATEST_RULE
+    } else {
+        LATEST_DC_RULE
     };
-    format!(
-        "target: {what} in {channel} of the updates server {}",
-        updates.base_url()
-    )
+    format!("{rule}: {what} from {}", source_words(updates, dc))
 }
 
 /// Ask a yes/no question on the terminal (no by default).

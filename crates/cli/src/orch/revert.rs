@@ -46,6 +46,7 @@ pub async fn run_revert(g: &GlobalOpts, a: RevertArgs) -> CmdResult {
         .cloned()
         .collect();
     let settings: RunSettings = a.exec.into();
+    let durations = durations_of(&listing.entries);
     let planner = RevertPlanner {
         session: Session {
             apis: &apis,
@@ -55,7 +56,7 @@ pub async fn run_revert(g: &GlobalOpts, a: RevertArgs) -> CmdResult {
         run: run.clone(),
         later,
         options: settings.plan_options(),
-        durations: Some(durations_of(&listing.entries)),
+        durations: Some(durations.clone()),
     };
     let operator = CliOperator::new(
         out,
@@ -71,7 +72,8 @@ pub async fn run_revert(g: &GlobalOpts, a: RevertArgs) -> CmdResult {
     let execution = Execution::new(g, "revert");
     let reporter = execution.reporter();
     let operation = format!("revert {} ({})", run.short_id(), run.operation);
-    let run = Run::new(&apis, &catalog, &settings, &reporter, operation);
+    let mut run = Run::new(&apis, &catalog, &settings, &reporter, operation);
+    run.durations = Some(&durations);
     match run.go(&planner, &operator, interrupted()).await {
         Ok(RunOutcome::DryRun(plan)) => {
             if out.json {

@@ -48,8 +48,8 @@ pub struct ServeArgs {
     /// Compute nodes besides the headnode.
     #[arg(long)]
     pub servers: Option<usize>,
-    /// Base port: IMGAPI on P, SAPI P+1, CNAPI P+2, updates P+3 (default:
-    /// ephemeral ports).
+    /// Base port: IMGAPI on P, SAPI P+1, CNAPI P+2, updates P+3 (0: the
+    /// kernel picks P; default: an ephemeral port for each).
     #[arg(long, value_name = "P")]
     pub port: Option<u16>,
     /// Keep state here across restarts (default: a temporary directory).

@@ -26,7 +26,9 @@ pub(super) fn unlinked_findings(survey: &Survey, out: &mut Vec<Finding>) {
         .values()
         .filter(|s| {
             s.setup
-                && (s.components.is_empty() || s.components.values().any(|i| i.instance.is_none()))
+                && (s.is_quarantined()
+                    || s.components.is_empty()
+                    || s.components.values().any(|i| i.instance.is_none()))
         })
         .map(|s| s.hostname.as_str())
         .collect();

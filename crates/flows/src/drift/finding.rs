@@ -53,11 +53,18 @@ pub enum FindingKind {
     /// Installed but agentsadm does not manage it (no SAPI service, or not
     /// a catalog component). Informational.
     UnmanagedComponent,
+    /// An instance this server reports whose `params.server_uuid` names
+    /// another server: its params are corrected, never the instance
+    /// deleted.
+    InstanceNamesOtherServer,
+    /// What CNAPI lists for the server cannot be used (a malformed entry,
+    /// a component listed twice): the server is set aside.
+    UnusableServerAgents,
 }
 
 impl FindingKind {
     /// Every kind, in report order.
-    pub const ALL: [FindingKind; 11] = [
+    pub const ALL: [FindingKind; 13] = [
         FindingKind::MissingInstall,
         FindingKind::WrongImage,
         FindingKind::InstalledWithoutInstance,
@@ -69,6 +76,8 @@ impl FindingKind {
         FindingKind::ServiceWithoutDefaultImage,
         FindingKind::DefaultImageNotInImgapi,
         FindingKind::UnmanagedComponent,
+        FindingKind::InstanceNamesOtherServer,
+        FindingKind::UnusableServerAgents,
     ];
 
     pub fn as_str(&self) -> &'static str {
@@ -84,6 +93,8 @@ impl FindingKind {
             FindingKind::ServiceWithoutDefaultImage => "service-without-default-image",
             FindingKind::DefaultImageNotInImgapi => "default-image-not-in-imgapi",
             FindingKind::UnmanagedComponent => "unmanaged-component",
+            FindingKind::InstanceNamesOtherServer => "instance-names-other-server",
+            FindingKind::UnusableServerAgents => "unusable-server-agents",
         }
     }
 

@@ -121,6 +121,9 @@ pub fn find(input: &DriftInput) -> (Survey, Vec<Finding>) {
         {
             server::stale_report(cn, state, &mut out);
         }
+        if server::quarantine_finding(state, &mut out) {
+            continue;
+        }
         if state.setup {
             server::server_findings(input, &survey, state, &mut out);
         } else if !setting_up.contains(&state.uuid) {
@@ -135,8 +138,73 @@ pub fn find(input: &DriftInput) -> (Survey, Vec<Finding>) {
         datacenter::service_findings(input, &survey, &mut out);
     }
 
+    protect_reported(&survey, &mut out);
     sort_findings(&survey, &mut out);
     (survey, out)
+}
+
+/// No fix ever deletes an instance UUID a server reports: that server's
+/// config-agent asks SAPI for it. A delete (or the deletion after an
+/// adoption or install) of one becomes a manual finding with the command
+/// that files it under the server reporting it.
+fn protect_reported(survey: &Survey, findings: &mut [Finding]) {
+    let reporters = survey.reality.reporters();
+    let reported_by = |instance: &agentsadm_types::ids::InstanceUuid| -> Option<String> {
+        let servers = reporters.get(instance)?;
+        let names: Vec<String> = servers
+            .iter()
+            .filter_map(|(s, _)| survey.reality.get(s))
+            .map(|s| s.label())
+            .collect();
+        Some(names.join(" and "))
+    };
+    for f in findings.iter_mut() {
+        match &mut f.fix {
+            Fix::DeleteInstance { instance } => {
+                let instance = *instance;
+                if let Some(by) = reported_by(&instance) {
+                    let owner = reporters[&instance]
+                        .first()
+                        .map(|(s, _)| s.to_string())
+                        .unwrap_or_default();
+                    f.fix = Fix::Manual {
+                        hint: format!(
+                            "not deleted: {by} report{} it in server.agents; if it is {}'s, file it there: sdc-sapi /instances/{instance} -X PUT -d '{{\"params\":{{\"server_uuid\":\"{owner}\"}}}}'",
+                            if reporters[&instance].len() == 1 {
+                                "s"
+                            } else {
+                                ""
+                            },
+                            if reporters[&instance].len() == 1 {
+                                "that server"
+                            } else {
+                                "one server"
+                            },
+                        ),
+                    };
+                }
+            }
+            Fix::AdoptInstance { instance, .. } | Fix::SetParams { instance, .. }
+                if reporters.get(instance).is_some_and(|r| r.len() > 1) =>
+            {
+                let instance = *instance;
+                let by = reported_by(&instance).unwrap_or_default();
+                f.fix = Fix::Manual {
+                    hint: format!(
+                        "{by} report instance {instance}: decide which server owns it, then reinstall {} on the other ('agentsadm update {} -s SERVER --image UUID') so that it keeps an instance of its own",
+                        f.component.as_deref().unwrap_or("the component"),
+                        f.component.as_deref().unwrap_or("COMPONENT"),
+                    ),
+                };
+            }
+            Fix::AdoptInstance { replaces, .. } | Fix::Install { replaces, .. }
+                if replaces.as_ref().is_some_and(|r| reporters.contains_key(r)) =>
+            {
+                *replaces = None;
+            }
+            _ => {}
+        }
+    }
 }
 
 /// Datacenter-wide first, then by hostname, server, component, kind.

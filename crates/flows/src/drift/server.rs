@@ -30,6 +30,33 @@ use agentsadm_plan::reality::ServerState;
 use agentsadm_types::ids::ImageUuid;
 use agentsadm_types::ids::InstanceUuid;
 
+/// A server whose `server.agents` cannot be used: one finding naming the
+/// field, and nothing else about it (no fix can be planned from what it
+/// reports). Returns whether it was.
+pub(super) fn quarantine_finding(state: &ServerState, out: &mut Vec<Finding>) -> bool {
+    let Some(problem) = &state.quarantine else {
+        return false;
+    };
+    out.push(Finding {
+        kind: FindingKind::UnusableServerAgents,
+        server: Some(state.uuid),
+        hostname: Some(state.hostname.clone()),
+        component: None,
+        instance: None,
+        details: format!(
+            "what CNAPI lists for this server cannot be used ({problem}): it is left out of every plan and repair until that is fixed"
+        ),
+        fix: Fix::Manual {
+            hint: format!(
+                "restart cn-agent on the server ('svcs -x cn-agent'; it reports server.agents again), or post its own report with 'agentsadm check --live --fix -s {}'",
+                state.uuid
+            ),
+        },
+        informational: false,
+    });
+    true
+}
+
 /// What a server that is not set up should not have: SAPI instances.
 pub(super) fn unsetup_findings(survey: &Survey, state: &ServerState, out: &mut Vec<Finding>) {
     let mut instances: Vec<(&str, InstanceUuid)> = survey
@@ -119,6 +146,48 @@ struct ComponentOnServer<'a> {
 }
 
 impl ComponentOnServer<'_> {
+    /// The server reports `inst`, whose `params.server_uuid` names
+    /// another server (`named`): its params are corrected, never the
+    /// instance deleted as the other's duplicate.
+    fn misfiled(
+        self,
+        i: &Installed,
+        inst: &InstanceIntent,
+        named: agentsadm_types::ids::ServerUuid,
+        out: &mut Vec<Finding>,
+    ) {
+        let ComponentOnServer {
+            state,
+            name,
+            service,
+            ..
+        } = self;
+        let image = inst.image.or(i.image).or(service.default_image);
+        let fix = match image {
+            Some(image) => Fix::SetParams {
+                instance: inst.uuid,
+                service: service.uuid,
+                image,
+            },
+            None => Fix::Manual {
+                hint: format!(
+                    "no image is known for it: set the service default ('agentsadm update {name} --image UUID')"
+                ),
+            },
+        };
+        out.push(finding(
+            FindingKind::InstanceNamesOtherServer,
+            state,
+            name,
+            Some(inst.uuid),
+            format!(
+                "SAPI instance {} names server {named} (params.server_uuid), but this server reports it and no other does",
+                inst.uuid
+            ),
+            fix,
+        ));
+    }
+
     /// SAPI has an instance for it; the server does not report it.
     fn missing_install(self, inst: &InstanceIntent, out: &mut Vec<Finding>) {
         let ComponentOnServer {
@@ -268,11 +337,15 @@ impl ComponentOnServer<'_> {
         // it is this server's instance, not drift (an update sets
         // its params).
         let bare_but_reported = inst.link == InstanceLink::Reported && inst.image.is_none();
+        if let InstanceLink::Misfiled { named } = inst.link {
+            self.misfiled(i, inst, named, out);
+            return;
+        }
         if !inst.has_params() && !bare_but_reported {
             let missing = match (inst.link, inst.image) {
                 (InstanceLink::Reported, None) => "params.server_uuid and params.image_uuid",
                 (InstanceLink::Reported, Some(_)) => "params.server_uuid",
-                (InstanceLink::Params, _) => "params.image_uuid",
+                (_, _) => "params.image_uuid",
             };
             let image = inst.image.or(i.image).or(service.default_image);
             let fix = match image {
@@ -436,6 +509,14 @@ fn step_fix(
 /// (catalog components by component name, other packages by name).
 pub(super) fn stale_report(cnapi: &ServerState, live: &ServerState, out: &mut Vec<Finding>) {
     let mut diffs: BTreeMap<String, String> = BTreeMap::new();
+    if let Some(problem) = &cnapi.quarantine {
+        // Unusable in CNAPI, whatever it lists: the server's own report
+        // replaces it.
+        diffs.insert(
+            "server.agents".to_string(),
+            format!("CNAPI's list cannot be used ({problem}); the server's own report can"),
+        );
+    }
     let names: BTreeSet<&String> = cnapi
         .components
         .keys()

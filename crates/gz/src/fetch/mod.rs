@@ -87,6 +87,14 @@ pub enum FetchError {
         "image {uuid} does not exist in IMGAPI {url}; check the UUID (agentsadm avail lists images)"
     )]
     NotFound { uuid: ImageUuid, url: String },
+    #[error(
+        "IMGAPI {url} answered with a manifest for image {uuid} that is not a valid image manifest ({detail}); IMGAPI is up, but this image's record is damaged: see it with 'sdc-imgadm get {uuid}'"
+    )]
+    BadManifest {
+        uuid: ImageUuid,
+        url: String,
+        detail: String,
+    },
     #[error("cannot get image {uuid} from IMGAPI; check that IMGAPI is up and retry")]
     Imgapi {
         uuid: ImageUuid,
@@ -276,6 +284,7 @@ impl FetchError {
             | FetchError::NoFileForManifest { .. }
             | FetchError::ManifestRead { .. }
             | FetchError::ManifestParse { .. }
+            | FetchError::BadManifest { .. }
             | FetchError::ManifestTooLarge { .. }
             | FetchError::WrongManifestUuid { .. }
             | FetchError::Inactive { .. }

@@ -155,10 +155,7 @@ pub async fn resolve(
                         origin: format!("of image {uuid} from IMGAPI {}", client.base_url()),
                         limit,
                     },
-                    ManifestError::Api(err) => FetchError::Imgapi {
-                        uuid: *uuid,
-                        err: Box::new(err),
-                    },
+                    ManifestError::Api(err) => manifest_api_error(*uuid, client.base_url(), err),
                 })?;
             // The answer must be the image asked for: everything after
             // this (the file, its checks, the record) trusts the manifest.
@@ -239,6 +236,22 @@ pub fn check_manifest<'c>(
         });
     }
     Ok(component)
+}
+
+/// A failed GetImage: an answer that is not a manifest says which field
+/// is wrong (IMGAPI is up); anything else is IMGAPI's to fix or retry.
+fn manifest_api_error(uuid: ImageUuid, url: &str, err: agentsadm_api::ApiError) -> FetchError {
+    match err.decode_detail() {
+        Some(detail) => FetchError::BadManifest {
+            uuid,
+            url: url.to_string(),
+            detail,
+        },
+        None => FetchError::Imgapi {
+            uuid,
+            err: Box::new(err),
+        },
+    }
 }
 
 #[cfg(test)]

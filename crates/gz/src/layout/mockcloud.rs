@@ -322,6 +322,7 @@ impl Layout for MockcloudGz {
                 .flatten()
                 .and_then(|s| s.parse().ok());
             agents.push(AgentEntry {
+                problem: None,
                 name: pkg.as_ref().map(|p| p.name.clone()).unwrap_or(name),
                 version: pkg.map(|p| p.version).unwrap_or_default(),
                 image_uuid: image,

@@ -101,8 +101,8 @@ pub struct StepRecord {
     pub to: Option<ImageUuid>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub to_version: Option<String>,
-    /// `done`, `failed`, `not-run`, or `reverted` (unhealthy: the image
-    /// before is back).
+    /// `done`, `failed`, `not-run`, `unknown` (an API stopped answering
+    /// while it ran), or `reverted` (unhealthy: the image before is back).
     #[serde(default)]
     pub status: String,
     #[serde(default)]
@@ -288,6 +288,7 @@ pub fn server_record(uuid: ServerUuid, sp: &ServerPlan, outcome: &ServerOutcome)
                 (false, Some(StepStatus::Done)) => "done",
                 (false, Some(StepStatus::Failed)) => "failed",
                 (false, Some(StepStatus::NotRun) | None) => "not-run",
+                (false, Some(StepStatus::Unknown)) => "unknown",
             };
             let (from, from_version) = match &step.action {
                 Action::Upgrade { from, .. } | Action::Remove { installed: from } => {

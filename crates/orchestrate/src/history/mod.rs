@@ -179,7 +179,7 @@ async fn read_lock(sapi: &SapiHistory) -> Option<LockRecord> {
     let store = crate::lock::SapiLockStore::new(sapi.sapi.clone())
         .await
         .ok()?;
-    store.read().await.ok().flatten()
+    store.read().await.ok()?.holder().cloned()
 }
 
 /// Whether the run of `owner` (`user@host:pid`) is still going: on this

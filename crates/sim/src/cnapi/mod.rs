@@ -163,7 +163,11 @@ pub(crate) fn router(core: Arc<DcCore>) -> Router {
         .route(
             "/servers/{uuid}",
             get(servers::get_server)
+                // restify's bodyParser as CNAPI uses it sets no size
+                // limit: a server's (or anyone's) report of any size is
+                // stored.
                 .post(servers::update_server)
+                .layer(axum::extract::DefaultBodyLimit::disable())
                 .delete(servers::delete_server),
         )
         .route("/servers/{uuid}/setup", put(setup::setup_server))

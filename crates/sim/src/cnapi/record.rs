@@ -59,6 +59,12 @@ pub struct ServerRecord {
     #[serde(default)]
     pub next_reboot: Option<String>,
     pub agents: Vec<AgentEntry>,
+    /// `agents` exactly as a ServerUpdate posted them, when some entry
+    /// was not what cn-agent reports: the real CNAPI checks only that
+    /// `agents` is an array, and serves back whatever it stored. Served
+    /// while `agents` is still what it was read as.
+    #[serde(default)]
+    pub agents_posted: Option<Vec<Value>>,
     pub vms: Map<String, Value>,
     pub admin_ip: String,
     pub cpu_cores: u32,
@@ -128,6 +134,7 @@ impl ServerRecord {
             last_boot: boot,
             next_reboot: None,
             agents: Vec::new(),
+            agents_posted: None,
             vms: Map::new(),
             admin_ip: server.admin_ip.clone(),
             cpu_cores: if server.headnode { 16 } else { 48 },
@@ -226,7 +233,13 @@ impl ServerRecord {
             put("last_heartbeat", json!(hb));
         }
         if g.agents {
-            put("agents", json!(self.agents));
+            let posted = self.agents_posted.as_ref().filter(|raw| {
+                raw.iter().map(AgentEntry::from_value).collect::<Vec<_>>() == self.agents
+            });
+            match posted {
+                Some(raw) => put("agents", Value::Array(raw.clone())),
+                None => put("agents", json!(self.agents)),
+            }
         }
         if g.sysinfo {
             put("sysinfo", self.sysinfo());

@@ -313,6 +313,11 @@ pub(super) async fn update_server(
         };
         let str_of = |k: &str| p.get(k).and_then(Value::as_str).map(str::to_string);
         if let Some(a) = agents {
+            r.agents_posted = a
+                .iter()
+                .any(|e| e.problem.is_some())
+                .then(|| p.get("agents").and_then(Value::as_array).cloned())
+                .flatten();
             r.agents = a;
         }
         if let Some(v) = p.get("boot_params").and_then(Value::as_object) {

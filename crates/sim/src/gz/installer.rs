@@ -280,6 +280,7 @@ pub fn apply_results(catalog: &Catalog, agents: &mut Vec<AgentEntry>, results: &
             | ComponentAction::Upgraded
             | ComponentAction::Unchanged
             | ComponentAction::RolledBack => agents.push(AgentEntry {
+                problem: None,
                 name,
                 version: r.version.clone().unwrap_or_default(),
                 image_uuid: r.image_uuid,
@@ -475,6 +476,7 @@ mod tests {
     fn results_replace_the_entries_they_touched() {
         let cat = Catalog::builtin();
         let entry = |name: &str, img: u128| AgentEntry {
+            problem: None,
             name: name.into(),
             version: "1.0.0".into(),
             image_uuid: Some(ImageUuid::from_u128(img)),

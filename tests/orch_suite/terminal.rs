@@ -1,0 +1,301 @@
+//! A rollout in a real terminal (tmux, 120x40): the canary question is
+//! seen. The live display is taken off the screen while it is asked, so
+//! no redraw wipes it and no ETA ticks under it; the question and the
+//! answer stay on the screen; Ctrl-C and the end of input (Ctrl-D) are
+//! "no": exit status 2 and no server after the canary wave started.
+
+use std::path::Path;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use agentsadm_sim::{LatencySpec, SeedSpec, SimConfig, SimDc};
+
+use crate::tools;
+
+/// A tmux server of the test's own (its own socket, in the test's
+/// directory), killed when dropped.
+struct Tmux {
+    socket: String,
+}
+
+impl Tmux {
+    /// A 120x40 session running `script` (with `sh`), kept on screen after
+    /// it ends.
+    fn start(name: &str, script: &Path) -> Tmux {
+        Tmux::sized(name, script, (120, 40))
+    }
+
+    /// [`Tmux::start`] at `columns` x `rows`.
+    fn sized(name: &str, script: &Path, (columns, rows): (u16, u16)) -> Tmux {
+        // The socket beside the script, in the test's own directory: gone
+        // with it.
+        let socket = script.with_file_name(format!("tmux-{name}.sock"));
+        let tmux = Tmux {
+            socket: socket.display().to_string(),
+        };
+        let cmd = format!("sh {}", script.display());
+        tmux.run(&[
+            "-f",
+            "/dev/null",
+            "new-session",
+            "-d",
+            "-s",
+            "t",
+            "-x",
+            &columns.to_string(),
+            "-y",
+            &rows.to_string(),
+            &cmd,
+        ]);
+        tmux.run(&["set-option", "-t", "t", "remain-on-exit", "on"]);
+        tmux
+    }
+
+    fn run(&self, args: &[&str]) -> String {
+        let out = Command::new("tmux")
+            .arg("-S")
+            .arg(&self.socket)
+            .args(args)
+            .output()
+            .expect("tmux runs");
+        assert!(
+            out.status.success(),
+            "tmux {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    /// What the terminal shows, trailing blank lines dropped.
+    fn screen(&self) -> String {
+        let text = self.run(&["capture-pane", "-p", "-t", "t"]);
+        text.trim_end().to_string()
+    }
+
+    fn keys(&self, keys: &[&str]) {
+        let mut args = vec!["send-keys", "-t", "t"];
+        args.extend_from_slice(keys);
+        self.run(&args);
+    }
+
+    /// Wait (up to two minutes) until the screen shows `text`.
+    async fn wait_for(&self, text: &str) -> String {
+        let deadline = Instant::now() + Duration::from_secs(120);
+        loop {
+            let screen = self.screen();
+            if screen.contains(text) {
+                return screen;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "never showed {text:?}:\n{screen}"
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+}
+
+impl Drop for Tmux {
+    fn drop(&mut self) {
+        let _ = Command::new("tmux")
+            .args(["-S", &self.socket, "kill-server"])
+            .output();
+    }
+}
+
+/// The last line on the screen.
+fn last_line(screen: &str) -> &str {
+    screen.lines().last().unwrap_or_default()
+}
+
+/// A script in `dir` that runs `agentsadm ARGS` against `dc`, then prints
+/// its exit status (`EXIT=N`).
+fn script(dc: &SimDc, dir: &Path, args: &str) -> std::path::PathBuf {
+    let urls = dc.urls();
+    let script = dir.join("run.sh");
+    // The shell lives on after Ctrl-C (a trap), to print the exit status.
+    std::fs::write(
+        &script,
+        format!(
+            "trap : INT\nexport IMGAPI_URL={} SAPI_URL={} CNAPI_URL={} UPDATES_URL={} XDG_STATE_HOME={}\n{} {args}\necho \"EXIT=$?\"\n",
+            urls.imgapi,
+            urls.sapi,
+            urls.cnapi,
+            urls.updates,
+            dir.display(),
+            env!("CARGO_BIN_EXE_agentsadm"),
+        ),
+    )
+    .unwrap();
+    script
+}
+
+/// Update vm-agent with a canary wave of one server in tmux, confirm the
+/// plan, wait for the canary question, then answer it with `keys`.
+/// Returns the screen at the end, how many servers run the new image and
+/// the run's log.
+async fn canary_answered_with(name: &str, keys: &[&str]) -> (String, usize, String) {
+    let dc = SimDc::start(
+        SimConfig::default()
+            .servers(4)
+            .populate(SeedSpec::with_newer())
+            .install_latency(LatencySpec::fixed(300)),
+    )
+    .await
+    .expect("simulator starts");
+    let before = dc.server_agents(dc.headnode().uuid);
+    let old = before
+        .iter()
+        .find(|a| a.name == "vm-agent")
+        .expect("vm-agent installed")
+        .version
+        .clone();
+    let dir = tempfile::tempdir().unwrap();
+    let script = script(&dc, dir.path(), "update vm-agent --latest --canary 1 -j 2");
+    let tmux = Tmux::start(name, &script);
+    tmux.wait_for("Proceed? [y/N]").await;
+    tmux.keys(&["y", "Enter"]);
+    let question = "continue with 4 servers? [y/N]";
+    let screen = tmux.wait_for(question).await;
+    assert!(
+        last_line(&screen).starts_with("canary passed on cn")
+            && last_line(&screen).ends_with(question),
+        "the question is the last thing on the screen:\n{screen}"
+    );
+    // Several redraws later (the rows tick every second, the bar four
+    // times a second), nothing was drawn over or under it.
+    tokio::time::sleep(Duration::from_millis(2_500)).await;
+    let later = tmux.screen();
+    assert_eq!(last_line(&later), last_line(&screen), "{later}");
+    assert!(!later.contains("ETA"), "no bar while asking:\n{later}");
+    tmux.keys(keys);
+    let end = tmux.wait_for("EXIT=").await;
+    let upgraded = dc
+        .servers()
+        .iter()
+        .filter(|s| {
+            dc.server_agents(s.uuid)
+                .iter()
+                .any(|a| a.name == "vm-agent" && a.version != old)
+        })
+        .count();
+    drop(tmux);
+    dc.shutdown().await;
+    let mut log = String::new();
+    for entry in std::fs::read_dir(dir.path().join("agentsadm/logs")).expect("run log") {
+        log += &std::fs::read_to_string(entry.unwrap().path()).unwrap();
+    }
+    (end, upgraded, log)
+}
+
+/// The screen from the canary question on.
+fn from_question(screen: &str) -> &str {
+    let at = screen.find("canary passed on").expect("question on screen");
+    &screen[at..]
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ctrl_c_at_the_canary_question_is_no() {
+    if !tools::require_tool("tmux", "tmux") {
+        return;
+    }
+    let (screen, upgraded, log) = canary_answered_with("ctrl-c", &["C-c"]).await;
+    // The run's log has the answer, and how it was given.
+    assert!(log.contains(r#""answer":"Ctrl-C (taken as no)""#), "{log}");
+    let tail = from_question(&screen);
+    assert!(
+        tail.contains(
+            "continue with 4 servers? [y/N] ^C\nCtrl-C, taken as no: no further server is started"
+        ),
+        "{screen}"
+    );
+    assert!(
+        tail.contains("stopped after the canary wave (not confirmed)")
+            && tail.contains("4 not started"),
+        "{screen}"
+    );
+    assert!(!tail.contains("ETA"), "no stale bar:\n{screen}");
+    assert!(screen.lines().any(|l| l == "EXIT=2"), "{screen}");
+    assert_eq!(upgraded, 1, "only the canary");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_end_of_input_at_the_canary_question_is_no() {
+    if !tools::require_tool("tmux", "tmux") {
+        return;
+    }
+    let (screen, upgraded, log) = canary_answered_with("eof", &["C-d"]).await;
+    assert!(
+        log.contains(r#""answer":"end of input (taken as no)""#),
+        "{log}"
+    );
+    let tail = from_question(&screen);
+    assert!(
+        tail.contains("no answer (end of input), taken as no: no further server is started"),
+        "{screen}"
+    );
+    assert!(screen.lines().any(|l| l == "EXIT=2"), "{screen}");
+    assert_eq!(upgraded, 1, "only the canary");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn yes_at_the_canary_question_goes_on_below_it() {
+    if !tools::require_tool("tmux", "tmux") {
+        return;
+    }
+    let (screen, upgraded, _) = canary_answered_with("yes", &["y", "Enter"]).await;
+    let tail = from_question(&screen);
+    assert!(
+        tail.contains("continue with 4 servers? [y/N] y\ncontinuing with 4 more servers\n"),
+        "{screen}"
+    );
+    assert!(!tail.contains("ETA"), "no stale bar:\n{screen}");
+    assert!(screen.lines().any(|l| l == "EXIT=0"), "{screen}");
+    assert_eq!(upgraded, 5);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rows_that_do_not_fit_at_80x24_are_counted() {
+    if !tools::require_tool("tmux", "tmux") {
+        return;
+    }
+    let dc = SimDc::start(
+        SimConfig::default()
+            .servers(40)
+            .populate(SeedSpec::with_newer())
+            .install_latency(LatencySpec::fixed(4_000)),
+    )
+    .await
+    .expect("simulator starts");
+    let dir = tempfile::tempdir().unwrap();
+    let script = script(&dc, dir.path(), "update vm-agent --latest -j 40 -y");
+    let tmux = Tmux::sized("rows", &script, (80, 24));
+    let screen = tmux.wait_for("more running").await;
+    let lines: Vec<&str> = screen.lines().collect();
+    // The bar, 21 rows and the count: nothing scrolled off or wrapped.
+    let bar = lines
+        .iter()
+        .position(|l| l.contains("servers, ETA"))
+        .unwrap_or_else(|| panic!("no bar:\n{screen}"));
+    let below = &lines[bar + 1..];
+    assert_eq!(below.len(), 22, "{screen}");
+    assert!(
+        below[..21]
+            .iter()
+            .all(|l| l.contains(" cn0") || l.contains(" headnode")),
+        "{screen}"
+    );
+    assert!(
+        below[21].trim_end().ends_with("+19 more running"),
+        "{screen}"
+    );
+    assert!(lines.iter().all(|l| l.chars().count() <= 80), "{screen}");
+    let end = tmux.wait_for("EXIT=").await;
+    let from = end
+        .find("Updated 41 of 41 servers")
+        .unwrap_or_else(|| panic!("{end}"));
+    assert!(!end[from..].contains("ETA"), "no stale bar:\n{end}");
+    assert!(end.lines().any(|l| l == "EXIT=0"), "{end}");
+    drop(tmux);
+    dc.shutdown().await;
+}
