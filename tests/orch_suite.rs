@@ -17,6 +17,10 @@
 //! - `fence`: a plan changed between the prompt and execution is shown
 //!   and asked about again, never executed unconfirmed, through the one
 //!   run (`check --fix`, `adopt`, `server delete`); a held lock first;
+//! - `history`: every run recorded (journal and SAPI), seen from another
+//!   session, a run killed mid-rollout, plans scheduled from history;
+//! - `revert`: a revert returns the datacenter to the images before (no
+//!   drift), is recorded and revertible; servers changed since are skipped;
 //! - `halfsetup`: a datacenter not set up leads with the cause (pure);
 //! - `halt`: the waves the plan shows and the run follows; a failure-budget
 //!   halt puts intent back (sim);
@@ -63,6 +67,8 @@ mod golden_common;
 mod halfsetup;
 #[path = "orch_suite/halt.rs"]
 mod halt;
+#[path = "orch_suite/history.rs"]
+mod history;
 #[path = "orch_suite/holds.rs"]
 mod holds;
 #[path = "orch_suite/interrupt.rs"]
@@ -79,6 +85,8 @@ mod one_at_a_time;
 mod outage;
 #[path = "orch_suite/plan.rs"]
 mod plan;
+#[path = "orch_suite/revert.rs"]
+mod revert;
 #[path = "orch_suite/rollout.rs"]
 mod rollout;
 #[path = "orch_suite/runlog.rs"]

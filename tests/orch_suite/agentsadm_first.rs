@@ -66,6 +66,7 @@ fn plan_shows_agentsadm_first_where_the_copy_cannot_parse_the_steps() {
         request: &req,
         options: TransportMode::Auto.into(),
         images: &images,
+        durations: None,
     })
     .unwrap();
     let text = p.display().to_string();
@@ -109,6 +110,7 @@ fn plan_shows_agentsadm_first_where_the_copy_cannot_parse_the_steps() {
         request: &req,
         options: TransportMode::Auto.into(),
         images: &none,
+        durations: None,
     })
     .unwrap();
     let skipped: Vec<(&str, &str)> = p

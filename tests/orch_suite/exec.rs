@@ -549,6 +549,72 @@ async fn command_line_progress_handles_every_event() {
     }
 }
 
+/// A run on four servers, none of which has finished when cn002 is flagged:
+/// it is judged against its own history (it usually takes 40 s), while
+/// cn003, slow every time (it usually takes 5 min), is not flagged at all.
+#[tokio::test(start_paused = true)]
+async fn a_server_with_history_is_flagged_against_itself_in_a_small_run() {
+    use agentsadm_orchestrate::baseline::OutlierBasis;
+    use agentsadm_plan::timing::{Durations, Sample};
+    let (fake, targets) = setup(3, &["vm-agent"]);
+    // One at a time: the fake datacenter is behind one lock.
+    let cn2 = fake.dc().server_named("cn002");
+    let cn3 = fake.dc().server_named("cn003");
+    fake.faults().latency = Duration::from_secs(40);
+    fake.faults().slow.insert(cn2, 4.5); // 3 min this time
+    fake.faults().slow.insert(cn3, 7.5); // 5 min, as usual
+    let history = Durations::from_samples(fake.dc().reality().servers.keys().map(|s| Sample {
+        server: *s,
+        component: "vm-agent".into(),
+        elapsed: if *s == cn3 {
+            Duration::from_secs(300)
+        } else {
+            Duration::from_secs(40)
+        },
+    }));
+    let (intent, reality) = fake.snapshot();
+    let catalog = fake.dc().catalog.clone();
+    let images = images(&fake, &targets);
+    let p = agentsadm_plan::plan(&agentsadm_plan::PlanningInput {
+        catalog: &catalog,
+        intent: &intent,
+        reality: &reality,
+        request: &request(Operation::Update, &["vm-agent"], &[]),
+        options: agentsadm_plan::PlanOptions::default(),
+        images: &images,
+        durations: Some(&history),
+    })
+    .unwrap();
+    // The slowest first: cn003, then the others.
+    assert_eq!(p.rollout().order().next().unwrap().hostname, "cn003");
+    // The executor judges by what the history knows (as Run feeds it).
+    let mut options = ExecOptions::default();
+    options.known.add_history(&history);
+    let reporter = RecordingReporter::default();
+    let report = Executor::new(&fake, &fake, &reporter, &options)
+        .execute(crate::sim_common::yes(&p), std::future::pending())
+        .await
+        .unwrap();
+    assert_eq!(report.outliers.len(), 1, "{:?}", report.outliers);
+    let o = &report.outliers[0];
+    assert_eq!(o.hostname, "cn002");
+    assert_eq!(o.basis, OutlierBasis::History);
+    assert_eq!(o.median, Duration::from_secs(40));
+    // max(3 x 40 s, 40 s + 30 s) = 2 min, checked every second.
+    assert!(o.elapsed > Duration::from_secs(120) && o.elapsed <= Duration::from_secs(122));
+    assert!(
+        o.describe()
+            .starts_with("usually takes 40.0s and is at 2m0"),
+        "{}",
+        o.describe()
+    );
+    assert!(
+        report
+            .render(&p)
+            .contains("elapsed when flagged, usually 40.0s")
+    );
+}
+
 #[tokio::test(start_paused = true)]
 async fn a_small_rollout_stops_waiting_for_a_hung_server_after_the_straggler_timeout() {
     // Four servers, one hung: too few for a median, yet --straggler-timeout

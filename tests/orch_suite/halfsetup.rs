@@ -35,6 +35,7 @@ fn a_half_set_up_datacenter_leads_with_the_cause() {
         request: &request(Operation::Update, &["--all"], &[]),
         options: TransportMode::Auto.into(),
         images: &images,
+        durations: None,
     })
     .expect("plan");
     let text = p.display_compact(20).to_string();
@@ -76,6 +77,7 @@ fn a_set_up_datacenter_has_no_cause_lines() {
         request: &request(Operation::Update, &["vm-agent"], &[]),
         options: TransportMode::Auto.into(),
         images: &images,
+        durations: None,
     })
     .expect("plan");
     let text = p.display_compact(20).to_string();

@@ -32,6 +32,7 @@ fn plan_of(
         request: req,
         options,
         images,
+        durations: None,
     })
     .expect("plan")
 }

@@ -55,6 +55,7 @@ fn update_plan_with(n: usize, concurrency: usize) -> (FakeDc, Plan) {
             },
         },
         images: &images,
+        durations: None,
     })
     .expect("plan");
     (fake, p)

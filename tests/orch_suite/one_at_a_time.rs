@@ -119,6 +119,7 @@ pub(crate) async fn update(
             ignore_holds: false,
             rollout: settings.rollout,
         },
+        durations: None,
     };
     let mut run = Run::new(apis, dc.catalog(), settings, reporter, "update cmon-agent");
     run.transport = transport();

@@ -36,6 +36,7 @@ fn plan_with(
         request: req,
         options: transport.into(),
         images,
+        durations: None,
     })
 }
 

@@ -504,6 +504,7 @@ async fn execute_steps_start_after_the_servers_cn_agent_tasks() {
         request: &request,
         options: TransportMode::Auto.into(),
         images: &images,
+        durations: None,
     })
     .unwrap();
     let recording = Recording {

@@ -259,6 +259,16 @@ pub enum Command {
     /// Lift a hold put with `agentsadm hold`.
     #[command(after_help = "Examples:\n  agentsadm release vm-agent -s cn0007,cn0008")]
     Release(orch::ReleaseArgs),
+    /// List the runs that changed the datacenter, or show one per server.
+    #[command(
+        after_help = "Examples:\n  agentsadm history\n  agentsadm history -n 5 --since 2d\n  agentsadm history 1f0c2a9e --json"
+    )]
+    History(orch::HistoryArgs),
+    /// Put back what a recorded run changed (the images servers ran before).
+    #[command(
+        after_help = "Examples:\n  agentsadm revert 1f0c2a9e -n\n  agentsadm revert 1f0c2a9e -y --canary 1"
+    )]
+    Revert(orch::RevertArgs),
     /// Create SAPI agent services and instances for what is installed.
     #[command(after_help = "Examples:\n  agentsadm adopt -n\n  agentsadm adopt -y")]
     Adopt(orch::AdoptArgs),
@@ -295,6 +305,7 @@ impl Command {
             Command::Adopt(_) => Some("adopt"),
             Command::Disable(_) => Some("disable"),
             Command::Enable(_) => Some("enable"),
+            Command::Revert(_) => Some("revert"),
             Command::Check(c) if c.fix => Some("check"),
             Command::Server(s) => Some(match s.command {
                 flows::ServerCommand::Delete(_) => "server-delete",
@@ -324,6 +335,8 @@ async fn dispatch<X: Extension>(cli: Cli<X>) -> CmdResult {
         Command::Enable(a) => orch::run_enable(&g, a).await,
         Command::Hold(a) => orch::run_hold(&g, a).await,
         Command::Release(a) => orch::run_release(&g, a).await,
+        Command::History(a) => orch::run_history(&g, a).await,
+        Command::Revert(a) => orch::run_revert(&g, a).await,
         Command::Check(a) => flows::run_check(&g, a).await,
         Command::Server(a) => flows::run_server(&g, a).await,
         Command::Installer(a) => flows::run_installer(&g, a).await,
@@ -569,6 +582,7 @@ mod help_tests {
         let options = "-j 3 --canary 1 --max-failures 10% --max-per-rack 2 --task-timeout 5m --break-lock -n -y";
         for command in [
             "update vm-agent",
+            "revert 1f0c2a9e",
             "install dockerlogger -s cn1",
             "remove dockerlogger -s cn1",
             "check --fix",

@@ -493,11 +493,10 @@ impl Reporter for CliProgress {
                 }
                 self.redraw();
                 self.line(&format!(
-                    "warning: {} ({}) is slow: running for {}, {}",
+                    "warning: {} ({}) is slow: {}",
                     o.hostname,
                     o.server,
-                    fmt_duration(o.elapsed),
-                    o.compared_with()
+                    o.describe()
                 ));
             }
             ExecEvent::StragglersAbandoned { servers } => {

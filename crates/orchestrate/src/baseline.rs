@@ -9,8 +9,11 @@
 //! A server's expected turn is its steps' batches one after the other, the
 //! longest step of each batch (parallel-safe steps run together). It is an
 //! outlier past `max(factor x expected, expected + margin)`, the same rule
-//! as against the median ([`crate::outlier`]). Pure: the executor feeds it
-//! tokio time.
+//! as against the median ([`crate::outlier`]). A server whose every step
+//! has a time of its own is judged against itself for the whole run, median
+//! or not ([`outliers`]): one that is slow every time is no news, one
+//! slower than itself is ("cn0042 usually takes 40.0s and is at 3m00s").
+//! Pure: the executor feeds it tokio time.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
@@ -18,8 +21,9 @@ use std::time::Duration;
 
 use serde::Serialize;
 
-use super::outlier::{Outlier, OutlierPolicy};
+use super::outlier::{self, Outlier, OutlierPolicy};
 use super::report::fmt_duration;
+use agentsadm_plan::timing::Durations;
 use agentsadm_plan::{Plan, ServerPlan};
 use agentsadm_types::catalog::Catalog;
 use agentsadm_types::ids::ServerUuid;
@@ -73,6 +77,14 @@ impl KnownDurations {
     /// What an earlier run took on `server` for `component` (run history).
     pub fn record_history(&mut self, server: ServerUuid, component: &str, took: Duration) {
         self.history.insert((server, component.to_string()), took);
+    }
+
+    /// Every server's own times from the run history
+    /// ([`crate::history::HistoryStore::durations`]).
+    pub fn add_history(&mut self, durations: &Durations) {
+        for (server, component, took) in durations.own() {
+            self.record_history(server, component, took);
+        }
     }
 
     fn step(&self, server: ServerUuid, component: &str) -> Option<(Duration, bool)> {
@@ -135,7 +147,54 @@ pub fn baseline_outliers<'a>(
     out
 }
 
+/// Running servers that just became outliers (not warned about before): a
+/// server with a history of its own for every step against that, from the
+/// start; the others against the median of `finished` once enough servers
+/// finished, before that against their expected turn (where known).
+pub fn outliers<'a>(
+    policy: &OutlierPolicy,
+    finished: &[Duration],
+    running: impl IntoIterator<Item = (ServerUuid, &'a str, Duration, Option<Baseline>)>,
+    warned: &BTreeSet<ServerUuid>,
+) -> Vec<Outlier> {
+    let with_median = finished.len() >= policy.min_finished.max(1);
+    let (own, others): (Vec<_>, Vec<_>) = running
+        .into_iter()
+        .partition(|(.., b)| b.is_some_and(|b| b.basis == OutlierBasis::History));
+    let mut out = baseline_outliers(policy, own, warned);
+    if with_median {
+        out.extend(outlier::new_outliers(
+            policy,
+            finished,
+            others.into_iter().map(|(u, h, e, _)| (u, h, e)),
+            warned,
+        ));
+    } else {
+        out.extend(baseline_outliers(policy, others, warned));
+    }
+    out.sort_by_key(|o| o.server);
+    out
+}
+
 impl Outlier {
+    /// Why it is flagged, after its name: `usually takes 40.0s and is at
+    /// 3m00s` against its own history, else `running for 3m00s, ` and
+    /// [`Outlier::compared_with`].
+    pub fn describe(&self) -> String {
+        match self.basis {
+            OutlierBasis::History => format!(
+                "usually takes {} and is at {}",
+                fmt_duration(self.median),
+                fmt_duration(self.elapsed)
+            ),
+            OutlierBasis::Median | OutlierBasis::Catalog => format!(
+                "running for {}, {}",
+                fmt_duration(self.elapsed),
+                self.compared_with()
+            ),
+        }
+    }
+
     /// What it was compared with, for messages: `the median server took
     /// 633ms`, `expected 1m00s (the catalog's)`, `its own earlier runs took
     /// 40.0s`.
@@ -148,12 +207,14 @@ impl Outlier {
         }
     }
 
-    /// The reference alone, for a live row: `median 633ms`, `expected 1m00s`.
+    /// The reference alone, for a live row: `median 633ms`, `expected
+    /// 1m00s`, `usually 40.0s`.
     pub fn reference(&self) -> String {
         let d = fmt_duration(self.median);
         match self.basis {
             OutlierBasis::Median => format!("median {d}"),
-            OutlierBasis::Catalog | OutlierBasis::History => format!("expected {d}"),
+            OutlierBasis::Catalog => format!("expected {d}"),
+            OutlierBasis::History => format!("usually {d}"),
         }
     }
 }
@@ -255,6 +316,66 @@ mod tests {
         // Warned once.
         let warned: BTreeSet<_> = [server(1)].into();
         assert!(baseline_outliers(&p, [(server(1), "cn1", secs(999), b)], &warned).is_empty());
+    }
+
+    #[test]
+    fn a_server_with_history_is_judged_against_itself() {
+        let p = OutlierPolicy::default();
+        let own = |s: u64| {
+            Some(Baseline {
+                expected: secs(s),
+                basis: OutlierBasis::History,
+            })
+        };
+        // Nothing finished yet: cn0042 usually takes 40 s and is at 3 min;
+        // cn7 usually takes 5 min (slow every time) and is at 4 min; cn9
+        // has no history and no median to compare with.
+        let running = vec![
+            (server(42), "cn0042", secs(180), own(40)),
+            (server(7), "cn7", secs(240), own(300)),
+            (server(9), "cn9", secs(240), None),
+        ];
+        let flagged = outliers(&p, &[], running.clone(), &BTreeSet::new());
+        assert_eq!(flagged.len(), 1, "{flagged:?}");
+        assert_eq!(flagged[0].hostname, "cn0042");
+        assert_eq!(flagged[0].basis, OutlierBasis::History);
+        assert_eq!(flagged[0].median, secs(40));
+        assert_eq!(flagged[0].describe(), "usually takes 40.0s and is at 3m00s");
+        assert_eq!(flagged[0].reference(), "usually 40.0s");
+        // With a fleet median of 10 s, cn7 is still judged against itself
+        // (no warning); cn9 is judged against the fleet.
+        let flagged = outliers(&p, &[secs(10); 5], running, &BTreeSet::new());
+        let names: Vec<(&str, OutlierBasis)> = flagged
+            .iter()
+            .map(|o| (o.hostname.as_str(), o.basis))
+            .collect();
+        assert_eq!(
+            names,
+            [
+                ("cn9", OutlierBasis::Median),
+                ("cn0042", OutlierBasis::History)
+            ]
+        );
+        assert_eq!(
+            flagged[0].describe(),
+            "running for 4m00s, the median server took 10.0s"
+        );
+    }
+
+    #[test]
+    fn the_history_of_each_server_and_component_is_known() {
+        use agentsadm_plan::timing::Sample;
+        let d =
+            Durations::from_samples([(1, 10), (1, 30), (1, 20), (2, 50)].map(|(s, t)| Sample {
+                server: server(s),
+                component: "vm-agent".into(),
+                elapsed: secs(t),
+            }));
+        let mut known = KnownDurations::default();
+        known.add_history(&d);
+        assert_eq!(known.step(server(1), "vm-agent"), Some((secs(20), true)));
+        assert_eq!(known.step(server(2), "vm-agent"), Some((secs(50), true)));
+        assert_eq!(known.step(server(3), "vm-agent"), None);
     }
 
     #[test]

@@ -346,6 +346,31 @@ async fn agentsadm_target(
     Ok(newest.map(|(_, m)| to_ref(&m, None)))
 }
 
+/// Add to `out.known` the images of `wanted` (component, image) that the
+/// datacenter IMGAPI has and that are images of their component (the
+/// history they come from is SAPI's, which anyone can write); the others
+/// stay unknown, and the planner skips what needs them.
+pub async fn add_known(
+    dc: &ImgapiClient,
+    catalog: &Catalog,
+    wanted: &[(String, ImageUuid)],
+    out: &mut ResolvedImages,
+) -> Result<(), ImageError> {
+    let label = format!("the datacenter IMGAPI {}", dc.base_url());
+    for (component, uuid) in wanted {
+        if out.known.contains_key(uuid) {
+            continue;
+        }
+        let (Some(c), Some(m)) = (catalog.get(component), get_opt(dc, *uuid, &label).await?) else {
+            continue;
+        };
+        if check_manifest(catalog, c, &m).is_ok() {
+            out.known.insert(m.uuid, to_ref(&m, None));
+        }
+    }
+    Ok(())
+}
+
 /// `image`, once `m` passed the catalog's checks for `component`.
 fn checked(
     image: ImageRef,

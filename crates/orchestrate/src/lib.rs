@@ -30,6 +30,10 @@
 //!   [`recover`] settles tasks whose result CNAPI lost.
 //! - [`marks`]: `disable`/`enable` planned for the run, `hold`/`release`
 //!   written to SAPI (issue 25).
+//! - [`history`]: every run the [`run`] executes is recorded (the headnode's
+//!   journals and SAPI); `agentsadm history` and `revert` read it back,
+//!   and the planner schedules from what servers took before; [`revert`]
+//!   plans putting back what a recorded run changed.
 
 pub mod adopt;
 pub mod baseline;
@@ -39,6 +43,7 @@ pub mod execute;
 pub mod fence;
 pub mod gather;
 pub mod guard;
+pub mod history;
 mod holding;
 pub mod images;
 pub mod lock;
@@ -48,6 +53,7 @@ pub mod records;
 pub mod recover;
 pub mod report;
 mod reporters;
+pub mod revert;
 pub mod run;
 pub mod session;
 pub mod store;

@@ -38,6 +38,7 @@ impl Planner for SwitchPlanner<'_> {
                 request: &self.request,
                 options: self.options,
                 images: &ResolvedImages::default(),
+                durations: None,
             },
             self.mark.as_ref(),
         )?)

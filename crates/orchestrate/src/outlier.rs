@@ -6,6 +6,10 @@
 //!   `max(factor x median, median + margin)` is an outlier; each gets one
 //!   warning. The margin keeps fast rollouts (median of seconds) from
 //!   flagging ordinary jitter.
+//! - A server with a history of its own is judged against itself instead,
+//!   from the start and however few servers have finished
+//!   ([`crate::baseline::outliers`]): "cn0042 usually takes 40.0s and is at
+//!   3m00s".
 //! - Stragglers: when nothing is left to start and every server still
 //!   running is an outlier, the straggler clock starts; after
 //!   `--straggler-timeout` the executor stops waiting for them.

@@ -437,6 +437,10 @@ pub struct ExecReport {
     /// server's CNAPI record), in the order they were made.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub records: Vec<RecordOutcome>,
+    /// The run's id in the history (`agentsadm history RUN`, `agentsadm
+    /// revert RUN`), when it was recorded.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub run: Option<agentsadm_types::ids::RunId>,
     /// The datacenter lock, if this run lost it at any point (noticed
     /// while running, or when confirmed once more before the summary).
     #[serde(skip_serializing_if = "Option::is_none")]

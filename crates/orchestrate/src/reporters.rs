@@ -213,10 +213,9 @@ impl Reporter for LogReporter {
                 elapsed_ms = o.elapsed.as_millis() as u64,
                 median_ms = o.median.as_millis() as u64,
                 basis = ?o.basis,
-                "outlier: {} running for {}, {}",
+                "outlier: {} {}",
                 o.hostname,
-                fmt_duration(o.elapsed),
-                o.compared_with()
+                o.describe()
             ),
             ExecEvent::StragglersAbandoned { servers } => {
                 let names: Vec<&str> = servers.iter().map(|(_, h)| h.as_str()).collect();

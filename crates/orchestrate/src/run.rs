@@ -26,6 +26,7 @@ use super::confirm::Confirmed;
 use super::execute::{ExecError, ExecOptions, Executor, RunGate};
 use super::fence::{Fenced, fence};
 use super::guard::{ApiPings, Fence, Hold, LockFence};
+use super::history::{HistorySettings, Recorder, RecordingTee, SapiHistory};
 use super::holding;
 use super::images::{self, ImageError};
 use super::lock::{self, LockError, LockOptions, SapiLockStore};
@@ -37,6 +38,7 @@ use agentsadm_api::Apis;
 use agentsadm_api::CnapiClient;
 use agentsadm_api::ImgapiClient;
 use agentsadm_api::SapiClient;
+use agentsadm_plan::timing::Durations;
 use agentsadm_plan::{Plan, PlanOptions, RolloutPolicy, TransportMode};
 use agentsadm_types::catalog::Catalog;
 
@@ -195,6 +197,13 @@ pub struct Run<'a> {
     pub operation: String,
     /// The lock's timing (tests shorten the settle interval).
     pub lock: LockOptions,
+    /// Where the run is recorded ([`crate::history`]); `None`: not at all.
+    pub history: Option<HistorySettings>,
+    /// What servers took in earlier runs, as the history had it when the
+    /// plan was made ([`crate::history::HistoryStore::durations`], the same
+    /// the planner scheduled from): a server with times of its own is
+    /// judged against them ([`crate::baseline`]). `None`: no history.
+    pub durations: Option<&'a Durations>,
 }
 
 impl<'a> Run<'a> {
@@ -239,6 +248,8 @@ impl<'a> Run<'a> {
                 break_lock: settings.break_lock,
                 ..LockOptions::default()
             },
+            history: Some(HistorySettings::default_for_process()),
+            durations: None,
         }
     }
 
@@ -393,13 +404,89 @@ impl<'a> Run<'a> {
         Ok(RunOutcome::Executed { planned, report })
     }
 
-    /// Import the plan's images, then carry it out through CNAPI and SAPI.
+    /// Record the run ([`crate::history`]), import the plan's images, then
+    /// carry it out through CNAPI and SAPI.
     async fn execute<P, O, E>(
         &self,
         confirmed: Confirmed<'_>,
         operator: &O,
         cancel: impl Future<Output = ()>,
         gate: &Gate<'_, O, P>,
+    ) -> Result<ExecReport, RunError<E>>
+    where
+        O: Operator<P> + Sync,
+        E: std::error::Error + 'static,
+    {
+        let plan = confirmed.plan();
+        let recorder = match &self.history {
+            Some(settings) => {
+                let (tx, rx) = std::sync::mpsc::channel::<String>();
+                let recorder = Recorder::begin(
+                    settings,
+                    Some(SapiHistory::new(self.sapi.clone())),
+                    plan,
+                    &self.operation,
+                    plan.reverts().map(|r| r.run),
+                    move |m| {
+                        let _ = tx.send(m.to_string());
+                    },
+                )
+                .await;
+                for m in rx.try_iter() {
+                    operator.note(&m);
+                }
+                Some(recorder)
+            }
+            None => None,
+        };
+        let every = self
+            .history
+            .as_ref()
+            .map_or(std::time::Duration::from_secs(3600), |h| h.mirror_every);
+        let result = {
+            let work = self.execute_recorded(confirmed, operator, cancel, gate, recorder.as_ref());
+            tokio::pin!(work);
+            let mut mirror = tokio::time::interval(every);
+            mirror.tick().await;
+            loop {
+                tokio::select! {
+                    r = &mut work => break r,
+                    _ = mirror.tick() => {
+                        if let Some(r) = &recorder {
+                            r.mirror_if_changed().await;
+                        }
+                    }
+                }
+            }
+        };
+        let Some(recorder) = recorder else {
+            return result;
+        };
+        let id = recorder.id();
+        match result {
+            Ok(mut report) => {
+                recorder.finish_report(&report).await;
+                report.run = id;
+                Ok(report)
+            }
+            Err(e) => {
+                recorder
+                    .finish_error(&agentsadm_types::error::error_chain(&e))
+                    .await;
+                Err(e)
+            }
+        }
+    }
+
+    /// Import the plan's images, then carry it out through CNAPI and SAPI,
+    /// every event also going to the run's recorder.
+    async fn execute_recorded<P, O, E>(
+        &self,
+        confirmed: Confirmed<'_>,
+        operator: &O,
+        cancel: impl Future<Output = ()>,
+        gate: &Gate<'_, O, P>,
+        recorder: Option<&Recorder>,
     ) -> Result<ExecReport, RunError<E>>
     where
         O: Operator<P> + Sync,
@@ -438,17 +525,33 @@ impl<'a> Run<'a> {
             }
             None => return Err(RunError::MissingApi { api: "CNAPI" }),
         };
+        let tee;
+        let reporter: &dyn Reporter = match recorder {
+            Some(recorder) => {
+                tee = RecordingTee {
+                    inner: self.reporter,
+                    recorder,
+                };
+                &tee
+            }
+            None => self.reporter,
+        };
         let probe = ApiPings {
             sapi: self.sapi.clone(),
             cnapi: self.cnapi.cloned(),
             imgapi: self.imgapi.cloned(),
             bound: PROBE_BOUND,
         };
-        // Slow servers before the run has a median are judged against the
-        // catalog's expected times (and any history the caller added).
+        // Slow servers are judged against their own earlier runs (the
+        // history the plan was scheduled from), and before the run has a
+        // median the others against the catalog's expected times (and
+        // any history the caller added).
         let mut options = self.settings.options.clone();
         options.known.add_catalog(self.catalog);
-        let executor = Executor::new(transport.as_ref(), &store, self.reporter, &options)
+        if let Some(durations) = self.durations {
+            options.known.add_history(durations);
+        }
+        let executor = Executor::new(transport.as_ref(), &store, reporter, &options)
             .with_records(&records)
             .with_guard(gate.fence, &probe);
         Ok(executor.execute_gated(confirmed, cancel, gate).await?)

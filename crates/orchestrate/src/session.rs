@@ -70,6 +70,7 @@ use agentsadm_plan::Request;
 use agentsadm_plan::ResolvedImages;
 use agentsadm_plan::intent::Intent;
 use agentsadm_plan::reality::Reality;
+use agentsadm_plan::timing::Durations;
 use agentsadm_types::catalog::Catalog;
 use agentsadm_types::catalog::Component;
 
@@ -131,6 +132,19 @@ impl Session<'_> {
         choice: ImageChoice,
         options: impl Into<PlanOptions>,
     ) -> Result<Planned, SessionError> {
+        self.plan_with(request, choice, options, None).await
+    }
+
+    /// [`Session::plan`] with what servers took before (the run history,
+    /// read before planning): the waves start the longest expected first
+    /// and the plan shows the expected finish.
+    pub async fn plan_with(
+        &self,
+        request: &Request,
+        choice: ImageChoice,
+        options: impl Into<PlanOptions>,
+        durations: Option<&Durations>,
+    ) -> Result<Planned, SessionError> {
         let (intent, reality) = gather::gather(self.apis, self.catalog).await?;
         let components = self.components_in_play(&intent, request);
         let images = images::resolve(
@@ -151,6 +165,7 @@ impl Session<'_> {
             request,
             options: options.into(),
             images: &images,
+            durations,
         })?;
         Ok(Planned {
             plan,
@@ -204,6 +219,9 @@ pub struct RequestPlanner<'a> {
     pub request: Request,
     pub choice: ImageChoice,
     pub options: PlanOptions,
+    /// What servers took before (read once, before the first plan, so
+    /// that every plan of the run is made from the same history).
+    pub durations: Option<Durations>,
 }
 
 impl Planner for RequestPlanner<'_> {
@@ -213,7 +231,12 @@ impl Planner for RequestPlanner<'_> {
     async fn plan(&self) -> Result<Plan, SessionError> {
         Ok(self
             .session
-            .plan(&self.request, self.choice, self.options)
+            .plan_with(
+                &self.request,
+                self.choice,
+                self.options,
+                self.durations.as_ref(),
+            )
             .await?
             .plan)
     }

@@ -415,6 +415,7 @@ impl ExecReport {
                 Operation::Update => "Updated",
                 Operation::Install => "Installed on",
                 Operation::Remove => "Removed from",
+                Operation::Revert => "Reverted",
                 _ => "Changed",
             };
             let _ = write!(

@@ -4,8 +4,9 @@
 //! a server whose rack is full waits (the next server in order whose rack
 //! has room goes first); once more servers have failed than the budget
 //! allows, or the lock is lost, no new server starts. Outliers are checked
-//! on a tick (against the median once enough servers finished, before that
-//! against each server's expected time, [`crate::baseline`]), and with
+//! on a tick (a server with a history of its own against that; the others
+//! against the median once enough servers finished, before that against
+//! their expected time, [`crate::baseline`]), and with
 //! `--straggler-timeout` the run stops waiting for any server that has run
 //! that long, from the first server on (its work may still complete).
 //!
@@ -21,7 +22,6 @@ use tokio::time::Instant;
 
 use super::baseline::{self, Baseline, KnownDurations};
 use super::execute::{Executor, RunGate};
-use super::outlier;
 use super::report::CanaryResult;
 use super::report::ExecEvent;
 use super::report::ExecReport;
@@ -324,23 +324,19 @@ impl Executor<'_> {
         self.leftovers(w, report);
     }
 
-    /// Warn about new outliers (against the median once enough servers
-    /// finished, else against each server's expected turn); with
+    /// Warn about new outliers ([`baseline::outliers`]: a server with a
+    /// history of its own against itself, the others against the median
+    /// once enough servers finished, else their expected turn); with
     /// `--straggler-timeout`, give up on the servers that have run that
     /// long. Returns the servers given up on, with their outcome.
     fn tick(&self, w: &mut Waves<'_>, report: &mut ExecReport) -> Vec<(ServerUuid, ServerOutcome)> {
         let now = Instant::now();
         let policy = &self.options.outlier;
-        let running = w.started.iter().map(|(u, (t, h))| (*u, *h, now - *t));
-        let fresh = if w.finished.len() >= policy.min_finished.max(1) {
-            outlier::new_outliers(policy, &w.finished, running, &w.warned)
-        } else {
-            baseline::baseline_outliers(
-                policy,
-                running.map(|(u, h, e)| (u, h, e, w.baselines.get(&u).copied().flatten())),
-                &w.warned,
-            )
-        };
+        let running = w
+            .started
+            .iter()
+            .map(|(u, (t, h))| (*u, *h, now - *t, w.baselines.get(u).copied().flatten()));
+        let fresh = baseline::outliers(policy, &w.finished, running, &w.warned);
         for o in fresh {
             w.warned.insert(o.server);
             self.reporter.event(&ExecEvent::Outlier(&o));

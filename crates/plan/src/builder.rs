@@ -24,8 +24,9 @@ use std::collections::{BTreeMap, BTreeSet};
 use super::Operation;
 use super::rollout::{Rollout, RolloutPolicy, waves};
 use super::skip::{Skip, SkipReason};
+use super::timing::Durations;
 use super::types::{
-    Action, Gate, IntentChange, Plan, RecordChange, ServerPlan, ServiceChange, Step,
+    Action, Gate, IntentChange, Plan, RecordChange, RevertOf, ServerPlan, ServiceChange, Step,
 };
 use super::{ImageRef, PlanningInput, TransportKind};
 use crate::intent::Intent;
@@ -52,6 +53,8 @@ pub struct PlanBuilder<'c> {
     agentsadm: Option<ImageRef>,
     /// Each server's agentsadm, as it reports it.
     copies: BTreeMap<ServerUuid, Option<Installed>>,
+    /// What servers took before, for the waves' order and expected finish.
+    durations: Option<&'c Durations>,
 }
 
 impl<'c> PlanBuilder<'c> {
@@ -74,6 +77,7 @@ impl<'c> PlanBuilder<'c> {
                 needs_explicit_yes: false,
                 selected_servers: 0,
                 rollout: Rollout::default(),
+                reverts: None,
             },
             bulk: false,
             execute: BTreeMap::new(),
@@ -82,6 +86,7 @@ impl<'c> PlanBuilder<'c> {
             ignore_holds: false,
             agentsadm: None,
             copies: BTreeMap::new(),
+            durations: None,
         }
     }
 
@@ -117,6 +122,14 @@ impl<'c> PlanBuilder<'c> {
     /// one, such steps are left out.
     pub fn agentsadm(&mut self, target: Option<ImageRef>) -> &mut Self {
         self.agentsadm = target;
+        self
+    }
+
+    /// What servers took in earlier runs (read before planning): the
+    /// waves start the longest expected first and show the expected
+    /// finish. Without it, servers start by hostname.
+    pub fn durations(&mut self, durations: Option<&'c Durations>) -> &mut Self {
+        self.durations = durations;
         self
     }
 
@@ -156,6 +169,12 @@ impl<'c> PlanBuilder<'c> {
 
     pub fn record(&mut self, change: RecordChange) -> &mut Self {
         self.plan.records.push(change);
+        self
+    }
+
+    /// The plan puts back run `of` (`agentsadm revert`).
+    pub fn reverts(&mut self, of: RevertOf) -> &mut Self {
+        self.plan.reverts = Some(of);
         self
     }
 
@@ -287,7 +306,7 @@ impl<'c> PlanBuilder<'c> {
         plan.skips.sort();
         plan.skips.dedup();
         plan.records.sort_by_key(RecordChange::phase);
-        plan.rollout = waves(&plan.servers, policy);
+        plan.rollout = waves(&plan.servers, policy, self.durations);
         self.plan
     }
 
@@ -638,6 +657,90 @@ mod tests {
                 .values()
                 .flat_map(|sp| &sp.steps)
                 .all(|st| st.gate == Gate::ServerAgents)
+        );
+    }
+
+    /// Each server gets a vm-agent upgrade; `durations` as history.
+    fn build_timed(n: usize, policy: &RolloutPolicy, durations: Option<&Durations>) -> Plan {
+        let catalog = Catalog::builtin();
+        let r = reality(n);
+        let mut b = PlanBuilder::new(Operation::Update, &catalog, Intent::none());
+        let c = catalog.get("vm-agent").unwrap();
+        for s in r.servers.values() {
+            let action = upgrade(&s.components["vm-agent"]);
+            b.step(s, true, c, action, TransportKind::InstallAgent);
+        }
+        b.durations(durations);
+        b.finish(policy)
+    }
+
+    fn history(secs: &[(usize, u64)]) -> Durations {
+        Durations::from_samples(secs.iter().map(|&(i, s)| crate::timing::Sample {
+            server: format!("5e000000-0000-4000-8000-{i:012}").parse().unwrap(),
+            component: "vm-agent".into(),
+            elapsed: std::time::Duration::from_secs(s),
+        }))
+    }
+
+    #[test]
+    fn with_history_the_longest_start_first_and_the_quickest_is_the_canary() {
+        let policy = RolloutPolicy {
+            concurrency: 2,
+            canary: Some(1),
+            max_failures: None,
+            max_per_rack: None,
+        };
+        // cn003 is slow every time; cn005 was never seen (counts as the
+        // typical server: the median, 25 s); cn004 is the quickest.
+        let d = history(&[(0, 30), (1, 20), (2, 25), (3, 90), (4, 5)]);
+        let p = build_timed(6, &policy, Some(&d));
+        let r = p.rollout();
+        let hosts = |w: &crate::Wave| -> Vec<String> {
+            w.servers.iter().map(|s| s.hostname.clone()).collect()
+        };
+        assert_eq!(hosts(&r.waves[0]), ["cn004"]);
+        assert_eq!(
+            hosts(&r.waves[1]),
+            ["cn003", "aa-headnode", "cn002", "cn005", "cn001"]
+        );
+        // Canary 5 s; then two at a time: cn003 (90) beside aa-headnode
+        // (30), cn002 (25), cn005 (25) and cn001 (20): 5 + 100.
+        assert_eq!(r.expected_finish, Some(std::time::Duration::from_secs(105)));
+        assert_eq!(r.history_servers, 5);
+        let cn005 = r.order().find(|s| s.hostname == "cn005").unwrap();
+        assert_eq!(cn005.expected, Some(std::time::Duration::from_secs(25)));
+        assert_eq!(cn005.usual, None);
+        let text = crate::display::rollout_lines(r, 10).join("\n");
+        assert!(
+            text.contains(
+                "expected finish: about 1m45s after the start (from the history of 5 of 6 servers"
+            ),
+            "{text}"
+        );
+        // The same plan without history: by hostname, no estimate.
+        let plain = build_timed(6, &policy, None);
+        assert_eq!(plain.rollout().expected_finish, None);
+        assert_eq!(hosts(&plain.rollout().waves[0]), ["cn001"]);
+        assert!(plain.rollout().order().all(|s| s.expected.is_none()));
+        let json = serde_json::to_string(plain.rollout()).unwrap();
+        assert!(!json.contains("expected"), "{json}");
+    }
+
+    #[test]
+    fn the_expected_finish_follows_the_rack_limit() {
+        // Racks alternate (rack-0: even, rack-1: odd); one per rack at
+        // once, four slots: never more than two running.
+        let policy = RolloutPolicy {
+            concurrency: 4,
+            canary: Some(0),
+            max_failures: None,
+            max_per_rack: Some(1),
+        };
+        let d = history(&[(0, 10), (1, 10), (2, 10), (3, 10)]);
+        let p = build_timed(4, &policy, Some(&d));
+        assert_eq!(
+            p.rollout().expected_finish,
+            Some(std::time::Duration::from_secs(20))
         );
     }
 }

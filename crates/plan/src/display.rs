@@ -284,7 +284,30 @@ pub fn rollout_lines(r: &Rollout, limit: usize) -> Vec<String> {
             format!("  in this order: {shown}")
         });
     }
+    if let Some(finish) = r.expected_finish {
+        let servers = r.len();
+        out.push(format!(
+            "  expected finish: about {} after the start (from the history of {} of {}; longest expected first)",
+            short_duration(finish),
+            r.history_servers,
+            plural(servers, "server", "servers")
+        ));
+    }
     out
+}
+
+/// `850ms`, `42s`, `3m05s`, `1h02m`: how long, as the plan shows it.
+pub fn short_duration(d: std::time::Duration) -> String {
+    let ms = d.as_millis();
+    if ms < 1000 {
+        format!("{ms}ms")
+    } else if ms < 60_000 {
+        format!("{}s", ms / 1000)
+    } else if ms < 3_600_000 {
+        format!("{}m{:02}s", ms / 60_000, (ms / 1000) % 60)
+    } else {
+        format!("{}h{:02}m", ms / 3_600_000, (ms / 60_000) % 60)
+    }
 }
 
 /// One record change as the plan shows it.
@@ -399,6 +422,13 @@ impl fmt::Display for PlanDisplay<'_> {
             p.operation,
             plural(p.selected_servers, "server", "servers")
         )?;
+        if let Some(of) = &p.reverts {
+            writeln!(
+                f,
+                "Reverts run {} ({}, started {})",
+                of.run, of.operation, of.started
+            )?;
+        }
         // A datacenter not (fully) set up: its cause first, not buried
         // under one skip line per server or component.
         for cause in lead_causes(p) {

@@ -96,5 +96,6 @@ pub(super) fn plan_install(input: &PlanningInput, selected: Selected) -> Result<
     for skip in skips {
         b.skip(skip);
     }
+    b.durations(input.durations);
     Ok(b.finish(&input.options.rollout))
 }

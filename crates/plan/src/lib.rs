@@ -20,10 +20,12 @@
 //! (the only way to make a [`Plan`]; its `finish` holds the rules every
 //! plan obeys), [`rollout`] (waves: canaries, order, budget, concurrency),
 //! [`skip`] (what is left alone and why), `select` (servers, components
-//! and transports in play), and one module per operation: `update`,
-//! `install`, `remove`. The other changing commands (`check --fix`,
-//! `adopt`, `server delete|factory-reset`) plan in their own crates through
-//! the same builder.
+//! and transports in play), [`timing`] (what servers took before, for the
+//! waves' order and expected finish), and one module per operation:
+//! `update`, `install`, `remove`, and [`revert`] (put back what a recorded
+//! run changed). The other changing commands (`check --fix`, `adopt`,
+//! `server delete|factory-reset`) plan in their own crates through the
+//! same builder.
 
 use agentsadm_types::catalog::CatalogError;
 use agentsadm_types::ids::ImageUuid;
@@ -38,10 +40,12 @@ pub mod marks;
 pub mod reality;
 mod remove;
 pub mod request;
+pub mod revert;
 pub mod rollout;
 mod select;
 pub mod skip;
 mod switch;
+pub mod timing;
 pub mod types;
 mod update;
 
@@ -60,7 +64,7 @@ pub use select::resolve_servers;
 pub use skip::{AgentsadmShort, Skip, SkipReason};
 pub use types::{
     Action, Gate, HealthFlags, InstalledRef, IntentChange, MarkKey, MinVersion, Plan, PlanCounts,
-    RecordChange, ServerCall, ServerPlan, ServiceChange, Step,
+    RecordChange, RevertOf, ServerCall, ServerPlan, ServiceChange, Step,
 };
 
 use select::select_servers;

@@ -94,5 +94,6 @@ pub(super) fn plan_remove(input: &PlanningInput, selected: Selected) -> Result<P
     for skip in skips {
         b.skip(skip);
     }
+    b.durations(input.durations);
     Ok(b.finish(&input.options.rollout))
 }

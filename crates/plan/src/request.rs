@@ -32,6 +32,8 @@ pub enum Operation {
     Disable,
     /// `enable`.
     Enable,
+    /// `revert RUN`.
+    Revert,
 }
 
 impl Operation {
@@ -46,6 +48,7 @@ impl Operation {
             Operation::FactoryReset => "server factory-reset",
             Operation::Disable => "disable",
             Operation::Enable => "enable",
+            Operation::Revert => "revert",
         }
     }
 }
@@ -209,4 +212,9 @@ pub struct PlanningInput<'a> {
     pub request: &'a Request,
     pub options: PlanOptions,
     pub images: &'a ResolvedImages,
+    /// What servers took in earlier runs (the run history, read before
+    /// planning): the waves start the longest expected first and the plan
+    /// shows the expected finish. `None`: no history (servers start by
+    /// hostname).
+    pub durations: Option<&'a crate::timing::Durations>,
 }

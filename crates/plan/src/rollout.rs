@@ -8,14 +8,23 @@
 //!   (servers without a rack count as one rack), then in order. They are
 //!   servers with steps: a server whose plan is SAPI writes only proves
 //!   nothing about the build.
-//! - Everything else starts by hostname (then UUID), the order the plan
-//!   lists servers in.
+//! - Without history, everything else starts by hostname (then UUID), the
+//!   order the plan lists servers in.
+//! - With history ([`Durations`], read before planning), the others start
+//!   longest expected first (longest-processing-time order: a long server
+//!   started last is what makes a rollout overrun), servers never seen
+//!   counting as the typical one; and the canaries are the servers expected
+//!   to finish soonest (one per rack first): the canary wave is a barrier
+//!   every other server waits on. The plan shows when the rollout should
+//!   finish ([`Rollout::expected_finish`]), from the same estimates and the
+//!   executor's rules (concurrency, rack limit).
 //! - The failure budget is counted on the whole plan's servers.
 
 use std::collections::{BTreeMap, BTreeSet};
 
 use serde::{Serialize, Serializer};
 
+use super::timing::Durations;
 use super::types::ServerPlan;
 use agentsadm_types::ids::ServerUuid;
 
@@ -147,6 +156,31 @@ impl Default for RolloutPolicy {
 pub struct WaveServer {
     pub server: ServerUuid,
     pub hostname: String,
+    /// How long its steps should take, from history (its own, scaled from
+    /// the fleet's, or the typical server's); `None` without history.
+    #[serde(
+        rename = "expected_s",
+        skip_serializing_if = "Option::is_none",
+        serialize_with = "opt_secs"
+    )]
+    pub expected: Option<std::time::Duration>,
+    /// What its steps usually take by its own history alone (the executor
+    /// judges it against the same times, `agentsadm_orchestrate::baseline`);
+    /// `None` when it has none.
+    #[serde(
+        rename = "usual_s",
+        skip_serializing_if = "Option::is_none",
+        serialize_with = "opt_secs"
+    )]
+    pub usual: Option<std::time::Duration>,
+}
+
+/// Durations as fractional seconds (to the millisecond).
+fn opt_secs<S: Serializer>(d: &Option<std::time::Duration>, s: S) -> Result<S::Ok, S::Error> {
+    match d {
+        Some(d) => s.serialize_f64((d.as_secs_f64() * 1000.0).round() / 1000.0),
+        None => s.serialize_none(),
+    }
 }
 
 /// Servers that start together in order; a canary wave must pass before
@@ -175,6 +209,21 @@ pub struct Rollout {
     /// At most this many servers of one rack at once.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub max_per_rack: Option<usize>,
+    /// When the last server should finish, from the start of the first,
+    /// by history; `None` without history.
+    #[serde(
+        rename = "expected_finish_s",
+        skip_serializing_if = "Option::is_none",
+        serialize_with = "opt_secs"
+    )]
+    pub expected_finish: Option<std::time::Duration>,
+    /// Servers of the plan with a history of their own for every step.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub history_servers: usize,
+}
+
+fn is_zero(n: &usize) -> bool {
+    *n == 0
 }
 
 impl Rollout {
@@ -201,17 +250,27 @@ impl Rollout {
     }
 }
 
-/// The waves of `servers` under `policy` (pure).
-pub(crate) fn waves(servers: &BTreeMap<ServerUuid, ServerPlan>, policy: &RolloutPolicy) -> Rollout {
+/// The waves of `servers` under `policy` (pure), ordered by `durations`
+/// when there is history.
+pub(crate) fn waves(
+    servers: &BTreeMap<ServerUuid, ServerPlan>,
+    policy: &RolloutPolicy,
+    durations: Option<&Durations>,
+) -> Rollout {
     let mut order: Vec<(&ServerUuid, &ServerPlan)> = servers.iter().collect();
     order.sort_by(|a, b| a.1.hostname.cmp(&b.1.hostname).then_with(|| a.0.cmp(b.0)));
+    let estimates = Estimates::new(&order, durations);
     let wanted = policy
         .canary
         .unwrap_or_else(|| default_canary(servers.len()));
-    // Candidates: servers with steps, never the headnode, in run order.
-    let candidates: Vec<usize> = (0..order.len())
+    // Candidates: servers with steps, never the headnode, in run order
+    // (with history: the quickest first).
+    let mut candidates: Vec<usize> = (0..order.len())
         .filter(|&i| !order[i].1.headnode && !order[i].1.steps.is_empty())
         .collect();
+    if let Some(est) = &estimates.expected {
+        candidates.sort_by_key(|&i| (est[i], i));
+    }
     let racks: Vec<Option<&str>> = candidates
         .iter()
         .map(|&i| order[i].1.rack.as_deref())
@@ -223,6 +282,8 @@ pub(crate) fn waves(servers: &BTreeMap<ServerUuid, ServerPlan>, policy: &Rollout
     let server = |i: usize| WaveServer {
         server: *order[i].0,
         hostname: order[i].1.hostname.clone(),
+        expected: estimates.expected.as_ref().map(|e| e[i]),
+        usual: estimates.usual[i],
     };
     let mut waves = Vec::new();
     if !picked.is_empty() {
@@ -231,21 +292,138 @@ pub(crate) fn waves(servers: &BTreeMap<ServerUuid, ServerPlan>, policy: &Rollout
             servers: picked.iter().map(|&i| server(i)).collect(),
         });
     }
-    let rest: Vec<WaveServer> = (0..order.len())
-        .filter(|i| !picked.contains(i))
-        .map(server)
-        .collect();
+    let mut rest: Vec<usize> = (0..order.len()).filter(|i| !picked.contains(i)).collect();
+    if let Some(est) = &estimates.expected {
+        // Longest first; ties keep the plan's order.
+        rest.sort_by_key(|&i| (std::cmp::Reverse(est[i]), i));
+    }
     if !rest.is_empty() {
         waves.push(Wave {
             canary: false,
-            servers: rest,
+            servers: rest.into_iter().map(server).collect(),
         });
     }
-    Rollout {
+    let mut rollout = Rollout {
         concurrency: policy.concurrency.max(1),
         waves,
         max_failures: policy.max_failures,
         budget: policy.max_failures.map(|b| b.limit(servers.len())),
         max_per_rack: policy.max_per_rack.map(|n| n.max(1)),
+        expected_finish: None,
+        history_servers: estimates.usual.iter().filter(|u| u.is_some()).count(),
+    };
+    if estimates.expected.is_some() {
+        rollout.expected_finish = Some(expected_finish(&rollout, servers));
+    }
+    rollout
+}
+
+/// Each server's estimate, in the plan's order.
+struct Estimates {
+    /// Every server's expected duration (servers without an estimate count
+    /// as the median of the others); `None` without history.
+    expected: Option<Vec<std::time::Duration>>,
+    /// The estimates that are the server's own history.
+    usual: Vec<Option<std::time::Duration>>,
+}
+
+impl Estimates {
+    fn new(order: &[(&ServerUuid, &ServerPlan)], durations: Option<&Durations>) -> Estimates {
+        let Some(d) = durations.filter(|d| !d.is_empty()) else {
+            return Estimates {
+                expected: None,
+                usual: vec![None; order.len()],
+            };
+        };
+        let found: Vec<Option<(std::time::Duration, bool)>> = order
+            .iter()
+            .map(|(u, sp)| match sp.steps.is_empty() {
+                // SAPI writes only: nothing on the server to wait for.
+                true => Some((std::time::Duration::ZERO, false)),
+                false => d.server_expected(u, sp),
+            })
+            .collect();
+        let mut known: Vec<std::time::Duration> = order
+            .iter()
+            .zip(&found)
+            .filter(|(s, _)| !s.1.steps.is_empty())
+            .filter_map(|(_, f)| f.map(|(e, _)| e))
+            .collect();
+        known.sort();
+        let typical = known.get(known.len() / 2).copied().unwrap_or_default();
+        let usual = found
+            .iter()
+            .map(|f| f.filter(|(_, own)| *own).map(|(e, _)| e))
+            .collect();
+        Estimates {
+            expected: (!known.is_empty()).then(|| {
+                found
+                    .iter()
+                    .map(|f| f.map_or(typical, |(e, _)| e))
+                    .collect()
+            }),
+            usual,
+        }
+    }
+}
+
+/// When the rollout's last server should finish, from the start: the
+/// canary wave, then the other servers as the executor starts them (the
+/// next in order whose rack has room, on the first free slot), each
+/// taking its estimate.
+fn expected_finish(
+    rollout: &Rollout,
+    servers: &BTreeMap<ServerUuid, ServerPlan>,
+) -> std::time::Duration {
+    let job = |w: &WaveServer| {
+        let rack = servers.get(&w.server).and_then(|sp| sp.rack.as_deref());
+        (w.expected.unwrap_or_default(), rack)
+    };
+    let width = rollout.concurrency.max(1);
+    let per_rack = rollout.max_per_rack.unwrap_or(usize::MAX);
+    let mut now = std::time::Duration::ZERO;
+    for wave in &rollout.waves {
+        let jobs: Vec<_> = wave.servers.iter().map(job).collect();
+        now = list_schedule(now, &jobs, width, per_rack);
+    }
+    now
+}
+
+/// Greedy list scheduling from `start`, `width` at once and at most
+/// `per_rack` of one rack: returns when the last job ends.
+fn list_schedule(
+    start: std::time::Duration,
+    jobs: &[(std::time::Duration, Option<&str>)],
+    width: usize,
+    per_rack: usize,
+) -> std::time::Duration {
+    let mut waiting: std::collections::VecDeque<usize> = (0..jobs.len()).collect();
+    let mut running: Vec<(std::time::Duration, Option<&str>)> = Vec::new();
+    let mut in_rack: BTreeMap<&str, usize> = BTreeMap::new();
+    let (mut now, mut end) = (start, start);
+    loop {
+        while running.len() < width {
+            let room =
+                |r: Option<&str>| r.is_none_or(|r| in_rack.get(r).copied().unwrap_or(0) < per_rack);
+            let Some(pos) = waiting.iter().position(|&j| room(jobs[j].1)) else {
+                break;
+            };
+            let (d, rack) = jobs[waiting.remove(pos).unwrap_or_default()];
+            if let Some(r) = rack {
+                *in_rack.entry(r).or_default() += 1;
+            }
+            running.push((now + d, rack));
+            end = end.max(now + d);
+        }
+        let Some((i, _)) = running.iter().enumerate().min_by_key(|(_, r)| r.0) else {
+            return end;
+        };
+        let (t, rack) = running.swap_remove(i);
+        now = t;
+        if let Some(r) = rack
+            && let Some(n) = in_rack.get_mut(r)
+        {
+            *n = n.saturating_sub(1);
+        }
     }
 }

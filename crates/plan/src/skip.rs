@@ -52,6 +52,12 @@ pub enum SkipReason {
         hold: Box<crate::marks::Mark>,
         named: bool,
     },
+    /// `revert`: no longer what the reverted run left (`now`), changed
+    /// since `by` a later run (or outside agentsadm).
+    /// (`by` boxed: keeps [`Skip`] small enough to return by value.)
+    ChangedSince { now: String, by: Box<str> },
+    /// `revert`: the server is no longer in CNAPI.
+    ServerGone,
     /// The server's `server.agents` cannot be used (a malformed entry, a
     /// component listed twice): set aside, every other server goes on.
     Quarantined { problem: String },
@@ -124,6 +130,10 @@ impl SkipReason {
                 "its agentsadm ({}) cannot run this step, which needs {} or later, and the datacenter IMGAPI has no agentsadm image that new: run 'agentsadm self-update' on the headnode, then plan again",
                 short.have, short.need
             ),
+            SkipReason::ChangedSince { now, by } => {
+                format!("changed since by {by}: {now}; left as it is")
+            }
+            SkipReason::ServerGone => "server is no longer in CNAPI".to_string(),
             SkipReason::TransportUnsupported { kind } => format!(
                 "cn-agent's install-agent task cannot install {kind} components (use --transport auto)"
             ),

@@ -510,6 +510,19 @@ pub struct Plan {
     pub(crate) selected_servers: usize,
     /// The waves the servers run in.
     pub(crate) rollout: Rollout,
+    /// The run this plan puts back (`agentsadm revert RUN`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) reverts: Option<RevertOf>,
+}
+
+/// The run a revert plan puts back, as the plan names it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct RevertOf {
+    pub run: agentsadm_types::ids::RunId,
+    /// What it did (`update vm-agent`).
+    pub operation: String,
+    /// When it started (RFC 3339).
+    pub started: String,
 }
 
 /// Counts for the summary line.
@@ -585,6 +598,11 @@ impl Plan {
     /// The waves, concurrency and failure budget the servers run under.
     pub fn rollout(&self) -> &Rollout {
         &self.rollout
+    }
+
+    /// The run this plan puts back, for a revert.
+    pub fn reverts(&self) -> Option<&RevertOf> {
+        self.reverts.as_ref()
     }
 
     /// Nothing to do at all: no steps, no SAPI or CNAPI writes, no imports.

@@ -87,6 +87,7 @@ pub(super) fn plan_update(input: &PlanningInput, selected: Selected) -> Result<P
     for skip in skips {
         b.skip(skip);
     }
+    b.durations(input.durations);
     Ok(b.finish(&input.options.rollout))
 }
 
@@ -275,7 +276,7 @@ fn target_for<'i>(
 /// The SAPI write that makes the server's instance name `target` before
 /// the steps run, so that an interrupted run, re-run, converges to the same
 /// images; `None` when the instance already does.
-fn instance_target(
+pub(super) fn instance_target(
     input: &PlanningInput,
     server: ServerUuid,
     c: &Component,

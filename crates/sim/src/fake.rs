@@ -129,6 +129,7 @@ impl FakeDc {
                 rollout,
             },
             images,
+            durations: None,
         })
         .expect("the fake datacenter's request plans")
     }

@@ -112,6 +112,11 @@ typed_uuid!(
     JobUuid,
     "job"
 );
+typed_uuid!(
+    /// One run of a changing command, as the run history records it.
+    RunId,
+    "run"
+);
 
 #[cfg(test)]
 mod tests {

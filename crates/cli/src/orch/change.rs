@@ -28,6 +28,7 @@ use agentsadm_plan::Operation;
 use agentsadm_plan::Plan;
 use agentsadm_plan::Request;
 use agentsadm_plan::ServerSelection;
+use agentsadm_plan::timing::Durations;
 use agentsadm_types::catalog::Catalog;
 use agentsadm_types::ids::ImageUuid;
 
@@ -308,11 +309,14 @@ async fn run_change(g: &GlobalOpts, mut change: Change, plan_only: bool) -> CmdR
             ImageChoice::Image(agentsadm_orchestrate::images::find_image(sources, c, spec).await?);
     }
     change.settings.dry_run |= plan_only;
+    // What servers took before: read once, before planning.
+    let durations = super::history::store(g).durations().await;
     let planner = RequestPlanner {
         session,
         request: change.request.clone(),
         choice: change.choice,
         options: change.settings.plan_options(),
+        durations: Some(durations.clone()),
     };
     let operation = format!(
         "{} {}",
@@ -325,7 +329,7 @@ async fn run_change(g: &GlobalOpts, mut change: Change, plan_only: bool) -> CmdR
     let execution = Execution::new(g, change.request.operation.as_str());
     let operator = CliOperator::new(
         out,
-        |plan: &Plan, shown| show_plan(g, &change, &catalog, plan, shown),
+        |plan: &Plan, shown| show_plan(g, &change, &catalog, &durations, plan, shown),
         |plan: &Plan| {
             Ok(if plan.needs_explicit_yes() {
                 "This plan restarts components that abort running work (see the warnings above). Proceed?"
@@ -336,7 +340,8 @@ async fn run_change(g: &GlobalOpts, mut change: Change, plan_only: bool) -> CmdR
     )
     .with_display(execution.display());
     let reporter = execution.reporter();
-    let run = Run::new(&apis, &catalog, &change.settings, &reporter, operation);
+    let mut run = Run::new(&apis, &catalog, &change.settings, &reporter, operation);
+    run.durations = Some(&durations);
     match run.go(&planner, &operator, interrupted()).await {
         Ok(RunOutcome::DryRun(plan)) => {
             if out.json {
@@ -363,6 +368,9 @@ async fn run_change(g: &GlobalOpts, mut change: Change, plan_only: bool) -> CmdR
                 }));
             } else if !out.quiet || status != 0 {
                 println!("\n{}", report.render(&planned).trim_end());
+                if let Some(line) = super::history::recorded_line(&report) {
+                    out.line(line);
+                }
             }
             Ok(exit(status))
         }
@@ -373,7 +381,14 @@ async fn run_change(g: &GlobalOpts, mut change: Change, plan_only: bool) -> CmdR
 /// Print a plan (text output only), and why an empty update changes
 /// nothing. In `--json`, a plan shown because the run stops without a
 /// confirmation has its warnings on stderr.
-fn show_plan(g: &GlobalOpts, change: &Change, catalog: &Catalog, plan: &Plan, shown: Shown) {
+fn show_plan(
+    g: &GlobalOpts,
+    change: &Change,
+    catalog: &Catalog,
+    durations: &Durations,
+    plan: &Plan,
+    shown: Shown,
+) {
     let out = g.output();
     if out.json {
         if shown == Shown::Unlocked && !plan.is_empty() {
@@ -404,6 +419,7 @@ fn show_plan(g: &GlobalOpts, change: &Change, catalog: &Catalog, plan: &Plan, sh
     if !plan.is_empty() {
         let mut known = change.settings.options.known.clone();
         known.add_catalog(catalog);
+        known.add_history(durations);
         let policy = &change.settings.options.outlier;
         if let Some(line) = agentsadm_orchestrate::baseline::judgement(plan, &known, policy) {
             out.line(line);

@@ -13,6 +13,8 @@
 //! - [`avail`]: the command `avail`;
 //! - [`adopt`]: the command `adopt`;
 //! - [`marks`]: `disable`, `enable`, `hold` and `release` (issue 25).
+//! - [`history`]: the command `history` (the runs recorded);
+//! - [`revert`]: the command `revert` (put back what a run changed).
 //!
 //! This module holds the arguments they share ([`RunArgs`], flattened into
 //! every changing command, and [`StepArgs`]), turned into the library's
@@ -41,8 +43,10 @@ use agentsadm_plan::TransportMode;
 pub mod adopt;
 pub mod avail;
 pub mod change;
+pub mod history;
 pub mod list;
 pub mod marks;
+pub mod revert;
 
 pub use adopt::{AdoptArgs, run_adopt};
 pub use avail::{AvailArgs, run_avail};
@@ -50,10 +54,12 @@ pub use change::{
     InstallArgs, PlanArgs, PlanCommand, RemoveArgs, UpdateArgs, run_install, run_plan, run_remove,
     run_update,
 };
+pub use history::{HistoryArgs, run_history};
 pub use list::{ListArgs, ListRow, ListSummaryRow, list_rows, list_summary, run_list};
 pub use marks::{
     DisableArgs, EnableArgs, HoldArgs, ReleaseArgs, run_disable, run_enable, run_hold, run_release,
 };
+pub use revert::{RevertArgs, run_revert};
 
 /// `-s SERVERS`: UUIDs or hostnames, comma-separated or repeated.
 #[derive(Args, Clone, Debug, Default)]

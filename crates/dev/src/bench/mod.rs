@@ -7,6 +7,7 @@
 //! process, in turn, with options to shrink each, and prints one table (or, with `--json`, one
 //! object holding each benchmark's object and the machine it ran on).
 
+pub mod history;
 pub mod install;
 pub mod plan;
 pub mod rollout;
@@ -248,6 +249,37 @@ fn num(v: &Value, key: &str, unit: &str) -> String {
     }
 }
 
+/// The rollout benchmark's scheduling-from-history rows (issue 24). The
+/// bound and the plan's expected finish follow from the latency model
+/// (seeded persistent speed factors times per-install noise); what is
+/// measured is the wall time against them.
+fn history_rows(v: &Value) -> Vec<(String, String)> {
+    let mut rows = Vec::new();
+    if v.get("history_wall_over_bound_20")
+        .is_none_or(Value::is_null)
+    {
+        return rows;
+    }
+    let h = v.get("history").unwrap_or(&Value::Null);
+    let model = "latency model: speed x noise";
+    rows.push((
+        format!(
+            "wall / bound, 20-wide, no history, {} servers ({model})",
+            num(h, "servers", "")
+        ),
+        num(v, "no_history_wall_over_bound_20", "x"),
+    ));
+    rows.push((
+        format!("wall / bound, 20-wide, with the first run's history ({model})"),
+        num(v, "history_wall_over_bound_20", "x"),
+    ));
+    rows.push((
+        "plan's expected finish / wall, with history".into(),
+        num(v, "history_expected_finish_over_wall", "x"),
+    ));
+    rows
+}
+
 /// The table `bench all` prints: one row per measure, with what it means.
 pub fn render_table(value: &Value) -> String {
     let mut rows: Vec<Vec<String>> = Vec::new();
@@ -365,6 +397,9 @@ pub fn render_table(value: &Value) -> String {
                     "speedup 20-wide one component vs shar-style (model figure)".into(),
                     num(v, "speedup_vs_shar", "x"),
                 );
+                for (measure, result) in history_rows(v) {
+                    row(name, measure, result);
+                }
                 row(
                     name,
                     "backend, install latency".into(),

@@ -123,6 +123,7 @@ pub async fn run(args: &PlanBenchArgs) -> anyhow::Result<serde_json::Value> {
             request: &request,
             options: TransportMode::Auto.into(),
             images: &images,
+            durations: None,
         })?;
         times.push(t.elapsed().as_secs_f64() * 1000.0);
         steps = p.step_count();

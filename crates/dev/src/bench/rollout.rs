@@ -24,6 +24,19 @@
 //! own overhead against it, and `list_scheduled_s / ideal_s` the cost of
 //! not knowing the latencies in advance.
 //!
+//! Scheduling from history (issue 24, [`super::history`]): the same
+//! seeded fleet twice, on the fake transport, 20 wide with one canary,
+//! under a model where each server has a persistent speed factor
+//! (log-normal, sigma 0.8, and 1% of the servers four times slower again)
+//! times per-install noise (log-normal, sigma 0.3), median 20 ms. The
+//! first run has no history (servers start by hostname); the second plans
+//! from the first's recorded durations (longest expected first, the
+//! quickest server as canary). Each against `max(sum / 20, longest) + the
+//! canary wave` of its own latencies: `no_history_wall_over_bound_20` and
+//! `history_wall_over_bound_20` (goal <= 1.05); and the second plan's
+//! expected finish against the wall time it took
+//! (`history_expected_finish_over_wall`).
+//!
 //! Backends (`--backend`):
 //! - `sim` (default): the simulated datacenter in the same process, over
 //!   loopback HTTP: intent and reality gathered from SAPI and CNAPI, SAPI
@@ -135,7 +148,7 @@ pub struct ModeResult {
     pub servers_per_s: f64,
 }
 
-fn round3(v: f64) -> f64 {
+pub(super) fn round3(v: f64) -> f64 {
     (v * 1000.0).round() / 1000.0
 }
 
@@ -184,6 +197,7 @@ async fn measure_fake(
                 },
             },
             images: &images,
+            durations: None,
         })?
     };
     check_plan(&plan, servers)?;
@@ -370,7 +384,7 @@ async fn measure(
     }
 }
 
-fn check_plan(plan: &Plan, servers: usize) -> anyhow::Result<()> {
+pub(super) fn check_plan(plan: &Plan, servers: usize) -> anyhow::Result<()> {
     anyhow::ensure!(
         plan.servers().len() == servers,
         "benchmark plan covers {} servers, expected {servers}",
@@ -451,6 +465,7 @@ async fn measure_realistic(servers: usize) -> anyhow::Result<RealisticResult> {
                 },
             },
             images: &images,
+            durations: None,
         })?
     };
     check_plan(&plan, servers)?;
@@ -506,7 +521,7 @@ async fn measure_realistic(servers: usize) -> anyhow::Result<RealisticResult> {
 
 /// The makespan of greedy list scheduling: each job, in order, starts on
 /// the first of `width` slots to free up.
-fn list_schedule(jobs: &[f64], width: usize) -> f64 {
+pub(super) fn list_schedule(jobs: &[f64], width: usize) -> f64 {
     let mut slots = vec![0.0f64; width.max(1)];
     for j in jobs {
         let first = slots
@@ -539,6 +554,7 @@ pub async fn run(args: &RolloutBenchArgs) -> anyhow::Result<serde_json::Value> {
         Backend::Fake => None,
     };
     let realistic = measure_realistic(args.servers).await?;
+    let history = super::history::measure(args.servers).await?;
     Ok(json!({
         "backend": match b {
             Backend::Sim => "simulator (in-process, loopback HTTP)",
@@ -554,11 +570,18 @@ pub async fn run(args: &RolloutBenchArgs) -> anyhow::Result<serde_json::Value> {
         "realistic_wall_over_ideal_20": ratio(realistic.wall_s, realistic.ideal_s),
         "realistic_canary_waves": realistic.canary_waves,
         "realistic_wall_over_list_scheduled_20": ratio(realistic.wall_s, realistic.list_scheduled_s),
+        "no_history_wall_over_bound_20": ratio(history.no_history.wall_s, history.no_history.bound_s),
+        "history_wall_over_bound_20": ratio(history.with_history.wall_s, history.with_history.bound_s),
+        "history_expected_finish_over_wall": history
+            .with_history
+            .expected_finish_s
+            .map(|e| ratio(e, history.with_history.wall_s)),
+        "history": history,
     }))
 }
 
 /// A benchmark's plan runs as `-y` would run it.
-fn yes(plan: &Plan) -> agentsadm_orchestrate::confirm::Confirmed<'_> {
+pub(super) fn yes(plan: &Plan) -> agentsadm_orchestrate::confirm::Confirmed<'_> {
     static YES: std::sync::LazyLock<agentsadm_orchestrate::run::RunSettings> =
         std::sync::LazyLock::new(|| agentsadm_orchestrate::run::RunSettings {
             yes: true,

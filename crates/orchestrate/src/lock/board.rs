@@ -71,12 +71,7 @@ impl LockRecord {
 
     /// The owner's host and pid, if the owner string has that form.
     pub fn owner_host_pid(&self) -> Option<(&str, u32)> {
-        let (user_host, pid) = self.owner.rsplit_once(':')?;
-        let host = user_host
-            .rsplit_once('@')
-            .map(|(_, h)| h)
-            .unwrap_or(user_host);
-        Some((host, pid.parse().ok()?))
+        owner_host_pid(&self.owner)
     }
 
     /// The metadata key of this record.
@@ -88,6 +83,17 @@ impl LockRecord {
     pub fn owner_shown(&self) -> String {
         clip(&self.owner, ECHO)
     }
+}
+
+/// The host and pid of an owner string (`user@host:pid`), if it has that
+/// form.
+pub fn owner_host_pid(owner: &str) -> Option<(&str, u32)> {
+    let (user_host, pid) = owner.rsplit_once(':')?;
+    let host = user_host
+        .rsplit_once('@')
+        .map(|(_, h)| h)
+        .unwrap_or(user_host);
+    Some((host, pid.parse().ok()?))
 }
 
 /// A record and the key it was found under.

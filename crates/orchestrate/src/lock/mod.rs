@@ -191,7 +191,14 @@ pub fn this_owner() -> String {
 /// Whether a lock owner's process exists, when it runs on this host (the
 /// one hostname function, so that the early check and the lock agree).
 fn local_owner_alive(r: &LockRecord) -> Option<bool> {
-    let (host, pid) = r.owner_host_pid()?;
+    owner_alive(&r.owner)
+}
+
+/// Whether the process of an owner string (`user@host:pid`) exists, when
+/// it runs on this host; `None` elsewhere or when the string has another
+/// form.
+pub fn owner_alive(owner: &str) -> Option<bool> {
+    let (host, pid) = board::owner_host_pid(owner)?;
     if host != agentsadm_types::log::hostname() {
         return None;
     }

@@ -1,0 +1,308 @@
+//! `agentsadm history [RUN]`: the runs that changed the datacenter, as
+//! `sdcadm history` listed them (id, started, took, command, servers
+//! changed and failed, who), newest first; with a RUN, that run per
+//! server and component. Both copies are read: this headnode's journals
+//! and SAPI's (another session's runs); without SAPI, this headnode's
+//! alone, with a warning.
+
+use std::time::{Duration, SystemTime};
+
+use clap::Args;
+use serde_json::json;
+
+use super::exit;
+use crate::CmdResult;
+use crate::GlobalOpts;
+use agentsadm_orchestrate::history::{
+    HistoryEntry, HistoryStore, LocalHistory, SapiHistory, ServerRecord,
+};
+use agentsadm_orchestrate::report::fmt_duration;
+use agentsadm_types::output::table;
+
+#[derive(Args, Debug)]
+pub struct HistoryArgs {
+    /// Show this run (its id or the start of it) per server.
+    #[arg(value_name = "RUN")]
+    pub run: Option<String>,
+    /// Only the newest N runs.
+    #[arg(short = 'n', long = "limit", value_name = "N")]
+    pub limit: Option<usize>,
+    /// Only runs started since WHEN: a time (2026-05-01, 2026-05-01T10:00:00Z)
+    /// or how long ago (2h, 3d).
+    #[arg(long, value_name = "WHEN", value_parser = since)]
+    pub since: Option<SystemTime>,
+}
+
+/// `--since`: an RFC 3339 time or date, or a duration before now.
+fn since(s: &str) -> Result<SystemTime, String> {
+    let s = s.trim();
+    if let Ok(t) = humantime::parse_rfc3339_weak(s) {
+        return Ok(t);
+    }
+    if let Ok(t) = humantime::parse_rfc3339_weak(&format!("{s}T00:00:00Z")) {
+        return Ok(t);
+    }
+    match humantime::parse_duration(s) {
+        Ok(d) => Ok(SystemTime::now()
+            .checked_sub(d)
+            .unwrap_or(SystemTime::UNIX_EPOCH)),
+        Err(_) => Err(format!(
+            "{s:?} is not a time: give a date (2026-05-01), a time (2026-05-01T10:00:00Z) or how long ago (2h, 3d)"
+        )),
+    }
+}
+
+/// The history as this command line reaches it: this headnode's journals
+/// and, when its URL is known, SAPI's copy.
+pub(crate) fn store(g: &GlobalOpts) -> HistoryStore {
+    HistoryStore {
+        local: LocalHistory::default_dir().map(LocalHistory::new),
+        sapi: g.apis().ok().map(|a| SapiHistory::new(a.sapi)),
+    }
+}
+
+/// `Recorded as run 1f0c2a9e (agentsadm history 1f0c2a9e; undo with
+/// agentsadm revert 1f0c2a9e).` after a run's summary.
+pub(crate) fn recorded_line(report: &agentsadm_orchestrate::report::ExecReport) -> Option<String> {
+    let id = report.run?.to_string();
+    let short = &id[..8];
+    Some(format!(
+        "Recorded as run {short} (agentsadm history {short}; put it back with agentsadm revert {short})."
+    ))
+}
+
+pub async fn run_history(g: &GlobalOpts, a: HistoryArgs) -> CmdResult {
+    let out = g.output();
+    let listing = store(g).list().await;
+    if let Some(e) = &listing.sapi_error {
+        out.warn(format!("{e}; showing this headnode's runs only"));
+    }
+    if let Some(run) = &a.run {
+        let entry = agentsadm_orchestrate::history::find_in(listing.entries, run)?;
+        if out.json {
+            out.json(&json!({ "run": entry }));
+        } else {
+            out.line(render_run(&entry).trim_end());
+        }
+        return Ok(exit(0));
+    }
+    let mut entries: Vec<HistoryEntry> = listing
+        .entries
+        .into_iter()
+        .filter(|e| match (a.since, e.started_at()) {
+            (Some(since), Some(started)) => started >= since,
+            (Some(_), None) => false,
+            (None, _) => true,
+        })
+        .collect();
+    entries.reverse();
+    if let Some(n) = a.limit {
+        entries.truncate(n);
+    }
+    if out.json {
+        out.json(&json!({ "runs": entries }));
+    } else if entries.is_empty() {
+        out.line("No runs recorded.");
+    } else {
+        out.line(render_list(&entries).trim_end());
+    }
+    Ok(exit(0))
+}
+
+/// The list, one run a line, newest first.
+pub fn render_list(entries: &[HistoryEntry]) -> String {
+    let rows: Vec<Vec<String>> = entries
+        .iter()
+        .map(|e| {
+            let (changed, failed) = e.counts();
+            vec![
+                e.short_id(),
+                short_time(&e.started),
+                e.took().map(fmt_duration).unwrap_or_else(|| "-".into()),
+                e.status.as_str().to_string(),
+                changed.to_string(),
+                failed.to_string(),
+                format!("{}@{}", e.user, e.host),
+                if e.command.is_empty() {
+                    e.operation.clone()
+                } else {
+                    e.command.clone()
+                },
+            ]
+        })
+        .collect();
+    table(
+        &[
+            "RUN", "STARTED", "TOOK", "STATUS", "CHANGED", "FAILED", "WHO", "COMMAND",
+        ],
+        &rows,
+    )
+}
+
+/// `2026-05-01T10:22:03Z` from an RFC 3339 time with fractions.
+fn short_time(t: &str) -> String {
+    match humantime::parse_rfc3339_weak(t) {
+        Ok(t) => humantime::format_rfc3339_seconds(t).to_string(),
+        Err(_) => t.to_string(),
+    }
+}
+
+fn short_image(i: Option<agentsadm_types::ids::ImageUuid>, version: Option<&str>) -> String {
+    match (i, version) {
+        (Some(i), Some(v)) if !v.is_empty() => format!("{v} ({})", &i.to_string()[..8]),
+        (Some(i), _) => i.to_string()[..8].to_string(),
+        (None, Some(v)) if !v.is_empty() => v.to_string(),
+        (None, _) => "-".to_string(),
+    }
+}
+
+/// One run: its head, then a line per server and component.
+pub fn render_run(e: &HistoryEntry) -> String {
+    let mut out = String::new();
+    let id = e.id.map(|i| i.to_string()).unwrap_or_default();
+    out.push_str(&format!("Run {id}: {}\n", e.operation));
+    if !e.command.is_empty() {
+        out.push_str(&format!("  command:  {}\n", e.command));
+    }
+    out.push_str(&format!("  who:      {} ({})\n", e.owner, e.host));
+    out.push_str(&format!("  started:  {}\n", short_time(&e.started)));
+    if let Some(end) = &e.ended {
+        out.push_str(&format!("  ended:    {}\n", short_time(end)));
+    }
+    let took = e.took().map(fmt_duration).unwrap_or_else(|| "-".into());
+    let expected = e
+        .plan
+        .expected_finish_s
+        .and_then(|s| Duration::try_from_secs_f64(s).ok())
+        .map(|d| format!(" (the plan expected {})", fmt_duration(d)))
+        .unwrap_or_default();
+    out.push_str(&format!("  took:     {took}{expected}\n"));
+    let exit = e
+        .exit_status
+        .map(|s| format!(", exit status {s}"))
+        .unwrap_or_default();
+    out.push_str(&format!("  status:   {}{exit}\n", e.status.as_str()));
+    if let Some(r) = e.reverts {
+        out.push_str(&format!("  reverts:  run {r}\n"));
+    }
+    for (what, v) in [("halted", &e.halted), ("error", &e.error)] {
+        if let Some(v) = v {
+            out.push_str(&format!("  {what}:{:w$}{v}\n", "", w = 10 - what.len() - 1));
+        }
+    }
+    for c in &e.plan.service_changes {
+        out.push_str(&format!(
+            "  service:  {} default image {} -> {}{}\n",
+            c.component,
+            short_image(c.from, c.from_version.as_deref()),
+            short_image(c.to, Some(c.to_version.as_str())),
+            if c.put_back {
+                " (put back by the halt)"
+            } else {
+                ""
+            }
+        ));
+    }
+    for r in &e.plan.records {
+        out.push_str(&format!("  record:   {r}\n"));
+    }
+    let (changed, failed) = e.counts();
+    out.push_str(&format!(
+        "  servers:  {} planned, {} recorded, {changed} changed, {failed} failed\n",
+        e.plan.servers,
+        e.servers.len()
+    ));
+    if !e.servers.is_empty() {
+        out.push('\n');
+        out.push_str(&server_table(&e.servers));
+    }
+    out
+}
+
+fn server_table(servers: &[ServerRecord]) -> String {
+    let mut sorted: Vec<&ServerRecord> = servers.iter().collect();
+    sorted.sort_by(|a, b| a.hostname.cmp(&b.hostname).then(a.server.cmp(&b.server)));
+    let mut rows = Vec::new();
+    for s in sorted {
+        let tasks: Vec<String> = s
+            .tasks
+            .iter()
+            .map(|t| t.to_string()[..8].to_string())
+            .collect();
+        let took = Duration::try_from_secs_f64(s.elapsed_s).unwrap_or_default();
+        if s.steps.is_empty() {
+            rows.push(vec![
+                s.hostname.clone(),
+                "-".into(),
+                "-".into(),
+                "-".into(),
+                s.outcome.clone(),
+                fmt_duration(took),
+                "-".into(),
+                tasks.join(","),
+            ]);
+        }
+        for st in &s.steps {
+            let gate = match (&st.gate, st.gate_passed) {
+                (Some(g), Some(true)) => format!("{g}: passed"),
+                (Some(g), Some(false)) => format!("{g}: failed"),
+                (Some(g), None) => g.clone(),
+                (None, _) => "-".into(),
+            };
+            rows.push(vec![
+                s.hostname.clone(),
+                st.component.clone(),
+                short_image(st.from, st.from_version.as_deref()),
+                short_image(st.to, st.to_version.as_deref()),
+                format!("{} ({})", s.outcome, st.status),
+                fmt_duration(st.elapsed()),
+                gate,
+                tasks.join(","),
+            ]);
+        }
+        if let Some(f) = &s.failure {
+            rows.push(vec![
+                String::new(),
+                format!("  {f}"),
+                String::new(),
+                String::new(),
+                String::new(),
+                String::new(),
+                String::new(),
+                String::new(),
+            ]);
+        }
+    }
+    table(
+        &[
+            "SERVER",
+            "COMPONENT",
+            "FROM",
+            "TO",
+            "OUTCOME",
+            "TOOK",
+            "GATE",
+            "TASKS",
+        ],
+        &rows,
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn since_takes_dates_times_and_ages() {
+        let d = since("2026-05-01").unwrap();
+        assert_eq!(
+            humantime::format_rfc3339_seconds(d).to_string(),
+            "2026-05-01T00:00:00Z"
+        );
+        assert!(since("2026-05-01T10:00:00Z").is_ok());
+        let ago = since("2h").unwrap();
+        let age = SystemTime::now().duration_since(ago).unwrap();
+        assert!(age >= Duration::from_secs(7200) && age < Duration::from_secs(7300));
+        assert!(since("last tuesday").unwrap_err().contains("how long ago"));
+    }
+}

@@ -1,0 +1,147 @@
+//! `agentsadm revert RUN`: put back, on every server the run changed and
+//! that still runs what it left, the image it had before (and the SAPI
+//! service defaults and instances with it). An ordinary plan through the
+//! library's one run: shown and confirmed (or `-y`), fenced, canaried,
+//! budgeted, gated, and recorded in the history as reverting RUN (so a
+//! revert can be reverted).
+
+use clap::Args;
+use serde_json::json;
+
+use super::ExecArgs;
+use super::change::DEFAULT_MAX_SERVERS;
+use super::exit;
+use crate::CmdResult;
+use crate::GlobalOpts;
+use crate::execution::{CliOperator, Execution, interrupted, run_error};
+use agentsadm_orchestrate::history::{HistoryEntry, durations_of, find_in};
+use agentsadm_orchestrate::revert::RevertPlanner;
+use agentsadm_orchestrate::run::{Run, RunOutcome, RunSettings, Shown};
+use agentsadm_orchestrate::session::Session;
+use agentsadm_plan::Plan;
+
+#[derive(Args, Debug)]
+pub struct RevertArgs {
+    /// The run to put back (its id, or the start of it; see 'agentsadm
+    /// history').
+    #[arg(value_name = "RUN")]
+    pub run: String,
+    #[command(flatten)]
+    pub exec: ExecArgs,
+}
+
+pub async fn run_revert(g: &GlobalOpts, a: RevertArgs) -> CmdResult {
+    let out = g.output();
+    let catalog = g.load_catalog()?;
+    let apis = g.apis()?;
+    let listing = super::history::store(g).list().await;
+    if let Some(e) = &listing.sapi_error {
+        out.warn(format!("{e}; only this headnode's runs are known"));
+    }
+    let run: HistoryEntry = find_in(listing.entries.clone(), &a.run)?;
+    let later: Vec<HistoryEntry> = listing
+        .entries
+        .iter()
+        .filter(|e| e.started > run.started)
+        .cloned()
+        .collect();
+    let settings: RunSettings = a.exec.into();
+    let durations = durations_of(&listing.entries);
+    let planner = RevertPlanner {
+        session: Session {
+            apis: &apis,
+            catalog: &catalog,
+            updates: None,
+        },
+        run: run.clone(),
+        later,
+        options: settings.plan_options(),
+        durations: Some(durations.clone()),
+    };
+    let operator = CliOperator::new(
+        out,
+        |plan: &Plan, shown| show_plan(g, &settings, plan, shown),
+        |plan: &Plan| {
+            Ok(if plan.needs_explicit_yes() {
+                "This plan restarts components that abort running work (see the warnings above). Proceed?"
+            } else {
+                "Proceed?"
+            })
+        },
+    );
+    let execution = Execution::new(g, "revert");
+    let reporter = execution.reporter();
+    let operation = format!("revert {} ({})", run.short_id(), run.operation);
+    let mut run = Run::new(&apis, &catalog, &settings, &reporter, operation);
+    run.durations = Some(&durations);
+    match run.go(&planner, &operator, interrupted()).await {
+        Ok(RunOutcome::DryRun(plan)) => {
+            if out.json {
+                out.json(&json!({"plan": plan, "executed": false, "exit_status": 0}));
+            }
+            Ok(exit(0))
+        }
+        Ok(RunOutcome::Empty(plan)) => {
+            let status = if plan.has_blocking_skips() {
+                crate::EXIT_PARTIAL
+            } else {
+                0
+            };
+            if out.json {
+                out.json(&json!({"plan": plan, "executed": false, "exit_status": status}));
+            } else {
+                out.line("Nothing to put back.");
+            }
+            Ok(exit(status))
+        }
+        Ok(RunOutcome::Declined(_)) => {
+            out.line("Nothing was changed.");
+            Ok(exit(1))
+        }
+        Ok(RunOutcome::Executed { planned, report }) => {
+            let status = report.exit_status(&planned);
+            if out.json {
+                out.json(&json!({
+                    "plan": planned,
+                    "executed": true,
+                    "result": report,
+                    "summary": report.summary(&planned),
+                    "exit_status": status,
+                }));
+            } else if !out.quiet || status != 0 {
+                println!("\n{}", report.render(&planned).trim_end());
+                if let Some(line) = super::history::recorded_line(&report) {
+                    out.line(line);
+                }
+            }
+            Ok(exit(status))
+        }
+        Err(e) => Err(run_error(e)),
+    }
+}
+
+fn show_plan(g: &GlobalOpts, settings: &RunSettings, plan: &Plan, shown: Shown) {
+    let out = g.output();
+    if out.json {
+        if shown == Shown::Unlocked && !plan.is_empty() {
+            for w in plan.warnings() {
+                eprintln!("warning: {w}");
+            }
+        }
+        return;
+    }
+    if shown == Shown::Changed {
+        out.line("\nThe plan changed since it was shown; the new plan:");
+    }
+    let max = if g.verbose > 0 {
+        usize::MAX
+    } else {
+        DEFAULT_MAX_SERVERS
+    };
+    out.line(
+        plan.display_compact(max)
+            .with_health(settings.options.health)
+            .to_string()
+            .trim_end(),
+    );
+}

@@ -1,0 +1,245 @@
+//! What each server took before: expected step durations from the run
+//! history, read before planning (the I/O is the orchestrator's), so that
+//! the planner can start the servers expected to take longest first and
+//! show when the rollout should finish.
+//!
+//! Real fleets have servers that are slow every time (older hardware, busy
+//! pools, far racks); a fresh install's latency is that server's usual
+//! speed times some noise. So the estimate for a (server, component) is,
+//! best first:
+//!
+//! - [`Source::Own`]: the median of the server's own recent durations for
+//!   the component;
+//! - [`Source::Scaled`]: never seen with this component, but seen with
+//!   others: the fleet's median for the component times how much slower
+//!   or faster than the fleet the server usually is;
+//! - [`Source::Fleet`]: the fleet's median for the component.
+//!
+//! No estimate at all when no server has recorded the component.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use crate::types::ServerPlan;
+use agentsadm_types::ids::ServerUuid;
+
+/// Recorded durations kept per (server, component): the newest ones; a
+/// server that changed (new disks, a move) is judged on what it does now.
+pub const SAMPLES_KEPT: usize = 5;
+
+/// One recorded step: how long `component` took on `server`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Sample {
+    pub server: ServerUuid,
+    pub component: String,
+    pub elapsed: Duration,
+}
+
+/// Where an estimate comes from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Source {
+    /// The server's own history with the component.
+    Own,
+    /// The fleet's median for the component, times the server's usual
+    /// speed relative to the fleet (seen with other components).
+    Scaled,
+    /// The fleet's median for the component.
+    Fleet,
+}
+
+/// An estimate for one step.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Expected {
+    pub duration: Duration,
+    pub source: Source,
+}
+
+/// Expected durations per (server, component), from history. Built once
+/// before planning; the planner only reads it.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Durations {
+    /// Median of each (server, component)'s newest samples.
+    own: BTreeMap<ServerUuid, BTreeMap<String, Duration>>,
+    /// Median over servers of the per-server medians, by component.
+    fleet: BTreeMap<String, Duration>,
+    /// A server's usual time over the fleet's (1.0: typical), from the
+    /// components it was seen with.
+    speed: BTreeMap<ServerUuid, f64>,
+}
+
+impl Durations {
+    /// Estimates from samples given oldest first (only the newest
+    /// [`SAMPLES_KEPT`] of each server and component count).
+    pub fn from_samples(samples: impl IntoIterator<Item = Sample>) -> Durations {
+        let mut kept: BTreeMap<(ServerUuid, String), Vec<Duration>> = BTreeMap::new();
+        for s in samples {
+            let v = kept.entry((s.server, s.component)).or_default();
+            v.push(s.elapsed);
+            if v.len() > SAMPLES_KEPT {
+                v.remove(0);
+            }
+        }
+        let mut own: BTreeMap<ServerUuid, BTreeMap<String, Duration>> = BTreeMap::new();
+        let mut per_component: BTreeMap<String, Vec<Duration>> = BTreeMap::new();
+        for ((server, component), v) in kept {
+            let m = median(&v);
+            per_component.entry(component.clone()).or_default().push(m);
+            own.entry(server).or_default().insert(component, m);
+        }
+        let fleet: BTreeMap<String, Duration> = per_component
+            .into_iter()
+            .map(|(c, v)| (c, median(&v)))
+            .collect();
+        let speed = own
+            .iter()
+            .filter_map(|(server, components)| {
+                let mut ratios: Vec<f64> = components
+                    .iter()
+                    .filter_map(|(c, d)| {
+                        let f = fleet.get(c)?.as_secs_f64();
+                        (f > 0.0).then(|| d.as_secs_f64() / f)
+                    })
+                    .collect();
+                ratios.sort_by(f64::total_cmp);
+                ratios.get(ratios.len() / 2).map(|r| (*server, *r))
+            })
+            .collect();
+        Durations { own, fleet, speed }
+    }
+
+    /// Each server's own time for each component it was seen with (the
+    /// median of its newest samples).
+    pub fn own(&self) -> impl Iterator<Item = (ServerUuid, &str, Duration)> + '_ {
+        self.own.iter().flat_map(|(server, components)| {
+            components
+                .iter()
+                .map(move |(c, d)| (*server, c.as_str(), *d))
+        })
+    }
+
+    /// No history at all.
+    pub fn is_empty(&self) -> bool {
+        self.fleet.is_empty()
+    }
+
+    /// The estimate for `component` on `server`, if any server did it.
+    pub fn expected(&self, server: &ServerUuid, component: &str) -> Option<Expected> {
+        if let Some(d) = self.own.get(server).and_then(|c| c.get(component)) {
+            return Some(Expected {
+                duration: *d,
+                source: Source::Own,
+            });
+        }
+        let fleet = *self.fleet.get(component)?;
+        Some(match self.speed.get(server) {
+            Some(f) => Expected {
+                duration: fleet.mul_f64(f.max(0.0)),
+                source: Source::Scaled,
+            },
+            None => Expected {
+                duration: fleet,
+                source: Source::Fleet,
+            },
+        })
+    }
+
+    /// How long a server's steps should take: its batches one after the
+    /// other, each as long as its longest step (the parallel-safe
+    /// components of a batch run at once). `None` without an estimate for
+    /// any step; steps without one count as the batch's others. The flag
+    /// says whether every step's estimate is the server's own.
+    pub fn server_expected(
+        &self,
+        server: &ServerUuid,
+        plan: &ServerPlan,
+    ) -> Option<(Duration, bool)> {
+        let mut total = Duration::ZERO;
+        let mut any = false;
+        let mut all_own = true;
+        for batch in plan.batches() {
+            let mut longest = Duration::ZERO;
+            for step in batch {
+                match self.expected(server, &step.component) {
+                    Some(e) => {
+                        any = true;
+                        all_own &= e.source == Source::Own;
+                        longest = longest.max(e.duration);
+                    }
+                    None => all_own = false,
+                }
+            }
+            total += longest;
+        }
+        any.then_some((total, all_own))
+    }
+}
+
+/// The median (upper, for an even count) of non-empty durations.
+fn median(v: &[Duration]) -> Duration {
+    let mut sorted = v.to_vec();
+    sorted.sort();
+    sorted.get(sorted.len() / 2).copied().unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn s(server: u128, component: &str, secs: u64) -> Sample {
+        Sample {
+            server: ServerUuid::from_u128(server),
+            component: component.into(),
+            elapsed: Duration::from_secs(secs),
+        }
+    }
+
+    #[test]
+    fn own_history_first_then_scaled_then_fleet() {
+        let d = Durations::from_samples([
+            s(1, "vm-agent", 10),
+            s(2, "vm-agent", 20),
+            s(3, "vm-agent", 30),
+            // Server 4 is twice as slow as the fleet at net-agent.
+            s(1, "net-agent", 5),
+            s(2, "net-agent", 5),
+            s(4, "net-agent", 10),
+        ]);
+        let e = |server: u128, c: &str| d.expected(&ServerUuid::from_u128(server), c);
+        assert_eq!(
+            e(1, "vm-agent"),
+            Some(Expected {
+                duration: Duration::from_secs(10),
+                source: Source::Own
+            })
+        );
+        assert_eq!(
+            e(4, "vm-agent"),
+            Some(Expected {
+                duration: Duration::from_secs(40),
+                source: Source::Scaled
+            })
+        );
+        assert_eq!(
+            e(9, "vm-agent"),
+            Some(Expected {
+                duration: Duration::from_secs(20),
+                source: Source::Fleet
+            })
+        );
+        assert_eq!(e(1, "cn-agent"), None);
+        assert!(Durations::default().is_empty());
+    }
+
+    #[test]
+    fn only_the_newest_samples_count() {
+        let mut samples: Vec<Sample> = (0..10).map(|_| s(1, "vm-agent", 100)).collect();
+        samples.extend((0..SAMPLES_KEPT).map(|_| s(1, "vm-agent", 7)));
+        let d = Durations::from_samples(samples);
+        assert_eq!(
+            d.expected(&ServerUuid::from_u128(1), "vm-agent")
+                .unwrap()
+                .duration,
+            Duration::from_secs(7)
+        );
+    }
+}

@@ -1,0 +1,253 @@
+//! The run history through the binary against the simulator: every
+//! changing run leaves an entry (this headnode's journal and SAPI), another
+//! session (another state directory) sees it through SAPI, a run killed
+//! with SIGKILL mid-rollout is listed as interrupted with the servers it
+//! recorded, and the next plan schedules from what servers took.
+
+use std::path::Path;
+use std::process::Stdio;
+use std::time::Duration;
+
+use serde_json::Value;
+
+use agentsadm_sim::LatencySpec;
+use agentsadm_sim::SeedSpec;
+use agentsadm_sim::SimConfig;
+use agentsadm_sim::SimDc;
+
+pub async fn sim(cns: usize, latency_ms: u64) -> SimDc {
+    SimDc::start(
+        SimConfig::default()
+            .servers(cns)
+            .populate(SeedSpec::with_newer())
+            .install_latency(LatencySpec::fixed(latency_ms)),
+    )
+    .await
+    .expect("simulator starts")
+}
+
+/// The binary against `dc` with `$XDG_STATE_HOME` at `state`.
+pub fn command(dc: &SimDc, state: &Path, args: &[&str]) -> tokio::process::Command {
+    let urls = dc.urls();
+    let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_agentsadm"));
+    cmd.args(args)
+        .env("SAPI_URL", &urls.sapi)
+        .env("CNAPI_URL", &urls.cnapi)
+        .env("IMGAPI_URL", &urls.imgapi)
+        .env("UPDATES_URL", &urls.updates)
+        .env("AGENTSADM_NO_PROGRESS", "1")
+        .env("XDG_STATE_HOME", state)
+        .env_remove("AGENTSADM_TEST_CRASH_AT")
+        .stdin(Stdio::null())
+        .kill_on_drop(true);
+    cmd
+}
+
+pub async fn cli(dc: &SimDc, state: &Path, args: &[&str]) -> (i32, String, String) {
+    let out = tokio::time::timeout(Duration::from_secs(120), command(dc, state, args).output())
+        .await
+        .expect("agentsadm finishes")
+        .expect("agentsadm runs");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// `agentsadm history --json` in `state`: the runs, newest first.
+pub async fn runs(dc: &SimDc, state: &Path) -> Vec<Value> {
+    let (code, out, err) = cli(dc, state, &["history", "--json"]).await;
+    assert_eq!(code, 0, "{err}");
+    let v: Value = serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}"));
+    v["runs"].as_array().cloned().unwrap_or_default()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_run_is_recorded_and_another_session_sees_it() {
+    let dc = sim(3, 0).await;
+    let here = tempfile::tempdir().unwrap();
+    let (code, out, err) = cli(&dc, here.path(), &["update", "vm-agent", "--latest", "-y"]).await;
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.contains("agentsadm history "), "{out}");
+
+    let mine = runs(&dc, here.path()).await;
+    assert_eq!(mine.len(), 1, "{mine:?}");
+    let run = &mine[0];
+    assert_eq!(run["status"], "succeeded");
+    assert_eq!(run["operation"], "update vm-agent");
+    assert!(
+        run["command"]
+            .as_str()
+            .unwrap()
+            .contains("update vm-agent --latest -y")
+    );
+    assert_eq!(run["servers"].as_array().unwrap().len(), 4);
+    let step = &run["servers"][0]["steps"][0];
+    assert_eq!(step["component"], "vm-agent");
+    assert_eq!(step["status"], "done");
+    assert!(step["from"].is_string() && step["to"].is_string(), "{step}");
+    assert_ne!(step["from"], step["to"]);
+    assert!(!run["servers"][0]["tasks"].as_array().unwrap().is_empty());
+    assert_eq!(run["exit_status"], 0);
+    // The service default moved, and says from where.
+    assert_eq!(run["plan"]["service_changes"][0]["component"], "vm-agent");
+
+    // Another session (no journals of its own) sees it through SAPI.
+    let elsewhere = tempfile::tempdir().unwrap();
+    let theirs = runs(&dc, elsewhere.path()).await;
+    assert_eq!(theirs.len(), 1);
+    assert_eq!(theirs[0]["id"], run["id"]);
+    assert_eq!(theirs[0]["status"], "succeeded");
+    assert_eq!(theirs[0]["servers"], run["servers"]);
+
+    // One run per server, by its short id.
+    let id = run["id"].as_str().unwrap();
+    let (code, text, err) = cli(&dc, elsewhere.path(), &["history", &id[..8]]).await;
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        text.contains(&format!("Run {id}: update vm-agent")),
+        "{text}"
+    );
+    assert!(
+        text.contains("cn0001") && text.contains("vm-agent"),
+        "{text}"
+    );
+    assert!(text.contains("succeeded (done)"), "{text}");
+
+    // The list, and its filters.
+    let (_, list, _) = cli(&dc, here.path(), &["history"]).await;
+    assert!(list.starts_with("RUN"), "{list}");
+    assert!(
+        list.contains(&id[..8]) && list.contains("succeeded"),
+        "{list}"
+    );
+    let (_, none, _) = cli(&dc, here.path(), &["history", "--since", "2999-01-01"]).await;
+    assert!(none.contains("No runs recorded."), "{none}");
+    let (code, _, err) = cli(&dc, here.path(), &["history", "ffffffff"]).await;
+    assert_eq!(code, 1);
+    assert!(err.contains("no run \"ffffffff\""), "{err}");
+
+    // A dry run and a refused run record nothing.
+    let (code, ..) = cli(&dc, here.path(), &["update", "vm-agent", "-n"]).await;
+    assert_eq!(code, 0);
+    assert_eq!(runs(&dc, here.path()).await.len(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_killed_mid_rollout_is_interrupted_with_what_it_knew() {
+    let dc = sim(5, 400).await;
+    let state = tempfile::tempdir().unwrap();
+    let mut child = command(
+        &dc,
+        state.path(),
+        &["update", "vm-agent", "--latest", "-y", "-j", "1"],
+    )
+    .stdout(Stdio::null())
+    .stderr(Stdio::null())
+    .spawn()
+    .expect("agentsadm starts");
+    // Wait until the journal holds two finished servers, then SIGKILL.
+    let dir = state.path().join("agentsadm/history");
+    let finished = || -> usize {
+        std::fs::read_dir(&dir)
+            .into_iter()
+            .flatten()
+            .filter_map(Result::ok)
+            .map(|e| std::fs::read_to_string(e.path()).unwrap_or_default())
+            .map(|t| t.lines().filter(|l| l.starts_with("{\"server\"")).count())
+            .sum()
+    };
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    while finished() < 2 {
+        assert!(tokio::time::Instant::now() < deadline, "no progress");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    child.kill().await.expect("SIGKILL");
+    let _ = child.wait().await;
+
+    let listed = runs(&dc, state.path()).await;
+    assert_eq!(listed.len(), 1, "{listed:?}");
+    let run = &listed[0];
+    assert_eq!(run["status"], "interrupted", "{run}");
+    let recorded = run["servers"].as_array().unwrap();
+    assert!(
+        (2..6).contains(&recorded.len()),
+        "{} servers recorded",
+        recorded.len()
+    );
+    assert!(recorded.iter().all(|s| s["outcome"] == "succeeded"));
+    assert!(run["error"].as_str().unwrap().contains("process ended"));
+
+    // The next run (its lock broken as stale: the owner is gone) seals
+    // the entry and sends it to SAPI, where another session reads it.
+    let (code, out, err) = cli(&dc, state.path(), &["update", "vm-agent", "-y"]).await;
+    assert!(code == 0 || code == 2, "{out}{err}");
+    let elsewhere = tempfile::tempdir().unwrap();
+    let theirs = runs(&dc, elsewhere.path()).await;
+    let old = theirs
+        .iter()
+        .find(|r| r["id"] == run["id"])
+        .expect("the killed run in SAPI");
+    assert_eq!(old["status"], "interrupted");
+    assert_eq!(old["servers"].as_array().unwrap().len(), recorded.len());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_next_plan_starts_the_slowest_first_and_shows_the_expected_finish() {
+    let dc = sim(4, 0).await;
+    let state = tempfile::tempdir().unwrap();
+    // Before any history: no estimate.
+    let (_, plan, _) = cli(
+        &dc,
+        state.path(),
+        &["plan", "update", "vm-agent", "--latest"],
+    )
+    .await;
+    assert!(!plan.contains("expected finish"), "{plan}");
+    let (code, out, err) = cli(&dc, state.path(), &["update", "vm-agent", "--latest", "-y"]).await;
+    assert_eq!(code, 0, "{out}{err}");
+    // Another component no server has a time for: no estimate.
+    let (code, out, err) = cli(
+        &dc,
+        state.path(),
+        &["plan", "update", "net-agent", "--latest", "--json"],
+    )
+    .await;
+    assert_eq!(code, 0, "{err}");
+    let v: Value = serde_json::from_str(&out).unwrap();
+    assert!(
+        v["plan"]["rollout"].get("expected_finish_s").is_none(),
+        "{out}"
+    );
+    // The same component again (back to the image before): every server
+    // has its own history.
+    let before = runs(&dc, state.path()).await[0]["servers"][0]["steps"][0]["from"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let (code, out, err) = cli(
+        &dc,
+        state.path(),
+        &["plan", "update", "vm-agent", "--image", &before, "--json"],
+    )
+    .await;
+    assert_eq!(code, 0, "{err}");
+    let v: Value = serde_json::from_str(&out).unwrap();
+    let rollout = &v["plan"]["rollout"];
+    assert!(
+        rollout["expected_finish_s"].as_f64().unwrap() > 0.0,
+        "{rollout}"
+    );
+    assert_eq!(rollout["history_servers"], 5);
+    let servers = rollout["waves"][0]["servers"].as_array().unwrap();
+    let expected: Vec<f64> = servers
+        .iter()
+        .map(|s| s["expected_s"].as_f64().unwrap())
+        .collect();
+    assert!(
+        expected.windows(2).all(|w| w[0] >= w[1]),
+        "longest first: {expected:?}"
+    );
+    assert!(servers.iter().all(|s| s["usual_s"].is_number()));
+}
