@@ -1,0 +1,115 @@
+//! The health gate after cn-agent's task (plan gate `gz health`): the
+//! installed component checked through `agentsadm gz health` on the
+//! server, and what a failed check leaves (the previous image back).
+
+use std::time::Duration;
+
+use agentsadm_api::compat;
+use agentsadm_plan::{Action, Step};
+use agentsadm_types::ids::{ImageUuid, ServerUuid, TaskId};
+
+use super::{
+    CnapiTransport, HEALTH_CHECK_PAUSE, HEALTH_CHECK_RETRIES, NO_ANSWER, StepFailure, TaskGoal,
+};
+use crate::report::FailureStage;
+
+impl CnapiTransport {
+    /// The health gate after cn-agent's task (plan gate `gz health`):
+    /// `agentsadm gz health NAME` through execute, within
+    /// [`CnapiTransportConfig::health_bound`] in all. Unhealthy: the
+    /// previous image is reinstalled through install-agent (cn-agent's task
+    /// cannot roll back by itself) and the step fails as `unhealthy`.
+    pub(super) async fn gz_health(
+        &self,
+        server: ServerUuid,
+        step: &Step,
+        task: TaskId,
+    ) -> Result<Option<Duration>, StepFailure> {
+        if step.gate != agentsadm_plan::Gate::GzHealth {
+            return Ok(None);
+        }
+        let started = tokio::time::Instant::now();
+        let args = compat::health_args(&step.component, &self.health_args());
+        // `gz health` only reads: a request CNAPI failed quickly (a 5xx, a
+        // dropped connection) is asked again, a few times, as long as the
+        // bound leaves time; one that got no answer is not.
+        let bound = self.config.health_bound();
+        let deadline = tokio::time::Instant::now() + bound;
+        let mut attempt = 0u32;
+        let checked = loop {
+            let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+            match self.execute(server, step, &args, left, None).await {
+                Err(e)
+                    if e.stage == FailureStage::Execute
+                        && attempt < HEALTH_CHECK_RETRIES
+                        && !e.message.contains(NO_ANSWER)
+                        && deadline.saturating_duration_since(tokio::time::Instant::now())
+                            > HEALTH_CHECK_PAUSE * (attempt + 1) =>
+                {
+                    attempt += 1;
+                    tokio::time::sleep(HEALTH_CHECK_PAUSE * attempt).await;
+                }
+                other => break other,
+            }
+        };
+        let Err(mut unhealthy) = checked.map(|_| ()) else {
+            return Ok(Some(started.elapsed()));
+        };
+        if !unhealthy.is_unhealthy() {
+            // The check itself could not run (no answer, execute refused,
+            // no agentsadm on the server): the install stands, unconfirmed.
+            unhealthy.message = format!(
+                "the install itself finished (CNAPI task {task} completed); only its health check could not run ('agentsadm gz health' through CNAPI execute, bound {}): {}",
+                crate::report::fmt_duration(bound),
+                unhealthy.message
+            );
+            return Err(unhealthy);
+        }
+        let previous = match &step.action {
+            Action::Upgrade { from, .. } => from.image,
+            _ => None,
+        };
+        // What the server runs again: the previous image reinstalled, or
+        // (a fresh install) nothing.
+        let package = self.package_name(&step.component);
+        let reverted: Result<Option<ImageUuid>, StepFailure> = match previous {
+            Some(image) => match self.cnapi.install_agent(server, image).await {
+                Ok(id) => {
+                    let goal = TaskGoal::Install {
+                        package: package.clone(),
+                        image,
+                        version: match &step.action {
+                            Action::Upgrade { from, .. } => from.version.clone(),
+                            _ => String::new(),
+                        },
+                    };
+                    self.wait(server, &step.component, id, &goal)
+                        .await
+                        .map(|()| Some(image))
+                }
+                Err(e) => Err(StepFailure::api(FailureStage::InstallAgent, &e)),
+            },
+            None => self
+                .uninstall(server, &step.component, &package, None)
+                .await
+                .map(|()| None),
+        };
+        match reverted {
+            Ok(Some(image)) => {
+                unhealthy.message =
+                    format!("{}; reverted: image {image} reinstalled", unhealthy.message);
+            }
+            Ok(None) => {
+                unhealthy.message = format!("{}; reverted: removed again", unhealthy.message);
+            }
+            Err(e) => {
+                unhealthy.revert_error = Some(e.to_string());
+                unhealthy.message = format!(
+                    "{}; REVERT FAILED ({e}): reinstall the previous image by hand",
+                    unhealthy.message
+                );
+            }
+        }
+        Err(unhealthy)
+    }
+}
