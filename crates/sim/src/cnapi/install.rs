@@ -210,6 +210,10 @@ async fn run_agent_install(
     let work = async {
         core.ensure_prepared(&server)?;
         let results = core.gz.install(core.env(), target, image).await?;
+        // cn-agent reports the new agents when its task ends, not when the
+        // GZ work inside it does: a CNAPI that dies before the end loses
+        // the report.
+        tokio::time::sleep_until(deadline).await;
         core.record_results(&server, &results);
         Ok(())
     };
