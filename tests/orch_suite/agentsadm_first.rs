@@ -49,6 +49,62 @@ fn example() -> ExampleDc {
     dc
 }
 
+/// `gz disable` came with agentsadm 0.2.0: a disable on a server whose
+/// copy is older gets agentsadm first, as an update does, not a blocking
+/// skip (the disable plan resolves the agentsadm target like any request).
+#[test]
+fn a_disable_gives_agentsadm_first_where_the_copy_predates_gz_disable() {
+    let mut dc = ExampleDc::new(2);
+    let v010 = dc.publish("agentsadm", "0.1.0");
+    dc.set_installed(dc.server_named("cn002"), "agentsadm", v010.uuid, None);
+    let images = dc.images_with_targets(&[]);
+    assert!(images.agentsadm.is_some());
+    let (intent, reality) = (dc.intent(), dc.reality());
+    let req = request(Operation::Disable, &["net-agent"], &["cn001", "cn002"]);
+    let mark = agentsadm_plan::Mark {
+        by: "root@headnode".into(),
+        at: "2026-11-26T12:00:00Z".into(),
+        reason: Some("RFD 58".into()),
+    };
+    let input = PlanningInput {
+        catalog: &dc.catalog,
+        intent: &intent,
+        reality: &reality,
+        request: &req,
+        options: TransportMode::Auto.into(),
+        images: &images,
+        durations: None,
+    };
+    let p = agentsadm_plan::plan_disable(&input, Some(&mark)).unwrap();
+    let text = p.display().to_string();
+    let steps = |host: &str| -> Vec<String> {
+        let sp = p.servers().values().find(|s| s.hostname == host).unwrap();
+        sp.steps.iter().map(|s| s.component.clone()).collect()
+    };
+    assert_eq!(steps("cn001"), ["net-agent"], "{text}");
+    assert_eq!(steps("cn002"), ["agentsadm", "net-agent"], "{text}");
+    assert!(p.skips().is_empty(), "{text}");
+    // Without an agentsadm image the old copy's server is refused, saying
+    // what to do.
+    let mut none = images.clone();
+    none.agentsadm = None;
+    let p = agentsadm_plan::plan_disable(
+        &PlanningInput {
+            images: &none,
+            ..input
+        },
+        Some(&mark),
+    )
+    .unwrap();
+    assert!(
+        p.skips()
+            .iter()
+            .any(|s| s.blocking && matches!(s.reason, SkipReason::AgentsadmTooOld(_))),
+        "{}",
+        p.display()
+    );
+}
+
 #[test]
 fn plan_shows_agentsadm_first_where_the_copy_cannot_parse_the_steps() {
     let mut dc = example();

@@ -166,6 +166,31 @@ pub(crate) async fn lock_board(apis: &Apis) -> LockBoard {
     LockBoard::from_metadata(&app.metadata)
 }
 
+/// The lock records' keys in the `sdc` application's metadata.
+async fn lock_keys(apis: &Apis) -> Vec<String> {
+    lock_board(apis)
+        .await
+        .entries
+        .iter()
+        .map(|e| e.key.clone())
+        .collect()
+}
+
+/// Delete `keys` from the `sdc` application's metadata, as an operator
+/// cleaning up (or a colleague's tooling) would.
+async fn delete_metadata_keys(apis: &Apis, keys: &[String]) {
+    let app = apis.sapi.sdc_application().await.unwrap().unwrap();
+    let cleanup = Update {
+        action: Some(UpdateAction::Delete),
+        params: None,
+        metadata: Some(object(keys.iter().map(|k| (k.as_str(), "")))),
+    };
+    apis.sapi
+        .update_application(app.uuid, &cleanup)
+        .await
+        .unwrap();
+}
+
 fn executed(o: &Result<RunOutcome<Plan>, impl std::fmt::Debug>) -> bool {
     matches!(o, Ok(RunOutcome::Executed { .. }))
 }
@@ -298,23 +323,9 @@ async fn lost_mid_run(break_lock: bool) {
     let b = async {
         progress.finished(1).await;
         if !break_lock {
-            let keys: Vec<String> = lock_board(&apis)
-                .await
-                .entries
-                .iter()
-                .map(|e| e.key.clone())
-                .collect();
+            let keys = lock_keys(&apis).await;
             assert_eq!(keys.len(), 1);
-            let app = apis.sapi.sdc_application().await.unwrap().unwrap();
-            let cleanup = Update {
-                action: Some(UpdateAction::Delete),
-                params: None,
-                metadata: Some(object(keys.iter().map(|k| (k.as_str(), "")))),
-            };
-            apis.sapi
-                .update_application(app.uuid, &cleanup)
-                .await
-                .unwrap();
+            delete_metadata_keys(&apis, &keys).await;
         }
         update(
             &apis,
@@ -461,22 +472,8 @@ async fn the_lock_is_confirmed_once_more_before_the_summary() {
         }
         // The step is under way (its lock confirmed): remove the record.
         tokio::time::sleep(Duration::from_millis(300)).await;
-        let keys: Vec<String> = lock_board(&apis)
-            .await
-            .entries
-            .iter()
-            .map(|e| e.key.clone())
-            .collect();
-        let app = apis.sapi.sdc_application().await.unwrap().unwrap();
-        let cleanup = Update {
-            action: Some(UpdateAction::Delete),
-            params: None,
-            metadata: Some(object(keys.iter().map(|k| (k.as_str(), "")))),
-        };
-        apis.sapi
-            .update_application(app.uuid, &cleanup)
-            .await
-            .unwrap();
+        let keys = lock_keys(&apis).await;
+        delete_metadata_keys(&apis, &keys).await;
     };
     let (outcome, ()) = tokio::join!(run, cleanup);
     let Ok(RunOutcome::Executed { planned, report }) = outcome else {
@@ -516,23 +513,9 @@ async fn held_work_notices_a_lock_lost_between_refreshes() {
     let lost = std::sync::atomic::AtomicBool::new(false);
     let notes = std::sync::Mutex::new(Vec::<String>::new());
     let work = async {
-        let keys: Vec<String> = lock_board(&apis)
-            .await
-            .entries
-            .iter()
-            .map(|e| e.key.clone())
-            .collect();
+        let keys = lock_keys(&apis).await;
         assert!(!keys.is_empty(), "held while the work runs");
-        let app = apis.sapi.sdc_application().await.unwrap().unwrap();
-        let cleanup = Update {
-            action: Some(UpdateAction::Delete),
-            params: None,
-            metadata: Some(object(keys.iter().map(|k| (k.as_str(), "")))),
-        };
-        apis.sapi
-            .update_application(app.uuid, &cleanup)
-            .await
-            .unwrap();
+        delete_metadata_keys(&apis, &keys).await;
         "done"
     };
     let note = |l: &str| notes.lock().unwrap().push(l.to_string());

@@ -17,12 +17,44 @@ use super::Tee;
 use super::progress::CliProgress;
 use super::progress::Display;
 use super::progress::ProgressMode;
+use agentsadm_orchestrate::report::ExecReport;
 use agentsadm_orchestrate::report::InFlight;
-use agentsadm_orchestrate::run::{AskError, Operator, RunError, Shown};
+use agentsadm_orchestrate::run::{AskError, Operator, RunError, RunOutcome, Shown};
 use agentsadm_types::output::Output;
 
 /// The last line of every `-n`: nothing was changed.
 pub(crate) const DRY_RUN_NOTE: &str = "Dry run (-n): nothing was changed.";
+
+/// A run that changed nothing, said alike by `adopt` and `server
+/// delete|factory-reset`: the plan in `--json`, the dry-run note,
+/// "Nothing was changed."; `Err` is its exit status. An executed run's
+/// plan and report come back to be rendered by the command.
+pub(crate) fn unless_executed<P: serde::Serialize>(
+    out: Output,
+    outcome: RunOutcome<P>,
+) -> Result<(P, ExecReport), u8> {
+    match outcome {
+        RunOutcome::DryRun(plan) => {
+            if out.json {
+                out.json(&serde_json::json!({"plan": plan, "executed": false, "exit_status": 0}));
+            } else {
+                out.line(DRY_RUN_NOTE);
+            }
+            Err(0)
+        }
+        RunOutcome::Empty(plan) => {
+            if out.json {
+                out.json(&serde_json::json!({"plan": plan, "executed": false, "exit_status": 0}));
+            }
+            Err(0)
+        }
+        RunOutcome::Declined(_) => {
+            out.line("Nothing was changed.");
+            Err(1)
+        }
+        RunOutcome::Executed { planned, report } => Ok((planned, report)),
+    }
+}
 
 /// How one run shows its progress.
 pub(crate) struct Execution<'g> {

@@ -362,28 +362,9 @@ async fn server_run(
 
 /// Print how a `server` run ended; its exit status.
 fn server_outcome(out: Output, outcome: RunOutcome<CleanupPlan>) -> u8 {
-    let (plan, report) = match outcome {
-        RunOutcome::DryRun(plan) => {
-            if out.json {
-                out.json(&json!({"plan": plan, "executed": false, "exit_status": 0}));
-            } else {
-                out.line(crate::execution::DRY_RUN_NOTE);
-            }
-            return 0;
-        }
-        RunOutcome::Empty(plan) => {
-            if out.json {
-                out.json(&json!({"plan": plan, "executed": false, "exit_status": 0}));
-            }
-            return 0;
-        }
-        RunOutcome::Declined(_) => {
-            out.line("Nothing was changed.");
-            return 1;
-        }
-        RunOutcome::Executed { planned, report } => {
-            (planned, cleanup::CleanupReport::from_exec(&report))
-        }
+    let (plan, report) = match crate::execution::unless_executed(out, outcome) {
+        Ok((planned, report)) => (planned, cleanup::CleanupReport::from_exec(&report)),
+        Err(status) => return status,
     };
     let status = report.exit_status();
     if out.json {

@@ -6,12 +6,11 @@
 
 use agentsadm_api::Apis;
 use agentsadm_api::sapi::{Update, UpdateAction, object};
-use agentsadm_plan::{
-    HoldScope, Mark, Plan, PlanOptions, PlanningInput, Request, ResolvedImages, resolve_servers,
-};
+use agentsadm_plan::{HoldScope, Mark, Plan, PlanOptions, PlanningInput, Request, resolve_servers};
 use agentsadm_types::catalog::Catalog;
 
 use super::gather;
+use super::images::{self, ImageChoice, ImageSources};
 use super::run::Planner;
 use super::session::SessionError;
 
@@ -30,6 +29,20 @@ impl Planner for SwitchPlanner<'_> {
 
     async fn plan(&self) -> Result<Plan, SessionError> {
         let (intent, reality) = gather::gather(self.apis, self.catalog).await?;
+        // No image moves, but `gz disable|enable` are newer words: the
+        // agentsadm a server with an older copy gets first is resolved as
+        // for every request.
+        let images = images::resolve(
+            self.catalog,
+            &[],
+            ImageChoice::Intent,
+            ImageSources {
+                dc: &self.apis.imgapi,
+                updates: None,
+            },
+            &intent,
+        )
+        .await?;
         Ok(agentsadm_plan::plan_disable(
             &PlanningInput {
                 catalog: self.catalog,
@@ -37,7 +50,7 @@ impl Planner for SwitchPlanner<'_> {
                 reality: &reality,
                 request: &self.request,
                 options: self.options,
-                images: &ResolvedImages::default(),
+                images: &images,
                 durations: None,
             },
             self.mark.as_ref(),

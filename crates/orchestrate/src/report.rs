@@ -338,6 +338,16 @@ pub struct ServerOutcome {
 }
 
 impl ServerOutcome {
+    /// Its CNAPI tasks still waited for when the run stopped, as
+    /// `COMPONENT task ID` (the log's and the summary's words).
+    pub fn waiting_tasks(&self) -> Vec<String> {
+        self.tasks
+            .iter()
+            .filter(|t| t.waiting)
+            .map(|t| format!("{} task {}", t.component, t.task))
+            .collect()
+    }
+
     /// A server that succeeded (so far), with nothing recorded yet.
     pub fn new(hostname: &str) -> ServerOutcome {
         ServerOutcome {

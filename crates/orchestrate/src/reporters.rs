@@ -44,12 +44,7 @@ fn log_left_behind(r: &super::report::ExecReport) {
     for (server, o) in &r.servers {
         match o.status {
             ServerStatus::Interrupted => {
-                let tasks: Vec<String> = o
-                    .tasks
-                    .iter()
-                    .filter(|t| t.waiting)
-                    .map(|t| format!("{} task {}", t.component, t.task))
-                    .collect();
+                let tasks = o.waiting_tasks();
                 tracing::warn!(target: agentsadm_types::log::FILE_ONLY_TARGET,
                     component = "executor",
                     event = "left-running",

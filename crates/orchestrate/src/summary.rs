@@ -202,12 +202,7 @@ impl ExecReport {
                 "\nLeft running when the run stopped waiting (they may still complete; follow a task with 'sdc-cnapi /tasks/<id>', or run the same command again):\n",
             );
             for (uuid, o) in left {
-                let tasks: Vec<String> = o
-                    .tasks
-                    .iter()
-                    .filter(|t| t.waiting)
-                    .map(|t| format!("{} task {}", t.component, t.task))
-                    .collect();
+                let tasks = o.waiting_tasks();
                 let what = if tasks.is_empty() {
                     "no CNAPI task (CNAPI execute)".to_string()
                 } else {

@@ -493,17 +493,9 @@ impl CnapiTransport {
         let Some(expected) = step.expect_current() else {
             return Ok(());
         };
-        let record = self
-            .cnapi
-            .list_server(server)
-            .await
-            .map_err(|e| StepFailure::api(FailureStage::InstallAgent, &e))?;
-        let package = self.package_name(&step.component);
-        let entry = record
-            .map(|r| r.reported_agents())
-            .unwrap_or_default()
-            .into_iter()
-            .find(|a| a.name == package || a.name == step.component);
+        let entry = self
+            .reported_entry(server, step, FailureStage::InstallAgent)
+            .await?;
         let now = entry.as_ref().map(|a| a.image_uuid);
         let same = match (expected, now) {
             (None, None) => true,
@@ -648,22 +640,35 @@ impl CnapiTransport {
         if !matches!(step.action, Action::Install { .. }) {
             return Ok(StepDone::default());
         }
-        let s = self
-            .cnapi
-            .list_server(server)
-            .await
-            .map_err(|e| StepFailure::api(FailureStage::ReadServerAgents, &e))?;
-        let package = self.package_name(&step.component);
-        let instance = s
-            .map(|s| s.reported_agents())
-            .unwrap_or_default()
-            .into_iter()
-            .find(|a| a.name == package || a.name == step.component)
+        let instance = self
+            .reported_entry(server, step, FailureStage::ReadServerAgents)
+            .await?
             .and_then(|a| a.uuid);
         Ok(StepDone {
             instance,
             ..StepDone::default()
         })
+    }
+
+    /// The step's component as CNAPI's `server.agents` lists it now (by
+    /// package or component name); a failed read fails the step at `stage`.
+    async fn reported_entry(
+        &self,
+        server: ServerUuid,
+        step: &Step,
+        stage: FailureStage,
+    ) -> Result<Option<AgentEntry>, StepFailure> {
+        let record = self
+            .cnapi
+            .list_server(server)
+            .await
+            .map_err(|e| StepFailure::api(stage, &e))?;
+        let package = self.package_name(&step.component);
+        Ok(record
+            .map(|r| r.reported_agents())
+            .unwrap_or_default()
+            .into_iter()
+            .find(|a| a.name == package || a.name == step.component))
     }
 
     /// Poll `server.agents` (ServerList) until the component reports
@@ -686,12 +691,9 @@ impl CnapiTransport {
                 .find(|a| a.name == package || a.name == step.component)
         };
         loop {
-            let s = self
-                .cnapi
-                .list_server(server)
-                .await
-                .map_err(|e| StepFailure::api(FailureStage::ConfirmServerAgents, &e))?;
-            let reported = find(s.map(|s| s.reported_agents()).unwrap_or_default());
+            let reported = self
+                .reported_entry(server, step, FailureStage::ConfirmServerAgents)
+                .await?;
             if let Some(a) = &reported
                 && a.image_uuid == Some(image)
             {

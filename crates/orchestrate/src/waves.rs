@@ -387,15 +387,10 @@ impl Executor<'_> {
         let now = Instant::now();
         let outage = report.outage.clone().filter(|_| !report.interrupted);
         for (uuid, (t, hostname)) in &w.started {
-            let tasks = self.transport.tasks(*uuid);
-            let running: Vec<String> = tasks
-                .iter()
-                .filter(|t| t.waiting)
-                .map(|t| format!("{} task {}", t.component, t.task))
-                .collect();
             let mut o = ServerOutcome::new(hostname);
             o.elapsed = now - *t;
-            o.tasks = tasks;
+            o.tasks = self.transport.tasks(*uuid);
+            let running = o.waiting_tasks();
             if let Some(outage) = &outage {
                 o.fail(
                     ServerStatus::Unknown,

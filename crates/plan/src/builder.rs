@@ -105,7 +105,9 @@ impl<'c> PlanBuilder<'c> {
     }
 
     /// A plan of a request: SAPI's holds, honoured as the request and
-    /// its options say (`named`: the request named its servers).
+    /// its options say (`named`: the request named its servers), and the
+    /// agentsadm servers get first when theirs cannot parse a step (the
+    /// request's resolved [`crate::ResolvedImages::agentsadm`]).
     pub fn for_request(
         operation: Operation,
         input: &PlanningInput<'c>,
@@ -113,7 +115,8 @@ impl<'c> PlanBuilder<'c> {
     ) -> PlanBuilder<'c> {
         let mut b = PlanBuilder::new(operation, input.catalog, input.intent);
         b.named_servers(named)
-            .ignore_holds(input.options.ignore_holds);
+            .ignore_holds(input.options.ignore_holds)
+            .agentsadm(input.images.agentsadm.clone());
         b
     }
 

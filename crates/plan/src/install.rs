@@ -45,7 +45,6 @@ pub(super) fn plan_install(input: &PlanningInput, selected: Selected) -> Result<
             }
         };
     let mut b = PlanBuilder::for_request(Operation::Install, input, selected.named);
-    b.agentsadm(input.images.agentsadm.clone());
     b.selected_servers(selected.servers.len())
         .components([c.name.clone()])
         .targets(BTreeMap::from([(c.name.clone(), target.clone())]));

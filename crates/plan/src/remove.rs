@@ -33,7 +33,6 @@ pub(super) fn plan_remove(input: &PlanningInput, selected: Selected) -> Result<P
         });
     }
     let mut b = PlanBuilder::for_request(Operation::Remove, input, selected.named);
-    b.agentsadm(input.images.agentsadm.clone());
     b.selected_servers(selected.servers.len())
         .components([c.name.clone()])
         .targets(input.images.targets.clone());

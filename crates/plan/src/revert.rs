@@ -70,10 +70,8 @@ pub struct RevertRequest {
 /// ones not there are skipped).
 pub fn plan_revert(input: &PlanningInput, revert: &RevertRequest) -> Result<Plan, PlanError> {
     // Holds and disables are the planner's rules: a revert honours them
-    // (a held server is left out, not refused: no server was named), and
-    // gives agentsadm first where a server's copy cannot parse a step.
+    // (a held server is left out, not refused: no server was named).
     let mut b = PlanBuilder::for_request(Operation::Revert, input, false);
-    b.agentsadm(input.images.agentsadm.clone());
     let mut servers: Vec<ServerUuid> = revert.changes.iter().map(|c| c.server).collect();
     servers.sort();
     servers.dedup();

@@ -28,7 +28,9 @@ pub(super) fn plan_switch(
             component: c.name.clone(),
         });
     }
-    let mut b = PlanBuilder::new(input.request.operation, input.catalog, input.intent);
+    // Servers are always named here; holds stop only steps that move an
+    // image, so a held component can still be disabled.
+    let mut b = PlanBuilder::for_request(input.request.operation, input, true);
     b.selected_servers(selected.servers.len())
         .components([c.name.clone()]);
     let mut skips = Vec::new();

@@ -45,7 +45,6 @@ use agentsadm_types::ids::ServerUuid;
 /// The update plan.
 pub(super) fn plan_update(input: &PlanningInput, selected: Selected) -> Result<Plan, PlanError> {
     let mut b = PlanBuilder::for_request(Operation::Update, input, selected.named);
-    b.agentsadm(input.images.agentsadm.clone());
     b.selected_servers(selected.servers.len());
     let mut skips = Vec::new();
     let (active, named_components) = components_in_play(input, &selected, &mut skips)?;

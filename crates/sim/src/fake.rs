@@ -116,6 +116,19 @@ impl FakeDc {
     /// The plan for `request` on what the fake datacenter holds now, with
     /// `rollout` (concurrency, canary, budget) decided in it.
     pub fn plan(&self, request: &Request, images: &ResolvedImages, rollout: RolloutPolicy) -> Plan {
+        self.plan_with(request, images, rollout, None)
+            .expect("the fake datacenter's request plans")
+    }
+
+    /// [`FakeDc::plan`] with what servers took in earlier runs (`None`:
+    /// nothing known), and the planner's error instead of a panic.
+    pub fn plan_with(
+        &self,
+        request: &Request,
+        images: &ResolvedImages,
+        rollout: RolloutPolicy,
+        durations: Option<&agentsadm_plan::timing::Durations>,
+    ) -> Result<Plan, agentsadm_plan::PlanError> {
         let (intent, reality) = self.snapshot();
         let catalog = self.dc().catalog.clone();
         agentsadm_plan::plan(&PlanningInput {
@@ -129,9 +142,8 @@ impl FakeDc {
                 rollout,
             },
             images,
-            durations: None,
+            durations,
         })
-        .expect("the fake datacenter's request plans")
     }
 
     /// Every (server, component) a step completed for, in completion order.

@@ -77,26 +77,9 @@ pub(crate) fn adopt_operator<'a>(out: Output) -> CliOperator<'a, AdoptPlan> {
 
 /// Print how an adoption run ended; its exit status.
 pub(crate) fn adopt_outcome(out: Output, outcome: RunOutcome<AdoptPlan>) -> u8 {
-    let (plan, report) = match outcome {
-        RunOutcome::DryRun(plan) => {
-            if out.json {
-                out.json(&json!({"plan": plan, "executed": false, "exit_status": 0}));
-            } else {
-                out.line(crate::execution::DRY_RUN_NOTE);
-            }
-            return 0;
-        }
-        RunOutcome::Empty(plan) => {
-            if out.json {
-                out.json(&json!({"plan": plan, "executed": false, "exit_status": 0}));
-            }
-            return 0;
-        }
-        RunOutcome::Declined(_) => {
-            out.line("Nothing was changed.");
-            return 1;
-        }
-        RunOutcome::Executed { planned, report } => (planned, AdoptReport::from_exec(&report)),
+    let (plan, report) = match crate::execution::unless_executed(out, outcome) {
+        Ok((planned, report)) => (planned, AdoptReport::from_exec(&report)),
+        Err(status) => return status,
     };
     let status = report.exit_status();
     if out.json {

@@ -21,6 +21,7 @@ use crate::execution::Execution;
 use crate::execution::interrupted;
 use crate::execution::run_error;
 use agentsadm_orchestrate::images::ImageChoice;
+use agentsadm_orchestrate::report::ExecReport;
 use agentsadm_orchestrate::run::{Run, RunOutcome, RunSettings, Shown};
 use agentsadm_orchestrate::session::{RequestPlanner, Session};
 use agentsadm_plan::ComponentSelection;
@@ -31,6 +32,7 @@ use agentsadm_plan::ServerSelection;
 use agentsadm_plan::timing::Durations;
 use agentsadm_types::catalog::Catalog;
 use agentsadm_types::ids::ImageUuid;
+use agentsadm_types::output::Output;
 
 /// Servers shown one by one in a plan up to this many; beyond, servers with
 /// the same changes are grouped (`-v` lists them all).
@@ -356,26 +358,31 @@ async fn run_change(g: &GlobalOpts, mut change: Change, plan_only: bool) -> CmdR
             out.line("Nothing was changed.");
             Ok(exit(1))
         }
-        Ok(RunOutcome::Executed { planned, report }) => {
-            let status = report.exit_status(&planned);
-            if out.json {
-                out.json(&json!({
-                    "plan": planned,
-                    "executed": true,
-                    "result": report,
-                    "summary": report.summary(&planned),
-                    "exit_status": status,
-                }));
-            } else if !out.quiet || status != 0 {
-                println!("\n{}", report.render(&planned).trim_end());
-                if let Some(line) = super::history::recorded_line(&report) {
-                    out.line(line);
-                }
-            }
-            Ok(exit(status))
-        }
+        Ok(RunOutcome::Executed { planned, report }) => Ok(exit(executed(out, &planned, &report))),
         Err(e) => Err(run_error(e)),
     }
+}
+
+/// How an executed run of a [`Plan`] ended (update, install, remove,
+/// revert, disable, enable): the result document, or the summary and the
+/// history line; its exit status.
+pub(super) fn executed(out: Output, planned: &Plan, report: &ExecReport) -> u8 {
+    let status = report.exit_status(planned);
+    if out.json {
+        out.json(&json!({
+            "plan": planned,
+            "executed": true,
+            "result": report,
+            "summary": report.summary(planned),
+            "exit_status": status,
+        }));
+    } else if !out.quiet || status != 0 {
+        println!("\n{}", report.render(planned).trim_end());
+        if let Some(line) = super::history::recorded_line(report) {
+            out.line(line);
+        }
+    }
+    status
 }
 
 /// Print a plan (text output only), and why an empty update changes

@@ -168,15 +168,7 @@ async fn run_switch(
             out.line("Nothing was changed.");
             1
         }
-        RunOutcome::Executed { planned, report } => {
-            let status = report.exit_status(&planned);
-            if out.json {
-                out.json(&json!({"plan": planned, "executed": true, "result": report, "exit_status": status}));
-            } else {
-                println!("\n{}", report.render(&planned).trim_end());
-            }
-            status
-        }
+        RunOutcome::Executed { planned, report } => super::change::executed(out, &planned, &report),
     };
     Ok(exit(status))
 }

@@ -99,22 +99,7 @@ pub async fn run_revert(g: &GlobalOpts, a: RevertArgs) -> CmdResult {
             Ok(exit(1))
         }
         Ok(RunOutcome::Executed { planned, report }) => {
-            let status = report.exit_status(&planned);
-            if out.json {
-                out.json(&json!({
-                    "plan": planned,
-                    "executed": true,
-                    "result": report,
-                    "summary": report.summary(&planned),
-                    "exit_status": status,
-                }));
-            } else if !out.quiet || status != 0 {
-                println!("\n{}", report.render(&planned).trim_end());
-                if let Some(line) = super::history::recorded_line(&report) {
-                    out.line(line);
-                }
-            }
-            Ok(exit(status))
+            Ok(exit(super::change::executed(out, &planned, &report)))
         }
         Err(e) => Err(run_error(e)),
     }

@@ -28,15 +28,12 @@ use std::time::{Duration, Instant};
 
 use serde::Serialize;
 
-use super::rollout::{check_plan, list_schedule, round3, yes};
+use super::rollout::{check_plan, list_schedule, round3, vm_agent_update, yes};
 use agentsadm_orchestrate::execute::{ExecOptions, Executor};
 use agentsadm_orchestrate::history::{HistoryEntry, durations_of, entry};
 use agentsadm_orchestrate::report::NullReporter;
 use agentsadm_plan::timing::Durations;
-use agentsadm_plan::{
-    ComponentSelection, Operation, Plan, PlanOptions, PlanningInput, Request, RolloutPolicy,
-    ServerSelection, TransportMode, plan,
-};
+use agentsadm_plan::{Plan, RolloutPolicy};
 use agentsadm_sim::fake::FakeDc;
 use agentsadm_sim::testkit::ExampleDc;
 use agentsadm_types::ids::ServerUuid;
@@ -119,31 +116,13 @@ fn plan_fleet(
     servers: usize,
     durations: Option<&Durations>,
 ) -> anyhow::Result<Plan> {
-    let dc = fake.dc();
-    let (intent, reality) = (dc.intent(), dc.reality());
-    let images = dc.images_with_targets(std::slice::from_ref(target));
-    let p = plan(&PlanningInput {
-        catalog: &dc.catalog,
-        intent: &intent,
-        reality: &reality,
-        request: &Request {
-            operation: Operation::Update,
-            components: ComponentSelection::Named(vec!["vm-agent".into()]),
-            servers: ServerSelection::All,
-            exclude: Vec::new(),
-        },
-        options: PlanOptions {
-            transport: TransportMode::Auto,
-            rollout: RolloutPolicy {
-                concurrency: CONCURRENCY,
-                canary: Some(1),
-                ..RolloutPolicy::default()
-            },
-            ignore_holds: false,
-        },
-        images: &images,
-        durations,
-    })?;
+    let images = fake.dc().images_with_targets(std::slice::from_ref(target));
+    let rollout = RolloutPolicy {
+        concurrency: CONCURRENCY,
+        canary: Some(1),
+        ..RolloutPolicy::default()
+    };
+    let p = fake.plan_with(&vm_agent_update(), &images, rollout, durations)?;
     check_plan(&p, servers)?;
     Ok(p)
 }

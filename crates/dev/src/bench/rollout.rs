@@ -175,31 +175,12 @@ async fn measure_fake(
     let images = dc.images_with_targets(&targets);
     let fake = FakeDc::new(dc);
     fake.faults().latency = latency;
-    let plan = {
-        let dc = fake.dc();
-        let (intent, reality) = (dc.intent(), dc.reality());
-        plan(&PlanningInput {
-            catalog: &dc.catalog,
-            intent: &intent,
-            reality: &reality,
-            request: &Request {
-                operation: Operation::Update,
-                components: ComponentSelection::Named(names.clone()),
-                servers: ServerSelection::All,
-                exclude: Vec::new(),
-            },
-            options: PlanOptions {
-                transport: TransportMode::Auto,
-                ignore_holds: false,
-                rollout: RolloutPolicy {
-                    concurrency,
-                    ..RolloutPolicy::default()
-                },
-            },
-            images: &images,
-            durations: None,
-        })?
+    let rollout = RolloutPolicy {
+        concurrency,
+        canary: Some(1),
+        ..RolloutPolicy::default()
     };
+    let plan = fake.plan_with(&vm_agent_update(), &images, rollout, None)?;
     check_plan(&plan, servers)?;
     // The shar installs one component after the other; so does this run.
     let options = ExecOptions {
@@ -429,6 +410,17 @@ fn realistic_latencies(n: usize) -> Vec<Duration> {
             Duration::from_secs_f64(ms.max(1.0) / 1000.0)
         })
         .collect()
+}
+
+/// `update vm-agent` on every server: the request every rollout
+/// benchmark plans.
+pub(super) fn vm_agent_update() -> Request {
+    Request {
+        operation: Operation::Update,
+        components: ComponentSelection::Named(vec!["vm-agent".into()]),
+        servers: ServerSelection::All,
+        exclude: Vec::new(),
+    }
 }
 
 /// The realistic run on the fake transport (the latency model is the

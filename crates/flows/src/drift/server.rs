@@ -146,6 +146,24 @@ struct ComponentOnServer<'a> {
 }
 
 impl ComponentOnServer<'_> {
+    /// An instance's params set right: the image it, the server or the
+    /// service names, in that order; with none known, what to do by hand.
+    fn set_params_fix(self, i: &Installed, inst: &InstanceIntent) -> Fix {
+        match inst.image.or(i.image).or(self.service.default_image) {
+            Some(image) => Fix::SetParams {
+                instance: inst.uuid,
+                service: self.service.uuid,
+                image,
+            },
+            None => Fix::Manual {
+                hint: format!(
+                    "no image is known for it: set the service default ('agentsadm update {} --image UUID')",
+                    self.name
+                ),
+            },
+        }
+    }
+
     /// The server reports `inst`, whose `params.server_uuid` names
     /// another server (`named`): its params are corrected, never the
     /// instance deleted as the other's duplicate.
@@ -156,25 +174,8 @@ impl ComponentOnServer<'_> {
         named: agentsadm_types::ids::ServerUuid,
         out: &mut Vec<Finding>,
     ) {
-        let ComponentOnServer {
-            state,
-            name,
-            service,
-            ..
-        } = self;
-        let image = inst.image.or(i.image).or(service.default_image);
-        let fix = match image {
-            Some(image) => Fix::SetParams {
-                instance: inst.uuid,
-                service: service.uuid,
-                image,
-            },
-            None => Fix::Manual {
-                hint: format!(
-                    "no image is known for it: set the service default ('agentsadm update {name} --image UUID')"
-                ),
-            },
-        };
+        let ComponentOnServer { state, name, .. } = self;
+        let fix = self.set_params_fix(i, inst);
         out.push(finding(
             FindingKind::InstanceNamesOtherServer,
             state,
@@ -347,19 +348,7 @@ impl ComponentOnServer<'_> {
                 (InstanceLink::Reported, Some(_)) => "params.server_uuid",
                 (_, _) => "params.image_uuid",
             };
-            let image = inst.image.or(i.image).or(service.default_image);
-            let fix = match image {
-                Some(image) => Fix::SetParams {
-                    instance: inst.uuid,
-                    service: service.uuid,
-                    image,
-                },
-                None => Fix::Manual {
-                    hint: format!(
-                        "no image is known for it: set the service default ('agentsadm update {name} --image UUID')"
-                    ),
-                },
-            };
+            let fix = self.set_params_fix(i, inst);
             out.push(finding(
                 FindingKind::InstanceWithoutParams,
                 state,

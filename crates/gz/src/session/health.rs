@@ -6,10 +6,6 @@
 
 use std::path::PathBuf;
 
-use agentsadm_api::remote::ComponentAction;
-
-use agentsadm_api::remote::ComponentResult;
-
 use agentsadm_api::remote::GzResult;
 
 use agentsadm_platform::blocking;
@@ -19,6 +15,7 @@ use super::super::step::Step;
 use super::GzSession;
 use super::failure;
 use super::refusal;
+use super::unchanged;
 
 impl GzSession {
     /// Check `name`'s services. The result names the component (its image
@@ -87,15 +84,7 @@ impl GzSession {
                 }
             }
         }
-        result.components.push(ComponentResult {
-            name: c.name.clone(),
-            action: ComponentAction::Unchanged,
-            from_image: current.image_uuid,
-            image_uuid: current.image_uuid,
-            version: Some(current.version.clone()).filter(|v| !v.is_empty()),
-            instance_uuid: None,
-            elapsed_ms: 0,
-        });
+        result.components.push(unchanged(&c.name, &current));
         (result, checked)
     }
 }

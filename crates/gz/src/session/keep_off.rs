@@ -10,7 +10,7 @@
 
 use std::path::PathBuf;
 
-use agentsadm_api::remote::{ComponentAction, ComponentResult, GzResult};
+use agentsadm_api::remote::GzResult;
 use agentsadm_platform::blocking;
 use agentsadm_types::catalog::Component;
 
@@ -18,7 +18,7 @@ use super::super::health;
 use super::super::keep_off::{self, OffRecord};
 use super::super::kinds::Footprint;
 use super::super::step::Step;
-use super::{GzSession, failure, refusal};
+use super::{GzSession, failure, refusal, unchanged};
 
 impl GzSession {
     /// Keep `name` off here; `record` says who, when and why.
@@ -90,15 +90,7 @@ impl GzSession {
             return result;
         }
         tracing::info!(component = %c.name, disabled = disabling, "kept-off record changed");
-        result.components.push(ComponentResult {
-            name: c.name.clone(),
-            action: ComponentAction::Unchanged,
-            from_image: current.image_uuid,
-            image_uuid: current.image_uuid,
-            version: Some(current.version.clone()).filter(|v| !v.is_empty()),
-            instance_uuid: None,
-            elapsed_ms: 0,
-        });
+        result.components.push(unchanged(&c.name, &current));
         result
     }
 

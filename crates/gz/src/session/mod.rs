@@ -39,6 +39,7 @@ use agentsadm_api::CnapiClient;
 use agentsadm_api::ImgapiClient;
 
 use agentsadm_api::SapiClient;
+use agentsadm_api::remote::ComponentAction;
 use agentsadm_api::remote::ComponentResult;
 use agentsadm_api::remote::GzFailure;
 use agentsadm_api::remote::GzResult;
@@ -707,6 +708,20 @@ fn failure(
         component: component.map(str::to_string),
         step,
         message,
+    }
+}
+
+/// A component a command looked at and left as it is (`gz health`,
+/// `gz disable|enable`): what is installed, unchanged.
+fn unchanged(name: &str, current: &Footprint) -> ComponentResult {
+    ComponentResult {
+        name: name.to_string(),
+        action: ComponentAction::Unchanged,
+        from_image: current.image_uuid,
+        image_uuid: current.image_uuid,
+        version: Some(current.version.clone()).filter(|v| !v.is_empty()),
+        instance_uuid: None,
+        elapsed_ms: 0,
     }
 }
 
