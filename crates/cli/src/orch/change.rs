@@ -385,6 +385,47 @@ pub(super) fn executed(out: Output, planned: &Plan, report: &ExecReport) -> u8 {
     status
 }
 
+/// A plan of update, install, remove or revert as the operator sees it:
+/// in `--json` only its warnings, on stderr, when the run stops without a
+/// confirmation; otherwise whether it changed since shown, `head` (the
+/// target line) and the plan, at most [`DEFAULT_MAX_SERVERS`] servers
+/// unless `-v`. Whether text was shown.
+pub(super) fn show_plan_text(
+    g: &GlobalOpts,
+    settings: &RunSettings,
+    plan: &Plan,
+    shown: Shown,
+    head: Option<&str>,
+) -> bool {
+    let out = g.output();
+    if out.json {
+        if shown == Shown::Unlocked && !plan.is_empty() {
+            for w in plan.warnings() {
+                eprintln!("warning: {w}");
+            }
+        }
+        return false;
+    }
+    if shown == Shown::Changed {
+        out.line("\nThe plan changed since it was shown; the new plan:");
+    }
+    let max = if g.verbose > 0 {
+        usize::MAX
+    } else {
+        DEFAULT_MAX_SERVERS
+    };
+    if let Some(head) = head {
+        out.line(head);
+    }
+    out.line(
+        plan.display_compact(max)
+            .with_health(settings.options.health)
+            .to_string()
+            .trim_end(),
+    );
+    true
+}
+
 /// Print a plan (text output only), and why an empty update changes
 /// nothing. In `--json`, a plan shown because the run stops without a
 /// confirmation has its warnings on stderr.
@@ -397,31 +438,15 @@ fn show_plan(
     shown: Shown,
 ) {
     let out = g.output();
-    if out.json {
-        if shown == Shown::Unlocked && !plan.is_empty() {
-            for w in plan.warnings() {
-                eprintln!("warning: {w}");
-            }
-        }
+    if !show_plan_text(
+        g,
+        &change.settings,
+        plan,
+        shown,
+        change.target_line.as_deref(),
+    ) {
         return;
     }
-    if shown == Shown::Changed {
-        out.line("\nThe plan changed since it was shown; the new plan:");
-    }
-    let max = if g.verbose > 0 {
-        usize::MAX
-    } else {
-        DEFAULT_MAX_SERVERS
-    };
-    if let Some(t) = &change.target_line {
-        out.line(t);
-    }
-    out.line(
-        plan.display_compact(max)
-            .with_health(change.settings.options.health)
-            .to_string()
-            .trim_end(),
-    );
     // A rollout too small for a median: how its slow servers are judged.
     if !plan.is_empty() {
         let mut known = change.settings.options.known.clone();

@@ -9,7 +9,6 @@ use clap::Args;
 use serde_json::json;
 
 use super::ExecArgs;
-use super::change::DEFAULT_MAX_SERVERS;
 use super::exit;
 use crate::CmdResult;
 use crate::GlobalOpts;
@@ -106,27 +105,5 @@ pub async fn run_revert(g: &GlobalOpts, a: RevertArgs) -> CmdResult {
 }
 
 fn show_plan(g: &GlobalOpts, settings: &RunSettings, plan: &Plan, shown: Shown) {
-    let out = g.output();
-    if out.json {
-        if shown == Shown::Unlocked && !plan.is_empty() {
-            for w in plan.warnings() {
-                eprintln!("warning: {w}");
-            }
-        }
-        return;
-    }
-    if shown == Shown::Changed {
-        out.line("\nThe plan changed since it was shown; the new plan:");
-    }
-    let max = if g.verbose > 0 {
-        usize::MAX
-    } else {
-        DEFAULT_MAX_SERVERS
-    };
-    out.line(
-        plan.display_compact(max)
-            .with_health(settings.options.health)
-            .to_string()
-            .trim_end(),
-    );
+    super::change::show_plan_text(g, settings, plan, shown, None);
 }

@@ -24,14 +24,10 @@
 //! wide, one canary; and the second run's plan's expected finish against
 //! the wall time it took.
 
-use std::time::{Duration, Instant};
-
 use serde::Serialize;
 
-use super::rollout::{check_plan, list_schedule, round3, vm_agent_update, yes};
-use agentsadm_orchestrate::execute::{ExecOptions, Executor};
+use super::rollout::{check_plan, list_schedule, round3, run_timed, update_everywhere};
 use agentsadm_orchestrate::history::{HistoryEntry, durations_of, entry};
-use agentsadm_orchestrate::report::NullReporter;
 use agentsadm_plan::timing::Durations;
 use agentsadm_plan::{Plan, RolloutPolicy};
 use agentsadm_sim::fake::FakeDc;
@@ -122,7 +118,12 @@ fn plan_fleet(
         canary: Some(1),
         ..RolloutPolicy::default()
     };
-    let p = fake.plan_with(&vm_agent_update(), &images, rollout, durations)?;
+    let p = fake.plan_with(
+        &update_everywhere(vec!["vm-agent".into()]),
+        &images,
+        rollout,
+        durations,
+    )?;
     check_plan(&p, servers)?;
     Ok(p)
 }
@@ -143,31 +144,8 @@ async fn execute(
     order: &[ServerUuid],
     latencies: &[f64],
 ) -> anyhow::Result<(HistoryEntry, HistoryRun)> {
-    {
-        let mut f = fake.faults();
-        f.latency = Duration::from_millis(1);
-        for (uuid, l) in order.iter().zip(latencies) {
-            f.slow.insert(*uuid, *l);
-        }
-    }
-    let options = ExecOptions {
-        health: Some(agentsadm_plan::HealthFlags {
-            min_healthy: Duration::ZERO,
-            timeout: Duration::from_secs(120),
-        }),
-        tick: Duration::from_millis(100),
-        ..Default::default()
-    };
-    let reporter = NullReporter;
-    let executor = Executor::new(fake, fake, &reporter, &options);
-    let t = Instant::now();
-    let report = executor.execute(yes(plan), std::future::pending()).await?;
-    let wall = t.elapsed().as_secs_f64();
-    anyhow::ensure!(
-        report.all_succeeded(),
-        "history rollout did not succeed everywhere:\n{}",
-        report.render(plan)
-    );
+    let slow = order.iter().copied().zip(latencies.iter().copied());
+    let (report, wall) = run_timed(fake, plan, slow, "history").await?;
     let mut e = HistoryEntry {
         plan: entry::plan_record(plan),
         ..HistoryEntry::default()

@@ -59,19 +59,19 @@ use serde_json::json;
 use agentsadm_orchestrate::execute::ExecOptions;
 
 use agentsadm_orchestrate::execute::Executor;
+use agentsadm_orchestrate::report::ExecReport;
 use agentsadm_orchestrate::report::NullReporter;
 use agentsadm_plan::ComponentSelection;
 use agentsadm_plan::Operation;
 use agentsadm_plan::Plan;
 use agentsadm_plan::PlanOptions;
-use agentsadm_plan::PlanningInput;
 use agentsadm_plan::Request;
 use agentsadm_plan::RolloutPolicy;
 use agentsadm_plan::ServerSelection;
 use agentsadm_plan::TransportMode;
-use agentsadm_plan::plan;
 use agentsadm_sim::fake::FakeDc;
 use agentsadm_sim::testkit::ExampleDc;
+use agentsadm_types::ids::ServerUuid;
 
 /// Options of `agentsadm bench rollout`.
 #[derive(clap::Args, Clone, Debug)]
@@ -177,10 +177,9 @@ async fn measure_fake(
     fake.faults().latency = latency;
     let rollout = RolloutPolicy {
         concurrency,
-        canary: Some(1),
         ..RolloutPolicy::default()
     };
-    let plan = fake.plan_with(&vm_agent_update(), &images, rollout, None)?;
+    let plan = fake.plan_with(&update_everywhere(names.clone()), &images, rollout, None)?;
     check_plan(&plan, servers)?;
     // The shar installs one component after the other; so does this run.
     let options = ExecOptions {
@@ -412,12 +411,48 @@ fn realistic_latencies(n: usize) -> Vec<Duration> {
         .collect()
 }
 
-/// `update vm-agent` on every server: the request every rollout
-/// benchmark plans.
-pub(super) fn vm_agent_update() -> Request {
+/// Run `plan` on `fake` with each server taking its `slow` milliseconds
+/// (the fake sleeps its 1 ms latency times the factor), health gates at
+/// `--min-healthy 0`; the report and the wall time in seconds. A server
+/// that failed fails the benchmark (`what` names it).
+pub(super) async fn run_timed(
+    fake: &FakeDc,
+    plan: &Plan,
+    slow: impl IntoIterator<Item = (ServerUuid, f64)>,
+    what: &str,
+) -> anyhow::Result<(ExecReport, f64)> {
+    {
+        let mut f = fake.faults();
+        f.latency = Duration::from_millis(1);
+        f.slow.extend(slow);
+    }
+    let options = ExecOptions {
+        health: Some(agentsadm_plan::HealthFlags {
+            min_healthy: Duration::ZERO,
+            timeout: Duration::from_secs(120),
+        }),
+        tick: Duration::from_millis(100),
+        ..Default::default()
+    };
+    let reporter = NullReporter;
+    let executor = Executor::new(fake, fake, &reporter, &options);
+    let t = Instant::now();
+    let report = executor.execute(yes(plan), std::future::pending()).await?;
+    let wall = t.elapsed().as_secs_f64();
+    anyhow::ensure!(
+        report.all_succeeded(),
+        "{what} rollout did not succeed everywhere:\n{}",
+        report.render(plan)
+    );
+    Ok((report, wall))
+}
+
+/// `update COMPONENT...` on every server: the request the rollout
+/// benchmarks plan.
+pub(super) fn update_everywhere(components: Vec<String>) -> Request {
     Request {
         operation: Operation::Update,
-        components: ComponentSelection::Named(vec!["vm-agent".into()]),
+        components: ComponentSelection::Named(components),
         servers: ServerSelection::All,
         exclude: Vec::new(),
     }
@@ -434,60 +469,25 @@ async fn measure_realistic(servers: usize) -> anyhow::Result<RealisticResult> {
     let target = dc.publish("vm-agent", "2.0.0");
     let images = dc.images_with_targets(&[target]);
     let fake = FakeDc::new(dc);
-    let plan = {
-        let dc = fake.dc();
-        let (intent, reality) = (dc.intent(), dc.reality());
-        plan(&PlanningInput {
-            catalog: &dc.catalog,
-            intent: &intent,
-            reality: &reality,
-            request: &Request {
-                operation: Operation::Update,
-                components: ComponentSelection::Named(vec!["vm-agent".into()]),
-                servers: ServerSelection::All,
-                exclude: Vec::new(),
-            },
-            options: PlanOptions {
-                transport: TransportMode::Auto,
-                ignore_holds: false,
-                rollout: RolloutPolicy {
-                    concurrency,
-                    canary: Some(1),
-                    ..RolloutPolicy::default()
-                },
-            },
-            images: &images,
-            durations: None,
-        })?
+    let rollout = RolloutPolicy {
+        concurrency,
+        canary: Some(1),
+        ..RolloutPolicy::default()
     };
+    let plan = fake.plan_with(
+        &update_everywhere(vec!["vm-agent".into()]),
+        &images,
+        rollout,
+        None,
+    )?;
     check_plan(&plan, servers)?;
     let latencies = realistic_latencies(servers);
-    {
-        // The fake sleeps latency x factor: 1 ms x the sample in ms.
-        let mut f = fake.faults();
-        f.latency = Duration::from_millis(1);
-        for ((uuid, _), l) in plan.servers_in_order().into_iter().zip(&latencies) {
-            f.slow.insert(*uuid, l.as_secs_f64() * 1000.0);
-        }
-    }
-    let options = ExecOptions {
-        health: Some(agentsadm_plan::HealthFlags {
-            min_healthy: Duration::ZERO,
-            timeout: Duration::from_secs(120),
-        }),
-        tick: Duration::from_millis(100),
-        ..Default::default()
-    };
-    let reporter = NullReporter;
-    let executor = Executor::new(&fake, &fake, &reporter, &options);
-    let t = Instant::now();
-    let report = executor.execute(yes(&plan), std::future::pending()).await?;
-    let wall = t.elapsed().as_secs_f64();
-    anyhow::ensure!(
-        report.all_succeeded(),
-        "realistic rollout did not succeed everywhere:\n{}",
-        report.render(&plan)
-    );
+    let slow = plan
+        .servers_in_order()
+        .into_iter()
+        .zip(&latencies)
+        .map(|((uuid, _), l)| (*uuid, l.as_secs_f64() * 1000.0));
+    let (report, wall) = run_timed(&fake, &plan, slow, "realistic").await?;
     let secs: Vec<f64> = latencies.iter().map(Duration::as_secs_f64).collect();
     let sum: f64 = secs.iter().sum();
     let longest = secs.iter().cloned().fold(0.0, f64::max);
