@@ -309,6 +309,34 @@ async fn orchestrator_commands_refuse_bad_input_with_one_line_and_change_nothing
             &["adopt", "--sapi-url", DEAD_URL],
             &["cannot connect to http://127.0.0.1:1"],
         ),
+        // disable / enable (issue 25)
+        case(
+            &["disable", "nosuch", "-s", "cn0001", "-y"],
+            &["unknown component \"nosuch\""],
+        ),
+        case(
+            &["disable", "net-agent", "-s", "nosuch", "-y"],
+            &["unknown server nosuch"],
+        ),
+        case(&["disable", "net-agent", "-y"], &["-s"]),
+        case(&["enable", "net-agent", "-s", u, "-y"], &[&unknown_server]),
+        // hold / release
+        case(
+            &["hold", "nosuch", "--reason", "x"],
+            &["unknown component \"nosuch\""],
+        ),
+        case(
+            &["hold", "vm-agent", "-s", "nosuch"],
+            &["unknown server nosuch"],
+        ),
+        case(
+            &["release", "vm-agent", "--sapi-url", DEAD_URL],
+            &["cannot connect to http://127.0.0.1:1"],
+        ),
+        // history / revert (issue 24)
+        case(&["history", "nosuchrun"], &["nosuchrun"]),
+        case(&["history", "--since", "yesterdayish"], &["yesterdayish"]),
+        case(&["revert", "nosuchrun", "-y"], &["nosuchrun"]),
         // sim
         case(
             &["sim", "serve", "--servers", "many"],
@@ -430,6 +458,19 @@ async fn gz_commands_refuse_bad_input_with_one_line_and_change_nothing() {
         gz(
             &["rollback", "nosuch", "--no-sapi", "--no-cnapi"],
             &["unknown component \"nosuch\""],
+        ),
+        // gz disable / enable (issue 25): nothing recorded, no SMF change.
+        gz(
+            &["disable", "nosuch", "--no-sapi", "--no-cnapi"],
+            &["unknown component \"nosuch\""],
+        ),
+        gz(
+            &["enable", "nosuch", "--no-sapi", "--no-cnapi"],
+            &["unknown component \"nosuch\""],
+        ),
+        gz(
+            &["disable", "net-agent", "--no-sapi", "--no-cnapi"],
+            &["net-agent is not installed"],
         ),
         gz(
             &["report", "--server-uuid", "not-a-uuid"],
