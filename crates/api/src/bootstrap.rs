@@ -15,7 +15,7 @@
 use std::collections::BTreeMap;
 
 use crate::cnapi::ExecuteRequest;
-use crate::remote::GZ_EXECUTE_ENV;
+use crate::remote::execute_env;
 use agentsadm_types::ids::ImageUuid;
 
 /// The script, as it is in the repository.
@@ -31,15 +31,10 @@ pub struct BootstrapImage {
     pub size: u64,
 }
 
-/// The CNAPI execute request that runs the bootstrap: [`GZ_EXECUTE_ENV`]
-/// with `env` on top (the API URLs when the server cannot read them from
-/// its own SDC config).
+/// The CNAPI execute request that runs the bootstrap, in the environment
+/// every execute gets ([`execute_env`]; `env`: the API URLs when the
+/// server cannot read them from its own SDC config).
 pub fn bootstrap_request(image: &BootstrapImage, env: BTreeMap<String, String>) -> ExecuteRequest {
-    let mut full: BTreeMap<String, String> = GZ_EXECUTE_ENV
-        .iter()
-        .map(|(k, v)| (k.to_string(), v.to_string()))
-        .collect();
-    full.extend(env);
     ExecuteRequest {
         script: BOOTSTRAP_SCRIPT.to_string(),
         args: vec![
@@ -47,7 +42,7 @@ pub fn bootstrap_request(image: &BootstrapImage, env: BTreeMap<String, String>) 
             image.sha1.clone(),
             image.size.to_string(),
         ],
-        env: full,
+        env: execute_env(env),
         json: true,
         timeout: None,
     }
@@ -85,7 +80,7 @@ mod tests {
         );
         assert_eq!(parse_bootstrap(&req), Some(image));
         assert_eq!(req.timeout, None);
-        for (k, _) in GZ_EXECUTE_ENV {
+        for (k, _) in crate::remote::GZ_EXECUTE_ENV {
             assert!(req.env.contains_key(k), "{k}");
         }
         assert!(req.script.starts_with("#!/bin/bash\n"));

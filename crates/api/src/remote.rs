@@ -58,21 +58,27 @@ pub const GZ_EXECUTE_ENV: [(&str, &str); 4] = [
     ("LANG", "C"),
 ];
 
+/// The environment of every execute request: [`GZ_EXECUTE_ENV`] (Ur
+/// gives a script none) with `env` on top.
+pub fn execute_env(env: BTreeMap<String, String>) -> BTreeMap<String, String> {
+    let mut full: BTreeMap<String, String> = GZ_EXECUTE_ENV
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+    full.extend(env);
+    full
+}
+
 /// Build the CNAPI execute request that runs `agentsadm <args...>` on a
 /// server: [`GZ_EXECUTE_ENV`] with `env` on top (the API URLs when the
 /// server cannot read them from its own SDC config, as in the simulator).
 /// It carries no `timeout`: only [`crate::cnapi::CnapiClient::execute_as`]
 /// adds one, for servers that execute through cn-agent.
 pub fn gz_execute_request(args: &[String], env: BTreeMap<String, String>) -> ExecuteRequest {
-    let mut full: BTreeMap<String, String> = GZ_EXECUTE_ENV
-        .iter()
-        .map(|(k, v)| (k.to_string(), v.to_string()))
-        .collect();
-    full.extend(env);
     ExecuteRequest {
         script: EXEC_SCRIPT.to_string(),
         args: args.to_vec(),
-        env: full,
+        env: execute_env(env),
         json: true,
         timeout: None,
     }
