@@ -385,6 +385,19 @@ async fn rollout_of_500_servers_with_faults_converges_on_the_second_run() {
 
     // Faults cleared: the same request plans exactly the unconverged servers.
     faults.clear();
+    // A step that timed out on a server that is not hung gave up on work
+    // still running there (late because the installer's own API calls
+    // met the 5xx bursts, which hit the last few servers of a run hard):
+    // once it ends, the server may run the targets after all.
+    let mut settled_late = BTreeSet::new();
+    for (u, o) in &report.servers {
+        if o.status == ServerStatus::TimedOut && !hung.contains(u) {
+            dc.settle(*u).await;
+            if shows_targets(&dc, *u, &targets) {
+                settled_late.insert(*u);
+            }
+        }
+    }
     let again = session
         .plan(&request(), ImageChoice::Latest, TransportMode::Auto)
         .await
@@ -409,8 +422,26 @@ async fn rollout_of_500_servers_with_faults_converges_on_the_second_run() {
             "unconfirmed {u} runs the targets"
         );
     }
-    let failed: BTreeSet<ServerUuid> = failed.difference(&unconfirmed).copied().collect();
-    assert_eq!(replanned, failed, "{}", again.plan);
+    let failed: BTreeSet<ServerUuid> = failed
+        .difference(&unconfirmed)
+        .filter(|u| !settled_late.contains(u))
+        .copied()
+        .collect();
+    let differing: Vec<String> = replanned
+        .symmetric_difference(&failed)
+        .map(|u| {
+            format!(
+                "{u} planned={}: {:?}",
+                replanned.contains(u),
+                report.servers.get(u)
+            )
+        })
+        .collect();
+    assert!(
+        differing.is_empty(),
+        "the re-plan is not the unconverged servers: {differing:#?}\n{}",
+        again.plan
+    );
     let report = session
         .execute(
             crate::sim_common::yes(&again.plan),

@@ -657,6 +657,16 @@ impl SimDc {
             .await
     }
 
+    /// Ends when the changing GZ operations already running or queued on
+    /// the server have ended: a run that timed out on a step leaves that
+    /// work running, as on a real server.
+    pub async fn settle(&self, uuid: ServerUuid) {
+        if let Some(server) = self.core.server(uuid) {
+            let target = server.target(&self.core.config.datacenter);
+            self.core.gz.settle(&target).await;
+        }
+    }
+
     /// Set a server's CNAPI `status` (`running`, or `unknown` when false).
     pub fn set_running(&self, uuid: ServerUuid, running: bool) {
         if let Some(r) = self.core.cnapi.servers().get_mut(&uuid) {

@@ -421,6 +421,13 @@ impl GzOps for InstallerGz {
         })
     }
 
+    fn settle(&self, target: &GzTarget) -> BoxFuture<'static, ()> {
+        let queue = self.queue(target.server_uuid);
+        Box::pin(async move {
+            drop(queue.lock().await);
+        })
+    }
+
     fn agentsadm(&self, target: &GzTarget) -> Option<String> {
         let c = self
             .catalog

@@ -265,6 +265,12 @@ pub trait GzOps: Send + Sync + 'static {
     /// The `server.agents` report read from the GZ.
     fn report(&self, target: GzTarget) -> BoxFuture<'static, Result<AgentsReport, GzOpError>>;
 
+    /// Ends when the changing operations already running or queued on
+    /// this server have ended. A caller that gave up on one (a timeout
+    /// says "the work may still be running") does not stop it, as on a
+    /// real server; tests wait here before judging what it left.
+    fn settle(&self, target: &GzTarget) -> BoxFuture<'static, ()>;
+
     /// The agentsadm the server has, which is what CNAPI execute would run
     /// there: `None` when it has none, else its version (empty when it
     /// records none, as a copy CN setup fetched alone).
