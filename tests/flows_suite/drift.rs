@@ -321,6 +321,12 @@ fn server_steps_wait_for_running_servers_and_never_restart_marlin() {
         instance_uuid(cn2, "cmon-agent"),
         instance_params(cn2, image_uuid("cmon-agent", "7.0.0")),
     );
+    // An instance naming another component's image, one IMGAPI has.
+    let smartlogin = dc.publish("smartlogin", "9.0.0").uuid;
+    dc.sapi_merge_params(
+        instance_uuid(cn2, "vm-agent"),
+        instance_params(cn2, smartlogin),
+    );
     let (_, findings) = find(&dc, &BTreeMap::new(), None);
     let hint = |host: &str, c: &str| match findings
         .iter()
@@ -333,6 +339,11 @@ fn server_steps_wait_for_running_servers_and_never_restart_marlin() {
     assert!(hint("cn001", "vm-agent").contains("not running"));
     assert!(hint("cn002", "marlin-agent").contains("aborts running work"));
     assert!(hint("cn002", "cmon-agent").contains("not in the datacenter IMGAPI"));
+    assert!(
+        hint("cn002", "vm-agent").contains("is smartlogin, not vm-agent"),
+        "{}",
+        hint("cn002", "vm-agent")
+    );
     let plan = repair::plan_repairs(
         &dc.catalog,
         &find(&dc, &BTreeMap::new(), None).0,
@@ -340,7 +351,7 @@ fn server_steps_wait_for_running_servers_and_never_restart_marlin() {
         &findings,
     );
     assert!(plan.is_empty());
-    assert_eq!(plan.manual, 3);
+    assert_eq!(plan.manual, 4);
 }
 
 /// Apply a repair plan to the example datacenter the way SAPI, CNAPI and

@@ -434,6 +434,15 @@ pub enum StepBlocked {
         hostname: String,
     },
     #[error(
+        "image {image} is {name}, not {component}: SAPI names another component's image for {component} on {hostname}; point the instance back at a {component} image with 'agentsadm update {component} -s {hostname} --image UUID'"
+    )]
+    WrongImage {
+        image: ImageUuid,
+        name: String,
+        component: String,
+        hostname: String,
+    },
+    #[error(
         "restarting {component} aborts running work, so check never does it: run 'agentsadm update {component} -s {hostname}' when convenient"
     )]
     NotBulk { component: String, hostname: String },
@@ -469,6 +478,20 @@ fn step_fix(
             hostname: state.hostname.clone(),
         });
     };
+    // SAPI is not trusted to name an image of this component: installing
+    // another component's image under this one's name would replace it.
+    if input
+        .catalog
+        .get(&image_ref.name)
+        .is_none_or(|named| named.name != c.name)
+    {
+        return Err(StepBlocked::WrongImage {
+            image,
+            name: image_ref.name.clone(),
+            component: component.to_string(),
+            hostname: state.hostname.clone(),
+        });
+    }
     if !c.bulk_update && state.components.contains_key(component) {
         return Err(StepBlocked::NotBulk {
             component: component.to_string(),
