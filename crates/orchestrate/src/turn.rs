@@ -55,8 +55,46 @@ pub(crate) fn not_run(step: &Step) -> StepResult {
 struct Ran<'p> {
     /// The instance each installed component reported.
     reported: BTreeMap<&'p str, Option<InstanceUuid>>,
+    /// The components cn-agent's install task installed or upgraded, with
+    /// the disabled mark their step kept.
+    by_cn_agent: BTreeMap<&'p str, Option<&'p agentsadm_plan::Mark>>,
     /// The first unhealthy step, and why its revert failed (if it did).
     unhealthy: Option<(&'p Step, Option<String>)>,
+}
+
+/// The disabled marks of components cn-agent reinstalled on a server
+/// where they are kept off, written again after the postinstall's
+/// re-adoption (the plan writes a mark only when it changes).
+fn kept_off_marks(sp: &ServerPlan, ran: &Ran<'_>) -> Vec<IntentChange> {
+    ran.by_cn_agent
+        .iter()
+        .filter_map(|(component, mark)| {
+            let mark = (*mark)?;
+            let instance = sp
+                .intent
+                .iter()
+                .find_map(|c| match c {
+                    IntentChange::UpdateInstance {
+                        component: c,
+                        instance,
+                        ..
+                    }
+                    | IntentChange::CreateInstance {
+                        component: c,
+                        instance,
+                        ..
+                    } if c == component => Some(*instance),
+                    _ => None,
+                })
+                .or_else(|| ran.reported.get(component).copied().flatten())?;
+            Some(IntentChange::Mark {
+                component: component.to_string(),
+                instance,
+                key: agentsadm_plan::MarkKey::Disabled,
+                mark: Some(mark.clone()),
+            })
+        })
+        .collect()
 }
 
 impl Executor<'_> {
@@ -88,12 +126,11 @@ impl Executor<'_> {
             }
         }
         let ran = self.run_batches(server, sp, &mut outcome).await;
-        if let Some((step, revert_error)) = ran.unhealthy {
+        if let Some((step, revert_error)) = ran.unhealthy.clone() {
             outcome.revert = Some(self.revert_intent(server, sp, step, revert_error).await);
         }
         if outcome.failure.is_none() {
-            self.intent_after(server, sp, &ran.reported, &mut outcome)
-                .await;
+            self.intent_after(server, sp, &ran, &mut outcome).await;
         }
         outcome.elapsed = started.elapsed();
         outcome.tasks = self.transport.tasks(server);
@@ -101,15 +138,27 @@ impl Executor<'_> {
     }
 
     /// The SAPI writes that follow the steps (adoptions, deletions).
+    ///
+    /// cn-agent's install task runs the agent's own postinstall, and the
+    /// modern agents (vm-agent, net-agent) re-adopt their instance with a
+    /// bare create that replaces the whole SAPI object: the params written
+    /// before their step (server, image, marks) are gone after it
+    /// (docs/triton/agent-install.md §2.6), so they are written again.
     async fn intent_after(
         &self,
         server: ServerUuid,
         sp: &ServerPlan,
-        reported: &BTreeMap<&str, Option<InstanceUuid>>,
+        ran: &Ran<'_>,
         outcome: &mut ServerOutcome,
     ) {
-        for change in sp.intent.iter().filter(|c| !c.runs_before_steps()) {
-            let instance = reported.get(change.component()).copied().flatten();
+        let again = sp
+            .intent
+            .iter()
+            .filter(|c| c.runs_before_steps() && ran.by_cn_agent.contains_key(c.component()));
+        let kept_off = kept_off_marks(sp, ran);
+        let after = sp.intent.iter().filter(|c| !c.runs_before_steps());
+        for change in again.chain(kept_off.iter()).chain(after) {
+            let instance = ran.reported.get(change.component()).copied().flatten();
             if let Err(err) = self.store.apply(server, change, instance).await {
                 // The steps ran; what SAPI recorded of them is not known.
                 let failure = sapi_failure(change, &err);
@@ -164,6 +213,15 @@ impl Executor<'_> {
                 match r {
                     Ok(instance) => {
                         ran.reported.insert(step.component.as_str(), instance);
+                        if step.transport == TransportKind::InstallAgent
+                            && matches!(
+                                step.action,
+                                Action::Install { .. } | Action::Upgrade { .. }
+                            )
+                        {
+                            ran.by_cn_agent
+                                .insert(step.component.as_str(), step.keep_off.as_ref());
+                        }
                     }
                     Err((f, timed_out)) if outcome.failure.is_none() => {
                         let status = match result.status {

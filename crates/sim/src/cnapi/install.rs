@@ -210,6 +210,7 @@ async fn run_agent_install(
     let work = async {
         core.ensure_prepared(&server)?;
         let results = core.gz.install(core.env(), target, image).await?;
+        postinstall_readoption(&core, &results);
         // cn-agent reports the new agents when its task ends, not when the
         // GZ work inside it does: a CNAPI that dies before the end loses
         // the report.
@@ -218,6 +219,51 @@ async fn run_agent_install(
         Ok(())
     };
     finish_within(&core, run, deadline, work).await;
+}
+
+/// The agents whose postinstall re-adopts their SAPI instance with a bare
+/// create (`{service_uuid, uuid}`) that SAPI stores over the whole object,
+/// so the params anyone wrote before the install are gone afterwards
+/// (docs/triton/agent-install.md §2.6, the "modern pattern"; cn-agent's
+/// own sends server and image, and the legacy agents adopt only when SAPI
+/// has no instance).
+const READOPT_WITHOUT_PARAMS: [&str; 2] = ["vm-agent", "net-agent"];
+
+/// What those postinstalls leave in SAPI after cn-agent's install task.
+fn postinstall_readoption(core: &DcCore, results: &[agentsadm_api::remote::ComponentResult]) {
+    use agentsadm_api::remote::ComponentAction;
+    let mut store = core.sapi.lock();
+    for r in results {
+        let installed = matches!(
+            r.action,
+            ComponentAction::Installed | ComponentAction::Upgraded
+        );
+        let (true, true, Some(uuid)) = (
+            installed,
+            READOPT_WITHOUT_PARAMS.contains(&r.name.as_str()),
+            r.instance_uuid,
+        ) else {
+            continue;
+        };
+        let Some(service_uuid) = store
+            .services
+            .iter()
+            .find(|s| s.name == r.name)
+            .map(|s| s.uuid)
+        else {
+            continue;
+        };
+        store.put_instance(agentsadm_api::sapi::Instance {
+            uuid,
+            service_uuid,
+            params: None,
+            metadata: None,
+            manifests: None,
+            master: None,
+            job_uuid: None,
+            service_type: Some(agentsadm_api::sapi::ServiceType::Agent),
+        });
+    }
 }
 
 /// Run a task's `work` inside its injected latency (the task ends at
