@@ -183,6 +183,19 @@ fn the_server_build_has_no_simulator_fakes_or_test_knobs() {
     }
 }
 
+/// The scripts the server's binary carries (compiled in with
+/// `include_str!`) hold no test switch: a test harness brings its own.
+#[test]
+fn the_scripts_every_server_gets_have_no_test_switches() {
+    for script in ["installer/bootstrap-agentsadm.sh"] {
+        let text = std::fs::read_to_string(root().join(script)).expect(script);
+        assert!(
+            !text.contains("AGENTSADM_TEST_"),
+            "{script} reads a test switch"
+        );
+    }
+}
+
 /// Rust files under `dir`, recursively.
 fn rust_files(dir: &Path, out: &mut Vec<std::path::PathBuf>) {
     for entry in std::fs::read_dir(dir).expect("readable") {

@@ -106,6 +106,22 @@ fn loopback(url: &str) -> bool {
     host == "127.0.0.1"
 }
 
+/// The request's environment variable that names the checkpoint a test
+/// wants the script killed at (SIGKILL, as a server losing power would).
+const CRASH_AT_VAR: &str = "AGENTSADM_TEST_CRASH_AT";
+
+/// The script as this server runs it: where the request names a
+/// checkpoint in [`CRASH_AT_VAR`], preceded by the `checkpoint` function
+/// that kills it there (the script ships without one).
+fn with_crash_hook(script: &str, vars: &std::collections::BTreeMap<String, String>) -> String {
+    match vars.get(CRASH_AT_VAR) {
+        Some(_) => format!(
+            "checkpoint() {{ if [[ ${{{CRASH_AT_VAR}:-}} == \"$1\" ]]; then kill -9 $$; fi; }}\n{script}"
+        ),
+        None => script.to_string(),
+    }
+}
+
 /// The script by `bash`, with exactly `vars` as its environment.
 async fn run_bash(
     core: &DcCore,
@@ -115,7 +131,7 @@ async fn run_bash(
 ) -> CommandOutcome {
     let mut cmd = tokio::process::Command::new("bash");
     cmd.arg("-c")
-        .arg(&request.script)
+        .arg(with_crash_hook(&request.script, &vars))
         .arg(SCRIPT_NAME)
         .args(&request.args)
         .env_clear()
