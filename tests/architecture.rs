@@ -183,17 +183,16 @@ fn the_server_build_has_no_simulator_fakes_or_test_knobs() {
     }
 }
 
-/// The scripts the server's binary carries (compiled in with
-/// `include_str!`) hold no test switch: a test harness brings its own.
+/// The script the server's binary carries (compiled in with
+/// `include_str!`) holds no test switch: a test harness brings its own.
 #[test]
-fn the_scripts_every_server_gets_have_no_test_switches() {
-    for script in ["installer/bootstrap-agentsadm.sh"] {
-        let text = std::fs::read_to_string(root().join(script)).expect(script);
-        assert!(
-            !text.contains("AGENTSADM_TEST_"),
-            "{script} reads a test switch"
-        );
-    }
+fn the_script_every_server_gets_has_no_test_switch() {
+    let script = "installer/bootstrap-agentsadm.sh";
+    let text = std::fs::read_to_string(root().join(script)).expect(script);
+    assert!(
+        !text.contains("AGENTSADM_TEST_"),
+        "{script} reads a test switch"
+    );
 }
 
 /// Rust files under `dir`, recursively.
