@@ -295,9 +295,13 @@ async fn run_through_cnapi_restart(
     req: &Request,
     down: Duration,
 ) -> (Plan, ExecReport) {
+    // Once agentsadm waits on the task: restarted before its wait arrives,
+    // CNAPI would only hold an orphaned active task, which agentsadm can
+    // tell from a slow one only by its peers (5 minutes with none), and a
+    // loaded machine can delay that first wait past the outage.
     let restart = async {
         loop {
-            if !dc.active_tasks().is_empty() {
+            if !dc.active_tasks().is_empty() && dc.task_waiters() > 0 {
                 dc.restart_cnapi(Some(down));
                 return;
             }

@@ -76,6 +76,12 @@ impl SimDc {
         self.core.cnapi.tasks.active()
     }
 
+    /// How many `GET /tasks/:id/wait` requests wait on active tasks now:
+    /// a test that restarts CNAPI under a waiting client waits for one.
+    pub fn task_waiters(&self) -> usize {
+        self.core.cnapi.tasks.waiting()
+    }
+
     /// cn-agent restarts on a server: it forgets its task history, sends
     /// its `server.agents`, and registers the server again if CNAPI deleted
     /// its record (lost if CNAPI is down then).

@@ -226,6 +226,16 @@ impl TaskStore {
         self.entries().get(&id).map(|e| e.task.clone())
     }
 
+    /// How many requests are waiting on active tasks right now (each
+    /// `GET /tasks/:id/wait` holds a receiver while it waits).
+    pub(crate) fn waiting(&self) -> usize {
+        self.entries()
+            .values()
+            .filter(|e| e.task.status == TaskStatus::Active)
+            .map(|e| e.done.receiver_count())
+            .sum()
+    }
+
     fn subscribe(&self, id: TaskId) -> Option<(Task, watch::Receiver<bool>)> {
         self.entries()
             .get(&id)
