@@ -33,6 +33,26 @@ use crate::golden_common::golden;
 
 /// cn001 current (1.0.0), cn002 on an old copy (0.0.9), cn003 on a copy
 /// that says no version, cn004 with none.
+/// The planning input of `req` on the example datacenter (auto
+/// transport, no run history).
+fn input<'a>(
+    dc: &'a ExampleDc,
+    intent: &'a agentsadm_plan::Intent,
+    reality: &'a agentsadm_plan::reality::Reality,
+    req: &'a agentsadm_plan::Request,
+    images: &'a agentsadm_plan::ResolvedImages,
+) -> PlanningInput<'a> {
+    PlanningInput {
+        catalog: &dc.catalog,
+        intent,
+        reality,
+        request: req,
+        options: TransportMode::Auto.into(),
+        images,
+        durations: None,
+    }
+}
+
 fn example() -> ExampleDc {
     let mut dc = ExampleDc::new(4);
     let old = dc.publish("agentsadm", "0.0.9");
@@ -66,15 +86,7 @@ fn a_disable_gives_agentsadm_first_where_the_copy_predates_gz_disable() {
         at: "2026-11-26T12:00:00Z".into(),
         reason: Some("RFD 58".into()),
     };
-    let input = PlanningInput {
-        catalog: &dc.catalog,
-        intent: &intent,
-        reality: &reality,
-        request: &req,
-        options: TransportMode::Auto.into(),
-        images: &images,
-        durations: None,
-    };
+    let input = input(&dc, &intent, &reality, &req, &images);
     let p = agentsadm_plan::plan_disable(&input, Some(&mark)).unwrap();
     let text = p.display().to_string();
     let steps = |host: &str| -> Vec<String> {
@@ -115,16 +127,7 @@ fn plan_shows_agentsadm_first_where_the_copy_cannot_parse_the_steps() {
     let images = dc.images_with_targets(&targets);
     let (intent, reality) = (dc.intent(), dc.reality());
     let req = request(Operation::Update, &["gz-tools", "vm-agent"], &[]);
-    let p = plan(&PlanningInput {
-        catalog: &dc.catalog,
-        intent: &intent,
-        reality: &reality,
-        request: &req,
-        options: TransportMode::Auto.into(),
-        images: &images,
-        durations: None,
-    })
-    .unwrap();
+    let p = plan(&input(&dc, &intent, &reality, &req, &images)).unwrap();
     let text = p.display().to_string();
     for host in ["cn002", "cn003", "cn004"] {
         let sp = p.servers().values().find(|s| s.hostname == host).unwrap();
@@ -159,16 +162,7 @@ fn plan_shows_agentsadm_first_where_the_copy_cannot_parse_the_steps() {
     // out (blocking) and cn-agent's tasks lose only their health check.
     let mut none = images.clone();
     none.agentsadm = None;
-    let p = plan(&PlanningInput {
-        catalog: &dc.catalog,
-        intent: &intent,
-        reality: &reality,
-        request: &req,
-        options: TransportMode::Auto.into(),
-        images: &none,
-        durations: None,
-    })
-    .unwrap();
+    let p = plan(&input(&dc, &intent, &reality, &req, &none)).unwrap();
     let skipped: Vec<(&str, &str)> = p
         .skips()
         .iter()

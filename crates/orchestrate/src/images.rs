@@ -122,10 +122,7 @@ fn check_manifest(
     component: &Component,
     m: &ImageManifest,
 ) -> Result<(), ImageError> {
-    let matches = m.image_type == "other"
-        && catalog
-            .get(&m.name)
-            .is_some_and(|c| c.name == component.name);
+    let matches = m.image_type == "other" && catalog.is_image_of(&m.name, &component.name);
     if matches {
         Ok(())
     } else {

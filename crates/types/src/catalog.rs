@@ -249,6 +249,12 @@ impl Catalog {
             .or_else(|| self.components.values().find(|c| c.package_name() == name))
     }
 
+    /// Whether an image named `image_name` (its manifest's `name`: the
+    /// component's or its package's name) is an image of `component`.
+    pub fn is_image_of(&self, image_name: &str, component: &str) -> bool {
+        self.get(image_name).is_some_and(|c| c.name == component)
+    }
+
     /// Like [`Catalog::get`] but an error listing the known names.
     pub fn require(&self, name: &str) -> Result<&Component, CatalogError> {
         self.get(name).ok_or_else(|| CatalogError::Unknown {

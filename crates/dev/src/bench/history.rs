@@ -26,10 +26,9 @@
 
 use serde::Serialize;
 
-use super::rollout::{check_plan, list_schedule, round3, run_timed, update_everywhere};
+use super::rollout::{list_schedule, plan_vm_agent_update, round3, run_timed};
 use agentsadm_orchestrate::history::{HistoryEntry, durations_of, entry};
-use agentsadm_plan::timing::Durations;
-use agentsadm_plan::{Plan, RolloutPolicy};
+use agentsadm_plan::Plan;
 use agentsadm_sim::fake::FakeDc;
 use agentsadm_sim::testkit::ExampleDc;
 use agentsadm_types::ids::ServerUuid;
@@ -102,30 +101,6 @@ pub fn latencies_ms(speeds: &[f64], run: u64) -> Vec<f64> {
         .iter()
         .map(|s| (MEDIAN_MS * s * (NOISE_SIGMA * normal(&mut rng)).exp()).max(1.0))
         .collect()
-}
-
-/// The fleet's vm-agent update to `target`, planned with `durations` (or
-/// none).
-fn plan_fleet(
-    fake: &FakeDc,
-    target: &agentsadm_plan::ImageRef,
-    servers: usize,
-    durations: Option<&Durations>,
-) -> anyhow::Result<Plan> {
-    let images = fake.dc().images_with_targets(std::slice::from_ref(target));
-    let rollout = RolloutPolicy {
-        concurrency: CONCURRENCY,
-        canary: Some(1),
-        ..RolloutPolicy::default()
-    };
-    let p = fake.plan_with(
-        &update_everywhere(vec!["vm-agent".into()]),
-        &images,
-        rollout,
-        durations,
-    )?;
-    check_plan(&p, servers)?;
-    Ok(p)
 }
 
 /// A fresh fleet of `servers` (the same UUIDs every time) with vm-agent
@@ -201,11 +176,11 @@ pub async fn measure(servers: usize) -> anyhow::Result<HistoryResult> {
     // both runs (and both fleets).
     let (first, target) = fleet(servers);
     let order: Vec<ServerUuid> = first.dc().reality().servers.keys().copied().collect();
-    let plan1 = plan_fleet(&first, &target, servers, None)?;
+    let plan1 = plan_vm_agent_update(&first, &target, servers, CONCURRENCY, None)?;
     let (entry1, run1) = execute(&first, &plan1, &order, &latencies_ms(&speeds, 1)).await?;
     let durations = durations_of(&[entry1]);
     let (second, target) = fleet(servers);
-    let plan2 = plan_fleet(&second, &target, servers, Some(&durations))?;
+    let plan2 = plan_vm_agent_update(&second, &target, servers, CONCURRENCY, Some(&durations))?;
     let (_, run2) = execute(&second, &plan2, &order, &latencies_ms(&speeds, 2)).await?;
     Ok(HistoryResult {
         servers,

@@ -458,17 +458,16 @@ pub(super) fn update_everywhere(components: Vec<String>) -> Request {
     }
 }
 
-/// The realistic run on the fake transport (the latency model is the
-/// point; the simulator's own per-install CPU would blur it): one
-/// component on `servers` servers, 20 wide, one canary, the health gate's
-/// flags at `--min-healthy 0`. The ideal is the list-scheduling lower bound
-/// of the same latencies, max(sum / 20, longest), plus one canary wave.
-async fn measure_realistic(servers: usize) -> anyhow::Result<RealisticResult> {
-    let concurrency = 20;
-    let mut dc = ExampleDc::new(servers.saturating_sub(1));
-    let target = dc.publish("vm-agent", "2.0.0");
-    let images = dc.images_with_targets(&[target]);
-    let fake = FakeDc::new(dc);
+/// The fleet's vm-agent update to `target`, `concurrency` wide with one
+/// canary, planned with `durations` (or none); checked to cover the fleet.
+pub(super) fn plan_vm_agent_update(
+    fake: &FakeDc,
+    target: &agentsadm_plan::ImageRef,
+    servers: usize,
+    concurrency: usize,
+    durations: Option<&agentsadm_plan::timing::Durations>,
+) -> anyhow::Result<Plan> {
+    let images = fake.dc().images_with_targets(std::slice::from_ref(target));
     let rollout = RolloutPolicy {
         concurrency,
         canary: Some(1),
@@ -478,9 +477,23 @@ async fn measure_realistic(servers: usize) -> anyhow::Result<RealisticResult> {
         &update_everywhere(vec!["vm-agent".into()]),
         &images,
         rollout,
-        None,
+        durations,
     )?;
     check_plan(&plan, servers)?;
+    Ok(plan)
+}
+
+/// The realistic run on the fake transport (the latency model is the
+/// point; the simulator's own per-install CPU would blur it): one
+/// component on `servers` servers, 20 wide, one canary, the health gate's
+/// flags at `--min-healthy 0`. The ideal is the list-scheduling lower bound
+/// of the same latencies, max(sum / 20, longest), plus one canary wave.
+async fn measure_realistic(servers: usize) -> anyhow::Result<RealisticResult> {
+    let concurrency = 20;
+    let mut dc = ExampleDc::new(servers.saturating_sub(1));
+    let target = dc.publish("vm-agent", "2.0.0");
+    let fake = FakeDc::new(dc);
+    let plan = plan_vm_agent_update(&fake, &target, servers, concurrency, None)?;
     let latencies = realistic_latencies(servers);
     let slow = plan
         .servers_in_order()

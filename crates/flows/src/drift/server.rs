@@ -480,11 +480,7 @@ fn step_fix(
     };
     // SAPI is not trusted to name an image of this component: installing
     // another component's image under this one's name would replace it.
-    if input
-        .catalog
-        .get(&image_ref.name)
-        .is_none_or(|named| named.name != c.name)
-    {
+    if !input.catalog.is_image_of(&image_ref.name, &c.name) {
         return Err(StepBlocked::WrongImage {
             image,
             name: image_ref.name.clone(),

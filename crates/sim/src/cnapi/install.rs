@@ -233,16 +233,14 @@ const READOPT_WITHOUT_PARAMS: [&str; 2] = ["vm-agent", "net-agent"];
 fn postinstall_readoption(core: &DcCore, results: &[agentsadm_api::remote::ComponentResult]) {
     use agentsadm_api::remote::ComponentAction;
     let mut store = core.sapi.lock();
-    for r in results {
-        let installed = matches!(
+    let readopted = results.iter().filter(|r| {
+        matches!(
             r.action,
             ComponentAction::Installed | ComponentAction::Upgraded
-        );
-        let (true, true, Some(uuid)) = (
-            installed,
-            READOPT_WITHOUT_PARAMS.contains(&r.name.as_str()),
-            r.instance_uuid,
-        ) else {
+        ) && READOPT_WITHOUT_PARAMS.contains(&r.name.as_str())
+    });
+    for r in readopted {
+        let Some(uuid) = r.instance_uuid else {
             continue;
         };
         let Some(service_uuid) = store
