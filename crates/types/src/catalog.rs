@@ -8,6 +8,8 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
+use crate::component::{ComponentName, ComponentNameError};
+
 /// The catalog shipped in the binary; `--catalog FILE` can replace it.
 pub const BUILTIN_CATALOG: &str = include_str!("../../../manifests/components.json");
 
@@ -99,7 +101,7 @@ impl OrderClass {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Component {
     /// Component name: the IMGAPI image name and the SAPI service name.
-    pub name: String,
+    pub name: ComponentName,
     pub kind: ComponentKind,
     pub placement: Placement,
     pub order: OrderClass,
@@ -110,7 +112,7 @@ pub struct Component {
     /// The apm package (and `node_modules` directory) name when it differs
     /// from the component name (marlin-agent installs as `marlin`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub package: Option<String>,
+    pub package: Option<ComponentName>,
     /// SMF services the component delivers, for status and rollback.
     #[serde(default)]
     pub smf_services: Vec<String>,
@@ -141,8 +143,8 @@ impl Component {
     }
 
     /// The `package.json` name and install directory name.
-    pub fn package_name(&self) -> &str {
-        self.package.as_deref().unwrap_or(&self.name)
+    pub fn package_name(&self) -> &ComponentName {
+        self.package.as_ref().unwrap_or(&self.name)
     }
 
     /// Whether a server of this role gets the component at setup.
@@ -172,10 +174,14 @@ pub enum CatalogError {
     },
     #[error("component catalog {origin} lists {name:?} twice")]
     Duplicate { origin: String, name: String },
-    #[error(
-        "component catalog {origin} has an invalid name {name:?}: use lowercase letters, digits, '-' and '_'"
-    )]
-    BadName { origin: String, name: String },
+    #[error("component catalog {origin} has an invalid {field}")]
+    BadName {
+        origin: String,
+        /// `name` or `package`.
+        field: &'static str,
+        #[source]
+        err: ComponentNameError,
+    },
     #[error("unknown component {name:?}; known components: {known}")]
     Unknown { name: String, known: String },
 }
@@ -184,13 +190,14 @@ pub enum CatalogError {
 struct CatalogFile {
     #[allow(dead_code)]
     version: u32,
-    components: Vec<Component>,
+    /// Read one by one, so a bad name is reported as [`CatalogError::BadName`].
+    components: Vec<serde_json::Value>,
 }
 
 /// The set of managed components, keyed by name.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Catalog {
-    components: BTreeMap<String, Component>,
+    components: BTreeMap<ComponentName, Component>,
 }
 
 impl Catalog {
@@ -224,17 +231,25 @@ impl Catalog {
             err,
         })?;
         let mut components = BTreeMap::new();
-        for c in file.components {
-            if !valid_name(&c.name) || !valid_name(c.package_name()) {
-                return Err(CatalogError::BadName {
-                    origin: origin.to_string(),
-                    name: c.name,
-                });
+        for value in file.components {
+            for field in ["name", "package"] {
+                if let Some(serde_json::Value::String(name)) = value.get(field) {
+                    ComponentName::new(name.as_str()).map_err(|err| CatalogError::BadName {
+                        origin: origin.to_string(),
+                        field,
+                        err,
+                    })?;
+                }
             }
+            let c: Component =
+                serde_json::from_value(value).map_err(|err| CatalogError::Parse {
+                    origin: origin.to_string(),
+                    err,
+                })?;
             if components.contains_key(&c.name) {
                 return Err(CatalogError::Duplicate {
                     origin: origin.to_string(),
-                    name: c.name,
+                    name: c.name.to_string(),
                 });
             }
             components.insert(c.name.clone(), c);
@@ -246,7 +261,7 @@ impl Catalog {
     pub fn get(&self, name: &str) -> Option<&Component> {
         self.components
             .get(name)
-            .or_else(|| self.components.values().find(|c| c.package_name() == name))
+            .or_else(|| self.components.values().find(|c| *c.package_name() == *name))
     }
 
     /// Whether an image named `image_name` (its manifest's `name`: the
@@ -259,7 +274,11 @@ impl Catalog {
     pub fn require(&self, name: &str) -> Result<&Component, CatalogError> {
         self.get(name).ok_or_else(|| CatalogError::Unknown {
             name: name.to_string(),
-            known: self.names().collect::<Vec<_>>().join(", "),
+            known: self
+                .names()
+                .map(ComponentName::as_str)
+                .collect::<Vec<_>>()
+                .join(", "),
         })
     }
 
@@ -268,8 +287,8 @@ impl Catalog {
         self.components.values()
     }
 
-    pub fn names(&self) -> impl Iterator<Item = &str> {
-        self.components.keys().map(String::as_str)
+    pub fn names(&self) -> impl Iterator<Item = &ComponentName> {
+        self.components.keys()
     }
 
     pub fn len(&self) -> usize {
@@ -292,16 +311,6 @@ impl Catalog {
 /// Sort components into per-server install order: order class, then name.
 pub fn sort_install_order(components: &mut [&Component]) {
     components.sort_by(|a, b| a.order.cmp(&b.order).then_with(|| a.name.cmp(&b.name)));
-}
-
-/// Component and package names become path components and SAPI names, so only
-/// a conservative alphabet is allowed (no `/`, no `.`, no `..`).
-pub fn valid_name(name: &str) -> bool {
-    !name.is_empty()
-        && name.len() <= 64
-        && name
-            .bytes()
-            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'_')
 }
 
 impl fmt::Display for Component {

@@ -1,10 +1,12 @@
 //! Shared domain types of agentsadm, below every other layer: server,
-//! image and instance ids ([`ids`]), the component catalog ([`catalog`]),
+//! image and instance ids ([`ids`]), component names and versions
+//! ([`component`]), the component catalog ([`catalog`]),
 //! image manifests ([`image`]), output and logging conventions
 //! ([`output`], [`log`]), the error-chain printer ([`error`]) and how
 //! versions order ([`version`]).
 
 pub mod catalog;
+pub mod component;
 pub mod error;
 pub mod ids;
 pub mod image;
