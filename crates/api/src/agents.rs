@@ -1,110 +1,140 @@
 //! One entry of `server.agents` (CNAPI's record of what a server runs, and
-//! the servers' own `agentsadm gz report`), read leniently: a server (or
+//! the servers' own `agentsadm gz report`). An [`AgentEntry`] is what
+//! cn-agent reports: a [`ComponentName`], a [`ComponentVersion`] and the
+//! image and instance UUIDs; decoding one refuses anything else. A
+//! `server.agents` list is read leniently ([`read_agents`]): a server (or
 //! whatever wrote its CNAPI record) may report anything, and one bad entry
-//! must not make a whole ServerList unreadable. An entry that is not what
-//! cn-agent reports (not an object, a name that is not an agent name, a
-//! version too long, a UUID that is not one) is kept, bounded, with the
-//! [`AgentEntry::problem`] that names its field, so that the server it came
-//! from can be set aside with a finding while every other server goes on.
+//! must not make a whole ServerList unreadable, so each entry that is not
+//! what cn-agent reports (not an object, a name that is not a component
+//! name, a version too long, a UUID that is not one) is set aside as an
+//! [`AgentProblem`] naming its field, and the server it came from can be
+//! set aside with a finding while every other server goes on.
 
 use serde::{Deserialize, Deserializer, Serialize};
 use serde_json::Value;
 
+use agentsadm_types::component::{ComponentName, ComponentVersion};
 use agentsadm_types::ids::ImageUuid;
 use agentsadm_types::ids::InstanceUuid;
 use agentsadm_types::output::clip;
 
-/// The longest agent name accepted (real ones are a few dozen bytes).
-pub const MAX_AGENT_NAME: usize = 128;
-/// The longest version accepted.
-pub const MAX_AGENT_VERSION: usize = 64;
 /// How much of a bad value is kept and echoed.
 const ECHO: usize = 60;
 
 /// One entry of `server.agents` as cn-agent reports it.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize)]
 pub struct AgentEntry {
-    pub name: String,
-    pub version: String,
+    pub name: ComponentName,
+    /// `""` (unknown) when the entry has none, as cn-agent writes it.
+    pub version: ComponentVersion,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub image_uuid: Option<ImageUuid>,
     /// The SAPI instance UUID (absent when `etc/<name>` is missing).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub uuid: Option<InstanceUuid>,
-    /// What is wrong with the entry as reported (`uuid "zz" is not a
-    /// UUID`), naming the field; the values above are then bounded
-    /// stand-ins. Never serialized.
-    #[serde(skip)]
-    pub problem: Option<String>,
+}
+
+/// A `server.agents` entry that is not one (`uuid "zz" is not a UUID`),
+/// naming the field; `index` is its place in the list.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AgentProblem {
+    pub index: usize,
+    pub problem: String,
+}
+
+impl std::fmt::Display for AgentProblem {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "server.agents[{}]: {}", self.index, self.problem)
+    }
 }
 
 impl AgentEntry {
     /// A well-formed entry.
     pub fn new(
-        name: impl Into<String>,
-        version: impl Into<String>,
+        name: ComponentName,
+        version: ComponentVersion,
         image_uuid: Option<ImageUuid>,
         uuid: Option<InstanceUuid>,
     ) -> AgentEntry {
         AgentEntry {
-            name: name.into(),
-            version: version.into(),
+            name,
+            version,
             image_uuid,
             uuid,
-            problem: None,
         }
     }
 
-    /// Read one entry as reported, whatever it is.
-    pub fn from_value(v: &Value) -> AgentEntry {
-        let mut entry = AgentEntry::new("", "", None, None);
+    /// Read one entry as reported, whatever it is: the entry, or what is
+    /// wrong with it (every bad field, bounded).
+    pub fn from_value(v: &Value) -> Result<AgentEntry, String> {
         let Some(o) = v.as_object() else {
-            entry.problem = Some(format!("is not an object: {}", clip(&v.to_string(), ECHO)));
-            return entry;
+            return Err(format!("is not an object: {}", clip(&v.to_string(), ECHO)));
         };
         let mut problems: Vec<String> = Vec::new();
-        match o.get("name") {
-            Some(Value::String(s)) if is_agent_name(s) => entry.name = s.clone(),
-            Some(Value::String(s)) => {
-                entry.name = clip(s, ECHO);
-                problems.push(format!(
-                    "name {:?} is not an agent name (1 to {MAX_AGENT_NAME} printable characters)",
-                    entry.name
-                ));
+        let name = match o.get("name") {
+            Some(Value::String(s)) => ComponentName::new(s.as_str())
+                .map_err(|e| problems.push(format!("name {e}")))
+                .ok(),
+            other => {
+                problems.push(format!("name is {}", what(other)));
+                None
             }
-            other => problems.push(format!("name is {}", what(other))),
-        }
-        match o.get("version") {
-            None | Some(Value::Null) => {}
-            Some(Value::String(s)) if s.len() <= MAX_AGENT_VERSION && printable(s) => {
-                entry.version = s.clone();
-            }
+        };
+        let version = match o.get("version") {
+            None | Some(Value::Null) => Some(ComponentVersion::unknown()),
+            Some(Value::String(s)) => ComponentVersion::new(s.as_str())
+                .map_err(|e| problems.push(format!("version {e}")))
+                .ok(),
             Some(other) => {
-                entry.version = clip(&other.to_string(), ECHO);
-                problems.push(format!("version {} is not a version", entry.version));
+                problems.push(format!(
+                    "version {} is not a version",
+                    clip(&other.to_string(), ECHO)
+                ));
+                None
             }
+        };
+        let image_uuid = uuid_field(o.get("image_uuid"), "image_uuid", &mut problems);
+        let uuid = uuid_field(o.get("uuid"), "uuid", &mut problems);
+        match (name, version) {
+            (Some(name), Some(version)) if problems.is_empty() => Ok(AgentEntry {
+                name,
+                version,
+                image_uuid,
+                uuid,
+            }),
+            _ => Err(problems.join("; ")),
         }
-        entry.image_uuid = uuid_field(o.get("image_uuid"), "image_uuid", &mut problems);
-        entry.uuid = uuid_field(o.get("uuid"), "uuid", &mut problems);
-        if !problems.is_empty() {
-            entry.problem = Some(problems.join("; "));
-        }
-        entry
     }
 }
 
+/// Decoding one entry refuses anything cn-agent would not report (a
+/// hostile name such as `../x` or `A B` included).
 impl<'de> Deserialize<'de> for AgentEntry {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<AgentEntry, D::Error> {
-        Ok(AgentEntry::from_value(&Value::deserialize(d)?))
+        AgentEntry::from_value(&Value::deserialize(d)?).map_err(serde::de::Error::custom)
     }
 }
 
-fn printable(s: &str) -> bool {
-    !s.chars().any(char::is_control)
-}
-
-fn is_agent_name(s: &str) -> bool {
-    !s.is_empty() && s.len() <= MAX_AGENT_NAME && printable(s) && !s.contains('/')
+/// Read a `server.agents` list leniently: the good entries, and a problem
+/// for each entry that is not one (or for the list itself when it is not
+/// a list).
+pub fn read_agents(list: &Value) -> (Vec<AgentEntry>, Vec<AgentProblem>) {
+    let Some(items) = list.as_array() else {
+        let problem = AgentProblem {
+            index: 0,
+            problem: format!("is not a list: {}", clip(&list.to_string(), ECHO)),
+        };
+        return (Vec::new(), vec![problem]);
+    };
+    let mut entries = Vec::new();
+    let mut problems = Vec::new();
+    for (index, v) in items.iter().enumerate() {
+        match AgentEntry::from_value(v) {
+            Ok(e) => entries.push(e),
+            Err(problem) => problems.push(AgentProblem { index, problem }),
+        }
+    }
+    (entries, problems)
 }
 
 fn what(v: Option<&Value>) -> String {
@@ -142,38 +172,49 @@ mod tests {
     use serde_json::json;
 
     #[test]
-    fn bad_entries_are_kept_bounded_with_their_problem() {
-        let list: Vec<AgentEntry> = serde_json::from_value(json!([
+    fn bad_entries_are_set_aside_bounded_with_their_problem() {
+        let (list, problems) = read_agents(&json!([
             {"name": "vm-agent", "version": "1.0.0",
              "image_uuid": "fd5f189c-c26a-46a6-bd1a-b0e0150edf8f",
              "uuid": "04a3fd8b-da16-4f8d-a003-06dc52f0a1e3"},
             {"name": "net-agent", "uuid": "not-a-uuid"},
             {"name": "x".repeat(10 << 20)},
             {"name": "a\u{1b}[2J"},
-            42
-        ]))
-        .unwrap();
-        assert_eq!(list.len(), 5);
-        assert!(list[0].problem.is_none() && list[0].uuid.is_some());
-        assert!(
-            list[1]
-                .problem
-                .as_deref()
-                .unwrap()
-                .starts_with("uuid \"not-a-uuid\"")
-        );
-        assert!(list[2].name.len() < 100, "bounded");
-        assert!(list[2].problem.as_deref().unwrap().starts_with("name"));
-        assert!(!list[3].name.contains('\u{1b}'));
-        assert!(
-            list[4]
-                .problem
-                .as_deref()
-                .unwrap()
-                .contains("not an object")
-        );
-        // Serialized without the problem, as cn-agent writes it.
+            42,
+            {"name": "cn-agent"}
+        ]));
+        assert_eq!(list.len(), 2);
+        assert!(list[0].uuid.is_some());
+        assert_eq!(list[1].name, "cn-agent");
+        assert!(list[1].version.is_unknown());
+        let at: Vec<usize> = problems.iter().map(|p| p.index).collect();
+        assert_eq!(at, [1, 2, 3, 4]);
+        assert!(problems[0].problem.starts_with("uuid \"not-a-uuid\""));
+        assert!(problems[1].problem.len() < 400, "bounded");
+        assert!(problems[1].problem.starts_with("name"));
+        assert!(!problems[2].problem.contains('\u{1b}'));
+        assert!(problems[3].problem.contains("not an object"));
+        assert!(problems[0].to_string().starts_with("server.agents[1]: uuid"));
+        // Serialized as cn-agent writes it.
         let v = serde_json::to_value(&list[0]).unwrap();
         assert_eq!(v.as_object().unwrap().len(), 4);
+        assert_eq!(
+            serde_json::to_value(&list[1]).unwrap(),
+            json!({"name": "cn-agent", "version": ""})
+        );
+    }
+
+    #[test]
+    fn a_hostile_name_is_refused_at_decode() {
+        for name in ["../x", "A B", "", ".", "vm-agent/../../etc", "Vm-agent"] {
+            let v = json!({"name": name, "version": "1.0.0"});
+            let err = serde_json::from_value::<AgentEntry>(v.clone()).unwrap_err();
+            assert!(err.to_string().contains("not a component name"), "{name}: {err}");
+            let (ok, problems) = read_agents(&json!([v]));
+            assert!(ok.is_empty() && problems.len() == 1, "{name}");
+        }
+        assert!(read_agents(&json!({"name": "vm-agent"})).1[0]
+            .problem
+            .contains("not a list"));
     }
 }

@@ -52,11 +52,12 @@ pub const UNINSTALL_MIN_CN_AGENT: semver::Version = semver::Version::new(2, 8, 0
 /// own bound holds instead), never that Ur gets one.
 pub const EXECUTE_TIMEOUT_MIN_CN_AGENT: semver::Version = semver::Version::new(2, 8, 0);
 
-pub use super::agents::AgentEntry;
+pub use super::agents::{AgentEntry, AgentProblem};
 
 /// A CNAPI server record. Only the fields agentsadm reads are typed; the
 /// rest is kept in `extra`.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(from = "ServerWire")]
 pub struct Server {
     pub uuid: ServerUuid,
     #[serde(default)]
@@ -72,8 +73,13 @@ pub struct Server {
     pub status: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub datacenter: Option<String>,
+    /// The well-formed entries of `server.agents`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub agents: Option<Vec<AgentEntry>>,
+    /// The entries of `server.agents` that are not what cn-agent reports
+    /// (a hostile name, a UUID that is not one): the server is set aside.
+    #[serde(skip)]
+    pub agent_problems: Vec<AgentProblem>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sysinfo: Option<serde_json::Value>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -84,24 +90,81 @@ pub struct Server {
     pub extra: serde_json::Map<String, serde_json::Value>,
 }
 
+/// A server record as CNAPI sends it: `agents` still raw, so that one bad
+/// entry is set aside ([`crate::agents::read_agents`]) instead of making
+/// the whole answer unreadable.
+#[derive(Deserialize)]
+struct ServerWire {
+    uuid: ServerUuid,
+    #[serde(default)]
+    hostname: String,
+    #[serde(default)]
+    headnode: bool,
+    #[serde(default)]
+    setup: bool,
+    #[serde(default)]
+    setting_up: Option<bool>,
+    #[serde(default)]
+    status: Option<String>,
+    #[serde(default)]
+    datacenter: Option<String>,
+    #[serde(default)]
+    agents: Option<serde_json::Value>,
+    #[serde(default)]
+    sysinfo: Option<serde_json::Value>,
+    #[serde(default)]
+    vms: Option<serde_json::Map<String, serde_json::Value>>,
+    #[serde(default)]
+    last_heartbeat: Option<String>,
+    #[serde(flatten)]
+    extra: serde_json::Map<String, serde_json::Value>,
+}
+
+impl From<ServerWire> for Server {
+    fn from(w: ServerWire) -> Server {
+        let (agents, agent_problems) = match w.agents {
+            None | Some(serde_json::Value::Null) => (None, Vec::new()),
+            Some(list) => {
+                let (agents, problems) = super::agents::read_agents(&list);
+                (Some(agents), problems)
+            }
+        };
+        Server {
+            uuid: w.uuid,
+            hostname: w.hostname,
+            headnode: w.headnode,
+            setup: w.setup,
+            setting_up: w.setting_up,
+            status: w.status,
+            datacenter: w.datacenter,
+            agents,
+            agent_problems,
+            sysinfo: w.sysinfo,
+            vms: w.vms,
+            last_heartbeat: w.last_heartbeat,
+            extra: w.extra,
+        }
+    }
+}
+
 impl Server {
     pub fn is_running(&self) -> bool {
         self.status.as_deref() == Some("running")
     }
 
     /// What is installed, the way sdcadm reads it: `server.agents`, else
-    /// sysinfo `SDC Agents` (which lacks image and instance UUIDs).
-    pub fn reported_agents(&self) -> Vec<AgentEntry> {
+    /// sysinfo `SDC Agents` (which lacks image and instance UUIDs); with
+    /// the entries of that list that are not agent entries.
+    pub fn reported_agents(&self) -> (Vec<AgentEntry>, Vec<AgentProblem>) {
         if let Some(agents) = &self.agents
-            && !agents.is_empty()
+            && (!agents.is_empty() || !self.agent_problems.is_empty())
         {
-            return agents.clone();
+            return (agents.clone(), self.agent_problems.clone());
         }
-        self.sysinfo
-            .as_ref()
-            .and_then(|s| s.get("SDC Agents"))
-            .and_then(|a| serde_json::from_value(a.clone()).ok())
-            .unwrap_or_default()
+        match self.sysinfo.as_ref().and_then(|s| s.get("SDC Agents")) {
+            Some(list) if list.is_array() => super::agents::read_agents(list),
+            _ => (Vec::new(), Vec::new()),
+        }
     }
 
     /// Number of VMs, when `vms` was requested.
@@ -783,9 +846,37 @@ mod tests {
             "sysinfo": {"SDC Agents": [{"name": "vm-agent", "version": "1.0.0"}]}
         }))
         .unwrap();
-        let a = s.reported_agents();
+        let (a, problems) = s.reported_agents();
         assert_eq!(a.len(), 1);
         assert_eq!(a[0].image_uuid, None);
+        assert!(problems.is_empty());
+    }
+
+    #[test]
+    fn a_hostile_agents_entry_is_set_aside_and_the_record_still_reads() {
+        let s: Server = serde_json::from_value(json!({
+            "uuid": "44454c4c-4800-1034-804a-b2c04f354d31", "hostname": "cn1",
+            "agents": [{"name": "cn-agent", "version": "2.15.0"},
+                       {"name": "../x", "version": "1.0.0"},
+                       {"name": "A B", "version": "1.0.0"}]
+        }))
+        .unwrap();
+        let (a, problems) = s.reported_agents();
+        assert_eq!(a.len(), 1);
+        assert_eq!(a[0].name, "cn-agent");
+        assert_eq!(problems.len(), 2);
+        assert!(problems[0].to_string().starts_with("server.agents[1]: name \"../x\" is not a component name"));
+        assert_eq!(problems[1].index, 2);
+        // An entry list of nothing but bad entries does not fall back to sysinfo.
+        let s: Server = serde_json::from_value(json!({
+            "uuid": "44454c4c-4800-1034-804a-b2c04f354d31",
+            "agents": [{"name": "../x"}],
+            "sysinfo": {"SDC Agents": [{"name": "vm-agent", "version": "1.0.0"}]}
+        }))
+        .unwrap();
+        let (a, problems) = s.reported_agents();
+        assert!(a.is_empty());
+        assert_eq!(problems.len(), 1);
     }
 
     #[test]

@@ -11,6 +11,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 use crate::cnapi::AgentEntry;
+use agentsadm_types::component::{ComponentName, ComponentVersion};
 
 use crate::cnapi::ExecuteRequest;
 use agentsadm_types::ids::ImageUuid;
@@ -102,7 +103,7 @@ pub struct AgentsReport {
     /// `check`: a component running where SAPI says disabled, or the
     /// reverse). Absent from older installers.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub services_off: Vec<String>,
+    pub services_off: Vec<ComponentName>,
 }
 
 /// A component that is present but unreadable (missing `image_uuid`,
@@ -130,14 +131,14 @@ pub enum ComponentAction {
 /// One component's outcome in a [`GzResult`].
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ComponentResult {
-    pub name: String,
+    pub name: ComponentName,
     pub action: ComponentAction,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub from_image: Option<ImageUuid>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub image_uuid: Option<ImageUuid>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub version: Option<String>,
+    pub version: Option<ComponentVersion>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub instance_uuid: Option<InstanceUuid>,
     pub elapsed_ms: u64,
@@ -149,7 +150,7 @@ pub struct ComponentResult {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct GzFailure {
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub component: Option<String>,
+    pub component: Option<ComponentName>,
     pub step: FailureStep,
     pub message: String,
 }
@@ -320,6 +321,29 @@ pub struct GzResult {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_remote_report_or_result_with_a_hostile_name_is_refused_at_decode() {
+        let server = "44454c4c-4800-1034-804a-b2c04f354d31";
+        let report = |name: &str| {
+            serde_json::json!({"server_uuid": server,
+                "agents": [{"name": name, "version": "1.0.0"}]})
+        };
+        assert!(serde_json::from_value::<AgentsReport>(report("vm-agent")).is_ok());
+        let good = serde_json::json!({"server_uuid": server, "components": [
+            {"name": "vm-agent", "action": "installed", "elapsed_ms": 1}]});
+        assert!(serde_json::from_value::<GzResult>(good).is_ok());
+        for bad in ["../x", "A B", "", "..", "a/b"] {
+            let err = serde_json::from_value::<AgentsReport>(report(bad)).unwrap_err();
+            assert!(err.to_string().contains("not a component name"), "{bad}: {err}");
+            let result = serde_json::json!({"server_uuid": server, "components": [
+                {"name": bad, "action": "installed", "elapsed_ms": 1}]});
+            assert!(serde_json::from_value::<GzResult>(result).is_err(), "{bad}");
+            let off = serde_json::json!({"server_uuid": server, "agents": [],
+                "services_off": [bad]});
+            assert!(serde_json::from_value::<AgentsReport>(off).is_err(), "{bad}");
+        }
+    }
 
     #[test]
     fn failure_steps_keep_their_wire_names_and_unknown_ones_survive() {

@@ -22,6 +22,7 @@ use crate::reality::Reality;
 use agentsadm_api::sapi::Instance;
 use agentsadm_api::sapi::Service;
 use agentsadm_types::catalog::Catalog;
+use agentsadm_types::component::ComponentName;
 use agentsadm_types::ids::ImageUuid;
 use agentsadm_types::ids::InstanceUuid;
 use agentsadm_types::ids::ServerUuid;
@@ -31,7 +32,7 @@ use agentsadm_types::ids::ServiceUuid;
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct AgentService {
     pub uuid: ServiceUuid,
-    pub name: String,
+    pub name: ComponentName,
     /// `params.image_uuid`: what new servers get.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub default_image: Option<ImageUuid>,
@@ -74,14 +75,14 @@ impl InstanceIntent {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct DuplicateInstance {
     pub server: ServerUuid,
-    pub component: String,
+    pub component: ComponentName,
     pub uuid: InstanceUuid,
 }
 
 /// An agent instance no server can be found for.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct UnlinkedInstance {
-    pub component: String,
+    pub component: ComponentName,
     pub uuid: InstanceUuid,
     /// `params.server_uuid` when it names a server CNAPI does not know.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -92,9 +93,9 @@ pub struct UnlinkedInstance {
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
 pub struct Intent {
     /// Managed components, by component name.
-    pub services: BTreeMap<String, AgentService>,
+    pub services: BTreeMap<ComponentName, AgentService>,
     /// Instances by server, then component.
-    pub instances: BTreeMap<ServerUuid, BTreeMap<String, InstanceIntent>>,
+    pub instances: BTreeMap<ServerUuid, BTreeMap<ComponentName, InstanceIntent>>,
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub duplicates: Vec<DuplicateInstance>,
     #[serde(skip_serializing_if = "Vec::is_empty")]
@@ -110,7 +111,7 @@ pub struct Intent {
     /// Components whose services must stay off, by server then component
     /// (`params.agentsadm_disabled` on the instance).
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
-    pub disabled: BTreeMap<ServerUuid, BTreeMap<String, Mark>>,
+    pub disabled: BTreeMap<ServerUuid, BTreeMap<ComponentName, Mark>>,
 }
 
 static NO_INTENT: Intent = Intent {
@@ -149,7 +150,7 @@ impl Intent {
             .filter(|s| s.is_agent() || s.service_type.is_none())
             .collect();
         sorted.sort_by_key(|s| s.uuid);
-        let mut by_uuid: BTreeMap<ServiceUuid, String> = BTreeMap::new();
+        let mut by_uuid: BTreeMap<ServiceUuid, ComponentName> = BTreeMap::new();
         for s in sorted {
             let Some(c) = catalog.get(&s.name) else {
                 continue;

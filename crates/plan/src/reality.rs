@@ -14,6 +14,7 @@ use agentsadm_api::cnapi::AgentEntry;
 
 use agentsadm_api::cnapi::Server;
 use agentsadm_types::catalog::Catalog;
+use agentsadm_types::component::ComponentName;
 use agentsadm_types::ids::ImageUuid;
 use agentsadm_types::ids::InstanceUuid;
 use agentsadm_types::ids::ServerUuid;
@@ -43,7 +44,7 @@ pub struct ServerState {
     /// CNAPI `status`: `running`, `unknown`, `rebooting` (or absent).
     pub status: String,
     /// Catalog components the server reports, by component name.
-    pub components: BTreeMap<String, Installed>,
+    pub components: BTreeMap<ComponentName, Installed>,
     /// Reported packages that are not catalog components.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub foreign: Vec<AgentEntry>,
@@ -143,7 +144,7 @@ fn server_state(catalog: &Catalog, s: &Server) -> ServerState {
     let mut problems: Vec<String> = Vec::new();
     // Where each name was first listed: a second listing is a problem, and
     // the first one is the answer everywhere (list, check, plans).
-    let mut first: BTreeMap<String, usize> = BTreeMap::new();
+    let mut first: BTreeMap<ComponentName, usize> = BTreeMap::new();
     for (i, entry) in s.reported_agents().into_iter().enumerate() {
         if let Some(p) = &entry.problem {
             problems.push(format!("server.agents[{i}]: {p}"));

@@ -7,6 +7,7 @@ use std::collections::BTreeMap;
 use serde::Serialize;
 
 use agentsadm_types::catalog::Catalog;
+use agentsadm_types::component::ComponentName;
 
 use crate::intent::Intent;
 use crate::reality::Reality;
@@ -179,9 +180,9 @@ pub struct ImageRef {
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct ResolvedImages {
     /// Explicit targets from `--image` or `--latest`, by component.
-    pub targets: BTreeMap<String, ImageRef>,
+    pub targets: BTreeMap<ComponentName, ImageRef>,
     /// Components `--latest` found no image for (value: where it looked).
-    pub unavailable: BTreeMap<String, String>,
+    pub unavailable: BTreeMap<ComponentName, String>,
     /// Images known to be in the datacenter IMGAPI (those intent refers
     /// to), by UUID, so intent targets have versions and can be checked.
     pub known: BTreeMap<ImageUuid, ImageRef>,

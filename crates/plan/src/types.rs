@@ -22,6 +22,7 @@ use agentsadm_api::compat::GzUse;
 use agentsadm_types::catalog::OrderClass;
 use agentsadm_types::ids::ImageUuid;
 use agentsadm_types::ids::InstanceUuid;
+use agentsadm_types::component::ComponentName;
 use agentsadm_types::ids::ServerUuid;
 use agentsadm_types::ids::ServiceUuid;
 
@@ -153,7 +154,7 @@ impl Gate {
 /// One component change on one server.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct Step {
-    pub component: String,
+    pub component: ComponentName,
     pub order: OrderClass,
     #[serde(flatten)]
     pub action: Action,
@@ -172,7 +173,7 @@ pub struct Step {
     /// For an agentsadm step the plan added because the server's copy is
     /// missing or too old: the components whose steps need it.
     #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub needed_by: Vec<String>,
+    pub needed_by: Vec<ComponentName>,
 }
 
 /// An agentsadm release a step needs at least (shown and serialized as
@@ -227,7 +228,7 @@ pub enum IntentChange {
     /// Before the steps: set `params` (server and target image) on the
     /// existing instance.
     UpdateInstance {
-        component: String,
+        component: ComponentName,
         service: ServiceUuid,
         instance: InstanceUuid,
         image: ImageUuid,
@@ -235,7 +236,7 @@ pub enum IntentChange {
     /// Before the steps: create the instance the server already reports
     /// (installed but never adopted), with params.
     CreateInstance {
-        component: String,
+        component: ComponentName,
         service: ServiceUuid,
         instance: InstanceUuid,
         image: ImageUuid,
@@ -243,28 +244,28 @@ pub enum IntentChange {
     /// After an install: create (or overwrite) the instance with the UUID
     /// the server reports for the new component.
     AdoptInstalled {
-        component: String,
+        component: ComponentName,
         service: ServiceUuid,
         image: ImageUuid,
     },
     /// After a removal (or when the component is already gone): delete the
     /// instance.
     DeleteInstance {
-        component: String,
+        component: ComponentName,
         instance: InstanceUuid,
     },
     /// After an install that replaces an instance (`check --fix`): delete
     /// the old instance once the server reports another one for the
     /// component; left alone while the server still reports it.
     DeleteReplaced {
-        component: String,
+        component: ComponentName,
         instance: InstanceUuid,
     },
     /// Before the steps: set (`Some`) or clear (`None`) a mark in the
     /// instance's params (`params.agentsadm_disabled`,
     /// `params.agentsadm_hold`).
     Mark {
-        component: String,
+        component: ComponentName,
         instance: InstanceUuid,
         key: MarkKey,
         #[serde(skip_serializing_if = "Option::is_none")]
@@ -351,7 +352,7 @@ pub enum RecordChange {
     /// `params.image_uuid` (SAPI would check it against IMGAPI), whose
     /// default image is set right after (as sdcadm does, TOOLS-1716).
     CreateService {
-        component: String,
+        component: ComponentName,
         #[serde(skip_serializing_if = "Option::is_none")]
         default_image: Option<ImageUuid>,
     },
@@ -366,7 +367,7 @@ pub enum RecordChange {
     AdoptInstance {
         server: ServerUuid,
         hostname: String,
-        component: String,
+        component: ComponentName,
         #[serde(skip_serializing_if = "Option::is_none")]
         service: Option<ServiceUuid>,
         instance: InstanceUuid,
@@ -470,7 +471,7 @@ impl ServerPlan {
 /// A change to a service's default image (`params.image_uuid`).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct ServiceChange {
-    pub component: String,
+    pub component: ComponentName,
     pub service: ServiceUuid,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub from: Option<ImageUuid>,
@@ -489,9 +490,9 @@ pub struct ServiceChange {
 pub struct Plan {
     pub(crate) operation: Operation,
     /// The components in play, in install order.
-    pub(crate) components: Vec<String>,
+    pub(crate) components: Vec<ComponentName>,
     /// Explicit target images, by component.
-    pub(crate) targets: BTreeMap<String, ImageRef>,
+    pub(crate) targets: BTreeMap<ComponentName, ImageRef>,
     /// Images to import into the datacenter IMGAPI before executing.
     pub(crate) imports: Vec<ImageRef>,
     /// Service default images to set before executing.
@@ -545,12 +546,12 @@ impl Plan {
     }
 
     /// The components in play, in install order.
-    pub fn components(&self) -> &[String] {
+    pub fn components(&self) -> &[ComponentName] {
         &self.components
     }
 
     /// Explicit target images, by component.
-    pub fn targets(&self) -> &BTreeMap<String, ImageRef> {
+    pub fn targets(&self) -> &BTreeMap<ComponentName, ImageRef> {
         &self.targets
     }
 
