@@ -25,6 +25,7 @@ use agentsadm_api::compat::{self, GzUse};
 use agentsadm_types::catalog::{Catalog, Component, ComponentKind};
 use agentsadm_types::ids::ServerUuid;
 use agentsadm_types::version::VersionKey;
+use agentsadm_types::component::ComponentName;
 
 use super::request::{ImageRef, TransportKind};
 use super::skip::{AgentsadmShort, Skip, SkipReason};
@@ -68,7 +69,7 @@ impl Copy {
         match (self, installed) {
             (Copy::None, _) => "none".to_string(),
             (Copy::Unknown, _) => "version unknown".to_string(),
-            (Copy::Version(_), Some(i)) => i.version.clone(),
+            (Copy::Version(_), Some(i)) => i.version.to_string(),
             (Copy::Version(k), None) => k.to_string(),
         }
     }
@@ -108,7 +109,7 @@ pub(crate) fn first(plan: &mut Plan, supply: &Supply<'_>) -> (Vec<Skip>, Vec<Str
             continue;
         }
         let have = Copy::of(installed).describe(installed);
-        let mut dropped: BTreeSet<String> = BTreeSet::new();
+        let mut dropped: BTreeSet<ComponentName> = BTreeSet::new();
         sp.steps.retain_mut(|st| {
             let Some(need) = st
                 .needs_agentsadm
@@ -153,7 +154,7 @@ fn server(
     supply: &Supply<'_>,
     installed: Option<&Installed>,
     execute: bool,
-) -> BTreeSet<String> {
+) -> BTreeSet<ComponentName> {
     let name = &supply.component.name;
     let copy = Copy::of(installed);
     let install_needs = GzUse::Install.needs();
@@ -179,7 +180,7 @@ fn server(
         }
         None => copy.clone(),
     };
-    let wanting = |after: &Copy| -> Vec<(&String, &MinVersion)> {
+    let wanting = |after: &Copy| -> Vec<(&ComponentName, &MinVersion)> {
         sp.steps
             .iter()
             .filter(|st| st.component != *name)
@@ -191,7 +192,7 @@ fn server(
     if wanted.is_empty() {
         return BTreeSet::new();
     }
-    let names: BTreeSet<String> = wanted.iter().map(|(c, _)| (*c).clone()).collect();
+    let names: BTreeSet<ComponentName> = wanted.iter().map(|(c, _)| (*c).clone()).collect();
     let has_own = sp.steps.iter().any(|st| st.component == *name);
     let Some(target) = supply.target.filter(|_| execute && !has_own) else {
         return names;
@@ -248,8 +249,8 @@ mod tests {
     fn image(n: u128, name: &str, version: &str) -> ImageRef {
         ImageRef {
             uuid: ImageUuid::from_u128(n),
-            name: name.into(),
-            version: version.into(),
+            name: name.parse().unwrap(),
+            version: version.parse().unwrap(),
             import_from: None,
         }
     }
@@ -311,7 +312,11 @@ mod tests {
     fn first_step(p: &Plan, host: &str) -> (String, TransportKind, Vec<String>) {
         let sp = p.servers().values().find(|s| s.hostname == host).unwrap();
         let st = &sp.steps[0];
-        (st.component.clone(), st.transport, st.needed_by.clone())
+        (
+            st.component.to_string(),
+            st.transport,
+            st.needed_by.iter().map(ToString::to_string).collect(),
+        )
     }
 
     #[test]

@@ -34,6 +34,7 @@ use crate::marks::HoldScope;
 use crate::reality::{Installed, ServerState};
 use agentsadm_types::catalog::{Catalog, Component, ComponentKind};
 use agentsadm_types::ids::{ImageUuid, ServerUuid};
+use agentsadm_types::component::ComponentName;
 
 /// A plan being made. See the module documentation for what
 /// [`PlanBuilder::finish`] decides.
@@ -150,7 +151,7 @@ impl<'c> PlanBuilder<'c> {
     }
 
     /// The components in play (put in install order by `finish`).
-    pub fn components(&mut self, names: impl IntoIterator<Item = String>) -> &mut Self {
+    pub fn components(&mut self, names: impl IntoIterator<Item = ComponentName>) -> &mut Self {
         for n in names {
             if !self.plan.components.contains(&n) {
                 self.plan.components.push(n);
@@ -160,7 +161,7 @@ impl<'c> PlanBuilder<'c> {
     }
 
     /// The explicit target images, by component.
-    pub fn targets(&mut self, targets: BTreeMap<String, ImageRef>) -> &mut Self {
+    pub fn targets(&mut self, targets: BTreeMap<ComponentName, ImageRef>) -> &mut Self {
         self.plan.targets = targets;
         self
     }
@@ -302,7 +303,7 @@ impl<'c> PlanBuilder<'c> {
             .filter_map(|c| self.catalog.get(c))
             .collect();
         agentsadm_types::catalog::sort_install_order(&mut ordered);
-        let known: Vec<String> = ordered.iter().map(|c| c.name.clone()).collect();
+        let known: Vec<ComponentName> = ordered.iter().map(|c| c.name.clone()).collect();
         plan.components.retain(|c| self.catalog.get(c).is_none());
         plan.components.splice(0..0, known);
         plan.imports = imports(plan);
@@ -325,7 +326,7 @@ impl<'c> PlanBuilder<'c> {
         }
         let mut skips: Vec<Skip> = Vec::new();
         let mut overridden: Vec<String> = Vec::new();
-        let held_skip = |server: Option<(ServerUuid, &str)>, component: &str, named: bool| {
+        let held_skip = |server: Option<(ServerUuid, &str)>, component: &ComponentName, named: bool| {
             let (scope, mark) = match server {
                 Some((uuid, _)) => holds.get(&uuid, component)?,
                 None => (HoldScope::Datacenter, holds.services.get(component)?),
@@ -333,7 +334,7 @@ impl<'c> PlanBuilder<'c> {
             Some(Skip {
                 server: server.map(|s| s.0),
                 hostname: server.map(|s| s.1.to_string()),
-                component: Some(component.to_string()),
+                component: Some(component.clone()),
                 reason: SkipReason::Held {
                     scope,
                     hold: Box::new(mark.clone()),
@@ -406,7 +407,7 @@ impl<'c> PlanBuilder<'c> {
     fn non_bulk_rule(&mut self) {
         let catalog = self.catalog;
         let non_bulk = |name: &str| catalog.get(name).is_some_and(|c| !c.bulk_update);
-        let mut touched: BTreeMap<String, Vec<String>> = BTreeMap::new();
+        let mut touched: BTreeMap<ComponentName, Vec<String>> = BTreeMap::new();
         let mut dropped: Vec<Skip> = Vec::new();
         let bulk = self.bulk;
         for (uuid, sp) in self.plan.servers.iter_mut() {
@@ -544,8 +545,8 @@ mod tests {
             from: installed.into(),
             to: ImageRef {
                 uuid: ImageUuid::from_u128(7),
-                name: "x".into(),
-                version: "2.0.0".into(),
+                name: "x".parse().unwrap(),
+                version: "2.0.0".parse().unwrap(),
                 import_from: None,
             },
         }

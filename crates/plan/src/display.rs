@@ -488,7 +488,7 @@ impl PlanDisplay<'_> {
                     Action::Upgrade { from, .. } if from.version.is_empty() => {
                         "(version unknown)".to_string()
                     }
-                    Action::Upgrade { from, .. } => from.version.clone(),
+                    Action::Upgrade { from, .. } => from.version.to_string(),
                     _ => "(none)".to_string(),
                 };
                 let to = st
@@ -840,7 +840,7 @@ mod skip_tests {
         let skip = |component: &str| Skip {
             server: None,
             hostname: Some("cn1".into()),
-            component: Some(component.into()),
+            component: Some(component.parse().unwrap()),
             reason: SkipReason::ComponentAbsent,
             blocking: false,
         };

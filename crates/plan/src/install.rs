@@ -24,7 +24,7 @@ pub(super) fn plan_install(input: &PlanningInput, selected: Selected) -> Result<
     let c = single_component(input)?;
     let Some(service) = input.intent.services.get(&c.name) else {
         return Err(PlanError::Unmanaged {
-            component: c.name.clone(),
+            component: c.name.to_string(),
         });
     };
     let target =
@@ -34,11 +34,11 @@ pub(super) fn plan_install(input: &PlanningInput, selected: Selected) -> Result<
                 let image = service
                     .default_image
                     .ok_or_else(|| PlanError::NoInstallImage {
-                        component: c.name.clone(),
+                        component: c.name.to_string(),
                     })?;
                 input.images.lookup(&image).cloned().ok_or_else(|| {
                     PlanError::InstallImageMissing {
-                        component: c.name.clone(),
+                        component: c.name.to_string(),
                         image,
                     }
                 })?
@@ -62,7 +62,7 @@ pub(super) fn plan_install(input: &PlanningInput, selected: Selected) -> Result<
                 server,
                 &c.name,
                 SkipReason::AlreadyInstalled {
-                    version: installed.version.clone(),
+                    version: installed.version.to_string(),
                 },
                 false,
             ));

@@ -23,6 +23,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 use agentsadm_types::ids::ServerUuid;
+use agentsadm_types::component::ComponentName;
 
 /// The params key of a hold.
 pub const HOLD_PARAM: &str = "agentsadm_hold";
@@ -104,10 +105,10 @@ impl HoldScope {
 pub struct Holds {
     /// Datacenter-wide holds (on the service), by component.
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
-    pub services: BTreeMap<String, Mark>,
+    pub services: BTreeMap<ComponentName, Mark>,
     /// Holds on one server's instance, by server then component.
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
-    pub servers: BTreeMap<ServerUuid, BTreeMap<String, Mark>>,
+    pub servers: BTreeMap<ServerUuid, BTreeMap<ComponentName, Mark>>,
 }
 
 impl Holds {

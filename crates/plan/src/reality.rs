@@ -14,7 +14,7 @@ use agentsadm_api::cnapi::AgentEntry;
 
 use agentsadm_api::cnapi::Server;
 use agentsadm_types::catalog::Catalog;
-use agentsadm_types::component::ComponentName;
+use agentsadm_types::component::{ComponentName, ComponentVersion};
 use agentsadm_types::ids::ImageUuid;
 use agentsadm_types::ids::InstanceUuid;
 use agentsadm_types::ids::ServerUuid;
@@ -22,7 +22,7 @@ use agentsadm_types::ids::ServerUuid;
 /// One installed component on one server.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct Installed {
-    pub version: String,
+    pub version: ComponentVersion,
     /// Absent when only sysinfo `SDC Agents` reported the component.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub image: Option<ImageUuid>,
@@ -145,14 +145,13 @@ fn server_state(catalog: &Catalog, s: &Server) -> ServerState {
     // Where each name was first listed: a second listing is a problem, and
     // the first one is the answer everywhere (list, check, plans).
     let mut first: BTreeMap<ComponentName, usize> = BTreeMap::new();
-    for (i, entry) in s.reported_agents().into_iter().enumerate() {
-        if let Some(p) = &entry.problem {
-            problems.push(format!("server.agents[{i}]: {p}"));
-            continue;
-        }
-        let name = catalog
-            .get(&entry.name)
-            .map_or_else(|| entry.name.clone(), |c| c.name.clone());
+    let (entries, unreadable) = s.reported_agents();
+    problems.extend(unreadable.iter().map(ToString::to_string));
+    // Each entry's place in the list as reported, bad entries included.
+    let places = (0..).filter(|k| !unreadable.iter().any(|p| p.index == *k));
+    for (i, entry) in places.zip(entries) {
+        let component = catalog.get(&entry.name);
+        let name = component.map_or_else(|| entry.name.clone(), |c| c.name.clone());
         if let Some(j) = first.get(&name) {
             problems.push(format!(
                 "server.agents lists {name} twice (entries {j} and {i})"
@@ -160,7 +159,7 @@ fn server_state(catalog: &Catalog, s: &Server) -> ServerState {
             continue;
         }
         first.insert(name.clone(), i);
-        match catalog.get(&entry.name) {
+        match component {
             Some(_) => {
                 components.insert(
                     name,

@@ -23,13 +23,13 @@ pub(super) fn plan_remove(input: &PlanningInput, selected: Selected) -> Result<P
     let c = single_component(input)?;
     if c.order == OrderClass::CoreLast {
         return Err(PlanError::CannotRemove {
-            component: c.name.clone(),
+            component: c.name.to_string(),
             reason: "it is how CNAPI reaches the server; removing it cuts the server off",
         });
     }
     if !input.intent.is_managed(&c.name) {
         return Err(PlanError::Unmanaged {
-            component: c.name.clone(),
+            component: c.name.to_string(),
         });
     }
     let mut b = PlanBuilder::for_request(Operation::Remove, input, selected.named);

@@ -29,6 +29,7 @@ use super::select::{execute_available, runnable_transport};
 use super::skip::{Skip, SkipReason, component_skip, server_component_skip, server_skip};
 use super::types::{Action, IntentChange, Plan, RevertOf, ServiceChange};
 use super::update::instance_target;
+use agentsadm_types::component::ComponentName;
 use agentsadm_types::ids::{ImageUuid, ServerUuid};
 
 /// One component on one server as the run changed it.
@@ -36,7 +37,7 @@ use agentsadm_types::ids::{ImageUuid, ServerUuid};
 pub struct RevertChange {
     pub server: ServerUuid,
     pub hostname: String,
-    pub component: String,
+    pub component: ComponentName,
     /// What it ran before the run (`None`: not installed).
     pub before: Option<ImageUuid>,
     /// What the run left (`None`: removed).
@@ -46,7 +47,7 @@ pub struct RevertChange {
 /// A service default the run moved (and a halt did not put back).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ServiceRevert {
-    pub component: String,
+    pub component: ComponentName,
     pub before: ImageUuid,
     pub after: ImageUuid,
 }
@@ -60,9 +61,9 @@ pub struct RevertRequest {
     pub services: Vec<ServiceRevert>,
     /// The newest later run that changed a (server, component), as it is
     /// named in skips (`run 7c1d2e3f (update vm-agent)`).
-    pub later: BTreeMap<(ServerUuid, String), String>,
+    pub later: BTreeMap<(ServerUuid, ComponentName), String>,
     /// The same for service defaults, by component.
-    pub later_services: BTreeMap<String, String>,
+    pub later_services: BTreeMap<ComponentName, String>,
 }
 
 /// The revert plan. `input.request` names the operation (revert) and
@@ -120,7 +121,7 @@ fn version_of(input: &PlanningInput, image: Option<ImageUuid>) -> String {
         Some(i) => input
             .images
             .lookup(&i)
-            .map(|r| r.version.clone())
+            .map(|r| r.version.to_string())
             .unwrap_or_else(|| i.to_string()),
     }
 }

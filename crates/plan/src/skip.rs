@@ -9,6 +9,7 @@ use crate::marks::HoldScope;
 use crate::reality::ServerState;
 use agentsadm_types::ids::ImageUuid;
 use agentsadm_types::ids::ServerUuid;
+use agentsadm_types::component::ComponentName;
 
 /// Why something selected is left alone.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize)]
@@ -149,7 +150,7 @@ pub struct Skip {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub hostname: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub component: Option<String>,
+    pub component: Option<ComponentName>,
     #[serde(flatten)]
     pub reason: SkipReason,
     /// Whether this leaves the request unfulfilled (exit status 2).
@@ -173,11 +174,11 @@ pub(super) fn server_skip(
 }
 
 /// A skip of a component on every server.
-pub(super) fn component_skip(component: &str, reason: SkipReason, blocking: bool) -> Skip {
+pub(super) fn component_skip(component: &ComponentName, reason: SkipReason, blocking: bool) -> Skip {
     Skip {
         server: None,
         hostname: None,
-        component: Some(component.to_string()),
+        component: Some(component.clone()),
         reason,
         blocking,
     }
@@ -187,12 +188,12 @@ pub(super) fn component_skip(component: &str, reason: SkipReason, blocking: bool
 pub(super) fn server_component_skip(
     input: &PlanningInput,
     server: ServerUuid,
-    component: &str,
+    component: &ComponentName,
     reason: SkipReason,
     blocking: bool,
 ) -> Skip {
     Skip {
-        component: Some(component.to_string()),
+        component: Some(component.clone()),
         ..server_skip(input, server, reason, blocking)
     }
 }

@@ -25,7 +25,7 @@ pub(super) fn plan_switch(
     let c = single_component(input)?;
     if !input.intent.is_managed(&c.name) {
         return Err(PlanError::Unmanaged {
-            component: c.name.clone(),
+            component: c.name.to_string(),
         });
     }
     // Servers are always named here; holds stop only steps that move an

@@ -22,14 +22,14 @@ use agentsadm_api::compat::GzUse;
 use agentsadm_types::catalog::OrderClass;
 use agentsadm_types::ids::ImageUuid;
 use agentsadm_types::ids::InstanceUuid;
-use agentsadm_types::component::ComponentName;
+use agentsadm_types::component::{ComponentName, ComponentVersion};
 use agentsadm_types::ids::ServerUuid;
 use agentsadm_types::ids::ServiceUuid;
 
 /// A component as installed, in a plan.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct InstalledRef {
-    pub version: String,
+    pub version: ComponentVersion,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub image: Option<ImageUuid>,
 }
@@ -477,7 +477,7 @@ pub struct ServiceChange {
     pub from: Option<ImageUuid>,
     /// The current default's version, when its manifest is known.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub from_version: Option<String>,
+    pub from_version: Option<ComponentVersion>,
     pub to: ImageRef,
 }
 

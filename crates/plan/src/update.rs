@@ -263,8 +263,8 @@ fn target_for<'i>(
     if input.images.no_downgrade && is_newer(&installed.version, &target.version) {
         return Err(skip(
             SkipReason::NewerInstalled {
-                version: installed.version.clone(),
-                latest: target.version.clone(),
+                version: installed.version.to_string(),
+                latest: target.version.to_string(),
             },
             false,
         ));
