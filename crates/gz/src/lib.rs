@@ -97,6 +97,7 @@ use agentsadm_api::remote::AgentsReport;
 
 use agentsadm_api::remote::GzResult;
 
+use agentsadm_types::component::ComponentName;
 use session::{GzError, GzSession, GzSettings};
 
 /// Install or upgrade images on the server `settings` describes (one run:
@@ -110,7 +111,7 @@ pub async fn install(settings: GzSettings, sources: &[fetch::ImageSource]) -> Gz
 }
 
 /// Remove components by name.
-pub async fn uninstall(settings: GzSettings, names: &[String]) -> GzResult {
+pub async fn uninstall(settings: GzSettings, names: &[ComponentName]) -> GzResult {
     let server = settings.server_uuid;
     match GzSession::open(settings, true).await {
         Ok(mut s) => s.remove(names).await,
@@ -129,7 +130,7 @@ pub async fn setup(settings: GzSettings, source: &setup::SetupSource) -> GzResul
 }
 
 /// Restore the version kept from the last upgrade of `name`.
-pub async fn rollback(settings: GzSettings, name: &str) -> GzResult {
+pub async fn rollback(settings: GzSettings, name: &ComponentName) -> GzResult {
     let server = settings.server_uuid;
     match GzSession::open(settings, true).await {
         Ok(mut s) => s.rollback(name).await,

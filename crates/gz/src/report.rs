@@ -8,6 +8,7 @@
 //! directory. Unlike cn-agent, one unreadable agent does not fail the report:
 //! it goes to `errors` and the rest is reported.
 
+use agentsadm_types::component::{ComponentName, ComponentVersion};
 use std::fs;
 
 use agentsadm_api::cnapi::AgentEntry;
@@ -35,21 +36,26 @@ pub fn report(paths: &GzPaths, catalog: &Catalog, server: ServerUuid) -> AgentsR
                 let (uuid, err) = instance_of(paths, &kinds::instance_rel(c));
                 if let Some(e) = err {
                     errors.push(ReportError {
-                        name: c.name.clone(),
+                        name: c.name.to_string(),
                         message: e,
                     });
                 }
-                agents.push(AgentEntry {
-                    problem: None,
-                    name: c.name.clone(),
-                    version: fp.version,
-                    image_uuid: fp.image_uuid,
-                    uuid,
-                });
+                match ComponentVersion::new(fp.version) {
+                    Ok(version) => agents.push(AgentEntry {
+                        name: c.name.clone(),
+                        version,
+                        image_uuid: fp.image_uuid,
+                        uuid,
+                    }),
+                    Err(e) => errors.push(ReportError {
+                        name: c.name.to_string(),
+                        message: e.to_string(),
+                    }),
+                }
             }
             Ok(None) => {}
             Err(e) => errors.push(ReportError {
-                name: c.name.clone(),
+                name: c.name.to_string(),
                 message: agentsadm_types::error::error_chain(&e),
             }),
         }
@@ -108,6 +114,15 @@ fn apm_agents(paths: &GzPaths, agents: &mut Vec<AgentEntry>, errors: &mut Vec<Re
             name: name.clone(),
             message,
         };
+        // A directory no component could have made (`A B`, `..x`) is
+        // reported as unreadable, never as an agent.
+        let name = match ComponentName::new(name.as_str()) {
+            Ok(n) => n,
+            Err(e) => {
+                errors.push(fail(e.to_string()));
+                continue;
+            }
+        };
         match fs::symlink_metadata(&pkg_dir) {
             Ok(md) if md.is_dir() => {}
             Ok(_) => {
@@ -142,7 +157,13 @@ fn apm_agents(paths: &GzPaths, agents: &mut Vec<AgentEntry>, errors: &mut Vec<Re
             }
         };
         let version = match PackageJson::read(&pkg_dir) {
-            Ok(Some(p)) => p.version,
+            Ok(Some(p)) => match ComponentVersion::new(p.version) {
+                Ok(v) => v,
+                Err(e) => {
+                    errors.push(fail(e.to_string()));
+                    continue;
+                }
+            },
             Ok(None) => {
                 errors.push(fail("no package.json".into()));
                 continue;
@@ -157,7 +178,6 @@ fn apm_agents(paths: &GzPaths, agents: &mut Vec<AgentEntry>, errors: &mut Vec<Re
             errors.push(fail(e));
         }
         agents.push(AgentEntry {
-            problem: None,
             name,
             version,
             image_uuid: image,

@@ -3,6 +3,7 @@
 //! agent service's `params.image_uuid` (compute node setup, handled in the
 //! session since it needs SAPI).
 
+use agentsadm_types::component::ComponentName;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
@@ -66,7 +67,7 @@ pub enum SetupError {
 pub fn setup_dir_sources(
     dir: &Path,
     set: &[Component],
-) -> Result<(Vec<ImageSource>, Vec<String>), SetupError> {
+) -> Result<(Vec<ImageSource>, Vec<ComponentName>), SetupError> {
     if !dir.is_dir() {
         return Err(SetupError::NotADirectory {
             dir: dir.to_path_buf(),
@@ -92,11 +93,11 @@ pub fn setup_dir_sources(
     let mut missing = Vec::new();
     for c in set {
         let cdir = dir.join(&c.name);
-        let pick = match index.get(&c.name) {
+        let pick = match index.get(c.name.as_str()) {
             Some(uuid) => {
                 let uuid: ImageUuid = uuid.parse().map_err(|err| SetupError::IndexUuid {
                     index: index_path.clone(),
-                    component: c.name.clone(),
+                    component: c.name.to_string(),
                     err,
                 })?;
                 let m = cdir.join(format!("{uuid}.manifest"));
@@ -104,7 +105,7 @@ pub fn setup_dir_sources(
                     return Err(SetupError::IndexedImageMissing {
                         index: index_path.clone(),
                         uuid,
-                        component: c.name.clone(),
+                        component: c.name.to_string(),
                         manifest: m,
                     });
                 }

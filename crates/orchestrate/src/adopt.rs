@@ -160,7 +160,7 @@ fn default_images(reality: &Reality) -> BTreeMap<String, ImageUuid> {
             if let Some(image) = inst.image {
                 *counts.entry(name).or_default().entry(image).or_default() += 1;
                 if s.headnode {
-                    out.insert(name.clone(), image);
+                    out.insert(name.to_string(), image);
                 }
             }
         }
@@ -194,13 +194,13 @@ fn services(
     for c in catalog.iter() {
         match intent.services.get(&c.name) {
             None if reported(&c.name) => new_services.push(NewService {
-                component: c.name.clone(),
+                component: c.name.to_string(),
                 default_image: defaults.get(&c.name).copied(),
             }),
             Some(svc) if svc.default_image.is_none() => {
                 if let Some(image) = defaults.get(&c.name) {
                     service_defaults.push(ServiceDefault {
-                        component: c.name.clone(),
+                        component: c.name.to_string(),
                         service: svc.uuid,
                         image: *image,
                     });
@@ -220,7 +220,7 @@ fn services(
             let planned = new_services.iter().any(|n| n.component == c.name);
             if !planned && !intent.services.contains_key(&c.name) {
                 new_services.push(NewService {
-                    component: c.name.clone(),
+                    component: c.name.to_string(),
                     default_image: defaults.get(&c.name).copied(),
                 });
             }
@@ -241,7 +241,7 @@ fn server_instances(
             skips.push(AdoptSkip {
                 server: s.uuid,
                 hostname: s.hostname.clone(),
-                component: name.clone(),
+                component: name.to_string(),
                 reason,
             })
         };
@@ -279,7 +279,7 @@ fn server_instances(
             instances.push(AdoptInstance {
                 server: s.uuid,
                 hostname: s.hostname.clone(),
-                component: name.clone(),
+                component: name.to_string(),
                 instance,
                 image,
                 exists,
@@ -438,7 +438,7 @@ impl AdoptReport {
                         server, component, ..
                     },
                     Some(e),
-                ) => out.failures.push((*server, component.clone(), e)),
+                ) => out.failures.push((*server, component.to_string(), e)),
                 (change, Some(e)) => out
                     .service_failures
                     .push((change.component().unwrap_or_default().to_string(), e)),

@@ -219,7 +219,7 @@ impl<'a> Executor<'a> {
                 .set_service_image(change)
                 .await
                 .map_err(|err| ExecError::ServiceChange {
-                    component: change.component.clone(),
+                    component: change.component.to_string(),
                     err,
                 })?;
             report.service_changes += 1;
@@ -374,7 +374,7 @@ impl<'a> Executor<'a> {
                 out.push(IntentRevert {
                     server: *uuid,
                     hostname: sp.hostname.clone(),
-                    component: step.component.clone(),
+                    component: step.component.to_string(),
                     image: previous,
                     error: result.err(),
                 });

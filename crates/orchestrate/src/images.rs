@@ -131,7 +131,7 @@ fn check_manifest(
             name: m.name.clone(),
             version: m.version.clone(),
             image_type: m.image_type.clone(),
-            component: component.name.clone(),
+            component: component.name.to_string(),
         })
     }
 }
@@ -320,7 +320,7 @@ async fn agentsadm_target(
         }
     }
     let filter = agentsadm_api::imgapi::ListImagesFilter {
-        name: Some(c.name.clone()),
+        name: Some(c.name.to_string()),
         ..Default::default()
     };
     let found = dc
@@ -419,12 +419,12 @@ pub async fn find_image(
     match matches_spec(&images, spec) {
         Some(Ok(u)) => Ok(u),
         Some(Err(several)) => Err(FindImageError::Ambiguous {
-            component: component.name.clone(),
+            component: component.name.to_string(),
             spec: spec.to_string(),
             several,
         }),
         None => Err(FindImageError::NotFound {
-            component: component.name.clone(),
+            component: component.name.to_string(),
             spec: spec.to_string(),
         }),
     }
@@ -513,8 +513,8 @@ pub async fn import(dc: &ImgapiClient, imports: &[ImageRef]) -> Result<usize, Im
             .await
             .map_err(|err| ImageError::Import {
                 image: i.uuid,
-                name: i.name.clone(),
-                version: i.version.clone(),
+                name: i.name.to_string(),
+                version: i.version.to_string(),
                 source_url: source.clone(),
                 err: Box::new(err),
             })?;
@@ -542,7 +542,7 @@ pub async fn available(
         stream::iter(components.iter())
             .map(|c| async move {
                 let filter = agentsadm_api::imgapi::ListImagesFilter {
-                    name: Some(c.name.clone()),
+                    name: Some(c.name.to_string()),
                     ..Default::default()
                 };
                 (c.name.clone(), client.list_images(&filter).await)

@@ -106,7 +106,7 @@ pub async fn set_holds(
         .map_err(SessionError::from)?;
     let Some(service) = intent.services.get(&c.name) else {
         return Err(HoldError::Unmanaged {
-            component: c.name.clone(),
+            component: c.name.to_string(),
         });
     };
     let value = mark.map(Mark::to_value).unwrap_or_default();
@@ -120,7 +120,7 @@ pub async fn set_holds(
         metadata: None,
     };
     let api_err = |err| HoldError::Api {
-        component: c.name.clone(),
+        component: c.name.to_string(),
         err: Box::new(err),
     };
     if servers.is_empty() {
@@ -131,7 +131,7 @@ pub async fn set_holds(
         return Ok(vec![HoldWrite {
             scope: HoldScope::Datacenter,
             hostname: None,
-            component: c.name.clone(),
+            component: c.name.to_string(),
         }]);
     }
     let uuids = resolve_servers(&reality, servers).map_err(SessionError::from)?;
@@ -143,7 +143,7 @@ pub async fn set_holds(
             .unwrap_or_else(|| uuid.to_string());
         let Some(instance) = intent.instance(&uuid, &c.name) else {
             return Err(HoldError::NoInstance {
-                component: c.name.clone(),
+                component: c.name.to_string(),
                 hostname,
             });
         };
@@ -158,7 +158,7 @@ pub async fn set_holds(
         done.push(HoldWrite {
             scope: HoldScope::Server,
             hostname: Some(hostname),
-            component: c.name.clone(),
+            component: c.name.to_string(),
         });
     }
     Ok(done)

@@ -296,7 +296,7 @@ impl ApiRecords {
                 let service = service
                     .or_else(|| created.get(component).copied())
                     .ok_or_else(|| RecordWriteError::NoService {
-                        component: component.clone(),
+                        component: component.to_string(),
                     })?;
                 self.adopt(*server, service, *instance, *image, *exists)
                     .await

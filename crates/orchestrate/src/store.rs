@@ -153,7 +153,7 @@ impl SapiIntentStore {
                 image,
             } => {
                 let instance = reported.ok_or_else(|| IntentWriteError::NoInstanceReported {
-                    component: component.clone(),
+                    component: component.to_string(),
                 })?;
                 // The server's kept instance may already be in SAPI (an
                 // earlier run, a postinstall, cn-agent's own adoption):
@@ -180,7 +180,7 @@ impl SapiIntentStore {
                             err: Box::new(err),
                         }),
                     Adoption::OtherService { recorded } => Err(IntentWriteError::OtherService {
-                        component: component.clone(),
+                        component: component.to_string(),
                         instance,
                         recorded,
                     }),

@@ -413,7 +413,7 @@ impl CnapiTransport {
                 let goal = TaskGoal::Install {
                     package: self.package_name(&step.component),
                     image: to.uuid,
-                    version: to.version.clone(),
+                    version: to.version.to_string(),
                 };
                 let task = self.wait(server, &step.component, id, &goal).await;
                 if self_replacing {

@@ -41,7 +41,7 @@ pub(crate) type StepRun = (
 
 pub(crate) fn not_run(step: &Step) -> StepResult {
     StepResult {
-        component: step.component.clone(),
+        component: step.component.to_string(),
         action: step.action.verb(),
         status: StepStatus::NotRun,
         elapsed: Duration::ZERO,
@@ -285,7 +285,7 @@ impl Executor<'_> {
             _ => None,
         };
         let mut revert = Revert {
-            component: step.component.clone(),
+            component: step.component.to_string(),
             image: previous,
             sapi: false,
             error: revert_error,
@@ -444,7 +444,7 @@ impl Executor<'_> {
         });
         (
             StepResult {
-                component: step.component.clone(),
+                component: step.component.to_string(),
                 action: step.action.verb(),
                 status,
                 elapsed,
@@ -510,7 +510,7 @@ fn api_lost(failure: &Failure, api: agentsadm_api::Api, what: &str) -> Failure {
 
 fn failure_of(step: &Step, f: &StepFailure) -> Failure {
     Failure {
-        component: Some(step.component.clone()),
+        component: Some(step.component.to_string()),
         stage: f.stage.clone(),
         message: f.message.clone(),
     }
@@ -537,7 +537,7 @@ fn gate(step: &Step, ran: &Result<StepDone, (StepFailure, bool)>) -> Option<Gate
         Err(_) => return None,
     };
     Some(GateResult {
-        component: step.component.clone(),
+        component: step.component.to_string(),
         gate: step.gate,
         passed,
         seen,

@@ -257,6 +257,14 @@ impl ComponentVersion {
         }
     }
 
+    /// A version as a server reports it in a result: `None` when unknown
+    /// (empty) or not a version at all, since a result only shows it.
+    pub fn reported(version: &str) -> Option<ComponentVersion> {
+        ComponentVersion::new(version)
+            .ok()
+            .filter(|v| !v.is_unknown())
+    }
+
     pub fn is_unknown(&self) -> bool {
         self.0.is_empty()
     }

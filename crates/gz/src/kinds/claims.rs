@@ -150,12 +150,12 @@ pub fn check_manifest(
     let regular = std::fs::symlink_metadata(file).is_ok_and(|m| m.file_type().is_file());
     if !regular {
         return Err(ClaimError::NotAFile {
-            component: component.name.clone(),
+            component: component.name.to_string(),
             file: shown.to_string(),
         });
     }
     let services = read_manifest_services(file).map_err(|err| ClaimError::Manifest {
-        component: component.name.clone(),
+        component: component.name.to_string(),
         file: shown.to_string(),
         err,
     })?;
@@ -219,7 +219,7 @@ fn staged_claims(component: &Component, staged: &StagedVersion) -> Result<Claims
         files.extend(fp.smf_manifests.iter().map(|rel| root.join(rel)));
     }
     let services = services_in(files).map_err(|(file, err)| ClaimError::Manifest {
-        component: component.name.clone(),
+        component: component.name.to_string(),
         file: file
             .file_name()
             .map(|n| n.to_string_lossy().into_owned())
@@ -262,7 +262,7 @@ fn check_services(
                 .map(|s| format!("svc:/{}[-*]", service_of(s)))
                 .collect::<Vec<_>>();
             return Err(ClaimError::OutsideNamespace {
-                component: component.name.clone(),
+                component: component.name.to_string(),
                 file: file.map(str::to_string),
                 service: service.clone(),
                 allowed: if allowed.is_empty() {
@@ -283,7 +283,7 @@ fn check_taken(
     others: &BTreeMap<String, Claims>,
 ) -> Result<(), ClaimError> {
     let taken = |what: &'static str, name: &String, owner: &String| ClaimError::Taken {
-        component: component.name.clone(),
+        component: component.name.to_string(),
         what,
         name: name.clone(),
         owner: owner.clone(),

@@ -548,7 +548,7 @@ fn finish_overlay(
     footprint.overlay.sort();
     footprint.overlay.dedup();
     let record = InstalledRecord {
-        name: component.name.clone(),
+        name: component.name.to_string(),
         kind: component.kind,
         image_uuid: manifest.uuid,
         version: manifest.version.clone(),

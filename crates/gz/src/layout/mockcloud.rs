@@ -13,6 +13,7 @@
 //! trash); an upgrade keeps the replaced directory as
 //! `.agentsadm/previous/<component>/` for `gz rollback`.
 
+use agentsadm_types::component::{ComponentName, ComponentVersion};
 use std::fs;
 use std::io;
 use std::path::{Path, PathBuf};
@@ -242,7 +243,7 @@ impl Layout for MockcloudGz {
                 found: agentsadm_types::error::error_chain(&e),
                 expected: "a valid package.json".into(),
             })?;
-            if pj.name != pkg {
+            if *pkg != pj.name {
                 return Err(MockcloudError::Mismatch {
                     uuid,
                     file: format!("{pkg}/package.json name"),
@@ -321,13 +322,26 @@ impl Layout for MockcloudGz {
                 .ok()
                 .flatten()
                 .and_then(|s| s.parse().ok());
-            agents.push(AgentEntry {
-                problem: None,
-                name: pkg.as_ref().map(|p| p.name.clone()).unwrap_or(name),
-                version: pkg.map(|p| p.version).unwrap_or_default(),
-                image_uuid: image,
-                uuid,
-            });
+            let entry = pkg
+                .as_ref()
+                .map_or(name.as_str(), |p| p.name.as_str())
+                .parse::<ComponentName>()
+                .map_err(|e| e.to_string())
+                .and_then(|name| {
+                    let version = pkg.map(|p| p.version).unwrap_or_default();
+                    ComponentVersion::new(version)
+                        .map(|version| (name, version))
+                        .map_err(|e| e.to_string())
+                });
+            match entry {
+                Ok((name, version)) => agents.push(AgentEntry {
+                    name,
+                    version,
+                    image_uuid: image,
+                    uuid,
+                }),
+                Err(message) => errors.push(ReportError { name, message }),
+            }
         }
         agents.sort();
         AgentsReport {

@@ -4,6 +4,7 @@
 //! stays online for `--min-healthy`; for a component disabled here
 //! (`gz disable`), that every instance is disabled and stays so.
 
+use agentsadm_types::component::ComponentName;
 use std::path::PathBuf;
 
 use agentsadm_api::remote::GzResult;
@@ -22,7 +23,7 @@ impl GzSession {
     /// and version) when healthy; its error is an `unhealthy` failure
     /// naming the service and state otherwise. Also returns the instances
     /// checked.
-    pub async fn health(&mut self, name: &str) -> (GzResult, Vec<String>) {
+    pub async fn health(&mut self, name: &ComponentName) -> (GzResult, Vec<String>) {
         let mut result = self.result();
         let c = match self.settings.catalog.require(name) {
             Ok(c) => c.clone(),

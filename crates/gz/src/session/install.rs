@@ -3,6 +3,7 @@
 //! install the rest in groups (core components alone, parallel-safe ones
 //! together), each component as one transaction.
 
+use agentsadm_types::component::ComponentVersion;
 use std::collections::BTreeSet;
 use std::time::Instant;
 
@@ -136,7 +137,7 @@ impl GzSession {
             }
         }
         for group in groups {
-            let names: Vec<String> = group.iter().map(|(c, _)| c.name.clone()).collect();
+            let names: Vec<String> = group.iter().map(|(c, _)| c.name.to_string()).collect();
             let outcomes = futures::future::join_all(
                 group
                     .iter()
@@ -268,7 +269,7 @@ impl GzSession {
                 },
                 from_image: from,
                 image_uuid: Some(uuid),
-                version: Some(staged.footprint.version.clone()),
+                version: ComponentVersion::reported(&staged.footprint.version),
                 instance_uuid: outcome.instance,
                 elapsed_ms: start.elapsed().as_millis() as u64,
             },
@@ -360,7 +361,7 @@ impl GzSession {
                 action: ComponentAction::Unchanged,
                 from_image: Some(image.uuid()),
                 image_uuid: Some(image.uuid()),
-                version: current.map(|f| f.version.clone()).filter(|v| !v.is_empty()),
+                version: current.and_then(|f| ComponentVersion::reported(&f.version)),
                 instance_uuid: Some(instance),
                 elapsed_ms: start.elapsed().as_millis() as u64,
             },

@@ -8,6 +8,7 @@
 //! the instances its manifests enable by default, then removes the record.
 //! Both are idempotent: the orchestrator re-runs them freely.
 
+use agentsadm_types::component::ComponentName;
 use std::path::PathBuf;
 
 use agentsadm_api::remote::GzResult;
@@ -22,16 +23,20 @@ use super::{GzSession, failure, refusal, unchanged};
 
 impl GzSession {
     /// Keep `name` off here; `record` says who, when and why.
-    pub async fn disable(&mut self, name: &str, record: OffRecord) -> GzResult {
+    pub async fn disable(&mut self, name: &ComponentName, record: OffRecord) -> GzResult {
         self.keep_off_change(name, Some(record)).await
     }
 
     /// Let `name` run again here.
-    pub async fn enable(&mut self, name: &str) -> GzResult {
+    pub async fn enable(&mut self, name: &ComponentName) -> GzResult {
         self.keep_off_change(name, None).await
     }
 
-    async fn keep_off_change(&mut self, name: &str, record: Option<OffRecord>) -> GzResult {
+    async fn keep_off_change(
+        &mut self,
+        name: &ComponentName,
+        record: Option<OffRecord>,
+    ) -> GzResult {
         let mut result = self.result();
         let (c, current) = match self.installed(name).await {
             Ok(found) => found,
@@ -119,7 +124,7 @@ impl GzSession {
     /// refusal when unknown or not installed.
     async fn installed(
         &self,
-        name: &str,
+        name: &ComponentName,
     ) -> Result<(Component, Footprint), agentsadm_api::remote::GzFailure> {
         let c = self
             .settings

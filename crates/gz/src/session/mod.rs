@@ -25,6 +25,7 @@ mod report;
 mod rollback;
 mod setup;
 
+use agentsadm_types::component::{ComponentName, ComponentVersion};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -462,7 +463,7 @@ impl GzSession {
                 .filter(|o| o.name != me)
                 .filter_map(|o| {
                     let fp = layout.current(o).ok().flatten()?;
-                    Some((o.name.clone(), claims::installed_claims(&paths, &fp)))
+                    Some((o.name.to_string(), claims::installed_claims(&paths, &fp)))
                 })
                 .collect()
         })
@@ -496,7 +497,7 @@ impl GzSession {
             f.rollback_errors.join("; ")
         );
         let marker = BrokenMarker {
-            component: c.name.clone(),
+            component: c.name.to_string(),
             message: state.clone(),
             repair,
         };
@@ -694,7 +695,7 @@ fn describe(fp: &Footprint) -> String {
 
 /// A failure as the result document carries it.
 fn failure(
-    component: Option<&str>,
+    component: Option<&ComponentName>,
     step: Step,
     err: &dyn std::error::Error,
     after: Option<String>,
@@ -705,7 +706,7 @@ fn failure(
         message.push_str(&a);
     }
     GzFailure {
-        component: component.map(str::to_string),
+        component: component.cloned(),
         step,
         message,
     }
@@ -713,22 +714,22 @@ fn failure(
 
 /// A component a command looked at and left as it is (`gz health`,
 /// `gz disable|enable`): what is installed, unchanged.
-fn unchanged(name: &str, current: &Footprint) -> ComponentResult {
+fn unchanged(name: &ComponentName, current: &Footprint) -> ComponentResult {
     ComponentResult {
-        name: name.to_string(),
+        name: name.clone(),
         action: ComponentAction::Unchanged,
         from_image: current.image_uuid,
         image_uuid: current.image_uuid,
-        version: Some(current.version.clone()).filter(|v| !v.is_empty()),
+        version: ComponentVersion::reported(&current.version),
         instance_uuid: None,
         elapsed_ms: 0,
     }
 }
 
 /// A failure with its own message (no error value behind it).
-fn refusal(component: Option<&str>, step: Step, message: String) -> GzFailure {
+fn refusal(component: Option<&ComponentName>, step: Step, message: String) -> GzFailure {
     GzFailure {
-        component: component.map(str::to_string),
+        component: component.cloned(),
         step,
         message,
     }

@@ -2,6 +2,7 @@
 //! first, agents_core last), each as one transaction; the first failure
 //! stops the run.
 
+use agentsadm_types::component::{ComponentName, ComponentVersion};
 use std::collections::BTreeSet;
 use std::time::Instant;
 
@@ -22,7 +23,7 @@ use super::remove_txn_dir;
 
 impl GzSession {
     /// Remove components by name.
-    pub async fn remove(&mut self, names: &[String]) -> GzResult {
+    pub async fn remove(&mut self, names: &[ComponentName]) -> GzResult {
         let mut result = self.result();
         if let Err(f) = self.require_apis() {
             result.error = Some(f);
@@ -118,7 +119,7 @@ impl GzSession {
                 action: ComponentAction::Removed,
                 from_image: from,
                 image_uuid: None,
-                version: Some(version).filter(|v| !v.is_empty()),
+                version: ComponentVersion::reported(&version),
                 instance_uuid: out.instance,
                 elapsed_ms: start.elapsed().as_millis() as u64,
             },

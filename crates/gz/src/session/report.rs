@@ -1,6 +1,7 @@
 //! What is installed on the server (the layout reads it), and reporting it
 //! to CNAPI as `server.agents` after a run.
 
+use agentsadm_types::component::ComponentName;
 use agentsadm_api::ApiError;
 use agentsadm_api::remote::AgentsReport;
 use agentsadm_api::remote::GzResult;
@@ -29,7 +30,7 @@ impl GzSession {
     }
 
     /// The installed components whose SMF instances are all disabled.
-    async fn services_off(&self, report: &AgentsReport) -> Vec<String> {
+    async fn services_off(&self, report: &AgentsReport) -> Vec<ComponentName> {
         let mut off = Vec::new();
         for a in &report.agents {
             let Some(c) = self.settings.catalog.get(&a.name).cloned() else {
@@ -93,7 +94,7 @@ impl GzSession {
                     report.agents.retain(|a| a.name != c.name);
                     report.errors.retain(|e| e.name != c.name);
                     report.errors.push(ReportError {
-                        name: c.name.clone(),
+                        name: c.name.to_string(),
                         message,
                     });
                 } else if let Some(note) = not_kept(paths, &c.name)
@@ -101,7 +102,7 @@ impl GzSession {
                 {
                     // Installed, but without the copy `gz rollback` needs.
                     report.errors.push(ReportError {
-                        name: c.name.clone(),
+                        name: c.name.to_string(),
                         message: note,
                     });
                 }

@@ -3,6 +3,7 @@
 //! copied into a transaction directory and installed like any staged
 //! version, so the version it replaces is kept in turn.
 
+use agentsadm_types::component::{ComponentName, ComponentVersion};
 use std::io;
 use std::path::Path;
 use std::time::Instant;
@@ -33,7 +34,7 @@ use super::remove_txn_dir;
 
 impl GzSession {
     /// Put back the version kept from the last upgrade of `name`.
-    pub async fn rollback(&mut self, name: &str) -> GzResult {
+    pub async fn rollback(&mut self, name: &ComponentName) -> GzResult {
         let mut result = self.result();
         if let Err(f) = self.require_apis() {
             result.error = Some(f);
@@ -139,7 +140,7 @@ impl GzSession {
                 action: ComponentAction::RolledBack,
                 from_image: from,
                 image_uuid: staged.footprint.image_uuid,
-                version: Some(staged.footprint.version.clone()).filter(|v| !v.is_empty()),
+                version: ComponentVersion::reported(&staged.footprint.version),
                 instance_uuid: outcome.instance,
                 elapsed_ms: start.elapsed().as_millis() as u64,
             },
@@ -165,7 +166,7 @@ enum KeptError {
 fn verify_kept(c: &Component, staged: &StagedVersion) -> Result<(), KeptError> {
     let fp = &staged.footprint;
     let bad = |what: String| KeptError::Mismatch {
-        component: c.name.clone(),
+        component: c.name.to_string(),
         what,
     };
     if let (true, Some(tree)) = (fp.apm, &staged.tree_src) {
@@ -174,7 +175,7 @@ fn verify_kept(c: &Component, staged: &StagedVersion) -> Result<(), KeptError> {
             Ok(None) => return Err(bad("it has no package.json".into())),
             Err(e) => return Err(bad(format!("its package.json is invalid: {e}"))),
         };
-        if pkg.name != c.package_name() {
+        if *c.package_name() != pkg.name {
             return Err(bad(format!(
                 "package.json names {:?}, not {:?}",
                 clip(&pkg.name),

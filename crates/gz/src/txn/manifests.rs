@@ -151,8 +151,8 @@ fn whose(
     };
     match claims::manifest_file_owner(catalog, name) {
         Some(c) if c.name == component.name => Whose::Ours,
-        Some(c) if concurrent.contains(&c.name) => Whose::Concurrent,
-        owner => Whose::Foreign(owner.map(|c| c.name.clone())),
+        Some(c) if concurrent.iter().any(|n| c.name == *n) => Whose::Concurrent,
+        owner => Whose::Foreign(owner.map(|c| c.name.to_string())),
     }
 }
 
@@ -269,10 +269,10 @@ pub(super) async fn journal_written(
     let refused = written
         .foreign
         .map(|(file, owner)| TxnError::ManifestRefused {
-            component: component.name.clone(),
+            component: component.name.to_string(),
             manifest: file.clone(),
             err: Box::new(ClaimError::ForeignFile {
-                component: component.name.clone(),
+                component: component.name.to_string(),
                 package: component.package_name().to_string(),
                 file,
                 owner,
@@ -401,7 +401,7 @@ pub(super) fn check_before_import(
 ) -> Result<(), TxnError> {
     claims::check_manifest(env_catalog, component, &paths.at(rel), rel, others).map_err(|err| {
         TxnError::ManifestRefused {
-            component: component.name.clone(),
+            component: component.name.to_string(),
             manifest: rel.to_string(),
             err: Box::new(err),
         }

@@ -250,12 +250,12 @@ pub fn plan_record(plan: &Plan) -> PlanRecord {
             .service_changes()
             .iter()
             .map(|c| ServiceRecord {
-                component: c.component.clone(),
+                component: c.component.to_string(),
                 service: Some(c.service),
                 from: c.from,
                 from_version: c.from_version.clone(),
                 to: Some(c.to.uuid),
-                to_version: c.to.version.clone(),
+                to_version: c.to.version.to_string(),
                 put_back: false,
             })
             .collect(),
@@ -299,7 +299,7 @@ pub fn server_record(uuid: ServerUuid, sp: &ServerPlan, outcome: &ServerOutcome)
                 Action::Install { .. } | Action::Disable { .. } | Action::Enable => (None, None),
             };
             StepRecord {
-                component: step.component.clone(),
+                component: step.component.to_string(),
                 action: step.action.verb().to_string(),
                 from,
                 from_version,

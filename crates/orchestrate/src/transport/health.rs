@@ -79,7 +79,7 @@ impl CnapiTransport {
                         package: package.clone(),
                         image,
                         version: match &step.action {
-                            Action::Upgrade { from, .. } => from.version.clone(),
+                            Action::Upgrade { from, .. } => from.version.to_string(),
                             _ => String::new(),
                         },
                     };
