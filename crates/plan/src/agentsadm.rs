@@ -25,7 +25,7 @@ use agentsadm_api::compat::{self, GzUse};
 use agentsadm_types::catalog::{Catalog, Component, ComponentKind};
 use agentsadm_types::ids::ServerUuid;
 use agentsadm_types::version::VersionKey;
-use agentsadm_types::component::ComponentName;
+use agentsadm_types::component::{ComponentName, ComponentVersion};
 
 use super::request::{ImageRef, TransportKind};
 use super::skip::{AgentsadmShort, Skip, SkipReason};
@@ -171,7 +171,7 @@ fn server(
             }
             match own.action.target() {
                 Some(t) => Copy::of(Some(&Installed {
-                    version: t.version.clone(),
+                    version: ComponentVersion::reported(&t.version).unwrap_or_default(),
                     image: Some(t.uuid),
                     instance: None,
                 })),
@@ -198,7 +198,7 @@ fn server(
         return names;
     };
     let new = Copy::of(Some(&Installed {
-        version: target.version.clone(),
+        version: ComponentVersion::reported(&target.version).unwrap_or_default(),
         image: Some(target.uuid),
         instance: None,
     }));
@@ -249,8 +249,8 @@ mod tests {
     fn image(n: u128, name: &str, version: &str) -> ImageRef {
         ImageRef {
             uuid: ImageUuid::from_u128(n),
-            name: name.parse().unwrap(),
-            version: version.parse().unwrap(),
+            name: name.into(),
+            version: version.into(),
             import_from: None,
         }
     }

@@ -545,8 +545,8 @@ mod tests {
             from: installed.into(),
             to: ImageRef {
                 uuid: ImageUuid::from_u128(7),
-                name: "x".parse().unwrap(),
-                version: "2.0.0".parse().unwrap(),
+                name: "x".into(),
+                version: "2.0.0".into(),
                 import_from: None,
             },
         }

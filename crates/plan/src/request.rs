@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use serde::Serialize;
 
 use agentsadm_types::catalog::Catalog;
-use agentsadm_types::component::{ComponentName, ComponentVersion};
+use agentsadm_types::component::ComponentName;
 
 use crate::intent::Intent;
 use crate::reality::Reality;
@@ -168,8 +168,11 @@ impl From<TransportMode> for PlanOptions {
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize)]
 pub struct ImageRef {
     pub uuid: ImageUuid,
-    pub name: ComponentName,
-    pub version: ComponentVersion,
+    /// The manifest's `name` and `version`, as IMGAPI has them (any
+    /// image's; [`agentsadm_types::catalog::Catalog::is_image_of`] tells
+    /// whether it is a component's).
+    pub name: String,
+    pub version: String,
     /// The updates server (URL with `?channel=`) to import it from before
     /// executing, when the datacenter IMGAPI does not have it yet.
     #[serde(skip_serializing_if = "Option::is_none")]

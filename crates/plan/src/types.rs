@@ -477,7 +477,7 @@ pub struct ServiceChange {
     pub from: Option<ImageUuid>,
     /// The current default's version, when its manifest is known.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub from_version: Option<ComponentVersion>,
+    pub from_version: Option<String>,
     pub to: ImageRef,
 }
 
