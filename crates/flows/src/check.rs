@@ -295,7 +295,7 @@ async fn lookup_images(
     wanted.extend(answers.services.iter().filter_map(|s| s.image_uuid()));
     wanted.extend(answers.instances.iter().filter_map(|i| i.image_uuid()));
     for s in &answers.servers {
-        wanted.extend(s.reported_agents().iter().filter_map(|a| a.image_uuid));
+        wanted.extend(s.reported_agents().0.iter().filter_map(|a| a.image_uuid));
     }
     for r in live.values() {
         wanted.extend(r.agents.iter().filter_map(|a| a.image_uuid));

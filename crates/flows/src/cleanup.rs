@@ -23,6 +23,7 @@
 //! [`agentsadm_orchestrate::run::Run`] (lock, question or `-y`, fence);
 //! [`prepare`] reads, [`execute`] writes a confirmed plan.
 
+use agentsadm_types::component::ComponentName;
 use std::fmt::Write as _;
 
 use serde::Serialize;
@@ -69,8 +70,9 @@ impl ServerAction {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct CleanupInstance {
     pub uuid: InstanceUuid,
-    /// The service name (or UUID when SAPI no longer has the service).
-    pub service: String,
+    /// The service name (or its UUID when SAPI no longer has the service,
+    /// or names it with something that is not a component name).
+    pub service: ComponentName,
     /// `params.server_uuid` and/or `server.agents`.
     pub via: Vec<&'static str>,
 }
@@ -268,8 +270,10 @@ pub fn plan_cleanup(
         services
             .iter()
             .find(|s| s.uuid == i.service_uuid)
-            .map(|s| s.name.clone())
-            .unwrap_or_else(|| i.service_uuid.to_string())
+            .and_then(|s| ComponentName::new(s.name.as_str()).ok())
+            .unwrap_or_else(|| {
+                ComponentName::new(i.service_uuid.to_string()).expect("a UUID is a component name")
+            })
     };
     let mut found: Vec<CleanupInstance> = instances
         .iter()
@@ -281,7 +285,7 @@ pub fn plan_cleanup(
         })
         .collect();
     let mut left_alone = Vec::new();
-    let reported = record.map(|r| r.reported_agents()).unwrap_or_default();
+    let reported = record.map(|r| r.reported_agents().0).unwrap_or_default();
     for entry in reported {
         let Some(uuid) = entry.uuid else { continue };
         if let Some(f) = found.iter_mut().find(|f| f.uuid == uuid) {
@@ -291,7 +295,7 @@ pub fn plan_cleanup(
         match instances.iter().find(|i| i.uuid == uuid) {
             Some(i) => match i.server_uuid() {
                 Some(owner) if owner != server => left_alone.push(ReportedElsewhere {
-                    component: entry.name.clone(),
+                    component: entry.name.to_string(),
                     uuid,
                     owner: Some(owner),
                 }),
@@ -302,7 +306,7 @@ pub fn plan_cleanup(
                 }),
             },
             None => left_alone.push(ReportedElsewhere {
-                component: entry.name.clone(),
+                component: entry.name.to_string(),
                 uuid,
                 owner: None,
             }),
@@ -668,7 +672,7 @@ impl CleanupReport {
                     };
                     instances.push(InstanceOutcome {
                         uuid: *instance,
-                        service: component.clone(),
+                        service: component.to_string(),
                         status,
                         error,
                     });

@@ -60,6 +60,7 @@ pub async fn local_server(settings: GzSettings) -> Result<Server, LocalAdoptErro
         status: Some("running".to_string()),
         datacenter: None,
         agents: Some(report.agents),
+        agent_problems: Vec::new(),
         sysinfo: None,
         vms: None,
         last_heartbeat: None,

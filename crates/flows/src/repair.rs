@@ -15,6 +15,7 @@
 //!
 //! Findings whose fix is manual or informational are left out and counted.
 
+use agentsadm_types::component::ComponentName;
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
@@ -98,7 +99,7 @@ impl RepairPlan {
                 {
                     out.push(Replaced {
                         server: *server,
-                        component: component.clone(),
+                        component: component.to_string(),
                         instance: *instance,
                     });
                 }
@@ -419,7 +420,27 @@ fn record_fix(
     live: &BTreeMap<ServerUuid, AgentsReport>,
     r: &mut Repairs,
 ) -> bool {
-    let component = f.component.clone().unwrap_or_default();
+    match &f.fix {
+        Fix::None => return true,
+        Fix::PostLiveReport => {
+            if let (Some(server), Some(report)) = (f.server, f.server.and_then(|s| live.get(&s))) {
+                r.reports
+                    .entry(server)
+                    .or_insert_with(|| RecordChange::PostAgents {
+                        server,
+                        hostname: f.hostname.clone().unwrap_or_default(),
+                        agents: report.agents.clone(),
+                    });
+            }
+            return true;
+        }
+        _ => {}
+    }
+    // Every other record fix writes the component's records: a finding
+    // that names none (or not a component) is left to the operator.
+    let Some(Ok(component)) = f.component.as_deref().map(ComponentName::new) else {
+        return false;
+    };
     let instance_change = |change: IntentChange| RecordChange::Instance {
         server: f.server,
         hostname: f.hostname.clone(),
@@ -432,18 +453,7 @@ fn record_fix(
         })
     };
     match &f.fix {
-        Fix::None => {}
-        Fix::PostLiveReport => {
-            if let (Some(server), Some(report)) = (f.server, f.server.and_then(|s| live.get(&s))) {
-                r.reports
-                    .entry(server)
-                    .or_insert_with(|| RecordChange::PostAgents {
-                        server,
-                        hostname: f.hostname.clone().unwrap_or_default(),
-                        agents: report.agents.clone(),
-                    });
-            }
-        }
+        Fix::None | Fix::PostLiveReport => {}
         Fix::DeleteInstance { instance } => {
             r.deletes
                 .entry(*instance)
@@ -484,7 +494,7 @@ fn record_fix(
             let from = survey
                 .intent
                 .services
-                .get(&component)
+                .get(component.as_str())
                 .and_then(|s| s.default_image);
             r.services.push(RecordChange::ServiceDefault {
                 change: ServiceChange {

@@ -192,7 +192,7 @@ fn check_image(catalog: &Catalog, arg: &Path) -> Result<Checked, UsbkeyError> {
         });
     }
     Ok(Checked {
-        component: component.name.clone(),
+        component: component.name.to_string(),
         manifest,
         manifest_path,
         file_path,

@@ -23,6 +23,7 @@
 //! - The result is a [`Plan`] of SAPI record changes only, run like every
 //!   other plan ([`crate::run::Run`]: lock, question or `-y`, fence).
 
+use agentsadm_types::component::ComponentName;
 use std::collections::BTreeMap;
 
 use serde::Serialize;
@@ -50,7 +51,7 @@ use agentsadm_types::ids::ServiceUuid;
 /// A service to create.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct NewService {
-    pub component: String,
+    pub component: ComponentName,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub default_image: Option<ImageUuid>,
 }
@@ -58,7 +59,7 @@ pub struct NewService {
 /// An existing service without a default image.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct ServiceDefault {
-    pub component: String,
+    pub component: ComponentName,
     pub service: ServiceUuid,
     pub image: ImageUuid,
 }
@@ -68,7 +69,7 @@ pub struct ServiceDefault {
 pub struct AdoptInstance {
     pub server: ServerUuid,
     pub hostname: String,
-    pub component: String,
+    pub component: ComponentName,
     pub instance: InstanceUuid,
     pub image: ImageUuid,
     /// Whether SAPI already has the instance (without params).
@@ -152,15 +153,15 @@ impl AdoptPlan {
 
 /// The default image of each component: the headnode's, else the one
 /// most servers run (on a tie the smallest UUID, for determinism).
-fn default_images(reality: &Reality) -> BTreeMap<String, ImageUuid> {
-    let mut counts: BTreeMap<&str, BTreeMap<ImageUuid, usize>> = BTreeMap::new();
-    let mut out: BTreeMap<String, ImageUuid> = BTreeMap::new();
+fn default_images(reality: &Reality) -> BTreeMap<ComponentName, ImageUuid> {
+    let mut counts: BTreeMap<&ComponentName, BTreeMap<ImageUuid, usize>> = BTreeMap::new();
+    let mut out: BTreeMap<ComponentName, ImageUuid> = BTreeMap::new();
     for s in reality.servers.values().filter(|s| s.setup) {
         for (name, inst) in &s.components {
             if let Some(image) = inst.image {
                 *counts.entry(name).or_default().entry(image).or_default() += 1;
                 if s.headnode {
-                    out.insert(name.to_string(), image);
+                    out.insert(name.clone(), image);
                 }
             }
         }
@@ -170,7 +171,7 @@ fn default_images(reality: &Reality) -> BTreeMap<String, ImageUuid> {
             .iter()
             .max_by(|a, b| a.1.cmp(b.1).then_with(|| b.0.cmp(a.0)))
         {
-            out.entry(name.to_string()).or_insert(*image);
+            out.entry(name.clone()).or_insert(*image);
         }
     }
     out
@@ -181,7 +182,7 @@ fn services(
     catalog: &Catalog,
     intent: &Intent,
     reality: &Reality,
-    defaults: &BTreeMap<String, ImageUuid>,
+    defaults: &BTreeMap<ComponentName, ImageUuid>,
 ) -> (Vec<NewService>, Vec<ServiceDefault>) {
     let reported = |name: &str| {
         reality
@@ -194,13 +195,13 @@ fn services(
     for c in catalog.iter() {
         match intent.services.get(&c.name) {
             None if reported(&c.name) => new_services.push(NewService {
-                component: c.name.to_string(),
+                component: c.name.clone(),
                 default_image: defaults.get(&c.name).copied(),
             }),
             Some(svc) if svc.default_image.is_none() => {
                 if let Some(image) = defaults.get(&c.name) {
                     service_defaults.push(ServiceDefault {
-                        component: c.name.to_string(),
+                        component: c.name.clone(),
                         service: svc.uuid,
                         image: *image,
                     });
@@ -220,7 +221,7 @@ fn services(
             let planned = new_services.iter().any(|n| n.component == c.name);
             if !planned && !intent.services.contains_key(&c.name) {
                 new_services.push(NewService {
-                    component: c.name.to_string(),
+                    component: c.name.clone(),
                     default_image: defaults.get(&c.name).copied(),
                 });
             }
@@ -279,7 +280,7 @@ fn server_instances(
             instances.push(AdoptInstance {
                 server: s.uuid,
                 hostname: s.hostname.clone(),
-                component: name.to_string(),
+                component: name.clone(),
                 instance,
                 image,
                 exists,
@@ -337,7 +338,7 @@ pub fn plan_adoption(
                 from_version: None,
                 to: agentsadm_plan::ImageRef {
                     uuid: d.image,
-                    name: d.component.clone(),
+                    name: d.component.to_string(),
                     version: String::new(),
                     import_from: None,
                 },
@@ -441,7 +442,7 @@ impl AdoptReport {
                 ) => out.failures.push((*server, component.to_string(), e)),
                 (change, Some(e)) => out
                     .service_failures
-                    .push((change.component().unwrap_or_default().to_string(), e)),
+                    .push((change.component().map(ToString::to_string).unwrap_or_default(), e)),
                 (_, None) => {}
             }
         }

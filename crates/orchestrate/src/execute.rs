@@ -319,7 +319,7 @@ impl<'a> Executor<'a> {
                 from_version: Some(change.to.version.clone()),
                 to: ImageRef {
                     uuid: from,
-                    name: change.component.clone(),
+                    name: change.component.to_string(),
                     version: change.from_version.clone().unwrap_or_default(),
                     import_from: None,
                 },

@@ -18,6 +18,7 @@
 //! component it is for. Imports (AdminImportImage with `source=`) only run
 //! once the operator confirmed the plan.
 
+use agentsadm_types::component::ComponentName;
 use std::collections::{BTreeMap, BTreeSet};
 
 use futures::stream::{self, StreamExt};
@@ -216,7 +217,7 @@ pub async fn resolve(
             out.no_downgrade = true;
             let client = sources.updates.unwrap_or(sources.dc);
             let label = sources.updates_label();
-            let found: Vec<(String, Result<Option<ImageManifest>, ApiError>)> =
+            let found: Vec<(ComponentName, Result<Option<ImageManifest>, ApiError>)> =
                 stream::iter(components.iter())
                     .map(|c| async move { (c.name.clone(), latest_of(client, c).await) })
                     .buffer_unordered(8)
@@ -350,7 +351,7 @@ async fn agentsadm_target(
 pub async fn add_known(
     dc: &ImgapiClient,
     catalog: &Catalog,
-    wanted: &[(String, ImageUuid)],
+    wanted: &[(ComponentName, ImageUuid)],
     out: &mut ResolvedImages,
 ) -> Result<(), ImageError> {
     let label = format!("the datacenter IMGAPI {}", dc.base_url());
@@ -396,7 +397,7 @@ pub async fn find_image(
     let mut images: Vec<ImageManifest> = Vec::new();
     for client in std::iter::once(sources.dc).chain(sources.updates) {
         let mut names = vec![component.name.as_str()];
-        if component.package_name() != component.name {
+        if *component.package_name() != component.name {
             names.push(component.package_name());
         }
         for name in names {
@@ -491,7 +492,7 @@ async fn latest_of(
     c: &Component,
 ) -> Result<Option<ImageManifest>, ApiError> {
     let found = client.latest_image(&c.name).await?;
-    if found.is_some() || c.package_name() == c.name {
+    if found.is_some() || *c.package_name() == c.name {
         return Ok(found);
     }
     client.latest_image(c.package_name()).await
@@ -526,7 +527,7 @@ pub async fn import(dc: &ImgapiClient, imports: &[ImageRef]) -> Result<usize, Im
 /// One row of `agentsadm avail`.
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
 pub struct AvailableImage {
-    pub component: String,
+    pub component: ComponentName,
     pub image: ImageUuid,
     pub version: String,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -538,7 +539,7 @@ pub async fn available(
     client: &ImgapiClient,
     components: &[&Component],
 ) -> Result<Vec<AvailableImage>, ApiError> {
-    let lists: Vec<(String, Result<Vec<ImageManifest>, ApiError>)> =
+    let lists: Vec<(ComponentName, Result<Vec<ImageManifest>, ApiError>)> =
         stream::iter(components.iter())
             .map(|c| async move {
                 let filter = agentsadm_api::imgapi::ListImagesFilter {

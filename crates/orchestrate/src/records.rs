@@ -294,7 +294,7 @@ impl ApiRecords {
                 ..
             } => {
                 let service = service
-                    .or_else(|| created.get(component).copied())
+                    .or_else(|| created.get(component.as_str()).copied())
                     .ok_or_else(|| RecordWriteError::NoService {
                         component: component.to_string(),
                     })?;

@@ -19,6 +19,7 @@
 //! success then refreshes `server.agents` through ServerUpdate, the path
 //! cn-agent's own report takes ([`refresh_agents`]).
 
+use agentsadm_types::component::{ComponentName, ComponentVersion};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -95,12 +96,12 @@ pub enum TaskGoal {
     /// `agent_install` of `image` (the package's `version` is what
     /// `server.agents` shows once it is in).
     Install {
-        package: String,
+        package: ComponentName,
         image: ImageUuid,
         version: String,
     },
     /// `agents_uninstall` of these packages.
-    Uninstall { packages: Vec<String> },
+    Uninstall { packages: Vec<ComponentName> },
 }
 
 impl TaskGoal {
@@ -155,7 +156,6 @@ impl TaskGoal {
             } => {
                 let mut out: Vec<AgentEntry> = agents.to_vec();
                 let entry = AgentEntry {
-                    problem: None,
                     name: package.clone(),
                     version: package_version(version),
                     image_uuid: Some(*image),
@@ -181,10 +181,11 @@ impl TaskGoal {
 
 /// The package version `server.agents` shows for an image version
 /// (`2.15.0-master-20220101T000000Z-g1234567` is package 2.15.0).
-fn package_version(image_version: &str) -> String {
-    agentsadm_types::image::parse_agent_version(image_version)
+fn package_version(image_version: &str) -> ComponentVersion {
+    let version = agentsadm_types::image::parse_agent_version(image_version)
         .map(|v| v.to_string())
-        .unwrap_or_else(|| image_version.to_string())
+        .unwrap_or_else(|| image_version.to_string());
+    ComponentVersion::reported(&version).unwrap_or_default()
 }
 
 /// What the server says about a task.

@@ -6,6 +6,7 @@
 //! question, waves, canaries, budget, gates, the history entry of the
 //! revert itself) is the run's, as for any other plan.
 
+use agentsadm_types::component::ComponentName;
 use std::collections::BTreeMap;
 
 use super::gather::{self, GatherError};
@@ -65,10 +66,15 @@ pub fn revert_request(
             if st.action == "upgrade" && st.from.is_none() {
                 continue;
             }
+            // Nor can a record that names no component (the history is a
+            // file: anything may be in it).
+            let Ok(component) = st.component.parse::<ComponentName>() else {
+                continue;
+            };
             changes.push(RevertChange {
                 server,
                 hostname: s.hostname.clone(),
-                component: st.component.clone(),
+                component,
                 before: st.from,
                 after: st.to,
             });
@@ -81,7 +87,7 @@ pub fn revert_request(
         .filter(|c| !c.put_back)
         .filter_map(|c| {
             Some(ServiceRevert {
-                component: c.component.clone(),
+                component: c.component.parse().ok()?,
                 before: c.from?,
                 after: c.to?,
             })
@@ -94,11 +100,15 @@ pub fn revert_request(
         for s in &e.servers {
             let Some(server) = s.server else { continue };
             for st in s.steps.iter().filter(|st| st.changed()) {
-                by.insert((server, st.component.clone()), name.clone());
+                if let Ok(component) = st.component.parse::<ComponentName>() {
+                    by.insert((server, component), name.clone());
+                }
             }
         }
         for c in e.plan.service_changes.iter().filter(|c| !c.put_back) {
-            by_service.insert(c.component.clone(), name.clone());
+            if let Ok(component) = c.component.parse::<ComponentName>() {
+                by_service.insert(component, name.clone());
+            }
         }
     }
     Ok(RevertRequest {
@@ -133,7 +143,7 @@ impl Planner for RevertPlanner<'_> {
         let request = revert_request(&self.run, &self.later)?;
         let catalog = self.session.catalog;
         let (intent, reality) = gather::gather(self.session.apis, catalog).await?;
-        let mut names: Vec<String> = request
+        let mut names: Vec<ComponentName> = request
             .changes
             .iter()
             .map(|c| c.component.clone())
@@ -151,7 +161,7 @@ impl Planner for RevertPlanner<'_> {
             &intent,
         )
         .await?;
-        let wanted: Vec<(String, ImageUuid)> = request
+        let wanted: Vec<(ComponentName, ImageUuid)> = request
             .changes
             .iter()
             .flat_map(|c| {

@@ -4,6 +4,7 @@
 //! budget), why the run halted and what was put back, record changes that
 //! were not made, and a one-line verdict.
 
+use agentsadm_types::component::ComponentName;
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::time::Duration;
@@ -26,7 +27,7 @@ impl ExecReport {
     pub fn summary(&self, plan: &Plan) -> Vec<ComponentSummary> {
         let mut times: BTreeMap<&str, Vec<Duration>> = BTreeMap::new();
         let mut rows: BTreeMap<&str, ComponentSummary> = BTreeMap::new();
-        let mut order: Vec<&str> = plan.components().iter().map(String::as_str).collect();
+        let mut order: Vec<&str> = plan.components().iter().map(ComponentName::as_str).collect();
         for s in plan.skips() {
             if let Some(c) = s.component.as_deref()
                 && !order.contains(&c)

@@ -47,6 +47,7 @@
 //! [`execmode`]: super::execmode
 //! [`recover`]: super::recover
 
+use agentsadm_types::component::ComponentName;
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -363,11 +364,11 @@ impl CnapiTransport {
         self
     }
 
-    fn package_name(&self, component: &str) -> String {
+    fn package_name(&self, component: &ComponentName) -> ComponentName {
         self.catalog
             .get(component)
-            .map(|c| c.package_name().to_string())
-            .unwrap_or_else(|| component.to_string())
+            .map_or(component, |c| c.package_name())
+            .clone()
     }
 
     /// `gz disable` after installing a component disabled there, before
@@ -528,7 +529,7 @@ impl CnapiTransport {
         &self,
         server: ServerUuid,
         component: &str,
-        package: &str,
+        package: &ComponentName,
         fence: Option<(&dyn Fence, &Step)>,
     ) -> Result<(), StepFailure> {
         let record = self
@@ -569,7 +570,7 @@ impl CnapiTransport {
             .await
             .map_err(|e| StepFailure::api(FailureStage::UninstallAgents, &e))?;
         let goal = TaskGoal::Uninstall {
-            packages: vec![package.to_string()],
+            packages: vec![package.clone()],
         };
         self.wait(server, component, id, &goal).await
     }
@@ -665,7 +666,7 @@ impl CnapiTransport {
             .map_err(|e| StepFailure::api(stage, &e))?;
         let package = self.package_name(&step.component);
         Ok(record
-            .map(|r| r.reported_agents())
+            .map(|r| r.reported_agents().0)
             .unwrap_or_default()
             .into_iter()
             .find(|a| a.name == package || a.name == step.component))

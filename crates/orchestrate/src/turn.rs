@@ -4,6 +4,7 @@
 //! and removals. An unhealthy step's intent is put back. A turn never
 //! fails as a whole: what went wrong is in its [`ServerOutcome`].
 
+use agentsadm_types::component::ComponentName;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
@@ -54,10 +55,10 @@ pub(crate) fn not_run(step: &Step) -> StepResult {
 #[derive(Default)]
 struct Ran<'p> {
     /// The instance each installed component reported.
-    reported: BTreeMap<&'p str, Option<InstanceUuid>>,
+    reported: BTreeMap<&'p ComponentName, Option<InstanceUuid>>,
     /// The components cn-agent's install task installed or upgraded, with
     /// the disabled mark their step kept.
-    by_cn_agent: BTreeMap<&'p str, Option<&'p agentsadm_plan::Mark>>,
+    by_cn_agent: BTreeMap<&'p ComponentName, Option<&'p agentsadm_plan::Mark>>,
     /// The first unhealthy step, and why its revert failed (if it did).
     unhealthy: Option<(&'p Step, Option<String>)>,
 }
@@ -83,12 +84,12 @@ fn kept_off_marks(sp: &ServerPlan, ran: &Ran<'_>) -> Vec<IntentChange> {
                         component: c,
                         instance,
                         ..
-                    } if c == component => Some(*instance),
+                    } if c == *component => Some(*instance),
                     _ => None,
                 })
                 .or_else(|| ran.reported.get(component).copied().flatten())?;
             Some(IntentChange::Mark {
-                component: component.to_string(),
+                component: (*component).clone(),
                 instance,
                 key: agentsadm_plan::MarkKey::Disabled,
                 mark: Some(mark.clone()),
@@ -212,7 +213,7 @@ impl Executor<'_> {
                 }
                 match r {
                     Ok(instance) => {
-                        ran.reported.insert(step.component.as_str(), instance);
+                        ran.reported.insert(&step.component, instance);
                         if step.transport == TransportKind::InstallAgent
                             && matches!(
                                 step.action,
@@ -220,7 +221,7 @@ impl Executor<'_> {
                             )
                         {
                             ran.by_cn_agent
-                                .insert(step.component.as_str(), step.keep_off.as_ref());
+                                .insert(&step.component, step.keep_off.as_ref());
                         }
                     }
                     Err((f, timed_out)) if outcome.failure.is_none() => {

@@ -65,7 +65,7 @@ impl std::fmt::Display for Operation {
 pub enum ComponentSelection {
     /// `--all`: every bulk-updatable managed component.
     All,
-    Named(Vec<String>),
+    Named(Vec<ComponentName>),
 }
 
 /// Which servers a request names (UUIDs or hostnames, as typed).

@@ -3,6 +3,7 @@
 //! it names checked against the catalog, whether a server can take part at
 //! all, and how a component reaches a server.
 
+use agentsadm_types::component::ComponentName;
 use std::collections::{BTreeMap, BTreeSet};
 
 use super::PlanError;
@@ -92,7 +93,7 @@ pub fn resolve_servers(reality: &Reality, names: &[String]) -> Result<Vec<Server
 /// install order.
 pub(super) fn named_components<'c>(
     catalog: &'c Catalog,
-    names: &[String],
+    names: &[ComponentName],
 ) -> Result<Vec<&'c Component>, PlanError> {
     let mut out: Vec<&Component> = Vec::new();
     for n in names {

@@ -302,7 +302,7 @@ impl IntentChange {
         )
     }
 
-    pub fn component(&self) -> &str {
+    pub fn component(&self) -> &ComponentName {
         match self {
             IntentChange::UpdateInstance { component, .. }
             | IntentChange::CreateInstance { component, .. }
@@ -416,7 +416,7 @@ impl RecordChange {
     }
 
     /// The component the change is about, if one.
-    pub fn component(&self) -> Option<&str> {
+    pub fn component(&self) -> Option<&ComponentName> {
         match self {
             RecordChange::PostAgents { .. } | RecordChange::Server { .. } => None,
             RecordChange::CreateService { component, .. }
@@ -625,10 +625,14 @@ impl Plan {
         let mut out = BTreeSet::new();
         for s in self.servers.values() {
             out.extend(s.steps.iter().map(|st| st.component.as_str()));
-            out.extend(s.intent.iter().map(IntentChange::component));
+            out.extend(s.intent.iter().map(|c| c.component().as_str()));
         }
         out.extend(self.service_changes.iter().map(|c| c.component.as_str()));
-        out.extend(self.records.iter().filter_map(RecordChange::component));
+        out.extend(
+            self.records
+                .iter()
+                .filter_map(|r| r.component().map(ComponentName::as_str)),
+        );
         out.extend(self.imports.iter().map(|i| i.name.as_str()));
         out
     }

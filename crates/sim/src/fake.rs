@@ -200,7 +200,8 @@ impl FakeDc {
                 .filter(|(c, _)| c.as_deref().is_none_or(|c| c == step.component))
                 .map(|(_, m)| m.clone());
             let unhealthy =
-                f.unhealthy.get(&server) == Some(&step.component) && step.action.target().is_some();
+                f.unhealthy.get(&server).is_some_and(|c| step.component == *c)
+                    && step.action.target().is_some();
             (
                 f.latency.mul_f64(factor),
                 fail,
@@ -252,7 +253,7 @@ impl FakeDc {
             }
         };
         if let Ok(mut v) = self.steps_run.lock() {
-            v.push((server, step.component.clone()));
+            v.push((server, step.component.to_string()));
         }
         Ok(StepDone {
             instance,
@@ -297,7 +298,7 @@ impl FakeDc {
                 image,
             } => {
                 let instance = reported.ok_or_else(|| IntentWriteError::NoInstanceReported {
-                    component: component.clone(),
+                    component: component.to_string(),
                 })?;
                 dc.sapi_put_instance(instance, *service, Some(instance_params(server, *image)));
             }

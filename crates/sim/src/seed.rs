@@ -242,7 +242,7 @@ pub(crate) fn populate(core: &DcCore, spec: &SeedSpec) -> Result<SeedReport, Sim
     let mut rng = SmallRng::seed_from_u64(core.config.rng_seed ^ 0x5eed_da7a);
     let mut report = SeedReport::default();
     let components: Vec<&Component> = core.catalog.iter().collect();
-    let md5 = |c: &Component| !spec.files_without_md5.contains(&c.name);
+    let md5 = |c: &Component| !spec.files_without_md5.iter().any(|n| c.name == *n);
 
     // 1. Images.
     for c in &components {
@@ -255,21 +255,21 @@ pub(crate) fn populate(core: &DcCore, spec: &SeedSpec) -> Result<SeedReport, Sim
         );
         let m = insert_image_md5(core, false, img.clone(), &[], md5(c));
         insert_image_md5(core, true, img, &["dev", "staging", "release"], md5(c));
-        report.images.insert(c.name.clone(), m);
+        report.images.insert(c.name.to_string(), m);
     }
     if let Some(v) = &spec.dc_newer {
         for c in &components {
             let img = seeded_image(c, v, "20260201T000000Z", spec.payload_bytes, &mut rng);
             let m = insert_image_md5(core, false, img.clone(), &[], md5(c));
             insert_image_md5(core, true, img, &["dev", "staging", "release"], md5(c));
-            report.dc_newer.insert(c.name.clone(), m);
+            report.dc_newer.insert(c.name.to_string(), m);
         }
     }
     if let Some(v) = &spec.updates_newer {
         for c in &components {
             let img = seeded_image(c, v, "20260301T000000Z", spec.payload_bytes, &mut rng);
             let m = insert_image_md5(core, true, img, &["dev", "experimental"], md5(c));
-            report.updates_newer.insert(c.name.clone(), m);
+            report.updates_newer.insert(c.name.to_string(), m);
         }
     }
 
@@ -302,10 +302,10 @@ pub(crate) fn populate(core: &DcCore, spec: &SeedSpec) -> Result<SeedReport, Sim
             let uuid = ServiceUuid(uuid_from(&mut rng));
             sapi.services.push(Service {
                 uuid,
-                name: c.name.clone(),
+                name: c.name.to_string(),
                 application_uuid: app_uuid,
                 params: Some(object([
-                    ("image_uuid", json!(report.images[&c.name].uuid)),
+                    ("image_uuid", json!(report.images[c.name.as_str()].uuid)),
                     (
                         "tags",
                         json!({"smartdc_role": c.name, "smartdc_type": "core"}),
@@ -316,7 +316,7 @@ pub(crate) fn populate(core: &DcCore, spec: &SeedSpec) -> Result<SeedReport, Sim
                 master: None,
                 service_type: Some(ServiceType::Agent),
             });
-            report.services.insert(c.name.clone(), uuid);
+            report.services.insert(c.name.to_string(), uuid);
         }
         put_cnapi_service(core, &mut sapi, app_uuid, &mut rng);
     }
@@ -346,8 +346,8 @@ pub(crate) fn populate(core: &DcCore, spec: &SeedSpec) -> Result<SeedReport, Sim
             .default_set(server.headnode)
             .into_iter()
             .map(|c| SeededComponent {
-                name: c.name.clone(),
-                image_uuid: report.images[&c.name].uuid,
+                name: c.name.to_string(),
+                image_uuid: report.images[c.name.as_str()].uuid,
                 instance_uuid: InstanceUuid(uuid_from(&mut rng)),
             })
             .collect();

@@ -14,6 +14,7 @@
 //! The intent and reality are built from the wire-shaped records by the
 //! same code that indexes real SAPI and CNAPI answers.
 
+use agentsadm_types::component::{ComponentName, ComponentVersion};
 use std::collections::BTreeMap;
 
 use serde_json::{Value, json};
@@ -113,7 +114,7 @@ impl ExampleDc {
     /// service whose default is [`BASE_VERSION`].
     pub fn new(compute_nodes: usize) -> ExampleDc {
         let mut dc = ExampleDc::empty();
-        let names: Vec<String> = dc.catalog.names().map(str::to_string).collect();
+        let names: Vec<String> = dc.catalog.names().map(ToString::to_string).collect();
         for name in &names {
             dc.publish(name, BASE_VERSION);
             if name != "marlin-agent" {
@@ -132,7 +133,7 @@ impl ExampleDc {
                 .catalog
                 .default_set(headnode)
                 .iter()
-                .map(|c| c.name.clone())
+                .map(|c| c.name.to_string())
                 .collect();
             for name in set {
                 dc.install(uuid, &name, BASE_VERSION);
@@ -256,16 +257,15 @@ impl ExampleDc {
             .get(&image)
             .map(|m| m.version.clone())
             .unwrap_or_else(|| "0.0.0".to_string());
-        let package = self
-            .catalog
-            .get(component)
-            .map(|c| c.package_name().to_string())
-            .unwrap_or_else(|| component.to_string());
+        let package = match self.catalog.get(component) {
+            Some(c) => c.package_name().clone(),
+            None => ComponentName::new(component).expect("a test names components by name"),
+        };
+        let version = ComponentVersion::new(version).expect("a test's version is a version");
         let s = self.servers.get_mut(&server).expect("known server");
         let agents = s.agents.get_or_insert_with(Vec::new);
         agents.retain(|a| a.name != package);
         agents.push(AgentEntry {
-            problem: None,
             name: package,
             version,
             image_uuid: Some(image),
@@ -287,11 +287,10 @@ impl ExampleDc {
 
     /// Remove a component from a server's report (SAPI untouched).
     pub fn remove_installed(&mut self, server: ServerUuid, component: &str) {
-        let package = self
-            .catalog
-            .get(component)
-            .map(|c| c.package_name().to_string())
-            .unwrap_or_else(|| component.to_string());
+        let package = match self.catalog.get(component) {
+            Some(c) => c.package_name().clone(),
+            None => ComponentName::new(component).expect("a test names components by name"),
+        };
         if let Some(agents) = self
             .servers
             .get_mut(&server)
@@ -427,7 +426,8 @@ impl ExampleDc {
     pub fn images_with_targets(&self, targets: &[ImageRef]) -> ResolvedImages {
         let mut r = self.known_images();
         for t in targets {
-            r.targets.insert(t.name.clone(), t.clone());
+            let name = ComponentName::new(t.name.as_str()).expect("a target is a component's image");
+            r.targets.insert(name, t.clone());
         }
         r
     }
@@ -483,18 +483,22 @@ mod hex {
 /// A request as the command line would build it: `["--all"]` selects every
 /// component, no servers selects every server.
 pub fn request(operation: Operation, components: &[&str], servers: &[&str]) -> Request {
-    let named = |names: &[&str]| names.iter().map(|s| s.to_string()).collect();
     Request {
         operation,
         components: if components == ["--all"] {
             ComponentSelection::All
         } else {
-            ComponentSelection::Named(named(components))
+            ComponentSelection::Named(
+                components
+                    .iter()
+                    .map(|c| ComponentName::new(*c).expect("a test names components by name"))
+                    .collect(),
+            )
         },
         servers: if servers.is_empty() {
             ServerSelection::All
         } else {
-            ServerSelection::Named(named(servers))
+            ServerSelection::Named(servers.iter().map(ToString::to_string).collect())
         },
         exclude: Vec::new(),
     }

@@ -187,6 +187,18 @@ impl PartialEq<String> for ComponentName {
     }
 }
 
+impl PartialEq<ComponentName> for &ComponentName {
+    fn eq(&self, other: &ComponentName) -> bool {
+        **self == *other
+    }
+}
+
+impl PartialEq<&ComponentName> for ComponentName {
+    fn eq(&self, other: &&ComponentName) -> bool {
+        *self == **other
+    }
+}
+
 impl PartialEq<ComponentName> for str {
     fn eq(&self, other: &ComponentName) -> bool {
         self == other.0

@@ -2,6 +2,7 @@
 //! `Change`, plan, show the plan, confirm, then execute under the
 //! datacenter lock.
 
+use agentsadm_types::component::ComponentName;
 use anyhow::bail;
 use clap::{ArgAction, Args, Subcommand};
 use serde_json::json;
@@ -182,9 +183,7 @@ impl UpdateArgs {
             }
             *c = name;
         }
-        for c in &self.components {
-            catalog.require(c)?;
-        }
+        let names = component_names(catalog, &self.components)?;
         if (self.image.is_some() || at.is_some()) && (self.all || self.components.len() != 1) {
             bail!("--image needs exactly one component (run one update per image)");
         }
@@ -201,7 +200,7 @@ impl UpdateArgs {
                 components: if self.all {
                     ComponentSelection::All
                 } else {
-                    ComponentSelection::Named(self.components)
+                    ComponentSelection::Named(names)
                 },
                 servers: servers_selection(self.servers.servers),
                 exclude: self.exclude,
@@ -222,7 +221,7 @@ impl InstallArgs {
     fn change(mut self, catalog: &Catalog) -> anyhow::Result<Change> {
         let (name, at) = split_target(&self.component);
         self.component = name;
-        catalog.require(&self.component)?;
+        let names = component_names(catalog, std::slice::from_ref(&self.component))?;
         let (choice, image_spec) = image_target(&self.component, self.image.take(), at)?;
         if self.servers.servers.is_empty() && !self.all_servers {
             bail!("name the servers with -s SERVERS, or pass --all-servers");
@@ -230,7 +229,7 @@ impl InstallArgs {
         Ok(Change {
             request: Request {
                 operation: Operation::Install,
-                components: ComponentSelection::Named(vec![self.component]),
+                components: ComponentSelection::Named(names),
                 servers: servers_selection(self.servers.servers),
                 exclude: self.exclude,
             },
@@ -245,7 +244,7 @@ impl InstallArgs {
 
 impl RemoveArgs {
     fn change(self, catalog: &Catalog) -> anyhow::Result<Change> {
-        catalog.require(&self.component)?;
+        let names = component_names(catalog, std::slice::from_ref(&self.component))?;
         if self.servers.servers.is_empty() {
             bail!(
                 "name the servers to remove {} from with -s SERVERS",
@@ -255,7 +254,7 @@ impl RemoveArgs {
         Ok(Change {
             request: Request {
                 operation: Operation::Remove,
-                components: ComponentSelection::Named(vec![self.component]),
+                components: ComponentSelection::Named(names),
                 servers: servers_selection(self.servers.servers),
                 exclude: Vec::new(),
             },
@@ -266,6 +265,18 @@ impl RemoveArgs {
             target_line: None,
         })
     }
+}
+
+/// The components named on the command line, as typed (a package name
+/// such as `marlin` included), once the catalog knows each.
+fn component_names(catalog: &Catalog, names: &[String]) -> anyhow::Result<Vec<ComponentName>> {
+    names
+        .iter()
+        .map(|n| {
+            catalog.require(n)?;
+            Ok(n.parse()?)
+        })
+        .collect()
 }
 
 fn servers_selection(names: Vec<String>) -> ServerSelection {

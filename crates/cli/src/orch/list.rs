@@ -1,6 +1,7 @@
 //! `agentsadm list`: per server and component, what is installed against
 //! what SAPI intends, with a state; `--summary` counts servers per image.
 
+use agentsadm_types::component::ComponentName;
 use std::collections::BTreeMap;
 
 use clap::Args;
@@ -145,14 +146,14 @@ pub fn list_rows(
     intent: &Intent,
     reality: &Reality,
     servers: &[ServerUuid],
-    components: &[String],
+    components: &[ComponentName],
 ) -> Vec<ListRow> {
     let mut rows = Vec::new();
     for uuid in servers {
         let Some(s) = reality.get(uuid) else {
             continue;
         };
-        let mut names: Vec<&String> = s.components.keys().collect();
+        let mut names: Vec<&ComponentName> = s.components.keys().collect();
         if let Some(per) = intent.instances.get(uuid) {
             names.extend(per.keys());
         }
@@ -190,8 +191,8 @@ pub fn list_rows(
             rows.push(ListRow {
                 server: *uuid,
                 hostname: s.hostname.clone(),
-                component: name.clone(),
-                version: installed.map(|i| i.version.clone()),
+                component: name.to_string(),
+                version: installed.map(|i| i.version.to_string()),
                 image: installed.and_then(|i| i.image),
                 instance: installed.and_then(|i| i.instance).or(inst.map(|i| i.uuid)),
                 intended_image: intended,

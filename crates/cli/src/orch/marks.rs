@@ -13,6 +13,7 @@
 //! already use for the opposite of a hold (a legal hold, a held package
 //! "released" in change management), and an `un-` verb is easy to misread.
 
+use agentsadm_types::component::ComponentName;
 use clap::Args;
 use serde_json::json;
 
@@ -122,6 +123,7 @@ async fn run_switch(
     let out = g.output();
     let catalog = g.load_catalog()?;
     catalog.require(&component)?;
+    let component: ComponentName = component.parse()?;
     let apis = g.apis()?;
     let settings = run.settings(None);
     let planner = SwitchPlanner {

@@ -20,6 +20,7 @@
 //! every changing command, and [`StepArgs`]), turned into the library's
 //! [`RunSettings`] once.
 
+use agentsadm_types::component::ComponentName;
 use std::process::ExitCode;
 use std::time::Duration;
 
@@ -412,13 +413,17 @@ fn source_words(updates: Option<&UpdatesServer>, dc: &ImgapiClient) -> String {
 
 /// The plan's first line under `--latest`: the rule, then what it came to.
 fn latest_target_line(
-    components: &[String],
+    components: &[ComponentName],
     updates: Option<&UpdatesServer>,
     dc: &ImgapiClient,
 ) -> String {
     let what = match components {
         [] => "each component".to_string(),
-        many => many.join(", "),
+        many => many
+            .iter()
+            .map(ComponentName::as_str)
+            .collect::<Vec<_>>()
+            .join(", "),
     };
     let rule = if updates.is_some() {
         LATEST_RULE

@@ -8,6 +8,7 @@
 //! `--runs` runs and the process's peak RSS (`VmHWM`, which includes the
 //! synthetic input).
 
+use agentsadm_types::component::ComponentName;
 use std::time::Instant;
 
 use serde_json::json;
@@ -76,7 +77,7 @@ pub async fn run(args: &PlanBenchArgs) -> anyhow::Result<serde_json::Value> {
     let servers = args.servers.max(1);
     let mut dc = ExampleDc::empty();
     // The components: every bulk-updatable one (core first), as many as asked.
-    let mut names: Vec<String> = dc
+    let mut names: Vec<ComponentName> = dc
         .catalog
         .iter()
         .filter(|c| c.bulk_update)

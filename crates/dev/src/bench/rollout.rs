@@ -50,6 +50,7 @@
 //!   the real planner and executor, a transport that sleeps the latency.
 //!   It isolates the executor's own overhead.
 
+use agentsadm_types::component::ComponentName;
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
@@ -162,8 +163,8 @@ async fn measure_fake(
     components: Option<&[&str]>,
 ) -> anyhow::Result<ModeResult> {
     let mut dc = ExampleDc::new(servers.saturating_sub(1));
-    let names: Vec<String> = match components {
-        Some(c) => c.iter().map(|s| s.to_string()).collect(),
+    let names: Vec<ComponentName> = match components {
+        Some(c) => c.iter().map(|s| s.parse()).collect::<Result<_, _>>()?,
         None => dc
             .catalog
             .default_set(false)
@@ -280,8 +281,8 @@ async fn measure_sim(
     let servers = servers.len();
     let apis = dc.apis();
     let catalog = dc.catalog().clone();
-    let names: Vec<String> = match components {
-        Some(c) => c.iter().map(|s| s.to_string()).collect(),
+    let names: Vec<ComponentName> = match components {
+        Some(c) => c.iter().map(|s| s.parse()).collect::<Result<_, _>>()?,
         None => catalog
             .default_set(false)
             .iter()
@@ -449,7 +450,7 @@ pub(super) async fn run_timed(
 
 /// `update COMPONENT...` on every server: the request the rollout
 /// benchmarks plan.
-pub(super) fn update_everywhere(components: Vec<String>) -> Request {
+pub(super) fn update_everywhere(components: Vec<ComponentName>) -> Request {
     Request {
         operation: Operation::Update,
         components: ComponentSelection::Named(components),
@@ -474,7 +475,7 @@ pub(super) fn plan_vm_agent_update(
         ..RolloutPolicy::default()
     };
     let plan = fake.plan_with(
-        &update_everywhere(vec!["vm-agent".into()]),
+        &update_everywhere(vec![ComponentName::from_static("vm-agent")]),
         &images,
         rollout,
         durations,

@@ -47,7 +47,7 @@ pub(super) fn unlinked_findings(survey: &Survey, out: &mut Vec<Finding>) {
             kind: FindingKind::InstanceForMissingServer,
             server: u.server,
             hostname: None,
-            component: Some(u.component.clone()),
+            component: Some(u.component.to_string()),
             instance: Some(u.uuid),
             details,
             fix: if u.server.is_none() && !silent.is_empty() {
@@ -108,7 +108,7 @@ pub(super) fn service_findings(input: &DriftInput, survey: &Survey, out: &mut Ve
             kind,
             server: None,
             hostname: None,
-            component: Some(name.clone()),
+            component: Some(name.to_string()),
             instance: None,
             details,
             fix,

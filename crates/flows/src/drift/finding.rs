@@ -297,7 +297,7 @@ pub(super) fn image_of(input: &DriftInput, uuid: ImageUuid) -> String {
 pub(super) fn version_label(i: &Installed) -> String {
     match i.image {
         Some(img) => format!("{} ({})", i.version, short(&img)),
-        None => i.version.clone(),
+        None => i.version.to_string(),
     }
 }
 

@@ -84,6 +84,7 @@ impl Survey {
             .map(|s| match input.live.get(&s.uuid) {
                 Some(report) => Server {
                     agents: Some(report.agents.clone()),
+                    agent_problems: Vec::new(),
                     sysinfo: None,
                     ..s.clone()
                 },

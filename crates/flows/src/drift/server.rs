@@ -2,6 +2,7 @@
 //! it, its instances if it is not set up, and (with `--live`) CNAPI's view
 //! against the server's own report.
 
+use agentsadm_types::component::ComponentName;
 use std::collections::{BTreeMap, BTreeSet};
 
 use super::finding::Finding;
@@ -97,9 +98,13 @@ pub(super) fn server_findings(
 ) {
     let intent = &survey.intent;
     let per_server = intent.instances.get(&state.uuid);
-    let mut names: BTreeSet<&str> = state.components.keys().map(String::as_str).collect();
+    let mut names: BTreeSet<&str> = state
+        .components
+        .keys()
+        .map(ComponentName::as_str)
+        .collect();
     if let Some(per) = per_server {
-        names.extend(per.keys().map(String::as_str));
+        names.extend(per.keys().map(ComponentName::as_str));
     }
     for name in names {
         let installed = state.components.get(name);
@@ -525,7 +530,7 @@ pub(super) fn stale_report(cnapi: &ServerState, live: &ServerState, out: &mut Ve
             format!("CNAPI's list cannot be used ({problem}); the server's own report can"),
         );
     }
-    let names: BTreeSet<&String> = cnapi
+    let names: BTreeSet<&ComponentName> = cnapi
         .components
         .keys()
         .chain(live.components.keys())
@@ -548,11 +553,11 @@ pub(super) fn stale_report(cnapi: &ServerState, live: &ServerState, out: &mut Ve
             ),
             (None, None) => continue,
         };
-        diffs.insert(name.clone(), detail);
+        diffs.insert(name.to_string(), detail);
     }
     let index = |list: &[agentsadm_api::cnapi::AgentEntry]| -> BTreeMap<String, String> {
         list.iter()
-            .map(|a| (a.name.clone(), a.version.clone()))
+            .map(|a| (a.name.to_string(), a.version.to_string()))
             .collect()
     };
     let (cn_foreign, live_foreign) = (index(&cnapi.foreign), index(&live.foreign));

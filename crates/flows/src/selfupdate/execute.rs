@@ -178,7 +178,10 @@ pub async fn execute(
             let restored = r.components.first();
             outcome.to = Installed {
                 image: restored.and_then(|r| r.image_uuid),
-                version: restored.and_then(|r| r.version.clone()).unwrap_or_default(),
+                version: restored
+                    .and_then(|r| r.version.as_ref())
+                    .map(ToString::to_string)
+                    .unwrap_or_default(),
             };
             outcome.done = Done::RolledBack;
             let to = outcome.to.clone();
@@ -346,14 +349,14 @@ async fn ensure_service(sapi: &SapiClient, c: &Component) -> Result<ServiceUuid,
         .map_err(sapi_err("find the sdc application"))?
         .ok_or(SelfUpdateError::NoSdcApplication)?;
     let create = CreateService {
-        name: c.name.clone(),
+        name: c.name.to_string(),
         application_uuid: app.uuid,
         service_type: Some(ServiceType::Agent),
         params: Some(object([(
             "tags",
             serde_json::json!({"smartdc_role": c.name, "smartdc_type": "core"}),
         )])),
-        metadata: Some(object([("SERVICE_NAME", Value::String(c.name.clone()))])),
+        metadata: Some(object([("SERVICE_NAME", Value::String(c.name.to_string()))])),
         manifests: Some(object(Vec::<(String, Value)>::new())),
         uuid: None,
     };

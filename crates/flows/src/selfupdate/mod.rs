@@ -358,7 +358,7 @@ pub async fn plan(
         .find(|a| a.name == c.name)
         .map(|a| Installed {
             image: a.image_uuid,
-            version: a.version.clone(),
+            version: a.version.to_string(),
         })
         .unwrap_or(Installed {
             image: None,

@@ -243,7 +243,7 @@ impl HistoryEntry {
 /// The plan as the history keeps it.
 pub fn plan_record(plan: &Plan) -> PlanRecord {
     PlanRecord {
-        components: plan.components().to_vec(),
+        components: plan.components().iter().map(ToString::to_string).collect(),
         servers: plan.servers().len(),
         steps: plan.step_count(),
         service_changes: plan
@@ -292,7 +292,7 @@ pub fn server_record(uuid: ServerUuid, sp: &ServerPlan, outcome: &ServerOutcome)
             };
             let (from, from_version) = match &step.action {
                 Action::Upgrade { from, .. } | Action::Remove { installed: from } => {
-                    (from.image, Some(from.version.clone()))
+                    (from.image, Some(from.version.to_string()))
                 }
                 // A disable or enable moves no image: nothing for a revert
                 // to put back.

@@ -123,7 +123,7 @@ pub fn durations_of(entries: &[HistoryEntry]) -> Durations {
                 .filter_map(move |st| {
                     Some(Sample {
                         server: s.server?,
-                        component: st.component.clone(),
+                        component: st.component.to_string(),
                         elapsed: st.elapsed(),
                     })
                 })

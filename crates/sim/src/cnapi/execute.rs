@@ -42,6 +42,7 @@
 //! handling of its status ([`agentsadm_api::remote::exec_script_status`])
 //! applies to it as on a real server.
 
+use agentsadm_types::component::ComponentName;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -494,7 +495,7 @@ async fn run_command(
                 server_uuid: server.uuid,
                 components: Vec::new(),
                 error: Some(GzFailure {
-                    component: Some(component),
+                    component: ComponentName::new(component).ok(),
                     step: FailureStep::Hook(HookPhase::Postinstall),
                     message: message.clone(),
                 }),

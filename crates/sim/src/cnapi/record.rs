@@ -234,7 +234,7 @@ impl ServerRecord {
         }
         if g.agents {
             let posted = self.agents_posted.as_ref().filter(|raw| {
-                raw.iter().map(AgentEntry::from_value).collect::<Vec<_>>() == self.agents
+                agentsadm_api::agents::read_agents(&Value::Array(raw.to_vec())).0 == self.agents
             });
             match posted {
                 Some(raw) => put("agents", Value::Array(raw.clone())),

@@ -267,16 +267,18 @@ pub(super) async fn update_server(
         // Type-check failures are HTTP 500 in CNAPI (a quirk kept here).
         return invalid_parameters(StatusCode::INTERNAL_SERVER_ERROR, errors);
     }
-    let agents: Option<Vec<AgentEntry>> = match p.get("agents") {
-        Some(a) => match serde_json::from_value(a.clone()) {
-            Ok(a) => Some(a),
-            Err(e) => {
-                return invalid_parameters(
-                    StatusCode::INTERNAL_SERVER_ERROR,
-                    vec![("agents", format!("invalid agent entry: {e}"))],
-                );
-            }
-        },
+    // The entries cn-agent would report, and whether any was not one.
+    let agents: Option<(Vec<AgentEntry>, bool)> = match p.get("agents") {
+        Some(a) if a.is_array() => {
+            let (entries, problems) = agentsadm_api::agents::read_agents(a);
+            Some((entries, !problems.is_empty()))
+        }
+        Some(a) => {
+            return invalid_parameters(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                vec![("agents", format!("invalid agent entry: {a} is not an array"))],
+            );
+        }
         None => None,
     };
     if let Some(n) = p.get("next_reboot").and_then(Value::as_str) {
@@ -312,10 +314,8 @@ pub(super) async fn update_server(
             );
         };
         let str_of = |k: &str| p.get(k).and_then(Value::as_str).map(str::to_string);
-        if let Some(a) = agents {
-            r.agents_posted = a
-                .iter()
-                .any(|e| e.problem.is_some())
+        if let Some((a, any_bad)) = agents {
+            r.agents_posted = any_bad
                 .then(|| p.get("agents").and_then(Value::as_array).cloned())
                 .flatten();
             r.agents = a;

@@ -2,6 +2,7 @@
 //! against each mock server's directory, changing operations of one server
 //! queued on an async mutex (module docs of [`super`]).
 
+use agentsadm_types::component::ComponentName;
 use agentsadm_types::error::error_chain;
 use std::collections::{BTreeMap, HashMap};
 use std::io;
@@ -254,7 +255,7 @@ fn outcome(result: GzResult) -> Result<Vec<ComponentResult>, GzOpError> {
     match result.error {
         None => Ok(result.components),
         Some(f) => Err(GzOpError::Installer {
-            component: f.component,
+            component: f.component.map(String::from),
             step: f.step,
             message: f.message,
         }),
@@ -271,8 +272,8 @@ pub fn apply_results(catalog: &Catalog, agents: &mut Vec<AgentEntry>, results: &
     for r in results {
         let name = catalog
             .get(&r.name)
-            .map(|c| c.package_name().to_string())
-            .unwrap_or_else(|| r.name.clone());
+            .map_or(&r.name, |c| c.package_name())
+            .clone();
         agents.retain(|a| a.name != name);
         match r.action {
             ComponentAction::Removed | ComponentAction::Absent => {}
@@ -280,7 +281,6 @@ pub fn apply_results(catalog: &Catalog, agents: &mut Vec<AgentEntry>, results: &
             | ComponentAction::Upgraded
             | ComponentAction::Unchanged
             | ComponentAction::RolledBack => agents.push(AgentEntry {
-                problem: None,
                 name,
                 version: r.version.clone().unwrap_or_default(),
                 image_uuid: r.image_uuid,
@@ -370,7 +370,7 @@ impl GzOps for InstallerGz {
     ) -> BoxFuture<'static, Result<Vec<ComponentResult>, GzOpError>> {
         // cn-agent names agents by package; the installer by component.
         // Names of nothing agentsadm manages have nothing to remove.
-        let components: Vec<String> = names
+        let components: Vec<ComponentName> = names
             .iter()
             .filter_map(|n| {
                 self.catalog

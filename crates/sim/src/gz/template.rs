@@ -167,7 +167,7 @@ impl Template {
         let instances: BTreeMap<String, InstanceUuid> = installed
             .components
             .iter()
-            .filter_map(|c| c.instance_uuid.map(|i| (c.name.clone(), i)))
+            .filter_map(|c| c.instance_uuid.map(|i| (c.name.to_string(), i)))
             .collect();
         let dir = target.root.display().to_string();
         let mut tokens = vec![dir.clone(), server.to_string()];

@@ -109,7 +109,7 @@ impl ImageSpec {
         let sha = &uuid.to_string()[..7];
         let package = c.package_name().to_string();
         ImageSpec {
-            name: c.name.clone(),
+            name: c.name.to_string(),
             package: package.clone(),
             kind: c.kind,
             version: agentsadm_types::image::agent_version_string(semver, "master", STAMP, sha),

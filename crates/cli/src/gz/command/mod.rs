@@ -14,6 +14,7 @@
 mod fetch_args;
 mod print;
 
+use agentsadm_types::component::ComponentName;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -192,12 +193,12 @@ pub enum GzCommand {
     /// online (`--min-healthy`); exit 1 (step `unhealthy`) if not.
     Health {
         #[arg(value_name = "NAME")]
-        name: String,
+        name: ComponentName,
     },
     /// Uninstall components.
     Remove {
         #[arg(required = true, value_name = "NAME")]
-        names: Vec<String>,
+        names: Vec<ComponentName>,
     },
     /// Install the default set of this server's role.
     Setup {
@@ -216,7 +217,7 @@ pub enum GzCommand {
     /// across every later upgrade, reinstall and rollback.
     Disable {
         #[arg(value_name = "NAME")]
-        name: String,
+        name: ComponentName,
         /// Who asked (recorded; the orchestrator passes SAPI's).
         #[arg(long, value_name = "WHO")]
         by: Option<String>,
@@ -230,12 +231,12 @@ pub enum GzCommand {
     /// Let a component disabled with `gz disable` run again.
     Enable {
         #[arg(value_name = "NAME")]
-        name: String,
+        name: ComponentName,
     },
     /// Restore the version replaced by the last upgrade of a component.
     Rollback {
         #[arg(value_name = "NAME")]
-        name: String,
+        name: ComponentName,
     },
     /// Run a job handed over by cn-agent (used by the agentsadm-install SMF
     /// service).
@@ -605,7 +606,7 @@ async fn execute(
 
 /// `gz health NAME`: no lock (it changes nothing), the result document
 /// (`--json`) or one line.
-async fn health(settings: GzSettings, name: &str, printer: &mut Printer) -> u8 {
+async fn health(settings: GzSettings, name: &ComponentName, printer: &mut Printer) -> u8 {
     let mut session = match GzSession::open(settings, false).await {
         Ok(s) => s,
         Err(e) => {

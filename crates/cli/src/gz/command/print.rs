@@ -182,8 +182,8 @@ pub(super) fn print_report(printer: &mut Printer, report: &AgentsReport) {
         .iter()
         .map(|a| {
             vec![
-                a.name.clone(),
-                a.version.clone(),
+                a.name.to_string(),
+                a.version.to_string(),
                 a.image_uuid
                     .map(|i| i.to_string())
                     .unwrap_or_else(|| "-".into()),
