@@ -261,7 +261,7 @@ async fn stale_cnapi_report() {
         .collect();
     for a in stale.iter_mut().filter(|a| a.name == "amon-relay") {
         a.image_uuid = Some(ImageUuid::new_v4());
-        a.version = "0.9.0".into();
+        a.version = "0.9.0".parse().unwrap();
     }
     dc.apis()
         .cnapi
@@ -341,9 +341,8 @@ async fn unmanaged_components_are_informational() {
     let cn = server(&dc, "cn0002");
     let mut agents = dc.server_agents(cn);
     agents.push(AgentEntry {
-        problem: None,
-        name: "cabase".into(),
-        version: "1.0.3".into(),
+        name: "cabase".parse().unwrap(),
+        version: "1.0.3".parse().unwrap(),
         image_uuid: None,
         uuid: None,
     });

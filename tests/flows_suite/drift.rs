@@ -117,7 +117,7 @@ fn drifted() -> (ExampleDc, BTreeMap<ServerUuid, AgentsReport>) {
     let mut agents: Vec<AgentEntry> = dc.servers[&cn4].agents.clone().unwrap_or_default();
     for a in agents.iter_mut().filter(|a| a.name == "net-agent") {
         a.image_uuid = Some(newer_net);
-        a.version = "1.1.0".into();
+        a.version = "1.1.0".parse().unwrap();
     }
     // cn004: vm-agent disabled in SAPI but running there; smartlogin off
     // there without SAPI saying so (issue 25).
@@ -134,7 +134,7 @@ fn drifted() -> (ExampleDc, BTreeMap<ServerUuid, AgentsReport>) {
             server_uuid: cn4,
             agents,
             errors: Vec::new(),
-            services_off: vec!["smartlogin".into()],
+            services_off: vec!["smartlogin".parse().unwrap()],
         },
     )]);
     (dc, live)

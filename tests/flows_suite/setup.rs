@@ -95,13 +95,13 @@ fn images(dir: &Path) -> (Vec<PathBuf>, std::collections::BTreeMap<String, Image
             };
             let r = agentsadm_gz::release::write_release(&spec, dir).unwrap();
             files.push(r.tarball);
-            uuids.insert(c.name.clone(), r.manifest.uuid);
+            uuids.insert(c.name.to_string(), r.manifest.uuid);
             continue;
         }
         let img = build(&ImageSpec::for_component(c, "1.0.0"));
         let (_, file) = write_to_dir(&img, dir).unwrap();
         files.push(file);
-        uuids.insert(c.name.clone(), img.manifest.uuid);
+        uuids.insert(c.name.to_string(), img.manifest.uuid);
     }
     (files, uuids)
 }
@@ -145,7 +145,7 @@ async fn gz_report(root: &Path) -> AgentsReport {
 }
 
 fn names(report: &AgentsReport) -> BTreeSet<String> {
-    report.agents.iter().map(|a| a.name.clone()).collect()
+    report.agents.iter().map(|a| a.name.to_string()).collect()
 }
 
 fn default_set(headnode: bool) -> BTreeSet<String> {
@@ -217,14 +217,14 @@ async fn sdc_init(dc: &SimDc) {
         }
         apis.sapi
             .create_service(&CreateService {
-                name: c.name.clone(),
+                name: c.name.to_string(),
                 application_uuid: app.uuid,
                 service_type: Some(ServiceType::Agent),
                 params: Some(object([(
                     "tags",
                     serde_json::json!({"smartdc_role": c.name, "smartdc_type": "core"}),
                 )])),
-                metadata: Some(object([("SERVICE_NAME", c.name.clone())])),
+                metadata: Some(object([("SERVICE_NAME", c.name.to_string())])),
                 manifests: None,
                 uuid: None,
             })
@@ -318,11 +318,11 @@ async fn headnode_then_compute_node_from_empty() {
             .iter()
             .find(|s| s.name == c.name)
             .unwrap_or_else(|| panic!("no service {name} after adopt"));
-        assert_eq!(svc.image_uuid(), Some(uuids[&c.name]), "{name} default");
+        assert_eq!(svc.image_uuid(), Some(uuids[c.name.as_str()]), "{name} default");
         let inst = instance_of(&dc, hn.uuid, &c.name)
             .await
             .unwrap_or_else(|| panic!("no headnode instance of {name}"));
-        assert_eq!(inst.image_uuid(), Some(uuids[&c.name]));
+        assert_eq!(inst.image_uuid(), Some(uuids[c.name.as_str()]));
         let reported = report.agents.iter().find(|a| a.name == name).unwrap();
         assert_eq!(Some(inst.uuid), reported.uuid, "the kept UUID is adopted");
     }
@@ -337,7 +337,7 @@ async fn headnode_then_compute_node_from_empty() {
     for name in default_set(false) {
         let c = dc.catalog().get(&name).unwrap();
         apis.imgapi
-            .get_image(uuids[&c.name])
+            .get_image(uuids[c.name.as_str()])
             .await
             .unwrap_or_else(|e| panic!("{name} not imported: {e}"));
     }
@@ -372,7 +372,7 @@ async fn headnode_then_compute_node_from_empty() {
     assert_eq!(names(&report), default_set(false));
     for a in &report.agents {
         let c = dc.catalog().get(&a.name).unwrap();
-        assert_eq!(a.image_uuid, Some(uuids[&c.name]), "{} image", a.name);
+        assert_eq!(a.image_uuid, Some(uuids[c.name.as_str()]), "{} image", a.name);
         let inst = instance_of(&dc, cn.uuid, &c.name)
             .await
             .unwrap_or_else(|| panic!("no instance of {} for the new server", a.name));

@@ -166,7 +166,7 @@ async fn rollback_and_remove_of_cn_agent_from_inside_it_hand_off() {
     let mut s = settings(&srv, &launcher, &argv);
     s.inside_cn_agent = true;
     let mut session = GzSession::open(s, true).await.unwrap();
-    let r = session.rollback("cn-agent").await;
+    let r = session.rollback(&"cn-agent".parse().unwrap()).await;
     drop(session);
     assert!(r.error.is_none(), "{:?}", r.error);
     assert!(
@@ -178,7 +178,7 @@ async fn rollback_and_remove_of_cn_agent_from_inside_it_hand_off() {
     let mut s = settings(&srv, &launcher, &argv);
     s.inside_cn_agent = true;
     let mut session = GzSession::open(s, true).await.unwrap();
-    let r = session.remove(&["cn-agent".to_string()]).await;
+    let r = session.remove(&["cn-agent".parse().unwrap()]).await;
     drop(session);
     assert!(r.error.is_none(), "{:?}", r.error);
     assert!(

@@ -78,7 +78,7 @@ async fn compute_node_setup_from_imgapi_uses_service_images() {
     let set: Vec<String> = cat
         .default_set(false)
         .iter()
-        .map(|c| c.name.clone())
+        .map(|c| c.name.to_string())
         .collect();
     // Every default component but one has a service image.
     for name in set.iter().filter(|n| *n != "amon-relay") {
@@ -115,7 +115,7 @@ async fn headnode_setup_without_gz_tools_and_sdcadm_services_says_what_to_run() 
     let set: Vec<String> = cat
         .default_set(true)
         .iter()
-        .map(|c| c.name.clone())
+        .map(|c| c.name.to_string())
         .collect();
     let serviceless = ["gz-tools", "sdcadm"];
     assert!(serviceless.iter().all(|n| set.iter().any(|s| s == n)));

@@ -32,7 +32,7 @@ fn adopts_what_is_missing_and_leaves_pending_updates_alone() {
     assert_eq!(
         plan.new_services,
         vec![NewService {
-            component: "vm-agent".into(),
+            component: "vm-agent".parse().unwrap(),
             default_image: Some(image_uuid("vm-agent", "1.0.0"))
         }]
     );

@@ -181,7 +181,7 @@ async fn an_instance_recorded_under_another_service_is_never_taken_over() {
 
     let store = SapiIntentStore::new(apis.sapi.clone());
     let change = agentsadm_plan::IntentChange::AdoptInstalled {
-        component: "cmon-agent".into(),
+        component: "cmon-agent".parse().unwrap(),
         service: svc("cmon-agent"),
         image,
     };

@@ -14,6 +14,7 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+use agentsadm_types::component::ComponentVersion;
 use agentsadm_api::Apis;
 use agentsadm_api::remote::gz_execute_request;
 use agentsadm_orchestrate::execute::ExecOptions;
@@ -61,7 +62,7 @@ fn example() -> ExampleDc {
     let s = dc.servers.get_mut(&cn3).unwrap();
     for a in s.agents.iter_mut().flatten() {
         if a.name == "agentsadm" {
-            a.version = String::new();
+            a.version = ComponentVersion::unknown();
             a.image_uuid = None;
         }
     }
@@ -91,7 +92,7 @@ fn a_disable_gives_agentsadm_first_where_the_copy_predates_gz_disable() {
     let text = p.display().to_string();
     let steps = |host: &str| -> Vec<String> {
         let sp = p.servers().values().find(|s| s.hostname == host).unwrap();
-        sp.steps.iter().map(|s| s.component.clone()).collect()
+        sp.steps.iter().map(|s| s.component.to_string()).collect()
     };
     assert_eq!(steps("cn001"), ["net-agent"], "{text}");
     assert_eq!(steps("cn002"), ["agentsadm", "net-agent"], "{text}");

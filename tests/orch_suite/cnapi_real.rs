@@ -114,7 +114,7 @@ async fn set_cn_agent(dc: &SimDc, server: ServerUuid, version: Option<&str>) {
         Some(v) => agents
             .iter_mut()
             .filter(|a| a.name == "cn-agent")
-            .for_each(|a| a.version = v.to_string()),
+            .for_each(|a| a.version = v.parse().unwrap()),
         None => agents.retain(|a| a.name != "cn-agent"),
     }
     dc.apis()

@@ -68,7 +68,7 @@ fn images(fake: &FakeDc, targets: &[ImageRef]) -> ResolvedImages {
 async fn update_all_converges_and_replans_empty() {
     let names: Vec<String> = agentsadm_types::catalog::Catalog::builtin()
         .names()
-        .map(str::to_string)
+        .map(ToString::to_string)
         .collect();
     let refs: Vec<&str> = names.iter().map(String::as_str).collect();
     let (fake, targets) = setup(12, &refs);

@@ -21,7 +21,7 @@ fn a_half_set_up_datacenter_leads_with_the_cause() {
         let cn = dc.server_named(&format!("cn{i:03}"));
         dc.set_setup(cn, false);
     }
-    let names: Vec<String> = dc.catalog.names().map(str::to_string).collect();
+    let names: Vec<String> = dc.catalog.names().map(ToString::to_string).collect();
     for n in names.iter().filter(|n| *n != "vm-agent") {
         dc.unmanage(n);
     }

@@ -55,7 +55,7 @@ fn version(dc: &SimDc, host: &str, component: &str) -> String {
     dc.server_agents(cn.uuid)
         .into_iter()
         .find(|a| a.name == component)
-        .map(|a| a.version)
+        .map(|a| a.version.to_string())
         .unwrap_or_default()
 }
 

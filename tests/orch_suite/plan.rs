@@ -116,7 +116,7 @@ fn update_all_orders_steps_and_skips_marlin_and_unmanaged() {
     dc.install(cn1, "marlin-agent", "1.0.0");
     dc.manage("marlin-agent");
     dc.unmanage("firewaller");
-    let names: Vec<String> = dc.catalog.names().map(str::to_string).collect();
+    let names: Vec<String> = dc.catalog.names().map(ToString::to_string).collect();
     let targets: Vec<_> = names.iter().map(|n| dc.publish(n, "2.0.0")).collect();
     let images = dc.images_with_targets(&targets);
     let p = plan_ok(&dc, &request(Operation::Update, &["--all"], &[]), &images);
@@ -584,7 +584,7 @@ fn bulk_update_lists_only_the_components_that_move() {
     // What `update --all --latest` resolves when only vm-agent has a newer
     // image: a target for every component, most of them already in place.
     let mut dc = ExampleDc::new(2);
-    let names: Vec<String> = dc.catalog.names().map(str::to_string).collect();
+    let names: Vec<String> = dc.catalog.names().map(ToString::to_string).collect();
     let targets: Vec<_> = names
         .iter()
         .map(|n| dc.publish(n, if n == "vm-agent" { "1.1.0" } else { "1.0.0" }))

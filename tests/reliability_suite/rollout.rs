@@ -63,7 +63,7 @@ const TASK_TIMEOUT: Duration = Duration::from_secs(3);
 fn request() -> Request {
     Request {
         operation: Operation::Update,
-        components: ComponentSelection::Named(COMPONENTS.iter().map(|c| c.to_string()).collect()),
+        components: ComponentSelection::Named(COMPONENTS.iter().map(|c| c.parse().unwrap()).collect()),
         servers: ServerSelection::All,
         exclude: Vec::new(),
     }
@@ -260,7 +260,7 @@ async fn rollout_of_500_servers_with_faults_converges_on_the_second_run() {
     let targets: BTreeMap<String, ImageUuid> = plan
         .targets()
         .iter()
-        .map(|(name, t)| (name.clone(), t.uuid))
+        .map(|(name, t)| (name.to_string(), t.uuid))
         .collect();
     assert_eq!(targets.len(), COMPONENTS.len());
 
@@ -524,7 +524,7 @@ async fn execute_steps_start_after_the_servers_cn_agent_tasks() {
     let catalog = fake.dc().catalog.clone();
     let request = Request {
         operation: Operation::Update,
-        components: ComponentSelection::Named(names.iter().map(|s| s.to_string()).collect()),
+        components: ComponentSelection::Named(names.iter().map(|s| s.parse().unwrap()).collect()),
         servers: ServerSelection::All,
         exclude: Vec::new(),
     };

@@ -679,7 +679,7 @@ async fn cnapi_uninstall_agents_and_old_cn_agent_precondition() {
     // An older cn-agent: 412.
     let mut agents = dc.server_agents(cn.uuid);
     for a in agents.iter_mut().filter(|a| a.name == "cn-agent") {
-        a.version = "2.7.1".into();
+        a.version = "2.7.1".parse().unwrap();
     }
     cnapi.update_server_agents(cn.uuid, &agents).await.unwrap();
     let err = cnapi

@@ -609,11 +609,11 @@ mod tests {
         };
         let (from, to) = (image(1, "1.0.0"), image(2, "1.1.0"));
         Step {
-            component: "vm-agent".into(),
+            component: "vm-agent".parse().unwrap(),
             order: OrderClass::ParallelSafe,
             action: Action::Upgrade {
                 from: agentsadm_plan::types::InstalledRef {
-                    version: from.version.clone(),
+                    version: from.version.parse().unwrap(),
                     image: Some(from.uuid),
                 },
                 to,

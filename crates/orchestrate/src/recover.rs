@@ -464,7 +464,7 @@ mod tests {
     fn history_entries_answer_for_their_task_only() {
         let image = ImageUuid::from_u128(7);
         let goal = TaskGoal::Install {
-            package: "vm-agent".into(),
+            package: "vm-agent".parse().unwrap(),
             image,
             version: "1.1.0-master-20260201T000000Z-gabcdef0".into(),
         };
@@ -501,22 +501,20 @@ mod tests {
         let image = ImageUuid::from_u128(7);
         let instance = agentsadm_types::ids::InstanceUuid::from_u128(3);
         let goal = TaskGoal::Install {
-            package: "vm-agent".into(),
+            package: "vm-agent".parse().unwrap(),
             image,
             version: "1.1.0-master-20260201T000000Z-gabcdef0".into(),
         };
         let before = vec![
             AgentEntry {
-                problem: None,
-                name: "vm-agent".into(),
-                version: "1.0.0".into(),
+                name: "vm-agent".parse().unwrap(),
+                version: "1.0.0".parse().unwrap(),
                 image_uuid: Some(ImageUuid::from_u128(1)),
                 uuid: Some(instance),
             },
             AgentEntry {
-                problem: None,
-                name: "cn-agent".into(),
-                version: "2.15.0".into(),
+                name: "cn-agent".parse().unwrap(),
+                version: "2.15.0".parse().unwrap(),
                 image_uuid: None,
                 uuid: None,
             },
@@ -528,7 +526,7 @@ mod tests {
         assert_eq!(after[0].uuid, Some(instance));
         assert_eq!(after[1], before[1]);
         let gone = TaskGoal::Uninstall {
-            packages: vec!["vm-agent".into()],
+            packages: vec!["vm-agent".parse().unwrap()],
         };
         assert!(!gone.shown_in(&before));
         assert_eq!(gone.applied_to(&before), vec![before[1].clone()]);

@@ -647,7 +647,7 @@ mod tests {
         let c = update(&["vm-agent@1.1.0", "-y"]).unwrap();
         assert_eq!(
             c.request.components,
-            ComponentSelection::Named(vec!["vm-agent".into()])
+            ComponentSelection::Named(vec!["vm-agent".parse().unwrap()])
         );
         assert_eq!(c.image_spec, Some(("vm-agent".into(), "1.1.0".into())));
         let img = "fd5f189c-c26a-46a6-bd1a-b0e0150edf8f";

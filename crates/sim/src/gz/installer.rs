@@ -512,9 +512,8 @@ mod tests {
     fn results_replace_the_entries_they_touched() {
         let cat = Catalog::builtin();
         let entry = |name: &str, img: u128| AgentEntry {
-            problem: None,
-            name: name.into(),
-            version: "1.0.0".into(),
+            name: name.parse().unwrap(),
+            version: "1.0.0".parse().unwrap(),
             image_uuid: Some(ImageUuid::from_u128(img)),
             uuid: Some(InstanceUuid::from_u128(img + 100)),
         };
@@ -524,11 +523,11 @@ mod tests {
             entry("net-agent", 3),
         ];
         let result = |name: &str, action, img: Option<u128>| ComponentResult {
-            name: name.into(),
+            name: name.parse().unwrap(),
             action,
             from_image: None,
             image_uuid: img.map(ImageUuid::from_u128),
-            version: img.map(|_| "2.0.0".to_string()),
+            version: img.map(|_| "2.0.0".parse().unwrap()),
             instance_uuid: img.map(|i| InstanceUuid::from_u128(i + 100)),
             elapsed_ms: 1,
         };
@@ -546,8 +545,8 @@ mod tests {
             entry("marlin", 7),
             entry("vm-agent", 2),
         ];
-        want[0].version = "2.0.0".into();
-        want[1].version = "2.0.0".into();
+        want[0].version = "2.0.0".parse().unwrap();
+        want[1].version = "2.0.0".parse().unwrap();
         want.sort();
         assert_eq!(agents, want);
     }
