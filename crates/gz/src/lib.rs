@@ -59,7 +59,8 @@
 //!   //     s.server_uuid = Some(uuid);
 //!   let image = "2d11ad57-389f-4eff-abcb-6dd51646cf80".parse().unwrap();
 //!   let result = gz::install(s.clone(), &[ImageSource::Imgapi(image)]).await;
-//!   let removed = gz::uninstall(s.clone(), &["vm-agent".to_string()]).await;
+//!   let vm_agent = "vm-agent".parse().unwrap(); // a ComponentName
+//!   let removed = gz::uninstall(s.clone(), &[vm_agent]).await;
 //!   let set_up = gz::setup(s.clone(), &gz::setup::SetupSource::Imgapi).await;
 //!   let report = gz::report(s).await;
 //!   # }

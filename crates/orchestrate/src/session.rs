@@ -17,7 +17,7 @@
 //! let session = Session { apis: &apis, catalog: &catalog, updates: None };
 //! let request = Request {
 //!     operation: Operation::Update,
-//!     components: ComponentSelection::Named(vec!["vm-agent".into()]),
+//!     components: ComponentSelection::Named(vec!["vm-agent".parse()?]),
 //!     servers: ServerSelection::All,
 //!     exclude: vec![],
 //! };
