@@ -18,6 +18,7 @@
 //! therefore runs `gz disable` in the same step after an install-agent
 //! task of a disabled component (its plan says so).
 
+use agentsadm_types::component::ComponentName;
 use std::collections::BTreeSet;
 use std::io;
 use std::path::PathBuf;
@@ -43,7 +44,7 @@ pub struct OffRecord {
 }
 
 /// The record's file.
-pub fn record_file(paths: &GzPaths, component: &str) -> PathBuf {
+pub fn record_file(paths: &GzPaths, component: &ComponentName) -> PathBuf {
     paths
         .state_dir()
         .join("disabled")
@@ -53,7 +54,7 @@ pub fn record_file(paths: &GzPaths, component: &str) -> PathBuf {
 /// The component's record, if it has one. A record that cannot be parsed
 /// still keeps the component off (someone meant it), with fields unknown.
 /// Blocking.
-pub fn read(paths: &GzPaths, component: &str) -> Option<OffRecord> {
+pub fn read(paths: &GzPaths, component: &ComponentName) -> Option<OffRecord> {
     let bytes = std::fs::read(record_file(paths, component)).ok()?;
     Some(
         serde_json::from_slice(&bytes).unwrap_or_else(|_| OffRecord {
@@ -65,7 +66,7 @@ pub fn read(paths: &GzPaths, component: &str) -> Option<OffRecord> {
 }
 
 /// Write the record (atomic, fsynced). Blocking.
-pub fn write(paths: &GzPaths, component: &str, record: &OffRecord) -> io::Result<()> {
+pub fn write(paths: &GzPaths, component: &ComponentName, record: &OffRecord) -> io::Result<()> {
     let file = record_file(paths, component);
     if let Some(dir) = file.parent() {
         std::fs::create_dir_all(dir)?;
@@ -75,7 +76,7 @@ pub fn write(paths: &GzPaths, component: &str, record: &OffRecord) -> io::Result
 }
 
 /// Remove the record; a missing one is fine. Blocking.
-pub fn remove(paths: &GzPaths, component: &str) -> io::Result<()> {
+pub fn remove(paths: &GzPaths, component: &ComponentName) -> io::Result<()> {
     match std::fs::remove_file(record_file(paths, component)) {
         Err(e) if e.kind() != io::ErrorKind::NotFound => Err(e),
         _ => Ok(()),

@@ -36,6 +36,7 @@
 //! the same state directories in `.agentsadm/` there
 //! ([`GzPaths::with_state_dir`]).
 
+use agentsadm_types::component::ComponentName;
 use std::path::{Path, PathBuf};
 
 /// The apm prefix, relative to the root.
@@ -116,7 +117,7 @@ impl GzPaths {
     pub fn journal_dir(&self) -> PathBuf {
         self.state_dir().join("journal")
     }
-    pub fn journal_file(&self, component: &str) -> PathBuf {
+    pub fn journal_file(&self, component: &ComponentName) -> PathBuf {
         self.journal_dir().join(format!("{component}.json"))
     }
     pub fn staging_dir(&self) -> PathBuf {
@@ -132,7 +133,7 @@ impl GzPaths {
         self.state_dir().join("installed")
     }
     /// `broken/<component>.json`: see the module docs.
-    pub fn broken_file(&self, component: &str) -> PathBuf {
+    pub fn broken_file(&self, component: &ComponentName) -> PathBuf {
         self.state_dir()
             .join("broken")
             .join(format!("{component}.json"))
@@ -160,7 +161,7 @@ mod tests {
         let p = GzPaths::new("/tmp/r");
         assert_eq!(p.at("/opt/smartdc"), PathBuf::from("/tmp/r/opt/smartdc"));
         assert_eq!(
-            p.journal_file("vm-agent"),
+            p.journal_file(&"vm-agent".parse().unwrap()),
             PathBuf::from("/tmp/r/opt/smartdc/agents/.agentsadm/journal/vm-agent.json")
         );
         assert_eq!(

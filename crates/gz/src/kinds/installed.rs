@@ -2,6 +2,7 @@
 //! agents from their tree, the other kinds from agentsadm's record, or, for
 //! what Triton's own tools installed, from what can be told without one.
 
+use agentsadm_types::component::ComponentName;
 use std::fs;
 use std::io;
 use std::path::PathBuf;
@@ -211,7 +212,10 @@ pub struct CurrentError {
 }
 
 /// Read `.agentsadm/installed/<name>.json`.
-pub fn read_record(paths: &GzPaths, name: &str) -> Result<Option<InstalledRecord>, CurrentError> {
+pub fn read_record(
+    paths: &GzPaths,
+    name: &ComponentName,
+) -> Result<Option<InstalledRecord>, CurrentError> {
     let path = paths.at(record_rel(name));
     match fs::read(&path) {
         Ok(b) => serde_json::from_slice(&b)

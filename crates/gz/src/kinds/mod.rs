@@ -40,6 +40,7 @@ mod stage;
 pub use installed::{CurrentError, current, read_record};
 pub use stage::{LayoutError, stage};
 
+use agentsadm_types::component::ComponentName;
 use std::collections::BTreeSet;
 use std::fs;
 use std::io;
@@ -109,7 +110,7 @@ pub const AGENTSADM_LINK: (&str, &str) =
     ("opt/smartdc/bin/agentsadm", "../agentsadm/bin/agentsadm");
 
 /// The record file of a non-apm component, root-relative.
-pub fn record_rel(component: &str) -> String {
+pub fn record_rel(component: &ComponentName) -> String {
     format!("{}/installed/{component}.json", super::paths::STATE_DIR)
 }
 

@@ -141,7 +141,7 @@ impl GzSession {
 
 /// What `gz report` says of a component whose last upgrade could not keep
 /// the version it replaced (the commit's note), if that is so. Blocking.
-fn not_kept(paths: &GzPaths, component: &str) -> Option<String> {
+fn not_kept(paths: &GzPaths, component: &ComponentName) -> Option<String> {
     let file = txn::not_kept_file(paths, component);
     let bytes = std::fs::read(&file).ok()?;
     let note = serde_json::from_slice::<txn::NotKept>(&bytes)

@@ -4,6 +4,7 @@
 //! when a step failed, the rollback. A commit interrupted midway is
 //! finished by calling [`commit`] again.
 
+use agentsadm_types::component::ComponentName;
 use std::fs;
 use std::io;
 use std::path::Path;
@@ -109,7 +110,7 @@ pub async fn commit(env: &TxnEnv<'_>, journal: &Journal) -> Option<String> {
 
 /// Write (or, with `None`, clear) the note that `component`'s replaced
 /// version was not kept. Blocking.
-fn record_not_kept(paths: &GzPaths, component: &str, note: Option<String>) {
+fn record_not_kept(paths: &GzPaths, component: &ComponentName, note: Option<String>) {
     let file = super::not_kept_file(paths, component);
     match note {
         Some(message) => {

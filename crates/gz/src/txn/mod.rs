@@ -87,6 +87,7 @@ pub use commit::commit;
 pub use recover::{RecoverError, Recovered, recover};
 pub use undo::rollback;
 
+use agentsadm_types::component::ComponentName;
 use commit::{discard, finish};
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -178,7 +179,7 @@ pub struct Journal {
     /// The transaction directory's name under `staging/`.
     pub txn: String,
     pub op: Op,
-    pub component: String,
+    pub component: ComponentName,
     pub phase: Phase,
     /// The installed version before (None: fresh install).
     pub old: Option<Footprint>,
@@ -395,7 +396,7 @@ fn fs_err(step: Step, action: &'static str, path: &Path) -> impl FnOnce(io::Erro
 }
 
 /// A fresh transaction directory name.
-pub fn new_txn_name(component: &str) -> String {
+pub fn new_txn_name(component: &ComponentName) -> String {
     format!("{component}.{:08x}", rand::random::<u32>())
 }
 
@@ -628,7 +629,7 @@ pub async fn install(
         version: 1,
         txn: txn_name(txn_dir),
         op,
-        component: component.name.to_string(),
+        component: component.name.clone(),
         phase: Phase::Swapping,
         created_dirs,
         old,
@@ -686,7 +687,7 @@ pub async fn remove(
         version: 1,
         txn: txn_name(txn_dir),
         op: Op::Remove,
-        component: component.name.to_string(),
+        component: component.name.clone(),
         phase: Phase::Swapping,
         created_dirs: Vec::new(),
         old: Some(old),
@@ -719,7 +720,7 @@ pub async fn remove(
 /// Where the note that an upgrade could not keep the version it replaced
 /// lives (`<state>/not-kept/<component>.json`) until a later transaction
 /// of the component commits; `gz report` shows it.
-pub fn not_kept_file(paths: &GzPaths, component: &str) -> PathBuf {
+pub fn not_kept_file(paths: &GzPaths, component: &ComponentName) -> PathBuf {
     paths
         .state_dir()
         .join("not-kept")

@@ -57,7 +57,7 @@ pub async fn recover(env: &TxnEnv<'_>) -> Result<Vec<Recovered>, RecoverError> {
         };
         tracing::warn!(component = %journal.component, finished, "recovered an interrupted transaction");
         out.push(Recovered {
-            component: journal.component.clone(),
+            component: journal.component.to_string(),
             op: journal.op,
             finished,
             errors,

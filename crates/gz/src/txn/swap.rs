@@ -114,7 +114,7 @@ pub(super) async fn swap_in(
             super::super::keep_off::check_off(env.platform, &fmris, gate)
                 .await
                 .map_err(|err| TxnError::Unhealthy {
-                    component: journal.component.clone(),
+                    component: journal.component.to_string(),
                     err,
                 })?;
             env.checkpoint("after-health");
@@ -131,13 +131,13 @@ pub(super) async fn swap_in(
             .await
             .map_err(|err| TxnError::Smf {
                 action: "manifest read",
-                target: journal.component.clone(),
+                target: journal.component.to_string(),
                 err: Box::new(err),
             })?;
         health::wait_healthy(env.platform, &fmris, gate)
             .await
             .map_err(|err| TxnError::Unhealthy {
-                component: journal.component.clone(),
+                component: journal.component.to_string(),
                 err,
             })?;
         env.checkpoint("after-health");
@@ -557,7 +557,7 @@ async fn keep_off_now(
     };
     let fmris = blocking(move || super::super::keep_off::instances(&files, &known))
         .await
-        .map_err(|err| smf_err("manifest read", journal.component.clone(), err))?;
+        .map_err(|err| smf_err("manifest read", journal.component.to_string(), err))?;
     super::super::keep_off::turn_off(env.platform, &fmris)
         .await
         .map_err(|(fmri, err)| smf_err("disable", fmri, err))?;
