@@ -4,6 +4,7 @@
 use std::path::{Path, PathBuf};
 
 use agentsadm_gz::package::PackageJson;
+use agentsadm_types::component::ComponentVersion;
 use agentsadm_platform::manifest_instances;
 use agentsadm_platform::read_manifest_instances;
 
@@ -96,10 +97,14 @@ fn every_real_package_json_is_read() {
             .unwrap_or_else(|e| panic!("{}: {e:?}", p.display()))
             .unwrap();
         names.push((
-            pkg.name.clone(),
+            pkg.name.to_string(),
             pkg.bin.keys().cloned().collect::<Vec<_>>(),
         ));
         assert!(!pkg.version.is_empty(), "{}", p.display());
+        // Every real package's name and version are what the wire types
+        // carry: a name that is a path component, a version that orders.
+        let version: ComponentVersion = pkg.version.parse().unwrap();
+        assert!(version.key().is_some(), "{}: {version}", p.display());
     }
     names.sort();
     let bins = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();

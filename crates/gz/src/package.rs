@@ -1,6 +1,7 @@
 //! `package.json` of an apm package: name, version, lifecycle scripts and
 //! bins, validated so that nothing in it can name a path outside the package.
 
+use agentsadm_types::component::{ComponentName, ComponentNameError};
 use std::collections::BTreeMap;
 use std::path::{Component as PathComponent, Path};
 
@@ -44,9 +45,10 @@ impl std::fmt::Display for Hook {
 }
 
 /// A parsed, validated `package.json`.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct PackageJson {
-    pub name: String,
+    /// The package (and `node_modules` directory) name.
+    pub name: ComponentName,
     pub version: String,
     /// Hook name -> script path relative to the package directory.
     pub scripts: BTreeMap<String, String>,
@@ -74,6 +76,11 @@ pub enum PackageError {
     },
     #[error("package.json has no {field}")]
     Missing { field: &'static str },
+    #[error("package.json name is refused")]
+    Name {
+        #[source]
+        err: ComponentNameError,
+    },
     #[error("package.json {field} {value:?} is refused: {reason}")]
     Bad {
         field: String,
@@ -90,6 +97,7 @@ impl PackageJson {
             .name
             .filter(|n| !n.is_empty())
             .ok_or(PackageError::Missing { field: "name" })?;
+        let name = ComponentName::new(name).map_err(|err| PackageError::Name { err })?;
         let version = raw.version.unwrap_or_default();
         let mut scripts = BTreeMap::new();
         for (hook, value) in raw.scripts {
@@ -113,7 +121,7 @@ impl PackageJson {
         match raw.bin {
             None | Some(serde_json::Value::Null) => {}
             Some(serde_json::Value::String(path)) => {
-                bin.insert(name.clone(), path);
+                bin.insert(name.to_string(), path);
             }
             Some(serde_json::Value::Object(map)) => {
                 for (k, v) in map {
@@ -228,6 +236,17 @@ mod tests {
             b"garbage",
         ] {
             assert!(PackageJson::parse(bad).is_err());
+        }
+    }
+
+    #[test]
+    fn a_name_that_is_not_a_component_name_is_refused() {
+        for name in ["../x", "A B", ".", "vm-agent/x", "-rf"] {
+            let json = serde_json::json!({"name": name, "version": "1.0.0"}).to_string();
+            let err = PackageJson::parse(json.as_bytes()).unwrap_err();
+            assert!(matches!(err, PackageError::Name { .. }), "{name}: {err:?}");
+            let chain = agentsadm_types::error::error_chain(&err);
+            assert!(chain.contains("is not a component name"), "{chain}");
         }
     }
 }

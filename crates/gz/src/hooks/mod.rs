@@ -71,7 +71,7 @@ impl HookEnv {
             ("npm_config_smfdir".into(), p("smf")),
             ("npm_config_etc".into(), p("etc")),
             ("npm_config_dbdir".into(), p("db")),
-            ("npm_package_name".into(), package.name.clone()),
+            ("npm_package_name".into(), package.name.to_string()),
             ("npm_package_version".into(), package.version.clone()),
         ]
     }
@@ -284,9 +284,10 @@ mod tests {
 
     fn package(script: &str) -> PackageJson {
         let mut p = PackageJson {
-            name: "vm-agent".into(),
+            name: "vm-agent".parse().unwrap(),
             version: "1.2.3-x".into(),
-            ..Default::default()
+            scripts: Default::default(),
+            bin: Default::default(),
         };
         p.scripts.insert("postinstall".into(), script.into());
         p

@@ -120,7 +120,7 @@ fn read_package(
         None if required => Err(LayoutError::MissingFile { file, kind }),
         None => Ok(None),
         Some(p) if p.name != expected_name => Err(LayoutError::NameMismatch {
-            found: p.name,
+            found: p.name.to_string(),
             expected: expected_name.to_string(),
         }),
         Some(p) => Ok(Some(p)),

@@ -247,7 +247,7 @@ impl Layout for MockcloudGz {
                 return Err(MockcloudError::Mismatch {
                     uuid,
                     file: format!("{pkg}/package.json name"),
-                    found: pj.name,
+                    found: pj.name.to_string(),
                     expected: pkg.to_string(),
                 }
                 .into());

@@ -343,7 +343,7 @@ async fn run_hook(
         Ok(None) => Ok(()),
         Err(err) => Err(TxnError::Hook {
             hook,
-            package: pkg.name.clone(),
+            package: pkg.name.to_string(),
             err: Box::new(err),
         }),
     }
@@ -365,24 +365,21 @@ async fn remove_old(
                 .as_ref()
                 .map(|t| paths.at(t))
                 .filter(|t| t.is_dir());
+            // No package.json: no hooks to run.
             let package = match &tree {
-                Some(dir) if old.apm => Some(
-                    PackageJson::read(dir)
-                        .map_err(|err| TxnError::Package {
-                            package: paths.rel(dir),
-                            err,
-                        })?
-                        .unwrap_or_default(),
-                ),
+                Some(dir) if old.apm => {
+                    PackageJson::read(dir).map_err(|err| TxnError::Package {
+                        package: paths.rel(dir),
+                        err,
+                    })?
+                }
                 _ => None,
             };
             Ok::<_, TxnError>((tree, package))
         })
         .await?
     };
-    if let (Some(dir), Some(pkg)) = (&tree, &package)
-        && !pkg.name.is_empty()
-    {
+    if let (Some(dir), Some(pkg)) = (&tree, &package) {
         run_hook(env, journal, Hook::Preuninstall, pkg, dir).await?;
         run_hook(env, journal, Hook::Postuninstall, pkg, dir).await?;
     }
