@@ -67,10 +67,10 @@ mod keep_off;
 mod kinds;
 #[path = "gz_suite/mockcloud.rs"]
 mod mockcloud;
-#[path = "gz_suite/names.rs"]
-mod names;
 #[path = "gz_suite/modes_bins.rs"]
 mod modes_bins;
+#[path = "gz_suite/names.rs"]
+mod names;
 #[path = "gz_suite/own_manifests.rs"]
 mod own_manifests;
 #[path = "gz_suite/real_fixtures.rs"]

@@ -318,7 +318,11 @@ async fn headnode_then_compute_node_from_empty() {
             .iter()
             .find(|s| s.name == c.name)
             .unwrap_or_else(|| panic!("no service {name} after adopt"));
-        assert_eq!(svc.image_uuid(), Some(uuids[c.name.as_str()]), "{name} default");
+        assert_eq!(
+            svc.image_uuid(),
+            Some(uuids[c.name.as_str()]),
+            "{name} default"
+        );
         let inst = instance_of(&dc, hn.uuid, &c.name)
             .await
             .unwrap_or_else(|| panic!("no headnode instance of {name}"));
@@ -372,7 +376,12 @@ async fn headnode_then_compute_node_from_empty() {
     assert_eq!(names(&report), default_set(false));
     for a in &report.agents {
         let c = dc.catalog().get(&a.name).unwrap();
-        assert_eq!(a.image_uuid, Some(uuids[c.name.as_str()]), "{} image", a.name);
+        assert_eq!(
+            a.image_uuid,
+            Some(uuids[c.name.as_str()]),
+            "{} image",
+            a.name
+        );
         let inst = instance_of(&dc, cn.uuid, &c.name)
             .await
             .unwrap_or_else(|| panic!("no instance of {} for the new server", a.name));

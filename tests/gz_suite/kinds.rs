@@ -54,7 +54,11 @@ fn every_kind_stages() {
             .overlay
             .contains(&"opt/smartdc/bin/sdc-server".to_string())
     );
-    assert!(v.footprint.overlay.contains(&record_rel(&"gz-tools".parse().unwrap())));
+    assert!(
+        v.footprint
+            .overlay
+            .contains(&record_rel(&"gz-tools".parse().unwrap()))
+    );
     let (_d, r) = staged("gz-tools", false);
     assert!(
         !r.unwrap()

@@ -4,9 +4,9 @@
 use std::path::{Path, PathBuf};
 
 use agentsadm_gz::package::PackageJson;
-use agentsadm_types::component::ComponentVersion;
 use agentsadm_platform::manifest_instances;
 use agentsadm_platform::read_manifest_instances;
+use agentsadm_types::component::ComponentVersion;
 
 fn fixtures() -> PathBuf {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/fixtures/real-agents");

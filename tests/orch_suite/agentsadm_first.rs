@@ -14,7 +14,6 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use agentsadm_types::component::ComponentVersion;
 use agentsadm_api::Apis;
 use agentsadm_api::remote::gz_execute_request;
 use agentsadm_orchestrate::execute::ExecOptions;
@@ -28,6 +27,7 @@ use agentsadm_plan::{
 use agentsadm_sim::publish::{BuildOptions, PublishTarget};
 use agentsadm_sim::testkit::{ExampleDc, request};
 use agentsadm_sim::{SeedSpec, SimConfig, SimDc, SimServer};
+use agentsadm_types::component::ComponentVersion;
 use agentsadm_types::ids::{ImageUuid, ServerUuid};
 
 use crate::golden_common::golden;

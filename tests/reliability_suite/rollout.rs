@@ -63,7 +63,9 @@ const TASK_TIMEOUT: Duration = Duration::from_secs(3);
 fn request() -> Request {
     Request {
         operation: Operation::Update,
-        components: ComponentSelection::Named(COMPONENTS.iter().map(|c| c.parse().unwrap()).collect()),
+        components: ComponentSelection::Named(
+            COMPONENTS.iter().map(|c| c.parse().unwrap()).collect(),
+        ),
         servers: ServerSelection::All,
         exclude: Vec::new(),
     }

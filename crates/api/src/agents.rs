@@ -194,7 +194,11 @@ mod tests {
         assert!(problems[1].problem.starts_with("name"));
         assert!(!problems[2].problem.contains('\u{1b}'));
         assert!(problems[3].problem.contains("not an object"));
-        assert!(problems[0].to_string().starts_with("server.agents[1]: uuid"));
+        assert!(
+            problems[0]
+                .to_string()
+                .starts_with("server.agents[1]: uuid")
+        );
         // Serialized as cn-agent writes it.
         let v = serde_json::to_value(&list[0]).unwrap();
         assert_eq!(v.as_object().unwrap().len(), 4);
@@ -209,12 +213,17 @@ mod tests {
         for name in ["../x", "A B", "", ".", "vm-agent/../../etc", "Vm-agent"] {
             let v = json!({"name": name, "version": "1.0.0"});
             let err = serde_json::from_value::<AgentEntry>(v.clone()).unwrap_err();
-            assert!(err.to_string().contains("not a component name"), "{name}: {err}");
+            assert!(
+                err.to_string().contains("not a component name"),
+                "{name}: {err}"
+            );
             let (ok, problems) = read_agents(&json!([v]));
             assert!(ok.is_empty() && problems.len() == 1, "{name}");
         }
-        assert!(read_agents(&json!({"name": "vm-agent"})).1[0]
-            .problem
-            .contains("not a list"));
+        assert!(
+            read_agents(&json!({"name": "vm-agent"})).1[0]
+                .problem
+                .contains("not a list")
+        );
     }
 }

@@ -865,7 +865,11 @@ mod tests {
         assert_eq!(a.len(), 1);
         assert_eq!(a[0].name, "cn-agent");
         assert_eq!(problems.len(), 2);
-        assert!(problems[0].to_string().starts_with("server.agents[1]: name \"../x\" is not a component name"));
+        assert!(
+            problems[0]
+                .to_string()
+                .starts_with("server.agents[1]: name \"../x\" is not a component name")
+        );
         assert_eq!(problems[1].index, 2);
         // An entry list of nothing but bad entries does not fall back to sysinfo.
         let s: Server = serde_json::from_value(json!({

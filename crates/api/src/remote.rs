@@ -335,13 +335,19 @@ mod tests {
         assert!(serde_json::from_value::<GzResult>(good).is_ok());
         for bad in ["../x", "A B", "", "..", "a/b"] {
             let err = serde_json::from_value::<AgentsReport>(report(bad)).unwrap_err();
-            assert!(err.to_string().contains("not a component name"), "{bad}: {err}");
+            assert!(
+                err.to_string().contains("not a component name"),
+                "{bad}: {err}"
+            );
             let result = serde_json::json!({"server_uuid": server, "components": [
                 {"name": bad, "action": "installed", "elapsed_ms": 1}]});
             assert!(serde_json::from_value::<GzResult>(result).is_err(), "{bad}");
             let off = serde_json::json!({"server_uuid": server, "agents": [],
                 "services_off": [bad]});
-            assert!(serde_json::from_value::<AgentsReport>(off).is_err(), "{bad}");
+            assert!(
+                serde_json::from_value::<AgentsReport>(off).is_err(),
+                "{bad}"
+            );
         }
     }
 

@@ -440,9 +440,13 @@ impl AdoptReport {
                     },
                     Some(e),
                 ) => out.failures.push((*server, component.to_string(), e)),
-                (change, Some(e)) => out
-                    .service_failures
-                    .push((change.component().map(ToString::to_string).unwrap_or_default(), e)),
+                (change, Some(e)) => out.service_failures.push((
+                    change
+                        .component()
+                        .map(ToString::to_string)
+                        .unwrap_or_default(),
+                    e,
+                )),
                 (_, None) => {}
             }
         }

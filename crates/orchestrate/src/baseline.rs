@@ -70,7 +70,8 @@ impl KnownDurations {
     /// Fill in the catalog's expected times (leaving history as it is).
     pub fn add_catalog(&mut self, catalog: &Catalog) {
         for c in catalog.iter() {
-            self.catalog.insert(c.name.to_string(), c.expected_install());
+            self.catalog
+                .insert(c.name.to_string(), c.expected_install());
         }
     }
 

@@ -27,7 +27,11 @@ impl ExecReport {
     pub fn summary(&self, plan: &Plan) -> Vec<ComponentSummary> {
         let mut times: BTreeMap<&str, Vec<Duration>> = BTreeMap::new();
         let mut rows: BTreeMap<&str, ComponentSummary> = BTreeMap::new();
-        let mut order: Vec<&str> = plan.components().iter().map(ComponentName::as_str).collect();
+        let mut order: Vec<&str> = plan
+            .components()
+            .iter()
+            .map(ComponentName::as_str)
+            .collect();
         for s in plan.skips() {
             if let Some(c) = s.component.as_deref()
                 && !order.contains(&c)

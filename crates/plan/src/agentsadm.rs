@@ -23,9 +23,9 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use agentsadm_api::compat::{self, GzUse};
 use agentsadm_types::catalog::{Catalog, Component, ComponentKind};
+use agentsadm_types::component::{ComponentName, ComponentVersion};
 use agentsadm_types::ids::ServerUuid;
 use agentsadm_types::version::VersionKey;
-use agentsadm_types::component::{ComponentName, ComponentVersion};
 
 use super::request::{ImageRef, TransportKind};
 use super::skip::{AgentsadmShort, Skip, SkipReason};

@@ -33,8 +33,8 @@ use crate::intent::Intent;
 use crate::marks::HoldScope;
 use crate::reality::{Installed, ServerState};
 use agentsadm_types::catalog::{Catalog, Component, ComponentKind};
-use agentsadm_types::ids::{ImageUuid, ServerUuid};
 use agentsadm_types::component::ComponentName;
+use agentsadm_types::ids::{ImageUuid, ServerUuid};
 
 /// A plan being made. See the module documentation for what
 /// [`PlanBuilder::finish`] decides.
@@ -326,23 +326,24 @@ impl<'c> PlanBuilder<'c> {
         }
         let mut skips: Vec<Skip> = Vec::new();
         let mut overridden: Vec<String> = Vec::new();
-        let held_skip = |server: Option<(ServerUuid, &str)>, component: &ComponentName, named: bool| {
-            let (scope, mark) = match server {
-                Some((uuid, _)) => holds.get(&uuid, component)?,
-                None => (HoldScope::Datacenter, holds.services.get(component)?),
+        let held_skip =
+            |server: Option<(ServerUuid, &str)>, component: &ComponentName, named: bool| {
+                let (scope, mark) = match server {
+                    Some((uuid, _)) => holds.get(&uuid, component)?,
+                    None => (HoldScope::Datacenter, holds.services.get(component)?),
+                };
+                Some(Skip {
+                    server: server.map(|s| s.0),
+                    hostname: server.map(|s| s.1.to_string()),
+                    component: Some(component.clone()),
+                    reason: SkipReason::Held {
+                        scope,
+                        hold: Box::new(mark.clone()),
+                        named,
+                    },
+                    blocking: named,
+                })
             };
-            Some(Skip {
-                server: server.map(|s| s.0),
-                hostname: server.map(|s| s.1.to_string()),
-                component: Some(component.clone()),
-                reason: SkipReason::Held {
-                    scope,
-                    hold: Box::new(mark.clone()),
-                    named,
-                },
-                blocking: named,
-            })
-        };
         for (uuid, sp) in self.plan.servers.iter_mut() {
             let (held, keep): (Vec<Step>, Vec<Step>) = std::mem::take(&mut sp.steps)
                 .into_iter()

@@ -22,8 +22,8 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use agentsadm_types::ids::ServerUuid;
 use agentsadm_types::component::ComponentName;
+use agentsadm_types::ids::ServerUuid;
 
 /// The params key of a hold.
 pub const HOLD_PARAM: &str = "agentsadm_hold";

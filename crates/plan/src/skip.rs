@@ -7,9 +7,9 @@ use serde::Serialize;
 use super::request::PlanningInput;
 use crate::marks::HoldScope;
 use crate::reality::ServerState;
+use agentsadm_types::component::ComponentName;
 use agentsadm_types::ids::ImageUuid;
 use agentsadm_types::ids::ServerUuid;
-use agentsadm_types::component::ComponentName;
 
 /// Why something selected is left alone.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize)]
@@ -174,7 +174,11 @@ pub(super) fn server_skip(
 }
 
 /// A skip of a component on every server.
-pub(super) fn component_skip(component: &ComponentName, reason: SkipReason, blocking: bool) -> Skip {
+pub(super) fn component_skip(
+    component: &ComponentName,
+    reason: SkipReason,
+    blocking: bool,
+) -> Skip {
     Skip {
         server: None,
         hostname: None,

@@ -20,9 +20,9 @@ use crate::rollout::Rollout;
 use agentsadm_api::cnapi::AgentEntry;
 use agentsadm_api::compat::GzUse;
 use agentsadm_types::catalog::OrderClass;
+use agentsadm_types::component::{ComponentName, ComponentVersion};
 use agentsadm_types::ids::ImageUuid;
 use agentsadm_types::ids::InstanceUuid;
-use agentsadm_types::component::{ComponentName, ComponentVersion};
 use agentsadm_types::ids::ServerUuid;
 use agentsadm_types::ids::ServiceUuid;
 

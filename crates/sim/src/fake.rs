@@ -199,9 +199,11 @@ impl FakeDc {
                 .get(&server)
                 .filter(|(c, _)| c.as_deref().is_none_or(|c| c == step.component))
                 .map(|(_, m)| m.clone());
-            let unhealthy =
-                f.unhealthy.get(&server).is_some_and(|c| step.component == *c)
-                    && step.action.target().is_some();
+            let unhealthy = f
+                .unhealthy
+                .get(&server)
+                .is_some_and(|c| step.component == *c)
+                && step.action.target().is_some();
             (
                 f.latency.mul_f64(factor),
                 fail,

@@ -426,7 +426,8 @@ impl ExampleDc {
     pub fn images_with_targets(&self, targets: &[ImageRef]) -> ResolvedImages {
         let mut r = self.known_images();
         for t in targets {
-            let name = ComponentName::new(t.name.as_str()).expect("a target is a component's image");
+            let name =
+                ComponentName::new(t.name.as_str()).expect("a target is a component's image");
             r.targets.insert(name, t.clone());
         }
         r

@@ -259,9 +259,11 @@ impl Catalog {
 
     /// Look a component up by name (or by its package name, e.g. `marlin`).
     pub fn get(&self, name: &str) -> Option<&Component> {
-        self.components
-            .get(name)
-            .or_else(|| self.components.values().find(|c| *c.package_name() == *name))
+        self.components.get(name).or_else(|| {
+            self.components
+                .values()
+                .find(|c| *c.package_name() == *name)
+        })
     }
 
     /// Whether an image named `image_name` (its manifest's `name`: the

@@ -281,6 +281,19 @@ impl ComponentVersion {
         self.0.is_empty()
     }
 
+    /// Whether it is a version an installed package may carry: known, and
+    /// only ASCII letters, digits and `._-+~`, as semver and Triton's
+    /// `<semver>-<branch>-<stamp>-g<sha>` use. A package's postinstall
+    /// substitutes it into SMF manifests, so no markup, quote or space
+    /// may get there.
+    pub fn is_plain(&self) -> bool {
+        !self.is_unknown()
+            && self
+                .0
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b"._-+~".contains(&b))
+    }
+
     pub fn as_str(&self) -> &str {
         &self.0
     }
@@ -439,7 +452,10 @@ mod tests {
             long.as_str(),
         ] {
             let err = bad.parse::<ComponentName>().unwrap_err();
-            assert!(err.to_string().contains("is not a component name"), "{bad:?}");
+            assert!(
+                err.to_string().contains("is not a component name"),
+                "{bad:?}"
+            );
             assert!(err.to_string().contains("lowercase letters"), "{bad:?}");
         }
         assert!(ComponentName::new("a".repeat(MAX_COMPONENT_NAME)).is_ok());
@@ -457,6 +473,13 @@ mod tests {
         for bad in ["\"../x\"", "\"A B\"", "\"\"", "42"] {
             assert!(serde_json::from_str::<ComponentName>(bad).is_err(), "{bad}");
         }
+    }
+
+    #[test]
+    fn a_hyphenated_uuid_is_a_component_name() {
+        // What stands for a SAPI service whose name is gone (cleanup).
+        let uuid = crate::ids::ServiceUuid::new_v4().to_string();
+        assert!(ComponentName::new(uuid).is_ok());
     }
 
     #[test]
@@ -489,6 +512,13 @@ mod tests {
         assert_eq!(ComponentVersion::unknown().key(), None);
         assert!(ComponentVersion::new("x".repeat(MAX_COMPONENT_VERSION + 1)).is_err());
         assert!(ComponentVersion::new("1.0\n").is_err());
+        assert!(stamped.is_plain() && gz_tools.is_plain());
+        for not_plain in ["", "1\"/><x", "1 2", "1&2"] {
+            assert!(
+                !ComponentVersion::from_static(not_plain).is_plain(),
+                "{not_plain}"
+            );
+        }
         assert!(serde_json::from_str::<ComponentVersion>("\"1\\u0000\"").is_err());
     }
 }

@@ -98,11 +98,7 @@ pub(super) fn server_findings(
 ) {
     let intent = &survey.intent;
     let per_server = intent.instances.get(&state.uuid);
-    let mut names: BTreeSet<&str> = state
-        .components
-        .keys()
-        .map(ComponentName::as_str)
-        .collect();
+    let mut names: BTreeSet<&str> = state.components.keys().map(ComponentName::as_str).collect();
     if let Some(per) = per_server {
         names.extend(per.keys().map(ComponentName::as_str));
     }

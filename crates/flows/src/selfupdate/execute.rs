@@ -356,7 +356,10 @@ async fn ensure_service(sapi: &SapiClient, c: &Component) -> Result<ServiceUuid,
             "tags",
             serde_json::json!({"smartdc_role": c.name, "smartdc_type": "core"}),
         )])),
-        metadata: Some(object([("SERVICE_NAME", Value::String(c.name.to_string()))])),
+        metadata: Some(object([(
+            "SERVICE_NAME",
+            Value::String(c.name.to_string()),
+        )])),
         manifests: Some(object(Vec::<(String, Value)>::new())),
         uuid: None,
     };

@@ -40,7 +40,7 @@ mod stage;
 pub use installed::{CurrentError, current, read_record};
 pub use stage::{LayoutError, stage};
 
-use agentsadm_types::component::ComponentName;
+use agentsadm_types::component::{ComponentName, ComponentVersion};
 use std::collections::BTreeSet;
 use std::fs;
 use std::io;
@@ -225,15 +225,10 @@ pub fn template_outputs(pkg_dir: &Path) -> io::Result<Vec<(PathBuf, String)>> {
     Ok(out)
 }
 
-/// A version an apm package may carry (its postinstall substitutes it
-/// into SMF manifests, and it is shown everywhere): 1 to 128 characters of letters,
-/// digits and `.-+_~`, as semver and Triton's
-/// `<semver>-<branch>-<stamp>-g<sha>` use.
+/// Whether `v` is a version a package may carry
+/// ([`ComponentVersion::is_plain`]).
 pub fn valid_version(v: &str) -> bool {
-    !v.is_empty()
-        && v.len() <= 128
-        && v.bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b"._-+~".contains(&b))
+    ComponentVersion::new(v).is_ok_and(|v| v.is_plain())
 }
 
 /// All files a transaction touches in the overlay: the old version's and

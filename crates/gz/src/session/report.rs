@@ -1,12 +1,12 @@
 //! What is installed on the server (the layout reads it), and reporting it
 //! to CNAPI as `server.agents` after a run.
 
-use agentsadm_types::component::ComponentName;
 use agentsadm_api::ApiError;
 use agentsadm_api::remote::AgentsReport;
 use agentsadm_api::remote::GzResult;
 use agentsadm_api::remote::ReportError;
 use agentsadm_platform::blocking;
+use agentsadm_types::component::ComponentName;
 
 use super::super::paths::GzPaths;
 use super::super::txn;

@@ -276,7 +276,10 @@ pub(super) async fn update_server(
         Some(a) => {
             return invalid_parameters(
                 StatusCode::INTERNAL_SERVER_ERROR,
-                vec![("agents", format!("invalid agent entry: {a} is not an array"))],
+                vec![(
+                    "agents",
+                    format!("invalid agent entry: {a} is not an array"),
+                )],
             );
         }
         None => None,
