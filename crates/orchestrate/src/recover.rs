@@ -140,7 +140,7 @@ impl TaskGoal {
         match self {
             TaskGoal::Install { package, image, .. } => agents
                 .iter()
-                .any(|a| &a.name == package && a.image_uuid == Some(*image)),
+                .any(|a| a.name == *package && a.image_uuid == Some(*image)),
             TaskGoal::Uninstall { packages } => agents.iter().all(|a| !packages.contains(&a.name)),
         }
     }
@@ -161,10 +161,10 @@ impl TaskGoal {
                     image_uuid: Some(*image),
                     uuid: agents
                         .iter()
-                        .find(|a| &a.name == package)
+                        .find(|a| a.name == *package)
                         .and_then(|a| a.uuid),
                 };
-                match out.iter_mut().find(|a| &a.name == package) {
+                match out.iter_mut().find(|a| a.name == *package) {
                     Some(slot) => *slot = entry,
                     None => out.push(entry),
                 }

@@ -174,11 +174,9 @@ pub enum CatalogError {
     },
     #[error("component catalog {origin} lists {name:?} twice")]
     Duplicate { origin: String, name: String },
-    #[error("component catalog {origin} has an invalid {field}")]
+    #[error("component catalog {origin} has an invalid component or package name")]
     BadName {
         origin: String,
-        /// `name` or `package`.
-        field: &'static str,
         #[source]
         err: ComponentNameError,
     },
@@ -236,7 +234,6 @@ impl Catalog {
                 if let Some(serde_json::Value::String(name)) = value.get(field) {
                     ComponentName::new(name.as_str()).map_err(|err| CatalogError::BadName {
                         origin: origin.to_string(),
-                        field,
                         err,
                     })?;
                 }
