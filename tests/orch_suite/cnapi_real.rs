@@ -108,13 +108,31 @@ fn agent(dc: &SimDc, server: ServerUuid, name: &str) -> Option<AgentEntry> {
 }
 
 /// Set the cn-agent entry of a server's `server.agents` (`None`: drop it).
+/// A version is also written into the server's cn-agent package.json,
+/// which is where the simulated cn-agent reads it back after its tasks, as
+/// the real one does.
 async fn set_cn_agent(dc: &SimDc, server: ServerUuid, version: Option<&str>) {
     let mut agents = dc.server_agents(server);
     match version {
-        Some(v) => agents
-            .iter_mut()
-            .filter(|a| a.name == "cn-agent")
-            .for_each(|a| a.version = v.to_string()),
+        Some(v) => {
+            // The server's GZ is laid out on first use.
+            dc.gz_report(server).await.unwrap();
+            agents
+                .iter_mut()
+                .filter(|a| a.name == "cn-agent")
+                .for_each(|a| a.version = v.to_string());
+            let root = dc
+                .servers()
+                .into_iter()
+                .find(|s| s.uuid == server)
+                .unwrap()
+                .root;
+            let file = root.join("opt/smartdc/agents/lib/node_modules/cn-agent/package.json");
+            let mut package: serde_json::Value =
+                serde_json::from_slice(&std::fs::read(&file).unwrap()).unwrap();
+            package["version"] = v.into();
+            std::fs::write(&file, serde_json::to_vec(&package).unwrap()).unwrap();
+        }
         None => agents.retain(|a| a.name != "cn-agent"),
     }
     dc.apis()

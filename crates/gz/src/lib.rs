@@ -84,6 +84,7 @@ pub mod layout;
 pub mod lock;
 pub mod package;
 pub mod paths;
+pub mod registration;
 pub mod release;
 pub mod report;
 pub mod session;
