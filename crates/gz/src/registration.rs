@@ -102,8 +102,10 @@ pub fn wanted(paths: &GzPaths, component: &Component) -> Option<Registration> {
 /// and whole. Blocking.
 pub fn read(paths: &GzPaths, name: &str) -> Option<Registration> {
     let dir = paths.node_modules().join(name);
+    if !is_ours(&dir) {
+        return None;
+    }
     let package = read_package(&dir)?;
-    package.get(MARKER)?;
     Some(Registration {
         name: package.get("name")?.as_str()?.to_string(),
         version: package
@@ -127,10 +129,9 @@ pub fn sync(paths: &GzPaths, catalog: &Catalog) -> Vec<RegistrationError> {
         let wanted = wanted(paths, c);
         let dir = paths.node_modules().join(&c.name);
         let present = fs::symlink_metadata(&dir).is_ok();
-        if present && read_package(&dir).is_none_or(|p| p.get(MARKER).is_none()) {
-            // Not ours (or not readable as ours): say so only when we
-            // would have written one.
-            if wanted.is_some() && read(paths, &c.name).is_none() {
+        if present && !is_ours(&dir) {
+            // Not ours: say so only when we would have written one.
+            if wanted.is_some() {
                 problems.push(RegistrationError::NotOurs {
                     component: c.name.clone(),
                     path: dir,
@@ -220,6 +221,14 @@ fn set_aside(paths: &GzPaths, name: &str, dir: &Path) -> Result<(), Registration
     Ok(())
 }
 
+/// A registration of ours is a real directory (never a link, which the
+/// readers would follow and agentsadm must not) whose package.json carries
+/// [`MARKER`].
+fn is_ours(dir: &Path) -> bool {
+    fs::symlink_metadata(dir).is_ok_and(|m| m.is_dir())
+        && read_package(dir).is_some_and(|p| p.get(MARKER).is_some())
+}
+
 fn read_package(dir: &Path) -> Option<serde_json::Value> {
     let bytes = fs::read(dir.join("package.json")).ok()?;
     serde_json::from_slice(&bytes).ok()
@@ -290,6 +299,45 @@ mod tests {
             br#"{"name":"agentsadm"}"#
         );
         assert!(!theirs.join("image_uuid").exists());
+    }
+
+    #[test]
+    fn a_link_in_its_place_is_left_alone_and_never_followed() {
+        let tmp = tempfile::tempdir().unwrap();
+        let root = tmp.path().join("root");
+        let outside = tmp.path().join("outside");
+        fs::create_dir_all(&outside).unwrap();
+        // Even one that looks like a registration of ours.
+        let planted = format!(r#"{{"name":"agentsadm","version":"0.0.1","{MARKER}":{{}}}}"#);
+        fs::write(outside.join("package.json"), &planted).unwrap();
+        fs::write(outside.join("image_uuid"), "nope\n").unwrap();
+        let paths = GzPaths::new(&root);
+        agentsadm_installed(&root, ImageUuid::from_u128(1), "1.0.0");
+        fs::create_dir_all(paths.node_modules()).unwrap();
+        let link = paths.node_modules().join("agentsadm");
+        std::os::unix::fs::symlink(&outside, &link).unwrap();
+        for installed in [true, false] {
+            if !installed {
+                fs::remove_dir_all(root.join(kinds::AGENTSADM_DIR)).unwrap();
+            }
+            let problems = sync(&paths, &Catalog::builtin());
+            assert_eq!(
+                problems.len(),
+                usize::from(installed),
+                "said only when one was wanted: {problems:?}"
+            );
+            assert_eq!(read(&paths, "agentsadm"), None);
+            assert_eq!(fs::read_link(&link).unwrap(), outside);
+            assert_eq!(
+                fs::read_to_string(outside.join("package.json")).unwrap(),
+                planted
+            );
+            assert_eq!(
+                fs::read_to_string(outside.join("image_uuid")).unwrap(),
+                "nope\n"
+            );
+            assert_eq!(fs::read_dir(&outside).unwrap().count(), 2);
+        }
     }
 
     #[test]
