@@ -210,9 +210,27 @@ async fn health_gate_gives_up_within_its_bound_when_ur_is_down() {
     );
     // The install stands.
     let target = p.targets()["vm-agent"].uuid;
+    let installed = agent(&dc, cn1.uuid, "vm-agent").unwrap();
+    assert_eq!(installed.image_uuid, Some(target));
+    // So does its intent: vm-agent's postinstall re-adopted its SAPI
+    // instance bare, and the params are written again although the step
+    // failed at its gate.
+    let apis = dc.apis();
+    let services = apis.sapi.list_agent_services().await.unwrap();
+    let service = services.iter().find(|s| s.name == "vm-agent").unwrap();
+    let instances = apis
+        .sapi
+        .list_service_instances(service.uuid)
+        .await
+        .unwrap();
+    let instance = instances
+        .iter()
+        .find(|i| Some(i.uuid) == installed.uuid)
+        .unwrap();
     assert_eq!(
-        agent(&dc, cn1.uuid, "vm-agent").unwrap().image_uuid,
-        Some(target)
+        (instance.server_uuid(), instance.image_uuid()),
+        (Some(cn1.uuid), Some(target)),
+        "{instance:?}"
     );
     assert_eq!(dc.cnapi_crashes(), 0);
     dc.shutdown().await;
