@@ -288,6 +288,25 @@ async fn rollout_dc() -> (SimDc, ImageUuid) {
     (dc, old.uuid)
 }
 
+/// Execute `p` (confirmed) with quick task waits; every server succeeds.
+async fn run_to_success(session: &Session<'_>, p: &agentsadm_plan::Plan) {
+    let options = ExecOptions {
+        task_timeout: Duration::from_secs(60),
+        ..Default::default()
+    };
+    let report = session
+        .execute(
+            crate::sim_common::yes(p),
+            &options,
+            fast_transport(),
+            &NullReporter,
+            std::future::pending(),
+        )
+        .await
+        .unwrap();
+    assert!(report.all_succeeded(), "{}", report.render(p));
+}
+
 /// Put the old agentsadm on `s` (its current copy installs it).
 pub(crate) async fn old_copy(dc: &SimDc, s: &SimServer, old: ImageUuid) {
     let apis = dc.apis();
@@ -358,21 +377,7 @@ async fn rollout_gives_agentsadm_first_and_converges() {
             .all(|s| s.component != "agentsadm")
     );
 
-    let options = ExecOptions {
-        task_timeout: Duration::from_secs(60),
-        ..Default::default()
-    };
-    let report = session
-        .execute(
-            crate::sim_common::yes(p),
-            &options,
-            fast_transport(),
-            &NullReporter,
-            std::future::pending(),
-        )
-        .await
-        .unwrap();
-    assert!(report.all_succeeded(), "{}", report.render(p));
+    run_to_success(&session, p).await;
 
     // The bootstrap went to exactly the four servers, once each.
     let mut bootstrapped: Vec<ServerUuid> = dc
@@ -464,21 +469,7 @@ async fn agentsadm_stays_in_server_agents_through_cn_agent_tasks() {
             .all(|s| s.transport == TransportKind::InstallAgent && s.component == "vm-agent"),
         "{p}"
     );
-    let options = ExecOptions {
-        task_timeout: Duration::from_secs(60),
-        ..Default::default()
-    };
-    let report = session
-        .execute(
-            crate::sim_common::yes(p),
-            &options,
-            fast_transport(),
-            &NullReporter,
-            std::future::pending(),
-        )
-        .await
-        .unwrap();
-    assert!(report.all_succeeded(), "{}", report.render(p));
+    run_to_success(&session, p).await;
     // cn-agent starting again reads the GZ once more.
     dc.restart_cn_agent(cns[0].uuid).await.unwrap();
     for s in &cns {
