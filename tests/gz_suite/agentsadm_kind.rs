@@ -60,11 +60,19 @@ async fn installs_under_its_own_directory_and_reports_itself() {
             .to_str(),
         Some("../agentsadm/bin/agentsadm")
     );
-    // Nothing of it among the apm agents: only its instance UUID sits
-    // beside theirs.
-    assert!(
-        !srv.at("opt/smartdc/agents/lib/node_modules/agentsadm")
-            .exists()
+    // Nothing of it to run among the apm agents: its instance UUID sits
+    // beside theirs, and its registration (what cn-agent and sysinfo read
+    // into server.agents) is a package.json and an image_uuid.
+    let registration = srv.at("opt/smartdc/agents/lib/node_modules/agentsadm");
+    let mut files: Vec<String> = std::fs::read_dir(&registration)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    files.sort();
+    assert_eq!(files, ["image_uuid", "package.json"]);
+    assert_eq!(
+        std::fs::read_to_string(registration.join("image_uuid")).unwrap(),
+        format!("{}\n", v1.manifest.uuid)
     );
     assert!(srv.instance("agentsadm").is_some());
     let rep = report(&srv.gz_offline(&["report"]).await);

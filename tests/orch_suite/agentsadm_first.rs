@@ -289,6 +289,25 @@ async fn rollout_dc() -> (SimDc, ImageUuid) {
     (dc, old.uuid)
 }
 
+/// Execute `p` (confirmed) with quick task waits; every server succeeds.
+async fn run_to_success(session: &Session<'_>, p: &agentsadm_plan::Plan) {
+    let options = ExecOptions {
+        task_timeout: Duration::from_secs(60),
+        ..Default::default()
+    };
+    let report = session
+        .execute(
+            crate::sim_common::yes(p),
+            &options,
+            fast_transport(),
+            &NullReporter,
+            std::future::pending(),
+        )
+        .await
+        .unwrap();
+    assert!(report.all_succeeded(), "{}", report.render(p));
+}
+
 /// Put the old agentsadm on `s` (its current copy installs it).
 pub(crate) async fn old_copy(dc: &SimDc, s: &SimServer, old: ImageUuid) {
     let apis = dc.apis();
@@ -359,21 +378,7 @@ async fn rollout_gives_agentsadm_first_and_converges() {
             .all(|s| s.component != "agentsadm")
     );
 
-    let options = ExecOptions {
-        task_timeout: Duration::from_secs(60),
-        ..Default::default()
-    };
-    let report = session
-        .execute(
-            crate::sim_common::yes(p),
-            &options,
-            fast_transport(),
-            &NullReporter,
-            std::future::pending(),
-        )
-        .await
-        .unwrap();
-    assert!(report.all_succeeded(), "{}", report.render(p));
+    run_to_success(&session, p).await;
 
     // The bootstrap went to exactly the four servers, once each.
     let mut bootstrapped: Vec<ServerUuid> = dc
@@ -433,5 +438,69 @@ async fn rollout_gives_agentsadm_first_and_converges() {
         .await
         .unwrap();
     assert!(again.plan.is_empty(), "{}", again.plan);
+    dc.shutdown().await;
+}
+
+/// The real cn-agent rewrites `server.agents` from `node_modules` after each
+/// of its tasks and when it starts (docs/triton/agent-install.md §3.6), and
+/// agentsadm, gz-tools, dockerlogger and sdcadm live elsewhere: without
+/// their registrations there, a vm-agent update through cn-agent drops
+/// them, and the next plan takes every server for one without agentsadm
+/// and bootstraps it again (seen against the real cn-agent).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn agentsadm_stays_in_server_agents_through_cn_agent_tasks() {
+    let (dc, _old) = rollout_dc().await;
+    let cns = dc.compute_nodes();
+    let apis = dc.apis();
+    let session = Session {
+        apis: &apis,
+        catalog: dc.catalog(),
+        updates: None,
+    };
+    let req = request(Operation::Update, &["vm-agent"], &[]);
+    let planned = session
+        .plan(&req, ImageChoice::Latest, TransportMode::Auto)
+        .await
+        .unwrap();
+    let p = &planned.plan;
+    assert!(
+        p.servers()
+            .values()
+            .flat_map(|s| &s.steps)
+            .all(|s| s.transport == TransportKind::InstallAgent && s.component == "vm-agent"),
+        "{p}"
+    );
+    run_to_success(&session, p).await;
+    // cn-agent starting again reads the GZ once more.
+    dc.restart_cn_agent(cns[0].uuid).await.unwrap();
+    for s in &cns {
+        let own = dc.gz_report(s.uuid).await.unwrap();
+        let reported = dc.server_agents(s.uuid);
+        for name in ["agentsadm", "gz-tools"] {
+            let want = own.agents.iter().find(|a| a.name == name).unwrap();
+            let got = reported.iter().find(|a| a.name == name);
+            assert_eq!(
+                got.map(|a| (&a.version, a.image_uuid, a.uuid)),
+                Some((&want.version, want.image_uuid, want.uuid)),
+                "{}: {name} as cn-agent reports it",
+                s.hostname
+            );
+        }
+    }
+    // And so the next change needs no agentsadm step anywhere.
+    let req = request(Operation::Update, &["gz-tools"], &[]);
+    let next = session
+        .plan(&req, ImageChoice::Latest, TransportMode::Auto)
+        .await
+        .unwrap();
+    assert!(
+        next.plan
+            .servers()
+            .values()
+            .flat_map(|s| &s.steps)
+            .all(|s| s.component != "agentsadm"),
+        "{}",
+        next.plan
+    );
     dc.shutdown().await;
 }

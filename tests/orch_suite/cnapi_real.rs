@@ -108,13 +108,31 @@ fn agent(dc: &SimDc, server: ServerUuid, name: &str) -> Option<AgentEntry> {
 }
 
 /// Set the cn-agent entry of a server's `server.agents` (`None`: drop it).
+/// A version is also written into the server's cn-agent package.json,
+/// which is where the simulated cn-agent reads it back after its tasks, as
+/// the real one does.
 async fn set_cn_agent(dc: &SimDc, server: ServerUuid, version: Option<&str>) {
     let mut agents = dc.server_agents(server);
     match version {
-        Some(v) => agents
-            .iter_mut()
-            .filter(|a| a.name == "cn-agent")
-            .for_each(|a| a.version = v.parse().unwrap()),
+        Some(v) => {
+            // The server's GZ is laid out on first use.
+            dc.gz_report(server).await.unwrap();
+            agents
+                .iter_mut()
+                .filter(|a| a.name == "cn-agent")
+                .for_each(|a| a.version = v.parse().unwrap());
+            let root = dc
+                .servers()
+                .into_iter()
+                .find(|s| s.uuid == server)
+                .unwrap()
+                .root;
+            let file = root.join("opt/smartdc/agents/lib/node_modules/cn-agent/package.json");
+            let mut package: serde_json::Value =
+                serde_json::from_slice(&std::fs::read(&file).unwrap()).unwrap();
+            package["version"] = v.into();
+            std::fs::write(&file, serde_json::to_vec(&package).unwrap()).unwrap();
+        }
         None => agents.retain(|a| a.name != "cn-agent"),
     }
     dc.apis()
@@ -192,9 +210,27 @@ async fn health_gate_gives_up_within_its_bound_when_ur_is_down() {
     );
     // The install stands.
     let target = p.targets()["vm-agent"].uuid;
+    let installed = agent(&dc, cn1.uuid, "vm-agent").unwrap();
+    assert_eq!(installed.image_uuid, Some(target));
+    // So does its intent: vm-agent's postinstall re-adopted its SAPI
+    // instance bare, and the params are written again although the step
+    // failed at its gate.
+    let apis = dc.apis();
+    let services = apis.sapi.list_agent_services().await.unwrap();
+    let service = services.iter().find(|s| s.name == "vm-agent").unwrap();
+    let instances = apis
+        .sapi
+        .list_service_instances(service.uuid)
+        .await
+        .unwrap();
+    let instance = instances
+        .iter()
+        .find(|i| Some(i.uuid) == installed.uuid)
+        .unwrap();
     assert_eq!(
-        agent(&dc, cn1.uuid, "vm-agent").unwrap().image_uuid,
-        Some(target)
+        (instance.server_uuid(), instance.image_uuid()),
+        (Some(cn1.uuid), Some(target)),
+        "{instance:?}"
     );
     assert_eq!(dc.cnapi_crashes(), 0);
     dc.shutdown().await;

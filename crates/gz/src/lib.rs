@@ -30,7 +30,10 @@
 //!   after an install, else the transaction rolls back);
 //! - [`hooks`]: apm-compatible lifecycle hooks; [`package`]: `package.json`;
 //! - [`adopt`]: SAPI adoption; [`report`]: the Triton GZ's `server.agents`
-//!   report; [`step`]: the failure steps results name;
+//!   report; [`registration`]: the entries under `node_modules` that keep
+//!   the components installed elsewhere (agentsadm, gz-tools, dockerlogger,
+//!   sdcadm) in what cn-agent reports; [`step`]: the failure steps results
+//!   name;
 //! - [`release`]: agentsadm's own image (`make release` packs it, the
 //!   `agentsadm` kind installs it);
 //!
@@ -85,6 +88,7 @@ pub mod layout;
 pub mod lock;
 pub mod package;
 pub mod paths;
+pub mod registration;
 pub mod release;
 pub mod report;
 pub mod session;

@@ -6,7 +6,9 @@
 //! directory in `node_modules`, its `image_uuid`, its `package.json` version,
 //! and the instance UUID in `etc/<dir>`; the entry is named after the
 //! directory. Unlike cn-agent, one unreadable agent does not fail the report:
-//! it goes to `errors` and the rest is reported.
+//! it goes to `errors` and the rest is reported. The directories there
+//! that register the other kinds ([`super::registration`]) are not read as
+//! agents: those components are reported from what is installed.
 
 use agentsadm_types::component::{ComponentName, ComponentVersion};
 use std::fs;
@@ -29,7 +31,7 @@ use super::paths::GzPaths;
 pub fn report(paths: &GzPaths, catalog: &Catalog, server: ServerUuid) -> AgentsReport {
     let mut agents = Vec::new();
     let mut errors = Vec::new();
-    apm_agents(paths, &mut agents, &mut errors);
+    apm_agents(paths, catalog, &mut agents, &mut errors);
     for c in catalog.iter().filter(|c| c.kind != ComponentKind::ApmAgent) {
         match kinds::current(paths, c) {
             Ok(Some(fp)) => {
@@ -89,7 +91,12 @@ fn instance_of(paths: &GzPaths, rel: &str) -> (Option<InstanceUuid>, Option<Stri
     }
 }
 
-fn apm_agents(paths: &GzPaths, agents: &mut Vec<AgentEntry>, errors: &mut Vec<ReportError>) {
+fn apm_agents(
+    paths: &GzPaths,
+    catalog: &Catalog,
+    agents: &mut Vec<AgentEntry>,
+    errors: &mut Vec<ReportError>,
+) {
     let dir = paths.node_modules();
     let rd = match fs::read_dir(&dir) {
         Ok(rd) => rd,
@@ -105,7 +112,7 @@ fn apm_agents(paths: &GzPaths, agents: &mut Vec<AgentEntry>, errors: &mut Vec<Re
     let mut names: Vec<String> = rd
         .flatten()
         .map(|e| e.file_name().to_string_lossy().into_owned())
-        .filter(|n| !n.starts_with('.'))
+        .filter(|n| !n.starts_with('.') && !super::registration::is_registration(catalog, n))
         .collect();
     names.sort();
     for name in names {

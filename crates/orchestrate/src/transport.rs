@@ -131,6 +131,12 @@ pub struct StepFailure {
     /// back on the server (the reinstall after cn-agent's task failed).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub revert_error: Option<String>,
+    /// The component's install finished on the server (cn-agent's task
+    /// completed) and only what follows it failed (its health check could
+    /// not run): the SAPI writes an install through cn-agent needs after
+    /// it are still made.
+    #[serde(skip)]
+    pub installed: bool,
 }
 
 impl StepFailure {
@@ -139,6 +145,7 @@ impl StepFailure {
             stage,
             message: message.into(),
             revert_error: None,
+            installed: false,
         }
     }
 

@@ -132,6 +132,8 @@ impl Executor<'_> {
         }
         if outcome.failure.is_none() {
             self.intent_after(server, sp, &ran, &mut outcome).await;
+        } else if !ran.by_cn_agent.is_empty() {
+            self.rewrite_after_cn_agent(server, sp, &ran).await;
         }
         outcome.elapsed = started.elapsed();
         outcome.tasks = self.transport.tasks(server);
@@ -185,6 +187,25 @@ impl Executor<'_> {
         }
     }
 
+    /// On a server whose turn failed after cn-agent installed something
+    /// (its health check could not run): the writes its postinstall
+    /// erased ([`Executor::intent_after`]), and nothing else, since the
+    /// turn did not finish. The turn's failure stays what is reported; a
+    /// write that fails here is logged.
+    async fn rewrite_after_cn_agent(&self, server: ServerUuid, sp: &ServerPlan, ran: &Ran<'_>) {
+        let again = sp
+            .intent
+            .iter()
+            .filter(|c| c.runs_before_steps() && ran.by_cn_agent.contains_key(c.component()));
+        let kept_off = kept_off_marks(sp, ran);
+        for change in again.chain(kept_off.iter()) {
+            let instance = ran.reported.get(change.component()).copied().flatten();
+            if let Err(err) = self.store.apply(server, change, instance).await {
+                tracing::warn!(%server, component = %change.component(), error = %error_chain(&err), "cannot write the SAPI instance again after cn-agent's install; 'agentsadm check --fix' writes it later");
+            }
+        }
+    }
+
     /// The steps, batch by batch; the first failure stops the turn (the
     /// remaining steps are not run).
     async fn run_batches<'p>(
@@ -206,6 +227,12 @@ impl Executor<'_> {
             };
             for (step, (result, r)) in batch.iter().zip(results) {
                 outcome.gates.extend(result.gate.clone());
+                let by_cn_agent = step.transport == TransportKind::InstallAgent
+                    && matches!(step.action, Action::Install { .. } | Action::Upgrade { .. });
+                if by_cn_agent && r.as_ref().is_err_and(|(f, _)| f.installed) {
+                    ran.by_cn_agent
+                        .insert(&step.component, step.keep_off.as_ref());
+                }
                 if let Err((f, _)) = &r
                     && f.is_unhealthy()
                 {
@@ -214,12 +241,7 @@ impl Executor<'_> {
                 match r {
                     Ok(instance) => {
                         ran.reported.insert(&step.component, instance);
-                        if step.transport == TransportKind::InstallAgent
-                            && matches!(
-                                step.action,
-                                Action::Install { .. } | Action::Upgrade { .. }
-                            )
-                        {
+                        if by_cn_agent {
                             ran.by_cn_agent
                                 .insert(&step.component, step.keep_off.as_ref());
                         }

@@ -15,6 +15,7 @@ use super::cnapi::CnapiState;
 use super::faults::Faults;
 use super::fleet::MockServer;
 use super::gz::GzEnv;
+use super::gz::GzLayout;
 use super::gz::GzOpError;
 use super::gz::GzOps;
 use super::gz::SeedImage;
@@ -91,27 +92,38 @@ impl DcCore {
         })
     }
 
-    /// What cn-agent's refreshAgents does: read the GZ and set
-    /// `server.agents` (directly; the real one POSTs to CNAPI, so nothing
-    /// arrives while CNAPI is down).
+    /// What cn-agent's refreshAgents does: read the GZ as cn-agent reads
+    /// it ([`super::gz::GzOps::cn_agent_view`]: only `node_modules` on a
+    /// Triton GZ) and set `server.agents` (directly; the real one POSTs to
+    /// CNAPI, so nothing arrives while CNAPI is down, and nothing when one
+    /// entry cannot be read).
     pub(crate) async fn refresh_agents(&self, server: &MockServer) {
         if self.cnapi_down(server) {
             return;
         }
-        match self.gz.report(server.target(&self.config.datacenter)).await {
-            Ok(report) => self.cnapi.set_agents(server.uuid, report.agents),
+        match self
+            .gz
+            .cn_agent_view(server.target(&self.config.datacenter))
+            .await
+        {
+            Ok(agents) => self.cnapi.set_agents(server.uuid, agents),
             Err(e) => {
-                tracing::warn!(server = %server.hostname, error = %error_chain(&e), "sim: cannot read the GZ to refresh server.agents")
+                tracing::warn!(server = %server.hostname, error = %error_chain(&e), "sim: cn-agent's refresh failed; server.agents unchanged")
             }
         }
         self.touch();
     }
 
-    /// After a cn-agent task ran the installer: `server.agents` with the
-    /// entries of the components it touched replaced from its result
-    /// ([`super::gz::apply_results`]), as cn-agent's refreshAgents would
-    /// find them.
-    pub(crate) fn record_results(&self, server: &MockServer, results: &[ComponentResult]) {
+    /// After a cn-agent task ran the installer: `server.agents` as
+    /// cn-agent's refreshAgents leaves it. A Triton GZ is read again whole,
+    /// as the real one does; a mockcloud server (thousands of them in a
+    /// benchmark) gets the entries of the components it touched replaced
+    /// from its result ([`super::gz::apply_results`]), which is what the
+    /// dummy backend would read there.
+    pub(crate) async fn record_results(&self, server: &MockServer, results: &[ComponentResult]) {
+        if self.config.gz_layout == GzLayout::Rooted {
+            return self.refresh_agents(server).await;
+        }
         if self.cnapi_down(server) {
             return;
         }

@@ -164,4 +164,13 @@ pub trait Layout: Send + Sync + fmt::Debug {
     fn after_install(&self, _component: &Component, _server: ServerUuid) -> Vec<String> {
         Vec::new()
     }
+
+    /// Bring what cn-agent reads as `server.agents` in line with what is
+    /// installed, for the components it would not see otherwise
+    /// ([`super::registration`]); returns what could not be done. Blocking;
+    /// the caller holds the server lock. A layout whose every component
+    /// already sits where cn-agent looks has nothing to do.
+    fn register(&self, _catalog: &Catalog) -> Vec<String> {
+        Vec::new()
+    }
 }

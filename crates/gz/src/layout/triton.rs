@@ -155,6 +155,18 @@ impl Layout for TritonGz {
         super::super::report::report(&self.paths, catalog, server)
     }
 
+    fn register(&self, catalog: &Catalog) -> Vec<String> {
+        super::super::registration::sync(&self.paths, catalog)
+            .iter()
+            .map(|e| {
+                format!(
+                    "{}; cn-agent may leave it out of server.agents until the next agentsadm gz run on this server",
+                    agentsadm_types::error::error_chain(e)
+                )
+            })
+            .collect()
+    }
+
     fn after_install(&self, component: &Component, server: ServerUuid) -> Vec<String> {
         if component.kind != ComponentKind::Sdcadm {
             return Vec::new();

@@ -125,7 +125,15 @@ impl GzSession {
         self.cnapi.is_some()
     }
 
+    /// After a locked run that may have changed what is installed: the
+    /// registrations cn-agent reads ([`super::super::registration`]) first,
+    /// then the report to CNAPI.
     pub(super) async fn post_report(&self, result: &mut GzResult) {
+        let layout = self.layout.clone();
+        let catalog = self.settings.catalog.clone();
+        result
+            .warnings
+            .extend(blocking(move || layout.register(&catalog)).await);
         if self.settings.no_cnapi {
             return;
         }

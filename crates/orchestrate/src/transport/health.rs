@@ -63,6 +63,7 @@ impl CnapiTransport {
                 crate::report::fmt_duration(bound),
                 unhealthy.message
             );
+            unhealthy.installed = true;
             return Err(unhealthy);
         }
         let previous = match &step.action {

@@ -215,7 +215,7 @@ async fn run_agent_install(
         // GZ work inside it does: a CNAPI that dies before the end loses
         // the report.
         tokio::time::sleep_until(deadline).await;
-        core.record_results(&server, &results);
+        core.record_results(&server, &results).await;
         Ok(())
     };
     finish_within(&core, run, deadline, work).await;
@@ -375,7 +375,7 @@ pub(super) async fn uninstall_agents(
         let work = async {
             core2.ensure_prepared(&server)?;
             let results = core2.gz.uninstall(core2.env(), target, names).await?;
-            core2.record_results(&server, &results);
+            core2.record_results(&server, &results).await;
             Ok(())
         };
         finish_within(&core2, run, deadline, work).await;

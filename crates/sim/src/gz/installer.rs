@@ -421,6 +421,28 @@ impl GzOps for InstallerGz {
         })
     }
 
+    fn cn_agent_view(
+        &self,
+        target: GzTarget,
+    ) -> BoxFuture<'static, Result<Vec<AgentEntry>, GzOpError>> {
+        if self.layout == GzLayout::Mockcloud {
+            // The dummy backend reads `agents/*`, where every component of
+            // a mockcloud server sits: what the installer reports.
+            let report = self.report(target);
+            return Box::pin(async move { Ok(report.await?.agents) });
+        }
+        Box::pin(async move {
+            let root = target.root.clone();
+            agentsadm_platform::blocking(move || super::cn_agent_view::read(&root))
+                .await
+                .map_err(|(path, err)| GzOpError::Refresh {
+                    server: target.server_uuid,
+                    path,
+                    err,
+                })
+        })
+    }
+
     fn settle(&self, target: &GzTarget) -> BoxFuture<'static, ()> {
         let queue = self.queue(target.server_uuid);
         Box::pin(async move {

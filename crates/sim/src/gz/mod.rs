@@ -189,6 +189,16 @@ pub enum GzOpError {
         #[source]
         err: GzError,
     },
+    /// cn-agent's refresh read a `node_modules` entry it could not use:
+    /// the real one then posts nothing at all ("Cannot get agents image
+    /// versions").
+    #[error("cn-agent cannot get the agents' image versions on server {server}: {path}")]
+    Refresh {
+        server: ServerUuid,
+        path: PathBuf,
+        #[source]
+        err: io::Error,
+    },
     #[error("cannot {action} {path} while preparing the GZ of server {server}")]
     Prepare {
         server: ServerUuid,
@@ -265,6 +275,16 @@ pub trait GzOps: Send + Sync + 'static {
     /// The `server.agents` report read from the GZ.
     fn report(&self, target: GzTarget) -> BoxFuture<'static, Result<AgentsReport, GzOpError>>;
 
+    /// What cn-agent's `refreshAgents` would post as `server.agents`
+    /// (docs/triton/agent-install.md §3.6): on a Triton GZ only what sits
+    /// in `node_modules`, and nothing at all when one entry there has no
+    /// readable `image_uuid`; on a mockcloud server the dummy backend's
+    /// `agents/*`. Not agentsadm's own report, which knows more.
+    fn cn_agent_view(
+        &self,
+        target: GzTarget,
+    ) -> BoxFuture<'static, Result<Vec<AgentEntry>, GzOpError>>;
+
     /// Ends when the changing operations already running or queued on
     /// this server have ended. A caller that gave up on one (a timeout
     /// says "the work may still be running") does not stop it, as on a
@@ -288,6 +308,7 @@ pub trait GzOps: Send + Sync + 'static {
     ) -> BoxFuture<'static, ExecuteResult>;
 }
 
+mod cn_agent_view;
 mod installer;
 mod jobs;
 mod template;
