@@ -139,6 +139,13 @@ async fn orchestrator_commands_refuse_bad_input_with_one_line_and_change_nothing
     let cases = vec![
         // list
         case(&["list", "nosuch"], &["unknown component \"nosuch\""]),
+        // A name that is not a component name is refused where it is read.
+        case(&["list", "A B"], &["\"A B\" is not a component name"]),
+        case(&["avail", "../x"], &["\"../x\" is not a component name"]),
+        case(
+            &["disable", "../x", "-s", "cn0001", "-y"],
+            &["\"../x\" is not a component name"],
+        ),
         case(&["list", "-s", "nosuch"], &["unknown server nosuch"]),
         case(&["list", "-s", u], &[&unknown_server]),
         case(

@@ -2,6 +2,7 @@
 //! IMGAPI (or an updates server's channel), with how many servers run each
 //! and which is the service default.
 
+use agentsadm_types::component::ComponentName;
 use std::collections::BTreeMap;
 
 use anyhow::Context;
@@ -28,7 +29,7 @@ use agentsadm_types::output::to_the_second;
 pub struct AvailArgs {
     /// Only these components (default: all).
     #[arg(value_name = "COMPONENT")]
-    pub components: Vec<String>,
+    pub components: Vec<ComponentName>,
     #[command(flatten)]
     pub source: ChannelArgs,
     /// Also list images older than the oldest one in use.

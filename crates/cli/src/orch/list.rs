@@ -31,7 +31,7 @@ use agentsadm_types::output::table_with;
 pub struct ListArgs {
     /// Only these components.
     #[arg(value_name = "COMPONENT")]
-    pub components: Vec<String>,
+    pub components: Vec<ComponentName>,
     #[command(flatten)]
     pub servers: ServersArg,
     /// One line per component and installed image, with how many servers

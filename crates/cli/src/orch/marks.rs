@@ -31,7 +31,7 @@ use agentsadm_plan::{
 pub struct DisableArgs {
     /// The component whose services stay off.
     #[arg(value_name = "COMPONENT")]
-    pub component: String,
+    pub component: ComponentName,
     #[command(flatten)]
     pub servers: ServersArg,
     /// Why (recorded in SAPI with who and when).
@@ -45,7 +45,7 @@ pub struct DisableArgs {
 pub struct EnableArgs {
     /// The component to let run again.
     #[arg(value_name = "COMPONENT")]
-    pub component: String,
+    pub component: ComponentName,
     #[command(flatten)]
     pub servers: ServersArg,
     #[command(flatten)]
@@ -56,7 +56,7 @@ pub struct EnableArgs {
 pub struct HoldArgs {
     /// The component to leave where it is.
     #[arg(value_name = "COMPONENT")]
-    pub component: String,
+    pub component: ComponentName,
     /// Hold it on these servers only (default: datacenter-wide, new
     /// servers included).
     #[command(flatten)]
@@ -70,7 +70,7 @@ pub struct HoldArgs {
 pub struct ReleaseArgs {
     /// The held component.
     #[arg(value_name = "COMPONENT")]
-    pub component: String,
+    pub component: ComponentName,
     /// Release it on these servers only (default: the datacenter-wide hold).
     #[command(flatten)]
     pub servers: ServersArg,
@@ -104,7 +104,7 @@ pub async fn run_enable(g: &GlobalOpts, a: EnableArgs) -> CmdResult {
 
 async fn run_switch(
     g: &GlobalOpts,
-    component: String,
+    component: ComponentName,
     servers: ServersArg,
     run: RunArgs,
     mark: Option<Mark>,
@@ -123,7 +123,6 @@ async fn run_switch(
     let out = g.output();
     let catalog = g.load_catalog()?;
     catalog.require(&component)?;
-    let component: ComponentName = component.parse()?;
     let apis = g.apis()?;
     let settings = run.settings(None);
     let planner = SwitchPlanner {
