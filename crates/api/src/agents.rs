@@ -49,21 +49,6 @@ impl std::fmt::Display for AgentProblem {
 }
 
 impl AgentEntry {
-    /// A well-formed entry.
-    pub fn new(
-        name: ComponentName,
-        version: ComponentVersion,
-        image_uuid: Option<ImageUuid>,
-        uuid: Option<InstanceUuid>,
-    ) -> AgentEntry {
-        AgentEntry {
-            name,
-            version,
-            image_uuid,
-            uuid,
-        }
-    }
-
     /// Read one entry as reported, whatever it is: the entry, or what is
     /// wrong with it (every bad field, bounded).
     pub fn from_value(v: &Value) -> Result<AgentEntry, String> {

@@ -79,8 +79,8 @@ impl ComponentName {
     }
 }
 
-/// The rule of [`ComponentName`], for checks that do not need the value.
-pub fn is_component_name(name: &str) -> bool {
+/// The rule of [`ComponentName`].
+fn is_component_name(name: &str) -> bool {
     let b = name.as_bytes();
     !b.is_empty()
         && b.len() <= MAX_COMPONENT_NAME
