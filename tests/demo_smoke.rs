@@ -103,7 +103,7 @@ fn the_story_runs_on_twelve_servers() {
     // which is reverted; the rollout halts with no other server started.
     let bad = last_section(
         &out,
-        "$ agentsadm update vm-agent --latest -C release -y --canary 1 --outlier-margin 1s",
+        "$ agentsadm update vm-agent --latest -C release -y --canary 1 --outlier-factor 2 --outlier-margin 1s",
     );
     assert!(
         bad.contains(&format!("Failed:\n  {} (", cast.canary))
@@ -145,7 +145,7 @@ fn the_story_runs_on_twelve_servers() {
     );
     let update = last_section(
         &out,
-        "$ agentsadm update --all --latest -C release -y --canary 1 --max-per-rack 8 --outlier-margin 1s",
+        "$ agentsadm update --all --latest -C release -y --canary 1 --max-per-rack 8 --outlier-factor 2 --outlier-margin 1s",
     );
     assert!(
         update.contains(&format!("canary passed on {}", cast.canary)),

@@ -190,6 +190,9 @@ fn write(paths: &GzPaths, reg: &Registration) -> Result<(), RegistrationError> {
     fs::create_dir_all(paths.node_modules()).map_err(io_err("create", &paths.node_modules()))?;
     fs::rename(&staged, &dir).map_err(io_err("rename into place", &dir))?;
     let _ = fsutil::fsync_dir(&paths.node_modules());
+    // Leave no empty staging directory behind (one a transaction uses is
+    // not empty, and stays).
+    let _ = fs::remove_dir(paths.staging_dir());
     Ok(())
 }
 
@@ -278,8 +281,10 @@ mod tests {
         fs::remove_dir_all(tmp.path().join(kinds::AGENTSADM_DIR)).unwrap();
         assert!(sync(&paths, &catalog).is_empty());
         assert!(!paths.node_modules().join("agentsadm").exists());
-        // Nothing staged or set aside is left in node_modules.
+        // Nothing staged or set aside is left in node_modules, nor an
+        // empty staging directory.
         assert_eq!(fs::read_dir(paths.node_modules()).unwrap().count(), 0);
+        assert!(!paths.staging_dir().exists());
     }
 
     #[test]

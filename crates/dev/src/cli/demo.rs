@@ -425,13 +425,14 @@ async fn tell(g: &GlobalOpts, a: &DemoArgs, cast: &Cast) -> anyhow::Result<(SimD
          - every install takes {} to {} ms (download, unpack, restart);\n\
          - {} are {}x slower (a busy disk);\n\
          - every install on {} fails (a full /opt).\n\
-         Outliers are servers running past max(3 x median, median + margin); the default margin is 30s,\n\
-         longer than this whole rollout, so the update runs with --outlier-margin {}.",
+         Outliers are servers running past max(factor x median, median + margin); the defaults (3 and 30s)\n\
+         suit real rollouts, far longer than this one, so the updates run with --outlier-factor {} --outlier-margin {}.",
         timings.install_latency.base_ms,
         timings.install_latency.base_ms + timings.install_latency.jitter_ms,
         cast.slow.join(", "),
         timings.slow_factor,
         cast.failing,
+        timings.factor_arg(),
         timings.margin_arg()
     ));
 
@@ -439,6 +440,7 @@ async fn tell(g: &GlobalOpts, a: &DemoArgs, cast: &Cast) -> anyhow::Result<(SimD
     story.act(7, "A bad build meets its canary");
     let hidden_updates = ["--updates-url", updates_url.as_str()];
     let margin = timings.margin_arg();
+    let factor = timings.factor_arg();
     let canary_arg = "1".to_string();
     story.say(format!(
         "{BAD_COMPONENT} {NEWER_VERSION} first, with one canary: {} is updated alone and must pass its health gate\n\
@@ -457,6 +459,8 @@ async fn tell(g: &GlobalOpts, a: &DemoArgs, cast: &Cast) -> anyhow::Result<(SimD
                 "-y",
                 "--canary",
                 &canary_arg,
+                "--outlier-factor",
+                &factor,
                 "--outlier-margin",
                 &margin,
             ],
@@ -526,6 +530,8 @@ async fn tell(g: &GlobalOpts, a: &DemoArgs, cast: &Cast) -> anyhow::Result<(SimD
                 &canary_arg,
                 "--max-per-rack",
                 &per_rack,
+                "--outlier-factor",
+                &factor,
                 "--outlier-margin",
                 &margin,
             ],
