@@ -89,61 +89,6 @@ fn is_component_name(name: &str) -> bool {
             .all(|&c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == b'-' || c == b'_')
 }
 
-impl FromStr for ComponentName {
-    type Err = ComponentNameError;
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        ComponentName::new(s)
-    }
-}
-
-impl TryFrom<String> for ComponentName {
-    type Error = ComponentNameError;
-    fn try_from(s: String) -> Result<Self, Self::Error> {
-        ComponentName::new(s)
-    }
-}
-
-impl TryFrom<&str> for ComponentName {
-    type Error = ComponentNameError;
-    fn try_from(s: &str) -> Result<Self, Self::Error> {
-        ComponentName::new(s)
-    }
-}
-
-impl<'de> Deserialize<'de> for ComponentName {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<ComponentName, D::Error> {
-        let s = String::deserialize(d)?;
-        ComponentName::new(s).map_err(serde::de::Error::custom)
-    }
-}
-
-impl fmt::Display for ComponentName {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.pad(&self.0)
-    }
-}
-
-impl fmt::Debug for ComponentName {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        fmt::Debug::fmt(&self.0, f)
-    }
-}
-
-/// Read-only access as a `str` (comparisons, formatting, map lookups);
-/// there is no way to change a name in place.
-impl Deref for ComponentName {
-    type Target = str;
-    fn deref(&self) -> &str {
-        &self.0
-    }
-}
-
-impl AsRef<str> for ComponentName {
-    fn as_ref(&self) -> &str {
-        &self.0
-    }
-}
-
 impl AsRef<std::path::Path> for ComponentName {
     fn as_ref(&self) -> &std::path::Path {
         std::path::Path::new(&self.0)
@@ -153,37 +98,6 @@ impl AsRef<std::path::Path> for ComponentName {
 impl AsRef<std::ffi::OsStr> for ComponentName {
     fn as_ref(&self) -> &std::ffi::OsStr {
         std::ffi::OsStr::new(&self.0)
-    }
-}
-
-/// So a `BTreeMap<ComponentName, _>` is looked up with a `&str`.
-impl Borrow<str> for ComponentName {
-    fn borrow(&self) -> &str {
-        &self.0
-    }
-}
-
-impl From<ComponentName> for String {
-    fn from(n: ComponentName) -> String {
-        n.0
-    }
-}
-
-impl PartialEq<str> for ComponentName {
-    fn eq(&self, other: &str) -> bool {
-        self.0 == other
-    }
-}
-
-impl PartialEq<&str> for ComponentName {
-    fn eq(&self, other: &&str) -> bool {
-        self.0 == *other
-    }
-}
-
-impl PartialEq<String> for ComponentName {
-    fn eq(&self, other: &String) -> bool {
-        &self.0 == other
     }
 }
 
@@ -309,88 +223,100 @@ impl ComponentVersion {
     }
 }
 
-impl FromStr for ComponentVersion {
-    type Err = ComponentVersionError;
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        ComponentVersion::new(s)
-    }
+/// What both checked strings share: made only through their `new` (from
+/// text, a `String`, or while decoding), read as a `str`.
+macro_rules! checked_string {
+    ($name:ident, $error:ident) => {
+        impl FromStr for $name {
+            type Err = $error;
+            fn from_str(s: &str) -> Result<Self, Self::Err> {
+                $name::new(s)
+            }
+        }
+
+        impl TryFrom<String> for $name {
+            type Error = $error;
+            fn try_from(s: String) -> Result<Self, Self::Error> {
+                $name::new(s)
+            }
+        }
+
+        impl TryFrom<&str> for $name {
+            type Error = $error;
+            fn try_from(s: &str) -> Result<Self, Self::Error> {
+                $name::new(s)
+            }
+        }
+
+        impl<'de> Deserialize<'de> for $name {
+            fn deserialize<D: Deserializer<'de>>(d: D) -> Result<$name, D::Error> {
+                let s = String::deserialize(d)?;
+                $name::new(s).map_err(serde::de::Error::custom)
+            }
+        }
+
+        impl fmt::Display for $name {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.pad(&self.0)
+            }
+        }
+
+        impl fmt::Debug for $name {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                fmt::Debug::fmt(&self.0, f)
+            }
+        }
+
+        /// Read-only access as a `str` (comparisons, formatting, map
+        /// lookups); there is no way to change one in place.
+        impl Deref for $name {
+            type Target = str;
+            fn deref(&self) -> &str {
+                &self.0
+            }
+        }
+
+        impl AsRef<str> for $name {
+            fn as_ref(&self) -> &str {
+                &self.0
+            }
+        }
+
+        /// So a `BTreeMap<Self, _>` is looked up with a `&str`.
+        impl Borrow<str> for $name {
+            fn borrow(&self) -> &str {
+                &self.0
+            }
+        }
+
+        impl From<$name> for String {
+            fn from(v: $name) -> String {
+                v.0
+            }
+        }
+
+        impl PartialEq<str> for $name {
+            fn eq(&self, other: &str) -> bool {
+                self.0 == other
+            }
+        }
+
+        impl PartialEq<&str> for $name {
+            fn eq(&self, other: &&str) -> bool {
+                self.0 == *other
+            }
+        }
+
+        impl PartialEq<String> for $name {
+            fn eq(&self, other: &String) -> bool {
+                &self.0 == other
+            }
+        }
+    };
 }
 
-impl TryFrom<String> for ComponentVersion {
-    type Error = ComponentVersionError;
-    fn try_from(s: String) -> Result<Self, Self::Error> {
-        ComponentVersion::new(s)
-    }
-}
-
-impl TryFrom<&str> for ComponentVersion {
-    type Error = ComponentVersionError;
-    fn try_from(s: &str) -> Result<Self, Self::Error> {
-        ComponentVersion::new(s)
-    }
-}
-
-impl<'de> Deserialize<'de> for ComponentVersion {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<ComponentVersion, D::Error> {
-        let s = String::deserialize(d)?;
-        ComponentVersion::new(s).map_err(serde::de::Error::custom)
-    }
-}
-
-impl fmt::Display for ComponentVersion {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.pad(&self.0)
-    }
-}
-
-impl fmt::Debug for ComponentVersion {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        fmt::Debug::fmt(&self.0, f)
-    }
-}
-
-impl Deref for ComponentVersion {
-    type Target = str;
-    fn deref(&self) -> &str {
-        &self.0
-    }
-}
-
-impl AsRef<str> for ComponentVersion {
-    fn as_ref(&self) -> &str {
-        &self.0
-    }
-}
-
-impl Borrow<str> for ComponentVersion {
-    fn borrow(&self) -> &str {
-        &self.0
-    }
-}
-
-impl From<ComponentVersion> for String {
-    fn from(v: ComponentVersion) -> String {
-        v.0
-    }
-}
-
-impl PartialEq<str> for ComponentVersion {
-    fn eq(&self, other: &str) -> bool {
-        self.0 == other
-    }
-}
-
-impl PartialEq<&str> for ComponentVersion {
-    fn eq(&self, other: &&str) -> bool {
-        self.0 == *other
-    }
-}
-
-impl PartialEq<String> for ComponentVersion {
-    fn eq(&self, other: &String) -> bool {
-        &self.0 == other
-    }
-}
+checked_string!(ComponentName, ComponentNameError);
+checked_string!(ComponentVersion, ComponentVersionError);
 
 #[cfg(test)]
 mod tests {
