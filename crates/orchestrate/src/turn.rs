@@ -98,6 +98,20 @@ fn kept_off_marks(sp: &ServerPlan, ran: &Ran<'_>) -> Vec<IntentChange> {
         .collect()
 }
 
+/// The writes an install through cn-agent needs again after it (the
+/// agent's postinstall re-adopts its instance bare): the step's instance
+/// params written before the steps, and the disabled mark it keeps.
+fn erased_by_postinstall(sp: &ServerPlan, ran: &Ran<'_>) -> Vec<IntentChange> {
+    let mut again: Vec<IntentChange> = sp
+        .intent
+        .iter()
+        .filter(|c| c.runs_before_steps() && ran.by_cn_agent.contains_key(c.component()))
+        .cloned()
+        .collect();
+    again.extend(kept_off_marks(sp, ran));
+    again
+}
+
 impl Executor<'_> {
     /// One server's turn. Never returns an error: failures are in the
     /// outcome.
@@ -154,13 +168,9 @@ impl Executor<'_> {
         ran: &Ran<'_>,
         outcome: &mut ServerOutcome,
     ) {
-        let again = sp
-            .intent
-            .iter()
-            .filter(|c| c.runs_before_steps() && ran.by_cn_agent.contains_key(c.component()));
-        let kept_off = kept_off_marks(sp, ran);
+        let again = erased_by_postinstall(sp, ran);
         let after = sp.intent.iter().filter(|c| !c.runs_before_steps());
-        for change in again.chain(kept_off.iter()).chain(after) {
+        for change in again.iter().chain(after) {
             let instance = ran.reported.get(change.component()).copied().flatten();
             if let Err(err) = self.store.apply(server, change, instance).await {
                 // The steps ran; what SAPI recorded of them is not known.
@@ -193,12 +203,7 @@ impl Executor<'_> {
     /// turn did not finish. The turn's failure stays what is reported; a
     /// write that fails here is logged.
     async fn rewrite_after_cn_agent(&self, server: ServerUuid, sp: &ServerPlan, ran: &Ran<'_>) {
-        let again = sp
-            .intent
-            .iter()
-            .filter(|c| c.runs_before_steps() && ran.by_cn_agent.contains_key(c.component()));
-        let kept_off = kept_off_marks(sp, ran);
-        for change in again.chain(kept_off.iter()) {
+        for change in &erased_by_postinstall(sp, ran) {
             let instance = ran.reported.get(change.component()).copied().flatten();
             if let Err(err) = self.store.apply(server, change, instance).await {
                 tracing::warn!(%server, component = %change.component(), error = %error_chain(&err), "cannot write the SAPI instance again after cn-agent's install; 'agentsadm check --fix' writes it later");
