@@ -327,3 +327,28 @@ async fn sapi_upgrade_instance_on_agent_drops_the_connection() {
     assert_eq!(after, inst);
     dc.shutdown().await;
 }
+
+/// The real SAPI sets no body limit (a 3.9 MB application metadata body
+/// was accepted, apis.md §2.10): a 601-server `update --all` mirrors its
+/// history into the `sdc` application's metadata with a body that size.
+/// axum's default would refuse anything over 2 MB with 413.
+#[tokio::test]
+async fn sapi_takes_a_body_as_large_as_the_real_one_does() {
+    let dc = small_dc(1).await;
+    let sapi = dc.apis().sapi;
+    let sdc = sapi.sdc_application().await.unwrap().unwrap();
+    // 4,000,000 bytes of metadata, past the real 3.9 MB figure.
+    let big = "x".repeat(4_000_000);
+    let updated = sapi
+        .update_application(
+            sdc.uuid,
+            &Update::metadata(object([("agentsadm_big", json!(big))])),
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        updated.metadata["agentsadm_big"].as_str().map(str::len),
+        Some(4_000_000)
+    );
+    dc.shutdown().await;
+}

@@ -146,6 +146,11 @@ pub(crate) fn router(svc: Arc<SapiService>) -> Router {
         .route("/cache", post(sync_cache))
         .fallback(fallback)
         .method_not_allowed_fallback(method_not_allowed)
+        // The real SAPI's restify bodyParser is set up without a
+        // maxBodySize, so it has no limit (a 3.9 MB application metadata
+        // body was accepted, apis.md §2.10); axum's 2 MB default would
+        // refuse what the real one takes.
+        .layer(axum::extract::DefaultBodyLimit::disable())
         .layer(axum::middleware::from_fn_with_state(
             svc.clone(),
             timing::sapi_timing,
