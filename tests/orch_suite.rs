@@ -40,6 +40,7 @@
 //! - `runlog`: the bunyan log of every run, JSON error documents;
 //! - `small`: how a rollout too small for a median judges slow servers;
 //! - `tables`: `list` and `avail` tables (`-H`, `-o`, `--sort`, `-q`);
+//! - `plain_output`: no escape sequence in any command's output to a pipe;
 //! - `terminal`: a rollout in tmux: the canary question seen, Ctrl-C and
 //!   the end of input as "no".
 
@@ -83,6 +84,8 @@ mod marks_sim;
 mod one_at_a_time;
 #[path = "orch_suite/outage.rs"]
 mod outage;
+#[path = "orch_suite/plain_output.rs"]
+mod plain_output;
 #[path = "orch_suite/plan.rs"]
 mod plan;
 #[path = "orch_suite/revert.rs"]

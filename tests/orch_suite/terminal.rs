@@ -299,3 +299,48 @@ async fn rows_that_do_not_fit_at_80x24_are_counted() {
     drop(tmux);
     dc.shutdown().await;
 }
+
+/// On a terminal the log lines are coloured, and with `NO_COLOR` set
+/// (<https://no-color.org>) nothing is: the screen, attributes included
+/// (`capture-pane -e`), has no colour sequence.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_color_turns_colour_off_on_a_terminal() {
+    if !tools::require_tool("tmux", "tmux") {
+        return;
+    }
+    let dc = SimDc::start(SimConfig::default().servers(1))
+        .await
+        .expect("simulator starts");
+    // Any SGR sequence that sets a foreground colour (30-37, 90-97, 38;...).
+    let coloured = |screen: &str| {
+        screen.split('\x1b').skip(1).any(|seq| {
+            seq.strip_prefix('[')
+                .and_then(|s| s.split_once('m'))
+                .is_some_and(|(params, _)| {
+                    params
+                        .split(';')
+                        .any(|p| p.starts_with('3') || p.starts_with('9'))
+                })
+        })
+    };
+    for (name, env, want) in [("colour", "", true), ("nocolour", "NO_COLOR=1 ", false)] {
+        let dir = tempfile::tempdir().unwrap();
+        let script = script(&dc, dir.path(), "list");
+        // The same script, with the log turned up and NO_COLOR as asked.
+        let text = std::fs::read_to_string(&script).unwrap().replace(
+            env!("CARGO_BIN_EXE_agentsadm"),
+            &format!(
+                "{env}AGENTSADM_LOG=debug {}",
+                env!("CARGO_BIN_EXE_agentsadm")
+            ),
+        );
+        std::fs::write(&script, text).unwrap();
+        let tmux = Tmux::start(name, &script);
+        tmux.wait_for("EXIT=0").await;
+        let screen = tmux.run(&["capture-pane", "-e", "-p", "-t", "t"]);
+        assert!(screen.contains("DEBUG"), "{screen}");
+        assert_eq!(coloured(&screen), want, "{name}:\n{screen:?}");
+        drop(tmux);
+    }
+    dc.shutdown().await;
+}

@@ -176,12 +176,6 @@ pub fn fmt_elapsed(d: Duration) -> String {
     }
 }
 
-/// Whether to colour: a terminal, and `NO_COLOR` unset or empty
-/// (<https://no-color.org>).
-pub fn use_color() -> bool {
-    std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty())
-}
-
 /// Where the live display draws: indicatif on a real terminal, a recorder
 /// in tests.
 pub trait Terminal: Send + Sync {
@@ -287,7 +281,6 @@ impl Display {
 impl CliProgress {
     /// `verb` names the operation in lines ("update", "install", "remove").
     pub fn new(mode: ProgressMode, verb: &'static str) -> CliProgress {
-        use std::io::IsTerminal;
         CliProgress {
             mode,
             verb,
@@ -295,7 +288,7 @@ impl CliProgress {
                 rows: LiveRows::default(),
                 done: 0,
                 total: 0,
-                color: std::io::stderr().is_terminal() && use_color(),
+                color: agentsadm_types::output::colour_on_stderr(),
                 paused: false,
             })),
             live: Arc::new(Mutex::new(None)),

@@ -211,6 +211,9 @@ pub fn init(verbosity: u8, log_file: Option<&Path>) -> std::io::Result<()> {
         .unwrap_or_else(|_| EnvFilter::new(format!("agentsadm={stderr_level}")));
     let stderr_layer = tracing_subscriber::fmt::layer()
         .with_writer(std::io::stderr)
+        // tracing-subscriber colours by default whatever stderr is: a
+        // WARN line redirected to a file would carry escape sequences.
+        .with_ansi(crate::output::colour_on_stderr())
         .with_target(false)
         .with_filter(stderr_filter)
         .with_filter(tracing_subscriber::filter::filter_fn(|meta| {

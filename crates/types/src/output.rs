@@ -57,6 +57,15 @@ impl Output {
     }
 }
 
+/// Whether stderr may carry colour: it is a terminal, and `NO_COLOR` is
+/// unset or empty (<https://no-color.org>). Output redirected to a file or
+/// a pipe never gets an escape sequence, whatever writes it (the progress
+/// display, the log lines).
+pub fn colour_on_stderr() -> bool {
+    use std::io::IsTerminal;
+    std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty())
+}
+
 /// Render rows as an aligned text table with a header.
 pub fn table(header: &[&str], rows: &[Vec<String>]) -> String {
     let mut widths: Vec<usize> = header.iter().map(|h| h.len()).collect();
