@@ -110,6 +110,11 @@ fn naming_a_held_server_refuses_unless_ignore_holds() {
     assert!(p.servers().contains_key(&cn1));
     assert!(p.skips().is_empty(), "{:?}", p.skips());
     assert!(p.needs_explicit_yes());
+    // The reason is the hold, never marlin-agent's (it is not in the plan).
+    assert_eq!(
+        p.explicit_yes().iter().copied().collect::<Vec<_>>(),
+        [agentsadm_plan::ExplicitYes::OverridesHolds]
+    );
     assert!(
         p.warnings().iter().any(|w| w.contains("vm-agent on cn001")),
         "{:?}",

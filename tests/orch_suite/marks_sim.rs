@@ -212,6 +212,22 @@ async fn disabled_net_agent_and_held_vm_agent_through_update_all_latest() {
     );
     set_smf(&dc, "cn0002", "net-agent", "online");
 
+    // --ignore-holds without -y is refused with the hold as the reason
+    // (it once gave marlin-agent's), and changes nothing.
+    let (code, out, err) = cli(
+        &dc,
+        s,
+        &["update", "vm-agent", "--latest", "-s", "cn0001", "--ignore-holds"],
+    )
+    .await;
+    assert_eq!(code, 1, "{out}\n{err}");
+    assert!(
+        err.contains("this plan needs -y: it changes held components (--ignore-holds"),
+        "{err}"
+    );
+    assert!(!err.contains("abort running work"), "{err}");
+    assert_eq!(version(&dc, "cn0001", "vm-agent"), vm_before);
+
     // Released, the next bulk update moves them.
     let (code, _, err) = cli(&dc, s, &["release", "vm-agent", "-s", "cn0001,cn0002"]).await;
     assert_eq!(code, 0, "{err}");

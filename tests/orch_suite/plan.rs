@@ -362,6 +362,10 @@ fn marlin_is_only_touched_by_name_with_a_warning() {
     let p = plan_ok(&dc, &request(Operation::Update, &["marlin"], &[]), &images);
     assert_eq!(p.servers().len(), 1);
     assert!(p.needs_explicit_yes());
+    assert_eq!(
+        p.explicit_yes().iter().copied().collect::<Vec<_>>(),
+        [agentsadm_plan::ExplicitYes::AbortsRunningWork]
+    );
     assert_eq!(p.warnings().len(), 1);
     assert!(
         p.warnings()[0].contains("aborts running Manta jobs on 1 server (cn001)"),

@@ -10,6 +10,7 @@
 //! - [`interrupted`]: Ctrl-C, which stops starting servers.
 //! - [`run_error`]: a run's error as the command line reports it.
 
+use std::borrow::Cow;
 use std::future::Future;
 
 use super::GlobalOpts;
@@ -119,7 +120,7 @@ pub(crate) async fn interrupted() {
 }
 
 type Show<'a, P> = Box<dyn Fn(&P, Shown) + Sync + 'a>;
-type Question<'a, P> = Box<dyn Fn(&P) -> Result<&'static str, AskError> + Sync + 'a>;
+type Question<'a, P> = Box<dyn Fn(&P) -> Result<Cow<'static, str>, AskError> + Sync + 'a>;
 
 /// The command line as the run's operator. `show` renders a plan the
 /// command's way; `question` is what to ask about it (or a refusal).
@@ -136,7 +137,7 @@ impl<'a, P> CliOperator<'a, P> {
     pub(crate) fn new(
         out: Output,
         show: impl Fn(&P, Shown) + Sync + 'a,
-        question: impl Fn(&P) -> Result<&'static str, AskError> + Sync + 'a,
+        question: impl Fn(&P) -> Result<Cow<'static, str>, AskError> + Sync + 'a,
     ) -> CliOperator<'a, P> {
         CliOperator {
             out,
@@ -166,7 +167,9 @@ impl<P> Operator<P> for CliOperator<'_, P> {
         let question = (self.question)(planned);
         async move {
             let question = question?;
-            super::orch::confirm(question).await.map_err(AskError::from)
+            super::orch::confirm(&question)
+                .await
+                .map_err(AskError::from)
         }
     }
 

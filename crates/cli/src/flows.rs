@@ -133,7 +133,7 @@ pub async fn run_check(g: &GlobalOpts, a: CheckArgs) -> CmdResult {
         |p: &FixPlan, shown| show_repairs(out, p, shown, &downgrades),
         |p: &FixPlan| {
             refuse_downgrades(&p.repairs)?;
-            Ok("Repair?")
+            Ok("Repair?".into())
         },
     );
     let execution = Execution::new(g, "repair");
@@ -351,7 +351,7 @@ async fn server_run(
             }
             out.line(plan.render().trim_end());
         },
-        move |_: &CleanupPlan| Ok(question),
+        move |_: &CleanupPlan| Ok(question.into()),
     );
     let operation = format!("server {} {name}", action.as_str());
     let execution = Execution::new(g, action.as_str());

@@ -39,7 +39,7 @@ use agentsadm_api::CnapiClient;
 use agentsadm_api::ImgapiClient;
 use agentsadm_api::SapiClient;
 use agentsadm_plan::timing::Durations;
-use agentsadm_plan::{Plan, PlanOptions, RolloutPolicy, TransportMode};
+use agentsadm_plan::{ExplicitYes, Plan, PlanOptions, RolloutPolicy, TransportMode};
 use agentsadm_types::catalog::Catalog;
 
 /// How long a ping of an API may take before the API counts as not
@@ -148,10 +148,10 @@ pub enum RunError<E: std::error::Error + 'static> {
     Lock(#[from] LockError),
     #[error("refusing to change anything without confirmation: pass -y (nothing was changed)")]
     NeedsYes,
-    #[error(
-        "this plan restarts components that abort running work; re-run with -y to confirm (nothing was changed)"
-    )]
-    NeedsExplicitYes,
+    /// The plan needs `-y` itself ([`ExplicitYes`]); `why` says what it
+    /// does that needs it.
+    #[error("this plan needs -y: {why}; re-run with -y to confirm (nothing was changed)")]
+    NeedsExplicitYes { why: String },
     /// The operator refused, or the answer could not be read; nothing was
     /// changed.
     #[error(transparent)]
@@ -282,7 +282,9 @@ impl<'a> Run<'a> {
         if !self.settings.yes && !operator.interactive() {
             operator.show(&unlocked, Shown::Unlocked);
             return Err(if unlocked.plan().needs_explicit_yes() {
-                RunError::NeedsExplicitYes
+                RunError::NeedsExplicitYes {
+                    why: ExplicitYes::clauses(unlocked.plan().explicit_yes()),
+                }
             } else {
                 RunError::NeedsYes
             });

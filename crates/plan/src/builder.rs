@@ -26,7 +26,8 @@ use super::rollout::{Rollout, RolloutPolicy, waves};
 use super::skip::{Skip, SkipReason};
 use super::timing::Durations;
 use super::types::{
-    Action, Gate, IntentChange, Plan, RecordChange, RevertOf, ServerPlan, ServiceChange, Step,
+    Action, ExplicitYes, Gate, IntentChange, Plan, RecordChange, RevertOf, ServerPlan,
+    ServiceChange, Step,
 };
 use super::{ImageRef, PlanningInput, TransportKind};
 use crate::intent::Intent;
@@ -75,7 +76,7 @@ impl<'c> PlanBuilder<'c> {
                 servers: BTreeMap::new(),
                 skips: Vec::new(),
                 warnings: Vec::new(),
-                needs_explicit_yes: false,
+                explicit_yes: BTreeSet::new(),
                 selected_servers: 0,
                 rollout: Rollout::default(),
                 reverts: None,
@@ -379,7 +380,7 @@ impl<'c> PlanBuilder<'c> {
                 "held, changed anyway (--ignore-holds): {}; -y is required",
                 overridden.join(", ")
             ));
-            self.plan.needs_explicit_yes = true;
+            self.plan.explicit_yes.insert(ExplicitYes::OverridesHolds);
         }
     }
 
@@ -449,7 +450,9 @@ impl<'c> PlanBuilder<'c> {
                 if hosts.len() == 1 { "" } else { "s" },
                 shown.join(", ")
             ));
-            self.plan.needs_explicit_yes = true;
+            self.plan
+                .explicit_yes
+                .insert(ExplicitYes::AbortsRunningWork);
         }
     }
 

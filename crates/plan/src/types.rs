@@ -481,6 +481,43 @@ pub struct ServiceChange {
     pub to: ImageRef,
 }
 
+/// Why a plan must be confirmed with `-y` explicitly: a confirmation at
+/// the prompt is not enough, and the question and the refusal say which.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ExplicitYes {
+    /// It restarts a component that aborts running work (marlin-agent
+    /// aborts the Manta jobs running on its server).
+    AbortsRunningWork,
+    /// It changes components held with `agentsadm hold`
+    /// (`--ignore-holds`).
+    OverridesHolds,
+}
+
+impl ExplicitYes {
+    /// What the plan does that needs it, as a clause: "it restarts ...".
+    pub fn clause(self) -> &'static str {
+        match self {
+            ExplicitYes::AbortsRunningWork => {
+                "it restarts components that abort running work (see the warnings above)"
+            }
+            ExplicitYes::OverridesHolds => {
+                "it changes held components (--ignore-holds; see the warnings above)"
+            }
+        }
+    }
+
+    /// The reasons of a plan as one sentence's middle: "it restarts ...
+    /// and it changes ...".
+    pub fn clauses(reasons: &BTreeSet<ExplicitYes>) -> String {
+        reasons
+            .iter()
+            .map(|r| r.clause())
+            .collect::<Vec<_>>()
+            .join(" and ")
+    }
+}
+
 /// The complete plan: what one run of any changing command does. Closed:
 /// its fields are private and it is made only by [`crate::PlanBuilder`],
 /// whose `finish` holds every rule (components never touched in bulk,
@@ -504,9 +541,9 @@ pub struct Plan {
     pub(crate) skips: Vec<Skip>,
     /// Things the operator must read before confirming.
     pub(crate) warnings: Vec<String>,
-    /// Set when the plan touches a component that must be confirmed with
-    /// `-y` explicitly (marlin-agent).
-    pub(crate) needs_explicit_yes: bool,
+    /// Why the plan must be confirmed with `-y` explicitly, if it must.
+    #[serde(skip_serializing_if = "BTreeSet::is_empty")]
+    pub(crate) explicit_yes: BTreeSet<ExplicitYes>,
     /// How many servers the request selected (before skips).
     pub(crate) selected_servers: usize,
     /// The waves the servers run in.
@@ -585,10 +622,15 @@ impl Plan {
         &self.warnings
     }
 
-    /// Whether the plan touches a component that needs an explicit yes
-    /// (marlin-agent).
+    /// Whether the plan must be confirmed with `-y` explicitly.
     pub fn needs_explicit_yes(&self) -> bool {
-        self.needs_explicit_yes
+        !self.explicit_yes.is_empty()
+    }
+
+    /// Why the plan must be confirmed with `-y` explicitly (empty: it need
+    /// not be).
+    pub fn explicit_yes(&self) -> &BTreeSet<ExplicitYes> {
+        &self.explicit_yes
     }
 
     /// How many servers the request selected (before skips).

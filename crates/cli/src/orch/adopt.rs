@@ -71,7 +71,7 @@ pub(crate) fn adopt_operator<'a>(out: Output) -> CliOperator<'a, AdoptPlan> {
             }
             out.line(plan.render().trim_end());
         },
-        |_: &AdoptPlan| Ok("Adopt?"),
+        |_: &AdoptPlan| Ok("Adopt?".into()),
     )
 }
 

@@ -345,9 +345,13 @@ async fn run_change(g: &GlobalOpts, mut change: Change, plan_only: bool) -> CmdR
         |plan: &Plan, shown| show_plan(g, &change, &catalog, &durations, plan, shown),
         |plan: &Plan| {
             Ok(if plan.needs_explicit_yes() {
-                "This plan restarts components that abort running work (see the warnings above). Proceed?"
+                format!(
+                    "This plan needs an explicit yes: {}. Proceed?",
+                    agentsadm_plan::ExplicitYes::clauses(plan.explicit_yes())
+                )
+                .into()
             } else {
-                "Proceed?"
+                "Proceed?".into()
             })
         },
     )

@@ -148,7 +148,7 @@ async fn run_switch(
             }
             out.line(plan.display().to_string().trim_end());
         },
-        |_: &Plan| Ok("Proceed?"),
+        |_: &Plan| Ok("Proceed?".into()),
     );
     let execution = Execution::new(g, operation.as_str());
     let reporter = execution.reporter();

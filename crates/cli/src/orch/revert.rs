@@ -62,9 +62,13 @@ pub async fn run_revert(g: &GlobalOpts, a: RevertArgs) -> CmdResult {
         |plan: &Plan, shown| show_plan(g, &settings, plan, shown),
         |plan: &Plan| {
             Ok(if plan.needs_explicit_yes() {
-                "This plan restarts components that abort running work (see the warnings above). Proceed?"
+                format!(
+                    "This plan needs an explicit yes: {}. Proceed?",
+                    agentsadm_plan::ExplicitYes::clauses(plan.explicit_yes())
+                )
+                .into()
             } else {
-                "Proceed?"
+                "Proceed?".into()
             })
         },
     );
