@@ -217,7 +217,14 @@ async fn disabled_net_agent_and_held_vm_agent_through_update_all_latest() {
     let (code, out, err) = cli(
         &dc,
         s,
-        &["update", "vm-agent", "--latest", "-s", "cn0001", "--ignore-holds"],
+        &[
+            "update",
+            "vm-agent",
+            "--latest",
+            "-s",
+            "cn0001",
+            "--ignore-holds",
+        ],
     )
     .await;
     assert_eq!(code, 1, "{out}\n{err}");

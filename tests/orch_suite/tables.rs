@@ -77,6 +77,33 @@ async fn list_and_avail_fit_and_take_table_options() {
     let first = out.lines().nth(2).unwrap();
     let image = first.split_whitespace().nth(2).unwrap();
     assert_eq!(image.len(), 8, "{first}");
+
+    // What runs is the default; the image after it is marked newer, in
+    // the NOTE column (-o takes avail's own column names) and the JSON.
+    let (code, out, err) = cli(&dc, &["avail", "vm-agent", "-H", "-o", "version,note"]).await;
+    assert_eq!(code, 0, "{err}");
+    let notes: Vec<Vec<&str>> = out
+        .lines()
+        .map(|l| l.split_whitespace().collect())
+        .collect();
+    assert_eq!(notes.len(), 2, "{out}");
+    assert!(
+        notes[0][0].starts_with("1.0.0") && notes[0][1] == "default",
+        "{out}"
+    );
+    assert!(
+        notes[1][0].starts_with("1.1.0") && notes[1][1] == "newer",
+        "{out}"
+    );
+    let (_, json, _) = cli(&dc, &["avail", "vm-agent", "--json"]).await;
+    let rows: serde_json::Value = serde_json::from_str(&json).unwrap();
+    let newer: Vec<bool> = rows
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["newer"].as_bool().unwrap())
+        .collect();
+    assert_eq!(newer, [false, true], "{json}");
     dc.shutdown().await;
 }
 

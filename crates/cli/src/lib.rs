@@ -111,9 +111,11 @@ pub struct GlobalOpts {
     #[arg(short, long, global = true, action = clap::ArgAction::Count)]
     pub verbose: u8,
     /// Append bunyan JSON log records to this file (read them with
-    /// `bunyan FILE`). update, install, remove, adopt and check log by
-    /// default: on a headnode under /var/log/agentsadm/logs/, elsewhere
-    /// under $XDG_STATE_HOME/agentsadm/logs/.
+    /// `bunyan FILE`). plan and every command that changes the datacenter
+    /// (update, install, remove, revert, disable, enable, adopt, check
+    /// --fix, server, self-update) log by default: on a headnode under
+    /// /var/log/agentsadm/logs/, elsewhere under
+    /// $XDG_STATE_HOME/agentsadm/logs/.
     #[arg(long, global = true, value_name = "FILE")]
     pub log_file: Option<PathBuf>,
     /// Use this component catalog instead of the built-in one.

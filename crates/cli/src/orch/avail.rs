@@ -19,11 +19,13 @@ use crate::CmdResult;
 use crate::GlobalOpts;
 use agentsadm_orchestrate::gather;
 use agentsadm_orchestrate::images;
+use agentsadm_orchestrate::images::AvailableImage;
 use agentsadm_types::catalog::Component;
 use agentsadm_types::ids::ImageUuid;
 use agentsadm_types::output::short_uuid;
 use agentsadm_types::output::table_with;
 use agentsadm_types::output::to_the_second;
+use agentsadm_types::version::VersionKey;
 
 #[derive(Args, Debug)]
 pub struct AvailArgs {
@@ -84,6 +86,16 @@ pub async fn run_avail(g: &GlobalOpts, a: AvailArgs) -> CmdResult {
             }
         }
     }
+    // The newest image each component runs anywhere: an image later than
+    // it is an upgrade to consider (NOTE "newer", as sdcadm avail lists
+    // what is newer than what runs).
+    let mut newest_running: BTreeMap<&str, &AvailableImage> = BTreeMap::new();
+    for r in rows.iter().filter(|r| running.contains_key(&r.image)) {
+        let e = newest_running.entry(r.component.as_str()).or_insert(r);
+        if later(r, e) {
+            *e = r;
+        }
+    }
     let shown: Vec<_> = rows
         .iter()
         .filter(|r| {
@@ -101,6 +113,9 @@ pub async fn run_avail(g: &GlobalOpts, a: AvailArgs) -> CmdResult {
                 "published_at": r.published_at,
                 "servers": running.get(&r.image).copied().unwrap_or(0),
                 "default": defaults.get(r.component.as_str()) == Some(&r.image),
+                "newer": newest_running
+                    .get(r.component.as_str())
+                    .is_some_and(|n| later(r, n)),
                 "source": from,
             })
         })
@@ -118,11 +133,12 @@ pub async fn run_avail(g: &GlobalOpts, a: AvailArgs) -> CmdResult {
                 short_uuid(&r["image"].as_str().unwrap_or(""), 8),
                 to_the_second(r["published_at"].as_str().unwrap_or("-")),
                 r["servers"].to_string(),
-                if r["default"].as_bool() == Some(true) {
-                    "default".to_string()
-                } else {
-                    String::new()
-                },
+                [("default", &r["default"]), ("newer", &r["newer"])]
+                    .iter()
+                    .filter(|(_, v)| v.as_bool() == Some(true))
+                    .map(|(k, _)| *k)
+                    .collect::<Vec<_>>()
+                    .join(","),
             ]
         })
         .collect();
@@ -145,4 +161,13 @@ pub async fn run_avail(g: &GlobalOpts, a: AvailArgs) -> CmdResult {
     }
     out.line(text.trim_end());
     Ok(exit(0))
+}
+
+/// Whether image `a` is later than `b`: by version (semver, then build
+/// stamp) when both parse, else by publication time.
+fn later(a: &AvailableImage, b: &AvailableImage) -> bool {
+    match (VersionKey::of(&a.version), VersionKey::of(&b.version)) {
+        (Some(x), Some(y)) => x > y,
+        _ => a.published_at > b.published_at,
+    }
 }

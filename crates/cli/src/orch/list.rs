@@ -48,8 +48,9 @@ pub struct TableArgs {
     /// Leave out the header line.
     #[arg(short = 'H')]
     pub no_header: bool,
-    /// Only these columns, in this order (comma-separated names, e.g.
-    /// hostname,version).
+    /// Only these columns, in this order (comma-separated names from the
+    /// header, any case: `list -o hostname,component,version`, `avail -o
+    /// component,version,note`).
     #[arg(short = 'o', value_name = "COLUMNS", value_delimiter = ',')]
     pub columns: Vec<String>,
     /// Sort by these columns (comma-separated; `-NAME` for descending).

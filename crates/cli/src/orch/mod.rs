@@ -261,8 +261,9 @@ pub enum SourceArg {
 #[derive(Args, Clone, Debug, Default)]
 pub struct ChannelArgs {
     /// The update channel of the updates server (default: SAPI's
-    /// update_channel, else the server's default channel); images found
-    /// there are imported into the datacenter IMGAPI.
+    /// update_channel, else the server's default channel). `avail` only
+    /// lists what is there; `update` and `install` import the image they
+    /// take into the datacenter IMGAPI.
     #[arg(short = 'C', long, value_name = "CHANNEL")]
     pub channel: Option<String>,
     /// The updates server (default: UPDATES_URL, else updatesServerUrl in
