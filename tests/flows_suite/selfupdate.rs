@@ -316,6 +316,8 @@ async fn refused_self_updates_change_nothing() {
     let cn = dc.compute_nodes()[0].root.clone();
     dc.gz_report(dc.compute_nodes()[0].uuid).await.unwrap();
     let (older_id, major_id) = (older.uuid.to_string(), major.uuid.to_string());
+    // A directory that is no global zone at all (no sysinfo).
+    let nowhere = tempfile::tempdir().unwrap();
     let cases: Vec<(Vec<&str>, &Path, &str)> = vec![
         (vec![older_id.as_str()], &hn, "--allow-downgrade"),
         (
@@ -325,6 +327,11 @@ async fn refused_self_updates_change_nothing() {
         ),
         (vec![vm_agent.as_str()], &hn, "not an agentsadm image"),
         (vec!["--latest", "-C", "dev"], &cn, "is not one"),
+        (
+            vec!["--latest", "-C", "dev"],
+            nowhere.path(),
+            "self-update runs in a headnode's global zone, and",
+        ),
         (
             vec!["no-such-version"],
             &hn,
@@ -336,6 +343,8 @@ async fn refused_self_updates_change_nothing() {
         let err = refused(&self_update(&dc, root, &args).await);
         assert!(err.contains(why), "{args:?}: {err}");
         assert_eq!(err.lines().count(), 1, "{err}");
+        // gz's hint; self-update has no such option.
+        assert!(!err.contains("--server-uuid"), "{err}");
         assert_same_state(&state, &dc_state(&dc).await, why);
         assert_same(&files, &snapshot(root), why);
         assert_eq!(images, dc_images(&dc).await, "{why}");

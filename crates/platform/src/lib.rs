@@ -194,9 +194,9 @@ pub enum PlatformError {
     },
     #[error("{path} is not valid: {reason}")]
     Invalid { path: PathBuf, reason: String },
-    #[error(
-        "no sysinfo at {path}: write it (UUID, Hostname, Boot Parameters.headnode) or pass --server-uuid"
-    )]
+    /// What to do about it is the caller's to say: `gz` commands take
+    /// `--server-uuid`, `self-update` runs only on a headnode.
+    #[error("no sysinfo at {path} (UUID, Hostname, Boot Parameters.headnode)")]
     NoSysinfo { path: PathBuf },
     #[error("SMF manifest {path} is not valid")]
     BadManifest {

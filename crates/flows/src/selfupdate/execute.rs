@@ -244,7 +244,7 @@ async fn report_here(env: &SelfUpdateEnv<'_>) -> Result<(), SelfUpdateError> {
     }
     let session = agentsadm_gz::session::GzSession::open(env.settings.clone(), false)
         .await
-        .map_err(|err| SelfUpdateError::Local { err })?;
+        .map_err(SelfUpdateError::local)?;
     let report = session.report().await;
     session
         .post(&report)

@@ -208,6 +208,17 @@ fn shown(version: &str) -> &str {
     }
 }
 
+impl SelfUpdateError {
+    /// The installer could not open its session here: a root that is no
+    /// global zone gets self-update's own hint.
+    pub(crate) fn local(err: GzError) -> SelfUpdateError {
+        match err {
+            GzError::Platform { root, err } => SelfUpdateError::NotAGlobalZone { root, err },
+            err => SelfUpdateError::Local { err },
+        }
+    }
+}
+
 /// Why a self-update was refused or failed.
 #[derive(Debug, thiserror::Error)]
 pub enum SelfUpdateError {
@@ -215,6 +226,16 @@ pub enum SelfUpdateError {
     Local {
         #[source]
         err: GzError,
+    },
+    /// The `gz` commands' hint (`--server-uuid`) is not self-update's:
+    /// it has no such option, and runs only in a headnode's global zone.
+    #[error(
+        "self-update runs in a headnode's global zone, and {root} is not one (run it on the headnode)"
+    )]
+    NotAGlobalZone {
+        root: std::path::PathBuf,
+        #[source]
+        err: agentsadm_platform::PlatformError,
     },
     #[error(
         "self-update runs on the headnode, and {hostname} is not one; update agentsadm on other servers with 'agentsadm update agentsadm -s {hostname}'"
@@ -342,7 +363,7 @@ pub async fn plan(
     // read. The lock is let go before `execute`, whose install takes it.
     let session = GzSession::open(env.settings.clone(), true)
         .await
-        .map_err(|err| SelfUpdateError::Local { err })?;
+        .map_err(SelfUpdateError::local)?;
     if !session.headnode() {
         let hostname = session
             .sysinfo()
