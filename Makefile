@@ -59,7 +59,7 @@ check:
 ifneq ($(UNAME_S),SunOS)
 	.ci/illumos-check
 endif
-	$(CARGO) test
+	$(CARGO) test --workspace
 
 .PHONY: check-illumos
 check-illumos:

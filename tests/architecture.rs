@@ -135,20 +135,19 @@ fn the_manifest_scanner_reads_only_the_dependencies_table() {
 /// `cargo tree` of the server's build (`-p agentsadm --no-default-features`),
 /// normal and build dependencies, with features.
 fn server_build_tree() -> String {
+    build_tree(&["-p", "agentsadm", "--no-default-features"])
+}
+
+/// `cargo tree` of what a `cargo build` with `selection` (the package and
+/// feature arguments) builds, with the features cargo resolves for all of
+/// it together: what is unified into the binary.
+fn build_tree(selection: &[&str]) -> String {
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_string());
     let out = Command::new(cargo)
         .current_dir(root())
-        .args([
-            "tree",
-            "--offline",
-            "-p",
-            "agentsadm",
-            "--no-default-features",
-            "-e",
-            "normal,build,features",
-            "--prefix",
-            "none",
-        ])
+        .args(["tree", "--offline"])
+        .args(selection)
+        .args(["-e", "normal,build,features", "--prefix", "none"])
         .output()
         .expect("cargo tree runs");
     assert!(
@@ -161,16 +160,74 @@ fn server_build_tree() -> String {
 
 #[test]
 fn the_server_build_has_no_simulator_fakes_or_test_knobs() {
-    let tree = server_build_tree();
+    assert_server_tree(
+        &server_build_tree(),
+        "cargo build -p agentsadm --no-default-features",
+    );
+}
+
+/// Every command the README and the Makefile give for the server's build
+/// (a `cargo build` with `--no-default-features`) selects what the server
+/// build is, as cargo resolves it: `cargo build --release
+/// --no-default-features` at the root once built every workspace member,
+/// and the simulator's test switches were unified into the binary.
+#[test]
+fn every_documented_server_build_command_builds_the_server_build() {
+    let mut commands = Vec::new();
+    for file in ["README.md", "Makefile"] {
+        let text = std::fs::read_to_string(root().join(file)).expect(file);
+        for line in text.lines() {
+            let line = line.split('#').next().unwrap_or_default();
+            let words: Vec<&str> = line
+                .split_whitespace()
+                .map(|w| if w == "$(NAME)" { "agentsadm" } else { w })
+                .collect();
+            let Some(at) = words.windows(2).position(|w| {
+                (w[0] == "cargo" || w[0] == "$(CARGO)" || w[0] == "`cargo") && w[1] == "build"
+            }) else {
+                continue;
+            };
+            // The flags, and the package after -p; the rest of the line
+            // is prose or another command.
+            let mut args: Vec<String> = Vec::new();
+            for w in words[at + 2..].iter().map(|w| w.trim_matches('`')) {
+                let value_of_p = args.last().is_some_and(|a| a == "-p");
+                if !(w.starts_with('-') || value_of_p) {
+                    break;
+                }
+                if !["--release", "--locked"].contains(&w) {
+                    args.push(w.to_string());
+                }
+            }
+            if args.iter().any(|a| a == "--no-default-features") {
+                commands.push((file, args));
+            }
+        }
+    }
+    assert!(
+        commands.iter().any(|(f, _)| *f == "README.md")
+            && commands.iter().any(|(f, _)| *f == "Makefile"),
+        "no server-build command found: {commands:?}"
+    );
+    for (file, args) in commands {
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        assert_server_tree(
+            &build_tree(&args),
+            &format!("{file}: cargo build {}", args.join(" ")),
+        );
+    }
+}
+
+fn assert_server_tree(tree: &str, what: &str) {
     let crates: BTreeSet<&str> = tree
         .lines()
         .filter_map(|l| l.split_whitespace().next())
         .collect();
-    assert!(crates.contains("agentsadm-cli"), "{tree}");
+    assert!(crates.contains("agentsadm-cli"), "{what}: {tree}");
     for name in SIM_SIDE {
         assert!(
             !crates.contains(name),
-            "{name} is in the server's build:\n{tree}"
+            "{what}: {name} is in the server's build:\n{tree}"
         );
     }
     // Features only the simulator's crate turns on: the installer's test
@@ -178,7 +235,7 @@ fn the_server_build_has_no_simulator_fakes_or_test_knobs() {
     for feature in ["\"test-knobs\"", "\"in-process\""] {
         assert!(
             !tree.contains(feature),
-            "feature {feature} is on in the server's build:\n{tree}"
+            "{what}: feature {feature} is on in the server's build:\n{tree}"
         );
     }
 }

@@ -86,16 +86,7 @@ pub async fn run_avail(g: &GlobalOpts, a: AvailArgs) -> CmdResult {
             }
         }
     }
-    // The newest image each component runs anywhere: an image later than
-    // it is an upgrade to consider (NOTE "newer", as sdcadm avail lists
-    // what is newer than what runs).
-    let mut newest_running: BTreeMap<&str, &AvailableImage> = BTreeMap::new();
-    for r in rows.iter().filter(|r| running.contains_key(&r.image)) {
-        let e = newest_running.entry(r.component.as_str()).or_insert(r);
-        if later(r, e) {
-            *e = r;
-        }
-    }
+    let newest_running = newest_running(&rows, &running);
     let shown: Vec<_> = rows
         .iter()
         .filter(|r| {
@@ -161,6 +152,23 @@ pub async fn run_avail(g: &GlobalOpts, a: AvailArgs) -> CmdResult {
     }
     out.line(text.trim_end());
     Ok(exit(0))
+}
+
+/// The newest image each component runs anywhere: an image later than it
+/// is an upgrade to consider (NOTE "newer", as sdcadm avail lists what is
+/// newer than what runs).
+fn newest_running<'r>(
+    rows: &'r [AvailableImage],
+    running: &BTreeMap<ImageUuid, usize>,
+) -> BTreeMap<&'r str, &'r AvailableImage> {
+    let mut newest: BTreeMap<&str, &AvailableImage> = BTreeMap::new();
+    for r in rows.iter().filter(|r| running.contains_key(&r.image)) {
+        let e = newest.entry(r.component.as_str()).or_insert(r);
+        if later(r, e) {
+            *e = r;
+        }
+    }
+    newest
 }
 
 /// Whether image `a` is later than `b`: by version (semver, then build
