@@ -16,6 +16,7 @@ use agentsadm_flows::drift::FindingKind;
 use agentsadm_orchestrate::Intent;
 use agentsadm_orchestrate::Reality;
 use agentsadm_orchestrate::gather;
+use agentsadm_plan::Holds;
 use agentsadm_plan::reality::Installed;
 use agentsadm_plan::resolve_servers;
 use agentsadm_types::ids::ImageUuid;
@@ -218,10 +219,18 @@ pub struct ListSummaryRow {
     pub image: Option<ImageUuid>,
     pub servers: usize,
     pub states: BTreeMap<&'static str, usize>,
+    /// The operator's marks among those servers: `held`, `disabled`.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub marks: BTreeMap<&'static str, usize>,
+    /// The component's datacenter-wide hold (new servers included), if
+    /// it has one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub held_datacenter_wide: Option<agentsadm_plan::Mark>,
 }
 
-/// Group `list` rows by (component, version, image) (pure).
-pub fn list_summary(rows: &[ListRow]) -> Vec<ListSummaryRow> {
+/// Group `list` rows by (component, version, image) (pure); `holds`
+/// names the datacenter-wide ones.
+pub fn list_summary(rows: &[ListRow], holds: &Holds) -> Vec<ListSummaryRow> {
     let mut groups: BTreeMap<(&str, Option<&str>, Option<ImageUuid>), ListSummaryRow> =
         BTreeMap::new();
     for r in rows {
@@ -233,9 +242,19 @@ pub fn list_summary(rows: &[ListRow]) -> Vec<ListSummaryRow> {
                 image: r.image,
                 servers: 0,
                 states: BTreeMap::new(),
+                marks: BTreeMap::new(),
+                held_datacenter_wide: holds.services.get(r.component.as_str()).cloned(),
             });
         g.servers += 1;
         *g.states.entry(r.state).or_default() += 1;
+        for (mark, on) in [
+            ("held", r.held.is_some()),
+            ("disabled", r.disabled.is_some()),
+        ] {
+            if on {
+                *g.marks.entry(mark).or_default() += 1;
+            }
+        }
     }
     groups.into_values().collect()
 }
@@ -270,7 +289,7 @@ pub async fn run_list(g: &GlobalOpts, a: ListArgs) -> CmdResult {
         return Ok(exit(0));
     }
     if a.summary {
-        print_list_summary(&out, servers.len(), &rows);
+        print_list_summary(&out, servers.len(), &rows, &intent.holds);
         return Ok(exit(0));
     }
     if out.json {
@@ -338,8 +357,8 @@ fn sort_hint(e: anyhow::Error, names: &[String]) -> anyhow::Error {
     }
 }
 
-fn print_list_summary(out: &Output, servers: usize, rows: &[ListRow]) {
-    let summary = list_summary(rows);
+fn print_list_summary(out: &Output, servers: usize, rows: &[ListRow], holds: &Holds) {
+    let summary = list_summary(rows, holds);
     if out.json {
         out.json(&summary);
         return;
@@ -358,7 +377,11 @@ fn print_list_summary(out: &Output, servers: usize, rows: &[ListRow]) {
                 r.version.clone().unwrap_or_else(|| "-".into()),
                 r.image.map(|i| short(&i)).unwrap_or_else(|| "-".into()),
                 r.servers.to_string(),
-                states(&r.states),
+                if r.marks.is_empty() {
+                    states(&r.states)
+                } else {
+                    format!("{} ({})", states(&r.states), states(&r.marks))
+                },
             ]
         })
         .collect();
@@ -379,6 +402,24 @@ fn print_list_summary(out: &Output, servers: usize, rows: &[ListRow]) {
         rows.len(),
         states(&totals)
     ));
+    // A datacenter-wide hold also holds the servers set up later: say it
+    // once, with who, when and why.
+    let mut held: Vec<String> = Vec::new();
+    for r in &summary {
+        if let Some(m) = &r.held_datacenter_wide
+            && !held
+                .iter()
+                .any(|h| h.starts_with(&format!("{} ", r.component)))
+        {
+            held.push(format!("{} ({})", r.component, m.describe()));
+        }
+    }
+    if !held.is_empty() {
+        out.line(format!(
+            "Held datacenter-wide, new servers included: {}.",
+            held.join("; ")
+        ));
+    }
     let mut down: Vec<String> = rows
         .iter()
         .filter(|r| r.server_status != "running")
