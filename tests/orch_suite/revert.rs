@@ -75,6 +75,11 @@ async fn a_revert_returns_the_datacenter_to_the_images_it_had_before() {
         plan.contains("Plan: revert vm-agent (4 servers selected)"),
         "{plan}"
     );
+    // Earlier images put back, not "upgrades".
+    assert!(
+        plan.contains("4 servers to change: 4 images put back, 0 installs"),
+        "{plan}"
+    );
     assert_eq!(images(&dc).await, after, "-n changed nothing");
 
     let (code, out, err) = cli(&dc, state.path(), &["revert", &rollout[..8], "-y"]).await;

@@ -247,8 +247,8 @@ pub fn judgement(plan: &Plan, known: &KnownDurations, policy: &OutlierPolicy) ->
         }
     }
     let mut text = format!(
-        "Slow servers: {servers} server{} change, too few for a median ({needed} must finish first); ",
-        if servers == 1 { "" } else { "s" }
+        "Slow servers: {} to change, too few for a median ({needed} must finish first); ",
+        agentsadm_types::output::plural(servers, "server", "servers")
     );
     if !unknown.is_empty() {
         let _ = write!(

@@ -572,6 +572,27 @@ mod tests {
         b.finish(policy)
     }
 
+    /// A plan of no named component (check --fix's repair) is headed by
+    /// its operation alone: it once read "Plan: repair (no components)".
+    #[test]
+    fn a_plan_of_no_named_component_says_its_operation() {
+        let catalog = Catalog::builtin();
+        let r = reality(2);
+        let mut b = PlanBuilder::new(Operation::Repair, &catalog, Intent::none());
+        b.bulk(true).selected_servers(r.servers.len());
+        for s in r.servers.values() {
+            let c = catalog.get("vm-agent").unwrap();
+            let action = upgrade(&s.components["vm-agent"]);
+            b.step(s, true, c, action, TransportKind::InstallAgent);
+        }
+        let text = b.finish(&RolloutPolicy::default()).display().to_string();
+        assert_eq!(
+            text.lines().next(),
+            Some("Plan: repair (2 servers selected)"),
+            "{text}"
+        );
+    }
+
     #[test]
     fn marlin_agent_never_in_bulk_and_named_needs_yes() {
         let bulk = build(true, &RolloutPolicy::default());
@@ -721,7 +742,7 @@ mod tests {
         let text = crate::display::rollout_lines(r, 10).join("\n");
         assert!(
             text.contains(
-                "expected finish: about 1m45s after the start (from the history of 5 of 6 servers"
+                "expected finish: about 1m45s after the start (from the recorded installs of 5 of 6 servers, the catalog's expected times for the rest"
             ),
             "{text}"
         );

@@ -14,6 +14,7 @@ use crate::ImageRef;
 
 use crate::IntentChange;
 
+use crate::Operation;
 use crate::Plan;
 
 use crate::Skip;
@@ -285,15 +286,35 @@ pub fn rollout_lines(r: &Rollout, limit: usize) -> Vec<String> {
         });
     }
     if let Some(finish) = r.expected_finish {
-        let servers = r.len();
         out.push(format!(
-            "  expected finish: about {} after the start (from the history of {} of {}; longest expected first)",
+            "  expected finish: about {} after the start ({}; longest expected first)",
             short_duration(finish),
-            r.history_servers,
-            plural(servers, "server", "servers")
+            finish_source(r.history_servers, r.len())
         ));
     }
     out
+}
+
+/// Where the expected finish comes from: the servers' own recorded
+/// installs, the catalog's expected times, or both.
+fn finish_source(from_history: usize, servers: usize) -> String {
+    if from_history == 0 {
+        "from the catalog's expected install times: no server has a recorded install of these yet"
+            .to_string()
+    } else if from_history >= servers && servers == 1 {
+        "from the server's recorded installs".to_string()
+    } else if from_history >= servers {
+        format!(
+            "from the recorded installs of all {}",
+            plural(servers, "server", "servers")
+        )
+    } else {
+        format!(
+            "from the recorded installs of {} of {}, the catalog's expected times for the rest",
+            from_history,
+            plural(servers, "server", "servers")
+        )
+    }
 }
 
 /// `850ms`, `42s`, `3m05s`, `1h02m`: how long, as the plan shows it.
@@ -411,14 +432,16 @@ fn list_hosts(hosts: &[&str], limit: usize) -> String {
 impl fmt::Display for PlanDisplay<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let p = self.plan;
+        // A plan of no named component (a repair of whatever drifted)
+        // says just its operation.
         let what = if p.components.is_empty() {
-            "(no components)".to_string()
+            String::new()
         } else {
-            p.components.join(", ")
+            format!(" {}", p.components.join(", "))
         };
         writeln!(
             f,
-            "Plan: {} {what} ({} selected)",
+            "Plan: {}{what} ({} selected)",
             p.operation,
             plural(p.selected_servers, "server", "servers")
         )?;
@@ -674,7 +697,12 @@ fn write_summary(f: &mut fmt::Formatter<'_>, p: &Plan) -> fmt::Result {
             summary,
             "{} to change: {}, {}, {}",
             plural(c.servers, "server", "servers"),
-            plural(c.upgrades, "upgrade", "upgrades"),
+            // A revert puts earlier images back: not an upgrade.
+            if p.operation == Operation::Revert {
+                plural(c.upgrades, "image put back", "images put back")
+            } else {
+                plural(c.upgrades, "upgrade", "upgrades")
+            },
             plural(c.installs, "install", "installs"),
             plural(c.removals, "removal", "removals")
         );
@@ -847,5 +875,29 @@ mod skip_tests {
         let why = skip_reason(&skip("marlin-agent"));
         assert_eq!(why, "not installed (not a Manta storage node)");
         assert!(skip_reason(&skip("vm-agent")).contains("agentsadm install"));
+    }
+}
+
+#[cfg(test)]
+mod wording_tests {
+    use super::finish_source;
+
+    /// "from the history of 0 of 60 servers" said nothing true: where the
+    /// estimate comes from, in each case.
+    #[test]
+    fn the_expected_finish_says_where_it_comes_from() {
+        assert_eq!(
+            finish_source(0, 60),
+            "from the catalog's expected install times: no server has a recorded install of these yet"
+        );
+        assert_eq!(
+            finish_source(60, 60),
+            "from the recorded installs of all 60 servers"
+        );
+        assert_eq!(finish_source(1, 1), "from the server's recorded installs");
+        assert_eq!(
+            finish_source(5, 6),
+            "from the recorded installs of 5 of 6 servers, the catalog's expected times for the rest"
+        );
     }
 }
