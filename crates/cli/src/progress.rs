@@ -439,12 +439,31 @@ fn interrupted_text(
     if in_flight.is_empty() {
         text.push_str("; run the same command again to finish");
     } else {
-        let mut names: Vec<String> = in_flight.iter().map(|f| f.describe()).collect();
-        names.sort();
+        // One line on the screen: a few hostnames, never every task id
+        // (20 of them made a paragraph); the ids are in the run log and
+        // the summary.
+        const SHOWN: usize = 4;
+        let mut names: Vec<&str> = in_flight.iter().map(|f| f.hostname.as_str()).collect();
+        names.sort_unstable();
+        let mut shown = names
+            .iter()
+            .take(SHOWN)
+            .copied()
+            .collect::<Vec<_>>()
+            .join(", ");
+        if names.len() > SHOWN {
+            shown.push_str(&format!(" and {} more", names.len() - SHOWN));
+        }
+        let tasks: usize = in_flight.iter().map(|f| f.tasks.len()).sum();
         text.push_str(&format!(
-            "; {} in flight, whose CNAPI tasks may still complete on their own: {}",
+            "; {} in flight ({shown}), whose {} may still complete on their own{}",
             in_flight.len(),
-            names.join(", ")
+            agentsadm_types::output::plural(tasks, "CNAPI task", "CNAPI tasks"),
+            if tasks == 0 {
+                String::new()
+            } else {
+                " (task ids in the run log and the summary)".to_string()
+            }
         ));
         if waiting {
             text.push_str("; waiting for them to finish (press Ctrl-C again to stop waiting)");
@@ -741,9 +760,9 @@ mod tests {
         let printed = term.printed.lock().unwrap().clone();
         let last = printed.last().unwrap();
         assert!(
-            last.contains("1 in flight")
-                && last.contains("may still complete")
-                && last.contains(&format!("cn0001 (vm-agent task {task})"))
+            last.contains("1 in flight (cn0001), whose 1 CNAPI task may still complete")
+                && last.contains("task ids in the run log")
+                && !last.contains(&task.to_string())
                 && last.contains("press Ctrl-C again to stop waiting"),
             "{last}"
         );
@@ -756,6 +775,29 @@ mod tests {
             last.contains("stopped waiting for 1 server still in flight (cn0001)")
                 && last.contains("may still complete"),
             "{last}"
+        );
+    }
+
+    /// Ctrl-C with 20 servers in flight: one line naming four, not a
+    /// paragraph of 20 task ids.
+    #[test]
+    fn an_interrupt_with_many_in_flight_is_one_short_line() {
+        let in_flight: Vec<agentsadm_orchestrate::report::InFlight> = (1..=20u128)
+            .map(|n| agentsadm_orchestrate::report::InFlight {
+                server: ServerUuid::from_u128(n),
+                hostname: format!("cn{n:04}"),
+                elapsed: Duration::from_secs(3),
+                tasks: vec![agentsadm_orchestrate::transport::TaskRef {
+                    component: "vm-agent".into(),
+                    task: agentsadm_types::ids::TaskId::from_u128(n),
+                    waiting: true,
+                }],
+            })
+            .collect();
+        let text = super::interrupted_text(&in_flight, true);
+        assert_eq!(
+            text,
+            "interrupted: no further servers will be started; 20 in flight (cn0001, cn0002, cn0003, cn0004 and 16 more), whose 20 CNAPI tasks may still complete on their own (task ids in the run log and the summary); waiting for them to finish (press Ctrl-C again to stop waiting)"
         );
     }
 
