@@ -50,6 +50,7 @@ pub async fn check(dc: &SimDc, live: bool) -> CheckRun {
         dc.catalog(),
         &CheckRequest {
             servers: Vec::new(),
+            exclude: Vec::new(),
             live,
         },
         &CheckConfig::default(),
@@ -81,6 +82,7 @@ pub async fn fix(dc: &SimDc, run: &CheckRun) -> FixOutcome {
     let plan = run.repair_plan(dc.catalog());
     let request = CheckRequest {
         servers: Vec::new(),
+        exclude: Vec::new(),
         live: run.live_requested,
     };
     check::fix(

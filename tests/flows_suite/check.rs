@@ -475,3 +475,40 @@ async fn fix_that_downgrades_says_so_and_counts_every_repair() {
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(stdout.contains("Repaired: 1 (1 server steps,"), "{stdout}");
 }
+
+/// `check -x` leaves a server out of the check and of `--fix`: a hung
+/// server need not hold the repair up to its task timeout (sdcadm's
+/// habit). What it shows is neither reported nor repaired; the others are.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn exclude_leaves_a_server_out_of_the_check_and_the_repair() {
+    let dc = small_dc().await;
+    let (cn1, cn2) = (server(&dc, "cn0001"), server(&dc, "cn0002"));
+    for cn in [cn1, cn2] {
+        let inst = instance_of(&dc, cn, "smartlogin").await.unwrap().uuid;
+        dc.apis().sapi.delete_instance(inst).await.unwrap();
+    }
+    let out = tokio::task::block_in_place(|| cli(&dc, &["check", "-x", "cn0001", "--json"]));
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let hosts: Vec<&str> = doc["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|f| f["hostname"].as_str())
+        .collect();
+    assert_eq!(hosts, ["cn0002"], "{doc}");
+    let out = tokio::task::block_in_place(|| {
+        cli(&dc, &["check", "--fix", "-y", "--exclude", "cn0001,cn0002"])
+    });
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    assert!(instance_of(&dc, cn1, "smartlogin").await.is_none());
+    assert!(instance_of(&dc, cn2, "smartlogin").await.is_none());
+    let out = tokio::task::block_in_place(|| cli(&dc, &["check", "--fix", "-y", "-x", "cn0001"]));
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    assert!(instance_of(&dc, cn1, "smartlogin").await.is_none());
+    assert!(instance_of(&dc, cn2, "smartlogin").await.is_some());
+    // Without -x the rest is found: cn0001 was left alone, not lost.
+    let out = tokio::task::block_in_place(|| cli(&dc, &["check"]));
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    assert!(String::from_utf8_lossy(&out.stdout).contains("cn0001"));
+}

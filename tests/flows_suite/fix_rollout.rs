@@ -33,6 +33,7 @@ use agentsadm_sim::testkit::ExampleDc;
 use crate::flows_common::*;
 
 const REQUEST: CheckRequest = CheckRequest {
+    exclude: Vec::new(),
     servers: Vec::new(),
     live: false,
 };

@@ -43,6 +43,7 @@ use crate::flows_common::small_dc;
 use crate::flows_common::transport;
 
 const REQUEST: CheckRequest = CheckRequest {
+    exclude: Vec::new(),
     servers: Vec::new(),
     live: false,
 };

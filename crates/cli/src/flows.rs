@@ -61,6 +61,11 @@ pub struct CheckArgs {
     /// their report at once).
     #[arg(long)]
     pub fix: bool,
+    /// Servers to leave out of the check and the repair (UUIDs or
+    /// hostnames): a hung server would hold `--live` or `--fix` up to its
+    /// timeout.
+    #[arg(short = 'x', long, value_name = "SERVERS", value_delimiter = ',', action = clap::ArgAction::Append)]
+    pub exclude: Vec<String>,
     #[command(flatten)]
     pub run: RunArgs,
 }
@@ -99,6 +104,7 @@ pub async fn run_check(g: &GlobalOpts, a: CheckArgs) -> CmdResult {
     let apis = g.apis()?;
     let request = CheckRequest {
         servers: a.servers.servers.clone(),
+        exclude: a.exclude.clone(),
         live: a.live,
     };
     let settings = a.run.settings(None);

@@ -69,6 +69,9 @@ use agentsadm_types::ids::ServerUuid;
 pub struct CheckRequest {
     /// `-s`: servers by UUID or hostname (all when empty).
     pub servers: Vec<String>,
+    /// `-x`: servers to leave out (a hung one, whose live report or
+    /// repair would wait for its timeout), by UUID or hostname.
+    pub exclude: Vec<String>,
     /// `--live`: also ask each server for its own report.
     pub live: bool,
 }
@@ -213,7 +216,16 @@ pub async fn check(
                 .collect(),
         )
     };
-    let selected = |s: &ServerUuid| selection.as_ref().is_none_or(|set| set.contains(s));
+    let excluded: BTreeSet<ServerUuid> = if request.exclude.is_empty() {
+        BTreeSet::new()
+    } else {
+        resolve_servers(&cnapi, &request.exclude)?
+            .into_iter()
+            .collect()
+    };
+    let selected = |s: &ServerUuid| {
+        selection.as_ref().is_none_or(|set| set.contains(s)) && !excluded.contains(s)
+    };
     let servers_checked = cnapi.servers.keys().filter(|s| selected(s)).count();
 
     let mut live = BTreeMap::new();
@@ -262,7 +274,7 @@ pub async fn check(
     }
 
     let images = lookup_images(apis, &answers, &live).await?;
-    let (survey, findings) = drift::find(&DriftInput {
+    let (survey, mut findings) = drift::find(&DriftInput {
         catalog,
         servers: &answers.servers,
         services: &answers.services,
@@ -271,6 +283,8 @@ pub async fn check(
         images: &images,
         selection: selection.as_ref(),
     });
+    // What an excluded server shows is neither reported nor repaired.
+    findings.retain(|f| f.server.is_none_or(|s| !excluded.contains(&s)));
     Ok(CheckRun {
         answers,
         live,
