@@ -190,3 +190,45 @@ async fn list_summary_shows_holds() {
     assert_eq!(vm["held_datacenter_wide"]["reason"], "freeze", "{vm}");
     dc.shutdown().await;
 }
+
+/// sdcadm's habits on the listing commands: `-j` is --json, and
+/// `history` takes -H, -o and --sort as `list` does.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn listing_commands_take_j_and_history_takes_table_options() {
+    let dc = SimDc::start(
+        SimConfig::default()
+            .servers(1)
+            .populate(SeedSpec::with_newer()),
+    )
+    .await
+    .expect("simulator starts");
+    let state = tempfile::tempdir().unwrap();
+    let run = |args: &'static [&'static str]| {
+        let a = crate::cli_common::agentsadm(&dc)
+            .without_updates()
+            .state(state.path());
+        async move { a.run(args).await }
+    };
+    let (code, out, err) = run(&["update", "vm-agent@1.1.0", "-y", "-j", "1"]).await;
+    assert_eq!(code, 0, "{out}{err}");
+    for args in [
+        &["list", "-j"][..],
+        &["avail", "-j"][..],
+        &["history", "-j"][..],
+    ] {
+        let (code, out, err) = run(args).await;
+        assert_eq!(code, 0, "{args:?}: {err}");
+        serde_json::from_str::<serde_json::Value>(&out)
+            .unwrap_or_else(|e| panic!("{args:?}: {e}: {out}"));
+    }
+    let (code, out, err) = run(&["history", "-H", "-o", "status,command"]).await;
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(
+        out.trim_end(),
+        "succeeded  agentsadm update vm-agent@1.1.0 -y -j 1",
+        "{out}"
+    );
+    let (code, _, err) = run(&["history", "-o", "nosuchcolumn"]).await;
+    assert_eq!(code, 1, "{err}");
+    dc.shutdown().await;
+}

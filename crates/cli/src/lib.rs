@@ -320,11 +320,19 @@ impl Command {
 }
 
 async fn dispatch<X: Extension>(cli: Cli<X>) -> CmdResult {
-    let g = cli.global;
+    let mut g = cli.global;
     let command = match cli.command {
         TopCommand::Product(c) => c,
         TopCommand::Extra(x) => return x.run(&g).await,
     };
+    // `-j` of the listing commands is --json (sdcadm's habit).
+    if let Command::List(orch::ListArgs { table, .. })
+    | Command::Avail(orch::AvailArgs { table, .. })
+    | Command::History(orch::HistoryArgs { table, .. }) = &command
+        && table.json_short
+    {
+        g.json = true;
+    }
     match command {
         Command::List(a) => orch::run_list(&g, a).await,
         Command::Avail(a) => orch::run_avail(&g, a).await,

@@ -17,7 +17,7 @@ use agentsadm_orchestrate::history::{
     HistoryEntry, HistoryStore, LocalHistory, SapiHistory, ServerRecord,
 };
 use agentsadm_orchestrate::report::fmt_duration;
-use agentsadm_types::output::table;
+use agentsadm_types::output::{TableOptions, table, table_with};
 
 #[derive(Args, Debug)]
 pub struct HistoryArgs {
@@ -31,6 +31,8 @@ pub struct HistoryArgs {
     /// or how long ago (2h, 3d).
     #[arg(long, value_name = "WHEN", value_parser = since)]
     pub since: Option<SystemTime>,
+    #[command(flatten)]
+    pub table: super::list::TableArgs,
 }
 
 /// `--since`: an RFC 3339 time or date, or a duration before now.
@@ -104,13 +106,15 @@ pub async fn run_history(g: &GlobalOpts, a: HistoryArgs) -> CmdResult {
     } else if entries.is_empty() {
         out.line("No runs recorded.");
     } else {
-        out.line(render_list(&entries).trim_end());
+        let text = render_list(&entries, &a.table.options(&[])).map_err(anyhow::Error::msg)?;
+        out.line(text.trim_end());
     }
     Ok(exit(0))
 }
 
-/// The list, one run a line, newest first.
-pub fn render_list(entries: &[HistoryEntry]) -> String {
+/// The list, one run a line, newest first (unless `--sort` says), with
+/// `-H` and `-o` as `list` takes them.
+pub fn render_list(entries: &[HistoryEntry], options: &TableOptions) -> Result<String, String> {
     let rows: Vec<Vec<String>> = entries
         .iter()
         .map(|e| {
@@ -131,11 +135,12 @@ pub fn render_list(entries: &[HistoryEntry]) -> String {
             ]
         })
         .collect();
-    table(
+    table_with(
         &[
             "RUN", "STARTED", "TOOK", "STATUS", "CHANGED", "FAILED", "WHO", "COMMAND",
         ],
         &rows,
+        options,
     )
 }
 

@@ -43,9 +43,14 @@ pub struct ListArgs {
     pub table: TableArgs,
 }
 
-/// How `list` and `avail` show their tables, as `sdcadm insts` does.
+/// How `list`, `avail` and `history` show their tables, as `sdcadm insts`
+/// does.
 #[derive(Args, Clone, Debug, Default)]
 pub struct TableArgs {
+    /// The same as --json (sdcadm's -j; on update, install and remove -j
+    /// is the concurrency, as in sdcadm).
+    #[arg(short = 'j')]
+    pub json_short: bool,
     /// Leave out the header line.
     #[arg(short = 'H')]
     pub no_header: bool,

@@ -66,7 +66,8 @@ impl HistorySettings {
 }
 
 /// `agentsadm update vm-agent -y` from the process's arguments (the
-/// program as its file name).
+/// program as its file name), each word quoted as a shell needs it, so
+/// that the line can be run again: `hold vm-agent --reason 'case 4711'`.
 pub fn command_line(args: &[String]) -> String {
     let mut words: Vec<String> = args.to_vec();
     if let Some(first) = words.first_mut()
@@ -74,7 +75,25 @@ pub fn command_line(args: &[String]) -> String {
     {
         *first = name.to_string_lossy().into_owned();
     }
-    words.join(" ")
+    words
+        .iter()
+        .map(|w| shell_word(w))
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// `w` as a POSIX shell reads it back: as it is when it has only
+/// characters no shell treats specially, else in single quotes (a `'`
+/// inside as `'\''`).
+fn shell_word(w: &str) -> String {
+    let plain = !w.is_empty()
+        && w.chars()
+            .all(|c| c.is_ascii_alphanumeric() || "_@%+=:,./-".contains(c));
+    if plain {
+        w.to_string()
+    } else {
+        format!("'{}'", w.replace('\'', "'\\''"))
+    }
 }
 
 /// Appends journal lines on a blocking thread, in order.
@@ -343,5 +362,34 @@ impl Reporter for RecordingTee<'_> {
     fn event(&self, event: &ExecEvent<'_>) {
         self.recorder.observe(event);
         self.inner.event(event);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::command_line;
+
+    /// The recorded command keeps its quoting: it once read `--reason
+    /// support case 4711`, which runs as something else.
+    #[test]
+    fn the_command_line_is_quoted_as_a_shell_reads_it() {
+        let args: Vec<String> = [
+            "/opt/smartdc/bin/agentsadm",
+            "hold",
+            "vm-agent",
+            "--reason",
+            "support case 4711",
+            "-s",
+            "cn0007,cn0008",
+            "",
+            "it's",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        assert_eq!(
+            command_line(&args),
+            "agentsadm hold vm-agent --reason 'support case 4711' -s cn0007,cn0008 '' 'it'\\''s'"
+        );
     }
 }
