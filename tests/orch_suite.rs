@@ -19,6 +19,8 @@
 //!   run (`check --fix`, `adopt`, `server delete`); a held lock first;
 //! - `history`: every run recorded (journal and SAPI), seen from another
 //!   session, a run killed mid-rollout, plans scheduled from history;
+//! - `readme_tasks`: every command of the README's operator tasks, as
+//!   written, against the simulator;
 //! - `revert`: a revert returns the datacenter to the images before (no
 //!   drift), is recorded and revertible; servers changed since are skipped;
 //! - `halfsetup`: a datacenter not set up leads with the cause (pure);
@@ -88,6 +90,8 @@ mod outage;
 mod plain_output;
 #[path = "orch_suite/plan.rs"]
 mod plan;
+#[path = "orch_suite/readme_tasks.rs"]
+mod readme_tasks;
 #[path = "orch_suite/revert.rs"]
 mod revert;
 #[path = "orch_suite/rollout.rs"]

@@ -1,0 +1,113 @@
+//! The README's operator tasks, run as written: every `agentsadm` line of
+//! its "Operator tasks" section, in order, through the binary against a
+//! simulated datacenter, each expected to exit 0. `RUN` becomes the id of
+//! the newest run in `agentsadm history` at that point. A command the
+//! README shows that does not work (a renamed flag, a wrong example) fails
+//! here.
+
+use agentsadm_sim::{SeedSpec, SimConfig, SimDc};
+
+/// The `agentsadm` lines of the README's "Operator tasks" section.
+fn task_commands() -> Vec<String> {
+    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md"))
+        .expect("README.md");
+    let start = readme
+        .find("\n## Operator tasks\n")
+        .expect("the README has an Operator tasks section");
+    let section = &readme[start + 1..];
+    let section = &section[..section.find("\n## ").unwrap_or(section.len())];
+    let mut in_code = false;
+    let mut commands = Vec::new();
+    for line in section.lines() {
+        if line.starts_with("```") {
+            in_code = !in_code;
+            continue;
+        }
+        if in_code && line.starts_with("agentsadm ") {
+            commands.push(line.to_string());
+        }
+    }
+    commands
+}
+
+/// A command line split as `sh` splits it (words, single quotes, a
+/// comment from a word that starts with `#`).
+fn words(line: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut word = String::new();
+    let (mut quoted, mut any) = (false, false);
+    for c in line.chars() {
+        match c {
+            '#' if !quoted && !any => break,
+            '\'' => {
+                quoted = !quoted;
+                any = true;
+            }
+            ' ' if !quoted => {
+                if any {
+                    out.push(std::mem::take(&mut word));
+                    any = false;
+                }
+            }
+            c => {
+                word.push(c);
+                any = true;
+            }
+        }
+    }
+    if any {
+        out.push(word);
+    }
+    out
+}
+
+#[test]
+fn command_lines_split_as_a_shell_splits_them() {
+    assert_eq!(
+        words("agentsadm hold vm-agent --reason 'change # freeze' -s cn0001 # a#b"),
+        [
+            "agentsadm",
+            "hold",
+            "vm-agent",
+            "--reason",
+            "change # freeze",
+            "-s",
+            "cn0001"
+        ]
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_operator_task_in_the_readme_runs_as_written() {
+    let commands = task_commands();
+    assert!(commands.len() >= 20, "{commands:?}");
+    let dc = SimDc::start(
+        SimConfig::default()
+            .servers(3)
+            .populate(SeedSpec::with_newer()),
+    )
+    .await
+    .expect("simulator starts");
+    let state = tempfile::tempdir().unwrap();
+    let cli = crate::cli_common::agentsadm(&dc).state(state.path());
+    for line in &commands {
+        let mut args = words(line);
+        assert_eq!(args.remove(0), "agentsadm");
+        if args.iter().any(|a| a == "RUN") {
+            let (code, out, err) = cli.run(&["history", "--json"]).await;
+            assert_eq!(code, 0, "{err}");
+            let doc: serde_json::Value = serde_json::from_str(&out).unwrap();
+            let newest = doc["runs"][0]["id"]
+                .as_str()
+                .unwrap_or_else(|| panic!("`{line}`: no run recorded yet: {out}"))
+                .to_string();
+            for a in args.iter_mut().filter(|a| *a == "RUN") {
+                *a = newest[..8].to_string();
+            }
+        }
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let (code, out, err) = cli.run(&args).await;
+        assert_eq!(code, 0, "`{line}` exited {code}:\n{out}\n{err}");
+    }
+    dc.shutdown().await;
+}
