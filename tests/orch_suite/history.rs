@@ -113,7 +113,13 @@ async fn every_run_is_recorded_and_another_session_sees_it() {
         text.contains("cn0001") && text.contains("vm-agent"),
         "{text}"
     );
-    assert!(text.contains("succeeded (done)"), "{text}");
+    // The server's outcome, once ("succeeded (done)" said it twice).
+    assert!(
+        text.lines()
+            .any(|l| l.starts_with("cn0001 ") && l.contains(" succeeded ")),
+        "{text}"
+    );
+    assert!(!text.contains("succeeded (done)"), "{text}");
 
     // The list, and its filters.
     let (_, list, _) = cli(&dc, here.path(), &["history"]).await;
@@ -250,4 +256,84 @@ async fn the_next_plan_starts_the_slowest_first_and_shows_the_expected_finish() 
         "longest first: {expected:?}"
     );
     assert!(servers.iter().all(|s| s["usual_s"].is_number()));
+}
+
+/// `history RUN` draws the run (the servers on one time axis, the canary
+/// and the failure marked, the spread of install times) and fits 100
+/// columns however long an error is: the table once grew to the longest
+/// error line (300-520 columns). The whole text stays in --json.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_is_drawn_and_fits_100_columns() {
+    let dc = SimDc::start(
+        SimConfig::default()
+            .servers(6)
+            .populate(SeedSpec::with_newer()),
+    )
+    .await
+    .expect("simulator starts");
+    let failing = dc.server("cn0004").unwrap().uuid;
+    dc.faults().fail_installs_on(failing);
+    let state = tempfile::tempdir().unwrap();
+    let (code, out, err) = cli(
+        &dc,
+        state.path(),
+        &[
+            "update",
+            "vm-agent",
+            "--latest",
+            "-y",
+            "--canary",
+            "1",
+            "--max-failures",
+            "3",
+        ],
+    )
+    .await;
+    assert_eq!(code, 2, "{out}{err}");
+    let run = runs(&dc, state.path()).await[0]["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let (code, text, err) = cli(&dc, state.path(), &["history", &run[..8]]).await;
+    assert_eq!(code, 0, "{err}");
+    let wide: Vec<&str> = text.lines().filter(|l| l.chars().count() > 100).collect();
+    assert!(wide.is_empty(), "lines over 100 columns: {wide:#?}\n{text}");
+    assert!(
+        text.contains("Timeline: 7 servers in start order"),
+        "{text}"
+    );
+    let row = |h: &str| {
+        text.lines()
+            .find(|l| l.trim_start().starts_with(&format!("{h} ")) && l.contains('|'))
+            .unwrap_or_else(|| panic!("no timeline row for {h}:\n{text}"))
+    };
+    let canaries = text
+        .lines()
+        .filter(|l| l.contains("|") && l.contains('C'))
+        .count();
+    assert_eq!(canaries, 1, "{text}");
+    assert!(
+        row("cn0004")
+            .trim_end()
+            .trim_end_matches('|')
+            .trim_end()
+            .ends_with('x'),
+        "{text}"
+    );
+    assert!(
+        text.contains("Install times of the 6 succeeded: P50 "),
+        "{text}"
+    );
+    assert!(
+        text.contains("\nWhy (the whole text: agentsadm history"),
+        "{text}"
+    );
+    assert!(text.contains("  cn0004: "), "{text}");
+    // --json keeps every server's start, canary mark and the whole error.
+    let (_, json, _) = cli(&dc, state.path(), &["history", &run[..8], "--json"]).await;
+    let doc: serde_json::Value = serde_json::from_str(&json).unwrap();
+    let servers = doc["run"]["servers"].as_array().unwrap();
+    assert!(servers.iter().all(|s| s["started_s"].is_number()), "{json}");
+    assert_eq!(servers.iter().filter(|s| s["canary"] == true).count(), 1);
+    dc.shutdown().await;
 }

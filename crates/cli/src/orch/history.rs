@@ -11,6 +11,7 @@ use clap::Args;
 use serde_json::json;
 
 use super::exit;
+use super::timeline::wrap;
 use crate::CmdResult;
 use crate::GlobalOpts;
 use agentsadm_orchestrate::history::{
@@ -192,15 +193,16 @@ pub fn render_run(e: &HistoryEntry) -> String {
     }
     for (what, v) in [("halted", &e.halted), ("error", &e.error)] {
         if let Some(v) = v {
-            out.push_str(&format!("  {what}:{:w$}{v}\n", "", w = 10 - what.len() - 1));
+            let head = format!("  {what}:{:w$}", "", w = 10 - what.len() - 1);
+            out.push_str(&wrap(&head, v, 12, RUN_WIDTH, 4));
         }
     }
     for c in &e.plan.service_changes {
         out.push_str(&format!(
             "  service:  {} default image {} -> {}{}\n",
             c.component,
-            short_image(c.from, c.from_version.as_deref()),
-            short_image(c.to, Some(c.to_version.as_str())),
+            short_image(c.from, c.from_version.as_deref().map(release)),
+            short_image(c.to, Some(release(&c.to_version))),
             if c.put_back {
                 " (put back by the halt)"
             } else {
@@ -217,11 +219,55 @@ pub fn render_run(e: &HistoryEntry) -> String {
         e.plan.servers,
         e.servers.len()
     ));
+    if let Some(picture) = super::timeline::timeline(e) {
+        out.push('\n');
+        out.push_str(&picture);
+    }
     if !e.servers.is_empty() {
         out.push('\n');
         out.push_str(&server_table(&e.servers));
+        out.push_str(&failures(e));
     }
     out
+}
+
+/// `history RUN` fits this many columns: long texts are wrapped and
+/// shortened (whole in `--json` and the run log).
+pub const RUN_WIDTH: usize = 100;
+
+/// Why servers failed, each wrapped under its hostname, with its tasks.
+fn failures(e: &HistoryEntry) -> String {
+    let mut failed: Vec<&ServerRecord> = e.servers.iter().filter(|s| s.failure.is_some()).collect();
+    if failed.is_empty() {
+        return String::new();
+    }
+    failed.sort_by(|a, b| a.hostname.cmp(&b.hostname));
+    let id =
+        e.id.map(|i| i.to_string()[..8].to_string())
+            .unwrap_or_default();
+    let mut out = format!("\nWhy (the whole text: agentsadm history {id} --json):\n");
+    for s in failed {
+        let why = s.failure.as_deref().unwrap_or_default();
+        out.push_str(&wrap(&format!("  {}: ", s.hostname), why, 4, RUN_WIDTH, 3));
+        if !s.tasks.is_empty() {
+            let tasks: Vec<String> = s.tasks.iter().map(|t| t.to_string()).collect();
+            out.push_str(&wrap(
+                "    CNAPI tasks: ",
+                &tasks.join(" "),
+                6,
+                RUN_WIDTH,
+                3,
+            ));
+        }
+    }
+    out
+}
+
+/// A version as the server table shows it: its release alone
+/// (`1.1.0-master-20260201T000000Z-g45ba50e` is `1.1.0`; the image's short
+/// UUID beside it tells builds apart).
+fn release(version: &str) -> &str {
+    version.split('-').next().unwrap_or(version)
 }
 
 fn server_table(servers: &[ServerRecord]) -> String {
@@ -229,11 +275,6 @@ fn server_table(servers: &[ServerRecord]) -> String {
     sorted.sort_by(|a, b| a.hostname.cmp(&b.hostname).then(a.server.cmp(&b.server)));
     let mut rows = Vec::new();
     for s in sorted {
-        let tasks: Vec<String> = s
-            .tasks
-            .iter()
-            .map(|t| t.to_string()[..8].to_string())
-            .collect();
         let took = Duration::try_from_secs_f64(s.elapsed_s).unwrap_or_default();
         if s.steps.is_empty() {
             rows.push(vec![
@@ -244,37 +285,31 @@ fn server_table(servers: &[ServerRecord]) -> String {
                 s.outcome.clone(),
                 fmt_duration(took),
                 "-".into(),
-                tasks.join(","),
             ]);
         }
         for st in &s.steps {
-            let gate = match (&st.gate, st.gate_passed) {
-                (Some(g), Some(true)) => format!("{g}: passed"),
-                (Some(g), Some(false)) => format!("{g}: failed"),
-                (Some(g), None) => g.clone(),
-                (None, _) => "-".into(),
+            // The gate's kind is in --json; here whether it passed.
+            let gate = match st.gate_passed {
+                Some(true) => "passed",
+                Some(false) => "failed",
+                None => "-",
             };
+            // "succeeded (done)" said one thing twice: the step's status
+            // only where it adds to the server's.
+            let outcome = if st.status == "done" || st.status == s.outcome {
+                s.outcome.clone()
+            } else {
+                format!("{} ({})", s.outcome, st.status)
+            };
+            let short = |i, v: Option<&str>| short_image(i, v.map(release));
             rows.push(vec![
                 s.hostname.clone(),
                 st.component.clone(),
-                short_image(st.from, st.from_version.as_deref()),
-                short_image(st.to, st.to_version.as_deref()),
-                format!("{} ({})", s.outcome, st.status),
+                short(st.from, st.from_version.as_deref()),
+                short(st.to, st.to_version.as_deref()),
+                outcome,
                 fmt_duration(st.elapsed()),
-                gate,
-                tasks.join(","),
-            ]);
-        }
-        if let Some(f) = &s.failure {
-            rows.push(vec![
-                String::new(),
-                format!("  {f}"),
-                String::new(),
-                String::new(),
-                String::new(),
-                String::new(),
-                String::new(),
-                String::new(),
+                gate.to_string(),
             ]);
         }
     }
@@ -287,7 +322,6 @@ fn server_table(servers: &[ServerRecord]) -> String {
             "OUTCOME",
             "TOOK",
             "GATE",
-            "TASKS",
         ],
         &rows,
     )
@@ -296,6 +330,37 @@ fn server_table(servers: &[ServerRecord]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A 520-column error (a real one from a CNAPI task) once made the
+    /// table that wide: now the table is bounded and the error wrapped
+    /// under it, shortened to three lines.
+    #[test]
+    fn a_run_with_a_long_error_fits_100_columns() {
+        let failure = format!(
+            "vm-agent: agent_install task failed: {}",
+            "x".repeat(20) + &" word".repeat(100)
+        );
+        let e = HistoryEntry {
+            id: Some(agentsadm_types::ids::RunId::from_u128(1)),
+            operation: "update vm-agent".into(),
+            halted: Some("halted: ".to_string() + &"because ".repeat(40)),
+            servers: vec![ServerRecord {
+                hostname: "cn0001".into(),
+                outcome: "failed".into(),
+                failure: Some(failure),
+                ..ServerRecord::default()
+            }],
+            ..HistoryEntry::default()
+        };
+        let text = render_run(&e);
+        assert!(
+            text.lines().all(|l| l.chars().count() <= RUN_WIDTH),
+            "{text}"
+        );
+        let why = text.lines().skip_while(|l| !l.starts_with("Why")).count();
+        assert_eq!(why, 4, "the heading and three lines: {text}");
+        assert!(text.contains(" ...\n"), "{text}");
+    }
 
     #[test]
     fn since_takes_dates_times_and_ages() {

@@ -48,6 +48,7 @@ pub mod history;
 pub mod list;
 pub mod marks;
 pub mod revert;
+pub mod timeline;
 
 pub use adopt::{AdoptArgs, run_adopt};
 pub use avail::{AvailArgs, run_avail};

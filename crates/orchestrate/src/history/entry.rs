@@ -143,6 +143,17 @@ pub struct ServerRecord {
     pub tasks: Vec<TaskId>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub failure: Option<String>,
+    /// When it started, in seconds from the run's start (the timeline of
+    /// `agentsadm history RUN`); none for a server that never started, or
+    /// in a journal written before it was recorded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub started_s: Option<f64>,
+    /// It was in the canary wave.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub canary: bool,
+    /// It was flagged as an outlier while it ran.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub outlier: bool,
 }
 
 /// One run of a changing command.
@@ -320,6 +331,7 @@ pub fn server_record(uuid: ServerUuid, sp: &ServerPlan, outcome: &ServerOutcome)
         steps,
         tasks: outcome.tasks.iter().map(|t| t.task).collect(),
         failure: outcome.failure.as_ref().map(ToString::to_string),
+        ..ServerRecord::default()
     }
 }
 

@@ -16,7 +16,7 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use super::entry::{self, HistoryEntry, RunStatus};
+use super::entry::{self, HistoryEntry, RunStatus, ServerRecord};
 use super::local::{End, Line, LocalHistory};
 use super::mirror::SapiHistory;
 use crate::report::{ExecEvent, ExecReport, Reporter};
@@ -114,6 +114,17 @@ pub struct Recorder {
     dirty: AtomicBool,
     warned: AtomicBool,
     warn: Box<dyn Fn(&str) + Send + Sync>,
+    /// When the run started, and each server since then: the timeline.
+    began: std::time::Instant,
+    timeline: Mutex<Timeline>,
+}
+
+/// What the timeline of a run needs beyond the outcomes: when each server
+/// started, and which were flagged as outliers while they ran.
+#[derive(Default)]
+struct Timeline {
+    started: std::collections::BTreeMap<ServerUuid, f64>,
+    outliers: BTreeSet<ServerUuid>,
 }
 
 impl Recorder {
@@ -153,6 +164,8 @@ impl Recorder {
             dirty: AtomicBool::new(false),
             warned: AtomicBool::new(false),
             warn: Box::new(warn),
+            began: std::time::Instant::now(),
+            timeline: Mutex::new(Timeline::default()),
         };
         let mut catch_up = Vec::new();
         if let Some(local) = &settings.local {
@@ -217,15 +230,27 @@ impl Recorder {
         }
     }
 
-    /// Record what an execution event says (a server finished).
+    /// Record what an execution event says (a server started, was slow,
+    /// finished).
     pub fn observe(&self, event: &ExecEvent<'_>) {
-        let ExecEvent::ServerFinished { server, outcome } = event else {
-            return;
+        let (server, outcome) = match event {
+            ExecEvent::ServerStarted { server, .. } => {
+                let at = entry::round3(self.began.elapsed().as_secs_f64());
+                self.lock_timeline().started.insert(*server, at);
+                return;
+            }
+            ExecEvent::Outlier(o) => {
+                self.lock_timeline().outliers.insert(o.server);
+                return;
+            }
+            ExecEvent::ServerFinished { server, outcome } => (server, outcome),
+            _ => return,
         };
         let Some(sp) = self.plan.servers().get(server) else {
             return;
         };
-        let record = entry::server_record(*server, sp, outcome);
+        let mut record = entry::server_record(*server, sp, outcome);
+        self.annotate(*server, &mut record);
         self.send(Line::Server(Box::new(record.clone())));
         self.written
             .lock()
@@ -233,6 +258,24 @@ impl Recorder {
             .insert(*server);
         self.lock_entry().record_server(record);
         self.dirty.store(true, Ordering::SeqCst);
+    }
+
+    fn lock_timeline(&self) -> std::sync::MutexGuard<'_, Timeline> {
+        self.timeline.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The timeline's facts on a server's record: when it started, whether
+    /// it was a canary or an outlier.
+    fn annotate(&self, server: ServerUuid, record: &mut ServerRecord) {
+        let timeline = self.lock_timeline();
+        record.started_s = timeline.started.get(&server).copied();
+        record.outlier = timeline.outliers.contains(&server);
+        record.canary = self
+            .plan
+            .rollout()
+            .waves
+            .iter()
+            .any(|w| w.canary && w.servers.iter().any(|s| s.server == server));
     }
 
     fn send(&self, line: Line) {
@@ -262,6 +305,13 @@ impl Recorder {
             entry::finish_from_report(&mut e, &self.plan, report);
             e.ended = Some(entry::now_rfc3339());
             let written = self.written.lock().unwrap_or_else(|e| e.into_inner());
+            // The report's records replaced those observed: annotate them
+            // all again.
+            for s in e.servers.iter_mut() {
+                if let Some(u) = s.server {
+                    self.annotate(u, s);
+                }
+            }
             e.servers
                 .iter()
                 .filter(|s| s.server.is_none_or(|u| !written.contains(&u)))
