@@ -64,7 +64,7 @@ fn list_states() {
     }
     let all: Vec<ServerUuid> = dc.reality().servers.keys().copied().collect();
     let rows = list_rows(&dc.intent(), &dc.reality(), &all, &[]);
-    let summary = list_summary(&rows, &dc.intent().holds);
+    let summary = list_summary(&rows, &dc.intent());
     assert_eq!(
         summary.iter().map(|r| r.servers).sum::<usize>(),
         rows.len(),

@@ -232,3 +232,43 @@ async fn listing_commands_take_j_and_history_takes_table_options() {
     assert_eq!(code, 1, "{err}");
     dc.shutdown().await;
 }
+
+/// `list --summary` shows each component's version mix at a glance: a
+/// bar of each image's share of the component's servers, the image SAPI
+/// names for new servers starred.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn list_summary_draws_the_version_mix() {
+    let dc = SimDc::start(
+        SimConfig::default()
+            .servers(3)
+            .populate(SeedSpec::with_newer()),
+    )
+    .await
+    .expect("simulator starts");
+    let (code, out, err) = cli(&dc, &["update", "vm-agent@1.1.0", "-s", "cn0001", "-y"]).await;
+    assert_eq!(code, 0, "{out}{err}");
+    let (code, out, err) = cli(&dc, &["list", "--summary", "vm-agent"]).await;
+    assert_eq!(code, 0, "{err}");
+    let rows: Vec<&str> = out.lines().filter(|l| l.starts_with("vm-agent ")).collect();
+    assert_eq!(rows.len(), 2, "{out}");
+    // Three of four servers on 1.0.0 (the default), one on 1.1.0.
+    assert!(
+        rows[0].contains(" 1.0.0") && rows[0].contains("[########--]*"),
+        "{out}"
+    );
+    assert!(
+        rows[1].contains(" 1.1.0") && rows[1].contains("[###-------] "),
+        "{out}"
+    );
+    assert!(out.contains("\nMIX: "), "{out}");
+    let (_, json, _) = cli(&dc, &["list", "--summary", "vm-agent", "--json"]).await;
+    let v: serde_json::Value = serde_json::from_str(&json).unwrap();
+    let defaults: Vec<bool> = v
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["default"].as_bool().unwrap())
+        .collect();
+    assert_eq!(defaults, [true, false], "{json}");
+    dc.shutdown().await;
+}

@@ -16,7 +16,6 @@ use agentsadm_flows::drift::FindingKind;
 use agentsadm_orchestrate::Intent;
 use agentsadm_orchestrate::Reality;
 use agentsadm_orchestrate::gather;
-use agentsadm_plan::Holds;
 use agentsadm_plan::reality::Installed;
 use agentsadm_plan::resolve_servers;
 use agentsadm_types::ids::ImageUuid;
@@ -231,11 +230,15 @@ pub struct ListSummaryRow {
     /// it has one.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub held_datacenter_wide: Option<agentsadm_plan::Mark>,
+    /// It is the image SAPI names for the component (what new servers
+    /// get).
+    pub default: bool,
 }
 
-/// Group `list` rows by (component, version, image) (pure); `holds`
-/// names the datacenter-wide ones.
-pub fn list_summary(rows: &[ListRow], holds: &Holds) -> Vec<ListSummaryRow> {
+/// Group `list` rows by (component, version, image) (pure); `intent`
+/// names the datacenter-wide holds and the service defaults.
+pub fn list_summary(rows: &[ListRow], intent: &Intent) -> Vec<ListSummaryRow> {
+    let holds = &intent.holds;
     let mut groups: BTreeMap<(&str, Option<&str>, Option<ImageUuid>), ListSummaryRow> =
         BTreeMap::new();
     for r in rows {
@@ -249,6 +252,12 @@ pub fn list_summary(rows: &[ListRow], holds: &Holds) -> Vec<ListSummaryRow> {
                 states: BTreeMap::new(),
                 marks: BTreeMap::new(),
                 held_datacenter_wide: holds.services.get(r.component.as_str()).cloned(),
+                default: r.image.is_some()
+                    && intent
+                        .services
+                        .get(r.component.as_str())
+                        .and_then(|s| s.default_image)
+                        == r.image,
             });
         g.servers += 1;
         *g.states.entry(r.state).or_default() += 1;
@@ -294,7 +303,7 @@ pub async fn run_list(g: &GlobalOpts, a: ListArgs) -> CmdResult {
         return Ok(exit(0));
     }
     if a.summary {
-        print_list_summary(&out, servers.len(), &rows, &intent.holds);
+        print_list_summary(&out, servers.len(), &rows, &intent);
         return Ok(exit(0));
     }
     if out.json {
@@ -362,8 +371,8 @@ fn sort_hint(e: anyhow::Error, names: &[String]) -> anyhow::Error {
     }
 }
 
-fn print_list_summary(out: &Output, servers: usize, rows: &[ListRow], holds: &Holds) {
-    let summary = list_summary(rows, holds);
+fn print_list_summary(out: &Output, servers: usize, rows: &[ListRow], intent: &Intent) {
+    let summary = list_summary(rows, intent);
     if out.json {
         out.json(&summary);
         return;
@@ -374,6 +383,11 @@ fn print_list_summary(out: &Output, servers: usize, rows: &[ListRow], holds: &Ho
             .collect::<Vec<_>>()
             .join(", ")
     };
+    // Each component's servers, for its images' shares of them.
+    let mut per_component: BTreeMap<&str, usize> = BTreeMap::new();
+    for r in &summary {
+        *per_component.entry(r.component.as_str()).or_default() += r.servers;
+    }
     let cells: Vec<Vec<String>> = summary
         .iter()
         .map(|r| {
@@ -382,6 +396,7 @@ fn print_list_summary(out: &Output, servers: usize, rows: &[ListRow], holds: &Ho
                 r.version.clone().unwrap_or_else(|| "-".into()),
                 r.image.map(|i| short(&i)).unwrap_or_else(|| "-".into()),
                 r.servers.to_string(),
+                mix_bar(r.servers, per_component[r.component.as_str()], r.default),
                 if r.marks.is_empty() {
                     states(&r.states)
                 } else {
@@ -392,11 +407,12 @@ fn print_list_summary(out: &Output, servers: usize, rows: &[ListRow], holds: &Ho
         .collect();
     out.line(
         table(
-            &["COMPONENT", "VERSION", "IMAGE", "SERVERS", "STATES"],
+            &["COMPONENT", "VERSION", "IMAGE", "SERVERS", "MIX", "STATES"],
             &cells,
         )
         .trim_end(),
     );
+    out.line("MIX: the image's share of the component's servers; * the image SAPI names (new servers get it).");
     let mut totals: BTreeMap<&str, usize> = BTreeMap::new();
     for r in rows {
         *totals.entry(r.state).or_default() += 1;
@@ -437,4 +453,21 @@ fn print_list_summary(out: &Output, servers: usize, rows: &[ListRow], holds: &Ho
             down.join(", ")
         ));
     }
+}
+
+/// `[######----]*`: `servers` of `of` as ten cells, `*` when the image is
+/// the service default. A share under a tenth still shows one cell.
+fn mix_bar(servers: usize, of: usize, default: bool) -> String {
+    const CELLS: usize = 10;
+    let filled = if of == 0 {
+        0
+    } else {
+        ((servers * CELLS + of / 2) / of).clamp(usize::from(servers > 0), CELLS)
+    };
+    format!(
+        "[{}{}]{}",
+        "#".repeat(filled),
+        "-".repeat(CELLS - filled),
+        if default { "*" } else { " " }
+    )
 }
