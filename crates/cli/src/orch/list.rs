@@ -459,11 +459,9 @@ fn print_list_summary(out: &Output, servers: usize, rows: &[ListRow], intent: &I
 /// the service default. A share under a tenth still shows one cell.
 fn mix_bar(servers: usize, of: usize, default: bool) -> String {
     const CELLS: usize = 10;
-    let filled = if of == 0 {
-        0
-    } else {
-        ((servers * CELLS + of / 2) / of).clamp(usize::from(servers > 0), CELLS)
-    };
+    let filled = (servers * CELLS + of / 2)
+        .checked_div(of)
+        .map_or(0, |n| n.clamp(usize::from(servers > 0), CELLS));
     format!(
         "[{}{}]{}",
         "#".repeat(filled),
