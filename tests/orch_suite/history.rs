@@ -337,3 +337,90 @@ async fn a_run_is_drawn_and_fits_100_columns() {
     assert_eq!(servers.iter().filter(|s| s["canary"] == true).count(), 1);
     dc.shutdown().await;
 }
+
+/// The run's picture exported for a ticket (`history RUN --svg FILE`) is
+/// a document a real renderer draws: rsvg-convert (Debian's librsvg2-bin)
+/// turns it into a PNG of the asked width and of the SVG's proportions,
+/// and the picture is not blank.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_is_exported_as_a_picture_a_renderer_draws() {
+    if !crate::tools::require_tool("rsvg-convert", "librsvg2-bin") {
+        return;
+    }
+    let dc = SimDc::start(
+        SimConfig::default()
+            .servers(4)
+            .populate(SeedSpec::with_newer()),
+    )
+    .await
+    .expect("simulator starts");
+    dc.faults()
+        .fail_installs_on(dc.server("cn0002").unwrap().uuid);
+    let state = tempfile::tempdir().unwrap();
+    let (code, out, err) = cli(&dc, state.path(), &["update", "vm-agent", "--latest", "-y"]).await;
+    assert_eq!(code, 2, "{out}{err}");
+    let run = runs(&dc, state.path()).await[0]["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let svg = state.path().join("run.svg");
+    let svg_arg = svg.to_string_lossy().into_owned();
+    let (code, _, err) = cli(
+        &dc,
+        state.path(),
+        &["history", &run[..8], "--svg", &svg_arg],
+    )
+    .await;
+    assert_eq!(code, 0, "{err}");
+    let png = state.path().join("run.png");
+    let rendered = std::process::Command::new("rsvg-convert")
+        .args(["-w", "820", "-o"])
+        .arg(&png)
+        .arg(&svg)
+        .output()
+        .expect("rsvg-convert runs");
+    assert!(
+        rendered.status.success(),
+        "{}",
+        String::from_utf8_lossy(&rendered.stderr)
+    );
+    let (width, height, pixels) = read_png(&std::fs::read(&png).unwrap());
+    // 5 servers: 40 px of title, 14 a row, 40 of axis and legend, on a
+    // canvas 800 wide (the SVG's 800 x 150, drawn 820 wide).
+    assert_eq!((width, height), (820, 154), "the picture's size");
+    let distinct: std::collections::BTreeSet<u8> = pixels.iter().copied().collect();
+    assert!(
+        distinct.len() > 16,
+        "a blank picture: {} distinct bytes",
+        distinct.len()
+    );
+    dc.shutdown().await;
+}
+
+/// A PNG's width, height and inflated image data (IHDR, the IDAT chunks).
+fn read_png(bytes: &[u8]) -> (u32, u32, Vec<u8>) {
+    use std::io::Read;
+    assert_eq!(&bytes[..8], b"\x89PNG\r\n\x1a\n", "not a PNG");
+    let (mut at, mut size, mut idat) = (8, (0, 0), Vec::new());
+    while at + 8 <= bytes.len() {
+        let len = u32::from_be_bytes(bytes[at..at + 4].try_into().unwrap()) as usize;
+        let kind = &bytes[at + 4..at + 8];
+        let data = &bytes[at + 8..at + 8 + len];
+        match kind {
+            b"IHDR" => {
+                size = (
+                    u32::from_be_bytes(data[..4].try_into().unwrap()),
+                    u32::from_be_bytes(data[4..8].try_into().unwrap()),
+                )
+            }
+            b"IDAT" => idat.extend_from_slice(data),
+            _ => {}
+        }
+        at += 12 + len;
+    }
+    let mut pixels = Vec::new();
+    flate2::read::ZlibDecoder::new(&idat[..])
+        .read_to_end(&mut pixels)
+        .expect("the image data inflates");
+    (size.0, size.1, pixels)
+}

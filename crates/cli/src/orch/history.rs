@@ -7,6 +7,7 @@
 
 use std::time::{Duration, SystemTime};
 
+use anyhow::Context;
 use clap::Args;
 use serde_json::json;
 
@@ -34,6 +35,10 @@ pub struct HistoryArgs {
     pub since: Option<SystemTime>,
     #[command(flatten)]
     pub table: super::list::TableArgs,
+    /// With RUN: also write its timeline as an SVG picture to FILE (for a
+    /// ticket or a wiki; self-contained).
+    #[arg(long, value_name = "FILE", requires = "run")]
+    pub svg: Option<std::path::PathBuf>,
 }
 
 /// `--since`: an RFC 3339 time or date, or a duration before now.
@@ -82,6 +87,15 @@ pub async fn run_history(g: &GlobalOpts, a: HistoryArgs) -> CmdResult {
     }
     if let Some(run) = &a.run {
         let entry = agentsadm_orchestrate::history::find_in(listing.entries, run)?;
+        if let Some(file) = &a.svg {
+            let picture = super::timeline::svg(&entry).ok_or_else(|| {
+                anyhow::anyhow!(
+                    "run {run} has no timeline to draw: no server's start was recorded (no server step, or recorded by an older agentsadm)"
+                )
+            })?;
+            std::fs::write(file, picture)
+                .with_context(|| format!("cannot write the picture to {}", file.display()))?;
+        }
         if out.json {
             out.json(&json!({ "run": entry }));
         } else {

@@ -168,6 +168,98 @@ pub fn timeline(e: &HistoryEntry) -> Option<String> {
     Some(out)
 }
 
+/// The same picture as an SVG document, for a ticket or a wiki
+/// (`agentsadm history RUN --svg FILE`): one bar per server in start
+/// order, coloured by how it ended, the canary outlined, outliers marked,
+/// the planned finish as a dashed line beside the real one. Self-contained
+/// (no script, font or link outside it). `None` as for [`timeline`].
+pub fn svg(e: &HistoryEntry) -> Option<String> {
+    let mut started: Vec<&ServerRecord> =
+        e.servers.iter().filter(|s| s.started_s.is_some()).collect();
+    if started.is_empty() {
+        return None;
+    }
+    started.sort_by(|a, b| {
+        a.started_s
+            .partial_cmp(&b.started_s)
+            .unwrap_or(std::cmp::Ordering::Equal)
+            .then_with(|| a.hostname.cmp(&b.hostname))
+    });
+    let (left, plot, row, top): (f64, f64, f64, f64) = (140.0, 640.0, 14.0, 40.0);
+    let real_end = started
+        .iter()
+        .filter_map(|s| span(s).map(|(_, end)| end))
+        .fold(0.0_f64, f64::max);
+    let planned = e.plan.expected_finish_s.filter(|p| *p > 0.0);
+    let total = real_end.max(planned.unwrap_or(0.0)).max(0.001);
+    let x = |t: f64| left + t / total * plot;
+    let height = top + row * started.len() as f64 + 40.0;
+    let width = left + plot + 20.0;
+    let esc = |t: &str| {
+        t.replace('&', "&amp;")
+            .replace('<', "&lt;")
+            .replace('>', "&gt;")
+            .replace('"', "&quot;")
+    };
+    let mut out = format!(
+        "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{width}\" height=\"{height}\" viewBox=\"0 0 {width} {height}\" font-family=\"sans-serif\" font-size=\"11\">\n<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n<text x=\"10\" y=\"20\" font-size=\"13\">{}: {} servers, real finish {}{}</text>\n",
+        esc(&e.operation),
+        started.len(),
+        fmt_duration(Duration::from_secs_f64(real_end)),
+        planned
+            .map(|p| format!(", planned {}", fmt_duration(Duration::from_secs_f64(p))))
+            .unwrap_or_default()
+    );
+    for (i, s) in started.iter().enumerate() {
+        let Some((start, end)) = span(s) else {
+            continue;
+        };
+        let y = top + row * i as f64;
+        let colour = match s.outcome.as_str() {
+            "succeeded" if s.outlier => "#e69f00",
+            "succeeded" => "#4c9a2a",
+            "failed" | "timed-out" => "#d62728",
+            _ => "#999999",
+        };
+        let w = (x(end) - x(start)).max(1.0);
+        out.push_str(&format!(
+            "<text x=\"10\" y=\"{}\">{}</text>\n<rect x=\"{:.1}\" y=\"{:.1}\" width=\"{w:.1}\" height=\"{}\" fill=\"{colour}\"{}><title>{} {} {}</title></rect>\n",
+            y + row - 3.0,
+            esc(&s.hostname),
+            x(start),
+            y + 2.0,
+            row - 4.0,
+            if s.canary { " stroke=\"black\" stroke-width=\"1.5\"" } else { "" },
+            esc(&s.hostname),
+            esc(&s.outcome),
+            fmt_duration(Duration::from_secs_f64(s.elapsed_s.max(0.0)))
+        ));
+    }
+    let bottom = top + row * started.len() as f64;
+    out.push_str(&format!(
+        "<line x1=\"{left}\" y1=\"{bottom}\" x2=\"{}\" y2=\"{bottom}\" stroke=\"black\"/>\n<text x=\"{left}\" y=\"{}\">0s</text>\n<text x=\"{}\" y=\"{}\" text-anchor=\"end\">{}</text>\n",
+        left + plot,
+        bottom + 14.0,
+        left + plot,
+        bottom + 14.0,
+        fmt_duration(Duration::from_secs_f64(total))
+    ));
+    if let Some(p) = planned {
+        out.push_str(&format!(
+            "<line x1=\"{:.1}\" y1=\"{top}\" x2=\"{:.1}\" y2=\"{bottom}\" stroke=\"#1f77b4\" stroke-dasharray=\"4 3\"/>\n<text x=\"{:.1}\" y=\"{}\" fill=\"#1f77b4\">planned</text>\n",
+            x(p),
+            x(p),
+            x(p) + 3.0,
+            top - 4.0
+        ));
+    }
+    out.push_str(&format!(
+        "<text x=\"10\" y=\"{}\">green: succeeded; orange: outlier; red: failed; grey: interrupted or unknown; outlined: canary</text>\n</svg>\n",
+        bottom + 32.0
+    ));
+    Some(out)
+}
+
 /// P50, P90 and the maximum of the succeeded servers' times, and a strip
 /// of how many fell in each tenth of the range.
 fn spread(servers: &[&ServerRecord]) -> Option<String> {
