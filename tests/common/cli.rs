@@ -16,6 +16,7 @@ use agentsadm_sim::SimDc;
 pub struct Agentsadm {
     env: BTreeMap<String, Option<String>>,
     state: Option<PathBuf>,
+    cwd: Option<PathBuf>,
 }
 
 /// `agentsadm` against `dc`: its IMGAPI, SAPI, CNAPI and updates server.
@@ -31,7 +32,11 @@ pub fn agentsadm(dc: &SimDc) -> Agentsadm {
     .into_iter()
     .map(|(k, v)| (k.to_string(), Some(v)))
     .collect();
-    Agentsadm { env, state: None }
+    Agentsadm {
+        env,
+        state: None,
+        cwd: None,
+    }
 }
 
 impl Agentsadm {
@@ -47,6 +52,12 @@ impl Agentsadm {
         self
     }
 
+    /// Run in `dir`: where a relative path on the command line goes.
+    pub fn cwd(mut self, dir: &Path) -> Self {
+        self.cwd = Some(dir.to_path_buf());
+        self
+    }
+
     /// Keep run logs in `dir` (`XDG_STATE_HOME`), for a test that reads them.
     pub fn state(mut self, dir: &Path) -> Self {
         self.state = Some(dir.to_path_buf());
@@ -58,6 +69,9 @@ impl Agentsadm {
         cmd.args(args)
             .env("XDG_STATE_HOME", state)
             .stdin(Stdio::null());
+        if let Some(dir) = &self.cwd {
+            cmd.current_dir(dir);
+        }
         for (k, v) in &self.env {
             match v {
                 Some(v) => cmd.env(k, v),

@@ -89,7 +89,10 @@ async fn every_operator_task_in_the_readme_runs_as_written() {
     .await
     .expect("simulator starts");
     let state = tempfile::tempdir().unwrap();
-    let cli = crate::cli_common::agentsadm(&dc).state(state.path());
+    // Relative paths (`--svg run.svg`) land in the test's own directory.
+    let cli = crate::cli_common::agentsadm(&dc)
+        .state(state.path())
+        .cwd(state.path());
     for line in &commands {
         let mut args = words(line);
         assert_eq!(args.remove(0), "agentsadm");
@@ -108,6 +111,11 @@ async fn every_operator_task_in_the_readme_runs_as_written() {
         let args: Vec<&str> = args.iter().map(String::as_str).collect();
         let (code, out, err) = cli.run(&args).await;
         assert_eq!(code, 0, "`{line}` exited {code}:\n{out}\n{err}");
+        if let Some(at) = args.iter().position(|a| *a == "--svg") {
+            let picture = state.path().join(args[at + 1]);
+            let text = std::fs::read_to_string(&picture).expect("the picture is written");
+            assert!(text.starts_with("<svg "), "{text}");
+        }
     }
     dc.shutdown().await;
 }
