@@ -181,3 +181,63 @@ fn the_latest_rule_is_said_the_same_everywhere() {
         assert!(flat(&readme).contains(rule), "README.md lacks {rule:?}");
     }
 }
+
+/// `update --latest --just-import` brings the image ahead of a
+/// maintenance window (sdcadm's --just-images): the datacenter IMGAPI has
+/// it afterwards, and no server, service default or instance changed; a
+/// second run has nothing to import.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn just_import_imports_and_changes_nothing_else() {
+    use agentsadm_sim::{BuildOptions, PublishTarget};
+    let dc = SimDc::start(SimConfig::default().servers(2))
+        .await
+        .expect("simulator starts");
+    let newer = dc
+        .publish_component(
+            "vm-agent",
+            &BuildOptions::new("1.5.0"),
+            PublishTarget::Updates {
+                channels: vec!["release".into()],
+            },
+        )
+        .unwrap();
+    let updates = dc.urls().updates.clone();
+    let env = [("UPDATES_URL", updates.as_str())];
+    let sapi = dc.apis().sapi;
+    let before = (
+        sapi.list_agent_instances().await.unwrap(),
+        sapi.list_agent_services().await.unwrap(),
+        dc.server_agents(dc.headnode().uuid),
+    );
+    assert!(dc.apis().imgapi.get_image(newer.uuid).await.is_err());
+    let (code, out, err) = cli(
+        &dc,
+        &["update", "vm-agent", "--latest", "--just-import"],
+        &env,
+    )
+    .await;
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(
+        out.contains("Imported 1 of 1 image(s) into the datacenter IMGAPI (vm-agent 1.5.0"),
+        "{out}"
+    );
+    assert_eq!(
+        dc.apis().imgapi.get_image(newer.uuid).await.unwrap().uuid,
+        newer.uuid
+    );
+    let after = (
+        sapi.list_agent_instances().await.unwrap(),
+        sapi.list_agent_services().await.unwrap(),
+        dc.server_agents(dc.headnode().uuid),
+    );
+    assert_eq!(before, after, "nothing but the image changed");
+    let (code, out, err) = cli(
+        &dc,
+        &["update", "vm-agent", "--latest", "--just-import"],
+        &env,
+    )
+    .await;
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.contains("Nothing to import"), "{out}");
+    dc.shutdown().await;
+}

@@ -84,6 +84,11 @@ pub struct UpdateArgs {
     /// Servers to leave alone (UUIDs or hostnames).
     #[arg(short = 'x', long, value_name = "SERVERS", value_delimiter = ',', action = ArgAction::Append)]
     pub exclude: Vec<String>,
+    /// Only import the images the plan needs into the datacenter IMGAPI,
+    /// ahead of a maintenance window (sdcadm's --just-images): no server
+    /// and no SAPI record is changed.
+    #[arg(long)]
+    pub just_import: bool,
     #[command(flatten)]
     pub exec: ExecArgs,
 }
@@ -107,6 +112,11 @@ pub struct InstallArgs {
     /// Servers to leave alone (UUIDs or hostnames).
     #[arg(short = 'x', long, value_name = "SERVERS", value_delimiter = ',', action = ArgAction::Append)]
     pub exclude: Vec<String>,
+    /// Only import the images the plan needs into the datacenter IMGAPI,
+    /// ahead of a maintenance window (sdcadm's --just-images): no server
+    /// and no SAPI record is changed.
+    #[arg(long)]
+    pub just_import: bool,
     #[command(flatten)]
     pub exec: ExecArgs,
 }
@@ -134,6 +144,8 @@ struct Change {
     settings: RunSettings,
     /// Where the target comes from, printed first (`--latest`).
     target_line: Option<String>,
+    /// `--just-import`: the plan's imports only.
+    just_import: bool,
 }
 
 /// `vm-agent@1.1.0` as (`vm-agent`, `1.1.0`).
@@ -211,6 +223,7 @@ impl UpdateArgs {
             },
             image_spec,
             source: self.source,
+            just_import: self.just_import,
             settings: self.exec.into(),
             target_line: None,
         })
@@ -236,6 +249,7 @@ impl InstallArgs {
             choice,
             image_spec,
             source: self.source,
+            just_import: self.just_import,
             settings: self.exec.into(),
             target_line: None,
         })
@@ -261,6 +275,7 @@ impl RemoveArgs {
             choice: ImageChoice::Intent,
             image_spec: None,
             source: ChannelArgs::default(),
+            just_import: false,
             settings: self.exec.into(),
             target_line: None,
         })
@@ -321,7 +336,8 @@ async fn run_change(g: &GlobalOpts, mut change: Change, plan_only: bool) -> CmdR
         change.choice =
             ImageChoice::Image(agentsadm_orchestrate::images::find_image(sources, c, spec).await?);
     }
-    change.settings.dry_run |= plan_only;
+    let asked_dry_run = change.settings.dry_run || plan_only;
+    change.settings.dry_run |= plan_only || change.just_import;
     // What servers took before: read once, before planning.
     let durations = super::history::store(g).durations().await;
     let planner = RequestPlanner {
@@ -360,6 +376,9 @@ async fn run_change(g: &GlobalOpts, mut change: Change, plan_only: bool) -> CmdR
     let mut run = Run::new(&apis, &catalog, &change.settings, &reporter, operation);
     run.durations = Some(&durations);
     match run.go(&planner, &operator, interrupted()).await {
+        Ok(RunOutcome::DryRun(plan)) if change.just_import && !asked_dry_run => {
+            just_import(out, &apis, &plan).await
+        }
         Ok(RunOutcome::DryRun(plan)) => {
             if out.json {
                 out.json(&json!({"plan": plan, "executed": false, "exit_status": 0}));
@@ -376,6 +395,33 @@ async fn run_change(g: &GlobalOpts, mut change: Change, plan_only: bool) -> CmdR
         Ok(RunOutcome::Executed { planned, report }) => Ok(exit(executed(out, &planned, &report))),
         Err(e) => Err(run_error(e)),
     }
+}
+
+/// `--just-import`: the images the plan needs, into the datacenter IMGAPI
+/// (those already there are left as they are); nothing else changes.
+async fn just_import(out: Output, apis: &agentsadm_api::Apis, plan: &Plan) -> CmdResult {
+    let imported = agentsadm_orchestrate::images::import(&apis.imgapi, plan.imports())
+        .await
+        .map_err(|e| {
+            anyhow::Error::new(e).context(format!("cannot import into {}", apis.imgapi.base_url()))
+        })?;
+    let names: Vec<String> = plan
+        .imports()
+        .iter()
+        .map(|i| format!("{} {}", i.name, i.version))
+        .collect();
+    if out.json {
+        out.json(&json!({"imported": plan.imports(), "executed": false, "exit_status": 0}));
+    } else if names.is_empty() {
+        out.line("Nothing to import: the datacenter IMGAPI has every image the plan needs; nothing was changed.");
+    } else {
+        out.line(format!(
+            "Imported {imported} of {} image(s) into the datacenter IMGAPI ({}); no server or SAPI record was changed.",
+            names.len(),
+            names.join(", ")
+        ));
+    }
+    Ok(exit(0))
 }
 
 /// How an executed run of a [`Plan`] ended (update, install, remove,
