@@ -1,4 +1,4 @@
-//! The services of agentsadm, gz-tools and sdcadm live in agentsadm's own
+//! The services of agentsadm, dockerlogger, gz-tools and sdcadm live in agentsadm's own
 //! SAPI application, never in `sdc` (sdcadm 1.39.0 takes every agent
 //! service there for its own: docs/triton/sdcadm.md §10). Records an
 //! earlier version wrote in `sdc` move with their instance UUIDs, params
@@ -114,7 +114,7 @@ async fn a_seeded_datacenter_keeps_its_own_services_out_of_sdc() {
     let snap = snapshot(&dc.apis().sapi).await;
     assert_eq!(
         snap.keys().map(String::as_str).collect::<Vec<_>>(),
-        ["agentsadm", "gz-tools", "sdcadm"]
+        ["agentsadm", "dockerlogger", "gz-tools", "sdcadm"]
     );
     for (name, (_, insts, app)) in &snap {
         assert_eq!(app, OWN_APPLICATION, "{name} is in {app}");
@@ -133,7 +133,10 @@ async fn records_of_the_earlier_version_move_with_their_uuids() {
     old_shape(sapi).await;
     assert_eq!(snapshot(sapi).await, in_app(&want, "sdc"));
     let report = move_out_of_sdc(sapi, MoveOptions::default()).await.unwrap();
-    assert_eq!(report.services, ["agentsadm", "gz-tools", "sdcadm"]);
+    assert_eq!(
+        report.services,
+        ["agentsadm", "dockerlogger", "gz-tools", "sdcadm"]
+    );
     let moved: usize = want.values().map(|(_, i, _)| i.len()).sum();
     assert_eq!(report.instances, moved);
     assert_eq!(snapshot(sapi).await, want);

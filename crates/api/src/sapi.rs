@@ -211,18 +211,20 @@ where
         .collect()
 }
 
-/// The SAPI application that holds the services of agentsadm's own
-/// components that are not Triton agents ([`OWN_SERVICES`]). sdcadm 1.39.0
-/// takes every `type=agent` service of `sdc` for an SMF agent it can
-/// health-check, plan and update: in `sdc` these services make
-/// `sdcadm check-health` fail for good, `experimental avail` conflict on
-/// `sdcadm` and `experimental update agentsadm@V` crash
-/// (docs/triton/sdcadm.md §10). sdcadm reads only `sdc` and `manta`, and
-/// agentsadm lists agent services of every application.
+/// The SAPI application that holds the services of agentsadm's components
+/// that are not apm agents ([`OWN_SERVICES`]). sdcadm 1.39.0 takes every
+/// `type=agent` service of `sdc` for an SMF agent it can health-check,
+/// plan and update: in `sdc` these services make `sdcadm check-health`
+/// fail for good, `experimental avail` conflict on `sdcadm` and
+/// `experimental update agentsadm@V` crash; and sdcadm lists the instances
+/// of `sdc`'s `dockerlogger` service besides `server.agents`, where
+/// agentsadm's registration already puts dockerlogger, so `sdcadm insts`
+/// showed it twice (docs/triton/sdcadm.md §10). sdcadm reads only `sdc`
+/// and `manta`; agentsadm lists agent services of every application.
 pub const OWN_APPLICATION: &str = "agentsadm";
 
 /// The services kept in [`OWN_APPLICATION`] rather than `sdc`.
-pub const OWN_SERVICES: [&str; 3] = ["agentsadm", "gz-tools", "sdcadm"];
+pub const OWN_SERVICES: [&str; 4] = ["agentsadm", "dockerlogger", "gz-tools", "sdcadm"];
 
 /// Whether a component's SAPI service belongs in [`OWN_APPLICATION`].
 pub fn in_own_application(component: &str) -> bool {

@@ -1,8 +1,8 @@
-//! Moving the services of agentsadm, gz-tools and sdcadm out of SAPI's
-//! `sdc` application into agentsadm's own
-//! ([`agentsadm_api::sapi::OWN_APPLICATION`]), where versions of agentsadm
-//! before it created them and where sdcadm 1.39.0 takes them for SMF
-//! agents of its own (docs/triton/sdcadm.md §10).
+//! Moving the services of agentsadm, dockerlogger, gz-tools and sdcadm
+//! ([`OWN_SERVICES`]) out of SAPI's `sdc` application, where versions of
+//! agentsadm before it created them and where sdcadm 1.39.0 takes them for
+//! its own (docs/triton/sdcadm.md §10), into agentsadm's
+//! ([`agentsadm_api::sapi::OWN_APPLICATION`]).
 //!
 //! SAPI can move neither a service to another application nor an instance
 //! to another service. So each old service gets a twin in agentsadm's
