@@ -278,6 +278,9 @@ impl<'a> Run<'a> {
         lock::check_free(&store, &self.lock).await?;
         let unlocked = planner.plan().await.map_err(RunError::Plan)?;
         if unlocked.plan().is_empty() {
+            // Nothing to change, but records of earlier versions still
+            // move out of `sdc` (under the locks) on this run.
+            crate::shape::move_when_idle(&store, self.sapi, &self.lock, |m| operator.note(m)).await;
             log_skips(unlocked.plan());
             operator.show(&unlocked, Shown::Unlocked);
             return Ok(RunOutcome::Empty(unlocked));

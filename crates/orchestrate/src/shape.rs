@@ -461,3 +461,43 @@ pub async fn move_and_note(sapi: &SapiClient, note: impl Fn(&str)) -> Option<Mov
         }
     }
 }
+
+/// For a run with nothing to change: when records need moving (one
+/// read), move them holding the datacenter lock (and sdcadm's, on a
+/// headnode) as a changing run would. Failing to is a warning.
+pub async fn move_when_idle(
+    store: &dyn crate::lock::LockStore,
+    sapi: &SapiClient,
+    options: &crate::lock::LockOptions,
+    note: impl Fn(&str),
+) {
+    let chain = agentsadm_types::error::error_chain;
+    match needs_move(sapi).await {
+        Ok(left) if left.is_empty() => return,
+        Ok(_) => {}
+        Err(e) => {
+            note(&format!(
+                "warning: cannot tell whether SAPI services need moving out of the sdc application: {}",
+                chain(&e)
+            ));
+            return;
+        }
+    }
+    let lost = std::sync::atomic::AtomicBool::new(false);
+    let work = move_and_note(sapi, &note);
+    if let Err(e) = crate::holding::hold(
+        store,
+        "move records out of sdc",
+        options,
+        &lost,
+        &note,
+        work,
+    )
+    .await
+    {
+        note(&format!(
+            "warning: SAPI services left in the sdc application were not moved: {}; the next changing run moves them",
+            chain(&e)
+        ));
+    }
+}
