@@ -40,6 +40,10 @@
 //! - `sim`: plan, execute and re-plan against the simulated datacenter, the
 //!   CLI's exit statuses, two orchestrators started together;
 //! - `runlog`: the bunyan log of every run, JSON error documents;
+//! - `sdcadm_lock`: a run holds sdcadm's lock on a headnode, and waits
+//!   a bounded time or stops while sdcadm holds it (a forked holder);
+//! - `shape`: agentsadm's, gz-tools' and sdcadm's services live outside
+//!   `sdc`; an earlier version's records move, killed after any write;
 //! - `small`: how a rollout too small for a median judges slow servers;
 //! - `tables`: `list` and `avail` tables (`-H`, `-o`, `--sort`, `-q`);
 //! - `plain_output`: no escape sequence in any command's output to a pipe;
@@ -98,6 +102,10 @@ mod revert;
 mod rollout;
 #[path = "orch_suite/runlog.rs"]
 mod runlog;
+#[path = "orch_suite/sdcadm_lock.rs"]
+mod sdcadm_lock;
+#[path = "orch_suite/shape.rs"]
+mod shape;
 #[path = "orch_suite/sim.rs"]
 mod sim;
 #[path = "common/sim.rs"]

@@ -491,3 +491,46 @@ fn servers_being_set_up_and_silent_servers_are_not_cleaned_up() {
         other => panic!("{other:?}"),
     }
 }
+
+/// A held server that runs another image than SAPI names was changed by
+/// something other than agentsadm (sdcadm ignores holds, issue 29): said
+/// as such, and never "fixed" by an upgrade that the hold forbids.
+#[test]
+fn a_held_server_changed_by_someone_else_is_said() {
+    let mut dc = ExampleDc::new(2);
+    let cn1 = dc.server_named("cn001");
+    // What `sdcadm experimental update vm-agent` leaves: the server runs
+    // 1.1.0, its SAPI instance still names 1.0.0.
+    let newer = dc.publish("vm-agent", "1.1.0").uuid;
+    dc.set_installed(cn1, "vm-agent", newer, Some(instance_uuid(cn1, "vm-agent")));
+    let (_, findings) = find(&dc, &BTreeMap::new(), None);
+    let f = findings
+        .iter()
+        .find(|f| f.hostname.as_deref() == Some("cn001"))
+        .expect("a finding on cn001");
+    assert_eq!(f.kind, FindingKind::WrongImage);
+    assert!(
+        matches!(f.fix, Fix::Upgrade { .. }),
+        "not held: {:?}",
+        f.fix
+    );
+    dc.sapi_merge_params(
+        instance_uuid(cn1, "vm-agent"),
+        agentsadm_api::sapi::object([(
+            agentsadm_plan::marks::HOLD_PARAM,
+            serde_json::json!({"by": "op@hn:1", "at": "2026-11-27T20:00:00Z", "reason": "canary"}),
+        )]),
+    );
+    let (_, findings) = find(&dc, &BTreeMap::new(), None);
+    let f = findings
+        .iter()
+        .find(|f| f.hostname.as_deref() == Some("cn001"))
+        .expect("a finding on cn001");
+    assert_eq!(f.kind, FindingKind::WrongImage);
+    assert!(
+        f.details.contains("held") && f.details.contains("sdcadm ignores holds"),
+        "{}",
+        f.details
+    );
+    assert!(matches!(f.fix, Fix::Manual { .. }), "{:?}", f.fix);
+}

@@ -211,6 +211,26 @@ where
         .collect()
 }
 
+/// The SAPI application that holds the services of agentsadm's components
+/// that are not apm agents ([`OWN_SERVICES`]). sdcadm 1.39.0 takes every
+/// `type=agent` service of `sdc` for an SMF agent it can health-check,
+/// plan and update: in `sdc` these services make `sdcadm check-health`
+/// fail for good, `experimental avail` conflict on `sdcadm` and
+/// `experimental update agentsadm@V` crash; and sdcadm lists the instances
+/// of `sdc`'s `dockerlogger` service besides `server.agents`, where
+/// agentsadm's registration already puts dockerlogger, so `sdcadm insts`
+/// showed it twice (docs/triton/sdcadm.md §10). sdcadm reads only `sdc`
+/// and `manta`; agentsadm lists agent services of every application.
+pub const OWN_APPLICATION: &str = "agentsadm";
+
+/// The services kept in [`OWN_APPLICATION`] rather than `sdc`.
+pub const OWN_SERVICES: [&str; 4] = ["agentsadm", "dockerlogger", "gz-tools", "sdcadm"];
+
+/// Whether a component's SAPI service belongs in [`OWN_APPLICATION`].
+pub fn in_own_application(component: &str) -> bool {
+    OWN_SERVICES.contains(&component)
+}
+
 /// Client for SAPI.
 #[derive(Clone, Debug)]
 pub struct SapiClient {
@@ -253,6 +273,35 @@ impl SapiClient {
             .await?
             .into_iter()
             .next())
+    }
+
+    /// agentsadm's own application ([`OWN_APPLICATION`]); of two (two
+    /// runs created it at once), the one with the smallest UUID.
+    pub async fn own_application(&self) -> Result<Option<Application>, ApiError> {
+        Ok(self
+            .list_applications(Some(OWN_APPLICATION))
+            .await?
+            .into_iter()
+            .filter(|a| a.name == OWN_APPLICATION)
+            .min_by_key(|a| a.uuid))
+    }
+
+    /// The application a component's service belongs in: `sdc`, or
+    /// agentsadm's own, created (owned as `sdc` is) when missing. `None`:
+    /// SAPI has no `sdc` application.
+    pub async fn application_for(&self, component: &str) -> Result<Option<Application>, ApiError> {
+        let Some(sdc) = self.sdc_application().await? else {
+            return Ok(None);
+        };
+        if !in_own_application(component) {
+            return Ok(Some(sdc));
+        }
+        if let Some(own) = self.own_application().await? {
+            return Ok(Some(own));
+        }
+        self.create_application(OWN_APPLICATION, &sdc.owner_uuid, Object::new())
+            .await
+            .map(Some)
     }
 
     /// CreateApplication (SAPI answers 200 with the object). Not retried:

@@ -43,6 +43,10 @@ pub struct SelfUpdateArgs {
     /// Take over the orchestrator lock even if another run holds it.
     #[arg(long)]
     pub break_lock: bool,
+    /// On a headnode, wait this long for sdcadm's lock when an sdcadm
+    /// command holds it, then stop.
+    #[arg(long, value_parser = super::orch::duration, default_value = "1m", value_name = "DURATION")]
+    pub sdcadm_lock_wait: std::time::Duration,
     /// The headnode's global zone root (a directory in tests).
     #[arg(long, value_name = "DIR", default_value = "/", hide = true)]
     pub root: PathBuf,
@@ -96,14 +100,20 @@ pub async fn run(g: &GlobalOpts, a: SelfUpdateArgs) -> CmdResult {
         }
         return Ok(ExitCode::SUCCESS);
     }
-    let work = selfupdate::execute(&env, &plan);
+    let note = |line: &str| out.warn(line);
+    // Records of earlier versions move out of `sdc` first, so that the
+    // service self-update sets is the moved one.
+    let work = async {
+        agentsadm_orchestrate::shape::move_and_note(&apis.sapi, note).await;
+        selfupdate::execute(&env, &plan).await
+    };
     let store = SapiLockStore::new(apis.sapi.clone()).await?;
     let options = LockOptions {
         break_lock: a.break_lock,
+        sdcadm: super::orch::sdcadm_lock_here(a.sdcadm_lock_wait),
         ..LockOptions::default()
     };
     let lost = std::sync::atomic::AtomicBool::new(false);
-    let note = |line: &str| out.warn(line);
     let outcome = lock::hold(&store, "self-update", &options, &lost, note, work).await??;
     // A lock lost while it ran (said when noticed): the headnode may since
     // have been changed by the new holder, so this is not "done".

@@ -52,6 +52,10 @@ use super::paths::GzPaths;
 /// The `package.json` key that marks a registration as agentsadm's.
 pub const MARKER: &str = "agentsadm_registration";
 
+/// The version a registration carries when the server cannot tell it
+/// (never empty: see [`wanted`]).
+pub const UNKNOWN_VERSION: &str = "unknown";
+
 /// What a registration says of its component.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Registration {
@@ -92,9 +96,16 @@ pub fn is_registration(catalog: &Catalog, dir_name: &str) -> bool {
 /// from a known image, none otherwise. Blocking.
 pub fn wanted(paths: &GzPaths, component: &Component) -> Option<Registration> {
     let fp = kinds::current(paths, component).ok().flatten()?;
+    // An empty version makes `sdcadm insts` run `imgadm get` on every such
+    // server at once to find it (sdcadm.md §4.4): gz-tools installed or
+    // replaced by Triton's tools has a known image and no readable version.
+    let version = match fp.version.is_empty() {
+        true => UNKNOWN_VERSION.to_string(),
+        false => fp.version,
+    };
     Some(Registration {
         name: component.name.clone(),
-        version: fp.version,
+        version,
         image_uuid: fp.image_uuid?,
     })
 }
@@ -253,6 +264,25 @@ mod tests {
             format!(r#"{{"name":"agentsadm","version":"{version}"}}"#),
         )
         .unwrap();
+    }
+
+    /// gz-tools as Triton's tools leave it (only `etc/gz-tools.image`):
+    /// registered with its image and a version that is not empty (sdcadm
+    /// would otherwise run `imgadm get` on every such server at once).
+    #[test]
+    fn gz_tools_of_unknown_version_is_never_registered_with_an_empty_one() {
+        let tmp = tempfile::tempdir().unwrap();
+        let paths = GzPaths::new(tmp.path());
+        let marker = paths.at("opt/smartdc/etc/gz-tools.image");
+        fs::create_dir_all(marker.parent().unwrap()).unwrap();
+        let image = ImageUuid::from_u128(7);
+        fs::write(&marker, format!("{image}\n")).unwrap();
+        assert!(sync(&paths, &Catalog::builtin()).is_empty());
+        let reg = read(&paths, "gz-tools").unwrap();
+        assert_eq!(
+            (reg.version.as_str(), reg.image_uuid),
+            (UNKNOWN_VERSION, image)
+        );
     }
 
     #[test]

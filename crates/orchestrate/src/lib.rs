@@ -56,6 +56,7 @@ mod reporters;
 pub mod revert;
 pub mod run;
 pub mod session;
+pub mod shape;
 pub mod store;
 pub mod summary;
 pub mod transport;

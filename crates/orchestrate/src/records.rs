@@ -143,10 +143,12 @@ impl ApiRecords {
         default_image: Option<ImageUuid>,
     ) -> Result<RecordDone, RecordWriteError> {
         let sapi = &self.sapi;
+        // agentsadm, gz-tools and sdcadm go in agentsadm's own
+        // application, which sdcadm never reads.
         let app = sapi
-            .sdc_application()
+            .application_for(component)
             .await
-            .map_err(api("find the sdc application in SAPI"))?
+            .map_err(api(format!("find the SAPI application for {component}")))?
             .ok_or(RecordWriteError::NoSdcApplication)?;
         let log_key = format!("{}_LOG_LEVEL", component.to_uppercase().replace('-', "_"));
         let create = CreateService {

@@ -64,6 +64,8 @@ pub struct RunSettings {
     pub ignore_holds: bool,
     /// `--task-timeout` and the rest of the executor's settings.
     pub options: ExecOptions,
+    /// On a headnode: sdcadm's lock, held with the datacenter lock.
+    pub sdcadm_lock: Option<crate::lock::SdcadmLockOptions>,
 }
 
 impl RunSettings {
@@ -246,6 +248,7 @@ impl<'a> Run<'a> {
             operation: operation.into(),
             lock: LockOptions {
                 break_lock: settings.break_lock,
+                sdcadm: settings.sdcadm_lock.clone(),
                 ..LockOptions::default()
             },
             history: Some(HistorySettings::default_for_process()),
@@ -275,6 +278,9 @@ impl<'a> Run<'a> {
         lock::check_free(&store, &self.lock).await?;
         let unlocked = planner.plan().await.map_err(RunError::Plan)?;
         if unlocked.plan().is_empty() {
+            // Nothing to change, but records of earlier versions still
+            // move out of `sdc` (under the locks) on this run.
+            crate::shape::move_when_idle(&store, self.sapi, &self.lock, |m| operator.note(m)).await;
             log_skips(unlocked.plan());
             operator.show(&unlocked, Shown::Unlocked);
             return Ok(RunOutcome::Empty(unlocked));
@@ -299,6 +305,9 @@ impl<'a> Run<'a> {
                 old.owner, old.operation, old.refreshed
             ));
         }
+        // Records of earlier versions move out of `sdc` before the plan
+        // is made again under the lock (issue 29).
+        crate::shape::move_and_note(self.sapi, |m| operator.note(m)).await;
         let fence = LockFence::new(&dc_lock);
         let work = self.locked(planner, operator, &fence, cancel);
         let mut outcome =

@@ -298,12 +298,32 @@ pub(crate) fn populate(core: &DcCore, spec: &SeedSpec) -> Result<SeedReport, Sim
             ]),
             extra: object([("metadata_schema", sdc_app_metadata_schema())]),
         });
+        // agentsadm's own components live in its own application, which
+        // sdcadm never reads (issue 29).
+        // Not drawn from `rng`: every UUID seeded after stays as it was.
+        let own_uuid = ApplicationUuid(uuid::Uuid::from_u128(
+            app_uuid.0.as_u128() ^ 0x0a9e_075a_d000_0000_0000_0000_0000_0001,
+        ));
+        if components
+            .iter()
+            .any(|c| agentsadm_api::sapi::in_own_application(&c.name))
+        {
+            sapi.applications.push(Application {
+                uuid: own_uuid,
+                name: agentsadm_api::sapi::OWN_APPLICATION.to_string(),
+                owner_uuid: admin_uuid.to_string(),
+                params: Default::default(),
+                metadata: Default::default(),
+                extra: Default::default(),
+            });
+        }
         for c in &components {
             let uuid = ServiceUuid(uuid_from(&mut rng));
+            let in_own = agentsadm_api::sapi::in_own_application(&c.name);
             sapi.services.push(Service {
                 uuid,
                 name: c.name.to_string(),
-                application_uuid: app_uuid,
+                application_uuid: if in_own { own_uuid } else { app_uuid },
                 params: Some(object([
                     ("image_uuid", json!(report.images[c.name.as_str()].uuid)),
                     (

@@ -82,6 +82,20 @@ pub fn sdc_application() -> ApplicationUuid {
     ApplicationUuid(derived_uuid("application/sdc"))
 }
 
+/// agentsadm's own application ([`agentsadm_api::sapi::OWN_APPLICATION`]).
+pub fn own_application() -> ApplicationUuid {
+    ApplicationUuid(derived_uuid("application/agentsadm"))
+}
+
+/// The application a component's service is in.
+pub fn application_of(component: &str) -> ApplicationUuid {
+    if agentsadm_api::sapi::in_own_application(component) {
+        own_application()
+    } else {
+        sdc_application()
+    }
+}
+
 /// An example datacenter as wire-shaped records.
 #[derive(Clone, Debug)]
 pub struct ExampleDc {
@@ -198,7 +212,7 @@ impl ExampleDc {
         self.services.push(Service {
             uuid: service_uuid(component),
             name: component.to_string(),
-            application_uuid: sdc_application(),
+            application_uuid: application_of(component),
             params: Some(params),
             metadata: Some(object([("SERVICE_NAME", component)])),
             manifests: Some(object(Vec::<(String, Value)>::new())),

@@ -35,6 +35,7 @@ use agentsadm_api::ImgapiClient;
 use agentsadm_orchestrate::execute::DEFAULT_CONCURRENCY;
 use agentsadm_orchestrate::execute::ExecOptions;
 use agentsadm_orchestrate::execute::FailureBudget;
+use agentsadm_orchestrate::lock::SdcadmLockOptions;
 use agentsadm_orchestrate::outlier::OutlierPolicy;
 use agentsadm_orchestrate::run::RunSettings;
 use agentsadm_plan::HealthFlags;
@@ -127,6 +128,27 @@ pub struct RunArgs {
     /// Take the datacenter lock even if another agentsadm holds it.
     #[arg(long)]
     pub break_lock: bool,
+    /// On a headnode, wait this long for sdcadm's lock
+    /// (/var/run/sdcadm.lock) when an sdcadm command holds it, then stop.
+    #[arg(long, value_parser = duration, default_value = "1m", value_name = "DURATION")]
+    pub sdcadm_lock_wait: Duration,
+}
+
+/// Where sdcadm keeps its lock on this host: `AGENTSADM_SDCADM_LOCK` when
+/// set (empty: none, for a datacenter without sdcadm), else sdcadm's own
+/// path when sdcadm is installed here (a headnode). `None`: no sdcadm to
+/// keep out.
+pub(crate) fn sdcadm_lock_here(wait: Duration) -> Option<SdcadmLockOptions> {
+    match std::env::var_os("AGENTSADM_SDCADM_LOCK") {
+        Some(p) if p.is_empty() => None,
+        Some(p) => Some(SdcadmLockOptions {
+            path: p.into(),
+            wait,
+        }),
+        None => std::path::Path::new("/opt/smartdc/sdcadm/etc/buildstamp")
+            .exists()
+            .then(|| SdcadmLockOptions::headnode(wait)),
+    }
 }
 
 /// How steps reach servers and are watched: `update`, `install`, `remove`.
@@ -210,6 +232,7 @@ impl RunArgs {
             },
             ignore_holds,
             options,
+            sdcadm_lock: sdcadm_lock_here(self.sdcadm_lock_wait),
         }
     }
 }

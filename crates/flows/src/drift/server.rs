@@ -147,6 +147,26 @@ struct ComponentOnServer<'a> {
 }
 
 impl ComponentOnServer<'_> {
+    /// The hold on the component here as SAPI has it: the instance's,
+    /// else the service's (datacenter-wide).
+    fn hold(self, inst: &InstanceIntent) -> Option<agentsadm_plan::Mark> {
+        use agentsadm_plan::marks::HOLD_PARAM;
+        let params = self
+            .input
+            .instances
+            .iter()
+            .find(|x| x.uuid == inst.uuid)
+            .and_then(|x| x.params.as_ref());
+        agentsadm_plan::Mark::from_params(params, HOLD_PARAM).or_else(|| {
+            let svc = self
+                .input
+                .services
+                .iter()
+                .find(|s| s.uuid == self.service.uuid)?;
+            agentsadm_plan::Mark::from_params(svc.params.as_ref(), HOLD_PARAM)
+        })
+    }
+
     /// An instance's params set right: the image it, the server or the
     /// service names, in that order; with none known, what to do by hand.
     fn set_params_fix(self, i: &Installed, inst: &InstanceIntent) -> Fix {
@@ -360,6 +380,31 @@ impl ComponentOnServer<'_> {
             ));
         }
         if let Some(target) = inst.image
+            && i.image != Some(target)
+            && let Some(mark) = self.hold(inst)
+        {
+            // agentsadm changes no held server, so something else did
+            // (sdcadm ignores holds): said as such, left to the operator.
+            out.push(finding(
+                FindingKind::WrongImage,
+                state,
+                name,
+                Some(inst.uuid),
+                format!(
+                    "held ({}), yet runs {} where its SAPI instance names {}: something other than agentsadm changed it (sdcadm ignores holds)",
+                    mark.describe(),
+                    version_label(i),
+                    image_of(input, target)
+                ),
+                Fix::Manual {
+                    hint: format!(
+                        "keep what runs with 'agentsadm update {name} -s {h} --image UUID --ignore-holds -y', or put {} back the same way; 'agentsadm release {name} -s {h}' lets bulk changes move it again",
+                        image_of(input, target),
+                        h = state.hostname
+                    ),
+                },
+            ));
+        } else if let Some(target) = inst.image
             && i.image != Some(target)
         {
             let fix = match step_fix(input, state, name, target) {

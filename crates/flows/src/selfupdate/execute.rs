@@ -343,10 +343,11 @@ async fn ensure_service(sapi: &SapiClient, c: &Component) -> Result<ServiceUuid,
     if let Some(s) = services.into_iter().find(|s| s.name == c.name) {
         return Ok(s.uuid);
     }
+    // Not in `sdc`: sdcadm takes every agent service there for its own.
     let app = sapi
-        .sdc_application()
+        .application_for(&c.name)
         .await
-        .map_err(sapi_err("find the sdc application"))?
+        .map_err(sapi_err("find the SAPI application for agentsadm"))?
         .ok_or(SelfUpdateError::NoSdcApplication)?;
     let create = CreateService {
         name: c.name.to_string(),

@@ -69,7 +69,8 @@ pub fn current(paths: &GzPaths, component: &Component) -> Result<Option<Footprin
         }
         _ => {
             if let Some(rec) = read_record(paths, &component.name)? {
-                return Ok(Some(rec.footprint));
+                let replaced = replaced_by_sdcadm(paths, component.kind, &rec);
+                return Ok(Some(replaced.unwrap_or(rec.footprint)));
             }
             // Installed by Triton's own tools: what we can tell without a record.
             match component.kind {
@@ -133,6 +134,56 @@ pub fn current(paths: &GzPaths, component: &Component) -> Result<Option<Footprin
                 ComponentKind::ApmAgent => Ok(None),
             }
         }
+    }
+}
+
+/// What sdcadm left in place of what agentsadm installed, when it replaced
+/// it behind agentsadm's record: `sdcadm self-update` swaps
+/// `opt/smartdc/sdcadm` (another `etc/buildstamp`), `sdcadm experimental
+/// update-gz-tools` lays new files over `opt/smartdc` (another
+/// `etc/gz-tools.image`). The disk wins over the record; the files are
+/// the record's (the same paths). `None`: the record still holds. These
+/// are one-line files read whole (issue 32 bounds every read).
+fn replaced_by_sdcadm(
+    paths: &GzPaths,
+    kind: ComponentKind,
+    rec: &InstalledRecord,
+) -> Option<Footprint> {
+    match kind {
+        ComponentKind::GzTools => {
+            let marker = paths.at("opt/smartdc/etc/gz-tools.image");
+            let on_disk = fsutil::read_trimmed(&marker).ok()??.parse().ok()?;
+            (on_disk != rec.image_uuid).then(|| Footprint {
+                image_uuid: Some(on_disk),
+                // What the new image's version is, the server cannot tell.
+                version: String::new(),
+                ..rec.footprint.clone()
+            })
+        }
+        ComponentKind::Sdcadm => {
+            let dir = paths.at("opt/smartdc/sdcadm");
+            let stamp = fsutil::read_trimmed(&dir.join("etc/buildstamp"))
+                .ok()
+                .flatten()?;
+            let replaced = match &rec.buildstamp {
+                Some(installed) => *installed != stamp,
+                // A record from before the stamp was kept: the package's
+                // version is all there is to compare.
+                None => PackageJson::read(&dir)
+                    .ok()
+                    .flatten()
+                    .is_some_and(|p| !rec.version.starts_with(&p.version)),
+            };
+            replaced.then(|| Footprint {
+                image_uuid: fsutil::read_trimmed(&dir.join("image_uuid"))
+                    .ok()
+                    .flatten()
+                    .and_then(|s| s.parse().ok()),
+                version: stamp,
+                ..rec.footprint.clone()
+            })
+        }
+        _ => None,
     }
 }
 
@@ -226,5 +277,138 @@ pub fn read_record(
             }),
         Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
         Err(err) => Err(CurrentError { path, err }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use agentsadm_types::catalog::Catalog;
+    use agentsadm_types::ids::ImageUuid;
+
+    fn image(n: u128) -> ImageUuid {
+        ImageUuid::from_u128(n)
+    }
+
+    fn put(paths: &GzPaths, rel: &str, text: &str) {
+        let p = paths.at(rel);
+        fs::create_dir_all(p.parent().unwrap()).unwrap();
+        fs::write(p, text).unwrap();
+    }
+
+    /// A record as agentsadm's install writes it.
+    fn record(paths: &GzPaths, name: &str, img: ImageUuid, version: &str, stamp: Option<&str>) {
+        let catalog = Catalog::builtin();
+        let c = catalog.get(name).unwrap();
+        let rec = InstalledRecord {
+            name: name.to_string(),
+            kind: c.kind,
+            image_uuid: img,
+            version: version.to_string(),
+            sha256: String::new(),
+            footprint: Footprint {
+                image_uuid: Some(img),
+                version: version.to_string(),
+                ..Default::default()
+            },
+            buildstamp: stamp.map(str::to_string),
+        };
+        put(
+            paths,
+            &record_rel(&c.name),
+            &serde_json::to_string(&rec).unwrap(),
+        );
+    }
+
+    fn now(paths: &GzPaths, name: &str) -> Footprint {
+        let catalog = Catalog::builtin();
+        current(paths, catalog.get(name).unwrap()).unwrap().unwrap()
+    }
+
+    #[test]
+    fn gz_tools_replaced_by_sdcadm_is_reported_as_on_disk() {
+        let dir = tempfile::tempdir().unwrap();
+        let paths = GzPaths::new(dir.path());
+        record(&paths, "gz-tools", image(1), "1.0.0", None);
+        put(
+            &paths,
+            "opt/smartdc/etc/gz-tools.image",
+            &format!("{}\n", image(1)),
+        );
+        assert_eq!(now(&paths, "gz-tools").image_uuid, Some(image(1)));
+        assert_eq!(now(&paths, "gz-tools").version, "1.0.0");
+        // sdcadm experimental update-gz-tools: a new marker, same record.
+        put(
+            &paths,
+            "opt/smartdc/etc/gz-tools.image",
+            &format!("{}\n", image(2)),
+        );
+        let fp = now(&paths, "gz-tools");
+        assert_eq!(fp.image_uuid, Some(image(2)));
+        assert_eq!(
+            fp.version, "",
+            "the record's version is not the new image's"
+        );
+    }
+
+    #[test]
+    fn sdcadm_self_updated_is_reported_as_on_disk() {
+        let dir = tempfile::tempdir().unwrap();
+        let paths = GzPaths::new(dir.path());
+        let stamp = "1.39.0-20240424T000000Z-g7fb53d9";
+        record(&paths, "sdcadm", image(1), "1.39.0", Some(stamp));
+        put(
+            &paths,
+            "opt/smartdc/sdcadm/etc/buildstamp",
+            &format!("{stamp}\n"),
+        );
+        put(
+            &paths,
+            "opt/smartdc/sdcadm/package.json",
+            r#"{"name":"sdcadm","version":"1.39.0"}"#,
+        );
+        assert_eq!(now(&paths, "sdcadm").version, "1.39.0");
+        assert_eq!(now(&paths, "sdcadm").image_uuid, Some(image(1)));
+        // sdcadm self-update: same package version, a new build.
+        let newer = "1.39.0-20240601T000000Z-gabcdef0";
+        put(
+            &paths,
+            "opt/smartdc/sdcadm/etc/buildstamp",
+            &format!("{newer}\n"),
+        );
+        let fp = now(&paths, "sdcadm");
+        assert_eq!((fp.version.as_str(), fp.image_uuid), (newer, None));
+    }
+
+    #[test]
+    fn a_record_without_a_stamp_tells_self_update_by_the_package_version() {
+        let dir = tempfile::tempdir().unwrap();
+        let paths = GzPaths::new(dir.path());
+        record(&paths, "sdcadm", image(1), "1.39.0", None);
+        put(
+            &paths,
+            "opt/smartdc/sdcadm/etc/buildstamp",
+            "1.39.0-20240424T000000Z-g7fb53d9\n",
+        );
+        put(
+            &paths,
+            "opt/smartdc/sdcadm/package.json",
+            r#"{"name":"sdcadm","version":"1.39.0"}"#,
+        );
+        assert_eq!(now(&paths, "sdcadm").version, "1.39.0");
+        put(
+            &paths,
+            "opt/smartdc/sdcadm/etc/buildstamp",
+            "1.40.0-20240701T000000Z-g1111111\n",
+        );
+        put(
+            &paths,
+            "opt/smartdc/sdcadm/package.json",
+            r#"{"name":"sdcadm","version":"1.40.0"}"#,
+        );
+        assert_eq!(
+            now(&paths, "sdcadm").version,
+            "1.40.0-20240701T000000Z-g1111111"
+        );
     }
 }

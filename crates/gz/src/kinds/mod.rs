@@ -97,6 +97,10 @@ pub struct InstalledRecord {
     #[serde(default)]
     pub sha256: String,
     pub footprint: Footprint,
+    /// sdcadm's `etc/buildstamp` as installed: another one on disk means
+    /// `sdcadm self-update` replaced it ([`installed::current`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub buildstamp: Option<String>,
 }
 
 /// agentsadm's directory, root-relative.

@@ -547,6 +547,13 @@ fn finish_overlay(
     footprint.overlay.push(rel.clone());
     footprint.overlay.sort();
     footprint.overlay.dedup();
+    // sdcadm's own version record, kept to tell a later self-update.
+    let buildstamp = match (component.kind, &tree_src) {
+        (ComponentKind::Sdcadm, Some(tree)) => fsutil::read_trimmed(&tree.join("etc/buildstamp"))
+            .ok()
+            .flatten(),
+        _ => None,
+    };
     let record = InstalledRecord {
         name: component.name.to_string(),
         kind: component.kind,
@@ -554,6 +561,7 @@ fn finish_overlay(
         version: manifest.version.clone(),
         sha256: sha256.to_string(),
         footprint: footprint.clone(),
+        buildstamp,
     };
     let path = root.join(&rel);
     let mut text = serde_json::to_vec_pretty(&record).unwrap_or_default();

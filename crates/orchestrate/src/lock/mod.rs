@@ -35,6 +35,7 @@
 
 pub mod board;
 mod sapi;
+pub mod sdcadm;
 
 use std::sync::Mutex;
 use std::time::{Duration, SystemTime};
@@ -45,6 +46,7 @@ use agentsadm_api::ApiError;
 
 pub use board::{Entry, LockBoard, LockRecord, Stage, Standing, Unreadable, standing};
 pub use sapi::SapiLockStore;
+pub use sdcadm::{SdcadmLock, SdcadmLockError, SdcadmLockOptions};
 // Work outside a run's executor (self-update) holds the lock through it.
 pub use crate::holding::hold;
 
@@ -72,6 +74,8 @@ pub enum LockError {
         #[source]
         err: Box<ApiError>,
     },
+    #[error(transparent)]
+    Sdcadm(#[from] SdcadmLockError),
     #[error("the orchestrator lock was taken over by {owner} while this run held it")]
     Lost { owner: String },
     #[error(
@@ -159,6 +163,9 @@ pub struct LockOptions {
     /// pause between them (doubling): SAPI may be down right then.
     pub release_attempts: u32,
     pub release_backoff: Duration,
+    /// On a headnode: hold sdcadm's lock too, for as long as this one
+    /// ([`sdcadm`]); `None` elsewhere.
+    pub sdcadm: Option<SdcadmLockOptions>,
 }
 
 impl Default for LockOptions {
@@ -172,6 +179,7 @@ impl Default for LockOptions {
             rounds: 12,
             release_attempts: 6,
             release_backoff: Duration::from_secs(1),
+            sdcadm: None,
         }
     }
 }
@@ -305,6 +313,8 @@ pub struct DcLock<'a> {
     release: (u32, Duration),
     /// The records this acquisition broke (stale, or `--break-lock`).
     pub broke: Vec<Broken>,
+    /// sdcadm's lock, held as long as this one (dropped with it).
+    _sdcadm: Option<SdcadmLock>,
 }
 
 impl std::fmt::Debug for DcLock<'_> {
@@ -336,6 +346,12 @@ pub async fn acquire<'a>(
     operation: &str,
     options: &LockOptions,
 ) -> Result<DcLock<'a>, LockError> {
+    // sdcadm's first: a local lock that sdcadm may hold for a while (the
+    // wait is bounded), and nothing is written to SAPI while it does.
+    let sdcadm = match &options.sdcadm {
+        Some(o) => Some(SdcadmLock::acquire(o).await?),
+        None => None,
+    };
     let rounds = options.rounds.max(1);
     let token = uuid::Uuid::new_v4().simple().to_string();
     let mut round = 0;
@@ -397,6 +413,7 @@ pub async fn acquire<'a>(
             token,
             release: (options.release_attempts.max(1), options.release_backoff),
             broke,
+            _sdcadm: sdcadm,
         });
     }
     Err(LockError::Contended { rounds })
