@@ -684,7 +684,69 @@ mod tests {
             server: format!("5e000000-0000-4000-8000-{i:012}").parse().unwrap(),
             component: "vm-agent".into(),
             elapsed: std::time::Duration::from_secs(s),
+            outcome: crate::timing::SampleOutcome::Completed,
         }))
+    }
+
+    #[test]
+    fn a_server_whose_last_step_failed_is_passed_over_as_canary_and_the_plan_says_so() {
+        use crate::timing::{Sample, SampleOutcome};
+        let policy = RolloutPolicy {
+            concurrency: 2,
+            canary: Some(1),
+            max_failures: None,
+            max_per_rack: None,
+        };
+        let server = |i: usize| -> ServerUuid {
+            format!("5e000000-0000-4000-8000-{i:012}").parse().unwrap()
+        };
+        let sample = |i: usize, secs: u64, outcome| Sample {
+            server: server(i),
+            component: "vm-agent".into(),
+            elapsed: std::time::Duration::from_secs(secs),
+            outcome,
+        };
+        // cn004 was the quickest, then failed at once: passed over; cn001,
+        // next quickest, is the canary.
+        let d = Durations::from_samples([
+            sample(1, 10, SampleOutcome::Completed),
+            sample(2, 30, SampleOutcome::Completed),
+            sample(3, 30, SampleOutcome::Completed),
+            sample(4, 2, SampleOutcome::Completed),
+            sample(4, 0, SampleOutcome::Failed),
+        ]);
+        let p = build_timed(5, &policy, Some(&d));
+        let r = p.rollout();
+        let canaries: Vec<&str> = r.canaries().iter().map(|s| s.hostname.as_str()).collect();
+        assert_eq!(canaries, ["cn001"]);
+        let choice = r.canary_choice.as_ref().unwrap();
+        assert_eq!(choice.basis, crate::CanaryBasis::Quickest);
+        assert_eq!(choice.passed_over.len(), 1);
+        assert_eq!(choice.passed_over[0].hostname, "cn004");
+        let text = crate::display::rollout_lines(r, 10).join("\n");
+        assert!(
+            text.contains("canary: cn001 (must pass before the others start; chosen as the quickest by their completed installs; passed over: cn004 (its last vm-agent step failed))"),
+            "{text}"
+        );
+        // Failures alone (no completed install on record): by hostname,
+        // still passing the failed server over.
+        let d = Durations::from_samples([sample(1, 0, SampleOutcome::Failed)]);
+        let p = build_timed(3, &policy, Some(&d));
+        let r = p.rollout();
+        assert_eq!(r.canaries()[0].hostname, "cn002");
+        assert_eq!(
+            r.canary_choice.as_ref().unwrap().basis,
+            crate::CanaryBasis::Hostname
+        );
+        // Every candidate failed last time: one of them anyway, and said.
+        let d = Durations::from_samples((1..=3).map(|i| sample(i, 0, SampleOutcome::Failed)));
+        let p = build_timed(3, &policy, Some(&d));
+        let r = p.rollout();
+        assert_eq!(r.canaries()[0].hostname, "cn001");
+        assert_eq!(
+            r.canary_choice.as_ref().unwrap().basis,
+            crate::CanaryBasis::OnlyFailed
+        );
     }
 
     #[test]

@@ -277,7 +277,12 @@ pub fn rollout_lines(r: &Rollout, limit: usize) -> Vec<String> {
             shown.push_str(&format!(" ({} in all)", hosts.len()));
         }
         out.push(if w.canary {
-            format!("  canary: {shown} (must pass before the others start)")
+            let why = r
+                .canary_choice
+                .as_ref()
+                .map(|c| format!("; {}", c.describe()))
+                .unwrap_or_default();
+            format!("  canary: {shown} (must pass before the others start{why})")
         } else if canary_first {
             format!("  then, in this order: {shown}")
         } else {

@@ -57,8 +57,8 @@ pub use request::{
     ServerSelection, TransportKind, TransportMode,
 };
 pub use rollout::{
-    DEFAULT_CONCURRENCY, FailureBudget, Rollout, RolloutPolicy, Wave, WaveServer, default_canary,
-    pick_canaries,
+    CanaryBasis, CanaryChoice, DEFAULT_CONCURRENCY, FailureBudget, PassedOver, Rollout,
+    RolloutPolicy, Wave, WaveServer, default_canary, pick_canaries,
 };
 pub use select::resolve_servers;
 pub use skip::{AgentsadmShort, Skip, SkipReason};
