@@ -450,3 +450,28 @@ async fn cn_agent_adopts_first_and_a_reinstall_gets_a_new_instance_uuid() {
     assert!(again.plan.is_empty(), "{}", again.plan);
     dc.shutdown().await;
 }
+
+/// A health check that ran on the server and failed (here the script exits
+/// 1 without a result) is not asked again: the same check would fail the
+/// same way, only later (before, three more attempts and 3 s of pauses per
+/// server). A request that failed before the server answered still is.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_health_check_the_server_answered_is_not_asked_again() {
+    let dc = start(config(1)).await;
+    let cn1 = dc.server("cn0001").unwrap().uuid;
+    dc.faults().command_fault_on(cn1, CommandFault::Exit(1));
+    let req = request(Operation::Update, &["vm-agent"], &["cn0001"]);
+    let (_, report) = run(&dc, &req, transport()).await;
+    let m = failure(&report, cn1);
+    assert!(
+        m.contains("exited 1") && m.contains("the install itself finished"),
+        "{m}"
+    );
+    let health_checks = dc
+        .executes()
+        .iter()
+        .filter(|e| e.server == cn1 && e.args.iter().any(|a| a.contains("health")))
+        .count();
+    assert_eq!(health_checks, 1, "{:?}", dc.executes());
+    dc.shutdown().await;
+}

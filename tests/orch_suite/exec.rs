@@ -571,6 +571,7 @@ async fn a_server_with_history_is_flagged_against_itself_in_a_small_run() {
         } else {
             Duration::from_secs(40)
         },
+        outcome: agentsadm_plan::timing::SampleOutcome::Completed,
     }));
     let (intent, reality) = fake.snapshot();
     let catalog = fake.dc().catalog.clone();
