@@ -19,6 +19,9 @@
 //!   run (`check --fix`, `adopt`, `server delete`); a held lock first;
 //! - `history`: every run recorded (journal and SAPI), seen from another
 //!   session, a run killed mid-rollout, plans scheduled from history;
+//! - `records_kept`: after every kind of step (update, rerun, check
+//!   --fix, revert, --ignore-holds) the SAPI instance keeps its server,
+//!   image and marks, whatever the postinstall did (sim);
 //! - `revert`: a revert returns the datacenter to the images before (no
 //!   drift), is recorded and revertible; servers changed since are skipped;
 //! - `halfsetup`: a datacenter not set up leads with the cause (pure);
@@ -85,6 +88,8 @@ mod one_at_a_time;
 mod outage;
 #[path = "orch_suite/plan.rs"]
 mod plan;
+#[path = "orch_suite/records_kept.rs"]
+mod records_kept;
 #[path = "orch_suite/revert.rs"]
 mod revert;
 #[path = "orch_suite/rollout.rs"]

@@ -26,7 +26,8 @@ use super::rollout::{Rollout, RolloutPolicy, waves};
 use super::skip::{Skip, SkipReason};
 use super::timing::Durations;
 use super::types::{
-    Action, Gate, IntentChange, Plan, RecordChange, RevertOf, ServerPlan, ServiceChange, Step,
+    Action, Gate, IntentChange, KeptRecord, MarkKey, Plan, RecordChange, RevertOf, ServerPlan,
+    ServiceChange, Step,
 };
 use super::{ImageRef, PlanningInput, TransportKind};
 use crate::intent::Intent;
@@ -34,7 +35,7 @@ use crate::marks::HoldScope;
 use crate::reality::{Installed, ServerState};
 use agentsadm_types::catalog::{Catalog, Component, ComponentKind};
 use agentsadm_types::component::ComponentName;
-use agentsadm_types::ids::{ImageUuid, ServerUuid};
+use agentsadm_types::ids::{ImageUuid, InstanceUuid, ServerUuid, ServiceUuid};
 
 /// A plan being made. See the module documentation for what
 /// [`PlanBuilder::finish`] decides.
@@ -235,6 +236,7 @@ impl<'c> PlanBuilder<'c> {
             action,
             transport,
             keep_off: None,
+            record: None,
         });
         self
     }
@@ -259,6 +261,7 @@ impl<'c> PlanBuilder<'c> {
                 action,
                 transport,
                 keep_off: None,
+                record: None,
             }));
         sp.intent.extend(intent);
         self
@@ -277,6 +280,7 @@ impl<'c> PlanBuilder<'c> {
         self.hold_rule();
         self.non_bulk_rule();
         self.keep_off_rule();
+        self.record_rule();
         self.gates();
         self.agentsadm_first();
         let catalog = self.catalog;
@@ -399,6 +403,67 @@ impl<'c> PlanBuilder<'c> {
                         .and_then(|m| m.get(&st.component))
                         .cloned();
                 }
+            }
+        }
+    }
+
+    /// What each install or upgrade by cn-agent must leave in the
+    /// component's SAPI instance, whatever the agent's postinstall does to
+    /// it: the instance the server has (in SAPI, or adopted by this plan)
+    /// with its marks (disabled, a hold on this server, which
+    /// `--ignore-holds` overrides for this run only).
+    fn record_rule(&mut self) {
+        let intent = self.intent;
+        for (uuid, sp) in self.plan.servers.iter_mut() {
+            let adopted: BTreeMap<&ComponentName, (ServiceUuid, InstanceUuid)> = sp
+                .intent
+                .iter()
+                .filter_map(|c| match c {
+                    IntentChange::UpdateInstance {
+                        component,
+                        service,
+                        instance,
+                        ..
+                    }
+                    | IntentChange::CreateInstance {
+                        component,
+                        service,
+                        instance,
+                        ..
+                    } => Some((component, (*service, *instance))),
+                    _ => None,
+                })
+                .collect();
+            for st in &mut sp.steps {
+                if st.transport != TransportKind::InstallAgent
+                    || !matches!(st.action, Action::Install { .. } | Action::Upgrade { .. })
+                {
+                    continue;
+                }
+                let Some((service, instance)) = adopted.get(&st.component).copied().or_else(|| {
+                    intent
+                        .instance(uuid, &st.component)
+                        .map(|i| (i.service, i.uuid))
+                }) else {
+                    continue;
+                };
+                let mut marks = Vec::new();
+                if let Some(m) = intent.disabled(uuid, &st.component) {
+                    marks.push((MarkKey::Disabled, m.clone()));
+                }
+                if let Some(m) = intent
+                    .holds
+                    .servers
+                    .get(uuid)
+                    .and_then(|h| h.get(&st.component))
+                {
+                    marks.push((MarkKey::Hold, m.clone()));
+                }
+                st.record = Some(KeptRecord {
+                    service,
+                    instance,
+                    marks,
+                });
             }
         }
     }

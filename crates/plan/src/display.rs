@@ -201,6 +201,16 @@ fn server_lines(sp: &crate::ServerPlan, grouped: bool) -> Vec<String> {
                     key.param()
                 ),
             },
+            IntentChange::Restore {
+                component,
+                instance,
+                image,
+                ..
+            } => format!(
+                "~ SAPI instance{} of {component}: params written again, image_uuid {}",
+                inst(instance),
+                short(image)
+            ),
         });
     }
     lines
@@ -373,13 +383,18 @@ pub fn record_line(r: &RecordChange) -> String {
                     ("~", format!(": image_uuid {}", short(image)))
                 }
                 IntentChange::Mark { key, .. } => ("~", format!(": params.{}", key.param())),
+                IntentChange::Restore { image, .. } => (
+                    "~",
+                    format!(": params written again, image_uuid {}", short(image)),
+                ),
             };
             let instance = match change {
                 IntentChange::UpdateInstance { instance, .. }
                 | IntentChange::CreateInstance { instance, .. }
                 | IntentChange::DeleteInstance { instance, .. }
                 | IntentChange::DeleteReplaced { instance, .. }
-                | IntentChange::Mark { instance, .. } => {
+                | IntentChange::Mark { instance, .. }
+                | IntentChange::Restore { instance, .. } => {
                     format!(" {}", &instance.to_string()[..8])
                 }
                 IntentChange::AdoptInstalled { .. } => String::new(),

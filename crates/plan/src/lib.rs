@@ -63,8 +63,8 @@ pub use rollout::{
 pub use select::resolve_servers;
 pub use skip::{AgentsadmShort, Skip, SkipReason};
 pub use types::{
-    Action, Gate, HealthFlags, InstalledRef, IntentChange, MarkKey, MinVersion, Plan, PlanCounts,
-    RecordChange, RevertOf, ServerCall, ServerPlan, ServiceChange, Step,
+    Action, Gate, HealthFlags, InstalledRef, IntentChange, KeptRecord, MarkKey, MinVersion, Plan,
+    PlanCounts, RecordChange, RevertOf, ServerCall, ServerPlan, ServiceChange, Step,
 };
 
 use select::select_servers;
