@@ -8,6 +8,7 @@
 //!   simulator that bootstraps them and converges);
 //! - `agentsadm_bootstrap`: the bootstrap script killed at each checkpoint
 //!   and run again; the strict execute (old, current and no agentsadm);
+//! - `agree`: `list` and `check` agree after every kind of run (sim);
 //! - `list`: the rows of `agentsadm list` and its summary (pure);
 //! - `adopt_sapi`: adoption against SAPI's real re-create rules (sim);
 //! - `cnapi_real`: the transport against a CNAPI and cn-agent that behave
@@ -50,6 +51,8 @@
 mod adopt;
 #[path = "orch_suite/adopt_sapi.rs"]
 mod adopt_sapi;
+#[path = "orch_suite/agree.rs"]
+mod agree;
 #[path = "orch_suite/agentsadm_bootstrap.rs"]
 mod agentsadm_bootstrap;
 #[path = "orch_suite/agentsadm_first.rs"]
