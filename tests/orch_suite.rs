@@ -51,12 +51,12 @@
 mod adopt;
 #[path = "orch_suite/adopt_sapi.rs"]
 mod adopt_sapi;
-#[path = "orch_suite/agree.rs"]
-mod agree;
 #[path = "orch_suite/agentsadm_bootstrap.rs"]
 mod agentsadm_bootstrap;
 #[path = "orch_suite/agentsadm_first.rs"]
 mod agentsadm_first;
+#[path = "orch_suite/agree.rs"]
+mod agree;
 #[path = "common/cli.rs"]
 mod cli_common;
 #[path = "orch_suite/cnapi_real.rs"]

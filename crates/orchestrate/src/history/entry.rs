@@ -191,7 +191,9 @@ pub struct HistoryEntry {
 }
 
 impl HistoryEntry {
-    /// Servers changed and servers that failed (timed out, interrupted).
+    /// Servers changed and servers that failed (or timed out). Servers
+    /// left running at an interrupt are not failures
+    /// ([`HistoryEntry::interrupted`]).
     pub fn counts(&self) -> (usize, usize) {
         let changed = self
             .servers
@@ -201,9 +203,18 @@ impl HistoryEntry {
         let failed = self
             .servers
             .iter()
-            .filter(|s| matches!(s.outcome.as_str(), "failed" | "timed-out" | "interrupted"))
+            .filter(|s| matches!(s.outcome.as_str(), "failed" | "timed-out"))
             .count();
         (changed, failed)
+    }
+
+    /// Servers still in progress when the run stopped waiting (their
+    /// tasks may have finished since).
+    pub fn interrupted(&self) -> usize {
+        self.servers
+            .iter()
+            .filter(|s| s.outcome == "interrupted")
+            .count()
     }
 
     /// When it started.
@@ -360,4 +371,36 @@ pub(crate) fn round3(v: f64) -> f64 {
 /// Now, as entries write times.
 pub fn now_rfc3339() -> String {
     humantime::format_rfc3339_millis(std::time::SystemTime::now()).to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn server(outcome: &str, step: &str) -> ServerRecord {
+        ServerRecord {
+            server: Some(ServerUuid::from_u128(outcome.len() as u128)),
+            outcome: outcome.into(),
+            steps: vec![StepRecord {
+                component: "vm-agent".into(),
+                status: step.into(),
+                ..StepRecord::default()
+            }],
+            ..ServerRecord::default()
+        }
+    }
+
+    #[test]
+    fn servers_left_running_at_an_interrupt_are_not_failures() {
+        let e = HistoryEntry {
+            servers: vec![
+                server("succeeded", "done"),
+                server("failed", "failed"),
+                server("interrupted", "not-run"),
+            ],
+            ..HistoryEntry::default()
+        };
+        assert_eq!(e.counts(), (1, 1));
+        assert_eq!(e.interrupted(), 1);
+    }
 }

@@ -23,7 +23,7 @@ impl CnapiTransport {
         &self,
         server: ServerUuid,
         step: &Step,
-        task: TaskId,
+        task: Option<TaskId>,
     ) -> Result<Option<Duration>, StepFailure> {
         if step.gate != agentsadm_plan::Gate::GzHealth {
             return Ok(None);
@@ -68,8 +68,12 @@ impl CnapiTransport {
         if !unhealthy.is_unhealthy() {
             // The check itself could not run (no answer, execute refused,
             // no agentsadm on the server): the install stands, unconfirmed.
+            let finished = match task {
+                Some(task) => format!("CNAPI task {task} completed"),
+                None => "the server already ran the target".to_string(),
+            };
             unhealthy.message = format!(
-                "the install itself finished (CNAPI task {task} completed); only its health check could not run ('agentsadm gz health' through CNAPI execute, bound {}): {}",
+                "the install itself finished ({finished}); only its health check could not run ('agentsadm gz health' through CNAPI execute, bound {}): {}",
                 crate::report::fmt_duration(bound),
                 unhealthy.message
             );
