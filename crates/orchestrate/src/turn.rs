@@ -48,6 +48,7 @@ pub(crate) fn not_run(step: &Step) -> StepResult {
         elapsed: Duration::ZERO,
         task: None,
         gate: None,
+        installed: false,
     }
 }
 
@@ -489,6 +490,8 @@ impl Executor<'_> {
                 elapsed,
                 task,
                 gate,
+                installed: status == StepStatus::Failed
+                    && result.as_ref().is_err_and(|(f, _)| f.installed),
             },
             result,
         )

@@ -102,7 +102,9 @@ pub struct StepRecord {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub to_version: Option<String>,
     /// `done`, `failed`, `not-run`, `unknown` (an API stopped answering
-    /// while it ran), or `reverted` (unhealthy: the image before is back).
+    /// while it ran), `reverted` (unhealthy: the image before is back), or
+    /// `installed-unchecked` (failed, but the install stood: only its
+    /// health check could not run).
     #[serde(default)]
     pub status: String,
     #[serde(default)]
@@ -115,15 +117,19 @@ pub struct StepRecord {
 }
 
 impl StepRecord {
-    /// The step changed the server: it ran to the end and was not put back.
+    /// The step changed the server: it ran to the end and was not put
+    /// back, or its install stood though its health check could not run.
     pub fn changed(&self) -> bool {
-        self.status == "done"
+        self.status == "done" || self.status == INSTALLED_UNCHECKED
     }
 
     pub fn elapsed(&self) -> Duration {
         Duration::try_from_secs_f64(self.elapsed_s).unwrap_or_default()
     }
 }
+
+/// [`StepRecord::status`] of a step that failed after its install stood.
+pub const INSTALLED_UNCHECKED: &str = "installed-unchecked";
 
 /// One server's part of a run.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
@@ -297,6 +303,9 @@ pub fn server_record(uuid: ServerUuid, sp: &ServerPlan, outcome: &ServerOutcome)
             let status = match (reverted, result.map(|r| r.status)) {
                 (true, _) => "reverted",
                 (false, Some(StepStatus::Done)) => "done",
+                (false, Some(StepStatus::Failed)) if result.is_some_and(|r| r.installed) => {
+                    INSTALLED_UNCHECKED
+                }
                 (false, Some(StepStatus::Failed)) => "failed",
                 (false, Some(StepStatus::NotRun) | None) => "not-run",
                 (false, Some(StepStatus::Unknown)) => "unknown",
