@@ -2,8 +2,10 @@
 //! it exits 0 and every act shows its key lines (the Manta warning, the
 //! bad build caught by its canary, reverted there and the rollout halted,
 //! the fixed build rolled out with a canary, racks and a failure budget,
-//! the outlier warnings, the failure report naming the failing server, the
-//! check clean after the fix, the delete's cleanup, the exact census).
+//! outlier warnings only for slow servers, the failure report naming the
+//! failing server, the check clean after the fix, the delete's cleanup,
+//! the exact census); and it runs twice over one account state, which it
+//! never touches.
 
 use std::io::Read;
 use std::process::{Command, Stdio};
@@ -19,12 +21,17 @@ const HANG_TIMEOUT: Duration = Duration::from_secs(180);
 /// Run the binary with stdout and stderr in one stream (as on a terminal,
 /// progress lines among the command output), stdin closed.
 fn run(args: &[&str]) -> (Option<i32>, String) {
-    let (mut reader, writer) = std::io::pipe().expect("pipe");
     // Run logs go to a directory of the test's own, never the developer's
     // home.
     let state = tempfile::tempdir().expect("state dir");
+    run_in(state.path(), args)
+}
+
+/// [`run`] with `$XDG_STATE_HOME` at `state`: the account's state.
+fn run_in(state: &std::path::Path, args: &[&str]) -> (Option<i32>, String) {
+    let (mut reader, writer) = std::io::pipe().expect("pipe");
     let mut cmd = Command::new(BIN);
-    cmd.env("XDG_STATE_HOME", state.path());
+    cmd.env("XDG_STATE_HOME", state);
     cmd.args(args)
         .stdin(Stdio::null())
         .stdout(writer.try_clone().expect("pipe clone"))
@@ -77,6 +84,14 @@ fn last_section<'a>(out: &'a str, start: &str) -> &'a str {
 fn the_story_runs_on_twelve_servers() {
     let cast = Cast::new(12).unwrap();
     let (code, out) = run(&["demo", "--servers", "12"]);
+    // The narration names the canaries the plans picked.
+    has_line(
+        &out,
+        &format!(
+            "# Caught at the canary: vm-agent went to maintenance on {}, ",
+            cast.canary
+        ),
+    );
     assert_eq!(code, Some(0), "{out}");
     let has = |s: &str| assert!(out.contains(s), "missing {s:?} in:\n{out}");
 
@@ -147,20 +162,29 @@ fn the_story_runs_on_twelve_servers() {
         &out,
         "$ agentsadm update --all --latest -C release -y --canary 1 --max-per-rack 8 --outlier-factor 2 --outlier-margin 1s",
     );
+    // cn0001 failed the bad build: the plan passes it over as canary.
     assert!(
-        update.contains(&format!("canary passed on {}", cast.canary)),
+        update.contains(&format!("canary passed on {}", cast.next_canary)),
         "{update}"
     );
     assert!(
-        update.contains("Canary cn0001 passed; 1 failure of a failure budget of 1."),
+        update.contains("Canary cn0002 passed; 1 failure of a failure budget of 1."),
         "{update}"
     );
     assert!(!update.contains("halted"), "{update}");
-    for h in &cast.slow {
+    // Only slow servers are flagged as outliers. Whether each is flagged
+    // before it finishes depends on the machine's load (on a loaded 2-core
+    // machine, load 16, the ordinary servers' median nears the slow ones'
+    // time): that is timing, not the story, so it is not asserted.
+    for line in update
+        .lines()
+        .filter(|l| l.contains(") is slow: running for"))
+    {
         assert!(
-            update.contains(&format!("warning: {h} ("))
-                && update.contains(") is slow: running for"),
-            "no outlier warning for {h}:\n{update}"
+            cast.slow
+                .iter()
+                .any(|h| line.contains(&format!("warning: {h} ("))),
+            "an outlier warning for a server that is not slow: {line}\n{update}"
         );
     }
     assert!(
@@ -211,8 +235,71 @@ fn too_few_servers_is_refused_before_anything_starts() {
     let (code, out) = run(&["demo", "--servers", "5"]);
     assert_eq!(code, Some(1), "{out}");
     assert!(
-        out.contains("the demo needs at least 11 compute nodes, not 5"),
+        out.contains("the demo needs at least 12 compute nodes, not 5"),
         "{out}"
     );
     assert!(!out.contains("==="), "nothing ran: {out}");
+}
+
+/// The README's first command on a machine where agentsadm (and the demo)
+/// ran before: the demo keeps its history and run logs in a directory of
+/// its own, so a second run over the same account state tells the same
+/// story, and the account's state is never read or written. (An earlier
+/// demo's history, whose servers have the same UUIDs, made the server whose
+/// installs fail the canary of the next one.) The narration names the
+/// canary the plan picked.
+#[test]
+fn the_demo_runs_twice_over_the_same_state_and_leaves_it_alone() {
+    let state = tempfile::tempdir().expect("state dir");
+    // What an earlier agentsadm left: an empty history directory.
+    std::fs::create_dir_all(state.path().join("agentsadm/history")).unwrap();
+    let listing = |dir: &std::path::Path| -> Vec<String> {
+        walk(dir)
+            .into_iter()
+            .map(|p| p.display().to_string())
+            .collect()
+    };
+    let before = listing(state.path());
+    for round in 1..=2 {
+        let (code, out) = run_in(state.path(), &["demo", "--servers", "12"]);
+        assert_eq!(code, Some(0), "round {round}:\n{out}");
+        assert!(!out.contains("unexpected:"), "round {round}:\n{out}");
+        assert_eq!(listing(state.path()), before, "round {round} wrote there");
+        // The narration names the server the plan made the canary.
+        let update = last_section(
+            &out,
+            "$ agentsadm update --all --latest -C release -y --canary 1 --max-per-rack 8 --outlier-factor 2 --outlier-margin 1s",
+        );
+        let canary = update
+            .split("canary passed on ")
+            .nth(1)
+            .and_then(|r| r.split([' ', ':', '\n', ';']).next())
+            .unwrap_or_else(|| panic!("no canary in:\n{update}"));
+        assert!(
+            out.contains(&format!("# Exit status 2: the canary ({canary}) passed")),
+            "round {round}: {canary}\n{out}"
+        );
+    }
+}
+
+/// Every path under `dir`, sorted.
+fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let p = e.path();
+        if p.is_dir() {
+            out.extend(walk(&p));
+        }
+        out.push(p);
+    }
+    out.sort();
+    out
+}
+
+/// `out` has a line starting with `start`.
+fn has_line(out: &str, start: &str) {
+    assert!(
+        out.lines().any(|l| l.starts_with(start)),
+        "no line starting {start:?} in:\n{out}"
+    );
 }

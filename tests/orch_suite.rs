@@ -8,6 +8,7 @@
 //!   simulator that bootstraps them and converges);
 //! - `agentsadm_bootstrap`: the bootstrap script killed at each checkpoint
 //!   and run again; the strict execute (old, current and no agentsadm);
+//! - `agree`: `list` and `check` agree after every kind of run (sim);
 //! - `list`: the rows of `agentsadm list` and its summary (pure);
 //! - `adopt_sapi`: adoption against SAPI's real re-create rules (sim);
 //! - `cnapi_real`: the transport against a CNAPI and cn-agent that behave
@@ -21,6 +22,9 @@
 //!   session, a run killed mid-rollout, plans scheduled from history;
 //! - `readme_tasks`: every command of the README's operator tasks, as
 //!   written, against the simulator;
+//! - `records_kept`: after every kind of step (update, rerun, check
+//!   --fix, revert, --ignore-holds) the SAPI instance keeps its server,
+//!   image and marks, whatever the postinstall did (sim);
 //! - `revert`: a revert returns the datacenter to the images before (no
 //!   drift), is recorded and revertible; servers changed since are skipped;
 //! - `halfsetup`: a datacenter not set up leads with the cause (pure);
@@ -58,6 +62,8 @@ mod adopt_sapi;
 mod agentsadm_bootstrap;
 #[path = "orch_suite/agentsadm_first.rs"]
 mod agentsadm_first;
+#[path = "orch_suite/agree.rs"]
+mod agree;
 #[path = "common/cli.rs"]
 mod cli_common;
 #[path = "orch_suite/cnapi_real.rs"]
@@ -96,6 +102,8 @@ mod plain_output;
 mod plan;
 #[path = "orch_suite/readme_tasks.rs"]
 mod readme_tasks;
+#[path = "orch_suite/records_kept.rs"]
+mod records_kept;
 #[path = "orch_suite/revert.rs"]
 mod revert;
 #[path = "orch_suite/rollout.rs"]

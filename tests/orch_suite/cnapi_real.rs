@@ -450,3 +450,84 @@ async fn cn_agent_adopts_first_and_a_reinstall_gets_a_new_instance_uuid() {
     assert!(again.plan.is_empty(), "{}", again.plan);
     dc.shutdown().await;
 }
+
+/// A health check that ran on the server and failed (here the script exits
+/// 1 without a result) is not asked again: the same check would fail the
+/// same way, only later (before, three more attempts and 3 s of pauses per
+/// server). A request that failed before the server answered still is.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_health_check_the_server_answered_is_not_asked_again() {
+    let dc = start(config(1)).await;
+    let cn1 = dc.server("cn0001").unwrap().uuid;
+    dc.faults().command_fault_on(cn1, CommandFault::Exit(1));
+    let req = request(Operation::Update, &["vm-agent"], &["cn0001"]);
+    let (_, report) = run(&dc, &req, transport()).await;
+    let m = failure(&report, cn1);
+    assert!(
+        m.contains("exited 1") && m.contains("the install itself finished"),
+        "{m}"
+    );
+    let health_checks = dc
+        .executes()
+        .iter()
+        .filter(|e| e.server == cn1 && e.args.iter().any(|a| a.contains("health")))
+        .count();
+    assert_eq!(health_checks, 1, "{:?}", dc.executes());
+    dc.shutdown().await;
+}
+
+/// A server already at the step's target when its turn comes (a task an
+/// interrupted run left running finished there) is done once its health
+/// gate passes: not "changed since the plan", not a failure that eats the
+/// budget, and no second install task.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_already_at_the_target_is_done_not_changed_since_the_plan() {
+    let dc = start(config(2)).await;
+    let apis = dc.apis();
+    let s = session(&dc, &apis);
+    let cn1 = dc.server("cn0001").unwrap().uuid;
+    let req = request(Operation::Update, &["vm-agent"], &["cn0001", "cn0002"]);
+    let planned = s
+        .plan(&req, ImageChoice::Latest, TransportMode::Auto)
+        .await
+        .unwrap();
+    let target = planned.plan.servers()[&cn1].steps[0]
+        .action
+        .target()
+        .unwrap()
+        .uuid;
+    // The earlier run's task, finishing after this plan was made.
+    let task = apis.cnapi.install_agent(cn1, target).await.unwrap();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    while agent(&dc, cn1, "vm-agent").and_then(|a| a.image_uuid) != Some(target) {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "task {task} never finished"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let tasks_before = apis.cnapi.task_history(cn1).await.unwrap().len();
+    let report = s
+        .execute(
+            crate::sim_common::yes(&planned.plan),
+            &options(),
+            transport(),
+            &NullReporter,
+            std::future::pending(),
+        )
+        .await
+        .unwrap();
+    assert!(report.all_succeeded(), "{}", report.render(&planned.plan));
+    assert_eq!(
+        apis.cnapi.task_history(cn1).await.unwrap().len(),
+        tasks_before,
+        "no second install task"
+    );
+    let gates = dc
+        .executes()
+        .iter()
+        .filter(|e| e.server == cn1 && e.args.iter().any(|a| a == "health"))
+        .count();
+    assert_eq!(gates, 1, "its gate ran");
+    dc.shutdown().await;
+}

@@ -383,13 +383,17 @@ async fn an_interrupted_run_run_again_finishes_the_job() {
     let c = report.counts();
     assert_eq!((c.succeeded, c.interrupted, c.not_started), (4, 2, 4));
     assert_eq!(report.exit_status(&p), 2);
+    // Like every halt, the interrupt put the service default back: new
+    // servers do not get a build the rollout did not finish.
+    assert_eq!(report.service_changes_reverted, 1);
 
-    // The same command again: only what is left.
+    // The same command again: only what is left, and the default again.
     let again = plan_with(&fake, &req, &imgs, two);
     assert_eq!(again.servers().len(), 6);
-    assert!(
-        again.service_changes().is_empty(),
-        "the service default was set by the first run"
+    assert_eq!(
+        again.service_changes().len(),
+        1,
+        "the rerun moves the service default again"
     );
     let report = run(&fake, &again, &options).await;
     assert!(report.all_succeeded());
@@ -571,6 +575,7 @@ async fn a_server_with_history_is_flagged_against_itself_in_a_small_run() {
         } else {
             Duration::from_secs(40)
         },
+        outcome: agentsadm_plan::timing::SampleOutcome::Completed,
     }));
     let (intent, reality) = fake.snapshot();
     let catalog = fake.dc().catalog.clone();

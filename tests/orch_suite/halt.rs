@@ -220,7 +220,7 @@ async fn the_plan_shows_its_waves_and_the_run_follows_them() {
     assert!(
         text.contains(
             "Rollout: 3 servers at a time, at most 1 per rack; halts once more than 2 servers have failed (--max-failures 2):"
-        ) && text.contains("  canary: cn0001, cn0003 (must pass before the others start)")
+        ) && text.contains("  canary: cn0001, cn0003 (must pass before the others start; chosen as the first by hostname (no completed installs on record))")
             && text.contains("  then, in this order: cn0002, cn0004, cn0005, cn0006, headnode"),
         "{text}"
     );

@@ -424,3 +424,91 @@ fn read_png(bytes: &[u8]) -> (u32, u32, Vec<u8>) {
         .expect("the image data inflates");
     (size.0, size.1, pixels)
 }
+
+/// A server whose installs fail at once every time is never a canary: its
+/// failures are no speed (before, its one quick completed install made it
+/// the quickest, and every rollout halted at it), it is passed over while
+/// its newest step of the component failed, the plan says why, and the
+/// rollout proceeds with it failing within the budget.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_that_fails_at_once_every_time_is_not_the_canary() {
+    use agentsadm_sim::{BuildOptions, PublishTarget};
+    let dc = sim(4, 50).await;
+    let state = tempfile::tempdir().unwrap();
+    let uuid = |h: &str| dc.server(h).expect(h).uuid;
+    for h in ["cn0002", "cn0003", "cn0004"] {
+        dc.faults().set_slow(uuid(h), 6.0);
+    }
+    // cn0001 is the quickest, once.
+    let (code, out, err) = cli(&dc, state.path(), &["update", "vm-agent", "--latest", "-y"]).await;
+    assert_eq!(code, 0, "{out}{err}");
+    // From now on its installs fail at once.
+    dc.faults().fail_installs_on(uuid("cn0001"));
+    let publish = |version: &str| {
+        dc.publish_component("vm-agent", &BuildOptions::new(version), PublishTarget::Dc)
+            .expect("the simulator builds vm-agent")
+            .uuid
+            .to_string()
+    };
+    let second = publish("1.2.0");
+    let (code, out, err) = cli(
+        &dc,
+        state.path(),
+        &[
+            "update", "vm-agent", "--image", &second, "-y", "--canary", "0",
+        ],
+    )
+    .await;
+    assert_eq!(code, 2, "{out}{err}");
+    assert!(out.contains("Failed:\n  cn0001 ("), "{out}");
+
+    let third = publish("1.3.0");
+    let (code, out, err) = cli(
+        &dc,
+        state.path(),
+        &[
+            "plan", "update", "vm-agent", "--image", &third, "--canary", "1", "--json",
+        ],
+    )
+    .await;
+    assert_eq!(code, 0, "{err}");
+    let v: Value = serde_json::from_str(&out).unwrap();
+    let rollout = &v["plan"]["rollout"];
+    let canary = rollout["waves"][0]["servers"][0]["hostname"]
+        .as_str()
+        .unwrap();
+    assert_ne!(canary, "cn0001", "{rollout}");
+    assert_eq!(rollout["canary_choice"]["basis"], "quickest", "{rollout}");
+    assert_eq!(
+        rollout["canary_choice"]["passed_over"][0]["hostname"], "cn0001",
+        "{rollout}"
+    );
+    let (_, text, _) = cli(
+        &dc,
+        state.path(),
+        &[
+            "plan", "update", "vm-agent", "--image", &third, "--canary", "1",
+        ],
+    )
+    .await;
+    assert!(
+        text.contains("passed over: cn0001 (its last vm-agent step failed)"),
+        "{text}"
+    );
+
+    // The rollout: the canary passes, the others follow, cn0001 fails
+    // within the budget; nothing halts.
+    let (code, out, err) = cli(
+        &dc,
+        state.path(),
+        &[
+            "update", "vm-agent", "--image", &third, "-y", "--canary", "1",
+        ],
+    )
+    .await;
+    assert_eq!(code, 2, "{out}{err}");
+    assert!(out.contains(&format!("canary passed on {canary}")), "{out}");
+    assert!(!out.contains("halted"), "{out}");
+    assert!(out.contains("Failed:\n  cn0001 ("), "{out}");
+    assert!(out.contains("Updated 4 of 5 servers (1 failed)"), "{out}");
+}

@@ -151,3 +151,37 @@ async fn servers_changed_since_by_another_run_are_skipped_with_the_reason() {
     assert_eq!(code, 0);
     assert!(out.contains("Nothing to put back."), "{out}");
 }
+
+/// A step whose install stood but whose health gate could not run is a
+/// change the revert puts back (before, it counted as failed with nothing
+/// changed, and the revert left that server on the new build).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_revert_puts_back_an_install_whose_gate_could_not_run() {
+    let dc = sim(2, 0).await;
+    let state = tempfile::tempdir().unwrap();
+    let before = images(&dc).await;
+    let cn1 = dc.server("cn0001").unwrap().uuid;
+    // Every command on cn0001 exits 1 without a result: its gate cannot run.
+    dc.faults()
+        .command_fault_on(cn1, agentsadm_sim::CommandFault::Exit(1));
+    let (code, out, err) = cli(&dc, state.path(), &["update", "vm-agent", "--latest", "-y"]).await;
+    assert_eq!(code, 2, "{out}{err}");
+    assert!(out.contains("the install itself finished"), "{out}");
+    let listed = runs(&dc, state.path()).await;
+    let step = listed[0]["servers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["hostname"] == "cn0001")
+        .map(|s| s["steps"][0].clone())
+        .unwrap();
+    assert_eq!(step["status"], "installed-unchecked", "{step}");
+    dc.faults().clear_command_fault(cn1);
+
+    let (code, out, err) = cli(&dc, state.path(), &["revert", &newest_id(&listed), "-y"]).await;
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.contains("cn0001"), "{out}");
+    assert_eq!(images(&dc).await, before);
+    let (code, out, err) = cli(&dc, state.path(), &["check"]).await;
+    assert_eq!(code, 0, "{out}{err}");
+}

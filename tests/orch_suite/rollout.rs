@@ -312,6 +312,30 @@ async fn a_declined_canary_starts_nothing_else() {
     assert_eq!(starts(&lines).len(), 1);
     assert_eq!(report.halted, Some(Halted::Declined));
     assert_eq!(report.exit_status(&p), 2);
+    // The service default the plan moved is put back (new servers must
+    // not get the build the operator declined), and the summary says what
+    // was put back and that the servers not started were not written.
+    let changes = p.service_changes();
+    assert!(!changes.is_empty());
+    assert_eq!(report.service_changes_reverted, changes.len());
+    for c in changes {
+        let now = fake
+            .dc()
+            .services
+            .iter()
+            .find(|s| s.uuid == c.service)
+            .and_then(|s| s.image_uuid());
+        assert_eq!(now, c.from, "{}", c.component);
+    }
+    let text = report.render(&p);
+    assert!(
+        text.contains("Intent put back after the halt: the default image of 1 service"),
+        "{text}"
+    );
+    assert!(
+        text.contains("SAPI intent of the 30 servers not started is as it was"),
+        "{text}"
+    );
 }
 
 #[tokio::test(start_paused = true)]

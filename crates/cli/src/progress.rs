@@ -633,6 +633,7 @@ mod tests {
             transport: TransportKind::InstallAgent,
             gate: agentsadm_plan::Gate::GzHealth,
             keep_off: None,
+            record: None,
             needs_agentsadm: None,
             needed_by: Vec::new(),
         }

@@ -10,8 +10,11 @@
 //!   explicitly; bulk updates skip it);
 //! - the last two compute nodes are new: left not set up by the simulator
 //!   and set up through CNAPI during the story;
-//! - cn0001, first in the orchestrator's order, is the canary of both
-//!   rollouts: it catches the bad build, then passes the fixed one;
+//! - cn0001, first in the orchestrator's order, is the canary of the bad
+//!   build on a datacenter without history, and catches it; cn0002 is the
+//!   canary of the fixed build, cn0001 being passed over (its last
+//!   vm-agent step failed). The planner picks them; the story names the
+//!   servers the plan picked;
 //! - three servers are slow (every install takes `slow_factor` times
 //!   longer), one fails every install, and one is deleted at the end;
 //!   they are spread through the hostname order, the order the orchestrator
@@ -37,10 +40,9 @@ use agentsadm_sim::Distribution;
 use agentsadm_sim::LatencySpec;
 use agentsadm_types::catalog::Catalog;
 
-/// The smallest fleet the story fits in: the canary, three Manta servers,
-/// three slow, one failing, one to delete, two new, and ordinary ones
-/// around them.
-pub const MIN_SERVERS: usize = 11;
+/// The smallest fleet the story fits in: the two canaries, three Manta
+/// servers, three slow, one failing, one to delete, two new.
+pub const MIN_SERVERS: usize = 12;
 
 /// The components that get a newer build in act 5, in the order they are
 /// published. marlin-agent is among them so that the bulk update has a
@@ -84,9 +86,14 @@ pub enum DemoError {
 pub struct Cast {
     /// Compute nodes besides the headnode.
     pub servers: usize,
-    /// The first server of the rollouts, their one canary: neither slow
-    /// (a slow canary holds up the whole fleet) nor failing.
+    /// The first server by hostname, the canary the planner picks when
+    /// there is no history (the story narrates the plan's pick): neither
+    /// slow (a slow canary holds up the whole fleet) nor failing.
     pub canary: String,
+    /// The canary of the fixed build: the next by hostname, `canary`
+    /// being passed over (the bad build failed its gate there); ordinary
+    /// too.
+    pub next_canary: String,
     /// Manta storage servers: marlin-agent is installed there.
     pub manta: Vec<String>,
     /// Not set up when the datacenter starts; set up during the story.
@@ -115,7 +122,7 @@ impl Cast {
                 min: MIN_SERVERS,
             });
         }
-        let mut taken: BTreeSet<usize> = [1, 3, 4, 5, servers - 1, servers].into();
+        let mut taken: BTreeSet<usize> = [1, 2, 3, 4, 5, servers - 1, servers].into();
         // The free compute node nearest after (else before) a fraction of
         // the fleet; new servers stay out of the picks.
         let mut pick = |fraction: f64| -> usize {
@@ -137,6 +144,7 @@ impl Cast {
         Ok(Cast {
             servers,
             canary: name(1),
+            next_canary: name(2),
             manta: (3..=5).map(name).collect(),
             new_servers: vec![name(servers - 1), name(servers)],
             slow: slow.into_iter().map(name).collect(),
@@ -206,6 +214,10 @@ pub struct TallyCounts {
     pub servers_failed: BTreeMap<String, usize>,
     /// Servers flagged as outliers, in the order the warnings came.
     pub outliers: Vec<String>,
+    /// Each run's canary wave (hostnames, in the plan's order), in the
+    /// order the runs finished: the plan picks the canaries, the story
+    /// names the ones it picked.
+    pub canaries: Vec<Vec<String>>,
 }
 
 /// A [`Reporter`] that counts steps, failed servers and outliers.
@@ -245,6 +257,11 @@ impl Reporter for Tally {
                     .or_default() += 1;
             }
             ExecEvent::Outlier(o) => c.outliers.push(o.hostname.clone()),
+            ExecEvent::Finished(report) => {
+                if let Some(canary) = &report.canary {
+                    c.canaries.push(canary.servers.clone());
+                }
+            }
             _ => {}
         }
     }
@@ -427,12 +444,12 @@ mod tests {
 
     #[test]
     fn cast_parts_are_distinct_and_fit_the_fleet() {
-        for n in [MIN_SERVERS, 12, 50, 200, 12_000] {
+        for n in [MIN_SERVERS, 13, 50, 200, 12_000] {
             let c = Cast::new(n).unwrap();
             let mut all: Vec<&String> = c
                 .manta
                 .iter()
-                .chain([&c.canary])
+                .chain([&c.canary, &c.next_canary])
                 .chain(&c.new_servers)
                 .chain(&c.slow)
                 .chain([&c.failing, &c.deleted])

@@ -279,6 +279,12 @@ fn sapi_line(r: &RecordChange) -> String {
             instance,
             image,
             ..
+        }
+        | IntentChange::Restore {
+            component,
+            instance,
+            image,
+            ..
         } => format!(
             "~ instance {} of {component}{on}: params server_uuid, image_uuid {}",
             short(instance),

@@ -371,6 +371,7 @@ mod tests {
                 server: server(s),
                 component: "vm-agent".into(),
                 elapsed: secs(t),
+                outcome: agentsadm_plan::timing::SampleOutcome::Completed,
             }));
         let mut known = KnownDurations::default();
         known.add_history(&d);

@@ -250,10 +250,18 @@ impl<'a> Executor<'a> {
         });
         // Halted already (the lock was lost): every server is "not started".
         self.run_waves(plan, &mut report, cancel, gate).await;
-        if matches!(
-            report.halted,
-            Some(Halted::Canary { .. } | Halted::Budget { .. })
-        ) {
+        // Every halt of the operator's or the run's own (a failed canary,
+        // the budget, a declined canary, an interrupt or SIGTERM) leaves
+        // the service defaults where they were: new servers must not get a
+        // build the rollout did not finish. Not after a lost lock (another
+        // run owns the datacenter now) or an API outage (the writes would
+        // go to the API that is down; the rerun converges).
+        if report.interrupted
+            || matches!(
+                report.halted,
+                Some(Halted::Canary { .. } | Halted::Budget { .. } | Halted::Declined)
+            )
+        {
             report.service_changes_reverted = self.revert_service_changes(plan).await;
             report.intent_reverted = self.revert_failed_intent(plan, &report).await;
         }

@@ -189,6 +189,11 @@ pub struct StepResult {
     /// The step's health gate, when it has one and got that far.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub gate: Option<GateResult>,
+    /// Failed, but the install itself stood (only its health check could
+    /// not run): the server runs the step's target, and a revert of the
+    /// run puts it back.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub installed: bool,
 }
 
 /// Which part of a server's turn failed. Text and `--json` (field

@@ -77,6 +77,20 @@ pub fn instance_params(server: ServerUuid, image: ImageUuid) -> agentsadm_api::s
     ])
 }
 
+/// The params of an instance whole: agentsadm's two and the marks
+/// ([`IntentChange::Restore`]).
+pub fn restored_params(
+    server: ServerUuid,
+    image: ImageUuid,
+    marks: &[(agentsadm_plan::MarkKey, agentsadm_plan::Mark)],
+) -> agentsadm_api::sapi::Object {
+    let mut params = instance_params(server, image);
+    for (key, mark) in marks {
+        params.insert(key.param().to_string(), mark.to_value());
+    }
+    params
+}
+
 /// [`IntentStore`] on SAPI.
 #[derive(Clone, Debug)]
 pub struct SapiIntentStore {
@@ -92,13 +106,12 @@ impl SapiIntentStore {
         &self,
         service: ServiceUuid,
         instance: InstanceUuid,
-        server: ServerUuid,
-        image: ImageUuid,
+        params: agentsadm_api::sapi::Object,
     ) -> Result<(), IntentWriteError> {
         let create = CreateInstance {
             uuid: Some(instance),
             service_uuid: Some(service),
-            params: Some(instance_params(server, image)),
+            params: Some(params),
             ..Default::default()
         };
         self.sapi
@@ -124,29 +137,28 @@ impl SapiIntentStore {
                 image,
                 ..
             } => {
-                let update = Update::params(instance_params(server, *image));
-                match self.sapi.update_instance(*instance, &update).await {
-                    Ok(_) => Ok(()),
-                    // Deleted since we listed it (SAPI answers a plain 500
-                    // "no record" for updates of missing objects): recreate.
-                    Err(err)
-                        if err.is_not_found()
-                            || err.status() == Some(500) && err.code().is_none() =>
-                    {
-                        self.create(*service, *instance, server, *image).await
-                    }
-                    Err(err) => Err(IntentWriteError::Api {
-                        what: format!("update instance {instance}"),
-                        err: Box::new(err),
-                    }),
-                }
+                self.update_or_create(*service, *instance, instance_params(server, *image))
+                    .await
+            }
+            IntentChange::Restore {
+                service,
+                instance,
+                image,
+                marks,
+                ..
+            } => {
+                self.update_or_create(*service, *instance, restored_params(server, *image, marks))
+                    .await
             }
             IntentChange::CreateInstance {
                 service,
                 instance,
                 image,
                 ..
-            } => self.create(*service, *instance, server, *image).await,
+            } => {
+                self.create(*service, *instance, instance_params(server, *image))
+                    .await
+            }
             IntentChange::AdoptInstalled {
                 component,
                 service,
@@ -169,7 +181,10 @@ impl SapiIntentStore {
                     }
                 };
                 match adopt_instance(recorded, Some(*service)) {
-                    Adoption::Create => self.create(*service, instance, server, *image).await,
+                    Adoption::Create => {
+                        self.create(*service, instance, instance_params(server, *image))
+                            .await
+                    }
                     Adoption::Update => self
                         .sapi
                         .update_instance(instance, &Update::params(instance_params(server, *image)))
@@ -215,6 +230,32 @@ impl SapiIntentStore {
                         err: Box::new(err),
                     })
             }
+        }
+    }
+
+    /// Merge `params` into the instance (a merge keeps what others wrote;
+    /// after a bare re-adoption there is nothing else), or create it with
+    /// them when it was deleted since it was listed (SAPI answers a plain
+    /// 500 "no record" for updates of missing objects).
+    async fn update_or_create(
+        &self,
+        service: ServiceUuid,
+        instance: InstanceUuid,
+        params: agentsadm_api::sapi::Object,
+    ) -> Result<(), IntentWriteError> {
+        match self
+            .sapi
+            .update_instance(instance, &Update::params(params.clone()))
+            .await
+        {
+            Ok(_) => Ok(()),
+            Err(err) if err.is_not_found() || err.status() == Some(500) && err.code().is_none() => {
+                self.create(service, instance, params).await
+            }
+            Err(err) => Err(IntentWriteError::Api {
+                what: format!("update instance {instance}"),
+                err: Box::new(err),
+            }),
         }
     }
 

@@ -290,6 +290,19 @@ impl ExecReport {
         if !back.is_empty() {
             let _ = writeln!(out, "Intent put back after the halt: {}.", back.join("; "));
         }
+        let not_started = self
+            .servers
+            .values()
+            .filter(|o| o.status == ServerStatus::NotStarted)
+            .count();
+        if not_started > 0 && (self.halted.is_some() || self.interrupted) {
+            let _ = writeln!(
+                out,
+                "SAPI intent of the {not_started} server{} not started is as it was: nothing was written for {}.",
+                if not_started == 1 { "" } else { "s" },
+                if not_started == 1 { "it" } else { "them" }
+            );
+        }
         for r in self.intent_reverted.iter().filter(|r| r.error.is_some()) {
             let _ = writeln!(
                 out,

@@ -411,7 +411,14 @@ impl CnapiTransport {
             (TransportKind::InstallAgent, Action::Install { to } | Action::Upgrade { to, .. }) => {
                 // cn-agent's task has no --expect-current: the server's
                 // image is checked here, then the lock, then the task.
-                self.expect_current(server, step).await?;
+                if self.expect_current(server, step).await? == Current::Target {
+                    // An earlier run's task (left running at an interrupt)
+                    // finished on the target: done, once its gate passes.
+                    let mut done = self.done(server, step).await?;
+                    self.keep_off_after(server, step).await?;
+                    done.gate_elapsed = self.gz_health(server, step, None).await?;
+                    return Ok(done);
+                }
                 fenced(fence, server, step).await?;
                 let id = self
                     .cnapi
@@ -428,13 +435,13 @@ impl CnapiTransport {
                     let failed = task.err();
                     let mut done = self.confirm_image(server, step, to.uuid, failed).await?;
                     self.keep_off_after(server, step).await?;
-                    done.gate_elapsed = self.gz_health(server, step, id).await?;
+                    done.gate_elapsed = self.gz_health(server, step, Some(id)).await?;
                     return Ok(done);
                 }
                 task?;
                 let mut done = self.done(server, step).await?;
                 self.keep_off_after(server, step).await?;
-                done.gate_elapsed = self.gz_health(server, step, id).await?;
+                done.gate_elapsed = self.gz_health(server, step, Some(id)).await?;
                 Ok(done)
             }
             (TransportKind::InstallAgent, Action::Remove { .. }) => {
@@ -495,11 +502,17 @@ impl CnapiTransport {
 
     /// The install-agent equivalent of `gz install --expect-current`: the
     /// image CNAPI's `server.agents` lists for the component must be the
-    /// one the plan saw (nothing, for an install); otherwise someone
-    /// changed the server since the plan and the task is not started.
-    async fn expect_current(&self, server: ServerUuid, step: &Step) -> Result<(), StepFailure> {
+    /// one the plan saw (nothing, for an install), or the step's target
+    /// already (as `gz install` finds it unchanged: a task an interrupted
+    /// run left running finished there); otherwise someone changed the
+    /// server since the plan and the task is not started.
+    async fn expect_current(
+        &self,
+        server: ServerUuid,
+        step: &Step,
+    ) -> Result<Current, StepFailure> {
         let Some(expected) = step.expect_current() else {
-            return Ok(());
+            return Ok(Current::AsPlanned);
         };
         let entry = self
             .reported_entry(server, step, FailureStage::InstallAgent)
@@ -511,7 +524,12 @@ impl CnapiTransport {
             _ => false,
         };
         if same {
-            return Ok(());
+            return Ok(Current::AsPlanned);
+        }
+        if let (Some(target), Some(Some(current))) = (step.action.target(), now)
+            && target.uuid == current
+        {
+            return Ok(Current::Target);
         }
         let shown =
             |i: Option<ImageUuid>| i.map_or_else(|| "nothing".to_string(), |i| i.to_string());
@@ -863,6 +881,15 @@ impl CnapiTransport {
             )),
         }
     }
+}
+
+/// What a server runs of a step's component before its install task.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Current {
+    /// What the plan saw.
+    AsPlanned,
+    /// The step's target already.
+    Target,
 }
 
 /// How an execute that got no answer in time is described (and told apart

@@ -48,6 +48,7 @@ pub(crate) fn not_run(step: &Step) -> StepResult {
         elapsed: Duration::ZERO,
         task: None,
         gate: None,
+        installed: false,
     }
 }
 
@@ -56,60 +57,53 @@ pub(crate) fn not_run(step: &Step) -> StepResult {
 struct Ran<'p> {
     /// The instance each installed component reported.
     reported: BTreeMap<&'p ComponentName, Option<InstanceUuid>>,
-    /// The components cn-agent's install task installed or upgraded, with
-    /// the disabled mark their step kept.
-    by_cn_agent: BTreeMap<&'p ComponentName, Option<&'p agentsadm_plan::Mark>>,
+    /// The components cn-agent's install task installed or upgraded.
+    by_cn_agent: std::collections::BTreeSet<&'p ComponentName>,
     /// The first unhealthy step, and why its revert failed (if it did).
     unhealthy: Option<(&'p Step, Option<String>)>,
 }
 
-/// The disabled marks of components cn-agent reinstalled on a server
-/// where they are kept off, written again after the postinstall's
-/// re-adoption (the plan writes a mark only when it changes).
-fn kept_off_marks(sp: &ServerPlan, ran: &Ran<'_>) -> Vec<IntentChange> {
-    ran.by_cn_agent
-        .iter()
-        .filter_map(|(component, mark)| {
-            let mark = (*mark)?;
-            let instance = sp
-                .intent
-                .iter()
-                .find_map(|c| match c {
-                    IntentChange::UpdateInstance {
-                        component: c,
-                        instance,
-                        ..
-                    }
-                    | IntentChange::CreateInstance {
-                        component: c,
-                        instance,
-                        ..
-                    } if c == *component => Some(*instance),
-                    _ => None,
-                })
-                .or_else(|| ran.reported.get(component).copied().flatten())?;
-            Some(IntentChange::Mark {
-                component: (*component).clone(),
-                instance,
-                key: agentsadm_plan::MarkKey::Disabled,
-                mark: Some(mark.clone()),
-            })
-        })
-        .collect()
+/// The instance `step`'s component must carry after cn-agent ran it, now
+/// running `image`, in one write: its server, the image, and its marks
+/// (as the plan found them, with the plan's own mark changes on top).
+/// `None` when the plan knows no instance for it (an install's adoption
+/// writes it).
+fn restore(sp: &ServerPlan, step: &Step, image: ImageUuid) -> Option<IntentChange> {
+    let kept = step.record.as_ref()?;
+    let mut marks = kept.marks.clone();
+    for change in &sp.intent {
+        if let IntentChange::Mark {
+            component,
+            key,
+            mark,
+            ..
+        } = change
+            && *component == step.component
+        {
+            marks.retain(|(k, _)| k != key);
+            marks.extend(mark.clone().map(|m| (*key, m)));
+        }
+    }
+    Some(IntentChange::Restore {
+        component: step.component.clone(),
+        service: kept.service,
+        instance: kept.instance,
+        image,
+        marks,
+    })
 }
 
-/// The writes an install through cn-agent needs again after it (the
-/// agent's postinstall re-adopts its instance bare): the step's instance
-/// params written before the steps, and the disabled mark it keeps.
+/// The writes an install through cn-agent needs after it (the agent's
+/// postinstall may have re-adopted its instance bare): each such step's
+/// instance, whole, at the step's target. Written whatever the plan wrote
+/// before the steps (nothing, on a rerun whose intent already named the
+/// target, a `check --fix` repair, `--ignore-holds`).
 fn erased_by_postinstall(sp: &ServerPlan, ran: &Ran<'_>) -> Vec<IntentChange> {
-    let mut again: Vec<IntentChange> = sp
-        .intent
+    sp.steps
         .iter()
-        .filter(|c| c.runs_before_steps() && ran.by_cn_agent.contains_key(c.component()))
-        .cloned()
-        .collect();
-    again.extend(kept_off_marks(sp, ran));
-    again
+        .filter(|st| ran.by_cn_agent.contains(&st.component))
+        .filter_map(|st| restore(sp, st, st.action.target()?.uuid))
+        .collect()
 }
 
 impl Executor<'_> {
@@ -235,8 +229,7 @@ impl Executor<'_> {
                 let by_cn_agent = step.transport == TransportKind::InstallAgent
                     && matches!(step.action, Action::Install { .. } | Action::Upgrade { .. });
                 if by_cn_agent && r.as_ref().is_err_and(|(f, _)| f.installed) {
-                    ran.by_cn_agent
-                        .insert(&step.component, step.keep_off.as_ref());
+                    ran.by_cn_agent.insert(&step.component);
                 }
                 if let Err((f, _)) = &r
                     && f.is_unhealthy()
@@ -247,8 +240,7 @@ impl Executor<'_> {
                     Ok(instance) => {
                         ran.reported.insert(&step.component, instance);
                         if by_cn_agent {
-                            ran.by_cn_agent
-                                .insert(&step.component, step.keep_off.as_ref());
+                            ran.by_cn_agent.insert(&step.component);
                         }
                     }
                     Err((f, timed_out)) if outcome.failure.is_none() => {
@@ -321,6 +313,26 @@ impl Executor<'_> {
         let Some(previous) = previous else {
             return revert;
         };
+        // Reinstalled through cn-agent: its postinstall may have re-adopted
+        // the instance bare again; the whole record goes back in one write.
+        if step.transport == TransportKind::InstallAgent
+            && let Some(back) = restore(sp, step, previous)
+        {
+            match self.store.apply(server, &back, None).await {
+                Ok(()) => revert.sapi = true,
+                Err(e) => {
+                    let msg = format!(
+                        "cannot put the SAPI instance back (params.image_uuid {previous}): {}",
+                        error_chain(&e)
+                    );
+                    revert.error = Some(match revert.error.take() {
+                        Some(prev) => format!("{prev}; {msg}"),
+                        None => msg,
+                    });
+                }
+            }
+            return revert;
+        }
         match self
             .put_back_instance(server, sp, &step.component, previous)
             .await
@@ -478,6 +490,8 @@ impl Executor<'_> {
                 elapsed,
                 task,
                 gate,
+                installed: status == StepStatus::Failed
+                    && result.as_ref().is_err_and(|(f, _)| f.installed),
             },
             result,
         )

@@ -230,6 +230,7 @@ fn server(
         needed_by: names.into_iter().collect(),
         // agentsadm itself has no services to keep off.
         keep_off: None,
+        record: None,
         action,
         transport,
     };

@@ -26,8 +26,8 @@ use super::rollout::{Rollout, RolloutPolicy, waves};
 use super::skip::{Skip, SkipReason};
 use super::timing::Durations;
 use super::types::{
-    Action, ExplicitYes, Gate, IntentChange, Plan, RecordChange, RevertOf, ServerPlan,
-    ServiceChange, Step,
+    Action, ExplicitYes, Gate, IntentChange, KeptRecord, MarkKey, Plan, RecordChange, RevertOf,
+    ServerPlan, ServiceChange, Step,
 };
 use super::{ImageRef, PlanningInput, TransportKind};
 use crate::intent::Intent;
@@ -35,7 +35,7 @@ use crate::marks::HoldScope;
 use crate::reality::{Installed, ServerState};
 use agentsadm_types::catalog::{Catalog, Component, ComponentKind};
 use agentsadm_types::component::ComponentName;
-use agentsadm_types::ids::{ImageUuid, ServerUuid};
+use agentsadm_types::ids::{ImageUuid, InstanceUuid, ServerUuid, ServiceUuid};
 
 /// A plan being made. See the module documentation for what
 /// [`PlanBuilder::finish`] decides.
@@ -236,6 +236,7 @@ impl<'c> PlanBuilder<'c> {
             action,
             transport,
             keep_off: None,
+            record: None,
         });
         self
     }
@@ -260,6 +261,7 @@ impl<'c> PlanBuilder<'c> {
                 action,
                 transport,
                 keep_off: None,
+                record: None,
             }));
         sp.intent.extend(intent);
         self
@@ -278,6 +280,7 @@ impl<'c> PlanBuilder<'c> {
         self.hold_rule();
         self.non_bulk_rule();
         self.keep_off_rule();
+        self.record_rule();
         self.gates();
         self.agentsadm_first();
         let catalog = self.catalog;
@@ -400,6 +403,67 @@ impl<'c> PlanBuilder<'c> {
                         .and_then(|m| m.get(&st.component))
                         .cloned();
                 }
+            }
+        }
+    }
+
+    /// What each install or upgrade by cn-agent must leave in the
+    /// component's SAPI instance, whatever the agent's postinstall does to
+    /// it: the instance the server has (in SAPI, or adopted by this plan)
+    /// with its marks (disabled, a hold on this server, which
+    /// `--ignore-holds` overrides for this run only).
+    fn record_rule(&mut self) {
+        let intent = self.intent;
+        for (uuid, sp) in self.plan.servers.iter_mut() {
+            let adopted: BTreeMap<&ComponentName, (ServiceUuid, InstanceUuid)> = sp
+                .intent
+                .iter()
+                .filter_map(|c| match c {
+                    IntentChange::UpdateInstance {
+                        component,
+                        service,
+                        instance,
+                        ..
+                    }
+                    | IntentChange::CreateInstance {
+                        component,
+                        service,
+                        instance,
+                        ..
+                    } => Some((component, (*service, *instance))),
+                    _ => None,
+                })
+                .collect();
+            for st in &mut sp.steps {
+                if st.transport != TransportKind::InstallAgent
+                    || !matches!(st.action, Action::Install { .. } | Action::Upgrade { .. })
+                {
+                    continue;
+                }
+                let Some((service, instance)) = adopted.get(&st.component).copied().or_else(|| {
+                    intent
+                        .instance(uuid, &st.component)
+                        .map(|i| (i.service, i.uuid))
+                }) else {
+                    continue;
+                };
+                let mut marks = Vec::new();
+                if let Some(m) = intent.disabled(uuid, &st.component) {
+                    marks.push((MarkKey::Disabled, m.clone()));
+                }
+                if let Some(m) = intent
+                    .holds
+                    .servers
+                    .get(uuid)
+                    .and_then(|h| h.get(&st.component))
+                {
+                    marks.push((MarkKey::Hold, m.clone()));
+                }
+                st.record = Some(KeptRecord {
+                    service,
+                    instance,
+                    marks,
+                });
             }
         }
     }
@@ -708,7 +772,69 @@ mod tests {
             server: format!("5e000000-0000-4000-8000-{i:012}").parse().unwrap(),
             component: "vm-agent".into(),
             elapsed: std::time::Duration::from_secs(s),
+            outcome: crate::timing::SampleOutcome::Completed,
         }))
+    }
+
+    #[test]
+    fn a_server_whose_last_step_failed_is_passed_over_as_canary_and_the_plan_says_so() {
+        use crate::timing::{Sample, SampleOutcome};
+        let policy = RolloutPolicy {
+            concurrency: 2,
+            canary: Some(1),
+            max_failures: None,
+            max_per_rack: None,
+        };
+        let server = |i: usize| -> ServerUuid {
+            format!("5e000000-0000-4000-8000-{i:012}").parse().unwrap()
+        };
+        let sample = |i: usize, secs: u64, outcome| Sample {
+            server: server(i),
+            component: "vm-agent".into(),
+            elapsed: std::time::Duration::from_secs(secs),
+            outcome,
+        };
+        // cn004 was the quickest, then failed at once: passed over; cn001,
+        // next quickest, is the canary.
+        let d = Durations::from_samples([
+            sample(1, 10, SampleOutcome::Completed),
+            sample(2, 30, SampleOutcome::Completed),
+            sample(3, 30, SampleOutcome::Completed),
+            sample(4, 2, SampleOutcome::Completed),
+            sample(4, 0, SampleOutcome::Failed),
+        ]);
+        let p = build_timed(5, &policy, Some(&d));
+        let r = p.rollout();
+        let canaries: Vec<&str> = r.canaries().iter().map(|s| s.hostname.as_str()).collect();
+        assert_eq!(canaries, ["cn001"]);
+        let choice = r.canary_choice.as_ref().unwrap();
+        assert_eq!(choice.basis, crate::CanaryBasis::Quickest);
+        assert_eq!(choice.passed_over.len(), 1);
+        assert_eq!(choice.passed_over[0].hostname, "cn004");
+        let text = crate::display::rollout_lines(r, 10).join("\n");
+        assert!(
+            text.contains("canary: cn001 (must pass before the others start; chosen as the quickest by their completed installs; passed over: cn004 (its last vm-agent step failed))"),
+            "{text}"
+        );
+        // Failures alone (no completed install on record): by hostname,
+        // still passing the failed server over.
+        let d = Durations::from_samples([sample(1, 0, SampleOutcome::Failed)]);
+        let p = build_timed(3, &policy, Some(&d));
+        let r = p.rollout();
+        assert_eq!(r.canaries()[0].hostname, "cn002");
+        assert_eq!(
+            r.canary_choice.as_ref().unwrap().basis,
+            crate::CanaryBasis::Hostname
+        );
+        // Every candidate failed last time: one of them anyway, and said.
+        let d = Durations::from_samples((1..=3).map(|i| sample(i, 0, SampleOutcome::Failed)));
+        let p = build_timed(3, &policy, Some(&d));
+        let r = p.rollout();
+        assert_eq!(r.canaries()[0].hostname, "cn001");
+        assert_eq!(
+            r.canary_choice.as_ref().unwrap().basis,
+            crate::CanaryBasis::OnlyFailed
+        );
     }
 
     #[test]

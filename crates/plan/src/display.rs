@@ -202,6 +202,16 @@ fn server_lines(sp: &crate::ServerPlan, grouped: bool) -> Vec<String> {
                     key.param()
                 ),
             },
+            IntentChange::Restore {
+                component,
+                instance,
+                image,
+                ..
+            } => format!(
+                "~ SAPI instance{} of {component}: params written again, image_uuid {}",
+                inst(instance),
+                short(image)
+            ),
         });
     }
     lines
@@ -278,7 +288,12 @@ pub fn rollout_lines(r: &Rollout, limit: usize) -> Vec<String> {
             shown.push_str(&format!(" ({} in all)", hosts.len()));
         }
         out.push(if w.canary {
-            format!("  canary: {shown} (must pass before the others start)")
+            let why = r
+                .canary_choice
+                .as_ref()
+                .map(|c| format!("; {}", c.describe()))
+                .unwrap_or_default();
+            format!("  canary: {shown} (must pass before the others start{why})")
         } else if canary_first {
             format!("  then, in this order: {shown}")
         } else {
@@ -389,13 +404,18 @@ pub fn record_line(r: &RecordChange) -> String {
                     ("~", format!(": image_uuid {}", short(image)))
                 }
                 IntentChange::Mark { key, .. } => ("~", format!(": params.{}", key.param())),
+                IntentChange::Restore { image, .. } => (
+                    "~",
+                    format!(": params written again, image_uuid {}", short(image)),
+                ),
             };
             let instance = match change {
                 IntentChange::UpdateInstance { instance, .. }
                 | IntentChange::CreateInstance { instance, .. }
                 | IntentChange::DeleteInstance { instance, .. }
                 | IntentChange::DeleteReplaced { instance, .. }
-                | IntentChange::Mark { instance, .. } => {
+                | IntentChange::Mark { instance, .. }
+                | IntentChange::Restore { instance, .. } => {
                     format!(" {}", &instance.to_string()[..8])
                 }
                 IntentChange::AdoptInstalled { .. } => String::new(),

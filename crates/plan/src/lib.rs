@@ -57,14 +57,15 @@ pub use request::{
     ServerSelection, TransportKind, TransportMode,
 };
 pub use rollout::{
-    DEFAULT_CONCURRENCY, FailureBudget, Rollout, RolloutPolicy, Wave, WaveServer, default_canary,
-    pick_canaries,
+    CanaryBasis, CanaryChoice, DEFAULT_CONCURRENCY, FailureBudget, PassedOver, Rollout,
+    RolloutPolicy, Wave, WaveServer, default_canary, pick_canaries,
 };
 pub use select::resolve_servers;
 pub use skip::{AgentsadmShort, Skip, SkipReason};
 pub use types::{
-    Action, ExplicitYes, Gate, HealthFlags, InstalledRef, IntentChange, MarkKey, MinVersion, Plan,
-    PlanCounts, RecordChange, RevertOf, ServerCall, ServerPlan, ServiceChange, Step,
+    Action, ExplicitYes, Gate, HealthFlags, InstalledRef, IntentChange, KeptRecord, MarkKey,
+    MinVersion, Plan, PlanCounts, RecordChange, RevertOf, ServerCall, ServerPlan, ServiceChange,
+    Step,
 };
 
 use select::select_servers;

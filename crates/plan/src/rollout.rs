@@ -15,7 +15,11 @@
 //!   started last is what makes a rollout overrun), servers never seen
 //!   counting as the typical one; and the canaries are the servers expected
 //!   to finish soonest (one per rack first): the canary wave is a barrier
-//!   every other server waits on. The plan shows when the rollout should
+//!   every other server waits on. A server whose newest step of one of its
+//!   components failed is passed over as a canary (a server that fails at
+//!   once would otherwise look the quickest and halt every rollout); the
+//!   plan says why its canaries were chosen ([`CanaryChoice`]). The plan
+//!   shows when the rollout should
 //!   finish ([`Rollout::expected_finish`]), from the same estimates and the
 //!   executor's rules (concurrency, rack limit).
 //! - The failure budget is counted on the whole plan's servers.
@@ -220,6 +224,66 @@ pub struct Rollout {
     /// Servers of the plan with a history of their own for every step.
     #[serde(skip_serializing_if = "is_zero")]
     pub history_servers: usize,
+    /// Why the canary wave holds the servers it does (none without one).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub canary_choice: Option<CanaryChoice>,
+}
+
+/// Why the canaries are the servers they are.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct CanaryChoice {
+    /// How they were ranked.
+    pub basis: CanaryBasis,
+    /// Servers passed over because their newest step of a component of
+    /// theirs in this plan failed, with that component.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub passed_over: Vec<PassedOver>,
+}
+
+/// How canaries were ranked.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum CanaryBasis {
+    /// The quickest by their completed installs (one per rack first).
+    Quickest,
+    /// No history: the first by hostname (one per rack first).
+    Hostname,
+    /// Every candidate failed last time: the quickest (or first) of them
+    /// anyway, there being no other server to try the build on.
+    OnlyFailed,
+}
+
+/// A server not made a canary, and the component whose newest step failed
+/// there.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct PassedOver {
+    pub server: ServerUuid,
+    pub hostname: String,
+    pub component: String,
+}
+
+impl CanaryChoice {
+    /// The plan's line about it: `chosen as the quickest by their completed
+    /// installs; passed over: cn0007 (its last vm-agent step failed)`.
+    pub fn describe(&self) -> String {
+        let basis = match self.basis {
+            CanaryBasis::Quickest => "the quickest by their completed installs",
+            CanaryBasis::Hostname => "the first by hostname (no completed installs on record)",
+            CanaryBasis::OnlyFailed => {
+                "the quickest of servers whose last step failed: every candidate's did"
+            }
+        };
+        let mut out = format!("chosen as {basis}");
+        if !self.passed_over.is_empty() && self.basis != CanaryBasis::OnlyFailed {
+            let names: Vec<String> = self
+                .passed_over
+                .iter()
+                .map(|p| format!("{} (its last {} step failed)", p.hostname, p.component))
+                .collect();
+            out.push_str(&format!("; passed over: {}", names.join(", ")));
+        }
+        out
+    }
 }
 
 fn is_zero(n: &usize) -> bool {
@@ -264,13 +328,41 @@ pub(crate) fn waves(
         .canary
         .unwrap_or_else(|| default_canary(servers.len()));
     // Candidates: servers with steps, never the headnode, in run order
-    // (with history: the quickest first).
+    // (with history: the quickest first), not those whose last step of one
+    // of their components failed (unless every candidate's did).
     let mut candidates: Vec<usize> = (0..order.len())
         .filter(|&i| !order[i].1.headnode && !order[i].1.steps.is_empty())
         .collect();
     if let Some(est) = &estimates.expected {
         candidates.sort_by_key(|&i| (est[i], i));
     }
+    let passed_over: Vec<PassedOver> = match durations {
+        Some(d) => candidates
+            .iter()
+            .filter_map(|&i| {
+                let (uuid, sp) = order[i];
+                let step = sp
+                    .steps
+                    .iter()
+                    .find(|st| d.failed_last(uuid, st.component.as_str()))?;
+                Some(PassedOver {
+                    server: *uuid,
+                    hostname: sp.hostname.clone(),
+                    component: step.component.to_string(),
+                })
+            })
+            .collect(),
+        None => Vec::new(),
+    };
+    let basis = if !passed_over.is_empty() && passed_over.len() == candidates.len() {
+        CanaryBasis::OnlyFailed
+    } else {
+        candidates.retain(|&i| !passed_over.iter().any(|p| p.server == *order[i].0));
+        match estimates.expected {
+            Some(_) => CanaryBasis::Quickest,
+            None => CanaryBasis::Hostname,
+        }
+    };
     let racks: Vec<Option<&str>> = candidates
         .iter()
         .map(|&i| order[i].1.rack.as_deref())
@@ -311,6 +403,7 @@ pub(crate) fn waves(
         max_per_rack: policy.max_per_rack.map(|n| n.max(1)),
         expected_finish: None,
         history_servers: estimates.usual.iter().filter(|u| u.is_some()).count(),
+        canary_choice: (!picked.is_empty()).then_some(CanaryChoice { basis, passed_over }),
     };
     if estimates.expected.is_some() {
         rollout.expected_finish = Some(expected_finish(&rollout, servers));

@@ -16,6 +16,13 @@
 //! - [`Source::Fleet`]: the fleet's median for the component.
 //!
 //! No estimate at all when no server has recorded the component.
+//!
+//! Only completed steps are durations: a step that failed, timed out or
+//! was interrupted says nothing about how fast the server is (a server
+//! whose installs fail at once would look the quickest and become the
+//! canary of every rollout). Failures are kept apart: a server whose
+//! newest step of a component failed is no canary for that component
+//! ([`Durations::failed_last`]).
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -27,12 +34,24 @@ use agentsadm_types::ids::ServerUuid;
 /// server that changed (new disks, a move) is judged on what it does now.
 pub const SAMPLES_KEPT: usize = 5;
 
-/// One recorded step: how long `component` took on `server`.
+/// One recorded step: how long `component` took on `server`, and how it
+/// ended.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Sample {
     pub server: ServerUuid,
     pub component: String,
     pub elapsed: Duration,
+    pub outcome: SampleOutcome,
+}
+
+/// How a recorded step ended, as far as the server's record goes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SampleOutcome {
+    /// Ran to the end: its time is the server's speed.
+    Completed,
+    /// Failed or timed out on the server: no speed, and a mark against the
+    /// server as a canary for the component until a step completes.
+    Failed,
 }
 
 /// Where an estimate comes from.
@@ -65,6 +84,8 @@ pub struct Durations {
     /// A server's usual time over the fleet's (1.0: typical), from the
     /// components it was seen with.
     speed: BTreeMap<ServerUuid, f64>,
+    /// (server, component)s whose newest recorded step failed.
+    failed_last: BTreeMap<ServerUuid, Vec<String>>,
 }
 
 impl Durations {
@@ -72,11 +93,25 @@ impl Durations {
     /// [`SAMPLES_KEPT`] of each server and component count).
     pub fn from_samples(samples: impl IntoIterator<Item = Sample>) -> Durations {
         let mut kept: BTreeMap<(ServerUuid, String), Vec<Duration>> = BTreeMap::new();
+        let mut newest_failed: BTreeMap<(ServerUuid, String), bool> = BTreeMap::new();
         for s in samples {
+            newest_failed.insert(
+                (s.server, s.component.clone()),
+                s.outcome == SampleOutcome::Failed,
+            );
+            if s.outcome != SampleOutcome::Completed {
+                continue;
+            }
             let v = kept.entry((s.server, s.component)).or_default();
             v.push(s.elapsed);
             if v.len() > SAMPLES_KEPT {
                 v.remove(0);
+            }
+        }
+        let mut failed_last: BTreeMap<ServerUuid, Vec<String>> = BTreeMap::new();
+        for ((server, component), failed) in newest_failed {
+            if failed {
+                failed_last.entry(server).or_default().push(component);
             }
         }
         let mut own: BTreeMap<ServerUuid, BTreeMap<String, Duration>> = BTreeMap::new();
@@ -104,7 +139,20 @@ impl Durations {
                 ratios.get(ratios.len() / 2).map(|r| (*server, *r))
             })
             .collect();
-        Durations { own, fleet, speed }
+        Durations {
+            own,
+            fleet,
+            speed,
+            failed_last,
+        }
+    }
+
+    /// Whether the newest recorded step of `component` on `server` failed
+    /// (a completed one since clears it).
+    pub fn failed_last(&self, server: &ServerUuid, component: &str) -> bool {
+        self.failed_last
+            .get(server)
+            .is_some_and(|c| c.iter().any(|n| n == component))
     }
 
     /// Each server's own time for each component it was seen with (the
@@ -117,7 +165,7 @@ impl Durations {
         })
     }
 
-    /// No history at all.
+    /// No durations at all (failures alone are no estimate).
     pub fn is_empty(&self) -> bool {
         self.fleet.is_empty()
     }
@@ -190,7 +238,45 @@ mod tests {
             server: ServerUuid::from_u128(server),
             component: component.into(),
             elapsed: Duration::from_secs(secs),
+            outcome: SampleOutcome::Completed,
         }
+    }
+
+    fn failed(server: u128, component: &str, secs: u64) -> Sample {
+        Sample {
+            outcome: SampleOutcome::Failed,
+            ..s(server, component, secs)
+        }
+    }
+
+    #[test]
+    fn failures_are_no_speed_and_mark_the_server_until_a_step_completes() {
+        let d = Durations::from_samples([
+            s(1, "vm-agent", 10),
+            s(2, "vm-agent", 20),
+            // Server 3 fails in a fraction of a second every time.
+            failed(3, "vm-agent", 0),
+            failed(3, "vm-agent", 0),
+            // Server 4 failed once, then completed.
+            failed(4, "vm-agent", 0),
+            s(4, "vm-agent", 30),
+        ]);
+        let server = ServerUuid::from_u128;
+        // No own time for server 3: its failures are not its speed.
+        assert_eq!(
+            d.expected(&server(3), "vm-agent").map(|e| e.source),
+            Some(Source::Fleet)
+        );
+        assert_eq!(
+            d.expected(&server(4), "vm-agent").map(|e| e.duration),
+            Some(Duration::from_secs(30))
+        );
+        assert!(d.failed_last(&server(3), "vm-agent"));
+        assert!(!d.failed_last(&server(3), "net-agent"));
+        assert!(!d.failed_last(&server(4), "vm-agent"));
+        assert!(!d.failed_last(&server(1), "vm-agent"));
+        // Failures alone are no history to schedule from.
+        assert!(Durations::from_samples([failed(1, "vm-agent", 0)]).is_empty());
     }
 
     #[test]

@@ -174,6 +174,23 @@ pub struct Step {
     /// missing or too old: the components whose steps need it.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub needed_by: Vec<ComponentName>,
+    /// The SAPI instance the component already has on the server, and the
+    /// marks it carries: cn-agent's install task runs the agent's
+    /// postinstall, and vm-agent's and net-agent's re-adopt the instance
+    /// bare (SAPI replaces the whole object), so after such a step the
+    /// executor writes it whole again ([`IntentChange::Restore`]), whether
+    /// or not the plan wrote it before. Not part of the plan document.
+    #[serde(skip)]
+    pub record: Option<KeptRecord>,
+}
+
+/// An instance's record as it must stand after a step by cn-agent.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct KeptRecord {
+    pub service: ServiceUuid,
+    pub instance: InstanceUuid,
+    /// The marks it carries (disabled, a hold on this server).
+    pub marks: Vec<(MarkKey, Mark)>,
 }
 
 /// An agentsadm release a step needs at least (shown and serialized as
@@ -271,6 +288,16 @@ pub enum IntentChange {
         #[serde(skip_serializing_if = "Option::is_none")]
         mark: Option<Mark>,
     },
+    /// After a step by cn-agent (never in a plan: the executor makes it
+    /// from [`Step::record`]): the instance's params whole, in one write:
+    /// server, the image it runs now, and its marks.
+    Restore {
+        component: ComponentName,
+        service: ServiceUuid,
+        instance: InstanceUuid,
+        image: ImageUuid,
+        marks: Vec<(MarkKey, Mark)>,
+    },
 }
 
 /// Which mark an [`IntentChange::Mark`] writes.
@@ -309,7 +336,8 @@ impl IntentChange {
             | IntentChange::AdoptInstalled { component, .. }
             | IntentChange::DeleteInstance { component, .. }
             | IntentChange::DeleteReplaced { component, .. }
-            | IntentChange::Mark { component, .. } => component,
+            | IntentChange::Mark { component, .. }
+            | IntentChange::Restore { component, .. } => component,
         }
     }
 }

@@ -288,6 +288,18 @@ impl FakeDc {
                     );
                 }
             }
+            IntentChange::Restore {
+                service,
+                instance,
+                image,
+                marks,
+                ..
+            } => {
+                let params = agentsadm_orchestrate::store::restored_params(server, *image, marks);
+                if !dc.sapi_merge_params(*instance, params.clone()) {
+                    dc.sapi_put_instance(*instance, *service, Some(params));
+                }
+            }
             IntentChange::CreateInstance {
                 service,
                 instance,

@@ -65,10 +65,33 @@ fn component_of(target: &str) -> String {
     t.replace("::", "/")
 }
 
-/// Where an orchestrator run's log goes by default: on a headnode
-/// `/var/log/agentsadm/logs`, elsewhere `$XDG_STATE_HOME/agentsadm/logs`
+/// The state directory this process uses instead of the account's (see
+/// [`use_state_dir`]).
+static STATE_DIR: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+
+/// Make this process keep its run logs and history under `dir` instead of
+/// the account's (or the headnode's) state directory, from now on. For a
+/// process that runs commands against a datacenter of its own (the demo):
+/// the history of another datacenter whose servers have the same UUIDs
+/// would decide its canaries. The first call wins; the answer says whether
+/// `dir` is the one in use.
+pub fn use_state_dir(dir: PathBuf) -> bool {
+    STATE_DIR.get_or_init(|| dir.clone()) == &dir
+}
+
+/// The directory [`use_state_dir`] set, if it was called.
+pub fn own_state_dir() -> Option<&'static Path> {
+    STATE_DIR.get().map(PathBuf::as_path)
+}
+
+/// Where an orchestrator run's log goes by default: the directory
+/// [`use_state_dir`] set, else on a headnode `/var/log/agentsadm/logs`,
+/// elsewhere `$XDG_STATE_HOME/agentsadm/logs`
 /// (`~/.local/state/agentsadm/logs`).
 pub fn default_log_dir() -> Option<PathBuf> {
+    if let Some(dir) = STATE_DIR.get() {
+        return Some(dir.join("agentsadm/logs"));
+    }
     if Path::new("/lib/sdc/config.sh").exists() {
         return Some(PathBuf::from("/var/log/agentsadm/logs"));
     }

@@ -228,8 +228,12 @@ pub fn render_run(e: &HistoryEntry) -> String {
         out.push_str(&format!("  record:   {r}\n"));
     }
     let (changed, failed) = e.counts();
+    let left = match e.interrupted() {
+        0 => String::new(),
+        n => format!(", {n} interrupted (left running; may have finished since)"),
+    };
     out.push_str(&format!(
-        "  servers:  {} planned, {} recorded, {changed} changed, {failed} failed\n",
+        "  servers:  {} planned, {} recorded, {changed} changed, {failed} failed{left}\n",
         e.plan.servers,
         e.servers.len()
     ));

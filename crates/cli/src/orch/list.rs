@@ -16,6 +16,7 @@ use agentsadm_flows::drift::FindingKind;
 use agentsadm_orchestrate::Intent;
 use agentsadm_orchestrate::Reality;
 use agentsadm_orchestrate::gather;
+use agentsadm_plan::intent::{InstanceIntent, InstanceLink};
 use agentsadm_plan::reality::Installed;
 use agentsadm_plan::resolve_servers;
 use agentsadm_types::ids::ImageUuid;
@@ -131,18 +132,28 @@ impl ListRow {
     }
 }
 
-/// A component's state in `list`, in `check`'s words (one vocabulary).
+/// A component's state in `list`, in `check`'s words and by `check`'s
+/// rules (one vocabulary, one verdict): the image is judged against the
+/// instance's own `params.image_uuid`, never the service default; an
+/// instance the server reports but without params (as agentsshar-era
+/// postinstalls leave them) is no drift.
 fn component_state(
     managed: bool,
     installed: Option<&Installed>,
-    intended: Option<ImageUuid>,
-    has_instance: bool,
+    instance: Option<&InstanceIntent>,
 ) -> &'static str {
-    match (installed, has_instance) {
+    match (installed, instance) {
         _ if !managed => FindingKind::UnmanagedComponent.as_str(),
-        (Some(i), true) if i.image.is_some() && i.image == intended => "ok",
-        (Some(_), true) => FindingKind::WrongImage.as_str(),
-        (Some(_), false) => FindingKind::InstalledWithoutInstance.as_str(),
+        (Some(i), Some(inst)) => match inst.image {
+            Some(target) if i.image != Some(target) => FindingKind::WrongImage.as_str(),
+            _ if inst.has_params()
+                || inst.link == InstanceLink::Reported && inst.image.is_none() =>
+            {
+                "ok"
+            }
+            _ => FindingKind::InstanceWithoutParams.as_str(),
+        },
+        (Some(_), None) => FindingKind::InstalledWithoutInstance.as_str(),
         (None, _) => FindingKind::MissingInstall.as_str(),
     }
 }
@@ -192,7 +203,7 @@ pub fn list_rows(
             let state = if s.is_quarantined() {
                 "quarantined"
             } else {
-                component_state(intent.is_managed(name), installed, intended, inst.is_some())
+                component_state(intent.is_managed(name), installed, inst)
             };
             rows.push(ListRow {
                 server: *uuid,

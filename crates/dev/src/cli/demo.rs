@@ -49,7 +49,7 @@ use agentsadm_types::ids::ServerUuid;
 
 #[derive(Args, Debug)]
 pub struct DemoArgs {
-    /// Number of compute nodes besides the headnode (at least 11).
+    /// Number of compute nodes besides the headnode (at least 12).
     #[arg(long, default_value_t = 200)]
     pub servers: usize,
     /// Seed of the simulated datacenter (server UUIDs, fault draws).
@@ -196,6 +196,17 @@ impl Story {
             .collect())
     }
 
+    /// The canary wave of the run that finished last, as its plan picked
+    /// it (`none` when it had none).
+    fn last_canary(&self) -> String {
+        self.tally
+            .counts()
+            .canaries
+            .last()
+            .map(|c| c.join(", "))
+            .unwrap_or_else(|| "none".to_string())
+    }
+
     /// How many of `instances` SAPI still has.
     async fn still_in_sapi(&self, instances: &BTreeSet<InstanceUuid>) -> anyhow::Result<usize> {
         let all = self
@@ -268,6 +279,17 @@ async fn tell(g: &GlobalOpts, a: &DemoArgs, cast: &Cast) -> anyhow::Result<(SimD
     let dc = SimDc::start(config)
         .await
         .context("cannot start the simulated datacenter")?;
+    // The commands keep their history and run logs under the simulated
+    // datacenter's directory (removed with it), never the account's: the
+    // history of an earlier demo, whose servers had the same UUIDs, would
+    // decide this one's canaries.
+    let own_state = dc.state_dir().join("operator-state");
+    if !agentsadm_types::log::use_state_dir(own_state.clone()) {
+        bail!(
+            "this process already keeps its state elsewhere than {}: run the demo in a process of its own",
+            own_state.display()
+        );
+    }
     let urls = dc.urls().clone();
     let hidden = vec![
         "--imgapi-url".to_string(),
@@ -443,10 +465,10 @@ async fn tell(g: &GlobalOpts, a: &DemoArgs, cast: &Cast) -> anyhow::Result<(SimD
     let factor = timings.factor_arg();
     let canary_arg = "1".to_string();
     story.say(format!(
-        "{BAD_COMPONENT} {NEWER_VERSION} first, with one canary: {} is updated alone and must pass its health gate\n\
-         (after cn-agent's install-agent task, `agentsadm gz health {BAD_COMPONENT}` on the server, through CNAPI execute)\n\
-         before any other server is touched.",
-        cast.canary
+        "{BAD_COMPONENT} {NEWER_VERSION} first, with one canary: the server the plan picks (the quickest by this\n\
+         datacenter's history of completed installs, else the first by hostname) is updated alone and must pass its\n\
+         health gate (after cn-agent's install-agent task, `agentsadm gz health {BAD_COMPONENT}` on the server, through\n\
+         CNAPI execute) before any other server is touched."
     ));
     story
         .run(
@@ -469,12 +491,13 @@ async fn tell(g: &GlobalOpts, a: &DemoArgs, cast: &Cast) -> anyhow::Result<(SimD
         )
         .await;
     let (bad_running, bad_default) = story.image_census(BAD_COMPONENT, bad_image).await?;
+    let bad_canary = story.last_canary();
     story.say(format!(
         "Caught at the canary: {} went to maintenance on {}, which was put back on its previous image (and its\n\
          SAPI instance with it); the rollout halted. Servers CNAPI shows running {BAD_COMPONENT} {NEWER_VERSION}: {bad_running}.\n\
          SAPI's {BAD_COMPONENT} default for new servers: {}.",
         BAD_COMPONENT,
-        cast.canary,
+        bad_canary,
         match bad_default {
             Some(u) if u == bad_image => format!("{NEWER_VERSION} ({u})"),
             Some(u) => format!(
@@ -542,10 +565,11 @@ async fn tell(g: &GlobalOpts, a: &DemoArgs, cast: &Cast) -> anyhow::Result<(SimD
     let after = story.tally.counts();
     let flagged: Vec<&String> = after.outliers[before.outliers.len()..].iter().collect();
     story.say(format!(
-        "Exit status {status}: the canary passed and the rollout finished, but {} failed (the report above names\n\
-         the server, the component, the step and the remote error): one failure, within the budget, so no server\n\
-         was held back; every other server converged. Outliers flagged: {}.\n\
+        "Exit status {status}: the canary ({}) passed and the rollout finished, but {} failed (the report above\n\
+         names the server, the component, the step and the remote error): one failure, within the budget, so no\n\
+         server was held back; every other server converged. Outliers flagged: {}.\n\
          marlin-agent was skipped by --all; it is updated only where named:",
+        story.last_canary(),
         cast.failing,
         if flagged.is_empty() {
             "none".to_string()

@@ -102,7 +102,9 @@ pub struct StepRecord {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub to_version: Option<String>,
     /// `done`, `failed`, `not-run`, `unknown` (an API stopped answering
-    /// while it ran), or `reverted` (unhealthy: the image before is back).
+    /// while it ran), `reverted` (unhealthy: the image before is back), or
+    /// `installed-unchecked` (failed, but the install stood: only its
+    /// health check could not run).
     #[serde(default)]
     pub status: String,
     #[serde(default)]
@@ -115,15 +117,19 @@ pub struct StepRecord {
 }
 
 impl StepRecord {
-    /// The step changed the server: it ran to the end and was not put back.
+    /// The step changed the server: it ran to the end and was not put
+    /// back, or its install stood though its health check could not run.
     pub fn changed(&self) -> bool {
-        self.status == "done"
+        self.status == "done" || self.status == INSTALLED_UNCHECKED
     }
 
     pub fn elapsed(&self) -> Duration {
         Duration::try_from_secs_f64(self.elapsed_s).unwrap_or_default()
     }
 }
+
+/// [`StepRecord::status`] of a step that failed after its install stood.
+pub const INSTALLED_UNCHECKED: &str = "installed-unchecked";
 
 /// One server's part of a run.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
@@ -202,7 +208,9 @@ pub struct HistoryEntry {
 }
 
 impl HistoryEntry {
-    /// Servers changed and servers that failed (timed out, interrupted).
+    /// Servers changed and servers that failed (or timed out). Servers
+    /// left running at an interrupt are not failures
+    /// ([`HistoryEntry::interrupted`]).
     pub fn counts(&self) -> (usize, usize) {
         let changed = self
             .servers
@@ -212,9 +220,18 @@ impl HistoryEntry {
         let failed = self
             .servers
             .iter()
-            .filter(|s| matches!(s.outcome.as_str(), "failed" | "timed-out" | "interrupted"))
+            .filter(|s| matches!(s.outcome.as_str(), "failed" | "timed-out"))
             .count();
         (changed, failed)
+    }
+
+    /// Servers still in progress when the run stopped waiting (their
+    /// tasks may have finished since).
+    pub fn interrupted(&self) -> usize {
+        self.servers
+            .iter()
+            .filter(|s| s.outcome == "interrupted")
+            .count()
     }
 
     /// When it started.
@@ -297,6 +314,9 @@ pub fn server_record(uuid: ServerUuid, sp: &ServerPlan, outcome: &ServerOutcome)
             let status = match (reverted, result.map(|r| r.status)) {
                 (true, _) => "reverted",
                 (false, Some(StepStatus::Done)) => "done",
+                (false, Some(StepStatus::Failed)) if result.is_some_and(|r| r.installed) => {
+                    INSTALLED_UNCHECKED
+                }
                 (false, Some(StepStatus::Failed)) => "failed",
                 (false, Some(StepStatus::NotRun) | None) => "not-run",
                 (false, Some(StepStatus::Unknown)) => "unknown",
@@ -372,4 +392,36 @@ pub(crate) fn round3(v: f64) -> f64 {
 /// Now, as entries write times.
 pub fn now_rfc3339() -> String {
     humantime::format_rfc3339_millis(std::time::SystemTime::now()).to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn server(outcome: &str, step: &str) -> ServerRecord {
+        ServerRecord {
+            server: Some(ServerUuid::from_u128(outcome.len() as u128)),
+            outcome: outcome.into(),
+            steps: vec![StepRecord {
+                component: "vm-agent".into(),
+                status: step.into(),
+                ..StepRecord::default()
+            }],
+            ..ServerRecord::default()
+        }
+    }
+
+    #[test]
+    fn servers_left_running_at_an_interrupt_are_not_failures() {
+        let e = HistoryEntry {
+            servers: vec![
+                server("succeeded", "done"),
+                server("failed", "failed"),
+                server("interrupted", "not-run"),
+            ],
+            ..HistoryEntry::default()
+        };
+        assert_eq!(e.counts(), (1, 1));
+        assert_eq!(e.interrupted(), 1);
+    }
 }

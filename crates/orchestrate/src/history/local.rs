@@ -132,8 +132,12 @@ impl LocalHistory {
 
     /// Where the history lives by default: `/var/agentsadm/history` on a
     /// headnode (beside sdcadm's `/var/sdcadm`), else under
-    /// `$XDG_STATE_HOME/agentsadm/history` (or `~/.local/state`).
+    /// `$XDG_STATE_HOME/agentsadm/history` (or `~/.local/state`); under
+    /// the process's own state directory when it set one (the demo).
     pub fn default_dir() -> Option<PathBuf> {
+        if let Some(dir) = agentsadm_types::log::own_state_dir() {
+            return Some(dir.join("agentsadm/history"));
+        }
         if Path::new("/lib/sdc/config.sh").exists() {
             return Some(PathBuf::from("/var/agentsadm/history"));
         }

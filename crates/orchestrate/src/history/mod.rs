@@ -27,7 +27,7 @@ pub use mirror::SapiHistory;
 pub use recorder::{HistorySettings, Recorder, RecordingTee};
 
 use crate::lock::LockRecord;
-use agentsadm_plan::timing::{Durations, Sample};
+use agentsadm_plan::timing::{Durations, Sample, SampleOutcome};
 use agentsadm_types::error::error_chain;
 
 /// Runs whose step durations feed the planner's estimates (the newest).
@@ -104,29 +104,36 @@ impl HistoryStore {
     }
 
     /// What servers took per component in the newest runs, for the
-    /// planner. Steps that did not complete are left out (a failure's
-    /// time says nothing about the server's speed).
+    /// planner. Only completed steps are durations (a failure's time says
+    /// nothing about the server's speed); failed, timed-out and reverted
+    /// steps mark the server as no canary for the component.
     pub async fn durations(&self) -> Durations {
         durations_of(&self.list().await.entries)
     }
 }
 
 /// The estimates from `entries` (oldest first): the newest
-/// [`DURATION_RUNS`] runs' completed steps.
+/// [`DURATION_RUNS`] runs' completed steps, and their failed ones (failed
+/// and timed out on the server, or reverted as unhealthy). Steps that did
+/// not run, and those whose end is unknown (an API stopped answering, the
+/// run was interrupted), say nothing about the server.
 pub fn durations_of(entries: &[HistoryEntry]) -> Durations {
     let skip = entries.len().saturating_sub(DURATION_RUNS);
     Durations::from_samples(entries[skip..].iter().flat_map(|e| {
         e.servers.iter().flat_map(|s| {
-            s.steps
-                .iter()
-                .filter(|st| st.status == "done" && st.elapsed_s > 0.0)
-                .filter_map(move |st| {
-                    Some(Sample {
-                        server: s.server?,
-                        component: st.component.to_string(),
-                        elapsed: st.elapsed(),
-                    })
+            s.steps.iter().filter_map(move |st| {
+                let outcome = match st.status.as_str() {
+                    "done" if st.elapsed_s > 0.0 => SampleOutcome::Completed,
+                    "failed" | "reverted" => SampleOutcome::Failed,
+                    _ => return None,
+                };
+                Some(Sample {
+                    server: s.server?,
+                    component: st.component.to_string(),
+                    elapsed: st.elapsed(),
+                    outcome,
                 })
+            })
         })
     }))
 }

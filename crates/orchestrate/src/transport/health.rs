@@ -23,7 +23,7 @@ impl CnapiTransport {
         &self,
         server: ServerUuid,
         step: &Step,
-        task: TaskId,
+        task: Option<TaskId>,
     ) -> Result<Option<Duration>, StepFailure> {
         if step.gate != agentsadm_plan::Gate::GzHealth {
             return Ok(None);
@@ -32,13 +32,22 @@ impl CnapiTransport {
         let args = compat::health_args(&step.component, &self.health_args());
         // `gz health` only reads: a request CNAPI failed quickly (a 5xx, a
         // dropped connection) is asked again, a few times, as long as the
-        // bound leaves time; one that got no answer is not.
+        // bound leaves time; one that got no answer is not. An answer is
+        // never asked again: the check ran on the server, and its verdict
+        // (unhealthy, or the script's own exit status without a result)
+        // would be the same the next time, only later.
         let bound = self.config.health_bound();
         let deadline = tokio::time::Instant::now() + bound;
         let mut attempt = 0u32;
         let checked = loop {
             let left = deadline.saturating_duration_since(tokio::time::Instant::now());
-            match self.execute(server, step, &args, left, None).await {
+            let request =
+                agentsadm_api::remote::gz_execute_request(&args, self.config.execute_env.clone());
+            match self
+                .execute_request(server, step, request, left, None)
+                .await
+            {
+                Ok(answer) => break self.gz_outcome(step, &answer),
                 Err(e)
                     if e.stage == FailureStage::Execute
                         && attempt < HEALTH_CHECK_RETRIES
@@ -47,9 +56,10 @@ impl CnapiTransport {
                             > HEALTH_CHECK_PAUSE * (attempt + 1) =>
                 {
                     attempt += 1;
+                    tracing::info!(%server, component = %step.component, attempt, error = %e, "the health check's request failed before the server answered; asking again");
                     tokio::time::sleep(HEALTH_CHECK_PAUSE * attempt).await;
                 }
-                other => break other,
+                Err(e) => break Err(e),
             }
         };
         let Err(mut unhealthy) = checked.map(|_| ()) else {
@@ -58,8 +68,12 @@ impl CnapiTransport {
         if !unhealthy.is_unhealthy() {
             // The check itself could not run (no answer, execute refused,
             // no agentsadm on the server): the install stands, unconfirmed.
+            let finished = match task {
+                Some(task) => format!("CNAPI task {task} completed"),
+                None => "the server already ran the target".to_string(),
+            };
             unhealthy.message = format!(
-                "the install itself finished (CNAPI task {task} completed); only its health check could not run ('agentsadm gz health' through CNAPI execute, bound {}): {}",
+                "the install itself finished ({finished}); only its health check could not run ('agentsadm gz health' through CNAPI execute, bound {}): {}",
                 crate::report::fmt_duration(bound),
                 unhealthy.message
             );
