@@ -184,9 +184,77 @@ async fn cn_agent_mode_gets_timeout_only_where_cn_agent_is_new_enough() {
             .map(|e| (e.path, e.timeout.is_some()))
             .collect()
     };
-    assert_eq!(of(cn1.uuid), [(ExecuteTransport::CnAgent, true)]);
+    // The first execute of the run is a probe without `timeout`: SAPI's
+    // flag alone does not say what the running CNAPI does.
+    assert_eq!(
+        of(cn1.uuid),
+        [
+            (ExecuteTransport::CnAgent, false),
+            (ExecuteTransport::CnAgent, true)
+        ]
+    );
     assert_eq!(of(cn2.uuid), [(ExecuteTransport::Ur, false)]);
     assert_eq!(dc.cnapi_crashes(), 0);
+    dc.shutdown().await;
+}
+
+/// Every execute so far: whether it carried `timeout`, by path.
+fn timeouts(dc: &SimDc) -> Vec<(ExecuteTransport, bool)> {
+    dc.executes()
+        .iter()
+        .map(|e| (e.path, e.timeout.is_some()))
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn config_agent_window_never_kills_cnapi() {
+    // SAPI already says cn-agent; config-agent has not rewritten CNAPI's
+    // config yet, so the running CNAPI still carries execute through Ur.
+    let mut c = config(2);
+    c.cnapi_restart_ms = 200;
+    let dc = start(c).await;
+    dc.set_sapi_cn_agent_execute(true);
+    assert!(read_cn_agent_flag(&dc.apis().sapi).await.unwrap());
+    assert_eq!(dc.cnapi_execute_mode(), ExecuteTransport::Ur);
+    let req = request(Operation::Update, &["vm-agent"], &["cn0001"]);
+    let (p, report) = run(&dc, &req, transport()).await;
+    assert!(report.all_succeeded(), "{}", report.render(&p));
+    assert_eq!(dc.cnapi_crashes(), 0, "{:?}", dc.executes());
+    assert!(timeouts(&dc).iter().all(|(_, t)| !t), "{:?}", dc.executes());
+    // config-agent catches up: CNAPI restarts (its only restart) into
+    // cn-agent mode, which agentsadm sees and then uses.
+    assert_eq!(dc.config_agent_sync(), Some(ExecuteTransport::CnAgent));
+    while dc.cnapi_down() {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let seen = dc.executes().len();
+    let req = request(Operation::Update, &["vm-agent"], &["cn0002"]);
+    let (p, report) = run(&dc, &req, transport()).await;
+    assert!(report.all_succeeded(), "{}", report.render(&p));
+    assert_eq!(
+        timeouts(&dc)[seen..],
+        [
+            (ExecuteTransport::CnAgent, false),
+            (ExecuteTransport::CnAgent, true)
+        ]
+    );
+    assert_eq!(dc.cnapi_crashes(), 1, "config-agent's restart only");
+    dc.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn flag_turned_off_in_sapi_before_cnapi_restarts_sends_no_timeout() {
+    // The other side of the window: CNAPI still runs cn-agent mode, SAPI
+    // already says off.
+    let dc = start(config(1).execute_transport(ExecuteTransport::CnAgent)).await;
+    dc.set_sapi_cn_agent_execute(false);
+    let req = request(Operation::Update, &["vm-agent"], &["cn0001"]);
+    let (p, report) = run(&dc, &req, transport()).await;
+    assert!(report.all_succeeded(), "{}", report.render(&p));
+    assert_eq!(timeouts(&dc), [(ExecuteTransport::CnAgent, false)]);
+    // config-agent applies it; Ur from then on, still no timeout.
+    assert_eq!(dc.config_agent_sync(), Some(ExecuteTransport::Ur));
+    assert_eq!(dc.cnapi_crashes(), 1, "config-agent's restart only");
     dc.shutdown().await;
 }
 

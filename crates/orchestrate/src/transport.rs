@@ -32,10 +32,12 @@
 //! (docs/triton/apis.md §3.12):
 //!
 //! - Execute goes through Ur or cn-agent per server ([`execmode`]):
-//!   `timeout` is sent only in cn-agent mode, and every execute is bounded
-//!   here (the step's timeout for `gz install|remove`, the short
+//!   `timeout` is sent only where the running CNAPI was seen using
+//!   cn-agent, and every execute is bounded here (the step's timeout for
+//!   `gz install|remove`, the short
 //!   [`CnapiTransportConfig::health_check_bound`] for `gz health`): through
-//!   Ur a server whose ur-agent is down never answers.
+//!   Ur a server whose ur-agent is down never answers, so a longer execute
+//!   there is preceded by a probe that gives up within minutes ([`probe`]).
 //! - A task whose result CNAPI lost (a restart mid-task) is settled by the
 //!   server itself ([`recover`]), and `server.agents` is put right.
 //! - uninstall-agents is only asked of a server whose `server.agents`
@@ -46,6 +48,7 @@
 //!
 //! [`execmode`]: super::execmode
 //! [`recover`]: super::recover
+//! [`probe`]: self::probe
 
 use agentsadm_types::component::ComponentName;
 use std::collections::BTreeMap;
@@ -64,6 +67,7 @@ use agentsadm_plan::Step;
 
 mod bootstrap;
 mod health;
+mod probe;
 use super::execmode::ExecuteModes;
 use super::guard::{Fence, Unfenced, fenced};
 use super::marks::switch_args;
@@ -273,6 +277,11 @@ pub struct CnapiTransportConfig {
     pub health_check_bound: Option<Duration>,
     /// When a task is settled by asking the server.
     pub recovery: RecoveryConfig,
+    /// How long the probe sent before an execute through Ur longer than
+    /// this and the health check (or before the first one while CNAPI's
+    /// mode is unsure) may take: the time after which a server whose
+    /// ur-agent does not answer is given up on ([`probe`]).
+    pub ur_probe_bound: Duration,
 }
 
 impl CnapiTransportConfig {
@@ -308,6 +317,7 @@ impl Default for CnapiTransportConfig {
             health: None,
             health_check_bound: None,
             recovery: RecoveryConfig::default(),
+            ur_probe_bound: Duration::from_secs(2 * 60),
         }
     }
 }
@@ -629,11 +639,11 @@ impl CnapiTransport {
         if record.is_mockcloud() {
             return None;
         }
-        let mode = self.modes.for_server(&record).await;
+        let bound = self.config.health_bound();
+        let mode = self.mode_for(server, Some(&record), bound).await.ok()?;
         let request = gz_execute_request(&compat::report_args(), self.config.execute_env.clone());
         let answer = self
-            .cnapi
-            .execute_as(server, &request, mode, self.config.health_bound())
+            .send_execute(server, Some(&record), &request, mode, bound)
             .await
             .ok()?;
         if answer.exit_status != 0 {
@@ -788,15 +798,11 @@ impl CnapiTransport {
             .list_server(server)
             .await
             .map_err(|e| StepFailure::api(FailureStage::Execute, &e))?;
-        let mode = match &record {
-            Some(r) => self.modes.for_server(r).await,
-            None => ExecuteMode::Ur,
-        };
+        let mode = self.mode_for(server, record.as_ref(), bound).await?;
         if let Some(fence) = fence {
             fenced(fence, server, step).await?;
         }
-        self.cnapi
-            .execute_as(server, &request, mode, bound)
+        self.send_execute(server, record.as_ref(), &request, mode, bound)
             .await
             .map_err(|e| {
                 if matches!(e, ApiError::Timeout { .. }) {
