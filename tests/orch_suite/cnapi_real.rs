@@ -76,6 +76,16 @@ fn session<'a>(dc: &'a SimDc, apis: &'a Apis) -> Session<'a> {
 
 /// Plan `req` (newest DC images) and execute it with `transport`.
 async fn run(dc: &SimDc, req: &Request, transport: CnapiTransportConfig) -> (Plan, ExecReport) {
+    run_with(dc, req, transport, &options()).await
+}
+
+/// [`run`] with these executor options.
+async fn run_with(
+    dc: &SimDc,
+    req: &Request,
+    transport: CnapiTransportConfig,
+    options: &ExecOptions,
+) -> (Plan, ExecReport) {
     let apis = dc.apis();
     let s = session(dc, &apis);
     let planned = s
@@ -85,7 +95,7 @@ async fn run(dc: &SimDc, req: &Request, transport: CnapiTransportConfig) -> (Pla
     let report = s
         .execute(
             crate::sim_common::yes(&planned.plan),
-            &options(),
+            options,
             transport,
             &NullReporter,
             std::future::pending(),
@@ -516,5 +526,51 @@ async fn cn_agent_adopts_first_and_a_reinstall_gets_a_new_instance_uuid() {
         .await
         .unwrap();
     assert!(again.plan.is_empty(), "{}", again.plan);
+    dc.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn execute_to_a_server_whose_ur_agent_is_down_gives_up_within_minutes() {
+    let dc = start(config(2)).await;
+    let cn = |n: &str| dc.server(n).unwrap().uuid;
+    dc.faults().stop_ur(cn("cn0001"));
+    // The step's bound is the real default (30 minutes); the probe's is
+    // cut to 2 s so that the test is quick.
+    let long = Duration::from_secs(30 * 60);
+    let t = CnapiTransportConfig {
+        execute_timeout: long,
+        ur_probe_bound: Duration::from_secs(2),
+        ..transport()
+    };
+    let o = ExecOptions {
+        task_timeout: long,
+        ..options()
+    };
+    // gz-tools goes through execute; cn0002's ur-agent answers.
+    let req = request(Operation::Update, &["gz-tools"], &["cn0001", "cn0002"]);
+    let started = std::time::Instant::now();
+    let (p, report) = tokio::time::timeout(Duration::from_secs(90), run_with(&dc, &req, t, &o))
+        .await
+        .expect("gives up within the probe's bound, not the step's 30 minutes");
+    assert!(started.elapsed() < Duration::from_secs(60));
+    let m = failure(&report, cn("cn0001"));
+    assert!(
+        m.contains("ur-agent does not answer") && m.contains("check 'svcs ur' on that server"),
+        "{m}"
+    );
+    assert_eq!(
+        report.servers[&cn("cn0002")].status,
+        ServerStatus::Succeeded,
+        "{}",
+        report.render(&p)
+    );
+    // Nothing reached cn0001 but the probe.
+    let to_cn1: Vec<_> = dc
+        .executes()
+        .into_iter()
+        .filter(|e| e.server == cn("cn0001"))
+        .collect();
+    assert_eq!(to_cn1.len(), 1, "{to_cn1:?}");
+    assert_eq!(dc.cnapi_crashes(), 0);
     dc.shutdown().await;
 }
