@@ -26,6 +26,7 @@ use agentsadm_plan::Request;
 use agentsadm_plan::TransportMode;
 use agentsadm_sim::CommandFault;
 use agentsadm_sim::ExecuteTransport;
+use agentsadm_sim::GzLayout;
 use agentsadm_sim::LatencySpec;
 use agentsadm_sim::SeedSpec;
 use agentsadm_sim::SimConfig;
@@ -572,5 +573,70 @@ async fn execute_to_a_server_whose_ur_agent_is_down_gives_up_within_minutes() {
         .collect();
     assert_eq!(to_cn1.len(), 1, "{to_cn1:?}");
     assert_eq!(dc.cnapi_crashes(), 0);
+    dc.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cnapi_restart_mid_uninstall_reports_the_removal() {
+    // The mockcloud (dummy) backend's agents_uninstall fails when its
+    // final POST of server.agents meets a CNAPI that is down, although the
+    // agent is gone; a Triton GZ's (SmartOS) only logs that POST's failure.
+    for layout in [GzLayout::Mockcloud, GzLayout::Rooted] {
+        let dc = start(
+            config(1)
+                .gz_layout(layout)
+                .install_latency(LatencySpec::fixed(500)),
+        )
+        .await;
+        let cn1 = dc.server("cn0001").unwrap();
+        let service = dc.seed_report().unwrap().services["amon-relay"];
+        let sapi = dc.apis().sapi;
+        let relays = || async {
+            sapi.list_agent_instances()
+                .await
+                .unwrap()
+                .into_iter()
+                .filter(|i| i.server_uuid() == Some(cn1.uuid) && i.service_uuid == service)
+                .count()
+        };
+        assert_eq!(relays().await, 1);
+        let req = request(Operation::Remove, &["amon-relay"], &["cn0001"]);
+        let (p, report) = run_through_cnapi_restart(&dc, &req, Duration::from_millis(2000)).await;
+        assert!(report.all_succeeded(), "{layout:?}\n{}", report.render(&p));
+        // server.agents (what `list` reads) no longer shows it, and its
+        // SAPI instance is gone.
+        assert!(agent(&dc, cn1.uuid, "amon-relay").is_none(), "{layout:?}");
+        assert_eq!(relays().await, 0, "{layout:?}");
+        let apis = dc.apis();
+        let again = session(&dc, &apis)
+            .plan(&req, ImageChoice::Latest, TransportMode::Auto)
+            .await
+            .unwrap();
+        assert!(again.plan.is_empty(), "{layout:?}: {}", again.plan);
+        dc.shutdown().await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_uninstall_that_failed_only_at_its_refresh_is_settled_by_the_server() {
+    // SmartOS cn-agent fails agents_uninstall when its final refresh
+    // cannot list node_modules (here an entry without image_uuid), after
+    // the removal; CNAPI reports the task failed.
+    let dc = start(config(1)).await;
+    let cn1 = dc.server("cn0001").unwrap();
+    dc.gz_report(cn1.uuid).await.unwrap();
+    let root = dc
+        .servers()
+        .into_iter()
+        .find(|s| s.uuid == cn1.uuid)
+        .unwrap()
+        .root;
+    let stray = root.join("opt/smartdc/agents/lib/node_modules/stray");
+    std::fs::create_dir_all(&stray).unwrap();
+    let req = request(Operation::Remove, &["amon-relay"], &["cn0001"]);
+    let (p, report) = run(&dc, &req, transport()).await;
+    assert!(report.all_succeeded(), "{}", report.render(&p));
+    assert!(agent(&dc, cn1.uuid, "amon-relay").is_none());
+    assert!(dc.active_tasks().is_empty());
     dc.shutdown().await;
 }

@@ -68,6 +68,7 @@ use agentsadm_plan::Step;
 mod bootstrap;
 mod health;
 mod probe;
+mod uninstall;
 use super::execmode::ExecuteModes;
 use super::guard::{Fence, Unfenced, fenced};
 use super::marks::switch_args;
@@ -85,7 +86,6 @@ use agentsadm_api::cnapi::CnapiClient;
 use agentsadm_api::cnapi::ExecuteAnswer;
 use agentsadm_api::cnapi::ExecuteMode;
 use agentsadm_api::cnapi::ExecuteRequest;
-use agentsadm_api::cnapi::UNINSTALL_MIN_CN_AGENT;
 use agentsadm_api::compat;
 use agentsadm_api::remote::AgentsReport;
 use agentsadm_api::remote::GzResult;
@@ -539,59 +539,6 @@ impl CnapiTransport {
         ))
     }
 
-    /// uninstall-agents of `package`, refused here (before CNAPI is asked)
-    /// when `server.agents` does not list cn-agent >= 2.8.0: CNAPI answers
-    /// 412 for an older one, and without the entry its refusal crashes it.
-    async fn uninstall(
-        &self,
-        server: ServerUuid,
-        component: &str,
-        package: &ComponentName,
-        fence: Option<(&dyn Fence, &Step)>,
-    ) -> Result<(), StepFailure> {
-        let record = self
-            .cnapi
-            .list_server(server)
-            .await
-            .map_err(|e| StepFailure::api(FailureStage::UninstallAgents, &e))?;
-        let refusal = match &record {
-            None => Some("CNAPI has no record of the server".to_string()),
-            Some(r) => match (r.cn_agent(), r.cn_agent_version()) {
-                (None, _) => Some(
-                    "its server.agents lists no cn-agent (CNAPI 1.26.6 crashes on such a request instead of refusing it); check that cn-agent runs on the server ('svcs cn-agent') and reports, or reinstall it with 'agentsadm install cn-agent -s <server>', then remove again"
-                        .to_string(),
-                ),
-                (Some(_), Some(v)) if v >= UNINSTALL_MIN_CN_AGENT => None,
-                (Some(a), _) => Some(format!(
-                    "its cn-agent is {} and CNAPI's uninstall-agents needs cn-agent {UNINSTALL_MIN_CN_AGENT} or later; update cn-agent first ('agentsadm update cn-agent -s <server>'), or remove through execute ('--transport execute')",
-                    if a.version.is_empty() {
-                        "of no known version"
-                    } else {
-                        &a.version
-                    }
-                )),
-            },
-        };
-        if let Some(why) = refusal {
-            return Err(StepFailure::new(
-                FailureStage::UninstallAgents,
-                format!("not asked to remove {package}: {why}"),
-            ));
-        }
-        if let Some((fence, step)) = fence {
-            fenced(fence, server, step).await?;
-        }
-        let id = self
-            .cnapi
-            .uninstall_agents(server, &[package.to_string()])
-            .await
-            .map_err(|e| StepFailure::api(FailureStage::UninstallAgents, &e))?;
-        let goal = TaskGoal::Uninstall {
-            packages: vec![package.clone()],
-        };
-        self.wait(server, component, id, &goal).await
-    }
-
     /// Wait for a task, keeping it in the ledger while it is waited for.
     /// When CNAPI could not say how it ended and the server did, the
     /// server's `server.agents` is put right too.
@@ -602,6 +549,20 @@ impl CnapiTransport {
         id: TaskId,
         goal: &TaskGoal,
     ) -> Result<(), StepFailure> {
+        match self.wait_for(server, component, id, goal).await? {
+            Waited::Unsettled { failure } => Err(failure),
+            Waited::Complete | Waited::FromServer { .. } => Ok(()),
+        }
+    }
+
+    /// [`CnapiTransport::wait`], saying how the wait ended.
+    async fn wait_for(
+        &self,
+        server: ServerUuid,
+        component: &str,
+        id: TaskId,
+        goal: &TaskGoal,
+    ) -> Result<Waited, StepFailure> {
         self.tasks.started(server, component, id);
         let waiter = TaskWaiter {
             cnapi: &self.cnapi,
@@ -615,7 +576,7 @@ impl CnapiTransport {
             tracing::warn!(%server, %component, task = %id, "{why}");
             self.refresh_agents(server, goal).await;
         }
-        r.map(|_| ())
+        r
     }
 
     /// Put `server.agents` right after a task CNAPI lost: from the server's
