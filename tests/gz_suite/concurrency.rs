@@ -167,3 +167,56 @@ async fn concurrent_runs_on_one_server_never_interleave() {
     let (x, y) = (t["vm-agent"], t["net-agent"]);
     assert!(x.1 <= y.0 || y.1 <= x.0, "two runs interleaved: {t:?}");
 }
+
+/// What the apm agent directory swap gives a concurrent cn-agent refresh
+/// (issue 29): a reader modelled on refreshAgents
+/// ([`agentsadm_sim::gz::cn_agent_refresh`]) refreshes back to back while
+/// vm-agent is updated back and forth between two images (`INSTALLS`, 100
+/// by default; at least 20,000 refreshes); prints the failed refreshes.
+/// The old tree is moved aside before the new one's preinstall runs and
+/// renamed in after it (apm's order), so a refresh that listed it can
+/// fail. Measurement only:
+/// `cargo test --test gz_suite measure_refresh_beside_agent_swaps -- --ignored --nocapture`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "measurement, prints figures"]
+async fn measure_refresh_beside_agent_swaps() {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let installs: usize = std::env::var("INSTALLS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(100);
+    let srv = TestServer::new(false);
+    let files = tempfile::tempdir().unwrap();
+    let images = [image("vm-agent", "1.0.0"), image("vm-agent", "1.1.0")];
+    let paths: Vec<String> = images
+        .iter()
+        .map(|i| write_image(i, files.path()).to_string_lossy().into_owned())
+        .collect();
+    ok(&srv.gz_offline(&["install", &paths[0]]).await);
+    let done = Arc::new(AtomicBool::new(false));
+    let root = srv.root().to_path_buf();
+    let reader = {
+        let done = done.clone();
+        std::thread::spawn(move || {
+            let (mut refreshes, mut failed, mut first) = (0usize, 0usize, None);
+            while refreshes < 20_000 || !done.load(Ordering::Relaxed) {
+                refreshes += 1;
+                if let Err((path, e)) = agentsadm_sim::gz::cn_agent_refresh(&root) {
+                    failed += 1;
+                    first.get_or_insert(format!("{}: {e}", path.display()));
+                }
+            }
+            (refreshes, failed, first)
+        })
+    };
+    for i in 1..=installs {
+        ok(&srv.gz_offline(&["install", &paths[i % 2]]).await);
+    }
+    done.store(true, Ordering::Relaxed);
+    let (refreshes, failed, first) = reader.join().unwrap();
+    println!(
+        "agent directory swaps: {failed} of {refreshes} refreshes failed during {installs} installs ({:.1} per 20,000; first: {first:?})",
+        failed as f64 * 20_000.0 / refreshes as f64
+    );
+}

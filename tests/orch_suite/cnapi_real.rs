@@ -26,6 +26,7 @@ use agentsadm_plan::Request;
 use agentsadm_plan::TransportMode;
 use agentsadm_sim::CommandFault;
 use agentsadm_sim::ExecuteTransport;
+use agentsadm_sim::GzLayout;
 use agentsadm_sim::LatencySpec;
 use agentsadm_sim::SeedSpec;
 use agentsadm_sim::SimConfig;
@@ -76,6 +77,16 @@ fn session<'a>(dc: &'a SimDc, apis: &'a Apis) -> Session<'a> {
 
 /// Plan `req` (newest DC images) and execute it with `transport`.
 async fn run(dc: &SimDc, req: &Request, transport: CnapiTransportConfig) -> (Plan, ExecReport) {
+    run_with(dc, req, transport, &options()).await
+}
+
+/// [`run`] with these executor options.
+async fn run_with(
+    dc: &SimDc,
+    req: &Request,
+    transport: CnapiTransportConfig,
+    options: &ExecOptions,
+) -> (Plan, ExecReport) {
     let apis = dc.apis();
     let s = session(dc, &apis);
     let planned = s
@@ -85,7 +96,7 @@ async fn run(dc: &SimDc, req: &Request, transport: CnapiTransportConfig) -> (Pla
     let report = s
         .execute(
             crate::sim_common::yes(&planned.plan),
-            &options(),
+            options,
             transport,
             &NullReporter,
             std::future::pending(),
@@ -184,9 +195,77 @@ async fn cn_agent_mode_gets_timeout_only_where_cn_agent_is_new_enough() {
             .map(|e| (e.path, e.timeout.is_some()))
             .collect()
     };
-    assert_eq!(of(cn1.uuid), [(ExecuteTransport::CnAgent, true)]);
+    // The first execute of the run is a probe without `timeout`: SAPI's
+    // flag alone does not say what the running CNAPI does.
+    assert_eq!(
+        of(cn1.uuid),
+        [
+            (ExecuteTransport::CnAgent, false),
+            (ExecuteTransport::CnAgent, true)
+        ]
+    );
     assert_eq!(of(cn2.uuid), [(ExecuteTransport::Ur, false)]);
     assert_eq!(dc.cnapi_crashes(), 0);
+    dc.shutdown().await;
+}
+
+/// Every execute so far: whether it carried `timeout`, by path.
+fn timeouts(dc: &SimDc) -> Vec<(ExecuteTransport, bool)> {
+    dc.executes()
+        .iter()
+        .map(|e| (e.path, e.timeout.is_some()))
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn config_agent_window_never_kills_cnapi() {
+    // SAPI already says cn-agent; config-agent has not rewritten CNAPI's
+    // config yet, so the running CNAPI still carries execute through Ur.
+    let mut c = config(2);
+    c.cnapi_restart_ms = 200;
+    let dc = start(c).await;
+    dc.set_sapi_cn_agent_execute(true);
+    assert!(read_cn_agent_flag(&dc.apis().sapi).await.unwrap());
+    assert_eq!(dc.cnapi_execute_mode(), ExecuteTransport::Ur);
+    let req = request(Operation::Update, &["vm-agent"], &["cn0001"]);
+    let (p, report) = run(&dc, &req, transport()).await;
+    assert!(report.all_succeeded(), "{}", report.render(&p));
+    assert_eq!(dc.cnapi_crashes(), 0, "{:?}", dc.executes());
+    assert!(timeouts(&dc).iter().all(|(_, t)| !t), "{:?}", dc.executes());
+    // config-agent catches up: CNAPI restarts (its only restart) into
+    // cn-agent mode, which agentsadm sees and then uses.
+    assert_eq!(dc.config_agent_sync(), Some(ExecuteTransport::CnAgent));
+    while dc.cnapi_down() {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let seen = dc.executes().len();
+    let req = request(Operation::Update, &["vm-agent"], &["cn0002"]);
+    let (p, report) = run(&dc, &req, transport()).await;
+    assert!(report.all_succeeded(), "{}", report.render(&p));
+    assert_eq!(
+        timeouts(&dc)[seen..],
+        [
+            (ExecuteTransport::CnAgent, false),
+            (ExecuteTransport::CnAgent, true)
+        ]
+    );
+    assert_eq!(dc.cnapi_crashes(), 1, "config-agent's restart only");
+    dc.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn flag_turned_off_in_sapi_before_cnapi_restarts_sends_no_timeout() {
+    // The other side of the window: CNAPI still runs cn-agent mode, SAPI
+    // already says off.
+    let dc = start(config(1).execute_transport(ExecuteTransport::CnAgent)).await;
+    dc.set_sapi_cn_agent_execute(false);
+    let req = request(Operation::Update, &["vm-agent"], &["cn0001"]);
+    let (p, report) = run(&dc, &req, transport()).await;
+    assert!(report.all_succeeded(), "{}", report.render(&p));
+    assert_eq!(timeouts(&dc), [(ExecuteTransport::CnAgent, false)]);
+    // config-agent applies it; Ur from then on, still no timeout.
+    assert_eq!(dc.config_agent_sync(), Some(ExecuteTransport::Ur));
+    assert_eq!(dc.cnapi_crashes(), 1, "config-agent's restart only");
     dc.shutdown().await;
 }
 
@@ -448,6 +527,117 @@ async fn cn_agent_adopts_first_and_a_reinstall_gets_a_new_instance_uuid() {
         .await
         .unwrap();
     assert!(again.plan.is_empty(), "{}", again.plan);
+    dc.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn execute_to_a_server_whose_ur_agent_is_down_gives_up_within_minutes() {
+    let dc = start(config(2)).await;
+    let cn = |n: &str| dc.server(n).unwrap().uuid;
+    dc.faults().stop_ur(cn("cn0001"));
+    // The step's bound is the real default (30 minutes); the probe's is
+    // cut to 2 s so that the test is quick.
+    let long = Duration::from_secs(30 * 60);
+    let t = CnapiTransportConfig {
+        execute_timeout: long,
+        ur_probe_bound: Duration::from_secs(2),
+        ..transport()
+    };
+    let o = ExecOptions {
+        task_timeout: long,
+        ..options()
+    };
+    // gz-tools goes through execute; cn0002's ur-agent answers.
+    let req = request(Operation::Update, &["gz-tools"], &["cn0001", "cn0002"]);
+    let started = std::time::Instant::now();
+    let (p, report) = tokio::time::timeout(Duration::from_secs(90), run_with(&dc, &req, t, &o))
+        .await
+        .expect("gives up within the probe's bound, not the step's 30 minutes");
+    assert!(started.elapsed() < Duration::from_secs(60));
+    let m = failure(&report, cn("cn0001"));
+    assert!(
+        m.contains("ur-agent does not answer") && m.contains("check 'svcs ur' on that server"),
+        "{m}"
+    );
+    assert_eq!(
+        report.servers[&cn("cn0002")].status,
+        ServerStatus::Succeeded,
+        "{}",
+        report.render(&p)
+    );
+    // Nothing reached cn0001 but the probe.
+    let to_cn1: Vec<_> = dc
+        .executes()
+        .into_iter()
+        .filter(|e| e.server == cn("cn0001"))
+        .collect();
+    assert_eq!(to_cn1.len(), 1, "{to_cn1:?}");
+    assert_eq!(dc.cnapi_crashes(), 0);
+    dc.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cnapi_restart_mid_uninstall_reports_the_removal() {
+    // The mockcloud (dummy) backend's agents_uninstall fails when its
+    // final POST of server.agents meets a CNAPI that is down, although the
+    // agent is gone; a Triton GZ's (SmartOS) only logs that POST's failure.
+    for layout in [GzLayout::Mockcloud, GzLayout::Rooted] {
+        let dc = start(
+            config(1)
+                .gz_layout(layout)
+                .install_latency(LatencySpec::fixed(500)),
+        )
+        .await;
+        let cn1 = dc.server("cn0001").unwrap();
+        let service = dc.seed_report().unwrap().services["amon-relay"];
+        let sapi = dc.apis().sapi;
+        let relays = || async {
+            sapi.list_agent_instances()
+                .await
+                .unwrap()
+                .into_iter()
+                .filter(|i| i.server_uuid() == Some(cn1.uuid) && i.service_uuid == service)
+                .count()
+        };
+        assert_eq!(relays().await, 1);
+        let req = request(Operation::Remove, &["amon-relay"], &["cn0001"]);
+        let (p, report) = run_through_cnapi_restart(&dc, &req, Duration::from_millis(2000)).await;
+        assert!(report.all_succeeded(), "{layout:?}\n{}", report.render(&p));
+        // server.agents (what `list` reads) no longer shows it, and its
+        // SAPI instance is gone.
+        assert!(agent(&dc, cn1.uuid, "amon-relay").is_none(), "{layout:?}");
+        assert_eq!(relays().await, 0, "{layout:?}");
+        let apis = dc.apis();
+        let again = session(&dc, &apis)
+            .plan(&req, ImageChoice::Latest, TransportMode::Auto)
+            .await
+            .unwrap();
+        assert!(again.plan.is_empty(), "{layout:?}: {}", again.plan);
+        dc.shutdown().await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_uninstall_that_failed_only_at_its_refresh_is_settled_by_the_server() {
+    // SmartOS cn-agent fails agents_uninstall when its final refresh
+    // cannot list node_modules (here an entry without image_uuid), after
+    // the removal; CNAPI reports the task failed.
+    let dc = start(config(1)).await;
+    let cn1 = dc.server("cn0001").unwrap();
+    dc.gz_report(cn1.uuid).await.unwrap();
+    let root = dc
+        .servers()
+        .into_iter()
+        .find(|s| s.uuid == cn1.uuid)
+        .unwrap()
+        .root;
+    let stray = root.join("opt/smartdc/agents/lib/node_modules/stray");
+    std::fs::create_dir_all(&stray).unwrap();
+    let req = request(Operation::Remove, &["amon-relay"], &["cn0001"]);
+    let (p, report) = run(&dc, &req, transport()).await;
+    assert!(report.all_succeeded(), "{}", report.render(&p));
+    assert!(agent(&dc, cn1.uuid, "amon-relay").is_none());
+    assert!(dc.active_tasks().is_empty());
     dc.shutdown().await;
 }
 

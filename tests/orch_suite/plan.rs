@@ -479,6 +479,43 @@ fn install_on_named_servers_and_adopt_afterwards() {
 }
 
 #[test]
+fn headnode_only_components_are_planned_for_the_headnode_only() {
+    let mut dc = ExampleDc::new(2);
+    let hn = dc.server_named("headnode");
+    dc.remove_installed(hn, "sdcadm");
+    // Without -s: the headnode alone, the compute nodes not even skipped.
+    let p = plan_ok(
+        &dc,
+        &request(Operation::Install, &["sdcadm"], &[]),
+        &dc.known_images(),
+    );
+    assert_eq!(p.servers().keys().copied().collect::<Vec<_>>(), [hn]);
+    assert!(p.skips().is_empty(), "{:?}", p.skips());
+    // A compute node named with -s refuses the plan, before anything runs.
+    for servers in [&["cn001"][..], &["headnode", "cn001", "cn002"]] {
+        let err = plan_with(
+            &dc,
+            &request(Operation::Install, &["sdcadm"], servers),
+            &dc.known_images(),
+            TransportMode::Auto,
+        )
+        .unwrap_err();
+        assert!(matches!(err, PlanError::HeadnodeOnly { .. }), "{err}");
+        let m = err.to_string();
+        assert!(
+            m.contains("cn001") && m.contains("headnode only") && m.contains("-s"),
+            "{m}"
+        );
+    }
+    let p = plan_ok(
+        &dc,
+        &request(Operation::Install, &["sdcadm"], &["headnode"]),
+        &dc.known_images(),
+    );
+    assert_eq!(p.servers().len(), 1);
+}
+
+#[test]
 fn remove_deletes_instances_and_refuses_cn_agent() {
     let mut dc = ExampleDc::new(3);
     let (cn1, cn2, cn3) = (

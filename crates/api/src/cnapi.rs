@@ -52,6 +52,13 @@ pub const UNINSTALL_MIN_CN_AGENT: semver::Version = semver::Version::new(2, 8, 0
 /// own bound holds instead), never that Ur gets one.
 pub const EXECUTE_TIMEOUT_MIN_CN_AGENT: semver::Version = semver::Version::new(2, 8, 0);
 
+/// The cn-agent from which CNAPI itself sends a server's CommandExecute
+/// to cn-agent when its flag is on (sdc-cnapi
+/// `TASK_COMMAND_EXECUTE_MIN_VERSON`): an answer through Ur from a server
+/// with this cn-agent or newer shows that the running CNAPI has the flag
+/// off.
+pub const CNAPI_CN_AGENT_EXECUTE_MIN: semver::Version = semver::Version::new(2, 6, 0);
+
 pub use super::agents::{AgentEntry, AgentProblem};
 
 /// A CNAPI server record. Only the fields agentsadm reads are typed; the
@@ -196,9 +203,10 @@ impl Server {
 /// new enough, else through Ur, whose path takes no `timeout` (CNAPI
 /// 1.26.6 crashes on one there), runs the script with exactly the request's
 /// `env`, and answers nothing at all while the server's ur-agent is down.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum ExecuteMode {
+    #[default]
     Ur,
     CnAgent,
 }
@@ -389,6 +397,11 @@ pub struct ExecuteAnswer {
     pub stderr: String,
     /// The answer had no `stderr`: Ur's sign of a signal death.
     pub stderr_missing: bool,
+    /// The path that answered, as the answer's shape shows it: cn-agent's
+    /// finish event always has `signal` (`null` for an exit) and `err`,
+    /// Ur's never has either. What the running CNAPI does, whatever SAPI
+    /// says it should.
+    pub path: ExecuteMode,
 }
 
 impl ExecuteAnswer {
@@ -427,12 +440,20 @@ impl ExecuteAnswer {
 
 impl<'de> Deserialize<'de> for ExecuteAnswer {
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        /// A key that is there, `null` included (`None`: absent).
+        fn present<'de, D: serde::Deserializer<'de>>(
+            d: D,
+        ) -> Result<Option<serde_json::Value>, D::Error> {
+            serde_json::Value::deserialize(d).map(Some)
+        }
         #[derive(Deserialize)]
         struct Wire {
             #[serde(rename = "exitCode", alias = "exit_status", default)]
             exit_code: serde_json::Value,
-            #[serde(default)]
-            signal: Option<String>,
+            #[serde(default, deserialize_with = "present")]
+            signal: Option<serde_json::Value>,
+            #[serde(default, deserialize_with = "present")]
+            err: Option<serde_json::Value>,
             #[serde(default)]
             stdout: Option<String>,
             #[serde(default)]
@@ -449,13 +470,19 @@ impl<'de> Deserialize<'de> for ExecuteAnswer {
             serde_json::Value::String(e) => (ExecuteAnswer::STOPPED, Some(e.clone())),
             _ => (ExecuteAnswer::KILLED, None),
         };
+        let path = if w.signal.is_some() || w.err.is_some() {
+            ExecuteMode::CnAgent
+        } else {
+            ExecuteMode::Ur
+        };
         Ok(ExecuteAnswer {
             exit_status,
             exit_error,
-            signal: w.signal,
+            signal: w.signal.and_then(|s| s.as_str().map(str::to_string)),
             stdout: w.stdout.unwrap_or_default(),
             stderr_missing: w.stderr.is_none(),
             stderr: w.stderr.unwrap_or_default(),
+            path,
         })
     }
 }
@@ -901,6 +928,16 @@ mod tests {
         .unwrap();
         assert_eq!(a.exit_status, ExecuteAnswer::STOPPED);
         assert!(a.describe_exit().contains("5 MB"), "{}", a.describe_exit());
+        assert_eq!(a.path, ExecuteMode::Ur);
+        // cn-agent: an exit, `signal` null and `err` null.
+        let a: ExecuteAnswer = serde_json::from_value(json!({
+            "err": null, "exitCode": 0, "signal": null, "stderr": "", "stdout": "x"
+        }))
+        .unwrap();
+        assert_eq!(
+            (a.path, a.signal, a.exit_status),
+            (ExecuteMode::CnAgent, None, 0)
+        );
         // cn-agent: killed on its timeout.
         let a: ExecuteAnswer = serde_json::from_value(json!({
             "err": {"message": "x"}, "exitCode": null, "signal": "SIGKILL",
@@ -909,6 +946,7 @@ mod tests {
         .unwrap();
         assert_eq!(a.exit_status, ExecuteAnswer::KILLED);
         assert_eq!(a.describe_exit(), "was killed by SIGKILL");
+        assert_eq!(a.path, ExecuteMode::CnAgent);
         let a: ExecuteAnswer =
             serde_json::from_value(json!({"exitCode": 137, "stderr": "", "stdout": ""})).unwrap();
         assert_eq!(a.describe_exit(), "exited 137 (killed by signal 9)");

@@ -91,6 +91,34 @@ pub fn parse_gz_execute(request: &ExecuteRequest) -> Option<&[String]> {
     (request.script == EXEC_SCRIPT).then_some(request.args.as_slice())
 }
 
+/// The script of the probe sent before a long execute that may go through
+/// Ur: it needs nothing on the server (no agentsadm; `echo` is a bash
+/// builtin, and Ur gives the script no PATH) and answers at once, so a
+/// probe that gets no answer within a short bound means the server's
+/// ur-agent does not answer (through Ur nothing else ends the wait), and
+/// its answer's shape shows which path the running CNAPI takes.
+pub const PROBE_SCRIPT: &str = "#!/bin/bash\necho agentsadm-probe\n";
+
+/// What [`PROBE_SCRIPT`] prints.
+pub const PROBE_OUTPUT: &str = "agentsadm-probe";
+
+/// The probe request ([`PROBE_SCRIPT`]), without `timeout` like every
+/// request built here.
+pub fn probe_request() -> ExecuteRequest {
+    ExecuteRequest {
+        script: PROBE_SCRIPT.to_string(),
+        args: Vec::new(),
+        env: execute_env(BTreeMap::new()),
+        json: true,
+        timeout: None,
+    }
+}
+
+/// Whether `request` is the probe of [`probe_request`].
+pub fn is_probe(request: &ExecuteRequest) -> bool {
+    request.script == PROBE_SCRIPT && request.args.is_empty()
+}
+
 /// What `agentsadm gz report --json` prints: the `server.agents` list (the
 /// shape CNAPI stores) and the components whose metadata could not be read.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]

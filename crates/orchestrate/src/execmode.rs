@@ -1,31 +1,59 @@
-//! Which path CNAPI execute takes to each server ([`ExecuteMode`]), read
-//! the way CNAPI itself decides: its `FEATURE_USE_CNAGENT_COMMAND_EXECUTE`
-//! (rendered into CNAPI's config from SAPI metadata by config-agent,
-//! sdc-cnapi `sapi_manifests/cnapi/template`) and the server's cn-agent in
-//! `server.agents`.
+//! Which path CNAPI execute takes to each server ([`ExecuteMode`]), and so
+//! whether a request may carry `timeout`: sent to a server CNAPI serves
+//! through Ur, `timeout` kills CNAPI 1.26.6 (docs/triton/apis.md §3.12).
 //!
-//! The flag is read once per run: the `sdc` application's metadata, under
-//! the `cnapi` service's, under each `cnapi` instance's (SAPI's own order
-//! for a config). It counts as on only when every CNAPI instance renders
-//! it on, with mustache's truthiness (`{{#FLAG}}`: anything but false,
-//! null, 0, "" and []). Anything unreadable counts as off: Ur mode is the
-//! one whose mistakes cost nothing but `timeout`, while sending `timeout`
-//! to a server in Ur mode kills CNAPI 1.26.6.
+//! CNAPI decides per request from its own config's
+//! `useCnAgentCommandExecute` and the server's cn-agent in `server.agents`.
+//! That config is rendered from SAPI's `FEATURE_USE_CNAGENT_COMMAND_EXECUTE`
+//! (sdc-cnapi `sapi_manifests/cnapi/template`) by config-agent, some time
+//! after SAPI changed, and read by CNAPI only when it restarts: in that
+//! window SAPI says one thing while the running CNAPI does the other. So
+//! SAPI alone never decides. A server counts as executing through
+//! cn-agent ([`ExecuteModes::decide`]) only when all of these hold:
+//!
+//! - its cn-agent is new enough ([`EXECUTE_TIMEOUT_MIN_CN_AGENT`]);
+//! - SAPI says the flag is on, read at most [`FLAG_TTL`] ago (SAPI's
+//!   `sdc` application metadata, under the `cnapi` service's, under each
+//!   `cnapi` instance's, with mustache's truthiness; on only when every
+//!   CNAPI instance renders it on; anything unreadable counts as off);
+//! - the running CNAPI was seen doing it: the last answer to an execute
+//!   came through cn-agent ([`ExecuteAnswer::path`]: only cn-agent's answer
+//!   has `signal`), and CNAPI has not failed a request since (a dropped
+//!   connection or a 5xx may be a restart into the other mode).
+//!
+//! Until CNAPI has been seen, the answer is "not sure": the caller sends a
+//! probe without `timeout` (safe in both modes) and looks at how it was
+//! answered. Everything else is Ur: no `timeout`, the caller's own bound.
+//! What is left is a flag turned off in SAPI and applied by config-agent
+//! and a CNAPI restart all within [`FLAG_TTL`] of the last SAPI read, with
+//! no failed request in between.
+//!
+//! [`EXECUTE_TIMEOUT_MIN_CN_AGENT`]: agentsadm_api::cnapi::EXECUTE_TIMEOUT_MIN_CN_AGENT
+//! [`ExecuteAnswer::path`]: agentsadm_api::cnapi::ExecuteAnswer
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use serde_json::Value;
-use tokio::sync::OnceCell;
+use tokio::time::Instant;
 
 use agentsadm_api::ApiError;
 use agentsadm_api::SapiClient;
+use agentsadm_api::cnapi::CNAPI_CN_AGENT_EXECUTE_MIN;
+use agentsadm_api::cnapi::EXECUTE_TIMEOUT_MIN_CN_AGENT;
+use agentsadm_api::cnapi::ExecuteAnswer;
 use agentsadm_api::cnapi::ExecuteMode;
 use agentsadm_api::cnapi::Server;
+use agentsadm_api::sapi::Instance;
 use agentsadm_api::sapi::Object;
+use agentsadm_api::sapi::Service;
 use agentsadm_types::error::error_chain;
 
 /// CNAPI's SAPI metadata key for running commands through cn-agent.
 pub const CN_AGENT_EXECUTE_FLAG: &str = "FEATURE_USE_CNAGENT_COMMAND_EXECUTE";
+
+/// How long a reading of SAPI's flag is used before SAPI is asked again.
+pub const FLAG_TTL: Duration = Duration::from_secs(10);
 
 /// Whether a metadata value turns a mustache section on.
 pub fn mustache_truthy(v: &Value) -> bool {
@@ -49,6 +77,23 @@ fn rendered(layers: &[Option<&Object>]) -> bool {
     value.is_some_and(mustache_truthy)
 }
 
+/// What config-agent renders into CNAPI's config from these SAPI objects
+/// (the `sdc` application's metadata, the `cnapi` service and its
+/// instances): on only when every instance renders it on.
+pub fn rendered_for_cnapi(
+    app: Option<&Object>,
+    service: Option<&Service>,
+    instances: &[Instance],
+) -> bool {
+    let service_meta = service.and_then(|s| s.metadata.as_ref());
+    if instances.is_empty() {
+        return rendered(&[app, service_meta]);
+    }
+    instances
+        .iter()
+        .all(|i| rendered(&[app, service_meta, i.metadata.as_ref()]))
+}
+
 /// Read CNAPI's flag from SAPI (module docs).
 pub async fn read_cn_agent_flag(sapi: &SapiClient) -> Result<bool, ApiError> {
     let app = sapi.sdc_application().await?;
@@ -57,66 +102,142 @@ pub async fn read_cn_agent_flag(sapi: &SapiClient) -> Result<bool, ApiError> {
         .list_services(Some("cnapi"), app.as_ref().map(|a| a.uuid), None)
         .await?;
     let Some(service) = services.into_iter().find(|s| s.name == "cnapi") else {
-        return Ok(rendered(&[app_meta]));
+        return Ok(rendered_for_cnapi(app_meta, None, &[]));
     };
     let instances = sapi.list_service_instances(service.uuid).await?;
-    if instances.is_empty() {
-        return Ok(rendered(&[app_meta, service.metadata.as_ref()]));
-    }
-    Ok(instances
-        .iter()
-        .all(|i| rendered(&[app_meta, service.metadata.as_ref(), i.metadata.as_ref()])))
+    Ok(rendered_for_cnapi(app_meta, Some(&service), &instances))
 }
 
-/// The flag, read at most once per run and shared by a transport's clones.
+/// What [`ExecuteModes::decide`] tells about one server.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Decision {
+    /// The mode to send in (Ur: no `timeout`).
+    pub mode: ExecuteMode,
+    /// Whether the running CNAPI was seen doing so; when not, the caller
+    /// probes first and decides again.
+    pub sure: bool,
+}
+
+impl Decision {
+    fn sure(mode: ExecuteMode) -> Decision {
+        Decision { mode, sure: true }
+    }
+}
+
+/// SAPI's flag, when it was read.
+#[derive(Clone, Copy, Debug)]
+struct FlagReading {
+    on: bool,
+    at: Instant,
+}
+
+/// The execute mode of each server (module docs), shared by a transport's
+/// clones.
 #[derive(Clone, Debug, Default)]
 pub struct ExecuteModes {
     sapi: Option<SapiClient>,
-    flag: Arc<OnceCell<bool>>,
+    /// A flag given instead of SAPI (tests, callers that know it).
+    fixed: Option<bool>,
+    flag: Arc<tokio::sync::Mutex<Option<FlagReading>>>,
+    /// The running CNAPI's flag as its answers showed it; `None` before
+    /// the first answer and after CNAPI failed a request.
+    seen: Arc<Mutex<Option<bool>>>,
 }
 
 impl ExecuteModes {
-    /// Read the flag from `sapi` when first needed.
+    /// Read the flag from `sapi` when needed ([`FLAG_TTL`]).
     pub fn from_sapi(sapi: SapiClient) -> ExecuteModes {
         ExecuteModes {
             sapi: Some(sapi),
-            flag: Arc::default(),
+            ..ExecuteModes::default()
         }
     }
 
-    /// A fixed flag (tests, and callers that know it).
+    /// A fixed SAPI flag (tests, and callers that know it). The running
+    /// CNAPI is still looked at before any `timeout` is sent.
     pub fn fixed(cn_agent_flag: bool) -> ExecuteModes {
         ExecuteModes {
-            sapi: None,
-            flag: Arc::new(OnceCell::new_with(Some(cn_agent_flag))),
+            fixed: Some(cn_agent_flag),
+            ..ExecuteModes::default()
         }
     }
 
-    /// CNAPI's flag: off without a SAPI to ask, or when SAPI cannot say.
+    /// SAPI's flag: off without a SAPI to ask, or when SAPI cannot say.
     pub async fn flag(&self) -> bool {
-        *self
-            .flag
-            .get_or_init(|| async {
-                let Some(sapi) = &self.sapi else {
-                    return false;
-                };
-                match read_cn_agent_flag(sapi).await {
-                    Ok(on) => on,
-                    Err(e) => {
-                        tracing::warn!(
-                            error = %error_chain(&e),
-                            "cannot read CNAPI's {CN_AGENT_EXECUTE_FLAG} from SAPI; CNAPI execute is treated as going through Ur (no timeout sent)"
-                        );
-                        false
-                    }
-                }
-            })
-            .await
+        if let Some(on) = self.fixed {
+            return on;
+        }
+        let Some(sapi) = &self.sapi else {
+            return false;
+        };
+        let mut reading = self.flag.lock().await;
+        if let Some(r) = *reading
+            && r.at.elapsed() < FLAG_TTL
+        {
+            return r.on;
+        }
+        let on = match read_cn_agent_flag(sapi).await {
+            Ok(on) => on,
+            Err(e) => {
+                tracing::warn!(
+                    error = %error_chain(&e),
+                    "cannot read CNAPI's {CN_AGENT_EXECUTE_FLAG} from SAPI; CNAPI execute is treated as going through Ur (no timeout sent)"
+                );
+                false
+            }
+        };
+        *reading = Some(FlagReading {
+            on,
+            at: Instant::now(),
+        });
+        on
     }
 
-    /// The mode CNAPI uses for `server` (read with its `agents`).
-    pub async fn for_server(&self, server: &Server) -> ExecuteMode {
-        ExecuteMode::for_server(self.flag().await, server)
+    /// The running CNAPI's flag as last seen.
+    fn seen(&self) -> Option<bool> {
+        *self.seen.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn set_seen(&self, on: Option<bool>) {
+        *self.seen.lock().unwrap_or_else(|e| e.into_inner()) = on;
+    }
+
+    /// The mode to use for `server` (read with its `agents`) now.
+    pub async fn decide(&self, server: &Server) -> Decision {
+        let new_enough = server
+            .cn_agent_version()
+            .is_some_and(|v| v >= EXECUTE_TIMEOUT_MIN_CN_AGENT);
+        if !new_enough || !self.flag().await {
+            return Decision::sure(ExecuteMode::Ur);
+        }
+        match self.seen() {
+            Some(true) => Decision::sure(ExecuteMode::CnAgent),
+            Some(false) => Decision::sure(ExecuteMode::Ur),
+            None => Decision {
+                mode: ExecuteMode::Ur,
+                sure: false,
+            },
+        }
+    }
+
+    /// CNAPI answered an execute to `server` (read with its `agents`
+    /// before the request): through cn-agent, its flag is on; through Ur
+    /// from a server whose cn-agent CNAPI would have used, it is off.
+    pub fn answered(&self, server: &Server, answer: &ExecuteAnswer) {
+        let cnapi_would_use_cn_agent = server
+            .cn_agent_version()
+            .is_some_and(|v| v >= CNAPI_CN_AGENT_EXECUTE_MIN);
+        match answer.path {
+            ExecuteMode::CnAgent => self.set_seen(Some(true)),
+            ExecuteMode::Ur if cnapi_would_use_cn_agent => self.set_seen(Some(false)),
+            ExecuteMode::Ur => {}
+        }
+    }
+
+    /// CNAPI failed a request (no answer, a dropped connection, a 5xx):
+    /// it may have restarted, into either mode.
+    pub fn failed(&self) {
+        self.set_seen(None);
     }
 }
 
@@ -149,5 +270,54 @@ mod tests {
         assert!(rendered(&[Some(&off), Some(&on), Some(&other)]));
         assert!(!rendered(&[Some(&on), None, Some(&off)]));
         assert!(!rendered(&[None, Some(&other)]));
+    }
+
+    fn server(cn_agent: &str) -> Server {
+        serde_json::from_value(json!({
+            "uuid": "44454c4c-4800-1034-804a-b2c04f354d31",
+            "agents": [{"name": "cn-agent", "version": cn_agent}]
+        }))
+        .unwrap()
+    }
+
+    fn answer(path: ExecuteMode) -> ExecuteAnswer {
+        ExecuteAnswer {
+            path,
+            ..ExecuteAnswer::default()
+        }
+    }
+
+    #[tokio::test]
+    async fn cn_agent_mode_only_once_the_running_cnapi_showed_it() {
+        let (new, old) = (server("2.15.0"), server("2.7.0"));
+        let modes = ExecuteModes::fixed(true);
+        let unsure = Decision {
+            mode: ExecuteMode::Ur,
+            sure: false,
+        };
+        assert_eq!(modes.decide(&new).await, unsure);
+        assert_eq!(modes.decide(&old).await, Decision::sure(ExecuteMode::Ur));
+        // SAPI says on, the running CNAPI answers through Ur (the
+        // config-agent window): no timeout.
+        modes.answered(&new, &answer(ExecuteMode::Ur));
+        assert_eq!(modes.decide(&new).await, Decision::sure(ExecuteMode::Ur));
+        // It restarts into cn-agent mode and is seen so.
+        modes.failed();
+        assert_eq!(modes.decide(&new).await, unsure);
+        modes.answered(&new, &answer(ExecuteMode::CnAgent));
+        assert_eq!(
+            modes.decide(&new).await,
+            Decision::sure(ExecuteMode::CnAgent)
+        );
+        // A Ur answer from a cn-agent CNAPI would not use tells nothing.
+        modes.answered(&server("2.5.0"), &answer(ExecuteMode::Ur));
+        assert_eq!(
+            modes.decide(&new).await,
+            Decision::sure(ExecuteMode::CnAgent)
+        );
+        // SAPI off: Ur whatever was seen.
+        let off = ExecuteModes::fixed(false);
+        off.answered(&new, &answer(ExecuteMode::CnAgent));
+        assert_eq!(off.decide(&new).await, Decision::sure(ExecuteMode::Ur));
     }
 }

@@ -18,6 +18,12 @@
 //! A task found finished there ends the wait with cn-agent's result; a
 //! success then refreshes `server.agents` through ServerUpdate, the path
 //! cn-agent's own report takes ([`refresh_agents`]).
+//!
+//! An `agents_uninstall` is different: cn-agent fails it when its final
+//! refresh fails (the mockcloud backend when its POST meets a CNAPI that is
+//! away, SmartOS when it cannot list `node_modules`), after the removals
+//! ran. Such a failure is [`Waited::Unsettled`], and the transport asks
+//! the server whether the package is gone.
 
 use agentsadm_types::component::{ComponentName, ComponentVersion};
 use std::sync::{Arc, Mutex};
@@ -289,13 +295,40 @@ pub fn lost_cnapi(err: &ApiError) -> bool {
     err.is_unreachable() || err.status().is_some_and(|s| s >= 500)
 }
 
-/// How a wait ended well.
+/// How a wait ended, short of a failure that stands.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Waited {
     /// CNAPI reported the task complete.
     Complete,
     /// CNAPI could not say; the server did (`why` says what happened).
     FromServer { why: String },
+    /// An `agents_uninstall` that cn-agent reports failed where the
+    /// failure may be only its final refresh of `server.agents`: the task
+    /// CNAPI lost (cn-agent's refresh met the CNAPI that was away), or one
+    /// whose only error is the refresh ([`refresh_only`]). The removals
+    /// ran before it; the caller settles it from the server, and reports
+    /// `failure` if the server still has the package.
+    Unsettled { failure: StepFailure },
+}
+
+/// cn-agent's SmartOS `agents_uninstall` lists its removal errors first
+/// and its refresh's last: a message that starts with the refresh had no
+/// removal error.
+const REFRESH_ONLY: &str = "AgentsUninstallTask error: Error refreshing agent info in CNAPI:";
+
+/// Whether an `agents_uninstall` failure is only its final refresh.
+pub fn refresh_only(message: &str) -> bool {
+    message.starts_with(REFRESH_ONLY)
+}
+
+/// A task CNAPI reports failed: an uninstall that failed only at its
+/// refresh is left for the caller to settle.
+fn reported_failure(task: &Task, id: TaskId, goal: &TaskGoal) -> Result<Waited, StepFailure> {
+    let failure = task_failure(task, id);
+    if matches!(goal, TaskGoal::Uninstall { .. }) && refresh_only(&failure.message) {
+        return Ok(Waited::Unsettled { failure });
+    }
+    Err(failure)
 }
 
 /// Waits for one task (module docs).
@@ -336,7 +369,7 @@ impl TaskWaiter<'_> {
                     self.peers.record(started.elapsed());
                     return Ok(Waited::Complete);
                 }
-                TaskStatus::Failure => return Err(task_failure(&task, id)),
+                TaskStatus::Failure => return reported_failure(&task, id, goal),
                 TaskStatus::Active if stale => {
                     if let Ok(Verdict::Finished(result)) =
                         ask_server(self.cnapi, server, goal, &task).await
@@ -345,7 +378,7 @@ impl TaskWaiter<'_> {
                             "CNAPI still shows task {id} active after {:?}, far longer than its peers, but cn-agent finished it",
                             started.elapsed()
                         );
-                        return finished(result, &task, id, why);
+                        return finished(result, &task, id, goal, why);
                     }
                 }
                 TaskStatus::Active => {}
@@ -375,7 +408,7 @@ impl TaskWaiter<'_> {
         loop {
             match task.status {
                 TaskStatus::Complete => return Ok(Waited::Complete),
-                TaskStatus::Failure => return Err(task_failure(&task, id)),
+                TaskStatus::Failure => return reported_failure(&task, id, goal),
                 TaskStatus::Active => {}
             }
             match ask_server(self.cnapi, server, goal, &task).await {
@@ -383,7 +416,7 @@ impl TaskWaiter<'_> {
                     let why = format!(
                         "CNAPI went away while task {id} ran and still shows it active; cn-agent's task history says how it ended"
                     );
-                    return finished(result, &task, id, why);
+                    return finished(result, &task, id, goal, why);
                 }
                 Ok(_) => {}
                 Err(e) => {
@@ -399,22 +432,30 @@ impl TaskWaiter<'_> {
     }
 }
 
-/// The wait's end from cn-agent's result.
+/// The wait's end from cn-agent's result. An uninstall that failed there
+/// is left for the caller to settle: its refresh may have failed only
+/// because CNAPI was away.
 fn finished(
     result: Result<(), String>,
     task: &Task,
     id: TaskId,
+    goal: &TaskGoal,
     why: String,
 ) -> Result<Waited, StepFailure> {
-    match result {
-        Ok(()) => Ok(Waited::FromServer { why }),
-        Err(message) => Err(StepFailure::new(
-            FailureStage::Task {
-                task: task.task.clone(),
-                id: Some(id),
-            },
-            format!("{message} ({why})"),
-        )),
+    let message = match result {
+        Ok(()) => return Ok(Waited::FromServer { why }),
+        Err(message) => message,
+    };
+    let failure = StepFailure::new(
+        FailureStage::Task {
+            task: task.task.clone(),
+            id: Some(id),
+        },
+        format!("{message} ({why})"),
+    );
+    match goal {
+        TaskGoal::Uninstall { .. } => Ok(Waited::Unsettled { failure }),
+        TaskGoal::Install { .. } => Err(failure),
     }
 }
 
@@ -530,6 +571,18 @@ mod tests {
         };
         assert!(!gone.shown_in(&before));
         assert_eq!(gone.applied_to(&before), vec![before[1].clone()]);
+    }
+
+    #[test]
+    fn an_uninstall_that_failed_only_at_its_refresh_is_told_apart() {
+        assert!(refresh_only(
+            "AgentsUninstallTask error: Error refreshing agent info in CNAPI: Cannot get agents image versions"
+        ));
+        // A removal error comes first: it stands.
+        assert!(!refresh_only(
+            "AgentsUninstallTask error: postuninstall returned 1; Error refreshing agent info in CNAPI: x"
+        ));
+        assert!(!refresh_only("AgentInstall error: boom"));
     }
 
     #[test]

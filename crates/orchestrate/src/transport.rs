@@ -32,10 +32,12 @@
 //! (docs/triton/apis.md §3.12):
 //!
 //! - Execute goes through Ur or cn-agent per server ([`execmode`]):
-//!   `timeout` is sent only in cn-agent mode, and every execute is bounded
-//!   here (the step's timeout for `gz install|remove`, the short
+//!   `timeout` is sent only where the running CNAPI was seen using
+//!   cn-agent, and every execute is bounded here (the step's timeout for
+//!   `gz install|remove`, the short
 //!   [`CnapiTransportConfig::health_check_bound`] for `gz health`): through
-//!   Ur a server whose ur-agent is down never answers.
+//!   Ur a server whose ur-agent is down never answers, so a longer execute
+//!   there is preceded by a probe that gives up within minutes ([`probe`]).
 //! - A task whose result CNAPI lost (a restart mid-task) is settled by the
 //!   server itself ([`recover`]), and `server.agents` is put right.
 //! - uninstall-agents is only asked of a server whose `server.agents`
@@ -46,6 +48,7 @@
 //!
 //! [`execmode`]: super::execmode
 //! [`recover`]: super::recover
+//! [`probe`]: self::probe
 
 use agentsadm_types::component::ComponentName;
 use std::collections::BTreeMap;
@@ -64,6 +67,8 @@ use agentsadm_plan::Step;
 
 mod bootstrap;
 mod health;
+mod probe;
+mod uninstall;
 use super::execmode::ExecuteModes;
 use super::guard::{Fence, Unfenced, fenced};
 use super::marks::switch_args;
@@ -81,7 +86,6 @@ use agentsadm_api::cnapi::CnapiClient;
 use agentsadm_api::cnapi::ExecuteAnswer;
 use agentsadm_api::cnapi::ExecuteMode;
 use agentsadm_api::cnapi::ExecuteRequest;
-use agentsadm_api::cnapi::UNINSTALL_MIN_CN_AGENT;
 use agentsadm_api::compat;
 use agentsadm_api::remote::AgentsReport;
 use agentsadm_api::remote::GzResult;
@@ -273,6 +277,11 @@ pub struct CnapiTransportConfig {
     pub health_check_bound: Option<Duration>,
     /// When a task is settled by asking the server.
     pub recovery: RecoveryConfig,
+    /// How long the probe sent before an execute through Ur longer than
+    /// this and the health check (or before the first one while CNAPI's
+    /// mode is unsure) may take: the time after which a server whose
+    /// ur-agent does not answer is given up on ([`probe`]).
+    pub ur_probe_bound: Duration,
 }
 
 impl CnapiTransportConfig {
@@ -308,6 +317,7 @@ impl Default for CnapiTransportConfig {
             health: None,
             health_check_bound: None,
             recovery: RecoveryConfig::default(),
+            ur_probe_bound: Duration::from_secs(2 * 60),
         }
     }
 }
@@ -547,59 +557,6 @@ impl CnapiTransport {
         ))
     }
 
-    /// uninstall-agents of `package`, refused here (before CNAPI is asked)
-    /// when `server.agents` does not list cn-agent >= 2.8.0: CNAPI answers
-    /// 412 for an older one, and without the entry its refusal crashes it.
-    async fn uninstall(
-        &self,
-        server: ServerUuid,
-        component: &str,
-        package: &ComponentName,
-        fence: Option<(&dyn Fence, &Step)>,
-    ) -> Result<(), StepFailure> {
-        let record = self
-            .cnapi
-            .list_server(server)
-            .await
-            .map_err(|e| StepFailure::api(FailureStage::UninstallAgents, &e))?;
-        let refusal = match &record {
-            None => Some("CNAPI has no record of the server".to_string()),
-            Some(r) => match (r.cn_agent(), r.cn_agent_version()) {
-                (None, _) => Some(
-                    "its server.agents lists no cn-agent (CNAPI 1.26.6 crashes on such a request instead of refusing it); check that cn-agent runs on the server ('svcs cn-agent') and reports, or reinstall it with 'agentsadm install cn-agent -s <server>', then remove again"
-                        .to_string(),
-                ),
-                (Some(_), Some(v)) if v >= UNINSTALL_MIN_CN_AGENT => None,
-                (Some(a), _) => Some(format!(
-                    "its cn-agent is {} and CNAPI's uninstall-agents needs cn-agent {UNINSTALL_MIN_CN_AGENT} or later; update cn-agent first ('agentsadm update cn-agent -s <server>'), or remove through execute ('--transport execute')",
-                    if a.version.is_empty() {
-                        "of no known version"
-                    } else {
-                        &a.version
-                    }
-                )),
-            },
-        };
-        if let Some(why) = refusal {
-            return Err(StepFailure::new(
-                FailureStage::UninstallAgents,
-                format!("not asked to remove {package}: {why}"),
-            ));
-        }
-        if let Some((fence, step)) = fence {
-            fenced(fence, server, step).await?;
-        }
-        let id = self
-            .cnapi
-            .uninstall_agents(server, &[package.to_string()])
-            .await
-            .map_err(|e| StepFailure::api(FailureStage::UninstallAgents, &e))?;
-        let goal = TaskGoal::Uninstall {
-            packages: vec![package.clone()],
-        };
-        self.wait(server, component, id, &goal).await
-    }
-
     /// Wait for a task, keeping it in the ledger while it is waited for.
     /// When CNAPI could not say how it ended and the server did, the
     /// server's `server.agents` is put right too.
@@ -610,6 +567,20 @@ impl CnapiTransport {
         id: TaskId,
         goal: &TaskGoal,
     ) -> Result<(), StepFailure> {
+        match self.wait_for(server, component, id, goal).await? {
+            Waited::Unsettled { failure } => Err(failure),
+            Waited::Complete | Waited::FromServer { .. } => Ok(()),
+        }
+    }
+
+    /// [`CnapiTransport::wait`], saying how the wait ended.
+    async fn wait_for(
+        &self,
+        server: ServerUuid,
+        component: &str,
+        id: TaskId,
+        goal: &TaskGoal,
+    ) -> Result<Waited, StepFailure> {
         self.tasks.started(server, component, id);
         let waiter = TaskWaiter {
             cnapi: &self.cnapi,
@@ -623,7 +594,7 @@ impl CnapiTransport {
             tracing::warn!(%server, %component, task = %id, "{why}");
             self.refresh_agents(server, goal).await;
         }
-        r.map(|_| ())
+        r
     }
 
     /// Put `server.agents` right after a task CNAPI lost: from the server's
@@ -647,11 +618,11 @@ impl CnapiTransport {
         if record.is_mockcloud() {
             return None;
         }
-        let mode = self.modes.for_server(&record).await;
+        let bound = self.config.health_bound();
+        let mode = self.mode_for(server, Some(&record), bound).await.ok()?;
         let request = gz_execute_request(&compat::report_args(), self.config.execute_env.clone());
         let answer = self
-            .cnapi
-            .execute_as(server, &request, mode, self.config.health_bound())
+            .send_execute(server, Some(&record), &request, mode, bound)
             .await
             .ok()?;
         if answer.exit_status != 0 {
@@ -806,15 +777,11 @@ impl CnapiTransport {
             .list_server(server)
             .await
             .map_err(|e| StepFailure::api(FailureStage::Execute, &e))?;
-        let mode = match &record {
-            Some(r) => self.modes.for_server(r).await,
-            None => ExecuteMode::Ur,
-        };
+        let mode = self.mode_for(server, record.as_ref(), bound).await?;
         if let Some(fence) = fence {
             fenced(fence, server, step).await?;
         }
-        self.cnapi
-            .execute_as(server, &request, mode, bound)
+        self.send_execute(server, record.as_ref(), &request, mode, bound)
             .await
             .map_err(|e| {
                 if matches!(e, ApiError::Timeout { .. }) {

@@ -10,6 +10,7 @@ use super::request::Operation;
 use super::request::PlanningInput;
 use super::select::Selected;
 use super::select::execute_available;
+use super::select::for_placement;
 use super::select::runnable_transport;
 use super::select::server_in_play;
 use super::select::single_component;
@@ -22,6 +23,7 @@ use super::types::Plan;
 /// The install plan.
 pub(super) fn plan_install(input: &PlanningInput, selected: Selected) -> Result<Plan, PlanError> {
     let c = single_component(input)?;
+    let selected = for_placement(input, c, selected)?;
     let Some(service) = input.intent.services.get(&c.name) else {
         return Err(PlanError::Unmanaged {
             component: c.name.to_string(),

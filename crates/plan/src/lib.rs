@@ -115,6 +115,16 @@ pub enum PlanError {
         component: String,
         reason: &'static str,
     },
+    #[error(
+        "{component} goes on the headnode only (catalog placement headnode-only), and {} {servers} {}: name the headnode with -s, or leave -s out",
+        if servers.len() == 1 { "server" } else { "servers" },
+        if servers.len() == 1 { "is a compute node" } else { "are compute nodes" },
+        servers = servers.join(", ")
+    )]
+    HeadnodeOnly {
+        component: String,
+        servers: Vec<String>,
+    },
 }
 
 /// Compute the plan. Pure: the same input gives the same plan.

@@ -49,6 +49,42 @@ pub(super) fn select_servers(input: &PlanningInput) -> Result<Selected, PlanErro
     })
 }
 
+/// A headnode-only component (catalog placement) is planned for the
+/// headnode only: without `-s` the compute nodes are not in play, and a
+/// compute node named with `-s` refuses the plan (the installer on it would
+/// refuse the step at run time, counted against the failure budget).
+pub(super) fn for_placement(
+    input: &PlanningInput,
+    c: &Component,
+    mut selected: Selected,
+) -> Result<Selected, PlanError> {
+    if c.placement != agentsadm_types::catalog::Placement::HeadnodeOnly {
+        return Ok(selected);
+    }
+    let is_headnode = |s: &ServerUuid| input.reality.get(s).is_some_and(|st| st.headnode);
+    if selected.named {
+        let compute: Vec<String> = selected
+            .servers
+            .iter()
+            .filter(|s| !is_headnode(s))
+            .map(|s| {
+                input
+                    .reality
+                    .get(s)
+                    .map_or_else(|| s.to_string(), |st| st.hostname.clone())
+            })
+            .collect();
+        if !compute.is_empty() {
+            return Err(PlanError::HeadnodeOnly {
+                component: c.name.to_string(),
+                servers: compute,
+            });
+        }
+    }
+    selected.servers.retain(is_headnode);
+    Ok(selected)
+}
+
 /// Resolve server names (UUIDs or hostnames, possibly comma-separated)
 /// against CNAPI's list. Every unknown name is reported at once.
 pub fn resolve_servers(reality: &Reality, names: &[String]) -> Result<Vec<ServerUuid>, PlanError> {

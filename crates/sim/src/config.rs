@@ -204,7 +204,15 @@ pub struct SimConfig {
     pub factory_reset_ms: u64,
     /// How long SAPI stays down after the UpgradeInstance crash.
     pub sapi_crash_restart_ms: u64,
+    /// How CNAPI carries CommandExecute at start, and what seeding writes
+    /// into SAPI. Later SAPI changes reach CNAPI only through config-agent
+    /// ([`SimConfig::config_agent_poll_ms`], [`super::SimDc::config_agent_sync`]).
     pub execute_transport: ExecuteTransport,
+    /// How often config-agent renders CNAPI's config from SAPI and
+    /// restarts CNAPI when `FEATURE_USE_CNAGENT_COMMAND_EXECUTE` changed.
+    /// `None` (default): only when asked, so a test holds the window
+    /// between SAPI and the running CNAPI open as long as it likes.
+    pub config_agent_poll_ms: Option<u64>,
     /// How long CNAPI waits for Ur's answer to an execute that nothing
     /// answers (a mockcloud server, see [`Strictness`], a server whose
     /// ur-agent is down). Real CNAPI waits an hour (`Ur.execute`'s default
@@ -255,6 +263,7 @@ impl Default for SimConfig {
             factory_reset_ms: 50,
             sapi_crash_restart_ms: 0,
             execute_transport: ExecuteTransport::default(),
+            config_agent_poll_ms: None,
             ur_reply_timeout_ms: 3_600_000,
             uninstall_min_cn_agent: "2.8.0".to_string(),
             cnapi_restart_ms: 2_000,

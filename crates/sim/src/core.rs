@@ -28,6 +28,18 @@ use agentsadm_types::error::error_chain;
 use agentsadm_types::ids::ImageUuid;
 use agentsadm_types::ids::ServerUuid;
 
+/// Why cn-agent's refreshAgents failed, in the words its tasks report.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum RefreshFailure {
+    /// SmartOS: an entry of `node_modules` could not be read (the whole
+    /// refresh fails; `agents_uninstall` reports it after its removals).
+    #[error("Error refreshing agent info in CNAPI: Cannot get agents image versions ({why})")]
+    Unreadable { why: String },
+    /// The dummy backend's POST to a CNAPI that is down.
+    #[error("connect ECONNREFUSED {cnapi}")]
+    CnapiDown { cnapi: String },
+}
+
 pub(crate) struct DcCore {
     pub config: SimConfig,
     pub catalog: Catalog,
@@ -96,22 +108,33 @@ impl DcCore {
     /// it ([`super::gz::GzOps::cn_agent_view`]: only `node_modules` on a
     /// Triton GZ) and set `server.agents` (directly; the real one POSTs to
     /// CNAPI, so nothing arrives while CNAPI is down, and nothing when one
-    /// entry cannot be read).
+    /// entry cannot be read). Its failures are logged only, as
+    /// `agent_install` and cn-agent's start do.
     pub(crate) async fn refresh_agents(&self, server: &MockServer) {
-        if self.cnapi_down(server) {
-            return;
+        if let Err(e) = self.try_refresh_agents(server).await {
+            tracing::warn!(server = %server.hostname, error = %error_chain(&e), "sim: cn-agent's refresh failed; server.agents unchanged");
         }
-        match self
+    }
+
+    /// [`DcCore::refresh_agents`], saying how it failed. On a Triton GZ
+    /// (SmartOS backend) only the listing can fail it: its POST's failure
+    /// is logged and the refresh "succeeds" (sdc-cn-agent
+    /// `backends/smartos/tasks/shared.js`). The mockcloud (dummy) backend's
+    /// POST failure fails it.
+    async fn try_refresh_agents(&self, server: &MockServer) -> Result<(), RefreshFailure> {
+        let view = self
             .gz
             .cn_agent_view(server.target(&self.config.datacenter))
             .await
-        {
-            Ok(agents) => self.cnapi.set_agents(server.uuid, agents),
-            Err(e) => {
-                tracing::warn!(server = %server.hostname, error = %error_chain(&e), "sim: cn-agent's refresh failed; server.agents unchanged")
-            }
+            .map_err(|e| RefreshFailure::Unreadable {
+                why: error_chain(&e),
+            })?;
+        if self.cnapi_down(server) {
+            return Ok(());
         }
+        self.cnapi.set_agents(server.uuid, view);
         self.touch();
+        Ok(())
     }
 
     /// After a cn-agent task ran the installer: `server.agents` as
@@ -119,18 +142,34 @@ impl DcCore {
     /// as the real one does; a mockcloud server (thousands of them in a
     /// benchmark) gets the entries of the components it touched replaced
     /// from its result ([`super::gz::apply_results`]), which is what the
-    /// dummy backend would read there.
+    /// dummy backend would read there. Failures are logged only (what
+    /// `agent_install` does with them).
     pub(crate) async fn record_results(&self, server: &MockServer, results: &[ComponentResult]) {
+        if let Err(e) = self.try_record_results(server, results).await {
+            tracing::warn!(server = %server.hostname, error = %error_chain(&e), "sim: cn-agent's refresh failed; server.agents unchanged");
+        }
+    }
+
+    /// [`DcCore::record_results`], saying how the refresh failed (what
+    /// `agents_uninstall` fails with).
+    pub(crate) async fn try_record_results(
+        &self,
+        server: &MockServer,
+        results: &[ComponentResult],
+    ) -> Result<(), RefreshFailure> {
         if self.config.gz_layout == GzLayout::Rooted {
-            return self.refresh_agents(server).await;
+            return self.try_refresh_agents(server).await;
         }
         if self.cnapi_down(server) {
-            return;
+            return Err(RefreshFailure::CnapiDown {
+                cnapi: self.env().cnapi_url.clone(),
+            });
         }
         if let Some(r) = self.cnapi.servers().get_mut(&server.uuid) {
             super::gz::apply_results(&self.catalog, &mut r.agents, results);
         }
         self.touch();
+        Ok(())
     }
 
     /// Whether CNAPI is down, so that a cn-agent's `server.agents` report

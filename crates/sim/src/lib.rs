@@ -443,7 +443,7 @@ impl SimDc {
             .map(|s| (s.uuid, Arc::new(MockServer::from_spec(s, &servers_dir))))
             .collect();
 
-        let cnapi_state = CnapiState::new(info(SimApi::Cnapi));
+        let cnapi_state = CnapiState::new(info(SimApi::Cnapi), config.execute_transport);
         {
             let mut records = cnapi_state.servers();
             match snapshot.as_mut() {
@@ -556,6 +556,10 @@ impl SimDc {
         }
         if temp_dir.is_none() {
             tasks.push(tokio::spawn(persister(core.clone())));
+        }
+        if let Some(ms) = core.config.config_agent_poll_ms {
+            let every = std::time::Duration::from_millis(ms.max(1));
+            tasks.push(tokio::spawn(cnapi::config_agent::poll(core.clone(), every)));
         }
         let dc = SimDc {
             core,

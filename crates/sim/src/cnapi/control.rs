@@ -1,5 +1,6 @@
 //! The simulator's own handles on CNAPI and the cn-agents, for tests, the
-//! demo and `sim serve`: restart CNAPI, restart a server's cn-agent, and
+//! demo and `sim serve`: restart CNAPI, config-agent's pass over its
+//! config, restart a server's cn-agent, and
 //! what CNAPI saw (crashes, ServerGet calls, every CommandExecute, the
 //! tasks in flight).
 
@@ -37,6 +38,36 @@ impl SimDc {
     pub fn restart_cnapi(&self, down: Option<Duration>) {
         let down = down.unwrap_or_else(|| Duration::from_millis(self.core.config.cnapi_restart_ms));
         self.core.cnapi.crash(None, "restarted from outside", down);
+    }
+
+    /// config-agent's pass over CNAPI's config ([`super::config_agent`]):
+    /// when SAPI's `FEATURE_USE_CNAGENT_COMMAND_EXECUTE` renders another
+    /// mode than the running CNAPI's, the config is rewritten and CNAPI
+    /// restarts into it. Returns the new mode if it did.
+    pub fn config_agent_sync(&self) -> Option<ExecuteTransport> {
+        super::config_agent::sync(&self.core)
+    }
+
+    /// How the running CNAPI carries CommandExecute (its config when it
+    /// last started), whatever SAPI says now.
+    pub fn cnapi_execute_mode(&self) -> ExecuteTransport {
+        self.core.cnapi.mode()
+    }
+
+    /// An operator sets (or clears) `FEATURE_USE_CNAGENT_COMMAND_EXECUTE`
+    /// in the SAPI `cnapi` service's metadata. CNAPI itself is not told:
+    /// that is config-agent's job ([`SimDc::config_agent_sync`]).
+    pub fn set_sapi_cn_agent_execute(&self, on: bool) {
+        let mut store = self.core.sapi.lock();
+        for service in store.services.iter_mut().filter(|s| s.name == "cnapi") {
+            let metadata = service.metadata.get_or_insert_with(Default::default);
+            metadata.insert(
+                agentsadm_orchestrate::execmode::CN_AGENT_EXECUTE_FLAG.to_string(),
+                serde_json::Value::Bool(on),
+            );
+        }
+        drop(store);
+        self.core.touch();
     }
 
     /// How many times CNAPI died (crashes and restarts). Against the real

@@ -12,9 +12,10 @@
 //! `SAPI_URL` and `CNAPI_URL` where the request did not set them: the
 //! in-process installer reads them from there.)
 //!
-//! The path is CNAPI's, per request: cn-agent when
-//! [`crate::SimConfig::execute_transport`] is `CnAgent` (the feature flag)
-//! and the server's `server.agents` has cn-agent >= 2.6.0
+//! The path is CNAPI's, per request: cn-agent when the running process
+//! has the feature flag on ([`crate::SimConfig::execute_transport`] at
+//! start, then whatever config-agent last rendered from SAPI, see
+//! `config_agent`) and the server's `server.agents` has cn-agent >= 2.6.0
 //! (`TASK_COMMAND_EXECUTE_MIN_VERSON`), else Ur.
 //!
 //! - Ur: a `timeout` crashes CNAPI (it logs its refusal through an
@@ -129,10 +130,6 @@ impl CommandOutcome {
 /// What cn-agent's mockcloud ("dummy") backend answers to command_execute.
 const MOCKCLOUD_NO_EXECUTE: &str = "command_execute not implemented for mockcloud servers";
 
-/// The cn-agent from which CNAPI sends CommandExecute to cn-agent when its
-/// flag is on (sdc-cnapi `TASK_COMMAND_EXECUTE_MIN_VERSON`).
-const CN_AGENT_EXECUTE_MIN: semver::Version = semver::Version::new(2, 6, 0);
-
 /// Ur's `maxBuffer` (ur-agent `MAX_BUFFER`), and Node's error code for it.
 const UR_MAX_BUFFER: usize = 5 * 1024 * 1024;
 const MAX_BUFFER_CODE: &str = "ERR_CHILD_PROCESS_STDIO_MAXBUFFER";
@@ -144,8 +141,8 @@ fn path_for(core: &DcCore, rec: &ServerRecord) -> ExecuteTransport {
         .iter()
         .find(|a| a.name == "cn-agent")
         .and_then(|a| agentsadm_types::image::parse_agent_version(&a.version))
-        .is_some_and(|v| v >= CN_AGENT_EXECUTE_MIN);
-    if core.config.execute_transport == ExecuteTransport::CnAgent && new_enough {
+        .is_some_and(|v| v >= agentsadm_api::cnapi::CNAPI_CN_AGENT_EXECUTE_MIN);
+    if core.cnapi.mode() == ExecuteTransport::CnAgent && new_enough {
         ExecuteTransport::CnAgent
     } else {
         ExecuteTransport::Ur
@@ -425,8 +422,9 @@ fn forkexec_error(outcome: &CommandOutcome, mockcloud: bool) -> Value {
 const CHANGING: [&str; 4] = ["install", "remove", "setup", "rollback"];
 
 /// Run an execute request on a mock server. Only `agentsadm` command lines
-/// built by `remote::gz_execute_request` run; any other script is answered
-/// as a server without that command would: exit 127 and nothing run.
+/// built by `remote::gz_execute_request`, the bootstrap and the probe
+/// (`remote::probe_request`) run; any other script is answered as a server
+/// without that command would: exit 127 and nothing run.
 async fn run_command(
     core: Arc<DcCore>,
     server: Arc<MockServer>,
@@ -434,6 +432,11 @@ async fn run_command(
     timeout_ms: Option<u64>,
 ) -> CommandOutcome {
     let core = &core;
+    if agentsadm_api::remote::is_probe(&request) {
+        // An `echo`: it needs nothing on the server.
+        let out = format!("{}\n", agentsadm_api::remote::PROBE_OUTPUT);
+        return CommandOutcome::exited(0, out, String::new());
+    }
     if let Some(image) = agentsadm_api::bootstrap::parse_bootstrap(&request) {
         if let Some(fault) = core.faults.command_fault(server.uuid) {
             return forced(fault);

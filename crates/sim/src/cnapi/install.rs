@@ -17,7 +17,6 @@ use serde_json::{Value, json};
 
 use crate::core::DcCore;
 use crate::fleet::MockServer;
-use crate::gz::GzOpError;
 use crate::http::Conn;
 use crate::http::empty;
 use crate::http::json_response;
@@ -216,7 +215,7 @@ async fn run_agent_install(
         // the report.
         tokio::time::sleep_until(deadline).await;
         core.record_results(&server, &results).await;
-        Ok(())
+        Ok::<(), TaskFailure>(())
     };
     finish_within(&core, run, deadline, work).await;
 }
@@ -271,13 +270,13 @@ async fn finish_within(
     core: &DcCore,
     run: TaskRun,
     deadline: tokio::time::Instant,
-    work: impl std::future::Future<Output = Result<(), GzOpError>>,
+    work: impl std::future::Future<Output = Result<(), TaskFailure>>,
 ) {
     let (result, alive) = tokio::join!(work, sleep_until_or_shutdown(core, deadline));
     if !alive {
         return;
     }
-    run.finish(core, result.map_err(TaskFailure::from));
+    run.finish(core, result);
     core.touch();
 }
 
@@ -375,8 +374,12 @@ pub(super) async fn uninstall_agents(
         let work = async {
             core2.ensure_prepared(&server)?;
             let results = core2.gz.uninstall(core2.env(), target, names).await?;
-            core2.record_results(&server, &results).await;
-            Ok(())
+            // The refresh is the task's last step, as for installs; unlike
+            // agent_install, agents_uninstall fails when it does, although
+            // the removals are done.
+            tokio::time::sleep_until(deadline).await;
+            core2.try_record_results(&server, &results).await?;
+            Ok::<(), TaskFailure>(())
         };
         finish_within(&core2, run, deadline, work).await;
     });

@@ -30,16 +30,24 @@
 //! the tasks it had in flight stay `active` for ever, and the
 //! `server.agents` reports cn-agents send meanwhile are lost.
 //!
+//! How the process carries CommandExecute is its own config's, read when
+//! it started: SAPI's `FEATURE_USE_CNAGENT_COMMAND_EXECUTE` reaches it
+//! only when config-agent rewrites that config and restarts it
+//! (`config_agent`), so SAPI can say one thing while CNAPI does the
+//! other.
+//!
 //! Modules: `record` (the server record and its projections), `servers`
 //! (the server routes), `tasks` (the task store and task routes),
 //! `install` (install-agent, uninstall-agents), `execute`
-//! (CommandExecute), `setup` (setup and factory reset jobs), `agent`
+//! (CommandExecute), `config_agent` (SAPI's flag reaching the process),
+//! `setup` (setup and factory reset jobs), `agent`
 //! (what each cn-agent keeps and does by itself), `control` (the
 //! simulator's own handles on all that); this file has the router, the
 //! process's life and the request checks they share.
 
 mod agent;
 mod bootstrap;
+pub(crate) mod config_agent;
 mod control;
 mod execute;
 mod install;
@@ -61,6 +69,7 @@ use axum::response::Response;
 use axum::routing::{get, post, put};
 use serde_json::{Map, Value, json};
 
+use crate::ExecuteTransport;
 use crate::core::DcCore;
 use crate::fleet::MockServer;
 use crate::http::ApiInfo;
@@ -103,10 +112,15 @@ pub(crate) struct CnapiState {
     pub reboots: AtomicU64,
     /// Every CommandExecute as it arrived.
     pub executes: Mutex<Vec<ExecuteSeen>>,
+    /// How the running process carries CommandExecute: its config file's
+    /// `useCnAgentCommandExecute` as it was when it started. SAPI's
+    /// `FEATURE_USE_CNAGENT_COMMAND_EXECUTE` reaches it only through
+    /// config-agent and a restart (`config_agent`).
+    pub mode: Mutex<ExecuteTransport>,
 }
 
 impl CnapiState {
-    pub(crate) fn new(info: Arc<ApiInfo>) -> CnapiState {
+    pub(crate) fn new(info: Arc<ApiInfo>, mode: ExecuteTransport) -> CnapiState {
         CnapiState {
             info,
             servers: Mutex::new(BTreeMap::new()),
@@ -117,7 +131,13 @@ impl CnapiState {
             server_gets: AtomicU64::new(0),
             reboots: AtomicU64::new(0),
             executes: Mutex::new(Vec::new()),
+            mode: Mutex::new(mode),
         }
+    }
+
+    /// How the running process carries CommandExecute.
+    pub(crate) fn mode(&self) -> ExecuteTransport {
+        *self.mode.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// The process dies (`why`) and SMF starts it again after `down`: the

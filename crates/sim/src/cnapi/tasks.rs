@@ -86,6 +86,10 @@ pub(crate) enum TaskFailure {
     /// The GZ installer's own failure, as the task reports it.
     #[error(transparent)]
     Gz(#[from] GzOpError),
+    /// cn-agent's final refreshAgents failed (`agents_uninstall` reports
+    /// it although its removals are done).
+    #[error(transparent)]
+    Refresh(#[from] crate::core::RefreshFailure),
 }
 
 /// One task, what kind it is, and the channel its waiters listen on.

@@ -21,8 +21,10 @@ use std::path::{Path, PathBuf};
 use agentsadm_api::cnapi::AgentEntry;
 use agentsadm_gz::paths::GzPaths;
 
-/// The entries, or the first path whose reading failed the refresh.
-pub(super) fn read(root: &Path) -> Result<Vec<AgentEntry>, (PathBuf, io::Error)> {
+/// The entries, or the first path whose reading failed the refresh (the
+/// simulator's cn-agent; also the reader of the refresh stress
+/// measurements).
+pub fn read(root: &Path) -> Result<Vec<AgentEntry>, (PathBuf, io::Error)> {
     let paths = GzPaths::new(root);
     let dir = paths.node_modules();
     let mut names: Vec<String> = match fs::read_dir(&dir) {

@@ -309,6 +309,7 @@ pub trait GzOps: Send + Sync + 'static {
 }
 
 mod cn_agent_view;
+pub use cn_agent_view::read as cn_agent_refresh;
 mod installer;
 mod jobs;
 mod template;
