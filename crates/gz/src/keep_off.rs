@@ -55,7 +55,12 @@ pub fn record_file(paths: &GzPaths, component: &ComponentName) -> PathBuf {
 /// still keeps the component off (someone meant it), with fields unknown.
 /// Blocking.
 pub fn read(paths: &GzPaths, component: &ComponentName) -> Option<OffRecord> {
-    let bytes = std::fs::read(record_file(paths, component)).ok()?;
+    // A record that is not a readable regular file (a FIFO, a link, a
+    // huge file) keeps the component off too, read as damaged.
+    let bytes = match crate::fsutil::read_small(record_file(paths, component)) {
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return None,
+        other => other.unwrap_or_default(),
+    };
     Some(
         serde_json::from_slice(&bytes).unwrap_or_else(|_| OffRecord {
             by: "unknown".into(),
