@@ -471,7 +471,7 @@ async fn a_rollback_killed_after_its_swap_is_finished_never_undone() {
         &hn,
         &["--rollback"],
         "self-update-rolled-back",
-        &[v1.version.clone()],
+        std::slice::from_ref(&v1.version),
     )
     .await;
     assert_eq!(runs(&hn), format!("agentsadm {}", v1.version));
