@@ -177,27 +177,7 @@ pub async fn execute(
                 // Swapped by the killed run: never swap back.
                 outcome.from = before.clone();
             } else {
-                let intent = super::RollbackIntent {
-                    from_image: plan.current.image,
-                    from_version: plan.current.version.clone(),
-                    to_image: *image,
-                };
-                write_intent(&intent_file, &intent).await?;
-                let r = agentsadm_gz::rollback(env.settings.clone(), &c.name).await;
-                outcome.warnings.extend(r.warnings.clone());
-                failed("rolling back", &r)?;
-                agentsadm_gz::test_checkpoint(
-                    env.settings.knob(Knob::CrashAt).as_deref(),
-                    "self-update-rolled-back",
-                );
-                let restored = r.components.first();
-                outcome.to = Installed {
-                    image: restored.and_then(|r| r.image_uuid),
-                    version: restored
-                        .and_then(|r| r.version.as_ref())
-                        .map(ToString::to_string)
-                        .unwrap_or_default(),
-                };
+                swap_back(env, &c, plan, *image, &mut outcome).await?;
             }
             outcome.done = Done::RolledBack;
             let to = outcome.to.clone();
@@ -222,6 +202,39 @@ pub async fn execute(
         }
     }
     Ok(outcome)
+}
+
+/// The rollback's swap, its intent written first: the kept copy back in
+/// place (`gz rollback agentsadm`), what it restored in `outcome.to`.
+async fn swap_back(
+    env: &SelfUpdateEnv<'_>,
+    c: &Component,
+    plan: &SelfUpdatePlan,
+    image: Option<ImageUuid>,
+    outcome: &mut SelfUpdateOutcome,
+) -> Result<(), SelfUpdateError> {
+    let intent = super::RollbackIntent {
+        from_image: plan.current.image,
+        from_version: plan.current.version.clone(),
+        to_image: image,
+    };
+    write_intent(&super::rollback_intent_file(&env.settings), &intent).await?;
+    let r = agentsadm_gz::rollback(env.settings.clone(), &c.name).await;
+    outcome.warnings.extend(r.warnings.clone());
+    failed("rolling back", &r)?;
+    agentsadm_gz::test_checkpoint(
+        env.settings.knob(Knob::CrashAt).as_deref(),
+        "self-update-rolled-back",
+    );
+    let restored = r.components.first();
+    outcome.to = Installed {
+        image: restored.and_then(|r| r.image_uuid),
+        version: restored
+            .and_then(|r| r.version.as_ref())
+            .map(ToString::to_string)
+            .unwrap_or_default(),
+    };
+    Ok(())
 }
 
 /// Write the rollback's intent (atomic, fsynced) before its swap.
