@@ -9,10 +9,11 @@
 # IMAGE --json`: the image is already there, so the installer keeps the
 # instance UUID, adopts it into SAPI and reports to CNAPI).
 #
-# 1. Download the image file from the datacenter IMGAPI into the
-#    installer's download cache, as a partial file, check its size and
-#    SHA-1, and rename it to <uuid>.file (the cache only ever holds
-#    verified files; `gz install` verifies it again when it uses it).
+# 1. Check the cache's filesystem has room, download the image file from
+#    the datacenter IMGAPI into the installer's download cache, as a
+#    partial file never over the manifest's size plus one byte, check its
+#    size and SHA-1, and rename it to <uuid>.file (the cache only ever
+#    holds verified files; `gz install` verifies it again when it uses it).
 # 2. Unpack agentsadm's four files beside the install directory
 #    (opt/smartdc/agentsadm.bootstrap, the same filesystem) and check them:
 #    regular files, image_uuid naming IMAGE, package.json naming
@@ -132,6 +133,19 @@ mismatch() {
     fi
 }
 
+# Refuse to start when the filesystem of $1 has not room for the download
+# and its unpacked files (at most 4 times the compressed size, plus 8 MiB):
+# a full zones pool stops every zone on the server.
+room() {
+    local need avail
+    need=$(((SIZE * 4 + (8 << 20)) / 1024))
+    avail=$(df -Pk "$1" 2>/dev/null | awk 'NR == 2 { print $4 }')
+    [[ $avail =~ ^[0-9]+$ ]] ||
+        fatal "cannot tell the free space of $1 (df -Pk); nothing was downloaded"
+    ((avail >= need)) ||
+        fatal "$1 has $avail KiB free, the download and unpack of agentsadm image $IMAGE ($SIZE bytes) need $need KiB; free space there and run again"
+}
+
 # The copy in place is the image's, whole.
 placed() {
     [[ -f $DIR/image_uuid && ! -L $DIR/image_uuid ]] &&
@@ -149,9 +163,19 @@ fetch() {
     mkdir -p "$CACHE"
     rm -f "$CACHE/$IMAGE".bootstrap-*.partial
     partial=$CACHE/$IMAGE.bootstrap-$$.partial
+    room "$CACHE"
     log "downloading $url"
-    if ! curl -fsS --connect-timeout 10 --retry 3 --retry-delay 2 \
-        --max-time 900 --max-filesize "$SIZE" -o "$partial" "$url"; then
+    # At most SIZE + 1 bytes are ever written, whatever the server sends:
+    # curl before 8.4 does not enforce --max-filesize on a response
+    # without Content-Length, so head(1) cuts the stream (one byte over
+    # the manifest's size is enough to tell the file is not the image; a
+    # retry that appended to what was written fails the SHA-1 check).
+    if ! curl -fsS --connect-timeout 10 --retry 3 --retry-delay 2 --max-time 900 \
+        --max-filesize "$SIZE" "$url" | head -c "$((SIZE + 1))" >"$partial"; then
+        if [[ $(size_of "$partial") -gt $SIZE ]]; then
+            rm -f "$partial"
+            fatal "$url sent more than the $SIZE bytes image $IMAGE's manifest gives its file; stopped at $((SIZE + 1)); nothing was changed"
+        fi
         rm -f "$partial"
         fatal "cannot download agentsadm image $IMAGE from $url; check that the datacenter IMGAPI has it ('sdc-imgadm get $IMAGE')"
     fi

@@ -7,6 +7,8 @@
 //!   reinstall, rollback and a SIGKILL mid-postinstall (issue 25);
 //! - `agentsadm_kind`: agentsadm's own component (its directory, report,
 //!   upgrade by rename with the binary always there, takeover of a bare copy);
+//! - `bounded_reads`: a FIFO, device link, outside link or huge file at
+//!   each file the installer reads: no hang, lock freed, nothing outside changed;
 //! - `bad_input`: each bad input refused with the cause named, nothing changed;
 //! - `crash`: killed at every checkpoint, recovered to old or new;
 //! - `concurrency`: ordering, parallel-safe overlap, the server lock;
@@ -43,6 +45,8 @@ mod tools_common;
 mod agentsadm_kind;
 #[path = "gz_suite/bad_input.rs"]
 mod bad_input;
+#[path = "gz_suite/bounded_reads.rs"]
+mod bounded_reads;
 #[path = "gz_suite/claims.rs"]
 mod claims;
 #[path = "gz_suite/concurrency.rs"]

@@ -386,24 +386,29 @@ async fn refused_self_updates_change_nothing() {
 /// `self-update --latest -C dev` stopped at `point`, checked to still have
 /// a binary that runs, then killed with SIGKILL.
 async fn kill_self_update_at(dc: &SimDc, root: &Path, point: &str, ok_versions: &[String]) {
+    kill_self_update_with(dc, root, &["--latest", "-C", "dev"], point, ok_versions).await
+}
+
+async fn kill_self_update_with(
+    dc: &SimDc,
+    root: &Path,
+    args: &[&str],
+    point: &str,
+    ok_versions: &[String],
+) {
     let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_agentsadm"));
-    cmd.args([
-        "self-update",
-        "--latest",
-        "-C",
-        "dev",
-        "--root",
-        root.to_str().unwrap(),
-    ])
-    .env("AGENTSADM_TEST_CRASH_AT", format!("wait:{point}"))
-    .env(
-        "XDG_STATE_HOME",
-        std::env::temp_dir().join("agentsadm-selfupdate-test-logs"),
-    )
-    .stdin(Stdio::null())
-    .stdout(Stdio::null())
-    .stderr(Stdio::piped())
-    .kill_on_drop(true);
+    cmd.arg("self-update")
+        .args(args)
+        .args(["--root", root.to_str().unwrap()]);
+    cmd.env("AGENTSADM_TEST_CRASH_AT", format!("wait:{point}"))
+        .env(
+            "XDG_STATE_HOME",
+            std::env::temp_dir().join("agentsadm-selfupdate-test-logs"),
+        )
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true);
     for (k, v) in dc_env(dc) {
         cmd.env(k, v);
     }
@@ -461,6 +466,40 @@ async fn sigkill_during_self_update_leaves_a_binary_that_runs() {
         assert_new_servers_get(&dc, &hn, &v2);
         dc.shutdown().await;
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rollback_killed_after_its_swap_is_finished_never_undone() {
+    let dc = dc().await;
+    let hn = dc.headnode().root;
+    let (v1, v2) = images_of(&dc);
+    ok(&self_update(&dc, &hn, &["--latest", "-C", "dev"]).await);
+    assert_eq!(runs(&hn), format!("agentsadm {}", v2.version));
+    kill_self_update_with(
+        &dc,
+        &hn,
+        &["--rollback"],
+        "self-update-rolled-back",
+        std::slice::from_ref(&v1.version),
+    )
+    .await;
+    assert_eq!(runs(&hn), format!("agentsadm {}", v1.version));
+    // The same command again finishes the rollback: v1 stays, and new
+    // servers get v1, not the build the operator rolled back from.
+    let line = ok(&self_update(&dc, &hn, &["--rollback"]).await);
+    assert!(
+        line.starts_with(&format!(
+            "Rolled agentsadm back from {} to {}",
+            v2.version, v1.version
+        )),
+        "{line}"
+    );
+    assert_eq!(runs(&hn), format!("agentsadm {}", v1.version));
+    assert_new_servers_get(&dc, &hn, &v1);
+    // Finished: a later --rollback is a new one (back to v2).
+    let line = ok(&self_update(&dc, &hn, &["--rollback"]).await);
+    assert!(line.contains(&format!("to {}", v2.version)), "{line}");
+    dc.shutdown().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -2,7 +2,9 @@
 //! disabled across upgrade, reinstall and rollback, whatever its
 //! postinstall enables, and a SIGKILL of the installer during the
 //! upgrade's postinstall leaves it disabled after recovery; `gz enable`
-//! turns it back on.
+//! turns it back on; a `gz disable` or `gz enable` killed at any point is
+//! finished by the next locked run, the record and SMF agreeing, no stray
+//! file left (issue 32).
 
 use std::os::unix::process::ExitStatusExt;
 use std::process::Stdio;
@@ -144,4 +146,90 @@ async fn sigkill_during_the_postinstall_leaves_it_disabled_after_recovery() {
     let f3 = write_image(&enabling("2.0.1", "true"), dir.path());
     ok(&srv.gz_offline(&["install", f3.to_str().unwrap()]).await);
     assert!(all_are(&net_agent(&srv), "disabled"));
+}
+
+/// `gz <args>` by the real binary, aborted at crash point `at`.
+fn killed_at(srv: &TestServer, args: &[&str], at: &str) {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_agentsadm"))
+        .arg("gz")
+        .args(args)
+        .arg("--root")
+        .arg(srv.root())
+        .args(["--no-sapi", "--no-cnapi"])
+        .env("AGENTSADM_TEST_CRASH_AT", at)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.code().is_none(),
+        "{at}: expected a crash, got {:?}: {}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// A locked session opened and closed (recovery), its notes.
+async fn next_run(srv: &TestServer) -> Vec<String> {
+    let mut settings = GzSettings::new(srv.root());
+    settings.no_sapi = true;
+    settings.no_cnapi = true;
+    let mut session = GzSession::open(settings, true).await.unwrap();
+    session.remove(&[]).await.warnings
+}
+
+/// The record and SMF agree (`off`: the record there and every instance
+/// disabled; else neither), and no temporary or journal file is left.
+fn agree(srv: &TestServer, off: bool, what: &str) {
+    let states = net_agent(srv);
+    assert_eq!(srv.at(RECORD).exists(), off, "{what}: record");
+    let want = if off { "disabled" } else { "online" };
+    assert!(all_are(&states, want), "{what}: {states:?}");
+    for d in ["disabled", "keep-off"] {
+        let dir = srv.at(&format!("opt/smartdc/agents/.agentsadm/{d}"));
+        let stray: Vec<String> = std::fs::read_dir(&dir)
+            .into_iter()
+            .flatten()
+            .flatten()
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .filter(|n| d == "keep-off" || n.ends_with(".tmp"))
+            .collect();
+        assert!(stray.is_empty(), "{what}: left in {d}: {stray:?}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn disable_and_enable_killed_anywhere_are_finished_by_the_next_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let f1 = write_image(&enabling("1.0.0", "true"), dir.path());
+    let f1 = f1.to_str().unwrap();
+    let points = ["keep-off-journaled", "keep-off-recorded", "keep-off-smf"];
+    for at in points {
+        let srv = TestServer::new(false);
+        ok(&srv.gz_offline(&["install", f1]).await);
+        killed_at(&srv, &["disable", "net-agent", "--by", "bob"], at);
+        let notes = next_run(&srv).await;
+        assert!(
+            notes.iter().any(|n| n.contains("finished a `gz disable`")),
+            "{at}: {notes:?}"
+        );
+        agree(&srv, true, &format!("disable killed at {at}"));
+        let record = std::fs::read_to_string(srv.at(RECORD)).unwrap();
+        assert!(record.contains("bob"), "{at}: {record}");
+    }
+    for at in ["keep-off-journaled", "keep-off-smf", "keep-off-unrecorded"] {
+        let srv = TestServer::new(false);
+        ok(&srv.gz_offline(&["install", f1]).await);
+        ok(&srv.gz_offline(&["disable", "net-agent"]).await);
+        killed_at(&srv, &["enable", "net-agent"], at);
+        next_run(&srv).await;
+        agree(&srv, false, &format!("enable killed at {at}"));
+    }
+    // A kill inside the record's atomic write leaves its temporary file:
+    // the next run removes it.
+    let srv = TestServer::new(false);
+    ok(&srv.gz_offline(&["install", f1]).await);
+    ok(&srv.gz_offline(&["disable", "net-agent"]).await);
+    let tmp = srv.at("opt/smartdc/agents/.agentsadm/disabled/.net-agent.json.3735928559.tmp");
+    std::fs::write(&tmp, b"{").unwrap();
+    next_run(&srv).await;
+    agree(&srv, true, "stray temporary record");
 }

@@ -9,6 +9,9 @@
 //! - an old copy refuses words newer than itself (exit 2, clap's message),
 //!   a missing one answers 127, a current one runs the line; with the
 //!   strictness off, the simulator's own agentsadm runs every line.
+//! - a download whose answer has no Content-Length writes at most the
+//!   manifest's size plus one byte; one the disk has no room for is not
+//!   started.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -242,4 +245,126 @@ async fn strict_execute_runs_what_the_servers_own_agentsadm_parses() {
         }
         dc.shutdown().await;
     }
+}
+
+/// An IMGAPI stand-in on 127.0.0.1 whose image file answer has no
+/// Content-Length and never ends (up to 256 MiB, then it closes): returns
+/// its URL, how many bytes it managed to send, and how many requests it got.
+async fn endless_imgapi() -> (
+    String,
+    std::sync::Arc<std::sync::atomic::AtomicU64>,
+    std::sync::Arc<std::sync::atomic::AtomicU64>,
+) {
+    use std::sync::atomic::Ordering;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    let sent = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let requests = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let (s, r) = (sent.clone(), requests.clone());
+    tokio::spawn(async move {
+        while let Ok((mut sock, _)) = listener.accept().await {
+            r.fetch_add(1, Ordering::SeqCst);
+            let s = s.clone();
+            tokio::spawn(async move {
+                let mut buf = [0u8; 4096];
+                let _ = sock.read(&mut buf).await;
+                let head = b"HTTP/1.1 200 OK\r\nContent-Type: application/octet-stream\r\nConnection: close\r\n\r\n";
+                if sock.write_all(head).await.is_err() {
+                    return;
+                }
+                let chunk = vec![0x5au8; 64 * 1024];
+                for _ in 0..4096 {
+                    if sock.write_all(&chunk).await.is_err() {
+                        return;
+                    }
+                    s.fetch_add(chunk.len() as u64, Ordering::SeqCst);
+                }
+            });
+        }
+    });
+    (url, sent, requests)
+}
+
+/// Run the script as CNAPI would, with `root` as the global zone.
+async fn run_script(root: &Path, imgapi: &str, image: ImageUuid, size: u64) -> (i32, String) {
+    let script = root.join("bootstrap-agentsadm.sh");
+    std::fs::write(&script, agentsadm_api::bootstrap::BOOTSTRAP_SCRIPT).unwrap();
+    let child = tokio::process::Command::new("bash")
+        .arg(&script)
+        .args([image.to_string(), "0".repeat(40), size.to_string()])
+        .env_clear()
+        .env("PATH", std::env::var("PATH").unwrap_or_default())
+        .env("IMGAPI_URL", imgapi)
+        .env("AGENTSADM_ROOT", root)
+        .kill_on_drop(true)
+        .output();
+    let out = tokio::time::timeout(Duration::from_secs(120), child)
+        .await
+        .expect("the bootstrap did not end within 120 s")
+        .unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        ),
+    )
+}
+
+/// The largest file under `dir`.
+fn largest_file(dir: &Path) -> u64 {
+    let mut max = 0;
+    for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let md = e.metadata().unwrap();
+        max = max.max(if md.is_dir() {
+            largest_file(&e.path())
+        } else {
+            md.len()
+        });
+    }
+    max
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_download_without_content_length_stops_at_the_manifests_size() {
+    let root = tempfile::tempdir().unwrap();
+    let (url, sent, _) = endless_imgapi().await;
+    let image = ImageUuid::new_v4();
+    let size = 807;
+    let (status, out) = run_script(root.path(), &url, image, size).await;
+    let sent = sent.load(std::sync::atomic::Ordering::SeqCst);
+    assert_eq!(status, 1, "{out}");
+    assert!(out.contains("sent more than the 807 bytes"), "{out}");
+    assert!(out.contains(&image.to_string()), "{out}");
+    // Socket buffers and one chunk in flight, never the 256 MiB on offer.
+    assert!(sent < 32 << 20, "the server got {sent} bytes out: {out}");
+    assert!(
+        largest_file(root.path()) < 64 << 10,
+        "a file of {} bytes was written",
+        largest_file(root.path())
+    );
+    let cache = root.path().join("opt/smartdc/agents/.agentsadm/downloads");
+    assert_eq!(
+        std::fs::read_dir(&cache).map(|d| d.count()).unwrap_or(0),
+        0,
+        "nothing left in the cache"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_download_the_disk_has_no_room_for_is_not_started() {
+    let root = tempfile::tempdir().unwrap();
+    let (url, _, requests) = endless_imgapi().await;
+    // 999 GB: more than this machine's temporary filesystem has free.
+    let (status, out) = run_script(root.path(), &url, ImageUuid::new_v4(), 999_999_999_999).await;
+    assert_eq!(status, 1, "{out}");
+    assert!(out.contains("KiB free"), "{out}");
+    assert!(out.contains("free space there and run again"), "{out}");
+    assert_eq!(
+        requests.load(std::sync::atomic::Ordering::SeqCst),
+        0,
+        "{out}"
+    );
 }

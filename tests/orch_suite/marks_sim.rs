@@ -247,3 +247,43 @@ async fn disabled_net_agent_and_held_vm_agent_through_update_all_latest() {
             .all(|s| s == "disabled")
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hold_recorded_while_a_run_holds_the_lock_says_it_applies_from_the_next_run() {
+    use agentsadm_orchestrate::lock::{self, LockOptions, SapiLockStore};
+    let dc = SimDc::start(
+        SimConfig::default()
+            .servers(2)
+            .populate(SeedSpec::with_newer()),
+    )
+    .await
+    .expect("simulator starts");
+    let state = tempfile::tempdir().unwrap();
+    let s = state.path();
+    for cn in dc.servers() {
+        dc.gz_report(cn.uuid).await.unwrap();
+    }
+    // No run: the hold says nothing of one.
+    let (code, out, err) = cli(&dc, s, &["hold", "vm-agent", "-s", "cn0001"]).await;
+    assert_eq!(code, 0, "{out}\n{err}");
+    assert!(!out.contains("in progress"), "{out}");
+
+    let store = SapiLockStore::new(dc.apis().sapi.clone()).await.unwrap();
+    let held = lock::acquire(
+        &store,
+        "root@hn:4242",
+        "update --all",
+        &LockOptions::default(),
+    )
+    .await
+    .unwrap();
+    let (code, out, err) = cli(&dc, s, &["hold", "vm-agent", "-s", "cn0002"]).await;
+    assert_eq!(code, 0, "{out}\n{err}");
+    assert!(
+        out.contains("A run is in progress (update --all by root@hn:4242"),
+        "{out}"
+    );
+    assert!(out.contains("applies from the next run"), "{out}");
+    drop(held);
+    dc.shutdown().await;
+}

@@ -48,9 +48,11 @@ impl SetupState {
     /// Read `<root>/var/lib/setup.json`.
     pub fn load(root: &Path) -> Result<SetupState, SetupStateError> {
         let path = root.join(SETUP_FILE);
-        let text = std::fs::read(&path).map_err(|err| SetupStateError::Read {
-            path: path.clone(),
-            err,
+        let text = agentsadm_types::bounded::read_small_io(&path).map_err(|err| {
+            SetupStateError::Read {
+                path: path.clone(),
+                err,
+            }
         })?;
         let doc = match serde_json::from_slice::<Value>(&text) {
             Ok(Value::Object(m)) => m,

@@ -154,7 +154,8 @@ fn check_image(catalog: &Catalog, arg: &Path) -> Result<Checked, UsbkeyError> {
             });
         }
     };
-    let text = std::fs::read(&manifest_path).map_err(read_err(&manifest_path))?;
+    let text = agentsadm_types::bounded::read_small_io(&manifest_path)
+        .map_err(read_err(&manifest_path))?;
     let manifest: ImageManifest =
         serde_json::from_slice(&text).map_err(|err| UsbkeyError::Manifest {
             path: manifest_path.clone(),
@@ -200,7 +201,13 @@ fn check_image(catalog: &Catalog, arg: &Path) -> Result<Checked, UsbkeyError> {
 }
 
 fn hash_file(path: &Path) -> Result<(u64, String), UsbkeyError> {
-    let mut f = std::fs::File::open(path).map_err(read_err(path))?;
+    // A regular file only: a FIFO or device there must not hang the hash.
+    let opened = match agentsadm_types::bounded::open_regular(path) {
+        Ok(Some(f)) => Ok(f),
+        Ok(None) => Err(std::io::ErrorKind::NotFound.into()),
+        Err(e) => Err(e.into_io()),
+    };
+    let mut f = opened.map_err(read_err(path))?;
     let mut hasher = Sha1::new();
     let mut buf = vec![0u8; 64 * 1024];
     let mut size = 0u64;
@@ -235,7 +242,7 @@ fn present(catalog: &Catalog, dir: &Path) -> Vec<Checked> {
         for f in files.flatten() {
             let p = f.path();
             if p.extension().is_some_and(|x| x == "manifest")
-                && let Ok(text) = std::fs::read(&p)
+                && let Ok(text) = agentsadm_types::bounded::read_small_io(&p)
                 && let Ok(manifest) = serde_json::from_slice::<ImageManifest>(&text)
             {
                 out.push(Checked {
@@ -379,7 +386,7 @@ pub fn read_index(dir: &Path) -> Result<UsbkeyIndex, UsbkeyError> {
         path: dir.to_path_buf(),
         err,
     };
-    let text = std::fs::read(dir.join(INDEX_FILE)).map_err(index_err)?;
+    let text = agentsadm_types::bounded::read_small_io(&dir.join(INDEX_FILE)).map_err(index_err)?;
     serde_json::from_slice(&text)
         .map_err(|e| index_err(std::io::Error::new(std::io::ErrorKind::InvalidData, e)))
 }

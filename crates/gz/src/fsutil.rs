@@ -6,6 +6,8 @@ use std::io::{self, Write};
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 
+use agentsadm_types::bounded;
+
 /// Write `bytes` to `path` atomically: a temporary file in the same
 /// directory, fsync, rename, fsync of the directory. Creates the directory.
 pub fn write_atomic(path: &Path, bytes: &[u8]) -> io::Result<()> {
@@ -121,13 +123,18 @@ pub fn copy_tree(from: &Path, to: &Path) -> io::Result<()> {
     }
 }
 
-/// Read a small text file, trimmed; `None` when absent.
+/// Read a small text file, trimmed; `None` when absent. A FIFO, device,
+/// link or oversized file there is an `InvalidData` error naming the path
+/// ([`agentsadm_types::bounded`]), never a hang.
 pub fn read_trimmed(path: &Path) -> io::Result<Option<String>> {
-    match fs::read_to_string(path) {
-        Ok(s) => Ok(Some(s.trim().to_string())),
-        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
-        Err(e) => Err(e),
-    }
+    bounded::read_trimmed(path).map_err(bounded::FileError::into_io)
+}
+
+/// Read a small regular file whole ([`agentsadm_types::bounded::read_small_io`]):
+/// `NotFound` when absent, `InvalidData` (with the path) when it is not a
+/// regular file or is too large.
+pub fn read_small(path: impl AsRef<Path>) -> io::Result<Vec<u8>> {
+    bounded::read_small_io(path.as_ref())
 }
 
 #[cfg(test)]

@@ -13,6 +13,10 @@
 //! point never leaves the component enabled: before the journal nothing
 //! was touched, after it the recovery's rollback ends disabled.
 //!
+//! `gz disable` / `gz enable` are journaled ([`Pending`]): the change is
+//! written down first and finished by the next locked run if a kill
+//! interrupts it, so the record and SMF always agree after that run.
+//!
 //! cn-agent's install task runs the same installer in the simulator, but
 //! the real cn-agent knows nothing of this record; the orchestrator
 //! therefore runs `gz disable` in the same step after an install-agent
@@ -55,7 +59,12 @@ pub fn record_file(paths: &GzPaths, component: &ComponentName) -> PathBuf {
 /// still keeps the component off (someone meant it), with fields unknown.
 /// Blocking.
 pub fn read(paths: &GzPaths, component: &ComponentName) -> Option<OffRecord> {
-    let bytes = std::fs::read(record_file(paths, component)).ok()?;
+    // A record that is not a readable regular file (a FIFO, a link, a
+    // huge file) keeps the component off too, read as damaged.
+    let bytes = match crate::fsutil::read_small(record_file(paths, component)) {
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return None,
+        other => other.unwrap_or_default(),
+    };
     Some(
         serde_json::from_slice(&bytes).unwrap_or_else(|_| OffRecord {
             by: "unknown".into(),
@@ -73,6 +82,66 @@ pub fn write(paths: &GzPaths, component: &ComponentName, record: &OffRecord) -> 
     }
     let bytes = serde_json::to_vec_pretty(record).map_err(io::Error::other)?;
     fsutil::write_atomic(&file, &bytes)
+}
+
+/// A `gz disable` or `gz enable` under way: written (atomic, fsynced)
+/// before either touches the record or SMF, removed once both agree, so
+/// that a kill anywhere in between is finished by the next locked run
+/// ([`pending`]), never left half done.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Pending {
+    pub component: ComponentName,
+    /// The record a disable writes; `None`: an enable.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub record: Option<OffRecord>,
+}
+
+/// The directory of the pending changes.
+pub fn pending_dir(paths: &GzPaths) -> PathBuf {
+    paths.state_dir().join("keep-off")
+}
+
+fn pending_file(paths: &GzPaths, component: &ComponentName) -> PathBuf {
+    pending_dir(paths).join(format!("{component}.json"))
+}
+
+/// Journal a change before making it. Blocking.
+pub fn begin(paths: &GzPaths, pending: &Pending) -> io::Result<()> {
+    let bytes = serde_json::to_vec_pretty(pending).map_err(io::Error::other)?;
+    fsutil::write_atomic(&pending_file(paths, &pending.component), &bytes)
+}
+
+/// The change is made: forget it. Blocking.
+pub fn end(paths: &GzPaths, component: &ComponentName) -> io::Result<()> {
+    match std::fs::remove_file(pending_file(paths, component)) {
+        Err(e) if e.kind() != io::ErrorKind::NotFound => Err(e),
+        _ => fsutil::fsync_dir(&pending_dir(paths)).or(Ok(())),
+    }
+}
+
+/// The changes a killed run left under way, by file name order; an
+/// unreadable one is returned as its path and error. Blocking.
+pub fn pending(paths: &GzPaths) -> Vec<Result<Pending, (PathBuf, io::Error)>> {
+    let Ok(rd) = std::fs::read_dir(pending_dir(paths)) else {
+        return Vec::new();
+    };
+    let mut files: Vec<PathBuf> = rd
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|x| x == "json"))
+        .collect();
+    files.sort();
+    files
+        .into_iter()
+        .map(|p| {
+            fsutil::read_small(&p)
+                .and_then(|b| {
+                    serde_json::from_slice(&b)
+                        .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))
+                })
+                .map_err(|e| (p, e))
+        })
+        .collect()
 }
 
 /// Remove the record; a missing one is fine. Blocking.

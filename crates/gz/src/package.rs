@@ -158,7 +158,7 @@ impl PackageJson {
 
     /// Read `<dir>/package.json`.
     pub fn read(dir: &Path) -> Result<Option<PackageJson>, PackageError> {
-        match std::fs::read(dir.join("package.json")) {
+        match crate::fsutil::read_small(dir.join("package.json")) {
             Ok(b) => PackageJson::parse(&b).map(Some),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
             Err(e) => Err(PackageError::Json {

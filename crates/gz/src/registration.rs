@@ -271,7 +271,7 @@ fn is_ours(dir: &Path) -> bool {
 }
 
 fn read_package(dir: &Path) -> Option<serde_json::Value> {
-    let bytes = fs::read(dir.join("package.json")).ok()?;
+    let bytes = crate::fsutil::read_small(dir.join("package.json")).ok()?;
     serde_json::from_slice(&bytes).ok()
 }
 

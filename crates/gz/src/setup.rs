@@ -74,7 +74,7 @@ pub fn setup_dir_sources(
         });
     }
     let index_path = dir.join("index.json");
-    let index: BTreeMap<String, String> = match std::fs::read(&index_path) {
+    let index: BTreeMap<String, String> = match crate::fsutil::read_small(&index_path) {
         Ok(b) => {
             let v: serde_json::Value =
                 serde_json::from_slice(&b).map_err(|err| SetupError::IndexJson {
@@ -127,7 +127,7 @@ fn newest_manifest(dir: &Path) -> Option<PathBuf> {
     for e in rd.flatten() {
         let p = e.path();
         if p.extension().map(|x| x == "manifest").unwrap_or(false) {
-            let m: Option<agentsadm_types::image::ImageManifest> = std::fs::read(&p)
+            let m: Option<agentsadm_types::image::ImageManifest> = crate::fsutil::read_small(&p)
                 .ok()
                 .and_then(|b| serde_json::from_slice(&b).ok());
             let key = (

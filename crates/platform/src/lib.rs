@@ -209,6 +209,28 @@ pub enum PlatformError {
         what: &'static str,
         platform: &'static str,
     },
+    /// A FIFO, device, link or oversized file where a small file is read.
+    #[error(transparent)]
+    Damaged(#[from] agentsadm_types::bounded::FileError),
+}
+
+/// Read the regular file at `path`, at most `limit` bytes
+/// ([`agentsadm_types::bounded`]): absent is [`PlatformError::Read`] with
+/// `NotFound` (what callers test for), anything but a small regular file
+/// [`PlatformError::Damaged`]. Blocking.
+pub fn read_bounded(path: &Path, limit: u64) -> Result<Vec<u8>, PlatformError> {
+    agentsadm_types::bounded::read(path, limit)?.ok_or_else(|| PlatformError::Read {
+        path: path.to_path_buf(),
+        err: io::ErrorKind::NotFound.into(),
+    })
+}
+
+/// [`read_bounded`] as text (bad UTF-8 is [`PlatformError::Invalid`]).
+pub fn read_bounded_text(path: &Path, limit: u64) -> Result<String, PlatformError> {
+    String::from_utf8(read_bounded(path, limit)?).map_err(|e| PlatformError::Invalid {
+        path: path.to_path_buf(),
+        reason: e.to_string(),
+    })
 }
 
 /// The operating system of one server's global zone.
@@ -292,19 +314,14 @@ where
 /// Read a sysinfo JSON file (blocking: call it through [`blocking`] from
 /// async code).
 pub fn read_sysinfo_file(path: &Path) -> Result<Sysinfo, PlatformError> {
-    let bytes = match std::fs::read(path) {
+    let bytes = match read_bounded(path, agentsadm_types::bounded::SMALL) {
         Ok(b) => b,
-        Err(e) if e.kind() == io::ErrorKind::NotFound => {
+        Err(PlatformError::Read { err, .. }) if err.kind() == io::ErrorKind::NotFound => {
             return Err(PlatformError::NoSysinfo {
                 path: path.to_path_buf(),
             });
         }
-        Err(err) => {
-            return Err(PlatformError::Read {
-                path: path.to_path_buf(),
-                err,
-            });
-        }
+        Err(e) => return Err(e),
     };
     let v: serde_json::Value =
         serde_json::from_slice(&bytes).map_err(|e| PlatformError::Invalid {

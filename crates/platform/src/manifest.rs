@@ -105,10 +105,7 @@ pub fn manifest_instances(xml: &str) -> Result<Vec<ManifestInstance>, ManifestEr
 /// Read a manifest file's instances (blocking: call it through
 /// [`super::blocking`] from async code).
 pub fn read_manifest_instances(path: &Path) -> Result<Vec<ManifestInstance>, PlatformError> {
-    let xml = std::fs::read_to_string(path).map_err(|err| PlatformError::Read {
-        path: path.to_path_buf(),
-        err,
-    })?;
+    let xml = super::read_bounded_text(path, agentsadm_types::bounded::MANIFEST)?;
     manifest_instances(&xml).map_err(|err| PlatformError::BadManifest {
         path: path.to_path_buf(),
         err,
@@ -119,10 +116,7 @@ pub fn read_manifest_instances(path: &Path) -> Result<Vec<ManifestInstance>, Pla
 /// instances: importing it touches each of them, so each is a name the
 /// package claims.
 pub fn read_manifest_services(path: &Path) -> Result<Vec<String>, PlatformError> {
-    let xml = std::fs::read_to_string(path).map_err(|err| PlatformError::Read {
-        path: path.to_path_buf(),
-        err,
-    })?;
+    let xml = super::read_bounded_text(path, agentsadm_types::bounded::MANIFEST)?;
     manifest_services(&xml).map_err(|err| PlatformError::BadManifest {
         path: path.to_path_buf(),
         err,

@@ -166,15 +166,17 @@ impl Rooted {
     /// The faults file (empty when absent). Blocking.
     fn faults_file(&self) -> Result<SmfFaults, PlatformError> {
         let path = self.root.join(SMF_FAULTS_FILE);
-        match fs::read(&path) {
+        match crate::read_bounded(&path, agentsadm_types::bounded::SMALL) {
             Ok(bytes) => {
                 serde_json::from_slice::<SmfFaults>(&bytes).map_err(|e| PlatformError::Invalid {
                     path: path.clone(),
                     reason: e.to_string(),
                 })
             }
-            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(SmfFaults::default()),
-            Err(err) => Err(PlatformError::Read { path, err }),
+            Err(PlatformError::Read { err, .. }) if err.kind() == io::ErrorKind::NotFound => {
+                Ok(SmfFaults::default())
+            }
+            Err(e) => Err(e),
         }
     }
 
@@ -197,8 +199,10 @@ impl Rooted {
             .find(|f| {
                 f.fmri == fmri
                     && match (&f.when_file, &f.holds) {
-                        (Some(file), Some(text)) => fs::read_to_string(self.root.join(file))
-                            .is_ok_and(|t| t.trim() == text.trim()),
+                        (Some(file), Some(text)) => {
+                            agentsadm_types::bounded::read_trimmed(&self.root.join(file))
+                                .is_ok_and(|t| t.as_deref() == Some(text.trim()))
+                        }
                         (Some(file), None) => self.root.join(file).exists(),
                         (None, _) => true,
                     }
@@ -232,13 +236,17 @@ impl Rooted {
     /// Read the SMF state file (empty when absent). Blocking.
     pub fn read_state(&self) -> Result<RootedSmfState, PlatformError> {
         let path = self.state_file();
-        match fs::read(&path) {
+        // The simulator's SMF repository grows with its services, never
+        // near this bound.
+        match crate::read_bounded(&path, 64 << 20) {
             Ok(bytes) => serde_json::from_slice(&bytes).map_err(|e| PlatformError::Invalid {
                 path,
                 reason: e.to_string(),
             }),
-            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(RootedSmfState::default()),
-            Err(err) => Err(PlatformError::Read { path, err }),
+            Err(PlatformError::Read { err, .. }) if err.kind() == io::ErrorKind::NotFound => {
+                Ok(RootedSmfState::default())
+            }
+            Err(e) => Err(e),
         }
     }
 
@@ -451,7 +459,7 @@ impl Platform for Rooted {
     fn sdc_config(&self) -> BoxFuture<'_, Option<SdcConfig>> {
         let path = self.root.join(NODE_CONFIG);
         Box::pin(blocking(move || {
-            let text = fs::read_to_string(path).ok()?;
+            let text = crate::read_bounded_text(&path, agentsadm_types::bounded::SMALL).ok()?;
             Some(parse_node_config(&text))
         }))
     }

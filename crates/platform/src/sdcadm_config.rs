@@ -20,12 +20,8 @@ pub fn sdcadm_updates_url(root: &Path) -> Option<(String, PathBuf)> {
     [SDCADM_CONF, SDCADM_DEFAULTS].into_iter().find_map(|rel| {
         let path = root.join(rel);
         // A configuration file is a few hundred bytes; refuse to slurp
-        // anything that is not one.
-        let meta = std::fs::metadata(&path).ok()?;
-        if !meta.is_file() || meta.len() > 1 << 20 {
-            return None;
-        }
-        let text = std::fs::read_to_string(&path).ok()?;
+        // anything that is not one (nor to wait on a FIFO).
+        let text = crate::read_bounded_text(&path, 1 << 20).ok()?;
         let doc: serde_json::Value = serde_json::from_str(&text).ok()?;
         let url = doc.get("updatesServerUrl")?.as_str()?.trim();
         (!url.is_empty()).then(|| (url.to_string(), path))

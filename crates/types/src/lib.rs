@@ -3,8 +3,10 @@
 //! ([`component`]), the component catalog ([`catalog`]),
 //! image manifests ([`image`]), output and logging conventions
 //! ([`output`], [`log`]), the error-chain printer ([`error`]) and how
-//! versions order ([`version`]).
+//! versions order ([`version`]); [`bounded`] reads files someone else may
+//! have put there (regular files only, size-bounded).
 
+pub mod bounded;
 pub mod catalog;
 pub mod component;
 pub mod error;

@@ -215,6 +215,22 @@ async fn set_and_say(
             "Recorded in SAPI {}; every bulk change leaves it where it is.",
             m.describe()
         ));
+        if let Some(run) = run_in_progress(&apis).await {
+            out.line(format!(
+                "A run is in progress ({} by {}, since {}): the hold applies from the next run; that run may still change the servers it has not started yet.",
+                run.operation, run.owner, run.started
+            ));
+        }
     }
     Ok(exit(0))
+}
+
+/// The run holding the datacenter lock, if one does (a hold recorded now
+/// is read by the next run's plan, not by one already executing).
+async fn run_in_progress(
+    apis: &agentsadm_api::Apis,
+) -> Option<agentsadm_orchestrate::lock::LockRecord> {
+    use agentsadm_orchestrate::lock::{LockStore, SapiLockStore};
+    let store = SapiLockStore::new(apis.sapi.clone()).await.ok()?;
+    store.read().await.ok()?.holder().cloned()
 }

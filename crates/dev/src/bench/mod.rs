@@ -9,6 +9,7 @@
 
 pub mod history;
 pub mod install;
+pub mod journal;
 pub mod plan;
 pub mod rollout;
 

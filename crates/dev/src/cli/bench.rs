@@ -26,6 +26,9 @@ pub enum BenchCommand {
     Rollout(bench::rollout::RolloutBenchArgs),
     /// Plan a large fleet: time and peak memory.
     Plan(bench::plan::PlanBenchArgs),
+    /// Read a run history of 100,000 server records, as `history` and
+    /// `update -n` do, and the indexed fold against a scan.
+    Journal(bench::journal::JournalBenchArgs),
     /// Run install, rollout and plan in turn and print one table (--json:
     /// one object with each benchmark's object and the machine).
     All(bench::AllBenchArgs),
@@ -36,6 +39,7 @@ pub async fn run(g: &GlobalOpts, a: BenchArgs) -> CmdResult {
         BenchCommand::Install(args) => bench::install::run(&args).await?,
         BenchCommand::Rollout(args) => bench::rollout::run(&args).await?,
         BenchCommand::Plan(args) => bench::plan::run(&args).await?,
+        BenchCommand::Journal(args) => bench::journal::run(&args).await?,
         BenchCommand::All(args) => return run_all(g, &args).await,
     };
     println!("{}", serde_json::to_string_pretty(&value)?);

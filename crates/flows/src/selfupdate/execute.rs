@@ -171,18 +171,14 @@ pub async fn execute(
                 err: Box::new(err),
             })?;
         }
-        Action::Rollback { .. } => {
-            let r = agentsadm_gz::rollback(env.settings.clone(), &c.name).await;
-            outcome.warnings.extend(r.warnings.clone());
-            failed("rolling back", &r)?;
-            let restored = r.components.first();
-            outcome.to = Installed {
-                image: restored.and_then(|r| r.image_uuid),
-                version: restored
-                    .and_then(|r| r.version.as_ref())
-                    .map(ToString::to_string)
-                    .unwrap_or_default(),
-            };
+        Action::Rollback { image, resumed, .. } => {
+            let intent_file = super::rollback_intent_file(&env.settings);
+            if let Some(before) = resumed {
+                // Swapped by the killed run: never swap back.
+                outcome.from = before.clone();
+            } else {
+                swap_back(env, &c, plan, *image, &mut outcome).await?;
+            }
             outcome.done = Done::RolledBack;
             let to = outcome.to.clone();
             let finish = async {
@@ -201,9 +197,58 @@ pub async fn execute(
                 done: format!("agentsadm {} is back on this headnode", shown(&to.version)),
                 err: Box::new(err),
             })?;
+            // Finished: a later --rollback is a new one.
+            let _ = agentsadm_platform::blocking(move || std::fs::remove_file(intent_file)).await;
         }
     }
     Ok(outcome)
+}
+
+/// The rollback's swap, its intent written first: the kept copy back in
+/// place (`gz rollback agentsadm`), what it restored in `outcome.to`.
+async fn swap_back(
+    env: &SelfUpdateEnv<'_>,
+    c: &Component,
+    plan: &SelfUpdatePlan,
+    image: Option<ImageUuid>,
+    outcome: &mut SelfUpdateOutcome,
+) -> Result<(), SelfUpdateError> {
+    let intent = super::RollbackIntent {
+        from_image: plan.current.image,
+        from_version: plan.current.version.clone(),
+        to_image: image,
+    };
+    write_intent(&super::rollback_intent_file(&env.settings), &intent).await?;
+    let r = agentsadm_gz::rollback(env.settings.clone(), &c.name).await;
+    outcome.warnings.extend(r.warnings.clone());
+    failed("rolling back", &r)?;
+    agentsadm_gz::test_checkpoint(
+        env.settings.knob(Knob::CrashAt).as_deref(),
+        "self-update-rolled-back",
+    );
+    let restored = r.components.first();
+    outcome.to = Installed {
+        image: restored.and_then(|r| r.image_uuid),
+        version: restored
+            .and_then(|r| r.version.as_ref())
+            .map(ToString::to_string)
+            .unwrap_or_default(),
+    };
+    Ok(())
+}
+
+/// Write the rollback's intent (atomic, fsynced) before its swap.
+async fn write_intent(file: &Path, intent: &super::RollbackIntent) -> Result<(), SelfUpdateError> {
+    let text = serde_json::to_vec_pretty(intent).unwrap_or_default();
+    let file = file.to_path_buf();
+    agentsadm_platform::blocking(move || {
+        agentsadm_gz::fsutil::write_atomic(&file, &text).map_err(|err| SelfUpdateError::Io {
+            what: "record the rollback's intent in",
+            path: file,
+            err,
+        })
+    })
+    .await
 }
 
 /// Nothing newer to install: make sure new servers get the installed

@@ -152,7 +152,31 @@ pub enum Action {
         #[serde(skip_serializing_if = "Option::is_none")]
         image: Option<ImageUuid>,
         version: String,
+        /// A rollback killed after its swap: the copy is back already;
+        /// only what new servers get is left to finish (from `resumed`,
+        /// the version rolled back from). Never rolled back again.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        resumed: Option<Installed>,
     },
+}
+
+/// A `self-update --rollback` under way: written before the swap, removed
+/// once new servers get the restored copy, so that the same command run
+/// again after a kill finishes it instead of swapping back.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, serde::Deserialize)]
+pub(crate) struct RollbackIntent {
+    pub from_image: Option<ImageUuid>,
+    pub from_version: String,
+    pub to_image: Option<ImageUuid>,
+}
+
+/// The intent's file, in the installer's state directory.
+pub(crate) fn rollback_intent_file(settings: &GzSettings) -> PathBuf {
+    use agentsadm_gz::layout::Layout;
+    agentsadm_gz::layout::triton::TritonGz::new(settings.root.clone())
+        .paths()
+        .state_dir()
+        .join("self-update-rollback.json")
 }
 
 /// The plan of one self-update.
@@ -190,6 +214,15 @@ impl SelfUpdatePlan {
                 image.version,
                 image.uuid,
                 origin.describe()
+            ),
+            Action::Rollback {
+                version,
+                resumed: Some(before),
+                ..
+            } => format!(
+                "agentsadm was rolled back from {} to {} by an interrupted run; would finish it: give new servers that one (SAPI service agentsadm, {copy}).",
+                shown(&before.version),
+                shown(version)
             ),
             Action::Rollback { version, .. } => format!(
                 "Would roll agentsadm back from {from} to {}, and give new servers that one (SAPI service agentsadm, {copy}).",
@@ -333,6 +366,13 @@ pub enum SelfUpdateError {
         #[source]
         err: std::io::Error,
     },
+    #[error("cannot {what} {path}; nothing was rolled back")]
+    Io {
+        what: &'static str,
+        path: PathBuf,
+        #[source]
+        err: std::io::Error,
+    },
     #[error("{done}, but new servers do not get it yet; run the same command again to finish")]
     Unfinished {
         done: String,
@@ -396,7 +436,7 @@ pub async fn plan(
     };
     let mut notes = Vec::new();
     let action = match target {
-        Target::Rollback => rollback_action(&env.settings, &c).await?,
+        Target::Rollback => rollback_action(&env.settings, &c, &current).await?,
         Target::Latest => latest_action(env, current_key.as_ref(), allow, &mut notes).await?,
         Target::Image(spec) => {
             let (image, origin) = find(env, &c, spec).await?;
@@ -428,8 +468,35 @@ pub async fn plan(
     })
 }
 
-/// The kept copy, if there is one.
-async fn rollback_action(settings: &GzSettings, c: &Component) -> Result<Action, SelfUpdateError> {
+/// The kept copy, if there is one; or, when a rollback killed after its
+/// swap left its intent and the copy it restored is the one installed,
+/// that rollback to finish.
+async fn rollback_action(
+    settings: &GzSettings,
+    c: &Component,
+    current: &Installed,
+) -> Result<Action, SelfUpdateError> {
+    let file = rollback_intent_file(settings);
+    let intent: Option<RollbackIntent> = agentsadm_platform::blocking(move || {
+        agentsadm_types::bounded::read_small(&file)
+            .ok()
+            .flatten()
+            .and_then(|b| serde_json::from_slice(&b).ok())
+    })
+    .await;
+    if let Some(i) = intent
+        && i.to_image.is_some()
+        && i.to_image == current.image
+    {
+        return Ok(Action::Rollback {
+            image: current.image,
+            version: current.version.clone(),
+            resumed: Some(Installed {
+                image: i.from_image,
+                version: i.from_version,
+            }),
+        });
+    }
     let (root, c) = (settings.root.clone(), c.clone());
     let kept = agentsadm_platform::blocking(move || {
         agentsadm_gz::layout::triton::TritonGz::new(root).kept(&c)
@@ -439,6 +506,7 @@ async fn rollback_action(settings: &GzSettings, c: &Component) -> Result<Action,
     Ok(Action::Rollback {
         image: kept.footprint.image_uuid,
         version: kept.footprint.version,
+        resumed: None,
     })
 }
 

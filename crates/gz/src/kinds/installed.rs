@@ -268,7 +268,7 @@ pub fn read_record(
     name: &ComponentName,
 ) -> Result<Option<InstalledRecord>, CurrentError> {
     let path = paths.at(record_rel(name));
-    match fs::read(&path) {
+    match crate::fsutil::read_small(&path) {
         Ok(b) => serde_json::from_slice(&b)
             .map(Some)
             .map_err(|e| CurrentError {

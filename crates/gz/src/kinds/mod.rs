@@ -170,7 +170,7 @@ pub fn record_sdcadm_server(
         path: conf.to_path_buf(),
         err,
     };
-    let mut obj = match fs::read(conf) {
+    let mut obj = match crate::fsutil::read_small(conf) {
         Ok(bytes) if bytes.iter().all(u8::is_ascii_whitespace) => serde_json::Map::new(),
         Ok(bytes) => match serde_json::from_slice::<serde_json::Value>(&bytes) {
             Ok(serde_json::Value::Object(m)) => m,

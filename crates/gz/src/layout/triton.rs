@@ -73,7 +73,7 @@ impl Layout for TritonGz {
 
     fn kept(&self, component: &Component) -> Option<KeptVersion> {
         let dir = self.paths.previous_dir().join(&component.name);
-        let footprint: Footprint = std::fs::read(dir.join("footprint.json"))
+        let footprint: Footprint = crate::fsutil::read_small(dir.join("footprint.json"))
             .ok()
             .and_then(|b| serde_json::from_slice(&b).ok())?;
         let root = dir.join("root");

@@ -45,6 +45,12 @@ enum InstanceFileError {
         path: std::path::PathBuf,
         content: String,
     },
+    #[error("cannot read the instance UUID file {path}; remove it if it is damaged")]
+    Read {
+        path: std::path::PathBuf,
+        #[source]
+        err: std::io::Error,
+    },
     #[error("cannot write the instance UUID file {path}")]
     Write {
         path: std::path::PathBuf,
@@ -330,7 +336,9 @@ impl GzSession {
             Ok(Some(s)) if !s.is_empty() => s
                 .parse::<InstanceUuid>()
                 .map_err(|_| InstanceFileError::Corrupt { path, content: s }),
-            _ => {
+            // A FIFO, link or huge file there is damaged, not absent.
+            Err(err) => Err(InstanceFileError::Read { path, err }),
+            Ok(_) => {
                 let u = InstanceUuid::new_v4();
                 fsutil::write_atomic(&path, format!("{u}\n").as_bytes())
                     .map_err(|err| InstanceFileError::Write { path, err })?;
@@ -343,6 +351,9 @@ impl GzSession {
             // The message names the file itself; nothing more to chain.
             Err(e @ InstanceFileError::Corrupt { .. }) => {
                 return Err(refusal(Some(&c.name), Step::Instance, e.to_string()));
+            }
+            Err(e @ InstanceFileError::Read { .. }) => {
+                return Err(failure(Some(&c.name), Step::Instance, &e, None));
             }
             Err(InstanceFileError::Write { err, .. }) => {
                 return Err(failure(Some(&c.name), Step::Instance, &err, None));

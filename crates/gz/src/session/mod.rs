@@ -392,6 +392,7 @@ impl GzSession {
                     .map_err(Box::new)?,
             );
             session.recover().await?;
+            session.finish_keep_off().await;
         }
         Ok(session)
     }
@@ -422,6 +423,12 @@ impl GzSession {
 
     pub fn paths(&self) -> &GzPaths {
         self.layout.paths()
+    }
+
+    /// A crash point outside a transaction (the test knob; nothing in a
+    /// build without it set).
+    fn checkpoint(&self, name: &str) {
+        super::test_checkpoint(self.crash_at.as_deref(), name);
     }
 
     async fn recover(&mut self) -> Result<(), GzError> {

@@ -71,7 +71,7 @@ impl GzSession {
             for c in catalog.iter() {
                 let journal = paths.journal_file(&c.name);
                 let broken = paths.broken_file(&c.name);
-                let message = if let Ok(bytes) = std::fs::read(&broken) {
+                let message = if let Ok(bytes) = crate::fsutil::read_small(&broken) {
                     Some(
                         serde_json::from_slice::<BrokenMarker>(&bytes)
                             .map(|m| format!("broken: {}", m.message))
@@ -151,7 +151,7 @@ impl GzSession {
 /// the version it replaced (the commit's note), if that is so. Blocking.
 fn not_kept(paths: &GzPaths, component: &ComponentName) -> Option<String> {
     let file = txn::not_kept_file(paths, component);
-    let bytes = std::fs::read(&file).ok()?;
+    let bytes = crate::fsutil::read_small(&file).ok()?;
     let note = serde_json::from_slice::<txn::NotKept>(&bytes)
         .map(|n| n.message)
         .unwrap_or_else(|_| {

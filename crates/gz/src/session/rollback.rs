@@ -205,7 +205,7 @@ fn verify_kept(c: &Component, staged: &StagedVersion) -> Result<(), KeptError> {
     if let (Some(root), Some(want)) = (&staged.overlay_src, fp.image_uuid) {
         let rel = kinds::record_rel(&c.name);
         if fp.overlay.contains(&rel) {
-            let rec: Option<kinds::InstalledRecord> = std::fs::read(root.join(&rel))
+            let rec: Option<kinds::InstalledRecord> = crate::fsutil::read_small(root.join(&rel))
                 .ok()
                 .and_then(|b| serde_json::from_slice(&b).ok());
             match rec {

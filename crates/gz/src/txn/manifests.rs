@@ -110,7 +110,10 @@ fn scan(paths: &GzPaths) -> BTreeMap<String, FileState> {
                 marked.extend_from_slice(target.as_os_str().as_encoded_bytes());
                 (marked, None)
             } else {
-                (fs::read(&path).unwrap_or_default(), md.modified().ok())
+                (
+                    crate::fsutil::read_small(&path).unwrap_or_default(),
+                    md.modified().ok(),
+                )
             };
             out.insert(paths.rel(&path), state);
         }

@@ -576,7 +576,7 @@ async fn write_journal(env: &TxnEnv<'_>, journal: &Journal) -> Result<(), TxnErr
 
 /// Read a journal file.
 pub fn read_journal(path: &Path) -> io::Result<Journal> {
-    let bytes = fs::read(path)?;
+    let bytes = crate::fsutil::read_small(path)?;
     serde_json::from_slice(&bytes).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))
 }
 

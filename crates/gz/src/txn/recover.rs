@@ -122,6 +122,8 @@ fn clear_leftovers(paths: &GzPaths) {
         paths.journal_dir(),
         paths.records_dir(),
         paths.state_dir().join("broken"),
+        super::super::keep_off::records_dir(paths),
+        super::super::keep_off::pending_dir(paths),
         paths.etc_dir(),
         paths.smf_dir(),
         paths.site_manifests(),

@@ -258,7 +258,7 @@ fn restore_manifest_files(
         // A new file renamed over whatever is at `dest`: never a copy
         // through a link a hook may have put there.
         let copied = (|| {
-            let data = fs::read(&saved)?;
+            let data = crate::fsutil::read_small(&saved)?;
             let mode = fs::metadata(&saved)?.permissions();
             fsutil::write_atomic(&dest, &data)?;
             fs::set_permissions(&dest, mode)

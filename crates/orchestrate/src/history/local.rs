@@ -10,18 +10,23 @@
 //!   `fsync`: a kill -9 loses at most the line being written, and a torn
 //!   last line is ignored when reading. A journal without an end is a run
 //!   that is still going or was interrupted ([`super::settle`] decides).
-//! - Bounded: when a run begins, the oldest journals go beyond
-//!   [`LocalHistory::keep`] runs or [`LocalHistory::max_bytes`] in all.
+//! - Bounded: when a run begins, the oldest journals (by the start their
+//!   begin line records, never by name) go beyond [`LocalHistory::keep`]
+//!   runs or [`LocalHistory::max_bytes`] in all.
+//! - Read as hostile: only regular files (a FIFO or a link named
+//!   `*.jsonl` is never opened), streamed line by line up to a bound, a
+//!   bad byte costing its line only, server records indexed by server.
 //! - Blocking file I/O: called from blocking threads (the recorder's
 //!   writer, `spawn_blocking`), never on the async runtime.
 
+use std::collections::BTreeMap;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
 use super::entry::{HistoryEntry, RunStatus, ServerRecord};
-use agentsadm_types::ids::RunId;
+use agentsadm_types::ids::{RunId, ServerUuid};
 
 /// Runs kept on the headnode.
 pub const DEFAULT_KEEP: usize = 200;
@@ -186,39 +191,66 @@ impl LocalHistory {
         Ok(())
     }
 
-    /// Every journal, oldest first. Unreadable files and lines are left
-    /// out (logged): the history never stops a command.
+    /// Every journal, oldest first (by the start its begin line records).
+    /// Unreadable files and lines are left out (logged): the history never
+    /// stops a command.
     pub fn read_all(&self) -> Vec<Journal> {
-        let mut paths = self.journal_paths();
-        paths.sort();
-        paths.iter().filter_map(|p| read_journal(p)).collect()
+        let cap = self.journal_cap();
+        let mut all: Vec<Journal> = self
+            .journal_paths()
+            .iter()
+            .filter_map(|p| read_journal(p, cap))
+            .collect();
+        all.sort_by(|a, b| {
+            (started_key(&a.entry.started), &a.path).cmp(&(started_key(&b.entry.started), &b.path))
+        });
+        all
     }
 
+    /// The bytes of one journal read at most: the whole history's bound
+    /// (a journal over it is damaged; its first part is still listed).
+    fn journal_cap(&self) -> u64 {
+        self.max_bytes.max(1 << 20)
+    }
+
+    /// The regular files named `*.jsonl` (a FIFO, device or link of that
+    /// name is not a journal: never opened, never pruned).
     fn journal_paths(&self) -> Vec<PathBuf> {
         let Ok(dir) = std::fs::read_dir(&self.dir) else {
             return Vec::new();
         };
         dir.filter_map(Result::ok)
+            .filter(|e| e.file_type().is_ok_and(|t| t.is_file()))
             .map(|e| e.path())
             .filter(|p| p.extension().is_some_and(|x| x == "jsonl"))
             .collect()
     }
 
     /// Remove the oldest journals beyond the bounds; returns how many.
+    /// Oldest by the start recorded in each journal's begin line, never by
+    /// name (a file named in the future must not push real runs out); a
+    /// journal with no readable begin line, or one that claims a start
+    /// more than a day ahead of this clock, goes first.
     pub fn prune(&self) -> usize {
-        let mut files: Vec<(PathBuf, u64)> = self
+        let now = super::entry::now_rfc3339();
+        let horizon = started_key(&shift_days(&now, 1));
+        let mut files: Vec<((u8, String), PathBuf, u64)> = self
             .journal_paths()
             .into_iter()
             .map(|p| {
-                let len = std::fs::metadata(&p).map(|m| m.len()).unwrap_or(0);
-                (p, len)
+                let len = std::fs::symlink_metadata(&p).map(|m| m.len()).unwrap_or(0);
+                let key = match begin_started(&p) {
+                    Some(s) if started_key(&s) <= horizon => (1, started_key(&s)),
+                    _ => (0, String::new()),
+                };
+                (key, p, len)
             })
             .collect();
         // Newest first: keep while within both bounds.
-        files.sort_by(|a, b| b.0.cmp(&a.0));
+        files.sort_by(|a, b| (&b.0, &b.1).cmp(&(&a.0, &a.1)));
         let mut total = 0u64;
         let mut removed = 0;
-        for (i, (path, len)) in files.iter().enumerate() {
+        for (i, (_, path, len)) in files.iter().enumerate() {
             total += len;
             if (i >= self.keep.max(1) || total > self.max_bytes)
                 && i > 0
@@ -231,18 +263,63 @@ impl LocalHistory {
     }
 }
 
+/// The longest line read from a journal (a begin line with its plan is a
+/// few KiB; a longer one is damaged and left out).
+const LINE_CAP: usize = 4 << 20;
+
+/// A start time as a key that sorts in time order: RFC 3339 in UTC with
+/// the same precision sorts as text; anything else sorts first.
+fn started_key(started: &str) -> String {
+    match humantime::parse_rfc3339_weak(started.trim_end_matches('Z')) {
+        Ok(t) => humantime::format_rfc3339_nanos(t).to_string(),
+        Err(_) => String::new(),
+    }
+}
+
+/// `now` (RFC 3339) plus `days`.
+fn shift_days(now: &str, days: u64) -> String {
+    match humantime::parse_rfc3339_weak(now.trim_end_matches('Z')) {
+        Ok(t) => humantime::format_rfc3339_nanos(t + std::time::Duration::from_secs(days * 86_400))
+            .to_string(),
+        Err(_) => now.to_string(),
+    }
+}
+
+/// The `started` of a journal's begin line (its first line).
+fn begin_started(path: &Path) -> Option<String> {
+    let mut lines = agentsadm_types::bounded::Lines::open(path, LINE_CAP as u64, LINE_CAP)
+        .ok()
+        .flatten()?;
+    match serde_json::from_str::<Line>(&lines.next()?.ok()?).ok()? {
+        Line::Begin(e) => Some(e.started),
+        _ => None,
+    }
+}
+
 /// A journal folded into its entry; `None` without a readable begin line.
-fn read_journal(path: &Path) -> Option<Journal> {
-    let text = match std::fs::read_to_string(path) {
-        Ok(t) => t,
+/// Streamed line by line (a journal of any size costs one line of memory
+/// beyond its entry), at most `cap` bytes; a bad byte spoils its line only;
+/// server records are indexed by server, so each is one lookup.
+fn read_journal(path: &Path, cap: u64) -> Option<Journal> {
+    let lines = match agentsadm_types::bounded::Lines::open(path, cap, LINE_CAP) {
+        Ok(Some(l)) => l,
+        Ok(None) => return None,
         Err(e) => {
             tracing::warn!(path = %path.display(), error = %e, "cannot read a run history journal");
             return None;
         }
     };
+    if std::fs::symlink_metadata(path).is_ok_and(|m| m.len() > cap) {
+        tracing::warn!(path = %path.display(), cap, "a run history journal is over its bound; only its first part is read");
+    }
     let mut journal: Option<Journal> = None;
-    for (n, raw) in text.lines().enumerate() {
-        let line: Line = match serde_json::from_str(raw) {
+    let mut index: BTreeMap<ServerUuid, usize> = BTreeMap::new();
+    for (n, raw) in lines.enumerate() {
+        let Ok(raw) = raw else {
+            tracing::warn!(path = %path.display(), line = n + 1, "cannot read a run history journal further");
+            break;
+        };
+        let line: Line = match serde_json::from_str(&raw) {
             Ok(l) => l,
             Err(e) => {
                 // The last line of a run killed while writing is torn.
@@ -252,6 +329,13 @@ fn read_journal(path: &Path) -> Option<Journal> {
         };
         match (line, journal.as_mut()) {
             (Line::Begin(entry), None) => {
+                index = entry
+                    .servers
+                    .iter()
+                    .enumerate()
+                    .filter_map(|(i, s)| s.server.map(|u| (u, i)))
+                    .rev()
+                    .collect();
                 journal = Some(Journal {
                     path: path.to_path_buf(),
                     entry: *entry,
@@ -259,7 +343,7 @@ fn read_journal(path: &Path) -> Option<Journal> {
                     mirrored: false,
                 })
             }
-            (Line::Server(record), Some(j)) => j.entry.record_server(*record),
+            (Line::Server(record), Some(j)) => record_indexed(&mut j.entry, &mut index, *record),
             (Line::End(end), Some(j)) => {
                 end.apply(&mut j.entry);
                 j.ended = true;
@@ -270,6 +354,24 @@ fn read_journal(path: &Path) -> Option<Journal> {
         }
     }
     journal
+}
+
+/// [`HistoryEntry::record_server`] with an index by server: a later record
+/// of a server replaces its earlier one in one lookup, not a scan.
+fn record_indexed(
+    entry: &mut HistoryEntry,
+    index: &mut BTreeMap<ServerUuid, usize>,
+    record: ServerRecord,
+) {
+    match record.server.and_then(|u| index.get(&u).copied()) {
+        Some(i) => entry.servers[i] = record,
+        None => {
+            if let Some(u) = record.server {
+                index.insert(u, entry.servers.len());
+            }
+            entry.servers.push(record);
+        }
+    }
 }
 
 #[cfg(test)]
@@ -339,5 +441,125 @@ mod tests {
         h.max_bytes = 1;
         assert_eq!(h.prune(), 2);
         assert_eq!(h.read_all().len(), 1);
+    }
+
+    fn begin(h: &LocalHistory, n: u128, started: &str) -> PathBuf {
+        let path = h.path_for(RunId::from_u128(n), started);
+        h.append(&path, &Line::Begin(Box::new(entry(n, started))))
+            .unwrap();
+        path
+    }
+
+    fn mkfifo(p: &Path) {
+        let made = std::process::Command::new("mkfifo").arg(p).status();
+        assert!(made.unwrap().success(), "mkfifo {}", p.display());
+    }
+
+    #[test]
+    fn fifos_links_and_bad_bytes_cost_nothing_but_themselves() {
+        let dir = tempfile::tempdir().unwrap();
+        let h = LocalHistory::new(dir.path());
+        let path = begin(&h, 1, "2026-01-02T03:04:05.000Z");
+        for n in [7u128, 8] {
+            let record = ServerRecord {
+                server: Some(ServerUuid::from_u128(n)),
+                hostname: format!("cn{n}"),
+                outcome: "succeeded".into(),
+                ..ServerRecord::default()
+            };
+            h.append(&path, &Line::Server(Box::new(record))).unwrap();
+        }
+        // A bad byte in cn7's line: replaced, the rest of the journal read.
+        let mut text = std::fs::read(&path).unwrap();
+        let at = text.windows(3).position(|w| w == b"cn7").unwrap();
+        text[at + 1] = 0xff;
+        std::fs::write(&path, &text).unwrap();
+        mkfifo(&dir.path().join("20270101T000000-fifo.jsonl"));
+        std::os::unix::fs::symlink("/dev/zero", dir.path().join("20270101T000000-zero.jsonl"))
+            .unwrap();
+        let all = h.read_all();
+        assert_eq!(all.len(), 1);
+        let hosts: Vec<&str> = all[0]
+            .entry
+            .servers
+            .iter()
+            .map(|s| s.hostname.as_str())
+            .collect();
+        assert_eq!(hosts, ["c\u{fffd}7", "cn8"]);
+        // Neither the FIFO nor the link is a journal to prune.
+        let mut h = h;
+        h.keep = 1;
+        assert_eq!(h.prune(), 0);
+        assert!(std::fs::symlink_metadata(dir.path().join("20270101T000000-fifo.jsonl")).is_ok());
+    }
+
+    #[test]
+    fn a_later_record_of_a_server_replaces_its_earlier_one() {
+        let dir = tempfile::tempdir().unwrap();
+        let h = LocalHistory::new(dir.path());
+        let path = begin(&h, 1, "2026-01-02T03:04:05.000Z");
+        for (n, outcome) in [(7u128, "running"), (8, "running"), (7, "succeeded")] {
+            let record = ServerRecord {
+                server: Some(ServerUuid::from_u128(n)),
+                outcome: outcome.into(),
+                ..ServerRecord::default()
+            };
+            h.append(&path, &Line::Server(Box::new(record))).unwrap();
+        }
+        let e = &h.read_all()[0].entry;
+        let got: Vec<(Option<ServerUuid>, &str)> = e
+            .servers
+            .iter()
+            .map(|s| (s.server, s.outcome.as_str()))
+            .collect();
+        assert_eq!(
+            got,
+            [
+                (Some(ServerUuid::from_u128(7)), "succeeded"),
+                (Some(ServerUuid::from_u128(8)), "running")
+            ]
+        );
+    }
+
+    #[test]
+    fn future_named_journals_do_not_prune_real_history() {
+        let dir = tempfile::tempdir().unwrap();
+        let h = LocalHistory::new(dir.path());
+        for n in 0..3u128 {
+            begin(&h, n, &format!("2026-01-0{}T00:00:00.000Z", n + 1));
+        }
+        // 250 files named after the year 9999: half with no begin line,
+        // half recording a start in the past or far in the future.
+        for n in 0..250u128 {
+            let name = dir.path().join(format!(
+                "99991231T{n:06}-{}.jsonl",
+                RunId::from_u128(1000 + n)
+            ));
+            let body = match n % 3 {
+                0 => "not json\n".to_string(),
+                1 => {
+                    serde_json::to_string(&Line::Begin(Box::new(entry(
+                        1000 + n,
+                        "2020-01-01T00:00:00.000Z",
+                    ))))
+                    .unwrap()
+                        + "\n"
+                }
+                _ => {
+                    serde_json::to_string(&Line::Begin(Box::new(entry(
+                        1000 + n,
+                        "9999-12-31T00:00:00.000Z",
+                    ))))
+                    .unwrap()
+                        + "\n"
+                }
+            };
+            std::fs::write(name, body).unwrap();
+        }
+        assert_eq!(h.prune(), 53);
+        let ids: Vec<RunId> = h.read_all().iter().filter_map(|j| j.entry.id).collect();
+        for n in 0..3u128 {
+            assert!(ids.contains(&RunId::from_u128(n)), "run {n} was pruned");
+        }
     }
 }
