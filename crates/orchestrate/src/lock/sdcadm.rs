@@ -88,7 +88,7 @@ impl SdcadmLock {
         let file = opened.map_err(io_err)?;
         let start = Instant::now();
         loop {
-            match set_lock(&file, libc::F_WRLCK) {
+            match set_lock(&file, libc::F_WRLCK as libc::c_short) {
                 Ok(true) => return Ok(SdcadmLock { file, path }),
                 Ok(false) => {}
                 Err(e) => return Err(io_err(e)),
@@ -113,7 +113,7 @@ impl Drop for SdcadmLock {
     fn drop(&mut self) {
         // Closing the file (after this) would drop it too; unlocking first
         // says so explicitly.
-        let _ = set_lock(&self.file, libc::F_UNLCK);
+        let _ = set_lock(&self.file, libc::F_UNLCK as libc::c_short);
     }
 }
 
@@ -129,10 +129,12 @@ fn open(path: &Path) -> io::Result<File> {
         .open(path)
 }
 
-fn whole_file(kind: libc::c_int) -> libc::flock {
+/// `kind` is `F_WRLCK` or `F_UNLCK` as `l_type` holds it (a short: the
+/// constants are ints on Linux, shorts on illumos).
+fn whole_file(kind: libc::c_short) -> libc::flock {
     // SAFETY: flock is plain data; all-zero is a valid value.
     let mut fl: libc::flock = unsafe { std::mem::zeroed() };
-    fl.l_type = kind as libc::c_short;
+    fl.l_type = kind;
     fl.l_whence = libc::SEEK_SET as libc::c_short;
     fl.l_start = 0;
     fl.l_len = 0;
@@ -141,7 +143,7 @@ fn whole_file(kind: libc::c_int) -> libc::flock {
 
 /// `F_SETLK` of `kind` over the whole file: `Ok(false)` when another
 /// process holds a conflicting lock.
-fn set_lock(file: &File, kind: libc::c_int) -> io::Result<bool> {
+fn set_lock(file: &File, kind: libc::c_short) -> io::Result<bool> {
     let fl = whole_file(kind);
     // SAFETY: a valid descriptor and a valid flock for the call's duration.
     let rc = unsafe { libc::fcntl(file.as_raw_fd(), libc::F_SETLK, &fl) };
@@ -159,7 +161,7 @@ fn set_lock(file: &File, kind: libc::c_int) -> io::Result<bool> {
 /// Who holds the lock: the pid `F_GETLK` names and, where `/proc` shows
 /// it, its command line.
 fn holder(file: &File) -> String {
-    let mut fl = whole_file(libc::F_WRLCK);
+    let mut fl = whole_file(libc::F_WRLCK as libc::c_short);
     // SAFETY: a valid descriptor and a valid, writable flock.
     let rc = unsafe { libc::fcntl(file.as_raw_fd(), libc::F_GETLK, &mut fl) };
     if rc != 0 || fl.l_type == libc::F_UNLCK as libc::c_short || fl.l_pid <= 0 {
