@@ -136,7 +136,13 @@ pub(crate) fn save(core: &DcCore) -> Result<(), SimError> {
         updates_images,
     };
     let path = state.join(STATE_FILE);
-    let tmp = path.with_extension("json.tmp");
+    // A temporary file of this save's own: the periodic save and the one
+    // at shutdown may run at once, and with one shared name the second
+    // rename found the file gone (`sim serve` then exited 1 on SIGTERM,
+    // 1 of 12 tries). Each rename is whole; the last one wins.
+    static SAVES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let n = SAVES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let tmp = state.join(format!("{STATE_FILE}.{}.{n}.tmp", std::process::id()));
     let text = serde_json::to_vec(&snapshot).map_err(|err| SimError::StateEncode { err })?;
     std::fs::write(&tmp, text).map_err(write_err(&tmp))?;
     std::fs::rename(&tmp, &path).map_err(write_err(&path))
