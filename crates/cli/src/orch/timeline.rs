@@ -59,26 +59,53 @@ fn end_mark(s: &ServerRecord) -> Option<char> {
     }
 }
 
+/// What both pictures of a run draw on: its started servers in start
+/// order and the time axis (the real finish, the planned one, the longer).
+struct RunAxis<'e> {
+    started: Vec<&'e ServerRecord>,
+    real_end: f64,
+    planned: Option<f64>,
+    total: f64,
+}
+
+impl<'e> RunAxis<'e> {
+    /// `None` when no server's start was recorded.
+    fn of(e: &'e HistoryEntry) -> Option<RunAxis<'e>> {
+        let mut started: Vec<&ServerRecord> =
+            e.servers.iter().filter(|s| s.started_s.is_some()).collect();
+        if started.is_empty() {
+            return None;
+        }
+        started.sort_by(|a, b| {
+            a.started_s
+                .partial_cmp(&b.started_s)
+                .unwrap_or(std::cmp::Ordering::Equal)
+                .then_with(|| a.hostname.cmp(&b.hostname))
+        });
+        let real_end = started
+            .iter()
+            .filter_map(|s| span(s).map(|(_, end)| end))
+            .fold(0.0_f64, f64::max);
+        let planned = e.plan.expected_finish_s.filter(|p| *p > 0.0);
+        let total = real_end.max(planned.unwrap_or(0.0)).max(0.001);
+        Some(RunAxis {
+            started,
+            real_end,
+            planned,
+            total,
+        })
+    }
+}
+
 /// The timeline of `e`, or `None` when no server's start was recorded (a
 /// run with no server step, or one recorded before starts were).
 pub fn timeline(e: &HistoryEntry) -> Option<String> {
-    let mut started: Vec<&ServerRecord> =
-        e.servers.iter().filter(|s| s.started_s.is_some()).collect();
-    if started.is_empty() {
-        return None;
-    }
-    started.sort_by(|a, b| {
-        a.started_s
-            .partial_cmp(&b.started_s)
-            .unwrap_or(std::cmp::Ordering::Equal)
-            .then_with(|| a.hostname.cmp(&b.hostname))
-    });
-    let real_end = started
-        .iter()
-        .filter_map(|s| span(s).map(|(_, end)| end))
-        .fold(0.0_f64, f64::max);
-    let planned = e.plan.expected_finish_s.filter(|p| *p > 0.0);
-    let total = real_end.max(planned.unwrap_or(0.0)).max(0.001);
+    let RunAxis {
+        started,
+        real_end,
+        planned,
+        total,
+    } = RunAxis::of(e)?;
     let per_column = total / AXIS as f64;
     let column = |t: f64| ((t / per_column) as usize).min(AXIS - 1);
 
@@ -174,24 +201,13 @@ pub fn timeline(e: &HistoryEntry) -> Option<String> {
 /// the planned finish as a dashed line beside the real one. Self-contained
 /// (no script, font or link outside it). `None` as for [`timeline`].
 pub fn svg(e: &HistoryEntry) -> Option<String> {
-    let mut started: Vec<&ServerRecord> =
-        e.servers.iter().filter(|s| s.started_s.is_some()).collect();
-    if started.is_empty() {
-        return None;
-    }
-    started.sort_by(|a, b| {
-        a.started_s
-            .partial_cmp(&b.started_s)
-            .unwrap_or(std::cmp::Ordering::Equal)
-            .then_with(|| a.hostname.cmp(&b.hostname))
-    });
+    let RunAxis {
+        started,
+        real_end,
+        planned,
+        total,
+    } = RunAxis::of(e)?;
     let (left, plot, row, top): (f64, f64, f64, f64) = (140.0, 640.0, 14.0, 40.0);
-    let real_end = started
-        .iter()
-        .filter_map(|s| span(s).map(|(_, end)| end))
-        .fold(0.0_f64, f64::max);
-    let planned = e.plan.expected_finish_s.filter(|p| *p > 0.0);
-    let total = real_end.max(planned.unwrap_or(0.0)).max(0.001);
     let x = |t: f64| left + t / total * plot;
     let height = top + row * started.len() as f64 + 40.0;
     let width = left + plot + 20.0;
