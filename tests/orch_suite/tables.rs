@@ -7,6 +7,28 @@ use agentsadm_sim::SimConfig;
 
 use agentsadm_sim::SimDc;
 
+/// A simulated datacenter of `servers` compute nodes with a newer image
+/// of every component published.
+async fn with_newer(servers: usize) -> SimDc {
+    SimDc::start(
+        SimConfig::default()
+            .servers(servers)
+            .populate(SeedSpec::with_newer()),
+    )
+    .await
+    .expect("simulator starts")
+}
+
+/// `key` of every row of a JSON array, as booleans.
+fn flags(rows: &str, key: &str) -> Vec<bool> {
+    let v: serde_json::Value = serde_json::from_str(rows).unwrap_or_else(|e| panic!("{e}: {rows}"));
+    v.as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r[key].as_bool().unwrap_or_else(|| panic!("{key} in {r}")))
+        .collect()
+}
+
 async fn cli(dc: &SimDc, args: &[&str]) -> (i32, String, String) {
     crate::cli_common::agentsadm(dc)
         .without_updates()
@@ -16,13 +38,7 @@ async fn cli(dc: &SimDc, args: &[&str]) -> (i32, String, String) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn list_and_avail_fit_and_take_table_options() {
-    let dc = SimDc::start(
-        SimConfig::default()
-            .servers(2)
-            .populate(SeedSpec::with_newer()),
-    )
-    .await
-    .expect("simulator starts");
+    let dc = with_newer(2).await;
 
     let (code, out, err) = cli(&dc, &["list"]).await;
     assert_eq!(code, 0, "{err}");
@@ -96,26 +112,13 @@ async fn list_and_avail_fit_and_take_table_options() {
         "{out}"
     );
     let (_, json, _) = cli(&dc, &["avail", "vm-agent", "--json"]).await;
-    let rows: serde_json::Value = serde_json::from_str(&json).unwrap();
-    let newer: Vec<bool> = rows
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|r| r["newer"].as_bool().unwrap())
-        .collect();
-    assert_eq!(newer, [false, true], "{json}");
+    assert_eq!(flags(&json, "newer"), [false, true], "{json}");
     dc.shutdown().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn targets_by_version_and_short_uuid() {
-    let dc = SimDc::start(
-        SimConfig::default()
-            .servers(1)
-            .populate(SeedSpec::with_newer()),
-    )
-    .await
-    .expect("simulator starts");
+    let dc = with_newer(1).await;
     // No target: why nothing changes.
     let (code, out, err) = cli(&dc, &["update", "vm-agent", "-n"]).await;
     assert_eq!(code, 0, "{err}");
@@ -195,13 +198,7 @@ async fn list_summary_shows_holds() {
 /// `history` takes -H, -o and --sort as `list` does.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn listing_commands_take_j_and_history_takes_table_options() {
-    let dc = SimDc::start(
-        SimConfig::default()
-            .servers(1)
-            .populate(SeedSpec::with_newer()),
-    )
-    .await
-    .expect("simulator starts");
+    let dc = with_newer(1).await;
     let state = tempfile::tempdir().unwrap();
     let run = |args: &'static [&'static str]| {
         let a = crate::cli_common::agentsadm(&dc)
@@ -238,13 +235,7 @@ async fn listing_commands_take_j_and_history_takes_table_options() {
 /// names for new servers starred.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn list_summary_draws_the_version_mix() {
-    let dc = SimDc::start(
-        SimConfig::default()
-            .servers(3)
-            .populate(SeedSpec::with_newer()),
-    )
-    .await
-    .expect("simulator starts");
+    let dc = with_newer(3).await;
     let (code, out, err) = cli(&dc, &["update", "vm-agent@1.1.0", "-s", "cn0001", "-y"]).await;
     assert_eq!(code, 0, "{out}{err}");
     let (code, out, err) = cli(&dc, &["list", "--summary", "vm-agent"]).await;
@@ -262,13 +253,6 @@ async fn list_summary_draws_the_version_mix() {
     );
     assert!(out.contains("\nMIX: "), "{out}");
     let (_, json, _) = cli(&dc, &["list", "--summary", "vm-agent", "--json"]).await;
-    let v: serde_json::Value = serde_json::from_str(&json).unwrap();
-    let defaults: Vec<bool> = v
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|r| r["default"].as_bool().unwrap())
-        .collect();
-    assert_eq!(defaults, [true, false], "{json}");
+    assert_eq!(flags(&json, "default"), [true, false], "{json}");
     dc.shutdown().await;
 }
