@@ -72,6 +72,10 @@ SUPERVISE=1 bash "$FID_TOOLS/restart-cnapi.sh" ur > /dev/null; flag off
 real install cn-agent --image 2.15.0 -y -s "$S1" --task-timeout 3m > "$OUT/prep.out" 2>&1 || true
 
 [ "${CASES:-1}" = 1 ] && {
+# A stack used before has vm-agent already: take it off first, so that the
+# window's install is a real, gated step on every run (not "already
+# installed").
+real remove vm-agent -y -s "$S1" --task-timeout 3m > "$OUT/unprep.out" 2>&1 || true
 case_run window   ur       on  install vm-agent --image 1.0.0
 case_run steady-ur ur      off update vm-agent --image 1.1.0
 case_run steady-cn cn-agent on update vm-agent --image 1.0.0
