@@ -369,6 +369,24 @@ async fn command_line() {
         "{log}"
     );
     assert!(log.contains("\"exit_status\":0"), "{log}");
+    // The history counts the deleted server as changed (its records were:
+    // no step ran on it), and the run says how many records it made.
+    let out = tokio::task::block_in_place(|| {
+        cli_in(
+            &dc,
+            state.path(),
+            &["history", "-H", "-o", "changed,failed"],
+        )
+    });
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    let row = String::from_utf8_lossy(&out.stdout);
+    let row: Vec<&str> = row.split_whitespace().collect();
+    assert_eq!(row, ["1", "0"], "{out:?}");
+    let out = tokio::task::block_in_place(|| cli_in(&dc, state.path(), &["history", "--json"]));
+    let runs: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let run = &runs["runs"][0];
+    assert_eq!(run["records_made"], instances.len() + 1, "{run}");
+    assert_eq!(run["record_servers"][0], cn.to_string(), "{run}");
     // Run again, by hostname: the earlier run's log says which server it
     // was; nothing is left: 0.
     let out = tokio::task::block_in_place(|| {

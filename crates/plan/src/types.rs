@@ -454,6 +454,18 @@ impl RecordChange {
         }
     }
 
+    /// The server whose records the change is about, if one (a service's
+    /// default, or an orphan instance no server is known for, has none).
+    pub fn server(&self) -> Option<ServerUuid> {
+        match self {
+            RecordChange::PostAgents { server, .. }
+            | RecordChange::AdoptInstance { server, .. }
+            | RecordChange::Server { server, .. } => Some(*server),
+            RecordChange::Instance { server, .. } => *server,
+            RecordChange::CreateService { .. } | RecordChange::ServiceDefault { .. } => None,
+        }
+    }
+
     /// Whether the change writes SAPI (else CNAPI).
     pub fn is_sapi(&self) -> bool {
         !matches!(

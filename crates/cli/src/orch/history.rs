@@ -227,6 +227,12 @@ pub fn render_run(e: &HistoryEntry) -> String {
     for r in &e.plan.records {
         out.push_str(&format!("  record:   {r}\n"));
     }
+    if e.records_made + e.records_failed > 0 {
+        out.push_str(&format!(
+            "  records:  {} made, {} failed or not made\n",
+            e.records_made, e.records_failed
+        ));
+    }
     let (changed, failed) = e.counts();
     let left = match e.interrupted() {
         0 => String::new(),

@@ -205,6 +205,21 @@ pub struct HistoryEntry {
     /// The error that ended it, if one did.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+    /// SAPI and CNAPI record changes made by this run (not those found
+    /// made already), and those that failed or were not made.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub records_made: usize,
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub records_failed: usize,
+    /// Servers whose records this run changed with no step on them
+    /// (`server delete`, `factory-reset`, `adopt`, `check --fix`): they
+    /// count as changed as much as a server an install changed.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub record_servers: Vec<ServerUuid>,
+}
+
+fn is_zero(n: &usize) -> bool {
+    *n == 0
 }
 
 impl HistoryEntry {
@@ -212,11 +227,24 @@ impl HistoryEntry {
     /// left running at an interrupt are not failures
     /// ([`HistoryEntry::interrupted`]).
     pub fn counts(&self) -> (usize, usize) {
-        let changed = self
+        // A server counts once, whether a step or a record change (or
+        // both) changed it.
+        let stepped = self
             .servers
             .iter()
-            .filter(|s| s.steps.iter().any(StepRecord::changed))
-            .count();
+            .filter(|s| s.steps.iter().any(StepRecord::changed));
+        let mut by_uuid: std::collections::BTreeSet<ServerUuid> =
+            self.record_servers.iter().copied().collect();
+        let mut unnamed = 0;
+        for s in stepped {
+            match s.server {
+                Some(u) => {
+                    by_uuid.insert(u);
+                }
+                None => unnamed += 1,
+            }
+        }
+        let changed = by_uuid.len() + unnamed;
         let failed = self
             .servers
             .iter()
@@ -380,6 +408,21 @@ pub fn finish_from_report(entry: &mut HistoryEntry, plan: &Plan, report: &ExecRe
     } else {
         RunStatus::Partial
     };
+    let made = |r: &&crate::records::RecordOutcome| {
+        matches!(
+            r.status,
+            crate::records::RecordStatus::Done | crate::records::RecordStatus::ResetStarted { .. }
+        )
+    };
+    entry.records_made = report.records.iter().filter(made).count();
+    entry.records_failed = report.records.iter().filter(|r| !r.ok()).count();
+    let record_servers: std::collections::BTreeSet<ServerUuid> = report
+        .records
+        .iter()
+        .filter(made)
+        .filter_map(|r| r.change.server())
+        .collect();
+    entry.record_servers = record_servers.into_iter().collect();
     entry.exit_status = Some(report.exit_status(plan));
     entry.halted = report.halted.as_ref().map(ToString::to_string);
     entry.elapsed_s = Some(round3(report.elapsed.as_secs_f64()));

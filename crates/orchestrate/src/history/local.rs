@@ -59,6 +59,16 @@ pub struct End {
     /// Service defaults put back by a halt.
     #[serde(default)]
     pub put_back: Vec<String>,
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub records_made: usize,
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub records_failed: usize,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub record_servers: Vec<agentsadm_types::ids::ServerUuid>,
+}
+
+fn is_zero(n: &usize) -> bool {
+    *n == 0
 }
 
 impl End {
@@ -81,6 +91,9 @@ impl End {
                 .filter(|c| c.put_back)
                 .map(|c| c.component.clone())
                 .collect(),
+            records_made: entry.records_made,
+            records_failed: entry.records_failed,
+            record_servers: entry.record_servers.clone(),
         }
     }
 
@@ -91,6 +104,9 @@ impl End {
         entry.exit_status = self.exit_status;
         entry.halted = self.halted;
         entry.error = self.error;
+        entry.records_made = self.records_made;
+        entry.records_failed = self.records_failed;
+        entry.record_servers = self.record_servers;
         for c in &mut entry.plan.service_changes {
             c.put_back = self.put_back.contains(&c.component);
         }
