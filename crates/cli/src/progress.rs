@@ -181,7 +181,9 @@ pub fn fmt_elapsed(d: Duration) -> String {
 pub trait Terminal: Send + Sync {
     /// Replace the live rows (one per server in flight) and the overall
     /// line's counts.
-    fn draw(&self, rows: &[(ServerUuid, String)], done: usize, total: usize);
+    /// `eta` is the time left as [`Eta`] estimates it (`None`: no server
+    /// finished yet, nothing to go by).
+    fn draw(&self, rows: &[(ServerUuid, String)], done: usize, total: usize, eta: Option<Duration>);
     /// A line printed above the live rows.
     fn println(&self, line: &str);
     /// Take the live rows off the screen.
@@ -198,6 +200,58 @@ pub trait Terminal: Send + Sync {
     }
 }
 
+/// The time a run has left, from the servers finished so far: their mean
+/// time, once per wave of `concurrency` servers still to finish. indicatif's
+/// own estimate knew neither the waves nor the pauses: it said `ETA 0s`
+/// before the first server finished and `ETA 12m` for a 10 s remainder
+/// after a canary question.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Eta {
+    pub concurrency: usize,
+    finished: usize,
+    sum: Duration,
+    /// When the last server finished: the estimate counts down from it.
+    last: Option<Instant>,
+}
+
+impl Eta {
+    /// One more server finished, after `elapsed`.
+    pub fn finished(&mut self, elapsed: Duration, now: Instant) {
+        self.finished += 1;
+        self.sum += elapsed;
+        self.last = Some(now);
+    }
+
+    /// The time left at `now` for `remaining` servers; `None` before any
+    /// finished.
+    pub fn left(&self, remaining: usize, now: Instant) -> Option<Duration> {
+        let last = self.last?;
+        let mean = self.sum / self.finished.max(1) as u32;
+        let waves = remaining.div_ceil(self.concurrency.max(1));
+        Some((mean * waves as u32).saturating_sub(now.saturating_duration_since(last)))
+    }
+
+    /// A question was on the screen until `now`: the countdown starts
+    /// again from here (the servers did not move while it waited).
+    pub fn resumed(&mut self, now: Instant) {
+        if self.last.is_some() {
+            self.last = Some(now);
+        }
+    }
+
+    /// As the bar shows it: whole seconds, minutes beyond one.
+    pub fn show(left: Option<Duration>) -> String {
+        let Some(left) = left else {
+            return "-".to_string();
+        };
+        let secs = left.as_secs_f64().ceil() as u64;
+        match secs {
+            0..60 => format!("{secs}s"),
+            _ => format!("{}m{:02}s", secs / 60, secs % 60),
+        }
+    }
+}
+
 /// How often every live row is redrawn, whether or not anything happened.
 pub const TICK: Duration = Duration::from_secs(1);
 
@@ -210,6 +264,7 @@ struct State {
     rows: LiveRows,
     done: usize,
     total: usize,
+    eta: Eta,
     color: bool,
     /// A question is on the screen: nothing is drawn.
     paused: bool,
@@ -268,6 +323,7 @@ impl Display {
     pub fn resume(&self) {
         if let Ok(mut s) = self.state.lock() {
             s.paused = false;
+            s.eta.resumed(Instant::now());
         }
         if let Ok(l) = self.live.lock()
             && let Some(l) = l.as_ref()
@@ -288,6 +344,7 @@ impl CliProgress {
                 rows: LiveRows::default(),
                 done: 0,
                 total: 0,
+                eta: Eta::default(),
                 color: agentsadm_types::output::colour_on_stderr(),
                 paused: false,
             })),
@@ -347,8 +404,9 @@ fn draw(state: &Mutex<State>, term: &dyn Terminal) {
     }
     let rows = s.rows.render(Instant::now(), s.color, term.size());
     let (done, total) = (s.done, s.total);
+    let eta = s.eta.left(total.saturating_sub(done), Instant::now());
     drop(s);
-    term.draw(&rows, done, total);
+    term.draw(&rows, done, total, eta);
 }
 
 impl CliProgress {
@@ -357,6 +415,10 @@ impl CliProgress {
         if let Ok(mut s) = self.state.lock() {
             s.done = 0;
             s.total = servers;
+            s.eta = Eta {
+                concurrency: concurrency.max(1),
+                ..Eta::default()
+            };
         }
         if self.mode == ProgressMode::Bars {
             let term: Arc<dyn Terminal> = match &self.term {
@@ -394,6 +456,7 @@ impl CliProgress {
         let (n, total) = {
             let mut s = self.state.lock().unwrap_or_else(|e| e.into_inner());
             s.done += 1;
+            s.eta.finished(outcome.elapsed, Instant::now());
             s.rows.finish(server);
             (s.done, s.total)
         };
@@ -602,7 +665,13 @@ mod tests {
     }
 
     impl Terminal for Recorder {
-        fn draw(&self, rows: &[(ServerUuid, String)], _done: usize, _total: usize) {
+        fn draw(
+            &self,
+            rows: &[(ServerUuid, String)],
+            _done: usize,
+            _total: usize,
+            _eta: Option<Duration>,
+        ) {
             let rows = rows.iter().map(|(_, l)| l.clone()).collect();
             self.frames.lock().unwrap().push(rows);
         }
@@ -828,6 +897,37 @@ mod tests {
         // All rows fit: no count line; no terminal: every row.
         assert_eq!(rows.render(now, false, Some((60, 80))).len(), 40);
         assert_eq!(rows.render(now, false, None).len(), 40);
+    }
+
+    #[test]
+    fn the_eta_counts_waves_from_the_servers_finished_and_counts_down() {
+        let t0 = Instant::now();
+        let mut eta = Eta {
+            concurrency: 20,
+            ..Eta::default()
+        };
+        // Nothing finished: nothing to go by (indicatif said `0s`).
+        assert_eq!(eta.left(60, t0), None);
+        assert_eq!(Eta::show(eta.left(60, t0)), "-");
+        // The canary took 3 s: 60 servers left are 3 waves of 20, 9 s
+        // (indicatif said 12m, a server at a time).
+        eta.finished(Duration::from_secs(3), t0);
+        assert_eq!(eta.left(60, t0), Some(Duration::from_secs(9)));
+        assert_eq!(eta.left(61, t0), Some(Duration::from_secs(12)));
+        // It counts down between finishes...
+        assert_eq!(
+            eta.left(60, t0 + Duration::from_secs(4)),
+            Some(Duration::from_secs(5))
+        );
+        // ...but not while a question waited.
+        eta.resumed(t0 + Duration::from_secs(30));
+        assert_eq!(
+            eta.left(60, t0 + Duration::from_secs(31)),
+            Some(Duration::from_secs(8))
+        );
+        assert_eq!(Eta::show(Some(Duration::from_millis(7_200))), "8s");
+        assert_eq!(Eta::show(Some(Duration::from_secs(125))), "2m05s");
+        assert_eq!(Eta::show(Some(Duration::ZERO)), "0s");
     }
 
     #[test]

@@ -27,11 +27,9 @@ pub(crate) struct IndicatifTerminal {
 }
 
 fn overall_style() -> ProgressStyle {
-    ProgressStyle::with_template(
-        "{elapsed_precise} [{wide_bar}] {pos}/{len} servers, ETA {eta} {msg}",
-    )
-    .unwrap_or_else(|_| ProgressStyle::default_bar())
-    .progress_chars("=> ")
+    ProgressStyle::with_template("{elapsed_precise} [{wide_bar}] {pos}/{len} servers, ETA {msg}")
+        .unwrap_or_else(|_| ProgressStyle::default_bar())
+        .progress_chars("=> ")
 }
 
 fn server_style() -> ProgressStyle {
@@ -54,8 +52,16 @@ impl IndicatifTerminal {
 }
 
 impl Terminal for IndicatifTerminal {
-    fn draw(&self, rows: &[(ServerUuid, String)], done: usize, _total: usize) {
+    fn draw(
+        &self,
+        rows: &[(ServerUuid, String)],
+        done: usize,
+        _total: usize,
+        eta: Option<std::time::Duration>,
+    ) {
         self.overall.set_position(done as u64);
+        // The run's own estimate (waves of servers), not indicatif's.
+        self.overall.set_message(super::progress::Eta::show(eta));
         let Ok(mut bars) = self.bars.lock() else {
             return;
         };
@@ -80,7 +86,18 @@ impl Terminal for IndicatifTerminal {
     }
 
     fn println(&self, line: &str) {
-        let _ = self.multi.println(line);
+        // Not indicatif's own println: it keeps printed text as rows of
+        // its block, and when text and bars together outgrow the screen
+        // it loses count and leaves a stale bar behind (an interrupt's
+        // four-row line left `1/61 servers, ETA 12m` on an 80x24 screen).
+        // Taking the bars off, printing, and drawing them again keeps its
+        // count to the bars alone; lines are folded to the width so none
+        // wraps under it either.
+        let text = match term_size() {
+            Some((_, columns)) => fold(line, columns.saturating_sub(1).max(20)),
+            None => line.to_string(),
+        };
+        self.multi.suspend(|| eprintln!("{text}"));
     }
 
     fn hide(&self) {
@@ -105,5 +122,47 @@ impl Terminal for IndicatifTerminal {
 
     fn size(&self) -> Option<(usize, usize)> {
         term_size()
+    }
+}
+
+/// `text` in lines of at most `width` characters, broken at spaces where
+/// a line has one (a word longer than the line is cut).
+pub(crate) fn fold(text: &str, width: usize) -> String {
+    let mut out: Vec<String> = Vec::new();
+    for line in text.lines() {
+        let mut current = String::new();
+        for word in line.split(' ') {
+            let (len, word_len) = (current.chars().count(), word.chars().count());
+            if len > 0 && len + 1 + word_len > width {
+                out.push(std::mem::take(&mut current));
+            }
+            if !current.is_empty() {
+                current.push(' ');
+            }
+            current.push_str(word);
+            while current.chars().count() > width {
+                let head: String = current.chars().take(width).collect();
+                current = current.chars().skip(width).collect();
+                out.push(head);
+            }
+        }
+        out.push(current);
+    }
+    out.join("\n")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::fold;
+
+    #[test]
+    fn printed_lines_never_reach_the_last_column() {
+        let text = "interrupted: no further servers will be started; 20 in flight (cn0002, cn0003, cn0004, cn0005 and 16 more)";
+        let folded = fold(text, 40);
+        assert!(folded.lines().all(|l| l.chars().count() <= 40), "{folded}");
+        assert_eq!(folded.replace('\n', " "), text);
+        assert_eq!(fold("short", 40), "short");
+        assert_eq!(fold(&"x".repeat(50), 20).lines().count(), 3);
+        assert_eq!(fold("a\nb", 20), "a\nb");
     }
 }
