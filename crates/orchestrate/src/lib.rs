@@ -35,35 +35,23 @@
 //!   and the planner schedules from what servers took before; [`revert`]
 //!   plans putting back what a recorded run changed.
 
-pub mod adopt;
-pub mod baseline;
-pub mod confirm;
-pub mod execmode;
-pub mod execute;
-pub mod fence;
-pub mod gather;
-pub mod guard;
-pub mod history;
-mod holding;
-pub mod images;
-pub mod lock;
-pub mod marks;
-pub mod outlier;
-pub mod records;
-pub mod recover;
-pub mod report;
-mod reporters;
-pub mod revert;
-pub mod run;
-pub mod session;
-pub mod shape;
-pub mod store;
-pub mod summary;
-pub mod transport;
-mod turn;
-pub mod waves;
+// The layers, bottom up: a module imports only from its own layer and
+// the layers below it (tests/architecture.rs keeps it so).
+mod carriers;
+mod commands;
+mod executor;
+mod runner;
+mod vocabulary;
+
+// The modules at the crate's root, as before the layers: the other
+// crates' paths (`agentsadm_orchestrate::report::…`) stay as they were.
+pub use carriers::{execmode, gather, images, records, recover, store, transport};
+pub use commands::{adopt, marks, revert, session, shape};
+pub use executor::{baseline, execute, guard, waves};
+pub use runner::{fence, history, lock, run};
+pub use vocabulary::{confirm, outlier, report, summary};
 
 pub use agentsadm_plan::intent::Intent;
 pub use agentsadm_plan::reality::Reality;
 pub use agentsadm_plan::{Plan, PlanningInput, plan};
-pub use execute::{ExecOptions, Executor};
+pub use executor::execute::{ExecOptions, Executor};

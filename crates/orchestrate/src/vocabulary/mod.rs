@@ -1,0 +1,8 @@
+//! What a run is described in: the reporter's events and report, the
+//! summary, slow-server detection, the operator's consent.
+
+pub mod confirm;
+pub mod outlier;
+pub mod report;
+pub(crate) mod reporters;
+pub mod summary;
