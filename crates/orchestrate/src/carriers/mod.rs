@@ -4,6 +4,7 @@
 
 pub mod execmode;
 pub mod gather;
+pub mod guard;
 pub mod images;
 pub mod records;
 pub mod recover;

@@ -13,11 +13,11 @@ use std::collections::BTreeMap;
 
 use futures::future::BoxFuture;
 use futures::stream::{self, StreamExt};
-use serde::Serialize;
 use serde_json::{Value, json};
 
+use crate::carriers::guard::{Fence, Hold};
 use crate::carriers::store::{IntentWriteError, SapiIntentStore, instance_params};
-use crate::executor::guard::{Fence, Hold};
+pub use crate::vocabulary::outcomes::{RecordOutcome, RecordStatus};
 use agentsadm_api::ApiError;
 use agentsadm_api::Apis;
 use agentsadm_api::CnapiClient;
@@ -329,50 +329,6 @@ impl RecordStore for ApiRecords {
         created: &'a BTreeMap<String, ServiceUuid>,
     ) -> BoxFuture<'a, Result<RecordDone, RecordWriteError>> {
         Box::pin(self.make(change, created))
-    }
-}
-
-/// How one record change ended.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
-#[serde(tag = "status", rename_all = "kebab-case")]
-pub enum RecordStatus {
-    Done,
-    /// Already made (a re-run): a deleted instance SAPI no longer has, a
-    /// server CNAPI no longer has.
-    AlreadyDone,
-    /// The factory reset started.
-    ResetStarted {
-        job_uuid: JobUuid,
-        agents_cleared: bool,
-    },
-    Failed {
-        message: String,
-    },
-    /// Not made: the lock was lost, or (a server's CNAPI call) some other
-    /// record change failed.
-    NotRun {
-        reason: String,
-    },
-}
-
-/// One record change and how it ended.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
-pub struct RecordOutcome {
-    pub change: RecordChange,
-    #[serde(flatten)]
-    pub status: RecordStatus,
-    /// Something that did not fail the change.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub warning: Option<String>,
-}
-
-impl RecordOutcome {
-    /// Made (now or before).
-    pub fn ok(&self) -> bool {
-        matches!(
-            self.status,
-            RecordStatus::Done | RecordStatus::AlreadyDone | RecordStatus::ResetStarted { .. }
-        )
     }
 }
 

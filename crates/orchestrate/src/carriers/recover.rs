@@ -40,7 +40,7 @@ use agentsadm_types::ids::ImageUuid;
 use agentsadm_types::ids::ServerUuid;
 use agentsadm_types::ids::TaskId;
 
-use crate::carriers::transport::StepFailure;
+use crate::vocabulary::outcomes::StepFailure;
 use crate::vocabulary::report::FailureStage;
 
 /// When and how often the server is asked.

@@ -59,7 +59,6 @@ use agentsadm_api::remote::FailureStep;
 use agentsadm_plan::HealthFlags;
 
 use futures::future::BoxFuture;
-use serde::Serialize;
 
 use agentsadm_plan::Action;
 
@@ -70,13 +69,13 @@ mod health;
 mod probe;
 mod uninstall;
 use crate::carriers::execmode::ExecuteModes;
+use crate::carriers::guard::{Fence, Unfenced, fenced};
 use crate::carriers::recover::RecoveryConfig;
 use crate::carriers::recover::TaskGoal;
 use crate::carriers::recover::TaskPeers;
 use crate::carriers::recover::TaskWaiter;
 use crate::carriers::recover::Waited;
-use crate::commands::marks::switch_args;
-use crate::executor::guard::{Fence, Unfenced, fenced};
+pub use crate::vocabulary::outcomes::{StepFailure, TaskRef};
 use crate::vocabulary::report::FailureStage;
 use agentsadm_api::ApiError;
 use agentsadm_api::ImgapiClient;
@@ -121,46 +120,13 @@ pub struct StepDone {
     pub gate_elapsed: Option<Duration>,
 }
 
-/// A step that failed on the server or on the way there: which part of the
-/// step (`install-agent`, `agent_install task`, `gz hook:postinstall`,
-/// `confirm through server.agents`, ...) and the remote error text.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, thiserror::Error)]
-#[error("{stage}: {message}")]
-pub struct StepFailure {
-    pub stage: FailureStage,
-    /// The remote error text (for API errors, the whole chain on one line:
-    /// it is shown as data in reports, not printed as a cause chain).
-    pub message: String,
-    /// For an unhealthy step: why the previous image could not be put
-    /// back on the server (the reinstall after cn-agent's task failed).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub revert_error: Option<String>,
-    /// The component's install finished on the server (cn-agent's task
-    /// completed) and only what follows it failed (its health check could
-    /// not run): the SAPI writes an install through cn-agent needs after
-    /// it are still made.
-    #[serde(skip)]
-    pub installed: bool,
-}
-
-impl StepFailure {
-    pub fn new(stage: FailureStage, message: impl Into<String>) -> StepFailure {
-        StepFailure {
-            stage,
-            message: message.into(),
-            revert_error: None,
-            installed: false,
-        }
-    }
-
-    /// Whether the step failed its health gate.
-    pub fn is_unhealthy(&self) -> bool {
-        self.stage == FailureStage::Unhealthy
-    }
-
-    pub(crate) fn api(stage: FailureStage, err: &ApiError) -> StepFailure {
-        StepFailure::new(stage, error_chain(err))
-    }
+/// `gz disable NAME --by --at [--reason]` (`Some`) or `gz enable NAME`
+/// ([`agentsadm_api::compat::switch_args`]).
+pub(crate) fn switch_args(component: &str, mark: Option<&agentsadm_plan::Mark>) -> Vec<String> {
+    agentsadm_api::compat::switch_args(
+        component,
+        mark.map(|m| (m.by.as_str(), m.at.as_str(), m.reason.as_deref())),
+    )
 }
 
 /// Runs one step on one server.
@@ -194,17 +160,6 @@ pub trait Transport: Send + Sync {
     fn tasks(&self, _server: ServerUuid) -> Vec<TaskRef> {
         Vec::new()
     }
-}
-
-/// A CNAPI task a step started.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
-pub struct TaskRef {
-    pub component: String,
-    pub task: TaskId,
-    /// Still waited for (the step has not ended). Not in `--json`: a
-    /// report is written after waiting stopped.
-    #[serde(skip)]
-    pub waiting: bool,
 }
 
 /// The tasks a transport started, by server (shared by the clones of a

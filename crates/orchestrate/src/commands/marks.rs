@@ -163,12 +163,3 @@ pub async fn set_holds(
     }
     Ok(done)
 }
-
-/// `gz disable NAME --by --at [--reason]` (`Some`) or `gz enable NAME`
-/// ([`agentsadm_api::compat::switch_args`]).
-pub(crate) fn switch_args(component: &str, mark: Option<&agentsadm_plan::Mark>) -> Vec<String> {
-    agentsadm_api::compat::switch_args(
-        component,
-        mark.map(|m| (m.by.as_str(), m.at.as_str(), m.reason.as_deref())),
-    )
-}

@@ -19,27 +19,13 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
 use std::time::Duration;
 
-use serde::Serialize;
-
+pub use crate::vocabulary::outlier::OutlierBasis;
 use crate::vocabulary::outlier::{self, Outlier, OutlierPolicy};
 use crate::vocabulary::report::fmt_duration;
 use agentsadm_plan::timing::Durations;
 use agentsadm_plan::{Plan, ServerPlan};
 use agentsadm_types::catalog::Catalog;
 use agentsadm_types::ids::ServerUuid;
-
-/// What a slow server was compared with.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum OutlierBasis {
-    /// The median of the servers that finished in this run.
-    #[default]
-    Median,
-    /// The catalog's expected install times.
-    Catalog,
-    /// The server's own times in earlier runs.
-    History,
-}
 
 /// The expected duration of one server's turn, and where it came from.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

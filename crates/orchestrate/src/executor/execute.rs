@@ -21,11 +21,11 @@ use std::time::Duration;
 use futures::future::LocalBoxFuture;
 use tokio::time::Instant;
 
+use crate::carriers::guard::{ApiProbe, Fence, Hold, NoProbe, Unfenced};
 use crate::carriers::records::{NoRecords, RecordStore, make_records};
 use crate::carriers::store::IntentStore;
 use crate::carriers::store::IntentWriteError;
 use crate::carriers::transport::Transport;
-use crate::executor::guard::{ApiProbe, Fence, Hold, NoProbe, Unfenced};
 use crate::vocabulary::confirm::Confirmed;
 use crate::vocabulary::outlier::OutlierPolicy;
 use crate::vocabulary::report::ExecEvent;

@@ -3,6 +3,5 @@
 
 pub mod baseline;
 pub mod execute;
-pub mod guard;
 pub(crate) mod turn;
 pub mod waves;

@@ -22,6 +22,7 @@ use std::time::Duration;
 
 use futures::future::LocalBoxFuture;
 
+use crate::carriers::guard::{ApiPings, Fence, Hold};
 use crate::carriers::images::{self, ImageError};
 use crate::carriers::records::ApiRecords;
 use crate::carriers::store::SapiIntentStore;
@@ -29,12 +30,12 @@ use crate::carriers::transport::{
     CnapiTransport, CnapiTransportConfig, StepDone, StepFailure, Transport,
 };
 use crate::executor::execute::{ExecError, ExecOptions, Executor, RunGate};
-use crate::executor::guard::{ApiPings, Fence, Hold, LockFence};
 use crate::runner::fence::{Fenced, fence};
 use crate::runner::history::{HistorySettings, Recorder, RecordingTee, SapiHistory};
-use crate::runner::holding;
+use crate::runner::lock::LockFence;
+use crate::runner::lock::holding;
 use crate::runner::lock::{self, LockError, LockOptions, SapiLockStore};
-use crate::vocabulary::confirm::Confirmed;
+use crate::vocabulary::confirm::{AgreesInAdvance, Confirmed};
 use crate::vocabulary::report::{ExecReport, InFlight, Outage, Reporter};
 use agentsadm_api::Apis;
 use agentsadm_api::CnapiClient;
@@ -68,6 +69,14 @@ pub struct RunSettings {
     pub options: ExecOptions,
     /// On a headnode: sdcadm's lock, held with the datacenter lock.
     pub sdcadm_lock: Option<crate::runner::lock::SdcadmLockOptions>,
+}
+
+impl crate::vocabulary::confirm::sealed::Sealed for RunSettings {}
+
+impl AgreesInAdvance for RunSettings {
+    fn yes(&self) -> bool {
+        self.yes
+    }
 }
 
 impl RunSettings {
@@ -282,7 +291,7 @@ impl<'a> Run<'a> {
         if unlocked.plan().is_empty() {
             // Nothing to change, but records of earlier versions still
             // move out of `sdc` (under the locks) on this run.
-            crate::commands::shape::move_when_idle(&store, self.sapi, &self.lock, |m| {
+            crate::runner::shape::move_when_idle(&store, self.sapi, &self.lock, |m| {
                 operator.note(m)
             })
             .await;
@@ -312,7 +321,7 @@ impl<'a> Run<'a> {
         }
         // Records of earlier versions move out of `sdc` before the plan
         // is made again under the lock (issue 29).
-        crate::commands::shape::move_and_note(self.sapi, |m| operator.note(m)).await;
+        crate::runner::shape::move_and_note(self.sapi, |m| operator.note(m)).await;
         let fence = LockFence::new(&dc_lock);
         let work = self.locked(planner, operator, &fence, cancel);
         let mut outcome =

@@ -23,8 +23,20 @@
 
 use serde::Serialize;
 
-use crate::runner::run::RunSettings;
 use agentsadm_plan::Plan;
+
+/// Settings that can agree to a plan in advance (`-y`): the run's
+/// ([`crate::run::RunSettings`]). Sealed: only this crate's settings say
+/// `-y`, as before this token sat below the run that reads them.
+pub trait AgreesInAdvance: sealed::Sealed {
+    /// Whether the settings say `-y`.
+    fn yes(&self) -> bool;
+}
+
+pub(crate) mod sealed {
+    /// Implemented only inside this crate.
+    pub trait Sealed {}
+}
 
 /// How the operator agreed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -47,8 +59,8 @@ pub struct Confirmed<'p> {
 impl<'p> Confirmed<'p> {
     /// The `-y` path: the plan, agreed in advance by `settings`; `None`
     /// when the settings do not say `-y`.
-    pub fn by_yes(settings: &RunSettings, plan: &'p Plan) -> Option<Confirmed<'p>> {
-        settings.yes.then_some(Confirmed {
+    pub fn by_yes(settings: &impl AgreesInAdvance, plan: &'p Plan) -> Option<Confirmed<'p>> {
+        settings.yes().then_some(Confirmed {
             plan,
             consent: Consent::Yes,
         })

@@ -2,7 +2,8 @@
 //! summary, slow-server detection, the operator's consent.
 
 pub mod confirm;
+pub mod outcomes;
 pub mod outlier;
 pub mod report;
-pub(crate) mod reporters;
+pub mod reporters;
 pub mod summary;

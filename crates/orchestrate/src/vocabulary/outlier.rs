@@ -19,8 +19,20 @@ use std::time::Duration;
 
 use serde::Serialize;
 
-use crate::executor::baseline::OutlierBasis;
 use agentsadm_types::ids::ServerUuid;
+
+/// What a slow server was compared with.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum OutlierBasis {
+    /// The median of the servers that finished in this run.
+    #[default]
+    Median,
+    /// The catalog's expected install times.
+    Catalog,
+    /// The server's own times in earlier runs.
+    History,
+}
 
 /// When a running server counts as an outlier.
 #[derive(Clone, Copy, Debug, PartialEq)]

@@ -6,7 +6,6 @@
 //! The library never draws anything: the command line turns events into
 //! bars or plain lines (`cli::progress`).
 
-use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::fmt;
 use std::time::Duration;
@@ -17,10 +16,10 @@ use crate::vocabulary::outlier::Outlier;
 
 use crate::vocabulary::outlier::duration_secs;
 
-use crate::carriers::records::RecordOutcome;
-use crate::carriers::transport::StepFailure;
-use crate::carriers::transport::TaskRef;
-use agentsadm_api::remote::FailureStep;
+pub use crate::vocabulary::outcomes::FailureStage;
+use crate::vocabulary::outcomes::RecordOutcome;
+use crate::vocabulary::outcomes::StepFailure;
+use crate::vocabulary::outcomes::TaskRef;
 use agentsadm_plan::Plan;
 use agentsadm_plan::Step;
 use agentsadm_types::ids::ServerUuid;
@@ -113,8 +112,6 @@ pub trait Reporter: Send + Sync {
     fn event(&self, event: &ExecEvent<'_>);
 }
 
-pub use crate::vocabulary::reporters::LogReporter;
-
 /// Ignores everything.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct NullReporter;
@@ -194,108 +191,6 @@ pub struct StepResult {
     /// run puts it back.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub installed: bool,
-}
-
-/// Which part of a server's turn failed. Text and `--json` (field
-/// `stage`) show it as [`FailureStage::as_str`], a name operators and
-/// scripts match on, so the names never change.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum FailureStage {
-    /// A SAPI instance write before or after the steps: `sapi`.
-    Sapi,
-    /// Abandoned by `--straggler-timeout`: `straggler`.
-    Straggler,
-    /// In progress when the run was interrupted: `interrupted`.
-    Interrupted,
-    /// A step ran into `--task-timeout`: `timeout`.
-    Timeout,
-    /// CNAPI refused `POST /servers/:uuid/install-agent`: `install-agent`.
-    InstallAgent,
-    /// CNAPI refused `POST /servers/:uuid/uninstall-agents`:
-    /// `uninstall-agents`.
-    UninstallAgents,
-    /// `GET /tasks/:id/wait` failed: `task wait`.
-    TaskWait,
-    /// A cn-agent task ended in failure: `agent_install task <id>` (the
-    /// in-memory transport of the tests has no task id).
-    Task { task: String, id: Option<TaskId> },
-    /// Reading the instance a fresh install reports: `read server.agents`.
-    ReadServerAgents,
-    /// Waiting for a component that replaces itself (cn-agent) to report
-    /// its new image: `confirm through server.agents`.
-    ConfirmServerAgents,
-    /// CNAPI execute failed, or `agentsadm gz` printed no result: `execute`.
-    Execute,
-    /// `agentsadm gz` exited non-zero without naming a step: `gz`.
-    Gz,
-    /// `agentsadm gz` failed at one of its steps: `gz <step>` (`gz
-    /// hook:postinstall`, `gz download`, ...).
-    GzStep { step: FailureStep },
-    /// The health gate failed (the installer's, or `gz health` after
-    /// cn-agent's task): `unhealthy`.
-    Unhealthy,
-    /// The server's installed image is not the one the plan saw (`gz
-    /// install --expect-current` refused, or CNAPI's `server.agents`
-    /// before an install-agent task): `changed since the plan`.
-    Changed,
-    /// Putting agentsadm on the server without it (its manifest, the
-    /// bootstrap script): `bootstrap`.
-    Bootstrap,
-    /// The step was not started: the run no longer holds the datacenter
-    /// lock: `lock lost`.
-    LockLost,
-    /// An API stopped answering (the step was not started, or how it
-    /// ended is not known): `<API> not answering`.
-    ApiLost { api: agentsadm_api::Api },
-}
-
-impl FailureStage {
-    /// The stage as shown; fixed names are borrowed, task and `gz` step
-    /// names are formatted.
-    pub fn as_str(&self) -> Cow<'_, str> {
-        Cow::Borrowed(match self {
-            FailureStage::Sapi => "sapi",
-            FailureStage::Straggler => "straggler",
-            FailureStage::Interrupted => "interrupted",
-            FailureStage::Timeout => "timeout",
-            FailureStage::InstallAgent => "install-agent",
-            FailureStage::UninstallAgents => "uninstall-agents",
-            FailureStage::TaskWait => "task wait",
-            FailureStage::ReadServerAgents => "read server.agents",
-            FailureStage::ConfirmServerAgents => "confirm through server.agents",
-            FailureStage::Execute => "execute",
-            FailureStage::Gz => "gz",
-            FailureStage::Unhealthy => "unhealthy",
-            FailureStage::Changed => "changed since the plan",
-            FailureStage::Bootstrap => "bootstrap",
-            FailureStage::LockLost => "lock lost",
-            FailureStage::ApiLost { api } => return Cow::Owned(format!("{api} not answering")),
-            FailureStage::Task { task, id: Some(id) } => {
-                return Cow::Owned(format!("{task} task {id}"));
-            }
-            FailureStage::Task { task, id: None } => return Cow::Owned(format!("{task} task")),
-            FailureStage::GzStep { step } => return Cow::Owned(format!("gz {}", step.as_str())),
-        })
-    }
-}
-
-impl fmt::Display for FailureStage {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.as_str())
-    }
-}
-
-impl Serialize for FailureStage {
-    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        s.serialize_str(&self.as_str())
-    }
-}
-
-/// Compares with the stage as shown (`stage == "sapi"`).
-impl PartialEq<&str> for FailureStage {
-    fn eq(&self, other: &&str) -> bool {
-        self.as_str() == *other
-    }
 }
 
 /// Why a server failed: the component (if any), the stage and the remote
@@ -459,7 +354,7 @@ pub struct ExecReport {
     /// The datacenter lock, if this run lost it at any point (noticed
     /// while running, or when confirmed once more before the summary).
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub lock_lost: Option<crate::executor::guard::LockLoss>,
+    pub lock_lost: Option<crate::vocabulary::outcomes::LockLoss>,
     /// The API that stopped answering, if one did.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub outage: Option<Outage>,

@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::time::Duration;
 
-use crate::carriers::records::RecordStatus;
+use crate::vocabulary::outcomes::RecordStatus;
 use crate::vocabulary::outlier::percentile_sorted;
 use crate::vocabulary::report::ComponentSummary;
 use crate::vocabulary::report::ExecReport;

@@ -20,7 +20,7 @@ use agentsadm_types::error::error_chain;
 use agentsadm_types::ids::ServerUuid;
 
 use super::{CnapiTransport, StepDone, StepFailure, tail};
-use crate::executor::guard::Fence;
+use crate::carriers::guard::Fence;
 use crate::vocabulary::report::FailureStage;
 
 impl CnapiTransport {

@@ -21,7 +21,7 @@ use agentsadm_types::error::error_chain;
 use agentsadm_types::ids::ServerUuid;
 
 use super::{CnapiTransport, StepFailure, TaskGoal, Waited};
-use crate::executor::guard::{Fence, fenced};
+use crate::carriers::guard::{Fence, fenced};
 use crate::vocabulary::report::FailureStage;
 
 impl CnapiTransport {

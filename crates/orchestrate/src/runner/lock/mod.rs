@@ -48,7 +48,8 @@ pub use board::{Entry, LockBoard, LockRecord, Stage, Standing, Unreadable, stand
 pub use sapi::SapiLockStore;
 pub use sdcadm::{SdcadmLock, SdcadmLockError, SdcadmLockOptions};
 // Work outside a run's executor (self-update) holds the lock through it.
-pub use crate::runner::holding::hold;
+pub(crate) mod holding;
+pub use holding::{LockFence, hold};
 
 use board::ECHO;
 

@@ -11,21 +11,18 @@
 //! starts, and the report says which servers this run changed and may
 //! since have been changed by the new holder.
 
-use std::sync::Mutex;
 use std::time::Duration;
 
 use futures::future::BoxFuture;
-use serde::Serialize;
 
-use crate::carriers::transport::StepFailure;
-use crate::runner::lock::{DcLock, LockError};
+pub use crate::vocabulary::outcomes::LockLoss;
+use crate::vocabulary::outcomes::StepFailure;
 use crate::vocabulary::report::FailureStage;
 use agentsadm_api::Api;
 use agentsadm_api::CnapiClient;
 use agentsadm_api::ImgapiClient;
 use agentsadm_api::SapiClient;
 use agentsadm_plan::Step;
-use agentsadm_types::error::error_chain;
 use agentsadm_types::ids::ServerUuid;
 
 /// What a confirmation found.
@@ -61,96 +58,6 @@ impl Fence for Unfenced {
 
     fn is_lost(&self) -> bool {
         false
-    }
-}
-
-/// How a run lost the datacenter lock, for its report.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
-pub struct LockLoss {
-    /// What the run was about to do when it noticed.
-    pub noticed: String,
-    /// Who holds it now, as far as its record says.
-    pub holder: String,
-    /// The servers this run started (it may have changed them), which
-    /// the new holder may since have changed as well: filled in with the
-    /// run's report.
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub may_have_changed: Vec<ServerUuid>,
-}
-
-/// The datacenter lock a run holds, as its fence.
-pub struct LockFence<'l> {
-    lock: &'l DcLock<'l>,
-    loss: Mutex<Option<LockLoss>>,
-}
-
-impl<'l> LockFence<'l> {
-    pub fn new(lock: &'l DcLock<'l>) -> LockFence<'l> {
-        LockFence {
-            lock,
-            loss: Mutex::new(None),
-        }
-    }
-
-    /// How the lock was lost, if it was.
-    pub fn loss(&self) -> Option<LockLoss> {
-        self.loss.lock().unwrap_or_else(|e| e.into_inner()).clone()
-    }
-
-    /// Record the loss (the first noticed is kept). Returns whether it is
-    /// news.
-    pub fn lost(&self, noticed: &str, err: &LockError) -> bool {
-        let holder = match err {
-            LockError::Lost { owner } => owner.clone(),
-            other => error_chain(other),
-        };
-        let mut loss = self.loss.lock().unwrap_or_else(|e| e.into_inner());
-        if loss.is_none() {
-            tracing::warn!(noticed, holder = %holder, "the datacenter lock was lost");
-            *loss = Some(LockLoss {
-                noticed: noticed.to_string(),
-                holder,
-                may_have_changed: Vec::new(),
-            });
-            return true;
-        }
-        false
-    }
-
-    /// What a confirmation's error means: SAPI not answering leaves the
-    /// lock unconfirmed; anything else (lost, or records that can no
-    /// longer be read) loses it.
-    pub fn judge(&self, what: &str, result: Result<(), LockError>) -> Hold {
-        match result {
-            Ok(()) => Hold::Held,
-            Err(e) if e.is_unreachable() => {
-                tracing::warn!(what, error = %error_chain(&e), "cannot confirm the datacenter lock");
-                Hold::Unconfirmed(Api::Sapi)
-            }
-            Err(e) => {
-                self.lost(what, &e);
-                Hold::Lost
-            }
-        }
-    }
-}
-
-impl Fence for LockFence<'_> {
-    fn confirm<'a>(&'a self, what: &'a str) -> BoxFuture<'a, Hold> {
-        Box::pin(async move {
-            if self.is_lost() {
-                return Hold::Lost;
-            }
-            let result = self.lock.confirm().await;
-            self.judge(what, result)
-        })
-    }
-
-    fn is_lost(&self) -> bool {
-        self.loss
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .is_some()
     }
 }
 

@@ -485,7 +485,7 @@ pub async fn move_when_idle(
     }
     let lost = std::sync::atomic::AtomicBool::new(false);
     let work = move_and_note(sapi, &note);
-    if let Err(e) = crate::runner::holding::hold(
+    if let Err(e) = crate::runner::lock::hold(
         store,
         "move records out of sdc",
         options,

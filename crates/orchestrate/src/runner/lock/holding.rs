@@ -4,10 +4,15 @@
 //! records the loss in the run's [`LockFence`] and says so at once.
 
 use std::future::Future;
+use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use crate::executor::guard::{Fence, Hold, LockFence};
+use futures::future::BoxFuture;
+
+use crate::carriers::guard::{Fence, Hold};
 use crate::runner::lock::{DcLock, LockError, LockOptions, LockStore};
+use crate::vocabulary::outcomes::LockLoss;
+use agentsadm_api::Api;
 use agentsadm_types::error::error_chain;
 
 /// Take the datacenter lock for `operation`, run `work` while refreshing
@@ -133,5 +138,81 @@ fn log_lock(event: &str, message: &str) {
     } else {
         tracing::info!(target: agentsadm_types::log::FILE_ONLY_TARGET,
             component = "lock", event, "{message}");
+    }
+}
+
+/// The datacenter lock a run holds, as its fence.
+pub struct LockFence<'l> {
+    lock: &'l DcLock<'l>,
+    loss: Mutex<Option<LockLoss>>,
+}
+
+impl<'l> LockFence<'l> {
+    pub fn new(lock: &'l DcLock<'l>) -> LockFence<'l> {
+        LockFence {
+            lock,
+            loss: Mutex::new(None),
+        }
+    }
+
+    /// How the lock was lost, if it was.
+    pub fn loss(&self) -> Option<LockLoss> {
+        self.loss.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// Record the loss (the first noticed is kept). Returns whether it is
+    /// news.
+    pub fn lost(&self, noticed: &str, err: &LockError) -> bool {
+        let holder = match err {
+            LockError::Lost { owner } => owner.clone(),
+            other => error_chain(other),
+        };
+        let mut loss = self.loss.lock().unwrap_or_else(|e| e.into_inner());
+        if loss.is_none() {
+            tracing::warn!(noticed, holder = %holder, "the datacenter lock was lost");
+            *loss = Some(LockLoss {
+                noticed: noticed.to_string(),
+                holder,
+                may_have_changed: Vec::new(),
+            });
+            return true;
+        }
+        false
+    }
+
+    /// What a confirmation's error means: SAPI not answering leaves the
+    /// lock unconfirmed; anything else (lost, or records that can no
+    /// longer be read) loses it.
+    pub fn judge(&self, what: &str, result: Result<(), LockError>) -> Hold {
+        match result {
+            Ok(()) => Hold::Held,
+            Err(e) if e.is_unreachable() => {
+                tracing::warn!(what, error = %error_chain(&e), "cannot confirm the datacenter lock");
+                Hold::Unconfirmed(Api::Sapi)
+            }
+            Err(e) => {
+                self.lost(what, &e);
+                Hold::Lost
+            }
+        }
+    }
+}
+
+impl Fence for LockFence<'_> {
+    fn confirm<'a>(&'a self, what: &'a str) -> BoxFuture<'a, Hold> {
+        Box::pin(async move {
+            if self.is_lost() {
+                return Hold::Lost;
+            }
+            let result = self.lock.confirm().await;
+            self.judge(what, result)
+        })
+    }
+
+    fn is_lost(&self) -> bool {
+        self.loss
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .is_some()
     }
 }
