@@ -344,3 +344,41 @@ async fn no_color_turns_colour_off_on_a_terminal() {
     }
     dc.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_interrupt_at_80x24_leaves_no_bar_behind_and_the_eta_waits_for_a_server() {
+    if !tools::require_tool("tmux", "tmux") {
+        return;
+    }
+    let dc = SimDc::start(
+        SimConfig::default()
+            .servers(40)
+            .populate(SeedSpec::with_newer())
+            .install_latency(LatencySpec::fixed(3_000)),
+    )
+    .await
+    .expect("simulator starts");
+    let dir = tempfile::tempdir().unwrap();
+    let script = script(&dc, dir.path(), "update vm-agent --latest -j 20 -y");
+    let tmux = Tmux::sized("stale", &script, (80, 24));
+    // The canary runs: nothing finished, so no estimate yet (indicatif's
+    // own said `ETA 0s` here).
+    let screen = tmux.wait_for("0/41 servers").await;
+    let bar = screen.lines().find(|l| l.contains("0/41 servers")).unwrap();
+    assert!(bar.trim_end().ends_with("ETA -"), "{screen}");
+    // A wave of 20 in flight, then Ctrl-C: the interrupt's line (four rows
+    // at 80 columns) is printed above the bars.
+    tmux.wait_for("1/41 servers").await;
+    tokio::time::sleep(Duration::from_millis(1_000)).await;
+    tmux.keys(&["C-c"]);
+    tmux.wait_for("EXIT=").await;
+    let all = tmux.run(&["capture-pane", "-p", "-S", "-", "-t", "t"]);
+    assert!(all.contains("interrupted: no further servers"), "{all}");
+    // Not one copy of the bar is left anywhere, scrollback included.
+    assert!(
+        !all.lines().any(|l| l.contains("/41 servers, ETA")),
+        "a stale bar was left behind:\n{all}"
+    );
+    drop(tmux);
+    dc.shutdown().await;
+}

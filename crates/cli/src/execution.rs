@@ -152,6 +152,17 @@ impl<'a, P> CliOperator<'a, P> {
         self.display = Some(display);
         self
     }
+
+    /// `f` prints: with the live display's bars off the screen meanwhile.
+    fn around(&self, f: impl FnMut()) {
+        match &self.display {
+            Some(d) => d.around(f),
+            None => {
+                let mut f = f;
+                f()
+            }
+        }
+    }
 }
 
 impl<P> Operator<P> for CliOperator<'_, P> {
@@ -174,10 +185,10 @@ impl<P> Operator<P> for CliOperator<'_, P> {
     }
 
     fn note(&self, message: &str) {
-        match message.strip_prefix("warning: ") {
+        self.around(|| match message.strip_prefix("warning: ") {
             Some(w) => self.out.warn(w),
             None => self.out.line(message),
-        }
+        });
     }
 
     /// With `-y`, say so and go on; in a terminal, ask; elsewhere stop.
@@ -192,10 +203,12 @@ impl<P> Operator<P> for CliOperator<'_, P> {
             thousands(remaining)
         );
         if yes {
-            self.out.line(
-                head.replace("continue with", "continuing with")
-                    .trim_end_matches('?'),
-            );
+            self.around(|| {
+                self.out.line(
+                    head.replace("continue with", "continuing with")
+                        .trim_end_matches('?'),
+                )
+            });
             return true;
         }
         if !self.interactive() {

@@ -193,6 +193,11 @@ pub trait Terminal: Send + Sync {
     fn hide(&self) {}
     /// Draw again after [`Terminal::hide`].
     fn show(&self) {}
+    /// Run `f` (which prints) with the rows off the screen, then draw
+    /// them again below what it printed.
+    fn around(&self, f: &mut dyn FnMut()) {
+        f()
+    }
     /// The terminal's rows and columns, when known: rows beyond what fits
     /// are counted in one line rather than cut off by the terminal.
     fn size(&self) -> Option<(usize, usize)> {
@@ -304,6 +309,18 @@ impl Display {
             return;
         }
         eprintln!("{line}");
+    }
+
+    /// Run `f`, which prints (on stdout or stderr), with the bars off the
+    /// screen: a line printed under them would leave a copy of them behind.
+    pub fn around(&self, mut f: impl FnMut()) {
+        if let Ok(l) = self.live.lock()
+            && let Some(l) = l.as_ref()
+        {
+            l.term.around(&mut f);
+            return;
+        }
+        f();
     }
 
     /// Take the bars off the screen and draw nothing until

@@ -2,10 +2,9 @@
 //! and taking the bars off the screen while a question is asked (so the
 //! next redraw cannot wipe the question, nor an ETA tick over it).
 
-use std::collections::BTreeMap;
 use std::sync::Mutex;
 
-use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
 use super::progress::Terminal;
 use agentsadm_types::ids::ServerUuid;
@@ -19,34 +18,54 @@ pub fn term_size() -> Option<(usize, usize)> {
     (rc == 0 && ws.ws_row > 0 && ws.ws_col > 0).then_some((ws.ws_row as usize, ws.ws_col as usize))
 }
 
-/// indicatif on stderr: one overall bar, one line per row.
+/// indicatif on stderr: one bar, the overall line with the server rows
+/// under it as lines of its message.
+///
+/// One bar, not a `MultiProgress` of a bar per server: adding and removing
+/// bars while lines were printed above them lost indicatif its count of
+/// the rows on the screen, and a copy of the overall line was left behind
+/// (`1/41 servers, ETA 6s`, at every line printed mid-run on 80x24).
 pub(crate) struct IndicatifTerminal {
-    multi: MultiProgress,
-    overall: ProgressBar,
-    bars: Mutex<BTreeMap<ServerUuid, ProgressBar>>,
+    bar: Mutex<Option<ProgressBar>>,
+    /// Control characters not echoed while the bars are up.
+    echo: Mutex<Option<QuietControls>>,
+    total: u64,
+    started: std::time::Instant,
 }
 
-fn overall_style() -> ProgressStyle {
-    ProgressStyle::with_template("{elapsed_precise} [{wide_bar}] {pos}/{len} servers, ETA {msg}")
+fn style(with_rows: bool) -> ProgressStyle {
+    let template = if with_rows {
+        "{elapsed_precise} [{wide_bar}] {pos}/{len} servers, ETA {prefix}\n{msg}"
+    } else {
+        "{elapsed_precise} [{wide_bar}] {pos}/{len} servers, ETA {prefix}"
+    };
+    ProgressStyle::with_template(template)
         .unwrap_or_else(|_| ProgressStyle::default_bar())
         .progress_chars("=> ")
 }
 
-fn server_style() -> ProgressStyle {
-    ProgressStyle::with_template("  {spinner} {msg}")
-        .unwrap_or_else(|_| ProgressStyle::default_spinner())
-}
-
 impl IndicatifTerminal {
     pub(crate) fn new(total: usize) -> IndicatifTerminal {
-        let multi = MultiProgress::with_draw_target(ProgressDrawTarget::stderr());
-        let overall = multi.add(ProgressBar::new(total as u64));
-        overall.set_style(overall_style());
-        overall.enable_steady_tick(std::time::Duration::from_millis(250));
-        IndicatifTerminal {
-            multi,
-            overall,
-            bars: Mutex::new(BTreeMap::new()),
+        let t = IndicatifTerminal {
+            bar: Mutex::new(None),
+            echo: Mutex::new(None),
+            total: total as u64,
+            started: std::time::Instant::now(),
+        };
+        t.show();
+        t
+    }
+
+    fn with_bar(&self, f: impl FnOnce(&ProgressBar)) -> bool {
+        match self.bar.lock() {
+            Ok(bar) => match bar.as_ref() {
+                Some(b) => {
+                    f(b);
+                    true
+                }
+                None => false,
+            },
+            Err(_) => false,
         }
     }
 }
@@ -59,69 +78,107 @@ impl Terminal for IndicatifTerminal {
         _total: usize,
         eta: Option<std::time::Duration>,
     ) {
-        self.overall.set_position(done as u64);
-        // The run's own estimate (waves of servers), not indicatif's.
-        self.overall.set_message(super::progress::Eta::show(eta));
-        let Ok(mut bars) = self.bars.lock() else {
-            return;
-        };
-        let live: Vec<ServerUuid> = rows.iter().map(|(u, _)| *u).collect();
-        bars.retain(|u, bar| {
-            let keep = live.contains(u);
-            if !keep {
-                bar.finish_and_clear();
-                self.multi.remove(bar);
-            }
-            keep
+        let lines: Vec<String> = rows.iter().map(|(_, line)| format!("  {line}")).collect();
+        self.with_bar(|bar| {
+            bar.set_style(style(!lines.is_empty()));
+            bar.set_position(done as u64);
+            // The run's own estimate (waves of servers), not indicatif's.
+            bar.set_prefix(super::progress::Eta::show(eta));
+            bar.set_message(lines.join("\n"));
         });
-        for (u, line) in rows {
-            let bar = bars.entry(*u).or_insert_with(|| {
-                let bar = self.multi.add(ProgressBar::new_spinner());
-                bar.set_style(server_style());
-                bar
-            });
-            bar.set_message(line.clone());
-            bar.tick();
-        }
     }
 
     fn println(&self, line: &str) {
-        // Not indicatif's own println: it keeps printed text as rows of
-        // its block, and when text and bars together outgrow the screen
-        // it loses count and leaves a stale bar behind (an interrupt's
-        // four-row line left `1/61 servers, ETA 12m` on an 80x24 screen).
-        // Taking the bars off, printing, and drawing them again keeps its
-        // count to the bars alone; lines are folded to the width so none
-        // wraps under it either.
+        // Lines are folded to the width, so none wraps under the bar's
+        // count of its rows either.
         let text = match term_size() {
             Some((_, columns)) => fold(line, columns.saturating_sub(1).max(20)),
             None => line.to_string(),
         };
-        self.multi.suspend(|| eprintln!("{text}"));
+        if !self.with_bar(|bar| bar.suspend(|| eprintln!("{text}"))) {
+            eprintln!("{text}");
+        }
     }
 
     fn hide(&self) {
-        let _ = self.multi.clear();
-        self.multi.set_draw_target(ProgressDrawTarget::hidden());
+        if let Ok(mut bar) = self.bar.lock()
+            && let Some(b) = bar.take()
+        {
+            b.finish_and_clear();
+        }
+        if let Ok(mut echo) = self.echo.lock() {
+            *echo = None;
+        }
+    }
+
+    fn around(&self, f: &mut dyn FnMut()) {
+        if !self.with_bar(|bar| bar.suspend(&mut *f)) {
+            f();
+        }
     }
 
     fn show(&self) {
-        self.multi.set_draw_target(ProgressDrawTarget::stderr());
+        if let Ok(mut bar) = self.bar.lock()
+            && bar.is_none()
+        {
+            let b = ProgressBar::with_draw_target(Some(self.total), ProgressDrawTarget::stderr())
+                .with_style(style(false))
+                .with_prefix("-")
+                .with_elapsed(self.started.elapsed());
+            b.enable_steady_tick(std::time::Duration::from_millis(250));
+            *bar = Some(b);
+            if let Ok(mut echo) = self.echo.lock() {
+                *echo = QuietControls::on_stdin();
+            }
+        }
     }
 
     fn clear(&self) {
-        if let Ok(mut bars) = self.bars.lock() {
-            for bar in bars.values() {
-                bar.finish_and_clear();
-            }
-            bars.clear();
-        }
-        self.overall.finish_and_clear();
-        let _ = self.multi.clear();
+        self.hide();
     }
 
     fn size(&self) -> Option<(usize, usize)> {
         term_size()
+    }
+}
+
+/// The terminal's `ECHOCTL` off while it lasts, back as it was when
+/// dropped. A Ctrl-C typed under the bars is echoed by the terminal as
+/// `^C` at the cursor, which moves it a line down behind indicatif's back:
+/// the next redraw then left the bar's first line on the screen, stale.
+/// The interrupt still works (ISIG is untouched); only its echo goes.
+struct QuietControls {
+    saved: libc::termios,
+}
+
+impl QuietControls {
+    fn on_stdin() -> Option<QuietControls> {
+        // SAFETY: isatty/tcgetattr/tcsetattr read and write a termios
+        // struct owned here, on descriptor 0, which is only queried.
+        unsafe {
+            if libc::isatty(libc::STDIN_FILENO) != 1 {
+                return None;
+            }
+            let mut saved: libc::termios = std::mem::zeroed();
+            if libc::tcgetattr(libc::STDIN_FILENO, &mut saved) != 0
+                || saved.c_lflag & libc::ECHOCTL == 0
+            {
+                return None;
+            }
+            let mut quiet = saved;
+            quiet.c_lflag &= !libc::ECHOCTL;
+            (libc::tcsetattr(libc::STDIN_FILENO, libc::TCSANOW, &quiet) == 0)
+                .then_some(QuietControls { saved })
+        }
+    }
+}
+
+impl Drop for QuietControls {
+    fn drop(&mut self) {
+        // SAFETY: as above; `saved` is what tcgetattr returned.
+        unsafe {
+            libc::tcsetattr(libc::STDIN_FILENO, libc::TCSANOW, &self.saved);
+        }
     }
 }
 
