@@ -37,6 +37,8 @@ mod cli_bench;
 mod crash;
 #[path = "reliability_suite/help_examples.rs"]
 mod help_examples;
+#[path = "reliability_suite/readme_commands.rs"]
+mod readme_commands;
 #[path = "reliability_suite/rollout.rs"]
 mod rollout;
 #[path = "reliability_suite/unpack.rs"]

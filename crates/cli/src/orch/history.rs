@@ -39,6 +39,10 @@ pub struct HistoryArgs {
     /// ticket or a wiki; self-contained).
     #[arg(long, value_name = "FILE", requires = "run")]
     pub svg: Option<std::path::PathBuf>,
+    /// With RUN: also map its servers by rack (CNAPI rack_identifier), a
+    /// cell each, to see failures that share a rack.
+    #[arg(long, requires = "run")]
+    pub racks: bool,
 }
 
 /// `--since`: an RFC 3339 time or date, or a duration before now.
@@ -100,6 +104,12 @@ pub async fn run_history(g: &GlobalOpts, a: HistoryArgs) -> CmdResult {
             out.json(&json!({ "run": entry }));
         } else {
             out.line(render_run(&entry).trim_end());
+            if a.racks {
+                match super::racks::run_map(&entry) {
+                    Some(map) => out.line(format!("\n{}", map.trim_end())),
+                    None => out.line("\nNo server ran in this run: no rack map."),
+                }
+            }
         }
         return Ok(exit(0));
     }

@@ -39,6 +39,11 @@ pub struct ListArgs {
     /// run it and in which state (for fleets too large to list per server).
     #[arg(long)]
     pub summary: bool,
+    /// A map of the fleet by rack (CNAPI rack_identifier), a cell per
+    /// server: at its intended images, on others, missing one, held,
+    /// disabled, or not running.
+    #[arg(long, conflicts_with = "summary")]
+    pub racks: bool,
     #[command(flatten)]
     pub table: TableArgs,
 }
@@ -317,6 +322,11 @@ pub async fn run_list(g: &GlobalOpts, a: ListArgs) -> CmdResult {
         print_list_summary(&out, servers.len(), &rows, &intent);
         return Ok(exit(0));
     }
+    if a.racks && !out.json {
+        let rack = |u: &ServerUuid| reality.servers.get(u).and_then(|s| s.rack.clone());
+        out.line(fleet_map(&rows, &servers, rack).trim_end());
+        return Ok(exit(0));
+    }
     if out.json {
         out.json(&rows);
         return Ok(exit(0));
@@ -353,6 +363,55 @@ pub async fn run_list(g: &GlobalOpts, a: ListArgs) -> CmdResult {
     .map_err(anyhow::Error::msg)?;
     out.line(text.trim_end());
     Ok(exit(0))
+}
+
+/// `list --racks`: each server's cell from its rows (the components
+/// listed): drift first, then the operator's marks.
+pub fn fleet_map(
+    rows: &[ListRow],
+    servers: &[ServerUuid],
+    rack: impl Fn(&ServerUuid) -> Option<String>,
+) -> String {
+    use super::racks::{Cell, render};
+    let mut racks: BTreeMap<Option<String>, Vec<Cell>> = BTreeMap::new();
+    for u in servers {
+        let mine: Vec<&ListRow> = rows.iter().filter(|r| r.server == *u).collect();
+        let Some(first) = mine.first() else { continue };
+        let any = |state: &str| mine.iter().any(|r| r.state == state);
+        let glyph = if first.server_status != "running" || any("quarantined") {
+            '?'
+        } else if any("wrong-image") {
+            'o'
+        } else if any("missing-install") {
+            '-'
+        } else if any("installed-without-instance") || any("unmanaged-component") {
+            '+'
+        } else if mine.iter().any(|r| r.held.is_some()) {
+            'H'
+        } else if mine.iter().any(|r| r.disabled.is_some()) {
+            'D'
+        } else {
+            '='
+        };
+        racks.entry(rack(u)).or_default().push(Cell {
+            hostname: first.hostname.clone(),
+            glyph,
+        });
+    }
+    render(
+        "By rack (a cell per server, by hostname):",
+        racks,
+        '=',
+        &[
+            ('=', "as intended"),
+            ('o', "another image"),
+            ('-', "missing"),
+            ('+', "not in SAPI"),
+            ('H', "held"),
+            ('D', "disabled"),
+            ('?', "not running or unreadable"),
+        ],
+    )
 }
 
 /// The columns of `list`, lower case (for `-o` and `--sort`).

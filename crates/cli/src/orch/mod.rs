@@ -48,6 +48,7 @@ pub mod change;
 pub mod history;
 pub mod list;
 pub mod marks;
+pub mod racks;
 pub mod revert;
 pub mod timeline;
 

@@ -157,6 +157,9 @@ pub struct ServerRecord {
     /// It was in the canary wave.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub canary: bool,
+    /// CNAPI `rack_identifier` when the plan was made.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rack: Option<String>,
     /// It was flagged as an outlier while it ran.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub outlier: bool,
@@ -379,6 +382,7 @@ pub fn server_record(uuid: ServerUuid, sp: &ServerPlan, outcome: &ServerOutcome)
         steps,
         tasks: outcome.tasks.iter().map(|t| t.task).collect(),
         failure: outcome.failure.as_ref().map(ToString::to_string),
+        rack: sp.rack.clone(),
         ..ServerRecord::default()
     }
 }
