@@ -120,6 +120,8 @@ mod sim;
 mod sim_common;
 #[path = "orch_suite/small.rs"]
 mod small;
+#[path = "orch_suite/snapshots.rs"]
+mod snapshots;
 #[path = "orch_suite/tables.rs"]
 mod tables;
 #[path = "orch_suite/terminal.rs"]

@@ -246,7 +246,7 @@ pub fn render_run(e: &HistoryEntry) -> String {
     let (changed, failed) = e.counts();
     let left = match e.interrupted() {
         0 => String::new(),
-        n => format!(", {n} interrupted (left running; may have finished since)"),
+        n => format!(", {n} interrupted (may have finished since)"),
     };
     out.push_str(&format!(
         "  servers:  {} planned, {} recorded, {changed} changed, {failed} failed{left}\n",
@@ -394,6 +394,76 @@ mod tests {
         let why = text.lines().skip_while(|l| !l.starts_with("Why")).count();
         assert_eq!(why, 4, "the heading and three lines: {text}");
         assert!(text.contains(" ...\n"), "{text}");
+    }
+
+    /// `history RUN` and `history RUN --racks` of a run with a canary, a
+    /// wave, an outlier, a failure and an interrupted server, whole.
+    #[test]
+    fn a_run_as_history_shows_it() {
+        use agentsadm_orchestrate::history::StepRecord;
+        use agentsadm_types::ids::{ImageUuid, RunId, ServerUuid};
+        let step = |status: &str, took: f64| StepRecord {
+            component: "vm-agent".into(),
+            action: "upgrade".into(),
+            from: Some(ImageUuid::from_u128(0xd213bcc9 << 96)),
+            from_version: Some("1.0.0-master-20260101T000000Z-gd213bcc".into()),
+            to: Some(ImageUuid::from_u128(0x45ba50e1 << 96)),
+            to_version: Some("1.1.0-master-20260201T000000Z-g45ba50e".into()),
+            status: status.into(),
+            elapsed_s: took,
+            gate: (status != "not-run").then(|| "gz-health".into()),
+            gate_passed: (status != "not-run").then_some(status == "done"),
+        };
+        let server = |n: u128, start: f64, took: f64, outcome: &str, status: &str| ServerRecord {
+            server: Some(ServerUuid::from_u128(n)),
+            hostname: format!("cn{n:04}"),
+            outcome: outcome.into(),
+            elapsed_s: took,
+            started_s: Some(start),
+            rack: Some(if n < 5 { "rack-01" } else { "rack-02" }.into()),
+            steps: vec![step(status, took)],
+            ..ServerRecord::default()
+        };
+        let mut servers = vec![server(1, 0.0, 10.0, "succeeded", "done")];
+        servers[0].canary = true;
+        for n in 2..=4 {
+            servers.push(server(n, 10.0, 10.0 + n as f64, "succeeded", "done"));
+        }
+        servers.push(server(5, 10.0, 41.0, "succeeded", "done"));
+        servers[4].outlier = true;
+        servers.push(server(6, 10.0, 2.0, "failed", "failed"));
+        servers[5].failure =
+            Some("vm-agent: agent_install task 7f1c: AgentInstall error: disk full".into());
+        servers.push(server(7, 30.0, 21.0, "interrupted", "not-run"));
+        let e = HistoryEntry {
+            id: Some(RunId::from_u128(0x1f0c2a9e << 96)),
+            operation: "update vm-agent".into(),
+            command: "agentsadm update vm-agent --latest -y".into(),
+            user: "root".into(),
+            host: "headnode".into(),
+            owner: "root@headnode:4242".into(),
+            started: "2026-11-27T02:00:00.000Z".into(),
+            ended: Some("2026-11-27T02:00:51.000Z".into()),
+            status: agentsadm_orchestrate::history::RunStatus::Interrupted,
+            plan: agentsadm_orchestrate::history::entry::PlanRecord {
+                components: vec!["vm-agent".into()],
+                servers: 9,
+                steps: 9,
+                expected_finish_s: Some(35.0),
+                ..Default::default()
+            },
+            servers,
+            elapsed_s: Some(51.0),
+            exit_status: Some(2),
+            halted: Some("interrupted (Ctrl-C): no further servers were started".into()),
+            ..HistoryEntry::default()
+        };
+        let text = render_run(&e) + "\n" + &super::super::racks::run_map(&e).unwrap();
+        assert!(
+            text.lines().all(|l| l.chars().count() <= RUN_WIDTH),
+            "{text}"
+        );
+        insta::assert_snapshot!(text);
     }
 
     #[test]
