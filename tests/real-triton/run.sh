@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
+# shellcheck source-path=SCRIPTDIR
 # run.sh SRC_DIR [CHECK...]: agentsadm against the real Triton services on
 # 127.0.0.1. Prepares the sources (once per RT_ROOT), brings the stack up, runs
 # every check (or the named ones), prints one line per check and
 # "N passed, M failed", then stops what it started. Exit status: 0 when every
 # check passed. See README.md for what it needs.
 set -uo pipefail
-# shellcheck source-path=SCRIPTDIR
 SRC_DIR=${1:?usage: run.sh SRC_DIR [CHECK...] (SRC_DIR: local clones of the public repositories)}
 shift
+# shellcheck source=lib/env.sh
 source "$(dirname "$0")/lib/env.sh"
 : "${AGENTSADM:?set AGENTSADM to an agentsadm binary built with the simulator (cargo build)}"
 bash "$RT_LIB/prepare.sh" "$SRC_DIR" || exit 1
@@ -18,7 +19,9 @@ for p in "$CNAPI_PORT" "$SIM_PORT" "$AMQP_PORT" "$MORAY_PORT" "$PG_PORT"; do
 done
 # A copy of the binary: a rebuild during the run changes nothing.
 mkdir -p "$RT_ROOT"; cp "$AGENTSADM" "$RT_ROOT/agentsadm"; AGENTSADM="$RT_ROOT/agentsadm"; export AGENTSADM
+# shellcheck source=lib/stack.sh
 source "$RT_LIB/stack.sh"
+# shellcheck source=lib/checks.sh
 source "$RT_LIB/checks.sh"
 trap stack_down EXIT
 stack_up 3 || { echo "the stack did not come up (logs: $RT_LOGS)"; exit 1; }

@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
+# shellcheck source-path=SCRIPTDIR
 # prepare.sh SRC_DIR: the sources under $RT_ROOT/src, their npm modules, and a
 # PostgreSQL cluster for moray. SRC_DIR holds local clones of the public
 # repositories, each as SRC_DIR/<repo> or SRC_DIR/<owner>+<repo>/repo (what the
 # `fetch` tool leaves). Done once per RT_ROOT (marker $RT_ROOT/src/.prepared).
 set -euo pipefail
-# shellcheck source-path=SCRIPTDIR
+# shellcheck source=env.sh
 source "$(dirname "$0")/env.sh"
 SRC_DIR=${1:?usage: prepare.sh SRC_DIR}
 [ -f "$RT_SRC/.prepared" ] && exit 0

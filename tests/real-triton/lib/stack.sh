@@ -57,8 +57,8 @@ rabbit() {  # rabbit start|stop: Debian's rabbitmq-server, loopback, state under
 cnapi_start() {  # cnapi_start ur|cn-agent: CNAPI under a supervisor that restarts it 2 s after it exits (as SMF does)
   python3 "$RT_LIB/cnapi-config.py" "$1"
   echo "$1" > "$RT_RUN/cnapi.mode"
+  # shellcheck disable=SC2016 # expanded by the supervisor shell
   (cd "$RT_SRC/sdc-cnapi" &&
-    # shellcheck disable=SC2016 # expanded by the supervisor shell
     bg cnapi bash -c 'while true; do "$@"; echo "cnapi exited $? at $(date -u +%T)" >> "$RT_LOGS/cnapi-exits.log"; sleep 2; done' \
       supervise "${RT_NODE[@]}" bin/cnapi.js)
   local i
