@@ -19,7 +19,7 @@ agents() {
   json "http://127.0.0.1:$CNAPI_PORT/servers/$1" \
     '" ".join(sorted("%s@%s" % (a["name"], a.get("image_uuid")) for a in d.get("agents") or []))'
 }
-image_of() { json "$IMGAPI_URL/images?name=$1&version=$2" 'd[0]["uuid"]'; }
+image_of() { json "$IMGAPI_URL/images?name=$1" "[i['uuid'] for i in d if i['version'].startswith('$2')][0]"; }  # image_of NAME VERSION-PREFIX
 # instances NAME UUID: how many SAPI instances of agent NAME name server UUID
 instances() {
   local svc
@@ -142,17 +142,38 @@ check_path() {  # Ur gives a script only the request's env: agentsadm gz ran wit
   case ":$p:" in *:/usr/bin:*:/opt/smartdc/agents/bin:*) return 0 ;; esac
   return 1
 }
-check_exit_113() {  # agentsadm gz exiting 113 is never passed to Ur as "reboot"
+check_exit_113() {  # agentsadm gz exiting 113 is never passed to Ur as a reboot request
   load_servers
-  local u0 rc
-  u0=$(cat "$RT_RUN/ur-$S1.pid")
+  local u0 b0 rc
+  u0=$(ur_pid "$S1"); b0=$(ur_boots "$S1")
   stand_in "$S1" exit:113
   aa update vm-agent --image 1.1.0 -y -s "$S1" --task-timeout 3m > "$1/run.out" 2>&1; rc=$?
   stand_in "$S1" real
-  local alive=no
-  kill -0 "$u0" 2> /dev/null && alive=yes
-  echo "agentsadm exit $rc; ur-agent (pid $u0) still running: $alive; Ur log reboots: $(grep -ci 'reboot' "$RT_LOGS/ur-$S1.log")"
-  [ "$rc" != 0 ] && [ "$alive" = yes ]
+  sleep 3
+  echo "agentsadm exit $rc; ur-agent pid $u0 -> $(ur_pid "$S1"), reboots $(($(ur_boots "$S1") - b0))"
+  [ "$rc" != 0 ] && [ "$u0" = "$(ur_pid "$S1")" ] && [ "$(ur_boots "$S1")" = "$b0" ]
+}
+
+# job_of NAME UUID: the newest workflow job NAME-* for server UUID, as "uuid execution failed-task"
+job_of() {
+  get "http://127.0.0.1:$WF_PORT/jobs" | python3 -c '
+import json, sys
+name, server = sys.argv[1], sys.argv[2]
+jobs = [j for j in json.load(sys.stdin)
+        if j.get("name", "").startswith(name) and (j.get("params") or {}).get("server_uuid") == server]
+if not jobs:
+    print("none none -"); sys.exit()
+j = max(jobs, key=lambda j: j.get("created_at", ""))
+bad = [t["name"] + ": " + str(t.get("error"))[:120].replace(" ", "_") for t in j.get("chain_results") or [] if t.get("error")]
+print(j["uuid"], j["execution"], bad[0] if bad else "-")' "$1" "$2"
+}
+wait_job() {  # wait_job NAME UUID SECONDS: until that job has ended; prints job_of's line
+  local i line
+  for ((i = 0; i < $3; i++)); do
+    line=$(job_of "$1" "$2")
+    case "$line" in *" queued "* | *" running "* | "none none -") sleep 1 ;; *) break ;; esac
+  done
+  echo "$line"
 }
 
 mid_task() {  # mid_task OUT NAME URL_PART ARGS...: CNAPI restarted while cn-agent holds the task
@@ -179,7 +200,7 @@ check_restart_install() {  # the install task CNAPI lost (restart) is settled fr
   rc=$(mid_task "$1" run install-agent install vm-agent --image 1.1.0 -s "$S3")
   v=$(agents "$S3")
   echo "agentsadm exit $rc; S3 server.agents: $v"
-  [ "$rc" = 0 ] && [[ "$v" == *vm-agent@$(image_of vm-agent 1.1.0-master-20260302T000000Z 2> /dev/null || true)* || "$v" == *vm-agent@* ]]
+  [ "$rc" = 0 ] && [[ "$v" == *"vm-agent@$(image_of vm-agent 1.1.0-master-20260302)"* ]]
 }
 check_restart_remove() {  # the uninstall task CNAPI lost is settled: reported removed, server.agents and SAPI follow
   load_servers
@@ -195,8 +216,8 @@ check_uninstall_floor() {  # no uninstall sent to a server without cn-agent >= 2
   local pid0 ex0 rc
   pid0=$(cnapi_pid); ex0=$(cnapi_exits)
   aa remove vm-agent -y -s "$S2" --task-timeout 3m > "$1/run.out" 2>&1; rc=$?
-  echo "remove on S2 (no cn-agent entry): exit $rc, says: $(grep -m1 -o 'cn-agent[^.]*2\.8\.0[^.]*' "$1/run.out"); CNAPI pid $pid0 -> $(cnapi_pid), exits $(($(cnapi_exits) - ex0))"
-  [ "$rc" != 0 ] && [ "$pid0" = "$(cnapi_pid)" ] && [ "$(cnapi_exits)" = "$ex0" ]
+  echo "remove on S2 (no cn-agent entry): exit $rc, says: $(grep -m1 -o 'lists no cn-agent' "$1/run.out"); CNAPI pid $pid0 -> $(cnapi_pid), exits $(($(cnapi_exits) - ex0))"
+  [ "$rc" != 0 ] && grep -q 'lists no cn-agent' "$1/run.out" && [ "$pid0" = "$(cnapi_pid)" ] && [ "$(cnapi_exits)" = "$ex0" ]
 }
 check_ur_down() {  # an execute to a server whose ur-agent is down gives up within minutes, naming svcs ur
   load_servers
@@ -222,12 +243,12 @@ check_disable_enable() {  # disable marks SAPI and keeps the services off; enabl
 check_hold() {  # a held server is skipped by a bulk update
   load_servers
   local before after other rc
-  aa hold vm-agent -y -s "$S1" > "$1/hold.out" 2>&1 || { echo "hold: exit $?"; return 1; }
+  aa hold vm-agent -s "$S1" --reason real-triton > "$1/hold.out" 2>&1 || { echo "hold: exit $?"; return 1; }
   before=$(agents "$S1" | tr ' ' '\n' | grep '^vm-agent@')
   aa update vm-agent --image 1.0.0 -y --task-timeout 3m > "$1/update.out" 2>&1; rc=$?
   after=$(agents "$S1" | tr ' ' '\n' | grep '^vm-agent@')
   other=$(agents "$S2" | tr ' ' '\n' | grep '^vm-agent@')
-  aa release vm-agent -y -s "$S1" > "$1/release.out" 2>&1
+  aa release vm-agent -s "$S1" > "$1/release.out" 2>&1
   echo "update exit $rc; held S1 $before -> $after; S2 $other"
   [ "$rc" = 0 ] && [ "$before" = "$after" ] && [ -n "$after" ]
 }
@@ -239,16 +260,19 @@ check_history_revert() {  # history lists the runs; revert puts back the images 
   run=$(aa --json history | python3 -c 'import json,sys; d=json.load(sys.stdin); r=d["runs"] if isinstance(d,dict) else d; print(r[0]["id"] if "id" in r[0] else r[0]["run_id"])')
   aa revert "$run" -y --task-timeout 3m > "$1/revert.out" 2>&1; rc=$?
   v=$(agents "$S2" | tr ' ' '\n' | grep '^vm-agent@')
-  echo "history: $(($(wc -l < "$1/history.out") - 1)) runs; revert $run exit $rc; S2 $v (1.0.0 is $(image_of vm-agent 1.0.0-master-20260301T000000Z 2> /dev/null))"
-  [ "$rc" = 0 ] && [ "$v" = "vm-agent@$(image_of vm-agent 1.0.0-master-20260301T000000Z 2> /dev/null)" ]
+  echo "history: $(($(wc -l < "$1/history.out") - 1)) runs; revert $run exit $rc; S2 $v (1.0.0 is $(image_of vm-agent 1.0.0-master-20260301))"
+  [ "$rc" = 0 ] && [ "$v" = "vm-agent@$(image_of vm-agent 1.0.0-master-20260301)" ]
 }
-check_factory_reset() {  # the server's SAPI agent instances go, then CNAPI's factory-reset job starts
+check_factory_reset() {  # SAPI agent instances gone, then CNAPI's server-factory-reset job run by the real runner: its script through Ur, exit 113, the server reboots
   load_servers
-  local rc n
+  local rc n b0 job
+  b0=$(ur_boots "$S2")
   aa server factory-reset "$S2" -y > "$1/run.out" 2>&1; rc=$?
   n=$(for a in vm-agent cn-agent; do instances "$a" "$S2"; done | paste -sd+ | bc)
-  echo "agentsadm exit $rc; SAPI instances left for S2: $n; $(grep -m1 -io 'job[^,;]*' "$1/run.out")"
-  [ "$rc" = 0 ] && [ "$n" = 0 ]
+  read -r -a job < <(wait_job server-factory-reset "$S2" 120)
+  sleep 5
+  echo "agentsadm exit $rc; SAPI instances left for S2: $n; job ${job[0]} ${job[1]} (${job[2]}); server rebooted: $(($(ur_boots "$S2") - b0))"
+  [ "$rc" = 0 ] && [ "$n" = 0 ] && [ "${job[1]}" = succeeded ] && [ "$(ur_boots "$S2")" -gt "$b0" ]
 }
 check_server_delete() {  # the server's SAPI agent instances go, then its CNAPI record
   load_servers

@@ -8,8 +8,13 @@ set -euo pipefail
 # shellcheck source=env.sh
 source "$(dirname "$0")/env.sh"
 SRC_DIR=${1:?usage: prepare.sh SRC_DIR}
-[ -f "$RT_SRC/.prepared" ] && exit 0
 mkdir -p "$RT_SRC" "$RT_LOGS" "$RT_RUN" "$MOCKCLOUD_ROOT/servers"
+# PostgreSQL for moray: loopback, trust, owned by user postgres
+if [ ! -d "$RT_ROOT/pg/data" ]; then
+  mkdir -p "$RT_ROOT/pg"; chown postgres "$RT_ROOT/pg"
+  runuser -u postgres -- "$(dirname "$(command -v initdb)")/initdb" -D "$RT_ROOT/pg/data" -A trust -U postgres > "$RT_LOGS/initdb.log"
+fi
+[ -f "$RT_SRC/.prepared" ] && exit 0
 
 clone() {  # clone OWNER REPO [REV]: a working copy in $RT_SRC/REPO
   local from="$SRC_DIR/$2"
@@ -51,9 +56,4 @@ old = "if(this.stream.readyState === 'closed') {"
 if old in s:
     open(p, "w").write(s.replace(old, "if(this.stream.readyState === 'closed' || !this.stream.remoteAddress) {"))
 PY
-# PostgreSQL for moray: loopback, trust, owned by user postgres
-if [ ! -d "$RT_ROOT/pg/data" ]; then
-  mkdir -p "$RT_ROOT/pg"; chown postgres "$RT_ROOT/pg"
-  runuser -u postgres -- "$(dirname "$(command -v initdb)")/initdb" -D "$RT_ROOT/pg/data" -A trust -U postgres > "$RT_LOGS/initdb.log"
-fi
 touch "$RT_SRC/.prepared"

@@ -77,12 +77,18 @@ cn_agent_stop() { stop_pid cn-agent; }
 ur_start() {  # ur_start UUID: the real ur-agent as that mock server, in its own mount namespace
   local u=$1 log="$RT_LOGS/ur-$1.log" from
   touch "$log"; from=$(wc -l < "$log")
+  # UR_DEBUG=1: ur-agent answers an exit status 113 (a reboot request) by
+  # exiting instead of running shutdown on this machine; the loop then
+  # "boots" the server: a new Boot Time in its sysinfo, ur-agent again.
+  # shellcheck disable=SC2016 # expanded by the loop's shell
   (cd "$RT_SRC/sdc-ur-agent" &&
     UR_DEBUG=1 AMQP_HOST=127.0.0.1 NODE_PATH="$RT_SRC/sdc-cnapi/node_modules" \
-      bg "ur-$u" unshare -m --propagation private bash "$RT_LIB/ur/in-ns.sh" "$u" node "$RT_LIB/node/ur-run.js" "$u")
-  # UR_DEBUG=1: ur-agent answers an exit status 113 by exiting (its "reboot")
-  # instead of running shutdown on this machine. Ready once its queue is bound:
-  # CNAPI's requests before that are dropped.
+      bg "ur-$u" bash -c 'while true; do
+          unshare -m --propagation private bash "$RT_LIB/ur/in-ns.sh" "$0" node "$RT_LIB/node/ur-run.js" "$0"
+          echo "ur-agent exited $? at $(date -u +%T): boot" >> "$RT_UR/$0/boots.log"; sleep 2
+          python3 -c "import json,sys,time; p=sys.argv[1]; s=json.load(open(p)); s[\"Boot Time\"]=str(int(time.time())); json.dump(s,open(p,\"w\"),indent=2)" "$MOCKCLOUD_ROOT/servers/$0/sysinfo.json"
+        done' "$u")
+  # Ready once its queue is bound: CNAPI's requests before that are dropped.
   local i
   for ((i = 0; i < 80; i++)); do
     tail -n +$((from + 1)) "$log" | grep -q 'Sending startup message' && return 0
@@ -90,6 +96,8 @@ ur_start() {  # ur_start UUID: the real ur-agent as that mock server, in its own
   done
   echo "ur-agent for $u did not start (see $log)" >&2; return 1
 }
+ur_pid() { pgrep -P "$(cat "$RT_RUN/ur-$1.pid")" | head -1; }  # the ur-agent node process
+ur_boots() { grep -c . "$RT_UR/$1/boots.log" 2> /dev/null || echo 0; }
 ur_stop() { stop_pid "ur-$1"; }
 
 stack_up() (  # stack_up N_SERVERS (a subshell: the first failure stops it)

@@ -4,6 +4,7 @@
 'use strict';
 var http = require('http');
 var routes = [
+    ['GET', /^\/nics(\?|$)/, function () { return [200, []]; }],
     ['GET', /^\/nics\//, function () { return [404, { code: 'ResourceNotFound', message: 'no such nic' }]; }],
     ['POST', /^\/networks\/[^/]+\/nics$/, function (b) {
         return [200, Object.assign({}, b, { ip: '127.0.0.1', netmask: '255.0.0.0',
