@@ -79,14 +79,13 @@ ur_start() {  # ur_start UUID: the real ur-agent as that mock server, in its own
   touch "$log"; from=$(wc -l < "$log")
   # UR_DEBUG=1: ur-agent answers an exit status 113 (a reboot request) by
   # exiting instead of running shutdown on this machine; the loop then
-  # "boots" the server: a new Boot Time in its sysinfo, ur-agent again.
+  # "boots" the server (ur/boot.sh) and starts ur-agent again.
   # shellcheck disable=SC2016 # expanded by the loop's shell
   (cd "$RT_SRC/sdc-ur-agent" &&
     UR_DEBUG=1 AMQP_HOST=127.0.0.1 NODE_PATH="$RT_SRC/sdc-cnapi/node_modules" \
       bg "ur-$u" bash -c 'while true; do
           unshare -m --propagation private bash "$RT_LIB/ur/in-ns.sh" "$0" node "$RT_LIB/node/ur-run.js" "$0"
-          echo "ur-agent exited $? at $(date -u +%T): boot" >> "$RT_UR/$0/boots.log"; sleep 2
-          python3 -c "import json,sys,time; p=sys.argv[1]; s=json.load(open(p)); s[\"Boot Time\"]=str(int(time.time())); json.dump(s,open(p,\"w\"),indent=2)" "$MOCKCLOUD_ROOT/servers/$0/sysinfo.json"
+          sleep 2; bash "$RT_LIB/ur/boot.sh" "$0"
         done' "$u")
   # Ready once its queue is bound: CNAPI's requests before that are dropped.
   local i
@@ -99,6 +98,19 @@ ur_start() {  # ur_start UUID: the real ur-agent as that mock server, in its own
 ur_pid() { pgrep -P "$(cat "$RT_RUN/ur-$1.pid")" | head -1; }  # the ur-agent node process
 ur_boots() { grep -c . "$RT_UR/$1/boots.log" 2> /dev/null || echo 0; }
 ur_stop() { stop_pid "ur-$1"; }
+
+assets_tree() {  # the assets zone's /extra, as CNAPI's server-setup job fetches it
+  local A="$RT_ROOT/assets/extra"
+  mkdir -p "$A/joysetup" "$A/agentsadm" "$RT_ROOT/cn_tools/bin"
+  install -m 755 "$RT_LIB/assets/joysetup.sh" "$A/joysetup/joysetup.sh"
+  install -m 755 "$RT_HOME/../../installer/agentsetup.sh" "$A/joysetup/agentsetup.sh"
+  printf 'datacenter_name=%s\ndns_domain=%s\nsapi_domain=127.0.0.1:%s\nimgapi_domain=127.0.0.1:%s\n' \
+    "$RT_DC" "$RT_DNS" "$SAPI_PORT" "$IMGAPI_PORT" > "$A/joysetup/node.config"
+  echo "gz-tools stand-in (real-triton harness)" > "$RT_ROOT/cn_tools/bin/README"
+  tar czf "$A/joysetup/cn_tools.tar.gz" -C "$RT_ROOT/cn_tools" bin
+  # the agentsadm a new CN fetches: the harness's stand-in (ur/gz-stand-in.sh)
+  install -m 755 "$RT_LIB/ur/gz-stand-in.sh" "$A/agentsadm/agentsadm"
+}
 
 stack_up() (  # stack_up N_SERVERS (a subshell: the first failure stops it)
   set -e
@@ -115,6 +127,8 @@ stack_up() (  # stack_up N_SERVERS (a subshell: the first failure stops it)
   (cd "$RT_SRC/moray" && bg moray "${RT_NODE[@]}" main.js -f "$RT_RUN/moray.json"); wait_port "$MORAY_PORT"
   bg wf "${RT_NODE[@]}" "$RT_LIB/node/wfapi.js"; wait_port "$WF_PORT"
   bg stubs node "$RT_LIB/node/stubs.js"; wait_port "$STUB_PORT"
+  assets_tree
+  bg assets python3 -m http.server --bind 127.0.0.1 --directory "$RT_ROOT/assets" "$ASSETS_PORT"; wait_port "$ASSETS_PORT"
   mkdir -p "$RT_ROOT/sim"
   bg sim "$AGENTSADM" sim serve --servers 2 --seed 1 --port "$SIM_PORT" --state "$RT_ROOT/sim"; wait_port "$SIM_PORT"
   echo rabbit >> "$RT_RUN/started"; rabbit start

@@ -22,7 +22,18 @@ case "$mode" in
   silent) exit 0 ;;
   slow:*) sleep "${mode#slow:}" ;;
 esac
+api=(--imgapi-url "$IMGAPI" --sapi-url "$SAPI" --cnapi-url "$CNAPI")
+# `installer state` (agentsetup.sh's setup state) is the server's own /var/lib/setup.json
+if [ "${1:-}" = installer ] && [ -n "$AGENTSADM" ]; then exec "$AGENTSADM" "${api[@]}" "$@"; fi
 if [ "${1:-}" != gz ] || [ "${2:-}" = health ] || [ -z "$AGENTSADM" ]; then result; exit 0; fi
 shift
-exec "$AGENTSADM" --imgapi-url "$IMGAPI" --sapi-url "$SAPI" --cnapi-url "$CNAPI" \
-  gz --layout mockcloud --root "$MOCKCLOUD" --server-uuid "$SERVER" "$@"
+# The mock server's global zone is its mockcloud directory: drop a --root the caller gave.
+args=()
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --root) shift 2 ;;
+    --root=*) shift ;;
+    *) args+=("$1"); shift ;;
+  esac
+done
+exec "$AGENTSADM" "${api[@]}" gz --layout mockcloud --root "$MOCKCLOUD" --server-uuid "$SERVER" "${args[@]}"
