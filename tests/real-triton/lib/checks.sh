@@ -7,7 +7,7 @@
 # shellcheck disable=SC2034 # read by run.sh
 RT_CHECKS=(registrations bootstrap execute-ur execute-window execute-cn-agent path exit-113
   restart-install restart-remove uninstall-floor ur-down disable-enable hold history-revert
-  factory-reset server-delete)
+  factory-reset server-delete cn-setup cn-reset-setup)
 
 aa() { "$AGENTSADM" "$@"; }
 get() { curl -sf "$1"; }
@@ -282,4 +282,99 @@ check_server_delete() {  # the server's SAPI agent instances go, then its CNAPI 
   code=$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$CNAPI_PORT/servers/$S3")
   echo "agentsadm exit $rc; SAPI instances left for S3: $n; CNAPI GET server: $code"
   [ "$rc" = 0 ] && [ "$n" = 0 ] && [ "$code" = 404 ]
+}
+
+# --- CN setup through CNAPI's own server-setup job (real node-workflow runner,
+# real Ur, agentsadm's agentsetup.sh from the assets stand-in) ---
+
+new_unsetup_server() {  # a fresh mock server that says it is not set up; prints its UUID
+  local before u i
+  local d
+  before=$(cd "$MOCKCLOUD_ROOT/servers" && echo *)
+  (cd "$RT_SRC/sdc-cn-agent" && "${RT_NODE[@]}" lib/backends/dummy/tools/create-server.js >> "$RT_LOGS/create-server.log" 2>&1)
+  u=
+  for d in "$MOCKCLOUD_ROOT"/servers/*; do
+    [[ " $before " == *" ${d##*/} "* ]] || u=${d##*/}
+  done
+  [ -n "$u" ] || return 1
+  python3 -c 'import json,sys; p=sys.argv[1]; s=json.load(open(p)); s["Setup"]="false"; json.dump(s,open(p,"w"),indent=2)' \
+    "$MOCKCLOUD_ROOT/servers/$u/sysinfo.json"
+  cn_agent_stop; cn_agent_start  # the mock cn-agent serves the servers it finds at start
+  ur_start "$u" > /dev/null || return 1
+  for ((i = 0; i < 60; i++)); do
+    [ "$(json "http://127.0.0.1:$CNAPI_PORT/servers/$u" 'd["setup"]' 2> /dev/null)" = False ] && break
+    sleep 1
+  done
+  echo "$u"
+}
+setup_job() {  # setup_job UUID: PUT /servers/UUID/setup, then wait for the job; prints job_of's line
+  curl -sf -X PUT -H 'Content-Type: application/json' -d '{}' "http://127.0.0.1:$CNAPI_PORT/servers/$1/setup" > /dev/null ||
+    { echo "none refused -"; return; }
+  sleep 1
+  wait_job server-setup "$1" 600
+}
+# default_set: the components the catalog installs on every server (placement "all")
+default_set() {
+  python3 -c 'import json,sys; print(" ".join(sorted(c["name"] for c in json.load(open(sys.argv[1]))["components"] if c["placement"] == "all")))' \
+    "$RT_HOME/../../manifests/components.json"
+}
+# set_up_right UUID: every default component in server.agents from its own image (SAPI's
+# default) with an instance UUID, and one SAPI instance each with server_uuid and
+# image_uuid; prints what is wrong ("ok" when nothing)
+set_up_right() {
+  local agents services instances
+  agents=$(get "http://127.0.0.1:$CNAPI_PORT/servers/$1")
+  services=$(get "$SAPI_URL/services?type=agent")
+  instances=$(get "$SAPI_URL/instances")
+  python3 - "$1" "$(default_set)" "$agents" "$services" "$instances" <<'PY'
+import json, sys
+u, want = sys.argv[1], sys.argv[2].split()
+server, services, instances = (json.loads(a) for a in sys.argv[3:6])
+by_name = {s["name"]: s for s in services}
+agents = {a["name"]: a for a in server.get("agents") or []}
+bad = []
+for name in want:
+    a = agents.get(name)
+    default = ((by_name.get(name) or {}).get("params") or {}).get("image_uuid")
+    if not a:
+        bad.append(name + ": not in server.agents"); continue
+    if not a.get("uuid"):
+        bad.append(name + ": no instance uuid in server.agents")
+    if a.get("image_uuid") != default:
+        bad.append("%s: image %s, SAPI default %s" % (name, a.get("image_uuid"), default))
+    svc = (by_name.get(name) or {}).get("uuid")
+    mine = [i for i in instances if i.get("service_uuid") == svc and (i.get("params") or {}).get("server_uuid") == u]
+    if len(mine) != 1:
+        bad.append("%s: %d SAPI instances" % (name, len(mine)))
+    elif (mine[0].get("params") or {}).get("image_uuid") != a.get("image_uuid"):
+        bad.append("%s: SAPI image_uuid %s" % (name, (mine[0].get("params") or {}).get("image_uuid")))
+print("ok" if not bad else "; ".join(bad))
+PY
+}
+check_cn_setup() {  # CNAPI's server-setup job sets up a new CN with agentsadm's agentsetup.sh
+  load_servers
+  local u job right rc1 rc2
+  u=$(new_unsetup_server) || { echo "no new mock server"; return 1; }
+  echo "S4=$u" >> "$RT_RUN/servers"
+  read -r -a job < <(setup_job "$u")
+  right=$(set_up_right "$u")
+  aa check -s "$u" > "$1/check.out" 2>&1; rc1=$?
+  aa update vm-agent --image 1.1.0 -y -s "$u" --task-timeout 3m > "$1/update.out" 2>&1; rc2=$?
+  echo "job ${job[0]} ${job[1]} (${job[2]}); setup ${right}; reboots $(ur_boots "$u"); check exit $rc1; update exit $rc2"
+  [ "${job[1]}" = succeeded ] && [ "$right" = ok ] && [ "$rc1" = 0 ] && [ "$rc2" = 0 ]
+}
+check_cn_reset_setup() {  # factory reset through agentsadm (SAPI cleaned, CNAPI's job, wiped at boot), then set up again
+  load_servers
+  local rc n job i s job2 right
+  aa server factory-reset "$S4" -y > "$1/reset.out" 2>&1; rc=$?
+  n=$(get "$SAPI_URL/instances" | python3 -c 'import json,sys; print(sum(1 for i in json.load(sys.stdin) if (i.get("params") or {}).get("server_uuid") == sys.argv[1]))' "$S4")
+  read -r -a job < <(wait_job server-factory-reset "$S4" 120)
+  for ((i = 0; i < 90; i++)); do
+    s=$(json "http://127.0.0.1:$CNAPI_PORT/servers/$S4" 'd["setup"]'); [ "$s" = False ] && break; sleep 1
+  done
+  sleep 3
+  read -r -a job2 < <(setup_job "$S4")
+  right=$(set_up_right "$S4")
+  echo "reset exit $rc, SAPI instances left $n, job ${job[1]}; CNAPI setup after boot: $s; setup again: job ${job2[1]} (${job2[2]}), $right"
+  [ "$rc" = 0 ] && [ "$n" = 0 ] && [ "${job[1]}" = succeeded ] && [ "$s" = False ] && [ "${job2[1]}" = succeeded ] && [ "$right" = ok ]
 }
