@@ -332,7 +332,13 @@ set_up_right() {
   local agents services instances
   agents=$(get "http://127.0.0.1:$CNAPI_PORT/servers/$1")
   services=$(get "$SAPI_URL/services?type=agent")
-  instances=$(get "$SAPI_URL/instances")
+  instances=$(python3 -c 'import json,sys; print(json.dumps([s["uuid"] for s in json.load(sys.stdin)]))' <<< "$services" |
+    python3 -c '
+import json, sys, urllib.request
+out = []
+for svc in json.load(sys.stdin):
+    out += json.load(urllib.request.urlopen(sys.argv[1] + "/instances?service_uuid=" + svc))
+print(json.dumps(out))' "$SAPI_URL")
   python3 - "$1" "$(default_set)" "$agents" "$services" "$instances" <<'PY'
 import json, sys
 u, want = sys.argv[1], sys.argv[2].split()
@@ -374,7 +380,7 @@ check_cn_reset_setup() {  # factory reset through agentsadm (SAPI cleaned, CNAPI
   load_servers
   local rc n job i s job2 right
   aa server factory-reset "$S4" -y > "$1/reset.out" 2>&1; rc=$?
-  n=$(get "$SAPI_URL/instances" | python3 -c 'import json,sys; print(sum(1 for i in json.load(sys.stdin) if (i.get("params") or {}).get("server_uuid") == sys.argv[1]))' "$S4")
+  n=$(for a in $(default_set); do instances "$a" "$S4"; done | paste -sd+ | bc)
   read -r -a job < <(wait_job server-factory-reset "$S4" 120)
   for ((i = 0; i < 90; i++)); do
     s=$(json "http://127.0.0.1:$CNAPI_PORT/servers/$S4" 'd["setup"]'); [ "$s" = False ] && break; sleep 1

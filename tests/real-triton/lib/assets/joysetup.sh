@@ -6,7 +6,8 @@
 # in place. It runs through Ur in the server's mount namespace (/var and /opt
 # are the server's own there).
 set -o errexit
-mkdir -p /var/lib /opt/smartdc/config
+# /var/svc exists on every SmartOS GZ (touch_setup_complete writes there)
+mkdir -p /var/lib /var/svc /opt/smartdc/config
 if [[ ! -f /var/lib/setup.json ]]; then
   printf '{"node_type":"computenode","start_time":"%s","current_state":"imgadm_setup","seen_states":["zpool_created","datasets_setup","configs_installed","imgadm_setup"],"complete":false}\n' \
     "$(date -u +%FT%TZ)" > /var/lib/setup.json
