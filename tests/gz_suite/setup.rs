@@ -104,6 +104,42 @@ async fn compute_node_setup_from_imgapi_uses_service_images() {
     );
 }
 
+/// A SAPI default image missing from IMGAPI (CN setup through CNAPI's
+/// server-setup job, tests/real-triton's cn-setup-failure): the failure
+/// names the component and the step, since that is all the operator sees in
+/// agent-setup.log (CNAPI's job only says the script failed).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn compute_node_setup_names_the_component_whose_image_is_missing() {
+    let imgapi = ImgapiStandIn::start().await.unwrap();
+    let apis = Apis::start().await;
+    let cn = TestServer::new(false);
+    for c in Catalog::builtin().default_set(false) {
+        let name = c.name.to_string();
+        if name == "vm-agent" {
+            apis.add_service_with_image(&name, "00000000-0000-4000-8000-00000000dead");
+            continue;
+        }
+        let img = image(&name, "1.0.0");
+        imgapi.publish(&img);
+        apis.add_service_with_image(&name, &img.manifest.uuid.to_string());
+    }
+    let out = cn
+        .gz(&["setup", "--source", "imgapi"], &apis.env(&imgapi.url()))
+        .await;
+    let msg = failed(&out);
+    let e = result(&out).error.unwrap();
+    assert_eq!(
+        e.component.as_ref().map(|c| c.to_string()).as_deref(),
+        Some("vm-agent"),
+        "{msg}"
+    );
+    assert!(msg.starts_with("resolve: "), "{msg}");
+    assert!(
+        msg.contains("00000000-0000-4000-8000-00000000dead"),
+        "{msg}"
+    );
+}
+
 /// A real headnode has no `gz-tools` or `sdcadm` SAPI service until
 /// `agentsadm adopt` creates them: setup says what it skipped (from
 /// IMGAPI) or did not adopt (from a directory), why, and what to run.

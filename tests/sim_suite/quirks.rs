@@ -777,3 +777,96 @@ async fn publish_via_client_to_the_updates_server_channel() {
     }
     dc.shutdown().await;
 }
+
+/// The real server-setup job (sdc-cnapi `lib/workflows/server-setup.js`)
+/// sets `setting_up` in its first task and clears it only in its last one
+/// (mark_server_as_setup); its onerror just fails the job. A failed setup
+/// therefore leaves the record "setting up" and not set up, and ServerSetup
+/// (which looks only at `setup`) starts a second one, which then clears it.
+/// A factory-reset job writes nothing to the record either.
+#[tokio::test]
+async fn cnapi_failed_setup_keeps_setting_up_until_a_setup_succeeds() {
+    let dc = SimDc::start(SimConfig::default().servers(2).not_setup(["cn0002"]))
+        .await
+        .unwrap();
+    let cnapi = dc.apis().cnapi;
+    let cn2 = dc.server("cn0002").unwrap();
+    // vm-agent's default image is missing from IMGAPI: the job's gz setup fails.
+    let svc = dc
+        .apis()
+        .sapi
+        .list_agent_services()
+        .await
+        .unwrap()
+        .into_iter()
+        .find(|s| s.name == "vm-agent")
+        .unwrap();
+    let set_image = |image: String| {
+        let url = format!("{}/services/{}", dc.urls().sapi, svc.uuid);
+        async move {
+            let r = raw(
+                Method::PUT,
+                &url,
+                &[],
+                Some(json!({"action": "update", "params": {"image_uuid": image}})),
+            )
+            .await
+            .unwrap();
+            assert_eq!(r.status, 200, "{}", r.text);
+        }
+    };
+    let good = svc
+        .params
+        .as_ref()
+        .and_then(|p| p.get("image_uuid"))
+        .cloned()
+        .unwrap();
+    set_image(ImageUuid::from_u128(7).to_string()).await;
+    assert!(cnapi.setup_server(cn2.uuid, None).await.unwrap().is_some());
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while dc.jobs_ended() == 0 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "setup job never ended"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let s = cnapi.get_server(cn2.uuid).await.unwrap();
+    assert!(!s.setup);
+    assert_eq!(
+        s.setting_up,
+        Some(true),
+        "a failed setup job clears nothing"
+    );
+    // A factory reset leaves setting_up as it was.
+    cnapi.factory_reset(cn2.uuid).await.unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while dc.jobs_ended() == 1 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "factory reset job never ended"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(
+        cnapi.get_server(cn2.uuid).await.unwrap().setting_up,
+        Some(true)
+    );
+    // The image back: a second setup is accepted and clears it.
+    set_image(good.as_str().unwrap().to_string()).await;
+    assert!(cnapi.setup_server(cn2.uuid, None).await.unwrap().is_some());
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let s = cnapi.get_server(cn2.uuid).await.unwrap();
+        if s.setup {
+            assert_eq!(s.setting_up, Some(false));
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "second setup never finished"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    dc.shutdown().await;
+}

@@ -3,7 +3,7 @@
 //! install the rest in groups (core components alone, parallel-safe ones
 //! together), each component as one transaction.
 
-use agentsadm_types::component::ComponentVersion;
+use agentsadm_types::component::{ComponentName, ComponentVersion};
 use std::collections::BTreeSet;
 use std::time::Instant;
 
@@ -62,17 +62,29 @@ enum InstanceFileError {
 impl GzSession {
     /// Install or upgrade the images in `sources`.
     pub async fn install(&mut self, sources: &[ImageSource]) -> GzResult {
+        self.install_expecting(sources, &[]).await
+    }
+
+    /// [`Self::install`], where `expected[i]` (when given) is the component
+    /// `sources[i]` is meant for (setup installs each service's default
+    /// image): an image that cannot be resolved has no manifest to name its
+    /// component, so the failure names the expected one.
+    pub(super) async fn install_expecting(
+        &mut self,
+        sources: &[ImageSource],
+        expected: &[ComponentName],
+    ) -> GzResult {
         let mut result = self.result();
         if let Err(f) = self.require_apis() {
             result.error = Some(f);
             return result;
         }
         let mut resolved = Vec::new();
-        for s in sources {
+        for (i, s) in sources.iter().enumerate() {
             match fetch::resolve(s, self.imgapi.as_ref()).await {
                 Ok(r) => resolved.push(r),
                 Err(e) => {
-                    result.error = Some(failure(None, Step::from(&e), &e, None));
+                    result.error = Some(failure(expected.get(i), Step::from(&e), &e, None));
                     return result;
                 }
             }

@@ -24,6 +24,8 @@ impl GzSession {
             .cloned()
             .collect();
         let mut sources = Vec::new();
+        // The component each IMGAPI source is the default image of.
+        let mut expected = Vec::new();
         let mut skipped = Vec::new();
         match source {
             SetupSource::Dir(dir) => {
@@ -58,7 +60,10 @@ impl GzSession {
                         for c in &set {
                             let service = services.iter().find(|s| s.name == c.name);
                             match service.map(|s| s.image_uuid()) {
-                                Some(Some(img)) => sources.push(ImageSource::Imgapi(img)),
+                                Some(Some(img)) => {
+                                    sources.push(ImageSource::Imgapi(img));
+                                    expected.push(c.name.clone());
+                                }
                                 Some(None) => skipped.push(format!(
                                     "{}: its SAPI agent service has no params.image_uuid, so there is no image to install; set one ('agentsadm update {} --image UUID') and run setup again",
                                     c.name, c.name
@@ -87,7 +92,7 @@ impl GzSession {
             ));
             return r;
         }
-        let mut r = self.install(&sources).await;
+        let mut r = self.install_expecting(&sources, &expected).await;
         r.warnings
             .extend(skipped.into_iter().map(|s| format!("not installed: {s}")));
         r

@@ -87,6 +87,12 @@ impl SimDc {
         self.core.cnapi.server_gets.load(Ordering::Relaxed)
     }
 
+    /// Setup and factory-reset jobs that have ended (their writes to the
+    /// server record are done).
+    pub fn jobs_ended(&self) -> u64 {
+        self.core.cnapi.jobs_ended.load(Ordering::Relaxed)
+    }
+
     /// How many times Ur rebooted a server (an execute that exited 113).
     pub fn reboots(&self) -> u64 {
         self.core.cnapi.reboots.load(Ordering::Relaxed)

@@ -110,6 +110,9 @@ pub(crate) struct CnapiState {
     pub server_gets: AtomicU64,
     /// Servers Ur rebooted (exit status 113).
     pub reboots: AtomicU64,
+    /// Setup and factory-reset jobs that have ended (for tests: a job's
+    /// record writes are done).
+    pub jobs_ended: AtomicU64,
     /// Every CommandExecute as it arrived.
     pub executes: Mutex<Vec<ExecuteSeen>>,
     /// How the running process carries CommandExecute: its config file's
@@ -130,6 +133,7 @@ impl CnapiState {
             crashes: AtomicU64::new(0),
             server_gets: AtomicU64::new(0),
             reboots: AtomicU64::new(0),
+            jobs_ended: AtomicU64::new(0),
             executes: Mutex::new(Vec::new()),
             mode: Mutex::new(mode),
         }

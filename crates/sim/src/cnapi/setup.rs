@@ -3,6 +3,7 @@
 //! set up; factory reset wipes the GZ and leaves the record not set up.
 
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use axum::body::Bytes;
@@ -108,9 +109,15 @@ async fn run_setup_job(core: Arc<DcCore>, server: Arc<MockServer>) {
     core.refresh_agents(&server).await;
     let mut servers = core.cnapi.servers();
     if let Some(r) = servers.get_mut(&server.uuid) {
-        r.setting_up = false;
         match result {
-            Ok(()) => r.setup = true,
+            // mark_server_as_setup: the job's last task clears setting_up.
+            Ok(()) => {
+                r.setup = true;
+                r.setting_up = false;
+            }
+            // The real job's onerror only fails the job: nothing clears
+            // setting_up, so the record keeps saying "setting up" until a
+            // setup succeeds (ServerSetup itself only looks at `setup`).
             Err(e) => {
                 tracing::warn!(server = %server.hostname, error = %error_chain(&e), "sim: server-setup job failed")
             }
@@ -118,6 +125,7 @@ async fn run_setup_job(core: Arc<DcCore>, server: Arc<MockServer>) {
     }
     drop(servers);
     core.touch();
+    core.cnapi.jobs_ended.fetch_add(1, Ordering::Relaxed);
 }
 
 pub(super) async fn factory_reset(
@@ -157,13 +165,15 @@ pub(super) async fn factory_reset(
         if let Err(e) = server.wipe() {
             tracing::warn!(server = %server.hostname, error = %e, "sim: factory reset could not wipe the GZ");
         }
-        // The record stays; it comes back not set up. `agents` is only
-        // cleared by the next setup; SAPI is not touched.
+        // The record stays; it comes back not set up (the rebooted server's
+        // sysinfo says so). The job writes nothing to the record:
+        // `setting_up` stays as it was, and `agents` is only cleared by the
+        // next setup; SAPI is not touched.
         if let Some(r) = core2.cnapi.servers().get_mut(&server.uuid) {
             r.setup = false;
-            r.setting_up = false;
         }
         core2.touch();
+        core2.cnapi.jobs_ended.fetch_add(1, Ordering::Relaxed);
     });
     json_response(STYLE, StatusCode::ACCEPTED, &json!({"job_uuid": job}))
 }

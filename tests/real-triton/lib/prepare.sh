@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# shellcheck source-path=SCRIPTDIR
+# prepare.sh SRC_DIR: the sources under $RT_ROOT/src, their npm modules, and a
+# PostgreSQL cluster for moray. SRC_DIR holds local clones of the public
+# repositories, each as SRC_DIR/<repo> or SRC_DIR/<owner>+<repo>/repo (what the
+# `fetch` tool leaves). Done once per RT_ROOT (marker $RT_ROOT/src/.prepared).
+set -euo pipefail
+# shellcheck source=env.sh
+source "$(dirname "$0")/env.sh"
+SRC_DIR=${1:?usage: prepare.sh SRC_DIR}
+mkdir -p "$RT_SRC" "$RT_LOGS" "$RT_RUN" "$MOCKCLOUD_ROOT/servers"
+# PostgreSQL for moray: loopback, trust, owned by user postgres
+if [ ! -d "$RT_ROOT/pg/data" ]; then
+  mkdir -p "$RT_ROOT/pg"; chown postgres "$RT_ROOT/pg"
+  runuser -u postgres -- "$(dirname "$(command -v initdb)")/initdb" -D "$RT_ROOT/pg/data" -A trust -U postgres > "$RT_LOGS/initdb.log"
+fi
+[ -f "$RT_SRC/.prepared" ] && exit 0
+
+clone() {  # clone OWNER REPO [REV]: a working copy in $RT_SRC/REPO
+  local from="$SRC_DIR/$2"
+  [ -d "$from" ] || from="$SRC_DIR/$1+$2/repo"
+  [ -d "$from" ] || { echo "prepare: no clone of $1/$2 in $SRC_DIR" >&2; exit 1; }
+  [ -d "$RT_SRC/$2" ] || git clone -q "$from" "$RT_SRC/$2"
+  if [ -n "${3:-}" ]; then git -C "$RT_SRC/$2" checkout -q "$3"; fi
+}
+clone TritonDataCenter sdc-cnapi
+clone TritonDataCenter sdc-cn-agent
+clone TritonDataCenter moray
+clone TritonDataCenter sdc-ur-agent
+clone TritonDataCenter sdc-designation 8110b5e   # the commit cnapi pins
+clone TritonDataCenter sdc-wf-shared f9ef781     # the commit cnapi pins
+clone joyent node-crc 0.3.0-oldcrc               # the tag fast pins
+clone joyent schemas                             # cnapi's pinned commit is not public any more
+
+S="$RT_LIB/node/standins"
+python3 "$RT_LIB/pkg.py" "$RT_SRC/moray" moray "$S"
+python3 "$RT_LIB/pkg.py" "$RT_SRC/sdc-cnapi" cnapi "$S"
+python3 "$RT_LIB/pkg.py" "$RT_SRC/sdc-cn-agent" cn-agent "$S"
+python3 "$RT_LIB/pkg.py" "$RT_SRC/sdc-designation" designation "$S"
+mkdir -p "$RT_SRC/wf"; python3 "$RT_LIB/pkg.py" "$RT_SRC/wf" wf "$S"
+for r in moray sdc-designation schemas sdc-cnapi sdc-cn-agent wf; do
+  echo "prepare: npm install in $r"
+  (cd "$RT_SRC/$r" && npm install --ignore-scripts --no-audit --no-fund > "$RT_LOGS/npm-$r.log" 2>&1) ||
+    { echo "prepare: npm install failed in $r (see $RT_LOGS/npm-$r.log)" >&2; exit 1; }
+done
+# wf-shared's workflow modules require cnapi's dependencies: they live inside it
+W="$RT_SRC/sdc-cnapi/node_modules/wf-shared"
+rm -rf "$W"; mkdir -p "$W"; cp -r "$RT_SRC/sdc-wf-shared/lib" "$RT_SRC/sdc-wf-shared/package.json" "$W/"
+# The one source edit: moray's pg@6 decides whether to connect from the
+# socket's readyState, which Node >= 14 no longer reports as 'closed' for a
+# fresh socket, so it never connects. Connect while the socket has no peer.
+python3 - "$RT_SRC/moray/node_modules/pg/lib/connection.js" <<'PY'
+import sys
+p = sys.argv[1]; s = open(p).read()
+old = "if(this.stream.readyState === 'closed') {"
+if old in s:
+    open(p, "w").write(s.replace(old, "if(this.stream.readyState === 'closed' || !this.stream.remoteAddress) {"))
+PY
+touch "$RT_SRC/.prepared"

@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# shellcheck source-path=SCRIPTDIR
+# run.sh SRC_DIR [CHECK...]: agentsadm against the real Triton services on
+# 127.0.0.1. Prepares the sources (once per RT_ROOT), brings the stack up, runs
+# every check (or the named ones), prints one line per check and
+# "N passed, M failed", then stops what it started. Exit status: 0 when every
+# check passed. See README.md for what it needs.
+set -uo pipefail
+SRC_DIR=${1:?usage: run.sh SRC_DIR [CHECK...] (SRC_DIR: local clones of the public repositories)}
+shift
+# shellcheck source=lib/env.sh
+source "$(dirname "$0")/lib/env.sh"
+: "${AGENTSADM:?set AGENTSADM to an agentsadm binary built with the simulator (cargo build)}"
+bash "$RT_LIB/prepare.sh" "$SRC_DIR" || exit 1
+for p in "$CNAPI_PORT" "$SIM_PORT" "$AMQP_PORT" "$MORAY_PORT" "$PG_PORT"; do
+  if (exec 3<> "/dev/tcp/127.0.0.1/$p") 2> /dev/null; then
+    echo "port $p is taken: is another stack running? (set RT_PORT)" >&2; exit 1
+  fi
+done
+# A copy of the binary: a rebuild during the run changes nothing.
+mkdir -p "$RT_ROOT"; cp "$AGENTSADM" "$RT_ROOT/agentsadm"; AGENTSADM="$RT_ROOT/agentsadm"; export AGENTSADM
+# shellcheck source=lib/stack.sh
+source "$RT_LIB/stack.sh"
+# shellcheck source=lib/checks.sh
+source "$RT_LIB/checks.sh"
+trap stack_down EXIT
+stack_up 3 || { echo "the stack did not come up (logs: $RT_LOGS)"; exit 1; }
+checks_init || { echo "the checks' fixtures could not be set up (logs: $RT_LOGS)"; exit 1; }
+[ $# -gt 0 ] || set -- "${RT_CHECKS[@]}"
+passed=0 failed=0
+for c in "$@"; do
+  out="$RT_ROOT/checks/$c"; mkdir -p "$out"
+  if detail=$("check_${c//-/_}" "$out" 2> "$out/stderr"); then
+    echo "PASS $c: $detail"; passed=$((passed + 1))
+  else
+    echo "FAIL $c: $detail"; failed=$((failed + 1))
+  fi
+done
+echo "$passed passed, $failed failed"
+[ "$failed" = 0 ]
