@@ -36,7 +36,7 @@ pub async fn hold<T>(
     let result = refreshing(&dc_lock, &fence, options, &note, work).await;
     // Once more when the work is done: a loss between two refreshes is
     // said too.
-    if !fence.is_lost() && fence.confirm("when the work was done").await == Hold::Lost {
+    if !fence.is_lost() && fence.confirm_now("when the work was done").await == Hold::Lost {
         note("warning: the orchestrator lock was lost while the work ran");
     }
     if fence.is_lost() {
