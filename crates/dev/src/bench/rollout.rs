@@ -367,7 +367,7 @@ async fn measure_sim(
     let options_lock = lock::LockOptions::default();
     let dc_lock =
         lock::acquire(&store, &lock::this_owner(), "bench rollout", &options_lock).await?;
-    let fence = agentsadm_orchestrate::guard::LockFence::new(&dc_lock);
+    let fence = agentsadm_orchestrate::lock::LockFence::new(&dc_lock);
     let calls = || {
         (
             dc.client_calls(SimApi::Sapi),
@@ -652,7 +652,7 @@ pub(super) fn yes(plan: &Plan) -> agentsadm_orchestrate::confirm::Confirmed<'_> 
             yes: true,
             ..Default::default()
         });
-    agentsadm_orchestrate::confirm::Confirmed::by_yes(&YES, plan).expect("-y")
+    agentsadm_orchestrate::confirm::Confirmed::by_yes(&*YES, plan).expect("-y")
 }
 
 #[cfg(test)]
