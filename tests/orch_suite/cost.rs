@@ -85,6 +85,9 @@ async fn a_step_costs_one_sapi_write_and_no_lock_read_of_its_own() {
     let mut run = Run::new(&apis, dc.catalog(), &settings, &counting, "update");
     run.transport = transport();
     run.history = None;
+    // A window of 2 s (half the settle pause): the whole execution, even
+    // on a loaded machine, is a few windows, however many steps it has.
+    run.lock.settle = std::time::Duration::from_secs(4);
     let operator = Script::new(&[], false, |_: &agentsadm_plan::Plan| Vec::<String>::new());
     let outcome = run
         .go(&planner, &operator, std::future::pending())
