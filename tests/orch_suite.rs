@@ -13,6 +13,8 @@
 //! - `adopt_sapi`: adoption against SAPI's real re-create rules (sim);
 //! - `cnapi_real`: the transport against a CNAPI and cn-agent that behave
 //!   as the real ones (execute modes, Ur, removals, lost task results);
+//! - `cost`: one SAPI write per server step and no lock read of its own,
+//!   the records as they must stand (sim);
 //! - `exec`: the executor, outliers, stragglers and the lock on the fake
 //!   datacenter, with a paused clock;
 //! - `fence`: a plan changed between the prompt and execution is shown
@@ -68,6 +70,8 @@ mod agree;
 mod cli_common;
 #[path = "orch_suite/cnapi_real.rs"]
 mod cnapi_real;
+#[path = "orch_suite/cost.rs"]
+mod cost;
 #[path = "orch_suite/exec.rs"]
 mod exec;
 #[path = "orch_suite/fence.rs"]

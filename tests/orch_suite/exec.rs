@@ -242,22 +242,32 @@ async fn a_failing_server_is_isolated_and_reported() {
     assert!(vm.p50.is_some() && vm.max.is_some());
 }
 
+/// firewaller's postinstall keeps its SAPI instance: its target is written
+/// before the step, and a refused write stops the server before it.
+/// vm-agent's replaces it: its one write comes after the step, and a
+/// refused write fails the server there (the next plan writes it).
 #[tokio::test(start_paused = true)]
-async fn sapi_failure_stops_the_server_before_any_step() {
-    let (fake, targets) = setup(2, &["vm-agent"]);
-    let cn1 = fake.dc().server_named("cn001");
-    fake.faults().sapi_fail.insert(cn1);
-    let p = plan_on(
-        &fake,
-        &request(Operation::Update, &["vm-agent"], &[]),
-        &images(&fake, &targets),
-    );
-    let report = run(&fake, &p, &ExecOptions::default()).await;
-    let o = &report.servers[&cn1];
-    assert_eq!(o.status, ServerStatus::Failed);
-    assert_eq!(o.failure.as_ref().unwrap().stage, "sapi");
-    assert!(!fake.steps_run().iter().any(|(s, _)| *s == cn1));
-    assert_eq!(report.counts().succeeded, 2);
+async fn a_refused_sapi_write_fails_the_server_before_or_after_its_step() {
+    for (component, step_ran) in [("firewaller", false), ("vm-agent", true)] {
+        let (fake, targets) = setup(2, &[component]);
+        let cn1 = fake.dc().server_named("cn001");
+        fake.faults().sapi_fail.insert(cn1);
+        let p = plan_on(
+            &fake,
+            &request(Operation::Update, &[component], &[]),
+            &images(&fake, &targets),
+        );
+        let report = run(&fake, &p, &ExecOptions::default()).await;
+        let o = &report.servers[&cn1];
+        assert_eq!(o.status, ServerStatus::Failed, "{component}");
+        assert_eq!(o.failure.as_ref().unwrap().stage, "sapi", "{component}");
+        assert_eq!(
+            fake.steps_run().iter().any(|(s, _)| *s == cn1),
+            step_ran,
+            "{component}"
+        );
+        assert_eq!(report.counts().succeeded, 2, "{component}");
+    }
 }
 
 #[tokio::test(start_paused = true)]

@@ -65,7 +65,14 @@ async fn service_default(apis: &Apis, component: &str) -> Option<ImageUuid> {
         .and_then(|s| s.image_uuid())
 }
 
-/// Six CNs, cmon-agent 1.1.0 published; installs fail on cn0001..cn0003.
+/// A component whose postinstall keeps its SAPI instance: its target is
+/// written before its step, so a halt has something to put back (an agent
+/// whose postinstall replaces the instance is written after its step only,
+/// and a failed step leaves nothing to put back).
+const KEPT: &str = "firewaller";
+
+/// Six CNs, firewaller 1.1.0 published (its postinstall keeps its SAPI
+/// instance, so the instance is pointed at the new build before the step); installs fail on cn0001..cn0003.
 /// One server at a time, a budget of one failure: cn0001 fails, cn0002
 /// fails and the run halts. The service default goes back to 1.0.0 (a
 /// server set up before the re-run must not get the halted build), the
@@ -75,9 +82,9 @@ async fn service_default(apis: &Apis, component: &str) -> Option<ImageUuid> {
 async fn a_budget_halt_puts_intent_back_for_what_did_not_converge() {
     let dc = sim(6).await;
     let apis = dc.apis();
-    let old = service_default(&apis, "cmon-agent").await.unwrap();
+    let old = service_default(&apis, KEPT).await.unwrap();
     let newer = dc
-        .publish_component("cmon-agent", &BuildOptions::new("1.1.0"), PublishTarget::Dc)
+        .publish_component(KEPT, &BuildOptions::new("1.1.0"), PublishTarget::Dc)
         .unwrap()
         .uuid;
     for h in ["cn0001", "cn0002", "cn0003"] {
@@ -88,7 +95,7 @@ async fn a_budget_halt_puts_intent_back_for_what_did_not_converge() {
         catalog: dc.catalog(),
         updates: None,
     };
-    let req = request(Operation::Update, &["cmon-agent"], &[]);
+    let req = request(Operation::Update, &[KEPT], &[]);
     let rollout = RolloutPolicy {
         concurrency: 1,
         canary: Some(0),
@@ -146,15 +153,15 @@ async fn a_budget_halt_puts_intent_back_for_what_did_not_converge() {
     assert!(report.intent_reverted.iter().all(|r| r.error.is_none()));
     // SAPI: the default and the failed servers' instances name 1.0.0;
     // the servers that never started were never pointed at 1.1.0.
-    assert_eq!(service_default(&apis, "cmon-agent").await, Some(old));
+    assert_eq!(service_default(&apis, KEPT).await, Some(old));
     for h in ["cn0001", "cn0002", "cn0003", "cn0004"] {
-        assert_eq!(intended(&dc, h, "cmon-agent").await, Some(old), "{h}");
+        assert_eq!(intended(&dc, h, KEPT).await, Some(old), "{h}");
     }
     let text = report.render(p);
     assert!(
         text.contains("halted after 2 failures (budget 1)")
             && text.contains("Intent put back after the halt: the default image of 1 service")
-            && text.contains("cmon-agent on cn0001, cmon-agent on cn0002"),
+            && text.contains("firewaller on cn0001, firewaller on cn0002"),
         "{text}"
     );
     let json = serde_json::to_value(&report).unwrap();

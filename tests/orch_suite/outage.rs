@@ -17,8 +17,31 @@ use tokio::io::AsyncBufReadExt;
 
 use crate::one_at_a_time::{Progress, all_on, lock_board, publish, records, settings, sim, update};
 
+/// Stops `api` when the second server's step is done, before the run
+/// starts the server that takes its slot (a server's slot frees once its
+/// steps are done, before its SAPI writes), so that a server starts into
+/// the outage whatever the machine's load.
+struct StopAtSecondStep<'d> {
+    dc: &'d SimDc,
+    api: SimApi,
+    steps: std::sync::atomic::AtomicUsize,
+    stopped: std::sync::atomic::AtomicBool,
+}
+
+impl agentsadm_orchestrate::report::Reporter for StopAtSecondStep<'_> {
+    fn event(&self, event: &agentsadm_orchestrate::report::ExecEvent<'_>) {
+        use std::sync::atomic::Ordering;
+        if let agentsadm_orchestrate::report::ExecEvent::StepFinished { .. } = event
+            && self.steps.fetch_add(1, Ordering::SeqCst) + 1 == 2
+        {
+            self.dc.faults().set_api_down(self.api, true);
+            self.stopped.store(true, Ordering::SeqCst);
+        }
+    }
+}
+
 /// Six CNs, two at a time, a second per install; `api` stops answering
-/// once two servers finished and answers again three seconds later
+/// once two servers' steps are done and answers again three seconds later
 /// (while the run releases its lock).
 async fn outage_mid_rollout(api: SimApi) {
     let dc = sim(6).await;
@@ -26,12 +49,18 @@ async fn outage_mid_rollout(api: SimApi) {
     let image = publish(&dc, "1.1.0");
     let before = records(&dc).await;
     dc.faults().set_install_latency(LatencySpec::fixed(1000));
-    let progress = Progress::default();
+    let progress = StopAtSecondStep {
+        dc: &dc,
+        api,
+        steps: Default::default(),
+        stopped: Default::default(),
+    };
     let s = settings(2, false);
     let run = update(&apis, &dc, image, &s, &progress, std::future::pending());
     let outage = async {
-        progress.finished(2).await;
-        dc.faults().set_api_down(api, true);
+        while !progress.stopped.load(std::sync::atomic::Ordering::SeqCst) {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
         tokio::time::sleep(Duration::from_secs(3)).await;
         dc.faults().set_api_down(api, false);
     };

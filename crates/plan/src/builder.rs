@@ -414,6 +414,7 @@ impl<'c> PlanBuilder<'c> {
     /// `--ignore-holds` overrides for this run only).
     fn record_rule(&mut self) {
         let intent = self.intent;
+        let catalog = self.catalog;
         for (uuid, sp) in self.plan.servers.iter_mut() {
             let adopted: BTreeMap<&ComponentName, (ServiceUuid, InstanceUuid)> = sp
                 .intent
@@ -463,6 +464,7 @@ impl<'c> PlanBuilder<'c> {
                     service,
                     instance,
                     marks,
+                    postinstall: catalog.get(&st.component).and_then(|c| c.postinstall_sapi),
                 });
             }
         }

@@ -20,6 +20,7 @@ use crate::rollout::Rollout;
 use agentsadm_api::cnapi::AgentEntry;
 use agentsadm_api::compat::GzUse;
 use agentsadm_types::catalog::OrderClass;
+use agentsadm_types::catalog::PostinstallSapi;
 use agentsadm_types::component::{ComponentName, ComponentVersion};
 use agentsadm_types::ids::ImageUuid;
 use agentsadm_types::ids::InstanceUuid;
@@ -191,6 +192,11 @@ pub struct KeptRecord {
     pub instance: InstanceUuid,
     /// The marks it carries (disabled, a hold on this server).
     pub marks: Vec<(MarkKey, Mark)>,
+    /// What the component's postinstall does to the instance (the
+    /// catalog's; `None`: not known). The executor writes the instance
+    /// once per step: after it when the postinstall replaces it, before it
+    /// when it keeps it, both when not known.
+    pub postinstall: Option<PostinstallSapi>,
 }
 
 /// An agentsadm release a step needs at least (shown and serialized as

@@ -125,6 +125,50 @@ pub(crate) struct ApiInfo {
     /// `timeout` in Ur mode...); connections are cut.
     pub down_until_us: AtomicU64,
     pub started: Instant,
+    /// Requests from clients (not from the simulated servers' own
+    /// installers, [`SERVER_USER_AGENT`]), for benchmarks that count what
+    /// a run costs the headnode.
+    pub calls: ClientCalls,
+}
+
+/// The `User-Agent` of the simulated servers' own requests (the GZ
+/// installer adopting its instance, reporting to CNAPI): not counted in
+/// [`ClientCalls`].
+pub const SERVER_USER_AGENT: &str = "agentsadm-sim-server";
+
+/// Requests a simulated API answered from clients, by kind.
+#[derive(Debug, Default)]
+pub struct ClientCalls {
+    reads: AtomicU64,
+    writes: AtomicU64,
+}
+
+/// A snapshot of [`ClientCalls`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct CallCount {
+    /// GET and HEAD.
+    pub reads: u64,
+    /// Every other method.
+    pub writes: u64,
+}
+
+impl ClientCalls {
+    pub(crate) fn count(&self) -> CallCount {
+        CallCount {
+            reads: self.reads.load(Ordering::Relaxed),
+            writes: self.writes.load(Ordering::Relaxed),
+        }
+    }
+}
+
+impl std::ops::Sub for CallCount {
+    type Output = CallCount;
+    fn sub(self, earlier: CallCount) -> CallCount {
+        CallCount {
+            reads: self.reads.saturating_sub(earlier.reads),
+            writes: self.writes.saturating_sub(earlier.writes),
+        }
+    }
 }
 
 impl ApiInfo {
@@ -143,6 +187,7 @@ impl ApiInfo {
             mutations,
             down_until_us: AtomicU64::new(0),
             started: Instant::now(),
+            calls: ClientCalls::default(),
         }
     }
 
@@ -169,6 +214,18 @@ pub(crate) async fn api_layer(
 ) -> Response {
     let started = Instant::now();
     let changes = !matches!(*req.method(), Method::GET | Method::HEAD);
+    let from_server = req
+        .headers()
+        .get(header::USER_AGENT)
+        .is_some_and(|v| v.as_bytes() == SERVER_USER_AGENT.as_bytes());
+    if !from_server {
+        let counter = if changes {
+            &info.calls.writes
+        } else {
+            &info.calls.reads
+        };
+        counter.fetch_add(1, Ordering::Relaxed);
+    }
     let request_id = req
         .headers()
         .get("x-request-id")

@@ -88,6 +88,7 @@ pub mod faults;
 mod fleet;
 pub mod gz;
 mod http;
+pub use http::CallCount;
 pub mod imagebuild;
 mod imgapi;
 mod listen;
@@ -515,13 +516,21 @@ impl SimDc {
         };
         let apis = Apis::new(&urls.imgapi, &urls.sapi, &urls.cnapi, sim_api_config())
             .map_err(|err| SimError::Client { err })?;
+        // The servers' own requests, told apart from clients' (not counted
+        // in `SimDc::client_calls`).
+        let server_config = ApiConfig {
+            user_agent: http::SERVER_USER_AGENT.to_string(),
+            ..sim_api_config()
+        };
+        let server_apis = Apis::new(&urls.imgapi, &urls.sapi, &urls.cnapi, server_config)
+            .map_err(|err| SimError::Client { err })?;
         let updates = ImgapiClient::new(&urls.updates, sim_api_config())
             .map_err(|err| SimError::Client { err })?;
         let _ = core.env.set(Arc::new(GzEnv {
             imgapi_url: urls.imgapi.clone(),
             sapi_url: urls.sapi.clone(),
             cnapi_url: urls.cnapi.clone(),
-            apis: apis.clone(),
+            apis: server_apis,
             cn_agent_restart: Duration::from_millis(core.config.cn_agent_restart_ms),
             shutdown: core.shutdown.clone(),
             faults: core.faults.clone(),
@@ -791,6 +800,17 @@ impl SimDc {
             tracing::warn!(error = %e, "sim: cannot save state on shutdown");
         }
         // Drop removes a temporary directory.
+    }
+
+    /// The requests clients (not the simulated servers) made of `api`
+    /// so far: reads and writes.
+    pub fn client_calls(&self, api: SimApi) -> CallCount {
+        match api {
+            SimApi::Imgapi => self.core.imgapi.info.calls.count(),
+            SimApi::Updates => self.core.updates.info.calls.count(),
+            SimApi::Sapi => self.core.sapi.info.calls.count(),
+            SimApi::Cnapi => self.core.cnapi.info.calls.count(),
+        }
     }
 
     /// Requests served that could have changed state (for tests).

@@ -132,6 +132,27 @@ pub struct Component {
     /// today.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub setid_files: Vec<String>,
+    /// What its postinstall does to its SAPI instance when cn-agent's
+    /// install task runs it (`None`: not known, so treated as both).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub postinstall_sapi: Option<PostinstallSapi>,
+}
+
+/// What an agent's postinstall does to its SAPI instance
+/// (docs/triton/agent-install.md §2.6). The executor writes an instance
+/// once per step by it: after the step when the postinstall replaces it,
+/// before when it keeps it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum PostinstallSapi {
+    /// Re-adopts it with a create SAPI stores over the whole object (the
+    /// modern pattern: vm-agent, net-agent, cmon-agent; cn-agent's sends
+    /// only its server and image): every param written before the install
+    /// is gone.
+    Replaces,
+    /// Adopts it only when SAPI has none (the legacy pattern): what was
+    /// written before the install stays.
+    Keeps,
 }
 
 impl Component {

@@ -6,7 +6,11 @@
 //!
 //! Every install takes a fixed injected latency (a timer, no CPU), so the
 //! wall time over the ideal measures the orchestrator's own overhead:
-//! scheduling, SAPI intent writes, bookkeeping, outlier checks.
+//! scheduling, SAPI intent writes, bookkeeping, outlier checks. On the
+//! simulator the run holds the datacenter lock as a command does, and the
+//! requests it makes of SAPI and CNAPI while executing are counted per
+//! server step of the 20-wide run (`sapi_writes_per_step`,
+//! `sapi_reads_per_step`, `cnapi_calls_per_step`).
 //!
 //! A realistic run follows (issue 14): log-normal install latencies
 //! (median 20 s, p99 about 3 min, 1% stragglers, scaled down 1000x) on the
@@ -147,6 +151,36 @@ pub struct ModeResult {
     pub wall_s: f64,
     pub ideal_s: f64,
     pub servers_per_s: f64,
+    /// What each server step cost the headnode APIs (the simulator only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub per_step: Option<PerStep>,
+}
+
+/// Requests the orchestrator made per server step while it executed (the
+/// service default write and the lock's reads included; the simulated
+/// servers' own requests not).
+#[derive(Clone, Copy, Debug, Serialize)]
+pub struct PerStep {
+    pub steps: usize,
+    pub sapi_writes: f64,
+    pub sapi_reads: f64,
+    pub cnapi_calls: f64,
+}
+
+impl PerStep {
+    fn new(
+        steps: usize,
+        sapi: agentsadm_sim::CallCount,
+        cnapi: agentsadm_sim::CallCount,
+    ) -> PerStep {
+        let per = |n: u64| round3(n as f64 / steps.max(1) as f64);
+        PerStep {
+            steps,
+            sapi_writes: per(sapi.writes),
+            sapi_reads: per(sapi.reads),
+            cnapi_calls: per(cnapi.reads + cnapi.writes),
+        }
+    }
 }
 
 pub(super) fn round3(v: f64) -> f64 {
@@ -225,6 +259,7 @@ fn result(
         wall_s: round3(wall),
         ideal_s: round3(ideal),
         servers_per_s: round3(servers as f64 / wall),
+        per_step: None,
     }
 }
 
@@ -324,31 +359,52 @@ async fn measure_sim(
         confirm_poll: (Duration::from_millis(5), Duration::from_millis(50)),
         ..Default::default()
     };
+    // Under the datacenter lock, confirmed as a run confirms it: its reads
+    // are part of what a step costs.
+    use agentsadm_orchestrate::lock;
+    use agentsadm_sim::SimApi;
+    let store = lock::SapiLockStore::new(apis.sapi.clone()).await?;
+    let options_lock = lock::LockOptions::default();
+    let dc_lock =
+        lock::acquire(&store, &lock::this_owner(), "bench rollout", &options_lock).await?;
+    let fence = agentsadm_orchestrate::lock::LockFence::new(&dc_lock);
+    let calls = || {
+        (
+            dc.client_calls(SimApi::Sapi),
+            dc.client_calls(SimApi::Cnapi),
+        )
+    };
+    let before = calls();
     let t = Instant::now();
     let report = session
-        .execute(
+        .execute_fenced(
             yes(&planned.plan),
             &options,
             transport,
             &NullReporter,
             std::future::pending(),
+            &agentsadm_orchestrate::execute::Unattended,
+            &fence,
         )
         .await?;
     let wall = t.elapsed().as_secs_f64();
+    let after = calls();
+    drop(fence);
+    dc_lock.release().await?;
     dc.shutdown().await;
+    let per_step = PerStep::new(
+        planned.plan.step_count(),
+        after.0 - before.0,
+        after.1 - before.1,
+    );
     anyhow::ensure!(
         report.all_succeeded(),
         "benchmark rollout did not succeed everywhere:\n{}",
         report.render(&planned.plan)
     );
-    Ok(result(
-        mode,
-        servers,
-        concurrency,
-        names.len(),
-        latency,
-        wall,
-    ))
+    let mut r = result(mode, servers, concurrency, names.len(), latency, wall);
+    r.per_step = Some(per_step);
+    Ok(r)
 }
 
 async fn measure(
@@ -569,6 +625,9 @@ pub async fn run(args: &RolloutBenchArgs) -> anyhow::Result<serde_json::Value> {
         "latency_ms": args.latency_ms,
         "modes": [wide, narrow, shar],
         "wall_over_ideal_20": ratio(wide.wall_s, wide.ideal_s),
+        "sapi_writes_per_step": wide.per_step.map(|p| p.sapi_writes),
+        "sapi_reads_per_step": wide.per_step.map(|p| p.sapi_reads),
+        "cnapi_calls_per_step": wide.per_step.map(|p| p.cnapi_calls),
         "speedup_vs_5_wide": ratio(wide.servers_per_s, narrow.servers_per_s),
         "speedup_vs_shar": ratio(wide.servers_per_s, shar.servers_per_s),
         "executor_only_wall_over_ideal_20": executor_only,

@@ -7,9 +7,11 @@
 //! wave and each server it starts, and hands the fence to the transport
 //! with every step ([`crate::transport::Transport::run_fenced`]), which
 //! confirms it at the last moment before the request that changes the
-//! server. Once lost, the lock stays lost for the run: nothing more
-//! starts, and the report says which servers this run changed and may
-//! since have been changed by the new holder.
+//! server. A confirmation stands for a short window (the runner's
+//! `LockFence`), so a fleet of quick steps costs a few lock reads a
+//! second, not one or two per step. Once lost, the lock stays lost for
+//! the run: nothing more starts, and the report says which servers this
+//! run changed and may since have been changed by the new holder.
 
 use std::time::Duration;
 

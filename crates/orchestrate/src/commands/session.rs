@@ -200,6 +200,24 @@ impl Session<'_> {
         cancel: impl Future<Output = ()>,
         gate: &impl RunGate,
     ) -> Result<ExecReport, SessionError> {
+        let unfenced = crate::carriers::guard::Unfenced;
+        self.execute_fenced(plan, options, transport, reporter, cancel, gate, &unfenced)
+            .await
+    }
+
+    /// [`Session::execute_gated`] under the datacenter lock the caller
+    /// holds, confirmed through `fence` as a run confirms it.
+    #[expect(clippy::too_many_arguments, reason = "execute_gated's and the fence")]
+    pub async fn execute_fenced(
+        &self,
+        plan: Confirmed<'_>,
+        options: &ExecOptions,
+        transport: CnapiTransportConfig,
+        reporter: &dyn Reporter,
+        cancel: impl Future<Output = ()>,
+        gate: &impl RunGate,
+        fence: &dyn crate::carriers::guard::Fence,
+    ) -> Result<ExecReport, SessionError> {
         images::import(&self.apis.imgapi, plan.plan().imports()).await?;
         let transport =
             CnapiTransport::new(self.apis.cnapi.clone(), self.catalog.clone(), transport)
@@ -207,7 +225,10 @@ impl Session<'_> {
                 .with_imgapi(self.apis.imgapi.clone());
         let store = SapiIntentStore::new(self.apis.sapi.clone());
         let records = ApiRecords::new(self.apis);
-        let executor = Executor::new(&transport, &store, reporter, options).with_records(&records);
+        let probe = crate::carriers::guard::NoProbe;
+        let executor = Executor::new(&transport, &store, reporter, options)
+            .with_records(&records)
+            .with_guard(fence, &probe);
         Ok(executor.execute_gated(plan, cancel, gate).await?)
     }
 }

@@ -4,6 +4,7 @@
 //! and removals. An unhealthy step's intent is put back. A turn never
 //! fails as a whole: what went wrong is in its [`ServerOutcome`].
 
+use agentsadm_types::catalog::PostinstallSapi;
 use agentsadm_types::component::ComponentName;
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -97,26 +98,69 @@ fn restore(sp: &ServerPlan, step: &Step, image: ImageUuid) -> Option<IntentChang
 /// postinstall may have re-adopted its instance bare): each such step's
 /// instance, whole, at the step's target. Written whatever the plan wrote
 /// before the steps (nothing, on a rerun whose intent already named the
-/// target, a `check --fix` repair, `--ignore-holds`).
+/// target, a `check --fix` repair, `--ignore-holds`), except for a
+/// component whose postinstall keeps the instance (what was written
+/// before stands).
 fn erased_by_postinstall(sp: &ServerPlan, ran: &Ran<'_>) -> Vec<IntentChange> {
     sp.steps
         .iter()
         .filter(|st| ran.by_cn_agent.contains(&st.component))
+        .filter(|st| postinstall_of(st) != Some(PostinstallSapi::Keeps))
         .filter_map(|st| restore(sp, st, st.action.target()?.uuid))
         .collect()
 }
 
+/// What `step`'s postinstall does to its SAPI instance, for a step cn-agent
+/// runs with a record to keep; `None` otherwise or when not known.
+fn postinstall_of(step: &Step) -> Option<PostinstallSapi> {
+    let by_cn_agent = step.transport == TransportKind::InstallAgent
+        && matches!(step.action, Action::Install { .. } | Action::Upgrade { .. });
+    step.record
+        .as_ref()
+        .filter(|_| by_cn_agent)
+        .and_then(|r| r.postinstall)
+}
+
+/// Whether `change`, a write that runs before the steps, is left to the
+/// write after them: its component's step goes through cn-agent and its
+/// postinstall replaces the instance, so a target written before would be
+/// gone after the step anyway, and the write after names the server, the
+/// target and the marks in one ([`IntentChange::Restore`]). One SAPI write
+/// per step instead of two. A run killed mid-step leaves what the step
+/// leaves: the instance as it was if the task never started, bare if the
+/// postinstall ran (as it did with the write before), and never a target
+/// the server does not run (which the write before left when the task
+/// failed). Marks are still written before.
+fn left_for_after(sp: &ServerPlan, change: &IntentChange) -> bool {
+    matches!(
+        change,
+        IntentChange::UpdateInstance { .. } | IntentChange::CreateInstance { .. }
+    ) && sp.steps.iter().any(|st| {
+        st.component == *change.component() && postinstall_of(st) == Some(PostinstallSapi::Replaces)
+    })
+}
+
 impl Executor<'_> {
     /// One server's turn. Never returns an error: failures are in the
-    /// outcome.
-    pub(crate) async fn run_server(&self, server: ServerUuid, sp: &ServerPlan) -> ServerOutcome {
+    /// outcome. `steps_done` is called once the server's own work is over
+    /// and only SAPI writes are left (its rollout slot is free then).
+    pub(crate) async fn run_server(
+        &self,
+        server: ServerUuid,
+        sp: &ServerPlan,
+        steps_done: &dyn Fn(),
+    ) -> ServerOutcome {
         let started = Instant::now();
         self.reporter.event(&ExecEvent::ServerStarted {
             server,
             hostname: &sp.hostname,
         });
         let mut outcome = ServerOutcome::new(&sp.hostname);
-        for change in sp.intent.iter().filter(|c| c.runs_before_steps()) {
+        let before = sp
+            .intent
+            .iter()
+            .filter(|c| c.runs_before_steps() && !left_for_after(sp, c));
+        for change in before {
             if let Err(err) = self.store.apply(server, change, None).await {
                 // Nothing ran on the server: stopped, if an API is what failed.
                 let failure = sapi_failure(change, &err);
@@ -135,6 +179,7 @@ impl Executor<'_> {
             }
         }
         let ran = self.run_batches(server, sp, &mut outcome).await;
+        steps_done();
         if let Some((step, revert_error)) = ran.unhealthy.clone() {
             outcome.revert = Some(self.revert_intent(server, sp, step, revert_error).await);
         }
@@ -358,11 +403,9 @@ impl Executor<'_> {
         previous: ImageUuid,
     ) -> Result<bool, String> {
         let mut wrote = false;
-        for change in sp
-            .intent
-            .iter()
-            .filter(|c| c.runs_before_steps() && c.component() == component)
-        {
+        for change in sp.intent.iter().filter(|c| {
+            c.runs_before_steps() && c.component() == component && !left_for_after(sp, c)
+        }) {
             let back = match change {
                 IntentChange::UpdateInstance {
                     component,

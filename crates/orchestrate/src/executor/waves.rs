@@ -10,14 +10,21 @@
 //! `--straggler-timeout` the run stops waiting for any server that has run
 //! that long, from the first server on (its work may still complete).
 //!
+//! A server's slot is free once its steps are done: the SAPI writes that
+//! follow them change no server, and the next server starts while they
+//! finish (the server still counts as running, and its outcome, failure
+//! budget included, is known when they are done).
+//!
 //! Everything runs on the caller's task (no spawning): a small number of
 //! futures waiting on the network, with no per-server setup cost.
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use futures::future::{AbortHandle, LocalBoxFuture, OptionFuture, abortable};
 use futures::stream::{FuturesUnordered, StreamExt};
+use tokio::sync::Notify;
 use tokio::time::Instant;
 
 use crate::executor::baseline::{self, Baseline, KnownDurations};
@@ -221,6 +228,51 @@ impl<'p> Waves<'p> {
     }
 }
 
+/// The servers whose steps are done and whose SAPI writes are not.
+#[derive(Default)]
+struct Slots {
+    writing: AtomicUsize,
+    /// Wakes the loop when a slot frees up.
+    freed: Notify,
+}
+
+impl Slots {
+    fn writing(&self) -> usize {
+        self.writing.load(Ordering::SeqCst)
+    }
+}
+
+/// One server's slot: freed once ([`Slot::free`]); counted back when the
+/// turn ends (or is given up on) and this is dropped.
+struct Slot<'s> {
+    slots: &'s Slots,
+    freed: AtomicBool,
+}
+
+impl<'s> Slot<'s> {
+    fn new(slots: &'s Slots) -> Slot<'s> {
+        Slot {
+            slots,
+            freed: AtomicBool::new(false),
+        }
+    }
+
+    fn free(&self) {
+        if !self.freed.swap(true, Ordering::SeqCst) {
+            self.slots.writing.fetch_add(1, Ordering::SeqCst);
+            self.slots.freed.notify_one();
+        }
+    }
+}
+
+impl Drop for Slot<'_> {
+    fn drop(&mut self) {
+        if *self.freed.get_mut() {
+            self.slots.writing.fetch_sub(1, Ordering::SeqCst);
+        }
+    }
+}
+
 impl Executor<'_> {
     /// Run the plan's servers in their waves, recording each outcome in
     /// `report`. `cancel` resolving (Ctrl-C) stops starting servers.
@@ -233,6 +285,7 @@ impl Executor<'_> {
     ) {
         let mut w = Waves::new(plan, &self.options.known);
         let concurrency = plan.rollout().concurrency.max(1);
+        let slots = Slots::default();
         let mut running = FuturesUnordered::new();
         let mut ticker = tokio::time::interval(self.options.tick);
         ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -241,7 +294,7 @@ impl Executor<'_> {
         // second interrupt.
         let mut stop_waiting: Option<LocalBoxFuture<'_, ()>> = None;
         loop {
-            while running.len() < concurrency
+            while running.len().saturating_sub(slots.writing()) < concurrency
                 && report.halted.is_none()
                 && !report.interrupted
                 && w.wave_allows()
@@ -261,8 +314,11 @@ impl Executor<'_> {
                     break;
                 }
                 w.start(uuid, sp);
-                let (turn, handle) =
-                    abortable(async move { (uuid, self.run_server(uuid, sp).await) });
+                let slots = &slots;
+                let (turn, handle) = abortable(async move {
+                    let slot = Slot::new(slots);
+                    (uuid, self.run_server(uuid, sp, &|| slot.free()).await)
+                });
                 w.abort.insert(uuid, handle);
                 running.push(turn);
             }
@@ -308,6 +364,7 @@ impl Executor<'_> {
                         _ => {}
                     }
                 }
+                () = slots.freed.notified() => {}
                 _ = ticker.tick() => {
                     for (uuid, outcome) in self.tick(&mut w, report) {
                         if let Some(turn) = w.abort.remove(&uuid) {

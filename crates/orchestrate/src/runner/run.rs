@@ -414,7 +414,7 @@ impl<'a> Run<'a> {
         let mut report = self.execute(confirmed, operator, cancel, &gate).await?;
         // Once more before the summary: a run that lost the lock at any
         // point says so.
-        if let Hold::Unconfirmed(api) = lock.confirm("before the summary").await
+        if let Hold::Unconfirmed(api) = lock.confirm_now("before the summary").await
             && report.outage.is_none()
         {
             report.outage = Some(Outage {

@@ -8,6 +8,7 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use futures::future::BoxFuture;
+use tokio::time::Instant;
 
 use crate::carriers::guard::{Fence, Hold};
 use crate::runner::lock::{DcLock, LockError, LockOptions, LockStore};
@@ -41,7 +42,7 @@ pub async fn hold<T>(
     let result = refreshing(&dc_lock, &fence, options, &note, work).await;
     // Once more when the work is done: a loss between two refreshes is
     // said too.
-    if !fence.is_lost() && fence.confirm("when the work was done").await == Hold::Lost {
+    if !fence.is_lost() && fence.confirm_now("when the work was done").await == Hold::Lost {
         note("warning: the orchestrator lock was lost while the work ran");
     }
     if fence.is_lost() {
@@ -142,9 +143,27 @@ fn log_lock(event: &str, message: &str) {
 }
 
 /// The datacenter lock a run holds, as its fence.
+///
+/// A confirmation that found the run's record alone stands for
+/// [`DcLock::fence_window`] from the moment its read was sent, for every
+/// server and step that starts in that window: whoever takes the lock over
+/// (a colleague's `--break-lock` as well) writes a claim first and holds
+/// only a settle pause later, so a read that saw no claim proves that no
+/// one else holds the lock before the window closes. A read that finds
+/// another record (someone taking the lock right now) stands for nothing
+/// but itself. That is as safe as a read before each step (which could not
+/// see a takeover between its read and the step's request either), at a
+/// few reads a second whatever the number of steps. The confirmations
+/// before the summary and after held work always read
+/// ([`LockFence::confirm_now`]).
 pub struct LockFence<'l> {
     lock: &'l DcLock<'l>,
     loss: Mutex<Option<LockLoss>>,
+    /// When the last read that found our record alone was sent. (No lock
+    /// is held across a read: the executor polls its servers' turns and
+    /// its own confirmations on one task, and a turn holding such a lock
+    /// while not polled would stop the run.)
+    alone_since: Mutex<Option<Instant>>,
 }
 
 impl<'l> LockFence<'l> {
@@ -152,6 +171,37 @@ impl<'l> LockFence<'l> {
         LockFence {
             lock,
             loss: Mutex::new(None),
+            alone_since: Mutex::new(None),
+        }
+    }
+
+    /// Whether a confirmation still stands.
+    fn standing(&self) -> bool {
+        let window = self.lock.fence_window();
+        self.alone_since
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .is_some_and(|sent| sent.elapsed() < window)
+    }
+
+    /// Confirm with a read of its own, whatever stands (before the
+    /// summary, after held work).
+    pub async fn confirm_now(&self, what: &str) -> Hold {
+        if self.is_lost() {
+            return Hold::Lost;
+        }
+        self.read(what).await
+    }
+
+    async fn read(&self, what: &str) -> Hold {
+        let sent = Instant::now();
+        match self.lock.confirm_alone().await {
+            Ok(alone) => {
+                let mut since = self.alone_since.lock().unwrap_or_else(|e| e.into_inner());
+                *since = alone.then_some(sent);
+                Hold::Held
+            }
+            Err(e) => self.judge(what, Err(e)),
         }
     }
 
@@ -204,8 +254,10 @@ impl Fence for LockFence<'_> {
             if self.is_lost() {
                 return Hold::Lost;
             }
-            let result = self.lock.confirm().await;
-            self.judge(what, result)
+            if self.standing() {
+                return Hold::Held;
+            }
+            self.read(what).await
         })
     }
 
@@ -214,5 +266,131 @@ impl Fence for LockFence<'_> {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .is_some()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    use serde_json::{Map, Value};
+
+    use super::*;
+    use std::time::Duration;
+
+    use crate::runner::lock::{LockBoard, LockRecord, Stage, acquire};
+
+    /// Lock records in memory, counting reads.
+    #[derive(Default)]
+    struct Board {
+        meta: Mutex<Map<String, Value>>,
+        reads: AtomicUsize,
+    }
+
+    impl Board {
+        fn reads(&self) -> usize {
+            self.reads.load(Ordering::SeqCst)
+        }
+
+        fn put(&self, r: &LockRecord) {
+            let v = serde_json::to_value(r).unwrap();
+            self.meta.lock().unwrap().insert(r.key(), v);
+        }
+    }
+
+    impl LockStore for Board {
+        fn read(&self) -> BoxFuture<'_, Result<LockBoard, LockError>> {
+            self.reads.fetch_add(1, Ordering::SeqCst);
+            let board = LockBoard::from_metadata(&self.meta.lock().unwrap());
+            Box::pin(async move { Ok(board) })
+        }
+        fn write<'a>(&'a self, r: &'a LockRecord) -> BoxFuture<'a, Result<(), LockError>> {
+            self.put(r);
+            Box::pin(async { Ok(()) })
+        }
+        fn remove<'a>(&'a self, keys: &'a [String]) -> BoxFuture<'a, Result<(), LockError>> {
+            let mut m = self.meta.lock().unwrap();
+            for k in keys {
+                m.remove(k);
+            }
+            Box::pin(async { Ok(()) })
+        }
+        fn mark_generation(&self, _generation: u64) -> BoxFuture<'_, Result<(), LockError>> {
+            Box::pin(async { Ok(()) })
+        }
+    }
+
+    /// A colleague's record: `stage` at a later generation.
+    fn theirs(stage: Stage) -> LockRecord {
+        let now = humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string();
+        LockRecord {
+            owner: "colleague@elsewhere:7".to_string(),
+            token: "ffff".to_string(),
+            generation: 99,
+            stage,
+            operation: "update --all".to_string(),
+            started: now.clone(),
+            refreshed: now,
+        }
+    }
+
+    /// A hundred servers and steps starting in the window (one after the
+    /// other, as the executor starts them) cost one read; after the
+    /// window, one more. While someone is taking
+    /// the lock (their claim is there) every confirmation reads, so their
+    /// `--break-lock` is seen by the next step.
+    #[tokio::test(start_paused = true)]
+    async fn a_confirmation_stands_for_its_window_unless_someone_is_taking_the_lock() {
+        let store = Board::default();
+        let options = LockOptions {
+            settle: Duration::from_millis(500),
+            ..LockOptions::default()
+        };
+        let lock = acquire(&store, "me@here:1", "update vm-agent", &options)
+            .await
+            .unwrap();
+        assert_eq!(lock.fence_window(), Duration::from_millis(250));
+        let fence = LockFence::new(&lock);
+        let before = store.reads();
+        for _ in 0..100 {
+            assert_eq!(fence.confirm("a step").await, Hold::Held);
+        }
+        assert_eq!(store.reads() - before, 1, "one read for the window");
+        tokio::time::advance(Duration::from_millis(250)).await;
+        assert_eq!(fence.confirm("a step").await, Hold::Held);
+        assert_eq!(store.reads() - before, 2, "the window closed: read again");
+
+        // A colleague's claim: each confirmation reads.
+        store.put(&theirs(Stage::Claim));
+        tokio::time::advance(Duration::from_millis(250)).await;
+        for n in 3..6 {
+            assert_eq!(fence.confirm("a step").await, Hold::Held);
+            assert_eq!(store.reads() - before, n);
+        }
+        // Their --break-lock removes our record and holds: the next step
+        // is refused, and so is everything after it, without a read.
+        store.meta.lock().unwrap().remove(&lock.record().key());
+        store.put(&theirs(Stage::Held));
+        assert_eq!(fence.confirm("a step").await, Hold::Lost);
+        let reads = store.reads();
+        assert_eq!(fence.confirm("a step").await, Hold::Lost);
+        assert_eq!(store.reads(), reads);
+        assert!(fence.loss().unwrap().holder.contains("colleague"));
+    }
+
+    /// Before the summary, the lock is read whatever stands.
+    #[tokio::test(start_paused = true)]
+    async fn confirm_now_always_reads() {
+        let store = Board::default();
+        let lock = acquire(&store, "me@here:1", "update", &LockOptions::default())
+            .await
+            .unwrap();
+        let fence = LockFence::new(&lock);
+        assert_eq!(fence.confirm("a step").await, Hold::Held);
+        let reads = store.reads();
+        store.meta.lock().unwrap().clear();
+        assert_eq!(fence.confirm("a step").await, Hold::Held, "it stands");
+        assert_eq!(fence.confirm_now("before the summary").await, Hold::Lost);
+        assert_eq!(store.reads(), reads + 1);
     }
 }

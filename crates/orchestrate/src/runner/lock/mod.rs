@@ -26,9 +26,14 @@
 //! rounds.
 //!
 //! Holding it, the run confirms the lock ([`DcLock::confirm`], one read)
-//! before each wave and each server step: its record gone (an operator's
-//! cleanup, a colleague's `--break-lock`) or a held record of a higher
-//! generation means it was lost. [`DcLock::refresh`] records that the
+//! before the changes it makes: its record gone (an operator's cleanup, a
+//! colleague's `--break-lock`) or a held record of a higher generation
+//! means it was lost. A confirmation that saw no one else's record stands
+//! for [`DcLock::fence_window`] (half the settle pause) from the moment its
+//! read was sent: every acquisition, `--break-lock` included, writes its
+//! claim and waits the settle pause before it reads again and holds, so
+//! whoever takes the lock over holds it only after that window closed
+//! (see [`holding::LockFence`]). [`DcLock::refresh`] records that the
 //! holder is alive every [`LockOptions::refresh_every`]; a record not
 //! refreshed for [`LockOptions::stale_after`], or whose owner process on
 //! this host is gone, is stale. `--break-lock` breaks whatever is there.
@@ -312,6 +317,9 @@ pub struct DcLock<'a> {
     generation: u64,
     /// [`LockOptions::release_attempts`] and [`LockOptions::release_backoff`].
     release: (u32, Duration),
+    /// [`LockOptions::settle`]: how long any contender waits between its
+    /// claim and holding the lock.
+    settle: Duration,
     /// The records this acquisition broke (stale, or `--break-lock`).
     pub broke: Vec<Broken>,
     /// sdcadm's lock, held as long as this one (dropped with it).
@@ -413,6 +421,7 @@ pub async fn acquire<'a>(
             record: Mutex::new(record),
             token,
             release: (options.release_attempts.max(1), options.release_backoff),
+            settle: options.settle,
             broke,
             _sdcadm: sdcadm,
         });
@@ -506,8 +515,26 @@ impl DcLock<'_> {
     /// Whether the lock is still ours (one read): [`LockError::Lost`] if
     /// our record is gone or a later holder's record is there.
     pub async fn confirm(&self) -> Result<(), LockError> {
+        self.confirm_alone().await.map(drop)
+    }
+
+    /// [`DcLock::confirm`], also saying whether the read found our record
+    /// alone (`true`): no other record, so no one was taking the lock
+    /// then, and whoever starts now holds it only after the settle pause.
+    pub async fn confirm_alone(&self) -> Result<bool, LockError> {
         let board = self.store.read().await?;
-        self.judge(&board)
+        self.judge(&board)?;
+        Ok(board.entries.iter().all(|e| e.record.token == self.token)
+            && board.unreadable.is_empty())
+    }
+
+    /// How long a confirmation that found our record alone stands, from
+    /// the moment its read was sent: half the settle pause (every
+    /// contender, `--break-lock` too, writes its claim and then waits the
+    /// settle pause before it holds the lock; the other half is margin for
+    /// the two hosts' clocks and the time a request takes to leave).
+    pub fn fence_window(&self) -> Duration {
+        self.settle / 2
     }
 
     fn judge(&self, board: &LockBoard) -> Result<(), LockError> {

@@ -1,0 +1,135 @@
+//! What a rollout costs the headnode per server step (issue 35), through
+//! the one run every changing command uses, on the simulator: one SAPI
+//! write per step (after the step for an agent whose postinstall replaces
+//! its instance, before it for one whose postinstall keeps it), no lock
+//! read of its own (a confirmation stands for a short window), and every
+//! instance as it must stand afterwards.
+
+use std::sync::Mutex;
+
+use agentsadm_orchestrate::images::ImageChoice;
+use agentsadm_orchestrate::report::{ExecEvent, Reporter};
+use agentsadm_orchestrate::run::{Run, RunOutcome};
+use agentsadm_orchestrate::session::{RequestPlanner, Session};
+use agentsadm_plan::{Operation, PlanOptions, RolloutPolicy, TransportMode};
+use agentsadm_sim::testkit::request;
+use agentsadm_sim::{CallCount, SeedSpec, SimApi, SimConfig, SimDc};
+
+use crate::flows_common::{Script, exec_options, instance_of, transport};
+
+/// The clients' SAPI and CNAPI requests while the executor ran (from its
+/// start to its end event).
+struct Counting<'d> {
+    dc: &'d SimDc,
+    at: Mutex<Vec<(CallCount, CallCount)>>,
+}
+
+impl Reporter for Counting<'_> {
+    fn event(&self, event: &ExecEvent<'_>) {
+        if matches!(event, ExecEvent::Started { .. } | ExecEvent::Finished(_)) {
+            let now = (
+                self.dc.client_calls(SimApi::Sapi),
+                self.dc.client_calls(SimApi::Cnapi),
+            );
+            self.at.lock().unwrap().push(now);
+        }
+    }
+}
+
+/// `update vm-agent firewaller -y -j 8` on eight compute nodes: vm-agent's
+/// postinstall re-adopts its instance bare (SAPI replaces the object),
+/// firewaller's adopts only a missing one. Each server step makes one SAPI
+/// write (main: two, before and after the step), the lock is read a few
+/// times for the whole run (main: twice per server), and afterwards every
+/// instance names its server and the image it runs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_step_costs_one_sapi_write_and_no_lock_read_of_its_own() {
+    let dc = SimDc::start(
+        SimConfig::default()
+            .servers(8)
+            .populate(SeedSpec::with_newer()),
+    )
+    .await
+    .expect("simulator starts");
+    let components = ["vm-agent", "firewaller"];
+    let apis = dc.apis();
+    let settings = agentsadm_orchestrate::run::RunSettings {
+        yes: true,
+        rollout: RolloutPolicy {
+            concurrency: 8,
+            canary: Some(0),
+            ..RolloutPolicy::default()
+        },
+        options: exec_options(),
+        ..Default::default()
+    };
+    let planner = RequestPlanner {
+        session: Session {
+            apis: &apis,
+            catalog: dc.catalog(),
+            updates: None,
+        },
+        request: request(Operation::Update, &components, &[]),
+        choice: ImageChoice::Latest,
+        options: PlanOptions {
+            transport: TransportMode::Auto,
+            ignore_holds: false,
+            rollout: settings.rollout,
+        },
+        durations: None,
+    };
+    let counting = Counting {
+        dc: &dc,
+        at: Mutex::new(Vec::new()),
+    };
+    let mut run = Run::new(&apis, dc.catalog(), &settings, &counting, "update");
+    run.transport = transport();
+    run.history = None;
+    // A window of 2 s (half the settle pause): the whole execution, even
+    // on a loaded machine, is a few windows, however many steps it has.
+    run.lock.settle = std::time::Duration::from_secs(4);
+    let operator = Script::new(&[], false, |_: &agentsadm_plan::Plan| Vec::<String>::new());
+    let outcome = run
+        .go(&planner, &operator, std::future::pending())
+        .await
+        .expect("the run");
+    let RunOutcome::Executed { planned, report } = outcome else {
+        panic!("executed: {outcome:?}")
+    };
+    assert_eq!(
+        report.exit_status(&planned),
+        0,
+        "{}",
+        report.render(&planned)
+    );
+    let steps = planned.step_count();
+    let servers = planned.servers().len();
+    assert_eq!(steps, 2 * servers, "{planned}");
+    let at = counting.at.lock().unwrap().clone();
+    let [(sapi0, _), (sapi1, _)] = at[..] else {
+        panic!("a start and an end: {at:?}")
+    };
+    let sapi = sapi1 - sapi0;
+    assert_eq!(
+        sapi.writes as usize, steps,
+        "one SAPI write per server step"
+    );
+    assert!(
+        (sapi.reads as usize) < servers,
+        "the lock is not read per server or step: {sapi:?} for {servers} servers"
+    );
+    for s in dc.servers().into_iter().filter(|s| !s.headnode) {
+        for c in components {
+            let runs = dc
+                .server_agents(s.uuid)
+                .into_iter()
+                .find(|a| a.name == c)
+                .and_then(|a| a.image_uuid);
+            let inst = instance_of(&dc, s.uuid, c).await.expect("an instance");
+            assert_eq!(inst.server_uuid(), Some(s.uuid), "{} {c}", s.hostname);
+            assert_eq!(inst.image_uuid(), runs, "{} {c}", s.hostname);
+            assert!(runs.is_some());
+        }
+    }
+    dc.shutdown().await;
+}
