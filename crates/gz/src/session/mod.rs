@@ -95,6 +95,10 @@ pub enum Knob {
     /// filesystem would (`ENOSPC`): `keep-previous`, keeping the version an
     /// upgrade replaced.
     NoSpaceAt,
+    /// `AGENTSADM_TEST_HEADNODE_ROOT`: the rooted directory that stands for
+    /// this headnode's own global zone (`/` in the server's build), read
+    /// by `list` and `check` for what sdcadm changed behind agentsadm.
+    HeadnodeRoot,
 }
 
 impl Knob {
@@ -106,6 +110,22 @@ impl Knob {
             Knob::Host => "AGENTSADM_TEST_HOST",
             Knob::UnpackLimit => "AGENTSADM_TEST_UNPACK_LIMIT",
             Knob::NoSpaceAt => "AGENTSADM_TEST_NO_SPACE_AT",
+            Knob::HeadnodeRoot => "AGENTSADM_TEST_HEADNODE_ROOT",
+        }
+    }
+
+    /// The knob's value in this process's environment (always `None` in a
+    /// build without the knobs).
+    pub fn from_process(self) -> Option<String> {
+        #[cfg(feature = "test-knobs")]
+        {
+            std::env::var(self.env_name())
+                .ok()
+                .filter(|v| !v.is_empty())
+        }
+        #[cfg(not(feature = "test-knobs"))]
+        {
+            None
         }
     }
 
@@ -118,6 +138,7 @@ impl Knob {
                 Knob::Host,
                 Knob::UnpackLimit,
                 Knob::NoSpaceAt,
+                Knob::HeadnodeRoot,
             ]
             .iter()
             .any(|k| k.env_name() == name)
