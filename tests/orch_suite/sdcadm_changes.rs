@@ -94,4 +94,26 @@ async fn list_shows_sdcadm_and_gz_tools_as_sdcadm_left_them() {
         err.contains("sdcadm changed it") && err.contains("check --live gz-tools"),
         "{err}"
     );
+
+    // check finds what runs on the headnode against SAPI, and says where
+    // it read it.
+    let (_, out, err) = crate::cli_common::agentsadm(&dc)
+        .without_updates()
+        .env("AGENTSADM_TEST_HEADNODE_ROOT", hn.root.to_str().unwrap())
+        .run(&["check", "--json"])
+        .await;
+    let doc: Value = serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}{err}"));
+    let on_headnode = |component: &str| {
+        doc["findings"].as_array().unwrap().iter().any(|f| {
+            f["component"] == component
+                && f["hostname"] == hn.hostname.as_str()
+                && f["kind"] == "wrong-image"
+        })
+    };
+    assert!(on_headnode("sdcadm") && on_headnode("gz-tools"), "{doc}");
+    let warnings = doc["warnings"].to_string();
+    assert!(
+        warnings.contains("read from this headnode's disk"),
+        "{warnings}"
+    );
 }
