@@ -9,6 +9,7 @@ use crate::gz_common::*;
 use agentsadm_api::remote::ComponentAction;
 use agentsadm_gz::session::GzSession;
 use agentsadm_gz::session::GzSettings;
+use agentsadm_gz::session::PlatformKind;
 use agentsadm_sim::imagebuild;
 use agentsadm_sim::imagebuild::BuiltImage;
 use agentsadm_sim::imagebuild::Hooks;
@@ -43,7 +44,7 @@ fn crash(root: &Path, args: &[&str], at: &str) {
 
 /// Open (and close) a locked session: that runs recovery.
 async fn recover(srv: &TestServer) -> Vec<String> {
-    let mut s = GzSettings::new(srv.root());
+    let mut s = GzSettings::new(srv.root(), PlatformKind::Rooted);
     s.no_sapi = true;
     s.no_cnapi = true;
     let mut session = GzSession::open(s, true).await.unwrap();

@@ -29,6 +29,7 @@ use agentsadm_api::remote::AgentsReport;
 use agentsadm_gz::session::GzSession;
 use agentsadm_gz::session::GzSettings;
 use agentsadm_gz::session::Knob;
+use agentsadm_gz::session::PlatformKind;
 use agentsadm_types::catalog::Catalog;
 use agentsadm_types::catalog::ComponentKind;
 use agentsadm_types::component::{ComponentName, ComponentVersion};
@@ -45,7 +46,11 @@ pub fn headnode_settings(catalog: &Catalog, apis: &Apis) -> GzSettings {
     let root = Knob::HeadnodeRoot
         .from_process()
         .unwrap_or_else(|| "/".to_string());
-    let mut settings = GzSettings::new(root);
+    let platform = match root.as_str() {
+        "/" => PlatformKind::SmartOs,
+        _ => PlatformKind::Rooted,
+    };
+    let mut settings = GzSettings::new(root, platform);
     settings.catalog = catalog.clone();
     settings.no_sapi = true;
     settings.no_cnapi = true;
