@@ -141,3 +141,38 @@ async fn killed_fresh_install_and_removal_recover() {
         assert_eq!(r.components[0].action, ComponentAction::Removed);
     }
 }
+
+/// A journal whose fields make no change (a removal without the version
+/// it removes) is damaged: the next run stops before recovering anything,
+/// says which file and what is missing, and changes nothing, where it used
+/// to "roll back" a removal of nothing, delete the journal and go on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_damaged_journal_stops_the_next_run_and_changes_nothing() {
+    let g = Guarded::new(&[image("net-agent", "1.0.0")]).await;
+    let journal = g
+        .srv
+        .at("opt/smartdc/agents/.agentsadm/journal/net-agent.json");
+    std::fs::create_dir_all(journal.parent().unwrap()).unwrap();
+    let damaged = serde_json::json!({
+        "version": 1, "txn": "net-agent-damaged", "op": "remove",
+        "component": "net-agent", "phase": "swapping",
+        "old": null, "new": null,
+        "instance_file": "opt/smartdc/agents/etc/net-agent",
+        "instance": null, "instance_created": false, "created_dirs": [],
+        "smf": {"services": {}, "backed_up": [], "absent": []}
+    });
+    std::fs::write(&journal, serde_json::to_vec_pretty(&damaged).unwrap()).unwrap();
+    let before = g.state();
+    let out = g.gz(&["remove", "net-agent"]).await;
+    let message = failed(&out);
+    assert!(
+        message.contains("cannot read the transaction journal")
+            && message.contains("net-agent.json")
+            && message.contains("removal journal of net-agent has no old version"),
+        "{message}"
+    );
+    let now = g.state();
+    assert_same(&before.root, &now.root, "after a damaged journal");
+    assert_eq!(before, now);
+    assert!(g.srv.installed_image("net-agent").is_some());
+}
