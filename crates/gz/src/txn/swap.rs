@@ -77,10 +77,8 @@ pub(super) async fn swap_in(
     }
     {
         let (paths, txn_dir) = (paths.clone(), txn_dir.to_path_buf());
-        let (new, old) = (
-            journal.change.installing().cloned(),
-            journal.change.old().cloned(),
-        );
+        let change = &journal.change;
+        let (new, old) = (change.installing().cloned(), change.old().cloned());
         blocking(move || move_overlay_out(&paths, new.as_ref(), &txn_dir, old.as_ref())).await?;
     }
     env.checkpoint("after-move-old");
