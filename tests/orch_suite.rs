@@ -46,6 +46,8 @@
 //! - `sim`: plan, execute and re-plan against the simulated datacenter, the
 //!   CLI's exit statuses, two orchestrators started together;
 //! - `runlog`: the bunyan log of every run, JSON error documents;
+//! - `sdcadm_changes`: `list` shows sdcadm and gz-tools as sdcadm left
+//!   them on the headnode, and which compute nodes only they can confirm;
 //! - `sdcadm_lock`: a run holds sdcadm's lock on a headnode, and waits
 //!   a bounded time or stops while sdcadm holds it (a forked holder);
 //! - `shape`: agentsadm's, gz-tools' and sdcadm's services live outside
@@ -114,6 +116,8 @@ mod revert;
 mod rollout;
 #[path = "orch_suite/runlog.rs"]
 mod runlog;
+#[path = "orch_suite/sdcadm_changes.rs"]
+mod sdcadm_changes;
 #[path = "orch_suite/sdcadm_lock.rs"]
 mod sdcadm_lock;
 #[path = "orch_suite/shape.rs"]

@@ -14,6 +14,7 @@ use crate::gz_common::*;
 use agentsadm_api::remote::ComponentAction;
 use agentsadm_gz::session::GzSession;
 use agentsadm_gz::session::GzSettings;
+use agentsadm_gz::session::PlatformKind;
 use agentsadm_sim::imagebuild::BuiltImage;
 use agentsadm_types::ids::ImageUuid;
 
@@ -284,7 +285,7 @@ async fn killed_anywhere_the_binary_is_there_and_runs() {
         // Before any recovery: the next command on this server can start.
         let now = run_installed(&srv);
         assert!(now == says(&v1) || now == says(&v2), "{point}: {now}");
-        let mut s = GzSettings::new(srv.root());
+        let mut s = GzSettings::new(srv.root(), PlatformKind::Rooted);
         s.no_sapi = true;
         s.no_cnapi = true;
         GzSession::open(s, true).await.unwrap().remove(&[]).await;

@@ -15,6 +15,7 @@ use agentsadm_gz::fetch::FetchOptions;
 use agentsadm_gz::fetch::ImageSource;
 use agentsadm_gz::session::GzSession;
 use agentsadm_gz::session::GzSettings;
+use agentsadm_gz::session::PlatformKind;
 use agentsadm_sim::imagebuild::BuiltImage;
 use agentsadm_sim::imagebuild::TreeBuilder;
 use agentsadm_sim::standin::ImgapiStandIn;
@@ -61,7 +62,7 @@ impl Scene {
 
     async fn install(&self, img: &BuiltImage) -> GzResult {
         self.imgapi.publish(img);
-        let mut settings = GzSettings::new(self.srv.root());
+        let mut settings = GzSettings::new(self.srv.root(), PlatformKind::Rooted);
         settings.no_sapi = true;
         settings.no_cnapi = true;
         settings.imgapi_url = Some(self.imgapi.url());

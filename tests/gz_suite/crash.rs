@@ -9,6 +9,7 @@ use crate::gz_common::*;
 use agentsadm_api::remote::ComponentAction;
 use agentsadm_gz::session::GzSession;
 use agentsadm_gz::session::GzSettings;
+use agentsadm_gz::session::PlatformKind;
 use agentsadm_sim::imagebuild;
 use agentsadm_sim::imagebuild::BuiltImage;
 use agentsadm_sim::imagebuild::Hooks;
@@ -43,7 +44,7 @@ fn crash(root: &Path, args: &[&str], at: &str) {
 
 /// Open (and close) a locked session: that runs recovery.
 async fn recover(srv: &TestServer) -> Vec<String> {
-    let mut s = GzSettings::new(srv.root());
+    let mut s = GzSettings::new(srv.root(), PlatformKind::Rooted);
     s.no_sapi = true;
     s.no_cnapi = true;
     let mut session = GzSession::open(s, true).await.unwrap();
@@ -139,4 +140,39 @@ async fn killed_fresh_install_and_removal_recover() {
         let r = ok(&srv.gz_offline(&["remove", "vm-agent"]).await);
         assert_eq!(r.components[0].action, ComponentAction::Removed);
     }
+}
+
+/// A journal whose fields make no change (a removal without the version
+/// it removes) is damaged: the next run stops before recovering anything,
+/// says which file and what is missing, and changes nothing, where it used
+/// to "roll back" a removal of nothing, delete the journal and go on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_damaged_journal_stops_the_next_run_and_changes_nothing() {
+    let g = Guarded::new(&[image("net-agent", "1.0.0")]).await;
+    let journal = g
+        .srv
+        .at("opt/smartdc/agents/.agentsadm/journal/net-agent.json");
+    std::fs::create_dir_all(journal.parent().unwrap()).unwrap();
+    let damaged = serde_json::json!({
+        "version": 1, "txn": "net-agent-damaged", "op": "remove",
+        "component": "net-agent", "phase": "swapping",
+        "old": null, "new": null,
+        "instance_file": "opt/smartdc/agents/etc/net-agent",
+        "instance": null, "instance_created": false, "created_dirs": [],
+        "smf": {"services": {}, "backed_up": [], "absent": []}
+    });
+    std::fs::write(&journal, serde_json::to_vec_pretty(&damaged).unwrap()).unwrap();
+    let before = g.state();
+    let out = g.gz(&["remove", "net-agent"]).await;
+    let message = failed(&out);
+    assert!(
+        message.contains("cannot read the transaction journal")
+            && message.contains("net-agent.json")
+            && message.contains("removal journal of net-agent has no old version"),
+        "{message}"
+    );
+    let now = g.state();
+    assert_same(&before.root, &now.root, "after a damaged journal");
+    assert_eq!(before, now);
+    assert!(g.srv.installed_image("net-agent").is_some());
 }

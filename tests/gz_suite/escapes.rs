@@ -19,6 +19,7 @@ use crate::gz_common::*;
 use crate::tools_common::require_tool;
 use agentsadm_gz::session::GzSession;
 use agentsadm_gz::session::GzSettings;
+use agentsadm_gz::session::PlatformKind;
 use agentsadm_sim::imagebuild;
 use agentsadm_sim::imagebuild::BuiltImage;
 use agentsadm_sim::imagebuild::hostile;
@@ -171,7 +172,7 @@ async fn sigkill_mid_postinstall_then_recovery_leaves_nothing_running() {
     let status = child.wait().await.unwrap();
     assert_eq!(status.signal(), Some(9), "{status:?}");
     // The next locked run recovers.
-    let mut settings = GzSettings::new(scene.g.srv.root());
+    let mut settings = GzSettings::new(scene.g.srv.root(), PlatformKind::Rooted);
     settings.no_sapi = true;
     settings.no_cnapi = true;
     let mut session = GzSession::open(settings, true).await.unwrap();

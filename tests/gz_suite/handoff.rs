@@ -10,6 +10,7 @@ use agentsadm_api::remote::ComponentAction;
 use agentsadm_gz::fetch::ImageSource;
 use agentsadm_gz::session::GzSession;
 use agentsadm_gz::session::GzSettings;
+use agentsadm_gz::session::PlatformKind;
 use agentsadm_platform::Platform;
 use agentsadm_platform::PlatformFuture;
 use agentsadm_platform::Rooted;
@@ -76,7 +77,7 @@ async fn cn_agent_inside_its_own_contract_hands_off_then_the_job_runs() {
         inner: Rooted::new(srv.root()),
         jobs: Mutex::new(Vec::new()),
     });
-    let mut s = GzSettings::new(srv.root());
+    let mut s = GzSettings::new(srv.root(), PlatformKind::Rooted);
     s.no_sapi = true;
     s.no_cnapi = true;
     s.platform = Some(launcher.clone());
@@ -124,7 +125,7 @@ async fn cn_agent_inside_its_own_contract_hands_off_then_the_job_runs() {
 
 /// Settings for a session on `launcher`'s root, without SAPI or CNAPI.
 fn settings(srv: &TestServer, launcher: &Arc<Launcher>, argv: &[&str]) -> GzSettings {
-    let mut s = GzSettings::new(srv.root());
+    let mut s = GzSettings::new(srv.root(), PlatformKind::Rooted);
     s.no_sapi = true;
     s.no_cnapi = true;
     s.platform = Some(launcher.clone());

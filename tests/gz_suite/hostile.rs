@@ -26,6 +26,7 @@ use agentsadm_gz::fetch::FetchOptions;
 use agentsadm_gz::fetch::ImageSource;
 use agentsadm_gz::session::GzSession;
 use agentsadm_gz::session::GzSettings;
+use agentsadm_gz::session::PlatformKind;
 use agentsadm_sim::imagebuild::BuiltImage;
 use agentsadm_sim::standin::Fault;
 use agentsadm_sim::standin::ImgapiStandIn;
@@ -164,7 +165,7 @@ async fn install(
     source: ImageSource,
     fetch: FetchOptions,
 ) -> GzResult {
-    let mut settings = GzSettings::new(srv.root());
+    let mut settings = GzSettings::new(srv.root(), PlatformKind::Rooted);
     settings.no_sapi = true;
     settings.no_cnapi = true;
     settings.imgapi_url = Some(imgapi.url());

@@ -11,6 +11,7 @@ use std::process::Stdio;
 use std::time::Duration;
 
 use crate::gz_common::*;
+use agentsadm_gz::session::PlatformKind;
 use agentsadm_gz::session::{GzSession, GzSettings};
 use agentsadm_sim::imagebuild;
 use agentsadm_sim::imagebuild::BuiltImage;
@@ -129,7 +130,7 @@ async fn sigkill_during_the_postinstall_leaves_it_disabled_after_recovery() {
     let status = child.wait().await.unwrap();
     assert_eq!(status.signal(), Some(9), "{status:?}");
 
-    let mut settings = GzSettings::new(srv.root());
+    let mut settings = GzSettings::new(srv.root(), PlatformKind::Rooted);
     settings.no_sapi = true;
     settings.no_cnapi = true;
     let mut session = GzSession::open(settings, true).await.unwrap();
@@ -169,7 +170,7 @@ fn killed_at(srv: &TestServer, args: &[&str], at: &str) {
 
 /// A locked session opened and closed (recovery), its notes.
 async fn next_run(srv: &TestServer) -> Vec<String> {
-    let mut settings = GzSettings::new(srv.root());
+    let mut settings = GzSettings::new(srv.root(), PlatformKind::Rooted);
     settings.no_sapi = true;
     settings.no_cnapi = true;
     let mut session = GzSession::open(settings, true).await.unwrap();

@@ -11,6 +11,7 @@ use agentsadm_api::remote::ComponentAction;
 use agentsadm_gz::fetch::ImageSource;
 use agentsadm_gz::layout::LayoutKind;
 use agentsadm_gz::session::GzSettings;
+use agentsadm_gz::session::PlatformKind;
 use agentsadm_platform::Sysinfo;
 use agentsadm_sim::standin::Fault;
 use agentsadm_sim::standin::ImgapiStandIn;
@@ -192,7 +193,7 @@ async fn gz_tools_installs_without_a_package_json() {
     let source = ImageSource::from_arg(file.to_str().unwrap()).unwrap();
     let root = dir.path().join("mc");
     let server = new_server(&root);
-    let mut settings = GzSettings::new(&root);
+    let mut settings = GzSettings::new(&root, PlatformKind::Rooted);
     settings.layout = LayoutKind::Mockcloud;
     settings.server_uuid = Some(server);
     settings.no_sapi = true;

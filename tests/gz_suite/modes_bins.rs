@@ -12,6 +12,7 @@ use std::os::unix::fs::PermissionsExt;
 use crate::gz_common::*;
 use agentsadm_gz::session::GzSession;
 use agentsadm_gz::session::GzSettings;
+use agentsadm_gz::session::PlatformKind;
 use agentsadm_sim::imagebuild::BuiltImage;
 use agentsadm_sim::imagebuild::TreeBuilder;
 use agentsadm_types::catalog::Catalog;
@@ -95,7 +96,7 @@ async fn setuid_stays_only_where_the_catalog_allows_it() {
             .file("vm-agent/bin/wide", 0o4777, b"#!/bin/sh\n");
     });
     g.imgapi.publish(&img);
-    let mut settings = GzSettings::new(g.srv.root());
+    let mut settings = GzSettings::new(g.srv.root(), PlatformKind::Rooted);
     settings.no_sapi = true;
     settings.no_cnapi = true;
     settings.imgapi_url = Some(g.imgapi.url());

@@ -157,3 +157,29 @@ async fn fetch_limits_and_inactive_images_have_flags() {
 fn failed_or_usage(out: &agentsadm_api::cnapi::ExecuteResult) -> String {
     format!("{} {}", out.stdout, out.stderr)
 }
+
+/// The platform is chosen, never implied by `--root` (issue 31): told to
+/// drive SmartOS (as the server's build always does), a run on a rooted
+/// directory asks the host's `sysinfo`, not the directory's
+/// `sysinfo.json`, so on this host it cannot identify the server, and
+/// changes nothing. Told nothing, the test build takes the directory as
+/// the rooted fake, as every suite does.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn root_elsewhere_still_drives_smartos_when_chosen() {
+    let srv = TestServer::new(false);
+    let before = snapshot(srv.root());
+    let smartos: BTreeMap<String, String> =
+        [("AGENTSADM_TEST_PLATFORM".to_string(), "smartos".to_string())].into();
+    let out = srv.gz(&["report", "--no-cnapi"], &smartos).await;
+    assert_ne!(out.exit_status, 0, "{}", out.stdout);
+    let all = format!("{}{}", out.stdout, out.stderr);
+    assert!(all.contains("cannot identify the server"), "{all}");
+    assert_same(
+        &before,
+        &snapshot(srv.root()),
+        "a SmartOS run that could not start",
+    );
+    let out = srv.gz(&["report", "--no-cnapi"], &BTreeMap::new()).await;
+    assert_eq!(out.exit_status, 0, "{}{}", out.stdout, out.stderr);
+    assert_eq!(report(&out).server_uuid, srv.uuid);
+}

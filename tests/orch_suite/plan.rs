@@ -515,6 +515,54 @@ fn headnode_only_components_are_planned_for_the_headnode_only() {
     assert_eq!(p.servers().len(), 1);
 }
 
+/// `update` keeps a headnode-only component to the headnode as `install`
+/// does: a compute node is never planned (even one that reports it), and
+/// one named with `-s` refuses the plan instead of failing at run time.
+#[test]
+fn headnode_only_components_are_updated_on_the_headnode_only() {
+    let mut dc = ExampleDc::new(2);
+    let hn = dc.server_named("headnode");
+    let cn1 = dc.server_named("cn001");
+    // A compute node that reports sdcadm (copied there by hand).
+    dc.install(cn1, "sdcadm", "1.0.0");
+    let target = dc.publish("sdcadm", "1.1.0");
+    let images = dc.images_with_targets(std::slice::from_ref(&target));
+    let p = plan_ok(&dc, &request(Operation::Update, &["sdcadm"], &[]), &images);
+    assert_eq!(p.servers().keys().copied().collect::<Vec<_>>(), [hn]);
+    assert!(p.skips().is_empty(), "{:?}", p.skips());
+    for servers in [&["cn001"][..], &["headnode", "cn002"]] {
+        let err = plan_with(
+            &dc,
+            &request(Operation::Update, &["sdcadm"], servers),
+            &images,
+            TransportMode::Auto,
+        )
+        .unwrap_err();
+        assert!(matches!(err, PlanError::HeadnodeOnly { .. }), "{err}");
+    }
+    let p = plan_ok(
+        &dc,
+        &request(Operation::Update, &["sdcadm"], &["headnode"]),
+        &images,
+    );
+    assert_eq!(p.servers().keys().copied().collect::<Vec<_>>(), [hn]);
+    // --all on a compute node: every other component moves, sdcadm is
+    // simply not planned there.
+    let vm = dc.publish("vm-agent", "1.1.0");
+    let images = dc.images_with_targets(&[target, vm]);
+    let p = plan_ok(
+        &dc,
+        &request(Operation::Update, &["--all"], &["cn001"]),
+        &images,
+    );
+    let steps: Vec<String> = p.servers()[&cn1]
+        .steps
+        .iter()
+        .map(|s| s.component.to_string())
+        .collect();
+    assert_eq!(steps, ["vm-agent"]);
+}
+
 #[test]
 fn remove_deletes_instances_and_refuses_cn_agent() {
     let mut dc = ExampleDc::new(3);

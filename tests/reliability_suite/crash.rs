@@ -37,6 +37,7 @@ use crate::gz_common::snapshot;
 use crate::gz_common::spec;
 use agentsadm_gz::session::GzSession;
 use agentsadm_gz::session::GzSettings;
+use agentsadm_gz::session::PlatformKind;
 use agentsadm_sim::imagebuild;
 use agentsadm_sim::imagebuild::BuiltImage;
 use agentsadm_sim::imagebuild::Hooks;
@@ -258,7 +259,7 @@ fn check_at_kill(srv: &TestServer, point: &Point, old: &str, new: Option<&str>) 
 
 /// A locked session: recovers whatever a killed run left.
 async fn recover(srv: &TestServer) -> Vec<String> {
-    let mut s = GzSettings::new(srv.root());
+    let mut s = GzSettings::new(srv.root(), PlatformKind::Rooted);
     s.no_sapi = true;
     s.no_cnapi = true;
     let mut session = GzSession::open(s, true).await.unwrap();

@@ -556,7 +556,8 @@ pub async fn run_adopt_local(g: &GlobalOpts, a: super::orch::AdoptArgs) -> CmdRe
             })?,
     };
     let sapi = SapiClient::new(&sapi_url, agentsadm_api::ApiConfig::default())?;
-    let mut gz = GzSettings::new(&a.root);
+    let platform = agentsadm_gz::session::platform_for_command_line(&a.root, &Default::default());
+    let mut gz = GzSettings::new(&a.root, platform);
     gz.catalog = catalog.clone();
     gz.no_sapi = true;
     gz.no_cnapi = true;

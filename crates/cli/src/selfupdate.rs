@@ -74,7 +74,8 @@ pub async fn run(g: &GlobalOpts, a: SelfUpdateArgs) -> CmdResult {
     let updates = updates_client(&apis, &a.source, want)
         .await?
         .map(|u| u.client);
-    let mut settings = GzSettings::new(&a.root);
+    let platform = agentsadm_gz::session::platform_for_command_line(&a.root, &Default::default());
+    let mut settings = GzSettings::new(&a.root, platform);
     settings.catalog = g.load_catalog()?;
     settings.clients = Some(apis.clone());
     let env = SelfUpdateEnv {

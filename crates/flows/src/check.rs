@@ -205,7 +205,20 @@ pub async fn check(
     request: &CheckRequest,
     config: &CheckConfig,
 ) -> Result<CheckRun, CheckError> {
-    let answers = gather::fetch(apis).await?;
+    let mut answers = gather::fetch(apis).await?;
+    let mut warnings = Vec::new();
+    if !request.live {
+        // What sdcadm changed behind agentsadm on this headnode, from its
+        // disk (with --live the server's own report says it, and CNAPI's
+        // stale view is a finding with its fix).
+        let disk = super::ondisk::overlay_headnode(&mut answers.servers, catalog, apis).await;
+        warnings.extend(disk.changes.iter().map(|c| {
+            format!(
+                "{} {}: read from this headnode's disk (sdcadm changed it; CNAPI still shows agentsadm's registration): 'agentsadm check --live --fix -s {}' posts the server's own report",
+                c.hostname, c.component, c.hostname
+            )
+        }));
+    }
     let cnapi = agentsadm_orchestrate::Reality::from_servers(catalog, &answers.servers);
     let selection: Option<BTreeSet<ServerUuid>> = if request.servers.is_empty() {
         None
@@ -229,7 +242,6 @@ pub async fn check(
     let servers_checked = cnapi.servers.keys().filter(|s| selected(s)).count();
 
     let mut live = BTreeMap::new();
-    let mut warnings = Vec::new();
     if request.live {
         let mut targets = Vec::new();
         for s in cnapi.servers.values().filter(|s| selected(&s.uuid)) {

@@ -19,6 +19,7 @@ pub mod check;
 pub mod cleanup;
 pub mod drift;
 pub mod headnode;
+pub mod ondisk;
 pub mod repair;
 pub mod selfupdate;
 pub mod setup_state;

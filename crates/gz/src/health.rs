@@ -56,15 +56,14 @@ pub struct HealthGate {
 }
 
 impl HealthGate {
-    /// The defaults for a server whose root is `root`: 10 s online on a
-    /// real global zone (`/`), 0 on a rooted directory (tests and the
-    /// simulator, whose services start at once).
-    pub fn for_root(root: &std::path::Path) -> HealthGate {
+    /// The defaults on `platform`: 10 s online on SmartOS, 0 on the
+    /// rooted platform (tests and the simulator, whose services start at
+    /// once).
+    pub fn for_platform(platform: crate::session::PlatformKind) -> HealthGate {
         HealthGate {
-            min_healthy: if root == std::path::Path::new("/") {
-                DEFAULT_MIN_HEALTHY
-            } else {
-                Duration::ZERO
+            min_healthy: match platform {
+                crate::session::PlatformKind::SmartOs => DEFAULT_MIN_HEALTHY,
+                crate::session::PlatformKind::Rooted => Duration::ZERO,
             },
             timeout: DEFAULT_HEALTH_TIMEOUT,
             poll: POLL,

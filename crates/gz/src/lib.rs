@@ -53,8 +53,8 @@
 //!   ```no_run
 //!   # async fn demo() {
 //!   use agentsadm_gz as gz;
-//!   use gz::{session::GzSettings, layout::LayoutKind, fetch::ImageSource};
-//!   let mut s = GzSettings::new("/var/sim/servers/<uuid>"); // a rooted GZ
+//!   use gz::{session::{GzSettings, PlatformKind}, layout::LayoutKind, fetch::ImageSource};
+//!   let mut s = GzSettings::new("/var/sim/servers/<uuid>", PlatformKind::Rooted); // a rooted GZ
 //!   s.imgapi_url = Some("http://127.0.0.1:1234".into());
 //!   s.sapi_url = Some("http://127.0.0.1:1235".into());
 //!   s.cnapi_url = Some("http://127.0.0.1:1236".into());

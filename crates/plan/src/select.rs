@@ -58,31 +58,46 @@ pub(super) fn for_placement(
     c: &Component,
     mut selected: Selected,
 ) -> Result<Selected, PlanError> {
-    if c.placement != agentsadm_types::catalog::Placement::HeadnodeOnly {
-        return Ok(selected);
-    }
-    let is_headnode = |s: &ServerUuid| input.reality.get(s).is_some_and(|st| st.headnode);
-    if selected.named {
-        let compute: Vec<String> = selected
-            .servers
-            .iter()
-            .filter(|s| !is_headnode(s))
-            .map(|s| {
-                input
-                    .reality
-                    .get(s)
-                    .map_or_else(|| s.to_string(), |st| st.hostname.clone())
-            })
-            .collect();
-        if !compute.is_empty() {
-            return Err(PlanError::HeadnodeOnly {
-                component: c.name.to_string(),
-                servers: compute,
-            });
-        }
-    }
-    selected.servers.retain(is_headnode);
+    refuse_misplaced(input, c, &selected)?;
+    selected.servers.retain(|s| placed_on(input, c, *s));
     Ok(selected)
+}
+
+/// Whether the catalog lets component `c` live on `server` (a
+/// headnode-only component: the headnode alone).
+pub(super) fn placed_on(input: &PlanningInput, c: &Component, server: ServerUuid) -> bool {
+    c.placement != agentsadm_types::catalog::Placement::HeadnodeOnly
+        || input.reality.get(&server).is_some_and(|st| st.headnode)
+}
+
+/// Refuse a plan for headnode-only component `c` on a compute node named
+/// with `-s` ([`for_placement`]); servers selected as all are fine.
+pub(super) fn refuse_misplaced(
+    input: &PlanningInput,
+    c: &Component,
+    selected: &Selected,
+) -> Result<(), PlanError> {
+    if !selected.named {
+        return Ok(());
+    }
+    let compute: Vec<String> = selected
+        .servers
+        .iter()
+        .filter(|s| !placed_on(input, c, **s))
+        .map(|s| {
+            input
+                .reality
+                .get(s)
+                .map_or_else(|| s.to_string(), |st| st.hostname.clone())
+        })
+        .collect();
+    if compute.is_empty() {
+        return Ok(());
+    }
+    Err(PlanError::HeadnodeOnly {
+        component: c.name.to_string(),
+        servers: compute,
+    })
 }
 
 /// Resolve server names (UUIDs or hostnames, possibly comma-separated)

@@ -25,6 +25,8 @@ use super::request::TransportKind;
 use super::select::Selected;
 use super::select::execute_available;
 use super::select::named_components;
+use super::select::placed_on;
+use super::select::refuse_misplaced;
 use super::select::server_in_play;
 use super::select::transport_for;
 use super::skip::Skip;
@@ -48,6 +50,13 @@ pub(super) fn plan_update(input: &PlanningInput, selected: Selected) -> Result<P
     b.selected_servers(selected.servers.len());
     let mut skips = Vec::new();
     let (active, named_components) = components_in_play(input, &selected, &mut skips)?;
+    // A headnode-only component named with a compute node refuses the plan
+    // as install does; with --all it is simply not planned there.
+    if named_components {
+        for c in &active {
+            refuse_misplaced(input, c, &selected)?;
+        }
+    }
     b.bulk(!named_components)
         .components(active.iter().map(|c| c.name.clone()));
     let mut targets = input.images.targets.clone();
@@ -193,6 +202,9 @@ fn plan_server<'c>(
 ) -> ServerUpdate<'c> {
     let mut out = ServerUpdate::default();
     for c in active {
+        if !placed_on(input, c, server) {
+            continue;
+        }
         let Some(installed) = state.components.get(&c.name) else {
             // With --all, opt-in components missing on most servers are
             // the normal state, not a skip.

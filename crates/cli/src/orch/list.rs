@@ -13,6 +13,7 @@ use super::exit;
 use crate::CmdResult;
 use crate::GlobalOpts;
 use agentsadm_flows::drift::FindingKind;
+use agentsadm_flows::ondisk;
 use agentsadm_orchestrate::Intent;
 use agentsadm_orchestrate::Reality;
 use agentsadm_orchestrate::gather;
@@ -117,6 +118,11 @@ pub struct ListRow {
     /// `agentsadm hold` (on the server, or datacenter-wide).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub held: Option<agentsadm_plan::Mark>,
+    /// Where the row does not come from `server.agents` as is: read from
+    /// this headnode's disk after sdcadm changed it, or unconfirmed
+    /// ([`agentsadm_flows::ondisk`]).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub note: Option<String>,
 }
 
 impl ListRow {
@@ -194,6 +200,7 @@ pub fn list_rows(
                 server_status: s.status.clone(),
                 disabled: None,
                 held: None,
+                note: None,
             });
         }
         for name in names {
@@ -222,6 +229,7 @@ pub fn list_rows(
                 server_status: s.status.clone(),
                 disabled: intent.disabled(uuid, name).cloned(),
                 held: intent.holds.get(uuid, name).map(|(_, m)| m.clone()),
+                note: None,
             });
         }
     }
@@ -297,7 +305,12 @@ pub async fn run_list(g: &GlobalOpts, a: ListArgs) -> CmdResult {
         components.push(catalog.require(c)?.name.clone());
     }
     let apis = g.apis()?;
-    let (intent, reality) = gather::gather(&apis, &catalog).await?;
+    let mut answers = gather::fetch(&apis).await?;
+    // What sdcadm changed behind agentsadm's registrations, from this
+    // headnode's own disk.
+    let disk = ondisk::overlay_headnode(&mut answers.servers, &catalog, &apis).await;
+    let reality = Reality::from_servers(&catalog, &answers.servers);
+    let intent = Intent::build(&catalog, &answers.services, &answers.instances, &reality);
     let servers: Vec<ServerUuid> = if a.servers.servers.is_empty() {
         reality.servers.keys().copied().collect()
     } else {
@@ -305,6 +318,7 @@ pub async fn run_list(g: &GlobalOpts, a: ListArgs) -> CmdResult {
             .map_err(|e| sort_hint(e.into(), &a.servers.servers))?
     };
     let mut rows = list_rows(&intent, &reality, &servers, &components);
+    let notes = disk_notes(&mut rows, &disk);
     rows.sort_by(|x, y| {
         (x.hostname.as_str(), x.component.as_str())
             .cmp(&(y.hostname.as_str(), y.component.as_str()))
@@ -362,6 +376,9 @@ pub async fn run_list(g: &GlobalOpts, a: ListArgs) -> CmdResult {
     )
     .map_err(anyhow::Error::msg)?;
     out.line(text.trim_end());
+    for n in notes {
+        out.warn(n);
+    }
     Ok(exit(0))
 }
 
@@ -412,6 +429,54 @@ pub fn fleet_map(
             ('?', "not running or unreadable"),
         ],
     )
+}
+
+/// Mark the rows [`ondisk::overlay`] changed or left unconfirmed, and the
+/// text said under the table about them.
+fn disk_notes(rows: &mut [ListRow], disk: &ondisk::Overlay) -> Vec<String> {
+    let mut notes = Vec::new();
+    let mut unconfirmed = Vec::new();
+    for r in rows.iter_mut() {
+        if let Some(c) = disk.change(r.server, &r.component) {
+            let was = c.registered.as_ref().map_or_else(
+                || "nothing".to_string(),
+                |a| {
+                    let image = a.image_uuid.map(|i| short(&i)).unwrap_or("-".into());
+                    format!(
+                        "{} ({image})",
+                        if a.version.is_empty() {
+                            "unknown"
+                        } else {
+                            a.version.as_str()
+                        }
+                    )
+                },
+            );
+            let note = format!(
+                "read from this headnode's disk: sdcadm changed it after agentsadm registered {was}, which CNAPI still shows"
+            );
+            notes.push(format!("{} {}: {note}", r.hostname, r.component));
+            r.note = Some(note);
+        } else if disk.unconfirmed.contains(&r.server)
+            && disk.changes.iter().any(|c| c.component == *r.component)
+        {
+            r.note = Some(format!(
+                "unconfirmed: sdcadm replaced {} on the headnode, and may have replaced it here; 'agentsadm check --live -s {}' asks the server",
+                r.component, r.hostname
+            ));
+            unconfirmed.push(r.hostname.clone());
+        }
+    }
+    if !unconfirmed.is_empty() {
+        unconfirmed.dedup();
+        let n = unconfirmed.len();
+        notes.push(format!(
+            "gz-tools on {n} compute {} ({}) is unconfirmed: sdcadm replaced the headnode's, and its update-gz-tools may have replaced theirs, which only they can tell ('agentsadm check --live gz-tools' asks each)",
+            if n == 1 { "node" } else { "nodes" },
+            agentsadm_types::output::clip(&unconfirmed.join(", "), 200)
+        ));
+    }
+    notes
 }
 
 /// The columns of `list`, lower case (for `-o` and `--sort`).

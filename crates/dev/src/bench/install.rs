@@ -38,6 +38,7 @@ use serde_json::json;
 use agentsadm_gz::fetch::ImageSource;
 use agentsadm_gz::session::GzSession;
 use agentsadm_gz::session::GzSettings;
+use agentsadm_gz::session::PlatformKind;
 use agentsadm_platform::Sysinfo;
 use agentsadm_sim::imagebuild;
 use agentsadm_sim::imagebuild::BuiltImage;
@@ -549,7 +550,7 @@ async fn time_agentsadm(
         root.join("sysinfo.json"),
         serde_json::to_vec(&sys.to_json())?,
     )?;
-    let mut settings = GzSettings::new(root);
+    let mut settings = GzSettings::new(root, PlatformKind::Rooted);
     settings.no_sapi = true;
     settings.no_cnapi = true;
     settings.imgapi_url = Some(imgapi.to_string());

@@ -57,7 +57,7 @@ impl GzSession {
             let gate = self
                 .settings
                 .health
-                .unwrap_or_else(|| health::HealthGate::for_root(&self.settings.root));
+                .unwrap_or_else(|| health::HealthGate::for_platform(self.settings.platform_kind));
             let (paths, name) = (self.paths().clone(), c.name.clone());
             let off = blocking(move || super::super::keep_off::read(&paths, &name)).await;
             let checked_now = match off {

@@ -27,7 +27,6 @@ use super::super::kinds::claims;
 use super::super::layout::StageRequest;
 use super::super::step::Step;
 use super::super::txn;
-use super::super::txn::Op;
 use super::Done;
 use super::GzSession;
 use super::Knob;
@@ -262,7 +261,15 @@ impl GzSession {
         env.others = Some(&others);
         env.concurrent = &concurrent;
         env.checkpoint("staged");
-        let outcome = txn::install(&env, c, Op::Install, &txn_dir, &staged, current.clone()).await;
+        let outcome = txn::install(
+            &env,
+            c,
+            txn::InstallOp::Install,
+            &txn_dir,
+            &staged,
+            current.clone(),
+        )
+        .await;
         let outcome = match outcome {
             Ok(o) => o,
             Err(f) => {

@@ -20,6 +20,7 @@ mod handoff;
 mod health;
 mod install;
 mod keep_off;
+pub mod platform;
 mod remove;
 mod report;
 mod rollback;
@@ -44,7 +45,7 @@ use agentsadm_api::remote::ComponentAction;
 use agentsadm_api::remote::ComponentResult;
 use agentsadm_api::remote::GzFailure;
 use agentsadm_api::remote::GzResult;
-use agentsadm_platform as platform;
+use agentsadm_platform as os;
 use agentsadm_platform::Platform;
 use agentsadm_platform::PlatformError;
 use agentsadm_platform::blocking;
@@ -75,6 +76,9 @@ use super::txn::TxnEnv;
 use super::txn::TxnFailure;
 use agentsadm_types::error::error_chain;
 
+pub use platform::PlatformKind;
+pub use platform::for_command_line as platform_for_command_line;
+
 /// Test knobs: settings that only tests turn, read from the run's
 /// environment. They exist only with the `test-knobs` feature, which the
 /// simulator's crate turns on; the server's build has neither the knobs nor
@@ -95,6 +99,13 @@ pub enum Knob {
     /// filesystem would (`ENOSPC`): `keep-previous`, keeping the version an
     /// upgrade replaced.
     NoSpaceAt,
+    /// `AGENTSADM_TEST_HEADNODE_ROOT`: the rooted directory that stands for
+    /// this headnode's own global zone (`/` in the server's build), read
+    /// by `list` and `check` for what sdcadm changed behind agentsadm.
+    HeadnodeRoot,
+    /// `AGENTSADM_TEST_PLATFORM`: the platform of a command line's run
+    /// (`smartos` or `rooted`), see [`platform`].
+    Platform,
 }
 
 impl Knob {
@@ -106,6 +117,23 @@ impl Knob {
             Knob::Host => "AGENTSADM_TEST_HOST",
             Knob::UnpackLimit => "AGENTSADM_TEST_UNPACK_LIMIT",
             Knob::NoSpaceAt => "AGENTSADM_TEST_NO_SPACE_AT",
+            Knob::HeadnodeRoot => "AGENTSADM_TEST_HEADNODE_ROOT",
+            Knob::Platform => "AGENTSADM_TEST_PLATFORM",
+        }
+    }
+
+    /// The knob's value in this process's environment (always `None` in a
+    /// build without the knobs).
+    pub fn from_process(self) -> Option<String> {
+        #[cfg(feature = "test-knobs")]
+        {
+            std::env::var(self.env_name())
+                .ok()
+                .filter(|v| !v.is_empty())
+        }
+        #[cfg(not(feature = "test-knobs"))]
+        {
+            None
         }
     }
 
@@ -118,6 +146,8 @@ impl Knob {
                 Knob::Host,
                 Knob::UnpackLimit,
                 Knob::NoSpaceAt,
+                Knob::HeadnodeRoot,
+                Knob::Platform,
             ]
             .iter()
             .any(|k| k.env_name() == name)
@@ -134,10 +164,13 @@ impl Knob {
 /// simulator.
 #[derive(Clone, Debug)]
 pub struct GzSettings {
-    /// `/` on a real GZ; a directory for the rooted platform; the mockcloud
-    /// root for [`LayoutKind::Mockcloud`].
+    /// `/` on a real GZ, or another directory holding a GZ's files; the
+    /// mockcloud root for [`LayoutKind::Mockcloud`].
     pub root: PathBuf,
     pub layout: LayoutKind,
+    /// The operating system a smartdc-layout run drives: chosen by the
+    /// caller, never implied by `root` ([`platform`]).
+    pub platform_kind: PlatformKind,
     /// Overrides sysinfo's UUID (required for mockcloud).
     pub server_uuid: Option<ServerUuid>,
     /// Overrides sysinfo's `Boot Parameters.headnode`.
@@ -181,14 +214,16 @@ pub struct GzSettings {
 }
 
 impl GzSettings {
-    /// Defaults for a root: smartdc layout, SAPI and CNAPI on, 10 min hook
-    /// timeout, 5 min lock wait, the health gate's defaults for the root
-    /// ([`super::health::HealthGate::for_root`]).
-    pub fn new(root: impl Into<PathBuf>) -> GzSettings {
+    /// Defaults for a root on `platform`: smartdc layout, SAPI and CNAPI
+    /// on, 10 min hook timeout, 5 min lock wait, the health gate's
+    /// defaults for the platform
+    /// ([`super::health::HealthGate::for_platform`]).
+    pub fn new(root: impl Into<PathBuf>, platform: PlatformKind) -> GzSettings {
         let root: PathBuf = root.into();
         GzSettings {
-            root: root.clone(),
+            root,
             layout: LayoutKind::Smartdc,
+            platform_kind: platform,
             server_uuid: None,
             headnode: None,
             no_sapi: false,
@@ -207,7 +242,7 @@ impl GzSettings {
             platform: None,
             fetch: FetchOptions::default(),
             job_argv: None,
-            health: Some(super::health::HealthGate::for_root(&root)),
+            health: Some(super::health::HealthGate::for_platform(platform)),
             expect_current: None,
         }
     }
@@ -323,10 +358,9 @@ impl GzSession {
         }
         let (layout, platform): (Arc<dyn Layout>, Arc<dyn Platform>) = match settings.layout {
             LayoutKind::Smartdc => {
-                let p: Arc<dyn Platform> = if settings.root == Path::new("/") {
-                    Arc::new(platform::SmartOs)
-                } else {
-                    Arc::new(platform::Rooted::new(&settings.root))
+                let p: Arc<dyn Platform> = match settings.platform_kind {
+                    PlatformKind::SmartOs => Arc::new(os::SmartOs),
+                    PlatformKind::Rooted => Arc::new(os::Rooted::new(&settings.root)),
                 };
                 (Arc::new(TritonGz::new(&settings.root)), p)
             }
@@ -335,7 +369,7 @@ impl GzSession {
                     root: settings.root.clone(),
                 })?;
                 let m = MockcloudGz::new(&settings.root, uuid);
-                let p = Arc::new(platform::Mockcloud::new(m.dir()));
+                let p = Arc::new(os::Mockcloud::new(m.dir()));
                 (Arc::new(m), p)
             }
         };
@@ -417,7 +451,7 @@ impl GzSession {
 
     /// The server's sysinfo (UUID, hostname, headnode), as the platform
     /// reads it.
-    pub async fn sysinfo(&self) -> Result<platform::Sysinfo, PlatformError> {
+    pub async fn sysinfo(&self) -> Result<os::Sysinfo, PlatformError> {
         self.platform.sysinfo().await
     }
 
@@ -626,20 +660,22 @@ fn host_is_smartos(settings: &GzSettings) -> bool {
     }
 }
 
-/// Why hooks must not run for this root, if they must not: on a SmartOS
-/// host a root other than `/` is a copy of a GZ (the simulator's, a test's),
-/// but a package's hooks call `svcadm`, `svccfg` and the like, which act on
-/// the real host's SMF whatever the root. Elsewhere there is no SMF for them
-/// to reach, and they run with the root's paths.
+/// Why hooks must not run for this run, if they must not: on a SmartOS
+/// host the rooted platform is a copy of a GZ with a fake SMF (the
+/// simulator's, a test's), but a package's hooks call `svcadm`, `svccfg`
+/// and the like, which act on the real host's SMF whatever the root.
+/// Elsewhere there is no SMF for them to reach, and they run with the
+/// root's paths. On the SmartOS platform they run: the root's files and
+/// the host's SMF are what the run drives.
 fn hooks_skipped(settings: &GzSettings) -> Option<String> {
     if settings.layout != LayoutKind::Smartdc
-        || settings.root == Path::new("/")
+        || settings.platform_kind != PlatformKind::Rooted
         || !host_is_smartos(settings)
     {
         return None;
     }
     Some(format!(
-        "package hooks are not run: this is a SmartOS host and the root is {}, not /, and hooks would act on this host's SMF, not the root's",
+        "package hooks are not run: this is a SmartOS host and the root {} is a rooted copy with its own SMF, and hooks would act on this host's SMF, not the root's",
         settings.root.display()
     ))
 }

@@ -60,8 +60,9 @@ impl GzSession {
         off
     }
 
-    /// What the files say (the layout's report, journals, broken markers).
-    async fn files_report(&self) -> AgentsReport {
+    /// What the files say (the layout's report, journals, broken markers),
+    /// without asking SMF which services are off.
+    pub async fn files_report(&self) -> AgentsReport {
         let layout = self.layout.clone();
         let catalog = self.settings.catalog.clone();
         let server = self.server;

@@ -23,7 +23,6 @@ use super::super::layout::KeptVersion;
 use super::super::package::PackageJson;
 use super::super::step::Step;
 use super::super::txn;
-use super::super::txn::Op;
 use super::Done;
 use super::GzSession;
 use super::adoption_note;
@@ -124,14 +123,22 @@ impl GzSession {
         }
         let env = self.txn_env();
         let from = current.as_ref().and_then(|f| f.image_uuid);
-        let outcome =
-            match txn::install(&env, c, Op::Rollback, &txn_dir, &staged, current.clone()).await {
-                Ok(o) => o,
-                Err(f) => {
-                    remove_txn_dir(&txn_dir).await;
-                    return Err(self.txn_failed(c, &f, &current).await);
-                }
-            };
+        let outcome = match txn::install(
+            &env,
+            c,
+            txn::InstallOp::Rollback,
+            &txn_dir,
+            &staged,
+            current.clone(),
+        )
+        .await
+        {
+            Ok(o) => o,
+            Err(f) => {
+                remove_txn_dir(&txn_dir).await;
+                return Err(self.txn_failed(c, &f, &current).await);
+            }
+        };
         let mut notes = outcome.notes.clone();
         adoption_note(c, outcome.adoption.as_ref(), &mut notes);
         Ok(Done {

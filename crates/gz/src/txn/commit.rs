@@ -14,8 +14,8 @@ use agentsadm_platform::blocking;
 use super::super::fsutil;
 use super::super::layout::KeptForm;
 use super::super::paths::GzPaths;
+use super::Change;
 use super::Journal;
-use super::Op;
 use super::Phase;
 use super::TxnEnv;
 use super::TxnError;
@@ -73,7 +73,7 @@ pub async fn commit(env: &TxnEnv<'_>, journal: &Journal) -> Option<String> {
         env.checkpoint("after-previous");
     }
     let not_kept = kept.err().map(|err| {
-        let old = journal.old.as_ref().map(|o| o.version.as_str()).unwrap_or("");
+        let old = journal.change.old().map(|o| o.version.as_str()).unwrap_or("");
         format!(
             "{c}: the version it replaced ({old}) could not be kept ({err}): {c} is installed, but `agentsadm gz rollback {c}` is not possible until a later upgrade keeps one; free space and inodes in {}",
             env.paths().state_dir().display(),
@@ -138,7 +138,7 @@ fn keep_previous(
 ) -> io::Result<bool> {
     let old_dir = super::aside_dir(paths, &txn_dir_of(paths, journal));
     let previous = paths.previous_dir().join(&journal.component);
-    let keep = journal.op != Op::Remove && journal.old.is_some();
+    let keep = !matches!(journal.change, Change::Remove { .. }) && journal.change.old().is_some();
     if !keep {
         discard(paths, &previous);
         return Ok(false);
@@ -157,7 +157,7 @@ fn keep_previous(
     if no_space {
         return Err(io::Error::from_raw_os_error(libc::ENOSPC));
     }
-    if let (KeptForm::Whole, Some(old)) = (form, &journal.old) {
+    if let (KeptForm::Whole, Some(old)) = (form, journal.change.old()) {
         let text = serde_json::to_vec_pretty(old).unwrap_or_default();
         fs::write(old_dir.join("footprint.json"), text)?;
     }

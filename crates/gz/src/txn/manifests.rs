@@ -259,7 +259,7 @@ pub(super) async fn journal_written(
         .smf
         .backed_up
         .extend(written.backed_up.iter().cloned());
-    if let Some(new) = journal.new.as_mut() {
+    if let Some(new) = journal.change.installing_mut() {
         for rel in &written.extras {
             if !new.smf_manifests.contains(rel) {
                 new.smf_manifests.push(rel.clone());
@@ -354,8 +354,9 @@ async fn snapshot_new_services(
     journal: &mut Journal,
 ) -> Result<(), TxnError> {
     let files: Vec<PathBuf> = journal
-        .new
-        .iter()
+        .change
+        .installing()
+        .into_iter()
         .flat_map(|n| n.smf_manifests.iter())
         .map(|rel| env.paths().at(rel))
         .collect();

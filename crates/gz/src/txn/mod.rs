@@ -78,12 +78,14 @@
 //! `after-health`, `after-adopt`, `committing`, `after-previous`.
 
 mod commit;
+mod journal;
 mod manifests;
 mod recover;
 mod swap;
 mod undo;
 
 pub use commit::commit;
+pub use journal::{Change, InstallOp, Journal, JournalError};
 pub use recover::{RecoverError, Recovered, recover};
 pub use undo::rollback;
 
@@ -170,38 +172,6 @@ pub struct SmfSnapshot {
     /// wrote, which the journal could not list).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub dir_before: Option<Vec<String>>,
-}
-
-/// The journal: everything recovery needs, written before the first change.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Journal {
-    pub version: u32,
-    /// The transaction directory's name under `staging/`.
-    pub txn: String,
-    pub op: Op,
-    pub component: ComponentName,
-    pub phase: Phase,
-    /// The installed version before (None: fresh install).
-    pub old: Option<Footprint>,
-    /// The version being installed (None: removal).
-    pub new: Option<Footprint>,
-    /// The instance UUID file (root-relative) and whether this transaction
-    /// created it.
-    pub instance_file: String,
-    pub instance: Option<InstanceUuid>,
-    pub instance_created: bool,
-    /// Directories that did not exist and may be created (removed on
-    /// rollback when empty), root-relative, shallowest first.
-    pub created_dirs: Vec<String>,
-    pub smf: SmfSnapshot,
-    /// Each hook this transaction started (recorded as it starts): a
-    /// rollback ends what is left of them first.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub hook_groups: Vec<super::hooks::HookGroup>,
-    /// The component is disabled on this server ([`super::keep_off`]):
-    /// its services end disabled whichever way the transaction ends.
-    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
-    pub keep_off: bool,
 }
 
 /// The SAPI side of a transaction.
@@ -587,12 +557,12 @@ fn txn_name(txn_dir: &Path) -> String {
         .unwrap_or_default()
 }
 
-/// Install (or, for `Op::Rollback`, restore) `staged` in place of `old`.
-/// `txn_dir` is `staging/<txn>` holding the staged files.
+/// Install (or, for [`InstallOp::Rollback`], restore) `staged` in place of
+/// `old`. `txn_dir` is `staging/<txn>` holding the staged files.
 pub async fn install(
     env: &TxnEnv<'_>,
     component: &Component,
-    op: Op,
+    op: InstallOp,
     txn_dir: &Path,
     staged: &StagedVersion,
     old: Option<Footprint>,
@@ -625,15 +595,17 @@ pub async fn install(
     let smf = snapshot_smf(env, component, txn_dir, old.as_ref(), Some(&new), templates)
         .await
         .map_err(TxnFailure::before)?;
+    let change = match op {
+        InstallOp::Install => Change::Install { old, new },
+        InstallOp::Rollback => Change::Rollback { old, new },
+    };
     let mut journal = Journal {
         version: 1,
         txn: txn_name(txn_dir),
-        op,
+        change,
         component: component.name.clone(),
         phase: Phase::Swapping,
         created_dirs,
-        old,
-        new: Some(new),
         instance_file,
         instance: Some(instance),
         instance_created,
@@ -686,12 +658,10 @@ pub async fn remove(
     let mut journal = Journal {
         version: 1,
         txn: txn_name(txn_dir),
-        op: Op::Remove,
+        change: Change::Remove { old: old.clone() },
         component: component.name.clone(),
         phase: Phase::Swapping,
         created_dirs: Vec::new(),
-        old: Some(old),
-        new: None,
         instance_file,
         instance,
         instance_created: false,
@@ -703,7 +673,7 @@ pub async fn remove(
         .await
         .map_err(TxnFailure::before)?;
     env.checkpoint("after-journal");
-    let removed = swap::remove_steps(env, component, &mut journal, txn_dir).await;
+    let removed = swap::remove_steps(env, component, &mut journal, &old, txn_dir).await;
     let outcome = removed.map(|()| TxnOutcome {
         instance,
         adoption: None,

@@ -58,7 +58,7 @@ pub async fn recover(env: &TxnEnv<'_>) -> Result<Vec<Recovered>, RecoverError> {
         tracing::warn!(component = %journal.component, finished, "recovered an interrupted transaction");
         out.push(Recovered {
             component: journal.component.to_string(),
-            op: journal.op,
+            op: journal.change.op(),
             finished,
             errors,
         });

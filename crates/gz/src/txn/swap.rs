@@ -72,12 +72,13 @@ pub(super) async fn swap_in(
         .await?;
     }
     // 3. The old package out.
-    if let Some(old) = journal.old.clone() {
+    if let Some(old) = journal.change.old().cloned() {
         remove_old(env, journal, &old, txn_dir).await?;
     }
     {
         let (paths, txn_dir) = (paths.clone(), txn_dir.to_path_buf());
-        let (new, old) = (journal.new.clone(), journal.old.clone());
+        let change = &journal.change;
+        let (new, old) = (change.installing().cloned(), change.old().cloned());
         blocking(move || move_overlay_out(&paths, new.as_ref(), &txn_dir, old.as_ref())).await?;
     }
     env.checkpoint("after-move-old");
@@ -209,8 +210,8 @@ async fn import_smf(
     let paths = env.paths().clone();
     let hooks_run = env.hooks.skip.is_none();
     let imports: Vec<String> = journal
-        .new
-        .as_ref()
+        .change
+        .installing()
         .map(|n| n.smf_manifests.clone())
         .unwrap_or_default()
         .into_iter()
@@ -247,11 +248,9 @@ pub(super) async fn remove_steps(
     env: &TxnEnv<'_>,
     component: &Component,
     journal: &mut Journal,
+    old: &Footprint,
     txn_dir: &Path,
 ) -> Result<(), TxnError> {
-    // Invariant: `super::remove` journals the installed version as `old`.
-    let old = journal.old.clone().expect("removal has an old version");
-    let old = &old;
     remove_old(env, journal, old, txn_dir).await?;
     {
         let paths = env.paths().clone();

@@ -73,7 +73,7 @@ fn undo_files(paths: &GzPaths, journal: &Journal) -> Vec<String> {
     let aside = aside_dir(paths, &txn_dir);
     let mut errors = remove_new(paths, journal, &txn_dir, &aside);
     // The old tree and files come back.
-    if let Some(old) = &journal.old {
+    if let Some(old) = journal.change.old() {
         let aside = aside.join("tree");
         if let (Some(tree), true) = (&old.tree, aside.exists()) {
             let dest = paths.at(tree);
@@ -109,7 +109,7 @@ fn undo_files(paths: &GzPaths, journal: &Journal) -> Vec<String> {
             Err(e) => errors.push(format!("list {}: {e}", aside_root.display())),
         }
     }
-    if let Some(old) = &journal.old {
+    if let Some(old) = journal.change.old() {
         for link in &old.links {
             let r = make_link(paths, link).map_err(|e| io::Error::other(e.to_string()));
             note(&mut errors, format!("relink {}", link.path), r);
@@ -117,7 +117,7 @@ fn undo_files(paths: &GzPaths, journal: &Journal) -> Vec<String> {
     }
     // A previous tree that is neither back in place nor aside was deleted
     // by someone (a hook of the new package): say so, never stay silent.
-    if let Some(tree) = journal.old.as_ref().and_then(|o| o.tree.as_ref())
+    if let Some(tree) = journal.change.old().and_then(|o| o.tree.as_ref())
         && !fsutil::exists(&paths.at(tree))
     {
         errors.push(format!(
@@ -150,7 +150,7 @@ fn undo_files(paths: &GzPaths, journal: &Journal) -> Vec<String> {
 fn remove_new(paths: &GzPaths, journal: &Journal, txn_dir: &Path, aside: &Path) -> Vec<String> {
     let mut errors = Vec::new();
     // New links and files go.
-    if let Some(new) = &journal.new {
+    if let Some(new) = journal.change.installing() {
         for link in &new.links {
             note(
                 &mut errors,
@@ -166,8 +166,8 @@ fn remove_new(paths: &GzPaths, journal: &Journal, txn_dir: &Path, aside: &Path) 
                     .unwrap_or(false);
             let old_moved = aside.join("tree").exists();
             let old_had_tree = journal
-                .old
-                .as_ref()
+                .change
+                .old()
                 .and_then(|o| o.tree.as_ref())
                 .map(|t| t == tree)
                 .unwrap_or(false);

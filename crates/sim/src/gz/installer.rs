@@ -26,6 +26,7 @@ use agentsadm_gz::fetch::ImageSource;
 use agentsadm_gz::layout::LayoutKind;
 use agentsadm_gz::layout::mockcloud::MockcloudGz;
 use agentsadm_gz::session::GzSettings;
+use agentsadm_gz::session::PlatformKind;
 use agentsadm_gz::setup::SetupSource;
 use agentsadm_platform::Platform;
 use agentsadm_platform::Rooted;
@@ -136,9 +137,9 @@ impl InstallerGz {
         target: &GzTarget,
     ) -> Result<GzSettings, GzOpError> {
         let mut s = match self.layout {
-            GzLayout::Rooted => GzSettings::new(&target.root),
+            GzLayout::Rooted => GzSettings::new(&target.root, PlatformKind::Rooted),
             GzLayout::Mockcloud => {
-                let mut s = GzSettings::new(Self::mockcloud_root(target)?);
+                let mut s = GzSettings::new(Self::mockcloud_root(target)?, PlatformKind::Rooted);
                 s.layout = LayoutKind::Mockcloud;
                 s
             }

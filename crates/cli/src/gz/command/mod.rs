@@ -474,7 +474,8 @@ async fn settings(
     opts: &GzOpts,
     env: BTreeMap<String, String>,
 ) -> Result<GzSettings, SettingsError> {
-    let mut s = GzSettings::new(&opts.root);
+    let platform = agentsadm_gz::session::platform_for_command_line(&opts.root, &env);
+    let mut s = GzSettings::new(&opts.root, platform);
     s.layout = opts.layout.into();
     s.server_uuid = opts.server_uuid;
     s.headnode = opts.headnode.then_some(true);
@@ -712,7 +713,10 @@ mod tests {
         fn assert_send<T: Send>(_: &T) {}
         let f = run_captured(Vec::new(), BTreeMap::new());
         assert_send(&f);
-        let g = agentsadm_gz::install(GzSettings::new("/nonexistent"), &[]);
+        let g = agentsadm_gz::install(
+            GzSettings::new("/nonexistent", agentsadm_gz::session::PlatformKind::Rooted),
+            &[],
+        );
         assert_send(&g);
     }
 

@@ -1,0 +1,185 @@
+//! What sdcadm changed behind agentsadm, read from this headnode's own disk
+//! over CNAPI's `server.agents` (issue 29).
+//!
+//! `sdcadm self-update` swaps `/opt/smartdc/sdcadm` and `sdcadm
+//! experimental update-gz-tools` lays new gz-tools over `/opt/smartdc`
+//! (through Ur on the compute nodes: `tar xzof cn_tools.tar.gz -C
+//! /opt/smartdc`). Neither tells cn-agent, and cn-agent posts
+//! `server.agents` only after its own tasks and when it starts (its
+//! `refreshAgents`), so CNAPI keeps agentsadm's registration of the old
+//! version until the next agentsadm run on that server rewrites it.
+//!
+//! The commands that read `server.agents` (`list`, `check`) run on the
+//! headnode, where sdcadm lives: they read the headnode's own disk for
+//! the components sdcadm changes, as `gz report` does, in this process (no
+//! CNAPI execute, a few small files), and take it over the registration.
+//! That makes `sdcadm` exact (it lives on the headnode only) and the
+//! headnode's `gz-tools`. A compute node's `gz-tools` can be told only
+//! by the server itself (`check --live`); when the headnode shows that
+//! sdcadm replaced gz-tools, the compute nodes that still show the
+//! headnode's old image are named as unconfirmed ([`Overlay::unconfirmed`]).
+
+use std::collections::BTreeSet;
+
+use agentsadm_api::Apis;
+use agentsadm_api::ImgapiClient;
+use agentsadm_api::cnapi::AgentEntry;
+use agentsadm_api::cnapi::Server;
+use agentsadm_api::remote::AgentsReport;
+use agentsadm_gz::session::GzSession;
+use agentsadm_gz::session::GzSettings;
+use agentsadm_gz::session::Knob;
+use agentsadm_gz::session::PlatformKind;
+use agentsadm_types::catalog::Catalog;
+use agentsadm_types::catalog::ComponentKind;
+use agentsadm_types::component::{ComponentName, ComponentVersion};
+use agentsadm_types::ids::ServerUuid;
+
+/// The component kinds sdcadm replaces without agentsadm.
+pub fn changed_by_sdcadm(kind: ComponentKind) -> bool {
+    matches!(kind, ComponentKind::Sdcadm | ComponentKind::GzTools)
+}
+
+/// The settings that read this headnode's own global zone: `/` (the test
+/// build's `AGENTSADM_TEST_HEADNODE_ROOT` names a rooted directory).
+pub fn headnode_settings(catalog: &Catalog, apis: &Apis) -> GzSettings {
+    let root = Knob::HeadnodeRoot
+        .from_process()
+        .unwrap_or_else(|| "/".to_string());
+    let platform = match root.as_str() {
+        "/" => PlatformKind::SmartOs,
+        _ => PlatformKind::Rooted,
+    };
+    let mut settings = GzSettings::new(root, platform);
+    settings.catalog = catalog.clone();
+    settings.no_sapi = true;
+    settings.no_cnapi = true;
+    // The clients at hand: nothing to read from the SDC config.
+    settings.clients = Some(apis.clone());
+    settings
+}
+
+/// One component whose disk differs from its registration in CNAPI.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DiskChange {
+    pub server: ServerUuid,
+    pub hostname: String,
+    pub component: ComponentName,
+    /// What `server.agents` said (the registration agentsadm wrote).
+    pub registered: Option<AgentEntry>,
+    /// What the disk holds, now in the server's entry.
+    pub on_disk: AgentEntry,
+}
+
+/// What [`overlay`] changed.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Overlay {
+    pub changes: Vec<DiskChange>,
+    /// Compute nodes whose `server.agents` shows the gz-tools image that
+    /// sdcadm replaced on the headnode: sdcadm's update-gz-tools may
+    /// have replaced theirs too, which only they can tell.
+    pub unconfirmed: BTreeSet<ServerUuid>,
+}
+
+impl Overlay {
+    /// The change of `component` on `server`, if there is one.
+    pub fn change(&self, server: ServerUuid, component: &str) -> Option<&DiskChange> {
+        self.changes
+            .iter()
+            .find(|c| c.server == server && c.component == *component)
+    }
+}
+
+/// This headnode's own GZ: what its files say (SMF is not asked), or
+/// `None` when this host is not a headnode's global zone (no sysinfo, a
+/// compute node).
+pub async fn read_headnode(settings: GzSettings) -> Option<AgentsReport> {
+    let session = GzSession::open(settings, false).await.ok()?;
+    if !session.headnode() {
+        return None;
+    }
+    Some(session.files_report().await)
+}
+
+/// Take `local` (this headnode's own files report) over its record in `servers`
+/// for the components sdcadm changes. A gz-tools whose version the disk
+/// does not say gets the image's version from IMGAPI (one GetImage),
+/// else stays unknown.
+pub async fn overlay(
+    servers: &mut [Server],
+    local: &AgentsReport,
+    catalog: &Catalog,
+    imgapi: &ImgapiClient,
+) -> Overlay {
+    let mut out = Overlay::default();
+    let Some(record) = servers.iter_mut().find(|s| s.uuid == local.server_uuid) else {
+        return out;
+    };
+    let disk = &local.agents;
+    let agents = record.agents.get_or_insert_with(Vec::new);
+    for c in catalog.iter().filter(|c| changed_by_sdcadm(c.kind)) {
+        let Some(mut on_disk) = disk.iter().find(|a| a.name == c.name).cloned() else {
+            continue;
+        };
+        let registered = agents.iter().find(|a| a.name == c.name).cloned();
+        if registered
+            .as_ref()
+            .is_some_and(|r| r.image_uuid == on_disk.image_uuid)
+        {
+            continue;
+        }
+        if on_disk.version.is_empty()
+            && let Some(image) = on_disk.image_uuid
+            && let Ok(m) = imgapi.get_image(image).await
+            && let Ok(v) = ComponentVersion::new(m.version.clone())
+        {
+            on_disk.version = v;
+        }
+        if on_disk.uuid.is_none() {
+            on_disk.uuid = registered.as_ref().and_then(|r| r.uuid);
+        }
+        agents.retain(|a| a.name != c.name);
+        agents.push(on_disk.clone());
+        out.changes.push(DiskChange {
+            server: record.uuid,
+            hostname: record.hostname.clone(),
+            component: c.name.clone(),
+            registered,
+            on_disk,
+        });
+    }
+    agents.sort();
+    let replaced_tools = out
+        .changes
+        .iter()
+        .find(|c| catalog.get(&c.component).map(|x| x.kind) == Some(ComponentKind::GzTools))
+        .and_then(|c| {
+            c.registered
+                .as_ref()?
+                .image_uuid
+                .map(|i| (c.component.clone(), i))
+        });
+    if let Some((name, old)) = replaced_tools {
+        out.unconfirmed = servers
+            .iter()
+            .filter(|s| s.uuid != local.server_uuid)
+            .filter(|s| {
+                s.agents
+                    .iter()
+                    .flatten()
+                    .any(|a| a.name == name && a.image_uuid == Some(old))
+            })
+            .map(|s| s.uuid)
+            .collect();
+    }
+    out
+}
+
+/// [`read_headnode`] and [`overlay`] together: nothing when this is not
+/// a headnode.
+pub async fn overlay_headnode(servers: &mut [Server], catalog: &Catalog, apis: &Apis) -> Overlay {
+    match read_headnode(headnode_settings(catalog, apis)).await {
+        Some(local) => overlay(servers, &local, catalog, &apis.imgapi).await,
+        None => Overlay::default(),
+    }
+}
