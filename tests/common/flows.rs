@@ -303,3 +303,31 @@ pub fn sim_run<'a>(
     }
     run
 }
+
+/// `agentsadm adopt -y` through the library's one run (the lock, a
+/// history entry in SAPI), against the simulator.
+pub async fn adopt_yes(
+    apis: &agentsadm_api::Apis,
+    catalog: &agentsadm_types::catalog::Catalog,
+) -> agentsadm_orchestrate::adopt::AdoptReport {
+    use agentsadm_orchestrate::adopt::{AdoptPlan, AdoptPlanner, AdoptReport};
+    use agentsadm_orchestrate::run::{RunOutcome, RunSettings};
+    let settings = RunSettings {
+        yes: true,
+        ..RunSettings::default()
+    };
+    let planner = AdoptPlanner {
+        apis,
+        catalog,
+        servers: Vec::new(),
+    };
+    let operator = Script::new(&[], false, |_: &AdoptPlan| Vec::new());
+    let outcome = sim_run(apis, catalog, &settings, "adopt")
+        .go(&planner, &operator, std::future::pending())
+        .await;
+    match outcome {
+        Ok(RunOutcome::Executed { report, .. }) => AdoptReport::from_exec(&report),
+        Ok(RunOutcome::Empty(_)) => AdoptReport::default(),
+        other => panic!("adoption did not run: {other:?}"),
+    }
+}

@@ -446,7 +446,7 @@ async fn adopt_recreates_services_and_instances_then_has_nothing_left() {
     let plan = adopt::plan_adoption(&catalog, &intent, &reality, None);
     assert_eq!(plan.new_services.len(), 1, "{}", plan.render());
     assert_eq!(plan.instances.len(), 8, "{}", plan.render());
-    let report = adopt::adopt(&apis.sapi, crate::sim_common::yes(&plan.plan)).await;
+    let report = crate::flows_common::adopt_yes(&apis, &catalog).await;
     assert!(report.failures.is_empty(), "{report:?}");
     assert_eq!((report.services_created, report.instances_adopted), (1, 8));
 
@@ -875,7 +875,7 @@ async fn instances_without_params_are_their_servers_own() {
         "{}",
         plan.render()
     );
-    let done = adopt::adopt(&apis.sapi, crate::sim_common::yes(&plan.plan)).await;
+    let done = crate::flows_common::adopt_yes(&apis, &catalog).await;
     assert!(done.failures.is_empty(), "{done:?}");
     let (intent, _) = gather::gather(&apis, &catalog).await.unwrap();
     for (before, after) in net_before.iter().zip(bare(&intent, "net-agent")) {
