@@ -331,3 +331,77 @@ pub async fn adopt_yes(
         other => panic!("adoption did not run: {other:?}"),
     }
 }
+
+/// A command's planner, with `then` called once the `at`-th plan is made:
+/// with `-y` the second plan (the one made under the lock) is the one the
+/// run executes, so `at: 2` changes the datacenter between the plan and
+/// its execution.
+pub struct ThenPlanner<'a, P> {
+    pub inner: P,
+    pub at: usize,
+    pub then: &'a (dyn Fn() + Sync),
+    calls: std::sync::atomic::AtomicUsize,
+}
+
+impl<'a, P> ThenPlanner<'a, P> {
+    pub fn new(inner: P, at: usize, then: &'a (dyn Fn() + Sync)) -> Self {
+        ThenPlanner {
+            inner,
+            at,
+            then,
+            calls: Default::default(),
+        }
+    }
+}
+
+impl<P: agentsadm_orchestrate::run::Planner> agentsadm_orchestrate::run::Planner
+    for ThenPlanner<'_, P>
+{
+    type Planned = P::Planned;
+    type Error = P::Error;
+
+    async fn plan(&self) -> Result<P::Planned, P::Error> {
+        let planned = self.inner.plan().await?;
+        let n = self.calls.fetch_add(1, std::sync::atomic::Ordering::SeqCst) + 1;
+        if n == self.at {
+            (self.then)();
+        }
+        Ok(planned)
+    }
+}
+
+/// `server delete|factory-reset NAME -y` through the library's one run
+/// (the lock, a history entry in SAPI), against the simulator; `then` is
+/// called once the plan the run executes is made.
+pub async fn cleanup_yes(
+    dc: &SimDc,
+    action: agentsadm_flows::cleanup::ServerAction,
+    name: &str,
+    then: &(dyn Fn() + Sync),
+) -> agentsadm_flows::cleanup::CleanupReport {
+    use agentsadm_flows::cleanup::{CleanupPlan, CleanupPlanner, CleanupReport};
+    use agentsadm_orchestrate::run::{RunOutcome, RunSettings};
+    let apis = dc.apis();
+    let settings = RunSettings {
+        yes: true,
+        ..RunSettings::default()
+    };
+    let operation = format!("server {} {name}", action.as_str());
+    let planner = ThenPlanner::new(
+        CleanupPlanner {
+            apis: &apis,
+            action,
+            name: name.to_string(),
+        },
+        2,
+        then,
+    );
+    let operator = Script::new(&[], false, |_: &CleanupPlan| Vec::new());
+    let outcome = sim_run(&apis, dc.catalog(), &settings, &operation)
+        .go(&planner, &operator, std::future::pending())
+        .await;
+    match outcome {
+        Ok(RunOutcome::Executed { report, .. }) => CleanupReport::from_exec(&report),
+        other => panic!("the cleanup did not run: {other:?}"),
+    }
+}
