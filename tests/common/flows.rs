@@ -20,7 +20,6 @@ use agentsadm_flows::check::CheckConfig;
 use agentsadm_flows::check::CheckRequest;
 use agentsadm_flows::check::CheckRun;
 use agentsadm_flows::check::FixOutcome;
-use agentsadm_flows::check::RepairOptions;
 use agentsadm_flows::drift::FindingKind;
 use agentsadm_orchestrate::execute::ExecOptions;
 use agentsadm_orchestrate::report::NullReporter;
@@ -77,30 +76,75 @@ pub fn exec_options() -> ExecOptions {
     }
 }
 
-/// `check --fix -y` through the library.
+/// `check --fix -y` through the library's one run (the lock, a history
+/// entry in SAPI).
 pub async fn fix(dc: &SimDc, run: &CheckRun) -> FixOutcome {
-    let plan = run.repair_plan(dc.catalog());
     let request = CheckRequest {
         servers: Vec::new(),
         exclude: Vec::new(),
         live: run.live_requested,
     };
-    check::fix(
-        &dc.apis(),
-        dc.catalog(),
-        &request,
-        &CheckConfig::default(),
-        crate::sim_common::yes(&plan.plan),
-        RepairOptions {
-            exec: &exec_options(),
-            transport: &transport(),
-            reporter: &NullReporter,
-            lock_lost: None,
-        },
-        std::future::pending(),
-    )
+    fix_yes(dc, &request, Default::default(), &NullReporter, &|| {
+        nothing()
+    })
     .await
-    .expect("fix runs")
+}
+
+/// `check --fix -y` for `request`, rolled out under `policy`, through the
+/// library's one run, reporting to `reporter`; `then` is called once the
+/// plan the run executes is made.
+pub async fn fix_yes<'a>(
+    dc: &SimDc,
+    request: &CheckRequest,
+    policy: agentsadm_plan::RolloutPolicy,
+    reporter: &dyn agentsadm_orchestrate::report::Reporter,
+    then: &'a Then<'a>,
+) -> FixOutcome {
+    use agentsadm_flows::check::FixPlanner;
+    use agentsadm_orchestrate::run::{Planned, RunOutcome, RunSettings};
+    let apis = dc.apis();
+    let config = CheckConfig::default();
+    let settings = RunSettings {
+        yes: true,
+        rollout: policy,
+        options: exec_options(),
+        ..RunSettings::default()
+    };
+    let planner = ThenPlanner::new(
+        FixPlanner {
+            apis: &apis,
+            catalog: dc.catalog(),
+            request,
+            config: &config,
+            policy,
+        },
+        2,
+        then,
+    );
+    let operator = Script::new(&[], false, |_: &agentsadm_flows::repair::FixPlan| {
+        Vec::new()
+    });
+    let mut run = sim_run(&apis, dc.catalog(), &settings, "check --fix");
+    run.reporter = reporter;
+    let outcome = run.go(&planner, &operator, std::future::pending()).await;
+    let (plan, report) = match outcome {
+        Ok(RunOutcome::Executed { planned, report }) => (planned.plan().clone(), report),
+        // Nothing to repair (only what is left to the operator): nothing
+        // ran, and the check says what is left.
+        Ok(RunOutcome::Empty(_)) => {
+            let after = check::check(&apis, dc.catalog(), request, &config)
+                .await
+                .expect("check after the repairs");
+            return FixOutcome {
+                repairs: Default::default(),
+                after,
+            };
+        }
+        other => panic!("the repairs did not run: {other:?}"),
+    };
+    check::after_fix(&apis, dc.catalog(), request, &config, &plan, report)
+        .await
+        .expect("check after the repairs")
 }
 
 /// The drift findings (not informational) as (hostname or "-", component, kind).
@@ -339,12 +383,20 @@ pub async fn adopt_yes(
 pub struct ThenPlanner<'a, P> {
     pub inner: P,
     pub at: usize,
-    pub then: &'a (dyn Fn() + Sync),
+    pub then: &'a Then<'a>,
     calls: std::sync::atomic::AtomicUsize,
 }
 
+/// What a [`ThenPlanner`] does once its plan is made.
+pub type Then<'a> = dyn Fn() -> futures::future::BoxFuture<'a, ()> + Sync + 'a;
+
+/// Nothing happens between the plan and its execution.
+pub fn nothing() -> futures::future::BoxFuture<'static, ()> {
+    Box::pin(async {})
+}
+
 impl<'a, P> ThenPlanner<'a, P> {
-    pub fn new(inner: P, at: usize, then: &'a (dyn Fn() + Sync)) -> Self {
+    pub fn new(inner: P, at: usize, then: &'a Then<'a>) -> Self {
         ThenPlanner {
             inner,
             at,
@@ -364,7 +416,7 @@ impl<P: agentsadm_orchestrate::run::Planner> agentsadm_orchestrate::run::Planner
         let planned = self.inner.plan().await?;
         let n = self.calls.fetch_add(1, std::sync::atomic::Ordering::SeqCst) + 1;
         if n == self.at {
-            (self.then)();
+            (self.then)().await;
         }
         Ok(planned)
     }
@@ -373,11 +425,11 @@ impl<P: agentsadm_orchestrate::run::Planner> agentsadm_orchestrate::run::Planner
 /// `server delete|factory-reset NAME -y` through the library's one run
 /// (the lock, a history entry in SAPI), against the simulator; `then` is
 /// called once the plan the run executes is made.
-pub async fn cleanup_yes(
+pub async fn cleanup_yes<'a>(
     dc: &SimDc,
     action: agentsadm_flows::cleanup::ServerAction,
     name: &str,
-    then: &(dyn Fn() + Sync),
+    then: &'a Then<'a>,
 ) -> agentsadm_flows::cleanup::CleanupReport {
     use agentsadm_flows::cleanup::{CleanupPlan, CleanupPlanner, CleanupReport};
     use agentsadm_orchestrate::run::{RunOutcome, RunSettings};
