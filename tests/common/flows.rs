@@ -457,3 +457,49 @@ pub async fn cleanup_yes<'a>(
         other => panic!("the cleanup did not run: {other:?}"),
     }
 }
+
+/// A command's planner that makes `plan` every time: for tests that made
+/// and checked a plan themselves and now carry it out. The run still takes
+/// the lock, plans again under it (the same plan), confirms it with `-y`
+/// and records it, as for every command.
+pub struct AsPlanned<'a>(pub &'a agentsadm_plan::Plan);
+
+impl agentsadm_orchestrate::run::Planner for AsPlanned<'_> {
+    type Planned = agentsadm_plan::Plan;
+    type Error = std::convert::Infallible;
+
+    async fn plan(&self) -> Result<agentsadm_plan::Plan, std::convert::Infallible> {
+        Ok(self.0.clone())
+    }
+}
+
+/// Carry out `plan` with `-y` through the library's one run (the lock, a
+/// history entry in SAPI), with these executor options and transport,
+/// reporting to `reporter`.
+pub async fn execute_yes(
+    apis: &agentsadm_api::Apis,
+    catalog: &agentsadm_types::catalog::Catalog,
+    plan: &agentsadm_plan::Plan,
+    options: &ExecOptions,
+    transport: CnapiTransportConfig,
+    reporter: &dyn agentsadm_orchestrate::report::Reporter,
+) -> agentsadm_orchestrate::report::ExecReport {
+    use agentsadm_orchestrate::run::{RunOutcome, RunSettings};
+    let settings = RunSettings {
+        yes: true,
+        options: options.clone(),
+        ..RunSettings::default()
+    };
+    let operator = Script::new(&[], false, |_: &agentsadm_plan::Plan| Vec::new());
+    let mut run = sim_run(apis, catalog, &settings, "update");
+    run.transport = transport;
+    run.reporter = reporter;
+    match run
+        .go(&AsPlanned(plan), &operator, std::future::pending())
+        .await
+    {
+        Ok(RunOutcome::Executed { report, .. }) => report,
+        Ok(RunOutcome::Empty(_)) => Default::default(),
+        other => panic!("the plan did not run: {other:?}"),
+    }
+}

@@ -279,15 +279,15 @@ async fn rollout_of_500_servers_with_faults_converges_on_the_second_run() {
     // 5xx bursts from CNAPI and SAPI, alternately, while the run lasts.
     let running = AtomicBool::new(true);
     let run = async {
-        let r = session
-            .execute(
-                crate::sim_common::yes(plan),
-                &exec_options(),
-                transport(),
-                &NullReporter,
-                std::future::pending(),
-            )
-            .await;
+        let r = crate::flows_common::execute_yes(
+            session.apis,
+            session.catalog,
+            plan,
+            &exec_options(),
+            transport(),
+            &NullReporter,
+        )
+        .await;
         running.store(false, Ordering::Relaxed);
         r
     };
@@ -307,7 +307,6 @@ async fn rollout_of_500_servers_with_faults_converges_on_the_second_run() {
         n
     };
     let (report, bursts) = tokio::join!(run, inject);
-    let report = report.expect("the run starts");
     assert!(bursts >= 2, "the run was over before any 5xx burst");
 
     let failed = check_outcomes(&dc, plan, &report, &targets);
@@ -444,16 +443,15 @@ async fn rollout_of_500_servers_with_faults_converges_on_the_second_run() {
         "the re-plan is not the unconverged servers: {differing:#?}\n{}",
         again.plan
     );
-    let report = session
-        .execute(
-            crate::sim_common::yes(&again.plan),
-            &exec_options(),
-            transport(),
-            &NullReporter,
-            std::future::pending(),
-        )
-        .await
-        .expect("the second run starts");
+    let report = crate::flows_common::execute_yes(
+        session.apis,
+        session.catalog,
+        &again.plan,
+        &exec_options(),
+        transport(),
+        &NullReporter,
+    )
+    .await;
     assert!(report.all_succeeded(), "{}", report.render(&again.plan));
     assert_eq!(report.exit_status(&again.plan), 0);
     check_outcomes(&dc, &again.plan, &report, &targets);
