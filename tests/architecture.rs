@@ -886,3 +886,45 @@ fn the_path_scanner_resolves_groups_and_super_and_skips_tests() {
     .collect();
     assert_eq!(found, want);
 }
+
+/// Issue 31: one door to execution. In the product, only the run
+/// (`runner/run.rs`: the lock, the plan made again under it, the question
+/// or `-y`, history) builds an executor; `Session::execute`, `adopt::adopt`,
+/// `cleanup::execute` and `check::fix` each built their own, so a command
+/// or a test could execute a plan with no lock and no history. (Tests of
+/// the executor itself build one on the fake datacenter.)
+#[test]
+fn only_the_run_builds_an_executor() {
+    let mut files = Vec::new();
+    rust_files(&root().join("crates"), &mut files);
+    files.sort();
+    let mut doors = Vec::new();
+    for file in files {
+        let rel = file
+            .strip_prefix(root())
+            .expect("under the root")
+            .to_string_lossy()
+            .replace('\\', "/");
+        let product = LAYERS
+            .iter()
+            .map(|(name, _)| *name)
+            .filter(|n| !matches!(*n, "sim" | "dev"))
+            .any(|n| rel.starts_with(&format!("crates/{n}/src/")));
+        if !product {
+            continue;
+        }
+        let text = std::fs::read_to_string(&file).expect("readable");
+        let body = match text.find("#[cfg(test)]") {
+            Some(i) => &text[..i],
+            None => &text[..],
+        };
+        let code = code_only(body);
+        if code.contains("Executor::new(") && rel != "crates/orchestrate/src/runner/run.rs" {
+            doors.push(rel);
+        }
+    }
+    assert!(
+        doors.is_empty(),
+        "an executor built outside the run (no lock, no history): {doors:?}"
+    );
+}
