@@ -613,21 +613,7 @@ fn resolve_path(toks: &[String], at: usize, here: &[String]) -> (Vec<Vec<String>
                 path.pop();
             }
             "self" if first => path = here.to_vec(),
-            "{" => {
-                // A group: each element is a path relative to `path`.
-                let mut out = Vec::new();
-                let mut j = i + 1;
-                while j < toks.len() && toks[j] != "}" {
-                    if toks[j] == "," {
-                        j += 1;
-                        continue;
-                    }
-                    let (inner, end) = group_element(toks, j, &path);
-                    out.extend(inner);
-                    j = end;
-                }
-                return (out, j + 1);
-            }
+            "{" => return use_group(toks, i, &path),
             w if w.chars().all(|c| c.is_alphanumeric() || c == '_') => path.push(w.to_string()),
             _ => break,
         }
@@ -642,6 +628,23 @@ fn resolve_path(toks: &[String], at: usize, here: &[String]) -> (Vec<Vec<String>
     (vec![path], i)
 }
 
+/// The `use` group opening at `toks[at]` (`{`): each element a path
+/// under `prefix`; and where the group ends.
+fn use_group(toks: &[String], at: usize, prefix: &[String]) -> (Vec<Vec<String>>, usize) {
+    let mut out = Vec::new();
+    let mut j = at + 1;
+    while j < toks.len() && toks[j] != "}" {
+        if toks[j] == "," {
+            j += 1;
+            continue;
+        }
+        let (inner, end) = group_element(toks, j, prefix);
+        out.extend(inner);
+        j = end;
+    }
+    (out, j + 1)
+}
+
 /// One element of a `use` group under `prefix`: `self`, `a::b`, `a::{…}`,
 /// `a as b` or `*`.
 fn group_element(toks: &[String], at: usize, prefix: &[String]) -> (Vec<Vec<String>>, usize) {
@@ -650,20 +653,7 @@ fn group_element(toks: &[String], at: usize, prefix: &[String]) -> (Vec<Vec<Stri
     while j < toks.len() {
         match toks[j].as_str() {
             "self" => {}
-            "{" => {
-                let mut out = Vec::new();
-                let mut k = j + 1;
-                while k < toks.len() && toks[k] != "}" {
-                    if toks[k] == "," {
-                        k += 1;
-                        continue;
-                    }
-                    let (inner, end) = group_element(toks, k, &path);
-                    out.extend(inner);
-                    k = end;
-                }
-                return (out, k + 1);
-            }
+            "{" => return use_group(toks, j, &path),
             "," | "}" => break,
             "as" => {
                 j += 2;
