@@ -613,21 +613,7 @@ fn resolve_path(toks: &[String], at: usize, here: &[String]) -> (Vec<Vec<String>
                 path.pop();
             }
             "self" if first => path = here.to_vec(),
-            "{" => {
-                // A group: each element is a path relative to `path`.
-                let mut out = Vec::new();
-                let mut j = i + 1;
-                while j < toks.len() && toks[j] != "}" {
-                    if toks[j] == "," {
-                        j += 1;
-                        continue;
-                    }
-                    let (inner, end) = group_element(toks, j, &path);
-                    out.extend(inner);
-                    j = end;
-                }
-                return (out, j + 1);
-            }
+            "{" => return use_group(toks, i, &path),
             w if w.chars().all(|c| c.is_alphanumeric() || c == '_') => path.push(w.to_string()),
             _ => break,
         }
@@ -642,6 +628,23 @@ fn resolve_path(toks: &[String], at: usize, here: &[String]) -> (Vec<Vec<String>
     (vec![path], i)
 }
 
+/// The `use` group opening at `toks[at]` (`{`): each element a path
+/// under `prefix`; and where the group ends.
+fn use_group(toks: &[String], at: usize, prefix: &[String]) -> (Vec<Vec<String>>, usize) {
+    let mut out = Vec::new();
+    let mut j = at + 1;
+    while j < toks.len() && toks[j] != "}" {
+        if toks[j] == "," {
+            j += 1;
+            continue;
+        }
+        let (inner, end) = group_element(toks, j, prefix);
+        out.extend(inner);
+        j = end;
+    }
+    (out, j + 1)
+}
+
 /// One element of a `use` group under `prefix`: `self`, `a::b`, `a::{…}`,
 /// `a as b` or `*`.
 fn group_element(toks: &[String], at: usize, prefix: &[String]) -> (Vec<Vec<String>>, usize) {
@@ -650,20 +653,7 @@ fn group_element(toks: &[String], at: usize, prefix: &[String]) -> (Vec<Vec<Stri
     while j < toks.len() {
         match toks[j].as_str() {
             "self" => {}
-            "{" => {
-                let mut out = Vec::new();
-                let mut k = j + 1;
-                while k < toks.len() && toks[k] != "}" {
-                    if toks[k] == "," {
-                        k += 1;
-                        continue;
-                    }
-                    let (inner, end) = group_element(toks, k, &path);
-                    out.extend(inner);
-                    k = end;
-                }
-                return (out, k + 1);
-            }
+            "{" => return use_group(toks, j, &path),
             "," | "}" => break,
             "as" => {
                 j += 2;
@@ -885,4 +875,46 @@ fn the_path_scanner_resolves_groups_and_super_and_skips_tests() {
     .map(|s| s.to_string())
     .collect();
     assert_eq!(found, want);
+}
+
+/// Issue 31: one door to execution. In the product, only the run
+/// (`runner/run.rs`: the lock, the plan made again under it, the question
+/// or `-y`, history) builds an executor; `Session::execute`, `adopt::adopt`,
+/// `cleanup::execute` and `check::fix` each built their own, so a command
+/// or a test could execute a plan with no lock and no history. (Tests of
+/// the executor itself build one on the fake datacenter.)
+#[test]
+fn only_the_run_builds_an_executor() {
+    let mut files = Vec::new();
+    rust_files(&root().join("crates"), &mut files);
+    files.sort();
+    let mut doors = Vec::new();
+    for file in files {
+        let rel = file
+            .strip_prefix(root())
+            .expect("under the root")
+            .to_string_lossy()
+            .replace('\\', "/");
+        let product = LAYERS
+            .iter()
+            .map(|(name, _)| *name)
+            .filter(|n| !matches!(*n, "sim" | "dev"))
+            .any(|n| rel.starts_with(&format!("crates/{n}/src/")));
+        if !product {
+            continue;
+        }
+        let text = std::fs::read_to_string(&file).expect("readable");
+        let body = match text.find("#[cfg(test)]") {
+            Some(i) => &text[..i],
+            None => &text[..],
+        };
+        let code = code_only(body);
+        if code.contains("Executor::new(") && rel != "crates/orchestrate/src/runner/run.rs" {
+            doors.push(rel);
+        }
+    }
+    assert!(
+        doors.is_empty(),
+        "an executor built outside the run (no lock, no history): {doors:?}"
+    );
 }

@@ -22,6 +22,8 @@
 //! abort-at-checkpoint crash tests (fresh installs too) are
 //! `gz_suite/crash.rs`.
 
+#[path = "common/flows.rs"]
+mod flows_common;
 #[path = "common/gz.rs"]
 mod gz_common;
 #[path = "common/rel.rs"]

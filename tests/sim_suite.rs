@@ -13,6 +13,8 @@
 //! - `strict`: where the simulator is as strict as the real services
 //!   (issue 13).
 
+#[path = "common/flows.rs"]
+mod flows_common;
 #[path = "common/sim.rs"]
 mod sim_common;
 

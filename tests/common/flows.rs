@@ -20,7 +20,6 @@ use agentsadm_flows::check::CheckConfig;
 use agentsadm_flows::check::CheckRequest;
 use agentsadm_flows::check::CheckRun;
 use agentsadm_flows::check::FixOutcome;
-use agentsadm_flows::check::RepairOptions;
 use agentsadm_flows::drift::FindingKind;
 use agentsadm_orchestrate::execute::ExecOptions;
 use agentsadm_orchestrate::report::NullReporter;
@@ -77,30 +76,75 @@ pub fn exec_options() -> ExecOptions {
     }
 }
 
-/// `check --fix -y` through the library.
+/// `check --fix -y` through the library's one run (the lock, a history
+/// entry in SAPI).
 pub async fn fix(dc: &SimDc, run: &CheckRun) -> FixOutcome {
-    let plan = run.repair_plan(dc.catalog());
     let request = CheckRequest {
         servers: Vec::new(),
         exclude: Vec::new(),
         live: run.live_requested,
     };
-    check::fix(
-        &dc.apis(),
-        dc.catalog(),
-        &request,
-        &CheckConfig::default(),
-        crate::sim_common::yes(&plan.plan),
-        RepairOptions {
-            exec: &exec_options(),
-            transport: &transport(),
-            reporter: &NullReporter,
-            lock_lost: None,
-        },
-        std::future::pending(),
-    )
+    fix_yes(dc, &request, Default::default(), &NullReporter, &|| {
+        nothing()
+    })
     .await
-    .expect("fix runs")
+}
+
+/// `check --fix -y` for `request`, rolled out under `policy`, through the
+/// library's one run, reporting to `reporter`; `then` is called once the
+/// plan the run executes is made.
+pub async fn fix_yes<'a>(
+    dc: &SimDc,
+    request: &CheckRequest,
+    policy: agentsadm_plan::RolloutPolicy,
+    reporter: &dyn agentsadm_orchestrate::report::Reporter,
+    then: &'a Then<'a>,
+) -> FixOutcome {
+    use agentsadm_flows::check::FixPlanner;
+    use agentsadm_orchestrate::run::{Planned, RunOutcome, RunSettings};
+    let apis = dc.apis();
+    let config = CheckConfig::default();
+    let settings = RunSettings {
+        yes: true,
+        rollout: policy,
+        options: exec_options(),
+        ..RunSettings::default()
+    };
+    let planner = ThenPlanner::new(
+        FixPlanner {
+            apis: &apis,
+            catalog: dc.catalog(),
+            request,
+            config: &config,
+            policy,
+        },
+        2,
+        then,
+    );
+    let operator = Script::new(&[], false, |_: &agentsadm_flows::repair::FixPlan| {
+        Vec::new()
+    });
+    let mut run = sim_run(&apis, dc.catalog(), &settings, "check --fix");
+    run.reporter = reporter;
+    let outcome = run.go(&planner, &operator, std::future::pending()).await;
+    let (plan, report) = match outcome {
+        Ok(RunOutcome::Executed { planned, report }) => (planned.plan().clone(), report),
+        // Nothing to repair (only what is left to the operator): nothing
+        // ran, and the check says what is left.
+        Ok(RunOutcome::Empty(_)) => {
+            let after = check::check(&apis, dc.catalog(), request, &config)
+                .await
+                .expect("check after the repairs");
+            return FixOutcome {
+                repairs: Default::default(),
+                after,
+            };
+        }
+        other => panic!("the repairs did not run: {other:?}"),
+    };
+    check::after_fix(&apis, dc.catalog(), request, &config, &plan, report)
+        .await
+        .expect("check after the repairs")
 }
 
 /// The drift findings (not informational) as (hostname or "-", component, kind).
@@ -302,4 +346,160 @@ pub fn sim_run<'a>(
         h.local = None;
     }
     run
+}
+
+/// `agentsadm adopt -y` through the library's one run (the lock, a
+/// history entry in SAPI), against the simulator.
+pub async fn adopt_yes(
+    apis: &agentsadm_api::Apis,
+    catalog: &agentsadm_types::catalog::Catalog,
+) -> agentsadm_orchestrate::adopt::AdoptReport {
+    use agentsadm_orchestrate::adopt::{AdoptPlan, AdoptPlanner, AdoptReport};
+    use agentsadm_orchestrate::run::{RunOutcome, RunSettings};
+    let settings = RunSettings {
+        yes: true,
+        ..RunSettings::default()
+    };
+    let planner = AdoptPlanner {
+        apis,
+        catalog,
+        servers: Vec::new(),
+    };
+    let operator = Script::new(&[], false, |_: &AdoptPlan| Vec::new());
+    let outcome = sim_run(apis, catalog, &settings, "adopt")
+        .go(&planner, &operator, std::future::pending())
+        .await;
+    match outcome {
+        Ok(RunOutcome::Executed { report, .. }) => AdoptReport::from_exec(&report),
+        Ok(RunOutcome::Empty(_)) => AdoptReport::default(),
+        other => panic!("adoption did not run: {other:?}"),
+    }
+}
+
+/// A command's planner, with `then` called once the `at`-th plan is made:
+/// with `-y` the second plan (the one made under the lock) is the one the
+/// run executes, so `at: 2` changes the datacenter between the plan and
+/// its execution.
+pub struct ThenPlanner<'a, P> {
+    pub inner: P,
+    pub at: usize,
+    pub then: &'a Then<'a>,
+    calls: std::sync::atomic::AtomicUsize,
+}
+
+/// What a [`ThenPlanner`] does once its plan is made.
+pub type Then<'a> = dyn Fn() -> futures::future::BoxFuture<'a, ()> + Sync + 'a;
+
+/// Nothing happens between the plan and its execution.
+pub fn nothing() -> futures::future::BoxFuture<'static, ()> {
+    Box::pin(async {})
+}
+
+impl<'a, P> ThenPlanner<'a, P> {
+    pub fn new(inner: P, at: usize, then: &'a Then<'a>) -> Self {
+        ThenPlanner {
+            inner,
+            at,
+            then,
+            calls: Default::default(),
+        }
+    }
+}
+
+impl<P: agentsadm_orchestrate::run::Planner> agentsadm_orchestrate::run::Planner
+    for ThenPlanner<'_, P>
+{
+    type Planned = P::Planned;
+    type Error = P::Error;
+
+    async fn plan(&self) -> Result<P::Planned, P::Error> {
+        let planned = self.inner.plan().await?;
+        let n = self.calls.fetch_add(1, std::sync::atomic::Ordering::SeqCst) + 1;
+        if n == self.at {
+            (self.then)().await;
+        }
+        Ok(planned)
+    }
+}
+
+/// `server delete|factory-reset NAME -y` through the library's one run
+/// (the lock, a history entry in SAPI), against the simulator; `then` is
+/// called once the plan the run executes is made.
+pub async fn cleanup_yes<'a>(
+    dc: &SimDc,
+    action: agentsadm_flows::cleanup::ServerAction,
+    name: &str,
+    then: &'a Then<'a>,
+) -> agentsadm_flows::cleanup::CleanupReport {
+    use agentsadm_flows::cleanup::{CleanupPlan, CleanupPlanner, CleanupReport};
+    use agentsadm_orchestrate::run::{RunOutcome, RunSettings};
+    let apis = dc.apis();
+    let settings = RunSettings {
+        yes: true,
+        ..RunSettings::default()
+    };
+    let operation = format!("server {} {name}", action.as_str());
+    let planner = ThenPlanner::new(
+        CleanupPlanner {
+            apis: &apis,
+            action,
+            name: name.to_string(),
+        },
+        2,
+        then,
+    );
+    let operator = Script::new(&[], false, |_: &CleanupPlan| Vec::new());
+    let outcome = sim_run(&apis, dc.catalog(), &settings, &operation)
+        .go(&planner, &operator, std::future::pending())
+        .await;
+    match outcome {
+        Ok(RunOutcome::Executed { report, .. }) => CleanupReport::from_exec(&report),
+        other => panic!("the cleanup did not run: {other:?}"),
+    }
+}
+
+/// A command's planner that makes `plan` every time: for tests that made
+/// and checked a plan themselves and now carry it out. The run still takes
+/// the lock, plans again under it (the same plan), confirms it with `-y`
+/// and records it, as for every command.
+pub struct AsPlanned<'a>(pub &'a agentsadm_plan::Plan);
+
+impl agentsadm_orchestrate::run::Planner for AsPlanned<'_> {
+    type Planned = agentsadm_plan::Plan;
+    type Error = std::convert::Infallible;
+
+    async fn plan(&self) -> Result<agentsadm_plan::Plan, std::convert::Infallible> {
+        Ok(self.0.clone())
+    }
+}
+
+/// Carry out `plan` with `-y` through the library's one run (the lock, a
+/// history entry in SAPI), with these executor options and transport,
+/// reporting to `reporter`.
+pub async fn execute_yes(
+    apis: &agentsadm_api::Apis,
+    catalog: &agentsadm_types::catalog::Catalog,
+    plan: &agentsadm_plan::Plan,
+    options: &ExecOptions,
+    transport: CnapiTransportConfig,
+    reporter: &dyn agentsadm_orchestrate::report::Reporter,
+) -> agentsadm_orchestrate::report::ExecReport {
+    use agentsadm_orchestrate::run::{RunOutcome, RunSettings};
+    let settings = RunSettings {
+        yes: true,
+        options: options.clone(),
+        ..RunSettings::default()
+    };
+    let operator = Script::new(&[], false, |_: &agentsadm_plan::Plan| Vec::new());
+    let mut run = sim_run(apis, catalog, &settings, "update");
+    run.transport = transport;
+    run.reporter = reporter;
+    match run
+        .go(&AsPlanned(plan), &operator, std::future::pending())
+        .await
+    {
+        Ok(RunOutcome::Executed { report, .. }) => report,
+        Ok(RunOutcome::Empty(_)) => Default::default(),
+        other => panic!("the plan did not run: {other:?}"),
+    }
 }

@@ -10,7 +10,6 @@ use agentsadm_api::sapi::Update;
 use agentsadm_flows::check;
 use agentsadm_flows::check::CheckConfig;
 use agentsadm_flows::check::CheckRequest;
-use agentsadm_flows::check::RepairOptions;
 use agentsadm_flows::drift::Finding;
 use agentsadm_flows::drift::FindingKind;
 use agentsadm_flows::drift::Fix;
@@ -67,25 +66,11 @@ async fn fix_plan(dc: &SimDc, policy: RolloutPolicy) -> FixPlan {
     FixPlan::new(run, dc.catalog(), &policy)
 }
 
-/// Carry out the repairs (`-y`), recording the executor's events.
-async fn fix_recorded(dc: &SimDc, plan: &FixPlan) -> (check::FixOutcome, Vec<String>) {
+/// Carry out the repairs (`-y`) through the one run, recording the
+/// executor's events.
+async fn fix_recorded(dc: &SimDc, policy: RolloutPolicy) -> (check::FixOutcome, Vec<String>) {
     let reporter = RecordingReporter::default();
-    let outcome = check::fix(
-        &dc.apis(),
-        dc.catalog(),
-        &REQUEST,
-        &CheckConfig::default(),
-        crate::sim_common::yes(&plan.repairs.plan),
-        RepairOptions {
-            exec: &exec_options(),
-            transport: &transport(),
-            reporter: &reporter,
-            lock_lost: None,
-        },
-        std::future::pending(),
-    )
-    .await
-    .expect("fix runs");
+    let outcome = fix_yes(dc, &REQUEST, policy, &reporter, &|| nothing()).await;
     (outcome, reporter.lines())
 }
 
@@ -106,16 +91,13 @@ async fn check_fix_halts_on_its_failure_budget() {
     for h in ["cn0001", "cn0002", "cn0003"] {
         dc.faults().fail_installs_on(server(&dc, h));
     }
-    let plan = fix_plan(
-        &dc,
-        RolloutPolicy {
-            concurrency: 1,
-            canary: Some(0),
-            max_failures: Some(FailureBudget::Count(1)),
-            max_per_rack: None,
-        },
-    )
-    .await;
+    let policy = RolloutPolicy {
+        concurrency: 1,
+        canary: Some(0),
+        max_failures: Some(FailureBudget::Count(1)),
+        max_per_rack: None,
+    };
+    let plan = fix_plan(&dc, policy).await;
     assert_eq!(plan.repairs.plan.step_count(), 6, "{}", plan.render());
     assert_eq!(plan.repairs.plan.rollout().budget, Some(1));
     assert!(
@@ -123,7 +105,7 @@ async fn check_fix_halts_on_its_failure_budget() {
             .render()
             .contains("halts once more than 1 server has failed")
     );
-    let (outcome, lines) = fix_recorded(&dc, &plan).await;
+    let (outcome, lines) = fix_recorded(&dc, policy).await;
     assert_eq!(starts(&lines), ["cn0001", "cn0002"]);
     let servers = outcome.repairs.servers.as_ref().unwrap();
     assert_eq!(
@@ -146,16 +128,13 @@ async fn check_fix_halts_on_its_failure_budget() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn check_fix_runs_canaries_first_and_respects_the_rack_limit() {
     let dc = drifted().await;
-    let plan = fix_plan(
-        &dc,
-        RolloutPolicy {
-            concurrency: 4,
-            canary: Some(2),
-            max_failures: Some(FailureBudget::DEFAULT),
-            max_per_rack: Some(1),
-        },
-    )
-    .await;
+    let policy = RolloutPolicy {
+        concurrency: 4,
+        canary: Some(2),
+        max_failures: Some(FailureBudget::DEFAULT),
+        max_per_rack: Some(1),
+    };
+    let plan = fix_plan(&dc, policy).await;
     let canaries: Vec<&str> = plan
         .repairs
         .plan
@@ -165,7 +144,7 @@ async fn check_fix_runs_canaries_first_and_respects_the_rack_limit() {
         .map(|w| w.hostname.as_str())
         .collect();
     assert_eq!(canaries, ["cn0001", "cn0003"]);
-    let (outcome, lines) = fix_recorded(&dc, &plan).await;
+    let (outcome, lines) = fix_recorded(&dc, policy).await;
     assert_eq!(outcome.exit_status(), 0, "{}", outcome.after.render());
     let servers = outcome.repairs.servers.as_ref().unwrap();
     assert!(servers.canary.as_ref().unwrap().passed);

@@ -15,7 +15,6 @@ use agentsadm_flows::cleanup::CnapiOutcome;
 use agentsadm_flows::cleanup::InstanceStatus;
 use agentsadm_flows::cleanup::ServerAction;
 use agentsadm_orchestrate::store::instance_params;
-use agentsadm_sim::SimApi;
 use agentsadm_sim::SimConfig;
 use agentsadm_sim::SimDc;
 use agentsadm_types::ids::InstanceUuid;
@@ -88,7 +87,7 @@ async fn delete_removes_every_instance_of_the_server_only() {
         assert_eq!(l.via, vec!["server.agents"]);
     }
 
-    let report = cleanup::execute(&dc.apis(), crate::sim_common::yes(&plan.plan)).await;
+    let report = cleanup_yes(&dc, ServerAction::Delete, "cn0001", &|| nothing()).await;
     assert_eq!(report.exit_status(), 0, "{report:?}");
     assert_eq!(report.cnapi, CnapiOutcome::Deleted);
     assert!(dc.record(cn).is_none());
@@ -123,9 +122,10 @@ async fn a_partial_failure_finishes_on_the_next_run() {
     for i in plan.instances.iter().take(3) {
         dc.apis().sapi.delete_instance(i.uuid).await.unwrap();
     }
-    // SAPI fails every request now (more than the client retries).
-    dc.faults().burst(SimApi::Sapi, 10_000, 503);
-    let report = cleanup::execute(&dc.apis(), crate::sim_common::yes(&plan.plan)).await;
+    // SAPI fails every instance delete now (more than the client
+    // retries); the run's lock and history still work.
+    dc.faults().fail_sapi_deletes(10_000);
+    let report = cleanup_yes(&dc, ServerAction::Delete, &cn.to_string(), &|| nothing()).await;
     assert_eq!(report.exit_status(), 2);
     assert!(matches!(report.cnapi, CnapiOutcome::NotRun { .. }));
     assert!(
@@ -145,7 +145,7 @@ async fn a_partial_failure_finishes_on_the_next_run() {
         .await
         .unwrap();
     assert_eq!(plan.instances.len(), n - 3);
-    let report = cleanup::execute(&dc.apis(), crate::sim_common::yes(&plan.plan)).await;
+    let report = cleanup_yes(&dc, ServerAction::Delete, "cn0002", &|| nothing()).await;
     assert_eq!(report.exit_status(), 0, "{report:?}");
     assert!(dc.record(cn).is_none());
     assert!(!instances_by_server(&dc).await.contains_key(&cn));
@@ -169,7 +169,7 @@ async fn delete_after_the_cnapi_record_is_gone_cleans_sapi() {
         .unwrap();
     assert!(!plan.in_cnapi);
     assert_eq!(plan.instances.len(), own);
-    let report = cleanup::execute(&dc.apis(), crate::sim_common::yes(&plan.plan)).await;
+    let report = cleanup_yes(&dc, ServerAction::Delete, &cn.to_string(), &|| nothing()).await;
     assert_eq!(report.cnapi, CnapiOutcome::AlreadyGone);
     assert_eq!(report.exit_status(), 0);
     assert!(!instances_by_server(&dc).await.contains_key(&cn));
@@ -187,10 +187,7 @@ async fn factory_reset_cleans_up_and_resets() {
     let other = server(&dc, "cn0002");
     let legacy = make_legacy(&dc, cn, "smartlogin").await;
     let before = instances_by_server(&dc).await;
-    let plan = cleanup::prepare(&dc.apis(), ServerAction::FactoryReset, "cn0001")
-        .await
-        .unwrap();
-    let report = cleanup::execute(&dc.apis(), crate::sim_common::yes(&plan.plan)).await;
+    let report = cleanup_yes(&dc, ServerAction::FactoryReset, "cn0001", &|| nothing()).await;
     assert_eq!(report.exit_status(), 0, "{report:?}");
     assert!(matches!(
         report.cnapi,
@@ -230,14 +227,15 @@ async fn factory_reset_with_vms_is_refused_without_deleting_anything() {
     assert_eq!(dc.mutation_count(), before);
     assert!(instances_by_server(&dc).await.contains_key(&cn));
 
-    // VMs that appear between the plan and the reset: CNAPI's 409 with a
-    // bare string body is reported as CNAPI said it.
+    // VMs that appear between the plan and the reset (added once the run
+    // made the plan it executes): CNAPI's 409 with a bare string body is
+    // reported as CNAPI said it.
     let cn1 = server(&dc, "cn0001");
-    let plan = cleanup::prepare(&dc.apis(), ServerAction::FactoryReset, "cn0001")
-        .await
-        .unwrap();
-    dc.add_vms(cn1, 1);
-    let report = cleanup::execute(&dc.apis(), crate::sim_common::yes(&plan.plan)).await;
+    let report = cleanup_yes(&dc, ServerAction::FactoryReset, "cn0001", &|| {
+        dc.add_vms(cn1, 1);
+        nothing()
+    })
+    .await;
     assert_eq!(report.exit_status(), 2);
     match &report.cnapi {
         CnapiOutcome::Failed { message } => {

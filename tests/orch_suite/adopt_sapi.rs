@@ -63,7 +63,7 @@ async fn adopting_existing_instances_never_re_posts_them() {
     // Every CreateInstance would fail now, and SAPI would delete the
     // instance it re-created.
     dc.faults().fail_sapi_writes(1000);
-    let report = adopt::adopt(&apis.sapi, crate::sim_common::yes(&plan.plan)).await;
+    let report = crate::flows_common::adopt_yes(&apis, &catalog).await;
     assert!(report.failures.is_empty(), "{report:?}");
     assert_eq!(report.instances_adopted, before.len());
 

@@ -295,16 +295,15 @@ async fn run_to_success(session: &Session<'_>, p: &agentsadm_plan::Plan) {
         task_timeout: Duration::from_secs(60),
         ..Default::default()
     };
-    let report = session
-        .execute(
-            crate::sim_common::yes(p),
-            &options,
-            fast_transport(),
-            &NullReporter,
-            std::future::pending(),
-        )
-        .await
-        .unwrap();
+    let report = crate::flows_common::execute_yes(
+        session.apis,
+        session.catalog,
+        p,
+        &options,
+        fast_transport(),
+        &NullReporter,
+    )
+    .await;
     assert!(report.all_succeeded(), "{}", report.render(p));
 }
 

@@ -93,16 +93,15 @@ async fn run_with(
         .plan(req, ImageChoice::Latest, TransportMode::Auto)
         .await
         .unwrap();
-    let report = s
-        .execute(
-            crate::sim_common::yes(&planned.plan),
-            options,
-            transport,
-            &NullReporter,
-            std::future::pending(),
-        )
-        .await
-        .unwrap();
+    let report = crate::flows_common::execute_yes(
+        s.apis,
+        s.catalog,
+        &planned.plan,
+        options,
+        transport,
+        &NullReporter,
+    )
+    .await;
     (planned.plan, report)
 }
 
@@ -697,16 +696,15 @@ async fn a_server_already_at_the_target_is_done_not_changed_since_the_plan() {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     let tasks_before = apis.cnapi.task_history(cn1).await.unwrap().len();
-    let report = s
-        .execute(
-            crate::sim_common::yes(&planned.plan),
-            &options(),
-            transport(),
-            &NullReporter,
-            std::future::pending(),
-        )
-        .await
-        .unwrap();
+    let report = crate::flows_common::execute_yes(
+        s.apis,
+        s.catalog,
+        &planned.plan,
+        &options(),
+        transport(),
+        &NullReporter,
+    )
+    .await;
     assert!(report.all_succeeded(), "{}", report.render(&planned.plan));
     assert_eq!(
         apis.cnapi.task_history(cn1).await.unwrap().len(),

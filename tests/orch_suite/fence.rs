@@ -5,8 +5,6 @@
 //! executed unconfirmed. `check --fix`, `adopt` and `server delete` here;
 //! `update`, `install` and `remove` go through the same [`Run::go`].
 
-use std::sync::atomic::AtomicBool;
-
 use agentsadm_api::sapi::Update;
 use agentsadm_api::sapi::UpdateAction;
 use agentsadm_api::sapi::object;
@@ -14,9 +12,7 @@ use agentsadm_flows::check;
 use agentsadm_flows::check::CheckConfig;
 use agentsadm_flows::check::CheckError;
 use agentsadm_flows::check::CheckRequest;
-use agentsadm_flows::check::FixOutcome;
 use agentsadm_flows::check::FixPlanner;
-use agentsadm_flows::check::RepairOptions;
 use agentsadm_flows::cleanup::CleanupPlan;
 use agentsadm_flows::cleanup::CleanupPlanner;
 use agentsadm_flows::cleanup::ServerAction;
@@ -35,12 +31,11 @@ use agentsadm_types::ids::ImageUuid;
 use agentsadm_types::ids::InstanceUuid;
 
 use crate::flows_common::Script;
-use crate::flows_common::exec_options;
+use crate::flows_common::fix_yes;
 use crate::flows_common::instance_of;
 use crate::flows_common::server;
 use crate::flows_common::sim_run;
 use crate::flows_common::small_dc;
-use crate::flows_common::transport;
 
 const REQUEST: CheckRequest = CheckRequest {
     exclude: Vec::new(),
@@ -71,27 +66,6 @@ async fn intend_on(dc: &SimDc, hostname: &str, image: ImageUuid) {
     let cn = server(dc, hostname);
     let inst = instance_of(dc, cn, "vm-agent").await.expect("an instance");
     intend(&dc.apis(), cn, inst.uuid, image).await;
-}
-
-/// Carry out `plan`'s repairs (all servers, no live check) as `-y` does;
-/// `lock_lost` as the run passes it.
-async fn fix(dc: &SimDc, plan: &FixPlan, lock_lost: Option<&AtomicBool>) -> FixOutcome {
-    check::fix(
-        &dc.apis(),
-        dc.catalog(),
-        &REQUEST,
-        &CheckConfig::default(),
-        crate::sim_common::yes(&plan.repairs.plan),
-        RepairOptions {
-            exec: &exec_options(),
-            transport: &transport(),
-            reporter: &NullReporter,
-            lock_lost,
-        },
-        std::future::pending(),
-    )
-    .await
-    .expect("fix runs")
 }
 
 fn hosts(p: &FixPlan) -> Vec<String> {
@@ -191,8 +165,23 @@ async fn check_fix_under_a_broken_lock_starts_no_server() {
     intend_on(&dc, "cn0001", newer).await;
     let plan = fix_plan(&dc).await.unwrap();
     assert_eq!(hosts(&plan), ["cn0001"]);
-    let lost = AtomicBool::new(true);
-    let outcome = fix(&dc, &plan, Some(&lost)).await;
+    // Once the run made the plan it executes, the lock's record goes
+    // (a colleague's `--break-lock`, or an operator cleaning up).
+    let apis = dc.apis();
+    let outcome = fix_yes(
+        &dc,
+        &REQUEST,
+        RolloutPolicy::default(),
+        &NullReporter,
+        &|| {
+            let apis = apis.clone();
+            Box::pin(async move {
+                let keys = crate::one_at_a_time::lock_keys(&apis).await;
+                crate::one_at_a_time::delete_metadata_keys(&apis, &keys).await;
+            })
+        },
+    )
+    .await;
     let servers = outcome.repairs.servers.as_ref().expect("server steps ran");
     assert_eq!(servers.halted, Some(Halted::LockLost));
     assert_eq!(outcome.exit_status(), 2);

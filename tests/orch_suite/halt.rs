@@ -118,16 +118,15 @@ async fn a_budget_halt_puts_intent_back_for_what_did_not_converge() {
         task_timeout: Duration::from_secs(60),
         ..Default::default()
     };
-    let report = session
-        .execute(
-            crate::sim_common::yes(p),
-            &exec,
-            transport(),
-            &NullReporter,
-            std::future::pending(),
-        )
-        .await
-        .unwrap();
+    let report = crate::flows_common::execute_yes(
+        session.apis,
+        session.catalog,
+        p,
+        &exec,
+        transport(),
+        &NullReporter,
+    )
+    .await;
     assert_eq!(
         report.halted,
         Some(Halted::Budget {
@@ -175,16 +174,15 @@ async fn a_budget_halt_puts_intent_back_for_what_did_not_converge() {
         .await
         .unwrap();
     assert_eq!(again.plan.service_changes().len(), 1);
-    let report = session
-        .execute(
-            crate::sim_common::yes(&again.plan),
-            &exec,
-            transport(),
-            &NullReporter,
-            std::future::pending(),
-        )
-        .await
-        .unwrap();
+    let report = crate::flows_common::execute_yes(
+        session.apis,
+        session.catalog,
+        &again.plan,
+        &exec,
+        transport(),
+        &NullReporter,
+    )
+    .await;
     assert!(report.all_succeeded(), "{}", report.render(&again.plan));
     let last = session
         .plan(&req, ImageChoice::Image(newer), options)

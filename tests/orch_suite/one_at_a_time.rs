@@ -167,7 +167,7 @@ pub(crate) async fn lock_board(apis: &Apis) -> LockBoard {
 }
 
 /// The lock records' keys in the `sdc` application's metadata.
-async fn lock_keys(apis: &Apis) -> Vec<String> {
+pub(crate) async fn lock_keys(apis: &Apis) -> Vec<String> {
     lock_board(apis)
         .await
         .entries
@@ -178,7 +178,7 @@ async fn lock_keys(apis: &Apis) -> Vec<String> {
 
 /// Delete `keys` from the `sdc` application's metadata, as an operator
 /// cleaning up (or a colleague's tooling) would.
-async fn delete_metadata_keys(apis: &Apis, keys: &[String]) {
+pub(crate) async fn delete_metadata_keys(apis: &Apis, keys: &[String]) {
     let app = apis.sapi.sdc_application().await.unwrap().unwrap();
     let cleanup = Update {
         action: Some(UpdateAction::Delete),

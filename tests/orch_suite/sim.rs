@@ -81,16 +81,15 @@ async fn plan_intent(session: &Session<'_>, req: &Request) -> Planned {
 
 /// Execute `plan` with the fast settings above and no progress output.
 async fn run(session: &Session<'_>, plan: &agentsadm_plan::Plan) -> ExecReport {
-    session
-        .execute(
-            crate::sim_common::yes(plan),
-            &options(),
-            fast_transport(),
-            &NullReporter,
-            std::future::pending(),
-        )
-        .await
-        .unwrap()
+    crate::flows_common::execute_yes(
+        session.apis,
+        session.catalog,
+        plan,
+        &options(),
+        fast_transport(),
+        &NullReporter,
+    )
+    .await
 }
 
 fn options() -> ExecOptions {
@@ -446,7 +445,7 @@ async fn adopt_recreates_services_and_instances_then_has_nothing_left() {
     let plan = adopt::plan_adoption(&catalog, &intent, &reality, None);
     assert_eq!(plan.new_services.len(), 1, "{}", plan.render());
     assert_eq!(plan.instances.len(), 8, "{}", plan.render());
-    let report = adopt::adopt(&apis.sapi, crate::sim_common::yes(&plan.plan)).await;
+    let report = crate::flows_common::adopt_yes(&apis, &catalog).await;
     assert!(report.failures.is_empty(), "{report:?}");
     assert_eq!((report.services_created, report.instances_adopted), (1, 8));
 
@@ -507,16 +506,15 @@ async fn a_failed_cn_agent_self_update_is_reported_after_the_grace_period() {
         confirm_grace_after_failure: Duration::from_millis(300),
         ..fast_transport()
     };
-    let report = session
-        .execute(
-            crate::sim_common::yes(&planned.plan),
-            &options(),
-            transport,
-            &NullReporter,
-            std::future::pending(),
-        )
-        .await
-        .unwrap();
+    let report = crate::flows_common::execute_yes(
+        session.apis,
+        session.catalog,
+        &planned.plan,
+        &options(),
+        transport,
+        &NullReporter,
+    )
+    .await;
     let f = report.servers[&cn1.uuid]
         .failure
         .as_ref()
@@ -686,16 +684,15 @@ async fn seeded_racks_are_never_over_their_limit() {
     );
     let options = options();
     let reporter = RecordingReporter::default();
-    let report = session
-        .execute(
-            crate::sim_common::yes(p),
-            &options,
-            fast_transport(),
-            &reporter,
-            std::future::pending(),
-        )
-        .await
-        .unwrap();
+    let report = crate::flows_common::execute_yes(
+        session.apis,
+        session.catalog,
+        p,
+        &options,
+        fast_transport(),
+        &reporter,
+    )
+    .await;
     assert!(report.all_succeeded(), "{}", report.render(p));
     let canaries = report.canary.as_ref().unwrap().servers.clone();
     let canary_racks: std::collections::BTreeSet<Option<String>> =
@@ -875,7 +872,7 @@ async fn instances_without_params_are_their_servers_own() {
         "{}",
         plan.render()
     );
-    let done = adopt::adopt(&apis.sapi, crate::sim_common::yes(&plan.plan)).await;
+    let done = crate::flows_common::adopt_yes(&apis, &catalog).await;
     assert!(done.failures.is_empty(), "{done:?}");
     let (intent, _) = gather::gather(&apis, &catalog).await.unwrap();
     for (before, after) in net_before.iter().zip(bare(&intent, "net-agent")) {

@@ -26,12 +26,16 @@ use agentsadm_types::ids::ImageUuid;
 use agentsadm_types::ids::InstanceUuid;
 
 use agentsadm_orchestrate::execute::ExecOptions;
+use agentsadm_orchestrate::execute::Executor;
 use agentsadm_orchestrate::images::ImageChoice;
+use agentsadm_orchestrate::records::ApiRecords;
 use agentsadm_orchestrate::report::ExecReport;
 use agentsadm_orchestrate::report::NullReporter;
 use agentsadm_orchestrate::report::ServerStatus;
 use agentsadm_orchestrate::report::StepStatus;
 use agentsadm_orchestrate::session::Session;
+use agentsadm_orchestrate::store::SapiIntentStore;
+use agentsadm_orchestrate::transport::CnapiTransport;
 use agentsadm_orchestrate::transport::CnapiTransportConfig;
 use agentsadm_plan::ComponentSelection;
 use agentsadm_plan::Operation;
@@ -279,15 +283,26 @@ async fn rollout_of_500_servers_with_faults_converges_on_the_second_run() {
     // 5xx bursts from CNAPI and SAPI, alternately, while the run lasts.
     let running = AtomicBool::new(true);
     let run = async {
-        let r = session
-            .execute(
-                crate::sim_common::yes(plan),
-                &exec_options(),
-                transport(),
-                &NullReporter,
-                std::future::pending(),
-            )
-            .await;
+        // The executor and the CNAPI transport under the bursts, built
+        // here as the run builds them but without the run's lock: through
+        // `Run`, a SAPI burst that outlasts the lock's confirmation stops
+        // the run from starting more servers (an outage, as it should), so
+        // the transport's own retries would not be what is measured.
+        let transport = CnapiTransport::new(
+            session.apis.cnapi.clone(),
+            session.catalog.clone(),
+            transport(),
+        )
+        .with_sapi(session.apis.sapi.clone())
+        .with_imgapi(session.apis.imgapi.clone());
+        let store = SapiIntentStore::new(session.apis.sapi.clone());
+        let records = ApiRecords::new(session.apis);
+        let options = exec_options();
+        let r = Executor::new(&transport, &store, &NullReporter, &options)
+            .with_records(&records)
+            .execute(crate::sim_common::yes(plan), std::future::pending())
+            .await
+            .expect("the run starts");
         running.store(false, Ordering::Relaxed);
         r
     };
@@ -307,7 +322,6 @@ async fn rollout_of_500_servers_with_faults_converges_on_the_second_run() {
         n
     };
     let (report, bursts) = tokio::join!(run, inject);
-    let report = report.expect("the run starts");
     assert!(bursts >= 2, "the run was over before any 5xx burst");
 
     let failed = check_outcomes(&dc, plan, &report, &targets);
@@ -444,16 +458,15 @@ async fn rollout_of_500_servers_with_faults_converges_on_the_second_run() {
         "the re-plan is not the unconverged servers: {differing:#?}\n{}",
         again.plan
     );
-    let report = session
-        .execute(
-            crate::sim_common::yes(&again.plan),
-            &exec_options(),
-            transport(),
-            &NullReporter,
-            std::future::pending(),
-        )
-        .await
-        .expect("the second run starts");
+    let report = crate::flows_common::execute_yes(
+        session.apis,
+        session.catalog,
+        &again.plan,
+        &exec_options(),
+        transport(),
+        &NullReporter,
+    )
+    .await;
     assert!(report.all_succeeded(), "{}", report.render(&again.plan));
     assert_eq!(report.exit_status(&again.plan), 0);
     check_outcomes(&dc, &again.plan, &report, &targets);
@@ -510,7 +523,6 @@ impl agentsadm_orchestrate::transport::Transport for Recording<'_> {
 /// undo cn-agent's. The 500-server run above caught the lost update.
 #[tokio::test(start_paused = true)]
 async fn execute_steps_start_after_the_servers_cn_agent_tasks() {
-    use agentsadm_orchestrate::execute::Executor;
     use agentsadm_plan::PlanningInput;
     use agentsadm_plan::plan;
     use agentsadm_sim::fake::FakeDc;

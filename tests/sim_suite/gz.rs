@@ -448,16 +448,15 @@ async fn orchestrated_update_through_execute_converges() {
         task_timeout: Duration::from_secs(60),
         ..Default::default()
     };
-    let report = session
-        .execute(
-            crate::sim_common::yes(&planned.plan),
-            &options,
-            transport,
-            &NullReporter,
-            std::future::pending(),
-        )
-        .await
-        .unwrap();
+    let report = crate::flows_common::execute_yes(
+        session.apis,
+        session.catalog,
+        &planned.plan,
+        &options,
+        transport,
+        &NullReporter,
+    )
+    .await;
     assert!(report.all_succeeded(), "{}", report.render(&planned.plan));
     let again = session
         .plan(&req, ImageChoice::Latest, TransportMode::Execute)

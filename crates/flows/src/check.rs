@@ -9,14 +9,8 @@
 //!   [`agentsadm_orchestrate::run::Run`] does it for `check --fix` (lock,
 //!   question or `-y`, fence, waves), and [`after_fix`]: what the repairs
 //!   did and a check of what is left.
-//! - [`fix`]: carry out confirmed repairs through the orchestrator's
-//!   [`Executor`] (CNAPI reports, SAPI writes, server steps through
-//!   [`CnapiTransport`]) and check again (for callers that hold the lock
-//!   themselves).
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::future::Future;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use futures::stream::{self, StreamExt};
@@ -38,22 +32,13 @@ use agentsadm_api::Apis;
 use agentsadm_api::cnapi::CnapiClient;
 use agentsadm_api::remote::AgentsReport;
 use agentsadm_api::remote::gz_execute_request;
-use agentsadm_orchestrate::confirm::Confirmed;
 use agentsadm_orchestrate::execute::DEFAULT_CONCURRENCY;
-use agentsadm_orchestrate::execute::ExecOptions;
-use agentsadm_orchestrate::execute::Executor;
-use agentsadm_orchestrate::execute::RunGate;
 use agentsadm_orchestrate::gather;
 use agentsadm_orchestrate::gather::Answers;
 use agentsadm_orchestrate::gather::GatherError;
-use agentsadm_orchestrate::records::ApiRecords;
 use agentsadm_orchestrate::records::RecordStatus;
 use agentsadm_orchestrate::report::ExecReport;
-use agentsadm_orchestrate::report::Reporter;
 use agentsadm_orchestrate::run::Planner;
-use agentsadm_orchestrate::store::SapiIntentStore;
-use agentsadm_orchestrate::transport::CnapiTransport;
-use agentsadm_orchestrate::transport::CnapiTransportConfig;
 use agentsadm_plan::ImageRef;
 use agentsadm_plan::Plan;
 use agentsadm_plan::PlanError;
@@ -476,33 +461,6 @@ impl RepairReport {
     }
 }
 
-/// How repairs run.
-#[derive(Clone, Copy)]
-pub struct RepairOptions<'a> {
-    pub exec: &'a ExecOptions,
-    pub transport: &'a CnapiTransportConfig,
-    pub reporter: &'a dyn Reporter,
-    /// Set once another process broke the datacenter lock (`check --fix`
-    /// holds it): from then on no record change is made and no new server
-    /// starts, as for `update`.
-    pub lock_lost: Option<&'a AtomicBool>,
-}
-
-/// The library call's answers to the executor: the repairs were agreed as
-/// a whole, so a passed canary wave goes on; a broken lock starts no new
-/// server.
-struct RepairGate<'a>(Option<&'a AtomicBool>);
-
-impl RunGate for RepairGate<'_> {
-    fn lock_lost(&self) -> bool {
-        self.0.is_some_and(|lost| lost.load(Ordering::SeqCst))
-    }
-
-    async fn canary_passed(&self, _canaries: &[String], _remaining: usize) -> bool {
-        true
-    }
-}
-
 /// What `check --fix` did and what is left.
 #[derive(Clone, Debug)]
 pub struct FixOutcome {
@@ -520,49 +478,6 @@ impl FixOutcome {
             self.after.exit_status()
         }
     }
-}
-
-/// Carry out confirmed repairs (CNAPI reports, SAPI writes, then the
-/// server steps in their waves, each install's replaced instance deleted
-/// once the server reports the new one), then check again. The caller
-/// holds the datacenter lock; [`agentsadm_orchestrate::run::Run`] with
-/// [`FixPlanner`] does all of it for the command line.
-pub async fn fix(
-    apis: &Apis,
-    catalog: &Catalog,
-    request: &CheckRequest,
-    config: &CheckConfig,
-    confirmed: Confirmed<'_>,
-    options: RepairOptions<'_>,
-    cancel: impl Future<Output = ()>,
-) -> Result<FixOutcome, CheckError> {
-    let transport = CnapiTransport::new(
-        apis.cnapi.clone(),
-        catalog.clone(),
-        options.transport.clone(),
-    )
-    .with_sapi(apis.sapi.clone())
-    .with_imgapi(apis.imgapi.clone());
-    let store = SapiIntentStore::new(apis.sapi.clone());
-    let records = ApiRecords::new(apis);
-    let executor =
-        Executor::new(&transport, &store, options.reporter, options.exec).with_records(&records);
-    let gate = RepairGate(options.lock_lost);
-    let report = match executor.execute_gated(confirmed, cancel, &gate).await {
-        Ok(report) => report,
-        Err(e) => {
-            // Only a rollout's service defaults fail this way; repairs
-            // carry none, but say it if it ever happens.
-            let mut r = RepairReport::default();
-            r.failures.push(RepairFailure {
-                what: "start the repairs".to_string(),
-                message: error_chain(&e),
-            });
-            let after = check(apis, catalog, request, config).await?;
-            return Ok(FixOutcome { repairs: r, after });
-        }
-    };
-    after_fix(apis, catalog, request, config, confirmed.plan(), report).await
 }
 
 /// The end of `check --fix`: what the executor did, and a check of what

@@ -21,7 +21,8 @@
 //! changes (the instance deletions, then the CNAPI call), run like every
 //! other plan: [`CleanupPlanner`] gives it to
 //! [`agentsadm_orchestrate::run::Run`] (lock, question or `-y`, fence);
-//! [`prepare`] reads, [`execute`] writes a confirmed plan.
+//! [`prepare`] reads; the run executes the plan; [`CleanupReport`] tells
+//! what its report says of the instances and CNAPI.
 
 use agentsadm_types::component::ComponentName;
 use std::fmt::Write as _;
@@ -35,16 +36,12 @@ use agentsadm_api::Apis;
 use agentsadm_api::cnapi::ServerListFilter;
 use agentsadm_api::sapi::Instance;
 use agentsadm_api::sapi::Service;
-use agentsadm_orchestrate::confirm::Confirmed;
-use agentsadm_orchestrate::execute::{ExecOptions, Executor};
-use agentsadm_orchestrate::records::{ApiRecords, RecordStatus};
-use agentsadm_orchestrate::report::{ExecReport, NullReporter};
+use agentsadm_orchestrate::records::RecordStatus;
+use agentsadm_orchestrate::report::ExecReport;
 use agentsadm_orchestrate::run::{Planned, Planner};
-use agentsadm_orchestrate::store::SapiIntentStore;
 use agentsadm_plan::{
     IntentChange, Operation, Plan, PlanBuilder, RecordChange, RolloutPolicy, ServerCall,
 };
-use agentsadm_types::error::error_chain;
 use agentsadm_types::ids::InstanceUuid;
 use agentsadm_types::ids::JobUuid;
 use agentsadm_types::ids::ServerUuid;
@@ -554,7 +551,7 @@ pub enum CnapiOutcome {
     },
 }
 
-/// What [`execute`] did.
+/// What a run of a cleanup plan did ([`CleanupReport::from_exec`]).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct CleanupReport {
     pub instances: Vec<InstanceOutcome>,
@@ -705,36 +702,6 @@ impl CleanupReport {
             cnapi,
             warnings,
         }
-    }
-}
-
-/// Carry out a confirmed cleanup: delete the instances, then call CNAPI
-/// (only when every instance is gone). The caller holds the datacenter
-/// lock; [`agentsadm_orchestrate::run::Run`] with [`CleanupPlanner`] does
-/// all of it for the command line.
-pub async fn execute(apis: &Apis, confirmed: Confirmed<'_>) -> CleanupReport {
-    let store = SapiIntentStore::new(apis.sapi.clone());
-    let records = ApiRecords::new(apis);
-    let options = ExecOptions::default();
-    let transport = agentsadm_orchestrate::transport::CnapiTransport::new(
-        apis.cnapi.clone(),
-        agentsadm_types::catalog::Catalog::builtin(),
-        Default::default(),
-    )
-    .with_sapi(apis.sapi.clone());
-    let executor =
-        Executor::new(&transport, &store, &NullReporter, &options).with_records(&records);
-    match executor.execute(confirmed, std::future::pending()).await {
-        Ok(report) => CleanupReport::from_exec(&report),
-        // Only a rollout's service defaults fail this way; a cleanup has
-        // none.
-        Err(e) => CleanupReport {
-            instances: Vec::new(),
-            cnapi: CnapiOutcome::NotRun {
-                reason: error_chain(&e),
-            },
-            warnings: Vec::new(),
-        },
     }
 }
 

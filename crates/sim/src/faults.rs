@@ -329,6 +329,7 @@ pub struct Faults {
     rng: Mutex<SmallRng>,
     /// SAPI instance writes still to fail (a storage error).
     sapi_write_failures: AtomicU32,
+    sapi_delete_failures: AtomicU32,
     /// Latency drawn per write (POST, PUT, DELETE) to each API, before it
     /// is handled: a slow backing store, so a write lands late.
     write_latency: Mutex<BTreeMap<SimApi, LatencySpec>>,
@@ -343,8 +344,23 @@ impl Faults {
             // fault does not rename anything.
             rng: Mutex::new(SmallRng::seed_from_u64(seed ^ 0x5eed_fa17)),
             sapi_write_failures: AtomicU32::new(0),
+            sapi_delete_failures: AtomicU32::new(0),
             write_latency: Mutex::new(BTreeMap::new()),
         }
+    }
+
+    /// The next `count` SAPI instance deletes (DeleteInstance) fail with a
+    /// storage error: a cleanup that fails part way while SAPI still
+    /// answers everything else (the run's lock and history included).
+    pub fn fail_sapi_deletes(&self, count: u32) {
+        self.sapi_delete_failures.store(count, Ordering::Relaxed);
+    }
+
+    /// Whether this SAPI instance delete fails (consumes one failure).
+    pub(crate) fn take_sapi_delete_failure(&self) -> bool {
+        self.sapi_delete_failures
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| n.checked_sub(1))
+            .is_ok()
     }
 
     fn servers(&self) -> std::sync::MutexGuard<'_, ServerFaults> {
@@ -356,6 +372,7 @@ impl Faults {
     pub fn clear(&self) {
         *self.servers() = ServerFaults::default();
         self.sapi_write_failures.store(0, Ordering::Relaxed);
+        self.sapi_delete_failures.store(0, Ordering::Relaxed);
         for a in &self.apis {
             a.burst_remaining.store(0, Ordering::Relaxed);
             a.latency_us.store(0, Ordering::Relaxed);

@@ -66,6 +66,7 @@ use agentsadm_orchestrate::execute::ExecOptions;
 use agentsadm_orchestrate::execute::Executor;
 use agentsadm_orchestrate::report::ExecReport;
 use agentsadm_orchestrate::report::NullReporter;
+use agentsadm_orchestrate::run::{AskError, Operator, Run, RunOutcome, RunSettings, Shown};
 use agentsadm_plan::ComponentSelection;
 use agentsadm_plan::Operation;
 use agentsadm_plan::Plan;
@@ -273,8 +274,7 @@ async fn measure_sim(
     components: Option<&[&str]>,
 ) -> anyhow::Result<ModeResult> {
     use agentsadm_orchestrate::images::ImageChoice;
-    use agentsadm_orchestrate::session::Session;
-    use agentsadm_orchestrate::transport::CnapiTransportConfig;
+    use agentsadm_orchestrate::session::{RequestPlanner, Session};
     use agentsadm_sim::GzLayout;
     use agentsadm_sim::LatencySpec;
     use agentsadm_sim::SeedSpec;
@@ -351,23 +351,34 @@ async fn measure_sim(
         )
         .await?;
     check_plan(&planned.plan, servers)?;
-    let options = ExecOptions {
-        parallel_within_server: components.is_some(),
-        ..Default::default()
+    let settings = RunSettings {
+        yes: true,
+        rollout,
+        options: ExecOptions {
+            parallel_within_server: components.is_some(),
+            ..Default::default()
+        },
+        ..RunSettings::default()
     };
-    let transport = CnapiTransportConfig {
-        confirm_poll: (Duration::from_millis(5), Duration::from_millis(50)),
-        ..Default::default()
+    // `agentsadm update -y` as the binary runs it, timed from here: the
+    // lock, the plan made again under it, execution and the history entry
+    // (in SAPI only: no journals in the developer's home).
+    let mut run = Run::new(&apis, &catalog, &settings, &NullReporter, "update");
+    run.transport.confirm_poll = (Duration::from_millis(5), Duration::from_millis(50));
+    run.lock.settle = Duration::from_millis(20);
+    if let Some(h) = run.history.as_mut() {
+        h.local = None;
+    }
+    let planner = RequestPlanner {
+        session,
+        request,
+        choice: ImageChoice::Latest,
+        options: settings.plan_options(),
+        durations: None,
     };
-    // Under the datacenter lock, confirmed as a run confirms it: its reads
-    // are part of what a step costs.
-    use agentsadm_orchestrate::lock;
+    // The run takes the datacenter lock and confirms it as the binary
+    // does: its reads are part of what a step costs.
     use agentsadm_sim::SimApi;
-    let store = lock::SapiLockStore::new(apis.sapi.clone()).await?;
-    let options_lock = lock::LockOptions::default();
-    let dc_lock =
-        lock::acquire(&store, &lock::this_owner(), "bench rollout", &options_lock).await?;
-    let fence = agentsadm_orchestrate::lock::LockFence::new(&dc_lock);
     let calls = || {
         (
             dc.client_calls(SimApi::Sapi),
@@ -376,21 +387,15 @@ async fn measure_sim(
     };
     let before = calls();
     let t = Instant::now();
-    let report = session
-        .execute_fenced(
-            yes(&planned.plan),
-            &options,
-            transport,
-            &NullReporter,
-            std::future::pending(),
-            &agentsadm_orchestrate::execute::Unattended,
-            &fence,
-        )
-        .await?;
+    let report = match run
+        .go(&planner, &Unattended, std::future::pending())
+        .await?
+    {
+        RunOutcome::Executed { report, .. } => report,
+        other => anyhow::bail!("benchmark rollout did not run: {other:?}"),
+    };
     let wall = t.elapsed().as_secs_f64();
     let after = calls();
-    drop(fence);
-    dc_lock.release().await?;
     dc.shutdown().await;
     let per_step = PerStep::new(
         planned.plan.step_count(),
@@ -653,6 +658,27 @@ pub(super) fn yes(plan: &Plan) -> agentsadm_orchestrate::confirm::Confirmed<'_> 
             ..Default::default()
         });
     agentsadm_orchestrate::confirm::Confirmed::by_yes(&*YES, plan).expect("-y")
+}
+
+/// The benchmark's operator: `-y`, nothing shown, the canary wave passes.
+struct Unattended;
+
+impl Operator<Plan> for Unattended {
+    fn show(&self, _: &Plan, _: Shown) {}
+
+    fn interactive(&self) -> bool {
+        false
+    }
+
+    async fn ask(&self, _: &Plan) -> Result<bool, AskError> {
+        Ok(false)
+    }
+
+    fn note(&self, _: &str) {}
+
+    async fn canary_passed(&self, _: &[String], _: usize, _: bool) -> bool {
+        true
+    }
 }
 
 #[cfg(test)]

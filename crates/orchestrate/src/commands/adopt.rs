@@ -30,14 +30,10 @@ use serde::Serialize;
 
 use agentsadm_plan::intent::InstanceLink;
 
-use crate::carriers::records::{ApiRecords, RecordStatus};
-use crate::carriers::store::SapiIntentStore;
-use crate::executor::execute::{ExecOptions, Executor};
+use crate::carriers::records::RecordStatus;
 use crate::runner::run::{Planned, Planner};
-use crate::vocabulary::confirm::Confirmed;
-use crate::vocabulary::report::{ExecReport, NullReporter};
+use crate::vocabulary::report::ExecReport;
 use agentsadm_api::adoption::{Adoption, adopt_instance};
-use agentsadm_api::sapi::SapiClient;
 use agentsadm_plan::intent::Intent;
 use agentsadm_plan::reality::Reality;
 use agentsadm_plan::{Operation, Plan, PlanBuilder, RecordChange, RolloutPolicy, ServiceChange};
@@ -461,45 +457,5 @@ impl AdoptReport {
         } else {
             2
         }
-    }
-}
-
-/// Carry out a confirmed adoption through SAPI alone (services first, then
-/// instances 20 at a time; failures are collected).
-pub async fn adopt(sapi: &SapiClient, confirmed: Confirmed<'_>) -> AdoptReport {
-    let store = SapiIntentStore::new(sapi.clone());
-    let records = ApiRecords::sapi_only(sapi);
-    let options = ExecOptions::default();
-    let executor =
-        Executor::new(&NoServers, &store, &NullReporter, &options).with_records(&records);
-    match executor.execute(confirmed, std::future::pending()).await {
-        Ok(report) => AdoptReport::from_exec(&report),
-        // Only service default changes of a rollout fail this way, and an
-        // adoption plan has none.
-        Err(e) => AdoptReport {
-            service_failures: vec![(String::new(), agentsadm_types::error::error_chain(&e))],
-            ..AdoptReport::default()
-        },
-    }
-}
-
-/// Adoption reaches no server.
-struct NoServers;
-
-impl crate::carriers::transport::Transport for NoServers {
-    fn run<'a>(
-        &'a self,
-        _: ServerUuid,
-        _: &'a agentsadm_plan::Step,
-    ) -> futures::future::BoxFuture<
-        'a,
-        Result<crate::carriers::transport::StepDone, crate::carriers::transport::StepFailure>,
-    > {
-        Box::pin(async {
-            Err(crate::carriers::transport::StepFailure::new(
-                crate::vocabulary::report::FailureStage::Execute,
-                "adoption runs no step on servers".to_string(),
-            ))
-        })
     }
 }

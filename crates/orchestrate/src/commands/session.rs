@@ -1,11 +1,10 @@
 //! `update`, `install` and `remove` against a datacenter's APIs, as library
 //! calls: gather, resolve images, plan ([`Session::plan`], or
-//! [`RequestPlanner`] for [`crate::run::Run`]); then, once the operator
-//! confirmed, import images and execute through CNAPI and SAPI.
-//!
-//! The command line (through [`crate::run::Run`]), the demo, the
-//! simulator-backed tests and benchmarks all go through here, so they
-//! exercise the same path:
+//! [`RequestPlanner`] for [`crate::run::Run`]). Carrying a plan out is the
+//! run's alone (the lock, the plan made again under it, the question or
+//! `-y`, history): the command line, the demo, the simulator-backed tests
+//! and the benchmarks all give a [`RequestPlanner`] (or the plan they
+//! made) to [`crate::run::Run::go`], so they exercise the same path.
 //!
 //! ```no_run
 //! # async fn f(apis: agentsadm_api::Apis) -> Result<(), Box<dyn std::error::Error>> {
@@ -23,26 +22,10 @@
 //! };
 //! let planned = session.plan(&request, ImageChoice::Latest, TransportMode::Auto).await?;
 //! println!("{}", planned.plan);
-//! // -y: agreed in advance (without it, only the prompt makes the token).
-//! let settings = agentsadm_orchestrate::run::RunSettings { yes: true, ..Default::default() };
-//! let confirmed = agentsadm_orchestrate::confirm::Confirmed::by_yes(&settings, &planned.plan)
-//!     .expect("-y");
-//! let report = session
-//!     .execute(confirmed, &settings.options, Default::default(),
-//!              &agentsadm_orchestrate::report::NullReporter, std::future::pending())
-//!     .await?;
-//! # let _ = report; Ok(()) }
+//! # Ok(()) }
 //! ```
 
-use std::future::Future;
-
 use crate::executor::execute::ExecError;
-
-use crate::executor::execute::ExecOptions;
-
-use crate::executor::execute::Executor;
-
-use crate::executor::execute::RunGate;
 
 use crate::carriers::gather;
 use crate::carriers::gather::GatherError;
@@ -50,15 +33,7 @@ use crate::carriers::images;
 use crate::carriers::images::ImageChoice;
 use crate::carriers::images::ImageError;
 use crate::carriers::images::ImageSources;
-use crate::carriers::records::ApiRecords;
-use crate::carriers::store::SapiIntentStore;
-use crate::carriers::transport::CnapiTransport;
-use crate::carriers::transport::CnapiTransportConfig;
-use crate::executor::execute::Unattended;
 use crate::runner::run::Planner;
-use crate::vocabulary::confirm::Confirmed;
-use crate::vocabulary::report::ExecReport;
-use crate::vocabulary::report::Reporter;
 use agentsadm_api::Apis;
 use agentsadm_api::ImgapiClient;
 use agentsadm_plan::ComponentSelection;
@@ -173,63 +148,6 @@ impl Session<'_> {
             reality,
             images,
         })
-    }
-
-    /// Import the plan's images, then execute it through CNAPI (install-agent
-    /// and execute) and SAPI. The caller holds the datacenter lock.
-    pub async fn execute(
-        &self,
-        plan: Confirmed<'_>,
-        options: &ExecOptions,
-        transport: CnapiTransportConfig,
-        reporter: &dyn Reporter,
-        cancel: impl Future<Output = ()>,
-    ) -> Result<ExecReport, SessionError> {
-        self.execute_gated(plan, options, transport, reporter, cancel, &Unattended)
-            .await
-    }
-
-    /// [`Session::execute`], asking `gate` after the canary wave and
-    /// before each server starts (see [`RunGate`]).
-    pub async fn execute_gated(
-        &self,
-        plan: Confirmed<'_>,
-        options: &ExecOptions,
-        transport: CnapiTransportConfig,
-        reporter: &dyn Reporter,
-        cancel: impl Future<Output = ()>,
-        gate: &impl RunGate,
-    ) -> Result<ExecReport, SessionError> {
-        let unfenced = crate::carriers::guard::Unfenced;
-        self.execute_fenced(plan, options, transport, reporter, cancel, gate, &unfenced)
-            .await
-    }
-
-    /// [`Session::execute_gated`] under the datacenter lock the caller
-    /// holds, confirmed through `fence` as a run confirms it.
-    #[expect(clippy::too_many_arguments, reason = "execute_gated's and the fence")]
-    pub async fn execute_fenced(
-        &self,
-        plan: Confirmed<'_>,
-        options: &ExecOptions,
-        transport: CnapiTransportConfig,
-        reporter: &dyn Reporter,
-        cancel: impl Future<Output = ()>,
-        gate: &impl RunGate,
-        fence: &dyn crate::carriers::guard::Fence,
-    ) -> Result<ExecReport, SessionError> {
-        images::import(&self.apis.imgapi, plan.plan().imports()).await?;
-        let transport =
-            CnapiTransport::new(self.apis.cnapi.clone(), self.catalog.clone(), transport)
-                .with_sapi(self.apis.sapi.clone())
-                .with_imgapi(self.apis.imgapi.clone());
-        let store = SapiIntentStore::new(self.apis.sapi.clone());
-        let records = ApiRecords::new(self.apis);
-        let probe = crate::carriers::guard::NoProbe;
-        let executor = Executor::new(&transport, &store, reporter, options)
-            .with_records(&records)
-            .with_guard(fence, &probe);
-        Ok(executor.execute_gated(plan, cancel, gate).await?)
     }
 }
 

@@ -232,6 +232,12 @@ pub(super) async fn update_instance(
 }
 
 pub(super) async fn delete_instance(State(svc): Svc, Path(uuid): Path<String>) -> Response {
+    if svc.info.faults.take_sapi_delete_failure() {
+        return plain_error(
+            STYLE,
+            format!("injected storage error: delObject sapi_instances {uuid} failed"),
+        );
+    }
     let mut store = svc.lock();
     match uuid.parse().ok().and_then(|u| store.remove_instance(u)) {
         // Agents: the object is deleted; nothing on the server is touched.
