@@ -437,16 +437,55 @@ async fn kill_self_update_with(
     assert_eq!(status.signal(), Some(9), "{point}");
 }
 
+/// After the rerun of a killed self-update from `v1` to `v2`: the job is
+/// done once, not twice. `v2` runs; new servers get it (SAPI's default,
+/// the USB key's copy, CNAPI's entry); the datacenter IMGAPI has it
+/// active; the copy kept for --rollback is still `v1` (an install
+/// repeated over itself would keep `v2`); no stray file is left beside
+/// the USB key's copy.
+async fn assert_finished_once(
+    dc: &SimDc,
+    hn: &Path,
+    v1: &ImageManifest,
+    v2: &ImageManifest,
+    point: &str,
+) {
+    assert_eq!(runs(hn), format!("agentsadm {}", v2.version), "{point}");
+    assert_new_servers_get(dc, hn, v2);
+    assert!(
+        dc_images(dc).await.contains(&v2.uuid.to_string()),
+        "{point}: {} is not active in the datacenter IMGAPI",
+        v2.uuid
+    );
+    let line = ok(&self_update(dc, hn, &["-n", "--rollback"]).await);
+    assert!(
+        line.starts_with(&format!(
+            "Would roll agentsadm back from {} to {}",
+            v2.version, v1.version
+        )),
+        "{point}: {line}"
+    );
+    let beside: Vec<String> = std::fs::read_dir(hn.join(USBKEY_COPY).parent().unwrap())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(beside, ["agentsadm"], "{point}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigkill_during_self_update_leaves_a_binary_that_runs() {
     for point in [
         "downloaded",
+        "staged",
         "after-journal",
         "after-move-old",
         "after-place-new",
+        "after-smf",
         "after-adopt",
         "committing",
+        "after-previous",
         "self-update-installed",
+        "self-update-default-set",
     ] {
         let dc = dc().await;
         let hn = dc.headnode().root;
@@ -462,8 +501,39 @@ async fn sigkill_during_self_update_leaves_a_binary_that_runs() {
         // The same command again finishes the job.
         let line = ok(&self_update(&dc, &hn, &["--latest", "-C", "dev"]).await);
         assert!(line.contains(&v2.version), "{point}: {line}");
-        assert_eq!(runs(&hn), format!("agentsadm {}", v2.version), "{point}");
-        assert_new_servers_get(&dc, &hn, &v2);
+        assert_finished_once(&dc, &hn, &v1, &v2, point).await;
+        dc.shutdown().await;
+    }
+}
+
+/// `self-update FILE` killed at each step, from the install to the
+/// upload into the datacenter IMGAPI (manifest imported, file added, not
+/// yet activated) and SAPI's default: the same command run again
+/// finishes it (main took a half-uploaded image for uploaded, and gave
+/// new servers an image IMGAPI does not serve).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigkill_during_self_update_from_a_file_is_finished_by_the_same_command() {
+    let dir = tempfile::tempdir().unwrap();
+    let v3 = crate::gz_common::image("agentsadm", "1.3.0");
+    let file = crate::gz_common::write_image(&v3, dir.path());
+    let file = file.to_str().unwrap();
+    for point in [
+        "after-journal",
+        "after-place-new",
+        "committing",
+        "self-update-installed",
+        "self-update-upload-manifest",
+        "self-update-upload-file",
+        "self-update-default-set",
+    ] {
+        let dc = dc().await;
+        let hn = dc.headnode().root;
+        let (v1, _) = images_of(&dc);
+        let versions = [v1.version.clone(), v3.manifest.version.clone()];
+        kill_self_update_with(&dc, &hn, &[file], point, &versions).await;
+        let line = ok(&self_update(&dc, &hn, &[file]).await);
+        assert!(line.contains(&v3.manifest.version), "{point}: {line}");
+        assert_finished_once(&dc, &hn, &v1, &v3.manifest, point).await;
         dc.shutdown().await;
     }
 }
