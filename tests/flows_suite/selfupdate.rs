@@ -612,3 +612,69 @@ async fn update_agentsadm_rolls_out_to_every_server_and_converges() {
     assert!(run.stdout.contains("Nothing to do."), "{}", run.stdout);
     dc.shutdown().await;
 }
+
+/// `agentsadm hold agentsadm` (datacenter-wide, or on the headnode only)
+/// stops a self-update that would move the installed copy, naming the
+/// hold and what lets it move, with nothing changed (main updated it
+/// anyway); `--ignore-holds` moves it, and `--rollback` is held too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn self_update_honours_holds_on_agentsadm() {
+    let dc = dc().await;
+    let hn = dc.headnode().root;
+    let (v1, v2) = images_of(&dc);
+    let env = dc_env(&dc);
+    let hostname = dc.headnode().hostname.clone();
+    for (hold, scope) in [
+        (
+            vec!["hold", "agentsadm", "--reason", "case 9"],
+            "datacenter-wide",
+        ),
+        (
+            vec![
+                "hold",
+                "agentsadm",
+                "-s",
+                hostname.as_str(),
+                "--reason",
+                "case 9",
+            ],
+            "on this server",
+        ),
+    ] {
+        let run = agentsadm(&hold, &env).await;
+        assert_eq!(run.code, Some(0), "{}", run.stderr);
+        let (state, files) = (dc_state(&dc).await, snapshot(&hn));
+        for args in [
+            &["--latest", "-C", "dev"][..],
+            &["-n", "--latest", "-C", "dev"],
+        ] {
+            let err = refused(&self_update(&dc, &hn, args).await);
+            assert!(
+                err.contains(&format!("agentsadm is held {scope} by "))
+                    && err.contains("case 9")
+                    && err.contains("'agentsadm release agentsadm'")
+                    && err.contains("--ignore-holds"),
+                "{err}"
+            );
+        }
+        assert_same_state(&state, &dc_state(&dc).await, scope);
+        assert_same(&files, &snapshot(&hn), scope);
+        assert_eq!(runs(&hn), format!("agentsadm {}", v1.version));
+        let mut release = vec!["release", "agentsadm"];
+        if scope == "on this server" {
+            release.extend(["-s", hostname.as_str()]);
+        }
+        let run = agentsadm(&release, &env).await;
+        assert_eq!(run.code, Some(0), "{}", run.stderr);
+    }
+    // Held again: --ignore-holds moves it, and a rollback is held too.
+    let run = agentsadm(&["hold", "agentsadm"], &env).await;
+    assert_eq!(run.code, Some(0), "{}", run.stderr);
+    let line = ok(&self_update(&dc, &hn, &["--latest", "-C", "dev", "--ignore-holds"]).await);
+    assert!(line.starts_with("Updated agentsadm"), "{line}");
+    assert_eq!(runs(&hn), format!("agentsadm {}", v2.version));
+    let err = refused(&self_update(&dc, &hn, &["--rollback"]).await);
+    assert!(err.contains("agentsadm is held datacenter-wide"), "{err}");
+    assert_eq!(runs(&hn), format!("agentsadm {}", v2.version));
+    dc.shutdown().await;
+}

@@ -37,6 +37,9 @@ pub struct SelfUpdateArgs {
     /// Allow an image older than the installed one.
     #[arg(long)]
     pub allow_downgrade: bool,
+    /// Move agentsadm though it is held ('agentsadm hold agentsadm').
+    #[arg(long)]
+    pub ignore_holds: bool,
     /// Show what would be done, and do nothing.
     #[arg(short = 'n', long)]
     pub dry_run: bool,
@@ -87,6 +90,7 @@ pub async fn run(g: &GlobalOpts, a: SelfUpdateArgs) -> CmdResult {
     let allow = Allow {
         major_update: a.allow_major_update,
         downgrade: a.allow_downgrade,
+        ignore_holds: a.ignore_holds,
     };
     let plan = selfupdate::plan(&env, &target, allow).await?;
     for note in &plan.notes {

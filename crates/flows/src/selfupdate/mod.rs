@@ -36,6 +36,7 @@
 
 pub mod choose;
 mod execute;
+mod held;
 
 use std::path::PathBuf;
 
@@ -77,6 +78,8 @@ pub enum Target {
 pub struct Allow {
     pub major_update: bool,
     pub downgrade: bool,
+    /// Move agentsadm though `agentsadm hold` holds it.
+    pub ignore_holds: bool,
 }
 
 /// Where a self-update runs and what it talks to.
@@ -318,6 +321,15 @@ pub enum SelfUpdateError {
         "no previous agentsadm is kept on this server (nothing has replaced the installed copy yet)"
     )]
     NothingKept,
+    #[error(
+        "agentsadm is held {} {}; self-update leaves a held agentsadm where it is: 'agentsadm release agentsadm' lets it move, or pass --ignore-holds to move it anyway",
+        .scope.as_str(),
+        .mark.describe()
+    )]
+    Held {
+        scope: agentsadm_plan::HoldScope,
+        mark: agentsadm_plan::Mark,
+    },
     #[error("cannot import agentsadm into the datacenter IMGAPI")]
     Import {
         #[source]
@@ -459,6 +471,21 @@ pub async fn plan(
             )?
         }
     };
+    // A hold leaves the installed copy where it is; what only finishes an
+    // interrupted run, or brings new servers in line, moves nothing.
+    let moves = matches!(
+        action,
+        Action::Install {
+            installed: false,
+            ..
+        } | Action::Rollback { resumed: None, .. }
+    );
+    if moves
+        && !allow.ignore_holds
+        && let Some((scope, mark)) = held::hold_on(env.sapi, session.server()).await?
+    {
+        return Err(SelfUpdateError::Held { scope, mark });
+    }
     Ok(SelfUpdatePlan {
         server: session.server(),
         current,
