@@ -678,3 +678,58 @@ async fn self_update_honours_holds_on_agentsadm() {
     assert_eq!(runs(&hn), format!("agentsadm {}", v2.version));
     dc.shutdown().await;
 }
+
+/// A self-update is a run in `agentsadm history` (who, when, the
+/// headnode's agentsadm from v1 to v2), and `agentsadm revert` of it says
+/// what undoes it ('self-update --rollback', which also puts back what new
+/// servers get) and changes nothing; main recorded no entry at all.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_self_update_is_in_history_and_revert_names_its_undo() {
+    let dc = dc().await;
+    let hn = dc.headnode().root;
+    let (v1, v2) = images_of(&dc);
+    let env = dc_env(&dc);
+    ok(&self_update(&dc, &hn, &["--latest", "-C", "dev"]).await);
+    let listed = agentsadm(&["history", "--json"], &env).await;
+    let doc: serde_json::Value = serde_json::from_str(&ok(&listed)).unwrap();
+    let entries = doc["runs"].as_array().cloned().unwrap_or_default();
+    let run = entries
+        .iter()
+        .find(|r| r["operation"] == "self-update")
+        .unwrap_or_else(|| panic!("no self-update in {entries:?}"));
+    assert_eq!(run["status"], "succeeded", "{run}");
+    let server = &run["servers"][0];
+    assert_eq!(server["server"], dc.headnode().uuid.to_string(), "{run}");
+    let step = &server["steps"][0];
+    assert_eq!(
+        (
+            &step["component"],
+            &step["from"],
+            &step["to"],
+            &step["status"]
+        ),
+        (
+            &serde_json::json!("agentsadm"),
+            &serde_json::json!(v1.uuid.to_string()),
+            &serde_json::json!(v2.uuid.to_string()),
+            &serde_json::json!("done")
+        ),
+        "{run}"
+    );
+    let id = run["id"].as_str().unwrap().to_string();
+    let (state, files) = (dc_state(&dc).await, snapshot(&hn));
+    for args in [&["revert", &id[..8], "-n"][..], &["revert", &id[..8], "-y"]] {
+        let out = agentsadm(args, &env).await;
+        assert_eq!(out.code, Some(1), "{} {}", out.stdout, out.stderr);
+        assert!(
+            out.stderr.contains("was a self-update")
+                && out.stderr.contains("'agentsadm self-update --rollback'"),
+            "{}",
+            out.stderr
+        );
+    }
+    assert_same_state(&state, &dc_state(&dc).await, "revert");
+    assert_same(&files, &snapshot(&hn), "revert");
+    assert_eq!(runs(&hn), format!("agentsadm {}", v2.version));
+    dc.shutdown().await;
+}

@@ -54,7 +54,7 @@ use agentsadm_types::ids::{ImageUuid, ServerUuid};
 use agentsadm_types::image::ImageManifest;
 
 pub use choose::{LatestChoice, Refusal, VersionKey, check_explicit, choose_latest};
-pub use execute::execute;
+pub use execute::{Done, SelfUpdateOutcome, execute};
 
 /// The copy CN setup fetches, root-relative (`/usbkey/extra` is what the
 /// assets zone serves as `/extra`).
@@ -186,6 +186,8 @@ pub(crate) fn rollback_intent_file(settings: &GzSettings) -> PathBuf {
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct SelfUpdatePlan {
     pub server: ServerUuid,
+    /// The headnode's hostname (empty when sysinfo does not say).
+    pub hostname: String,
     pub current: Installed,
     #[serde(flatten)]
     pub action: Action,
@@ -416,12 +418,9 @@ pub async fn plan(
     let session = GzSession::open(env.settings.clone(), true)
         .await
         .map_err(SelfUpdateError::local)?;
+    let hostname = session.sysinfo().await.map(|s| s.hostname).ok();
     if !session.headnode() {
-        let hostname = session
-            .sysinfo()
-            .await
-            .map(|s| s.hostname)
-            .unwrap_or_else(|_| session.server().to_string());
+        let hostname = hostname.unwrap_or_else(|| session.server().to_string());
         return Err(SelfUpdateError::NotHeadnode { hostname });
     }
     let report = session.report().await;
@@ -488,6 +487,7 @@ pub async fn plan(
     }
     Ok(SelfUpdatePlan {
         server: session.server(),
+        hostname: hostname.unwrap_or_default(),
         current,
         action,
         notes,
