@@ -198,10 +198,13 @@ impl Rooted {
     /// The restarter's records (empty when absent or unreadable: it only
     /// tells runs apart). Blocking.
     fn restarter(&self) -> BTreeMap<String, Changes> {
-        crate::read_bounded(&self.root.join(RESTARTER_FILE), agentsadm_types::bounded::SMALL)
-            .ok()
-            .and_then(|b| serde_json::from_slice(&b).ok())
-            .unwrap_or_default()
+        crate::read_bounded(
+            &self.root.join(RESTARTER_FILE),
+            agentsadm_types::bounded::SMALL,
+        )
+        .ok()
+        .and_then(|b| serde_json::from_slice(&b).ok())
+        .unwrap_or_default()
     }
 
     /// Change the restarter's records (under the state lock). Blocking.
