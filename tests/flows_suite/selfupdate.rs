@@ -717,6 +717,16 @@ async fn a_self_update_is_in_history_and_revert_names_its_undo() {
         "{run}"
     );
     let id = run["id"].as_str().unwrap().to_string();
+    // The text forms read it too: the list, and the run itself.
+    for args in [&["history"][..], &["history", &id[..8]]] {
+        let text = ok(&agentsadm(args, &env).await);
+        assert!(text.contains("self-update"), "{args:?}: {text}");
+    }
+    let shown = ok(&agentsadm(&["history", &id[..8]], &env).await);
+    assert!(
+        shown.contains("agentsadm") && shown.contains(&v2.uuid.to_string()[..8]),
+        "{shown}"
+    );
     let (state, files) = (dc_state(&dc).await, snapshot(&hn));
     for args in [&["revert", &id[..8], "-n"][..], &["revert", &id[..8], "-y"]] {
         let out = agentsadm(args, &env).await;
