@@ -437,16 +437,55 @@ async fn kill_self_update_with(
     assert_eq!(status.signal(), Some(9), "{point}");
 }
 
+/// After the rerun of a killed self-update from `v1` to `v2`: the job is
+/// done once, not twice. `v2` runs; new servers get it (SAPI's default,
+/// the USB key's copy, CNAPI's entry); the datacenter IMGAPI has it
+/// active; the copy kept for --rollback is still `v1` (an install
+/// repeated over itself would keep `v2`); no stray file is left beside
+/// the USB key's copy.
+async fn assert_finished_once(
+    dc: &SimDc,
+    hn: &Path,
+    v1: &ImageManifest,
+    v2: &ImageManifest,
+    point: &str,
+) {
+    assert_eq!(runs(hn), format!("agentsadm {}", v2.version), "{point}");
+    assert_new_servers_get(dc, hn, v2);
+    assert!(
+        dc_images(dc).await.contains(&v2.uuid.to_string()),
+        "{point}: {} is not active in the datacenter IMGAPI",
+        v2.uuid
+    );
+    let line = ok(&self_update(dc, hn, &["-n", "--rollback"]).await);
+    assert!(
+        line.starts_with(&format!(
+            "Would roll agentsadm back from {} to {}",
+            v2.version, v1.version
+        )),
+        "{point}: {line}"
+    );
+    let beside: Vec<String> = std::fs::read_dir(hn.join(USBKEY_COPY).parent().unwrap())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(beside, ["agentsadm"], "{point}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigkill_during_self_update_leaves_a_binary_that_runs() {
     for point in [
         "downloaded",
+        "staged",
         "after-journal",
         "after-move-old",
         "after-place-new",
+        "after-smf",
         "after-adopt",
         "committing",
+        "after-previous",
         "self-update-installed",
+        "self-update-default-set",
     ] {
         let dc = dc().await;
         let hn = dc.headnode().root;
@@ -462,8 +501,39 @@ async fn sigkill_during_self_update_leaves_a_binary_that_runs() {
         // The same command again finishes the job.
         let line = ok(&self_update(&dc, &hn, &["--latest", "-C", "dev"]).await);
         assert!(line.contains(&v2.version), "{point}: {line}");
-        assert_eq!(runs(&hn), format!("agentsadm {}", v2.version), "{point}");
-        assert_new_servers_get(&dc, &hn, &v2);
+        assert_finished_once(&dc, &hn, &v1, &v2, point).await;
+        dc.shutdown().await;
+    }
+}
+
+/// `self-update FILE` killed at each step, from the install to the
+/// upload into the datacenter IMGAPI (manifest imported, file added, not
+/// yet activated) and SAPI's default: the same command run again
+/// finishes it (main took a half-uploaded image for uploaded, and gave
+/// new servers an image IMGAPI does not serve).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigkill_during_self_update_from_a_file_is_finished_by_the_same_command() {
+    let dir = tempfile::tempdir().unwrap();
+    let v3 = crate::gz_common::image("agentsadm", "1.3.0");
+    let file = crate::gz_common::write_image(&v3, dir.path());
+    let file = file.to_str().unwrap();
+    for point in [
+        "after-journal",
+        "after-place-new",
+        "committing",
+        "self-update-installed",
+        "self-update-upload-manifest",
+        "self-update-upload-file",
+        "self-update-default-set",
+    ] {
+        let dc = dc().await;
+        let hn = dc.headnode().root;
+        let (v1, _) = images_of(&dc);
+        let versions = [v1.version.clone(), v3.manifest.version.clone()];
+        kill_self_update_with(&dc, &hn, &[file], point, &versions).await;
+        let line = ok(&self_update(&dc, &hn, &[file]).await);
+        assert!(line.contains(&v3.manifest.version), "{point}: {line}");
+        assert_finished_once(&dc, &hn, &v1, &v3.manifest, point).await;
         dc.shutdown().await;
     }
 }
@@ -540,5 +610,136 @@ async fn update_agentsadm_rolls_out_to_every_server_and_converges() {
     .await;
     assert_eq!(run.code, Some(0), "{}", run.stderr);
     assert!(run.stdout.contains("Nothing to do."), "{}", run.stdout);
+    dc.shutdown().await;
+}
+
+/// `agentsadm hold agentsadm` (datacenter-wide, or on the headnode only)
+/// stops a self-update that would move the installed copy, naming the
+/// hold and what lets it move, with nothing changed (main updated it
+/// anyway); `--ignore-holds` moves it, and `--rollback` is held too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn self_update_honours_holds_on_agentsadm() {
+    let dc = dc().await;
+    let hn = dc.headnode().root;
+    let (v1, v2) = images_of(&dc);
+    let env = dc_env(&dc);
+    let hostname = dc.headnode().hostname.clone();
+    for (hold, scope) in [
+        (
+            vec!["hold", "agentsadm", "--reason", "case 9"],
+            "datacenter-wide",
+        ),
+        (
+            vec![
+                "hold",
+                "agentsadm",
+                "-s",
+                hostname.as_str(),
+                "--reason",
+                "case 9",
+            ],
+            "on this server",
+        ),
+    ] {
+        let run = agentsadm(&hold, &env).await;
+        assert_eq!(run.code, Some(0), "{}", run.stderr);
+        let (state, files) = (dc_state(&dc).await, snapshot(&hn));
+        for args in [
+            &["--latest", "-C", "dev"][..],
+            &["-n", "--latest", "-C", "dev"],
+        ] {
+            let err = refused(&self_update(&dc, &hn, args).await);
+            assert!(
+                err.contains(&format!("agentsadm is held {scope} by "))
+                    && err.contains("case 9")
+                    && err.contains("'agentsadm release agentsadm'")
+                    && err.contains("--ignore-holds"),
+                "{err}"
+            );
+        }
+        assert_same_state(&state, &dc_state(&dc).await, scope);
+        assert_same(&files, &snapshot(&hn), scope);
+        assert_eq!(runs(&hn), format!("agentsadm {}", v1.version));
+        let mut release = vec!["release", "agentsadm"];
+        if scope == "on this server" {
+            release.extend(["-s", hostname.as_str()]);
+        }
+        let run = agentsadm(&release, &env).await;
+        assert_eq!(run.code, Some(0), "{}", run.stderr);
+    }
+    // Held again: --ignore-holds moves it, and a rollback is held too.
+    let run = agentsadm(&["hold", "agentsadm"], &env).await;
+    assert_eq!(run.code, Some(0), "{}", run.stderr);
+    let line = ok(&self_update(&dc, &hn, &["--latest", "-C", "dev", "--ignore-holds"]).await);
+    assert!(line.starts_with("Updated agentsadm"), "{line}");
+    assert_eq!(runs(&hn), format!("agentsadm {}", v2.version));
+    let err = refused(&self_update(&dc, &hn, &["--rollback"]).await);
+    assert!(err.contains("agentsadm is held datacenter-wide"), "{err}");
+    assert_eq!(runs(&hn), format!("agentsadm {}", v2.version));
+    dc.shutdown().await;
+}
+
+/// A self-update is a run in `agentsadm history` (who, when, the
+/// headnode's agentsadm from v1 to v2), and `agentsadm revert` of it says
+/// what undoes it ('self-update --rollback', which also puts back what new
+/// servers get) and changes nothing; main recorded no entry at all.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_self_update_is_in_history_and_revert_names_its_undo() {
+    let dc = dc().await;
+    let hn = dc.headnode().root;
+    let (v1, v2) = images_of(&dc);
+    let env = dc_env(&dc);
+    ok(&self_update(&dc, &hn, &["--latest", "-C", "dev"]).await);
+    let listed = agentsadm(&["history", "--json"], &env).await;
+    let doc: serde_json::Value = serde_json::from_str(&ok(&listed)).unwrap();
+    let entries = doc["runs"].as_array().cloned().unwrap_or_default();
+    let run = entries
+        .iter()
+        .find(|r| r["operation"] == "self-update")
+        .unwrap_or_else(|| panic!("no self-update in {entries:?}"));
+    assert_eq!(run["status"], "succeeded", "{run}");
+    let server = &run["servers"][0];
+    assert_eq!(server["server"], dc.headnode().uuid.to_string(), "{run}");
+    let step = &server["steps"][0];
+    assert_eq!(
+        (
+            &step["component"],
+            &step["from"],
+            &step["to"],
+            &step["status"]
+        ),
+        (
+            &serde_json::json!("agentsadm"),
+            &serde_json::json!(v1.uuid.to_string()),
+            &serde_json::json!(v2.uuid.to_string()),
+            &serde_json::json!("done")
+        ),
+        "{run}"
+    );
+    let id = run["id"].as_str().unwrap().to_string();
+    // The text forms read it too: the list, and the run itself.
+    for args in [&["history"][..], &["history", &id[..8]]] {
+        let text = ok(&agentsadm(args, &env).await);
+        assert!(text.contains("self-update"), "{args:?}: {text}");
+    }
+    let shown = ok(&agentsadm(&["history", &id[..8]], &env).await);
+    assert!(
+        shown.contains("agentsadm") && shown.contains(&v2.uuid.to_string()[..8]),
+        "{shown}"
+    );
+    let (state, files) = (dc_state(&dc).await, snapshot(&hn));
+    for args in [&["revert", &id[..8], "-n"][..], &["revert", &id[..8], "-y"]] {
+        let out = agentsadm(args, &env).await;
+        assert_eq!(out.code, Some(1), "{} {}", out.stdout, out.stderr);
+        assert!(
+            out.stderr.contains("was a self-update")
+                && out.stderr.contains("'agentsadm self-update --rollback'"),
+            "{}",
+            out.stderr
+        );
+    }
+    assert_same_state(&state, &dc_state(&dc).await, "revert");
+    assert_same(&files, &snapshot(&hn), "revert");
+    assert_eq!(runs(&hn), format!("agentsadm {}", v2.version));
     dc.shutdown().await;
 }

@@ -23,6 +23,8 @@ enum Bad {
     Outside,
     /// 64 MiB of JSON-looking bytes.
     Huge,
+    /// A link to a runnable script outside the root that writes there.
+    OutsideScript,
 }
 
 fn mkfifo(p: &Path) {
@@ -38,6 +40,9 @@ fn plant(srv: &TestServer, rel: &str, bad: Bad, outside: &Path) {
         Bad::Fifo => mkfifo(&p),
         Bad::DevZero => std::os::unix::fs::symlink("/dev/zero", &p).unwrap(),
         Bad::Outside => std::os::unix::fs::symlink(outside, &p).unwrap(),
+        Bad::OutsideScript => {
+            std::os::unix::fs::symlink(outside.with_file_name("hook.sh"), &p).unwrap()
+        }
         Bad::Huge => {
             let f = std::fs::File::create(&p).unwrap();
             f.set_len(64 << 20).unwrap();
@@ -88,6 +93,15 @@ impl Scene {
         ok(&srv.gz_offline(&["install", v1.to_str().unwrap()]).await);
         let outside = tempfile::tempdir().unwrap();
         std::fs::write(outside.path().join("secret"), b"{\"top\": \"secret\"}\n").unwrap();
+        let hook = outside.path().join("hook.sh");
+        let ran = outside.path().join("ran");
+        std::fs::write(
+            &hook,
+            format!("#!/bin/sh\necho ran > '{}'\n", ran.display()),
+        )
+        .unwrap();
+        std::fs::set_permissions(&hook, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+            .unwrap();
         Scene {
             srv,
             v2: v2.to_str().unwrap().to_string(),
@@ -136,7 +150,7 @@ async fn case(rel: &str, bad: Bad, args: &[&str]) {
     assert_same(&outside_before, &scene.outside_state(), &what);
     // What was planted is still what it was (a link is never written through).
     let md = std::fs::symlink_metadata(srv.at(rel));
-    if let (Bad::DevZero | Bad::Outside, Ok(md)) = (bad, &md) {
+    if let (Bad::DevZero | Bad::Outside | Bad::OutsideScript, Ok(md)) = (bad, &md) {
         assert!(md.file_type().is_symlink(), "{what}: the link was replaced");
     }
 }
@@ -230,4 +244,18 @@ async fn smf_manifests_buildstamps_and_sysinfo() {
     // sdcadm as Triton installed it (no record): its buildstamp is read.
     case("opt/smartdc/sdcadm/etc/buildstamp", Bad::Fifo, &["report"]).await;
     case("sysinfo.json", Bad::DevZero, &["report"]).await;
+}
+
+/// A hook script of the installed package (run from the installed
+/// directory: the old copy's `preuninstall` on remove and on update) that
+/// is a FIFO, a link to /dev/zero, or a link to a runnable script outside
+/// the root: refused, naming the script, before anything reads or runs it
+/// (main ran the outside script as root, which wrote outside the root).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hook_script_heads() {
+    let rel = format!("{AGENTS}/lib/node_modules/net-agent/npm/preuninstall.sh");
+    case(&rel, Bad::OutsideScript, &["remove", "net-agent"]).await;
+    case(&rel, Bad::OutsideScript, &["install", "{v2}"]).await;
+    case(&rel, Bad::Fifo, &["remove", "net-agent"]).await;
+    case(&rel, Bad::DevZero, &["remove", "net-agent"]).await;
 }

@@ -503,3 +503,72 @@ async fn agentsadm_stays_in_server_agents_through_cn_agent_tasks() {
     );
     dc.shutdown().await;
 }
+
+/// A server whose agentsadm binary is gone while `server.agents` still
+/// lists it (removed by hand, lost with a disk): every execute there
+/// answers 127. `update agentsadm` puts the listed copy back through the
+/// bootstrap and then installs the new one (main failed the server with
+/// 127 on every run); a gz-tools update through execute on another such
+/// server does the same and goes on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_listed_but_missing_agentsadm_is_bootstrapped() {
+    let dc = SimDc::start(
+        SimConfig::default()
+            .servers(2)
+            .populate(SeedSpec::with_newer()),
+    )
+    .await
+    .expect("simulator starts");
+    let cns = dc.compute_nodes();
+    let apis = dc.apis();
+    let bin = "opt/smartdc/agentsadm/bin/agentsadm";
+    for s in &cns {
+        dc.gz_report(s.uuid).await.unwrap();
+        std::fs::remove_file(s.root.join(bin)).unwrap();
+        let (status, _) = gz(&apis, s.uuid, &["gz", "report", "--json"]).await;
+        assert_eq!(status, 127, "{}", s.hostname);
+        assert!(
+            dc.server_agents(s.uuid)
+                .iter()
+                .any(|a| a.name == "agentsadm" && a.image_uuid.is_some()),
+            "still listed"
+        );
+    }
+    let session = Session {
+        apis: &apis,
+        catalog: dc.catalog(),
+        updates: None,
+    };
+    for (s, component) in [(&cns[0], "agentsadm"), (&cns[1], "gz-tools")] {
+        let req = request(Operation::Update, &[component], &[s.hostname.as_str()]);
+        let planned = session
+            .plan(&req, ImageChoice::Latest, TransportMode::Auto)
+            .await
+            .unwrap();
+        let p = &planned.plan;
+        let steps = &p.servers()[&s.uuid].steps;
+        assert_eq!(
+            steps
+                .iter()
+                .map(|st| (st.component.as_str(), st.transport))
+                .collect::<Vec<_>>(),
+            [(component, TransportKind::Execute)],
+            "{p}"
+        );
+        let to = steps[0].action.target().unwrap().uuid;
+        run_to_success(&session, p).await;
+        assert!(s.root.join(bin).is_file(), "{}: put back", s.hostname);
+        let (status, out) = gz(&apis, s.uuid, &["gz", "report", "--json"]).await;
+        assert_eq!(status, 0, "{out}");
+        let agents = dc.server_agents(s.uuid);
+        let entry = agents.iter().find(|a| a.name == component).unwrap();
+        assert_eq!(entry.image_uuid, Some(to), "{}", s.hostname);
+        // Converged: nothing left for the same request.
+        let again = session
+            .plan(&req, ImageChoice::Latest, TransportMode::Auto)
+            .await
+            .unwrap();
+        assert!(again.plan.is_empty(), "{}", again.plan);
+    }
+    dc.shutdown().await;
+}

@@ -885,3 +885,65 @@ async fn instances_without_params_are_their_servers_own() {
     );
     dc.shutdown().await;
 }
+
+/// vm-agent on cn0002 in maintenance 100 ms of every second once started
+/// (issue 32): through install-agent (cn-agent's task, then a separate
+/// `gz health`) and through execute (the installer's own gate), with a 2 s
+/// health window, the gate sees the flap and cn0002 fails as unhealthy.
+/// The simulator modelled flaps only within the process that started the
+/// service, so the `gz health` after cn-agent's install passed it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_service_in_maintenance_100_ms_of_every_second_fails_the_gate() {
+    use agentsadm_platform::rooted::{SMF_FAULTS_FILE, SmfFaults, SmfFlap};
+    for mode in [TransportMode::Auto, TransportMode::Execute] {
+        let dc = sim(2).await;
+        let cn2 = dc.server("cn0002").unwrap();
+        dc.gz_report(cn2.uuid).await.unwrap();
+        let faults = SmfFaults {
+            faults: Vec::new(),
+            flaps: vec![SmfFlap {
+                fmri: "svc:/smartdc/agent/vm-agent:default".into(),
+                period_ms: 1000,
+                down_ms: 100,
+                state: agentsadm_platform::ServiceState::Maintenance,
+                reason: Some("flapping".into()),
+            }],
+        };
+        let file = cn2.root.join(SMF_FAULTS_FILE);
+        std::fs::create_dir_all(file.parent().unwrap()).unwrap();
+        std::fs::write(&file, serde_json::to_vec(&faults).unwrap()).unwrap();
+        let apis = dc.apis();
+        let session = session_on(&dc, &apis);
+        let req = request(Operation::Update, &["vm-agent"], &[]);
+        let planned = session.plan(&req, ImageChoice::Latest, mode).await.unwrap();
+        let mut transport = fast_transport();
+        transport.health = Some(agentsadm_plan::HealthFlags {
+            min_healthy: Duration::from_secs(2),
+            timeout: Duration::from_secs(30),
+        });
+        let report = session
+            .execute(
+                crate::sim_common::yes(&planned.plan),
+                &options(),
+                transport,
+                &NullReporter,
+                std::future::pending(),
+            )
+            .await
+            .unwrap();
+        let text = report.render(&planned.plan);
+        let o = &report.servers[&cn2.uuid];
+        let f = o
+            .failure
+            .as_ref()
+            .unwrap_or_else(|| panic!("{mode:?}: cn0002 passed the gate:\n{text}"));
+        assert_eq!(f.stage, "unhealthy", "{mode:?}: {f}");
+        assert!(f.message.contains("left online"), "{mode:?}: {}", f.message);
+        assert_eq!(
+            report.counts().succeeded,
+            planned.plan.servers().len() - 1,
+            "{text}"
+        );
+        dc.shutdown().await;
+    }
+}

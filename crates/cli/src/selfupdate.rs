@@ -12,7 +12,11 @@ use super::CmdResult;
 use super::GlobalOpts;
 use super::orch::{ChannelArgs, Want, updates_client};
 use agentsadm_flows::selfupdate::{self, Allow, SelfUpdateEnv, Target};
+use agentsadm_flows::selfupdate::{Done, SelfUpdateOutcome};
 use agentsadm_gz::session::GzSettings;
+use agentsadm_orchestrate::history::{
+    HistorySettings, Recorder, SapiHistory, ServerRecord, StepRecord,
+};
 use agentsadm_orchestrate::lock::{self, LockOptions, SapiLockStore};
 
 #[derive(Args, Debug)]
@@ -37,6 +41,9 @@ pub struct SelfUpdateArgs {
     /// Allow an image older than the installed one.
     #[arg(long)]
     pub allow_downgrade: bool,
+    /// Move agentsadm though it is held ('agentsadm hold agentsadm').
+    #[arg(long)]
+    pub ignore_holds: bool,
     /// Show what would be done, and do nothing.
     #[arg(short = 'n', long)]
     pub dry_run: bool,
@@ -88,6 +95,7 @@ pub async fn run(g: &GlobalOpts, a: SelfUpdateArgs) -> CmdResult {
     let allow = Allow {
         major_update: a.allow_major_update,
         downgrade: a.allow_downgrade,
+        ignore_holds: a.ignore_holds,
     };
     let plan = selfupdate::plan(&env, &target, allow).await?;
     for note in &plan.notes {
@@ -104,9 +112,31 @@ pub async fn run(g: &GlobalOpts, a: SelfUpdateArgs) -> CmdResult {
     let note = |line: &str| out.warn(line);
     // Records of earlier versions move out of `sdc` first, so that the
     // service self-update sets is the moved one.
+    let lost = std::sync::atomic::AtomicBool::new(false);
     let work = async {
         agentsadm_orchestrate::shape::move_and_note(&apis.sapi, note).await;
-        selfupdate::execute(&env, &plan).await
+        // A history entry like every changing run's ('agentsadm history';
+        // 'revert' names what undoes it); a killed run's is ended as
+        // interrupted by the next run.
+        let recorder = begin_history(&apis, &note).await;
+        let result = selfupdate::execute(&env, &plan).await;
+        let status = if lost.load(std::sync::atomic::Ordering::SeqCst) {
+            2
+        } else {
+            0
+        };
+        match &result {
+            Ok(outcome) => {
+                let record = server_record(&plan, outcome);
+                recorder.finish_outside(vec![record], status).await;
+            }
+            Err(e) => {
+                recorder
+                    .finish_error(&agentsadm_types::error::error_chain(e))
+                    .await;
+            }
+        }
+        result
     };
     let store = SapiLockStore::new(apis.sapi.clone()).await?;
     let options = LockOptions {
@@ -114,7 +144,6 @@ pub async fn run(g: &GlobalOpts, a: SelfUpdateArgs) -> CmdResult {
         sdcadm: super::orch::sdcadm_lock_here(a.sdcadm_lock_wait),
         ..LockOptions::default()
     };
-    let lost = std::sync::atomic::AtomicBool::new(false);
     let outcome = lock::hold(&store, "self-update", &options, &lost, note, work).await??;
     // A lock lost while it ran (said when noticed): the headnode may since
     // have been changed by the new holder, so this is not "done".
@@ -134,4 +163,62 @@ pub async fn run(g: &GlobalOpts, a: SelfUpdateArgs) -> CmdResult {
         }
     }
     Ok(ExitCode::from(status))
+}
+
+/// The run's history entry, begun (with an empty plan: self-update has
+/// none) once the lock is held.
+async fn begin_history(apis: &agentsadm_api::Apis, note: &dyn Fn(&str)) -> Recorder {
+    let empty = agentsadm_plan::PlanBuilder::new(
+        agentsadm_plan::Operation::Update,
+        &agentsadm_types::catalog::Catalog::builtin(),
+        agentsadm_plan::Intent::none(),
+    )
+    .finish(&agentsadm_plan::RolloutPolicy::default());
+    let (tx, rx) = std::sync::mpsc::channel::<String>();
+    let recorder = Recorder::begin(
+        &HistorySettings::default_for_process(),
+        Some(SapiHistory::new(apis.sapi.clone())),
+        &empty,
+        agentsadm_orchestrate::revert::SELF_UPDATE,
+        None,
+        move |m| {
+            let _ = tx.send(m.to_string());
+        },
+    )
+    .await;
+    for m in rx.try_iter() {
+        note(&m);
+    }
+    recorder
+}
+
+/// What the self-update did to the headnode, as a history server record:
+/// agentsadm from the copy before to the one now (no step when nothing
+/// moved).
+fn server_record(plan: &selfupdate::SelfUpdatePlan, o: &SelfUpdateOutcome) -> ServerRecord {
+    let action = match o.done {
+        Done::Updated => Some("upgrade"),
+        Done::RolledBack => Some("rollback"),
+        Done::UpToDate | Done::AlreadyInstalled => None,
+    };
+    let version = |v: &str| (!v.is_empty()).then(|| v.to_string());
+    ServerRecord {
+        server: Some(plan.server),
+        hostname: plan.hostname.clone(),
+        outcome: "succeeded".to_string(),
+        steps: action
+            .map(|action| StepRecord {
+                component: agentsadm_gz::release::NAME.to_string(),
+                action: action.to_string(),
+                from: o.from.image,
+                from_version: version(&o.from.version),
+                to: o.to.image,
+                to_version: version(&o.to.version),
+                status: "done".to_string(),
+                ..StepRecord::default()
+            })
+            .into_iter()
+            .collect(),
+        ..ServerRecord::default()
+    }
 }

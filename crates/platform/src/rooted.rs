@@ -14,14 +14,19 @@
 //! as `svcs -x` would. A fault can be limited to one build: it applies
 //! only while a file (the component's `image_uuid`) holds a given text.
 //!
-//! Every state change of an instance is recorded (in this process, not in
-//! the state file, which tests compare as the server's content), and
-//! [`Platform::smf_health`] reports their count as the instance's run: a
-//! service that left `online` and came back between two looks of the
-//! health gate has a new run. A flapping service is modelled by a flap in
-//! the faults file ([`SmfFlap`]): started, it runs, but exits every
-//! period and its restarter brings it back after a while (or at once),
-//! each exit and return a recorded change.
+//! Every state change of an instance is recorded, as SMF's restarter keeps
+//! the time of an instance's last state change (`restarter/state_timestamp`)
+//! for every later `svcs`: in `<root>/var/svc/.agentsadm/restarter.json`
+//! ([`RESTARTER_FILE`]), not in the state file, which tests compare as the
+//! server's content (a `.agentsadm` directory is agentsadm's own state to
+//! them). [`Platform::smf_health`] reports the count of changes as the
+//! instance's run: a service that left `online` and came back between two
+//! looks of the health gate has a new run. A flapping service is modelled
+//! by a flap in the faults file ([`SmfFlap`]): started, it runs, but exits
+//! every period and its restarter brings it back after a while (or at
+//! once), each exit and return a change. Both count from the recorded
+//! start, so a `gz health` run by another process (the orchestrator's, after
+//! cn-agent's install task) sees the flaps of a service it did not start.
 
 use std::collections::BTreeMap;
 use std::fs::{self, OpenOptions};
@@ -63,6 +68,9 @@ pub const SMF_STATE_FILE: &str = "var/svc/smf-state.json";
 pub const NODE_CONFIG: &str = "opt/smartdc/config/node.config";
 /// Injected service faults, relative to the root (module docs).
 pub const SMF_FAULTS_FILE: &str = "var/svc/smf-faults.json";
+
+/// The restarter's record of each instance's state changes (module docs).
+pub const RESTARTER_FILE: &str = "var/svc/.agentsadm/restarter.json";
 
 /// One instance in the rooted SMF state file.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -120,12 +128,22 @@ pub struct SmfFaults {
     pub flaps: Vec<SmfFlap>,
 }
 
-/// What this process recorded of one instance's state changes.
-#[derive(Clone, Copy, Debug, Default)]
+/// What the restarter recorded of one instance's state changes.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 struct Changes {
     count: u64,
-    /// When it was last started (a flap counts from there).
-    started: Option<std::time::Instant>,
+    /// When it was last started, in milliseconds since the epoch (a flap
+    /// counts from there).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    started_ms: Option<u64>,
+}
+
+/// Milliseconds since the epoch, now.
+fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
 }
 
 /// The rooted SMF state file.
@@ -144,8 +162,6 @@ pub struct Rooted {
     smf: Arc<Mutex<()>>,
     /// Faults besides the file's (the simulator's).
     faults: Arc<Vec<SmfFault>>,
-    /// Every state change of each instance, as this process made it.
-    changes: Arc<Mutex<BTreeMap<String, Changes>>>,
 }
 
 impl Rooted {
@@ -159,7 +175,6 @@ impl Rooted {
             root: root.into(),
             smf: Arc::new(Mutex::new(())),
             faults: Arc::new(faults),
-            changes: Arc::default(),
         }
     }
 
@@ -180,14 +195,39 @@ impl Rooted {
         }
     }
 
+    /// The restarter's records (empty when absent or unreadable: it only
+    /// tells runs apart). Blocking.
+    fn restarter(&self) -> BTreeMap<String, Changes> {
+        crate::read_bounded(
+            &self.root.join(RESTARTER_FILE),
+            agentsadm_types::bounded::SMALL,
+        )
+        .ok()
+        .and_then(|b| serde_json::from_slice(&b).ok())
+        .unwrap_or_default()
+    }
+
+    /// Change the restarter's records (under the state lock). Blocking.
+    fn change_restarter(
+        &self,
+        f: impl FnOnce(&mut BTreeMap<String, Changes>),
+    ) -> Result<(), PlatformError> {
+        let mut all = self.restarter();
+        f(&mut all);
+        let path = self.root.join(RESTARTER_FILE);
+        let text = serde_json::to_vec(&all).unwrap_or_default();
+        write_atomic(&path, &text).map_err(|err| PlatformError::Write { path, err })
+    }
+
     /// Record a state change of `fmri` (`started`: it was (re)started).
-    fn record_change(&self, fmri: &str, started: bool) {
-        let mut all = self.changes.lock().unwrap_or_else(|p| p.into_inner());
-        let c = all.entry(fmri.to_string()).or_default();
-        c.count += 1;
-        if started {
-            c.started = Some(std::time::Instant::now());
-        }
+    fn record_change(&self, fmri: &str, started: bool) -> Result<(), PlatformError> {
+        self.change_restarter(|all| {
+            let c = all.entry(fmri.to_string()).or_default();
+            c.count += 1;
+            if started {
+                c.started_ms = Some(now_ms());
+            }
+        })
     }
 
     /// The fault that applies to `fmri` now, if any. Blocking.
@@ -211,7 +251,7 @@ impl Rooted {
 
     /// An enabled instance starts: online, or what a fault says.
     fn start(&self, fmri: &str, service: &mut RootedService) -> Result<(), PlatformError> {
-        self.record_change(fmri, true);
+        self.record_change(fmri, true)?;
         match self.fault_for(fmri)? {
             Some(f) => {
                 service.state = f.state;
@@ -320,11 +360,10 @@ impl Rooted {
     fn delete(&self, fmri: &str) -> Result<(), PlatformError> {
         // `svccfg delete` of a service removes all its instances.
         let service = fmri_service(fmri);
-        self.changes
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .retain(|k, _| k != fmri && fmri_service(k) != service);
         self.update(|state| {
+            self.change_restarter(|all| {
+                all.retain(|k, _| k != fmri && fmri_service(k) != service);
+            })?;
             state
                 .services
                 .retain(|k, _| k != fmri && fmri_service(k) != service);
@@ -338,7 +377,7 @@ impl Rooted {
             Some(s) if to == ServiceState::Online => self.start(fmri, s),
             Some(s) => {
                 if s.state != to {
-                    self.record_change(fmri, false);
+                    self.record_change(fmri, false)?;
                 }
                 s.state = to;
                 s.reason = None;
@@ -361,10 +400,7 @@ impl Rooted {
         let Some(s) = self.read_state()?.services.remove(fmri) else {
             return Ok(None);
         };
-        let changes = {
-            let all = self.changes.lock().unwrap_or_else(|p| p.into_inner());
-            all.get(fmri).copied().unwrap_or_default()
-        };
+        let changes = self.restarter().get(fmri).copied().unwrap_or_default();
         let mut health = ServiceHealth {
             state: s.state,
             explanation: s.reason,
@@ -377,9 +413,10 @@ impl Rooted {
             .into_iter()
             .find(|f| f.fmri == fmri);
         if let (Some(flap), Some(started), ServiceState::Online) =
-            (flap, changes.started, &health.state)
+            (flap, changes.started_ms, &health.state)
         {
-            let (count, down) = flapped(&flap, started.elapsed());
+            let elapsed = std::time::Duration::from_millis(now_ms().saturating_sub(started));
+            let (count, down) = flapped(&flap, elapsed);
             health.run = Some((changes.count + count).to_string());
             if down {
                 health.state = flap.state;

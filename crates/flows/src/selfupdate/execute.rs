@@ -17,7 +17,7 @@ use agentsadm_gz::session::Knob;
 use agentsadm_plan::ImageRef;
 use agentsadm_types::catalog::Component;
 use agentsadm_types::ids::{ImageUuid, ServiceUuid};
-use agentsadm_types::image::ImageManifest;
+use agentsadm_types::image::{ImageManifest, ImageState};
 
 use super::{Action, Installed, Origin, SelfUpdateEnv, SelfUpdateError, SelfUpdatePlan, shown};
 
@@ -160,6 +160,10 @@ pub async fn execute(
                     outcome.imported |= upload(env, image, file).await?;
                 }
                 outcome.sapi_default_set = set_default(env.sapi, service, image.uuid).await?;
+                agentsadm_gz::test_checkpoint(
+                    env.settings.knob(Knob::CrashAt).as_deref(),
+                    "self-update-default-set",
+                );
                 outcome.usbkey_copy_refreshed = refresh_copy(&env.settings.root).await?;
                 if *installed {
                     report_here(env).await?;
@@ -339,11 +343,16 @@ async fn upload(
         url: url.clone(),
         err: Box::new(err),
     };
-    match env.dc.get_image(image.uuid).await {
-        Ok(_) => return Ok(false),
-        Err(e) if e.is_not_found() => {}
+    // A run killed mid-upload left the image unactivated (with or without
+    // its file): this one finishes the upload rather than taking the
+    // image for there, which would give new servers an image they cannot
+    // fetch.
+    let there = match env.dc.get_image(image.uuid).await {
+        Ok(m) if m.state == ImageState::Active => return Ok(false),
+        Ok(m) => Some(m),
+        Err(e) if e.is_not_found() => None,
         Err(e) => return Err(err(e)),
-    }
+    };
     let Some(entry) = image.file().cloned() else {
         return Err(SelfUpdateError::File {
             file: file.display().to_string(),
@@ -353,20 +362,27 @@ async fn upload(
             },
         });
     };
-    let bytes = tokio::fs::read(file)
-        .await
-        .map_err(|err| SelfUpdateError::ReadFile {
-            path: file.to_path_buf(),
-            err,
-        })?;
-    let mut manifest = image.clone();
-    manifest.files = Vec::new();
-    manifest.channels = None;
-    env.dc.import_manifest(&manifest).await.map_err(err)?;
-    env.dc
-        .add_image_file(image.uuid, entry.compression, &entry.sha1, bytes.into())
-        .await
-        .map_err(err)?;
+    let crash_at = env.settings.knob(Knob::CrashAt);
+    if there.is_none() {
+        let mut manifest = image.clone();
+        manifest.files = Vec::new();
+        manifest.channels = None;
+        env.dc.import_manifest(&manifest).await.map_err(err)?;
+        agentsadm_gz::test_checkpoint(crash_at.as_deref(), "self-update-upload-manifest");
+    }
+    if there.is_none_or(|m| m.files.is_empty()) {
+        let bytes = tokio::fs::read(file)
+            .await
+            .map_err(|err| SelfUpdateError::ReadFile {
+                path: file.to_path_buf(),
+                err,
+            })?;
+        env.dc
+            .add_image_file(image.uuid, entry.compression, &entry.sha1, bytes.into())
+            .await
+            .map_err(err)?;
+        agentsadm_gz::test_checkpoint(crash_at.as_deref(), "self-update-upload-file");
+    }
     env.dc.activate_image(image.uuid).await.map_err(err)?;
     Ok(true)
 }

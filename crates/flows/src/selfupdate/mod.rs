@@ -36,6 +36,7 @@
 
 pub mod choose;
 mod execute;
+mod held;
 
 use std::path::PathBuf;
 
@@ -53,7 +54,7 @@ use agentsadm_types::ids::{ImageUuid, ServerUuid};
 use agentsadm_types::image::ImageManifest;
 
 pub use choose::{LatestChoice, Refusal, VersionKey, check_explicit, choose_latest};
-pub use execute::execute;
+pub use execute::{Done, SelfUpdateOutcome, execute};
 
 /// The copy CN setup fetches, root-relative (`/usbkey/extra` is what the
 /// assets zone serves as `/extra`).
@@ -77,6 +78,8 @@ pub enum Target {
 pub struct Allow {
     pub major_update: bool,
     pub downgrade: bool,
+    /// Move agentsadm though `agentsadm hold` holds it.
+    pub ignore_holds: bool,
 }
 
 /// Where a self-update runs and what it talks to.
@@ -183,6 +186,8 @@ pub(crate) fn rollback_intent_file(settings: &GzSettings) -> PathBuf {
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct SelfUpdatePlan {
     pub server: ServerUuid,
+    /// The headnode's hostname (empty when sysinfo does not say).
+    pub hostname: String,
     pub current: Installed,
     #[serde(flatten)]
     pub action: Action,
@@ -318,6 +323,15 @@ pub enum SelfUpdateError {
         "no previous agentsadm is kept on this server (nothing has replaced the installed copy yet)"
     )]
     NothingKept,
+    #[error(
+        "agentsadm is held {} {}; self-update leaves a held agentsadm where it is: 'agentsadm release agentsadm' lets it move, or pass --ignore-holds to move it anyway",
+        .scope.as_str(),
+        .mark.describe()
+    )]
+    Held {
+        scope: agentsadm_plan::HoldScope,
+        mark: agentsadm_plan::Mark,
+    },
     #[error("cannot import agentsadm into the datacenter IMGAPI")]
     Import {
         #[source]
@@ -404,12 +418,9 @@ pub async fn plan(
     let session = GzSession::open(env.settings.clone(), true)
         .await
         .map_err(SelfUpdateError::local)?;
+    let hostname = session.sysinfo().await.map(|s| s.hostname).ok();
     if !session.headnode() {
-        let hostname = session
-            .sysinfo()
-            .await
-            .map(|s| s.hostname)
-            .unwrap_or_else(|_| session.server().to_string());
+        let hostname = hostname.unwrap_or_else(|| session.server().to_string());
         return Err(SelfUpdateError::NotHeadnode { hostname });
     }
     let report = session.report().await;
@@ -459,8 +470,24 @@ pub async fn plan(
             )?
         }
     };
+    // A hold leaves the installed copy where it is; what only finishes an
+    // interrupted run, or brings new servers in line, moves nothing.
+    let moves = matches!(
+        action,
+        Action::Install {
+            installed: false,
+            ..
+        } | Action::Rollback { resumed: None, .. }
+    );
+    if moves
+        && !allow.ignore_holds
+        && let Some((scope, mark)) = held::hold_on(env.sapi, session.server()).await?
+    {
+        return Err(SelfUpdateError::Held { scope, mark });
+    }
     Ok(SelfUpdatePlan {
         server: session.server(),
+        hostname: hostname.unwrap_or_default(),
         current,
         action,
         notes,

@@ -122,18 +122,23 @@ fn tails(stdout: &str, stderr: &str) -> String {
 }
 
 /// Whether `script` can be exec'd: a regular file with an exec bit that
-/// starts with `#!` or is an ELF binary.
+/// starts with `#!` or is an ELF binary. Opened as a regular file only
+/// ([`agentsadm_types::bounded`]): a package's hook that is a link (out
+/// of the tree, to a device) or a FIFO is refused, naming it, before
+/// anything reads or runs it.
 async fn blocking_runnable(script: PathBuf) -> std::io::Result<()> {
     agentsadm_platform::blocking(move || {
         use std::io::Read;
         use std::os::unix::fs::PermissionsExt;
-        let md = std::fs::metadata(&script)?;
-        if !md.is_file() || md.permissions().mode() & 0o111 == 0 {
+        let file = agentsadm_types::bounded::open_regular(&script)
+            .map_err(agentsadm_types::bounded::FileError::into_io)?
+            .ok_or_else(|| std::io::Error::from(std::io::ErrorKind::NotFound))?;
+        if file.metadata()?.permissions().mode() & 0o111 == 0 {
             return Err(std::io::Error::from_raw_os_error(libc::EACCES));
         }
-        let mut head = [0u8; 4];
-        let n = std::fs::File::open(&script)?.read(&mut head)?;
-        if head[..n].starts_with(b"#!") || head[..n] == *b"\x7fELF" {
+        let mut head = Vec::with_capacity(4);
+        file.take(4).read_to_end(&mut head)?;
+        if head.starts_with(b"#!") || head == *b"\x7fELF" {
             Ok(())
         } else {
             Err(std::io::Error::from_raw_os_error(libc::ENOEXEC))

@@ -30,6 +30,7 @@ use std::time::SystemTime;
 
 use agentsadm_platform as platform;
 use agentsadm_platform::blocking;
+use agentsadm_types::bounded;
 use agentsadm_types::catalog::{Catalog, Component};
 
 use super::super::kinds;
@@ -216,6 +217,54 @@ fn sort_out(
         }
     }
     Ok(out)
+}
+
+/// Copy the manifest files a transaction may change aside (`<aside>/smf`,
+/// the mode kept), before anything changes them: those there are
+/// returned first, those absent second. Each is read as a regular file
+/// only and at most [`bounded::MANIFEST`] bytes: one that is a link (out of
+/// the tree), a FIFO, a device or huge fails the transaction, naming it,
+/// rather than hanging it or filling the disk with its copy. Blocking.
+pub(super) fn back_up(
+    paths: &GzPaths,
+    txn_dir: &Path,
+    manifests: Vec<String>,
+) -> Result<(Vec<String>, Vec<String>), TxnError> {
+    use std::io::Read;
+    use std::os::unix::fs::PermissionsExt;
+    let (mut backed_up, mut absent) = (Vec::new(), Vec::new());
+    for rel in manifests {
+        let src = paths.at(&rel);
+        let refused = |e: bounded::FileError| fs_err(Step::Smf, "back up", &src)(e.into_io());
+        let Some(file) = bounded::open_regular(&src).map_err(refused)? else {
+            absent.push(rel);
+            continue;
+        };
+        let mode = file
+            .metadata()
+            .map_err(fs_err(Step::Smf, "back up", &src))?;
+        let mut data = Vec::new();
+        file.take(bounded::MANIFEST + 1)
+            .read_to_end(&mut data)
+            .map_err(fs_err(Step::Smf, "back up", &src))?;
+        if data.len() as u64 > bounded::MANIFEST {
+            return Err(refused(bounded::FileError::TooLarge {
+                path: src.clone(),
+                limit: bounded::MANIFEST,
+            }));
+        }
+        let dst = aside_dir(paths, txn_dir).join("smf").join(&rel);
+        fs::create_dir_all(dst.parent().unwrap_or(txn_dir)).map_err(fs_err(
+            Step::Smf,
+            "create",
+            &dst,
+        ))?;
+        fs::write(&dst, &data).map_err(fs_err(Step::Smf, "back up", &dst))?;
+        let perms = fs::Permissions::from_mode(mode.permissions().mode() & 0o7777);
+        fs::set_permissions(&dst, perms).map_err(fs_err(Step::Smf, "back up", &dst))?;
+        backed_up.push(rel);
+    }
+    Ok((backed_up, absent))
 }
 
 /// The names of the files in the SMF directory before the postinstall, as
@@ -461,5 +510,60 @@ mod tests {
         );
         assert!(claims::manifest_file_owner(&cat, "vm-agentx.xml").is_none());
         assert!(claims::manifest_file_owner(&cat, "vm-agent-.xml").is_none());
+    }
+
+    /// The copy aside of a manifest is bounded: a huge file, a FIFO, a
+    /// link out of the tree or to a device fails the transaction naming
+    /// it, and copies nothing (main copied a link's target from outside
+    /// the tree, and any size); a real manifest is copied, its mode kept.
+    #[test]
+    fn manifests_are_backed_up_bounded() {
+        use std::os::unix::fs::PermissionsExt;
+        let root = tempfile::tempdir().unwrap();
+        let outside = tempfile::tempdir().unwrap();
+        let secret = outside.path().join("secret.xml");
+        fs::write(&secret, "<secret/>").unwrap();
+        let paths = GzPaths::new(root.path());
+        let txn_dir = paths.state_dir().join("txn").join("vm-agent.0001");
+        let smf = "opt/smartdc/agents/smf";
+        fs::create_dir_all(paths.at(smf)).unwrap();
+        let rel = |n: &str| format!("{smf}/{n}");
+        let huge = fs::File::create(paths.at(rel("huge.xml"))).unwrap();
+        huge.set_len(64 << 20).unwrap();
+        std::os::unix::fs::symlink(&secret, paths.at(rel("out.xml"))).unwrap();
+        std::os::unix::fs::symlink("/dev/zero", paths.at(rel("zero.xml"))).unwrap();
+        let c = std::ffi::CString::new(
+            paths
+                .at(rel("fifo.xml"))
+                .into_os_string()
+                .into_encoded_bytes(),
+        )
+        .unwrap();
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o644) }, 0);
+        let aside = aside_dir(&paths, &txn_dir).join("smf");
+        for bad in ["huge.xml", "out.xml", "zero.xml", "fifo.xml"] {
+            let err = back_up(&paths, &txn_dir, vec![rel(bad)]).unwrap_err();
+            assert!(err.to_string().contains(bad), "{bad}: {err}");
+            assert!(!aside.join(rel(bad)).exists(), "{bad} was copied");
+        }
+        fs::write(paths.at(rel("vm-agent.xml")), "<bundle/>").unwrap();
+        fs::set_permissions(
+            paths.at(rel("vm-agent.xml")),
+            fs::Permissions::from_mode(0o640),
+        )
+        .unwrap();
+        let (saved, absent) =
+            back_up(&paths, &txn_dir, vec![rel("vm-agent.xml"), rel("gone.xml")]).unwrap();
+        assert_eq!(
+            (saved, absent),
+            (vec![rel("vm-agent.xml")], vec![rel("gone.xml")])
+        );
+        let copy = aside.join(rel("vm-agent.xml"));
+        assert_eq!(fs::read(&copy).unwrap(), b"<bundle/>");
+        assert_eq!(
+            fs::metadata(&copy).unwrap().permissions().mode() & 0o777,
+            0o640
+        );
+        assert_eq!(fs::read(&secret).unwrap(), b"<secret/>");
     }
 }

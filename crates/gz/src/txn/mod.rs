@@ -459,26 +459,8 @@ async fn snapshot_smf(
     }
     let paths = env.paths().clone();
     let txn_dir = txn_dir.to_path_buf();
-    let (backed_up, absent) = blocking(move || {
-        let (mut backed_up, mut absent) = (Vec::new(), Vec::new());
-        for rel in manifests {
-            let src = paths.at(&rel);
-            if src.is_file() {
-                let dst = aside_dir(&paths, &txn_dir).join("smf").join(&rel);
-                fs::create_dir_all(dst.parent().unwrap_or(&txn_dir)).map_err(fs_err(
-                    Step::Smf,
-                    "create",
-                    &dst,
-                ))?;
-                fs::copy(&src, &dst).map_err(fs_err(Step::Smf, "back up", &src))?;
-                backed_up.push(rel);
-            } else {
-                absent.push(rel);
-            }
-        }
-        Ok::<_, TxnError>((backed_up, absent))
-    })
-    .await?;
+    let (backed_up, absent) =
+        blocking(move || manifests::back_up(&paths, &txn_dir, manifests)).await?;
     snap.backed_up = backed_up;
     snap.absent = absent;
     Ok(snap)

@@ -710,8 +710,36 @@ impl CnapiTransport {
         fence: Option<&dyn Fence>,
     ) -> Result<StepDone, StepFailure> {
         let request = gz_execute_request(args, self.config.execute_env.clone());
+        let mut result = self
+            .execute_request(server, step, request.clone(), bound, fence)
+            .await?;
+        // The copy CNAPI lists is not there (removed by hand, a damaged
+        // disk): put it back through the bootstrap, then run the line
+        // again, rather than failing with 127 on every run.
+        if let Some(fence) = fence
+            && bootstrap::missing_binary(&result)
+        {
+            self.bootstrap_listed(server, step, fence).await?;
+            result = self
+                .execute_request(server, step, request, bound, Some(fence))
+                .await?;
+        }
+        self.gz_outcome(step, &result)
+    }
+
+    /// [`Self::execute`] without putting a missing copy back (the
+    /// bootstrap's own record step).
+    async fn execute_once(
+        &self,
+        server: ServerUuid,
+        step: &Step,
+        args: &[String],
+        fence: &dyn Fence,
+    ) -> Result<StepDone, StepFailure> {
+        let request = gz_execute_request(args, self.config.execute_env.clone());
+        let bound = self.config.execute_timeout;
         let result = self
-            .execute_request(server, step, request, bound, fence)
+            .execute_request(server, step, request, bound, Some(fence))
             .await?;
         self.gz_outcome(step, &result)
     }

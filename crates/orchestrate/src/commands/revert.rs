@@ -29,6 +29,13 @@ pub enum RevertError {
         "run {run} is still running (its process lives, or it holds the datacenter lock); wait for it to end"
     )]
     StillRunning { run: String },
+    /// A self-update changed the headnode's own copy, the USB key's copy
+    /// and SAPI's default together: a revert through the executor would
+    /// put back only the first.
+    #[error(
+        "run {run} was a self-update; 'agentsadm self-update --rollback' puts the previous agentsadm back on the headnode and gives new servers it again"
+    )]
+    SelfUpdate { run: String },
     /// Boxed: the gathering error is large and rare.
     #[error(transparent)]
     Gather(Box<GatherError>),
@@ -44,6 +51,9 @@ impl From<GatherError> for RevertError {
     }
 }
 
+/// The operation a self-update's history entry records.
+pub const SELF_UPDATE: &str = "self-update";
+
 /// What a recorded run changed, and what later runs changed since, as the
 /// planner reads it. `later`: the runs that started after it, oldest
 /// first.
@@ -57,6 +67,9 @@ pub fn revert_request(
     };
     if run.status == crate::runner::history::RunStatus::Running {
         return Err(RevertError::StillRunning { run: short });
+    }
+    if run.operation == SELF_UPDATE {
+        return Err(RevertError::SelfUpdate { run: short });
     }
     let mut changes = Vec::new();
     for s in &run.servers {

@@ -11,6 +11,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
+use crate::carriers::guard::Hold;
 use crate::carriers::transport::StepDone;
 use crate::carriers::transport::StepFailure;
 use crate::executor::execute::Executor;
@@ -514,6 +515,9 @@ impl Executor<'_> {
                     "how this step ended is not known",
                 );
                 result = Err((StepFailure::new(lost.stage, lost.message), false));
+            } else if let Some(lost) = self.lost_while_running(server, step, f).await {
+                status = StepStatus::Unknown;
+                result = Err((lost, false));
             }
         }
         self.reporter.event(&ExecEvent::StepFinished {
@@ -538,6 +542,35 @@ impl Executor<'_> {
             },
             result,
         )
+    }
+
+    /// A step that failed while the run no longer held the datacenter
+    /// lock (broken by a colleague's `--break-lock`, removed by a
+    /// cleanup): the new holder may have been changing the same server
+    /// (a step of its own removing the package this one checks), so how
+    /// the step ended is not known, and it is not the server's failure.
+    /// One read of the lock, only after a failure.
+    async fn lost_while_running(
+        &self,
+        server: ServerUuid,
+        step: &Step,
+        failure: &StepFailure,
+    ) -> Option<StepFailure> {
+        let what = format!(
+            "after the {} {} on server {server} failed",
+            step.component,
+            step.action.verb()
+        );
+        match self.fence.confirm(&what).await {
+            Hold::Lost => Some(StepFailure::new(
+                failure.stage.clone(),
+                format!(
+                    "how it ended is not known: the datacenter lock was lost while it ran, and its new holder may have changed this server ({})",
+                    failure.message
+                ),
+            )),
+            Hold::Held | Hold::Unconfirmed(_) => None,
+        }
     }
 
     /// The failure of a step that ran into the task timeout. The step's

@@ -12,12 +12,20 @@
 //!    ordinary execute whose result document gives the instance UUID. The
 //!    installer finds the image installed and only keeps the instance,
 //!    adopts it into SAPI and reports the server to CNAPI.
+//!
+//! A copy that CNAPI's `server.agents` lists but that is not on the server
+//! (its binary removed by hand or lost with a disk) makes every execute
+//! answer 127: the execute that gets that answer puts the listed image
+//! back through the same script ([`CnapiTransport::bootstrap_listed`]) and
+//! runs its line again, so `update agentsadm` (or any step) is not refused
+//! on every run.
 
 use agentsadm_api::bootstrap::{BootstrapImage, bootstrap_request};
+use agentsadm_api::cnapi::ExecuteAnswer;
 use agentsadm_api::compat;
 use agentsadm_plan::{ImageRef, Step};
 use agentsadm_types::error::error_chain;
-use agentsadm_types::ids::ServerUuid;
+use agentsadm_types::ids::{ImageUuid, ServerUuid};
 
 use super::{CnapiTransport, StepDone, StepFailure, tail};
 use crate::carriers::guard::Fence;
@@ -33,17 +41,61 @@ impl CnapiTransport {
         to: &ImageRef,
         fence: &dyn Fence,
     ) -> Result<StepDone, StepFailure> {
+        self.bootstrap_script(server, step, to.uuid, fence).await?;
+        self.execute_once(server, step, &compat::record_args(to.uuid), fence)
+            .await
+    }
+
+    /// The agentsadm image `server.agents` lists for the server, put back
+    /// through the script (its binary is missing).
+    pub(super) async fn bootstrap_listed(
+        &self,
+        server: ServerUuid,
+        step: &Step,
+        fence: &dyn Fence,
+    ) -> Result<(), StepFailure> {
+        let record = self
+            .cnapi
+            .list_server(server)
+            .await
+            .map_err(|e| StepFailure::api(FailureStage::Bootstrap, &e))?;
+        let listed = record
+            .and_then(|r| r.agents)
+            .unwrap_or_default()
+            .into_iter()
+            .find(|a| a.name.as_str() == AGENTSADM)
+            .and_then(|a| a.image_uuid);
+        let Some(image) = listed else {
+            return Err(StepFailure::new(
+                FailureStage::Bootstrap,
+                format!(
+                    "agentsadm is missing at {} and server.agents names no agentsadm image to put back; run 'agentsadm update agentsadm' for this server",
+                    agentsadm_api::remote::GZ_BINARY
+                ),
+            ));
+        };
+        self.bootstrap_script(server, step, image, fence).await
+    }
+
+    /// Steps 1 and 2 of the module docs: `image` in place.
+    async fn bootstrap_script(
+        &self,
+        server: ServerUuid,
+        step: &Step,
+        image: ImageUuid,
+        fence: &dyn Fence,
+    ) -> Result<(), StepFailure> {
         let failed = |message: String| StepFailure::new(FailureStage::Bootstrap, message);
         let Some(imgapi) = &self.imgapi else {
             return Err(failed(format!(
                 "this run has no datacenter IMGAPI to read agentsadm image {} from",
-                to.uuid
+                image
             )));
         };
-        let manifest = imgapi.get_image(to.uuid).await.map_err(|e| {
+        let manifest = imgapi.get_image(image).await.map_err(|e| {
             failed(format!(
                 "cannot read agentsadm image {} from the datacenter IMGAPI {}: {}",
-                to.uuid,
+                image,
                 imgapi.base_url(),
                 error_chain(&e)
             ))
@@ -51,15 +103,15 @@ impl CnapiTransport {
         let Some(file) = manifest.files.first() else {
             return Err(failed(format!(
                 "agentsadm image {} has no file in the datacenter IMGAPI; import it again",
-                to.uuid
+                image
             )));
         };
-        let image = BootstrapImage {
-            image: to.uuid,
+        let bootstrap = BootstrapImage {
+            image,
             sha1: file.sha1.clone(),
             size: file.size,
         };
-        let request = bootstrap_request(&image, self.config.execute_env.clone());
+        let request = bootstrap_request(&bootstrap, self.config.execute_env.clone());
         let result = self
             .execute_request(
                 server,
@@ -79,16 +131,20 @@ impl CnapiTransport {
                 "the bootstrap script {} ({}); the server's agentsadm is as it was, or whole at image {}: run the same command again",
                 result.describe_exit(),
                 tail(output),
-                to.uuid
+                image
             )));
         }
-        self.execute(
-            server,
-            step,
-            &compat::record_args(to.uuid),
-            self.config.execute_timeout,
-            Some(fence),
-        )
-        .await
+        Ok(())
     }
+}
+
+/// The catalog name of agentsadm in `server.agents`.
+const AGENTSADM: &str = "agentsadm";
+
+/// An execute that found no agentsadm to run: bash's 127 for a missing
+/// command, and no result document.
+pub(super) fn missing_binary(result: &ExecuteAnswer) -> bool {
+    result.exit_status == 127
+        && result.exit_error.is_none()
+        && super::parse_gz_result(&result.stdout).is_none()
 }

@@ -6,9 +6,9 @@
 //! cannot be written is a warning (sdcadm's TOOLS-1527 made the same rule).
 //!
 //! A command that changes the datacenter without a [`Plan`] (`agentsadm
-//! self-update`, when it lands) records through the same calls:
-//! [`Recorder::begin`] with an empty plan, then [`Recorder::finish_error`]
-//! or [`Recorder::finish_report`].
+//! self-update`) records through the same calls: [`Recorder::begin`] with
+//! an empty plan, then [`Recorder::finish_error`] or
+//! [`Recorder::finish_outside`] with the servers it changed.
 
 use std::collections::BTreeSet;
 use std::path::PathBuf;
@@ -320,6 +320,30 @@ impl Recorder {
         };
         for line in unwritten {
             self.send(line);
+        }
+        self.end().await
+    }
+
+    /// End the entry of a command run outside the executor (self-update)
+    /// with what it did to each server: succeeded, or ended by the lock's
+    /// loss (exit status 2).
+    pub async fn finish_outside(self, servers: Vec<ServerRecord>, exit_status: u8) -> HistoryEntry {
+        {
+            let mut e = self.lock_entry();
+            e.status = if exit_status == 0 {
+                RunStatus::Succeeded
+            } else {
+                RunStatus::Partial
+            };
+            e.exit_status = Some(exit_status);
+            e.elapsed_s = Some(self.began.elapsed().as_secs_f64());
+            e.ended = Some(entry::now_rfc3339());
+            for s in &servers {
+                e.record_server(s.clone());
+            }
+        }
+        for s in servers {
+            self.send(Line::Server(Box::new(s)));
         }
         self.end().await
     }
