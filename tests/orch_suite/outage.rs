@@ -255,3 +255,60 @@ async fn signalled(
         err,
     )
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn zz_experiment_kinds() {
+    use agentsadm_sim::OutageKind;
+    let which = std::env::var("KIND").unwrap_or_default();
+    let apiname = std::env::var("API").unwrap_or("cnapi".into());
+    let kind = OutageKind::ALL
+        .into_iter()
+        .find(|k| format!("{k:?}") == which)
+        .unwrap();
+    let api = SimApi::from_key(&apiname).unwrap();
+    let dc = sim(6).await;
+    let urls = dc.urls();
+    let apis = agentsadm_api::Apis::new(
+        &urls.imgapi,
+        &urls.sapi,
+        &urls.cnapi,
+        agentsadm_api::ApiConfig {
+            timeout: Duration::from_secs(2),
+            ..agentsadm_sim::sim_api_config()
+        },
+    )
+    .unwrap();
+    let image = publish(&dc, "1.1.0");
+    dc.faults().set_install_latency(LatencySpec::fixed(1000));
+    let progress = Progress::default();
+    let mut s = settings(2, false);
+    s.rollout.max_failures = Some(agentsadm_plan::FailureBudget::Count(0));
+    let t = std::time::Instant::now();
+    let run = update(&apis, &dc, image, &s, &progress, std::future::pending());
+    let outage = async {
+        progress.finished(2).await;
+        dc.faults().set_api_outage(api, Some(kind));
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        dc.faults().set_api_outage(api, None);
+    };
+    let (outcome, ()) = tokio::join!(run, outage);
+    eprintln!("elapsed {:?}", t.elapsed());
+    match outcome {
+        Ok(RunOutcome::Executed { planned, report }) => {
+            eprintln!(
+                "{}\nexit {}",
+                report.render(&planned),
+                report.exit_status(&planned)
+            );
+            for o in report.servers.values() {
+                eprintln!(
+                    "{} {:?} {:?} {:?}",
+                    o.hostname, o.status, o.failure, o.tasks
+                );
+            }
+            eprintln!("outliers {:?}", report.outliers);
+        }
+        other => eprintln!("{other:?}"),
+    }
+    dc.shutdown().await;
+}

@@ -227,6 +227,16 @@ impl ApiError {
         )
     }
 
+    /// The API is out, as opposed to answering about the request: not
+    /// reached ([`ApiError::is_unreachable`]: refused, reset, a response
+    /// cut short, a timeout), or a gateway in front of it answered for
+    /// it (502, 503 or 504, whatever the body: a proxy's HTML page or
+    /// restify's ServiceUnavailableError). A run pauses for an outage
+    /// instead of blaming the servers.
+    pub fn is_outage(&self) -> bool {
+        self.is_unreachable() || matches!(self.status(), Some(502..=504))
+    }
+
     /// Worth retrying for an idempotent call: the service may be restarting
     /// or overloaded. Not transient: CNAPI's validation failures (500s with
     /// a code), and the code-less `{"message"}` 500s SAPI sends for bad data

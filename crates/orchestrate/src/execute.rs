@@ -50,6 +50,10 @@ pub use agentsadm_plan::rollout::{
 /// Default per-step timeout: sdcadm's 30 minutes of polling.
 pub const DEFAULT_TASK_TIMEOUT: Duration = Duration::from_secs(30 * 60);
 
+/// How long a rollout waits for an API that stopped answering: a CNAPI
+/// or SAPI restart (`sdcadm update`, a zone reboot) takes a few minutes.
+pub const DEFAULT_OUTAGE_WAIT: Duration = Duration::from_secs(10 * 60);
+
 /// Executor settings. The rollout itself (waves, concurrency, budget,
 /// rack limit) is the plan's.
 #[derive(Clone, Debug)]
@@ -72,6 +76,10 @@ pub struct ExecOptions {
     /// has a median ([`crate::baseline`]): the catalog's expected times,
     /// and servers' own times from earlier runs.
     pub known: super::baseline::KnownDurations,
+    /// How long a rollout paused for an API outage waits for it to
+    /// answer again before it stops (no server is counted as failed
+    /// either way).
+    pub outage_wait: Duration,
 }
 
 impl Default for ExecOptions {
@@ -84,6 +92,7 @@ impl Default for ExecOptions {
             tick: Duration::from_secs(1),
             health: None,
             known: super::baseline::KnownDurations::default(),
+            outage_wait: DEFAULT_OUTAGE_WAIT,
         }
     }
 }

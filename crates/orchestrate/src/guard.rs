@@ -124,7 +124,7 @@ impl<'l> LockFence<'l> {
         match result {
             Ok(()) => Hold::Held,
             Err(e) if e.is_unreachable() => {
-                tracing::warn!(what, error = %error_chain(&e), "cannot confirm the datacenter lock");
+                tracing::warn!(target: agentsadm_types::log::FILE_ONLY_TARGET, what, error = %error_chain(&e), "cannot confirm the datacenter lock");
                 Hold::Unconfirmed(Api::Sapi)
             }
             Err(e) => {

@@ -250,6 +250,19 @@ impl ExecReport {
                 }
             ));
         }
+        for p in self.pauses.iter().filter(|p| p.answered) {
+            safety.push(format!(
+                "{} did not answer for {} ({}): the run waited{}, and counted no server as failed for it",
+                p.api,
+                super::report::fmt_duration(p.waited),
+                p.noticed,
+                if p.restarted.is_empty() {
+                    String::new()
+                } else {
+                    format!(" and started {} again", p.restarted.join(", "))
+                }
+            ));
+        }
         if !safety.is_empty() {
             let mut line = safety.join("; ");
             line[..1].make_ascii_uppercase();

@@ -536,7 +536,8 @@ impl Executor<'_> {
             FailureStage::ApiLost { api } => *api,
             _ => self.probe.down().await?,
         };
-        tracing::warn!(api = %api, error = %failure, "an API stopped answering");
+        // In the log only: the run says it once ([`ExecEvent::Paused`]).
+        tracing::warn!(target: agentsadm_types::log::FILE_ONLY_TARGET, api = %api, error = %failure, "an API stopped answering");
         Some(api)
     }
 }
