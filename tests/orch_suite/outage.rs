@@ -1,25 +1,172 @@
-//! Faults are named for what failed (issue 22): when SAPI, CNAPI or IMGAPI
-//! stops answering mid-rollout, the run stops starting servers, marks no
-//! server failed (those in flight are "unknown", with their task ids), says
-//! once which API was lost, releases the lock (trying again while SAPI is
-//! down) and exits 2; the same command afterwards converges. SIGTERM and
+//! Faults are named for what failed (issues 22, 30 and 32): when SAPI,
+//! CNAPI or IMGAPI stops answering mid-rollout, in any of the ways a
+//! client meets an outage (the connection cut or reset, a response cut
+//! short, a gateway's 502/503/504, silence), the run pauses: no server
+//! starts, none is marked failed or slow, the failure budget is not
+//! spent, the outage is said once, and the rollout carries on when the
+//! API answers again. An outage that outlasts the wait stops the run:
+//! no server failed (those in flight are "unknown", with their task
+//! ids), the API named once, the lock released (trying again while SAPI
+//! is down), exit 2; the same command afterwards converges. SIGTERM and
 //! SIGHUP end a rollout of the binary with the same summary and run-log
 //! records as Ctrl-C.
 
 use std::process::Stdio;
 use std::time::Duration;
 
-use agentsadm_orchestrate::report::{Halted, ServerStatus};
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use agentsadm_orchestrate::outlier::OutlierPolicy;
+use agentsadm_orchestrate::report::{ExecEvent, Halted, Reporter, ServerStatus};
 use agentsadm_orchestrate::run::RunOutcome;
+use agentsadm_plan::FailureBudget;
 use agentsadm_sim::SimDc;
-use agentsadm_sim::faults::{LatencySpec, SimApi};
+use agentsadm_sim::faults::{LatencySpec, OutageKind, SimApi};
 use tokio::io::AsyncBufReadExt;
 
 use crate::one_at_a_time::{Progress, all_on, lock_board, publish, records, settings, sim, update};
 
+/// Counts what a run said about servers and outages.
+#[derive(Default)]
+struct Watch {
+    progress: Progress,
+    paused: AtomicUsize,
+    resumed: AtomicUsize,
+    outliers: AtomicUsize,
+}
+
+impl Reporter for Watch {
+    fn event(&self, event: &ExecEvent<'_>) {
+        self.progress.event(event);
+        let n = match event {
+            ExecEvent::Paused { .. } => &self.paused,
+            ExecEvent::Resumed { .. } => &self.resumed,
+            ExecEvent::Outlier(_) => &self.outliers,
+            _ => return,
+        };
+        n.fetch_add(1, Ordering::SeqCst);
+    }
+}
+
+/// Six CNs, two at a time, a second per install, a failure budget of
+/// none and a sharp eye for slow servers (twice the median, after two);
+/// `api` stops answering as `kind` says once two servers finished, for
+/// four seconds. The run waits it out: every server is updated, none
+/// failed or slow, the outage said once and the budget unspent.
+async fn outage_waited_out(api: SimApi, kind: OutageKind) {
+    let dc = sim(6).await;
+    let apis = dc.apis();
+    let image = publish(&dc, "1.1.0");
+    dc.faults().set_install_latency(LatencySpec::fixed(1000));
+    let watch = Watch::default();
+    let mut s = settings(2, false);
+    s.rollout.max_failures = Some(FailureBudget::Count(0));
+    s.options.outlier = OutlierPolicy {
+        factor: 2.0,
+        margin: Duration::from_millis(300),
+        min_finished: 2,
+    };
+    s.options.probe_bound = Duration::from_secs(1);
+    let run = update(&apis, &dc, image, &s, &watch, std::future::pending());
+    let outage = async {
+        watch.progress.finished(2).await;
+        dc.faults().set_api_outage(api, Some(kind));
+        tokio::time::sleep(Duration::from_secs(4)).await;
+        dc.faults().set_api_outage(api, None);
+    };
+    let (outcome, ()) = tokio::join!(run, outage);
+    let what = format!("{api:?} {kind:?}");
+    let Ok(RunOutcome::Executed { planned, report }) = outcome else {
+        panic!("{what}: {outcome:?}")
+    };
+    let text = report.render(&planned);
+    let c = report.counts();
+    assert_eq!(
+        (c.succeeded, c.failed, c.timed_out, c.unknown, c.not_started),
+        (planned.servers().len(), 0, 0, 0, 0),
+        "{what}: every server updated, none failed:\n{text}"
+    );
+    assert_eq!(report.halted, None, "{what}: {text}");
+    assert_eq!(report.exit_status(&planned), 0, "{what}: {text}");
+    assert!(report.outliers.is_empty(), "{what}: no outlier:\n{text}");
+    assert_eq!(watch.outliers.load(Ordering::SeqCst), 0, "{what}");
+    let paused = watch.paused.load(Ordering::SeqCst);
+    // Silence may pass unnoticed when nothing waited on the API long
+    // enough; every other kind fails a request and is noticed.
+    let noticed = if kind == OutageKind::Silent {
+        0..=1
+    } else {
+        1..=1
+    };
+    assert!(noticed.contains(&paused), "{what}: said {paused} times");
+    assert_eq!(watch.resumed.load(Ordering::SeqCst), paused, "{what}");
+    assert_eq!(report.pauses.len(), paused, "{what}: {:?}", report.pauses);
+    if paused == 1 {
+        let name = api.api().to_string();
+        assert!(report.pauses[0].answered, "{what}");
+        assert_eq!(report.pauses[0].api.to_string(), name, "{what}");
+        assert_eq!(
+            text.matches(&format!("{name} did not answer for")).count(),
+            1,
+            "{what}: the summary says it once:\n{text}"
+        );
+    }
+    assert!(
+        text.contains("0 failures of a failure budget of"),
+        "{what}: {text}"
+    );
+    assert!(
+        !text.contains("<html") && !text.contains("connection"),
+        "{what}: no raw errors:\n{text}"
+    );
+    assert!(all_on(&dc, image).await, "{what}: {:?}", records(&dc).await);
+    dc.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cnapi_cutting_connections_is_waited_out() {
+    outage_waited_out(SimApi::Cnapi, OutageKind::Cut).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sapi_resetting_connections_is_waited_out() {
+    outage_waited_out(SimApi::Sapi, OutageKind::Reset).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cnapi_cutting_responses_short_is_waited_out() {
+    outage_waited_out(SimApi::Cnapi, OutageKind::Truncated).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn imgapi_behind_a_502_is_waited_out() {
+    outage_waited_out(SimApi::Imgapi, OutageKind::Gateway(502)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sapi_behind_a_503_is_waited_out() {
+    outage_waited_out(SimApi::Sapi, OutageKind::Gateway(503)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cnapi_behind_a_504_is_waited_out() {
+    outage_waited_out(SimApi::Cnapi, OutageKind::Gateway(504)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_silent_cnapi_is_waited_out_and_flags_no_outlier() {
+    outage_waited_out(SimApi::Cnapi, OutageKind::Silent).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_silent_sapi_is_waited_out_and_flags_no_outlier() {
+    outage_waited_out(SimApi::Sapi, OutageKind::Silent).await;
+}
+
 /// Six CNs, two at a time, a second per install; `api` stops answering
-/// once two servers finished and answers again three seconds later
-/// (while the run releases its lock).
+/// once two servers finished, for four seconds, and the run waits one
+/// second for it: it stops (while the run releases its lock, the API is
+/// still away).
 async fn outage_mid_rollout(api: SimApi) {
     let dc = sim(6).await;
     let apis = dc.apis();
@@ -27,12 +174,14 @@ async fn outage_mid_rollout(api: SimApi) {
     let before = records(&dc).await;
     dc.faults().set_install_latency(LatencySpec::fixed(1000));
     let progress = Progress::default();
-    let s = settings(2, false);
+    let mut s = settings(2, false);
+    s.options.outage_wait = Duration::from_secs(1);
+    s.options.probe_bound = Duration::from_secs(1);
     let run = update(&apis, &dc, image, &s, &progress, std::future::pending());
     let outage = async {
         progress.finished(2).await;
         dc.faults().set_api_down(api, true);
-        tokio::time::sleep(Duration::from_secs(3)).await;
+        tokio::time::sleep(Duration::from_secs(4)).await;
         dc.faults().set_api_down(api, false);
     };
     let (outcome, ()) = tokio::join!(run, outage);
@@ -254,61 +403,4 @@ async fn signalled(
         String::from_utf8_lossy(&out.stdout).into_owned(),
         err,
     )
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn zz_experiment_kinds() {
-    use agentsadm_sim::OutageKind;
-    let which = std::env::var("KIND").unwrap_or_default();
-    let apiname = std::env::var("API").unwrap_or("cnapi".into());
-    let kind = OutageKind::ALL
-        .into_iter()
-        .find(|k| format!("{k:?}") == which)
-        .unwrap();
-    let api = SimApi::from_key(&apiname).unwrap();
-    let dc = sim(6).await;
-    let urls = dc.urls();
-    let apis = agentsadm_api::Apis::new(
-        &urls.imgapi,
-        &urls.sapi,
-        &urls.cnapi,
-        agentsadm_api::ApiConfig {
-            timeout: Duration::from_secs(2),
-            ..agentsadm_sim::sim_api_config()
-        },
-    )
-    .unwrap();
-    let image = publish(&dc, "1.1.0");
-    dc.faults().set_install_latency(LatencySpec::fixed(1000));
-    let progress = Progress::default();
-    let mut s = settings(2, false);
-    s.rollout.max_failures = Some(agentsadm_plan::FailureBudget::Count(0));
-    let t = std::time::Instant::now();
-    let run = update(&apis, &dc, image, &s, &progress, std::future::pending());
-    let outage = async {
-        progress.finished(2).await;
-        dc.faults().set_api_outage(api, Some(kind));
-        tokio::time::sleep(Duration::from_secs(3)).await;
-        dc.faults().set_api_outage(api, None);
-    };
-    let (outcome, ()) = tokio::join!(run, outage);
-    eprintln!("elapsed {:?}", t.elapsed());
-    match outcome {
-        Ok(RunOutcome::Executed { planned, report }) => {
-            eprintln!(
-                "{}\nexit {}",
-                report.render(&planned),
-                report.exit_status(&planned)
-            );
-            for o in report.servers.values() {
-                eprintln!(
-                    "{} {:?} {:?} {:?}",
-                    o.hostname, o.status, o.failure, o.tasks
-                );
-            }
-            eprintln!("outliers {:?}", report.outliers);
-        }
-        other => eprintln!("{other:?}"),
-    }
-    dc.shutdown().await;
 }

@@ -227,6 +227,19 @@ impl ApiError {
         )
     }
 
+    /// The API the failed call went to.
+    pub fn api(&self) -> Api {
+        match self {
+            ApiError::Status { api, .. }
+            | ApiError::Connect { api, .. }
+            | ApiError::Timeout { api, .. }
+            | ApiError::Transport { api, .. }
+            | ApiError::Decode { api, .. }
+            | ApiError::BadUrl { api, .. }
+            | ApiError::Integrity { api, .. } => *api,
+        }
+    }
+
     /// The API is out, as opposed to answering about the request: not
     /// reached ([`ApiError::is_unreachable`]: refused, reset, a response
     /// cut short, a timeout), or a gateway in front of it answered for
@@ -507,6 +520,13 @@ impl RestClient {
             })
             .await?;
         self.decode(method, path, &raw.body)
+    }
+
+    /// One `GET /ping`, no retry: whether the API answers right now (an
+    /// outage probe; a retry would hide an API that was away a moment
+    /// ago).
+    pub(crate) async fn ping_once(&self) -> Result<(), ApiError> {
+        self.empty(Method::GET, "/ping", Idempotent::No, None).await
     }
 
     /// Send and ignore the answer's body (204s, CNAPI's empty 200s).

@@ -80,6 +80,9 @@ pub struct ExecOptions {
     /// answer again before it stops (no server is counted as failed
     /// either way).
     pub outage_wait: Duration,
+    /// How long an API may take to answer a ping before it counts as
+    /// not answering (a silent API is an outage, not slow servers).
+    pub probe_bound: Duration,
 }
 
 impl Default for ExecOptions {
@@ -93,6 +96,7 @@ impl Default for ExecOptions {
             health: None,
             known: super::baseline::KnownDurations::default(),
             outage_wait: DEFAULT_OUTAGE_WAIT,
+            probe_bound: Duration::from_secs(10),
         }
     }
 }
