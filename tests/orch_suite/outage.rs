@@ -342,8 +342,29 @@ async fn signalled(
     image: agentsadm_types::ids::ImageUuid,
     signal: &str,
 ) -> (i32, String, String) {
+    let child = spawn_update(dc, log, image);
+    let pid = child.id().expect("a pid").to_string();
+    let (code, out, err) = after_first_server(child, || async {
+        let kill = tokio::process::Command::new("kill")
+            .args([&format!("-{signal}"), &pid])
+            .status()
+            .await
+            .expect("kill runs");
+        assert!(kill.success());
+    })
+    .await;
+    (code, out, err)
+}
+
+/// `agentsadm update cmon-agent --image image -y -j 1` against `dc`,
+/// its run log at `log` and its state beside it.
+fn spawn_update(
+    dc: &SimDc,
+    log: &std::path::Path,
+    image: agentsadm_types::ids::ImageUuid,
+) -> tokio::process::Child {
     let urls = dc.urls();
-    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_agentsadm"))
+    let child = tokio::process::Command::new(env!("CARGO_BIN_EXE_agentsadm"))
         .args([
             "update",
             "cmon-agent",
@@ -367,7 +388,15 @@ async fn signalled(
         .kill_on_drop(true)
         .spawn()
         .expect("agentsadm runs");
-    let pid = child.id().expect("a pid").to_string();
+    child
+}
+
+/// Once the run's first server finished, do `then`; wait for the run to
+/// end: its exit status, stdout and stderr.
+async fn after_first_server<F: std::future::Future<Output = ()>>(
+    mut child: tokio::process::Child,
+    then: impl FnOnce() -> F,
+) -> (i32, String, String) {
     let mut stderr = tokio::io::BufReader::new(child.stderr.take().unwrap()).lines();
     let mut err = String::new();
     let finished_one = async {
@@ -384,17 +413,12 @@ async fn signalled(
         .await
         .expect("a first server finishes");
     assert!(seen, "no server finished: {err}");
-    let kill = tokio::process::Command::new("kill")
-        .args([&format!("-{signal}"), &pid])
-        .status()
-        .await
-        .expect("kill runs");
-    assert!(kill.success());
+    then().await;
     while let Ok(Some(line)) = stderr.next_line().await {
         err.push_str(&line);
         err.push('\n');
     }
-    let out = tokio::time::timeout(Duration::from_secs(60), child.wait_with_output())
+    let out = tokio::time::timeout(Duration::from_secs(120), child.wait_with_output())
         .await
         .expect("agentsadm ends")
         .expect("agentsadm output");
@@ -403,4 +427,53 @@ async fn signalled(
         String::from_utf8_lossy(&out.stdout).into_owned(),
         err,
     )
+}
+
+/// `agentsadm update -y` while SAPI resets every connection for eight
+/// seconds (longer than the client's retries), from the end of the first
+/// server on (the real CNAPI run printed
+/// multi-line WARN lines over the display, flagged every server in flight
+/// as slow, failed them and halted on the budget): one line says the
+/// outage, one that it is over, no WARN line, nothing failed or slow,
+/// exit 0.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_binary_says_an_outage_once_and_carries_on() {
+    let dc = sim(4).await;
+    dc.faults().set_install_latency(LatencySpec::fixed(1000));
+    let image = publish(&dc, "1.1.0");
+    let state = tempfile::tempdir().unwrap();
+    let log = state.path().join("run.log");
+    let run = spawn_update(&dc, &log, image);
+    let (code, out, err) = after_first_server(run, || async {
+        dc.faults()
+            .set_api_outage(SimApi::Sapi, Some(OutageKind::Reset));
+        tokio::time::sleep(Duration::from_secs(8)).await;
+        dc.faults().set_api_outage(SimApi::Sapi, None);
+    })
+    .await;
+    assert_eq!(code, 0, "{out}\n{err}");
+    let said: Vec<&str> = err
+        .lines()
+        .filter(|l| l.contains("SAPI stopped answering"))
+        .collect();
+    assert_eq!(said.len(), 1, "said once:\n{err}");
+    assert!(said[0].contains("paused"), "{err}");
+    assert_eq!(
+        err.lines()
+            .filter(|l| l.contains("SAPI answers again"))
+            .count(),
+        1,
+        "{err}"
+    );
+    assert!(
+        !err.contains("WARN") && !err.contains("slow:") && !err.contains(": failed:"),
+        "no WARN, outlier or failure on the display:\n{err}"
+    );
+    assert_eq!(
+        out.matches("SAPI did not answer for").count(),
+        1,
+        "the summary says it once:\n{out}"
+    );
+    assert!(all_on(&dc, image).await, "{:?}", records(&dc).await);
+    dc.shutdown().await;
 }

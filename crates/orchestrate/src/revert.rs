@@ -14,7 +14,7 @@ use super::history::HistoryEntry;
 use super::images::{self, ImageChoice, ImageError, ImageSources};
 use super::run::Planner;
 use super::session::Session;
-use agentsadm_plan::revert::{RevertChange, RevertRequest, ServiceRevert, plan_revert};
+use agentsadm_plan::revert::{LeftOut, RevertChange, RevertRequest, ServiceRevert, plan_revert};
 use agentsadm_plan::timing::Durations;
 use agentsadm_plan::{
     ComponentSelection, Operation, Plan, PlanError, PlanOptions, PlanningInput, Request, RevertOf,
@@ -58,28 +58,7 @@ pub fn revert_request(
     if run.status == super::history::RunStatus::Running {
         return Err(RevertError::StillRunning { run: short });
     }
-    let mut changes = Vec::new();
-    for s in &run.servers {
-        let Some(server) = s.server else { continue };
-        for st in s.steps.iter().filter(|st| st.changed()) {
-            // An upgrade from an image nobody recorded cannot be put back.
-            if st.action == "upgrade" && st.from.is_none() {
-                continue;
-            }
-            // Nor can a record that names no component (the history is a
-            // file: anything may be in it).
-            let Ok(component) = st.component.parse::<ComponentName>() else {
-                continue;
-            };
-            changes.push(RevertChange {
-                server,
-                hostname: s.hostname.clone(),
-                component,
-                before: st.from,
-                after: st.to,
-            });
-        }
-    }
+    let (changes, left_out) = what_changed(run);
     let services = run
         .plan
         .service_changes
@@ -121,7 +100,59 @@ pub fn revert_request(
         services,
         later: by,
         later_services: by_service,
+        left_out,
     })
+}
+
+/// The steps of `run` that changed a server, or may have (their end is
+/// not known), and what its record cannot say enough about to put back.
+fn what_changed(run: &HistoryEntry) -> (Vec<RevertChange>, Vec<LeftOut>) {
+    let mut changes = Vec::new();
+    let mut left_out = Vec::new();
+    for s in &run.servers {
+        let unsettled = matches!(s.outcome.as_str(), "interrupted" | "unknown" | "timed-out");
+        for st in &s.steps {
+            let settled = st.changed();
+            let maybe = unsettled && matches!(st.status.as_str(), "not-run" | "unknown")
+                || st.status == "unknown";
+            if !settled && !maybe {
+                continue;
+            }
+            let mut leave = |why: String| {
+                left_out.push(LeftOut {
+                    server: s.server,
+                    hostname: s.hostname.clone(),
+                    component: st.component.clone(),
+                    why,
+                })
+            };
+            // The history is a file: anything may be in it.
+            let Some(server) = s.server else {
+                leave("the run's record names no server UUID".into());
+                continue;
+            };
+            if st.action == "upgrade" && st.from.is_none() {
+                leave(format!(
+                    "the run did not record the image before its {} (put one back with 'agentsadm update {}@IMAGE -s {}')",
+                    st.action, st.component, s.hostname
+                ));
+                continue;
+            }
+            let Ok(component) = st.component.parse::<ComponentName>() else {
+                leave("the run's record names no known component".into());
+                continue;
+            };
+            changes.push(RevertChange {
+                server,
+                hostname: s.hostname.clone(),
+                component,
+                before: st.from,
+                after: st.to,
+                settled,
+            });
+        }
+    }
+    (changes, left_out)
 }
 
 /// The revert of one recorded run, planned anew at each call.

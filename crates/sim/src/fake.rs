@@ -270,7 +270,7 @@ impl FakeDc {
         reported: Option<InstanceUuid>,
     ) -> Result<(), IntentWriteError> {
         if self.faults().sapi_fail.contains(&server) {
-            return Err(sapi_unavailable("update instance"));
+            return Err(sapi_write_refused("update instance"));
         }
         let mut dc = self.dc();
         match change {
@@ -438,6 +438,26 @@ fn agent_install_failure() -> FailureStage {
     FailureStage::Task {
         task: "agent_install".to_string(),
         id: None,
+    }
+}
+
+/// A SAPI write of one server's instance refused as a storage error
+/// refuses it (a plain 500 `{message}`): SAPI answers, so it is that
+/// server's failure, not an outage.
+pub fn sapi_write_refused(what: &str) -> IntentWriteError {
+    IntentWriteError::Api {
+        what: what.to_string(),
+        err: Box::new(agentsadm_api::ApiError::Status {
+            api: agentsadm_api::Api::Sapi,
+            method: reqwest::Method::PUT,
+            path: "/instances".to_string(),
+            status: 500,
+            body: agentsadm_api::ErrorBody {
+                code: None,
+                message: "putObject sapi_instances failed".to_string(),
+                errors: Vec::new(),
+            },
+        }),
     }
 }
 
