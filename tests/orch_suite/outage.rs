@@ -358,7 +358,7 @@ async fn signalled(
 
 /// `agentsadm update cmon-agent --image image -y -j 1` against `dc`,
 /// its run log at `log` and its state beside it.
-fn spawn_update(
+pub(crate) fn spawn_update(
     dc: &SimDc,
     log: &std::path::Path,
     image: agentsadm_types::ids::ImageUuid,
@@ -393,7 +393,7 @@ fn spawn_update(
 
 /// Once the run's first server finished, do `then`; wait for the run to
 /// end: its exit status, stdout and stderr.
-async fn after_first_server<F: std::future::Future<Output = ()>>(
+pub(crate) async fn after_first_server<F: std::future::Future<Output = ()>>(
     mut child: tokio::process::Child,
     then: impl FnOnce() -> F,
 ) -> (i32, String, String) {

@@ -229,3 +229,82 @@ impl Planner for RevertPlanner<'_> {
         )?)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::history::{RunStatus, ServerRecord, StepRecord};
+    use agentsadm_types::ids::{RunId, ServerUuid};
+
+    fn step(component: &str, from: Option<u128>, to: u128, status: &str) -> StepRecord {
+        StepRecord {
+            component: component.into(),
+            action: "upgrade".into(),
+            from: from.map(ImageUuid::from_u128),
+            to: Some(ImageUuid::from_u128(to)),
+            status: status.into(),
+            ..StepRecord::default()
+        }
+    }
+
+    fn server(n: u128, outcome: &str, steps: Vec<StepRecord>) -> ServerRecord {
+        ServerRecord {
+            server: Some(ServerUuid::from_u128(n)),
+            hostname: format!("cn{n}"),
+            outcome: outcome.into(),
+            steps,
+            ..ServerRecord::default()
+        }
+    }
+
+    /// Every step that changed a server, or may have, is in the request;
+    /// what its record cannot say enough about is left out by name, with
+    /// why (before, those were dropped without a word).
+    #[test]
+    fn what_a_revert_cannot_put_back_is_named() {
+        let mut no_uuid = server(4, "succeeded", vec![step("vm-agent", Some(1), 2, "done")]);
+        no_uuid.server = None;
+        let run = HistoryEntry {
+            id: Some(RunId::from_u128(9)),
+            status: RunStatus::Interrupted,
+            servers: vec![
+                server(1, "succeeded", vec![step("vm-agent", Some(1), 2, "done")]),
+                server(
+                    2,
+                    "interrupted",
+                    vec![step("vm-agent", Some(1), 2, "not-run")],
+                ),
+                server(3, "failed", vec![step("vm-agent", Some(1), 2, "failed")]),
+                no_uuid,
+                server(5, "succeeded", vec![step("vm-agent", None, 2, "done")]),
+                server(
+                    6,
+                    "succeeded",
+                    vec![step("no such agent", Some(1), 2, "done")],
+                ),
+                server(
+                    7,
+                    "not-started",
+                    vec![step("vm-agent", Some(1), 2, "not-run")],
+                ),
+            ],
+            ..HistoryEntry::default()
+        };
+        let r = revert_request(&run, &[]).unwrap();
+        let changes: Vec<(&str, bool)> = r
+            .changes
+            .iter()
+            .map(|c| (c.hostname.as_str(), c.settled))
+            .collect();
+        assert_eq!(changes, [("cn1", true), ("cn2", false)]);
+        let left: Vec<(&str, &str)> = r
+            .left_out
+            .iter()
+            .map(|l| (l.hostname.as_str(), l.why.as_str()))
+            .collect();
+        assert_eq!(left.len(), 3, "{left:?}");
+        assert!(left[0].0 == "cn4" && left[0].1.contains("no server UUID"));
+        assert!(left[1].0 == "cn5" && left[1].1.contains("did not record the image before"));
+        assert!(left[2].0 == "cn6" && left[2].1.contains("no known component"));
+    }
+}
