@@ -363,17 +363,24 @@ pub(crate) fn spawn_update(
     log: &std::path::Path,
     image: agentsadm_types::ids::ImageUuid,
 ) -> tokio::process::Child {
+    let image = image.to_string();
+    spawn_agentsadm(
+        dc,
+        log,
+        &["update", "cmon-agent", "--image", &image, "-y", "-j", "1"],
+    )
+}
+
+/// `agentsadm ARGS` against `dc` (progress as lines), its run log at
+/// `log` and its state beside it.
+pub(crate) fn spawn_agentsadm(
+    dc: &SimDc,
+    log: &std::path::Path,
+    args: &[&str],
+) -> tokio::process::Child {
     let urls = dc.urls();
-    let child = tokio::process::Command::new(env!("CARGO_BIN_EXE_agentsadm"))
-        .args([
-            "update",
-            "cmon-agent",
-            "--image",
-            &image.to_string(),
-            "-y",
-            "-j",
-            "1",
-        ])
+    tokio::process::Command::new(env!("CARGO_BIN_EXE_agentsadm"))
+        .args(args)
         .arg("--log-file")
         .arg(log)
         .env("SAPI_URL", &urls.sapi)
@@ -387,8 +394,7 @@ pub(crate) fn spawn_update(
         .stderr(Stdio::piped())
         .kill_on_drop(true)
         .spawn()
-        .expect("agentsadm runs");
-    child
+        .expect("agentsadm runs")
 }
 
 /// Once the run's first server finished, do `then`; wait for the run to
