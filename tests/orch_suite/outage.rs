@@ -343,17 +343,18 @@ async fn signalled(
     signal: &str,
 ) -> (i32, String, String) {
     let child = spawn_update(dc, log, image);
-    let pid = child.id().expect("a pid").to_string();
-    let (code, out, err) = after_first_server(child, || async {
-        let kill = tokio::process::Command::new("kill")
-            .args([&format!("-{signal}"), &pid])
-            .status()
-            .await
-            .expect("kill runs");
-        assert!(kill.success());
-    })
-    .await;
-    (code, out, err)
+    let pid = child.id().expect("a pid");
+    after_first_server(child, || send(signal, pid)).await
+}
+
+/// `kill -SIGNAL pid`.
+pub(crate) async fn send(signal: &str, pid: u32) {
+    let kill = tokio::process::Command::new("kill")
+        .args([format!("-{signal}"), pid.to_string()])
+        .status()
+        .await
+        .expect("kill runs");
+    assert!(kill.success());
 }
 
 /// `agentsadm update cmon-agent --image image -y -j 1` against `dc`,

@@ -201,16 +201,11 @@ async fn a_revert_puts_back_a_server_left_running_at_an_interrupt() {
     let state = tempfile::tempdir().unwrap();
     let log = state.path().join("run.log");
     let run = crate::outage::spawn_update(&dc, &log, image);
-    let pid = run.id().expect("a pid").to_string();
+    let pid = run.id().expect("a pid");
     let (code, out, err) = crate::outage::after_first_server(run, || async {
         // The second server's task is under way (1.5 s an install).
         tokio::time::sleep(std::time::Duration::from_millis(700)).await;
-        let kill = tokio::process::Command::new("kill")
-            .args(["-TERM", &pid])
-            .status()
-            .await
-            .expect("kill runs");
-        assert!(kill.success());
+        crate::outage::send("TERM", pid).await;
     })
     .await;
     assert_eq!(code, 2, "{out}{err}");
