@@ -394,3 +394,495 @@ fn the_function_scanner_counts_bodies_and_skips_declarations() {
         vec![("a".to_string(), 1, 5), ("c".to_string(), 9, 1)]
     );
 }
+
+/// The source of one file with comments and the insides of string and char
+/// literals blanked, so that only code is scanned for paths.
+fn code_only(text: &str) -> String {
+    let b: Vec<char> = text.chars().collect();
+    let mut out = String::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        let c = b[i];
+        let next = b.get(i + 1).copied();
+        if c == '/' && next == Some('/') {
+            while i < b.len() && b[i] != '\n' {
+                i += 1;
+            }
+        } else if c == '/' && next == Some('*') {
+            let mut depth = 0;
+            while i < b.len() {
+                if b[i] == '/' && b.get(i + 1) == Some(&'*') {
+                    depth += 1;
+                    i += 2;
+                } else if b[i] == '*' && b.get(i + 1) == Some(&'/') {
+                    depth -= 1;
+                    i += 2;
+                    if depth == 0 {
+                        break;
+                    }
+                } else {
+                    i += 1;
+                }
+            }
+            out.push(' ');
+        } else if c == 'r'
+            && matches!(next, Some('"') | Some('#'))
+            && !b[..i]
+                .last()
+                .is_some_and(|p| p.is_alphanumeric() || *p == '_')
+        {
+            // A raw string: r"..." or r#"..."#.
+            let mut j = i + 1;
+            let mut hashes = 0;
+            while b.get(j) == Some(&'#') {
+                hashes += 1;
+                j += 1;
+            }
+            if b.get(j) != Some(&'"') {
+                out.push(c);
+                i += 1;
+                continue;
+            }
+            j += 1;
+            loop {
+                if j >= b.len() {
+                    break;
+                }
+                if b[j] == '"' && (0..hashes).all(|h| b.get(j + 1 + h) == Some(&'#')) {
+                    j += 1 + hashes;
+                    break;
+                }
+                j += 1;
+            }
+            out.push_str("\"\"");
+            i = j;
+        } else if c == '"' {
+            i += 1;
+            while i < b.len() && b[i] != '"' {
+                if b[i] == '\\' {
+                    i += 1;
+                }
+                i += 1;
+            }
+            i += 1;
+            out.push_str("\"\"");
+        } else if c == '\'' {
+            // A char literal ('{', '\n', '\u{7f}') or a lifetime ('a).
+            if next == Some('\\') {
+                let mut j = i + 2;
+                while j < b.len() && b[j] != '\'' {
+                    j += 1;
+                }
+                i = j + 1;
+                out.push_str("' '");
+            } else if b.get(i + 2) == Some(&'\'') {
+                i += 3;
+                out.push_str("' '");
+            } else {
+                out.push(c);
+                i += 1;
+            }
+        } else {
+            out.push(c);
+            i += 1;
+        }
+    }
+    out
+}
+
+/// Tokens of code: identifiers and single punctuation, with `::` as one.
+fn tokens(code: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let chars: Vec<char> = code.chars().collect();
+    let mut i = 0;
+    while i < chars.len() {
+        let c = chars[i];
+        if c.is_alphanumeric() || c == '_' {
+            let start = i;
+            while i < chars.len() && (chars[i].is_alphanumeric() || chars[i] == '_') {
+                i += 1;
+            }
+            out.push(chars[start..i].iter().collect());
+        } else if c == ':' && chars.get(i + 1) == Some(&':') {
+            out.push("::".to_string());
+            i += 2;
+        } else if c.is_whitespace() {
+            i += 1;
+        } else {
+            out.push(c.to_string());
+            i += 1;
+        }
+    }
+    out
+}
+
+/// The module path a file under a crate's `src/` defines (`a/b.rs` and
+/// `a/b/mod.rs` are `[a, b]`; `lib.rs` is `[]`).
+fn module_path_of(rel: &Path) -> Vec<String> {
+    let mut parts: Vec<String> = rel
+        .components()
+        .map(|c| c.as_os_str().to_string_lossy().into_owned())
+        .collect();
+    let file = parts.pop().unwrap_or_default();
+    let stem = file.trim_end_matches(".rs");
+    if stem != "mod" && stem != "lib" {
+        parts.push(stem.to_string());
+    }
+    parts
+}
+
+/// Every path a file's product code names from inside its own crate
+/// (`crate::…`, `super::…`, `self::…`), resolved to an absolute module path
+/// (the segments after `crate`). `#[cfg(test)]` modules are skipped: a
+/// test may reach anywhere.
+fn crate_paths(text: &str, module: &[String]) -> Vec<Vec<String>> {
+    let toks = tokens(&code_only(text));
+    let mut out = Vec::new();
+    // The inline modules open around the cursor: (name, brace depth at
+    // which it closes, whether it is test code).
+    let mut open: Vec<(String, usize, bool)> = Vec::new();
+    let mut depth = 0usize;
+    let mut cfg_test = false;
+    let mut i = 0;
+    while i < toks.len() {
+        let t = toks[i].as_str();
+        match t {
+            "#" if toks.get(i + 1).map(String::as_str) == Some("[") => {
+                let attr: String = toks[i..].iter().take(6).cloned().collect();
+                if attr.starts_with("#[cfg(test)") {
+                    cfg_test = true;
+                }
+                i += 1;
+                continue;
+            }
+            "mod" if toks.get(i + 2).map(String::as_str) == Some("{") => {
+                let test = cfg_test || open.last().is_some_and(|m| m.2);
+                open.push((toks[i + 1].clone(), depth + 1, test));
+                depth += 1;
+                cfg_test = false;
+                i += 3;
+                continue;
+            }
+            "{" => depth += 1,
+            "}" => {
+                if open.last().is_some_and(|m| m.1 == depth) {
+                    open.pop();
+                }
+                depth = depth.saturating_sub(1);
+            }
+            ";" => cfg_test = false,
+            // A `#[cfg(test)]` item other than a module or a `use` counts
+            // as product code (the scanner then sees more, never less).
+            "fn" | "struct" | "enum" | "impl" | "const" | "static" | "trait" | "type" => {
+                cfg_test = false
+            }
+            _ => {}
+        }
+        let in_test = open.last().is_some_and(|m| m.2) || cfg_test;
+        let starts_path = matches!(t, "crate" | "super" | "self")
+            && toks.get(i + 1).map(String::as_str) == Some("::")
+            && !(i > 0 && toks[i - 1] == "::");
+        if !starts_path {
+            i += 1;
+            continue;
+        }
+        let mut here: Vec<String> = module.to_vec();
+        here.extend(open.iter().map(|m| m.0.clone()));
+        let (prefix, next) = resolve_path(&toks, i, &here);
+        if !in_test {
+            out.extend(prefix);
+        }
+        i = next;
+    }
+    out
+}
+
+/// Reads the path starting at `toks[at]` (with `use` groups), resolved
+/// against `here`; returns the absolute paths it names and where it ends.
+fn resolve_path(toks: &[String], at: usize, here: &[String]) -> (Vec<Vec<String>>, usize) {
+    let mut path: Vec<String> = Vec::new();
+    let mut i = at;
+    let mut first = true;
+    while let Some(t) = toks.get(i) {
+        match t.as_str() {
+            "crate" if first => path.clear(),
+            "super" if first || path.len() <= here.len() => {
+                if first {
+                    path = here.to_vec();
+                }
+                path.pop();
+            }
+            "self" if first => path = here.to_vec(),
+            "{" => {
+                // A group: each element is a path relative to `path`.
+                let mut out = Vec::new();
+                let mut j = i + 1;
+                while j < toks.len() && toks[j] != "}" {
+                    if toks[j] == "," {
+                        j += 1;
+                        continue;
+                    }
+                    let (inner, end) = group_element(toks, j, &path);
+                    out.extend(inner);
+                    j = end;
+                }
+                return (out, j + 1);
+            }
+            w if w.chars().all(|c| c.is_alphanumeric() || c == '_') => path.push(w.to_string()),
+            _ => break,
+        }
+        first = false;
+        if toks.get(i + 1).map(String::as_str) == Some("::") {
+            i += 2;
+        } else {
+            i += 1;
+            break;
+        }
+    }
+    (vec![path], i)
+}
+
+/// One element of a `use` group under `prefix`: `self`, `a::b`, `a::{…}`,
+/// `a as b` or `*`.
+fn group_element(toks: &[String], at: usize, prefix: &[String]) -> (Vec<Vec<String>>, usize) {
+    let mut path = prefix.to_vec();
+    let mut j = at;
+    while j < toks.len() {
+        match toks[j].as_str() {
+            "self" => {}
+            "{" => {
+                let mut out = Vec::new();
+                let mut k = j + 1;
+                while k < toks.len() && toks[k] != "}" {
+                    if toks[k] == "," {
+                        k += 1;
+                        continue;
+                    }
+                    let (inner, end) = group_element(toks, k, &path);
+                    out.extend(inner);
+                    k = end;
+                }
+                return (out, k + 1);
+            }
+            "," | "}" => break,
+            "as" => {
+                j += 2;
+                break;
+            }
+            "::" | "*" => {}
+            w => path.push(w.to_string()),
+        }
+        j += 1;
+    }
+    (vec![path], j)
+}
+
+/// The arrows between the top-level modules of the crate at `src`:
+/// module -> the modules its product code names.
+fn module_graph(src: &Path, depth: usize) -> BTreeMap<String, BTreeSet<String>> {
+    let mut files = Vec::new();
+    rust_files(src, &mut files);
+    files.sort();
+    let mut graph: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    for file in files {
+        let rel = file.strip_prefix(src).expect("under src");
+        let module = module_path_of(rel);
+        if module.len() < depth {
+            continue;
+        }
+        let from = module[..depth].join("::");
+        let text = std::fs::read_to_string(&file).expect("readable");
+        let entry = graph.entry(from.clone()).or_default();
+        for path in crate_paths(&text, &module) {
+            if path.len() > depth {
+                let to = path[..depth].join("::");
+                if to != from {
+                    entry.insert(to);
+                }
+            }
+        }
+    }
+    // Only arrows to modules that exist (not to items re-exported at the root).
+    let names: BTreeSet<String> = graph.keys().cloned().collect();
+    for targets in graph.values_mut() {
+        targets.retain(|t| names.contains(t));
+    }
+    graph
+}
+
+/// The strongly connected components with more than one module (Tarjan).
+fn cycles(graph: &BTreeMap<String, BTreeSet<String>>) -> Vec<BTreeSet<String>> {
+    struct State<'a> {
+        graph: &'a BTreeMap<String, BTreeSet<String>>,
+        index: BTreeMap<&'a str, usize>,
+        low: BTreeMap<&'a str, usize>,
+        stack: Vec<&'a str>,
+        on_stack: BTreeSet<&'a str>,
+        out: Vec<BTreeSet<String>>,
+    }
+    fn visit<'a>(s: &mut State<'a>, v: &'a str) {
+        let n = s.index.len();
+        s.index.insert(v, n);
+        s.low.insert(v, n);
+        s.stack.push(v);
+        s.on_stack.insert(v);
+        let graph = s.graph;
+        for w in graph.get(v).into_iter().flatten() {
+            let w = w.as_str();
+            if !s.index.contains_key(w) {
+                visit(s, w);
+                let lw = s.low[w];
+                let lv = s.low[v];
+                s.low.insert(v, lv.min(lw));
+            } else if s.on_stack.contains(w) {
+                let iw = s.index[w];
+                let lv = s.low[v];
+                s.low.insert(v, lv.min(iw));
+            }
+        }
+        if s.low[v] == s.index[v] {
+            let mut scc = BTreeSet::new();
+            while let Some(w) = s.stack.pop() {
+                s.on_stack.remove(w);
+                scc.insert(w.to_string());
+                if w == v {
+                    break;
+                }
+            }
+            if scc.len() > 1 {
+                s.out.push(scc);
+            }
+        }
+    }
+    let mut s = State {
+        graph,
+        index: BTreeMap::new(),
+        low: BTreeMap::new(),
+        stack: Vec::new(),
+        on_stack: BTreeSet::new(),
+        out: Vec::new(),
+    };
+    for v in graph.keys() {
+        if !s.index.contains_key(v.as_str()) {
+            visit(&mut s, v);
+        }
+    }
+    s.out
+}
+
+/// The orchestrator's layers (directories of `crates/orchestrate/src`),
+/// bottom up. A module imports from the layers below its own and from
+/// modules of its own layer, never from a layer above; and no modules
+/// import each other round in a circle.
+const ORCHESTRATE_LAYERS: &[&str] = &["vocabulary", "carriers", "executor", "runner", "commands"];
+
+/// The orchestrator's module graph (`layer::module` -> the modules it
+/// names), and the crate-internal paths that name a module through its
+/// re-export at the crate's root instead of through its layer (which would
+/// hide an arrow from the graph).
+fn orchestrate_graph() -> (BTreeMap<String, BTreeSet<String>>, Vec<String>) {
+    let src = root().join("crates/orchestrate/src");
+    let graph = module_graph(&src, 2);
+    let reexported: BTreeSet<&str> = graph.keys().filter_map(|k| k.split("::").nth(1)).collect();
+    let mut files = Vec::new();
+    rust_files(&src, &mut files);
+    let mut hidden = Vec::new();
+    for file in files {
+        let rel = file.strip_prefix(&src).expect("under src");
+        let text = std::fs::read_to_string(&file).expect("readable");
+        for path in crate_paths(&text, &module_path_of(rel)) {
+            if path.len() > 1 && reexported.contains(path[0].as_str()) {
+                hidden.push(format!("{}: crate::{}", rel.display(), path.join("::")));
+            }
+        }
+    }
+    (graph, hidden)
+}
+
+/// The arrows of `graph` that point up the layers (`from`, `to`).
+fn back_arrows(graph: &BTreeMap<String, BTreeSet<String>>) -> Vec<(String, String)> {
+    let rank = |m: &str| {
+        let layer = m.split("::").next().unwrap_or_default();
+        ORCHESTRATE_LAYERS.iter().position(|l| *l == layer)
+    };
+    let mut out = Vec::new();
+    for (from, targets) in graph {
+        for to in targets {
+            if rank(to) > rank(from) {
+                out.push((from.clone(), to.clone()));
+            }
+        }
+    }
+    out
+}
+
+/// Issue 31: the orchestrator was one knot (18 of its 27 modules in one
+/// cycle; 9 arrows up the layers it now has, 85 arrows in all). Run with
+/// `--nocapture` to see the graph.
+#[test]
+fn the_orchestrators_layers_point_down_and_its_modules_form_no_cycle() {
+    let src = root().join("crates/orchestrate/src");
+    let mut outside = Vec::new();
+    for entry in std::fs::read_dir(&src).expect("readable") {
+        let name = entry.expect("dir entry").file_name();
+        let name = name.to_string_lossy();
+        if name != "lib.rs" && !ORCHESTRATE_LAYERS.contains(&name.as_ref()) {
+            outside.push(name.into_owned());
+        }
+    }
+    assert!(
+        outside.is_empty(),
+        "modules outside the layers (put each in one of {ORCHESTRATE_LAYERS:?}): {outside:?}"
+    );
+    let (graph, hidden) = orchestrate_graph();
+    for (from, to) in &graph {
+        println!(
+            "{from} -> {}",
+            to.iter().cloned().collect::<Vec<_>>().join(", ")
+        );
+    }
+    let up = back_arrows(&graph);
+    let knots = cycles(&graph);
+    println!(
+        "{} modules, {} arrows, {} up the layers, {} cycles",
+        graph.len(),
+        graph.values().map(BTreeSet::len).sum::<usize>(),
+        up.len(),
+        knots.len()
+    );
+    assert!(
+        hidden.is_empty(),
+        "name the layer in crate-internal paths (crate::<layer>::<module>), not the root's re-export:\n{}",
+        hidden.join("\n")
+    );
+    assert!(up.is_empty(), "imports up the layers: {up:?}");
+    assert!(
+        knots.is_empty(),
+        "modules importing each other round: {knots:?}"
+    );
+}
+
+/// The scanner resolves `crate::`, `super::` and `use` groups, and skips
+/// comments, strings and `#[cfg(test)]` modules.
+#[test]
+fn the_path_scanner_resolves_groups_and_super_and_skips_tests() {
+    let text = "//! [`crate::x::Doc`]\nuse super::a::{self, B};\nuse crate::{b::C, c::{d::E, F}};\nfn f() { let s = \"crate::nope::X\"; crate::d::g(); }\nmod inner {\n    use super::local;\n}\n#[cfg(test)]\nmod tests {\n    use crate::t::X;\n}\n";
+    let module = vec!["layer".to_string(), "m".to_string()];
+    let found: BTreeSet<String> = crate_paths(text, &module)
+        .into_iter()
+        .map(|p| p.join("::"))
+        .collect();
+    let want: BTreeSet<String> = [
+        "layer::a",
+        "layer::a::B",
+        "b::C",
+        "c::d::E",
+        "c::F",
+        "d::g",
+        "layer::m::local",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    assert_eq!(found, want);
+}

@@ -27,8 +27,8 @@ use agentsadm_api::ApiConfig;
 
 use agentsadm_api::Apis;
 use agentsadm_orchestrate::report::ExecEvent;
-use agentsadm_orchestrate::report::LogReporter;
 use agentsadm_orchestrate::report::Reporter;
+use agentsadm_orchestrate::reporters::LogReporter;
 use agentsadm_platform::read_sdc_config;
 use agentsadm_types::catalog::Catalog;
 use agentsadm_types::output::Output;

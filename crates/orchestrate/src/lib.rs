@@ -1,69 +1,62 @@
 //! The headnode orchestrator: gathers intent (SAPI) and reality (CNAPI),
 //! plans, and carries out a confirmed plan across the fleet.
 //!
-//! The parts, in the order a run uses them:
+//! The modules sit in five layers (directories), bottom up; a module
+//! imports only from the layers below its own and from its own layer's
+//! modules, with no cycle (`tests/architecture.rs` checks it, issue 31):
 //!
-//! - [`gather`]: one ServerList, one ListServices, one ListInstances (I/O).
-//! - [`images`]: `--image` / `--latest` / `--channel` resolution and imports
-//!   into the datacenter IMGAPI (I/O, before planning).
-//! - the pure planner is the `agentsadm_plan` crate; [`session`] gathers,
-//!   resolves and plans for `update`, `install` and `remove`, [`adopt`]
-//!   plans adoption.
-//! - [`run`]: the one run every changing command goes through: the lock,
-//!   the plan made again under it, the question (or `-y`) and the
-//!   [`confirm::Confirmed`] token it yields, the plan made again after the
-//!   answer ([`fence`]), imports, execution, the report.
-//! - [`lock`]: one orchestrator per datacenter (SAPI application metadata),
-//!   held through the run and confirmed before each change ([`guard`]);
-//!   a failure while an API does not answer is the outage's, not the
-//!   server's ([`guard::ApiProbe`]).
-//! - [`execute`]: runs a confirmed plan: service defaults, [`records`]
-//!   (CNAPI and SAPI record changes), then the servers in the plan's
-//!   [`waves`], each server's turn in [`turn`], through a
-//!   [`transport::Transport`] (CNAPI install-agent tasks or `agentsadm gz`
-//!   via CNAPI execute) and an [`store::IntentStore`] (SAPI), reporting to
-//!   a [`report::Reporter`]; [`outlier`] decides about slow servers
-//!   (against [`baseline`]'s expected times before there is a median) and
-//!   [`summary`] renders the end of a run. The library draws nothing: the
-//!   command line turns the reporter's events into progress.
-//!   [`execmode`] tells how CNAPI execute reaches each server, and
-//!   [`recover`] settles tasks whose result CNAPI lost.
-//! - [`marks`]: `disable`/`enable` planned for the run, `hold`/`release`
-//!   written to SAPI (issue 25).
-//! - [`history`]: every run the [`run`] executes is recorded (the headnode's
-//!   journals and SAPI); `agentsadm history` and `revert` read it back,
-//!   and the planner schedules from what servers took before; [`revert`]
-//!   plans putting back what a recorded run changed.
+//! 1. vocabulary: what a run is described in. [`report`] (the
+//!    [`report::Reporter`]'s events and the [`report::ExecReport`]),
+//!    [`outcomes`] (a step's failure, a record change's outcome, the lock's
+//!    loss: what the parts below report back), [`outlier`] (slow
+//!    servers), [`summary`] (the end of a run), [`reporters`] (the run's
+//!    log) and [`confirm`] (the [`confirm::Confirmed`] token).
+//! 2. carriers: what carries a change and reads the datacenter.
+//!    [`transport`] (CNAPI install-agent tasks or `agentsadm gz` through
+//!    CNAPI execute; [`execmode`] tells how execute reaches each server,
+//!    [`recover`] settles tasks whose result CNAPI lost), [`store`] (SAPI
+//!    intent), [`records`] (CNAPI and SAPI record changes), [`guard`] (the
+//!    lock confirmed before each change, and whether an API stopped
+//!    answering), [`gather`] (one ServerList, ListServices,
+//!    ListInstances) and [`images`] (`--image` / `--latest` / `--channel`
+//!    and imports into the datacenter IMGAPI).
+//! 3. executor: [`execute`] runs a confirmed plan: service defaults, the
+//!    records, then the servers in the plan's [`waves`], each server's
+//!    turn; [`baseline`] gives the expected times before there is a
+//!    median.
+//! 4. runner: [`run`], the one run every changing command goes through:
+//!    the [`lock`] (one orchestrator per datacenter, SAPI application
+//!    metadata), the plan made again under it, the question (or `-y`),
+//!    the plan made again after the answer ([`fence`]), imports,
+//!    execution, the report, and the [`history`] entry; [`shape`] moves
+//!    agentsadm's own SAPI services out of `sdc` on the way.
+//! 5. commands: the planners of the commands: [`session`] gathers,
+//!    resolves and plans `update`, `install` and `remove`; [`adopt`],
+//!    [`marks`] (`disable`/`enable`, `hold`/`release`) and [`revert`]
+//!    (putting back what a recorded run changed).
+//!
+//! The pure planner is the `agentsadm_plan` crate. The library draws
+//! nothing: the command line turns the reporter's events into progress.
 
-pub mod adopt;
-pub mod baseline;
-pub mod confirm;
-pub mod execmode;
-pub mod execute;
-pub mod fence;
-pub mod gather;
-pub mod guard;
-pub mod history;
-mod holding;
-pub mod images;
-pub mod lock;
-pub mod marks;
-pub mod outlier;
-pub mod records;
-pub mod recover;
-pub mod report;
-mod reporters;
-pub mod revert;
-pub mod run;
-pub mod session;
-pub mod shape;
-pub mod store;
-pub mod summary;
-pub mod transport;
-mod turn;
-pub mod waves;
+// The layers, bottom up: a module imports only from its own layer and
+// the layers below it (tests/architecture.rs keeps it so).
+mod carriers;
+mod commands;
+mod executor;
+mod runner;
+mod vocabulary;
+
+// The modules at the crate's root, as before the layers: the other
+// crates' paths (`agentsadm_orchestrate::report::…`) stay as they were.
+// Inside this crate paths name the layer (`crate::vocabulary::report`),
+// so that the architecture test sees every arrow.
+pub use carriers::{execmode, gather, guard, images, records, recover, store, transport};
+pub use commands::{adopt, marks, revert, session};
+pub use executor::{baseline, execute, waves};
+pub use runner::{fence, history, lock, run, shape};
+pub use vocabulary::{confirm, outcomes, outlier, report, reporters, summary};
 
 pub use agentsadm_plan::intent::Intent;
 pub use agentsadm_plan::reality::Reality;
 pub use agentsadm_plan::{Plan, PlanningInput, plan};
-pub use execute::{ExecOptions, Executor};
+pub use executor::execute::{ExecOptions, Executor};

@@ -593,7 +593,7 @@ pub(super) fn yes(plan: &Plan) -> agentsadm_orchestrate::confirm::Confirmed<'_> 
             yes: true,
             ..Default::default()
         });
-    agentsadm_orchestrate::confirm::Confirmed::by_yes(&YES, plan).expect("-y")
+    agentsadm_orchestrate::confirm::Confirmed::by_yes(&*YES, plan).expect("-y")
 }
 
 #[cfg(test)]

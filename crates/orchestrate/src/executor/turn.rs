@@ -1,0 +1,604 @@
+//! One server's turn: its SAPI instance targets, its steps batch by batch
+//! (core components alone, the parallel-safe set concurrently), each
+//! bounded by the task timeout, then the SAPI writes that follow installs
+//! and removals. An unhealthy step's intent is put back. A turn never
+//! fails as a whole: what went wrong is in its [`ServerOutcome`].
+
+use agentsadm_types::component::ComponentName;
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use crate::carriers::transport::StepDone;
+use crate::carriers::transport::StepFailure;
+use crate::executor::execute::Executor;
+use crate::vocabulary::report::ExecEvent;
+use crate::vocabulary::report::Failure;
+use crate::vocabulary::report::FailureStage;
+use crate::vocabulary::report::GateResult;
+use crate::vocabulary::report::Revert;
+use crate::vocabulary::report::ServerOutcome;
+use crate::vocabulary::report::ServerStatus;
+use crate::vocabulary::report::StepResult;
+use crate::vocabulary::report::StepStatus;
+use agentsadm_plan::Action;
+use agentsadm_plan::Gate;
+use agentsadm_plan::IntentChange;
+use agentsadm_plan::ServerPlan;
+use agentsadm_plan::Step;
+use agentsadm_plan::TransportKind;
+use agentsadm_types::error::error_chain;
+use agentsadm_types::ids::ImageUuid;
+use agentsadm_types::ids::InstanceUuid;
+use agentsadm_types::ids::ServerUuid;
+
+/// A step's result and, on success, the instance the server reported; on
+/// failure, whether it timed out.
+pub(crate) type StepRun = (
+    StepResult,
+    Result<Option<InstanceUuid>, (StepFailure, bool)>,
+);
+
+pub(crate) fn not_run(step: &Step) -> StepResult {
+    StepResult {
+        component: step.component.to_string(),
+        action: step.action.verb(),
+        status: StepStatus::NotRun,
+        elapsed: Duration::ZERO,
+        task: None,
+        gate: None,
+        installed: false,
+    }
+}
+
+/// What the steps of a turn left behind for the writes after them.
+#[derive(Default)]
+struct Ran<'p> {
+    /// The instance each installed component reported.
+    reported: BTreeMap<&'p ComponentName, Option<InstanceUuid>>,
+    /// The components cn-agent's install task installed or upgraded.
+    by_cn_agent: std::collections::BTreeSet<&'p ComponentName>,
+    /// The first unhealthy step, and why its revert failed (if it did).
+    unhealthy: Option<(&'p Step, Option<String>)>,
+}
+
+/// The instance `step`'s component must carry after cn-agent ran it, now
+/// running `image`, in one write: its server, the image, and its marks
+/// (as the plan found them, with the plan's own mark changes on top).
+/// `None` when the plan knows no instance for it (an install's adoption
+/// writes it).
+fn restore(sp: &ServerPlan, step: &Step, image: ImageUuid) -> Option<IntentChange> {
+    let kept = step.record.as_ref()?;
+    let mut marks = kept.marks.clone();
+    for change in &sp.intent {
+        if let IntentChange::Mark {
+            component,
+            key,
+            mark,
+            ..
+        } = change
+            && *component == step.component
+        {
+            marks.retain(|(k, _)| k != key);
+            marks.extend(mark.clone().map(|m| (*key, m)));
+        }
+    }
+    Some(IntentChange::Restore {
+        component: step.component.clone(),
+        service: kept.service,
+        instance: kept.instance,
+        image,
+        marks,
+    })
+}
+
+/// The writes an install through cn-agent needs after it (the agent's
+/// postinstall may have re-adopted its instance bare): each such step's
+/// instance, whole, at the step's target. Written whatever the plan wrote
+/// before the steps (nothing, on a rerun whose intent already named the
+/// target, a `check --fix` repair, `--ignore-holds`).
+fn erased_by_postinstall(sp: &ServerPlan, ran: &Ran<'_>) -> Vec<IntentChange> {
+    sp.steps
+        .iter()
+        .filter(|st| ran.by_cn_agent.contains(&st.component))
+        .filter_map(|st| restore(sp, st, st.action.target()?.uuid))
+        .collect()
+}
+
+impl Executor<'_> {
+    /// One server's turn. Never returns an error: failures are in the
+    /// outcome.
+    pub(crate) async fn run_server(&self, server: ServerUuid, sp: &ServerPlan) -> ServerOutcome {
+        let started = Instant::now();
+        self.reporter.event(&ExecEvent::ServerStarted {
+            server,
+            hostname: &sp.hostname,
+        });
+        let mut outcome = ServerOutcome::new(&sp.hostname);
+        for change in sp.intent.iter().filter(|c| c.runs_before_steps()) {
+            if let Err(err) = self.store.apply(server, change, None).await {
+                // Nothing ran on the server: stopped, if an API is what failed.
+                let failure = sapi_failure(change, &err);
+                let (status, failure) = match self.outage_of(&failure, err.outage()).await {
+                    Some(api) => (
+                        ServerStatus::Stopped,
+                        api_lost(&failure, api, "nothing was started on this server"),
+                    ),
+                    None => (ServerStatus::Failed, failure),
+                };
+                outcome.fail(status, failure);
+                outcome.steps = sp.steps.iter().map(not_run).collect();
+                outcome.elapsed = started.elapsed();
+                outcome.tasks = self.transport.tasks(server);
+                return outcome;
+            }
+        }
+        let ran = self.run_batches(server, sp, &mut outcome).await;
+        if let Some((step, revert_error)) = ran.unhealthy.clone() {
+            outcome.revert = Some(self.revert_intent(server, sp, step, revert_error).await);
+        }
+        if outcome.failure.is_none() {
+            self.intent_after(server, sp, &ran, &mut outcome).await;
+        } else if !ran.by_cn_agent.is_empty() {
+            self.rewrite_after_cn_agent(server, sp, &ran).await;
+        }
+        outcome.elapsed = started.elapsed();
+        outcome.tasks = self.transport.tasks(server);
+        outcome
+    }
+
+    /// The SAPI writes that follow the steps (adoptions, deletions).
+    ///
+    /// cn-agent's install task runs the agent's own postinstall, and the
+    /// modern agents (vm-agent, net-agent) re-adopt their instance with a
+    /// bare create that replaces the whole SAPI object: the params written
+    /// before their step (server, image, marks) are gone after it
+    /// (docs/triton/agent-install.md §2.6), so they are written again.
+    async fn intent_after(
+        &self,
+        server: ServerUuid,
+        sp: &ServerPlan,
+        ran: &Ran<'_>,
+        outcome: &mut ServerOutcome,
+    ) {
+        let again = erased_by_postinstall(sp, ran);
+        let after = sp.intent.iter().filter(|c| !c.runs_before_steps());
+        for change in again.iter().chain(after) {
+            let instance = ran.reported.get(change.component()).copied().flatten();
+            if let Err(err) = self.store.apply(server, change, instance).await {
+                // The steps ran; what SAPI recorded of them is not known.
+                let failure = sapi_failure(change, &err);
+                let (status, failure) = match self.outage_of(&failure, err.outage()).await {
+                    Some(api) => (
+                        ServerStatus::Unknown,
+                        api_lost(
+                            &failure,
+                            api,
+                            "the steps ran; what SAPI records of them is not known",
+                        ),
+                    ),
+                    None => (ServerStatus::Failed, failure),
+                };
+                outcome.fail(status, failure);
+                break;
+            }
+            if let IntentChange::DeleteReplaced { instance: old, .. } = change
+                && instance.is_some_and(|now| now != *old)
+            {
+                outcome.replaced.push(*old);
+            }
+        }
+    }
+
+    /// On a server whose turn failed after cn-agent installed something
+    /// (its health check could not run): the writes its postinstall
+    /// erased ([`Executor::intent_after`]), and nothing else, since the
+    /// turn did not finish. The turn's failure stays what is reported; a
+    /// write that fails here is logged.
+    async fn rewrite_after_cn_agent(&self, server: ServerUuid, sp: &ServerPlan, ran: &Ran<'_>) {
+        for change in &erased_by_postinstall(sp, ran) {
+            let instance = ran.reported.get(change.component()).copied().flatten();
+            if let Err(err) = self.store.apply(server, change, instance).await {
+                tracing::warn!(%server, component = %change.component(), error = %error_chain(&err), "cannot write the SAPI instance again after cn-agent's install; 'agentsadm check --fix' writes it later");
+            }
+        }
+    }
+
+    /// The steps, batch by batch; the first failure stops the turn (the
+    /// remaining steps are not run).
+    async fn run_batches<'p>(
+        &self,
+        server: ServerUuid,
+        sp: &'p ServerPlan,
+        outcome: &mut ServerOutcome,
+    ) -> Ran<'p> {
+        let mut ran = Ran::default();
+        for batch in sp.batches() {
+            if outcome.failure.is_some() {
+                outcome.steps.extend(batch.iter().map(not_run));
+                continue;
+            }
+            let results: Vec<StepRun> = if batch.len() > 1 && self.options.parallel_within_server {
+                self.run_together(server, &sp.hostname, batch).await
+            } else {
+                self.run_in_turn(server, &sp.hostname, batch).await
+            };
+            for (step, (result, r)) in batch.iter().zip(results) {
+                outcome.gates.extend(result.gate.clone());
+                let by_cn_agent = step.transport == TransportKind::InstallAgent
+                    && matches!(step.action, Action::Install { .. } | Action::Upgrade { .. });
+                if by_cn_agent && r.as_ref().is_err_and(|(f, _)| f.installed) {
+                    ran.by_cn_agent.insert(&step.component);
+                }
+                if let Err((f, _)) = &r
+                    && f.is_unhealthy()
+                {
+                    ran.unhealthy.get_or_insert((step, f.revert_error.clone()));
+                }
+                match r {
+                    Ok(instance) => {
+                        ran.reported.insert(&step.component, instance);
+                        if by_cn_agent {
+                            ran.by_cn_agent.insert(&step.component);
+                        }
+                    }
+                    Err((f, timed_out)) if outcome.failure.is_none() => {
+                        let status = match result.status {
+                            StepStatus::NotRun => ServerStatus::Stopped,
+                            StepStatus::Unknown => ServerStatus::Unknown,
+                            _ if timed_out => ServerStatus::TimedOut,
+                            _ => ServerStatus::Failed,
+                        };
+                        outcome.fail(
+                            status,
+                            Failure {
+                                component: Some(result.component.clone()),
+                                stage: f.stage,
+                                message: f.message,
+                            },
+                        );
+                    }
+                    Err(_) => {}
+                }
+                outcome.steps.push(result);
+            }
+        }
+        ran
+    }
+
+    /// Steps one after the other; after a failure the rest are not run.
+    async fn run_in_turn(
+        &self,
+        server: ServerUuid,
+        hostname: &str,
+        batch: &[Step],
+    ) -> Vec<StepRun> {
+        let mut v = Vec::with_capacity(batch.len());
+        for st in batch {
+            let r = self.run_step(server, hostname, st).await;
+            let failed = r.1.is_err();
+            v.push(r);
+            if failed {
+                break;
+            }
+        }
+        let ran = v.len();
+        v.extend(batch[ran..].iter().map(|st| (not_run(st), Ok(None))));
+        v
+    }
+
+    /// After an unhealthy step the server runs the previous image again
+    /// (the installer rolled back, or the transport reinstalled it): put
+    /// the SAPI instance's `params.image_uuid`, which this run pointed at
+    /// the new image before the steps, back to the previous one, so intent
+    /// never claims a reverted image.
+    async fn revert_intent(
+        &self,
+        server: ServerUuid,
+        sp: &ServerPlan,
+        step: &Step,
+        revert_error: Option<String>,
+    ) -> Revert {
+        let previous = match &step.action {
+            Action::Upgrade { from, .. } => from.image,
+            _ => None,
+        };
+        let mut revert = Revert {
+            component: step.component.to_string(),
+            image: previous,
+            sapi: false,
+            error: revert_error,
+        };
+        let Some(previous) = previous else {
+            return revert;
+        };
+        // Reinstalled through cn-agent: its postinstall may have re-adopted
+        // the instance bare again; the whole record goes back in one write.
+        if step.transport == TransportKind::InstallAgent
+            && let Some(back) = restore(sp, step, previous)
+        {
+            match self.store.apply(server, &back, None).await {
+                Ok(()) => revert.sapi = true,
+                Err(e) => {
+                    let msg = format!(
+                        "cannot put the SAPI instance back (params.image_uuid {previous}): {}",
+                        error_chain(&e)
+                    );
+                    revert.error = Some(match revert.error.take() {
+                        Some(prev) => format!("{prev}; {msg}"),
+                        None => msg,
+                    });
+                }
+            }
+            return revert;
+        }
+        match self
+            .put_back_instance(server, sp, &step.component, previous)
+            .await
+        {
+            Ok(wrote) => revert.sapi = wrote,
+            Err(msg) => {
+                revert.error = Some(match revert.error.take() {
+                    Some(prev) => format!("{prev}; {msg}"),
+                    None => msg,
+                });
+            }
+        }
+        revert
+    }
+
+    /// Point the instance targets this turn wrote for `component` back at
+    /// `previous`. `Ok(true)`: something was put back.
+    pub(crate) async fn put_back_instance(
+        &self,
+        server: ServerUuid,
+        sp: &ServerPlan,
+        component: &str,
+        previous: ImageUuid,
+    ) -> Result<bool, String> {
+        let mut wrote = false;
+        for change in sp
+            .intent
+            .iter()
+            .filter(|c| c.runs_before_steps() && c.component() == component)
+        {
+            let back = match change {
+                IntentChange::UpdateInstance {
+                    component,
+                    service,
+                    instance,
+                    ..
+                }
+                | IntentChange::CreateInstance {
+                    component,
+                    service,
+                    instance,
+                    ..
+                } => IntentChange::UpdateInstance {
+                    component: component.clone(),
+                    service: *service,
+                    instance: *instance,
+                    image: previous,
+                },
+                _ => continue,
+            };
+            self.store.apply(server, &back, None).await.map_err(|e| {
+                format!(
+                    "cannot put params.image_uuid {previous} back on the SAPI instance: {}",
+                    error_chain(&e)
+                )
+            })?;
+            wrote = true;
+        }
+        Ok(wrote)
+    }
+
+    /// A batch of parallel-safe steps, concurrently, except that the steps
+    /// through `agentsadm gz` (CNAPI execute) start once the cn-agent tasks
+    /// are done. Both report the server's whole agent set to CNAPI
+    /// (cn-agent's refreshAgents, the installer's report), each from its
+    /// own read of the disk: run together, the later POST can carry a read
+    /// taken before the other install finished and undo its report (a lost
+    /// update; CNAPI 5xx retries widen the window). In this order the
+    /// installer reads last. Results are in the batch's order.
+    async fn run_together(
+        &self,
+        server: ServerUuid,
+        hostname: &str,
+        batch: &[Step],
+    ) -> Vec<StepRun> {
+        let (cn_agent, gz): (Vec<usize>, Vec<usize>) =
+            (0..batch.len()).partition(|&i| batch[i].transport == TransportKind::InstallAgent);
+        let mut out: Vec<Option<StepRun>> = (0..batch.len()).map(|_| None).collect();
+        for group in [cn_agent, gz] {
+            let runs = futures::future::join_all(
+                group
+                    .iter()
+                    .map(|&i| self.run_step(server, hostname, &batch[i])),
+            )
+            .await;
+            for (i, run) in group.into_iter().zip(runs) {
+                out[i] = Some(run);
+            }
+        }
+        // Every index is in exactly one group, so nothing is dropped here.
+        out.into_iter().flatten().collect()
+    }
+
+    /// Run one step under the task timeout. The error carries whether it
+    /// was a timeout.
+    async fn run_step(&self, server: ServerUuid, hostname: &str, step: &Step) -> StepRun {
+        self.reporter.event(&ExecEvent::StepStarted {
+            server,
+            hostname,
+            step,
+        });
+        let t = Instant::now();
+        let timeout = self.options.task_timeout;
+        let run = self.transport.run_fenced(server, step, self.fence);
+        let ran = match tokio::time::timeout(timeout, run).await {
+            Ok(Ok(done)) => Ok(done),
+            Ok(Err(f)) => Err((f, false)),
+            Err(_) => Err((self.timed_out(server, step), true)),
+        };
+        let elapsed = t.elapsed();
+        let task = self
+            .transport
+            .tasks(server)
+            .into_iter()
+            .rfind(|t| t.component == step.component)
+            .map(|t| t.task);
+        let gate = gate(step, &ran);
+        let mut result = ran.map(|done| done.instance);
+        let mut status = if result.is_ok() {
+            StepStatus::Done
+        } else {
+            StepStatus::Failed
+        };
+        if let Err((f, _)) = &result {
+            if matches!(
+                f.stage,
+                FailureStage::LockLost | FailureStage::ApiLost { .. }
+            ) {
+                // Refused before it started.
+                status = StepStatus::NotRun;
+            } else if let Some(api) = self.outage_of(&failure_of(step, f), f.outage).await {
+                status = StepStatus::Unknown;
+                let lost = api_lost(
+                    &failure_of(step, f),
+                    api,
+                    "how this step ended is not known",
+                );
+                result = Err((StepFailure::new(lost.stage, lost.message), false));
+            }
+        }
+        self.reporter.event(&ExecEvent::StepFinished {
+            server,
+            hostname,
+            step,
+            elapsed,
+            failure: result.as_ref().err().map(|(f, _)| f),
+            task,
+            gate: gate.as_ref(),
+        });
+        (
+            StepResult {
+                component: step.component.to_string(),
+                action: step.action.verb(),
+                status,
+                elapsed,
+                task,
+                gate,
+                installed: status == StepStatus::Failed
+                    && result.as_ref().is_err_and(|(f, _)| f.installed),
+            },
+            result,
+        )
+    }
+
+    /// The failure of a step that ran into the task timeout. The step's
+    /// future was dropped while waiting: its task is still marked as
+    /// waited for.
+    fn timed_out(&self, server: ServerUuid, step: &Step) -> StepFailure {
+        let task = self
+            .transport
+            .tasks(server)
+            .into_iter()
+            .rfind(|t| t.waiting && t.component == step.component);
+        let what = match task {
+            Some(t) => format!("CNAPI task {} may still be running", t.task),
+            None => "the work may still be running on the server".to_string(),
+        };
+        StepFailure::new(
+            FailureStage::Timeout,
+            format!(
+                "no result after {} (--task-timeout); {what}",
+                crate::vocabulary::report::fmt_duration(self.options.task_timeout)
+            ),
+        )
+    }
+}
+
+impl Executor<'_> {
+    /// Whether `failure` is an outage's: unless the server itself decided
+    /// (unhealthy, changed since the plan), it is when the failed call
+    /// met one (`seen`: refused, reset, cut short, timed out, a gateway's
+    /// 502-504, even if the API answers again by now), else the APIs are
+    /// asked, and the one that does not answer is returned (the raw error
+    /// goes to the log, not the report).
+    pub(crate) async fn outage_of(
+        &self,
+        failure: &Failure,
+        seen: Option<agentsadm_api::Api>,
+    ) -> Option<agentsadm_api::Api> {
+        if matches!(
+            failure.stage,
+            FailureStage::Unhealthy | FailureStage::Changed | FailureStage::LockLost
+        ) {
+            return None;
+        }
+        let api = match (&failure.stage, seen) {
+            (FailureStage::ApiLost { api }, _) => *api,
+            (_, Some(api)) => api,
+            _ => self.probe.down().await?,
+        };
+        // In the log only: the run says it once ([`ExecEvent::Paused`]).
+        tracing::warn!(target: agentsadm_types::log::FILE_ONLY_TARGET, api = %api, error = %failure, "an API stopped answering");
+        Some(api)
+    }
+}
+
+/// The failure an outage of `api` makes of `failure`: `what` it means.
+fn api_lost(failure: &Failure, api: agentsadm_api::Api, what: &str) -> Failure {
+    Failure {
+        component: failure.component.clone(),
+        stage: FailureStage::ApiLost { api },
+        message: format!("{api} stopped answering: {what}"),
+    }
+}
+
+fn failure_of(step: &Step, f: &StepFailure) -> Failure {
+    Failure {
+        component: Some(step.component.to_string()),
+        stage: f.stage.clone(),
+        message: f.message.clone(),
+    }
+}
+
+/// A step's health gate, from how the step ended: passed when it
+/// succeeded, failed when it was unhealthy (the failure names the service
+/// and its state); none when the step has no gate or failed before it.
+fn gate(step: &Step, ran: &Result<StepDone, (StepFailure, bool)>) -> Option<GateResult> {
+    if step.gate == Gate::None {
+        return None;
+    }
+    let (passed, seen, elapsed) = match ran {
+        Ok(done) => (
+            true,
+            match step.gate {
+                // Without execute only CNAPI's report is seen.
+                Gate::ServerAgents => "the new image in server.agents".to_string(),
+                _ => "online".to_string(),
+            },
+            done.gate_elapsed,
+        ),
+        Err((f, _)) if f.is_unhealthy() => (false, f.message.clone(), None),
+        Err(_) => return None,
+    };
+    Some(GateResult {
+        component: step.component.to_string(),
+        gate: step.gate,
+        passed,
+        seen,
+        elapsed,
+    })
+}
+
+fn sapi_failure(change: &IntentChange, err: &crate::carriers::store::IntentWriteError) -> Failure {
+    Failure {
+        component: Some(change.component().to_string()),
+        stage: FailureStage::Sapi,
+        message: error_chain(err),
+    }
+}

@@ -1,0 +1,9 @@
+//! The run every changing command goes through: the datacenter lock, the
+//! plan made again under it, the question, execution, history, and the
+//! move of agentsadm's own SAPI services out of `sdc` that every run makes.
+
+pub mod fence;
+pub mod history;
+pub mod lock;
+pub mod run;
+pub mod shape;
