@@ -4,7 +4,11 @@
 //! health gate, a failure-budget halt, a completed update), on a
 //! datacenter whose instances have no params (as agentsshar-era
 //! postinstalls leave them), every component `list` does not call `ok` is
-//! a finding of `check` of the same kind, and the other way round.
+//! a finding of `check` of the same kind, and the other way round. The
+//! same after Ctrl-C at the canary question, a declined canary (in tmux)
+//! and SIGTERM mid-rollout; and the run that carries on a rollout split
+//! by a declined canary is linked with it in `history`, both ways, in
+//! text and JSON.
 
 use std::collections::BTreeSet;
 use std::path::Path;
@@ -49,7 +53,7 @@ fn findings(v: &Value, out: &mut BTreeSet<(String, String, String)>) {
 }
 
 /// `list` and `check` say the same of every component.
-async fn agree(dc: &SimDc, state: &Path, after: &str) {
+pub(crate) async fn agree(dc: &SimDc, state: &Path, after: &str) {
     let (code, out, err) = cli(dc, state, &["list", "--json"]).await;
     assert_eq!(code, 0, "{after}: {err}");
     let rows: Value = serde_json::from_str(&out).unwrap();
@@ -167,5 +171,95 @@ async fn list_and_check_agree_after_every_kind_of_run() {
     let (code, out, err) = cli(&dc, s, &["update", "vm-agent", "--latest", "-y"]).await;
     assert_eq!(code, 0, "{out}{err}");
     agree(&dc, s, "a completed update").await;
+    dc.shutdown().await;
+}
+
+/// Answer the canary question of `update vm-agent --latest --canary 1 -j
+/// 2` on `dc` (state in `dir`) with `keys`, in tmux; the screen at the end.
+async fn answer_canary(dc: &SimDc, dir: &Path, name: &str, keys: &[&str]) -> String {
+    let script = crate::terminal::script(dc, dir, "update vm-agent --latest --canary 1 -j 2");
+    let tmux = crate::terminal::Tmux::start(name, &script);
+    tmux.wait_for("Proceed? [y/N]").await;
+    tmux.keys(&["y", "Enter"]);
+    tmux.wait_for("[y/N]").await;
+    tmux.wait_for("continue with").await;
+    tmux.keys(keys);
+    tmux.wait_for("EXIT=").await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn list_and_check_agree_after_halts_at_the_canary_and_sigterm_and_a_split_rollout_is_linked()
+{
+    if !crate::tools::require_tool("tmux", "tmux") {
+        return;
+    }
+    let dc = SimDc::start(
+        SimConfig::default()
+            .servers(4)
+            .populate(SeedSpec::with_newer())
+            .install_latency(agentsadm_sim::LatencySpec::fixed(300)),
+    )
+    .await
+    .expect("simulator starts");
+    let state = tempfile::tempdir().unwrap();
+    let s = state.path();
+
+    let screen = answer_canary(&dc, s, "agree-ctrl-c", &["C-c"]).await;
+    assert!(screen.lines().any(|l| l == "EXIT=2"), "{screen}");
+    agree(&dc, s, "Ctrl-C at the canary question").await;
+
+    let screen = answer_canary(&dc, s, "agree-no", &["n", "Enter"]).await;
+    assert!(screen.lines().any(|l| l == "EXIT=2"), "{screen}");
+    agree(&dc, s, "a declined canary").await;
+
+    // The same command again carries the rollout on.
+    let (code, out, err) = cli(&dc, s, &["update", "vm-agent", "--latest", "-y"]).await;
+    assert_eq!(code, 0, "{out}{err}");
+    let (code, out, err) = cli(&dc, s, &["history", "--json"]).await;
+    assert_eq!(code, 0, "{err}");
+    let doc: Value = serde_json::from_str(&out).unwrap();
+    let runs = doc["runs"].as_array().unwrap();
+    let (on, declined, interrupted) = (&runs[0], &runs[1], &runs[2]);
+    assert_eq!(declined["halt_reason"], "declined", "{declined}");
+    assert_eq!(on["continues"], declined["id"], "{out}");
+    assert_eq!(declined["continued_by"], on["id"], "{out}");
+    // Ctrl-C at the question is a no as well: the run after it carries
+    // that one on.
+    assert_eq!(declined["continues"], interrupted["id"], "{out}");
+    for (run, says) in [
+        (
+            on,
+            format!("carries on: run {}", declined["id"].as_str().unwrap()),
+        ),
+        (
+            declined,
+            format!("carried on by: run {}", on["id"].as_str().unwrap()),
+        ),
+    ] {
+        let (code, text, err) = cli(&dc, s, &["history", run["id"].as_str().unwrap()]).await;
+        assert_eq!(code, 0, "{err}");
+        assert!(text.contains(&says), "{says}:\n{text}");
+    }
+
+    // SIGTERM mid-rollout.
+    let next = dc
+        .publish_component("vm-agent", &BuildOptions::new("1.6.0"), PublishTarget::Dc)
+        .unwrap()
+        .uuid
+        .to_string();
+    let log = s.join("run.log");
+    let run = crate::outage::spawn_agentsadm(
+        &dc,
+        &log,
+        &["update", "vm-agent", "--image", &next, "-y", "-j", "1"],
+    );
+    let pid = run.id().expect("a pid");
+    let (code, out, err) =
+        crate::outage::after_first_server(run, || crate::outage::send("TERM", pid)).await;
+    assert_eq!(code, 2, "{out}{err}");
+    // The server in flight finishes on its own (0.3 s an install): list
+    // and check read the same datacenter only once it has.
+    tokio::time::sleep(std::time::Duration::from_secs(2)).await;
+    agree(&dc, s, "SIGTERM mid-rollout").await;
     dc.shutdown().await;
 }

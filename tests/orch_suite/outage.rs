@@ -1,18 +1,27 @@
-//! Faults are named for what failed (issue 22): when SAPI, CNAPI or IMGAPI
-//! stops answering mid-rollout, the run stops starting servers, marks no
-//! server failed (those in flight are "unknown", with their task ids), says
-//! once which API was lost, releases the lock (trying again while SAPI is
-//! down) and exits 2; the same command afterwards converges. SIGTERM and
+//! Faults are named for what failed (issues 22, 30 and 32): when SAPI,
+//! CNAPI or IMGAPI stops answering mid-rollout, in any of the ways a
+//! client meets an outage (the connection cut or reset, a response cut
+//! short, a gateway's 502/503/504, silence), the run pauses: no server
+//! starts, none is marked failed or slow, the failure budget is not
+//! spent, the outage is said once, and the rollout carries on when the
+//! API answers again. An outage that outlasts the wait stops the run:
+//! no server failed (those in flight are "unknown", with their task
+//! ids), the API named once, the lock released (trying again while SAPI
+//! is down), exit 2; the same command afterwards converges. SIGTERM and
 //! SIGHUP end a rollout of the binary with the same summary and run-log
 //! records as Ctrl-C.
 
 use std::process::Stdio;
 use std::time::Duration;
 
-use agentsadm_orchestrate::report::{Halted, ServerStatus};
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use agentsadm_orchestrate::outlier::OutlierPolicy;
+use agentsadm_orchestrate::report::{ExecEvent, Halted, Reporter, ServerStatus};
 use agentsadm_orchestrate::run::RunOutcome;
+use agentsadm_plan::FailureBudget;
 use agentsadm_sim::SimDc;
-use agentsadm_sim::faults::{LatencySpec, SimApi};
+use agentsadm_sim::faults::{LatencySpec, OutageKind, SimApi};
 use tokio::io::AsyncBufReadExt;
 
 use crate::one_at_a_time::{Progress, all_on, lock_board, publish, records, settings, sim, update};
@@ -43,6 +52,147 @@ impl agentsadm_orchestrate::report::Reporter for StopAtSecondStep<'_> {
 /// Six CNs, two at a time, a second per install; `api` stops answering
 /// once two servers' steps are done and answers again three seconds later
 /// (while the run releases its lock).
+/// Counts what a run said about servers and outages.
+#[derive(Default)]
+struct Watch {
+    progress: Progress,
+    paused: AtomicUsize,
+    resumed: AtomicUsize,
+    outliers: AtomicUsize,
+}
+
+impl Reporter for Watch {
+    fn event(&self, event: &ExecEvent<'_>) {
+        self.progress.event(event);
+        let n = match event {
+            ExecEvent::Paused { .. } => &self.paused,
+            ExecEvent::Resumed { .. } => &self.resumed,
+            ExecEvent::Outlier(_) => &self.outliers,
+            _ => return,
+        };
+        n.fetch_add(1, Ordering::SeqCst);
+    }
+}
+
+/// Six CNs, two at a time, a second per install, a failure budget of
+/// none and a sharp eye for slow servers (twice the median, after two);
+/// `api` stops answering as `kind` says once two servers finished, for
+/// four seconds. The run waits it out: every server is updated, none
+/// failed or slow, the outage said once and the budget unspent.
+async fn outage_waited_out(api: SimApi, kind: OutageKind) {
+    let dc = sim(6).await;
+    let apis = dc.apis();
+    let image = publish(&dc, "1.1.0");
+    dc.faults().set_install_latency(LatencySpec::fixed(1000));
+    let watch = Watch::default();
+    let mut s = settings(2, false);
+    s.rollout.max_failures = Some(FailureBudget::Count(0));
+    s.options.outlier = OutlierPolicy {
+        factor: 2.0,
+        margin: Duration::from_millis(300),
+        min_finished: 2,
+    };
+    s.options.probe_bound = Duration::from_secs(1);
+    let run = update(&apis, &dc, image, &s, &watch, std::future::pending());
+    let outage = async {
+        watch.progress.finished(2).await;
+        dc.faults().set_api_outage(api, Some(kind));
+        tokio::time::sleep(Duration::from_secs(4)).await;
+        dc.faults().set_api_outage(api, None);
+    };
+    let (outcome, ()) = tokio::join!(run, outage);
+    let what = format!("{api:?} {kind:?}");
+    let Ok(RunOutcome::Executed { planned, report }) = outcome else {
+        panic!("{what}: {outcome:?}")
+    };
+    let text = report.render(&planned);
+    let c = report.counts();
+    assert_eq!(
+        (c.succeeded, c.failed, c.timed_out, c.unknown, c.not_started),
+        (planned.servers().len(), 0, 0, 0, 0),
+        "{what}: every server updated, none failed:\n{text}"
+    );
+    assert_eq!(report.halted, None, "{what}: {text}");
+    assert_eq!(report.exit_status(&planned), 0, "{what}: {text}");
+    assert!(report.outliers.is_empty(), "{what}: no outlier:\n{text}");
+    assert_eq!(watch.outliers.load(Ordering::SeqCst), 0, "{what}");
+    let paused = watch.paused.load(Ordering::SeqCst);
+    // Silence may pass unnoticed when nothing waited on the API long
+    // enough; every other kind fails a request and is noticed.
+    let noticed = if kind == OutageKind::Silent {
+        0..=1
+    } else {
+        1..=1
+    };
+    assert!(noticed.contains(&paused), "{what}: said {paused} times");
+    assert_eq!(watch.resumed.load(Ordering::SeqCst), paused, "{what}");
+    assert_eq!(report.pauses.len(), paused, "{what}: {:?}", report.pauses);
+    if paused == 1 {
+        let name = api.api().to_string();
+        assert!(report.pauses[0].answered, "{what}");
+        assert_eq!(report.pauses[0].api.to_string(), name, "{what}");
+        assert_eq!(
+            text.matches(&format!("{name} did not answer for")).count(),
+            1,
+            "{what}: the summary says it once:\n{text}"
+        );
+    }
+    assert!(
+        text.contains("0 failures of a failure budget of"),
+        "{what}: {text}"
+    );
+    assert!(
+        !text.contains("<html") && !text.contains("connection"),
+        "{what}: no raw errors:\n{text}"
+    );
+    assert!(all_on(&dc, image).await, "{what}: {:?}", records(&dc).await);
+    dc.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cnapi_cutting_connections_is_waited_out() {
+    outage_waited_out(SimApi::Cnapi, OutageKind::Cut).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sapi_resetting_connections_is_waited_out() {
+    outage_waited_out(SimApi::Sapi, OutageKind::Reset).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cnapi_cutting_responses_short_is_waited_out() {
+    outage_waited_out(SimApi::Cnapi, OutageKind::Truncated).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn imgapi_behind_a_502_is_waited_out() {
+    outage_waited_out(SimApi::Imgapi, OutageKind::Gateway(502)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sapi_behind_a_503_is_waited_out() {
+    outage_waited_out(SimApi::Sapi, OutageKind::Gateway(503)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cnapi_behind_a_504_is_waited_out() {
+    outage_waited_out(SimApi::Cnapi, OutageKind::Gateway(504)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_silent_cnapi_is_waited_out_and_flags_no_outlier() {
+    outage_waited_out(SimApi::Cnapi, OutageKind::Silent).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_silent_sapi_is_waited_out_and_flags_no_outlier() {
+    outage_waited_out(SimApi::Sapi, OutageKind::Silent).await;
+}
+
+/// Six CNs, two at a time, a second per install; `api` stops answering
+/// once two servers finished, for four seconds, and the run waits one
+/// second for it: it stops (while the run releases its lock, the API is
+/// still away).
 async fn outage_mid_rollout(api: SimApi) {
     let dc = sim(6).await;
     let apis = dc.apis();
@@ -55,13 +205,15 @@ async fn outage_mid_rollout(api: SimApi) {
         steps: Default::default(),
         stopped: Default::default(),
     };
-    let s = settings(2, false);
+    let mut s = settings(2, false);
+    s.options.outage_wait = Duration::from_secs(1);
+    s.options.probe_bound = Duration::from_secs(1);
     let run = update(&apis, &dc, image, &s, &progress, std::future::pending());
     let outage = async {
         while !progress.stopped.load(std::sync::atomic::Ordering::SeqCst) {
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
-        tokio::time::sleep(Duration::from_secs(3)).await;
+        tokio::time::sleep(Duration::from_secs(4)).await;
         dc.faults().set_api_down(api, false);
     };
     let (outcome, ()) = tokio::join!(run, outage);
@@ -222,17 +374,46 @@ async fn signalled(
     image: agentsadm_types::ids::ImageUuid,
     signal: &str,
 ) -> (i32, String, String) {
+    let child = spawn_update(dc, log, image);
+    let pid = child.id().expect("a pid");
+    after_first_server(child, || send(signal, pid)).await
+}
+
+/// `kill -SIGNAL pid`.
+pub(crate) async fn send(signal: &str, pid: u32) {
+    let kill = tokio::process::Command::new("kill")
+        .args([format!("-{signal}"), pid.to_string()])
+        .status()
+        .await
+        .expect("kill runs");
+    assert!(kill.success());
+}
+
+/// `agentsadm update cmon-agent --image image -y -j 1` against `dc`,
+/// its run log at `log` and its state beside it.
+pub(crate) fn spawn_update(
+    dc: &SimDc,
+    log: &std::path::Path,
+    image: agentsadm_types::ids::ImageUuid,
+) -> tokio::process::Child {
+    let image = image.to_string();
+    spawn_agentsadm(
+        dc,
+        log,
+        &["update", "cmon-agent", "--image", &image, "-y", "-j", "1"],
+    )
+}
+
+/// `agentsadm ARGS` against `dc` (progress as lines), its run log at
+/// `log` and its state beside it.
+pub(crate) fn spawn_agentsadm(
+    dc: &SimDc,
+    log: &std::path::Path,
+    args: &[&str],
+) -> tokio::process::Child {
     let urls = dc.urls();
-    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_agentsadm"))
-        .args([
-            "update",
-            "cmon-agent",
-            "--image",
-            &image.to_string(),
-            "-y",
-            "-j",
-            "1",
-        ])
+    tokio::process::Command::new(env!("CARGO_BIN_EXE_agentsadm"))
+        .args(args)
         .arg("--log-file")
         .arg(log)
         .env("SAPI_URL", &urls.sapi)
@@ -246,8 +427,15 @@ async fn signalled(
         .stderr(Stdio::piped())
         .kill_on_drop(true)
         .spawn()
-        .expect("agentsadm runs");
-    let pid = child.id().expect("a pid").to_string();
+        .expect("agentsadm runs")
+}
+
+/// Once the run's first server finished, do `then`; wait for the run to
+/// end: its exit status, stdout and stderr.
+pub(crate) async fn after_first_server<F: std::future::Future<Output = ()>>(
+    mut child: tokio::process::Child,
+    then: impl FnOnce() -> F,
+) -> (i32, String, String) {
     let mut stderr = tokio::io::BufReader::new(child.stderr.take().unwrap()).lines();
     let mut err = String::new();
     let finished_one = async {
@@ -264,17 +452,12 @@ async fn signalled(
         .await
         .expect("a first server finishes");
     assert!(seen, "no server finished: {err}");
-    let kill = tokio::process::Command::new("kill")
-        .args([&format!("-{signal}"), &pid])
-        .status()
-        .await
-        .expect("kill runs");
-    assert!(kill.success());
+    then().await;
     while let Ok(Some(line)) = stderr.next_line().await {
         err.push_str(&line);
         err.push('\n');
     }
-    let out = tokio::time::timeout(Duration::from_secs(60), child.wait_with_output())
+    let out = tokio::time::timeout(Duration::from_secs(120), child.wait_with_output())
         .await
         .expect("agentsadm ends")
         .expect("agentsadm output");
@@ -283,4 +466,53 @@ async fn signalled(
         String::from_utf8_lossy(&out.stdout).into_owned(),
         err,
     )
+}
+
+/// `agentsadm update -y` while SAPI resets every connection for eight
+/// seconds (longer than the client's retries), from the end of the first
+/// server on (the real CNAPI run printed
+/// multi-line WARN lines over the display, flagged every server in flight
+/// as slow, failed them and halted on the budget): one line says the
+/// outage, one that it is over, no WARN line, nothing failed or slow,
+/// exit 0.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_binary_says_an_outage_once_and_carries_on() {
+    let dc = sim(4).await;
+    dc.faults().set_install_latency(LatencySpec::fixed(1000));
+    let image = publish(&dc, "1.1.0");
+    let state = tempfile::tempdir().unwrap();
+    let log = state.path().join("run.log");
+    let run = spawn_update(&dc, &log, image);
+    let (code, out, err) = after_first_server(run, || async {
+        dc.faults()
+            .set_api_outage(SimApi::Sapi, Some(OutageKind::Reset));
+        tokio::time::sleep(Duration::from_secs(8)).await;
+        dc.faults().set_api_outage(SimApi::Sapi, None);
+    })
+    .await;
+    assert_eq!(code, 0, "{out}\n{err}");
+    let said: Vec<&str> = err
+        .lines()
+        .filter(|l| l.contains("SAPI stopped answering"))
+        .collect();
+    assert_eq!(said.len(), 1, "said once:\n{err}");
+    assert!(said[0].contains("paused"), "{err}");
+    assert_eq!(
+        err.lines()
+            .filter(|l| l.contains("SAPI answers again"))
+            .count(),
+        1,
+        "{err}"
+    );
+    assert!(
+        !err.contains("WARN") && !err.contains("slow:") && !err.contains(": failed:"),
+        "no WARN, outlier or failure on the display:\n{err}"
+    );
+    assert_eq!(
+        out.matches("SAPI did not answer for").count(),
+        1,
+        "the summary says it once:\n{out}"
+    );
+    assert!(all_on(&dc, image).await, "{:?}", records(&dc).await);
+    dc.shutdown().await;
 }

@@ -185,3 +185,49 @@ async fn a_revert_puts_back_an_install_whose_gate_could_not_run() {
     let (code, out, err) = cli(&dc, state.path(), &["check"]).await;
     assert_eq!(code, 0, "{out}{err}");
 }
+
+/// A server left running at an interrupt (SIGTERM mid-rollout) whose
+/// install then finished on the server is put back by the revert, and
+/// named (before, the history had its step "not-run" and the revert left
+/// it on the new build without a word).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_revert_puts_back_a_server_left_running_at_an_interrupt() {
+    use crate::one_at_a_time::{publish, records};
+    let dc = crate::one_at_a_time::sim(3).await;
+    dc.faults()
+        .set_install_latency(agentsadm_sim::LatencySpec::fixed(1500));
+    let before = records(&dc).await;
+    let image = publish(&dc, "1.1.0");
+    let state = tempfile::tempdir().unwrap();
+    let log = state.path().join("run.log");
+    let run = crate::outage::spawn_update(&dc, &log, image);
+    let pid = run.id().expect("a pid");
+    let (code, out, err) = crate::outage::after_first_server(run, || async {
+        // The second server's task is under way (1.5 s an install).
+        tokio::time::sleep(std::time::Duration::from_millis(700)).await;
+        crate::outage::send("TERM", pid).await;
+    })
+    .await;
+    assert_eq!(code, 2, "{out}{err}");
+    // The server in flight finishes on its own.
+    tokio::time::sleep(std::time::Duration::from_secs(3)).await;
+    let listed = runs(&dc, state.path()).await;
+    let left: Vec<String> = listed[0]["servers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|s| s["outcome"] == "interrupted")
+        .map(|s| s["hostname"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(left.len(), 1, "{}", listed[0]);
+    let now = records(&dc).await;
+    assert_eq!(now[&left[0]].1, Some(image), "its install finished");
+
+    let (code, out, err) = cli(&dc, state.path(), &["revert", &newest_id(&listed), "-y"]).await;
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.contains(&left[0]), "{out}");
+    let after = records(&dc).await;
+    for (host, was) in &before {
+        assert_eq!(after[host].1, was.1, "{host} is back on its image: {out}");
+    }
+}

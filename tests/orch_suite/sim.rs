@@ -921,16 +921,15 @@ async fn a_service_in_maintenance_100_ms_of_every_second_fails_the_gate() {
             min_healthy: Duration::from_secs(2),
             timeout: Duration::from_secs(30),
         });
-        let report = session
-            .execute(
-                crate::sim_common::yes(&planned.plan),
-                &options(),
-                transport,
-                &NullReporter,
-                std::future::pending(),
-            )
-            .await
-            .unwrap();
+        let report = crate::flows_common::execute_yes(
+            session.apis,
+            session.catalog,
+            &planned.plan,
+            &options(),
+            transport,
+            &NullReporter,
+        )
+        .await;
         let text = report.render(&planned.plan);
         let o = &report.servers[&cn2.uuid];
         let f = o

@@ -14,14 +14,14 @@ use crate::tools;
 
 /// A tmux server of the test's own (its own socket, in the test's
 /// directory), killed when dropped.
-struct Tmux {
+pub(crate) struct Tmux {
     socket: String,
 }
 
 impl Tmux {
     /// A 120x40 session running `script` (with `sh`), kept on screen after
     /// it ends.
-    fn start(name: &str, script: &Path) -> Tmux {
+    pub(crate) fn start(name: &str, script: &Path) -> Tmux {
         Tmux::sized(name, script, (120, 40))
     }
 
@@ -72,14 +72,14 @@ impl Tmux {
         text.trim_end().to_string()
     }
 
-    fn keys(&self, keys: &[&str]) {
+    pub(crate) fn keys(&self, keys: &[&str]) {
         let mut args = vec!["send-keys", "-t", "t"];
         args.extend_from_slice(keys);
         self.run(&args);
     }
 
     /// Wait (up to two minutes) until the screen shows `text`.
-    async fn wait_for(&self, text: &str) -> String {
+    pub(crate) async fn wait_for(&self, text: &str) -> String {
         let deadline = Instant::now() + Duration::from_secs(120);
         loop {
             let screen = self.screen();
@@ -110,7 +110,7 @@ fn last_line(screen: &str) -> &str {
 
 /// A script in `dir` that runs `agentsadm ARGS` against `dc`, then prints
 /// its exit status (`EXIT=N`).
-fn script(dc: &SimDc, dir: &Path, args: &str) -> std::path::PathBuf {
+pub(crate) fn script(dc: &SimDc, dir: &Path, args: &str) -> std::path::PathBuf {
     let urls = dc.urls();
     let script = dir.join("run.sh");
     // The shell lives on after Ctrl-C (a trap), to print the exit status.

@@ -342,3 +342,46 @@ async fn downloads_are_checked_against_their_headers() {
     );
     dc.shutdown().await;
 }
+
+/// Each way the simulator makes an API stop answering reaches a client
+/// as the real outage would, and every one of them is an outage
+/// (`is_outage`): the request cut with no answer, the connection reset,
+/// an answer whose body stops short of its Content-Length, a gateway's
+/// 502/503/504 HTML page, and silence until the client's own timeout. A
+/// 500 the API answers itself is not.
+#[tokio::test]
+async fn every_kind_of_outage_reaches_the_client_as_one() {
+    use agentsadm_sim::OutageKind;
+    let dc = small_dc(1).await;
+    let sapi = SapiClient::new(&dc.urls().sapi, quick(0, Duration::from_millis(500))).unwrap();
+    for kind in OutageKind::ALL {
+        dc.faults().set_api_outage(SimApi::Sapi, Some(kind));
+        let err = sapi.list_agent_instances().await.unwrap_err();
+        assert!(err.is_outage(), "{kind:?}: {err:?}");
+        assert_eq!(err.api(), Api::Sapi);
+        let shape = match &err {
+            ApiError::Status { status, body, .. } => {
+                assert!(
+                    body.message.contains("nginx") || body.code.is_none(),
+                    "{body:?}"
+                );
+                format!("status {status}")
+            }
+            ApiError::Timeout { .. } => "timeout".into(),
+            ApiError::Transport { .. } => "transport".into(),
+            other => format!("{other:?}"),
+        };
+        let want = match kind {
+            OutageKind::Gateway(s) => format!("status {s}"),
+            OutageKind::Silent => "timeout".into(),
+            _ => "transport".into(),
+        };
+        assert_eq!(shape, want, "{kind:?}: {err:?}");
+    }
+    dc.faults().set_api_outage(SimApi::Sapi, None);
+    assert!(sapi.list_agent_instances().await.is_ok());
+    dc.faults().burst(SimApi::Sapi, 1, 500);
+    let err = sapi.list_agent_instances().await.unwrap_err();
+    assert!(!err.is_outage(), "{err:?}");
+    dc.shutdown().await;
+}

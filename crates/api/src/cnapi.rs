@@ -526,6 +526,11 @@ impl CnapiClient {
             .await
     }
 
+    /// One ping, no retry: whether the API answers right now.
+    pub async fn ping_once(&self) -> Result<(), ApiError> {
+        self.rest.ping_once().await
+    }
+
     /// ServerList, paging with `limit=1000&offset=n` until a short page.
     pub async fn list_servers(&self, filter: &ServerListFilter) -> Result<Vec<Server>, ApiError> {
         let mut base: Vec<(&str, String)> = Vec::new();

@@ -637,6 +637,11 @@ impl ImgapiClient {
             .json(Method::GET, "/ping", Idempotent::Yes, None)
             .await
     }
+
+    /// One ping, no retry: whether the API answers right now.
+    pub async fn ping_once(&self) -> Result<(), ApiError> {
+        self.rest.ping_once().await
+    }
 }
 
 #[cfg(test)]

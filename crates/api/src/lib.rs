@@ -227,6 +227,29 @@ impl ApiError {
         )
     }
 
+    /// The API the failed call went to.
+    pub fn api(&self) -> Api {
+        match self {
+            ApiError::Status { api, .. }
+            | ApiError::Connect { api, .. }
+            | ApiError::Timeout { api, .. }
+            | ApiError::Transport { api, .. }
+            | ApiError::Decode { api, .. }
+            | ApiError::BadUrl { api, .. }
+            | ApiError::Integrity { api, .. } => *api,
+        }
+    }
+
+    /// The API is out, as opposed to answering about the request: not
+    /// reached ([`ApiError::is_unreachable`]: refused, reset, a response
+    /// cut short, a timeout), or a gateway in front of it answered for
+    /// it (502, 503 or 504, whatever the body: a proxy's HTML page or
+    /// restify's ServiceUnavailableError). A run pauses for an outage
+    /// instead of blaming the servers.
+    pub fn is_outage(&self) -> bool {
+        self.is_unreachable() || matches!(self.status(), Some(502..=504))
+    }
+
     /// Worth retrying for an idempotent call: the service may be restarting
     /// or overloaded. Not transient: CNAPI's validation failures (500s with
     /// a code), and the code-less `{"message"}` 500s SAPI sends for bad data
@@ -497,6 +520,13 @@ impl RestClient {
             })
             .await?;
         self.decode(method, path, &raw.body)
+    }
+
+    /// One `GET /ping`, no retry: whether the API answers right now (an
+    /// outage probe; a retry would hide an API that was away a moment
+    /// ago).
+    pub(crate) async fn ping_once(&self) -> Result<(), ApiError> {
+        self.empty(Method::GET, "/ping", Idempotent::No, None).await
     }
 
     /// Send and ignore the answer's body (204s, CNAPI's empty 200s).

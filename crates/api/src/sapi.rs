@@ -254,6 +254,11 @@ impl SapiClient {
             .await
     }
 
+    /// One ping, no retry: whether the API answers right now.
+    pub async fn ping_once(&self) -> Result<(), ApiError> {
+        self.rest.ping_once().await
+    }
+
     pub async fn list_applications(
         &self,
         name: Option<&str>,

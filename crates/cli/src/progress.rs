@@ -615,6 +615,17 @@ impl Reporter for CliProgress {
                 ));
             }
             ExecEvent::Stopping(h) => self.line(&format!("warning: {h}")),
+            ExecEvent::Paused {
+                api,
+                noticed,
+                bound,
+            } => self.line(&agentsadm_orchestrate::report::paused_text(
+                *api, noticed, *bound,
+            )),
+            ExecEvent::Resumed { api, after } => self.line(&format!(
+                "{api} answers again after {}: carrying on",
+                agentsadm_orchestrate::report::fmt_duration(*after)
+            )),
             ExecEvent::Finished(_) => {
                 if let Ok(mut l) = self.live.lock()
                     && let Some(l) = l.take()

@@ -14,6 +14,14 @@
 //! - the image before is no longer in the datacenter IMGAPI: skipped
 //!   (blocking: nothing can put it back).
 //!
+//! A step whose end the run does not know (left running at an interrupt,
+//! cut by an outage, timed out) may have changed the server: it is put
+//! back when the server runs what the step installed, and is nothing to
+//! do when it still runs what it ran before. What the run's record cannot
+//! say enough about to put back (no server UUID, no image before an
+//! upgrade, an unknown component) is named with the reason
+//! ([`RevertRequest::left_out`]), never left out silently.
+//!
 //! The service defaults the run moved go back the same way, when they
 //! still name what the run set. The plan is an ordinary plan (waves,
 //! canaries, budget, gates), made through the builder, and says which run
@@ -42,6 +50,21 @@ pub struct RevertChange {
     pub before: Option<ImageUuid>,
     /// What the run left (`None`: removed).
     pub after: Option<ImageUuid>,
+    /// The run knows the step ended (done, or installed though its gate
+    /// could not run). Otherwise it may or may not have changed the
+    /// server: a server still running `before` is nothing to put back.
+    pub settled: bool,
+}
+
+/// Something the run changed, or may have, that the revert cannot put
+/// back from the run's record, and why.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LeftOut {
+    pub server: Option<ServerUuid>,
+    pub hostname: String,
+    /// The component as the record names it.
+    pub component: String,
+    pub why: String,
 }
 
 /// A service default the run moved (and a halt did not put back).
@@ -64,6 +87,8 @@ pub struct RevertRequest {
     pub later: BTreeMap<(ServerUuid, ComponentName), String>,
     /// The same for service defaults, by component.
     pub later_services: BTreeMap<ComponentName, String>,
+    /// What the record cannot say enough about to put back.
+    pub left_out: Vec<LeftOut>,
 }
 
 /// The revert plan. `input.request` names the operation (revert) and
@@ -94,6 +119,18 @@ pub fn plan_revert(input: &PlanningInput, revert: &RevertRequest) -> Result<Plan
         if let Err(skip) = server_back(input, revert, change, &mut b) {
             skips.push(skip);
         }
+    }
+    for l in &revert.left_out {
+        skips.push(Skip {
+            server: l.server,
+            hostname: Some(l.hostname.clone()),
+            component: l.component.parse().ok(),
+            reason: SkipReason::NotRecorded {
+                component: l.component.as_str().into(),
+                why: l.why.as_str().into(),
+            },
+            blocking: true,
+        });
     }
     for skip in skips {
         b.skip(skip);
@@ -184,6 +221,10 @@ fn server_back(
         });
     };
     let installed = state.components.get(&change.component);
+    if !change.settled && installed.and_then(|i| i.image) == change.before {
+        // The step never took: nothing to put back.
+        return Ok(());
+    }
     if installed.and_then(|i| i.image) != change.after
         || installed.is_some() != change.after.is_some()
     {

@@ -59,6 +59,9 @@ pub enum SkipReason {
     ChangedSince { now: String, by: Box<str> },
     /// `revert`: the server is no longer in CNAPI.
     ServerGone,
+    /// `revert`: the run's record does not say enough to put `component`
+    /// back (boxed strings: a skip stays small).
+    NotRecorded { component: Box<str>, why: Box<str> },
     /// The server's `server.agents` cannot be used (a malformed entry, a
     /// component listed twice): set aside, every other server goes on.
     Quarantined { problem: String },
@@ -135,6 +138,9 @@ impl SkipReason {
                 format!("changed since by {by}: {now}; left as it is")
             }
             SkipReason::ServerGone => "server is no longer in CNAPI".to_string(),
+            SkipReason::NotRecorded { component, why } => {
+                format!("{component} not put back: {why}")
+            }
             SkipReason::TransportUnsupported { kind } => format!(
                 "cn-agent's install-agent task cannot install {kind} components (use --transport auto)"
             ),

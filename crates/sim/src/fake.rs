@@ -270,7 +270,7 @@ impl FakeDc {
         reported: Option<InstanceUuid>,
     ) -> Result<(), IntentWriteError> {
         if self.faults().sapi_fail.contains(&server) {
-            return Err(sapi_unavailable("update instance"));
+            return Err(sapi_write_refused("update instance"));
         }
         let mut dc = self.dc();
         match change {
@@ -441,17 +441,35 @@ fn agent_install_failure() -> FailureStage {
     }
 }
 
+/// A SAPI write of one server's instance refused as a storage error
+/// refuses it (a plain 500 `{message}`): SAPI answers, so it is that
+/// server's failure, not an outage.
+pub fn sapi_write_refused(what: &str) -> IntentWriteError {
+    let body = agentsadm_api::ErrorBody {
+        code: None,
+        message: "putObject sapi_instances failed".to_string(),
+        errors: Vec::new(),
+    };
+    sapi_write_error(what, 500, body)
+}
+
 /// A SAPI write refused as a SAPI that is down refuses it (HTTP 503), for
 /// fakes that fail writes: the product's own error, not a fake-only one.
 pub fn sapi_unavailable(what: &str) -> IntentWriteError {
+    let body = agentsadm_api::ErrorBody::new("ServiceUnavailableError", "SAPI is unavailable");
+    sapi_write_error(what, 503, body)
+}
+
+/// SAPI's answer `status` with `body` to a PUT of an instance.
+fn sapi_write_error(what: &str, status: u16, body: agentsadm_api::ErrorBody) -> IntentWriteError {
     IntentWriteError::Api {
         what: what.to_string(),
         err: Box::new(agentsadm_api::ApiError::Status {
             api: agentsadm_api::Api::Sapi,
             method: reqwest::Method::PUT,
             path: "/instances".to_string(),
-            status: 503,
-            body: agentsadm_api::ErrorBody::new("ServiceUnavailableError", "SAPI is unavailable"),
+            status,
+            body,
         }),
     }
 }

@@ -250,14 +250,70 @@ impl SimApi {
     }
 }
 
+/// How an API that stopped answering fails the requests sent to it, as
+/// a client sees each kind of headnode outage.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OutageKind {
+    /// The request is read, then the connection closes with no answer:
+    /// a process that died (hyper's "connection closed before message
+    /// completed").
+    Cut,
+    /// The connection is reset (an RST, no answer): a zone rebooting, a
+    /// firewall dropping state.
+    Reset,
+    /// The headers arrive and promise a body that stops halfway.
+    Truncated,
+    /// A proxy in front of a backend that is gone answers 502, 503 or
+    /// 504 with an HTML page, not the API's JSON.
+    Gateway(u16),
+    /// Nothing answers: the connection stays open until the client's own
+    /// timeout (a zone stopped behind a route that still accepts).
+    Silent,
+}
+
+impl OutageKind {
+    /// Every kind, with the three gateway statuses.
+    pub const ALL: [OutageKind; 7] = [
+        OutageKind::Cut,
+        OutageKind::Reset,
+        OutageKind::Truncated,
+        OutageKind::Gateway(502),
+        OutageKind::Gateway(503),
+        OutageKind::Gateway(504),
+        OutageKind::Silent,
+    ];
+
+    fn code(self) -> u32 {
+        match self {
+            OutageKind::Cut => 1,
+            OutageKind::Reset => 2,
+            OutageKind::Truncated => 3,
+            OutageKind::Silent => 4,
+            OutageKind::Gateway(status) => u32::from(status),
+        }
+    }
+
+    fn from_code(code: u32) -> Option<OutageKind> {
+        match code {
+            0 => None,
+            1 => Some(OutageKind::Cut),
+            2 => Some(OutageKind::Reset),
+            3 => Some(OutageKind::Truncated),
+            4 => Some(OutageKind::Silent),
+            status => Some(OutageKind::Gateway(status as u16)),
+        }
+    }
+}
+
 /// Lock-free per-API fault counters, checked on every request.
 #[derive(Debug, Default)]
 struct ApiFaultCounters {
     burst_remaining: AtomicU32,
     burst_status: AtomicU32,
     latency_us: AtomicU64,
-    /// Stopped answering: every connection is cut.
-    down: std::sync::atomic::AtomicBool,
+    /// Stopped answering, and how ([`OutageKind::code`]; 0: answering).
+    outage: AtomicU32,
 }
 
 /// Server-side faults with servers resolved to UUIDs.
@@ -376,7 +432,7 @@ impl Faults {
         for a in &self.apis {
             a.burst_remaining.store(0, Ordering::Relaxed);
             a.latency_us.store(0, Ordering::Relaxed);
-            a.down.store(false, Ordering::Relaxed);
+            a.outage.store(0, Ordering::Relaxed);
         }
         self.write_latency
             .lock()
@@ -573,11 +629,20 @@ impl Faults {
     /// `api` stops answering (`true`: every connection is cut, as when
     /// its process is gone) or answers again.
     pub fn set_api_down(&self, api: SimApi, down: bool) {
-        self.apis[api.index()].down.store(down, Ordering::Relaxed);
+        self.set_api_outage(api, down.then_some(OutageKind::Cut));
     }
 
-    pub(crate) fn api_down(&self, api: SimApi) -> bool {
-        self.apis[api.index()].down.load(Ordering::Relaxed)
+    /// `api` stops answering the way `kind` says, or (`None`) answers
+    /// again.
+    pub fn set_api_outage(&self, api: SimApi, kind: Option<OutageKind>) {
+        self.apis[api.index()]
+            .outage
+            .store(kind.map_or(0, |k| k.code()), Ordering::Relaxed);
+    }
+
+    /// How `api` fails its requests now, if it does.
+    pub(crate) fn api_outage(&self, api: SimApi) -> Option<OutageKind> {
+        OutageKind::from_code(self.apis[api.index()].outage.load(Ordering::Relaxed))
     }
 
     /// Called per request: the added latency (`write`: the request changes

@@ -1,7 +1,9 @@
 //! HTTP plumbing shared by the simulated APIs: restify-style error bodies
 //! and JSON formatting, the common response headers, `Accept-Version`
 //! negotiation, query-string parsing, the fault layer (5xx bursts, added
-//! latency), and a listener whose connections a handler can cut.
+//! latency, an API that stopped answering in one of the ways a client
+//! meets an outage: [`OutageKind`]), and a listener whose connections a
+//! handler can cut or reset.
 //!
 //! Cutting a connection is how the simulator reproduces SAPI's crash on
 //! UpgradeInstance for agents (docs/triton/apis.md §2.6): the real process
@@ -27,6 +29,7 @@ use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use axum::serve::IncomingStream;
+use bytes::Bytes;
 use serde::Serialize;
 use serde_json::{Value, json};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
@@ -35,7 +38,7 @@ use tokio_util::sync::{CancellationToken, WaitForCancellationFutureOwned};
 
 use super::faults::Faults;
 
-use super::faults::SimApi;
+use super::faults::{OutageKind, SimApi};
 
 /// How an API formats JSON: IMGAPI pretty-prints with two spaces, SAPI and
 /// CNAPI send compact JSON.
@@ -237,11 +240,18 @@ pub(crate) async fn api_layer(
                 .into_uuid()
                 .to_string()
         });
-    if info.is_down() || info.faults.api_down(info.api) {
-        if let Some(ConnectInfo(conn)) = req.extensions().get::<ConnectInfo<Conn>>() {
+    let conn = req
+        .extensions()
+        .get::<ConnectInfo<Conn>>()
+        .map(|ConnectInfo(c)| c.clone());
+    if info.is_down() {
+        if let Some(conn) = &conn {
             conn.cut();
         }
         return empty(StatusCode::SERVICE_UNAVAILABLE);
+    }
+    if let Some(kind) = info.faults.api_outage(info.api) {
+        return outage_answer(&info, kind, conn.as_ref()).await;
     }
     let (latency, burst) = info.faults.on_request(info.api, changes);
     if !latency.is_zero() {
@@ -278,6 +288,71 @@ pub(crate) async fn api_layer(
         }
     }
     resp
+}
+
+/// What a client gets from an API that stopped answering the way `kind`
+/// says (see [`OutageKind`]).
+async fn outage_answer(info: &ApiInfo, kind: OutageKind, conn: Option<&Conn>) -> Response {
+    match kind {
+        OutageKind::Cut => {
+            if let Some(conn) = conn {
+                conn.cut();
+            }
+            empty(StatusCode::SERVICE_UNAVAILABLE)
+        }
+        OutageKind::Reset => {
+            if let Some(conn) = conn {
+                conn.reset();
+            }
+            empty(StatusCode::SERVICE_UNAVAILABLE)
+        }
+        OutageKind::Truncated => {
+            // Half of a JSON answer, then the connection ends: the
+            // Content-Length promised more.
+            let half = Bytes::from_static(br#"{"uuid":"5f1d3e64-8a0"#);
+            let promised = half.len() * 4;
+            let body = futures::stream::iter([
+                Ok(half),
+                Err(io::Error::from(io::ErrorKind::ConnectionReset)),
+            ]);
+            let mut resp = Response::new(Body::from_stream(body));
+            let h = resp.headers_mut();
+            h.insert(
+                header::CONTENT_TYPE,
+                HeaderValue::from_static("application/json"),
+            );
+            h.insert(header::CONTENT_LENGTH, HeaderValue::from(promised));
+            resp
+        }
+        OutageKind::Gateway(status) => {
+            let status = StatusCode::from_u16(status).unwrap_or(StatusCode::BAD_GATEWAY);
+            let reason = status.canonical_reason().unwrap_or("Bad Gateway");
+            let page = format!(
+                "<html>\r\n<head><title>{code} {reason}</title></head>\r\n<body>\r\n<center><h1>{code} {reason}</h1></center>\r\n<hr><center>nginx</center>\r\n</body>\r\n</html>\r\n",
+                code = status.as_u16()
+            );
+            (
+                status,
+                [
+                    (header::CONTENT_TYPE, "text/html"),
+                    (header::SERVER, "nginx"),
+                ],
+                page,
+            )
+                .into_response()
+        }
+        OutageKind::Silent => {
+            // No answer while the outage lasts; once it is over, the
+            // connection closes (the client has long given up on it).
+            while info.faults.api_outage(info.api) == Some(OutageKind::Silent) {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            if let Some(conn) = conn {
+                conn.cut();
+            }
+            empty(StatusCode::SERVICE_UNAVAILABLE)
+        }
+    }
 }
 
 /// restify's answer for an unknown route.
@@ -423,12 +498,19 @@ pub(crate) struct Conn {
     #[allow(dead_code)]
     pub remote: SocketAddr,
     cut: Arc<AtomicBool>,
+    reset: Arc<AtomicBool>,
 }
 
 impl Conn {
     /// Drop the connection without answering (a crashed process).
     pub(crate) fn cut(&self) {
         self.cut.store(true, Ordering::Relaxed);
+    }
+
+    /// Reset the connection without answering (an RST, not a close).
+    pub(crate) fn reset(&self) {
+        self.reset.store(true, Ordering::Relaxed);
+        self.cut();
     }
 }
 
@@ -460,12 +542,14 @@ impl axum::serve::Listener for SimListener {
                 Ok((tcp, remote)) => {
                     let _ = tcp.set_nodelay(true);
                     let cut = Arc::new(AtomicBool::new(false));
+                    let reset = Arc::new(AtomicBool::new(false));
                     let stream = SimStream {
                         tcp,
                         cut: cut.clone(),
+                        reset: reset.clone(),
                         shutdown: Box::pin(self.shutdown.clone().cancelled_owned()),
                     };
-                    return (stream, Conn { remote, cut });
+                    return (stream, Conn { remote, cut, reset });
                 }
                 // Out of file descriptors and the like: back off, as axum's
                 // own TcpListener does.
@@ -478,19 +562,26 @@ impl axum::serve::Listener for SimListener {
         Ok(Conn {
             remote: self.tcp.local_addr()?,
             cut: Arc::new(AtomicBool::new(false)),
+            reset: Arc::new(AtomicBool::new(false)),
         })
     }
 }
 
-/// A TCP stream that reads EOF and fails writes once cut or shut down.
+/// A TCP stream that reads EOF and fails writes once cut or shut down;
+/// once reset, it closes with an RST.
 pub(crate) struct SimStream {
     tcp: TcpStream,
     cut: Arc<AtomicBool>,
+    reset: Arc<AtomicBool>,
     shutdown: Pin<Box<WaitForCancellationFutureOwned>>,
 }
 
 impl SimStream {
     fn dead(&mut self, cx: &mut Context<'_>) -> bool {
+        if self.reset.swap(false, Ordering::Relaxed) {
+            // A zero linger makes the close that follows an RST.
+            let _ = self.tcp.set_zero_linger();
+        }
         self.cut.load(Ordering::Relaxed) || self.shutdown.as_mut().poll(cx).is_ready()
     }
 }

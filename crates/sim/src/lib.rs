@@ -116,7 +116,7 @@ use tokio_util::sync::CancellationToken;
 pub use self::cnapi::{ExecuteSeen, LIST_MAX_LIMIT, ServerRecord, ServerStatus};
 pub use self::config::{ExecuteTransport, SapiTiming, SeedSpec, SimConfig, Strictness};
 pub use self::faults::{
-    BurstSpec, CommandFault, Distribution, FaultConfig, Faults, LatencySpec, SimApi,
+    BurstSpec, CommandFault, Distribution, FaultConfig, Faults, LatencySpec, OutageKind, SimApi,
 };
 pub use self::gz::{
     GzEnv, GzLayout, GzOpError, GzOps, GzTarget, ImageLookup, InstallerGz, SeedImage,

@@ -52,6 +52,8 @@ impl Reporter for RecordingReporter {
                 format!("stopped waiting {}", in_flight.len())
             }
             ExecEvent::Stopping(h) => format!("stopping {h}"),
+            ExecEvent::Paused { api, .. } => format!("paused {api}"),
+            ExecEvent::Resumed { api, .. } => format!("resumed {api}"),
             ExecEvent::Finished(_) => "finished".to_string(),
         };
         if let Ok(mut l) = self.lines.lock() {

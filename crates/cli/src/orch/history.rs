@@ -215,6 +215,16 @@ pub fn render_run(e: &HistoryEntry) -> String {
     if let Some(r) = e.reverts {
         out.push_str(&format!("  reverts:  run {r}\n"));
     }
+    if let Some(r) = e.continues {
+        out.push_str(&format!(
+            "  carries on: run {r} (its canary was declined)\n"
+        ));
+    }
+    if let Some(r) = e.continued_by {
+        out.push_str(&format!(
+            "  carried on by: run {r} (after this run's declined canary)\n"
+        ));
+    }
     for (what, v) in [("halted", &e.halted), ("error", &e.error)] {
         if let Some(v) = v {
             let head = format!("  {what}:{:w$}", "", w = 10 - what.len() - 1);

@@ -108,8 +108,9 @@ pub struct ApiPings {
     pub sapi: SapiClient,
     pub cnapi: Option<CnapiClient>,
     pub imgapi: Option<ImgapiClient>,
-    /// How long one ping may take, retries included, before the API
-    /// counts as not answering.
+    /// How long one ping (no retry: a retry would hide an API that was
+    /// away a moment ago) may take before the API counts as not
+    /// answering.
     pub bound: Duration,
 }
 
@@ -123,15 +124,15 @@ impl ApiProbe for ApiPings {
     fn down(&self) -> BoxFuture<'_, Option<Api>> {
         Box::pin(async move {
             if let Some(c) = &self.cnapi
-                && !self.answers(c.ping()).await
+                && !self.answers(c.ping_once()).await
             {
                 return Some(Api::Cnapi);
             }
-            if !self.answers(self.sapi.ping()).await {
+            if !self.answers(self.sapi.ping_once()).await {
                 return Some(Api::Sapi);
             }
             if let Some(i) = &self.imgapi
-                && !self.answers(i.ping()).await
+                && !self.answers(i.ping_once()).await
             {
                 return Some(Api::Imgapi);
             }

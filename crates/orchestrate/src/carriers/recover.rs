@@ -292,7 +292,7 @@ pub async fn refresh_agents(
 /// Whether an error while waiting means CNAPI (not the task) failed: it
 /// went away, or answered a 5xx.
 pub fn lost_cnapi(err: &ApiError) -> bool {
-    err.is_unreachable() || err.status().is_some_and(|s| s >= 500)
+    err.is_outage() || err.status().is_some_and(|s| s >= 500)
 }
 
 /// How a wait ended, short of a failure that stands.
@@ -359,7 +359,7 @@ impl TaskWaiter<'_> {
             let task = match self.cnapi.wait_task_once(id, chunk).await {
                 Ok(task) => task,
                 Err(e) if lost_cnapi(&e) => {
-                    tracing::warn!(%server, task = %id, error = %error_chain(&e), "CNAPI failed during a task wait; asking the server once CNAPI answers");
+                    tracing::warn!(target: agentsadm_types::log::FILE_ONLY_TARGET, %server, task = %id, error = %error_chain(&e), "CNAPI failed during a task wait; asking the server once CNAPI answers");
                     return self.after_outage(server, id, goal).await;
                 }
                 Err(e) => return Err(StepFailure::api(FailureStage::TaskWait, &e)),

@@ -51,6 +51,16 @@ pub enum IntentWriteError {
     },
 }
 
+impl IntentWriteError {
+    /// The API whose outage the write met, if it met one.
+    pub fn outage(&self) -> Option<agentsadm_api::Api> {
+        match self {
+            IntentWriteError::Api { err, .. } if err.is_outage() => Some(err.api()),
+            _ => None,
+        }
+    }
+}
+
 /// Applies a plan's SAPI changes.
 pub trait IntentStore: Send + Sync {
     /// Apply one per-server change. `reported` is the instance UUID the

@@ -546,7 +546,7 @@ impl CnapiTransport {
         let r = waiter.wait(server, id, goal).await;
         self.tasks.ended(server, id);
         if let Ok(Waited::FromServer { why }) = &r {
-            tracing::warn!(%server, %component, task = %id, "{why}");
+            tracing::warn!(target: agentsadm_types::log::FILE_ONLY_TARGET, %server, %component, task = %id, "{why}");
             self.refresh_agents(server, goal).await;
         }
         r
@@ -663,7 +663,7 @@ impl CnapiTransport {
                     && let Some(a) = find(live.clone())
                     && a.image_uuid == Some(image)
                 {
-                    tracing::warn!(%server, component = %step.component, "server.agents missed the new image; the server's own report shows it");
+                    tracing::warn!(target: agentsadm_types::log::FILE_ONLY_TARGET, %server, component = %step.component, "server.agents missed the new image; the server's own report shows it");
                     if let Err(e) = self.cnapi.update_server_agents(server, &live).await {
                         tracing::warn!(%server, error = %error_chain(&e), "cannot post the server's report to server.agents");
                     }

@@ -14,7 +14,7 @@ use crate::carriers::images::{self, ImageChoice, ImageError, ImageSources};
 use crate::commands::session::Session;
 use crate::runner::history::HistoryEntry;
 use crate::runner::run::Planner;
-use agentsadm_plan::revert::{RevertChange, RevertRequest, ServiceRevert, plan_revert};
+use agentsadm_plan::revert::{LeftOut, RevertChange, RevertRequest, ServiceRevert, plan_revert};
 use agentsadm_plan::timing::Durations;
 use agentsadm_plan::{
     ComponentSelection, Operation, Plan, PlanError, PlanOptions, PlanningInput, Request, RevertOf,
@@ -71,28 +71,7 @@ pub fn revert_request(
     if run.operation == SELF_UPDATE {
         return Err(RevertError::SelfUpdate { run: short });
     }
-    let mut changes = Vec::new();
-    for s in &run.servers {
-        let Some(server) = s.server else { continue };
-        for st in s.steps.iter().filter(|st| st.changed()) {
-            // An upgrade from an image nobody recorded cannot be put back.
-            if st.action == "upgrade" && st.from.is_none() {
-                continue;
-            }
-            // Nor can a record that names no component (the history is a
-            // file: anything may be in it).
-            let Ok(component) = st.component.parse::<ComponentName>() else {
-                continue;
-            };
-            changes.push(RevertChange {
-                server,
-                hostname: s.hostname.clone(),
-                component,
-                before: st.from,
-                after: st.to,
-            });
-        }
-    }
+    let (changes, left_out) = what_changed(run);
     let services = run
         .plan
         .service_changes
@@ -134,7 +113,59 @@ pub fn revert_request(
         services,
         later: by,
         later_services: by_service,
+        left_out,
     })
+}
+
+/// The steps of `run` that changed a server, or may have (their end is
+/// not known), and what its record cannot say enough about to put back.
+fn what_changed(run: &HistoryEntry) -> (Vec<RevertChange>, Vec<LeftOut>) {
+    let mut changes = Vec::new();
+    let mut left_out = Vec::new();
+    for s in &run.servers {
+        let unsettled = matches!(s.outcome.as_str(), "interrupted" | "unknown" | "timed-out");
+        for st in &s.steps {
+            let settled = st.changed();
+            let maybe = unsettled && matches!(st.status.as_str(), "not-run" | "unknown")
+                || st.status == "unknown";
+            if !settled && !maybe {
+                continue;
+            }
+            let mut leave = |why: String| {
+                left_out.push(LeftOut {
+                    server: s.server,
+                    hostname: s.hostname.clone(),
+                    component: st.component.clone(),
+                    why,
+                })
+            };
+            // The history is a file: anything may be in it.
+            let Some(server) = s.server else {
+                leave("the run's record names no server UUID".into());
+                continue;
+            };
+            if st.action == "upgrade" && st.from.is_none() {
+                leave(format!(
+                    "the run did not record the image before its {} (put one back with 'agentsadm update {}@IMAGE -s {}')",
+                    st.action, st.component, s.hostname
+                ));
+                continue;
+            }
+            let Ok(component) = st.component.parse::<ComponentName>() else {
+                leave("the run's record names no known component".into());
+                continue;
+            };
+            changes.push(RevertChange {
+                server,
+                hostname: s.hostname.clone(),
+                component,
+                before: st.from,
+                after: st.to,
+                settled,
+            });
+        }
+    }
+    (changes, left_out)
 }
 
 /// The revert of one recorded run, planned anew at each call.
@@ -209,5 +240,84 @@ impl Planner for RevertPlanner<'_> {
             },
             &request,
         )?)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::history::{RunStatus, ServerRecord, StepRecord};
+    use agentsadm_types::ids::{RunId, ServerUuid};
+
+    fn step(component: &str, from: Option<u128>, to: u128, status: &str) -> StepRecord {
+        StepRecord {
+            component: component.into(),
+            action: "upgrade".into(),
+            from: from.map(ImageUuid::from_u128),
+            to: Some(ImageUuid::from_u128(to)),
+            status: status.into(),
+            ..StepRecord::default()
+        }
+    }
+
+    fn server(n: u128, outcome: &str, steps: Vec<StepRecord>) -> ServerRecord {
+        ServerRecord {
+            server: Some(ServerUuid::from_u128(n)),
+            hostname: format!("cn{n}"),
+            outcome: outcome.into(),
+            steps,
+            ..ServerRecord::default()
+        }
+    }
+
+    /// Every step that changed a server, or may have, is in the request;
+    /// what its record cannot say enough about is left out by name, with
+    /// why (before, those were dropped without a word).
+    #[test]
+    fn what_a_revert_cannot_put_back_is_named() {
+        let mut no_uuid = server(4, "succeeded", vec![step("vm-agent", Some(1), 2, "done")]);
+        no_uuid.server = None;
+        let run = HistoryEntry {
+            id: Some(RunId::from_u128(9)),
+            status: RunStatus::Interrupted,
+            servers: vec![
+                server(1, "succeeded", vec![step("vm-agent", Some(1), 2, "done")]),
+                server(
+                    2,
+                    "interrupted",
+                    vec![step("vm-agent", Some(1), 2, "not-run")],
+                ),
+                server(3, "failed", vec![step("vm-agent", Some(1), 2, "failed")]),
+                no_uuid,
+                server(5, "succeeded", vec![step("vm-agent", None, 2, "done")]),
+                server(
+                    6,
+                    "succeeded",
+                    vec![step("no such agent", Some(1), 2, "done")],
+                ),
+                server(
+                    7,
+                    "not-started",
+                    vec![step("vm-agent", Some(1), 2, "not-run")],
+                ),
+            ],
+            ..HistoryEntry::default()
+        };
+        let r = revert_request(&run, &[]).unwrap();
+        let changes: Vec<(&str, bool)> = r
+            .changes
+            .iter()
+            .map(|c| (c.hostname.as_str(), c.settled))
+            .collect();
+        assert_eq!(changes, [("cn1", true), ("cn2", false)]);
+        let left: Vec<(&str, &str)> = r
+            .left_out
+            .iter()
+            .map(|l| (l.hostname.as_str(), l.why.as_str()))
+            .collect();
+        assert_eq!(left.len(), 3, "{left:?}");
+        assert!(left[0].0 == "cn4" && left[0].1.contains("no server UUID"));
+        assert!(left[1].0 == "cn5" && left[1].1.contains("did not record the image before"));
+        assert!(left[2].0 == "cn6" && left[2].1.contains("no known component"));
     }
 }

@@ -50,6 +50,10 @@ pub use agentsadm_plan::rollout::{
 /// Default per-step timeout: sdcadm's 30 minutes of polling.
 pub const DEFAULT_TASK_TIMEOUT: Duration = Duration::from_secs(30 * 60);
 
+/// How long a rollout waits for an API that stopped answering: a CNAPI
+/// or SAPI restart (`sdcadm update`, a zone reboot) takes a few minutes.
+pub const DEFAULT_OUTAGE_WAIT: Duration = Duration::from_secs(10 * 60);
+
 /// Executor settings. The rollout itself (waves, concurrency, budget,
 /// rack limit) is the plan's.
 #[derive(Clone, Debug)]
@@ -72,6 +76,13 @@ pub struct ExecOptions {
     /// has a median ([`crate::baseline`]): the catalog's expected times,
     /// and servers' own times from earlier runs.
     pub known: crate::executor::baseline::KnownDurations,
+    /// How long a rollout paused for an API outage waits for it to
+    /// answer again before it stops (no server is counted as failed
+    /// either way).
+    pub outage_wait: Duration,
+    /// How long an API may take to answer a ping before it counts as
+    /// not answering (a silent API is an outage, not slow servers).
+    pub probe_bound: Duration,
 }
 
 impl Default for ExecOptions {
@@ -84,6 +95,8 @@ impl Default for ExecOptions {
             tick: Duration::from_secs(1),
             health: None,
             known: crate::executor::baseline::KnownDurations::default(),
+            outage_wait: DEFAULT_OUTAGE_WAIT,
+            probe_bound: Duration::from_secs(10),
         }
     }
 }

@@ -165,7 +165,7 @@ impl Executor<'_> {
             if let Err(err) = self.store.apply(server, change, None).await {
                 // Nothing ran on the server: stopped, if an API is what failed.
                 let failure = sapi_failure(change, &err);
-                let (status, failure) = match self.outage_of(&failure).await {
+                let (status, failure) = match self.outage_of(&failure, err.outage()).await {
                     Some(api) => (
                         ServerStatus::Stopped,
                         api_lost(&failure, api, "nothing was started on this server"),
@@ -215,7 +215,7 @@ impl Executor<'_> {
             if let Err(err) = self.store.apply(server, change, instance).await {
                 // The steps ran; what SAPI recorded of them is not known.
                 let failure = sapi_failure(change, &err);
-                let (status, failure) = match self.outage_of(&failure).await {
+                let (status, failure) = match self.outage_of(&failure, err.outage()).await {
                     Some(api) => (
                         ServerStatus::Unknown,
                         api_lost(
@@ -507,7 +507,7 @@ impl Executor<'_> {
             ) {
                 // Refused before it started.
                 status = StepStatus::NotRun;
-            } else if let Some(api) = self.outage_of(&failure_of(step, f)).await {
+            } else if let Some(api) = self.outage_of(&failure_of(step, f), f.outage).await {
                 status = StepStatus::Unknown;
                 let lost = api_lost(
                     &failure_of(step, f),
@@ -598,21 +598,29 @@ impl Executor<'_> {
 
 impl Executor<'_> {
     /// Whether `failure` is an outage's: unless the server itself decided
-    /// (unhealthy, changed since the plan), the APIs are asked, and the
-    /// one that does not answer is returned (the raw error goes to the
-    /// log, not the report).
-    pub(crate) async fn outage_of(&self, failure: &Failure) -> Option<agentsadm_api::Api> {
+    /// (unhealthy, changed since the plan), it is when the failed call
+    /// met one (`seen`: refused, reset, cut short, timed out, a gateway's
+    /// 502-504, even if the API answers again by now), else the APIs are
+    /// asked, and the one that does not answer is returned (the raw error
+    /// goes to the log, not the report).
+    pub(crate) async fn outage_of(
+        &self,
+        failure: &Failure,
+        seen: Option<agentsadm_api::Api>,
+    ) -> Option<agentsadm_api::Api> {
         if matches!(
             failure.stage,
             FailureStage::Unhealthy | FailureStage::Changed | FailureStage::LockLost
         ) {
             return None;
         }
-        let api = match &failure.stage {
-            FailureStage::ApiLost { api } => *api,
+        let api = match (&failure.stage, seen) {
+            (FailureStage::ApiLost { api }, _) => *api,
+            (_, Some(api)) => api,
             _ => self.probe.down().await?,
         };
-        tracing::warn!(api = %api, error = %failure, "an API stopped answering");
+        // In the log only: the run says it once ([`ExecEvent::Paused`]).
+        tracing::warn!(target: agentsadm_types::log::FILE_ONLY_TARGET, api = %api, error = %failure, "an API stopped answering");
         Some(api)
     }
 }

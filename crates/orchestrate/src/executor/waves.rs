@@ -15,6 +15,14 @@
 //! finish (the server still counts as running, and its outcome, failure
 //! budget included, is known when they are done).
 //!
+//! An API that stops answering pauses the rollout: no server starts, the
+//! servers in flight are waited for (none is failed or slow for it), a
+//! server whose turn the outage cut starts again, and the APIs are asked
+//! on each tick until all answer (the run carries on) or
+//! [`crate::execute::ExecOptions::outage_wait`] has passed (the run
+//! stops, naming the API). Slow servers are reported only once the APIs
+//! are known to answer: one that is silent makes every server slow.
+//!
 //! Everything runs on the caller's task (no spawning): a small number of
 //! futures waiting on the network, with no per-server setup cost.
 
@@ -22,13 +30,15 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
-use futures::future::{AbortHandle, LocalBoxFuture, OptionFuture, abortable};
+use futures::future::{AbortHandle, BoxFuture, LocalBoxFuture, OptionFuture, abortable};
 use futures::stream::{FuturesUnordered, StreamExt};
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
+use crate::carriers::guard::Hold;
 use crate::executor::baseline::{self, Baseline, KnownDurations};
 use crate::executor::execute::{Executor, RunGate};
+use crate::vocabulary::outlier::Outlier;
 use crate::vocabulary::report::CanaryResult;
 use crate::vocabulary::report::ExecEvent;
 use crate::vocabulary::report::ExecReport;
@@ -36,8 +46,10 @@ use crate::vocabulary::report::Failure;
 use crate::vocabulary::report::FailureStage;
 use crate::vocabulary::report::Halted;
 use crate::vocabulary::report::InFlight;
+use crate::vocabulary::report::Pause;
 use crate::vocabulary::report::ServerOutcome;
 use crate::vocabulary::report::ServerStatus;
+use agentsadm_api::Api;
 use agentsadm_plan::Plan;
 use agentsadm_plan::ServerPlan;
 use agentsadm_types::ids::ServerUuid;
@@ -69,6 +81,35 @@ struct Waves<'p> {
     baselines: BTreeMap<ServerUuid, Option<Baseline>>,
     /// Cancels a server's turn given up on (`--straggler-timeout`).
     abort: BTreeMap<ServerUuid, AbortHandle>,
+    /// Paused for an API that stopped answering.
+    pause: Option<Paused>,
+    /// Servers in flight during a pause: their time includes the wait, so
+    /// they are neither outliers nor a measure of a normal turn.
+    paused_over: BTreeSet<ServerUuid>,
+    /// How many times an outage cut each server's turn (it starts again
+    /// once the API answers, up to [`MAX_RESTARTS`] times).
+    restarts: BTreeMap<ServerUuid, usize>,
+    /// Slow servers not yet reported: first the APIs are asked, since an
+    /// API that does not answer makes every server in flight slow.
+    suspects: Vec<Outlier>,
+}
+
+/// An outage the rollout is waiting out.
+struct Paused {
+    api: Api,
+    since: Instant,
+    noticed: String,
+    restarted: Vec<String>,
+}
+
+/// Turns an outage may cut before the server counts as unknown.
+const MAX_RESTARTS: usize = 3;
+
+/// Whether the wave loop goes on.
+#[derive(PartialEq, Eq)]
+enum Flow {
+    Go,
+    Stop,
 }
 
 impl<'p> Waves<'p> {
@@ -106,7 +147,23 @@ impl<'p> Waves<'p> {
                 .map(|(u, sp)| (*u, known.server_baseline(*u, sp)))
                 .collect(),
             abort: BTreeMap::new(),
+            pause: None,
+            paused_over: BTreeSet::new(),
+            restarts: BTreeMap::new(),
+            suspects: Vec::new(),
         }
+    }
+
+    /// A started server whose turn an outage cut: it starts again, first
+    /// in line, once the API answers.
+    fn restart_later(&mut self, uuid: ServerUuid, sp: &'p ServerPlan) {
+        self.started.remove(&uuid);
+        if let Some(n) = sp.rack.as_deref().and_then(|r| self.in_rack.get_mut(r)) {
+            *n = n.saturating_sub(1);
+        }
+        self.launched = self.launched.saturating_sub(1);
+        *self.restarts.entry(uuid).or_default() += 1;
+        self.queue.push_front((uuid, sp));
     }
 
     fn rack_has_room(&self, sp: &ServerPlan) -> bool {
@@ -174,7 +231,7 @@ impl<'p> Waves<'p> {
             outcome.status,
             ServerStatus::Failed | ServerStatus::TimedOut
         );
-        if outcome.status == ServerStatus::Succeeded {
+        if outcome.status == ServerStatus::Succeeded && !self.paused_over.contains(&uuid) {
             self.finished.push(outcome.elapsed);
         }
         if failed {
@@ -293,10 +350,14 @@ impl Executor<'_> {
         // After an interrupt, while waiting for the servers in flight: the
         // second interrupt.
         let mut stop_waiting: Option<LocalBoxFuture<'_, ()>> = None;
+        // The APIs being asked whether they answer (paused, or before
+        // slow servers are reported).
+        let mut probing: Option<BoxFuture<'_, Option<Api>>> = None;
         loop {
             while running.len().saturating_sub(slots.writing()) < concurrency
                 && report.halted.is_none()
                 && !report.interrupted
+                && w.pause.is_none()
                 && w.wave_allows()
             {
                 if gate.lock_lost() {
@@ -306,12 +367,19 @@ impl Executor<'_> {
                 let Some((uuid, sp)) = w.next() else { break };
                 // The confirmation before each server is also the one
                 // before each wave (its first server).
-                if !self
-                    .hold(&format!("before starting {}", sp.hostname), report)
-                    .await
-                {
-                    w.put_back(uuid, sp);
-                    break;
+                let what = format!("before starting {}", sp.hostname);
+                match self.fence.confirm(&what).await {
+                    Hold::Held => {}
+                    Hold::Lost => {
+                        self.halt(report, Halted::LockLost);
+                        w.put_back(uuid, sp);
+                        break;
+                    }
+                    Hold::Unconfirmed(api) => {
+                        w.put_back(uuid, sp);
+                        self.pause(&mut w, api, &what);
+                        break;
+                    }
                 }
                 w.start(uuid, sp);
                 let slots = &slots;
@@ -322,7 +390,9 @@ impl Executor<'_> {
                 w.abort.insert(uuid, handle);
                 running.push(turn);
             }
-            if running.is_empty() {
+            let waits_out_outage =
+                w.pause.is_some() && report.halted.is_none() && !report.interrupted;
+            if running.is_empty() && !waits_out_outage {
                 break;
             }
             tokio::select! {
@@ -348,25 +418,27 @@ impl Executor<'_> {
                     // A turn given up on was recorded when it was.
                     let Ok((uuid, outcome)) = turn else { continue };
                     w.abort.remove(&uuid);
-                    self.reporter.event(&ExecEvent::ServerFinished { server: uuid, outcome: &outcome });
-                    w.finished(plan, uuid, &outcome, report, gate).await;
-                    let lost = outcome.failure.as_ref().map(|f| f.stage.clone());
-                    report.servers.insert(uuid, outcome);
-                    match lost {
-                        Some(FailureStage::ApiLost { api }) => {
-                            let hostname = report.servers[&uuid].hostname.clone();
-                            self.outage(report, api, &format!("during the turn of {hostname}"));
-                            // Waiting on the servers in flight means
-                            // waiting on the API that is gone.
-                            break;
-                        }
-                        Some(FailureStage::LockLost) => self.halt(report, Halted::LockLost),
-                        _ => {}
+                    if self.turn_ended(plan, &mut w, uuid, outcome, report, gate).await == Flow::Stop {
+                        break;
+                    }
+                }
+                Some(down) = OptionFuture::from(probing.as_mut()), if probing.is_some() => {
+                    probing = None;
+                    if self.probed(&mut w, report, down) == Flow::Stop {
+                        // Waiting on the servers in flight means waiting
+                        // on the API that is gone.
+                        break;
                     }
                 }
                 () = slots.freed.notified() => {}
                 _ = ticker.tick() => {
-                    for (uuid, outcome) in self.tick(&mut w, report) {
+                    if w.pause.is_some() || !w.suspects.is_empty() {
+                        if probing.is_none() {
+                            probing = Some(self.probe.down());
+                        }
+                        continue;
+                    }
+                    for (uuid, outcome) in self.tick(&mut w) {
                         if let Some(turn) = w.abort.remove(&uuid) {
                             turn.abort();
                         }
@@ -381,12 +453,135 @@ impl Executor<'_> {
         self.leftovers(w, report);
     }
 
-    /// Warn about new outliers ([`baseline::outliers`]: a server with a
+    /// A server's turn ended. One an outage cut starts again once the API
+    /// answers (the run pauses); any other is recorded.
+    async fn turn_ended<'p>(
+        &self,
+        plan: &'p Plan,
+        w: &mut Waves<'p>,
+        uuid: ServerUuid,
+        outcome: ServerOutcome,
+        report: &mut ExecReport,
+        gate: &impl RunGate,
+    ) -> Flow {
+        let lost = outcome.failure.as_ref().map(|f| f.stage.clone());
+        if let Some(FailureStage::ApiLost { api }) = lost
+            && report.halted.is_none()
+            && !report.interrupted
+            && w.restarts.get(&uuid).copied().unwrap_or(0) < MAX_RESTARTS
+            && let Some(sp) = plan.servers().get(&uuid)
+        {
+            w.restart_later(uuid, sp);
+            self.pause(w, api, &format!("during the turn of {}", outcome.hostname));
+            if let Some(p) = w.pause.as_mut() {
+                p.restarted.push(outcome.hostname.clone());
+            }
+            return Flow::Go;
+        }
+        self.reporter.event(&ExecEvent::ServerFinished {
+            server: uuid,
+            outcome: &outcome,
+        });
+        w.finished(plan, uuid, &outcome, report, gate).await;
+        let hostname = outcome.hostname.clone();
+        report.servers.insert(uuid, outcome);
+        match lost {
+            Some(FailureStage::ApiLost { api }) => {
+                self.outage(report, api, &format!("during the turn of {hostname}"));
+                Flow::Stop
+            }
+            Some(FailureStage::LockLost) => {
+                self.halt(report, Halted::LockLost);
+                Flow::Go
+            }
+            _ => Flow::Go,
+        }
+    }
+
+    /// `api` stopped answering (noticed at `noticed`): no server starts
+    /// until it answers again, and the servers in flight are no outliers.
+    /// Said once per outage.
+    fn pause(&self, w: &mut Waves<'_>, api: Api, noticed: &str) {
+        w.suspects.clear();
+        w.paused_over.extend(w.started.keys().copied());
+        w.warned.extend(w.started.keys().copied());
+        if w.pause.is_some() {
+            return;
+        }
+        tracing::debug!(%api, noticed, "an API stopped answering: pausing");
+        self.reporter.event(&ExecEvent::Paused {
+            api,
+            noticed,
+            bound: self.options.outage_wait,
+        });
+        w.pause = Some(Paused {
+            api,
+            since: Instant::now(),
+            noticed: noticed.to_string(),
+            restarted: Vec::new(),
+        });
+    }
+
+    /// What asking the APIs found (`down`: the first that does not
+    /// answer): a pause ends when all answer, or stops the run once it
+    /// lasted [`crate::execute::ExecOptions::outage_wait`]; slow servers
+    /// are reported only while every API answers.
+    fn probed(&self, w: &mut Waves<'_>, report: &mut ExecReport, down: Option<Api>) -> Flow {
+        match (w.pause.take(), down) {
+            (Some(p), None) => {
+                let after = p.since.elapsed();
+                self.reporter
+                    .event(&ExecEvent::Resumed { api: p.api, after });
+                report.pauses.push(Pause {
+                    api: p.api,
+                    noticed: p.noticed,
+                    waited: after,
+                    answered: true,
+                    restarted: p.restarted,
+                });
+            }
+            (Some(p), Some(_)) if p.since.elapsed() >= self.options.outage_wait => {
+                let waited = p.since.elapsed();
+                let noticed = format!(
+                    "{}; waited {} for it to answer again",
+                    p.noticed,
+                    crate::vocabulary::report::fmt_duration(waited)
+                );
+                report.pauses.push(Pause {
+                    api: p.api,
+                    noticed: p.noticed,
+                    waited,
+                    answered: false,
+                    restarted: p.restarted,
+                });
+                self.outage(report, p.api, &noticed);
+                return Flow::Stop;
+            }
+            (Some(p), Some(_)) => w.pause = Some(p),
+            (None, Some(api)) => self.pause(
+                w,
+                api,
+                "while the servers in flight took far longer than expected",
+            ),
+            (None, None) => {
+                for o in std::mem::take(&mut w.suspects) {
+                    if w.started.contains_key(&o.server) && !w.paused_over.contains(&o.server) {
+                        self.reporter.event(&ExecEvent::Outlier(&o));
+                        report.outliers.push(o);
+                    }
+                }
+            }
+        }
+        Flow::Go
+    }
+
+    /// Find new outliers ([`baseline::outliers`]: a server with a
     /// history of its own against itself, the others against the median
-    /// once enough servers finished, else their expected turn); with
+    /// once enough servers finished, else their expected turn), reported
+    /// once the APIs are known to answer ([`Executor::probed`]); with
     /// `--straggler-timeout`, give up on the servers that have run that
     /// long. Returns the servers given up on, with their outcome.
-    fn tick(&self, w: &mut Waves<'_>, report: &mut ExecReport) -> Vec<(ServerUuid, ServerOutcome)> {
+    fn tick(&self, w: &mut Waves<'_>) -> Vec<(ServerUuid, ServerOutcome)> {
         let now = Instant::now();
         let policy = &self.options.outlier;
         let running = w
@@ -396,8 +591,7 @@ impl Executor<'_> {
         let fresh = baseline::outliers(policy, &w.finished, running, &w.warned);
         for o in fresh {
             w.warned.insert(o.server);
-            self.reporter.event(&ExecEvent::Outlier(&o));
-            report.outliers.push(o);
+            w.suspects.push(o);
         }
         let Some(limit) = self.options.straggler_timeout else {
             return Vec::new();

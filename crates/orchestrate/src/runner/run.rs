@@ -18,7 +18,6 @@
 //!    starts), release the lock, and hand back the report.
 
 use std::future::Future;
-use std::time::Duration;
 
 use futures::future::LocalBoxFuture;
 
@@ -44,10 +43,6 @@ use agentsadm_api::SapiClient;
 use agentsadm_plan::timing::Durations;
 use agentsadm_plan::{ExplicitYes, Plan, PlanOptions, RolloutPolicy, TransportMode};
 use agentsadm_types::catalog::Catalog;
-
-/// How long a ping of an API may take before the API counts as not
-/// answering (asked when a server's turn failed).
-const PROBE_BOUND: Duration = Duration::from_secs(10);
 
 /// What every changing command's arguments come to, made once from the
 /// command line (one set of execution options for all of them).
@@ -569,7 +564,7 @@ impl<'a> Run<'a> {
             sapi: self.sapi.clone(),
             cnapi: self.cnapi.cloned(),
             imgapi: self.imgapi.cloned(),
-            bound: PROBE_BOUND,
+            bound: self.settings.options.probe_bound,
         };
         // Slow servers are judged against their own earlier runs (the
         // history the plan was scheduled from), and before the run has a

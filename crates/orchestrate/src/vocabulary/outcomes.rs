@@ -137,6 +137,11 @@ pub struct StepFailure {
     /// it are still made.
     #[serde(skip)]
     pub installed: bool,
+    /// The call that failed met an outage of this API (refused, reset,
+    /// cut short, timed out, a gateway's 502-504), whether or not it
+    /// answers again by the time anyone asks.
+    #[serde(skip)]
+    pub outage: Option<agentsadm_api::Api>,
 }
 
 impl StepFailure {
@@ -146,6 +151,7 @@ impl StepFailure {
             message: message.into(),
             revert_error: None,
             installed: false,
+            outage: None,
         }
     }
 
@@ -155,7 +161,9 @@ impl StepFailure {
     }
 
     pub(crate) fn api(stage: FailureStage, err: &ApiError) -> StepFailure {
-        StepFailure::new(stage, error_chain(err))
+        let mut failure = StepFailure::new(stage, error_chain(err));
+        failure.outage = err.is_outage().then(|| err.api());
+        failure
     }
 }
 

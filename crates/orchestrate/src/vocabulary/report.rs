@@ -76,6 +76,19 @@ pub enum ExecEvent<'a> {
     /// The run stops starting servers because it lost the datacenter lock
     /// or an API stopped answering (said once, when noticed).
     Stopping(&'a Halted),
+    /// An API stopped answering: no server starts until it answers again
+    /// (waiting up to `bound`); the servers in flight are waited for, and
+    /// none is counted as failed or slow for it. Said once per outage.
+    Paused {
+        api: agentsadm_api::Api,
+        noticed: &'a str,
+        bound: Duration,
+    },
+    /// The API answers again after `after`: the rollout carries on.
+    Resumed {
+        api: agentsadm_api::Api,
+        after: Duration,
+    },
     Finished(&'a ExecReport),
 }
 
@@ -355,9 +368,13 @@ pub struct ExecReport {
     /// while running, or when confirmed once more before the summary).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub lock_lost: Option<crate::vocabulary::outcomes::LockLoss>,
-    /// The API that stopped answering, if one did.
+    /// The API that stopped answering and halted the run, if one did.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub outage: Option<Outage>,
+    /// The outages the run paused for and waited out (an outage that
+    /// outlasted the wait is [`ExecReport::outage`] as well).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub pauses: Vec<Pause>,
     /// Why the lock could not be released, if it could not.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub lock_release: Option<String>,
@@ -375,6 +392,25 @@ pub struct Outage {
     pub api: agentsadm_api::Api,
     /// What the run was doing when it noticed.
     pub noticed: String,
+}
+
+/// An outage the run paused for.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Pause {
+    #[serde(serialize_with = "api_name")]
+    pub api: agentsadm_api::Api,
+    /// What the run was doing when it noticed.
+    pub noticed: String,
+    /// How long the run waited for the API (until it answered again, or
+    /// gave up).
+    #[serde(with = "duration_secs")]
+    pub waited: Duration,
+    /// It answered again (otherwise the run stopped waiting).
+    pub answered: bool,
+    /// The servers whose turn the outage interrupted, started again
+    /// once the API answered.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub restarted: Vec<String>,
 }
 
 fn is_zero(n: &usize) -> bool {
@@ -513,6 +549,14 @@ impl ExecReport {
             2
         }
     }
+}
+
+/// The one line an outage pause prints.
+pub fn paused_text(api: agentsadm_api::Api, noticed: &str, bound: Duration) -> String {
+    format!(
+        "{api} stopped answering ({noticed}): paused; no server starts until it answers again (waiting up to {}), and no server is counted as failed for it",
+        fmt_duration(bound)
+    )
 }
 
 /// Short human durations: `850ms`, `4.2s`, `3m05s`, `1h02m`.

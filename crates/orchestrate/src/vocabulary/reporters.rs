@@ -245,6 +245,26 @@ impl Reporter for LogReporter {
                     "{h}"
                 )
             }
+            ExecEvent::Paused {
+                api,
+                noticed,
+                bound,
+            } => tracing::warn!(target: agentsadm_types::log::FILE_ONLY_TARGET,
+                component = C,
+                api = %api,
+                noticed = *noticed,
+                bound_ms = bound.as_millis() as u64,
+                "{}",
+                super::report::paused_text(*api, noticed, *bound)
+            ),
+            ExecEvent::Resumed { api, after } => {
+                tracing::info!(target: agentsadm_types::log::FILE_ONLY_TARGET,
+                    component = C,
+                    api = %api,
+                    after_ms = after.as_millis() as u64,
+                    "{api} answers again: the rollout carries on"
+                )
+            }
             ExecEvent::Finished(r) => {
                 log_left_behind(r);
                 let c = r.counts();

@@ -241,12 +241,35 @@ impl ExecReport {
         }
         if let Some(budget) = self.budget {
             let failures = c.failed + c.timed_out;
+            // Servers in flight when the budget halted the run may fail
+            // after it: the two counts are told apart, never left to
+            // disagree.
+            let after_halt = match self.halted {
+                Some(Halted::Budget { failures: at, .. }) if failures > at => format!(
+                    " ({at} when the run halted; {} already in flight then failed after)",
+                    plural(failures - at, "server", "servers")
+                ),
+                _ => String::new(),
+            };
             safety.push(format!(
-                "{} of a failure budget of {budget}",
+                "{} of a failure budget of {budget}{after_halt}",
                 if failures == 1 {
                     "1 failure".to_string()
                 } else {
                     format!("{failures} failures")
+                }
+            ));
+        }
+        for p in self.pauses.iter().filter(|p| p.answered) {
+            safety.push(format!(
+                "{} did not answer for {} ({}): the run waited{}, and counted no server as failed for it",
+                p.api,
+                super::report::fmt_duration(p.waited),
+                p.noticed,
+                if p.restarted.is_empty() {
+                    String::new()
+                } else {
+                    format!(" and started {} again", p.restarted.join(", "))
                 }
             ));
         }
@@ -485,4 +508,46 @@ fn row_key<'a>(order: &[&'a str], component: &str) -> &'a str {
         .copied()
         .find(|c| *c == component)
         .unwrap_or("")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::report::{Failure, FailureStage};
+
+    /// A budget halt with servers still in flight that fail after it:
+    /// the summary tells the failures at the halt from the total (the
+    /// real CNAPI run said "5 failures of a failure budget of 2" beside
+    /// "halted after 3 failures").
+    #[test]
+    fn failures_after_a_budget_halt_are_told_apart() {
+        let mut report = ExecReport {
+            budget: Some(2),
+            halted: Some(Halted::Budget {
+                failures: 3,
+                budget: 2,
+            }),
+            ..ExecReport::default()
+        };
+        for n in 1..=5u128 {
+            let mut o = ServerOutcome::new(&format!("cn{n}"));
+            o.fail(
+                ServerStatus::Failed,
+                Failure {
+                    component: None,
+                    stage: FailureStage::Straggler,
+                    message: "failed".into(),
+                },
+            );
+            report.servers.insert(ServerUuid::from_u128(n), o);
+        }
+        let mut out = String::new();
+        report.write_safety(&mut out);
+        assert!(
+            out.contains(
+                "5 failures of a failure budget of 2 (3 when the run halted; 2 servers already in flight then failed after)"
+            ) && out.contains("halted after 3 failures (budget 2)"),
+            "{out}"
+        );
+    }
 }

@@ -205,6 +205,17 @@ pub struct HistoryEntry {
     /// Why the run stopped starting servers, if it did.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub halted: Option<String>,
+    /// The halt's kind, as the report's JSON names it (`declined`,
+    /// `budget`, `canary`, `lock-lost`, `api-lost`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub halt_reason: Option<String>,
+    /// The run whose declined canary this run carries on (read from the
+    /// history when listed, not recorded: [`link_continuations`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub continues: Option<RunId>,
+    /// The run that carried on after this run's declined canary.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub continued_by: Option<RunId>,
     /// The error that ended it, if one did.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
@@ -429,11 +440,35 @@ pub fn finish_from_report(entry: &mut HistoryEntry, plan: &Plan, report: &ExecRe
     entry.record_servers = record_servers.into_iter().collect();
     entry.exit_status = Some(report.exit_status(plan));
     entry.halted = report.halted.as_ref().map(ToString::to_string);
+    entry.halt_reason = report.halted.as_ref().and_then(|h| {
+        serde_json::to_value(h).ok()?["reason"]
+            .as_str()
+            .map(str::to_string)
+    });
     entry.elapsed_s = Some(round3(report.elapsed.as_secs_f64()));
 }
 
 pub(crate) fn round3(v: f64) -> f64 {
     (v * 1000.0).round() / 1000.0
+}
+
+/// Link each run that stopped at a declined canary with the next run of
+/// the same operation, which carries on the rollout it split
+/// (`entries` oldest first): both say so ([`HistoryEntry::continues`],
+/// [`HistoryEntry::continued_by`]).
+pub fn link_continuations(entries: &mut [HistoryEntry]) {
+    for i in 0..entries.len() {
+        let (earlier, rest) = entries.split_at_mut(i + 1);
+        let a = &mut earlier[i];
+        if a.halt_reason.as_deref() != Some("declined") {
+            continue;
+        }
+        let Some(b) = rest.iter_mut().find(|b| b.operation == a.operation) else {
+            continue;
+        };
+        a.continued_by = b.id;
+        b.continues = a.id;
+    }
 }
 
 /// Now, as entries write times.

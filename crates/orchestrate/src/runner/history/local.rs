@@ -54,6 +54,8 @@ pub struct End {
     pub exit_status: Option<u8>,
     #[serde(default)]
     pub halted: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub halt_reason: Option<String>,
     #[serde(default)]
     pub error: Option<String>,
     /// Service defaults put back by a halt.
@@ -83,6 +85,7 @@ impl End {
             elapsed_s: entry.elapsed_s,
             exit_status: entry.exit_status,
             halted: entry.halted.clone(),
+            halt_reason: entry.halt_reason.clone(),
             error: entry.error.clone(),
             put_back: entry
                 .plan
@@ -103,6 +106,7 @@ impl End {
         entry.elapsed_s = self.elapsed_s;
         entry.exit_status = self.exit_status;
         entry.halted = self.halted;
+        entry.halt_reason = self.halt_reason;
         entry.error = self.error;
         entry.records_made = self.records_made;
         entry.records_failed = self.records_failed;

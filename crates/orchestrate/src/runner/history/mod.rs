@@ -94,6 +94,7 @@ impl HistoryStore {
             }
         }
         entries.sort_by(|a, b| a.started.cmp(&b.started));
+        entry::link_continuations(&mut entries);
         listing.entries = entries;
         listing
     }

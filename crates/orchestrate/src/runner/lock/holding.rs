@@ -70,15 +70,21 @@ pub(crate) async fn refreshing<T>(
     let mut refresh = tokio::time::interval(options.refresh_every);
     // The first tick is immediate; the lock was just written.
     refresh.tick().await;
+    // Said once per outage, not once per refresh (the run says the
+    // outage itself).
+    let mut unanswered = false;
     loop {
         tokio::select! {
             r = &mut work => return r,
             _ = refresh.tick() => match lock.refresh().await {
-                Ok(()) => {}
-                Err(e) if e.is_unreachable() => note(&format!(
-                    "warning: cannot refresh the orchestrator lock: {}",
-                    error_chain(&e)
-                )),
+                Ok(()) => unanswered = false,
+                Err(e) if e.is_unreachable() => {
+                    tracing::warn!(target: agentsadm_types::log::FILE_ONLY_TARGET,
+                        error = %error_chain(&e), "cannot refresh the orchestrator lock");
+                    if !std::mem::replace(&mut unanswered, true) {
+                        note("warning: cannot refresh the orchestrator lock: SAPI does not answer; trying again on each refresh");
+                    }
+                }
                 Err(e) => {
                     if fence.lost("when the lock was refreshed", &e) {
                         log_lock("lost", &error_chain(&e));
@@ -237,7 +243,7 @@ impl<'l> LockFence<'l> {
         match result {
             Ok(()) => Hold::Held,
             Err(e) if e.is_unreachable() => {
-                tracing::warn!(what, error = %error_chain(&e), "cannot confirm the datacenter lock");
+                tracing::warn!(target: agentsadm_types::log::FILE_ONLY_TARGET, what, error = %error_chain(&e), "cannot confirm the datacenter lock");
                 Hold::Unconfirmed(Api::Sapi)
             }
             Err(e) => {

@@ -132,9 +132,11 @@ impl LockError {
         }
     }
 
-    /// SAPI could not be reached (as opposed to answering).
+    /// SAPI is out (not reached, or a gateway answered 502-504 for it),
+    /// as opposed to answering about the lock: the lock is unconfirmed,
+    /// not lost.
     pub fn is_unreachable(&self) -> bool {
-        matches!(self, LockError::Api { err, .. } if err.is_unreachable())
+        matches!(self, LockError::Api { err, .. } if err.is_outage())
     }
 }
 
