@@ -423,10 +423,11 @@ pub fn finish_from_report(entry: &mut HistoryEntry, plan: &Plan, report: &ExecRe
     } else {
         RunStatus::Partial
     };
-    let made = |r: &&crate::records::RecordOutcome| {
+    let made = |r: &&crate::vocabulary::outcomes::RecordOutcome| {
         matches!(
             r.status,
-            crate::records::RecordStatus::Done | crate::records::RecordStatus::ResetStarted { .. }
+            crate::vocabulary::outcomes::RecordStatus::Done
+                | crate::vocabulary::outcomes::RecordStatus::ResetStarted { .. }
         )
     };
     entry.records_made = report.records.iter().filter(made).count();
