@@ -106,6 +106,8 @@ mod outage;
 mod plain_output;
 #[path = "orch_suite/plan.rs"]
 mod plan;
+#[path = "common/readme.rs"]
+mod readme_common;
 #[path = "orch_suite/readme_tasks.rs"]
 mod readme_tasks;
 #[path = "orch_suite/records_kept.rs"]

@@ -26,6 +26,8 @@
 mod flows_common;
 #[path = "common/gz.rs"]
 mod gz_common;
+#[path = "common/readme.rs"]
+mod readme_common;
 #[path = "common/rel.rs"]
 mod rel;
 #[path = "common/sim.rs"]

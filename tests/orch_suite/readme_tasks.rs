@@ -7,58 +7,21 @@
 
 use agentsadm_sim::{SeedSpec, SimConfig, SimDc};
 
+use crate::readme_common::{code_lines, readme, words};
+
 /// The `agentsadm` lines of the README's "Operator tasks" section.
 fn task_commands() -> Vec<String> {
-    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md"))
-        .expect("README.md");
+    let readme = readme();
     let start = readme
         .find("\n## Operator tasks\n")
         .expect("the README has an Operator tasks section");
     let section = &readme[start + 1..];
     let section = &section[..section.find("\n## ").unwrap_or(section.len())];
-    let mut in_code = false;
-    let mut commands = Vec::new();
-    for line in section.lines() {
-        if line.starts_with("```") {
-            in_code = !in_code;
-            continue;
-        }
-        if in_code && line.starts_with("agentsadm ") {
-            commands.push(line.to_string());
-        }
-    }
-    commands
-}
-
-/// A command line split as `sh` splits it (words, single quotes, a
-/// comment from a word that starts with `#`).
-fn words(line: &str) -> Vec<String> {
-    let mut out = Vec::new();
-    let mut word = String::new();
-    let (mut quoted, mut any) = (false, false);
-    for c in line.chars() {
-        match c {
-            '#' if !quoted && !any => break,
-            '\'' => {
-                quoted = !quoted;
-                any = true;
-            }
-            ' ' if !quoted => {
-                if any {
-                    out.push(std::mem::take(&mut word));
-                    any = false;
-                }
-            }
-            c => {
-                word.push(c);
-                any = true;
-            }
-        }
-    }
-    if any {
-        out.push(word);
-    }
-    out
+    code_lines(section)
+        .into_iter()
+        .filter(|l| l.starts_with("agentsadm "))
+        .map(str::to_string)
+        .collect()
 }
 
 #[test]

@@ -9,76 +9,42 @@ use agentsadm_cli::Cli;
 use agentsadm_dev::cli::DevCommand;
 use clap::{CommandFactory, Parser};
 
+use crate::readme_common::{code_lines, readme, words};
+
 /// The README's command lines: code-block lines that start with
 /// `agentsadm ` or `cargo run --release -- ` (as `agentsadm ...`), with
-/// their comments and a trailing `&` left off.
+/// their comments (the shell's split drops them) and a trailing `&` left
+/// off.
 fn readme_commands() -> Vec<String> {
-    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md"))
-        .expect("README.md");
-    let mut in_code = false;
-    let mut out = Vec::new();
-    for line in readme.lines() {
-        if line.starts_with("```") {
-            in_code = !in_code;
-            continue;
-        }
-        if !in_code {
-            continue;
-        }
-        let line = match line.strip_prefix("cargo run --release -- ") {
-            Some(rest) => format!("agentsadm {rest}"),
-            None if line.starts_with("agentsadm ") => line.to_string(),
-            None => continue,
-        };
-        // A comment starts at a word that starts with `#` (outside quotes).
-        let mut kept = Vec::new();
-        let mut quoted = false;
-        for word in line.split(' ') {
-            if !quoted && word.starts_with('#') {
-                break;
+    let readme = readme();
+    code_lines(&readme)
+        .into_iter()
+        .filter_map(|line| match line.strip_prefix("cargo run --release -- ") {
+            Some(rest) => Some(format!("agentsadm {rest}")),
+            None => line.starts_with("agentsadm ").then(|| line.to_string()),
+        })
+        .map(|line| {
+            let mut kept = Vec::new();
+            let mut quoted = false;
+            for word in line.split(' ') {
+                if !quoted && word.starts_with('#') {
+                    break;
+                }
+                quoted ^= word.matches('\'').count() % 2 == 1;
+                kept.push(word);
             }
-            quoted ^= word.matches('\'').count() % 2 == 1;
-            kept.push(word);
-        }
-        let line = kept.join(" ");
-        let line = line.trim_end().trim_end_matches('&').trim_end();
-        out.push(line.to_string());
-    }
-    out
+            kept.join(" ")
+                .trim_end()
+                .trim_end_matches('&')
+                .trim_end()
+                .to_string()
+        })
+        .collect()
 }
 
 /// A synopsis line (placeholders and alternatives), not a command to run.
 fn is_synopsis(line: &str) -> bool {
     line.contains('[') || line.contains('|') || line.contains("...") || line.contains('(')
-}
-
-/// A line's words as `sh` splits them (single quotes).
-fn words(line: &str) -> Vec<String> {
-    let mut out = Vec::new();
-    let mut word = String::new();
-    let (mut quoted, mut any) = (false, false);
-    for c in line.chars() {
-        match c {
-            '\'' => {
-                quoted = !quoted;
-                any = true;
-            }
-            ' ' if !quoted => {
-                if any {
-                    out.push(std::mem::take(&mut word));
-                    any = false;
-                }
-            }
-            c => {
-                word.push(c);
-                any = true;
-            }
-        }
-    }
-    if any {
-        out.push(word);
-    }
-    out
 }
 
 #[test]
