@@ -254,22 +254,29 @@ async fn yes_at_the_canary_question_goes_on_below_it() {
     assert_eq!(upgraded, 5);
 }
 
+/// 40 CNs and a headnode whose installs take `latency_ms`, and
+/// `agentsadm ARGS` against them in an 80x24 terminal named `name`.
+async fn at_80x24(latency_ms: u64, args: &str, name: &str) -> (SimDc, tempfile::TempDir, Tmux) {
+    let dc = SimDc::start(
+        SimConfig::default()
+            .servers(40)
+            .populate(SeedSpec::with_newer())
+            .install_latency(LatencySpec::fixed(latency_ms)),
+    )
+    .await
+    .expect("simulator starts");
+    let dir = tempfile::tempdir().unwrap();
+    let script = script(&dc, dir.path(), args);
+    let tmux = Tmux::sized(name, &script, (80, 24));
+    (dc, dir, tmux)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rows_that_do_not_fit_at_80x24_are_counted() {
     if !tools::require_tool("tmux", "tmux") {
         return;
     }
-    let dc = SimDc::start(
-        SimConfig::default()
-            .servers(40)
-            .populate(SeedSpec::with_newer())
-            .install_latency(LatencySpec::fixed(4_000)),
-    )
-    .await
-    .expect("simulator starts");
-    let dir = tempfile::tempdir().unwrap();
-    let script = script(&dc, dir.path(), "update vm-agent --latest -j 40 -y");
-    let tmux = Tmux::sized("rows", &script, (80, 24));
+    let (dc, _dir, tmux) = at_80x24(4_000, "update vm-agent --latest -j 40 -y", "rows").await;
     let screen = tmux.wait_for("more running").await;
     let lines: Vec<&str> = screen.lines().collect();
     // The bar, 21 rows and the count: nothing scrolled off or wrapped.
@@ -350,17 +357,7 @@ async fn an_interrupt_at_80x24_leaves_no_bar_behind_and_the_eta_waits_for_a_serv
     if !tools::require_tool("tmux", "tmux") {
         return;
     }
-    let dc = SimDc::start(
-        SimConfig::default()
-            .servers(40)
-            .populate(SeedSpec::with_newer())
-            .install_latency(LatencySpec::fixed(3_000)),
-    )
-    .await
-    .expect("simulator starts");
-    let dir = tempfile::tempdir().unwrap();
-    let script = script(&dc, dir.path(), "update vm-agent --latest -j 20 -y");
-    let tmux = Tmux::sized("stale", &script, (80, 24));
+    let (dc, _dir, tmux) = at_80x24(3_000, "update vm-agent --latest -j 20 -y", "stale").await;
     // The canary runs: nothing finished, so no estimate yet (indicatif's
     // own said `ETA 0s` here).
     let screen = tmux.wait_for("0/41 servers").await;
