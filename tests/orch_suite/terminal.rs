@@ -80,16 +80,31 @@ impl Tmux {
 
     /// Wait (up to two minutes) until the screen shows `text`.
     pub(crate) async fn wait_for(&self, text: &str) -> String {
+        self.wait_until(|screen| {
+            if screen.contains(text) {
+                Ok(())
+            } else {
+                Err(format!("never showed {text:?}"))
+            }
+        })
+        .await
+    }
+
+    /// Wait (up to two minutes) until `check` accepts the screen, and
+    /// return that screen. A live display is redrawn while it is read, and
+    /// a slow machine draws a state (a wave still starting) later than a
+    /// fast one: tests wait for the screen they assert on, never for a
+    /// time. The two minutes only bound a hang; the panic says why the
+    /// last screen was refused.
+    pub(crate) async fn wait_until(&self, check: impl Fn(&str) -> Result<(), String>) -> String {
         let deadline = Instant::now() + Duration::from_secs(120);
         loop {
             let screen = self.screen();
-            if screen.contains(text) {
-                return screen;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "never showed {text:?}:\n{screen}"
-            );
+            let refused = match check(&screen) {
+                Ok(()) => return screen,
+                Err(why) => why,
+            };
+            assert!(Instant::now() < deadline, "{refused}:\n{screen}");
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
     }
@@ -163,7 +178,9 @@ async fn canary_answered_with(name: &str, keys: &[&str]) -> (String, usize, Stri
         "the question is the last thing on the screen:\n{screen}"
     );
     // Several redraws later (the rows tick every second, the bar four
-    // times a second), nothing was drawn over or under it.
+    // times a second), nothing was drawn over or under it. The sleep is a
+    // window in which nothing may happen, not a wait for something: a slow
+    // machine only sees fewer would-be redraws in it, it cannot fail.
     tokio::time::sleep(Duration::from_millis(2_500)).await;
     let later = tmux.screen();
     assert_eq!(last_line(&later), last_line(&screen), "{later}");
@@ -271,32 +288,48 @@ async fn at_80x24(latency_ms: u64, args: &str, name: &str) -> (SimDc, tempfile::
     (dc, dir, tmux)
 }
 
+/// `Ok` when `screen` (80x24) shows the bar, then exactly 21 server rows
+/// and `+19 more running` as its last line, no line wider than 80 columns;
+/// otherwise what is not so.
+fn whole_wave_at_80x24(screen: &str) -> Result<(), String> {
+    let lines: Vec<&str> = screen.lines().collect();
+    let bar = lines
+        .iter()
+        .position(|l| l.contains("servers, ETA"))
+        .ok_or("no bar")?;
+    let below = &lines[bar + 1..];
+    if below.len() != 22 {
+        return Err(format!("{} lines below the bar, not 22", below.len()));
+    }
+    if let Some(l) = below[..21]
+        .iter()
+        .find(|l| !(l.contains(" cn0") || l.contains(" headnode")))
+    {
+        return Err(format!("{l:?} is not a server's row"));
+    }
+    if !below[21].trim_end().ends_with("+19 more running") {
+        return Err(format!(
+            "the last line is {:?}, not +19 more running",
+            below[21]
+        ));
+    }
+    if let Some(l) = lines.iter().find(|l| l.chars().count() > 80) {
+        return Err(format!("{l:?} is wider than 80 columns"));
+    }
+    Ok(())
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rows_that_do_not_fit_at_80x24_are_counted() {
     if !tools::require_tool("tmux", "tmux") {
         return;
     }
     let (dc, _dir, tmux) = at_80x24(4_000, "update vm-agent --latest -j 40 -y", "rows").await;
-    let screen = tmux.wait_for("more running").await;
-    let lines: Vec<&str> = screen.lines().collect();
-    // The bar, 21 rows and the count: nothing scrolled off or wrapped.
-    let bar = lines
-        .iter()
-        .position(|l| l.contains("servers, ETA"))
-        .unwrap_or_else(|| panic!("no bar:\n{screen}"));
-    let below = &lines[bar + 1..];
-    assert_eq!(below.len(), 22, "{screen}");
-    assert!(
-        below[..21]
-            .iter()
-            .all(|l| l.contains(" cn0") || l.contains(" headnode")),
-        "{screen}"
-    );
-    assert!(
-        below[21].trim_end().ends_with("+19 more running"),
-        "{screen}"
-    );
-    assert!(lines.iter().all(|l| l.chars().count() <= 80), "{screen}");
+    // The whole wave of 40 running: the bar, 21 rows and the count of the
+    // 19 others, nothing scrolled off or wrapped. The wave's servers start
+    // one after another (the first frame with a count may say "+6"), so
+    // wait for the frame of the whole wave rather than the first count.
+    tmux.wait_until(whole_wave_at_80x24).await;
     let end = tmux.wait_for("EXIT=").await;
     let from = end
         .find("Updated 41 of 41 servers")
@@ -363,10 +396,18 @@ async fn an_interrupt_at_80x24_leaves_no_bar_behind_and_the_eta_waits_for_a_serv
     let screen = tmux.wait_for("0/41 servers").await;
     let bar = screen.lines().find(|l| l.contains("0/41 servers")).unwrap();
     assert!(bar.trim_end().ends_with("ETA -"), "{screen}");
-    // A wave of 20 in flight, then Ctrl-C: the interrupt's line (four rows
-    // at 80 columns) is printed above the bars.
-    tmux.wait_for("1/41 servers").await;
-    tokio::time::sleep(Duration::from_millis(1_000)).await;
+    // A wave of 20 in flight (the bar past the canary and a row for each
+    // of the 20, however long they take to start), then Ctrl-C: the
+    // interrupt's line (four rows at 80 columns) is printed above the bars.
+    tmux.wait_until(|screen| {
+        let rows = screen.lines().filter(|l| l.starts_with("  cn0")).count();
+        if screen.contains("1/41 servers") && rows == 20 {
+            Ok(())
+        } else {
+            Err(format!("not the wave of 20 running ({rows} rows)"))
+        }
+    })
+    .await;
     tmux.keys(&["C-c"]);
     tmux.wait_for("EXIT=").await;
     let all = tmux.run(&["capture-pane", "-p", "-S", "-", "-t", "t"]);
