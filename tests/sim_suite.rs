@@ -9,6 +9,8 @@
 //! - `gz`: the real GZ installer behind the simulator (both layouts);
 //! - `outages`: CNAPI restarts, cn-agent's task history and restarts, Ur
 //!   down and Ur's reports, VMAPI down (issue 20);
+//! - `real_refusals`: refusals the real services showed in the real-Triton
+//!   harness (CNAPI's parameter types, 405 MethodNotAllowedError);
 //! - `serve`: `agentsadm sim serve` / `sim publish`, persistence, scale;
 //! - `strict`: where the simulator is as strict as the real services
 //!   (issue 13).
@@ -30,6 +32,8 @@ mod quirks;
 mod quirks_imgapi;
 #[path = "sim_suite/quirks_sapi.rs"]
 mod quirks_sapi;
+#[path = "sim_suite/real_refusals.rs"]
+mod real_refusals;
 #[path = "sim_suite/serve.rs"]
 mod serve;
 #[path = "sim_suite/strict.rs"]

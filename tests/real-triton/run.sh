@@ -11,30 +11,42 @@ shift
 # shellcheck source=lib/env.sh
 source "$(dirname "$0")/lib/env.sh"
 : "${AGENTSADM:?set AGENTSADM to an agentsadm binary built with the simulator (cargo build)}"
+case "$RT_SAPI" in real | sim) ;; *) echo "RT_SAPI is real or sim, not $RT_SAPI" >&2; exit 1 ;; esac
+# shellcheck source=lib/root.sh
+source "$RT_LIB/root.sh"
+root_claim || exit 1
 bash "$RT_LIB/prepare.sh" "$SRC_DIR" || exit 1
-for p in "$CNAPI_PORT" "$SIM_PORT" "$AMQP_PORT" "$MORAY_PORT" "$PG_PORT"; do
+for p in "$CNAPI_PORT" "$SIM_PORT" "$AMQP_PORT" "$MORAY_PORT" "$PG_PORT" "$REAL_SAPI_PORT" "$REAL_IMGAPI_PORT"; do
   if (exec 3<> "/dev/tcp/127.0.0.1/$p") 2> /dev/null; then
     echo "port $p is taken: is another stack running? (set RT_PORT)" >&2; exit 1
   fi
 done
 # A copy of the binary: a rebuild during the run changes nothing.
-mkdir -p "$RT_ROOT"; cp "$AGENTSADM" "$RT_ROOT/agentsadm"; AGENTSADM="$RT_ROOT/agentsadm"; export AGENTSADM
+cp "$AGENTSADM" "$RT_ROOT/agentsadm"; AGENTSADM="$RT_ROOT/agentsadm"; export AGENTSADM
 # shellcheck source=lib/stack.sh
 source "$RT_LIB/stack.sh"
 # shellcheck source=lib/checks.sh
 source "$RT_LIB/checks.sh"
+# shellcheck source=lib/checks2.sh
+source "$RT_LIB/checks2.sh"
 trap stack_down EXIT
+t0=$(date +%s)
 stack_up 3 || { echo "the stack did not come up (logs: $RT_LOGS)"; exit 1; }
 checks_init || { echo "the checks' fixtures could not be set up (logs: $RT_LOGS)"; exit 1; }
+echo "stack up and fixtures ready in $(($(date +%s) - t0)) s (SAPI and IMGAPI: $RT_SAPI)"
 [ $# -gt 0 ] || set -- "${RT_CHECKS[@]}"
 passed=0 failed=0
 for c in "$@"; do
   out="$RT_ROOT/checks/$c"; mkdir -p "$out"
+  if ! declare -F "check_${c//-/_}" > /dev/null; then
+    echo "FAIL $c: no such check (checks: ${RT_CHECKS[*]})"; failed=$((failed + 1)); continue
+  fi
+  t=$(date +%s)
   if detail=$("check_${c//-/_}" "$out" 2> "$out/stderr"); then
-    echo "PASS $c: $detail"; passed=$((passed + 1))
+    echo "PASS $c ($(($(date +%s) - t)) s): $detail"; passed=$((passed + 1))
   else
-    echo "FAIL $c: $detail"; failed=$((failed + 1))
+    echo "FAIL $c ($(($(date +%s) - t)) s): $detail"; failed=$((failed + 1))
   fi
 done
-echo "$passed passed, $failed failed"
+echo "$passed passed, $failed failed ($(($(date +%s) - t0)) s)"
 [ "$failed" = 0 ]

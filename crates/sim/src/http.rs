@@ -366,12 +366,13 @@ pub(crate) fn not_found_route(style: JsonStyle, path: &str) -> Response {
 }
 
 /// restify's answer for a known path with the wrong method (axum adds the
-/// `Allow` header).
+/// `Allow` header): `MethodNotAllowedError`, as the real CNAPI, SAPI and
+/// IMGAPI (restify 4) answer it.
 pub(crate) fn bad_method(style: JsonStyle, method: &Method) -> Response {
     rest_error(
         style,
         StatusCode::METHOD_NOT_ALLOWED,
-        "BadMethod",
+        "MethodNotAllowedError",
         format!("{method} is not allowed"),
     )
 }

@@ -10,6 +10,15 @@ RT_CHECKS=(registrations bootstrap execute-ur execute-window execute-cn-agent pa
   factory-reset server-delete cn-setup cn-reset-setup cn-setup-failure)
 
 aa() { "$AGENTSADM" "$@"; }
+# hold and release take -y where this build has it (a script may then need it)
+HOLD_Y=()
+if aa hold --help 2> /dev/null | grep -q -- '--yes'; then HOLD_Y=(-y); fi
+# sysinfo_set UUID KEY VALUE: one key of a mock server's sysinfo.json, written
+# whole (a new file renamed over it): cn-agent and ur-agent read it any time
+sysinfo_set() {
+  python3 -c 'import json,os,sys; p,k,v=sys.argv[1:4]; s=json.load(open(p)); s[k]=v; json.dump(s,open(p+".set","w"),indent=2); os.replace(p+".set",p)' \
+    "$MOCKCLOUD_ROOT/servers/$1/sysinfo.json" "$2" "$3"
+}
 get() { curl -sf "$1"; }
 # json URL EXPR: evaluates the Python expression EXPR over the JSON document `d`
 json() { get "$1" | python3 -c 'import json,sys; d=json.load(sys.stdin); print(eval(sys.argv[1]))' "$2"; }
@@ -51,15 +60,15 @@ for line in sys.stdin:
 print(n, t)'
 }
 stand_in() { echo "$2" > "$RT_UR/$1/mode"; }  # stand_in UUID MODE (see ur/gz-stand-in.sh)
-publish() { aa sim publish --to "$IMGAPI_URL" --version "$2" --stamp "$3" "$1" > /dev/null; }
+# publish NAME VERSION STAMP: a new image in the simulator's IMGAPI (checks_init copies it to the real one)
+publish() { aa sim publish --to "$SIM_IMGAPI_URL" --version "$2" --stamp "$3" "$1" > /dev/null; }
 
 checks_init() (
   set -e
   mapfile -t ALL < <(json "http://127.0.0.1:$CNAPI_PORT/servers" '"\n".join(sorted(s["uuid"] for s in d))')
   printf 'S1=%s\nS2=%s\nS3=%s\n' "${ALL[0]}" "${ALL[1]}" "${ALL[2]}" > "$RT_RUN/servers"
   # S1 as a SunOS compute node: agentsadm then gates and bootstraps through execute
-  python3 -c 'import json,sys; p=sys.argv[1]; s=json.load(open(p)); s["System Type"]="SunOS"; json.dump(s,open(p,"w"),indent=2)' \
-    "$MOCKCLOUD_ROOT/servers/${ALL[0]}/sysinfo.json"
+  sysinfo_set "${ALL[0]}" "System Type" SunOS
   publish cn-agent 2.15.0 20260301T000000Z
   publish vm-agent 1.0.0 20260301T000000Z
   publish vm-agent 1.1.0 20260302T000000Z
@@ -70,13 +79,17 @@ checks_init() (
     --timestamp 20260303T000000Z --git-sha 0000000 --out "$d" > /dev/null
   m=$(ls "$d"/*.manifest); f=$(ls "$d"/*.tar.gz)
   u=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["uuid"])' "$m")
-  curl -sf -X POST -H 'Content-Type: application/json' --data-binary @"$m" "$IMGAPI_URL/images/$u?action=import" > /dev/null
+  curl -sf -X POST -H 'Content-Type: application/json' --data-binary @"$m" "$SIM_IMGAPI_URL/images/$u?action=import" > /dev/null
   curl -sf -X PUT -H 'Content-Type: application/octet-stream' --data-binary @"$f" \
-    "$IMGAPI_URL/images/$u/file?compression=gzip&sha1=$(sha1sum "$f" | cut -d' ' -f1)&size=$(stat -c %s "$f")" > /dev/null
-  curl -sf -X POST "$IMGAPI_URL/images/$u?action=activate" > /dev/null
+    "$SIM_IMGAPI_URL/images/$u/file?compression=gzip&sha1=$(sha1sum "$f" | cut -d' ' -f1)&size=$(stat -c %s "$f")" > /dev/null
+  curl -sf -X POST "$SIM_IMGAPI_URL/images/$u?action=activate" > /dev/null
   echo "STAND_IN=$u" >> "$RT_RUN/servers"
-  put "$SAPI_URL/services/$(json "$SAPI_URL/services?name=agentsadm&type=agent" 'd[0]["uuid"]')" \
+  put "$SIM_SAPI_URL/services/$(json "$SIM_SAPI_URL/services?name=agentsadm&type=agent" 'd[0]["uuid"]')" \
     "{\"action\":\"update\",\"params\":{\"image_uuid\":\"$u\"}}"
+  # both sides start alike: the simulator's datacenter copied into the real IMGAPI and SAPI
+  if [ "$RT_SAPI" = real ]; then
+    python3 "$RT_LIB/fill-real.py" "$SIM_IMGAPI_URL" "$SIM_SAPI_URL" "$REAL_IMGAPI_URL" "$REAL_SAPI_URL" > "$RT_LOGS/fill-real.log"
+  fi
   # ur-agent must see S1 as SunOS too, with the stand-in fresh
   ur_stop "${ALL[0]}"; RT_FRESH_OPT=1 ur_start "${ALL[0]}"
   sleep 3
@@ -243,12 +256,12 @@ check_disable_enable() {  # disable marks SAPI and keeps the services off; enabl
 check_hold() {  # a held server is skipped by a bulk update
   load_servers
   local before after other rc
-  aa hold vm-agent -s "$S1" --reason real-triton > "$1/hold.out" 2>&1 || { echo "hold: exit $?"; return 1; }
+  aa hold vm-agent -s "$S1" --reason real-triton "${HOLD_Y[@]}" > "$1/hold.out" 2>&1 || { echo "hold: exit $?"; return 1; }
   before=$(agents "$S1" | tr ' ' '\n' | grep '^vm-agent@')
   aa update vm-agent --image 1.0.0 -y --task-timeout 3m > "$1/update.out" 2>&1; rc=$?
   after=$(agents "$S1" | tr ' ' '\n' | grep '^vm-agent@')
   other=$(agents "$S2" | tr ' ' '\n' | grep '^vm-agent@')
-  aa release vm-agent -s "$S1" > "$1/release.out" 2>&1
+  aa release vm-agent -s "$S1" "${HOLD_Y[@]}" > "$1/release.out" 2>&1
   echo "update exit $rc; held S1 $before -> $after; S2 $other"
   [ "$rc" = 0 ] && [ "$before" = "$after" ] && [ -n "$after" ]
 }
@@ -304,8 +317,7 @@ new_unsetup_server() {  # a fresh mock server that says it is not set up; prints
     [[ " $before " == *" ${d##*/} "* ]] || u=${d##*/}
   done
   [ -n "$u" ] || return 1
-  python3 -c 'import json,sys; p=sys.argv[1]; s=json.load(open(p)); s["Setup"]="false"; json.dump(s,open(p,"w"),indent=2)' \
-    "$MOCKCLOUD_ROOT/servers/$u/sysinfo.json"
+  sysinfo_set "$u" Setup false
   cn_agent_stop; cn_agent_start  # the mock cn-agent serves the servers it finds at start
   ur_start "$u" > /dev/null || return 1
   for ((i = 0; i < 60; i++)); do

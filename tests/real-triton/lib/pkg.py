@@ -3,7 +3,7 @@
 on Linux and Node 20, without GitHub: native addons -> the stand-ins in
 node/standins, git dependencies -> the local clones beside it, SmartOS-only
 dependencies dropped. Usage: pkg.py REPO_DIR ROLE STANDINS_DIR
-(ROLE: moray | cnapi | cn-agent | designation | wf). Idempotent."""
+(ROLE: moray | cnapi | cn-agent | designation | wf | sapi | imgapi). Idempotent."""
 import json
 import os
 import sys
@@ -49,6 +49,18 @@ elif role == "wf":
     # the node-workflow API and runner from npm, plus its moray backend
     pkg = {"name": "rt-workflow", "version": "0.0.0", "private": True,
            "dependencies": {"wf": "1.2.2"}}
+elif role == "sapi":
+    # proto mode keeps SAPI's objects in its local store: no moray client
+    deps["moray"] = stand_in("moray-none")
+    deps["triton-metrics"] = stand_in("triton-metrics")
+elif role == "imgapi":
+    # dc mode on the local database and storage: no moray, UFDS, Manta,
+    # workflow or Docker registry; git-only modules become stand-ins
+    for name in ["triton-metrics", "ufds", "wf-client", "effluent-logger", "progbar",
+                 "manta", "manta-dir-watcher", "docker-registry-client"]:
+        deps[name] = stand_in(name)
+    deps["moray"] = stand_in("moray-none")
+    pkg.pop("optionalDependencies", None)
 else:
     sys.exit("pkg.py: unknown role " + role)
 

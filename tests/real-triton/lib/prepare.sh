@@ -31,6 +31,8 @@ clone TritonDataCenter sdc-designation 8110b5e   # the commit cnapi pins
 clone TritonDataCenter sdc-wf-shared f9ef781     # the commit cnapi pins
 clone joyent node-crc 0.3.0-oldcrc               # the tag fast pins
 clone joyent schemas                             # cnapi's pinned commit is not public any more
+clone TritonDataCenter sdc-sapi 7723e43          # 2.1.3
+clone TritonDataCenter sdc-imgapi 15467c4        # 4.13.1
 
 S="$RT_LIB/node/standins"
 python3 "$RT_LIB/pkg.py" "$RT_SRC/moray" moray "$S"
@@ -38,7 +40,9 @@ python3 "$RT_LIB/pkg.py" "$RT_SRC/sdc-cnapi" cnapi "$S"
 python3 "$RT_LIB/pkg.py" "$RT_SRC/sdc-cn-agent" cn-agent "$S"
 python3 "$RT_LIB/pkg.py" "$RT_SRC/sdc-designation" designation "$S"
 mkdir -p "$RT_SRC/wf"; python3 "$RT_LIB/pkg.py" "$RT_SRC/wf" wf "$S"
-for r in moray sdc-designation schemas sdc-cnapi sdc-cn-agent wf; do
+python3 "$RT_LIB/pkg.py" "$RT_SRC/sdc-sapi" sapi "$S"
+python3 "$RT_LIB/pkg.py" "$RT_SRC/sdc-imgapi" imgapi "$S"
+for r in moray sdc-designation schemas sdc-cnapi sdc-cn-agent wf sdc-sapi sdc-imgapi; do
   echo "prepare: npm install in $r"
   (cd "$RT_SRC/$r" && npm install --ignore-scripts --no-audit --no-fund > "$RT_LOGS/npm-$r.log" 2>&1) ||
     { echo "prepare: npm install failed in $r (see $RT_LOGS/npm-$r.log)" >&2; exit 1; }
@@ -46,14 +50,7 @@ done
 # wf-shared's workflow modules require cnapi's dependencies: they live inside it
 W="$RT_SRC/sdc-cnapi/node_modules/wf-shared"
 rm -rf "$W"; mkdir -p "$W"; cp -r "$RT_SRC/sdc-wf-shared/lib" "$RT_SRC/sdc-wf-shared/package.json" "$W/"
-# The one source edit: moray's pg@6 decides whether to connect from the
-# socket's readyState, which Node >= 14 no longer reports as 'closed' for a
-# fresh socket, so it never connects. Connect while the socket has no peer.
-python3 - "$RT_SRC/moray/node_modules/pg/lib/connection.js" <<'PY'
-import sys
-p = sys.argv[1]; s = open(p).read()
-old = "if(this.stream.readyState === 'closed') {"
-if old in s:
-    open(p, "w").write(s.replace(old, "if(this.stream.readyState === 'closed' || !this.stream.remoteAddress) {"))
-PY
+# The few source edits (fixed SmartOS paths, one Node >= 14 incompatibility):
+# each is listed, and checked, in edits.py.
+python3 "$RT_LIB/edits.py" "$RT_SRC"
 touch "$RT_SRC/.prepared"

@@ -99,6 +99,16 @@ ur_pid() { pgrep -P "$(cat "$RT_RUN/ur-$1.pid")" | head -1; }  # the ur-agent no
 ur_boots() { grep -c . "$RT_UR/$1/boots.log" 2> /dev/null || echo 0; }
 ur_stop() { stop_pid "ur-$1"; }
 
+real_apis_start() {  # the real IMGAPI (dc mode) and SAPI (proto mode), empty; checks_init fills them
+  mkdir -p "$RT_ROOT/sapi" "$RT_ROOT/imgapi/tmp"
+  python3 "$RT_LIB/imgapi-config.py" "$RT_RUN/imgapi.json"
+  (cd "$RT_SRC/sdc-imgapi" &&
+    IMGAPITEST_LOCAL_BASE_DIR="$RT_ROOT/imgapi" IMGAPI_TMPDIR="$RT_ROOT/imgapi/tmp" \
+      bg imgapi "${RT_NODE[@]}" main.js -f "$RT_RUN/imgapi.json")
+  SAPI_LOCAL_ROOT="$RT_ROOT/sapi" bg sapi "${RT_NODE[@]}" "$RT_LIB/node/sapi-main.js"
+  wait_port "$REAL_IMGAPI_PORT" 60 && wait_port "$REAL_SAPI_PORT" 60
+}
+
 assets_tree() {  # the assets zone's /extra, as CNAPI's server-setup job fetches it
   local A="$RT_ROOT/assets/extra"
   mkdir -p "$A/joysetup" "$A/agentsadm" "$RT_ROOT/cn_tools/bin"
@@ -131,6 +141,7 @@ stack_up() (  # stack_up N_SERVERS (a subshell: the first failure stops it)
   bg assets python3 -m http.server --bind 127.0.0.1 --directory "$RT_ROOT/assets" "$ASSETS_PORT"; wait_port "$ASSETS_PORT"
   mkdir -p "$RT_ROOT/sim"
   bg sim "$AGENTSADM" sim serve --servers 2 --seed 1 --port "$SIM_PORT" --state "$RT_ROOT/sim"; wait_port "$SIM_PORT"
+  [ "$RT_SAPI" = sim ] || real_apis_start
   echo rabbit >> "$RT_RUN/started"; rabbit start
   cnapi_start ur
   bg proxy node "$RT_LIB/node/proxy.js" "$CNAPI_PROXY" "http://127.0.0.1:$CNAPI_PORT" "$RT_LOGS/cnapi-calls.jsonl"; wait_port "$CNAPI_PROXY"

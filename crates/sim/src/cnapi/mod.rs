@@ -55,6 +55,7 @@ mod record;
 mod servers;
 mod setup;
 mod tasks;
+mod validate;
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};

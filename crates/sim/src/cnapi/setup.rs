@@ -33,6 +33,11 @@ use super::strict;
 
 use super::task_request;
 
+use super::validate::{Rule, params_valid};
+
+/// ServerSetup's disk layouts.
+const DISK_LAYOUTS: [&str; 5] = ["single", "mirror", "raidz1", "raidz2", "raidz3"];
+
 pub(super) async fn setup_server(
     State(core): Core,
     Path(raw): Path<String>,
@@ -60,10 +65,30 @@ pub(super) async fn setup_server(
     ) {
         return r;
     }
+    if let Err(r) = params_valid(
+        &p,
+        &[
+            ("hostname", Rule::String),
+            ("nics", Rule::Array),
+            ("postsetup_script", Rule::String),
+            ("server_uuid", Rule::String),
+            ("disk_spares", Rule::NonNegativeNumber),
+            ("disk_width", Rule::NonNegativeNumber),
+            ("disk_cache", Rule::BooleanString),
+            ("disk_layout", Rule::String),
+            ("encryption_enabled", Rule::BooleanString),
+            ("disk_exclude", Rule::String),
+        ],
+    ) {
+        return r;
+    }
     if let Some(l) = p.get("disk_layout").and_then(Value::as_str)
-        && !["single", "mirror", "raidz1", "raidz2", "raidz3"].contains(&l)
+        && !DISK_LAYOUTS.contains(&l)
     {
-        return invalid_argument(format!("invalid disk_layout: {l}"));
+        return invalid_argument(format!(
+            "disk_layout must be one of: '{}'",
+            DISK_LAYOUTS.join("', '")
+        ));
     }
     if rec.setup {
         return empty(StatusCode::NO_CONTENT);
@@ -139,6 +164,16 @@ pub(super) async fn factory_reset(
         Err(r) => return r,
     };
     if let Err(r) = strict(&p, &["server_uuid", "creator_uuid", "origin"]) {
+        return r;
+    }
+    if let Err(r) = params_valid(
+        &p,
+        &[
+            ("server_uuid", Rule::String),
+            ("creator_uuid", Rule::String),
+            ("origin", Rule::String),
+        ],
+    ) {
         return r;
     }
     if !rec.vms.is_empty() {

@@ -35,6 +35,26 @@ function refresh() {
 }
 refresh();
 setInterval(refresh, 5000).unref();
+// Under a burst of executes on Linux, ur-agent can run a script it has just
+// written while another spawn (forked, not yet exec'd) still holds that file
+// open for writing: exec fails with ETXTBSY (SmartOS does not do this), Node
+// throws it from spawn, and ur-agent dies mid-request. The file is complete,
+// so spawning again a moment later succeeds: execFile, which ur-agent takes
+// from child_process when it loads, retries that one error.
+var childProcess = require('child_process');
+var execFile = childProcess.execFile;
+var pause = new Int32Array(new SharedArrayBuffer(4));
+childProcess.execFile = function () {
+    for (var attempt = 1; ; attempt++) {
+        try {
+            return execFile.apply(this, arguments);
+        } catch (err) {
+            if (err.code !== 'ETXTBSY' || attempt >= 50) { throw err; }
+            fs.appendFileSync(path.join(dir, 'etxtbsy.log'), new Date().toISOString() + ' spawn again\n');
+            Atomics.wait(pause, 0, 0, 20);
+        }
+    }
+};
 var UrAgent = require(path.join(process.env.RT_SRC, 'sdc-ur-agent', 'ur-agent')).UrAgent;
 new UrAgent({ sysinfoFile: sysinfo, setupStateFile: path.join(dir, 'setup.json'),
     urStartupFilePath: path.join(dir, 'ur-startup') });

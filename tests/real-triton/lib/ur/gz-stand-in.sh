@@ -9,6 +9,12 @@
 #   exit:N          exits N at once (e.g. exit:113, the reboot request)
 #   silent          prints nothing and exits 0 (no result document)
 #   slow:N          waits N seconds, then as real
+#   readopt         as real, but before each `gz install` the server's vm-agent
+#                   instance is adopted again bare in SAPI, as vm-agent's and
+#                   net-agent's postinstalls do (ur/readopt.py)
+#   reboot-mid-setup  once: `gz setup` runs the real installer and, when two
+#                   agents are in, the server "reboots": the installer and
+#                   ur-agent are killed (SIGKILL); the mode goes back to real
 # The bootstrap packs this same file as an agentsadm image (run.sh).
 # shellcheck source=/dev/null # written by in-ns.sh
 . /opt/smartdc/.rt/env
@@ -22,6 +28,9 @@ case "$mode" in
   silent) exit 0 ;;
   slow:*) sleep "${mode#slow:}" ;;
 esac
+if [ "$mode" = readopt ] && [ "${1:-}" = gz ] && [ "${2:-}" = install ]; then
+  python3 "$RTLIB/ur/readopt.py" "$SAPI" "$CNAPI" "$SERVER" vm-agent >> "$STATE/readopts.log" 2>&1
+fi
 api=(--imgapi-url "$IMGAPI" --sapi-url "$SAPI" --cnapi-url "$CNAPI")
 # `installer state` (agentsetup.sh's setup state) is the server's own /var/lib/setup.json
 if [ "${1:-}" = installer ] && [ -n "$AGENTSADM" ]; then exec "$AGENTSADM" "${api[@]}" "$@"; fi
@@ -36,4 +45,24 @@ while [ $# -gt 0 ]; do
     *) args+=("$1"); shift ;;
   esac
 done
-exec "$AGENTSADM" "${api[@]}" gz --layout mockcloud --root "$MOCKCLOUD" --server-uuid "$SERVER" "${args[@]}"
+gz=("$AGENTSADM" "${api[@]}" gz --layout mockcloud --root "$MOCKCLOUD" --server-uuid "$SERVER" "${args[@]}")
+if [ "$mode" = reboot-mid-setup ] && [ "${args[0]:-}" = setup ]; then
+  echo real > "$STATE/mode"
+  agents() { find "$MOCKCLOUD/servers/$SERVER/agents" -mindepth 1 -maxdepth 1 2> /dev/null | wc -l; }
+  before=$(agents)
+  "${gz[@]}" & installer=$!
+  for _ in $(seq 1 2400); do
+    [ "$(agents)" -ge $((before + 2)) ] && break
+    kill -0 "$installer" 2> /dev/null || break
+    sleep 0.05
+  done
+  # the reboot: the installer and ur-agent (the ancestor running ur-run.js) die at once
+  p=$$
+  while [ "$p" -gt 1 ] && ! grep -q ur-run.js "/proc/$p/cmdline" 2> /dev/null; do
+    p=$(awk '{print $4}' "/proc/$p/stat")
+  done
+  echo "$(date -u +%FT%T.%3NZ) reboot mid-setup: installer $installer, ur-agent $p" >> "$STATE/calls.log"
+  kill -9 "$installer" "$p" 2> /dev/null
+  exit 113
+fi
+exec "${gz[@]}"

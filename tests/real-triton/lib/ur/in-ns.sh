@@ -11,7 +11,7 @@ U=$1; shift
 OPT="$RT_UR/opt-$U"; CONF="$OPT/smartdc/.rt"
 mkdir -p "$OPT/smartdc/agentsadm/bin" "$CONF" "$RT_UR/$U"
 {
-  echo "SERVER=$U"; echo "STATE=$RT_UR/$U"; echo "MOCKCLOUD=$MOCKCLOUD_ROOT"
+  echo "SERVER=$U"; echo "STATE=$RT_UR/$U"; echo "MOCKCLOUD=$MOCKCLOUD_ROOT"; echo "RTLIB=$RT_LIB"
   echo "AGENTSADM=${RT_STAND_IN_DELEGATE-$AGENTSADM}"
   echo "IMGAPI=$IMGAPI_URL"; echo "SAPI=$SAPI_URL"; echo "CNAPI=http://127.0.0.1:$CNAPI_PORT"
 } > "$CONF/env"

@@ -1,0 +1,6 @@
+// In place of manta-dir-watcher: IMGAPI keeps its files on local storage and imports no
+// Docker images here; any call into it is a harness bug, so it throws.
+module.exports = new Proxy({}, { get: function (t, k) {
+    if (k === '__esModule' || typeof k === 'symbol') { return undefined; }
+    return function () { throw new Error('manta-dir-watcher is not available in the real-triton harness'); };
+} });
