@@ -475,3 +475,44 @@ async fn orchestrated_update_through_execute_converges() {
     }
     dc.shutdown().await;
 }
+
+/// A server with an injected install failure (a failing postinstall) that
+/// is asked to install the image it already runs answers `unchanged`, as a
+/// real installer does without running a hook: an orchestrator whose turn
+/// an API outage cut short sends exactly that for the steps the first try
+/// finished. An install that would change something still fails.
+#[tokio::test]
+async fn an_injected_failure_spares_an_install_that_changes_nothing() {
+    let dc = SimDc::start(SimConfig::default().servers(1)).await.unwrap();
+    let cn = dc.server("cn0001").unwrap();
+    let old = dc
+        .server_agents(cn.uuid)
+        .into_iter()
+        .find(|a| a.name == "gz-tools")
+        .and_then(|a| a.image_uuid)
+        .expect("gz-tools installed")
+        .to_string();
+    let new = dc
+        .publish_component("gz-tools", &BuildOptions::new("1.1.0"), PublishTarget::Dc)
+        .unwrap()
+        .uuid
+        .to_string();
+    let again = ["install", new.as_str(), "--expect-current", old.as_str()];
+    let r = gz(&dc, &cn, &again).await;
+    assert_eq!(r.components[0].action, ComponentAction::Upgraded, "{r:?}");
+    dc.faults().fail_installs_on(cn.uuid);
+    // The retry of the finished step.
+    let r = gz(&dc, &cn, &again).await;
+    assert!(r.error.is_none(), "{r:?}");
+    assert_eq!(r.components[0].action, ComponentAction::Unchanged, "{r:?}");
+    // The fault still bites where the install changes something.
+    let newer = dc
+        .publish_component("gz-tools", &BuildOptions::new("1.2.0"), PublishTarget::Dc)
+        .unwrap()
+        .uuid
+        .to_string();
+    let r = gz(&dc, &cn, &["install", &newer]).await;
+    let failure = r.error.expect("the injected failure");
+    assert!(failure.message.contains("injected failure"), "{failure:?}");
+    dc.shutdown().await;
+}

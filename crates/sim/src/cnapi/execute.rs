@@ -1,7 +1,8 @@
 //! CNAPI's CommandExecute: the request's checks, the path it takes to the
 //! server, and running the `agentsadm` command lines the orchestrator
 //! sends against a mock server (install latency and failure injection for
-//! the ones that change it).
+//! the ones that change it; an install of the image the server already
+//! runs changes nothing, so an injected failure spares it).
 //!
 //! Through either path the command's environment is exactly the request's
 //! `env` (`{}` when absent): Ur's `executeFile` and cn-agent's
@@ -486,7 +487,7 @@ async fn run_command(
                 }
             }
         }
-        if fate.fail {
+        if fate.fail && !installs_what_is_there(core, &server, &argv).await {
             if !sleep_until_or_shutdown(core, arrived + fate.latency).await {
                 return killed();
             }
@@ -545,6 +546,32 @@ async fn run_command(
         result.stdout,
         result.stderr,
     )
+}
+
+/// Whether `argv` is a `gz install` of the image the server's GZ already
+/// reports for it. A real installer answers such an install `unchanged`
+/// and runs no hook, so an injected failure (a failing postinstall) cannot
+/// happen to it: an orchestrator retrying a turn that an API outage cut
+/// short sends exactly that for the steps the first try finished.
+async fn installs_what_is_there(core: &DcCore, server: &MockServer, argv: &[String]) -> bool {
+    // `--force` reinstalls (and runs the hooks) whatever is there.
+    if argv.get(1).map(String::as_str) != Some("install") || argv.iter().any(|a| a == "--force") {
+        return false;
+    }
+    // The image is the first operand, as in `component_of`.
+    let Some(image) = argv
+        .iter()
+        .skip(2)
+        .find(|a| !a.starts_with('-'))
+        .and_then(|a| a.parse::<ImageUuid>().ok())
+    else {
+        return false;
+    };
+    match core.gz.report(server.target(&core.config.datacenter)).await {
+        Ok(report) => report.agents.iter().any(|a| a.image_uuid == Some(image)),
+        // Nothing known about the server: the fault applies as before.
+        Err(_) => false,
+    }
 }
 
 /// What the server's own agentsadm makes of `argv` when it cannot run it
