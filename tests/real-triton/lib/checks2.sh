@@ -3,7 +3,7 @@
 # the real services (twin, api-refusals), the reboot in the middle of a CN
 # setup, and the intent marks through bare re-adoptions (issue 30).
 # shellcheck disable=SC2034 # read by run.sh
-RT_CHECKS=(api-refusals twin "${RT_CHECKS[@]}" intent-marks cn-setup-reboot)
+RT_CHECKS=(api-refusals twin "${RT_CHECKS[@]}" intent-marks bare-adoption cn-setup-reboot)
 
 # --- api-refusals: the same bad requests to the simulator and to the real
 # services answer alike (status and restify error code) ---
@@ -214,8 +214,6 @@ check_intent_marks() {
   marks_after update-again $?
   aa update vm-agent --image 1.1.0 -y --ignore-holds -s "$S1" --task-timeout 3m > "$1/rerun.out" 2>&1
   marks_after rerun $?
-  # a bare adoption with no install after it (a postinstall run by hand): check --fix puts the record right
-  python3 "$RT_LIB/ur/readopt.py" "$SAPI_URL" "http://127.0.0.1:$CNAPI_PORT" "$S1" vm-agent >> "$RT_UR/$S1/readopts.log" 2>&1
   aa check --fix -y -s "$S1" > "$1/check-fix.out" 2>&1
   marks_after check-fix $?
   stand_in "$S1" real
@@ -224,6 +222,21 @@ check_intent_marks() {
   local re=$(($(grep -c 'adopted bare' "$RT_UR/$S1/readopts.log" 2> /dev/null) - ${n0:-0}))
   echo "bare re-adoptions $re; $(paste -sd, "$MARKS_OUT" | sed 's/,/, /g')"
   [ "$re" -ge 1 ] && ! grep -qv ': ok$' "$MARKS_OUT"
+}
+
+# --- bare-adoption: a postinstall's bare adoption that no agentsadm run
+# follows (an install by another tool: sdcadm, cn-agent's own task) leaves S1's
+# vm-agent instance without server_uuid and image_uuid, which server.agents
+# still knows: `check` reports it and `check --fix` writes them back ---
+check_bare_adoption() {
+  load_servers
+  local rc1 rc2 after
+  python3 "$RT_LIB/ur/readopt.py" "$SAPI_URL" "http://127.0.0.1:$CNAPI_PORT" "$S1" vm-agent > "$1/readopt.out" 2>&1
+  aa check -s "$S1" > "$1/check.out" 2>&1; rc1=$?
+  aa check --fix -y -s "$S1" > "$1/check-fix.out" 2>&1; rc2=$?
+  after=$(param vm-agent "$S1" image_uuid)
+  echo "$(cat "$1/readopt.out"); check exit $rc1 ($(grep -m1 -E 'drift|Drift' "$1/check.out")); check --fix exit $rc2; instance image_uuid after it: $after (server.agents: $(agents "$S1" | tr ' ' '\n' | grep '^vm-agent@'))"
+  [ "$rc1" != 0 ] && [ "$rc2" = 0 ] && [ "$after" != "[]" ] && [ "$after" != "[None]" ]
 }
 
 # --- cn-setup-reboot: the server reboots in the middle of CNAPI's server-setup

@@ -13,7 +13,8 @@
 #                   instance is adopted again bare in SAPI, as vm-agent's and
 #                   net-agent's postinstalls do (ur/readopt.py)
 #   reboot-mid-setup  once: `gz setup` runs the real installer and, when two
-#                   agents are in, the server "reboots": the installer and
+#                   agents are in and another one's install is under way (its
+#                   journal), the server "reboots": the installer and
 #                   ur-agent are killed (SIGKILL); the mode goes back to real
 # The bootstrap packs this same file as an agentsadm image (run.sh).
 # shellcheck source=/dev/null # written by in-ns.sh
@@ -52,7 +53,8 @@ if [ "$mode" = reboot-mid-setup ] && [ "${args[0]:-}" = setup ]; then
   before=$(agents)
   "${gz[@]}" & installer=$!
   for _ in $(seq 1 2400); do
-    [ "$(agents)" -ge $((before + 2)) ] && break
+    # two agents in and a transaction open (its journal): the reboot lands mid-install
+    [ "$(agents)" -ge $((before + 2)) ] && [ -n "$(ls -A "$MOCKCLOUD/servers/$SERVER/.agentsadm/journal" 2> /dev/null)" ] && break
     kill -0 "$installer" 2> /dev/null || break
     sleep 0.05
   done
