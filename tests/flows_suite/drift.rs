@@ -50,6 +50,7 @@ fn find(
         live,
         images: &images,
         selection,
+        changed_by_sdcadm: &BTreeMap::new(),
     })
 }
 

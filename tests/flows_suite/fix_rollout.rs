@@ -219,6 +219,7 @@ fn check_fix_never_restarts_marlin_agent() {
         live: &BTreeMap::new(),
         images: &images,
         selection: None,
+        changed_by_sdcadm: &BTreeMap::new(),
     });
     let upgrade = |component: &str, image: &agentsadm_plan::ImageRef| Finding {
         kind: FindingKind::WrongImage,

@@ -352,15 +352,19 @@ async fn urs_signal_deaths_oversized_output_and_113_are_reported_as_such() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn removals_go_to_cnapi_only_where_it_accepts_them() {
-    let dc = start(config(3)).await;
+    let dc = start(config(4)).await;
     assert_eq!(SimConfig::default().uninstall_min_cn_agent, "2.8.0");
     let cn = |n: &str| dc.server(n).unwrap().uuid;
     set_cn_agent(&dc, cn("cn0001"), None).await;
     set_cn_agent(&dc, cn("cn0002"), Some("2.7.0")).await;
+    // A build of the floor itself: CNAPI's node-semver reads its suffix
+    // as a pre-release, below 2.8.0, and answers 412.
+    let build = "2.8.0-master-20231010T000000Z-g1234567";
+    set_cn_agent(&dc, cn("cn0004"), Some(build)).await;
     let req = request(
         Operation::Remove,
         &["amon-relay"],
-        &["cn0001", "cn0002", "cn0003"],
+        &["cn0001", "cn0002", "cn0003", "cn0004"],
     );
     let (p, report) = run(&dc, &req, transport()).await;
     let m = failure(&report, cn("cn0001"));
@@ -373,7 +377,14 @@ async fn removals_go_to_cnapi_only_where_it_accepts_them() {
         m.contains("2.7.0") && m.contains("needs cn-agent 2.8.0"),
         "{m}"
     );
-    // The seeded cn-agent (2.x, at the real floor) takes CNAPI's path.
+    let m = failure(&report, cn("cn0004"));
+    assert!(
+        m.contains(build) && m.contains("pre-release of 2.8.0") && m.contains("node-semver"),
+        "{m}"
+    );
+    assert!(agent(&dc, cn("cn0004"), "amon-relay").is_some());
+    // The seeded cn-agent (a 2.9.0 build, above the real floor) takes
+    // CNAPI's path.
     assert_eq!(
         report.servers[&cn("cn0003")].status,
         ServerStatus::Succeeded,

@@ -77,6 +77,7 @@ async fn a_step_costs_one_sapi_write_and_no_lock_read_of_its_own() {
             rollout: settings.rollout,
         },
         durations: None,
+        overlay: None,
     };
     let counting = Counting {
         dc: &dc,

@@ -48,6 +48,7 @@ fn list_states() {
         live: &BTreeMap::new(),
         images: &images,
         selection: None,
+        changed_by_sdcadm: &BTreeMap::new(),
     });
     for r in rows.iter().filter(|r| r.state != "ok") {
         let kinds: Vec<&str> = findings

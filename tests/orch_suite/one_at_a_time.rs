@@ -124,6 +124,7 @@ pub(crate) async fn update(
             rollout: settings.rollout,
         },
         durations: None,
+        overlay: None,
     };
     let mut run = Run::new(apis, dc.catalog(), settings, reporter, "update cmon-agent");
     run.transport = transport();

@@ -117,3 +117,144 @@ async fn list_shows_sdcadm_and_gz_tools_as_sdcadm_left_them() {
         "{warnings}"
     );
 }
+
+/// A 1-server datacenter (the headnode) with newer images in its IMGAPI,
+/// the headnode's GZ laid out.
+async fn headnode_dc() -> (SimDc, agentsadm_sim::SimServer) {
+    let dc = SimDc::start(
+        SimConfig::default()
+            .servers(1)
+            .populate(SeedSpec::with_newer()),
+    )
+    .await
+    .expect("simulator starts");
+    let hn = dc.headnode();
+    dc.gz_report(hn.uuid).await.unwrap();
+    (dc, hn)
+}
+
+/// `sdcadm self-update IMAGE` as the headnode's disk shows it: another
+/// sdcadm tree, its image and buildstamp (CNAPI is not told).
+fn self_update(hn: &agentsadm_sim::SimServer, image: &agentsadm_types::image::ImageManifest) {
+    let sdcadm = hn.root.join("opt/smartdc/sdcadm");
+    std::fs::write(
+        sdcadm.join("etc/buildstamp"),
+        format!("{}\n", image.version),
+    )
+    .unwrap();
+    std::fs::write(sdcadm.join("image_uuid"), format!("{}\n", image.uuid)).unwrap();
+}
+
+/// The sdcadm image the headnode's disk holds, as its own report says
+/// (agentsadm's install record, or what sdcadm put over it).
+async fn sdcadm_on_disk(dc: &SimDc, hn: &agentsadm_sim::SimServer) -> String {
+    let report = dc.gz_report(hn.uuid).await.unwrap();
+    let sdcadm = report.agents.iter().find(|a| a.name == "sdcadm").unwrap();
+    sdcadm.image_uuid.unwrap().to_string()
+}
+
+/// The image the headnode's SAPI sdcadm instance names.
+async fn sdcadm_in_sapi(dc: &SimDc, hn: &agentsadm_sim::SimServer) -> String {
+    let service = dc.seed_report().unwrap().services["sdcadm"];
+    let instances = dc.apis().sapi.list_agent_instances().await.unwrap();
+    let mine: Vec<_> = instances
+        .iter()
+        .filter(|i| i.service_uuid == service)
+        .filter(|i| {
+            i.params
+                .as_ref()
+                .and_then(|p| p.get("server_uuid"))
+                .and_then(Value::as_str)
+                == Some(hn.uuid.to_string().as_str())
+        })
+        .collect();
+    assert_eq!(mine.len(), 1, "{instances:?}");
+    mine[0].params.as_ref().unwrap()["image_uuid"]
+        .as_str()
+        .unwrap()
+        .to_string()
+}
+
+/// `check --fix` after sdcadm changed sdcadm on the headnode, in either
+/// direction, records what runs in SAPI and reinstalls nothing; the
+/// finding (wrong-image, exit 2) says how to go back with sdcadm.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn check_fix_keeps_what_sdcadm_put_in_place() {
+    let (dc, hn) = headnode_dc().await;
+    let seed = dc.seed_report().unwrap();
+    let (old, new) = (&seed.images["sdcadm"], &seed.dc_newer["sdcadm"]);
+    let root = hn.root.to_str().unwrap().to_string();
+    let aa = |args: &'static [&'static str]| {
+        let cmd = crate::cli_common::agentsadm(&dc)
+            .without_updates()
+            .env("AGENTSADM_TEST_HEADNODE_ROOT", &root);
+        async move { cmd.run(args).await }
+    };
+    let finding = |out: &str| -> Value {
+        let doc: Value = serde_json::from_str(out).unwrap_or_else(|e| panic!("{e}: {out}"));
+        let found: Vec<&Value> = doc["findings"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|f| f["component"] == "sdcadm")
+            .collect();
+        assert_eq!(found.len(), 1, "{doc}");
+        found[0].clone()
+    };
+    // Newer (`sdcadm self-update --latest`), then back to the older one
+    // (`sdcadm self-update OLD`), each after check --fix recorded the last.
+    for (runs, named) in [(new, old), (old, new)] {
+        self_update(&hn, runs);
+        let (code, out, err) = aa(&["check", "--json"]).await;
+        assert_eq!(code, 2, "{out}{err}");
+        let f = finding(&out);
+        assert_eq!(f["kind"], "wrong-image", "{f}");
+        assert_eq!(f["fix"]["action"], "set-params", "{f}");
+        assert_eq!(f["fix"]["image"], runs.uuid.to_string(), "{f}");
+        let details = f["details"].as_str().unwrap();
+        assert!(
+            details.contains(&format!("sdcadm self-update {}", named.uuid)),
+            "{details}"
+        );
+        let (code, out, err) = aa(&["check", "--fix", "-y"]).await;
+        assert_eq!(code, 0, "{out}{err}");
+        assert_eq!(
+            sdcadm_on_disk(&dc, &hn).await,
+            runs.uuid.to_string(),
+            "{out}"
+        );
+        assert_eq!(sdcadm_in_sapi(&dc, &hn).await, runs.uuid.to_string());
+        let (code, out, err) = aa(&["check", "--json"]).await;
+        assert_eq!(code, 0, "{out}{err}");
+    }
+    dc.shutdown().await;
+}
+
+/// `update sdcadm --image OLDER` after a `sdcadm self-update` plans from
+/// the headnode's disk, not from CNAPI's stale registration of the older
+/// image: the older sdcadm is put back on disk.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn update_back_from_a_self_update_changes_the_disk() {
+    let (dc, hn) = headnode_dc().await;
+    let seed = dc.seed_report().unwrap();
+    let (old, new) = (&seed.images["sdcadm"], &seed.dc_newer["sdcadm"]);
+    self_update(&hn, new);
+    let old_uuid = old.uuid.to_string();
+    let (code, out, err) = crate::cli_common::agentsadm(&dc)
+        .without_updates()
+        .env("AGENTSADM_TEST_HEADNODE_ROOT", hn.root.to_str().unwrap())
+        .run(&[
+            "update",
+            "sdcadm",
+            "-s",
+            hn.hostname.as_str(),
+            "--image",
+            old_uuid.as_str(),
+            "-y",
+        ])
+        .await;
+    assert_eq!(code, 0, "{out}{err}");
+    assert_eq!(sdcadm_on_disk(&dc, &hn).await, old_uuid, "{out}{err}");
+    assert_eq!(sdcadm_in_sapi(&dc, &hn).await, old_uuid);
+    dc.shutdown().await;
+}

@@ -267,3 +267,66 @@ async fn the_next_changing_run_moves_them_even_with_nothing_to_do() {
     assert!(matches!(outcome, RunOutcome::Empty(_)), "{outcome:?}");
     assert_eq!(snapshot(&apis.sapi).await, want);
 }
+
+/// The run history goes into the `agentsadm` application the services
+/// use: of two (a failed service creation right after the application's
+/// can leave one), the one with the smallest UUID, whatever order SAPI
+/// lists them in (the simulator lists them as created).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_history_is_kept_in_the_application_the_services_use() {
+    use agentsadm_orchestrate::history::{HistoryEntry, SapiHistory};
+    use agentsadm_types::ids::RunId;
+    let dc = sim_of(1).await;
+    let sapi = dc.apis().sapi;
+    let first = sapi.own_application().await.unwrap().unwrap();
+    let sdc = sapi.sdc_application().await.unwrap().unwrap();
+    let second = "00000000-0000-4000-8000-000000000001";
+    let made = crate::sim_common::raw(
+        reqwest::Method::POST,
+        &format!("{}/applications", dc.urls().sapi),
+        &[],
+        Some(serde_json::json!({
+            "name": OWN_APPLICATION, "owner_uuid": sdc.owner_uuid, "uuid": second
+        })),
+    )
+    .await
+    .unwrap();
+    assert_eq!(made.status, 200, "{}", made.text);
+    let listed: Vec<String> = sapi
+        .list_applications(Some(OWN_APPLICATION))
+        .await
+        .unwrap()
+        .iter()
+        .map(|a| a.uuid.to_string())
+        .collect();
+    assert_eq!(listed, [first.uuid.to_string(), second.to_string()]);
+    let own = sapi.own_application().await.unwrap().unwrap();
+    assert_eq!(own.uuid.to_string(), second);
+
+    let history = SapiHistory::new(sapi.clone());
+    let id = RunId::from_u128(29);
+    let entry = HistoryEntry {
+        id: Some(id),
+        operation: "update vm-agent".to_string(),
+        started: "2026-12-02T01:00:00Z".to_string(),
+        ..Default::default()
+    };
+    history.put(&entry).await.unwrap();
+    let key = format!("run-{id}");
+    let holds = |uuid| {
+        let sapi = sapi.clone();
+        let key = key.clone();
+        async move {
+            sapi.get_application(uuid)
+                .await
+                .unwrap()
+                .metadata
+                .contains_key(&key)
+        }
+    };
+    assert!(holds(own.uuid).await, "not in the services' application");
+    assert!(!holds(first.uuid).await, "in the first one listed");
+    let read: Vec<_> = history.list().await.unwrap();
+    assert_eq!(read.iter().map(|e| e.id).collect::<Vec<_>>(), [Some(id)]);
+    dc.shutdown().await;
+}

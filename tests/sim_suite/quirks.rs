@@ -669,34 +669,42 @@ async fn cnapi_uninstall_agents_and_old_cn_agent_precondition() {
         .get_instance(relay.uuid.unwrap())
         .await
         .unwrap();
-    // The seeded cn-agent is on the real 2.x line, at the floor.
+    // The seeded cn-agent is on the real 2.x line, a build above the floor.
     let cn_agent = |dc: &SimDc| {
         dc.server_agents(cn.uuid)
             .into_iter()
             .find(|a| a.name == "cn-agent")
     };
-    assert!(cn_agent(&dc).unwrap().version.starts_with("2.8.0-"));
-    // An older cn-agent: 412.
+    assert!(cn_agent(&dc).unwrap().version.starts_with("2.9.0-master-"));
+    // An older cn-agent, and a build of 2.8.0 itself (CNAPI's node-semver
+    // reads its `-master-<stamp>-g<sha>` as a pre-release, below 2.8.0):
+    // 412 with the real CNAPI's words.
     let mut agents = dc.server_agents(cn.uuid);
-    for a in agents.iter_mut().filter(|a| a.name == "cn-agent") {
-        a.version = "2.7.1".parse().unwrap();
+    for old in ["2.7.1", "2.8.0-master-20231010T000000Z-g1234567"] {
+        for a in agents.iter_mut().filter(|a| a.name == "cn-agent") {
+            a.version = old.parse().unwrap();
+        }
+        cnapi.update_server_agents(cn.uuid, &agents).await.unwrap();
+        let err = cnapi
+            .uninstall_agents(cn.uuid, &["vm-agent".to_string()])
+            .await
+            .unwrap_err();
+        assert_eq!(
+            code_of(&err),
+            (Some(412), Some("PreconditionFailed".into())),
+            "{old}"
+        );
+        let ApiError::Status { body, .. } = &err else {
+            panic!()
+        };
+        assert_eq!(
+            body.message,
+            format!(
+                "cn-agent (v{old}) on server {} does not support \"agents_uninstall\": require at least cn-agent v2.8.0",
+                cn.uuid
+            )
+        );
     }
-    cnapi.update_server_agents(cn.uuid, &agents).await.unwrap();
-    let err = cnapi
-        .uninstall_agents(cn.uuid, &["vm-agent".to_string()])
-        .await
-        .unwrap_err();
-    assert_eq!(
-        code_of(&err),
-        (Some(412), Some("PreconditionFailed".into()))
-    );
-    let ApiError::Status { body, .. } = &err else {
-        panic!()
-    };
-    assert!(
-        body.message.contains("require at least cn-agent v2.8.0"),
-        "{body:?}"
-    );
     assert_eq!(dc.cnapi_crashes(), 0);
     // No cn-agent entry at all: formatting the refusal throws, CNAPI dies.
     agents.retain(|a| a.name != "cn-agent");

@@ -185,9 +185,12 @@ impl Server {
         self.agents.as_ref()?.iter().find(|a| a.name == "cn-agent")
     }
 
-    /// The version of [`Server::cn_agent`], when it parses.
+    /// The version of [`Server::cn_agent`] as CNAPI compares it (its
+    /// node-semver: a build's `-<branch>-<stamp>-g<sha>` is a pre-release,
+    /// below its release), when it reads as one. Every use of it asks what
+    /// CNAPI will decide (execute path, uninstall floor).
     pub fn cn_agent_version(&self) -> Option<semver::Version> {
-        agentsadm_types::image::parse_agent_version(&self.cn_agent()?.version)
+        agentsadm_types::version::parse_as_node_semver(&self.cn_agent()?.version)
     }
 
     /// A mockcloud CN (CNAPI `system_type` `Virtual`): no Ur, and its
@@ -970,6 +973,11 @@ mod tests {
             json!([{"name": "cn-agent", "version": "2.7.9-master-20200101T000000Z-g1234567"}]),
         );
         let none = server(json!([{"name": "vm-agent", "version": "9.0.0"}]));
+        // A build of 2.8.0 is a pre-release of it to CNAPI's node-semver.
+        let build = server(
+            json!([{"name": "cn-agent", "version": "2.8.0-master-20231010T000000Z-g1234567"}]),
+        );
+        assert_eq!(ExecuteMode::for_server(true, &build), ExecuteMode::Ur);
         assert_eq!(ExecuteMode::for_server(true, &new), ExecuteMode::CnAgent);
         assert_eq!(ExecuteMode::for_server(false, &new), ExecuteMode::Ur);
         assert_eq!(ExecuteMode::for_server(true, &old), ExecuteMode::Ur);

@@ -45,6 +45,7 @@ use agentsadm_plan::PlanError;
 use agentsadm_plan::RolloutPolicy;
 use agentsadm_plan::resolve_servers;
 use agentsadm_types::catalog::Catalog;
+use agentsadm_types::component::ComponentName;
 use agentsadm_types::error::error_chain;
 use agentsadm_types::ids::ImageUuid;
 use agentsadm_types::ids::ServerUuid;
@@ -192,11 +193,15 @@ pub async fn check(
 ) -> Result<CheckRun, CheckError> {
     let mut answers = gather::fetch(apis).await?;
     let mut warnings = Vec::new();
+    let mut changed_by_sdcadm: BTreeMap<ServerUuid, BTreeSet<ComponentName>> = BTreeMap::new();
     if !request.live {
         // What sdcadm changed behind agentsadm on this headnode, from its
         // disk (with --live the server's own report says it, and CNAPI's
         // stale view is a finding with its fix).
         let disk = super::ondisk::overlay_headnode(&mut answers.servers, catalog, apis).await;
+        if let Some((headnode, read)) = &disk.read {
+            changed_by_sdcadm.insert(*headnode, read.clone());
+        }
         warnings.extend(disk.changes.iter().map(|c| {
             format!(
                 "{} {}: read from this headnode's disk (sdcadm changed it; CNAPI still shows agentsadm's registration): 'agentsadm check --live --fix -s {}' posts the server's own report",
@@ -270,6 +275,14 @@ pub async fn check(
         warnings.sort();
     }
 
+    if request.live {
+        for (server, report) in &live {
+            let changed = super::ondisk::changed_behind(&answers.servers, *server, report, catalog);
+            if !changed.is_empty() {
+                changed_by_sdcadm.insert(*server, changed);
+            }
+        }
+    }
     let images = lookup_images(apis, &answers, &live).await?;
     let (survey, mut findings) = drift::find(&DriftInput {
         catalog,
@@ -279,6 +292,7 @@ pub async fn check(
         live: &live,
         images: &images,
         selection: selection.as_ref(),
+        changed_by_sdcadm: &changed_by_sdcadm,
     });
     // What an excluded server shows is neither reported nor repaired.
     findings.retain(|f| f.server.is_none_or(|s| !excluded.contains(&s)));

@@ -21,6 +21,8 @@
 
 use std::collections::BTreeSet;
 
+use futures::future::BoxFuture;
+
 use agentsadm_api::Apis;
 use agentsadm_api::ImgapiClient;
 use agentsadm_api::cnapi::AgentEntry;
@@ -30,6 +32,7 @@ use agentsadm_gz::session::GzSession;
 use agentsadm_gz::session::GzSettings;
 use agentsadm_gz::session::Knob;
 use agentsadm_gz::session::PlatformKind;
+use agentsadm_orchestrate::gather::ServersOverlay;
 use agentsadm_types::catalog::Catalog;
 use agentsadm_types::catalog::ComponentKind;
 use agentsadm_types::component::{ComponentName, ComponentVersion};
@@ -79,6 +82,10 @@ pub struct Overlay {
     /// sdcadm replaced on the headnode: sdcadm's update-gz-tools may
     /// have replaced theirs too, which only they can tell.
     pub unconfirmed: BTreeSet<ServerUuid>,
+    /// The headnode and the components sdcadm changes that were read from
+    /// its disk (changed or not): there what runs is whatever sdcadm last
+    /// put in place, whatever CNAPI or SAPI say.
+    pub read: Option<(ServerUuid, BTreeSet<ComponentName>)>,
 }
 
 impl Overlay {
@@ -117,10 +124,12 @@ pub async fn overlay(
     };
     let disk = &local.agents;
     let agents = record.agents.get_or_insert_with(Vec::new);
+    let mut read = BTreeSet::new();
     for c in catalog.iter().filter(|c| changed_by_sdcadm(c.kind)) {
         let Some(mut on_disk) = disk.iter().find(|a| a.name == c.name).cloned() else {
             continue;
         };
+        read.insert(c.name.clone());
         let registered = agents.iter().find(|a| a.name == c.name).cloned();
         if registered
             .as_ref()
@@ -149,6 +158,7 @@ pub async fn overlay(
         });
     }
     agents.sort();
+    out.read = Some((record.uuid, read));
     let replaced_tools = out
         .changes
         .iter()
@@ -175,11 +185,70 @@ pub async fn overlay(
     out
 }
 
+/// The components sdcadm changes that sdcadm may have replaced behind
+/// agentsadm on `server`, as its own report (`check --live`) shows: on
+/// the headnode every one it reports (its report is its disk, as
+/// [`Overlay::read`]); on a compute node those whose image differs from
+/// the registration CNAPI has for it in `servers`.
+pub fn changed_behind(
+    servers: &[Server],
+    server: ServerUuid,
+    report: &AgentsReport,
+    catalog: &Catalog,
+) -> BTreeSet<ComponentName> {
+    let Some(registered) = servers.iter().find(|s| s.uuid == server) else {
+        return BTreeSet::new();
+    };
+    let image = |list: &[AgentEntry], name: &ComponentName| {
+        list.iter()
+            .find(|a| a.name == *name)
+            .and_then(|a| a.image_uuid)
+    };
+    let headnode = registered.headnode;
+    let registered = registered.agents.as_deref().unwrap_or_default();
+    catalog
+        .iter()
+        .filter(|c| changed_by_sdcadm(c.kind))
+        .filter(|c| {
+            let (was, runs) = (image(registered, &c.name), image(&report.agents, &c.name));
+            runs.is_some() && (headnode || (was.is_some() && was != runs))
+        })
+        .map(|c| c.name.clone())
+        .collect()
+}
+
 /// [`read_headnode`] and [`overlay`] together: nothing when this is not
 /// a headnode.
 pub async fn overlay_headnode(servers: &mut [Server], catalog: &Catalog, apis: &Apis) -> Overlay {
     match read_headnode(headnode_settings(catalog, apis)).await {
         Some(local) => overlay(servers, &local, catalog, &apis.imgapi).await,
         None => Overlay::default(),
+    }
+}
+
+/// This headnode's disk as the planner's overlay
+/// ([`agentsadm_orchestrate::gather::ServersOverlay`]): `update`,
+/// `install` and `remove` plan sdcadm and gz-tools from what the disk
+/// holds, as `list` and `check` show them, so that `update sdcadm
+/// --image OLDER` after a `sdcadm self-update` reinstalls the older one
+/// instead of taking CNAPI's stale registration for it. Nothing when this
+/// is not a headnode.
+pub struct HeadnodeDisk<'a> {
+    pub catalog: &'a Catalog,
+    pub apis: &'a Apis,
+}
+
+impl ServersOverlay for HeadnodeDisk<'_> {
+    fn overlay<'b>(&'b self, servers: &'b mut [Server]) -> BoxFuture<'b, ()> {
+        Box::pin(async move {
+            let disk = overlay_headnode(servers, self.catalog, self.apis).await;
+            for c in &disk.changes {
+                tracing::info!(
+                    server = %c.server,
+                    component = %c.component,
+                    "planning from this headnode's disk: sdcadm changed it after agentsadm registered it"
+                );
+            }
+        })
     }
 }

@@ -220,8 +220,9 @@ pub struct SimConfig {
     pub ur_reply_timeout_ms: u64,
     /// The cn-agent version uninstall-agents requires in `server.agents`
     /// (412 PreconditionFailed below it; without a cn-agent entry CNAPI
-    /// crashes). Real CNAPI wants 2.8.0, and the seeded cn-agent images
-    /// are 2.x as real ones are.
+    /// crashes). Real CNAPI wants 2.8.0 (compared with node-semver: a
+    /// build of 2.8.0 is below it), and the seeded cn-agent images are
+    /// 2.9.0 builds, as real ones are 2.x.
     pub uninstall_min_cn_agent: String,
     /// How long CNAPI is down after it crashed (SMF restarts it) or
     /// [`super::SimDc::restart_cnapi`] without a time of its own.

@@ -23,13 +23,15 @@
 //! of [`SeedSpec::files_without_md5`] are served without `Content-MD5`.
 //!
 //! cn-agent's images are published on cn-agent's real release line, 2.x
-//! ([`release_version`]): the seed's 1.0.0 is cn-agent 2.8.0, the lowest
-//! whose servers CNAPI's uninstall-agents accepts, so simulated removals
-//! take the path the real CNAPI takes. The SAPI `cnapi` service (and its
-//! instance on the headnode) carries `FEATURE_USE_CNAGENT_COMMAND_EXECUTE`
-//! when the simulated CNAPI runs commands through cn-agent
-//! ([`crate::SimConfig::execute_transport`]), as a real CNAPI's config is
-//! rendered from there.
+//! ([`release_version`]): the seed's 1.0.0 is cn-agent 2.9.0, whose
+//! builds (`2.9.0-master-<stamp>-g<sha>`) CNAPI's uninstall-agents
+//! accepts, so simulated removals take the path the real CNAPI takes (a
+//! build of 2.8.0 would not: CNAPI compares with node-semver, where the
+//! build's suffix is a pre-release, below its 2.8.0 floor). The SAPI
+//! `cnapi` service (and its instance on the headnode) carries
+//! `FEATURE_USE_CNAGENT_COMMAND_EXECUTE` when the simulated CNAPI runs
+//! commands through cn-agent ([`crate::SimConfig::execute_transport`]),
+//! as a real CNAPI's config is rendered from there.
 //!
 //! Everything comes from a seeded RNG, so the same seed gives the same
 //! UUIDs.
@@ -79,8 +81,8 @@ pub struct SeedReport {
 
 /// The version a component's image gets for the simulator's `semver`:
 /// the same, except cn-agent's below 2.0.0 (the simulator's own 1.x line),
-/// which move onto cn-agent's real 2.x line (major + 1, minor + 8: 1.0.0 is
-/// 2.8.0, 1.1.0 is 2.9.0), keeping their order. A cn-agent version already
+/// which move onto cn-agent's real 2.x line (major + 1, minor + 9: 1.0.0 is
+/// 2.9.0, 1.1.0 is 2.10.0), keeping their order. A cn-agent version already
 /// on the real line (2.15.0, or a 2.7.0 below CNAPI's uninstall floor) is
 /// taken as asked: `sim publish --version 2.15.0 cn-agent` publishes 2.15.0,
 /// not 3.23.0.
@@ -91,7 +93,7 @@ pub fn release_version(component: &str, semver: &str) -> String {
     match semver::Version::parse(semver) {
         Ok(v) if v.major < 2 => semver::Version {
             major: v.major + 1,
-            minor: v.minor + 8,
+            minor: v.minor + 9,
             ..v
         }
         .to_string(),
@@ -421,8 +423,8 @@ mod tests {
     #[test]
     fn cn_agent_release_line() {
         // The simulator's 1.x line moves onto cn-agent's 2.x line, in order.
-        assert_eq!(release_version("cn-agent", "1.0.0"), "2.8.0");
-        assert_eq!(release_version("cn-agent", "1.1.0"), "2.9.0");
+        assert_eq!(release_version("cn-agent", "1.0.0"), "2.9.0");
+        assert_eq!(release_version("cn-agent", "1.1.0"), "2.10.0");
         // A version already on the real line is published as asked
         // (harnesses ask for 2.15.0, or 2.7.0 below the uninstall floor).
         assert_eq!(release_version("cn-agent", "2.15.0"), "2.15.0");

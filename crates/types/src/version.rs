@@ -3,6 +3,12 @@
 //! as `sdcadm self-update` orders its own builds. Used by `self-update` to
 //! choose a build and by the planner to tell whether a server's agentsadm
 //! is new enough for what a plan sends it.
+//!
+//! CNAPI reads versions otherwise ([`parse_as_node_semver`]): through
+//! node-semver, where a build's `-<branch>-<stamp>-g<sha>` is a
+//! pre-release, so `2.8.0-master-20231010T000000Z-g1234567` comes BEFORE
+//! 2.8.0. Whatever asks "would CNAPI accept this server's cn-agent"
+//! reads the version that way.
 
 use std::cmp::Ordering;
 use std::fmt;
@@ -56,6 +62,54 @@ impl fmt::Display for VersionKey {
     }
 }
 
+/// The longest version string node-semver reads (`MAX_LENGTH`); a longer
+/// one is no version to it.
+const NODE_SEMVER_MAX_LENGTH: usize = 256;
+
+/// A version as node-semver (5.x, CNAPI's) reads it in its strict mode:
+/// surrounding blanks and one leading `v` dropped, then exactly
+/// `MAJOR.MINOR.PATCH[-PRERELEASE][+BUILD]`. Unlike [`VersionKey`], the
+/// suffix of a Triton build is a pre-release, so the build orders BELOW
+/// its release (`2.8.0-master-...` < `2.8.0`), and build metadata is
+/// dropped (node-semver never compares it). `None`: no version to
+/// node-semver (its `semver.lt` then throws).
+pub fn parse_as_node_semver(version: &str) -> Option<semver::Version> {
+    let v = version.trim();
+    if v.len() > NODE_SEMVER_MAX_LENGTH {
+        return None;
+    }
+    let v = v.strip_prefix('v').unwrap_or(v);
+    let mut parsed = semver::Version::parse(v).ok()?;
+    parsed.build = semver::BuildMetadata::EMPTY;
+    Some(parsed)
+}
+
+/// Whether node-semver finds `version` at least `min` (`semver.gte`);
+/// a version it cannot read is not.
+pub fn node_semver_at_least(version: &str, min: &semver::Version) -> bool {
+    parse_as_node_semver(version).is_some_and(|v| v >= *min)
+}
+
+/// Why node-semver finds `version` below `min`, in words an operator can
+/// act on (a build of `min` itself is the surprising case), or `None`
+/// when it is not below.
+pub fn below_as_node_semver(version: &str, min: &semver::Version) -> Option<String> {
+    match parse_as_node_semver(version) {
+        Some(v) if v >= *min => None,
+        Some(v) if !v.pre.is_empty() && semver::Version::new(v.major, v.minor, v.patch) >= *min => {
+            Some(format!(
+                "{version} is a pre-release of {}.{}.{} as CNAPI reads versions (node-semver: a build's '-{}' sorts before its release), so below {min}",
+                v.major, v.minor, v.patch, v.pre
+            ))
+        }
+        Some(_) => Some(format!("{version} is below {min}")),
+        None => Some(format!(
+            "{:?} is no version CNAPI can read (node-semver), so not {min} or later",
+            version
+        )),
+    }
+}
+
 /// `YYYYMMDDTHHMMSSZ`.
 fn is_timestamp(s: &str) -> bool {
     let b = s.as_bytes();
@@ -92,6 +146,49 @@ mod tests {
         assert!(key("1.2.0") < key("1.2.0-master-20260101T000000Z-gaaaaaaa"));
         assert_eq!(VersionKey::of("bootstrap"), None);
         assert_eq!(VersionKey::of(""), None);
+    }
+
+    #[test]
+    fn node_semver_reads_a_build_as_a_pre_release_of_its_version() {
+        let floor = semver::Version::new(2, 8, 0);
+        // What CNAPI's `semver.lt(version, '2.8.0')` answers.
+        assert!(!node_semver_at_least(
+            "2.8.0-master-20231010T000000Z-g1234567",
+            &floor
+        ));
+        assert!(node_semver_at_least("2.8.0", &floor));
+        assert!(node_semver_at_least(" v2.8.0 ", &floor));
+        assert!(node_semver_at_least(
+            "2.8.1-master-20231010T000000Z-g1",
+            &floor
+        ));
+        assert!(node_semver_at_least(
+            "2.9.0-master-20231010T000000Z-g1",
+            &floor
+        ));
+        assert!(!node_semver_at_least("2.7.9", &floor));
+        // Build metadata is not compared; `+` starts it.
+        assert_eq!(
+            parse_as_node_semver("2.8.0+build.5"),
+            Some(semver::Version::new(2, 8, 0))
+        );
+        // Not a version to node-semver: never at least anything.
+        for v in ["", "2.8", "bootstrap", "2.8.0-01", &"9".repeat(300)] {
+            assert!(!node_semver_at_least(v, &floor), "{v}");
+        }
+        // VersionKey (agentsadm's own order) takes the build as its release.
+        assert!(key("2.8.0-master-20231010T000000Z-g1234567").at_least(&floor));
+        // The refusal says why a build of the floor itself is below it.
+        let why = below_as_node_semver("2.8.0-master-20231010T000000Z-g1234567", &floor).unwrap();
+        assert!(why.contains("pre-release of 2.8.0"), "{why}");
+        assert_eq!(
+            below_as_node_semver("2.9.0-master-20231010T000000Z-g1", &floor),
+            None
+        );
+        assert_eq!(
+            below_as_node_semver("2.7.0", &floor).as_deref(),
+            Some("2.7.0 is below 2.8.0")
+        );
     }
 
     #[test]

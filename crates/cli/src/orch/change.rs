@@ -340,12 +340,19 @@ async fn run_change(g: &GlobalOpts, mut change: Change, plan_only: bool) -> CmdR
     change.settings.dry_run |= plan_only || change.just_import;
     // What servers took before: read once, before planning.
     let durations = super::history::store(g).durations().await;
+    // sdcadm and gz-tools as this headnode's disk has them (sdcadm
+    // changes them without telling CNAPI), read at every plan.
+    let disk = agentsadm_flows::ondisk::HeadnodeDisk {
+        catalog: &catalog,
+        apis: &apis,
+    };
     let planner = RequestPlanner {
         session,
         request: change.request.clone(),
         choice: change.choice,
         options: change.settings.plan_options(),
         durations: Some(durations.clone()),
+        overlay: Some(&disk),
     };
     let operation = format!(
         "{} {}",

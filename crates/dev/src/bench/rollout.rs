@@ -375,6 +375,7 @@ async fn measure_sim(
         choice: ImageChoice::Latest,
         options: settings.plan_options(),
         durations: None,
+        overlay: None,
     };
     // The run takes the datacenter lock and confirms it as the binary
     // does: its reads are part of what a step costs.

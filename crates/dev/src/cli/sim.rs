@@ -167,7 +167,7 @@ pub struct PublishArgs {
     #[arg(long)]
     pub all: bool,
     /// Semver of the images (`<semver>-<branch>-<stamp>-g<sha>` is built;
-    /// a cn-agent 1.x moves onto cn-agent's 2.x line: 1.0.0 is 2.8.0).
+    /// a cn-agent 1.x moves onto cn-agent's 2.x line: 1.0.0 is 2.9.0).
     #[arg(long = "version", value_name = "SEMVER")]
     pub semver: String,
     #[arg(long, default_value = "master")]

@@ -31,6 +31,7 @@ use agentsadm_plan::ImageRef;
 use agentsadm_plan::intent::Intent;
 use agentsadm_plan::reality::Reality;
 use agentsadm_types::catalog::Catalog;
+use agentsadm_types::component::ComponentName;
 use agentsadm_types::ids::ImageUuid;
 use agentsadm_types::ids::ServerUuid;
 
@@ -61,6 +62,11 @@ pub struct DriftInput<'a> {
     /// Images the datacenter IMGAPI has, by UUID.
     pub images: &'a BTreeMap<ImageUuid, ImageRef>,
     pub selection: Option<&'a BTreeSet<ServerUuid>>,
+    /// The components sdcadm changed behind agentsadm (`sdcadm
+    /// self-update`, `sdcadm experimental update-gz-tools`), by server:
+    /// what runs there is what sdcadm put in place, so a wrong image is
+    /// recorded in SAPI rather than SAPI's image put back over it.
+    pub changed_by_sdcadm: &'a BTreeMap<ServerUuid, BTreeSet<ComponentName>>,
 }
 
 /// Intent and reality as the finder saw them (for repair planning).

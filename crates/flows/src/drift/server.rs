@@ -28,6 +28,7 @@ use agentsadm_plan::intent::InstanceIntent;
 use agentsadm_plan::intent::InstanceLink;
 use agentsadm_plan::reality::Installed;
 use agentsadm_plan::reality::ServerState;
+use agentsadm_types::catalog::ComponentKind;
 use agentsadm_types::ids::ImageUuid;
 use agentsadm_types::ids::InstanceUuid;
 
@@ -314,10 +315,10 @@ impl ComponentOnServer<'_> {
     /// its image must agree.
     fn installed_with_instance(self, i: &Installed, inst: &InstanceIntent, out: &mut Vec<Finding>) {
         let ComponentOnServer {
-            input,
             state,
             name,
             service,
+            ..
         } = self;
         if let Some(reported) = i.instance
             && reported != inst.uuid
@@ -381,15 +382,33 @@ impl ComponentOnServer<'_> {
         }
         if let Some(target) = inst.image
             && i.image != Some(target)
-            && let Some(mark) = self.hold(inst)
         {
+            self.wrong_image(i, inst, target, out);
+        }
+    }
+
+    /// It runs another image than its instance names (`target`): held,
+    /// something other than agentsadm changed it; put in place by sdcadm
+    /// on this server, that is recorded; else the intended image goes
+    /// back on.
+    fn wrong_image(
+        self,
+        i: &Installed,
+        inst: &InstanceIntent,
+        target: ImageUuid,
+        out: &mut Vec<Finding>,
+    ) {
+        let ComponentOnServer {
+            input, state, name, ..
+        } = self;
+        let by_sdcadm = input
+            .changed_by_sdcadm
+            .get(&state.uuid)
+            .is_some_and(|changed| changed.contains(name));
+        let (details, fix) = if let Some(mark) = self.hold(inst) {
             // agentsadm changes no held server, so something else did
             // (sdcadm ignores holds): said as such, left to the operator.
-            out.push(finding(
-                FindingKind::WrongImage,
-                state,
-                name,
-                Some(inst.uuid),
+            (
                 format!(
                     "held ({}), yet runs {} where its SAPI instance names {}: something other than agentsadm changed it (sdcadm ignores holds)",
                     mark.describe(),
@@ -403,29 +422,89 @@ impl ComponentOnServer<'_> {
                         h = state.hostname
                     ),
                 },
-            ));
-        } else if let Some(target) = inst.image
-            && i.image != Some(target)
-        {
+            )
+        } else if by_sdcadm {
+            self.kept_from_sdcadm(i, inst, target)
+        } else {
             let fix = match step_fix(input, state, name, target) {
                 Ok((image, transport)) => Fix::Upgrade { image, transport },
                 Err(blocked) => Fix::Manual {
                     hint: blocked.to_string(),
                 },
             };
-            out.push(finding(
-                FindingKind::WrongImage,
-                state,
-                name,
-                Some(inst.uuid),
+            (
                 format!(
                     "runs {}, its SAPI instance names {}",
                     version_label(i),
                     image_of(input, target)
                 ),
                 fix,
-            ));
-        }
+            )
+        };
+        out.push(finding(
+            FindingKind::WrongImage,
+            state,
+            name,
+            Some(inst.uuid),
+            details,
+            fix,
+        ));
+    }
+
+    /// What sdcadm put in place (`sdcadm self-update`, `sdcadm
+    /// experimental update-gz-tools`) is the operator's choice, made with
+    /// the tool they use for it, newer or older: the fix records it in
+    /// SAPI, never reinstalls `target` over it, and the words say how to
+    /// go back the way it was changed. (Read from the headnode's disk,
+    /// it is sdcadm's doing even where CNAPI's registration agrees with
+    /// the disk: after `--fix` recorded a newer image, a `sdcadm
+    /// self-update` back to the registered one looks just so.)
+    fn kept_from_sdcadm(
+        self,
+        i: &Installed,
+        inst: &InstanceIntent,
+        target: ImageUuid,
+    ) -> (String, Fix) {
+        let ComponentOnServer {
+            input,
+            state,
+            name,
+            service,
+        } = self;
+        let kind = input.catalog.get(name).map(|c| c.kind);
+        let (how, back) = match kind {
+            Some(ComponentKind::GzTools) => (
+                "'sdcadm experimental update-gz-tools'",
+                format!(
+                    "sdcadm experimental update-gz-tools -s {} {target}",
+                    state.hostname
+                ),
+            ),
+            _ => (
+                "'sdcadm self-update'",
+                format!("sdcadm self-update {target}"),
+            ),
+        };
+        let details = format!(
+            "runs {}, its SAPI instance names {}: sdcadm changes it behind agentsadm ({how}), so --fix records what runs in SAPI and reinstalls nothing; to go back to {} the way it was changed, run '{back}'",
+            version_label(i),
+            image_of(input, target),
+            image_of(input, target),
+        );
+        let fix = match i.image {
+            Some(image) => Fix::SetParams {
+                instance: inst.uuid,
+                service: service.uuid,
+                image,
+            },
+            None => Fix::Manual {
+                hint: format!(
+                    "the server does not say which image runs: run '{back}' to go back, or record what runs with 'agentsadm update {name} -s {} --image UUID'",
+                    state.hostname
+                ),
+            },
+        };
+        (details, fix)
     }
 }
 

@@ -11,7 +11,9 @@
 //! SAPI alone never decides. A server counts as executing through
 //! cn-agent ([`ExecuteModes::decide`]) only when all of these hold:
 //!
-//! - its cn-agent is new enough ([`EXECUTE_TIMEOUT_MIN_CN_AGENT`]);
+//! - its cn-agent is new enough ([`EXECUTE_TIMEOUT_MIN_CN_AGENT`]), read
+//!   as CNAPI reads it (node-semver: a build `2.8.0-master-...` is a
+//!   pre-release, below 2.8.0; `Server::cn_agent_version`);
 //! - SAPI says the flag is on, read at most [`FLAG_TTL`] ago (SAPI's
 //!   `sdc` application metadata, under the `cnapi` service's, under each
 //!   `cnapi` instance's, with mustache's truthiness; on only when every

@@ -3,6 +3,8 @@
 //! concurrently. Nothing per server: a 2000-server datacenter costs three
 //! to five requests.
 
+use futures::future::BoxFuture;
+
 use agentsadm_api::ApiError;
 use agentsadm_api::Apis;
 use agentsadm_api::cnapi::Server;
@@ -59,9 +61,33 @@ pub async fn fetch(apis: &Apis) -> Result<Answers, GatherError> {
     })
 }
 
+/// What a server shows better than CNAPI's registrations, taken over
+/// them before reality is indexed: on a headnode, sdcadm and gz-tools as
+/// `sdcadm self-update` and `sdcadm experimental update-gz-tools` left
+/// them on its disk (neither tells CNAPI). Reading a global zone is the
+/// gz layer's, above this crate, so the caller hands one in (the command
+/// line: agentsadm-flows' `ondisk::HeadnodeDisk`); the planner stays pure
+/// and sees only the reality it makes.
+pub trait ServersOverlay: Send + Sync {
+    /// Take what it reads over `servers` (CNAPI's records with `agents`).
+    fn overlay<'a>(&'a self, servers: &'a mut [Server]) -> BoxFuture<'a, ()>;
+}
+
 /// Fetch and index intent and reality.
 pub async fn gather(apis: &Apis, catalog: &Catalog) -> Result<(Intent, Reality), GatherError> {
-    let answers = fetch(apis).await?;
+    gather_over(apis, catalog, None).await
+}
+
+/// [`gather`], with `overlay` taken over CNAPI's records first.
+pub async fn gather_over(
+    apis: &Apis,
+    catalog: &Catalog,
+    overlay: Option<&dyn ServersOverlay>,
+) -> Result<(Intent, Reality), GatherError> {
+    let mut answers = fetch(apis).await?;
+    if let Some(o) = overlay {
+        o.overlay(&mut answers.servers).await;
+    }
     let reality = Reality::from_servers(catalog, &answers.servers);
     let intent = Intent::build(catalog, &answers.services, &answers.instances, &reality);
     Ok((intent, reality))

@@ -29,6 +29,7 @@ use crate::executor::execute::ExecError;
 
 use crate::carriers::gather;
 use crate::carriers::gather::GatherError;
+use crate::carriers::gather::ServersOverlay;
 use crate::carriers::images;
 use crate::carriers::images::ImageChoice;
 use crate::carriers::images::ImageError;
@@ -120,7 +121,23 @@ impl Session<'_> {
         options: impl Into<PlanOptions>,
         durations: Option<&Durations>,
     ) -> Result<Planned, SessionError> {
-        let (intent, reality) = gather::gather(self.apis, self.catalog).await?;
+        self.plan_over(request, choice, options, durations, None)
+            .await
+    }
+
+    /// [`Session::plan_with`], reality read through `overlay` (what a
+    /// headnode's disk says of sdcadm and gz-tools over CNAPI's stale
+    /// registration): the plan moves what is there, not what CNAPI
+    /// remembers.
+    pub async fn plan_over(
+        &self,
+        request: &Request,
+        choice: ImageChoice,
+        options: impl Into<PlanOptions>,
+        durations: Option<&Durations>,
+        overlay: Option<&dyn ServersOverlay>,
+    ) -> Result<Planned, SessionError> {
+        let (intent, reality) = gather::gather_over(self.apis, self.catalog, overlay).await?;
         let components = self.components_in_play(&intent, request);
         let images = images::resolve(
             self.catalog,
@@ -161,6 +178,10 @@ pub struct RequestPlanner<'a> {
     /// What servers took before (read once, before the first plan, so
     /// that every plan of the run is made from the same history).
     pub durations: Option<Durations>,
+    /// Read at each plan, over CNAPI's registrations (the command line
+    /// gives this headnode's disk: sdcadm and gz-tools as sdcadm left
+    /// them).
+    pub overlay: Option<&'a dyn ServersOverlay>,
 }
 
 impl Planner for RequestPlanner<'_> {
@@ -170,11 +191,12 @@ impl Planner for RequestPlanner<'_> {
     async fn plan(&self) -> Result<Plan, SessionError> {
         Ok(self
             .session
-            .plan_with(
+            .plan_over(
                 &self.request,
                 self.choice,
                 self.options,
                 self.durations.as_ref(),
+                self.overlay,
             )
             .await?
             .plan)

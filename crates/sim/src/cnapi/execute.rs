@@ -141,8 +141,13 @@ fn path_for(core: &DcCore, rec: &ServerRecord) -> ExecuteTransport {
         .agents
         .iter()
         .find(|a| a.name == "cn-agent")
-        .and_then(|a| agentsadm_types::image::parse_agent_version(&a.version))
-        .is_some_and(|v| v >= agentsadm_api::cnapi::CNAPI_CN_AGENT_EXECUTE_MIN);
+        // node-semver's `semver.gte`, as CNAPI compares.
+        .is_some_and(|a| {
+            agentsadm_types::version::node_semver_at_least(
+                &a.version,
+                &agentsadm_api::cnapi::CNAPI_CN_AGENT_EXECUTE_MIN,
+            )
+        });
     if core.cnapi.mode() == ExecuteTransport::CnAgent && new_enough {
         ExecuteTransport::CnAgent
     } else {

@@ -319,10 +319,12 @@ pub(super) async fn uninstall_agents(
         return empty(StatusCode::INTERNAL_SERVER_ERROR);
     };
     let version = cn_agent.version.clone();
-    let min = agentsadm_types::image::parse_agent_version(&core.config.uninstall_min_cn_agent)
+    let min = agentsadm_types::version::parse_as_node_semver(&core.config.uninstall_min_cn_agent)
         .unwrap_or(semver::Version::new(2, 8, 0));
-    let new_enough =
-        agentsadm_types::image::parse_agent_version(&version).is_some_and(|v| v >= min);
+    // node-semver's `semver.lt`, as the real CNAPI compares: a build's
+    // `-master-<stamp>-g<sha>` is a pre-release, so a build of 2.8.0 is
+    // below 2.8.0 and refused.
+    let new_enough = agentsadm_types::version::node_semver_at_least(&version, &min);
     if !new_enough {
         return rest_error(
             STYLE,

@@ -19,6 +19,7 @@ use agentsadm_plan::Step;
 use agentsadm_types::component::ComponentName;
 use agentsadm_types::error::error_chain;
 use agentsadm_types::ids::ServerUuid;
+use agentsadm_types::version::below_as_node_semver;
 
 use super::{CnapiTransport, StepFailure, TaskGoal, Waited};
 use crate::carriers::guard::{Fence, fenced};
@@ -26,8 +27,9 @@ use crate::vocabulary::report::FailureStage;
 
 impl CnapiTransport {
     /// uninstall-agents of `package`, refused here (before CNAPI is asked)
-    /// when `server.agents` does not list cn-agent >= 2.8.0: CNAPI answers
-    /// 412 for an older one, and without the entry its refusal crashes it.
+    /// when `server.agents` does not list cn-agent >= 2.8.0 as CNAPI reads
+    /// it (node-semver: `2.8.0-master-...` is below): CNAPI answers 412
+    /// for an older one, and without the entry its refusal crashes it.
     pub(super) async fn uninstall(
         &self,
         server: ServerUuid,
@@ -42,20 +44,23 @@ impl CnapiTransport {
             .map_err(|e| StepFailure::api(FailureStage::UninstallAgents, &e))?;
         let refusal = match &record {
             None => Some("CNAPI has no record of the server".to_string()),
-            Some(r) => match (r.cn_agent(), r.cn_agent_version()) {
-                (None, _) => Some(
+            Some(r) => match r.cn_agent() {
+                None => Some(
                     "its server.agents lists no cn-agent (CNAPI 1.26.6 crashes on such a request instead of refusing it); check that cn-agent runs on the server ('svcs cn-agent') and reports, or reinstall it with 'agentsadm install cn-agent -s <server>', then remove again"
                         .to_string(),
                 ),
-                (Some(_), Some(v)) if v >= UNINSTALL_MIN_CN_AGENT => None,
-                (Some(a), _) => Some(format!(
-                    "its cn-agent is {} and CNAPI's uninstall-agents needs cn-agent {UNINSTALL_MIN_CN_AGENT} or later; update cn-agent first ('agentsadm update cn-agent -s <server>'), or remove through execute ('--transport execute')",
-                    if a.version.is_empty() {
-                        "of no known version"
-                    } else {
-                        &a.version
-                    }
-                )),
+                // CNAPI compares with node-semver, where a build of the
+                // floor (`2.8.0-master-...`) is a pre-release below it.
+                Some(a) => below_as_node_semver(&a.version, &UNINSTALL_MIN_CN_AGENT).map(|why| {
+                    format!(
+                        "CNAPI's uninstall-agents needs cn-agent {UNINSTALL_MIN_CN_AGENT} or later, and its cn-agent {}; update cn-agent first ('agentsadm update cn-agent -s <server>'), or remove through execute ('--transport execute')",
+                        if a.version.is_empty() {
+                            "reports no version".to_string()
+                        } else {
+                            why
+                        }
+                    )
+                }),
             },
         };
         if let Some(why) = refusal {

@@ -31,8 +31,9 @@ use agentsadm_api::ApiError;
 use agentsadm_api::sapi::{Application, SapiClient, Update, UpdateAction, object};
 use agentsadm_types::ids::ApplicationUuid;
 
-/// The SAPI application holding the history.
-pub const APPLICATION: &str = "agentsadm";
+/// The SAPI application holding the history: agentsadm's own, where its
+/// services are too.
+pub const APPLICATION: &str = agentsadm_api::sapi::OWN_APPLICATION;
 /// The prefix of a run's metadata key.
 pub const KEY_PREFIX: &str = "run-";
 /// Runs kept in SAPI.
@@ -70,15 +71,12 @@ impl SapiHistory {
         SapiHistory { sapi }
     }
 
-    /// The application, if it exists.
+    /// The application, if it exists: the one agentsadm's services use
+    /// ([`SapiClient::own_application`]: of two, the smallest UUID), so
+    /// that the history and the services never split between two
+    /// applications (SAPI lists them in no promised order).
     async fn find(&self) -> Result<Option<Application>, MirrorError> {
-        Ok(self
-            .sapi
-            .list_applications(Some(APPLICATION))
-            .await
-            .map_err(api("read"))?
-            .into_iter()
-            .next())
+        self.sapi.own_application().await.map_err(api("read"))
     }
 
     /// The application, created (owned as `sdc` is) when missing. Called
