@@ -20,6 +20,8 @@
 //! - `fence`: a plan changed between the prompt and execution is shown
 //!   and asked about again, never executed unconfirmed, through the one
 //!   run (`check --fix`, `adopt`, `server delete`); a held lock first;
+//! - `gates`: health gates that overlap the next installs on a server,
+//!   and what a failing one stops and reverts (fake, paused clock);
 //! - `history`: every run recorded (journal and SAPI), seen from another
 //!   session, a run killed mid-rollout, plans scheduled from history;
 //! - `readme_tasks`: every command of the README's operator tasks, as
@@ -80,6 +82,8 @@ mod exec;
 mod fence;
 #[path = "common/flows.rs"]
 mod flows_common;
+#[path = "orch_suite/gates.rs"]
+mod gates;
 #[path = "common/golden.rs"]
 mod golden_common;
 #[path = "orch_suite/halfsetup.rs"]

@@ -487,6 +487,7 @@ mod tests {
             tasks: Vec::new(),
             gates: Vec::new(),
             revert: None,
+            also_reverted: Vec::new(),
             replaced: Vec::new(),
         };
         t.event(&ExecEvent::ServerFinished {

@@ -37,6 +37,7 @@ use agentsadm_orchestrate::transport::TaskLedger;
 use agentsadm_orchestrate::transport::TaskRef;
 use agentsadm_orchestrate::transport::Transport;
 use agentsadm_plan::Action;
+use agentsadm_plan::Gate;
 use agentsadm_plan::IntentChange;
 use agentsadm_plan::ServiceChange;
 use agentsadm_plan::Step;
@@ -66,9 +67,25 @@ pub struct Faults {
     /// Added to every lock store call (to widen races in tests).
     pub lock_latency: Duration,
     /// The new build of this component goes to maintenance on these
-    /// servers: the step fails its health gate (`unhealthy`) and the server
-    /// keeps the image it had (the installer rolled back).
+    /// servers: the step fails its health gate (`unhealthy`). Gated in the
+    /// installer, the server keeps the image it had (rolled back there);
+    /// gated by `gz health` after the install, the new image stays until
+    /// the executor sends the revert.
     pub unhealthy: BTreeMap<ServerUuid, String>,
+    /// How long each `gz health` gate takes (a tokio sleep, like
+    /// `latency`).
+    pub gate: Duration,
+}
+
+impl Faults {
+    /// Whether `step` installs a build that goes to maintenance on
+    /// `server`.
+    fn unhealthy_build(&self, server: ServerUuid, step: &Step) -> bool {
+        self.unhealthy
+            .get(&server)
+            .is_some_and(|c| step.component == *c)
+            && step.action.target().is_some()
+    }
 }
 
 /// The fake datacenter.
@@ -199,11 +216,8 @@ impl FakeDc {
                 .get(&server)
                 .filter(|(c, _)| c.as_deref().is_none_or(|c| c == step.component))
                 .map(|(_, m)| m.clone());
-            let unhealthy = f
-                .unhealthy
-                .get(&server)
-                .is_some_and(|c| step.component == *c)
-                && step.action.target().is_some();
+            // Only the installer's own gate is inside the step.
+            let unhealthy = f.unhealthy_build(server, step) && step.gate == Gate::Installer;
             (
                 f.latency.mul_f64(factor),
                 fail,
@@ -361,6 +375,32 @@ impl Transport for FakeDc {
         step: &'a Step,
     ) -> BoxFuture<'a, Result<StepDone, StepFailure>> {
         Box::pin(self.run_step(server, step))
+    }
+
+    fn check_health<'a>(
+        &'a self,
+        server: ServerUuid,
+        step: &'a Step,
+    ) -> BoxFuture<'a, Result<Duration, StepFailure>> {
+        Box::pin(async move {
+            let (took, unhealthy) = {
+                let f = self.faults();
+                (f.gate, f.unhealthy_build(server, step))
+            };
+            if !took.is_zero() {
+                tokio::time::sleep(took).await;
+            }
+            if unhealthy {
+                return Err(StepFailure::new(
+                    FailureStage::Unhealthy,
+                    format!(
+                        "svc:/smartdc/agent/{c}:default is maintenance (Start method exited with $SMF_EXIT_ERR_FATAL.)",
+                        c = step.component
+                    ),
+                ));
+            }
+            Ok(took)
+        })
     }
 
     fn tasks(&self, server: ServerUuid) -> Vec<TaskRef> {

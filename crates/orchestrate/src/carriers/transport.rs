@@ -1,7 +1,10 @@
 //! How a planned step reaches a server.
 //!
 //! [`Transport`] runs one [`Step`] on one server and returns when the server
-//! has done it (or failed). Three real carriers exist, all through CNAPI,
+//! has done it (or failed), and checks an installed component's health
+//! ([`Transport::check_health`], the plan's `gz health` gate); it only
+//! carries: when a gate runs, and what an unhealthy one leads to, is the
+//! turn's ([`crate::executor::gate`]). Three real carriers exist, all through CNAPI,
 //! and [`CnapiTransport`] implements them, choosing by the step's
 //! [`TransportKind`] (the plan decided it):
 //!
@@ -115,9 +118,6 @@ pub struct StepDone {
     /// The instance UUID the server keeps for the component, when known
     /// (needed to adopt a fresh install into SAPI).
     pub instance: Option<InstanceUuid>,
-    /// How long the health gate took, when the transport ran it as a
-    /// check of its own (`gz health` after an install-agent task).
-    pub gate_elapsed: Option<Duration>,
 }
 
 /// `gz disable NAME --by --at [--reason]` (`Some`) or `gz enable NAME`
@@ -151,6 +151,19 @@ pub trait Transport: Send + Sync {
             fenced(fence, server, step).await?;
             self.run(server, step).await
         })
+    }
+
+    /// The health check after `step` installed (plan gate `gz health`):
+    /// `Ok` with how long it took, or the failure (`unhealthy`, or the
+    /// check could not run). Only the check: what an unhealthy one leads
+    /// to is the turn's ([`crate::executor::gate`]). A transport without
+    /// such checks passes every one at once.
+    fn check_health<'a>(
+        &'a self,
+        _server: ServerUuid,
+        _step: &'a Step,
+    ) -> BoxFuture<'a, Result<Duration, StepFailure>> {
+        Box::pin(async { Ok(Duration::ZERO) })
     }
 
     /// The CNAPI tasks this transport started on `server` so far, oldest
@@ -378,10 +391,10 @@ impl CnapiTransport {
                 // image is checked here, then the lock, then the task.
                 if self.expect_current(server, step).await? == Current::Target {
                     // An earlier run's task (left running at an interrupt)
-                    // finished on the target: done, once its gate passes.
-                    let mut done = self.done(server, step).await?;
+                    // finished on the target: done (its gate follows, as
+                    // after any install).
+                    let done = self.done(server, step).await?;
                     self.keep_off_after(server, step).await?;
-                    done.gate_elapsed = self.gz_health(server, step, None).await?;
                     return Ok(done);
                 }
                 fenced(fence, server, step).await?;
@@ -398,15 +411,13 @@ impl CnapiTransport {
                 let task = self.wait(server, &step.component, id, &goal).await;
                 if self_replacing {
                     let failed = task.err();
-                    let mut done = self.confirm_image(server, step, to.uuid, failed).await?;
+                    let done = self.confirm_image(server, step, to.uuid, failed).await?;
                     self.keep_off_after(server, step).await?;
-                    done.gate_elapsed = self.gz_health(server, step, Some(id)).await?;
                     return Ok(done);
                 }
                 task?;
-                let mut done = self.done(server, step).await?;
+                let done = self.done(server, step).await?;
                 self.keep_off_after(server, step).await?;
-                done.gate_elapsed = self.gz_health(server, step, Some(id)).await?;
                 Ok(done)
             }
             (TransportKind::InstallAgent, Action::Remove { .. }) => {
@@ -893,6 +904,14 @@ impl Transport for CnapiTransport {
         fence: &'a dyn Fence,
     ) -> BoxFuture<'a, Result<StepDone, StepFailure>> {
         Box::pin(self.run_step(server, step, fence))
+    }
+
+    fn check_health<'a>(
+        &'a self,
+        server: ServerUuid,
+        step: &'a Step,
+    ) -> BoxFuture<'a, Result<Duration, StepFailure>> {
+        Box::pin(self.gz_health(server, step))
     }
 
     fn tasks(&self, server: ServerUuid) -> Vec<TaskRef> {

@@ -379,10 +379,7 @@ impl<'a> Executor<'a> {
                     .steps
                     .iter()
                     .any(|r| r.component == step.component && r.status == StepStatus::Done);
-                let reverted = outcome
-                    .revert
-                    .as_ref()
-                    .is_some_and(|r| r.component == step.component);
+                let reverted = outcome.reverted(&step.component);
                 let Some(previous) = from.image.filter(|_| !done && !reverted) else {
                     continue;
                 };

@@ -3,5 +3,6 @@
 
 pub mod baseline;
 pub mod execute;
+pub(crate) mod gate;
 pub(crate) mod turn;
 pub mod waves;

@@ -1,14 +1,21 @@
 //! One server's turn: its SAPI instance targets, its steps batch by batch
 //! (core components alone, the parallel-safe set concurrently), each
-//! bounded by the task timeout, then the SAPI writes that follow installs
-//! and removals. An unhealthy step's intent is put back. A turn never
-//! fails as a whole: what went wrong is in its [`ServerOutcome`].
+//! install bounded by the task timeout, the health gates after installs
+//! through cn-agent overlapping the next batches' installs
+//! ([`crate::executor::gate`] decides what a gate leads to), then the
+//! SAPI writes that follow installs and removals. An unhealthy step is
+//! reverted and its intent put back. A turn never fails as a whole: what
+//! went wrong is in its [`ServerOutcome`].
 
+use agentsadm_types::catalog::OrderClass;
 use agentsadm_types::catalog::PostinstallSapi;
 use agentsadm_types::component::ComponentName;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+use futures::StreamExt;
+use futures::future::BoxFuture;
+use futures::stream::FuturesUnordered;
 use tokio::time::Instant;
 
 use crate::carriers::guard::Hold;
@@ -54,6 +61,79 @@ pub(crate) fn not_run(step: &Step) -> StepResult {
     }
 }
 
+/// A plan batch's installs that start together (a batch's cn-agent
+/// tasks, then its steps through `agentsadm gz`), or one step. `group`:
+/// the batch (one at a time: the step) it belongs to: a failure stops the
+/// groups not started yet, not the rest of its own.
+struct Phase {
+    group: usize,
+    steps: Vec<usize>,
+    /// Its gates are waited for before anything else starts (a core-first
+    /// component: what comes after it needs it working).
+    waits_for_gates: bool,
+}
+
+/// The install phases of a server's plan, in order. Within a batch of
+/// parallel-safe steps (`together`), the steps through `agentsadm gz`
+/// (CNAPI execute) start once the cn-agent tasks are done: both report
+/// the server's whole agent set to CNAPI (cn-agent's refreshAgents, the
+/// installer's report), each from its own read of the disk; run together,
+/// the later POST can carry a read taken before the other install
+/// finished and undo its report (a lost update; CNAPI 5xx retries widen
+/// the window). In this order the installer reads last.
+fn phases(sp: &ServerPlan, together: bool) -> Vec<Phase> {
+    let mut out = Vec::new();
+    let (mut at, mut group) = (0, 0);
+    for batch in sp.batches() {
+        let steps: Vec<usize> = (at..at + batch.len()).collect();
+        at += batch.len();
+        let waits_for_gates = batch.iter().any(|st| st.order == OrderClass::CoreFirst);
+        if batch.len() > 1 && together {
+            let (cn_agent, gz): (Vec<usize>, Vec<usize>) = steps
+                .into_iter()
+                .partition(|&i| sp.steps[i].transport == TransportKind::InstallAgent);
+            for steps in [cn_agent, gz].into_iter().filter(|s| !s.is_empty()) {
+                out.push(Phase {
+                    group,
+                    steps,
+                    waits_for_gates,
+                });
+            }
+            group += 1;
+        } else {
+            for i in steps {
+                out.push(Phase {
+                    group,
+                    steps: vec![i],
+                    waits_for_gates,
+                });
+                group += 1;
+            }
+        }
+    }
+    out
+}
+
+/// Where a step of the turn is.
+enum Stage {
+    /// It ended (failed; or done, its gate passed or none to pass).
+    Ended(usize, StepRun),
+    /// Installed, started at that instant: its `gz health` gate is next.
+    Installed(usize, Instant, StepDone),
+    /// It failed its gate: the image before is to be put back.
+    Unhealthy(usize, Instant, StepFailure),
+}
+
+/// The turn's steps while they run.
+struct Steps {
+    /// Each step's run once it ended, by its place in the plan.
+    ended: Vec<Option<StepRun>>,
+    /// Unhealthy steps whose revert waits for the installs in flight.
+    reverts: Vec<(usize, Instant, StepFailure)>,
+    /// A step failed: no batch starts any more.
+    stopped: bool,
+}
+
 /// What the steps of a turn left behind for the writes after them.
 #[derive(Default)]
 struct Ran<'p> {
@@ -61,8 +141,8 @@ struct Ran<'p> {
     reported: BTreeMap<&'p ComponentName, Option<InstanceUuid>>,
     /// The components cn-agent's install task installed or upgraded.
     by_cn_agent: std::collections::BTreeSet<&'p ComponentName>,
-    /// The first unhealthy step, and why its revert failed (if it did).
-    unhealthy: Option<(&'p Step, Option<String>)>,
+    /// The unhealthy steps, and why each one's revert failed (if it did).
+    unhealthy: Vec<(&'p Step, Option<String>)>,
 }
 
 /// The instance `step`'s component must carry after cn-agent ran it, now
@@ -179,10 +259,14 @@ impl Executor<'_> {
                 return outcome;
             }
         }
-        let ran = self.run_batches(server, sp, &mut outcome).await;
+        let ran = self.run_steps(server, sp, &mut outcome).await;
         steps_done();
-        if let Some((step, revert_error)) = ran.unhealthy.clone() {
-            outcome.revert = Some(self.revert_intent(server, sp, step, revert_error).await);
+        for (step, revert_error) in ran.unhealthy.clone() {
+            let revert = self.revert_intent(server, sp, step, revert_error).await;
+            match outcome.revert {
+                None => outcome.revert = Some(revert),
+                Some(_) => outcome.also_reverted.push(revert),
+            }
         }
         if outcome.failure.is_none() {
             self.intent_after(server, sp, &ran, &mut outcome).await;
@@ -251,87 +335,278 @@ impl Executor<'_> {
         }
     }
 
-    /// The steps, batch by batch; the first failure stops the turn (the
-    /// remaining steps are not run).
-    async fn run_batches<'p>(
+    /// The steps, overlapping the health gates: the plan's batches in
+    /// order ([`phases`]), each starting once the one before it is
+    /// installed, while the gates of the earlier ones still run (a
+    /// core-first component's gates are waited for: what follows needs
+    /// it working; cn-agent, core-last, still installs last). An
+    /// unhealthy gate's revert waits until no install runs on the server
+    /// (a cn-agent task and an installer both post the server's whole
+    /// agent set, each from its own read). The first failure stops the
+    /// batches not started; the gates running finish, and each unhealthy
+    /// one reverts its own component only.
+    async fn run_steps<'p>(
         &self,
         server: ServerUuid,
         sp: &'p ServerPlan,
         outcome: &mut ServerOutcome,
     ) -> Ran<'p> {
-        let mut ran = Ran::default();
-        for batch in sp.batches() {
-            if outcome.failure.is_some() {
-                outcome.steps.extend(batch.iter().map(not_run));
+        let mut st = Steps {
+            ended: sp.steps.iter().map(|_| None).collect(),
+            reverts: Vec::new(),
+            stopped: false,
+        };
+        let mut gates: FuturesUnordered<BoxFuture<'_, Stage>> = FuturesUnordered::new();
+        let mut group = None;
+        for phase in phases(sp, self.options.parallel_within_server) {
+            if st.stopped && group != Some(phase.group) {
                 continue;
             }
-            let results: Vec<StepRun> = if batch.len() > 1 && self.options.parallel_within_server {
-                self.run_together(server, &sp.hostname, batch).await
-            } else {
-                self.run_in_turn(server, &sp.hostname, batch).await
-            };
-            for (step, (result, r)) in batch.iter().zip(results) {
-                outcome.gates.extend(result.gate.clone());
-                let by_cn_agent = step.transport == TransportKind::InstallAgent
-                    && matches!(step.action, Action::Install { .. } | Action::Upgrade { .. });
-                if by_cn_agent && r.as_ref().is_err_and(|(f, _)| f.installed) {
-                    ran.by_cn_agent.insert(&step.component);
+            group = Some(phase.group);
+            let mut installs: FuturesUnordered<_> = phase
+                .steps
+                .iter()
+                .map(|&i| self.install(server, sp, i))
+                .collect();
+            while !installs.is_empty() {
+                let stage = tokio::select! {
+                    Some(stage) = installs.next() => stage,
+                    Some(stage) = gates.next(), if !gates.is_empty() => stage,
+                };
+                if let Some(next) = self.take(server, sp, stage, &mut st, false) {
+                    gates.push(next);
                 }
-                if let Err((f, _)) = &r
-                    && f.is_unhealthy()
-                {
-                    ran.unhealthy.get_or_insert((step, f.revert_error.clone()));
-                }
-                match r {
-                    Ok(instance) => {
-                        ran.reported.insert(&step.component, instance);
-                        if by_cn_agent {
-                            ran.by_cn_agent.insert(&step.component);
-                        }
-                    }
-                    Err((f, timed_out)) if outcome.failure.is_none() => {
-                        let status = match result.status {
-                            StepStatus::NotRun => ServerStatus::Stopped,
-                            StepStatus::Unknown => ServerStatus::Unknown,
-                            _ if timed_out => ServerStatus::TimedOut,
-                            _ => ServerStatus::Failed,
-                        };
-                        outcome.fail(
-                            status,
-                            Failure {
-                                component: Some(result.component.clone()),
-                                stage: f.stage,
-                                message: f.message,
-                            },
-                        );
-                    }
-                    Err(_) => {}
-                }
-                outcome.steps.push(result);
             }
+            // No install runs on the server now: the reverts waiting go.
+            for (i, started, f) in std::mem::take(&mut st.reverts) {
+                gates.push(Box::pin(self.revert(server, sp, i, started, f)));
+            }
+            if phase.waits_for_gates {
+                while let Some(stage) = gates.next().await {
+                    if let Some(next) = self.take(server, sp, stage, &mut st, true) {
+                        gates.push(next);
+                    }
+                }
+            }
+        }
+        while let Some(stage) = gates.next().await {
+            if let Some(next) = self.take(server, sp, stage, &mut st, true) {
+                gates.push(next);
+            }
+        }
+        self.ran(sp, st, outcome)
+    }
+
+    /// What a step's stage leads to: a gate or a revert to run next (when
+    /// `idle`, no install runs on the server; otherwise a revert waits).
+    fn take<'f>(
+        &'f self,
+        server: ServerUuid,
+        sp: &'f ServerPlan,
+        stage: Stage,
+        st: &mut Steps,
+        idle: bool,
+    ) -> Option<BoxFuture<'f, Stage>> {
+        match stage {
+            Stage::Ended(i, run) => {
+                st.stopped |= run.1.is_err();
+                st.ended[i] = Some(run);
+                None
+            }
+            Stage::Installed(i, started, done) => {
+                Some(Box::pin(self.gate(server, sp, i, started, done)))
+            }
+            Stage::Unhealthy(i, started, f) => {
+                st.stopped = true;
+                if idle {
+                    return Some(Box::pin(self.revert(server, sp, i, started, f)));
+                }
+                st.reverts.push((i, started, f));
+                None
+            }
+        }
+    }
+
+    /// The turn's outcome from its ended steps, in the plan's order: the
+    /// first failing step's failure is the server's.
+    fn ran<'p>(&self, sp: &'p ServerPlan, st: Steps, outcome: &mut ServerOutcome) -> Ran<'p> {
+        let mut ran = Ran::default();
+        for (step, run) in sp.steps.iter().zip(st.ended) {
+            let (result, r) = run.unwrap_or_else(|| (not_run(step), Ok(None)));
+            outcome.gates.extend(result.gate.clone());
+            let by_cn_agent = step.transport == TransportKind::InstallAgent
+                && matches!(step.action, Action::Install { .. } | Action::Upgrade { .. });
+            if by_cn_agent && r.as_ref().is_err_and(|(f, _)| f.installed) {
+                ran.by_cn_agent.insert(&step.component);
+            }
+            if let Err((f, _)) = &r
+                && f.is_unhealthy()
+            {
+                ran.unhealthy.push((step, f.revert_error.clone()));
+            }
+            match r {
+                Ok(_) if result.status != StepStatus::Done => {}
+                Ok(instance) => {
+                    ran.reported.insert(&step.component, instance);
+                    if by_cn_agent {
+                        ran.by_cn_agent.insert(&step.component);
+                    }
+                }
+                Err((f, timed_out)) if outcome.failure.is_none() => {
+                    let status = match result.status {
+                        StepStatus::NotRun => ServerStatus::Stopped,
+                        StepStatus::Unknown => ServerStatus::Unknown,
+                        _ if timed_out => ServerStatus::TimedOut,
+                        _ => ServerStatus::Failed,
+                    };
+                    outcome.fail(
+                        status,
+                        Failure {
+                            component: Some(result.component.clone()),
+                            stage: f.stage,
+                            message: f.message,
+                        },
+                    );
+                }
+                Err(_) => {}
+            }
+            outcome.steps.push(result);
         }
         ran
     }
 
-    /// Steps one after the other; after a failure the rest are not run.
-    async fn run_in_turn(
+    /// Install `sp.steps[i]` under the task timeout (the install only: its
+    /// gate is not part of it). Installed, when a `gz health` gate follows.
+    async fn install(&self, server: ServerUuid, sp: &ServerPlan, i: usize) -> Stage {
+        let step = &sp.steps[i];
+        self.reporter.event(&ExecEvent::StepStarted {
+            server,
+            hostname: &sp.hostname,
+            step,
+        });
+        let started = Instant::now();
+        let timeout = self.options.task_timeout;
+        let run = self.transport.run_fenced(server, step, self.fence);
+        let ran = match tokio::time::timeout(timeout, run).await {
+            Ok(Ok(done)) if step.gate == Gate::GzHealth => {
+                return Stage::Installed(i, started, done);
+            }
+            Ok(Ok(done)) => Ok(done),
+            Ok(Err(f)) => Err((f, false)),
+            Err(_) => Err((self.timed_out(server, step), true)),
+        };
+        Stage::Ended(i, self.finish(server, sp, step, started, ran, None).await)
+    }
+
+    /// The gate of `sp.steps[i]`, installed as `done`.
+    async fn gate(
         &self,
         server: ServerUuid,
-        hostname: &str,
-        batch: &[Step],
-    ) -> Vec<StepRun> {
-        let mut v = Vec::with_capacity(batch.len());
-        for st in batch {
-            let r = self.run_step(server, hostname, st).await;
-            let failed = r.1.is_err();
-            v.push(r);
-            if failed {
-                break;
+        sp: &ServerPlan,
+        i: usize,
+        started: Instant,
+        done: StepDone,
+    ) -> Stage {
+        let step = &sp.steps[i];
+        let ran = match self.check_gate(server, step).await {
+            Ok(took) => {
+                return Stage::Ended(
+                    i,
+                    self.finish(server, sp, step, started, Ok(done), Some(took))
+                        .await,
+                );
+            }
+            Err(f) if f.is_unhealthy() => return Stage::Unhealthy(i, started, f),
+            Err(f) => Err((f, false)),
+        };
+        Stage::Ended(i, self.finish(server, sp, step, started, ran, None).await)
+    }
+
+    /// The revert of `sp.steps[i]`, which failed its gate.
+    async fn revert(
+        &self,
+        server: ServerUuid,
+        sp: &ServerPlan,
+        i: usize,
+        started: Instant,
+        unhealthy: StepFailure,
+    ) -> Stage {
+        let step = &sp.steps[i];
+        let failure = self.revert_on_server(server, step, unhealthy).await;
+        let run = self
+            .finish(server, sp, step, started, Err((failure, false)), None)
+            .await;
+        Stage::Ended(i, run)
+    }
+
+    /// How a step that started at `started` ended, as reported: a failure
+    /// judged (refused before it started, an outage's, the lock lost while
+    /// it ran), its task and its gate.
+    async fn finish(
+        &self,
+        server: ServerUuid,
+        sp: &ServerPlan,
+        step: &Step,
+        started: Instant,
+        ran: Result<StepDone, (StepFailure, bool)>,
+        gate_took: Option<Duration>,
+    ) -> StepRun {
+        let elapsed = started.elapsed();
+        let task = self
+            .transport
+            .tasks(server)
+            .into_iter()
+            .rfind(|t| t.component == step.component)
+            .map(|t| t.task);
+        let gate = gate(step, &ran, gate_took);
+        let mut result = ran.map(|done| done.instance);
+        let mut status = if result.is_ok() {
+            StepStatus::Done
+        } else {
+            StepStatus::Failed
+        };
+        if let Err((f, _)) = &result {
+            if matches!(
+                f.stage,
+                FailureStage::LockLost | FailureStage::ApiLost { .. }
+            ) {
+                // Refused before it started.
+                status = StepStatus::NotRun;
+            } else if let Some(api) = self.outage_of(&failure_of(step, f), f.outage).await {
+                status = StepStatus::Unknown;
+                let lost = api_lost(
+                    &failure_of(step, f),
+                    api,
+                    "how this step ended is not known",
+                );
+                result = Err((StepFailure::new(lost.stage, lost.message), false));
+            } else if let Some(lost) = self.lost_while_running(server, step, f).await {
+                status = StepStatus::Unknown;
+                result = Err((lost, false));
             }
         }
-        let ran = v.len();
-        v.extend(batch[ran..].iter().map(|st| (not_run(st), Ok(None))));
-        v
+        self.reporter.event(&ExecEvent::StepFinished {
+            server,
+            hostname: &sp.hostname,
+            step,
+            elapsed,
+            failure: result.as_ref().err().map(|(f, _)| f),
+            task,
+            gate: gate.as_ref(),
+        });
+        (
+            StepResult {
+                component: step.component.to_string(),
+                action: step.action.verb(),
+                status,
+                elapsed,
+                task,
+                gate,
+                installed: status == StepStatus::Failed
+                    && result.as_ref().is_err_and(|(f, _)| f.installed),
+            },
+            result,
+        )
     }
 
     /// After an unhealthy step the server runs the previous image again
@@ -438,112 +713,6 @@ impl Executor<'_> {
         Ok(wrote)
     }
 
-    /// A batch of parallel-safe steps, concurrently, except that the steps
-    /// through `agentsadm gz` (CNAPI execute) start once the cn-agent tasks
-    /// are done. Both report the server's whole agent set to CNAPI
-    /// (cn-agent's refreshAgents, the installer's report), each from its
-    /// own read of the disk: run together, the later POST can carry a read
-    /// taken before the other install finished and undo its report (a lost
-    /// update; CNAPI 5xx retries widen the window). In this order the
-    /// installer reads last. Results are in the batch's order.
-    async fn run_together(
-        &self,
-        server: ServerUuid,
-        hostname: &str,
-        batch: &[Step],
-    ) -> Vec<StepRun> {
-        let (cn_agent, gz): (Vec<usize>, Vec<usize>) =
-            (0..batch.len()).partition(|&i| batch[i].transport == TransportKind::InstallAgent);
-        let mut out: Vec<Option<StepRun>> = (0..batch.len()).map(|_| None).collect();
-        for group in [cn_agent, gz] {
-            let runs = futures::future::join_all(
-                group
-                    .iter()
-                    .map(|&i| self.run_step(server, hostname, &batch[i])),
-            )
-            .await;
-            for (i, run) in group.into_iter().zip(runs) {
-                out[i] = Some(run);
-            }
-        }
-        // Every index is in exactly one group, so nothing is dropped here.
-        out.into_iter().flatten().collect()
-    }
-
-    /// Run one step under the task timeout. The error carries whether it
-    /// was a timeout.
-    async fn run_step(&self, server: ServerUuid, hostname: &str, step: &Step) -> StepRun {
-        self.reporter.event(&ExecEvent::StepStarted {
-            server,
-            hostname,
-            step,
-        });
-        let t = Instant::now();
-        let timeout = self.options.task_timeout;
-        let run = self.transport.run_fenced(server, step, self.fence);
-        let ran = match tokio::time::timeout(timeout, run).await {
-            Ok(Ok(done)) => Ok(done),
-            Ok(Err(f)) => Err((f, false)),
-            Err(_) => Err((self.timed_out(server, step), true)),
-        };
-        let elapsed = t.elapsed();
-        let task = self
-            .transport
-            .tasks(server)
-            .into_iter()
-            .rfind(|t| t.component == step.component)
-            .map(|t| t.task);
-        let gate = gate(step, &ran);
-        let mut result = ran.map(|done| done.instance);
-        let mut status = if result.is_ok() {
-            StepStatus::Done
-        } else {
-            StepStatus::Failed
-        };
-        if let Err((f, _)) = &result {
-            if matches!(
-                f.stage,
-                FailureStage::LockLost | FailureStage::ApiLost { .. }
-            ) {
-                // Refused before it started.
-                status = StepStatus::NotRun;
-            } else if let Some(api) = self.outage_of(&failure_of(step, f), f.outage).await {
-                status = StepStatus::Unknown;
-                let lost = api_lost(
-                    &failure_of(step, f),
-                    api,
-                    "how this step ended is not known",
-                );
-                result = Err((StepFailure::new(lost.stage, lost.message), false));
-            } else if let Some(lost) = self.lost_while_running(server, step, f).await {
-                status = StepStatus::Unknown;
-                result = Err((lost, false));
-            }
-        }
-        self.reporter.event(&ExecEvent::StepFinished {
-            server,
-            hostname,
-            step,
-            elapsed,
-            failure: result.as_ref().err().map(|(f, _)| f),
-            task,
-            gate: gate.as_ref(),
-        });
-        (
-            StepResult {
-                component: step.component.to_string(),
-                action: step.action.verb(),
-                status,
-                elapsed,
-                task,
-                gate,
-                installed: status == StepStatus::Failed
-                    && result.as_ref().is_err_and(|(f, _)| f.installed),
-            },
-            result,
-        )
-    }
-
     /// A step that failed while the run no longer held the datacenter
     /// lock (broken by a colleague's `--break-lock`, removed by a
     /// cleanup): the new holder may have been changing the same server
@@ -645,19 +814,23 @@ fn failure_of(step: &Step, f: &StepFailure) -> Failure {
 /// A step's health gate, from how the step ended: passed when it
 /// succeeded, failed when it was unhealthy (the failure names the service
 /// and its state); none when the step has no gate or failed before it.
-fn gate(step: &Step, ran: &Result<StepDone, (StepFailure, bool)>) -> Option<GateResult> {
+fn gate(
+    step: &Step,
+    ran: &Result<StepDone, (StepFailure, bool)>,
+    took: Option<Duration>,
+) -> Option<GateResult> {
     if step.gate == Gate::None {
         return None;
     }
     let (passed, seen, elapsed) = match ran {
-        Ok(done) => (
+        Ok(_) => (
             true,
             match step.gate {
                 // Without execute only CNAPI's report is seen.
                 Gate::ServerAgents => "the new image in server.agents".to_string(),
                 _ => "online".to_string(),
             },
-            done.gate_elapsed,
+            took,
         ),
         Err((f, _)) if f.is_unhealthy() => (false, f.message.clone(), None),
         Err(_) => return None,

@@ -241,9 +241,14 @@ pub struct ServerOutcome {
     /// The health gate of each step that ran with one.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub gates: Vec<GateResult>,
-    /// What was put back after an unhealthy step.
+    /// What was put back after an unhealthy step (the first, when gates
+    /// that overlapped failed together).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub revert: Option<Revert>,
+    /// What was put back after the other unhealthy steps, if more than
+    /// one failed its gate (each reverts only its own component).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub also_reverted: Vec<Revert>,
     /// Instances an install replaced, deleted once the server reported the
     /// new one (`check --fix`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -272,8 +277,17 @@ impl ServerOutcome {
             tasks: Vec::new(),
             gates: Vec::new(),
             revert: None,
+            also_reverted: Vec::new(),
             replaced: Vec::new(),
         }
+    }
+
+    /// Whether `component` was reverted after its gate failed.
+    pub fn reverted(&self, component: &str) -> bool {
+        self.revert
+            .iter()
+            .chain(&self.also_reverted)
+            .any(|r| r.component == component)
     }
 
     /// The server ended with `status` because of `failure`.

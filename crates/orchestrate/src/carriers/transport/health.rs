@@ -1,32 +1,29 @@
-//! The health gate after cn-agent's task (plan gate `gz health`): the
+//! The health check after cn-agent's task (plan gate `gz health`): the
 //! installed component checked through `agentsadm gz health` on the
-//! server, and what a failed check leaves (the previous image back).
+//! server. Only the check: the revert after an unhealthy one is a step
+//! the turn builds and sends ([`crate::executor::gate`]).
 
 use std::time::Duration;
 
 use agentsadm_api::compat;
-use agentsadm_plan::{Action, Step};
-use agentsadm_types::ids::{ImageUuid, ServerUuid, TaskId};
+use agentsadm_plan::Step;
+use agentsadm_types::ids::ServerUuid;
 
-use super::{
-    CnapiTransport, HEALTH_CHECK_PAUSE, HEALTH_CHECK_RETRIES, NO_ANSWER, StepFailure, TaskGoal,
-};
+use super::{CnapiTransport, HEALTH_CHECK_PAUSE, HEALTH_CHECK_RETRIES, NO_ANSWER, StepFailure};
 use crate::vocabulary::report::FailureStage;
 
 impl CnapiTransport {
-    /// The health gate after cn-agent's task (plan gate `gz health`):
+    /// The health check after cn-agent's task (plan gate `gz health`):
     /// `agentsadm gz health NAME` through execute, within
-    /// [`CnapiTransportConfig::health_bound`] in all. Unhealthy: the
-    /// previous image is reinstalled through install-agent (cn-agent's task
-    /// cannot roll back by itself) and the step fails as `unhealthy`.
+    /// [`super::CnapiTransportConfig::health_bound`] in all; how long it
+    /// took, or `unhealthy`, or (`installed`) the check could not run.
     pub(super) async fn gz_health(
         &self,
         server: ServerUuid,
         step: &Step,
-        task: Option<TaskId>,
-    ) -> Result<Option<Duration>, StepFailure> {
+    ) -> Result<Duration, StepFailure> {
         if step.gate != agentsadm_plan::Gate::GzHealth {
-            return Ok(None);
+            return Ok(Duration::ZERO);
         }
         let started = tokio::time::Instant::now();
         let args = compat::health_args(&step.component, &self.health_args());
@@ -62,69 +59,19 @@ impl CnapiTransport {
                 Err(e) => break Err(e),
             }
         };
-        let Err(mut unhealthy) = checked.map(|_| ()) else {
-            return Ok(Some(started.elapsed()));
+        let Err(mut failure) = checked.map(|_| ()) else {
+            return Ok(started.elapsed());
         };
-        if !unhealthy.is_unhealthy() {
+        if !failure.is_unhealthy() {
             // The check itself could not run (no answer, execute refused,
             // no agentsadm on the server): the install stands, unconfirmed.
-            let finished = match task {
-                Some(task) => format!("CNAPI task {task} completed"),
-                None => "the server already ran the target".to_string(),
-            };
-            unhealthy.message = format!(
-                "the install itself finished ({finished}); only its health check could not run ('agentsadm gz health' through CNAPI execute, bound {}): {}",
+            failure.message = format!(
+                "only its health check could not run ('agentsadm gz health' through CNAPI execute, bound {}): {}",
                 crate::vocabulary::report::fmt_duration(bound),
-                unhealthy.message
+                failure.message
             );
-            unhealthy.installed = true;
-            return Err(unhealthy);
+            failure.installed = true;
         }
-        let previous = match &step.action {
-            Action::Upgrade { from, .. } => from.image,
-            _ => None,
-        };
-        // What the server runs again: the previous image reinstalled, or
-        // (a fresh install) nothing.
-        let package = self.package_name(&step.component);
-        let reverted: Result<Option<ImageUuid>, StepFailure> = match previous {
-            Some(image) => match self.cnapi.install_agent(server, image).await {
-                Ok(id) => {
-                    let goal = TaskGoal::Install {
-                        package: package.clone(),
-                        image,
-                        version: match &step.action {
-                            Action::Upgrade { from, .. } => from.version.to_string(),
-                            _ => String::new(),
-                        },
-                    };
-                    self.wait(server, &step.component, id, &goal)
-                        .await
-                        .map(|()| Some(image))
-                }
-                Err(e) => Err(StepFailure::api(FailureStage::InstallAgent, &e)),
-            },
-            None => self
-                .uninstall(server, &step.component, &package, None)
-                .await
-                .map(|()| None),
-        };
-        match reverted {
-            Ok(Some(image)) => {
-                unhealthy.message =
-                    format!("{}; reverted: image {image} reinstalled", unhealthy.message);
-            }
-            Ok(None) => {
-                unhealthy.message = format!("{}; reverted: removed again", unhealthy.message);
-            }
-            Err(e) => {
-                unhealthy.revert_error = Some(e.to_string());
-                unhealthy.message = format!(
-                    "{}; REVERT FAILED ({e}): reinstall the previous image by hand",
-                    unhealthy.message
-                );
-            }
-        }
-        Err(unhealthy)
+        Err(failure)
     }
 }

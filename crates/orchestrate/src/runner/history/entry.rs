@@ -349,10 +349,7 @@ pub fn server_record(uuid: ServerUuid, sp: &ServerPlan, outcome: &ServerOutcome)
         .map(|step| {
             let result = outcome.steps.iter().find(|r| r.component == step.component);
             let gate = outcome.gates.iter().find(|g| g.component == step.component);
-            let reverted = outcome
-                .revert
-                .as_ref()
-                .is_some_and(|r| r.component == step.component);
+            let reverted = outcome.reverted(&step.component);
             let status = match (reverted, result.map(|r| r.status)) {
                 (true, _) => "reverted",
                 (false, Some(StepStatus::Done)) => "done",
