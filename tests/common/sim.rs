@@ -47,8 +47,9 @@ pub async fn raw(
     headers: &[(&str, &str)],
     body: Option<serde_json::Value>,
 ) -> Result<Raw, reqwest::Error> {
+    // Only a hang bound: a loaded CI machine can take seconds to answer.
     let client = reqwest::Client::builder()
-        .timeout(Duration::from_secs(10))
+        .timeout(Duration::from_secs(60))
         .build()?;
     let mut rb = client.request(method, url);
     for (k, v) in headers {

@@ -445,16 +445,31 @@ async fn sigkill_during_removal_keeps_the_component() {
     }
 }
 
-/// A postinstall that says it started (a file outside the root), then
-/// keeps writing `late` into the installed tree and the agents' etc for
-/// 20 s, as an orphan would after the installer is killed.
-fn writing_hook_version(semver: &str, started: &Path) -> BuiltImage {
+/// A postinstall that says it started (its PID, in a file outside the
+/// root), waits for `go` (outside the root too), then keeps writing `late`
+/// into the installed tree and the agents' etc for 20 s, as an orphan
+/// would after the installer is killed. It writes nothing before `go`: on
+/// a loaded machine the kill comes later after the start than one of its
+/// writes, and a write from before the recovery proves nothing.
+fn writing_hook_version(semver: &str, started: &Path, go: &Path) -> BuiltImage {
     let mut s = spec("vm-agent", semver);
     s.hooks.postinstall = Some(format!(
-        "touch '{}'\nfor i in $(seq 100); do sleep 0.2; echo late > \"$npm_config_prefix/lib/node_modules/vm-agent/late\" 2>/dev/null; echo late > \"$npm_config_etc/late\" 2>/dev/null; done\ntrue",
-        started.display()
+        "echo $$ > '{started}.tmp' && mv '{started}.tmp' '{started}'\nwhile [ ! -e '{go}' ]; do sleep 0.05; done\nfor i in $(seq 100); do sleep 0.2; echo late > \"$npm_config_prefix/lib/node_modules/vm-agent/late\" 2>/dev/null; echo late > \"$npm_config_etc/late\" 2>/dev/null; done\ntrue",
+        started = started.display(),
+        go = go.display(),
     ));
     imagebuild::build(&s)
+}
+
+/// Whether process `pid` is gone (or a zombie: dead, not yet reaped).
+fn dead(pid: i32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        // The state follows the command name's closing parenthesis.
+        Ok(stat) => stat
+            .rsplit_once(')')
+            .is_some_and(|(_, rest)| rest.trim_start().starts_with('Z')),
+        Err(_) => true,
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -462,8 +477,9 @@ async fn sigkill_mid_hook_leaves_no_orphan_writing_into_the_tree() {
     let imgapi = ImgapiStandIn::start().await.unwrap();
     let outside = tempfile::tempdir().unwrap();
     let started = outside.path().join("hook-started");
+    let go = outside.path().join("hook-go");
     let v1 = version("1.0.0");
-    let v2 = writing_hook_version("2.0.0", &started);
+    let v2 = writing_hook_version("2.0.0", &started, &go);
     imgapi.publish(&v1);
     imgapi.publish(&v2);
     let url = imgapi.url();
@@ -491,13 +507,19 @@ async fn sigkill_mid_hook_leaves_no_orphan_writing_into_the_tree() {
         .kill_on_drop(true)
         .spawn()
         .expect("agentsadm starts");
-    let reached = tokio::time::timeout(REACH_TIMEOUT, async {
-        while !started.exists() {
+    let hook = tokio::time::timeout(REACH_TIMEOUT, async {
+        loop {
+            if let Some(pid) = std::fs::read_to_string(&started)
+                .ok()
+                .and_then(|t| t.trim().parse::<i32>().ok())
+            {
+                return pid;
+            }
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
     })
-    .await;
-    assert!(reached.is_ok(), "the postinstall never started");
+    .await
+    .expect("the postinstall never started");
     // The journal records each hook's group as it starts (old hooks, the
     // preinstall, the postinstall): wait for the fourth.
     let journal = srv.at(&format!("{STATE}/journal/vm-agent.json"));
@@ -520,7 +542,21 @@ async fn sigkill_mid_hook_leaves_no_orphan_writing_into_the_tree() {
     assert_eq!(status.signal(), Some(9), "{status:?}");
     recover(&srv).await;
     assert_clean(&srv, "mid-hook");
-    // The orphan wrote every 0.2 s; a second is plenty to see it.
+    // An orphan that outlived the recovery would start writing now.
+    std::fs::write(&go, "").unwrap();
+    let ended = tokio::time::timeout(REACH_TIMEOUT, async {
+        while !dead(hook) {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await;
+    assert!(
+        ended.is_ok(),
+        "the orphaned postinstall (pid {hook}) lives on"
+    );
+    // What it started may be left: it wrote every 0.2 s once told to go,
+    // so a second and a half would show it (a window for nothing to
+    // happen in; a slow machine cannot fail it, only see less).
     tokio::time::sleep(Duration::from_millis(1500)).await;
     assert_same(
         &at_v1,

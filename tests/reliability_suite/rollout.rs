@@ -1,7 +1,7 @@
 //! Reliability: an orchestrated rollout across 500 simulated servers with
 //! faults — 5% of installs failing (seeded), a few tasks that never finish
-//! (a short task timeout), and bursts of 5xx answers from CNAPI and SAPI
-//! while it runs.
+//! (ended by the task timeout), and bursts of 5xx answers from CNAPI and
+//! SAPI while it runs.
 //!
 //! - every server ends converged, or reported as failed or timed out with
 //!   its cause (stage and message; the component for failed installs);
@@ -56,13 +56,18 @@ use agentsadm_types::ids::ServerUuid;
 const SERVERS: usize = 500;
 const COMPONENTS: [&str; 2] = ["vm-agent", "gz-tools"];
 const FAIL_RATE: f64 = 0.05;
-/// Servers whose tasks never finish.
-const HUNG: [&str; 3] = ["cn0077", "cn0250", "cn0433"];
-/// Requests answered 503 per burst (one every 150 ms, CNAPI and SAPI in
-/// turn).
+/// Servers whose tasks never finish: early in the run, so that their
+/// wait for the task timeout passes while the others run.
+const HUNG: [&str; 3] = ["cn0007", "cn0015", "cn0033"];
+/// Requests answered 503 per burst (one every `BURST_EVERY` requests to
+/// CNAPI, and likewise to SAPI).
 const BURST: u32 = 2;
-/// Short, so hung tasks cost little; far above an install's few ms.
-const TASK_TIMEOUT: Duration = Duration::from_secs(3);
+const BURST_EVERY: u64 = 40;
+/// What ends the hung servers' steps, and only theirs: an install takes a
+/// few ms, but a step waits for its share of 2 cores among 20 servers at
+/// once (up to 11 s at load 20; at 3 s, hundreds of servers timed out at
+/// load 13-19). The hung servers wait it out while the others run.
+const TASK_TIMEOUT: Duration = Duration::from_secs(30);
 
 fn request() -> Request {
     Request {
@@ -85,7 +90,8 @@ fn exec_options() -> ExecOptions {
 
 fn transport() -> CnapiTransportConfig {
     CnapiTransportConfig {
-        wait_chunk: Duration::from_secs(2),
+        // One wait per hung step, not one every 2 s for a burst to hit.
+        wait_chunk: TASK_TIMEOUT,
         execute_timeout: TASK_TIMEOUT,
         confirm_poll: (Duration::from_millis(10), Duration::from_millis(100)),
         confirm_grace_after_failure: Duration::from_millis(500),
@@ -308,15 +314,25 @@ async fn rollout_of_500_servers_with_faults_converges_on_the_second_run() {
     };
     let inject = async {
         let mut n = 0u32;
+        let calls = |api| {
+            let c = dc.client_calls(api);
+            c.reads + c.writes
+        };
+        let mut last = [calls(SimApi::Cnapi), calls(SimApi::Sapi)];
         while running.load(Ordering::Relaxed) {
-            tokio::time::sleep(Duration::from_millis(150)).await;
-            n += 1;
+            tokio::time::sleep(Duration::from_millis(20)).await;
             // Short bursts: an idempotent request outlives one with its
-            // retries, a POST that lands in one fails its server.
-            if n.is_multiple_of(2) {
-                faults.burst(SimApi::Cnapi, BURST, 503);
-            } else {
-                faults.burst(SimApi::Sapi, BURST, 503);
+            // retries, a POST that lands in one fails its server. Paced by
+            // each API's own traffic, not by the clock: on a slow machine
+            // a burst every 150 ms hit most requests of the run's last
+            // servers (and a hung server's every wait), which then failed
+            // as an outage, several times over.
+            for (i, api) in [SimApi::Cnapi, SimApi::Sapi].into_iter().enumerate() {
+                if calls(api) >= last[i] + BURST_EVERY {
+                    faults.burst(api, BURST, 503);
+                    last[i] = calls(api);
+                    n += 1;
+                }
             }
         }
         n

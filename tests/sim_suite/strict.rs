@@ -740,10 +740,12 @@ fn keys(v: &Value) -> Vec<String> {
 #[tokio::test]
 async fn cnapi_execute_goes_through_ur_by_default() {
     assert_eq!(SimConfig::default().execute_transport, ExecuteTransport::Ur);
+    // CNAPI's own hour to wait for Ur: a command that ends must never meet
+    // it, however slow the machine (a gz install here took over 0.4 s
+    // under load).
     let dc = SimDc::start(
         SimConfig::default()
             .servers(1)
-            .ur_reply_timeout(Duration::from_millis(400))
             .cnapi_restart(Duration::from_millis(300)),
     )
     .await
@@ -785,7 +787,20 @@ async fn cnapi_execute_goes_through_ur_by_default() {
             .iter()
             .all(|w| !w.contains("agentsadm-install"))
     );
-    // A command that never ends: CNAPI stops waiting for Ur's reply.
+    dc.shutdown().await;
+    // A command that never ends: CNAPI stops waiting for Ur's reply (a
+    // short wait of its own, which only a hung command meets).
+    let dc = SimDc::start(
+        SimConfig::default()
+            .servers(1)
+            .ur_reply_timeout(Duration::from_millis(400)),
+    )
+    .await
+    .unwrap();
+    let cn = dc.server("cn0001").unwrap();
+    let new = dc
+        .publish_component("cn-agent", &BuildOptions::new("1.1.0"), PublishTarget::Dc)
+        .unwrap();
     dc.faults().hang_tasks_on(cn.uuid);
     let r = execute_raw(
         &dc,
