@@ -769,6 +769,79 @@ mod tests {
         b.finish(policy)
     }
 
+    /// Issue 35: `agentsadm plan` counts the gates that overlap. Three
+    /// servers one at a time, each updating config-agent, vm-agent,
+    /// net-agent and cn-agent through cn-agent with `gz health` gates;
+    /// history says each step took 11 s, 10 s of it the gate. Gates one
+    /// after the other: 3 batches x 11 s per server, 99 s. Overlapped
+    /// (the executor's way): 3 installs of 1 s, then the last gate, 13 s
+    /// per server, 39 s.
+    #[test]
+    fn the_expected_finish_counts_the_gates_that_overlap() {
+        let catalog = Catalog::builtin();
+        let r = reality(4);
+        let policy = RolloutPolicy {
+            concurrency: 1,
+            canary: Some(0),
+            max_failures: None,
+            max_per_rack: None,
+        };
+        let components = ["config-agent", "vm-agent", "net-agent", "cn-agent"];
+        let samples: Vec<crate::timing::Sample> = r
+            .servers
+            .keys()
+            .flat_map(|server| {
+                components.iter().map(|c| crate::timing::Sample {
+                    server: *server,
+                    component: (*c).into(),
+                    elapsed: std::time::Duration::from_secs(11),
+                    outcome: crate::timing::SampleOutcome::Completed,
+                })
+            })
+            .collect();
+        let plan = |durations: &Durations| {
+            let mut b = PlanBuilder::new(Operation::Update, &catalog, Intent::none());
+            for s in r.servers.values().filter(|s| !s.headnode) {
+                for c in components {
+                    let action = upgrade(&s.components["vm-agent"]);
+                    let c = catalog.get(c).unwrap();
+                    b.step(s, true, c, action, TransportKind::InstallAgent);
+                }
+            }
+            b.durations(Some(durations));
+            b.finish(&policy)
+        };
+        let serial = plan(&Durations::from_samples(samples.clone()));
+        let gates = components
+            .iter()
+            .map(|c| ((*c).to_string(), std::time::Duration::from_secs(10)));
+        let overlapped = plan(&Durations::from_samples(samples).with_gates(gates));
+        assert!(
+            overlapped
+                .servers()
+                .values()
+                .flat_map(|sp| &sp.steps)
+                .all(|st| st.gate == Gate::GzHealth)
+        );
+        let finish = |p: &Plan| p.rollout().expected_finish.map(|d| d.as_secs());
+        assert_eq!(finish(&serial), Some(99));
+        assert_eq!(finish(&overlapped), Some(39));
+        let line = |p: &Plan| {
+            crate::display::rollout_lines(p.rollout(), 10)
+                .into_iter()
+                .find(|l| l.contains("expected finish"))
+                .unwrap()
+        };
+        assert_eq!(
+            line(&overlapped),
+            "  expected finish: about 39s after the start (from the recorded installs of all 3 servers; longest expected first)"
+        );
+        assert_eq!(
+            line(&serial),
+            "  expected finish: about 1m39s after the start (from the recorded installs of all 3 servers; longest expected first)"
+        );
+    }
+
     fn history(secs: &[(usize, u64)]) -> Durations {
         Durations::from_samples(secs.iter().map(|&(i, s)| crate::timing::Sample {
             server: format!("5e000000-0000-4000-8000-{i:012}").parse().unwrap(),

@@ -27,7 +27,8 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use crate::types::ServerPlan;
+use crate::types::{Gate, ServerPlan};
+use agentsadm_types::catalog::OrderClass;
 use agentsadm_types::ids::ServerUuid;
 
 /// Recorded durations kept per (server, component): the newest ones; a
@@ -86,6 +87,10 @@ pub struct Durations {
     speed: BTreeMap<ServerUuid, f64>,
     /// (server, component)s whose newest recorded step failed.
     failed_last: BTreeMap<ServerUuid, Vec<String>>,
+    /// The median time of each component's `gz health` gate (part of its
+    /// steps' recorded durations), where history kept it
+    /// ([`Durations::with_gates`]).
+    gates: BTreeMap<String, Duration>,
 }
 
 impl Durations {
@@ -144,7 +149,22 @@ impl Durations {
             fleet,
             speed,
             failed_last,
+            gates: BTreeMap::new(),
         }
+    }
+
+    /// The same, knowing how long `component`'s `gz health` gates took
+    /// (recorded gate times, any server; the median of each component's
+    /// counts). A gate overlaps the next
+    /// components' installs on its server, so a server's expected time is
+    /// no longer the sum of its steps' ([`Durations::server_expected`]).
+    pub fn with_gates(mut self, gates: impl IntoIterator<Item = (String, Duration)>) -> Durations {
+        let mut seen: BTreeMap<String, Vec<Duration>> = BTreeMap::new();
+        for (component, took) in gates {
+            seen.entry(component).or_default().push(took);
+        }
+        self.gates = seen.into_iter().map(|(c, v)| (c, median(&v))).collect();
+        self
     }
 
     /// Whether the newest recorded step of `component` on `server` failed
@@ -192,33 +212,53 @@ impl Durations {
     }
 
     /// How long a server's steps should take: its batches one after the
-    /// other, each as long as its longest step (the parallel-safe
-    /// components of a batch run at once). `None` without an estimate for
-    /// any step; steps without one count as the batch's others. The flag
-    /// says whether every step's estimate is the server's own.
+    /// other, each as long as its longest install (the parallel-safe
+    /// components of a batch run at once), and the `gz health` gates
+    /// overlapping the installs after them, as the executor runs them: a
+    /// batch starts once the one before it installed, except after a
+    /// core-first component, whose gate is waited for. A step's install
+    /// is its recorded time less its gate's ([`Durations::with_gates`];
+    /// without gate times, each step's whole time, one batch after the
+    /// other). `None` without an estimate for any step; steps without one
+    /// count as the batch's others. The flag says whether every step's
+    /// estimate is the server's own.
     pub fn server_expected(
         &self,
         server: &ServerUuid,
         plan: &ServerPlan,
     ) -> Option<(Duration, bool)> {
-        let mut total = Duration::ZERO;
+        // `installed`: when the batch before is installed; `end`: when
+        // the last gate started so far is over.
+        let (mut installed, mut end) = (Duration::ZERO, Duration::ZERO);
         let mut any = false;
         let mut all_own = true;
         for batch in plan.batches() {
-            let mut longest = Duration::ZERO;
+            let mut parts = Vec::new();
             for step in batch {
+                let gate = match step.gate {
+                    Gate::GzHealth => self.gates.get(step.component.as_str()).copied(),
+                    _ => None,
+                };
                 match self.expected(server, &step.component) {
                     Some(e) => {
                         any = true;
                         all_own &= e.source == Source::Own;
-                        longest = longest.max(e.duration);
+                        let gate = gate.unwrap_or_default().min(e.duration);
+                        parts.push((e.duration - gate, gate));
                     }
                     None => all_own = false,
                 }
             }
-            total += longest;
+            let longest = parts.iter().map(|p| p.0).max().unwrap_or_default();
+            installed += longest;
+            for (_, gate) in &parts {
+                end = end.max(installed + *gate);
+            }
+            if batch.iter().any(|st| st.order == OrderClass::CoreFirst) {
+                installed = installed.max(end);
+            }
         }
-        any.then_some((total, all_own))
+        any.then_some((installed.max(end), all_own))
     }
 }
 

@@ -423,6 +423,7 @@ mod tests {
             elapsed_s: took,
             gate: (status != "not-run").then(|| "gz-health".into()),
             gate_passed: (status != "not-run").then_some(status == "done"),
+            gate_s: None,
         };
         let server = |n: u128, start: f64, took: f64, outcome: &str, status: &str| ServerRecord {
             server: Some(ServerUuid::from_u128(n)),

@@ -7,6 +7,7 @@
 //! process, in turn, with options to shrink each, and prints one table (or, with `--json`, one
 //! object holding each benchmark's object and the machine it ran on).
 
+pub mod gate;
 pub mod history;
 pub mod install;
 pub mod journal;

@@ -662,7 +662,7 @@ pub(super) fn yes(plan: &Plan) -> agentsadm_orchestrate::confirm::Confirmed<'_> 
 }
 
 /// The benchmark's operator: `-y`, nothing shown, the canary wave passes.
-struct Unattended;
+pub(super) struct Unattended;
 
 impl Operator<Plan> for Unattended {
     fn show(&self, _: &Plan, _: Shown) {}

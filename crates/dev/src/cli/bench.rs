@@ -24,6 +24,9 @@ pub enum BenchCommand {
     Install(bench::install::InstallBenchArgs),
     /// Roll out a one-component upgrade on a simulated fleet.
     Rollout(bench::rollout::RolloutBenchArgs),
+    /// Update four agents on one simulated server with health gates:
+    /// gated time over the installs plus one gate.
+    Gate(bench::gate::GateBenchArgs),
     /// Plan a large fleet: time and peak memory.
     Plan(bench::plan::PlanBenchArgs),
     /// Read a run history of 100,000 server records, as `history` and
@@ -38,6 +41,7 @@ pub async fn run(g: &GlobalOpts, a: BenchArgs) -> CmdResult {
     let value = match a.command {
         BenchCommand::Install(args) => bench::install::run(&args).await?,
         BenchCommand::Rollout(args) => bench::rollout::run(&args).await?,
+        BenchCommand::Gate(args) => bench::gate::run(&args).await?,
         BenchCommand::Plan(args) => bench::plan::run(&args).await?,
         BenchCommand::Journal(args) => bench::journal::run(&args).await?,
         BenchCommand::All(args) => return run_all(g, &args).await,

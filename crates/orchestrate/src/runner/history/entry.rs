@@ -114,6 +114,11 @@ pub struct StepRecord {
     pub gate: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub gate_passed: Option<bool>,
+    /// How long a `gz health` gate took (part of `elapsed_s`; it
+    /// overlaps the next components' installs, so the planner counts it
+    /// apart: [`agentsadm_plan::timing::Durations::with_gates`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gate_s: Option<f64>,
 }
 
 impl StepRecord {
@@ -379,6 +384,9 @@ pub fn server_record(uuid: ServerUuid, sp: &ServerPlan, outcome: &ServerOutcome)
                 elapsed_s: round3(result.map(|r| r.elapsed.as_secs_f64()).unwrap_or(0.0)),
                 gate: gate.map(|g| g.gate.as_str().to_string()),
                 gate_passed: gate.map(|g| g.passed),
+                gate_s: gate
+                    .and_then(|g| g.elapsed)
+                    .map(|d| round3(d.as_secs_f64())),
             }
         })
         .collect();

@@ -20,6 +20,7 @@ pub mod mirror;
 pub mod recorder;
 
 use std::collections::BTreeMap;
+use std::time::Duration;
 
 pub use entry::{HistoryEntry, RunStatus, ServerRecord, StepRecord};
 pub use local::LocalHistory;
@@ -27,6 +28,7 @@ pub use mirror::SapiHistory;
 pub use recorder::{HistorySettings, Recorder, RecordingTee};
 
 use crate::runner::lock::LockRecord;
+use agentsadm_plan::Gate;
 use agentsadm_plan::timing::{Durations, Sample, SampleOutcome};
 use agentsadm_types::error::error_chain;
 
@@ -120,6 +122,24 @@ impl HistoryStore {
 /// run was interrupted), say nothing about the server.
 pub fn durations_of(entries: &[HistoryEntry]) -> Durations {
     let skip = entries.len().saturating_sub(DURATION_RUNS);
+    let steps = || {
+        entries[skip..]
+            .iter()
+            .flat_map(|e| &e.servers)
+            .flat_map(|s| &s.steps)
+    };
+    // The `gz health` gates that passed: their time overlaps what follows.
+    let gates = steps()
+        .filter(|st| {
+            st.gate.as_deref() == Some(Gate::GzHealth.as_str()) && st.gate_passed == Some(true)
+        })
+        .filter_map(|st| {
+            Some((
+                st.component.clone(),
+                Duration::try_from_secs_f64(st.gate_s?).ok()?,
+            ))
+        });
+    let gates: Vec<(String, Duration)> = gates.collect();
     Durations::from_samples(entries[skip..].iter().flat_map(|e| {
         e.servers.iter().flat_map(|s| {
             s.steps.iter().filter_map(move |st| {
@@ -137,6 +157,7 @@ pub fn durations_of(entries: &[HistoryEntry]) -> Durations {
             })
         })
     }))
+    .with_gates(gates)
 }
 
 /// The entry among `entries` whose id is `run` or starts with it.

@@ -1,0 +1,170 @@
+//! `agentsadm bench gate`: health gates that overlap (issue 35). One
+//! compute node of the simulated datacenter updates four agents through
+//! cn-agent (config-agent, vm-agent, net-agent, cn-agent), each install
+//! taking a fixed injected latency, twice: with the `gz health` gate at
+//! `--min-healthy 0` (the installs alone, `ungated_s`) and at
+//! `--min-healthy GATE` (`gated_s`). The bound is the installs plus one
+//! gate (what a server takes when every gate overlaps the installs after
+//! it, the last one alone); gates one after the other would take the
+//! installs plus four. `multi_agent_gated_over_bound = gated_s /
+//! (ungated_s + gate)`, goal <= 1.3 (about 4 when each gate was waited
+//! for before the next install).
+
+use std::time::{Duration, Instant};
+
+use serde_json::json;
+
+use agentsadm_orchestrate::execute::ExecOptions;
+use agentsadm_orchestrate::images::ImageChoice;
+use agentsadm_orchestrate::report::NullReporter;
+use agentsadm_orchestrate::run::{Run, RunOutcome, RunSettings};
+use agentsadm_orchestrate::session::{RequestPlanner, Session};
+use agentsadm_plan::{
+    ComponentSelection, HealthFlags, Operation, PlanOptions, Request, RolloutPolicy,
+    ServerSelection, TransportMode,
+};
+use agentsadm_sim::{GzLayout, LatencySpec, SeedSpec, SimConfig, SimDc};
+use agentsadm_types::component::ComponentName;
+
+use super::rollout::round3;
+
+/// Options of `agentsadm bench gate`.
+#[derive(clap::Args, Clone, Debug)]
+pub struct GateBenchArgs {
+    /// Injected install latency per component, in milliseconds.
+    #[arg(long, default_value_t = 300)]
+    pub latency_ms: u64,
+    /// The gate's `--min-healthy`, in milliseconds.
+    #[arg(long, default_value_t = 3000)]
+    pub gate_ms: u64,
+}
+
+/// The four agents a server updates, in the plan's batches:
+/// config-agent (core-second), vm-agent and net-agent (parallel-safe),
+/// cn-agent (core-last).
+const AGENTS: [&str; 4] = ["config-agent", "vm-agent", "net-agent", "cn-agent"];
+
+/// `update AGENTS -s cn001 -y` on a fresh simulated datacenter with the
+/// gate at `min_healthy`: the wall time of the run.
+async fn measure(latency: Duration, min_healthy: Duration) -> anyhow::Result<f64> {
+    let config = SimConfig::default()
+        .servers(1)
+        .populate(SeedSpec {
+            dc_newer: Some("1.1.0".to_string()),
+            ..SeedSpec::default()
+        })
+        .cn_agent_restart(Duration::ZERO)
+        .gz_layout(GzLayout::Mockcloud)
+        .strictness(agentsadm_sim::Strictness {
+            mockcloud_refuses_execute: false,
+            ..agentsadm_sim::Strictness::default()
+        })
+        .install_latency(LatencySpec::fixed(latency.as_millis() as u64));
+    let dc = SimDc::start(config).await?;
+    for s in dc.servers() {
+        dc.gz_report(s.uuid).await?;
+    }
+    let cn = dc
+        .servers()
+        .into_iter()
+        .find(|s| !s.headnode)
+        .ok_or_else(|| anyhow::anyhow!("the simulator has no compute node"))?;
+    let apis = dc.apis();
+    let catalog = dc.catalog().clone();
+    let names: Vec<ComponentName> = AGENTS.iter().map(|s| s.parse()).collect::<Result<_, _>>()?;
+    let session = Session {
+        apis: &apis,
+        catalog: &catalog,
+        updates: None,
+    };
+    let request = Request {
+        operation: Operation::Update,
+        components: ComponentSelection::Named(names),
+        servers: ServerSelection::Named(vec![cn.hostname.clone()]),
+        exclude: Vec::new(),
+    };
+    let rollout = RolloutPolicy {
+        concurrency: 1,
+        canary: Some(0),
+        ..RolloutPolicy::default()
+    };
+    let settings = RunSettings {
+        yes: true,
+        rollout,
+        options: ExecOptions {
+            health: Some(HealthFlags {
+                min_healthy,
+                timeout: Duration::from_secs(60),
+            }),
+            ..Default::default()
+        },
+        ..RunSettings::default()
+    };
+    let mut run = Run::new(&apis, &catalog, &settings, &NullReporter, "update");
+    run.transport.confirm_poll = (Duration::from_millis(5), Duration::from_millis(50));
+    run.lock.settle = Duration::from_millis(20);
+    if let Some(h) = run.history.as_mut() {
+        h.local = None;
+    }
+    let planner = RequestPlanner {
+        session,
+        request,
+        choice: ImageChoice::Latest,
+        options: PlanOptions {
+            transport: TransportMode::Auto,
+            ignore_holds: false,
+            rollout,
+        },
+        durations: None,
+    };
+    let t = Instant::now();
+    let outcome = run
+        .go(
+            &planner,
+            &super::rollout::Unattended,
+            std::future::pending(),
+        )
+        .await?;
+    let wall = t.elapsed().as_secs_f64();
+    dc.shutdown().await;
+    match outcome {
+        RunOutcome::Executed {
+            report,
+            planned: plan,
+        } => {
+            anyhow::ensure!(
+                report.all_succeeded(),
+                "benchmark gate run did not succeed:\n{}",
+                report.render(&plan)
+            );
+            let steps = plan.step_count();
+            anyhow::ensure!(
+                steps == AGENTS.len(),
+                "planned {steps} steps, not 4:\n{plan}"
+            );
+        }
+        other => anyhow::bail!("benchmark gate run did not run: {other:?}"),
+    }
+    Ok(wall)
+}
+
+/// Run the benchmark and return the JSON object it prints.
+pub async fn run(args: &GateBenchArgs) -> anyhow::Result<serde_json::Value> {
+    let latency = Duration::from_millis(args.latency_ms.max(1));
+    let gate = Duration::from_millis(args.gate_ms);
+    let ungated = measure(latency, Duration::ZERO).await?;
+    let gated = measure(latency, gate).await?;
+    let g = gate.as_secs_f64();
+    let bound = ungated + g;
+    let serial = ungated + g * AGENTS.len() as f64;
+    Ok(json!({
+        "agents": AGENTS,
+        "latency_ms": args.latency_ms,
+        "gate_ms": args.gate_ms,
+        "ungated_s": round3(ungated),
+        "gated_s": round3(gated),
+        "bound_s": round3(bound),
+        "gates_in_series_s": round3(serial),
+        "multi_agent_gated_over_bound": round3(gated / bound),
+    }))
+}
