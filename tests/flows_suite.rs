@@ -1,7 +1,7 @@
 //! The flows suite (one test binary, to keep link time down):
 //!
 //! - `drift`: the drift finder and repair planner without I/O (every
-//!   finding kind, golden text, convergence on the example datacenter);
+//!   finding kind, the text as a snapshot, convergence on the example datacenter);
 //! - `check`: `check` / `check --fix` against the simulator, one test per
 //!   finding kind (make the drift, find it, fix it, check again), and the
 //!   command line's exit statuses and `--json`;
@@ -22,14 +22,14 @@
 mod cli_common;
 #[path = "common/flows.rs"]
 mod flows_common;
-#[path = "common/golden.rs"]
-mod golden_common;
 #[path = "common/gz.rs"]
 mod gz_common;
 #[path = "common/rel.rs"]
 mod rel_common;
 #[path = "common/sim.rs"]
 mod sim_common;
+#[path = "common/snapshot.rs"]
+mod snapshot;
 #[path = "common/tools.rs"]
 mod tools_common;
 

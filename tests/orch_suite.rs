@@ -1,11 +1,13 @@
 //! The orchestrator's integration tests, in one test binary (linking is the
 //! slow part of CI, so one binary instead of one per file).
 //!
-//! - `plan`: planner scenarios and golden plans (pure);
+//! (The planner's own scenarios, holds, half-set-up datacenters and plan
+//! snapshots are crates/plan/tests/scenarios: `cargo test -p
+//! agentsadm-plan`.)
 //! - `adopt`: adoption planning (pure);
 //! - `agentsadm_first`: servers whose agentsadm is missing, old or of
-//!   unknown version get it first (plan golden; a rollout on the strict
-//!   simulator that bootstraps them and converges);
+//!   unknown version get it first (a rollout on the strict simulator that
+//!   bootstraps them and converges);
 //! - `agentsadm_bootstrap`: the bootstrap script killed at each checkpoint
 //!   and run again; the strict execute (old, current and no agentsadm);
 //! - `agree`: `list` and `check` agree after every kind of run (sim);
@@ -31,10 +33,8 @@
 //!   image and marks, whatever the postinstall did (sim);
 //! - `revert`: a revert returns the datacenter to the images before (no
 //!   drift), is recorded and revertible; servers changed since are skipped;
-//! - `halfsetup`: a datacenter not set up leads with the cause (pure);
 //! - `halt`: the waves the plan shows and the run follows; a failure-budget
 //!   halt puts intent back (sim);
-//! - `holds`: holds as a planner rule, golden plan with holds (pure);
 //! - `marks_sim`: disable and hold end to end through the binary (sim);
 //! - `interrupt`: Ctrl-C with servers in flight (task ids, waiting for
 //!   them, a second interrupt), task ids of timed-out steps;
@@ -84,16 +84,12 @@ mod fence;
 mod flows_common;
 #[path = "orch_suite/gates.rs"]
 mod gates;
-#[path = "common/golden.rs"]
-mod golden_common;
 #[path = "orch_suite/halfsetup.rs"]
 mod halfsetup;
 #[path = "orch_suite/halt.rs"]
 mod halt;
 #[path = "orch_suite/history.rs"]
 mod history;
-#[path = "orch_suite/holds.rs"]
-mod holds;
 #[path = "orch_suite/interrupt.rs"]
 mod interrupt;
 #[path = "orch_suite/latest.rs"]
@@ -108,8 +104,6 @@ mod one_at_a_time;
 mod outage;
 #[path = "orch_suite/plain_output.rs"]
 mod plain_output;
-#[path = "orch_suite/plan.rs"]
-mod plan;
 #[path = "common/readme.rs"]
 mod readme_common;
 #[path = "orch_suite/readme_tasks.rs"]
@@ -134,6 +128,8 @@ mod sim;
 mod sim_common;
 #[path = "orch_suite/small.rs"]
 mod small;
+#[path = "common/snapshot.rs"]
+mod snapshot;
 #[path = "orch_suite/snapshots.rs"]
 mod snapshots;
 #[path = "orch_suite/tables.rs"]

@@ -95,3 +95,17 @@ pub fn yes_settings() -> &'static agentsadm_orchestrate::run::RunSettings {
 pub fn yes(plan: &agentsadm_plan::Plan) -> agentsadm_orchestrate::confirm::Confirmed<'_> {
     agentsadm_orchestrate::confirm::Confirmed::by_yes(yes_settings(), plan).expect("-y")
 }
+
+/// The one place tests build an executor (architecture:
+/// the_tests_build_an_executor_in_one_place): steps through `transport`,
+/// intent through `store`, progress to `reporter`, with `options`. Tests
+/// add a fence or records with its builders (`with_guard`,
+/// `with_records`); the product's only executor is the run's.
+pub fn executor<'a>(
+    transport: &'a dyn agentsadm_orchestrate::transport::Transport,
+    store: &'a dyn agentsadm_orchestrate::store::IntentStore,
+    reporter: &'a dyn agentsadm_orchestrate::report::Reporter,
+    options: &'a agentsadm_orchestrate::ExecOptions,
+) -> agentsadm_orchestrate::Executor<'a> {
+    agentsadm_orchestrate::Executor::new(transport, store, reporter, options)
+}

@@ -1,9 +1,9 @@
 //! The drift finder and the repair planner without I/O: every finding kind
-//! on the example datacenter, the golden text of `agentsadm check`, the
+//! on the example datacenter, the text (snapshot) of `agentsadm check`, the
 //! JSON `kind` strings, and convergence (apply the repairs to the example
 //! datacenter, find again: only informational findings remain).
 
-use crate::golden_common::golden;
+use crate::snapshot::snapshot;
 use std::collections::{BTreeMap, BTreeSet};
 
 use agentsadm_api::cnapi::AgentEntry;
@@ -248,7 +248,7 @@ fn every_kind_is_found_with_its_fix() {
     assert_eq!(kinds.len(), FindingKind::ALL.len() - 2);
     assert!(drift::has_drift(&findings));
 
-    golden("flows_check.txt", &drift::render(&findings, 6));
+    snapshot!("flows_check", drift::render(&findings, 6));
 
     // The JSON kind strings are stable.
     let json = serde_json::to_value(&findings).unwrap();
@@ -446,7 +446,7 @@ fn repairs_converge() {
     // cmon-agent install on cn001, vm-agent on cn001 and net-agent on
     // cn004, and vm-agent disabled again on cn004.
     assert_eq!(plan.plan.step_count(), 4, "{}", plan.render());
-    golden("flows_repairs.txt", &plan.render());
+    snapshot!("flows_repairs", plan.render());
 
     apply(&mut dc, &plan, &mut live);
     let (_, after) = find(&dc, &live, None);

@@ -10,7 +10,6 @@ use agentsadm_orchestrate::execute::ExecError;
 
 use agentsadm_orchestrate::execute::ExecOptions;
 
-use agentsadm_orchestrate::execute::Executor;
 use agentsadm_orchestrate::lock;
 use agentsadm_orchestrate::lock::LockError;
 use agentsadm_orchestrate::lock::LockOptions;
@@ -47,7 +46,7 @@ fn plan_with(
 
 async fn run(fake: &FakeDc, plan: &Plan, options: &ExecOptions) -> ExecReport {
     let reporter = RecordingReporter::default();
-    Executor::new(fake, fake, &reporter, options)
+    crate::sim_common::executor(fake, fake, &reporter, options)
         .execute(crate::sim_common::yes(plan), std::future::pending())
         .await
         .expect("execute")
@@ -313,7 +312,7 @@ async fn outliers_are_warned_once_and_stragglers_abandoned() {
 
     let reporter = RecordingReporter::default();
     let options = ExecOptions::default();
-    let report = Executor::new(&fake, &fake, &reporter, &options)
+    let report = crate::sim_common::executor(&fake, &fake, &reporter, &options)
         .execute(crate::sim_common::yes(&p), std::future::pending())
         .await
         .unwrap();
@@ -382,7 +381,7 @@ async fn an_interrupted_run_run_again_finishes_the_job() {
     let p = plan_with(&fake, &req, &imgs, two);
     let options = ExecOptions::default();
     let reporter = RecordingReporter::default();
-    let report = Executor::new(&fake, &fake, &reporter, &options)
+    let report = crate::sim_common::executor(&fake, &fake, &reporter, &options)
         .execute(
             crate::sim_common::yes(&p),
             tokio::time::sleep(Duration::from_millis(2500)),
@@ -444,7 +443,7 @@ async fn a_failed_service_change_touches_no_server() {
     );
     let reporter = RecordingReporter::default();
     let options = ExecOptions::default();
-    let err = Executor::new(&fake, &FailingStore, &reporter, &options)
+    let err = crate::sim_common::executor(&fake, &FailingStore, &reporter, &options)
         .execute(crate::sim_common::yes(&p), std::future::pending())
         .await
         .unwrap_err();
@@ -553,7 +552,7 @@ async fn command_line_progress_handles_every_event() {
             straggler_timeout: Some(Duration::from_secs(90)),
             ..Default::default()
         };
-        let report = Executor::new(&fake, &fake, &progress, &options)
+        let report = crate::sim_common::executor(&fake, &fake, &progress, &options)
             .execute(crate::sim_common::yes(&p), std::future::pending())
             .await
             .unwrap();
@@ -606,7 +605,7 @@ async fn a_server_with_history_is_flagged_against_itself_in_a_small_run() {
     let mut options = ExecOptions::default();
     options.known.add_history(&history);
     let reporter = RecordingReporter::default();
-    let report = Executor::new(&fake, &fake, &reporter, &options)
+    let report = crate::sim_common::executor(&fake, &fake, &reporter, &options)
         .execute(crate::sim_common::yes(&p), std::future::pending())
         .await
         .unwrap();

@@ -8,8 +8,6 @@ use std::time::Duration;
 
 use agentsadm_orchestrate::execute::ExecOptions;
 
-use agentsadm_orchestrate::execute::Executor;
-
 use agentsadm_orchestrate::execute::RunGate;
 use agentsadm_orchestrate::report::ExecEvent;
 use agentsadm_orchestrate::report::ExecReport;
@@ -114,7 +112,7 @@ async fn run_interrupted(
     gate: &KeepsWaiting,
     reporter: &Interrupts,
 ) -> ExecReport {
-    Executor::new(fake, fake, reporter, options)
+    crate::sim_common::executor(fake, fake, reporter, options)
         .execute_gated(
             crate::sim_common::yes(p),
             tokio::time::sleep(interrupt_at),
@@ -244,7 +242,7 @@ async fn without_a_terminal_the_first_interrupt_stops_waiting() {
     fake.faults().hang.insert(cn2);
     fake.faults().latency = Duration::from_secs(1);
     let reporter = Interrupts::default();
-    let report = Executor::new(&fake, &fake, &reporter, &ExecOptions::default())
+    let report = crate::sim_common::executor(&fake, &fake, &reporter, &ExecOptions::default())
         .execute(
             crate::sim_common::yes(&p),
             tokio::time::sleep(Duration::from_secs(2)),
@@ -268,7 +266,7 @@ async fn a_timed_out_step_names_its_task() {
         task_timeout: Duration::from_secs(60),
         ..Default::default()
     };
-    let report = Executor::new(&fake, &fake, &Interrupts::default(), &options)
+    let report = crate::sim_common::executor(&fake, &fake, &Interrupts::default(), &options)
         .execute(crate::sim_common::yes(&p), std::future::pending())
         .await
         .unwrap();

@@ -599,7 +599,6 @@ impl agentsadm_orchestrate::transport::Transport for BrokenDuringStep<'_> {
 /// the loss and that the server may since have been changed.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_step_failing_after_the_lock_was_broken_is_not_the_servers_failure() {
-    use agentsadm_orchestrate::execute::Executor;
     use agentsadm_orchestrate::guard::NoProbe;
     use agentsadm_plan::{ComponentSelection, PlanningInput, Request, ServerSelection, plan};
     use agentsadm_sim::fake::FakeDc;
@@ -635,7 +634,7 @@ async fn a_step_failing_after_the_lock_was_broken_is_not_the_servers_failure() {
         inner: &fake,
         fence: &fence,
     };
-    let report = Executor::new(&transport, &fake, &NullReporter, &exec_options())
+    let report = crate::sim_common::executor(&transport, &fake, &NullReporter, &exec_options())
         .with_guard(&fence, &NoProbe)
         .execute(crate::sim_common::yes(&p), std::future::pending())
         .await

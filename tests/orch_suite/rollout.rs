@@ -8,8 +8,6 @@ use std::time::Duration;
 
 use agentsadm_orchestrate::execute::ExecOptions;
 
-use agentsadm_orchestrate::execute::Executor;
-
 use agentsadm_orchestrate::execute::FailureBudget;
 
 use agentsadm_orchestrate::execute::RunGate;
@@ -116,7 +114,7 @@ async fn run(
     gate: &Gate,
 ) -> (ExecReport, Vec<String>) {
     let reporter = RecordingReporter::default();
-    let report = Executor::new(fake, fake, &reporter, options)
+    let report = crate::sim_common::executor(fake, fake, &reporter, options)
         .execute_gated(crate::sim_common::yes(p), std::future::pending(), gate)
         .await
         .expect("execute");

@@ -28,7 +28,7 @@ async fn a_small_rollout_says_how_slow_servers_are_judged() {
     assert_eq!(code, 0, "{err}");
     // (The updates server's port changes from run to run.)
     let out = out.replace(&dc.urls().updates, "http://127.0.0.1:PORT");
-    crate::golden_common::golden("update_small_rollout.txt", &out);
+    crate::snapshot::snapshot!("update_small_rollout", out);
 
     dc.shutdown().await;
 }

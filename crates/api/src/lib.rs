@@ -10,14 +10,18 @@
 //!   500s) become [`ApiError::Status`] with the parsed body.
 
 pub mod adoption;
-pub mod agents;
 pub mod bootstrap;
 pub mod cnapi;
-pub mod compat;
 pub mod imgapi;
 pub mod remote;
 pub mod retry;
 pub mod sapi;
+
+// `server.agents` entries and the command contract of `agentsadm gz` are
+// wire types the planner reads, kept below it in agentsadm-types; callers
+// keep naming them here.
+pub use agentsadm_types::agents;
+pub use agentsadm_types::compat;
 
 use std::fmt;
 use std::time::Duration;

@@ -1,6 +1,6 @@
 //! agentsadm first: no server is sent a command line its agentsadm cannot
 //! parse. Every step states the oldest agentsadm that parses what it sends
-//! ([`Step::needs_agentsadm`], from [`agentsadm_api::compat`]); a server
+//! ([`Step::needs_agentsadm`], from [`agentsadm_types::compat`]); a server
 //! whose copy (as `server.agents` reports it) is missing, says no version,
 //! or is older gets an agentsadm step first:
 //!
@@ -21,8 +21,8 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use agentsadm_api::compat::{self, GzUse};
 use agentsadm_types::catalog::{Catalog, Component, ComponentKind};
+use agentsadm_types::compat::{self, GzUse};
 use agentsadm_types::component::{ComponentName, ComponentVersion};
 use agentsadm_types::ids::ServerUuid;
 use agentsadm_types::version::VersionKey;
@@ -243,7 +243,7 @@ mod tests {
     use super::*;
     use crate::reality::Reality;
     use crate::{Operation, PlanBuilder, RolloutPolicy};
-    use agentsadm_api::cnapi::Server;
+    use agentsadm_types::cnapi::Server;
     use agentsadm_types::ids::ImageUuid;
     use serde_json::json;
 

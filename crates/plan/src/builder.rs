@@ -588,7 +588,7 @@ fn imports(plan: &Plan) -> Vec<ImageRef> {
 mod tests {
     use super::*;
     use crate::reality::{Installed, Reality};
-    use agentsadm_api::cnapi::Server;
+    use agentsadm_types::cnapi::Server;
     use serde_json::json;
 
     fn reality(n: usize) -> Reality {

@@ -19,14 +19,14 @@ use serde::Serialize;
 
 use crate::marks::{DISABLED_PARAM, HOLD_PARAM, Holds, Mark};
 use crate::reality::Reality;
-use agentsadm_api::sapi::Instance;
-use agentsadm_api::sapi::Service;
 use agentsadm_types::catalog::Catalog;
 use agentsadm_types::component::ComponentName;
 use agentsadm_types::ids::ImageUuid;
 use agentsadm_types::ids::InstanceUuid;
 use agentsadm_types::ids::ServerUuid;
 use agentsadm_types::ids::ServiceUuid;
+use agentsadm_types::sapi::Instance;
+use agentsadm_types::sapi::Service;
 
 /// A managed component's SAPI service.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
@@ -294,7 +294,7 @@ impl Intent {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use agentsadm_api::cnapi::Server;
+    use agentsadm_types::cnapi::Server;
     use serde_json::json;
 
     const CN1: &str = "44454c4c-4800-1034-804a-b2c04f354d31";

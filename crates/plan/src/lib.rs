@@ -34,6 +34,8 @@ use agentsadm_types::ids::ServerUuid;
 mod agentsadm;
 mod builder;
 pub mod display;
+#[cfg(feature = "example")]
+pub mod example;
 mod install;
 pub mod intent;
 pub mod marks;

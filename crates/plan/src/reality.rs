@@ -10,10 +10,10 @@ use std::collections::BTreeMap;
 
 use serde::Serialize;
 
-use agentsadm_api::cnapi::AgentEntry;
+use agentsadm_types::agents::AgentEntry;
 
-use agentsadm_api::cnapi::Server;
 use agentsadm_types::catalog::Catalog;
+use agentsadm_types::cnapi::Server;
 use agentsadm_types::component::{ComponentName, ComponentVersion};
 use agentsadm_types::ids::ImageUuid;
 use agentsadm_types::ids::InstanceUuid;

@@ -17,10 +17,10 @@ use super::skip::Skip;
 use crate::marks::Mark;
 use crate::reality::Installed;
 use crate::rollout::Rollout;
-use agentsadm_api::cnapi::AgentEntry;
-use agentsadm_api::compat::GzUse;
+use agentsadm_types::agents::AgentEntry;
 use agentsadm_types::catalog::OrderClass;
 use agentsadm_types::catalog::PostinstallSapi;
+use agentsadm_types::compat::GzUse;
 use agentsadm_types::component::{ComponentName, ComponentVersion};
 use agentsadm_types::ids::ImageUuid;
 use agentsadm_types::ids::InstanceUuid;
@@ -168,7 +168,7 @@ pub struct Step {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub keep_off: Option<Mark>,
     /// The oldest agentsadm on the server that parses what the step sends
-    /// it ([`agentsadm_api::compat`]); `None`: it sends agentsadm nothing.
+    /// it ([`agentsadm_types::compat`]); `None`: it sends agentsadm nothing.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub needs_agentsadm: Option<MinVersion>,
     /// For an agentsadm step the plan added because the server's copy is

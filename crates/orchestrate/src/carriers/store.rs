@@ -79,13 +79,9 @@ pub trait IntentStore: Send + Sync {
     ) -> BoxFuture<'a, Result<(), IntentWriteError>>;
 }
 
-/// The params agentsadm keeps on every agent instance.
-pub fn instance_params(server: ServerUuid, image: ImageUuid) -> agentsadm_api::sapi::Object {
-    object([
-        ("server_uuid", Value::String(server.to_string())),
-        ("image_uuid", Value::String(image.to_string())),
-    ])
-}
+/// The params agentsadm keeps on every agent instance (with SAPI's
+/// objects in agentsadm-types, where the example datacenter reads them).
+pub use agentsadm_types::sapi::instance_params;
 
 /// The params of an instance whole: agentsadm's two and the marks
 /// ([`IntentChange::Restore`]).

@@ -36,8 +36,8 @@
 
 use semver::Version;
 
-use agentsadm_types::ids::ImageUuid;
-use agentsadm_types::version::VersionKey;
+use crate::ids::ImageUuid;
+use crate::version::VersionKey;
 
 /// Parsed by every agentsadm that has `agentsadm gz`.
 pub const BASELINE: Version = Version::new(0, 0, 0);

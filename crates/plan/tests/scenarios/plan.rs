@@ -1,9 +1,8 @@
-//! Planner scenarios and golden files of the printed plan.
-//!
-//! Golden files live in `tests/golden/`; run with `UPDATE_GOLDEN=1` to
-//! rewrite them after an intended change, and review the diff.
+//! Planner scenarios and snapshots of the printed plan (`snapshots/`,
+//! exact; after an intended change `cargo insta review`, or
+//! `INSTA_UPDATE=always`, and read the diff).
 
-use crate::golden_common::golden;
+use crate::snapshot::snapshot;
 
 use agentsadm_plan::Action;
 use agentsadm_plan::IntentChange;
@@ -16,10 +15,10 @@ use agentsadm_plan::ResolvedImages;
 use agentsadm_plan::SkipReason;
 use agentsadm_plan::TransportKind;
 use agentsadm_plan::TransportMode;
+use agentsadm_plan::example::ExampleDc;
+use agentsadm_plan::example::instance_uuid;
+use agentsadm_plan::example::request;
 use agentsadm_plan::plan;
-use agentsadm_sim::testkit::ExampleDc;
-use agentsadm_sim::testkit::instance_uuid;
-use agentsadm_sim::testkit::request;
 use agentsadm_types::ids::ServerUuid;
 
 fn plan_with(
@@ -67,7 +66,7 @@ fn update_one_component_everywhere() {
             matches!(&sp.intent[..], [IntentChange::UpdateInstance { image, .. }] if *image == target.uuid)
         );
     }
-    golden("update_one_component.txt", &p.display().to_string());
+    snapshot!("update_one_component", &p.display().to_string());
     // Same input, same plan.
     assert_eq!(
         p,
@@ -173,7 +172,7 @@ fn update_all_orders_steps_and_skips_marlin_and_unmanaged() {
     );
     assert!(!p.needs_explicit_yes());
     assert!(!p.has_blocking_skips());
-    golden("update_all.txt", &p.display().to_string());
+    snapshot!("update_all", &p.display().to_string());
 }
 
 #[test]
@@ -239,7 +238,7 @@ fn skips_carry_reasons_and_blocking_only_when_it_matters() {
         matches!(&p.servers()[&cn6].intent[..], [IntentChange::CreateInstance { instance, .. }] if *instance == instance_uuid(cn6, "vm-agent"))
     );
     assert!(p.has_blocking_skips());
-    golden("update_with_skips.txt", &p.display().to_string());
+    snapshot!("update_with_skips", &p.display().to_string());
 
     // Named, a server that is not set up blocks.
     let p = plan_ok(
@@ -279,11 +278,7 @@ fn servers_by_uuid_or_hostname_and_unknown_ones_are_all_named() {
         &["cn001,nope", "0badf00d-0000-4000-8000-000000000000"],
     );
     let err = plan_with(&dc, &req, &images, TransportMode::Auto).unwrap_err();
-    let msg = err.to_string();
-    assert!(
-        msg.contains("unknown servers nope, 0badf00d-0000-4000-8000-000000000000"),
-        "{msg}"
-    );
+    snapshot!("refusal_unknown_servers", err.to_string());
     let err = plan_with(
         &dc,
         &request(Operation::Update, &["vm-agnet"], &[]),
@@ -291,10 +286,7 @@ fn servers_by_uuid_or_hostname_and_unknown_ones_are_all_named() {
         TransportMode::Auto,
     )
     .unwrap_err();
-    assert!(
-        err.to_string().contains("known components: agents_core"),
-        "{err}"
-    );
+    snapshot!("refusal_unknown_component", err.to_string());
     let mut req = request(Operation::Update, &["vm-agent"], &[]);
     req.exclude = vec!["cn999".into()];
     assert!(matches!(
@@ -312,7 +304,7 @@ fn update_without_image_converges_to_intent() {
     dc.set_service_default("vm-agent", Some(new.uuid));
     dc.sapi_merge_params(
         instance_uuid(cn1, "vm-agent"),
-        agentsadm_orchestrate::store::instance_params(cn1, new.uuid),
+        agentsadm_types::sapi::instance_params(cn1, new.uuid),
     );
     let p = plan_ok(
         &dc,
@@ -348,7 +340,7 @@ fn update_imports_targets_from_the_updates_server_first() {
         &images,
     );
     assert_eq!(p.imports(), vec![target]);
-    golden("update_import.txt", &p.display().to_string());
+    snapshot!("update_import", &p.display().to_string());
 }
 
 #[test]
@@ -367,11 +359,8 @@ fn marlin_is_only_touched_by_name_with_a_warning() {
         [agentsadm_plan::ExplicitYes::AbortsRunningWork]
     );
     assert_eq!(p.warnings().len(), 1);
-    assert!(
-        p.warnings()[0].contains("aborts running Manta jobs on 1 server (cn001)"),
-        "{}",
-        p.warnings()[0]
-    );
+    // The warning, where the plan shows it.
+    snapshot!("plan_marlin_named", p.display().to_string());
 }
 
 #[test]
@@ -444,7 +433,7 @@ fn install_on_named_servers_and_adopt_afterwards() {
             [IntentChange::AdoptInstalled { .. }]
         ));
     }
-    golden("install.txt", &p.display().to_string());
+    snapshot!("install", &p.display().to_string());
 
     dc.unmanage("firewall-logger-agent");
     let err = plan_with(
@@ -454,10 +443,7 @@ fn install_on_named_servers_and_adopt_afterwards() {
         TransportMode::Auto,
     )
     .unwrap_err();
-    assert!(
-        err.to_string().contains("run 'agentsadm adopt' first"),
-        "{err}"
-    );
+    snapshot!("refusal_install_unmanaged", err.to_string());
     dc.manage("firewall-logger-agent");
     dc.set_service_default("firewall-logger-agent", None);
     let err = plan_with(
@@ -501,11 +487,8 @@ fn headnode_only_components_are_planned_for_the_headnode_only() {
         )
         .unwrap_err();
         assert!(matches!(err, PlanError::HeadnodeOnly { .. }), "{err}");
-        let m = err.to_string();
-        assert!(
-            m.contains("cn001") && m.contains("headnode only") && m.contains("-s"),
-            "{m}"
-        );
+        let name = format!("refusal_headnode_only_{}_servers", servers.len());
+        snapshot!(name.as_str(), err.to_string());
     }
     let p = plan_ok(
         &dc,
@@ -600,7 +583,7 @@ fn remove_deletes_instances_and_refuses_cn_agent() {
             .iter()
             .any(|s| s.server == Some(cn3) && s.reason == SkipReason::NotInstalled)
     );
-    golden("remove.txt", &p.display().to_string());
+    snapshot!("remove", &p.display().to_string());
 
     let err = plan_with(
         &dc,
@@ -609,10 +592,7 @@ fn remove_deletes_instances_and_refuses_cn_agent() {
         TransportMode::Auto,
     )
     .unwrap_err();
-    assert!(
-        err.to_string().contains("refusing to remove cn-agent"),
-        "{err}"
-    );
+    snapshot!("refusal_remove_cn_agent", err.to_string());
 }
 
 #[test]
@@ -629,7 +609,7 @@ fn large_plans_are_shown_grouped() {
     assert_eq!(p.servers().len(), 120);
     let text = p.display_compact(50).to_string();
     assert!(text.lines().count() < 30, "{text}");
-    golden("update_grouped.txt", &text);
+    snapshot!("update_grouped", &text);
     // JSON has every server.
     let json = serde_json::to_value(&p).unwrap();
     assert_eq!(json["servers"].as_object().unwrap().len(), 120);
@@ -710,21 +690,18 @@ fn the_plan_says_which_gate_applies() {
     let images = dc.images_with_targets(std::slice::from_ref(&target));
     let req = request(Operation::Update, &["vm-agent"], &[]);
     let auto = plan_ok(&dc, &req, &images);
-    let text = auto.display().to_string();
-    assert!(
-        text.contains(
-            "\nHealth gates (services online for the installer's default, 10s on a real server):\n  health gate after install-agent (gz health through execute); unhealthy: previous image reinstalled: 4 steps (vm-agent)\n"
-        ),
-        "{text}"
-    );
+    snapshot!("plan_gates_execute", auto.display().to_string());
     let flags = agentsadm_plan::HealthFlags {
         min_healthy: std::time::Duration::ZERO,
         timeout: std::time::Duration::from_secs(120),
     };
-    let text = auto.display().with_health(Some(flags)).to_string();
-    assert!(
-        text.contains("\nHealth gates (services online for 0s within 2m):\n"),
-        "{text}"
+    snapshot!(
+        "plan_gates_with_health_flags",
+        auto.display().with_health(Some(flags)).to_string()
+    );
+    snapshot!(
+        "plan_gates_json",
+        serde_json::to_string_pretty(&auto).unwrap()
     );
     let json = serde_json::to_value(&auto).unwrap();
     let server = json["servers"]
@@ -736,13 +713,7 @@ fn the_plan_says_which_gate_applies() {
     assert_eq!(server["steps"][0]["gate"], "gz-health");
 
     let no_execute = plan_with(&dc, &req, &images, TransportMode::InstallAgent).expect("plan");
-    let text = no_execute.display().to_string();
-    assert!(
-        text.contains(
-            "\nHealth gates:\n  server.agents only (install-agent, no execute): services not checked, nothing reverted: 4 steps (vm-agent)\n"
-        ),
-        "{text}"
-    );
+    snapshot!("plan_gates_install_agent", no_execute.display().to_string());
     let json = serde_json::to_value(&no_execute).unwrap();
     let server = json["servers"]
         .as_object()

@@ -13,10 +13,10 @@
 use serde::{Deserialize, Deserializer, Serialize};
 use serde_json::Value;
 
-use agentsadm_types::component::{ComponentName, ComponentVersion};
-use agentsadm_types::ids::ImageUuid;
-use agentsadm_types::ids::InstanceUuid;
-use agentsadm_types::output::clip;
+use crate::component::{ComponentName, ComponentVersion};
+use crate::ids::ImageUuid;
+use crate::ids::InstanceUuid;
+use crate::output::clip;
 
 /// How much of a bad value is kept and echoed.
 const ECHO: usize = 60;
