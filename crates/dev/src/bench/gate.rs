@@ -116,6 +116,7 @@ async fn measure(latency: Duration, min_healthy: Duration) -> anyhow::Result<f64
             rollout,
         },
         durations: None,
+        overlay: None,
     };
     let t = Instant::now();
     let outcome = run
