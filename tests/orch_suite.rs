@@ -84,8 +84,6 @@ mod fence;
 mod flows_common;
 #[path = "orch_suite/gates.rs"]
 mod gates;
-#[path = "orch_suite/halfsetup.rs"]
-mod halfsetup;
 #[path = "orch_suite/halt.rs"]
 mod halt;
 #[path = "orch_suite/history.rs"]
