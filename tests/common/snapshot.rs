@@ -8,7 +8,8 @@
 //!   derived from names).
 //! - [`masked_snapshot!`]`(name, text)`: with [`masks`] applied, for
 //!   output of a run against the simulator: times, durations, random
-//!   UUIDs, run ids, who and where, timeline bars. Nothing else is masked.
+//!   UUIDs, run ids, who and where, timeline bars, seconds in `--json`.
+//!   Nothing else is masked.
 //!
 //! Both are macros so that insta files the snapshot beside the calling
 //! test (`snapshots/<name>.snap` next to it), under the name given.
@@ -23,25 +24,58 @@
 #![allow(dead_code, unused_macros, unused_imports)]
 
 /// What differs between two runs of the same story, and its mask.
-pub fn masks() -> Vec<(&'static str, &'static str)> {
-    vec![
-        (r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?Z", "[TIME]"),
-        (r"127\.0\.0\.1:\d+", "[HOST:PORT]"),
-        (r"/tmp/[^\s'\x22)]+", "[PATH]"),
-        (r"\b\d+m\d\ds\b", "[DURATION]"),
-        (r"\b\d+(\.\d+)?(ms|s)\b", "[DURATION]"),
-        (
-            r"\b[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[0-9a-f]{4}-[0-9a-f]{12}\b",
-            "[UUID]",
-        ),
-        (r"(run|history|revert|Run) [0-9a-f]{8}\b", "$1 [RUN]"),
-        (r"\broot@[^\s:\x22]+(:\d+)?", "[WHO]"),
-        // A timeline's bars are as long as each server took.
-        (r"\|[ .=#CcRrFfSsx*+-]*\|", "|[BAR]|"),
-        // A table's columns are as wide as their widest cell, and a
-        // duration's width varies: runs of spaces count as two.
-        (r" {2,}", "  "),
-    ]
+pub fn masks() -> Vec<(String, &'static str)> {
+    // Who ran it, as the lock and history write it (`user@host:pid`, and
+    // the host alone): the user and host of whoever runs the tests.
+    let user = ["USER", "LOGNAME"]
+        .iter()
+        .find_map(|v| std::env::var(v).ok())
+        .unwrap_or_else(|| "root".to_string());
+    let host = agentsadm_types::log::hostname();
+    let mut masks: Vec<(String, &'static str)> = vec![
+        (format!(r"\b{user}@{host}(:\d+)?"), "[WHO]"),
+        (format!(r"\({host}\)"), "([HOST])"),
+    ];
+    // Run logs and state directories of the tests, wherever temporary
+    // files go on this machine.
+    let tmp = std::env::temp_dir()
+        .to_string_lossy()
+        .trim_end_matches('/')
+        .to_string();
+    if !tmp.is_empty() && tmp != "/tmp" {
+        masks.push((format!(r"{tmp}/[^\s'\x22)]+"), "[PATH]"));
+    }
+    masks.extend(
+        [
+            (r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?Z", "[TIME]"),
+            (r"127\.0\.0\.1:\d+", "[HOST:PORT]"),
+            (r"/tmp/[^\s'\x22)]+", "[PATH]"),
+            (r"\b\d+m\d\ds\b", "[DURATION]"),
+            (r"\b\d+(\.\d+)?(ms|s)\b", "[DURATION]"),
+            // Seconds in --json documents.
+            (
+                r#""(elapsed|elapsed_s|started_s|took_s|gates_s|p50|p90|max)": [0-9.]+"#,
+                r#""$1": [SECONDS]"#,
+            ),
+            (
+                r"\b[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[0-9a-f]{4}-[0-9a-f]{12}\b",
+                "[UUID]",
+            ),
+            (r"(run|history|revert|Run) [0-9a-f]{8}\b", "$1 [RUN]"),
+            // A run's short id, first in each row of `history`.
+            (r"(?m)^[0-9a-f]{8}\b", "[RUN]"),
+            // A timeline's bars are as long as each server took, and the
+            // spread of install times is drawn from them.
+            (r"\|[ .=#CcRrFfSsx*+!?-]*\|", "|[BAR]|"),
+            (r"(how many took how long:).*", "$1 [SPREAD]"),
+            // A table's columns are as wide as their widest cell, and a
+            // duration's width varies: runs of spaces between cells count
+            // as two (indentation is kept).
+            (r"(\S) {2,}", "$1  "),
+        ]
+        .map(|(re, with)| (re.to_string(), with)),
+    );
+    masks
 }
 
 /// insta's settings for a snapshot: the name as given (no module prefix),
@@ -51,7 +85,7 @@ pub fn settings(masked: bool) -> insta::Settings {
     settings.set_prepend_module_to_snapshot(false);
     if masked {
         for (re, with) in masks() {
-            settings.add_filter(re, with);
+            settings.add_filter(&re, with);
         }
     }
     settings

@@ -19,6 +19,7 @@ use agentsadm_types::ids::InstanceUuid;
 use agentsadm_types::ids::ServerUuid;
 
 use crate::flows_common::*;
+use crate::snapshot::{command_snapshot, command_text, masked_snapshot};
 
 /// Find exactly `expected`, fix it, and find nothing after.
 async fn find_fix_recheck(
@@ -399,33 +400,32 @@ fn cli(dc: &agentsadm_sim::SimDc, args: &[&str]) -> std::process::Output {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn command_line_exit_statuses_and_json() {
     let dc = small_dc().await;
+    let agentsadm = crate::cli_common::agentsadm(&dc);
     // Clean: 0.
-    let out = tokio::task::block_in_place(|| cli(&dc, &["check"]));
-    assert_eq!(out.status.code(), Some(0), "{out:?}");
-    assert!(String::from_utf8_lossy(&out.stdout).contains("No drift found"));
+    command_snapshot!(agentsadm, "check_clean", &["check"], 0);
 
-    // Drift: 2, with stable kinds in --json.
+    // Drift: 2, with stable kinds in --json, and in text.
     let cn = server(&dc, "cn0001");
     let inst = instance_of(&dc, cn, "smartlogin").await.unwrap().uuid;
     dc.apis().sapi.delete_instance(inst).await.unwrap();
-    let out = tokio::task::block_in_place(|| cli(&dc, &["check", "--json"]));
-    assert_eq!(out.status.code(), Some(2), "{out:?}");
-    let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    assert_eq!(doc["findings"][0]["kind"], "installed-without-instance");
-    assert_eq!(doc["findings"][0]["fix"]["action"], "adopt-instance");
-    assert_eq!(doc["exit_status"], 2);
+    command_snapshot!(agentsadm, "check_drift_json", &["check", "--json"], 2);
+    command_snapshot!(agentsadm, "check_drift", &["check"], 2);
 
     // --fix without -y and without a terminal: refused, nothing changed.
     let before = dc.mutation_count();
-    let out = tokio::task::block_in_place(|| cli(&dc, &["check", "--fix"]));
-    assert_eq!(out.status.code(), Some(1), "{out:?}");
-    assert!(String::from_utf8_lossy(&out.stderr).contains("-y"));
+    command_snapshot!(agentsadm, "check_fix_without_yes", &["check", "--fix"], 1);
+    assert_eq!(dc.mutation_count(), before);
+    // -n: the repair plan, nothing changed.
+    command_snapshot!(agentsadm, "check_fix_dry_run", &["check", "--fix", "-n"], 2);
     assert_eq!(dc.mutation_count(), before);
 
     // Bad input: 1.
-    let out = tokio::task::block_in_place(|| cli(&dc, &["check", "-s", "nosuchhost"]));
-    assert_eq!(out.status.code(), Some(1), "{out:?}");
-    assert!(String::from_utf8_lossy(&out.stderr).contains("nosuchhost"));
+    command_snapshot!(
+        agentsadm,
+        "check_unknown_server",
+        &["check", "-s", "nosuchhost"],
+        1
+    );
 
     // --fix -y: repaired, 0; a second check: 0.
     let out = tokio::task::block_in_place(|| cli(&dc, &["check", "--fix", "-y", "--json"]));
@@ -433,6 +433,7 @@ async fn command_line_exit_statuses_and_json() {
     let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(doc["executed"], true);
     assert_eq!(doc["after"]["findings"], serde_json::json!([]));
+    crate::snapshot::masked_snapshot!("check_fix_yes_json", String::from_utf8_lossy(&out.stdout));
     let out = tokio::task::block_in_place(|| cli(&dc, &["check", "--live"]));
     assert_eq!(out.status.code(), Some(0), "{out:?}");
 
@@ -464,16 +465,20 @@ async fn fix_that_downgrades_says_so_and_counts_every_repair() {
         .update_instance(inst, &Update::params(instance_params(cn, older)))
         .await
         .unwrap();
-    let out = tokio::task::block_in_place(|| cli(&dc, &["check", "--fix"]));
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(stdout.contains("DOWNGRADE"), "{stdout}\n{stderr}");
-    assert_eq!(out.status.code(), Some(1), "{stdout}\n{stderr}");
-    assert!(stderr.contains("downgrade: cn0001: vm-agent"), "{stderr}");
-    assert!(stderr.contains("re-run with -y"), "{stderr}");
-    let out = tokio::task::block_in_place(|| cli(&dc, &["check", "--fix", "-y"]));
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(stdout.contains("Repaired: 1 (1 server steps,"), "{stdout}");
+    let agentsadm = crate::cli_common::agentsadm(&dc);
+    // The image published above has a random UUID: its short forms (in
+    // the version's git part and the short id) are masked.
+    let short = older.to_string()[..8].to_string();
+    let git = format!("g{}", &short[..7]);
+    for (name, args, code) in [
+        ("check_fix_downgrade_refused", &["check", "--fix"][..], 1),
+        ("check_fix_downgrade_yes", &["check", "--fix", "-y"][..], 0),
+    ] {
+        let text = command_text(agentsadm.run(args).await, args, code)
+            .replace(&short, "[OLDER]")
+            .replace(&git, "g[OLDER]");
+        masked_snapshot!(name, text);
+    }
 }
 
 /// `check -x` leaves a server out of the check and of `--fix`: a hung

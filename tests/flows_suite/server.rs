@@ -21,6 +21,7 @@ use agentsadm_types::ids::InstanceUuid;
 use agentsadm_types::ids::ServerUuid;
 
 use crate::flows_common::*;
+use crate::snapshot::{command_snapshot, masked_snapshot};
 
 async fn dc_with_vms() -> SimDc {
     SimDc::start(SimConfig::default().servers(3).with_vms("cn0003", 2))
@@ -316,26 +317,42 @@ async fn command_line() {
     let dc = dc_with_vms().await;
     let cn = server(&dc, "cn0001");
     // Unknown server: 1, nothing changed.
+    let agentsadm = crate::cli_common::agentsadm(&dc);
     let before = dc.mutation_count();
-    let out = tokio::task::block_in_place(|| cli(&dc, &["server", "delete", "nosuchhost", "-y"]));
-    assert_eq!(out.status.code(), Some(1), "{out:?}");
-    assert!(String::from_utf8_lossy(&out.stderr).contains("unknown server nosuchhost"));
+    command_snapshot!(
+        agentsadm,
+        "server_delete_unknown",
+        &["server", "delete", "nosuchhost", "-y"],
+        1
+    );
     // VMs: refused, 1, nothing changed.
-    let out =
-        tokio::task::block_in_place(|| cli(&dc, &["server", "factory-reset", "cn0003", "-y"]));
-    assert_eq!(out.status.code(), Some(1), "{out:?}");
-    assert!(String::from_utf8_lossy(&out.stderr).contains("2 VMs"));
-    // Without -y and no terminal: refused.
-    let out = tokio::task::block_in_place(|| cli(&dc, &["server", "delete", "cn0001"]));
-    assert_eq!(out.status.code(), Some(1), "{out:?}");
-    assert!(String::from_utf8_lossy(&out.stdout).contains("SAPI instance"));
+    command_snapshot!(
+        agentsadm,
+        "server_factory_reset_with_vms",
+        &["server", "factory-reset", "cn0003", "-y"],
+        1
+    );
+    // Without -y and no terminal: refused, the plan shown.
+    command_snapshot!(
+        agentsadm,
+        "server_delete_without_yes",
+        &["server", "delete", "cn0001"],
+        1
+    );
     assert_eq!(dc.mutation_count(), before);
-    // Dry run.
-    let out =
-        tokio::task::block_in_place(|| cli(&dc, &["server", "delete", "cn0001", "-n", "--json"]));
-    assert_eq!(out.status.code(), Some(0), "{out:?}");
-    let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    assert_eq!(doc["executed"], false);
+    // Dry run, text and --json.
+    command_snapshot!(
+        agentsadm,
+        "server_delete_dry_run",
+        &["server", "delete", "cn0001", "-n"],
+        0
+    );
+    command_snapshot!(
+        agentsadm,
+        "server_delete_dry_run_json",
+        &["server", "delete", "cn0001", "-n", "--json"],
+        0
+    );
     assert_eq!(dc.mutation_count(), before);
     // Delete for real, by hostname, --json: the run log (its path in the
     // document) has every SAPI instance deleted and the CNAPI call.
@@ -348,6 +365,7 @@ async fn command_line() {
         )
     });
     assert_eq!(out.status.code(), Some(0), "{out:?}");
+    masked_snapshot!("server_delete_json", String::from_utf8_lossy(&out.stdout));
     let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(doc["result"]["cnapi"]["status"], "deleted");
     let instances = doc["plan"]["instances"].as_array().unwrap();
@@ -391,14 +409,15 @@ async fn command_line() {
         cli_in(&dc, state.path(), &["server", "delete", "cn0001", "-y"])
     });
     assert_eq!(out.status.code(), Some(0), "{out:?}");
-    let text = String::from_utf8_lossy(&out.stdout);
-    assert!(text.contains("an earlier run deleted it as"), "{text}");
-    assert!(text.contains("Nothing left to delete"), "{text}");
+    masked_snapshot!("server_delete_again", String::from_utf8_lossy(&out.stdout));
     // And by UUID (from anywhere): 0, nothing left.
-    let out =
-        tokio::task::block_in_place(|| cli(&dc, &["server", "delete", &cn.to_string(), "-y"]));
-    assert_eq!(out.status.code(), Some(0), "{out:?}");
-    assert!(String::from_utf8_lossy(&out.stdout).contains("Nothing left to delete"));
+    let uuid = cn.to_string();
+    command_snapshot!(
+        agentsadm,
+        "server_delete_again_by_uuid",
+        &["server", "delete", &uuid, "-y"],
+        0
+    );
     // A leftover the CNAPI delete left behind is still cleaned by UUID.
     let image = dc.default_image("vm-agent").unwrap();
     put_instance(
@@ -411,6 +430,9 @@ async fn command_line() {
     let out =
         tokio::task::block_in_place(|| cli(&dc, &["server", "delete", &cn.to_string(), "-y"]));
     assert_eq!(out.status.code(), Some(0), "{out:?}");
-    assert!(String::from_utf8_lossy(&out.stdout).contains("CNAPI no longer has"));
+    masked_snapshot!(
+        "server_delete_leftover_by_uuid",
+        String::from_utf8_lossy(&out.stdout)
+    );
     assert!(!instances_by_server(&dc).await.contains_key(&cn));
 }

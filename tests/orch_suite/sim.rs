@@ -31,6 +31,8 @@ use agentsadm_sim::SimConfig;
 use agentsadm_sim::SimDc;
 use agentsadm_sim::testkit::request;
 
+use crate::snapshot::command_snapshot;
+
 async fn sim(cns: usize) -> SimDc {
     SimDc::start(
         SimConfig::default()
@@ -324,26 +326,32 @@ async fn command_line_exit_statuses() {
     let cn3 = dc.server("cn0003").unwrap();
 
     // Bad input: unknown server, exit 1, nothing changed.
+    let agentsadm = crate::cli_common::agentsadm(&dc);
     let before = dc.mutation_count();
-    let (code, _, err) = cli(
-        &dc,
+    command_snapshot!(
+        agentsadm,
+        "error_update_unknown_server",
         &["update", "vm-agent", "--latest", "-y", "-s", "cn0001,nope"],
-    )
-    .await;
-    assert_eq!(code, 1, "{err}");
-    assert!(err.contains("unknown server nope"), "{err}");
+        1
+    );
     assert_eq!(dc.mutation_count(), before);
 
     // -n prints the plan and changes nothing.
-    let (code, out, err) = cli(&dc, &["update", "vm-agent", "--latest", "-n"]).await;
-    assert_eq!(code, 0, "{err}");
-    assert!(out.contains("4 servers to change: 4 upgrades"), "{out}");
+    command_snapshot!(
+        agentsadm,
+        "plan_update_dry_run",
+        &["update", "vm-agent", "--latest", "-n"],
+        0
+    );
     assert_eq!(dc.mutation_count(), before);
 
     // Without -y and no terminal: refuses, exit 1.
-    let (code, _, err) = cli(&dc, &["update", "vm-agent", "--latest"]).await;
-    assert_eq!(code, 1);
-    assert!(err.contains("pass -y"), "{err}");
+    command_snapshot!(
+        agentsadm,
+        "error_update_needs_yes",
+        &["update", "vm-agent", "--latest"],
+        1
+    );
     assert_eq!(dc.mutation_count(), before);
 
     // A server down: the rest converge, exit 2, the skip is named.
@@ -366,9 +374,12 @@ async fn command_line_exit_statuses() {
     assert_eq!(doc["summary"][0]["component"], "vm-agent");
 
     // Nothing left to do: exit 0.
-    let (code, out, _) = cli(&dc, &["update", "vm-agent", "-y"]).await;
-    assert_eq!(code, 0);
-    assert!(out.contains("Nothing to do"), "{out}");
+    command_snapshot!(
+        agentsadm,
+        "update_nothing_to_do",
+        &["update", "vm-agent", "-y"],
+        0
+    );
 
     // The lock held by someone else: exit 1 naming the holder.
     let apis = dc.apis();
@@ -384,10 +395,13 @@ async fn command_line_exit_statuses() {
     )
     .await
     .unwrap();
-    let (code, out, err) = cli(&dc, &["update", "cmon-agent", "--latest", "-y"]).await;
-    assert_eq!(code, 1);
-    assert!(err.contains("ops@otherhost:4242"), "{err}");
-    assert!(!out.contains("Plan:"), "reported before the plan: {out}");
+    // Named, before any plan is shown.
+    command_snapshot!(
+        agentsadm,
+        "error_lock_held",
+        &["update", "cmon-agent", "--latest", "-y"],
+        1
+    );
     held.release().await.unwrap();
 
     // list and adopt.
@@ -395,9 +409,7 @@ async fn command_line_exit_statuses() {
     assert_eq!(code, 0);
     let rows: serde_json::Value = serde_json::from_str(&out).unwrap();
     assert_eq!(rows[0]["state"], "ok");
-    let (code, out, _) = cli(&dc, &["adopt", "-n"]).await;
-    assert_eq!(code, 0);
-    assert!(out.contains("0 instances to adopt"), "{out}");
+    command_snapshot!(agentsadm, "adopt_nothing", &["adopt", "-n"], 0);
     let _ = ApiConfig::default();
     dc.shutdown().await;
 }

@@ -3,54 +3,19 @@
 //! against a simulated datacenter with a fixed seed, text and `--json`.
 //! A reworded, reordered or missing line fails here, where a substring
 //! check would pass. What changes from run to run (times, durations, run
-//! ids, ports, paths) is masked by the filters below; nothing else is.
+//! ids, ports, paths) is masked (tests/common/snapshot.rs); nothing else
+//! is.
 //!
-//! After an intended change of output: `INSTA_UPDATE=always cargo test
-//! --test orch_suite snapshots`, then read the diff of `snapshots/`.
+//! After an intended change of output: `cargo insta review` (or set insta
+//! to write them locally) and read the diff of `snapshots/`; CI never
+//! writes them.
 
 use agentsadm_sim::{LatencySpec, SeedSpec, SimConfig, SimDc};
 
-/// Masks for what differs between two runs of the same story.
-fn filters() -> Vec<(&'static str, &'static str)> {
-    vec![
-        (r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?Z", "[TIME]"),
-        (r"127\.0\.0\.1:\d+", "[HOST:PORT]"),
-        (r"/tmp/[^\s'\x22)]+", "[PATH]"),
-        (r"\b\d+m\d\ds\b", "[DURATION]"),
-        (r"\b\d+(\.\d+)?(ms|s)\b", "[DURATION]"),
-        (
-            r"\b[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[0-9a-f]{4}-[0-9a-f]{12}\b",
-            "[UUID]",
-        ),
-        (r"(run|history|revert) [0-9a-f]{8}\b", "$1 [RUN]"),
-        (r"\broot@[^\s:]+(:\d+)?", "[WHO]"),
-        // A table's columns are as wide as their widest cell, and a
-        // duration's width varies: runs of spaces count as two.
-        (r" {2,}", "  "),
-    ]
-}
-
-/// Run `args`, expect `code`, and snapshot stdout under `name`, with
-/// stderr too when the command failed (its error). A run's progress lines
-/// on stderr come in the order servers finish, so they are left out.
+/// Run `args`, expect `code`, and snapshot what it printed under `name`
+/// (the one helper: tests/common/snapshot.rs).
 async fn snap(cli: &crate::cli_common::Agentsadm, name: &str, args: &[&str], code: i32) {
-    let (got, out, err) = cli.run(args).await;
-    assert_eq!(
-        got,
-        code,
-        "`{}` exited {got}:\n{out}\n{err}",
-        args.join(" ")
-    );
-    let mut text = format!("$ agentsadm {}\n{out}", args.join(" "));
-    if code != 0 && !err.trim().is_empty() {
-        text.push_str(&format!("--- stderr\n{err}"));
-    }
-    let mut settings = insta::Settings::clone_current();
-    for (re, with) in filters() {
-        settings.add_filter(re, with);
-    }
-    settings.set_prepend_module_to_snapshot(false);
-    settings.bind(|| insta::assert_snapshot!(name, text));
+    crate::snapshot::command_snapshot!(cli, name, args, code);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -148,6 +113,77 @@ async fn what_operators_read() {
         "plan_marlin_skipped",
         &["update", "marlin-agent", "--latest", "-n"],
         0,
+    )
+    .await;
+    dc.shutdown().await;
+}
+
+/// A run and its history as operators read them, one server at a time
+/// (`--concurrency 1`) so that the order servers finish in is the plan's:
+/// no runs yet, a run's `--json`, `history` and `history RUN` in text and
+/// `--json`, the summary and rack map in `--json`, errors in `--json`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn what_runs_and_history_read() {
+    let dc = SimDc::start(
+        SimConfig::default()
+            .servers(2)
+            .populate(SeedSpec::with_newer())
+            .install_latency(LatencySpec::fixed(20)),
+    )
+    .await
+    .expect("simulator starts");
+    let state = tempfile::tempdir().unwrap();
+    let cli = crate::cli_common::agentsadm(&dc).state(state.path());
+    snap(&cli, "history_no_runs", &["history"], 0).await;
+    snap(&cli, "history_no_runs_json", &["history", "--json"], 0).await;
+    snap(
+        &cli,
+        "run_update_json",
+        &[
+            "update",
+            "config-agent",
+            "--latest",
+            "-y",
+            "--concurrency",
+            "1",
+            "--json",
+        ],
+        0,
+    )
+    .await;
+    snap(&cli, "history_one_run", &["history"], 0).await;
+    snap(&cli, "history_one_run_json", &["history", "--json"], 0).await;
+    let (_, out, _) = cli.run(&["history", "--json"]).await;
+    let doc: serde_json::Value = serde_json::from_str(&out).expect("history --json");
+    let id = doc["runs"][0]["id"].as_str().expect("a run id").to_string();
+    snap(&cli, "history_run", &["history", &id[..8]], 0).await;
+    snap(
+        &cli,
+        "history_run_json",
+        &["history", &id[..8], "--json"],
+        0,
+    )
+    .await;
+    snap(
+        &cli,
+        "list_summary_json",
+        &["list", "--summary", "--json"],
+        0,
+    )
+    .await;
+    snap(&cli, "list_racks_json", &["list", "--racks", "--json"], 0).await;
+    snap(
+        &cli,
+        "error_unknown_component_json",
+        &["update", "no-such-agent", "-n", "--json"],
+        1,
+    )
+    .await;
+    snap(
+        &cli,
+        "error_unknown_run_json",
+        &["history", "nosuchrun", "--json"],
+        1,
     )
     .await;
     dc.shutdown().await;

@@ -7,6 +7,8 @@ use agentsadm_sim::SimConfig;
 
 use agentsadm_sim::SimDc;
 
+use crate::snapshot::{command_text, masked_snapshot};
+
 /// A simulated datacenter of `servers` compute nodes with a newer image
 /// of every component published.
 async fn with_newer(servers: usize) -> SimDc {
@@ -74,9 +76,9 @@ async fn list_and_avail_fit_and_take_table_options() {
     )
     .await;
     assert_eq!(out, "headnode\ncn0002\ncn0001\n");
-    let (code, _, err) = cli(&dc, &["list", "-o", "colour"]).await;
-    assert_eq!(code, 1);
-    assert!(err.contains("unknown column \"colour\""), "{err}");
+    let args = ["list", "-o", "colour"];
+    let text = command_text(cli(&dc, &args).await, &args, 1);
+    masked_snapshot!("error_list_unknown_column", text);
 
     // -q: the hostnames.
     let (code, out, _) = cli(&dc, &["list", "-q"]).await;
@@ -120,17 +122,17 @@ async fn list_and_avail_fit_and_take_table_options() {
 async fn targets_by_version_and_short_uuid() {
     let dc = with_newer(1).await;
     // No target: why nothing changes.
-    let (code, out, err) = cli(&dc, &["update", "vm-agent", "-n"]).await;
-    assert_eq!(code, 0, "{err}");
-    assert!(
-        out.contains("already run the image SAPI names for vm-agent"),
-        "{out}"
-    );
-    assert!(out.contains("use --latest or COMPONENT@VERSION"), "{out}");
+    let args = ["update", "vm-agent", "-n"];
+    let text = command_text(cli(&dc, &args).await, &args, 0);
+    masked_snapshot!("update_no_target", text);
 
     let (code, out, err) = cli(&dc, &["update", "vm-agent@1.1.0", "-n"]).await;
     assert_eq!(code, 0, "{err}");
-    assert!(out.contains("2 servers to change: 2 upgrades"), "{out}");
+    let args = ["update", "vm-agent@1.1.0", "-n"];
+    masked_snapshot!(
+        "plan_update_by_version",
+        command_text((code, out.clone(), err), &args, 0)
+    );
     let target = out
         .lines()
         .find(|l| l.trim_start().starts_with("vm-agent 1.1.0"))
@@ -142,9 +144,9 @@ async fn targets_by_version_and_short_uuid() {
     let (code, out3, err) = cli(&dc, &["update", "vm-agent", "--image", &uuid[..8], "-n"]).await;
     assert_eq!(code, 0, "{err}");
     assert_eq!(out, out3);
-    let (code, _, err) = cli(&dc, &["update", "vm-agent@9.9.9", "-n"]).await;
-    assert_eq!(code, 1);
-    assert!(err.contains("no vm-agent image matches \"9.9.9\""), "{err}");
+    let args = ["update", "vm-agent@9.9.9", "-n"];
+    let text = command_text(cli(&dc, &args).await, &args, 1);
+    masked_snapshot!("error_update_no_such_version", text);
     dc.shutdown().await;
 }
 
