@@ -15,6 +15,11 @@
 //! - `strict`: where the simulator is as strict as the real services
 //!   (issue 13).
 
+/// How long a test waits for what must happen (a task ending, a job
+/// reporting, a restart) before it calls it hung: only a hang bound, far
+/// above what a loaded 2-core CI machine takes.
+pub(crate) const HANG_BOUND: std::time::Duration = std::time::Duration::from_secs(60);
+
 #[path = "common/flows.rs"]
 mod flows_common;
 #[path = "common/sim.rs"]

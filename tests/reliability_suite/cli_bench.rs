@@ -54,7 +54,29 @@ async fn each_benchmark_prints_exactly_its_json_object() {
     assert!(rollout["realistic_wall_over_ideal_20"].as_f64().unwrap() > 0.0);
     assert_eq!(rollout["realistic_canary_waves"], 1);
 
-    let args = ["bench", "install", "--image-mb", "1", "--runs", "1"];
+    // A small realistic shape (the default is cn-agent's 9,331 files and a
+    // 40 MB node, about 40 s under load): the JSON's shape is what is
+    // tested here, not the figures.
+    let dir = tempfile::tempdir().unwrap();
+    let shape = dir.path().join("shape.tsv");
+    std::fs::write(
+        &shape,
+        "d\t4096\t755\tcn-agent\nf\t600\t644\tcn-agent/Makefile\nd\t4096\t755\tcn-agent/lib\nf\t900\t644\tcn-agent/lib/agent.js\n",
+    )
+    .unwrap();
+    let shape = shape.to_str().unwrap();
+    let args = [
+        "bench",
+        "install",
+        "--image-mb",
+        "1",
+        "--runs",
+        "1",
+        "--shape",
+        shape,
+        "--node-mb",
+        "1",
+    ];
     let install = one_object(&args, &agentsadm(&args, &[]).await);
     assert_eq!(install["image_mb"], 1);
     assert!(install["speedup_vs_cn_agent"].as_f64().unwrap() > 0.0);

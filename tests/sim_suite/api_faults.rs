@@ -113,7 +113,7 @@ async fn install_agent_is_never_retried() {
     );
     // After the burst, it works.
     let id = cnapi.install_agent(cn.uuid, image).await.unwrap();
-    let t = cnapi.wait_task(id, Duration::from_secs(10)).await.unwrap();
+    let t = cnapi.wait_task(id, crate::HANG_BOUND).await.unwrap();
     assert_eq!(t.status, TaskStatus::Complete);
     dc.shutdown().await;
 }
@@ -236,16 +236,10 @@ async fn hung_and_slow_servers_and_install_failures() {
     for s in &cns {
         ids.push(cnapi.install_agent(s.uuid, image).await.unwrap());
     }
-    let normal = cnapi
-        .wait_task(ids[0], Duration::from_secs(10))
-        .await
-        .unwrap();
+    let normal = cnapi.wait_task(ids[0], crate::HANG_BOUND).await.unwrap();
     let normal_took = started.elapsed();
     assert_eq!(normal.status, TaskStatus::Complete);
-    let slow = cnapi
-        .wait_task(ids[1], Duration::from_secs(10))
-        .await
-        .unwrap();
+    let slow = cnapi.wait_task(ids[1], crate::HANG_BOUND).await.unwrap();
     assert_eq!(slow.status, TaskStatus::Complete);
     assert!(
         started.elapsed() >= Duration::from_millis(500),
@@ -257,10 +251,7 @@ async fn hung_and_slow_servers_and_install_failures() {
         .await
         .unwrap();
     assert_eq!(hung.status, TaskStatus::Active);
-    let failed = cnapi
-        .wait_task(ids[3], Duration::from_secs(10))
-        .await
-        .unwrap();
+    let failed = cnapi.wait_task(ids[3], crate::HANG_BOUND).await.unwrap();
     assert_eq!(failed.status, TaskStatus::Failure);
     assert!(failed.error_message().unwrap().contains("injected failure"));
     dc.shutdown().await;

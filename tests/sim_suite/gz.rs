@@ -270,7 +270,7 @@ async fn cn_agent_through_execute_hands_itself_to_agentsadm_install() {
         "{r:?}"
     );
     // The job runs after cn-agent's restart delay and reports to CNAPI.
-    let deadline = Instant::now() + Duration::from_secs(10);
+    let deadline = Instant::now() + crate::HANG_BOUND;
     let now = loop {
         let a = dc.server_agents(cn.uuid);
         let cn_agent = a.into_iter().find(|a| a.name == "cn-agent").unwrap();

@@ -24,7 +24,7 @@ use agentsadm_sim::SimDc;
 use agentsadm_types::ids::ServerUuid;
 
 async fn until(what: &str, mut done: impl FnMut() -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(30);
+    let deadline = Instant::now() + crate::HANG_BOUND;
     while !done() {
         assert!(Instant::now() < deadline, "never: {what}");
         tokio::time::sleep(Duration::from_millis(20)).await;
@@ -58,7 +58,12 @@ async fn cnapi_restart_orphans_tasks_and_loses_reports_sent_meanwhile() {
     // A TaskWait in flight is cut when CNAPI dies.
     let waiting = cnapi.wait_task_once(id, Duration::from_secs(10));
     let restart = async {
-        tokio::time::sleep(Duration::from_millis(50)).await;
+        // Once the wait is in flight (a fixed 50 ms could come after it).
+        let deadline = Instant::now() + crate::HANG_BOUND;
+        while dc.task_waiters() == 0 {
+            assert!(Instant::now() < deadline, "the TaskWait never arrived");
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
         dc.restart_cnapi(Some(Duration::from_millis(3000)));
     };
     let (waited, ()) = tokio::join!(waiting, restart);
@@ -86,7 +91,7 @@ async fn cnapi_restart_orphans_tasks_and_loses_reports_sent_meanwhile() {
     // A failing task: the history carries cn-agent's error.
     dc.faults().fail_installs_on(cn.uuid);
     let id = cnapi.install_agent(cn.uuid, new.uuid).await.unwrap();
-    let t = cnapi.wait_task(id, Duration::from_secs(10)).await.unwrap();
+    let t = cnapi.wait_task(id, crate::HANG_BOUND).await.unwrap();
     assert_eq!(t.status, TaskStatus::Failure);
     let last = cnapi.task_history(cn.uuid).await.unwrap().pop().unwrap();
     assert_eq!(last.error_message(), t.error_message());

@@ -183,7 +183,7 @@ async fn cnapi_install_agent_task_lifecycle_and_failure_history() {
     let t = cnapi.get_task(id).await.unwrap();
     assert_eq!(t.status, TaskStatus::Active);
     assert!(t.history.is_none(), "no history while active");
-    let done = cnapi.wait_task(id, Duration::from_secs(10)).await.unwrap();
+    let done = cnapi.wait_task(id, crate::HANG_BOUND).await.unwrap();
     assert_eq!(done.status, TaskStatus::Complete);
     assert_eq!(done.history.as_ref().unwrap()[0].name, "finish");
     let agents = dc.server_agents(cn.uuid);
@@ -210,7 +210,7 @@ async fn cnapi_install_agent_task_lifecycle_and_failure_history() {
     let cn2 = dc.server("cn0002").unwrap();
     dc.faults().fail_installs_on(cn2.uuid);
     let id = cnapi.install_agent(cn2.uuid, img.uuid).await.unwrap();
-    let failed = cnapi.wait_task(id, Duration::from_secs(10)).await.unwrap();
+    let failed = cnapi.wait_task(id, crate::HANG_BOUND).await.unwrap();
     assert_eq!(failed.status, TaskStatus::Failure);
     let h = failed.history.as_ref().unwrap();
     assert_eq!(
@@ -229,7 +229,7 @@ async fn cnapi_install_agent_task_lifecycle_and_failure_history() {
         .install_agent(cn2.uuid, ImageUuid::from_u128(1))
         .await
         .unwrap();
-    let t = cnapi.wait_task(id, Duration::from_secs(10)).await.unwrap();
+    let t = cnapi.wait_task(id, crate::HANG_BOUND).await.unwrap();
     assert!(
         t.error_message().unwrap().contains("Image not found at"),
         "{t:?}"
@@ -290,7 +290,7 @@ async fn cnapi_cn_agent_task_completes_before_agents_change() {
         .publish_component("cn-agent", &BuildOptions::new("2.15.0"), PublishTarget::Dc)
         .unwrap();
     let id = cnapi.install_agent(cn.uuid, img.uuid).await.unwrap();
-    let t = cnapi.wait_task(id, Duration::from_secs(10)).await.unwrap();
+    let t = cnapi.wait_task(id, crate::HANG_BOUND).await.unwrap();
     assert_eq!(t.status, TaskStatus::Complete);
     let cn_agent = |dc: &SimDc| {
         dc.server_agents(cn.uuid)
@@ -299,7 +299,7 @@ async fn cnapi_cn_agent_task_completes_before_agents_change() {
             .unwrap()
     };
     assert_ne!(cn_agent(&dc).image_uuid, Some(img.uuid), "not yet reported");
-    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    let deadline = std::time::Instant::now() + crate::HANG_BOUND;
     while cn_agent(&dc).image_uuid != Some(img.uuid) {
         assert!(
             std::time::Instant::now() < deadline,
@@ -332,7 +332,7 @@ async fn cnapi_setup_reset_delete_update_and_not_running() {
     // No cn-agent on a server that is not set up: tasks fail to connect.
     let image = dc.default_image("vm-agent").unwrap();
     let id = cnapi.install_agent(cn3.uuid, image).await.unwrap();
-    let t = cnapi.wait_task(id, Duration::from_secs(10)).await.unwrap();
+    let t = cnapi.wait_task(id, crate::HANG_BOUND).await.unwrap();
     assert!(t.error_message().unwrap().contains("ECONNREFUSED"), "{t:?}");
     assert!(
         cnapi
@@ -341,7 +341,7 @@ async fn cnapi_setup_reset_delete_update_and_not_running() {
             .unwrap()
             .is_some()
     );
-    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    let deadline = std::time::Instant::now() + crate::HANG_BOUND;
     loop {
         let s = cnapi.get_server(cn3.uuid).await.unwrap();
         if s.setup {
@@ -373,7 +373,7 @@ async fn cnapi_setup_reset_delete_update_and_not_running() {
     assert_eq!(r.text, "\"Server may not be reset because it has 2 vms\"");
     let instances_before = dc.apis().sapi.list_agent_instances().await.unwrap().len();
     cnapi.factory_reset(cn1.uuid).await.unwrap();
-    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    let deadline = std::time::Instant::now() + crate::HANG_BOUND;
     while cnapi.get_server(cn1.uuid).await.unwrap().setup {
         assert!(std::time::Instant::now() < deadline);
         tokio::time::sleep(Duration::from_millis(20)).await;
@@ -488,7 +488,7 @@ async fn cnapi_execute_runs_gz_commands_and_nothing_else() {
     // gz setup --source imgapi on a factory-reset server installs the
     // default set at the SAPI services' images.
     cnapi.factory_reset(cn.uuid).await.unwrap();
-    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    let deadline = std::time::Instant::now() + crate::HANG_BOUND;
     while cnapi.get_server(cn.uuid).await.unwrap().setup {
         assert!(std::time::Instant::now() < deadline);
         tokio::time::sleep(Duration::from_millis(20)).await;
@@ -555,7 +555,7 @@ async fn cnapi_execute_runs_gz_commands_and_nothing_else() {
     );
     // (A factory reset leaves server.agents as it was: watch the GZ.)
     let want = dc.catalog().default_set(false).len();
-    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    let deadline = std::time::Instant::now() + crate::HANG_BOUND;
     loop {
         let report = dc.gz_report(cn.uuid).await.unwrap();
         if report.agents.len() == want && dc.server_agents(cn.uuid) == report.agents {
@@ -625,7 +625,7 @@ async fn cnapi_execute_through_ur_with_timeout_kills_cnapi_and_the_client_never_
     assert_eq!(dc.cnapi_crashes(), 1);
     // The client's execute never sends `timeout` unless told the server is
     // in cn-agent mode, whatever the request says.
-    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    let deadline = std::time::Instant::now() + crate::HANG_BOUND;
     while dc.cnapi_down() {
         assert!(std::time::Instant::now() < deadline);
         tokio::time::sleep(Duration::from_millis(20)).await;
@@ -656,7 +656,7 @@ async fn cnapi_uninstall_agents_and_old_cn_agent_precondition() {
         .uninstall_agents(cn.uuid, &["amon-relay".to_string()])
         .await
         .unwrap();
-    let t = cnapi.wait_task(id, Duration::from_secs(10)).await.unwrap();
+    let t = cnapi.wait_task(id, crate::HANG_BOUND).await.unwrap();
     assert_eq!(t.status, TaskStatus::Complete);
     assert!(
         dc.server_agents(cn.uuid)
@@ -728,7 +728,7 @@ async fn corrupt_and_truncated_files_fail_installs() {
         .unwrap();
     dc.faults().corrupt_image(&good.uuid.to_string());
     let id = cnapi.install_agent(cn.uuid, good.uuid).await.unwrap();
-    let t = cnapi.wait_task(id, Duration::from_secs(10)).await.unwrap();
+    let t = cnapi.wait_task(id, crate::HANG_BOUND).await.unwrap();
     assert_eq!(t.status, TaskStatus::Failure);
     // The installer's verifier: the sha1 the manifest records.
     let message = t.error_message().unwrap();
@@ -741,7 +741,7 @@ async fn corrupt_and_truncated_files_fail_installs() {
     assert_eq!(dl.content_length, Some(good.files[0].size));
     assert!(dl.response.bytes().await.is_err());
     let id = cnapi.install_agent(cn.uuid, good.uuid).await.unwrap();
-    let t = cnapi.wait_task(id, Duration::from_secs(10)).await.unwrap();
+    let t = cnapi.wait_task(id, crate::HANG_BOUND).await.unwrap();
     assert_eq!(t.status, TaskStatus::Failure);
     // Nothing changed on the server.
     assert!(
@@ -831,7 +831,7 @@ async fn cnapi_failed_setup_keeps_setting_up_until_a_setup_succeeds() {
         .unwrap();
     set_image(ImageUuid::from_u128(7).to_string()).await;
     assert!(cnapi.setup_server(cn2.uuid, None).await.unwrap().is_some());
-    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    let deadline = std::time::Instant::now() + crate::HANG_BOUND;
     while dc.jobs_ended() == 0 {
         assert!(
             std::time::Instant::now() < deadline,
@@ -848,7 +848,7 @@ async fn cnapi_failed_setup_keeps_setting_up_until_a_setup_succeeds() {
     );
     // A factory reset leaves setting_up as it was.
     cnapi.factory_reset(cn2.uuid).await.unwrap();
-    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    let deadline = std::time::Instant::now() + crate::HANG_BOUND;
     while dc.jobs_ended() == 1 {
         assert!(
             std::time::Instant::now() < deadline,
@@ -863,7 +863,7 @@ async fn cnapi_failed_setup_keeps_setting_up_until_a_setup_succeeds() {
     // The image back: a second setup is accepted and clears it.
     set_image(good.as_str().unwrap().to_string()).await;
     assert!(cnapi.setup_server(cn2.uuid, None).await.unwrap().is_some());
-    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    let deadline = std::time::Instant::now() + crate::HANG_BOUND;
     loop {
         let s = cnapi.get_server(cn2.uuid).await.unwrap();
         if s.setup {

@@ -37,11 +37,7 @@ async fn state_persists_across_restarts() {
     let cnapi = dc.apis().cnapi;
     let id = cnapi.install_agent(cn.uuid, img.uuid).await.unwrap();
     assert_eq!(
-        cnapi
-            .wait_task(id, Duration::from_secs(10))
-            .await
-            .unwrap()
-            .status,
+        cnapi.wait_task(id, crate::HANG_BOUND).await.unwrap().status,
         TaskStatus::Complete
     );
     let sapi = dc.apis().sapi;
@@ -126,7 +122,7 @@ fn stop(mut child: std::process::Child) {
         .status()
         .unwrap();
     assert!(status.success());
-    let deadline = Instant::now() + Duration::from_secs(20);
+    let deadline = Instant::now() + crate::HANG_BOUND;
     loop {
         if let Some(s) = child.try_wait().unwrap() {
             assert!(s.success(), "sim serve exited with {s}");

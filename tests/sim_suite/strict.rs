@@ -726,7 +726,7 @@ async fn try_execute_raw(
 
 /// Wait until the simulated CNAPI is back from a crash.
 async fn cnapi_back(dc: &SimDc) {
-    let deadline = Instant::now() + Duration::from_secs(30);
+    let deadline = Instant::now() + crate::HANG_BOUND;
     while dc.cnapi_down() {
         assert!(Instant::now() < deadline, "CNAPI never came back");
         tokio::time::sleep(Duration::from_millis(20)).await;
