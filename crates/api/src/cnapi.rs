@@ -185,10 +185,8 @@ impl Server {
         self.agents.as_ref()?.iter().find(|a| a.name == "cn-agent")
     }
 
-    /// The version of [`Server::cn_agent`] as CNAPI compares it (its
-    /// node-semver: a build's `-<branch>-<stamp>-g<sha>` is a pre-release,
-    /// below its release), when it reads as one. Every use of it asks what
-    /// CNAPI will decide (execute path, uninstall floor).
+    /// The version of [`Server::cn_agent`] as CNAPI's node-semver reads it
+    /// (a build `2.8.0-master-...` is a pre-release, below 2.8.0), if any.
     pub fn cn_agent_version(&self) -> Option<semver::Version> {
         agentsadm_types::version::parse_as_node_semver(&self.cn_agent()?.version)
     }
@@ -969,15 +967,11 @@ mod tests {
             .unwrap()
         };
         let new = server(json!([{"name": "cn-agent", "version": "2.15.0"}]));
-        let old = server(
-            json!([{"name": "cn-agent", "version": "2.7.9-master-20200101T000000Z-g1234567"}]),
-        );
-        let none = server(json!([{"name": "vm-agent", "version": "9.0.0"}]));
         // A build of 2.8.0 is a pre-release of it to CNAPI's node-semver.
-        let build = server(
+        let old = server(
             json!([{"name": "cn-agent", "version": "2.8.0-master-20231010T000000Z-g1234567"}]),
         );
-        assert_eq!(ExecuteMode::for_server(true, &build), ExecuteMode::Ur);
+        let none = server(json!([{"name": "vm-agent", "version": "9.0.0"}]));
         assert_eq!(ExecuteMode::for_server(true, &new), ExecuteMode::CnAgent);
         assert_eq!(ExecuteMode::for_server(false, &new), ExecuteMode::Ur);
         assert_eq!(ExecuteMode::for_server(true, &old), ExecuteMode::Ur);
