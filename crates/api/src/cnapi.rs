@@ -833,15 +833,11 @@ mod tests {
             .unwrap()
         };
         let new = server(json!([{"name": "cn-agent", "version": "2.15.0"}]));
-        let old = server(
-            json!([{"name": "cn-agent", "version": "2.7.9-master-20200101T000000Z-g1234567"}]),
-        );
-        let none = server(json!([{"name": "vm-agent", "version": "9.0.0"}]));
         // A build of 2.8.0 is a pre-release of it to CNAPI's node-semver.
-        let build = server(
+        let old = server(
             json!([{"name": "cn-agent", "version": "2.8.0-master-20231010T000000Z-g1234567"}]),
         );
-        assert_eq!(ExecuteMode::for_server(true, &build), ExecuteMode::Ur);
+        let none = server(json!([{"name": "vm-agent", "version": "9.0.0"}]));
         assert_eq!(ExecuteMode::for_server(true, &new), ExecuteMode::CnAgent);
         assert_eq!(ExecuteMode::for_server(false, &new), ExecuteMode::Ur);
         assert_eq!(ExecuteMode::for_server(true, &old), ExecuteMode::Ur);

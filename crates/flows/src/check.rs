@@ -199,9 +199,7 @@ pub async fn check(
         // disk (with --live the server's own report says it, and CNAPI's
         // stale view is a finding with its fix).
         let disk = super::ondisk::overlay_headnode(&mut answers.servers, catalog, apis).await;
-        if let Some((headnode, read)) = &disk.read {
-            changed_by_sdcadm.insert(*headnode, read.clone());
-        }
+        changed_by_sdcadm.extend(disk.read.clone());
         warnings.extend(disk.changes.iter().map(|c| {
             format!(
                 "{} {}: read from this headnode's disk (sdcadm changed it; CNAPI still shows agentsadm's registration): 'agentsadm check --live --fix -s {}' posts the server's own report",
@@ -276,12 +274,7 @@ pub async fn check(
     }
 
     if request.live {
-        for (server, report) in &live {
-            let changed = super::ondisk::changed_behind(&answers.servers, *server, report, catalog);
-            if !changed.is_empty() {
-                changed_by_sdcadm.insert(*server, changed);
-            }
-        }
+        changed_by_sdcadm = changed_in_reports(&answers.servers, &live, catalog);
     }
     let images = lookup_images(apis, &answers, &live).await?;
     let (survey, mut findings) = drift::find(&DriftInput {
@@ -307,6 +300,24 @@ pub async fn check(
         servers_checked,
         live_requested: request.live,
     })
+}
+
+/// What sdcadm changed behind agentsadm, as the servers' own reports show
+/// it ([`super::ondisk::changed_behind`]).
+fn changed_in_reports(
+    servers: &[agentsadm_api::cnapi::Server],
+    live: &BTreeMap<ServerUuid, AgentsReport>,
+    catalog: &Catalog,
+) -> BTreeMap<ServerUuid, BTreeSet<ComponentName>> {
+    live.iter()
+        .map(|(s, report)| {
+            (
+                *s,
+                super::ondisk::changed_behind(servers, *s, report, catalog),
+            )
+        })
+        .filter(|(_, changed)| !changed.is_empty())
+        .collect()
 }
 
 /// Every image a service default, an instance or a server names, looked up
