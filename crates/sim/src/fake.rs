@@ -271,10 +271,7 @@ impl FakeDc {
         if let Ok(mut v) = self.steps_run.lock() {
             v.push((server, step.component.to_string()));
         }
-        Ok(StepDone {
-            instance,
-            ..StepDone::default()
-        })
+        Ok(StepDone { instance })
     }
 
     fn apply_change(

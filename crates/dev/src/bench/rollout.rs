@@ -155,6 +155,90 @@ pub struct ModeResult {
     /// What each server step cost the headnode APIs (the simulator only).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub per_step: Option<PerStep>,
+    /// Where a server's time went (the simulator only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub times: Option<StepTimes>,
+}
+
+/// Where a server's time went in the 20-wide run on the simulator, the
+/// median over servers in milliseconds: its step's install (from its
+/// start to cn-agent's task done: the server read, the lock's
+/// confirmation, install-agent, the task wait), its `gz health` gate (a
+/// server read and an execute), and the SAPI writes after the steps (the
+/// rollout slot is free then), against the injected install latency.
+#[derive(Clone, Copy, Debug, Default, Serialize)]
+pub struct StepTimes {
+    pub install_ms: f64,
+    pub gate_ms: f64,
+    pub after_steps_ms: f64,
+    pub server_ms: f64,
+}
+
+/// Records [`StepTimes`] from the executor's events.
+#[derive(Default)]
+struct Timing {
+    at: std::sync::Mutex<TimingMarks>,
+}
+
+#[derive(Default)]
+struct TimingMarks {
+    started: std::collections::BTreeMap<ServerUuid, Instant>,
+    steps_ended: std::collections::BTreeMap<ServerUuid, Instant>,
+    install: Vec<f64>,
+    gate: Vec<f64>,
+    after: Vec<f64>,
+    server: Vec<f64>,
+}
+
+impl agentsadm_orchestrate::report::Reporter for Timing {
+    fn event(&self, event: &agentsadm_orchestrate::report::ExecEvent<'_>) {
+        use agentsadm_orchestrate::report::ExecEvent;
+        let now = Instant::now();
+        let mut m = self.at.lock().unwrap_or_else(|e| e.into_inner());
+        let ms = |d: Duration| d.as_secs_f64() * 1000.0;
+        match event {
+            ExecEvent::ServerStarted { server, .. } => {
+                m.started.insert(*server, now);
+            }
+            ExecEvent::StepFinished {
+                server,
+                elapsed,
+                gate,
+                ..
+            } => {
+                let gate = gate.and_then(|g| g.elapsed).unwrap_or_default();
+                m.install.push(ms(elapsed.saturating_sub(gate)));
+                m.gate.push(ms(gate));
+                m.steps_ended.insert(*server, now);
+            }
+            ExecEvent::ServerFinished { server, .. } => {
+                if let Some(t) = m.steps_ended.get(server).copied() {
+                    m.after.push(ms(now - t));
+                }
+                if let Some(t) = m.started.get(server).copied() {
+                    m.server.push(ms(now - t));
+                }
+            }
+            _ => {}
+        }
+    }
+}
+
+impl Timing {
+    fn times(&self) -> StepTimes {
+        let m = self.at.lock().unwrap_or_else(|e| e.into_inner());
+        let median = |v: &[f64]| {
+            let mut v = v.to_vec();
+            v.sort_by(f64::total_cmp);
+            round3(v.get(v.len() / 2).copied().unwrap_or(0.0))
+        };
+        StepTimes {
+            install_ms: median(&m.install),
+            gate_ms: median(&m.gate),
+            after_steps_ms: median(&m.after),
+            server_ms: median(&m.server),
+        }
+    }
 }
 
 /// Requests the orchestrator made per server step while it executed (the
@@ -261,6 +345,7 @@ fn result(
         ideal_s: round3(ideal),
         servers_per_s: round3(servers as f64 / wall),
         per_step: None,
+        times: None,
     }
 }
 
@@ -363,7 +448,8 @@ async fn measure_sim(
     // `agentsadm update -y` as the binary runs it, timed from here: the
     // lock, the plan made again under it, execution and the history entry
     // (in SAPI only: no journals in the developer's home).
-    let mut run = Run::new(&apis, &catalog, &settings, &NullReporter, "update");
+    let timing = Timing::default();
+    let mut run = Run::new(&apis, &catalog, &settings, &timing, "update");
     run.transport.confirm_poll = (Duration::from_millis(5), Duration::from_millis(50));
     run.lock.settle = Duration::from_millis(20);
     if let Some(h) = run.history.as_mut() {
@@ -410,6 +496,7 @@ async fn measure_sim(
     );
     let mut r = result(mode, servers, concurrency, names.len(), latency, wall);
     r.per_step = Some(per_step);
+    r.times = Some(timing.times());
     Ok(r)
 }
 
@@ -634,6 +721,8 @@ pub async fn run(args: &RolloutBenchArgs) -> anyhow::Result<serde_json::Value> {
         "sapi_writes_per_step": wide.per_step.map(|p| p.sapi_writes),
         "sapi_reads_per_step": wide.per_step.map(|p| p.sapi_reads),
         "cnapi_calls_per_step": wide.per_step.map(|p| p.cnapi_calls),
+        "times_20": wide.times,
+        "load_average": super::load_average(),
         "speedup_vs_5_wide": ratio(wide.servers_per_s, narrow.servers_per_s),
         "speedup_vs_shar": ratio(wide.servers_per_s, shar.servers_per_s),
         "executor_only_wall_over_ideal_20": executor_only,

@@ -607,10 +607,7 @@ impl CnapiTransport {
             .reported_entry(server, step, FailureStage::ReadServerAgents)
             .await?
             .and_then(|a| a.uuid);
-        Ok(StepDone {
-            instance,
-            ..StepDone::default()
-        })
+        Ok(StepDone { instance })
     }
 
     /// The step's component as CNAPI's `server.agents` lists it now (by
@@ -660,10 +657,7 @@ impl CnapiTransport {
             if let Some(a) = &reported
                 && a.image_uuid == Some(image)
             {
-                return Ok(StepDone {
-                    instance: a.uuid,
-                    ..StepDone::default()
-                });
+                return Ok(StepDone { instance: a.uuid });
             }
             let out_of_time = match &task_failure {
                 None => started.elapsed() >= self.config.confirm_timeout,
@@ -678,10 +672,7 @@ impl CnapiTransport {
                     if let Err(e) = self.cnapi.update_server_agents(server, &live).await {
                         tracing::warn!(%server, error = %error_chain(&e), "cannot post the server's report to server.agents");
                     }
-                    return Ok(StepDone {
-                        instance: a.uuid,
-                        ..StepDone::default()
-                    });
+                    return Ok(StepDone { instance: a.uuid });
                 }
                 let now = reported
                     .and_then(|a| a.image_uuid)
@@ -822,10 +813,7 @@ impl CnapiTransport {
                     .iter()
                     .find(|c| c.name == step.component || c.name == package)
                     .and_then(|c| c.instance_uuid);
-                Ok(StepDone {
-                    instance,
-                    ..StepDone::default()
-                })
+                Ok(StepDone { instance })
             }
             None => Err(StepFailure::new(
                 FailureStage::Execute,

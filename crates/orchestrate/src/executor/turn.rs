@@ -222,6 +222,24 @@ fn left_for_after(sp: &ServerPlan, change: &IntentChange) -> bool {
 }
 
 impl Executor<'_> {
+    /// A server's turn, once the datacenter lock is confirmed before it
+    /// (the confirmation before each server, and so before each wave's
+    /// first, before any change to it: here, in the turn, the rollout's
+    /// other turns go on while SAPI answers). `Err`: not started, the
+    /// lock lost or not confirmed.
+    pub(crate) async fn turn(
+        &self,
+        server: ServerUuid,
+        sp: &ServerPlan,
+        steps_done: &dyn Fn(),
+    ) -> Result<ServerOutcome, Hold> {
+        let what = format!("before starting {}", sp.hostname);
+        match self.fence.confirm(&what).await {
+            Hold::Held => Ok(self.run_server(server, sp, steps_done).await),
+            other => Err(other),
+        }
+    }
+
     /// One server's turn. Never returns an error: failures are in the
     /// outcome. `steps_done` is called once the server's own work is over
     /// and only SAPI writes are left (its rollout slot is free then).

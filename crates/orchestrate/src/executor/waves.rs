@@ -157,13 +157,8 @@ impl<'p> Waves<'p> {
     /// A started server whose turn an outage cut: it starts again, first
     /// in line, once the API answers.
     fn restart_later(&mut self, uuid: ServerUuid, sp: &'p ServerPlan) {
-        self.started.remove(&uuid);
-        if let Some(n) = sp.rack.as_deref().and_then(|r| self.in_rack.get_mut(r)) {
-            *n = n.saturating_sub(1);
-        }
-        self.launched = self.launched.saturating_sub(1);
         *self.restarts.entry(uuid).or_default() += 1;
-        self.queue.push_front((uuid, sp));
+        self.not_started(uuid, sp);
     }
 
     fn rack_has_room(&self, sp: &ServerPlan) -> bool {
@@ -193,7 +188,14 @@ impl<'p> Waves<'p> {
     }
 
     /// A server taken by [`Waves::next`] that did not start after all.
-    fn put_back(&mut self, uuid: ServerUuid, sp: &'p ServerPlan) {
+    /// A server started that did not begin (its turn found the lock not
+    /// held): as if never started, first in the queue again.
+    fn not_started(&mut self, uuid: ServerUuid, sp: &'p ServerPlan) {
+        self.started.remove(&uuid);
+        if let Some(n) = sp.rack.as_deref().and_then(|r| self.in_rack.get_mut(r)) {
+            *n = n.saturating_sub(1);
+        }
+        self.launched = self.launched.saturating_sub(1);
         self.queue.push_front((uuid, sp));
     }
 
@@ -365,27 +367,15 @@ impl Executor<'_> {
                     break;
                 }
                 let Some((uuid, sp)) = w.next() else { break };
-                // The confirmation before each server is also the one
-                // before each wave (its first server).
-                let what = format!("before starting {}", sp.hostname);
-                match self.fence.confirm(&what).await {
-                    Hold::Held => {}
-                    Hold::Lost => {
-                        self.halt(report, Halted::LockLost);
-                        w.put_back(uuid, sp);
-                        break;
-                    }
-                    Hold::Unconfirmed(api) => {
-                        w.put_back(uuid, sp);
-                        self.pause(&mut w, api, &what);
-                        break;
-                    }
-                }
+                // The confirmation before each server (and so before each
+                // wave's first) is the turn's own (`Executor::turn`): read
+                // here, it held up every turn in flight, polled by this
+                // loop, for as long as SAPI took to answer.
                 w.start(uuid, sp);
                 let slots = &slots;
                 let (turn, handle) = abortable(async move {
                     let slot = Slot::new(slots);
-                    (uuid, self.run_server(uuid, sp, &|| slot.free()).await)
+                    (uuid, self.turn(uuid, sp, &|| slot.free()).await)
                 });
                 w.abort.insert(uuid, handle);
                 running.push(turn);
@@ -416,8 +406,15 @@ impl Executor<'_> {
                 }
                 Some(turn) = running.next() => {
                     // A turn given up on was recorded when it was.
-                    let Ok((uuid, outcome)) = turn else { continue };
+                    let Ok((uuid, turn)) = turn else { continue };
                     w.abort.remove(&uuid);
+                    let outcome = match turn {
+                        Ok(outcome) => outcome,
+                        Err(hold) => {
+                            self.not_started(plan, &mut w, uuid, hold, report);
+                            continue;
+                        }
+                    };
                     if self.turn_ended(plan, &mut w, uuid, outcome, report, gate).await == Flow::Stop {
                         break;
                     }
@@ -451,6 +448,31 @@ impl Executor<'_> {
         }
         drop(running);
         self.leftovers(w, report);
+    }
+
+    /// A server whose turn found the lock `hold` (lost, or not confirmed)
+    /// before changing anything: not started, it waits in front of the
+    /// queue; the run halts (lost) or pauses (the API that did not
+    /// answer).
+    fn not_started<'p>(
+        &self,
+        plan: &'p Plan,
+        w: &mut Waves<'p>,
+        uuid: ServerUuid,
+        hold: Hold,
+        report: &mut ExecReport,
+    ) {
+        let Some(sp) = plan.servers().get(&uuid) else {
+            return;
+        };
+        w.not_started(uuid, sp);
+        match hold {
+            Hold::Held => {}
+            Hold::Lost => self.halt(report, Halted::LockLost),
+            Hold::Unconfirmed(api) => {
+                self.pause(w, api, &format!("before starting {}", sp.hostname));
+            }
+        }
     }
 
     /// A server's turn ended. One an outage cut starts again once the API
