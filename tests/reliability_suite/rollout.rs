@@ -26,7 +26,6 @@ use agentsadm_types::ids::ImageUuid;
 use agentsadm_types::ids::InstanceUuid;
 
 use agentsadm_orchestrate::execute::ExecOptions;
-use agentsadm_orchestrate::execute::Executor;
 use agentsadm_orchestrate::images::ImageChoice;
 use agentsadm_orchestrate::records::ApiRecords;
 use agentsadm_orchestrate::report::ExecReport;
@@ -304,7 +303,7 @@ async fn rollout_of_500_servers_with_faults_converges_on_the_second_run() {
         let store = SapiIntentStore::new(session.apis.sapi.clone());
         let records = ApiRecords::new(session.apis);
         let options = exec_options();
-        let r = Executor::new(&transport, &store, &NullReporter, &options)
+        let r = crate::sim_common::executor(&transport, &store, &NullReporter, &options)
             .with_records(&records)
             .execute(crate::sim_common::yes(plan), std::future::pending())
             .await
@@ -572,10 +571,11 @@ async fn execute_steps_start_after_the_servers_cn_agent_tasks() {
         inner: &fake,
         events: Default::default(),
     };
-    let report = Executor::new(&recording, &fake, &NullReporter, &ExecOptions::default())
-        .execute(crate::sim_common::yes(&p), std::future::pending())
-        .await
-        .unwrap();
+    let report =
+        crate::sim_common::executor(&recording, &fake, &NullReporter, &ExecOptions::default())
+            .execute(crate::sim_common::yes(&p), std::future::pending())
+            .await
+            .unwrap();
     assert!(report.all_succeeded(), "{}", report.render(&p));
     let events = recording.events.into_inner().unwrap();
     for server in p.servers().keys() {
