@@ -23,7 +23,7 @@ use agentsadm_plan::{
     ComponentSelection, HealthFlags, Operation, PlanOptions, Request, RolloutPolicy,
     ServerSelection, TransportMode,
 };
-use agentsadm_sim::{GzLayout, LatencySpec, SeedSpec, SimConfig, SimDc};
+use agentsadm_sim::{LatencySpec, SeedSpec, SimConfig, SimDc};
 use agentsadm_types::component::ComponentName;
 
 use super::rollout::round3;
@@ -54,11 +54,8 @@ async fn measure(latency: Duration, min_healthy: Duration) -> anyhow::Result<f64
             ..SeedSpec::default()
         })
         .cn_agent_restart(Duration::ZERO)
-        .gz_layout(GzLayout::Mockcloud)
-        .strictness(agentsadm_sim::Strictness {
-            mockcloud_refuses_execute: false,
-            ..agentsadm_sim::Strictness::default()
-        })
+        // The SmartOS-like layout: its services are what `gz health`
+        // watches for `--min-healthy` (the mockcloud layout has none).
         .install_latency(LatencySpec::fixed(latency.as_millis() as u64));
     let dc = SimDc::start(config).await?;
     for s in dc.servers() {

@@ -58,6 +58,8 @@ pub const DEFAULT_OUTAGE_WAIT: Duration = Duration::from_secs(10 * 60);
 /// rack limit) is the plan's.
 #[derive(Clone, Debug)]
 pub struct ExecOptions {
+    /// `--task-timeout`: how long one step's install may take (its health
+    /// gate is not part of it: a `gz health` check has its own bound).
     pub task_timeout: Duration,
     pub outlier: OutlierPolicy,
     /// `--straggler-timeout`: stop waiting for a server that has been
