@@ -5,7 +5,7 @@
 //! `check --fix`, `server` and `adopt --local` go through the library's one
 //! run, as `update` does: `-n`, the datacenter lock, the plan made again
 //! under it and after the prompt (fenced), the question or `-y`, the same
-//! execution options (`-j`, `--canary`, `--max-failures`,
+//! execution options (`-J`, `--canary`, `--max-failures`,
 //! `--max-per-rack`, `--task-timeout`, `--break-lock`). `--json` prints one
 //! document. Exit status: 0 clean / done,
 //! 1 nothing done (bad input, API down, refused, declined), 2 drift remains
@@ -57,7 +57,7 @@ pub struct CheckArgs {
     #[arg(long)]
     pub live: bool,
     /// Repair what can be repaired (shows the repairs and asks first), in
-    /// waves as `update` does (-j is also how many servers are asked for
+    /// waves as `update` does (-J is also how many servers are asked for
     /// their report at once).
     #[arg(long)]
     pub fix: bool,

@@ -101,8 +101,9 @@ pub struct GlobalOpts {
     /// IMGAPI URL of this datacenter (default: from the SDC config).
     #[arg(long, global = true, env = "IMGAPI_URL", value_name = "URL")]
     pub imgapi_url: Option<String>,
-    /// Print one JSON document instead of text.
-    #[arg(long, global = true)]
+    /// Print one JSON document instead of text (`-j`, as sdcadm's list
+    /// commands take it; the concurrency of a change is `-J`).
+    #[arg(short = 'j', long, global = true)]
     pub json: bool,
     /// Print less.
     #[arg(short, long, global = true)]
@@ -320,19 +321,11 @@ impl Command {
 }
 
 async fn dispatch<X: Extension>(cli: Cli<X>) -> CmdResult {
-    let mut g = cli.global;
+    let g = cli.global;
     let command = match cli.command {
         TopCommand::Product(c) => c,
         TopCommand::Extra(x) => return x.run(&g).await,
     };
-    // `-j` of the listing commands is --json (sdcadm's habit).
-    if let Command::List(orch::ListArgs { table, .. })
-    | Command::Avail(orch::AvailArgs { table, .. })
-    | Command::History(orch::HistoryArgs { table, .. }) = &command
-        && table.json_short
-    {
-        g.json = true;
-    }
     match command {
         Command::List(a) => orch::run_list(&g, a).await,
         Command::Avail(a) => orch::run_avail(&g, a).await,
@@ -380,13 +373,46 @@ pub fn exit_number(code: ExitCode) -> u8 {
         .unwrap_or(1)
 }
 
+/// The short flags that take no value, as they may be bundled (`-jy`,
+/// `-nj`): a bundle of these with `j` in it asks for JSON.
+const BUNDLED_FLAGS: &str = "jynqvHa";
+
+/// Whether `arg` is `-j` or a bundle of value-less short flags with `j`
+/// in it (`-jy`).
+fn is_short_json(arg: &std::ffi::OsStr) -> bool {
+    let Some(letters) = arg.to_str().and_then(|a| a.strip_prefix('-')) else {
+        return false;
+    };
+    !letters.starts_with('-')
+        && letters.contains('j')
+        && letters.chars().all(|c| BUNDLED_FLAGS.contains(c))
+}
+
 /// Whether the command line asks for JSON, read from the raw arguments
-/// (for errors found before they parse): `--json` before any `--`.
+/// (for errors found before they parse): `--json`, `-j` or a bundle such
+/// as `-jy`, before any `--`.
 fn wants_json(args: &[std::ffi::OsString]) -> bool {
     args.iter()
         .skip(1)
         .take_while(|a| *a != "--")
-        .any(|a| a == "--json")
+        .any(|a| a == "--json" || is_short_json(a))
+}
+
+/// `-j 5`: sdcadm's update takes `-j` as its concurrency, but here `-j`
+/// is `--json` and the number would be read as a component or a run.
+/// Refused as a usage error before parsing, so that it never starts a
+/// rollout.
+fn mistaken_concurrency(args: &[std::ffi::OsString]) -> Option<String> {
+    let words: Vec<&std::ffi::OsString> = args.iter().skip(1).take_while(|a| *a != "--").collect();
+    words.windows(2).find_map(|pair| {
+        let number = pair[1].to_str()?;
+        (is_short_json(pair[0]) && !number.is_empty() && number.chars().all(|c| c.is_ascii_digit()))
+            .then(|| {
+                format!(
+                    "-j is --json here; for {number} servers at once give -J {number} (--concurrency {number})"
+                )
+            })
+    })
 }
 
 /// A usage error: one line on stderr, and with `--json` the error document
@@ -412,6 +438,9 @@ fn usage_error(rendered: &str, json: bool) -> ExitCode {
 /// which means "partial" here).
 pub fn main<X: Extension>() -> ExitCode {
     let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    if let Some(message) = mistaken_concurrency(&args) {
+        return usage_error(&message, wants_json(&args));
+    }
     let cli = match Cli::<X>::try_parse_from(&args) {
         Ok(cli) => cli,
         Err(e) => {
@@ -540,6 +569,9 @@ where
     T: Into<std::ffi::OsString> + Clone,
 {
     let args: Vec<std::ffi::OsString> = args.into_iter().map(Into::into).collect();
+    if let Some(message) = mistaken_concurrency(&args) {
+        return usage_error(&message, wants_json(&args));
+    }
     let mut cli = match Cli::<X>::try_parse_from(&args) {
         Ok(cli) => cli,
         Err(e) => return usage_error(&e.render().to_string(), wants_json(&args)),
@@ -589,7 +621,7 @@ mod help_tests {
                 .map(|_| ())
                 .map_err(|e| e.to_string())
         };
-        let options = "-j 3 --canary 1 --max-failures 10% --max-per-rack 2 --task-timeout 5m --break-lock -n -y";
+        let options = "-J 3 --canary 1 --max-failures 10% --max-per-rack 2 --task-timeout 5m --break-lock -n -y";
         for command in [
             "update vm-agent",
             "revert 1f0c2a9e",
@@ -601,7 +633,7 @@ mod help_tests {
             "server factory-reset cn1",
         ] {
             parse(&format!("agentsadm {command} {options}")).unwrap();
-            let e = parse(&format!("agentsadm {command} -j 0")).unwrap_err();
+            let e = parse(&format!("agentsadm {command} -J 0")).unwrap_err();
             assert!(e.contains("at least 1"), "{command}: {e}");
             let e = parse(&format!("agentsadm {command} --max-per-rack 0")).unwrap_err();
             assert!(e.contains("at least 1"), "{command}: {e}");

@@ -646,7 +646,7 @@ mod tests {
     #[test]
     fn update_arguments() {
         let c = update(&[
-            "vm-agent", "-s", "cn1,cn2", "-s", "cn3", "-x", "cn4", "--latest", "-y", "-j", "5",
+            "vm-agent", "-s", "cn1,cn2", "-s", "cn3", "-x", "cn4", "--latest", "-y", "-J", "5",
         ])
         .unwrap();
         assert_eq!(
@@ -722,7 +722,7 @@ mod tests {
         let msg = |args: &[&str]| update(args).unwrap_err().to_string();
         let e = msg(&["vm-agent", "--task-timeout", "banana"]);
         assert!(e.contains("not a duration") && e.contains("90s, 5m"), "{e}");
-        let e = msg(&["vm-agent", "-j", "0"]);
+        let e = msg(&["vm-agent", "-J", "0"]);
         assert!(e.contains("at least 1"), "{e}");
         let e = msg(&["vm-agent", "-s", ""]);
         assert!(e.contains("empty server name"), "{e}");

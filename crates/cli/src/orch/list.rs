@@ -53,10 +53,6 @@ pub struct ListArgs {
 /// does.
 #[derive(Args, Clone, Debug, Default)]
 pub struct TableArgs {
-    /// The same as --json (sdcadm's -j; on update, install and remove -j
-    /// is the concurrency, as in sdcadm).
-    #[arg(short = 'j')]
-    pub json_short: bool,
     /// Leave out the header line.
     #[arg(short = 'H')]
     pub no_header: bool,

@@ -108,8 +108,8 @@ pub struct RunArgs {
     /// Do not ask for confirmation.
     #[arg(short = 'y', long = "yes")]
     pub yes: bool,
-    /// Servers changed at once.
-    #[arg(short = 'j', long, default_value_t = DEFAULT_CONCURRENCY, value_name = "N", value_parser = at_least_one)]
+    /// Servers changed at once (`-J`: `-j` is `--json`).
+    #[arg(short = 'J', long, default_value_t = DEFAULT_CONCURRENCY, value_name = "N", value_parser = at_least_one)]
     pub concurrency: usize,
     /// Servers of the first wave, which must pass before the rest start
     /// (default: 1 when the plan changes more than 20 servers, else 0; never
@@ -133,6 +133,15 @@ pub struct RunArgs {
     /// (/var/run/sdcadm.lock) when an sdcadm command holds it, then stop.
     #[arg(long, value_parser = duration, default_value = "1m", value_name = "DURATION")]
     pub sdcadm_lock_wait: Duration,
+    /// When SAPI, CNAPI or IMGAPI stops answering mid-run, no new server
+    /// starts and none counts as failed: wait this long for it to answer
+    /// again, then stop with exit status 2 (0: stop at once).
+    #[arg(long, value_parser = duration, default_value = "10m", value_name = "DURATION")]
+    pub outage_wait: Duration,
+    /// How long an API may take to answer a ping before it counts as not
+    /// answering (more than 0).
+    #[arg(long, value_parser = probe_timeout, default_value = "10s", value_name = "DURATION")]
+    pub outage_probe_timeout: Duration,
 }
 
 /// Where sdcadm keeps its lock on this host: `AGENTSADM_SDCADM_LOCK` when
@@ -201,6 +210,8 @@ impl RunArgs {
     pub fn settings(self, steps: Option<StepArgs>) -> RunSettings {
         let mut options = ExecOptions {
             task_timeout: self.task_timeout,
+            outage_wait: self.outage_wait,
+            probe_bound: self.outage_probe_timeout,
             ..Default::default()
         };
         let mut transport = TransportMode::Auto;
@@ -252,7 +263,19 @@ pub fn duration(s: &str) -> Result<Duration, String> {
     })
 }
 
-/// `-j N`, `--max-per-rack N`: at least one server at a time.
+/// `--outage-probe-timeout`: a duration above zero (a ping that may take
+/// no time would find every API down).
+fn probe_timeout(s: &str) -> Result<Duration, String> {
+    match duration(s)? {
+        d if d.is_zero() => Err(
+            "must be more than 0: an API is given this long to answer a ping (e.g. 10s)"
+                .to_string(),
+        ),
+        d => Ok(d),
+    }
+}
+
+/// `-J N`, `--max-per-rack N`: at least one server at a time.
 fn at_least_one(s: &str) -> Result<usize, String> {
     match s.trim().parse::<usize>() {
         Ok(0) => Err("must be at least 1 (servers at once)".to_string()),

@@ -56,7 +56,7 @@ pub struct RunSettings {
     pub break_lock: bool,
     /// `--transport` (update, install, remove).
     pub transport: TransportMode,
-    /// `-j`, `--canary`, `--max-failures`, `--max-per-rack`.
+    /// `-J`, `--canary`, `--max-failures`, `--max-per-rack`.
     pub rollout: RolloutPolicy,
     /// `--ignore-holds` (update, install, remove).
     pub ignore_holds: bool,

@@ -260,8 +260,8 @@ pub struct GlobalArgs {
     /// IMGAPI URL of this datacenter (default: from the SDC config).
     #[arg(long, global = true, env = "IMGAPI_URL", value_name = "URL")]
     pub imgapi_url: Option<String>,
-    /// Print one JSON document instead of text.
-    #[arg(long, global = true)]
+    /// Print one JSON document instead of text (`-j`).
+    #[arg(short = 'j', long, global = true)]
     pub json: bool,
     /// Print less.
     #[arg(short, long, global = true)]
