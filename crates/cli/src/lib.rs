@@ -5,31 +5,39 @@
 //! input, API down, lock held), 2 finished with failed or skipped servers.
 //! Each subcommand module owns its own clap arguments and `run` function.
 
+mod args;
+mod change;
+mod commands;
 mod earlier;
 mod execution;
-pub mod flows;
-pub mod gz;
-pub mod orch;
+mod marking;
+mod pictures;
 pub mod progress;
 mod question;
 pub mod release;
-pub mod selfupdate;
+pub mod settings;
 mod terminal;
+mod updates;
+
+/// `agentsadm gz`: its entry point, also run in-process by the simulator.
+pub use commands::gz;
+
+/// The parts of `list` and the `--latest` rules, under the path tests and
+/// tools use.
+pub mod orch {
+    pub use crate::commands::list::{ListRow, ListSummaryRow, list_rows, list_summary};
+    pub use crate::updates::{LATEST_DC_RULE, LATEST_RULE};
+}
 
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
 
-use anyhow::Context;
 use clap::{Args, Parser, Subcommand};
 
-use agentsadm_api::ApiConfig;
-
-use agentsadm_api::Apis;
 use agentsadm_orchestrate::report::ExecEvent;
 use agentsadm_orchestrate::report::Reporter;
 use agentsadm_orchestrate::reporters::LogReporter;
-use agentsadm_platform::read_sdc_config;
 use agentsadm_types::catalog::Catalog;
 use agentsadm_types::output::Output;
 
@@ -170,46 +178,13 @@ impl GlobalOpts {
         }
     }
 
+    /// The catalog `--catalog` names (blocking: for the developer's
+    /// commands; the product's commands read [`settings::Settings`]).
     pub fn load_catalog(&self) -> anyhow::Result<Catalog> {
         match &self.catalog {
             Some(p) => Ok(Catalog::load(p)?),
             None => Ok(Catalog::builtin()),
         }
-    }
-
-    /// The API clients, from flags, environment, or the headnode's SDC config.
-    pub fn apis(&self) -> anyhow::Result<Apis> {
-        let mut sapi = self.sapi_url.clone();
-        let mut cnapi = self.cnapi_url.clone();
-        let mut imgapi = self.imgapi_url.clone();
-        if (sapi.is_none() || cnapi.is_none() || imgapi.is_none())
-            && let Some(cfg) = read_sdc_config()
-        {
-            let s = |k: &str| cfg.get(k).and_then(|v| v.as_str()).map(str::to_string);
-            let dc = s("datacenter_name");
-            let dns = s("dns_domain");
-            if sapi.is_none() {
-                sapi = s("sapi_domain").map(|d| format!("http://{d}"));
-            }
-            if imgapi.is_none() {
-                imgapi = s("imgapi_domain").map(|d| format!("http://{d}"));
-            }
-            if cnapi.is_none() {
-                cnapi = match (dc, dns) {
-                    (Some(dc), Some(dns)) => Some(format!("http://cnapi.{dc}.{dns}")),
-                    _ => None,
-                };
-            }
-        }
-        let missing = |what: &str, flag: &str, env: &str| {
-            anyhow::anyhow!(
-                "no {what} URL: pass {flag} or set {env} (on a headnode it is read from /lib/sdc/config.sh)"
-            )
-        };
-        let sapi = sapi.ok_or_else(|| missing("SAPI", "--sapi-url", "SAPI_URL"))?;
-        let cnapi = cnapi.ok_or_else(|| missing("CNAPI", "--cnapi-url", "CNAPI_URL"))?;
-        let imgapi = imgapi.ok_or_else(|| missing("IMGAPI", "--imgapi-url", "IMGAPI_URL"))?;
-        Apis::new(&imgapi, &sapi, &cnapi, ApiConfig::default()).context("invalid API URL")
     }
 }
 
@@ -219,79 +194,79 @@ pub enum Command {
     #[command(
         after_help = "Examples:\n  agentsadm list\n  agentsadm list vm-agent -s cn0001,cn0002\n  agentsadm list -H -o hostname,version --sort version vm-agent"
     )]
-    List(orch::ListArgs),
+    List(commands::list::ListArgs),
     /// List images available for components.
     #[command(
         after_help = "Examples:\n  agentsadm avail vm-agent\n  agentsadm avail -C release\n  agentsadm avail --all-images --json"
     )]
-    Avail(orch::AvailArgs),
+    Avail(commands::avail::AvailArgs),
     /// Show the plan for update, install or remove without doing it.
     #[command(
         after_help = "Examples:\n  agentsadm plan update vm-agent --latest\n  agentsadm plan install dockerlogger -s cn0001"
     )]
-    Plan(orch::PlanArgs),
+    Plan(commands::plan::PlanArgs),
     /// Update components on servers to a target image.
     #[command(
         after_help = "Examples:\n  agentsadm update vm-agent --latest\n  agentsadm update vm-agent@1.1.0 -s cn0001,cn0002 -y\n  agentsadm update --all --latest -C release -n"
     )]
-    Update(orch::UpdateArgs),
+    Update(commands::update::UpdateArgs),
     /// Install a component on servers that do not have it.
     #[command(
         after_help = "Examples:\n  agentsadm install dockerlogger -s cn0001\n  agentsadm install cmon-agent --all-servers -y"
     )]
-    Install(orch::InstallArgs),
+    Install(commands::install::InstallArgs),
     /// Uninstall a component from servers and delete its SAPI instances.
     #[command(
         after_help = "Examples:\n  agentsadm remove dockerlogger -s cn0001\n  agentsadm remove dockerlogger -s cn0001,cn0002 -y"
     )]
-    Remove(orch::RemoveArgs),
+    Remove(commands::remove::RemoveArgs),
     /// Keep a component's SMF services disabled on servers (recorded in
     /// SAPI), across every later upgrade.
     #[command(
         after_help = "Examples:\n  agentsadm disable net-agent -s cn0042 --reason 'RFD 58: migration destination'"
     )]
-    Disable(orch::DisableArgs),
+    Disable(commands::disable::DisableArgs),
     /// Let a component disabled with `agentsadm disable` run again.
     #[command(after_help = "Examples:\n  agentsadm enable net-agent -s cn0042 -y")]
-    Enable(orch::EnableArgs),
+    Enable(commands::enable::EnableArgs),
     /// Leave a component where it is: every bulk change skips it (recorded in SAPI).
     #[command(
         after_help = "Examples:\n  agentsadm hold vm-agent -s cn0007,cn0008 --reason 'support case 4711'\n  agentsadm hold marlin-agent --reason 'Manta freeze'"
     )]
-    Hold(orch::HoldArgs),
+    Hold(commands::hold::HoldArgs),
     /// Lift a hold put with `agentsadm hold`.
     #[command(after_help = "Examples:\n  agentsadm release vm-agent -s cn0007,cn0008")]
-    Release(orch::ReleaseArgs),
+    Release(commands::release::ReleaseArgs),
     /// List the runs that changed the datacenter, or show one per server.
     #[command(
         after_help = "Examples:\n  agentsadm history\n  agentsadm history -n 5 --since 2d\n  agentsadm history 1f0c2a9e --json"
     )]
-    History(orch::HistoryArgs),
+    History(commands::history::HistoryArgs),
     /// Put back what a recorded run changed (the images servers ran before).
     #[command(
         after_help = "Examples:\n  agentsadm revert 1f0c2a9e -n\n  agentsadm revert 1f0c2a9e -y --canary 1"
     )]
-    Revert(orch::RevertArgs),
+    Revert(commands::revert::RevertArgs),
     /// Create SAPI agent services and instances for what is installed.
     #[command(after_help = "Examples:\n  agentsadm adopt -n\n  agentsadm adopt -y")]
-    Adopt(orch::AdoptArgs),
+    Adopt(commands::adopt::AdoptArgs),
     /// Report drift between SAPI intent, CNAPI and the servers; optionally fix it.
     #[command(
         after_help = "Examples:\n  agentsadm check\n  agentsadm check --live --json\n  agentsadm check --fix -y"
     )]
-    Check(flows::CheckArgs),
+    Check(commands::check::CheckArgs),
     /// Delete or factory-reset a server, cleaning up its SAPI agent instances.
-    Server(flows::ServerArgs),
+    Server(commands::server::ServerArgs),
     /// Helpers for the setup scripts in installer/: the USB key's image
     /// directory, image import, setup state.
-    Installer(flows::InstallerArgs),
+    Installer(commands::installer::InstallerArgs),
     /// Global-zone installer commands (run on one server).
-    Gz(crate::gz::command::GzArgs),
+    Gz(commands::gz::command::GzArgs),
     /// Update agentsadm on this headnode, and what new servers get.
     #[command(
         after_help = "Examples:\n  agentsadm self-update --latest\n  agentsadm self-update -n --latest -C staging\n  agentsadm self-update --rollback"
     )]
-    SelfUpdate(selfupdate::SelfUpdateArgs),
+    SelfUpdate(commands::self_update::SelfUpdateArgs),
 }
 
 impl Command {
@@ -311,8 +286,8 @@ impl Command {
             Command::Revert(_) => Some("revert"),
             Command::Check(c) if c.fix => Some("check"),
             Command::Server(s) => Some(match s.command {
-                flows::ServerCommand::Delete(_) => "server-delete",
-                flows::ServerCommand::FactoryReset(_) => "server-factory-reset",
+                commands::server::ServerCommand::Delete(_) => "server-delete",
+                commands::server::ServerCommand::FactoryReset(_) => "server-factory-reset",
             }),
             Command::SelfUpdate(a) if !a.dry_run => Some("self-update"),
             _ => None,
@@ -320,31 +295,32 @@ impl Command {
     }
 }
 
-async fn dispatch<X: Extension>(cli: Cli<X>) -> CmdResult {
-    let g = cli.global;
+/// Run the command with its settings resolved once, before it runs.
+async fn dispatch<X: Extension>(cli: Cli<X>, argv: Vec<String>) -> CmdResult {
     let command = match cli.command {
         TopCommand::Product(c) => c,
-        TopCommand::Extra(x) => return x.run(&g).await,
+        TopCommand::Extra(x) => return x.run(&cli.global).await,
     };
+    let g = &settings::Settings::resolve(cli.global, argv).await;
     match command {
-        Command::List(a) => orch::run_list(&g, a).await,
-        Command::Avail(a) => orch::run_avail(&g, a).await,
-        Command::Plan(a) => orch::run_plan(&g, a).await,
-        Command::Update(a) => orch::run_update(&g, a).await,
-        Command::Install(a) => orch::run_install(&g, a).await,
-        Command::Remove(a) => orch::run_remove(&g, a).await,
-        Command::Adopt(a) => orch::run_adopt(&g, a).await,
-        Command::Disable(a) => orch::run_disable(&g, a).await,
-        Command::Enable(a) => orch::run_enable(&g, a).await,
-        Command::Hold(a) => orch::run_hold(&g, a).await,
-        Command::Release(a) => orch::run_release(&g, a).await,
-        Command::History(a) => orch::run_history(&g, a).await,
-        Command::Revert(a) => orch::run_revert(&g, a).await,
-        Command::Check(a) => flows::run_check(&g, a).await,
-        Command::Server(a) => flows::run_server(&g, a).await,
-        Command::Installer(a) => flows::run_installer(&g, a).await,
-        Command::Gz(a) => gz::run(&g, a).await,
-        Command::SelfUpdate(a) => selfupdate::run(&g, a).await,
+        Command::List(a) => commands::list::run(g, a).await,
+        Command::Avail(a) => commands::avail::run(g, a).await,
+        Command::Plan(a) => commands::plan::run(g, a).await,
+        Command::Update(a) => commands::update::run(g, a).await,
+        Command::Install(a) => commands::install::run(g, a).await,
+        Command::Remove(a) => commands::remove::run(g, a).await,
+        Command::Adopt(a) => commands::adopt::run(g, a).await,
+        Command::Disable(a) => commands::disable::run(g, a).await,
+        Command::Enable(a) => commands::enable::run(g, a).await,
+        Command::Hold(a) => commands::hold::run(g, a).await,
+        Command::Release(a) => commands::release::run(g, a).await,
+        Command::History(a) => commands::history::run(g, a).await,
+        Command::Revert(a) => commands::revert::run(g, a).await,
+        Command::Check(a) => commands::check::run(g, a).await,
+        Command::Server(a) => commands::server::run(g, a).await,
+        Command::Installer(a) => commands::installer::run(g, a).await,
+        Command::Gz(a) => commands::gz::run(g, a).await,
+        Command::SelfUpdate(a) => commands::self_update::run(g, a).await,
     }
 }
 
@@ -522,7 +498,8 @@ async fn run_parsed<X: Extension>(cli: Cli<X>) -> ExitCode {
     // A command that ended in an error changed nothing: its one line says
     // why (the log keeps the record), so the path is not printed after it.
     let mut failed = false;
-    let code = match dispatch(cli).await {
+    let argv: Vec<String> = std::env::args().collect();
+    let code = match dispatch(cli, argv).await {
         Ok(code) => {
             tracing::info!(target: agentsadm_types::log::FILE_ONLY_TARGET, component = "cli", exit_status = exit_number(code), "command finished with exit status {}", exit_number(code));
             code

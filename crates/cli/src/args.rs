@@ -1,69 +1,23 @@
-//! The orchestrator's commands: list, avail, plan, update, install, remove
-//! and adopt.
-//!
-//! Every changing command goes the same way, through the library's one run
-//! ([`agentsadm_orchestrate::run::Run`]): plan, show, stop there with `-n`,
-//! take the datacenter lock, plan again under it, ask (or take `-y`),
-//! import images, execute with progress; the command line renders the
-//! plan and the summary. `--json` prints one document instead of text. Exit status: 0 converged, 1 nothing done (bad input, API down,
-//! lock held, declined), 2 finished with failed or skipped servers.
-//!
-//! - [`change`]: the commands `plan`, `update`, `install` and `remove`;
-//! - [`list`]: the command `list` (per server, or `--summary`);
-//! - [`avail`]: the command `avail`;
-//! - [`adopt`]: the command `adopt`;
-//! - [`marks`]: `disable`, `enable`, `hold` and `release` (issue 25).
-//! - [`history`]: the command `history` (the runs recorded);
-//! - [`revert`]: the command `revert` (put back what a run changed).
-//!
-//! This module holds the arguments they share ([`RunArgs`], flattened into
-//! every changing command, and [`StepArgs`]), turned into the library's
-//! [`RunSettings`] once.
+//! The arguments the commands share, each declared once: the servers
+//! (`-s`), the execution options of every changing command ([`RunArgs`],
+//! turned into the library's [`RunSettings`] once), the step options of
+//! `update`, `install`, `remove` and `revert` ([`StepArgs`]), where images
+//! come from ([`ChannelArgs`]) and how tables are shown ([`TableArgs`]).
 
-use agentsadm_types::component::ComponentName;
-use std::process::ExitCode;
 use std::time::Duration;
 
-use anyhow::Context;
 use clap::{ArgAction, Args};
 
-use agentsadm_api::ApiConfig;
-
-use agentsadm_api::Apis;
-
-use agentsadm_api::ImgapiClient;
+use crate::settings::Settings;
 use agentsadm_orchestrate::execute::DEFAULT_CONCURRENCY;
 use agentsadm_orchestrate::execute::ExecOptions;
 use agentsadm_orchestrate::execute::FailureBudget;
-use agentsadm_orchestrate::lock::SdcadmLockOptions;
 use agentsadm_orchestrate::outlier::OutlierPolicy;
 use agentsadm_orchestrate::run::RunSettings;
 use agentsadm_plan::HealthFlags;
 use agentsadm_plan::RolloutPolicy;
 use agentsadm_plan::TransportMode;
-
-pub mod adopt;
-pub mod avail;
-pub mod change;
-pub mod history;
-pub mod list;
-pub mod marks;
-pub mod racks;
-pub mod revert;
-pub mod timeline;
-
-pub use adopt::{AdoptArgs, run_adopt};
-pub use avail::{AvailArgs, run_avail};
-pub use change::{
-    InstallArgs, PlanArgs, PlanCommand, RemoveArgs, UpdateArgs, run_install, run_plan, run_remove,
-    run_update,
-};
-pub use history::{HistoryArgs, run_history};
-pub use list::{ListArgs, ListRow, ListSummaryRow, list_rows, list_summary, run_list};
-pub use marks::{
-    DisableArgs, EnableArgs, HoldArgs, ReleaseArgs, run_disable, run_enable, run_hold, run_release,
-};
-pub use revert::{RevertArgs, run_revert};
+use agentsadm_types::output::TableOptions;
 
 /// `-s SERVERS`: UUIDs or hostnames, comma-separated or repeated.
 #[derive(Args, Clone, Debug, Default)]
@@ -144,23 +98,6 @@ pub struct RunArgs {
     pub outage_probe_timeout: Duration,
 }
 
-/// Where sdcadm keeps its lock on this host: `AGENTSADM_SDCADM_LOCK` when
-/// set (empty: none, for a datacenter without sdcadm), else sdcadm's own
-/// path when sdcadm is installed here (a headnode). `None`: no sdcadm to
-/// keep out.
-pub(crate) fn sdcadm_lock_here(wait: Duration) -> Option<SdcadmLockOptions> {
-    match std::env::var_os("AGENTSADM_SDCADM_LOCK") {
-        Some(p) if p.is_empty() => None,
-        Some(p) => Some(SdcadmLockOptions {
-            path: p.into(),
-            wait,
-        }),
-        None => std::path::Path::new("/opt/smartdc/sdcadm/etc/buildstamp")
-            .exists()
-            .then(|| SdcadmLockOptions::headnode(wait)),
-    }
-}
-
 /// How steps reach servers and are watched: `update`, `install`, `remove`.
 #[derive(Args, Clone, Debug)]
 pub struct StepArgs {
@@ -207,7 +144,7 @@ pub struct ExecArgs {
 impl RunArgs {
     /// The library's settings; `steps` for the commands that run steps
     /// with more than the defaults.
-    pub fn settings(self, steps: Option<StepArgs>) -> RunSettings {
+    pub fn settings(self, steps: Option<StepArgs>, here: &Settings) -> RunSettings {
         let mut options = ExecOptions {
             task_timeout: self.task_timeout,
             outage_wait: self.outage_wait,
@@ -244,14 +181,15 @@ impl RunArgs {
             },
             ignore_holds,
             options,
-            sdcadm_lock: sdcadm_lock_here(self.sdcadm_lock_wait),
+            sdcadm_lock: here.sdcadm_lock(self.sdcadm_lock_wait),
         }
     }
 }
 
-impl From<ExecArgs> for RunSettings {
-    fn from(a: ExecArgs) -> RunSettings {
-        a.run.settings(Some(a.steps))
+impl ExecArgs {
+    /// The library's settings: the run's and the steps'.
+    pub fn settings(self, here: &Settings) -> RunSettings {
+        self.run.settings(Some(self.steps), here)
     }
 }
 
@@ -325,180 +263,39 @@ pub struct ChannelArgs {
     pub source: Option<SourceArg>,
 }
 
-/// What `--latest` takes, said the same way in `update --help`, the
-/// README and the plan's first line.
-pub const LATEST_RULE: &str =
-    "--latest takes the newest image in the update channel of the updates server";
-/// What `--latest --source dc` takes (air-gapped datacenters).
-pub const LATEST_DC_RULE: &str =
-    "--latest --source dc takes the newest image already in the datacenter IMGAPI";
-
-/// The updates server a command uses, and where its URL and channel came
-/// from (for the plan's first line and `avail`'s).
-pub(crate) struct UpdatesServer {
-    pub client: ImgapiClient,
-    /// `--updates-url`, `UPDATES_URL` or the sdcadm configuration file.
-    pub url_from: String,
-    /// `-C`, `SAPI's update_channel`, or none (the server's default).
-    pub channel_from: Option<&'static str>,
+/// How `list`, `avail` and `history` show their tables, as `sdcadm insts`
+/// does.
+#[derive(Args, Clone, Debug, Default)]
+pub struct TableArgs {
+    /// Leave out the header line.
+    #[arg(short = 'H')]
+    pub no_header: bool,
+    /// Only these columns, in this order (comma-separated names from the
+    /// header, any case: `list -o hostname,component,version`, `avail -o
+    /// component,version,note`).
+    #[arg(short = 'o', value_name = "COLUMNS", value_delimiter = ',')]
+    pub columns: Vec<String>,
+    /// Sort by these columns (comma-separated; `-NAME` for descending).
+    #[arg(
+        long = "sort",
+        value_name = "SORT",
+        value_delimiter = ',',
+        allow_hyphen_values = true
+    )]
+    pub sort: Vec<String>,
 }
 
-/// No updates server is configured where one is needed: said instead of
-/// looking up a public name (which an air-gapped datacenter cannot).
-#[derive(Debug, thiserror::Error)]
-#[error(
-    "no updates server is configured: pass --updates-url URL or set UPDATES_URL (on a headnode, agentsadm reads updatesServerUrl from sdcadm's configuration: /{conf} or /{defaults}); in an air-gapped datacenter use --source dc ({dc_rule})",
-    dc_rule = LATEST_DC_RULE,
-    conf = agentsadm_platform::sdcadm_config::SDCADM_CONF,
-    defaults = agentsadm_platform::sdcadm_config::SDCADM_DEFAULTS
-)]
-pub struct NoUpdatesServer;
-
-/// What a command wants from the updates server.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Want {
-    /// `--latest`: the updates server unless `--source dc`.
-    Latest,
-    /// An image to look up or list: the updates server only when asked
-    /// for (`--source updates`, `-C`, `--updates-url` or `UPDATES_URL`).
-    Lookup,
-}
-
-/// The updates server's URL and where it came from: `--updates-url`, else
-/// `UPDATES_URL`, else sdcadm's `updatesServerUrl` on this headnode.
-fn updates_url(source: &ChannelArgs, sdcadm: bool) -> Option<(String, String)> {
-    let given = |v: Option<String>| v.filter(|u| !u.trim().is_empty());
-    if let Some(u) = given(source.updates_url.clone()) {
-        return Some((u, "--updates-url".to_string()));
-    }
-    // `UPDATES_URL=` (set but empty) is no URL.
-    if let Some(u) = given(std::env::var("UPDATES_URL").ok()) {
-        return Some((u, "UPDATES_URL".to_string()));
-    }
-    if !sdcadm {
-        return None;
-    }
-    agentsadm_platform::sdcadm_updates_url(std::path::Path::new("/")).map(|(u, from)| {
-        (
-            u,
-            format!("sdcadm's updatesServerUrl in {}", from.display()),
-        )
-    })
-}
-
-fn exit(code: u8) -> ExitCode {
-    ExitCode::from(code)
-}
-
-/// The updates server, when the command needs one (see [`Want`]), with
-/// its channel: `-C`, else the `sdc` application's `update_channel` (as
-/// sdcadm does), else the updates server's default. `None` with
-/// `--source dc`, or for a lookup nobody pointed at an updates server.
-pub(crate) async fn updates_client(
-    apis: &Apis,
-    source: &ChannelArgs,
-    want: Want,
-) -> anyhow::Result<Option<UpdatesServer>> {
-    let channel_flag = source.channel.clone().filter(|c| !c.trim().is_empty());
-    if source.source == Some(SourceArg::Dc) {
-        if channel_flag.is_some() || source.updates_url.is_some() {
-            anyhow::bail!(
-                "--source dc takes images only from the datacenter IMGAPI; drop -C and --updates-url, or use --source updates"
-            );
+impl TableArgs {
+    /// The table options, sorting by `default_sort` unless told otherwise.
+    pub fn options(&self, default_sort: &[&str]) -> TableOptions {
+        TableOptions {
+            no_header: self.no_header,
+            columns: self.columns.clone(),
+            sort: if self.sort.is_empty() {
+                default_sort.iter().map(|s| s.to_string()).collect()
+            } else {
+                self.sort.clone()
+            },
         }
-        return Ok(None);
     }
-    let asked =
-        want == Want::Latest || source.source == Some(SourceArg::Updates) || channel_flag.is_some();
-    let Some((url, url_from)) = updates_url(source, asked) else {
-        if asked {
-            return Err(NoUpdatesServer.into());
-        }
-        return Ok(None);
-    };
-    let mut channel_from = channel_flag.as_ref().map(|_| "-C");
-    let mut channel = channel_flag;
-    if channel.is_none()
-        && let Ok(Some(app)) = apis.sapi.sdc_application().await
-    {
-        channel = app
-            .metadata
-            .get("update_channel")
-            .and_then(|v| v.as_str())
-            .filter(|c| !c.trim().is_empty())
-            .map(str::to_string);
-        channel_from = channel.as_ref().map(|_| "SAPI's update_channel");
-    }
-    let client = ImgapiClient::new(&url, ApiConfig::default())
-        .with_context(|| format!("invalid updates server URL {url:?} (from {url_from})"))?
-        .with_channel(channel);
-    Ok(Some(UpdatesServer {
-        client,
-        url_from,
-        channel_from,
-    }))
-}
-
-/// Where the images of a command come from, in words: `channel release
-/// (SAPI's update_channel) of http://... (UPDATES_URL)`, or the
-/// datacenter IMGAPI's URL.
-fn source_words(updates: Option<&UpdatesServer>, dc: &ImgapiClient) -> String {
-    match updates {
-        Some(u) => {
-            let channel = match (u.client.channel(), u.channel_from) {
-                (Some(c), Some(from)) => format!("channel {c} ({from})"),
-                (Some(c), None) => format!("channel {c}"),
-                (None, _) => "the default channel".to_string(),
-            };
-            format!(
-                "{channel} of the updates server {} ({})",
-                u.client.base_url(),
-                u.url_from
-            )
-        }
-        None => format!("the datacenter IMGAPI {}", dc.base_url()),
-    }
-}
-
-/// The plan's first line under `--latest`: the rule, then what it came to.
-fn latest_target_line(
-    components: &[ComponentName],
-    updates: Option<&UpdatesServer>,
-    dc: &ImgapiClient,
-) -> String {
-    let what = match components {
-        [] => "each component".to_string(),
-        many => many
-            .iter()
-            .map(ComponentName::as_str)
-            .collect::<Vec<_>>()
-            .join(", "),
-    };
-    let rule = if updates.is_some() {
-        LATEST_RULE
-    } else {
-        LATEST_DC_RULE
-    };
-    format!("{rule}: {what} from {}", source_words(updates, dc))
-}
-
-/// Ask a yes/no question on the terminal (no by default).
-pub(crate) async fn confirm(question: &str) -> anyhow::Result<bool> {
-    let question = question.to_string();
-    tokio::task::spawn_blocking(move || {
-        use std::io::Write;
-        eprint!("{question} [y/N] ");
-        let _ = std::io::stderr().flush();
-        let mut answer = String::new();
-        std::io::stdin().read_line(&mut answer)?;
-        Ok(matches!(answer.trim(), "y" | "Y" | "yes"))
-    })
-    .await
-    .context("cannot read the answer")?
-}
-
-/// Whether someone can answer a question.
-pub(crate) fn stdin_is_terminal() -> bool {
-    use std::io::IsTerminal;
-    std::io::stdin().is_terminal()
 }

@@ -1,5 +1,5 @@
-//! `agentsadm disable|enable COMPONENT -s SERVERS` and `agentsadm
-//! hold|release COMPONENT [-s SERVERS]` (issue 25).
+//! What `disable`, `enable`, `hold` and `release` share (issue 25); the
+//! commands themselves are in `commands/`.
 //!
 //! Disable and enable change servers, so they go through the library's one
 //! run like every change: `-n`, the lock, the plan made again under it,
@@ -13,97 +13,23 @@
 //! already use for the opposite of a hold (a legal hold, a held package
 //! "released" in change management), and an `un-` verb is easy to misread.
 
+use std::process::ExitCode;
+
 use agentsadm_types::component::ComponentName;
-use clap::Args;
 use serde_json::json;
 
-use super::{RunArgs, ServersArg, exit};
 use crate::CmdResult;
-use crate::GlobalOpts;
-use crate::execution::{CliOperator, Execution, interrupted, run_error};
+use crate::args::{RunArgs, ServersArg};
+use crate::execution::{CliOperator, Execution, ended, executed, interrupted, recorded, run_error};
+use crate::settings::Settings;
 use agentsadm_orchestrate::marks::{SwitchPlanner, set_holds};
-use agentsadm_orchestrate::run::{Run, RunOutcome, Shown};
+use agentsadm_orchestrate::run::{Run, Shown};
 use agentsadm_plan::{
     ComponentSelection, HoldScope, Mark, Operation, Plan, Request, ServerSelection,
 };
 
-#[derive(Args, Debug)]
-pub struct DisableArgs {
-    /// The component whose services stay off.
-    #[arg(value_name = "COMPONENT")]
-    pub component: ComponentName,
-    #[command(flatten)]
-    pub servers: ServersArg,
-    /// Why (recorded in SAPI with who and when).
-    #[arg(long, value_name = "TEXT")]
-    pub reason: Option<String>,
-    #[command(flatten)]
-    pub run: RunArgs,
-}
-
-#[derive(Args, Debug)]
-pub struct EnableArgs {
-    /// The component to let run again.
-    #[arg(value_name = "COMPONENT")]
-    pub component: ComponentName,
-    #[command(flatten)]
-    pub servers: ServersArg,
-    #[command(flatten)]
-    pub run: RunArgs,
-}
-
-#[derive(Args, Debug)]
-pub struct HoldArgs {
-    /// The component to leave where it is.
-    #[arg(value_name = "COMPONENT")]
-    pub component: ComponentName,
-    /// Hold it on these servers only (default: datacenter-wide, new
-    /// servers included).
-    #[command(flatten)]
-    pub servers: ServersArg,
-    /// Why (recorded in SAPI with who and when, shown in every plan).
-    #[arg(long, value_name = "TEXT")]
-    pub reason: Option<String>,
-}
-
-#[derive(Args, Debug)]
-pub struct ReleaseArgs {
-    /// The held component.
-    #[arg(value_name = "COMPONENT")]
-    pub component: ComponentName,
-    /// Release it on these servers only (default: the datacenter-wide hold).
-    #[command(flatten)]
-    pub servers: ServersArg,
-}
-
-/// Who is asking: the operator behind sudo, else the login name.
-fn operator_name() -> String {
-    ["SUDO_USER", "LOGNAME", "USER"]
-        .iter()
-        .find_map(|v| std::env::var(v).ok().filter(|s| !s.is_empty()))
-        .unwrap_or_else(|| "root".into())
-}
-
-/// A mark made now by this operator.
-fn mark_now(reason: Option<String>) -> Mark {
-    Mark {
-        by: operator_name(),
-        at: humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string(),
-        reason: reason.filter(|r| !r.trim().is_empty()),
-    }
-}
-
-pub async fn run_disable(g: &GlobalOpts, a: DisableArgs) -> CmdResult {
-    let mark = mark_now(a.reason);
-    run_switch(g, a.component, a.servers, a.run, Some(mark)).await
-}
-
-pub async fn run_enable(g: &GlobalOpts, a: EnableArgs) -> CmdResult {
-    run_switch(g, a.component, a.servers, a.run, None).await
-}
-
-async fn run_switch(
-    g: &GlobalOpts,
+pub(crate) async fn run_switch(
+    g: &Settings,
     component: ComponentName,
     servers: ServersArg,
     run: RunArgs,
@@ -124,7 +50,7 @@ async fn run_switch(
     let catalog = g.load_catalog()?;
     catalog.require(&component)?;
     let apis = g.apis()?;
-    let settings = run.settings(None);
+    let settings = run.settings(None, g);
     let planner = SwitchPlanner {
         apis: &apis,
         catalog: &catalog,
@@ -153,38 +79,19 @@ async fn run_switch(
     let execution = Execution::new(g, operation.as_str());
     let reporter = execution.reporter();
     let name = format!("{operation} {component}");
-    let run = Run::new(&apis, &catalog, &settings, &reporter, name);
-    let status = match run
+    let run = recorded(Run::new(&apis, &catalog, &settings, &reporter, name), g);
+    let outcome = run
         .go(&planner, &operator, interrupted())
         .await
-        .map_err(run_error)?
-    {
-        RunOutcome::DryRun(plan) | RunOutcome::Empty(plan) => {
-            if out.json {
-                out.json(&json!({"plan": plan, "executed": false, "exit_status": 0}));
-            }
-            u8::from(plan.has_blocking_skips()) * 2
-        }
-        RunOutcome::Declined(_) => {
-            out.line("Nothing was changed.");
-            1
-        }
-        RunOutcome::Executed { planned, report } => super::change::executed(out, &planned, &report),
-    };
-    Ok(exit(status))
+        .map_err(run_error)?;
+    Ok(ExitCode::from(match ended(out, outcome, true) {
+        Ok((planned, report)) => executed(out, &planned, &report),
+        Err(status) => status,
+    }))
 }
 
-pub async fn run_hold(g: &GlobalOpts, a: HoldArgs) -> CmdResult {
-    let mark = mark_now(a.reason);
-    set_and_say(g, &a.component, &a.servers.servers, Some(&mark)).await
-}
-
-pub async fn run_release(g: &GlobalOpts, a: ReleaseArgs) -> CmdResult {
-    set_and_say(g, &a.component, &a.servers.servers, None).await
-}
-
-async fn set_and_say(
-    g: &GlobalOpts,
+pub(crate) async fn set_and_say(
+    g: &Settings,
     component: &str,
     servers: &[String],
     mark: Option<&Mark>,
@@ -222,7 +129,7 @@ async fn set_and_say(
             ));
         }
     }
-    Ok(exit(0))
+    Ok(ExitCode::SUCCESS)
 }
 
 /// The run holding the datacenter lock, if one does (a hold recorded now
