@@ -157,9 +157,9 @@ async fn list_summary_shows_holds() {
     let dc = SimDc::start(SimConfig::default().servers(2))
         .await
         .expect("simulator starts");
-    let (code, _, err) = cli(&dc, &["hold", "net-agent", "-s", "cn0001"]).await;
+    let (code, _, err) = cli(&dc, &["hold", "net-agent", "-s", "cn0001", "-y"]).await;
     assert_eq!(code, 0, "{err}");
-    let (code, _, err) = cli(&dc, &["hold", "vm-agent", "--reason", "freeze"]).await;
+    let (code, _, err) = cli(&dc, &["hold", "vm-agent", "--reason", "freeze", "-y"]).await;
     assert_eq!(code, 0, "{err}");
     let (code, out, err) = cli(&dc, &["list", "--summary"]).await;
     assert_eq!(code, 0, "{err}");
@@ -216,6 +216,7 @@ async fn listing_commands_take_j_and_history_takes_table_options() {
         &["history", "-j"][..],
         &["check", "-j"][..],
         &["update", "vm-agent@1.1.0", "-n", "-j"][..],
+        &["hold", "vm-agent", "-n", "-j"][..],
     ] {
         let (code, out, err) = run(args).await;
         assert_eq!(code, 0, "{args:?}: {err}");

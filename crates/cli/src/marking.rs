@@ -8,39 +8,37 @@
 //! when and why) and runs `gz disable|enable` there.
 //!
 //! Hold and release write only SAPI (`params.agentsadm_hold` on the
-//! instance, or on the service without `-s`); the planner honours holds
-//! in every later plan. `release`, not `unhold`: it is the word operators
-//! already use for the opposite of a hold (a legal hold, a held package
-//! "released" in change management), and an `un-` verb is easy to misread.
+//! instance, or on the service without `-s`), planned and run the same
+//! way (issue 31): `-n`, `-y` (a script needs it), the lock, a history
+//! entry; the planner honours holds in every later plan. `release`, not
+//! `unhold`: it is the word operators already use for the opposite of a
+//! hold (a legal hold, a held package "released" in change management),
+//! and an `un-` verb is easy to misread.
 
 use std::process::ExitCode;
 
 use agentsadm_types::component::ComponentName;
-use serde_json::json;
 
 use crate::CmdResult;
 use crate::args::{RunArgs, ServersArg};
 use crate::execution::{CliOperator, Execution, ended, executed, interrupted, recorded, run_error};
 use crate::settings::Settings;
-use agentsadm_orchestrate::marks::{SwitchPlanner, set_holds};
+use agentsadm_orchestrate::marks::MarkPlanner;
 use agentsadm_orchestrate::run::{Run, Shown};
-use agentsadm_plan::{
-    ComponentSelection, HoldScope, Mark, Operation, Plan, Request, ServerSelection,
-};
+use agentsadm_plan::{ComponentSelection, Mark, Operation, Plan, Request, ServerSelection};
 
-pub(crate) async fn run_switch(
+/// `disable`, `enable`, `hold` or `release` of `component` (`mark`: who,
+/// when and why, for disable and hold), through the one run.
+pub(crate) async fn run_mark(
     g: &Settings,
+    operation: Operation,
     component: ComponentName,
     servers: ServersArg,
     run: RunArgs,
     mark: Option<Mark>,
 ) -> CmdResult {
-    let operation = if mark.is_some() {
-        Operation::Disable
-    } else {
-        Operation::Enable
-    };
-    if servers.servers.is_empty() {
+    let switch = matches!(operation, Operation::Disable | Operation::Enable);
+    if switch && servers.servers.is_empty() {
         anyhow::bail!(
             "{operation} needs -s SERVERS: name the servers (UUIDs or hostnames) where {component} should be {}d",
             operation.as_str()
@@ -51,16 +49,20 @@ pub(crate) async fn run_switch(
     catalog.require(&component)?;
     let apis = g.apis()?;
     let settings = run.settings(None, g);
-    let planner = SwitchPlanner {
+    let planner = MarkPlanner {
         apis: &apis,
         catalog: &catalog,
         request: Request {
             operation,
             components: ComponentSelection::Named(vec![component.clone()]),
-            servers: ServerSelection::Named(servers.servers),
+            servers: if servers.servers.is_empty() {
+                ServerSelection::All
+            } else {
+                ServerSelection::Named(servers.servers)
+            },
             exclude: Vec::new(),
         },
-        mark,
+        mark: mark.clone(),
         options: settings.plan_options(),
     };
     let operator = CliOperator::new(
@@ -84,60 +86,18 @@ pub(crate) async fn run_switch(
         .go(&planner, &operator, interrupted())
         .await
         .map_err(run_error)?;
-    Ok(ExitCode::from(match ended(out, outcome, true) {
+    let status = match ended(out, outcome, true) {
         Ok((planned, report)) => executed(out, &planned, &report),
         Err(status) => status,
-    }))
-}
-
-pub(crate) async fn set_and_say(
-    g: &Settings,
-    component: &str,
-    servers: &[String],
-    mark: Option<&Mark>,
-) -> CmdResult {
-    let out = g.output();
-    let catalog = g.load_catalog()?;
-    let apis = g.apis()?;
-    let written = set_holds(&apis, &catalog, component, servers, mark).await?;
-    let verb = if mark.is_some() { "held" } else { "released" };
-    if out.json {
-        let rows: Vec<_> = written
-            .iter()
-            .map(|w| json!({"component": w.component, "hostname": w.hostname, "scope": w.scope, verb: true}))
-            .collect();
-        out.json(&json!({"holds": rows, "mark": mark}));
-    }
-    for w in &written {
-        match (&w.scope, &w.hostname) {
-            (HoldScope::Datacenter, _) | (_, None) => out.line(format!(
-                "{}: {verb} datacenter-wide (new servers included)",
-                w.component
-            )),
-            (HoldScope::Server, Some(h)) => out.line(format!("{} on {h}: {verb}", w.component)),
-        }
-    }
-    if let Some(m) = mark {
+    };
+    if operation == Operation::Hold
+        && status == 0
+        && let Some(m) = &mark
+    {
         out.line(format!(
-            "Recorded in SAPI {}; every bulk change leaves it where it is.",
+            "Held in SAPI {}; every bulk change leaves it where it is.",
             m.describe()
         ));
-        if let Some(run) = run_in_progress(&apis).await {
-            out.line(format!(
-                "A run is in progress ({} by {}, since {}): the hold applies from the next run; that run may still change the servers it has not started yet.",
-                run.operation, run.owner, run.started
-            ));
-        }
     }
-    Ok(ExitCode::SUCCESS)
-}
-
-/// The run holding the datacenter lock, if one does (a hold recorded now
-/// is read by the next run's plan, not by one already executing).
-async fn run_in_progress(
-    apis: &agentsadm_api::Apis,
-) -> Option<agentsadm_orchestrate::lock::LockRecord> {
-    use agentsadm_orchestrate::lock::{LockStore, SapiLockStore};
-    let store = SapiLockStore::new(apis.sapi.clone()).await.ok()?;
-    store.read().await.ok()?.holder().cloned()
+    Ok(ExitCode::from(status))
 }

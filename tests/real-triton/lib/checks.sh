@@ -243,12 +243,12 @@ check_disable_enable() {  # disable marks SAPI and keeps the services off; enabl
 check_hold() {  # a held server is skipped by a bulk update
   load_servers
   local before after other rc
-  aa hold vm-agent -s "$S1" --reason real-triton > "$1/hold.out" 2>&1 || { echo "hold: exit $?"; return 1; }
+  aa hold vm-agent -s "$S1" --reason real-triton -y > "$1/hold.out" 2>&1 || { echo "hold: exit $?"; return 1; }
   before=$(agents "$S1" | tr ' ' '\n' | grep '^vm-agent@')
   aa update vm-agent --image 1.0.0 -y --task-timeout 3m > "$1/update.out" 2>&1; rc=$?
   after=$(agents "$S1" | tr ' ' '\n' | grep '^vm-agent@')
   other=$(agents "$S2" | tr ' ' '\n' | grep '^vm-agent@')
-  aa release vm-agent -s "$S1" > "$1/release.out" 2>&1
+  aa release vm-agent -s "$S1" -y > "$1/release.out" 2>&1
   echo "update exit $rc; held S1 $before -> $after; S2 $other"
   [ "$rc" = 0 ] && [ "$before" = "$after" ] && [ -n "$after" ]
 }

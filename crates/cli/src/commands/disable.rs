@@ -25,5 +25,13 @@ pub struct DisableArgs {
 
 pub async fn run(g: &Settings, a: DisableArgs) -> CmdResult {
     let mark = g.mark_now(a.reason);
-    crate::marking::run_switch(g, a.component, a.servers, a.run, Some(mark)).await
+    crate::marking::run_mark(
+        g,
+        agentsadm_plan::Operation::Disable,
+        a.component,
+        a.servers,
+        a.run,
+        Some(mark),
+    )
+    .await
 }

@@ -20,5 +20,13 @@ pub struct EnableArgs {
 }
 
 pub async fn run(g: &Settings, a: EnableArgs) -> CmdResult {
-    crate::marking::run_switch(g, a.component, a.servers, a.run, None).await
+    crate::marking::run_mark(
+        g,
+        agentsadm_plan::Operation::Enable,
+        a.component,
+        a.servers,
+        a.run,
+        None,
+    )
+    .await
 }

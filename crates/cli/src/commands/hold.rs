@@ -4,7 +4,7 @@
 use clap::Args;
 
 use crate::CmdResult;
-use crate::args::ServersArg;
+use crate::args::{RunArgs, ServersArg};
 use crate::settings::Settings;
 use agentsadm_types::component::ComponentName;
 
@@ -20,9 +20,20 @@ pub struct HoldArgs {
     /// Why (recorded in SAPI with who and when, shown in every plan).
     #[arg(long, value_name = "TEXT")]
     pub reason: Option<String>,
+    /// `-n`, `-y` (a script needs it) and the rest of a run's options.
+    #[command(flatten)]
+    pub run: RunArgs,
 }
 
 pub async fn run(g: &Settings, a: HoldArgs) -> CmdResult {
     let mark = g.mark_now(a.reason);
-    crate::marking::set_and_say(g, &a.component, &a.servers.servers, Some(&mark)).await
+    crate::marking::run_mark(
+        g,
+        agentsadm_plan::Operation::Hold,
+        a.component,
+        a.servers,
+        a.run,
+        Some(mark),
+    )
+    .await
 }

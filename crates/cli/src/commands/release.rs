@@ -6,7 +6,7 @@
 use clap::Args;
 
 use crate::CmdResult;
-use crate::args::ServersArg;
+use crate::args::{RunArgs, ServersArg};
 use crate::settings::Settings;
 use agentsadm_types::component::ComponentName;
 
@@ -18,8 +18,19 @@ pub struct ReleaseArgs {
     /// Release it on these servers only (default: the datacenter-wide hold).
     #[command(flatten)]
     pub servers: ServersArg,
+    /// `-n`, `-y` (a script needs it) and the rest of a run's options.
+    #[command(flatten)]
+    pub run: RunArgs,
 }
 
 pub async fn run(g: &Settings, a: ReleaseArgs) -> CmdResult {
-    crate::marking::set_and_say(g, &a.component, &a.servers.servers, None).await
+    crate::marking::run_mark(
+        g,
+        agentsadm_plan::Operation::Release,
+        a.component,
+        a.servers,
+        a.run,
+        None,
+    )
+    .await
 }

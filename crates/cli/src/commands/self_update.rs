@@ -16,7 +16,8 @@ use agentsadm_flows::selfupdate::{self, Allow, SelfUpdateEnv, Target};
 use agentsadm_flows::selfupdate::{Done, SelfUpdateOutcome};
 use agentsadm_gz::session::GzSettings;
 use agentsadm_orchestrate::history::{Recorder, SapiHistory, ServerRecord, StepRecord};
-use agentsadm_orchestrate::lock::{self, LockOptions, SapiLockStore};
+use agentsadm_orchestrate::reporters::LogReporter;
+use agentsadm_orchestrate::run::{Run, RunSettings};
 
 #[derive(Args, Debug)]
 #[command(group(ArgGroup::new("target").required(true).args(["image", "latest", "rollback"])))]
@@ -137,13 +138,22 @@ pub async fn run(g: &Settings, a: SelfUpdateArgs) -> CmdResult {
         }
         result
     };
-    let store = SapiLockStore::new(apis.sapi.clone()).await?;
-    let options = LockOptions {
+    // The lock is the run's: taken, refreshed and released as every
+    // changing command's.
+    let run_settings = RunSettings {
         break_lock: a.break_lock,
-        sdcadm: g.sdcadm_lock(a.sdcadm_lock_wait),
-        ..LockOptions::default()
+        sdcadm_lock: g.sdcadm_lock(a.sdcadm_lock_wait),
+        ..RunSettings::default()
     };
-    let outcome = lock::hold(&store, "self-update", &options, &lost, note, work).await??;
+    let catalog = g.load_catalog()?;
+    let run = Run::sapi_only(
+        &apis.sapi,
+        &catalog,
+        &run_settings,
+        &LogReporter,
+        "self-update",
+    );
+    let outcome = run.outside(&lost, note, work).await??;
     // A lock lost while it ran (said when noticed): the headnode may since
     // have been changed by the new holder, so this is not "done".
     let lock_lost = lost.load(std::sync::atomic::Ordering::SeqCst);
