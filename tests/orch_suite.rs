@@ -45,6 +45,7 @@
 //! - `outage`: an API that stops answering mid-rollout is named, fails no
 //!   server, and a re-run converges; SIGTERM and SIGHUP end a rollout as
 //!   Ctrl-C does;
+//! - `outage_flags`: the outage pause's bounds as the operator's flags;
 //! - `sim`: plan, execute and re-plan against the simulated datacenter, the
 //!   CLI's exit statuses, two orchestrators started together;
 //! - `runlog`: the bunyan log of every run, JSON error documents;
@@ -100,6 +101,8 @@ mod marks_sim;
 mod one_at_a_time;
 #[path = "orch_suite/outage.rs"]
 mod outage;
+#[path = "orch_suite/outage_flags.rs"]
+mod outage_flags;
 #[path = "orch_suite/plain_output.rs"]
 mod plain_output;
 #[path = "common/readme.rs"]

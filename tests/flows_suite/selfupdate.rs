@@ -626,7 +626,7 @@ async fn self_update_honours_holds_on_agentsadm() {
     let hostname = dc.headnode().hostname.clone();
     for (hold, scope) in [
         (
-            vec!["hold", "agentsadm", "--reason", "case 9"],
+            vec!["hold", "agentsadm", "--reason", "case 9", "-y"],
             "datacenter-wide",
         ),
         (
@@ -637,6 +637,7 @@ async fn self_update_honours_holds_on_agentsadm() {
                 hostname.as_str(),
                 "--reason",
                 "case 9",
+                "-y",
             ],
             "on this server",
         ),
@@ -660,7 +661,7 @@ async fn self_update_honours_holds_on_agentsadm() {
         assert_same_state(&state, &dc_state(&dc).await, scope);
         assert_same(&files, &snapshot(&hn), scope);
         assert_eq!(runs(&hn), format!("agentsadm {}", v1.version));
-        let mut release = vec!["release", "agentsadm"];
+        let mut release = vec!["release", "agentsadm", "-y"];
         if scope == "on this server" {
             release.extend(["-s", hostname.as_str()]);
         }
@@ -668,7 +669,7 @@ async fn self_update_honours_holds_on_agentsadm() {
         assert_eq!(run.code, Some(0), "{}", run.stderr);
     }
     // Held again: --ignore-holds moves it, and a rollback is held too.
-    let run = agentsadm(&["hold", "agentsadm"], &env).await;
+    let run = agentsadm(&["hold", "agentsadm", "-y"], &env).await;
     assert_eq!(run.code, Some(0), "{}", run.stderr);
     let line = ok(&self_update(&dc, &hn, &["--latest", "-C", "dev", "--ignore-holds"]).await);
     assert!(line.starts_with("Updated agentsadm"), "{line}");

@@ -155,7 +155,7 @@ async fn list_and_check_agree_after_every_kind_of_run() {
             "net-agent",
             "--latest",
             "-y",
-            "-j",
+            "-J",
             "1",
             "--max-failures",
             "1",
@@ -174,10 +174,10 @@ async fn list_and_check_agree_after_every_kind_of_run() {
     dc.shutdown().await;
 }
 
-/// Answer the canary question of `update vm-agent --latest --canary 1 -j
+/// Answer the canary question of `update vm-agent --latest --canary 1 -J
 /// 2` on `dc` (state in `dir`) with `keys`, in tmux; the screen at the end.
 async fn answer_canary(dc: &SimDc, dir: &Path, name: &str, keys: &[&str]) -> String {
-    let script = crate::terminal::script(dc, dir, "update vm-agent --latest --canary 1 -j 2");
+    let script = crate::terminal::script(dc, dir, "update vm-agent --latest --canary 1 -J 2");
     let tmux = crate::terminal::Tmux::start(name, &script);
     tmux.wait_for("Proceed? [y/N]").await;
     tmux.keys(&["y", "Enter"]);
@@ -251,7 +251,7 @@ async fn list_and_check_agree_after_halts_at_the_canary_and_sigterm_and_a_split_
     let run = crate::outage::spawn_agentsadm(
         &dc,
         &log,
-        &["update", "vm-agent", "--image", &next, "-y", "-j", "1"],
+        &["update", "vm-agent", "--image", &next, "-y", "-J", "1"],
     );
     let pid = run.id().expect("a pid");
     let (code, out, err) =

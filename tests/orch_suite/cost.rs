@@ -36,7 +36,7 @@ impl Reporter for Counting<'_> {
     }
 }
 
-/// `update vm-agent firewaller -y -j 8` on eight compute nodes: vm-agent's
+/// `update vm-agent firewaller -y -J 8` on eight compute nodes: vm-agent's
 /// postinstall re-adopts its instance bare (SAPI replaces the object),
 /// firewaller's adopts only a missing one. Each server step makes one SAPI
 /// write (main: two, before and after the step), the lock is read a few

@@ -212,7 +212,7 @@ async fn the_plan_shows_its_waves_and_the_run_follows_them() {
         &target,
         "--canary",
         "2",
-        "-j",
+        "-J",
         "3",
         "--max-failures",
         "2",

@@ -144,7 +144,7 @@ async fn a_run_killed_mid_rollout_is_interrupted_with_what_it_knew() {
     let mut child = command(
         &dc,
         state.path(),
-        &["update", "vm-agent", "--latest", "-y", "-j", "1"],
+        &["update", "vm-agent", "--latest", "-y", "-J", "1"],
     )
     .stdout(Stdio::null())
     .stderr(Stdio::null())

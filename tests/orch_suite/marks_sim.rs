@@ -124,6 +124,7 @@ async fn disabled_net_agent_and_held_vm_agent_through_update_all_latest() {
             "cn0001,cn0002",
             "--reason",
             "support case 4711",
+            "-y",
         ],
     )
     .await;
@@ -236,7 +237,12 @@ async fn disabled_net_agent_and_held_vm_agent_through_update_all_latest() {
     assert_eq!(version(&dc, "cn0001", "vm-agent"), vm_before);
 
     // Released, the next bulk update moves them.
-    let (code, _, err) = cli(&dc, s, &["release", "vm-agent", "-s", "cn0001,cn0002"]).await;
+    let (code, _, err) = cli(
+        &dc,
+        s,
+        &["release", "vm-agent", "-s", "cn0001,cn0002", "-y"],
+    )
+    .await;
     assert_eq!(code, 0, "{err}");
     let (code, out, err) = cli(&dc, s, &["update", "--all", "--latest", "-y"]).await;
     assert_eq!(code, 0, "{out}\n{err}");
@@ -248,8 +254,11 @@ async fn disabled_net_agent_and_held_vm_agent_through_update_all_latest() {
     );
 }
 
+/// A hold is planned and run like every change (issue 31): it takes the
+/// datacenter lock, so a hold while another run holds it is refused and
+/// changes nothing; without the run it is recorded, and a script needs -y.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_hold_recorded_while_a_run_holds_the_lock_says_it_applies_from_the_next_run() {
+async fn a_hold_while_a_run_holds_the_lock_is_refused_and_changes_nothing() {
     use agentsadm_orchestrate::lock::{self, LockOptions, SapiLockStore};
     let dc = SimDc::start(
         SimConfig::default()
@@ -263,10 +272,22 @@ async fn a_hold_recorded_while_a_run_holds_the_lock_says_it_applies_from_the_nex
     for cn in dc.servers() {
         dc.gz_report(cn.uuid).await.unwrap();
     }
-    // No run: the hold says nothing of one.
+    let holds = || async {
+        let instances = dc.apis().sapi.list_agent_instances().await.unwrap();
+        instances
+            .iter()
+            .filter(|i| {
+                i.params
+                    .as_ref()
+                    .is_some_and(|p| p.get("agentsadm_hold").is_some())
+            })
+            .count()
+    };
+    // In a script, a hold needs -y, as every change does.
     let (code, out, err) = cli(&dc, s, &["hold", "vm-agent", "-s", "cn0001"]).await;
-    assert_eq!(code, 0, "{out}\n{err}");
-    assert!(!out.contains("in progress"), "{out}");
+    assert_eq!(code, 1, "{out}\n{err}");
+    assert!(err.contains("-y"), "{err}");
+    assert_eq!(holds().await, 0);
 
     let store = SapiLockStore::new(dc.apis().sapi.clone()).await.unwrap();
     let held = lock::acquire(
@@ -277,13 +298,15 @@ async fn a_hold_recorded_while_a_run_holds_the_lock_says_it_applies_from_the_nex
     )
     .await
     .unwrap();
-    let (code, out, err) = cli(&dc, s, &["hold", "vm-agent", "-s", "cn0002"]).await;
+    let (code, out, err) = cli(&dc, s, &["hold", "vm-agent", "-s", "cn0002", "-y"]).await;
+    assert_eq!(code, 1, "{out}\n{err}");
+    assert!(err.contains("root@hn:4242"), "names the holder: {err}");
+    assert_eq!(holds().await, 0, "nothing was written");
+    held.release().await.unwrap();
+
+    let (code, out, err) = cli(&dc, s, &["hold", "vm-agent", "-s", "cn0002", "-y"]).await;
     assert_eq!(code, 0, "{out}\n{err}");
-    assert!(
-        out.contains("A run is in progress (update --all by root@hn:4242"),
-        "{out}"
-    );
-    assert!(out.contains("applies from the next run"), "{out}");
-    drop(held);
+    assert_eq!(holds().await, 1);
+    assert!(out.contains("Recorded as run"), "a history entry: {out}");
     dc.shutdown().await;
 }

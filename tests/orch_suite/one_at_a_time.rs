@@ -86,7 +86,7 @@ impl Progress {
     }
 }
 
-/// The settings of `update -y -j concurrency`, fit for loopback.
+/// The settings of `update -y -J concurrency`, fit for loopback.
 pub(crate) fn settings(concurrency: usize, break_lock: bool) -> RunSettings {
     RunSettings {
         yes: true,

@@ -366,7 +366,7 @@ async fn sigterm_and_sighup_end_a_rollout_as_ctrl_c_does() {
     dc.shutdown().await;
 }
 
-/// Run `update cmon-agent --image image -y -j 1` and send it SIG`signal`
+/// Run `update cmon-agent --image image -y -J 1` and send it SIG`signal`
 /// once its first server finished.
 async fn signalled(
     dc: &SimDc,
@@ -389,7 +389,7 @@ pub(crate) async fn send(signal: &str, pid: u32) {
     assert!(kill.success());
 }
 
-/// `agentsadm update cmon-agent --image image -y -j 1` against `dc`,
+/// `agentsadm update cmon-agent --image image -y -J 1` against `dc`,
 /// its run log at `log` and its state beside it.
 pub(crate) fn spawn_update(
     dc: &SimDc,
@@ -400,7 +400,7 @@ pub(crate) fn spawn_update(
     spawn_agentsadm(
         dc,
         log,
-        &["update", "cmon-agent", "--image", &image, "-y", "-j", "1"],
+        &["update", "cmon-agent", "--image", &image, "-y", "-J", "1"],
     )
 }
 

@@ -94,7 +94,9 @@ async fn an_update_and_ignore_holds_keep_the_record_and_the_hold_stays() {
     let (code, out, err) = cli(
         &dc,
         s,
-        &["hold", "vm-agent", "-s", "cn0001", "--reason", "case 7"],
+        &[
+            "hold", "vm-agent", "-s", "cn0001", "--reason", "case 7", "-y",
+        ],
     )
     .await;
     assert_eq!(code, 0, "{out}{err}");
@@ -243,7 +245,9 @@ async fn a_revert_keeps_the_record_and_its_marks() {
     let (code, out, err) = cli(
         &dc,
         s,
-        &["hold", "vm-agent", "-s", "cn0001", "--reason", "case 9"],
+        &[
+            "hold", "vm-agent", "-s", "cn0001", "--reason", "case 9", "-y",
+        ],
     )
     .await;
     assert_eq!(code, 0, "{out}{err}");

@@ -81,7 +81,15 @@ async fn what_operators_read() {
     snap(
         &cli,
         "hold_plan",
-        &["hold", "net-agent", "-s", "cn0001", "--reason", "case 4711"],
+        &[
+            "hold",
+            "net-agent",
+            "-s",
+            "cn0001",
+            "--reason",
+            "case 4711",
+            "-y",
+        ],
         0,
     )
     .await;

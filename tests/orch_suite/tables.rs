@@ -159,9 +159,9 @@ async fn list_summary_shows_holds() {
     let dc = SimDc::start(SimConfig::default().servers(2))
         .await
         .expect("simulator starts");
-    let (code, _, err) = cli(&dc, &["hold", "net-agent", "-s", "cn0001"]).await;
+    let (code, _, err) = cli(&dc, &["hold", "net-agent", "-s", "cn0001", "-y"]).await;
     assert_eq!(code, 0, "{err}");
-    let (code, _, err) = cli(&dc, &["hold", "vm-agent", "--reason", "freeze"]).await;
+    let (code, _, err) = cli(&dc, &["hold", "vm-agent", "--reason", "freeze", "-y"]).await;
     assert_eq!(code, 0, "{err}");
     let (code, out, err) = cli(&dc, &["list", "--summary"]).await;
     assert_eq!(code, 0, "{err}");
@@ -196,8 +196,10 @@ async fn list_summary_shows_holds() {
     dc.shutdown().await;
 }
 
-/// sdcadm's habits on the listing commands: `-j` is --json, and
-/// `history` takes -H, -o and --sort as `list` does.
+/// sdcadm's habits: `-j` is --json on every command (the listing commands,
+/// `check`, a plan), `history` takes -H, -o and --sort as `list` does; a
+/// usage error with `-jy` is the JSON error document, and sdcadm's `-j 5`
+/// for the concurrency is a usage error, never a rollout.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn listing_commands_take_j_and_history_takes_table_options() {
     let dc = with_newer(1).await;
@@ -208,12 +210,15 @@ async fn listing_commands_take_j_and_history_takes_table_options() {
             .state(state.path());
         async move { a.run(args).await }
     };
-    let (code, out, err) = run(&["update", "vm-agent@1.1.0", "-y", "-j", "1"]).await;
+    let (code, out, err) = run(&["update", "vm-agent@1.1.0", "-y", "-J", "1"]).await;
     assert_eq!(code, 0, "{out}{err}");
     for args in [
         &["list", "-j"][..],
         &["avail", "-j"][..],
         &["history", "-j"][..],
+        &["check", "-j"][..],
+        &["update", "vm-agent@1.1.0", "-n", "-j"][..],
+        &["hold", "vm-agent", "-n", "-j"][..],
     ] {
         let (code, out, err) = run(args).await;
         assert_eq!(code, 0, "{args:?}: {err}");
@@ -224,11 +229,28 @@ async fn listing_commands_take_j_and_history_takes_table_options() {
     assert_eq!(code, 0, "{err}");
     assert_eq!(
         out.trim_end(),
-        "succeeded  agentsadm update vm-agent@1.1.0 -y -j 1",
+        "succeeded  agentsadm update vm-agent@1.1.0 -y -J 1",
         "{out}"
     );
     let (code, _, err) = run(&["history", "-o", "nosuchcolumn"]).await;
     assert_eq!(code, 1, "{err}");
+    // A usage error asked for with `-jy` is a JSON document too.
+    let (code, out, err) = run(&["update", "vm-agent", "--task-timeout", "5x", "-jy"]).await;
+    assert_eq!(code, 1, "{out}{err}");
+    let doc: serde_json::Value =
+        serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}\n{err}"));
+    assert_eq!(doc["error"]["usage"], true, "{doc}");
+    // sdcadm's `-j 5`: refused before anything runs, pointing at -J.
+    let runs = || async {
+        let (_, out, _) = run(&["history", "-j"]).await;
+        let doc: serde_json::Value = serde_json::from_str(&out).expect("history -j");
+        doc["runs"].as_array().map_or(0, Vec::len)
+    };
+    let before = runs().await;
+    let (code, out, err) = run(&["update", "vm-agent@1.0.0", "-y", "-j", "5"]).await;
+    assert_eq!(code, 1, "{out}{err}");
+    assert!(err.contains("-J 5"), "{err}");
+    assert_eq!(runs().await, before, "no run was recorded");
     dc.shutdown().await;
 }
 

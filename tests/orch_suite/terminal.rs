@@ -166,7 +166,7 @@ async fn canary_answered_with(name: &str, keys: &[&str]) -> (String, usize, Stri
         .version
         .clone();
     let dir = tempfile::tempdir().unwrap();
-    let script = script(&dc, dir.path(), "update vm-agent --latest --canary 1 -j 2");
+    let script = script(&dc, dir.path(), "update vm-agent --latest --canary 1 -J 2");
     let tmux = Tmux::start(name, &script);
     tmux.wait_for("Proceed? [y/N]").await;
     tmux.keys(&["y", "Enter"]);
@@ -324,7 +324,7 @@ async fn rows_that_do_not_fit_at_80x24_are_counted() {
     if !tools::require_tool("tmux", "tmux") {
         return;
     }
-    let (dc, _dir, tmux) = at_80x24(4_000, "update vm-agent --latest -j 40 -y", "rows").await;
+    let (dc, _dir, tmux) = at_80x24(4_000, "update vm-agent --latest -J 40 -y", "rows").await;
     // The whole wave of 40 running: the bar, 21 rows and the count of the
     // 19 others, nothing scrolled off or wrapped. The wave's servers start
     // one after another (the first frame with a count may say "+6"), so
@@ -390,7 +390,7 @@ async fn an_interrupt_at_80x24_leaves_no_bar_behind_and_the_eta_waits_for_a_serv
     if !tools::require_tool("tmux", "tmux") {
         return;
     }
-    let (dc, _dir, tmux) = at_80x24(3_000, "update vm-agent --latest -j 20 -y", "stale").await;
+    let (dc, _dir, tmux) = at_80x24(3_000, "update vm-agent --latest -J 20 -y", "stale").await;
     // The canary runs: nothing finished, so no estimate yet (indicatif's
     // own said `ETA 0s` here).
     let screen = tmux.wait_for("0/41 servers").await;

@@ -9,45 +9,101 @@
 //!   after a first Ctrl-C in a terminal.
 //! - [`interrupted`]: Ctrl-C, which stops starting servers.
 //! - [`run_error`]: a run's error as the command line reports it.
+//! - [`ended`]: how a run that executed nothing ended, said once for every
+//!   command; [`executed`]: how an executed plan ended.
 
 use std::borrow::Cow;
 use std::future::Future;
+
+use anyhow::Context;
 
 use super::GlobalOpts;
 use super::Tee;
 use super::progress::CliProgress;
 use super::progress::Display;
-use super::progress::ProgressMode;
+use crate::settings::Settings;
 use agentsadm_orchestrate::report::ExecReport;
 use agentsadm_orchestrate::report::InFlight;
-use agentsadm_orchestrate::run::{AskError, Operator, RunError, RunOutcome, Shown};
+use agentsadm_orchestrate::run::{AskError, Operator, Run, RunError, RunOutcome, Shown};
+use agentsadm_plan::Plan;
 use agentsadm_types::output::Output;
 
 /// The last line of every `-n`: nothing was changed.
 pub(crate) const DRY_RUN_NOTE: &str = "Dry run (-n): nothing was changed.";
 
-/// A run that changed nothing, said alike by `adopt` and `server
-/// delete|factory-reset`: the plan in `--json`, the dry-run note,
-/// "Nothing was changed."; `Err` is its exit status. An executed run's
-/// plan and report come back to be rendered by the command.
-pub(crate) fn unless_executed<P: serde::Serialize>(
+/// What a command's plan says when its run stops before executing it
+/// (`-n`, or nothing to do): its exit status and its `--json` document.
+pub(crate) trait Unexecuted {
+    /// The exit status: `dry_run` for `-n`, else nothing was left to do.
+    fn status(&self, dry_run: bool) -> u8;
+    /// The `--json` document.
+    fn document(&self, status: u8) -> serde_json::Value;
+}
+
+/// The document of a plan that was not executed.
+fn not_executed<P: serde::Serialize>(plan: &P, status: u8) -> serde_json::Value {
+    serde_json::json!({"plan": plan, "executed": false, "exit_status": status})
+}
+
+impl Unexecuted for Plan {
+    /// `-n` shows the plan: 0; an empty plan that skipped something
+    /// blocking: 2.
+    fn status(&self, dry_run: bool) -> u8 {
+        if !dry_run && self.has_blocking_skips() {
+            crate::EXIT_PARTIAL
+        } else {
+            0
+        }
+    }
+    fn document(&self, status: u8) -> serde_json::Value {
+        not_executed(self, status)
+    }
+}
+
+impl Unexecuted for agentsadm_orchestrate::adopt::AdoptPlan {
+    fn status(&self, _: bool) -> u8 {
+        0
+    }
+    fn document(&self, status: u8) -> serde_json::Value {
+        not_executed(self, status)
+    }
+}
+
+impl Unexecuted for agentsadm_flows::cleanup::CleanupPlan {
+    fn status(&self, _: bool) -> u8 {
+        0
+    }
+    fn document(&self, status: u8) -> serde_json::Value {
+        not_executed(self, status)
+    }
+}
+
+/// How every changing command's run ended, said once: `-n` (the plan in
+/// `--json`, else the dry-run note when `dry_run_note`), nothing to do,
+/// or declined ("Nothing was changed.", exit 1); `Err` is the exit status.
+/// An executed run's plan and report come back for the command to render
+/// ([`executed`] for a [`Plan`]).
+pub(crate) fn ended<P: Unexecuted>(
     out: Output,
     outcome: RunOutcome<P>,
+    dry_run_note: bool,
 ) -> Result<(P, ExecReport), u8> {
     match outcome {
         RunOutcome::DryRun(plan) => {
+            let status = plan.status(true);
             if out.json {
-                out.json(&serde_json::json!({"plan": plan, "executed": false, "exit_status": 0}));
-            } else {
+                out.json(&plan.document(status));
+            } else if dry_run_note {
                 out.line(DRY_RUN_NOTE);
             }
-            Err(0)
+            Err(status)
         }
         RunOutcome::Empty(plan) => {
+            let status = plan.status(false);
             if out.json {
-                out.json(&serde_json::json!({"plan": plan, "executed": false, "exit_status": 0}));
+                out.json(&plan.document(status));
             }
-            Err(0)
+            Err(status)
         }
         RunOutcome::Declined(_) => {
             out.line("Nothing was changed.");
@@ -55,6 +111,45 @@ pub(crate) fn unless_executed<P: serde::Serialize>(
         }
         RunOutcome::Executed { planned, report } => Ok((planned, report)),
     }
+}
+
+/// How an executed run of a [`Plan`] ended (update, install, remove,
+/// revert, disable, enable, hold, release): the result document, or the
+/// summary and the history line; its exit status.
+pub(crate) fn executed(out: Output, planned: &Plan, report: &ExecReport) -> u8 {
+    let status = report.exit_status(planned);
+    if out.json {
+        out.json(&serde_json::json!({
+            "plan": planned,
+            "executed": true,
+            "result": report,
+            "summary": report.summary(planned),
+            "exit_status": status,
+        }));
+    } else if !out.quiet || status != 0 {
+        println!("\n{}", report.render(planned).trim_end());
+        if let Some(line) = recorded_line(report) {
+            out.line(line);
+        }
+    }
+    status
+}
+
+/// `Recorded as run 1f0c2a9e (agentsadm history 1f0c2a9e; undo with
+/// agentsadm revert 1f0c2a9e).` after a run's summary.
+pub(crate) fn recorded_line(report: &ExecReport) -> Option<String> {
+    let id = report.run?.to_string();
+    let short = &id[..8];
+    Some(format!(
+        "Recorded as run {short} (agentsadm history {short}; put it back with agentsadm revert {short})."
+    ))
+}
+
+/// Where execution events go and how a run is recorded, for `run`: the
+/// history as the settings resolved it.
+pub(crate) fn recorded<'a>(mut run: Run<'a>, here: &Settings) -> Run<'a> {
+    run.history = Some(here.history_settings());
+    run
 }
 
 /// How one run shows its progress.
@@ -65,10 +160,10 @@ pub(crate) struct Execution<'g> {
 
 impl<'g> Execution<'g> {
     /// `verb` names the operation in progress lines ("update", "repair").
-    pub(crate) fn new(g: &'g GlobalOpts, verb: &'static str) -> Execution<'g> {
+    pub(crate) fn new(here: &'g Settings, verb: &'static str) -> Execution<'g> {
         Execution {
-            progress: CliProgress::new(ProgressMode::detect(g.json, g.quiet), verb),
-            global: g,
+            progress: CliProgress::new(here.progress, verb),
+            global: &here.global,
         }
     }
 
@@ -171,16 +266,14 @@ impl<P> Operator<P> for CliOperator<'_, P> {
     }
 
     fn interactive(&self) -> bool {
-        !self.out.json && super::orch::stdin_is_terminal()
+        !self.out.json && stdin_is_terminal()
     }
 
     fn ask(&self, planned: &P) -> impl Future<Output = Result<bool, AskError>> {
         let question = (self.question)(planned);
         async move {
             let question = question?;
-            super::orch::confirm(&question)
-                .await
-                .map_err(AskError::from)
+            confirm(&question).await.map_err(AskError::from)
         }
     }
 
@@ -236,7 +329,7 @@ impl<P> Operator<P> for CliOperator<'_, P> {
         &self,
         in_flight: &[InFlight],
     ) -> Option<futures::future::LocalBoxFuture<'_, ()>> {
-        if in_flight.is_empty() || !super::orch::stdin_is_terminal() {
+        if in_flight.is_empty() || !stdin_is_terminal() {
             return None;
         }
         Some(Box::pin(interrupted()))
@@ -266,6 +359,27 @@ pub(crate) fn thousands(n: usize) -> String {
         out.push(ch);
     }
     out
+}
+
+/// Ask a yes/no question on the terminal (no by default).
+pub(crate) async fn confirm(question: &str) -> anyhow::Result<bool> {
+    let question = question.to_string();
+    tokio::task::spawn_blocking(move || {
+        use std::io::Write;
+        eprint!("{question} [y/N] ");
+        let _ = std::io::stderr().flush();
+        let mut answer = String::new();
+        std::io::stdin().read_line(&mut answer)?;
+        Ok(matches!(answer.trim(), "y" | "Y" | "yes"))
+    })
+    .await
+    .context("cannot read the answer")?
+}
+
+/// Whether someone can answer a question.
+pub(crate) fn stdin_is_terminal() -> bool {
+    use std::io::IsTerminal;
+    std::io::stdin().is_terminal()
 }
 
 #[cfg(test)]

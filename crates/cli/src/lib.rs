@@ -5,31 +5,39 @@
 //! input, API down, lock held), 2 finished with failed or skipped servers.
 //! Each subcommand module owns its own clap arguments and `run` function.
 
+mod args;
+mod change;
+mod commands;
 mod earlier;
 mod execution;
-pub mod flows;
-pub mod gz;
-pub mod orch;
+mod marking;
+mod pictures;
 pub mod progress;
 mod question;
 pub mod release;
-pub mod selfupdate;
+pub mod settings;
 mod terminal;
+mod updates;
+
+/// `agentsadm gz`: its entry point, also run in-process by the simulator.
+pub use commands::gz;
+
+/// The parts of `list` and the `--latest` rules, under the path tests and
+/// tools use.
+pub mod orch {
+    pub use crate::commands::list::{ListRow, ListSummaryRow, list_rows, list_summary};
+    pub use crate::updates::{LATEST_DC_RULE, LATEST_RULE};
+}
 
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
 
-use anyhow::Context;
 use clap::{Args, Parser, Subcommand};
 
-use agentsadm_api::ApiConfig;
-
-use agentsadm_api::Apis;
 use agentsadm_orchestrate::report::ExecEvent;
 use agentsadm_orchestrate::report::Reporter;
 use agentsadm_orchestrate::reporters::LogReporter;
-use agentsadm_platform::read_sdc_config;
 use agentsadm_types::catalog::Catalog;
 use agentsadm_types::output::Output;
 
@@ -101,8 +109,9 @@ pub struct GlobalOpts {
     /// IMGAPI URL of this datacenter (default: from the SDC config).
     #[arg(long, global = true, env = "IMGAPI_URL", value_name = "URL")]
     pub imgapi_url: Option<String>,
-    /// Print one JSON document instead of text.
-    #[arg(long, global = true)]
+    /// Print one JSON document instead of text (`-j`, as sdcadm's list
+    /// commands take it; the concurrency of a change is `-J`).
+    #[arg(short = 'j', long, global = true)]
     pub json: bool,
     /// Print less.
     #[arg(short, long, global = true)]
@@ -169,46 +178,13 @@ impl GlobalOpts {
         }
     }
 
+    /// The catalog `--catalog` names (blocking: for the developer's
+    /// commands; the product's commands read [`settings::Settings`]).
     pub fn load_catalog(&self) -> anyhow::Result<Catalog> {
         match &self.catalog {
             Some(p) => Ok(Catalog::load(p)?),
             None => Ok(Catalog::builtin()),
         }
-    }
-
-    /// The API clients, from flags, environment, or the headnode's SDC config.
-    pub fn apis(&self) -> anyhow::Result<Apis> {
-        let mut sapi = self.sapi_url.clone();
-        let mut cnapi = self.cnapi_url.clone();
-        let mut imgapi = self.imgapi_url.clone();
-        if (sapi.is_none() || cnapi.is_none() || imgapi.is_none())
-            && let Some(cfg) = read_sdc_config()
-        {
-            let s = |k: &str| cfg.get(k).and_then(|v| v.as_str()).map(str::to_string);
-            let dc = s("datacenter_name");
-            let dns = s("dns_domain");
-            if sapi.is_none() {
-                sapi = s("sapi_domain").map(|d| format!("http://{d}"));
-            }
-            if imgapi.is_none() {
-                imgapi = s("imgapi_domain").map(|d| format!("http://{d}"));
-            }
-            if cnapi.is_none() {
-                cnapi = match (dc, dns) {
-                    (Some(dc), Some(dns)) => Some(format!("http://cnapi.{dc}.{dns}")),
-                    _ => None,
-                };
-            }
-        }
-        let missing = |what: &str, flag: &str, env: &str| {
-            anyhow::anyhow!(
-                "no {what} URL: pass {flag} or set {env} (on a headnode it is read from /lib/sdc/config.sh)"
-            )
-        };
-        let sapi = sapi.ok_or_else(|| missing("SAPI", "--sapi-url", "SAPI_URL"))?;
-        let cnapi = cnapi.ok_or_else(|| missing("CNAPI", "--cnapi-url", "CNAPI_URL"))?;
-        let imgapi = imgapi.ok_or_else(|| missing("IMGAPI", "--imgapi-url", "IMGAPI_URL"))?;
-        Apis::new(&imgapi, &sapi, &cnapi, ApiConfig::default()).context("invalid API URL")
     }
 }
 
@@ -218,79 +194,79 @@ pub enum Command {
     #[command(
         after_help = "Examples:\n  agentsadm list\n  agentsadm list vm-agent -s cn0001,cn0002\n  agentsadm list -H -o hostname,version --sort version vm-agent"
     )]
-    List(orch::ListArgs),
+    List(commands::list::ListArgs),
     /// List images available for components.
     #[command(
         after_help = "Examples:\n  agentsadm avail vm-agent\n  agentsadm avail -C release\n  agentsadm avail --all-images --json"
     )]
-    Avail(orch::AvailArgs),
+    Avail(commands::avail::AvailArgs),
     /// Show the plan for update, install or remove without doing it.
     #[command(
         after_help = "Examples:\n  agentsadm plan update vm-agent --latest\n  agentsadm plan install dockerlogger -s cn0001"
     )]
-    Plan(orch::PlanArgs),
+    Plan(commands::plan::PlanArgs),
     /// Update components on servers to a target image.
     #[command(
         after_help = "Examples:\n  agentsadm update vm-agent --latest\n  agentsadm update vm-agent@1.1.0 -s cn0001,cn0002 -y\n  agentsadm update --all --latest -C release -n"
     )]
-    Update(orch::UpdateArgs),
+    Update(commands::update::UpdateArgs),
     /// Install a component on servers that do not have it.
     #[command(
         after_help = "Examples:\n  agentsadm install dockerlogger -s cn0001\n  agentsadm install cmon-agent --all-servers -y"
     )]
-    Install(orch::InstallArgs),
+    Install(commands::install::InstallArgs),
     /// Uninstall a component from servers and delete its SAPI instances.
     #[command(
         after_help = "Examples:\n  agentsadm remove dockerlogger -s cn0001\n  agentsadm remove dockerlogger -s cn0001,cn0002 -y"
     )]
-    Remove(orch::RemoveArgs),
+    Remove(commands::remove::RemoveArgs),
     /// Keep a component's SMF services disabled on servers (recorded in
     /// SAPI), across every later upgrade.
     #[command(
         after_help = "Examples:\n  agentsadm disable net-agent -s cn0042 --reason 'RFD 58: migration destination'"
     )]
-    Disable(orch::DisableArgs),
+    Disable(commands::disable::DisableArgs),
     /// Let a component disabled with `agentsadm disable` run again.
     #[command(after_help = "Examples:\n  agentsadm enable net-agent -s cn0042 -y")]
-    Enable(orch::EnableArgs),
+    Enable(commands::enable::EnableArgs),
     /// Leave a component where it is: every bulk change skips it (recorded in SAPI).
     #[command(
         after_help = "Examples:\n  agentsadm hold vm-agent -s cn0007,cn0008 --reason 'support case 4711'\n  agentsadm hold marlin-agent --reason 'Manta freeze'"
     )]
-    Hold(orch::HoldArgs),
+    Hold(commands::hold::HoldArgs),
     /// Lift a hold put with `agentsadm hold`.
     #[command(after_help = "Examples:\n  agentsadm release vm-agent -s cn0007,cn0008")]
-    Release(orch::ReleaseArgs),
+    Release(commands::release::ReleaseArgs),
     /// List the runs that changed the datacenter, or show one per server.
     #[command(
         after_help = "Examples:\n  agentsadm history\n  agentsadm history -n 5 --since 2d\n  agentsadm history 1f0c2a9e --json"
     )]
-    History(orch::HistoryArgs),
+    History(commands::history::HistoryArgs),
     /// Put back what a recorded run changed (the images servers ran before).
     #[command(
         after_help = "Examples:\n  agentsadm revert 1f0c2a9e -n\n  agentsadm revert 1f0c2a9e -y --canary 1"
     )]
-    Revert(orch::RevertArgs),
+    Revert(commands::revert::RevertArgs),
     /// Create SAPI agent services and instances for what is installed.
     #[command(after_help = "Examples:\n  agentsadm adopt -n\n  agentsadm adopt -y")]
-    Adopt(orch::AdoptArgs),
+    Adopt(commands::adopt::AdoptArgs),
     /// Report drift between SAPI intent, CNAPI and the servers; optionally fix it.
     #[command(
         after_help = "Examples:\n  agentsadm check\n  agentsadm check --live --json\n  agentsadm check --fix -y"
     )]
-    Check(flows::CheckArgs),
+    Check(commands::check::CheckArgs),
     /// Delete or factory-reset a server, cleaning up its SAPI agent instances.
-    Server(flows::ServerArgs),
+    Server(commands::server::ServerArgs),
     /// Helpers for the setup scripts in installer/: the USB key's image
     /// directory, image import, setup state.
-    Installer(flows::InstallerArgs),
+    Installer(commands::installer::InstallerArgs),
     /// Global-zone installer commands (run on one server).
-    Gz(crate::gz::command::GzArgs),
+    Gz(commands::gz::command::GzArgs),
     /// Update agentsadm on this headnode, and what new servers get.
     #[command(
         after_help = "Examples:\n  agentsadm self-update --latest\n  agentsadm self-update -n --latest -C staging\n  agentsadm self-update --rollback"
     )]
-    SelfUpdate(selfupdate::SelfUpdateArgs),
+    SelfUpdate(commands::self_update::SelfUpdateArgs),
 }
 
 impl Command {
@@ -310,8 +286,8 @@ impl Command {
             Command::Revert(_) => Some("revert"),
             Command::Check(c) if c.fix => Some("check"),
             Command::Server(s) => Some(match s.command {
-                flows::ServerCommand::Delete(_) => "server-delete",
-                flows::ServerCommand::FactoryReset(_) => "server-factory-reset",
+                commands::server::ServerCommand::Delete(_) => "server-delete",
+                commands::server::ServerCommand::FactoryReset(_) => "server-factory-reset",
             }),
             Command::SelfUpdate(a) if !a.dry_run => Some("self-update"),
             _ => None,
@@ -319,39 +295,32 @@ impl Command {
     }
 }
 
-async fn dispatch<X: Extension>(cli: Cli<X>) -> CmdResult {
-    let mut g = cli.global;
+/// Run the command with its settings resolved once, before it runs.
+async fn dispatch<X: Extension>(cli: Cli<X>, argv: Vec<String>) -> CmdResult {
     let command = match cli.command {
         TopCommand::Product(c) => c,
-        TopCommand::Extra(x) => return x.run(&g).await,
+        TopCommand::Extra(x) => return x.run(&cli.global).await,
     };
-    // `-j` of the listing commands is --json (sdcadm's habit).
-    if let Command::List(orch::ListArgs { table, .. })
-    | Command::Avail(orch::AvailArgs { table, .. })
-    | Command::History(orch::HistoryArgs { table, .. }) = &command
-        && table.json_short
-    {
-        g.json = true;
-    }
+    let g = &settings::Settings::resolve(cli.global, argv).await;
     match command {
-        Command::List(a) => orch::run_list(&g, a).await,
-        Command::Avail(a) => orch::run_avail(&g, a).await,
-        Command::Plan(a) => orch::run_plan(&g, a).await,
-        Command::Update(a) => orch::run_update(&g, a).await,
-        Command::Install(a) => orch::run_install(&g, a).await,
-        Command::Remove(a) => orch::run_remove(&g, a).await,
-        Command::Adopt(a) => orch::run_adopt(&g, a).await,
-        Command::Disable(a) => orch::run_disable(&g, a).await,
-        Command::Enable(a) => orch::run_enable(&g, a).await,
-        Command::Hold(a) => orch::run_hold(&g, a).await,
-        Command::Release(a) => orch::run_release(&g, a).await,
-        Command::History(a) => orch::run_history(&g, a).await,
-        Command::Revert(a) => orch::run_revert(&g, a).await,
-        Command::Check(a) => flows::run_check(&g, a).await,
-        Command::Server(a) => flows::run_server(&g, a).await,
-        Command::Installer(a) => flows::run_installer(&g, a).await,
-        Command::Gz(a) => gz::run(&g, a).await,
-        Command::SelfUpdate(a) => selfupdate::run(&g, a).await,
+        Command::List(a) => commands::list::run(g, a).await,
+        Command::Avail(a) => commands::avail::run(g, a).await,
+        Command::Plan(a) => commands::plan::run(g, a).await,
+        Command::Update(a) => commands::update::run(g, a).await,
+        Command::Install(a) => commands::install::run(g, a).await,
+        Command::Remove(a) => commands::remove::run(g, a).await,
+        Command::Adopt(a) => commands::adopt::run(g, a).await,
+        Command::Disable(a) => commands::disable::run(g, a).await,
+        Command::Enable(a) => commands::enable::run(g, a).await,
+        Command::Hold(a) => commands::hold::run(g, a).await,
+        Command::Release(a) => commands::release::run(g, a).await,
+        Command::History(a) => commands::history::run(g, a).await,
+        Command::Revert(a) => commands::revert::run(g, a).await,
+        Command::Check(a) => commands::check::run(g, a).await,
+        Command::Server(a) => commands::server::run(g, a).await,
+        Command::Installer(a) => commands::installer::run(g, a).await,
+        Command::Gz(a) => commands::gz::run(g, a).await,
+        Command::SelfUpdate(a) => commands::self_update::run(g, a).await,
     }
 }
 
@@ -380,13 +349,46 @@ pub fn exit_number(code: ExitCode) -> u8 {
         .unwrap_or(1)
 }
 
+/// The short flags that take no value, as they may be bundled (`-jy`,
+/// `-nj`): a bundle of these with `j` in it asks for JSON.
+const BUNDLED_FLAGS: &str = "jynqvHa";
+
+/// Whether `arg` is `-j` or a bundle of value-less short flags with `j`
+/// in it (`-jy`).
+fn is_short_json(arg: &std::ffi::OsStr) -> bool {
+    let Some(letters) = arg.to_str().and_then(|a| a.strip_prefix('-')) else {
+        return false;
+    };
+    !letters.starts_with('-')
+        && letters.contains('j')
+        && letters.chars().all(|c| BUNDLED_FLAGS.contains(c))
+}
+
 /// Whether the command line asks for JSON, read from the raw arguments
-/// (for errors found before they parse): `--json` before any `--`.
+/// (for errors found before they parse): `--json`, `-j` or a bundle such
+/// as `-jy`, before any `--`.
 fn wants_json(args: &[std::ffi::OsString]) -> bool {
     args.iter()
         .skip(1)
         .take_while(|a| *a != "--")
-        .any(|a| a == "--json")
+        .any(|a| a == "--json" || is_short_json(a))
+}
+
+/// `-j 5`: sdcadm's update takes `-j` as its concurrency, but here `-j`
+/// is `--json` and the number would be read as a component or a run.
+/// Refused as a usage error before parsing, so that it never starts a
+/// rollout.
+fn mistaken_concurrency(args: &[std::ffi::OsString]) -> Option<String> {
+    let words: Vec<&std::ffi::OsString> = args.iter().skip(1).take_while(|a| *a != "--").collect();
+    words.windows(2).find_map(|pair| {
+        let number = pair[1].to_str()?;
+        (is_short_json(pair[0]) && !number.is_empty() && number.chars().all(|c| c.is_ascii_digit()))
+            .then(|| {
+                format!(
+                    "-j is --json here; for {number} servers at once give -J {number} (--concurrency {number})"
+                )
+            })
+    })
 }
 
 /// A usage error: one line on stderr, and with `--json` the error document
@@ -412,6 +414,9 @@ fn usage_error(rendered: &str, json: bool) -> ExitCode {
 /// which means "partial" here).
 pub fn main<X: Extension>() -> ExitCode {
     let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    if let Some(message) = mistaken_concurrency(&args) {
+        return usage_error(&message, wants_json(&args));
+    }
     let cli = match Cli::<X>::try_parse_from(&args) {
         Ok(cli) => cli,
         Err(e) => {
@@ -493,7 +498,8 @@ async fn run_parsed<X: Extension>(cli: Cli<X>) -> ExitCode {
     // A command that ended in an error changed nothing: its one line says
     // why (the log keeps the record), so the path is not printed after it.
     let mut failed = false;
-    let code = match dispatch(cli).await {
+    let argv: Vec<String> = std::env::args().collect();
+    let code = match dispatch(cli, argv).await {
         Ok(code) => {
             tracing::info!(target: agentsadm_types::log::FILE_ONLY_TARGET, component = "cli", exit_status = exit_number(code), "command finished with exit status {}", exit_number(code));
             code
@@ -540,6 +546,9 @@ where
     T: Into<std::ffi::OsString> + Clone,
 {
     let args: Vec<std::ffi::OsString> = args.into_iter().map(Into::into).collect();
+    if let Some(message) = mistaken_concurrency(&args) {
+        return usage_error(&message, wants_json(&args));
+    }
     let mut cli = match Cli::<X>::try_parse_from(&args) {
         Ok(cli) => cli,
         Err(e) => return usage_error(&e.render().to_string(), wants_json(&args)),
@@ -589,7 +598,7 @@ mod help_tests {
                 .map(|_| ())
                 .map_err(|e| e.to_string())
         };
-        let options = "-j 3 --canary 1 --max-failures 10% --max-per-rack 2 --task-timeout 5m --break-lock -n -y";
+        let options = "-J 3 --canary 1 --max-failures 10% --max-per-rack 2 --task-timeout 5m --break-lock -n -y";
         for command in [
             "update vm-agent",
             "revert 1f0c2a9e",
@@ -601,7 +610,7 @@ mod help_tests {
             "server factory-reset cn1",
         ] {
             parse(&format!("agentsadm {command} {options}")).unwrap();
-            let e = parse(&format!("agentsadm {command} -j 0")).unwrap_err();
+            let e = parse(&format!("agentsadm {command} -J 0")).unwrap_err();
             assert!(e.contains("at least 1"), "{command}: {e}");
             let e = parse(&format!("agentsadm {command} --max-per-rack 0")).unwrap_err();
             assert!(e.contains("at least 1"), "{command}: {e}");

@@ -34,15 +34,13 @@ pub enum ProgressMode {
 }
 
 impl ProgressMode {
-    /// Bars on an interactive stderr; lines otherwise; quiet with `-q`.
-    pub fn detect(json: bool, quiet: bool) -> ProgressMode {
+    /// Bars on an interactive stderr (unless `no_progress`:
+    /// `AGENTSADM_NO_PROGRESS` is set); lines otherwise; quiet with `-q`.
+    pub fn detect(json: bool, quiet: bool, no_progress: bool) -> ProgressMode {
         use std::io::IsTerminal;
         if quiet {
             ProgressMode::Quiet
-        } else if !json
-            && std::io::stderr().is_terminal()
-            && std::env::var_os("AGENTSADM_NO_PROGRESS").is_none()
-        {
+        } else if !json && std::io::stderr().is_terminal() && !no_progress {
             ProgressMode::Bars
         } else {
             ProgressMode::Lines

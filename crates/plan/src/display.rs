@@ -374,6 +374,19 @@ pub fn record_line(r: &RecordChange) -> String {
                 .unwrap_or_else(|| "unset".into()),
             short(&change.to.uuid)
         ),
+        RecordChange::ServiceMark {
+            component,
+            key,
+            mark,
+            ..
+        } => match mark {
+            Some(m) => format!(
+                "~ SAPI service {component}: params.{} {}",
+                key.param(),
+                m.describe()
+            ),
+            None => format!("~ SAPI service {component}: params.{} removed", key.param()),
+        },
         RecordChange::AdoptInstance {
             hostname,
             component,

@@ -36,6 +36,7 @@ mod builder;
 pub mod display;
 #[cfg(feature = "example")]
 pub mod example;
+mod hold;
 mod install;
 pub mod intent;
 pub mod marks;
@@ -147,6 +148,14 @@ pub fn plan(input: &PlanningInput) -> Result<Plan, PlanError> {
 pub fn plan_disable(input: &PlanningInput, mark: Option<&Mark>) -> Result<Plan, PlanError> {
     let selected = select_servers(input)?;
     switch::plan_switch(input, selected, mark)
+}
+
+/// The plan of `hold` (`Some(mark)`) or `release` (`None`) of the
+/// request's one component: on its servers, or datacenter-wide when the
+/// request names none. SAPI writes only. Pure.
+pub fn plan_hold(input: &PlanningInput, mark: Option<&Mark>) -> Result<Plan, PlanError> {
+    let selected = select_servers(input)?;
+    hold::plan_hold(input, selected, mark)
 }
 
 /// Whether version `a` is strictly newer than `b`. Agent versions are

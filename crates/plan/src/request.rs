@@ -35,6 +35,10 @@ pub enum Operation {
     Enable,
     /// `revert RUN`.
     Revert,
+    /// `hold`.
+    Hold,
+    /// `release`.
+    Release,
 }
 
 impl Operation {
@@ -50,6 +54,8 @@ impl Operation {
             Operation::Disable => "disable",
             Operation::Enable => "enable",
             Operation::Revert => "revert",
+            Operation::Hold => "hold",
+            Operation::Release => "release",
         }
     }
 }

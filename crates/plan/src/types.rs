@@ -417,6 +417,15 @@ pub enum RecordChange {
         hostname: Option<String>,
         change: IntentChange,
     },
+    /// SAPI: set (`Some`) or clear (`None`) a mark in a service's params
+    /// (`params.agentsadm_hold`: a datacenter-wide hold).
+    ServiceMark {
+        component: ComponentName,
+        service: ServiceUuid,
+        key: MarkKey,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        mark: Option<Mark>,
+    },
     /// CNAPI: delete or factory-reset the server, last. `in_cnapi`: CNAPI
     /// still had the record when the plan was made.
     Server {
@@ -438,7 +447,7 @@ impl RecordChange {
         match self {
             RecordChange::PostAgents { .. } => 0,
             RecordChange::CreateService { .. } => 1,
-            RecordChange::ServiceDefault { .. } => 2,
+            RecordChange::ServiceDefault { .. } | RecordChange::ServiceMark { .. } => 2,
             RecordChange::AdoptInstance { .. } => 3,
             RecordChange::Instance {
                 change: IntentChange::DeleteInstance { .. } | IntentChange::DeleteReplaced { .. },
@@ -454,7 +463,8 @@ impl RecordChange {
         match self {
             RecordChange::PostAgents { .. } | RecordChange::Server { .. } => None,
             RecordChange::CreateService { component, .. }
-            | RecordChange::AdoptInstance { component, .. } => Some(component),
+            | RecordChange::AdoptInstance { component, .. }
+            | RecordChange::ServiceMark { component, .. } => Some(component),
             RecordChange::ServiceDefault { change } => Some(&change.component),
             RecordChange::Instance { change, .. } => Some(change.component()),
         }
@@ -468,7 +478,9 @@ impl RecordChange {
             | RecordChange::AdoptInstance { server, .. }
             | RecordChange::Server { server, .. } => Some(*server),
             RecordChange::Instance { server, .. } => *server,
-            RecordChange::CreateService { .. } | RecordChange::ServiceDefault { .. } => None,
+            RecordChange::CreateService { .. }
+            | RecordChange::ServiceDefault { .. }
+            | RecordChange::ServiceMark { .. } => None,
         }
     }
 

@@ -192,6 +192,37 @@ impl ApiRecords {
         Ok(RecordDone::Done)
     }
 
+    /// Set (`Some`) or clear (`None`) a mark in a service's params (a
+    /// datacenter-wide hold): one key, the other params left as they are.
+    async fn set_service_mark(
+        &self,
+        service: ServiceUuid,
+        component: &str,
+        key: agentsadm_plan::MarkKey,
+        mark: Option<&agentsadm_plan::Mark>,
+    ) -> Result<RecordDone, RecordWriteError> {
+        let update = agentsadm_api::sapi::Update {
+            action: Some(if mark.is_some() {
+                agentsadm_api::sapi::UpdateAction::Update
+            } else {
+                agentsadm_api::sapi::UpdateAction::Delete
+            }),
+            params: Some(object([(
+                key.param(),
+                mark.map(agentsadm_plan::Mark::to_value).unwrap_or_default(),
+            )])),
+            metadata: None,
+        };
+        self.sapi
+            .update_service(service, &update)
+            .await
+            .map_err(api(format!(
+                "write params.{} of SAPI service {component}",
+                key.param()
+            )))?;
+        Ok(RecordDone::Done)
+    }
+
     /// Create the instance with the UUID the server keeps, or (when SAPI
     /// has it) complete its params: re-posting an existing instance would
     /// overwrite it, and a failed re-create makes SAPI delete it.
@@ -284,6 +315,15 @@ impl ApiRecords {
             } => self.create_service(component, *default_image).await,
             RecordChange::ServiceDefault { change } => {
                 self.set_default(change.service, &change.component, change.to.uuid)
+                    .await
+            }
+            RecordChange::ServiceMark {
+                component,
+                service,
+                key,
+                mark,
+            } => {
+                self.set_service_mark(*service, component, *key, mark.as_ref())
                     .await
             }
             RecordChange::AdoptInstance {
@@ -450,6 +490,9 @@ fn record_call(change: &RecordChange) -> String {
             "SAPI PUT /services/{} (params.image_uuid {})",
             change.service, change.to.uuid
         ),
+        RecordChange::ServiceMark { service, key, .. } => {
+            format!("SAPI PUT /services/{service} (params.{})", key.param())
+        }
         RecordChange::AdoptInstance {
             instance, exists, ..
         } => match exists {

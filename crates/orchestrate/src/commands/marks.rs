@@ -1,12 +1,12 @@
-//! `disable`/`enable` as a [`Planner`] for the one [`crate::run::Run`]
-//! (each call gathers anew and plans through [`agentsadm_plan::plan_disable`]),
-//! and `hold`/`release`: the hold marks written to SAPI (instance params
-//! for servers, service params datacenter-wide). A hold changes no server,
-//! so it is a record write, not a run; every later plan honours it.
+//! `disable`/`enable` and `hold`/`release` as one [`Planner`] for the one
+//! [`crate::run::Run`] (issue 31): each call gathers anew and plans
+//! through [`agentsadm_plan::plan_disable`] or [`agentsadm_plan::plan_hold`]
+//! (a hold writes SAPI only: instance params for servers, service params
+//! datacenter-wide), so every mark is made with `-n`, `-y`, the lock and a
+//! history entry like every change; every later plan honours a hold.
 
 use agentsadm_api::Apis;
-use agentsadm_api::sapi::{Update, UpdateAction, object};
-use agentsadm_plan::{HoldScope, Mark, Plan, PlanOptions, PlanningInput, Request, resolve_servers};
+use agentsadm_plan::{Mark, Operation, Plan, PlanOptions, PlanningInput, Request};
 use agentsadm_types::catalog::Catalog;
 
 use crate::carriers::gather;
@@ -14,8 +14,9 @@ use crate::carriers::images::{self, ImageChoice, ImageSources};
 use crate::commands::session::SessionError;
 use crate::runner::run::Planner;
 
-/// `disable` (`mark`) or `enable` (`None`) as a run's planner.
-pub struct SwitchPlanner<'a> {
+/// `disable`, `hold` (`mark`), `enable` or `release` (`None`), as the
+/// request's operation says, as a run's planner.
+pub struct MarkPlanner<'a> {
     pub apis: &'a Apis,
     pub catalog: &'a Catalog,
     pub request: Request,
@@ -23,7 +24,7 @@ pub struct SwitchPlanner<'a> {
     pub options: PlanOptions,
 }
 
-impl Planner for SwitchPlanner<'_> {
+impl Planner for MarkPlanner<'_> {
     type Planned = Plan;
     type Error = SessionError;
 
@@ -43,123 +44,20 @@ impl Planner for SwitchPlanner<'_> {
             &intent,
         )
         .await?;
-        Ok(agentsadm_plan::plan_disable(
-            &PlanningInput {
-                catalog: self.catalog,
-                intent: &intent,
-                reality: &reality,
-                request: &self.request,
-                options: self.options,
-                images: &images,
-                durations: None,
-            },
-            self.mark.as_ref(),
-        )?)
-    }
-}
-
-/// One hold written or cleared.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct HoldWrite {
-    pub scope: HoldScope,
-    /// The server's hostname, for a server hold.
-    pub hostname: Option<String>,
-    pub component: String,
-}
-
-/// Why a hold could not be written.
-#[derive(Debug, thiserror::Error)]
-pub enum HoldError {
-    #[error(transparent)]
-    Session(#[from] SessionError),
-    #[error(
-        "{component} has no SAPI agent service, so it cannot be held: run 'agentsadm adopt' first"
-    )]
-    Unmanaged { component: String },
-    #[error(
-        "{component} on {hostname} has no SAPI instance to hold it on: run 'agentsadm adopt' (or 'agentsadm check --fix') first"
-    )]
-    NoInstance { component: String, hostname: String },
-    #[error("cannot write the hold of {component} to SAPI")]
-    Api {
-        component: String,
-        #[source]
-        err: Box<agentsadm_api::ApiError>,
-    },
-}
-
-/// Hold (`Some(mark)`) or release (`None`) `component` on `servers`, or
-/// datacenter-wide when `servers` is empty. Every named server is checked
-/// before anything is written.
-pub async fn set_holds(
-    apis: &Apis,
-    catalog: &Catalog,
-    component: &str,
-    servers: &[String],
-    mark: Option<&Mark>,
-) -> Result<Vec<HoldWrite>, HoldError> {
-    let c = catalog
-        .require(component)
-        .map_err(|e| SessionError::from(agentsadm_plan::PlanError::from(e)))?;
-    let (intent, reality) = gather::gather(apis, catalog)
-        .await
-        .map_err(SessionError::from)?;
-    let Some(service) = intent.services.get(&c.name) else {
-        return Err(HoldError::Unmanaged {
-            component: c.name.to_string(),
-        });
-    };
-    let value = mark.map(Mark::to_value).unwrap_or_default();
-    let update = Update {
-        action: Some(if mark.is_some() {
-            UpdateAction::Update
-        } else {
-            UpdateAction::Delete
-        }),
-        params: Some(object([(agentsadm_plan::marks::HOLD_PARAM, value)])),
-        metadata: None,
-    };
-    let api_err = |err| HoldError::Api {
-        component: c.name.to_string(),
-        err: Box::new(err),
-    };
-    if servers.is_empty() {
-        apis.sapi
-            .update_service(service.uuid, &update)
-            .await
-            .map_err(api_err)?;
-        return Ok(vec![HoldWrite {
-            scope: HoldScope::Datacenter,
-            hostname: None,
-            component: c.name.to_string(),
-        }]);
-    }
-    let uuids = resolve_servers(&reality, servers).map_err(SessionError::from)?;
-    let mut targets = Vec::new();
-    for uuid in uuids {
-        let hostname = reality
-            .get(&uuid)
-            .map(|s| s.hostname.clone())
-            .unwrap_or_else(|| uuid.to_string());
-        let Some(instance) = intent.instance(&uuid, &c.name) else {
-            return Err(HoldError::NoInstance {
-                component: c.name.to_string(),
-                hostname,
-            });
+        let input = PlanningInput {
+            catalog: self.catalog,
+            intent: &intent,
+            reality: &reality,
+            request: &self.request,
+            options: self.options,
+            images: &images,
+            durations: None,
         };
-        targets.push((instance.uuid, hostname));
+        Ok(match self.request.operation {
+            Operation::Hold | Operation::Release => {
+                agentsadm_plan::plan_hold(&input, self.mark.as_ref())?
+            }
+            _ => agentsadm_plan::plan_disable(&input, self.mark.as_ref())?,
+        })
     }
-    let mut done = Vec::new();
-    for (instance, hostname) in targets {
-        apis.sapi
-            .update_instance(instance, &update)
-            .await
-            .map_err(api_err)?;
-        done.push(HoldWrite {
-            scope: HoldScope::Server,
-            hostname: Some(hostname),
-            component: c.name.to_string(),
-        });
-    }
-    Ok(done)
 }

@@ -56,7 +56,7 @@ pub struct RunSettings {
     pub break_lock: bool,
     /// `--transport` (update, install, remove).
     pub transport: TransportMode,
-    /// `-j`, `--canary`, `--max-failures`, `--max-per-rack`.
+    /// `-J`, `--canary`, `--max-failures`, `--max-per-rack`.
     pub rollout: RolloutPolicy,
     /// `--ignore-holds` (update, install, remove).
     pub ignore_holds: bool,
@@ -260,6 +260,21 @@ impl<'a> Run<'a> {
             history: Some(HistorySettings::default_for_process()),
             durations: None,
         }
+    }
+
+    /// Work that is not a plan (`self-update`) under this run's datacenter
+    /// lock (and sdcadm's, on a headnode): taken as [`Run::go`] takes it,
+    /// refreshed while `work` runs, released after. `lost` is set when the
+    /// lock was lost meanwhile. Only a run takes the lock: the command
+    /// line never does.
+    pub async fn outside<T>(
+        &self,
+        lost: &std::sync::atomic::AtomicBool,
+        note: impl Fn(&str),
+        work: impl Future<Output = T>,
+    ) -> Result<T, LockError> {
+        let store = SapiLockStore::new(self.sapi.clone()).await?;
+        holding::hold(&store, &self.operation, &self.lock, lost, note, work).await
     }
 
     /// Plan, confirm under the lock, execute. See the module documentation.

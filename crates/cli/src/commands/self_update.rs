@@ -8,16 +8,16 @@ use std::process::ExitCode;
 use clap::{ArgGroup, Args};
 use serde_json::json;
 
-use super::CmdResult;
-use super::GlobalOpts;
-use super::orch::{ChannelArgs, Want, updates_client};
+use crate::CmdResult;
+use crate::args::ChannelArgs;
+use crate::settings::Settings;
+use crate::updates::{Want, updates_client};
 use agentsadm_flows::selfupdate::{self, Allow, SelfUpdateEnv, Target};
 use agentsadm_flows::selfupdate::{Done, SelfUpdateOutcome};
 use agentsadm_gz::session::GzSettings;
-use agentsadm_orchestrate::history::{
-    HistorySettings, Recorder, SapiHistory, ServerRecord, StepRecord,
-};
-use agentsadm_orchestrate::lock::{self, LockOptions, SapiLockStore};
+use agentsadm_orchestrate::history::{Recorder, SapiHistory, ServerRecord, StepRecord};
+use agentsadm_orchestrate::reporters::LogReporter;
+use agentsadm_orchestrate::run::{Run, RunSettings};
 
 #[derive(Args, Debug)]
 #[command(group(ArgGroup::new("target").required(true).args(["image", "latest", "rollback"])))]
@@ -52,7 +52,7 @@ pub struct SelfUpdateArgs {
     pub break_lock: bool,
     /// On a headnode, wait this long for sdcadm's lock when an sdcadm
     /// command holds it, then stop.
-    #[arg(long, value_parser = super::orch::duration, default_value = "1m", value_name = "DURATION")]
+    #[arg(long, value_parser = crate::args::duration, default_value = "1m", value_name = "DURATION")]
     pub sdcadm_lock_wait: std::time::Duration,
     /// The headnode's global zone root (a directory in tests).
     #[arg(long, value_name = "DIR", default_value = "/", hide = true)]
@@ -60,7 +60,7 @@ pub struct SelfUpdateArgs {
 }
 
 /// `agentsadm self-update ...`.
-pub async fn run(g: &GlobalOpts, a: SelfUpdateArgs) -> CmdResult {
+pub async fn run(g: &Settings, a: SelfUpdateArgs) -> CmdResult {
     let out = g.output();
     let apis = g.apis()?;
     let target = match (&a.image, a.latest, a.rollback) {
@@ -78,7 +78,7 @@ pub async fn run(g: &GlobalOpts, a: SelfUpdateArgs) -> CmdResult {
         Target::Latest => Want::Latest,
         _ => Want::Lookup,
     };
-    let updates = updates_client(&apis, &a.source, want)
+    let updates = updates_client(g, &apis, &a.source, want)
         .await?
         .map(|u| u.client);
     let platform = agentsadm_gz::session::platform_for_command_line(&a.root, &Default::default());
@@ -90,7 +90,7 @@ pub async fn run(g: &GlobalOpts, a: SelfUpdateArgs) -> CmdResult {
         dc: &apis.imgapi,
         updates: updates.as_ref(),
         sapi: &apis.sapi,
-        running_version: super::release::VERSION,
+        running_version: crate::release::VERSION,
     };
     let allow = Allow {
         major_update: a.allow_major_update,
@@ -118,7 +118,7 @@ pub async fn run(g: &GlobalOpts, a: SelfUpdateArgs) -> CmdResult {
         // A history entry like every changing run's ('agentsadm history';
         // 'revert' names what undoes it); a killed run's is ended as
         // interrupted by the next run.
-        let recorder = begin_history(&apis, &note).await;
+        let recorder = begin_history(g, &apis, &note).await;
         let result = selfupdate::execute(&env, &plan).await;
         let status = if lost.load(std::sync::atomic::Ordering::SeqCst) {
             2
@@ -138,13 +138,22 @@ pub async fn run(g: &GlobalOpts, a: SelfUpdateArgs) -> CmdResult {
         }
         result
     };
-    let store = SapiLockStore::new(apis.sapi.clone()).await?;
-    let options = LockOptions {
+    // The lock is the run's: taken, refreshed and released as every
+    // changing command's.
+    let run_settings = RunSettings {
         break_lock: a.break_lock,
-        sdcadm: super::orch::sdcadm_lock_here(a.sdcadm_lock_wait),
-        ..LockOptions::default()
+        sdcadm_lock: g.sdcadm_lock(a.sdcadm_lock_wait),
+        ..RunSettings::default()
     };
-    let outcome = lock::hold(&store, "self-update", &options, &lost, note, work).await??;
+    let catalog = g.load_catalog()?;
+    let run = Run::sapi_only(
+        &apis.sapi,
+        &catalog,
+        &run_settings,
+        &LogReporter,
+        "self-update",
+    );
+    let outcome = run.outside(&lost, note, work).await??;
     // A lock lost while it ran (said when noticed): the headnode may since
     // have been changed by the new holder, so this is not "done".
     let lock_lost = lost.load(std::sync::atomic::Ordering::SeqCst);
@@ -167,7 +176,7 @@ pub async fn run(g: &GlobalOpts, a: SelfUpdateArgs) -> CmdResult {
 
 /// The run's history entry, begun (with an empty plan: self-update has
 /// none) once the lock is held.
-async fn begin_history(apis: &agentsadm_api::Apis, note: &dyn Fn(&str)) -> Recorder {
+async fn begin_history(g: &Settings, apis: &agentsadm_api::Apis, note: &dyn Fn(&str)) -> Recorder {
     let empty = agentsadm_plan::PlanBuilder::new(
         agentsadm_plan::Operation::Update,
         &agentsadm_types::catalog::Catalog::builtin(),
@@ -176,7 +185,7 @@ async fn begin_history(apis: &agentsadm_api::Apis, note: &dyn Fn(&str)) -> Recor
     .finish(&agentsadm_plan::RolloutPolicy::default());
     let (tx, rx) = std::sync::mpsc::channel::<String>();
     let recorder = Recorder::begin(
-        &HistorySettings::default_for_process(),
+        &g.history_settings(),
         Some(SapiHistory::new(apis.sapi.clone())),
         &empty,
         agentsadm_orchestrate::revert::SELF_UPDATE,

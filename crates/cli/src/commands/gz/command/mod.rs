@@ -1,8 +1,8 @@
 //! The installer's own entry point: `agentsadm gz ...` parsed, turned into
 //! [`GzSettings`] once, run, and printed.
 //!
-//! - [`run`]: the command line (`agentsadm gz ...`); the CLI hands over the
-//!   options of `agentsadm` itself the installer uses ([`GlobalArgs`]).
+//! - [`run`]: the command line (`agentsadm gz ...`), with the command
+//!   line's own global options ([`GlobalOpts`]).
 //! - [`run_captured`] / [`run_captured_on`]: the same command line run in
 //!   this process (what a CNAPI execute request of
 //!   [`agentsadm_api::remote::gz_execute_request`] asks the simulator for): same
@@ -33,6 +33,8 @@ use agentsadm_types::catalog::Catalog;
 use agentsadm_types::catalog::CatalogError;
 use agentsadm_types::ids::ImageUuid;
 use agentsadm_types::ids::ServerUuid;
+
+use crate::GlobalOpts;
 
 use agentsadm_gz::fetch::ImageSource;
 use agentsadm_gz::layout::LayoutKind;
@@ -247,36 +249,6 @@ pub enum GzCommand {
     },
 }
 
-/// The options of `agentsadm` itself that a `gz` command uses (the command
-/// line's global options; an in-process run parses the same flags).
-#[derive(Args, Clone, Debug, Default)]
-pub struct GlobalArgs {
-    /// SAPI URL (default: from the SDC config on a headnode).
-    #[arg(long, global = true, env = "SAPI_URL", value_name = "URL")]
-    pub sapi_url: Option<String>,
-    /// CNAPI URL (default: from the SDC config on a headnode).
-    #[arg(long, global = true, env = "CNAPI_URL", value_name = "URL")]
-    pub cnapi_url: Option<String>,
-    /// IMGAPI URL of this datacenter (default: from the SDC config).
-    #[arg(long, global = true, env = "IMGAPI_URL", value_name = "URL")]
-    pub imgapi_url: Option<String>,
-    /// Print one JSON document instead of text.
-    #[arg(long, global = true)]
-    pub json: bool,
-    /// Print less.
-    #[arg(short, long, global = true)]
-    pub quiet: bool,
-    /// Print more (repeat for debug); logging is the caller's.
-    #[arg(short, long, global = true, action = clap::ArgAction::Count)]
-    pub verbose: u8,
-    /// Append bunyan-style JSON log records to this file.
-    #[arg(long, global = true, value_name = "FILE")]
-    pub log_file: Option<PathBuf>,
-    /// Use this component catalog instead of the built-in one.
-    #[arg(long, global = true, value_name = "FILE")]
-    pub catalog: Option<PathBuf>,
-}
-
 /// `agentsadm [OPTIONS] gz ...` as an in-process run parses it.
 #[derive(Parser, Debug)]
 #[command(
@@ -286,7 +258,7 @@ pub struct GlobalArgs {
 )]
 struct Invocation {
     #[command(flatten)]
-    global: GlobalArgs,
+    global: GlobalOpts,
     #[command(subcommand)]
     command: TopCommand,
 }
@@ -336,10 +308,10 @@ fn parse(argv: &[String]) -> Result<(Invocation, clap::ArgMatches), ParseFailure
     Ok((invocation, matches))
 }
 
-/// `agentsadm gz ...` from the command line; returns the exit status.
-pub async fn run(global: &GlobalArgs, args: GzArgs) -> u8 {
+/// `agentsadm gz ...` from the command line (`argv`: its words after the
+/// program's name); returns the exit status.
+pub async fn run(global: &GlobalOpts, argv: Vec<String>, args: GzArgs) -> u8 {
     let mut printer = Printer::terminal(global.json, global.quiet);
-    let argv: Vec<String> = std::env::args().skip(1).collect();
     exit_status(execute(global, args, BTreeMap::new(), argv, None, &mut printer).await)
 }
 
@@ -448,7 +420,7 @@ pub async fn run_captured_on(
 
 /// The API URLs of an in-process run's environment `env` win over this
 /// process's (but not over flags).
-fn env_urls(global: &mut GlobalArgs, matches: &clap::ArgMatches, env: &BTreeMap<String, String>) {
+fn env_urls(global: &mut GlobalOpts, matches: &clap::ArgMatches, env: &BTreeMap<String, String>) {
     for (id, var) in [
         ("sapi_url", "SAPI_URL"),
         ("cnapi_url", "CNAPI_URL"),
@@ -470,7 +442,7 @@ fn env_urls(global: &mut GlobalArgs, matches: &clap::ArgMatches, env: &BTreeMap<
 /// The run's settings, from the command line and `env`: the one place
 /// arguments become [`GzSettings`].
 async fn settings(
-    global: &GlobalArgs,
+    global: &GlobalOpts,
     opts: &GzOpts,
     env: BTreeMap<String, String>,
 ) -> Result<GzSettings, SettingsError> {
@@ -511,7 +483,7 @@ async fn settings(
 
 /// Run one parsed `gz` command; returns the exit status.
 async fn execute(
-    global: &GlobalArgs,
+    global: &GlobalOpts,
     args: GzArgs,
     env: BTreeMap<String, String>,
     argv: Vec<String>,

@@ -7,11 +7,12 @@ use std::collections::BTreeMap;
 use clap::Args;
 use serde::Serialize;
 
-use super::ServersArg;
+use crate::args::{ServersArg, TableArgs};
 
-use super::exit;
+use std::process::ExitCode;
+
 use crate::CmdResult;
-use crate::GlobalOpts;
+use crate::settings::Settings;
 use agentsadm_flows::drift::FindingKind;
 use agentsadm_flows::ondisk;
 use agentsadm_orchestrate::Intent;
@@ -24,7 +25,6 @@ use agentsadm_types::ids::ImageUuid;
 use agentsadm_types::ids::InstanceUuid;
 use agentsadm_types::ids::ServerUuid;
 use agentsadm_types::output::Output;
-use agentsadm_types::output::TableOptions;
 use agentsadm_types::output::short;
 use agentsadm_types::output::table;
 use agentsadm_types::output::table_with;
@@ -47,47 +47,6 @@ pub struct ListArgs {
     pub racks: bool,
     #[command(flatten)]
     pub table: TableArgs,
-}
-
-/// How `list`, `avail` and `history` show their tables, as `sdcadm insts`
-/// does.
-#[derive(Args, Clone, Debug, Default)]
-pub struct TableArgs {
-    /// The same as --json (sdcadm's -j; on update, install and remove -j
-    /// is the concurrency, as in sdcadm).
-    #[arg(short = 'j')]
-    pub json_short: bool,
-    /// Leave out the header line.
-    #[arg(short = 'H')]
-    pub no_header: bool,
-    /// Only these columns, in this order (comma-separated names from the
-    /// header, any case: `list -o hostname,component,version`, `avail -o
-    /// component,version,note`).
-    #[arg(short = 'o', value_name = "COLUMNS", value_delimiter = ',')]
-    pub columns: Vec<String>,
-    /// Sort by these columns (comma-separated; `-NAME` for descending).
-    #[arg(
-        long = "sort",
-        value_name = "SORT",
-        value_delimiter = ',',
-        allow_hyphen_values = true
-    )]
-    pub sort: Vec<String>,
-}
-
-impl TableArgs {
-    /// The table options, sorting by `default_sort` unless told otherwise.
-    pub fn options(&self, default_sort: &[&str]) -> TableOptions {
-        TableOptions {
-            no_header: self.no_header,
-            columns: self.columns.clone(),
-            sort: if self.sort.is_empty() {
-                default_sort.iter().map(|s| s.to_string()).collect()
-            } else {
-                self.sort.clone()
-            },
-        }
-    }
 }
 
 /// One row of `agentsadm list`.
@@ -297,7 +256,7 @@ pub fn list_summary(rows: &[ListRow], intent: &Intent) -> Vec<ListSummaryRow> {
     groups.into_values().collect()
 }
 
-pub async fn run_list(g: &GlobalOpts, a: ListArgs) -> CmdResult {
+pub async fn run(g: &Settings, a: ListArgs) -> CmdResult {
     let out = g.output();
     let catalog = g.load_catalog()?;
     let mut components = Vec::new();
@@ -330,20 +289,20 @@ pub async fn run_list(g: &GlobalOpts, a: ListArgs) -> CmdResult {
         for h in hosts {
             println!("{h}");
         }
-        return Ok(exit(0));
+        return Ok(ExitCode::SUCCESS);
     }
     if a.summary {
         print_list_summary(&out, servers.len(), &rows, &intent);
-        return Ok(exit(0));
+        return Ok(ExitCode::SUCCESS);
     }
     if a.racks && !out.json {
         let rack = |u: &ServerUuid| reality.servers.get(u).and_then(|s| s.rack.clone());
         out.line(fleet_map(&rows, &servers, rack).trim_end());
-        return Ok(exit(0));
+        return Ok(ExitCode::SUCCESS);
     }
     if out.json {
         out.json(&rows);
-        return Ok(exit(0));
+        return Ok(ExitCode::SUCCESS);
     }
     let cells: Vec<Vec<String>> = rows
         .iter()
@@ -379,7 +338,7 @@ pub async fn run_list(g: &GlobalOpts, a: ListArgs) -> CmdResult {
     for n in notes {
         out.warn(n);
     }
-    Ok(exit(0))
+    Ok(ExitCode::SUCCESS)
 }
 
 /// `list --racks`: each server's cell from its rows (the components
@@ -389,7 +348,7 @@ pub fn fleet_map(
     servers: &[ServerUuid],
     rack: impl Fn(&ServerUuid) -> Option<String>,
 ) -> String {
-    use super::racks::{Cell, render};
+    use crate::pictures::racks::{Cell, render};
     let mut racks: BTreeMap<Option<String>, Vec<Cell>> = BTreeMap::new();
     for u in servers {
         let mine: Vec<&ListRow> = rows.iter().filter(|r| r.server == *u).collect();

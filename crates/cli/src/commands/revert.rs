@@ -6,13 +6,14 @@
 //! revert can be reverted).
 
 use clap::Args;
-use serde_json::json;
 
-use super::ExecArgs;
-use super::exit;
+use std::process::ExitCode;
+
 use crate::CmdResult;
-use crate::GlobalOpts;
-use crate::execution::{CliOperator, Execution, interrupted, run_error};
+use crate::args::ExecArgs;
+use crate::change::show_plan_text;
+use crate::execution::{CliOperator, Execution, ended, executed, interrupted, recorded, run_error};
+use crate::settings::Settings;
 use agentsadm_orchestrate::history::{HistoryEntry, durations_of, find_in};
 use agentsadm_orchestrate::revert::RevertPlanner;
 use agentsadm_orchestrate::run::{Run, RunOutcome, RunSettings, Shown};
@@ -29,11 +30,11 @@ pub struct RevertArgs {
     pub exec: ExecArgs,
 }
 
-pub async fn run_revert(g: &GlobalOpts, a: RevertArgs) -> CmdResult {
+pub async fn run(g: &Settings, a: RevertArgs) -> CmdResult {
     let out = g.output();
     let catalog = g.load_catalog()?;
     let apis = g.apis()?;
-    let listing = super::history::store(g).list().await;
+    let listing = g.history_store().list().await;
     if let Some(e) = &listing.sapi_error {
         out.warn(format!("{e}; only this headnode's runs are known"));
     }
@@ -44,7 +45,7 @@ pub async fn run_revert(g: &GlobalOpts, a: RevertArgs) -> CmdResult {
         .filter(|e| e.started > run.started)
         .cloned()
         .collect();
-    let settings: RunSettings = a.exec.into();
+    let settings: RunSettings = a.exec.settings(g);
     let durations = durations_of(&listing.entries);
     let planner = RevertPlanner {
         session: Session {
@@ -75,39 +76,24 @@ pub async fn run_revert(g: &GlobalOpts, a: RevertArgs) -> CmdResult {
     let execution = Execution::new(g, "revert");
     let reporter = execution.reporter();
     let operation = format!("revert {} ({})", run.short_id(), run.operation);
-    let mut run = Run::new(&apis, &catalog, &settings, &reporter, operation);
+    let mut run = recorded(
+        Run::new(&apis, &catalog, &settings, &reporter, operation),
+        g,
+    );
     run.durations = Some(&durations);
-    match run.go(&planner, &operator, interrupted()).await {
-        Ok(RunOutcome::DryRun(plan)) => {
-            if out.json {
-                out.json(&json!({"plan": plan, "executed": false, "exit_status": 0}));
-            }
-            Ok(exit(0))
-        }
-        Ok(RunOutcome::Empty(plan)) => {
-            let status = if plan.has_blocking_skips() {
-                crate::EXIT_PARTIAL
-            } else {
-                0
-            };
-            if out.json {
-                out.json(&json!({"plan": plan, "executed": false, "exit_status": status}));
-            } else {
-                out.line("Nothing to put back.");
-            }
-            Ok(exit(status))
-        }
-        Ok(RunOutcome::Declined(_)) => {
-            out.line("Nothing was changed.");
-            Ok(exit(1))
-        }
-        Ok(RunOutcome::Executed { planned, report }) => {
-            Ok(exit(super::change::executed(out, &planned, &report)))
-        }
-        Err(e) => Err(run_error(e)),
+    let outcome = run
+        .go(&planner, &operator, interrupted())
+        .await
+        .map_err(run_error)?;
+    if matches!(outcome, RunOutcome::Empty(_)) && !out.json {
+        out.line("Nothing to put back.");
     }
+    Ok(ExitCode::from(match ended(out, outcome, false) {
+        Ok((planned, report)) => executed(out, &planned, &report),
+        Err(status) => status,
+    }))
 }
 
-fn show_plan(g: &GlobalOpts, settings: &RunSettings, plan: &Plan, shown: Shown) {
-    super::change::show_plan_text(g, settings, plan, shown, None);
+fn show_plan(g: &Settings, settings: &RunSettings, plan: &Plan, shown: Shown) {
+    show_plan_text(g, settings, plan, shown, None);
 }

@@ -9,14 +9,13 @@ use anyhow::Context;
 use clap::Args;
 use serde_json::json;
 
-use super::ChannelArgs;
+use crate::args::ChannelArgs;
 
-use super::exit;
+use crate::updates::{Want, source_words, updates_client};
+use std::process::ExitCode;
 
-use super::Want;
-use super::updates_client;
 use crate::CmdResult;
-use crate::GlobalOpts;
+use crate::settings::Settings;
 use agentsadm_orchestrate::gather;
 use agentsadm_orchestrate::images;
 use agentsadm_orchestrate::images::AvailableImage;
@@ -38,10 +37,10 @@ pub struct AvailArgs {
     #[arg(long)]
     pub all_images: bool,
     #[command(flatten)]
-    pub table: super::list::TableArgs,
+    pub table: crate::args::TableArgs,
 }
 
-pub async fn run_avail(g: &GlobalOpts, a: AvailArgs) -> CmdResult {
+pub async fn run(g: &Settings, a: AvailArgs) -> CmdResult {
     let out = g.output();
     let catalog = g.load_catalog()?;
     let components: Vec<&Component> = if a.components.is_empty() {
@@ -54,9 +53,9 @@ pub async fn run_avail(g: &GlobalOpts, a: AvailArgs) -> CmdResult {
     };
     let apis = g.apis()?;
     let (intent, reality) = gather::gather(&apis, &catalog).await?;
-    let updates = updates_client(&apis, &a.source, Want::Lookup).await?;
+    let updates = updates_client(g, &apis, &a.source, Want::Lookup).await?;
     let client = updates.as_ref().map(|u| &u.client).unwrap_or(&apis.imgapi);
-    let from = super::source_words(updates.as_ref(), &apis.imgapi);
+    let from = source_words(updates.as_ref(), &apis.imgapi);
     let rows = images::available(client, &components)
         .await
         .with_context(|| format!("cannot list images from {}", client.base_url()))?;
@@ -113,7 +112,7 @@ pub async fn run_avail(g: &GlobalOpts, a: AvailArgs) -> CmdResult {
         .collect();
     if out.json {
         out.json(&shown);
-        return Ok(exit(0));
+        return Ok(ExitCode::SUCCESS);
     }
     let cells: Vec<Vec<String>> = shown
         .iter()
@@ -151,7 +150,7 @@ pub async fn run_avail(g: &GlobalOpts, a: AvailArgs) -> CmdResult {
         out.line(format!("Images in {from}:"));
     }
     out.line(text.trim_end());
-    Ok(exit(0))
+    Ok(ExitCode::SUCCESS)
 }
 
 /// The newest image each component runs anywhere: an image later than it

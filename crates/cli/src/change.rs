@@ -1,28 +1,21 @@
-//! `agentsadm plan|update|install|remove`: normalise the arguments into a
-//! `Change`, plan, show the plan, confirm, then execute under the
-//! datacenter lock.
+//! What `plan`, `update`, `install` and `remove` share: their arguments,
+//! normalised into a [`Change`], and the one run of a change (plan, show
+//! the plan, confirm, then execute under the datacenter lock). The
+//! commands themselves are in `commands/`.
 
 use agentsadm_types::component::ComponentName;
 use anyhow::bail;
-use clap::{ArgAction, Args, Subcommand};
+use clap::{ArgAction, Args};
 use serde_json::json;
 
-use super::ChannelArgs;
-use super::ExecArgs;
-use super::ServersArg;
-use super::Want;
-use super::exit;
-use super::latest_target_line;
-use super::updates_client;
+use std::process::ExitCode;
+
 use crate::CmdResult;
-use crate::EXIT_PARTIAL;
-use crate::GlobalOpts;
-use crate::execution::CliOperator;
-use crate::execution::Execution;
-use crate::execution::interrupted;
-use crate::execution::run_error;
+use crate::args::{ChannelArgs, ExecArgs, ServersArg};
+use crate::execution::{CliOperator, Execution, ended, executed, interrupted, recorded, run_error};
+use crate::settings::Settings;
+use crate::updates::{Want, latest_target_line, updates_client};
 use agentsadm_orchestrate::images::ImageChoice;
-use agentsadm_orchestrate::report::ExecReport;
 use agentsadm_orchestrate::run::{Run, RunOutcome, RunSettings, Shown};
 use agentsadm_orchestrate::session::{RequestPlanner, Session};
 use agentsadm_plan::ComponentSelection;
@@ -38,22 +31,6 @@ use agentsadm_types::output::Output;
 /// Servers shown one by one in a plan up to this many; beyond, servers with
 /// the same changes are grouped (`-v` lists them all).
 pub const DEFAULT_MAX_SERVERS: usize = 50;
-
-#[derive(Args, Debug)]
-pub struct PlanArgs {
-    #[command(subcommand)]
-    pub command: PlanCommand,
-}
-
-#[derive(Subcommand, Debug)]
-pub enum PlanCommand {
-    /// The plan of `agentsadm update`.
-    Update(UpdateArgs),
-    /// The plan of `agentsadm install`.
-    Install(InstallArgs),
-    /// The plan of `agentsadm remove`.
-    Remove(RemoveArgs),
-}
 
 #[derive(Args, Debug)]
 pub struct UpdateArgs {
@@ -134,7 +111,7 @@ pub struct RemoveArgs {
 
 /// A changing command, normalised.
 #[derive(Debug)]
-struct Change {
+pub(crate) struct Change {
     request: Request,
     choice: ImageChoice,
     /// `COMPONENT@IMAGE` or `--image` short of a full UUID: looked up
@@ -180,7 +157,7 @@ fn image_target(
 }
 
 impl UpdateArgs {
-    fn change(mut self, catalog: &Catalog) -> anyhow::Result<Change> {
+    pub(crate) fn change(mut self, catalog: &Catalog, here: &Settings) -> anyhow::Result<Change> {
         if !self.all && self.components.is_empty() {
             bail!("name the components to update, or pass --all");
         }
@@ -224,14 +201,14 @@ impl UpdateArgs {
             image_spec,
             source: self.source,
             just_import: self.just_import,
-            settings: self.exec.into(),
+            settings: self.exec.settings(here),
             target_line: None,
         })
     }
 }
 
 impl InstallArgs {
-    fn change(mut self, catalog: &Catalog) -> anyhow::Result<Change> {
+    pub(crate) fn change(mut self, catalog: &Catalog, here: &Settings) -> anyhow::Result<Change> {
         let (name, at) = split_target(&self.component);
         self.component = name;
         let names = component_names(catalog, std::slice::from_ref(&self.component))?;
@@ -250,14 +227,14 @@ impl InstallArgs {
             image_spec,
             source: self.source,
             just_import: self.just_import,
-            settings: self.exec.into(),
+            settings: self.exec.settings(here),
             target_line: None,
         })
     }
 }
 
 impl RemoveArgs {
-    fn change(self, catalog: &Catalog) -> anyhow::Result<Change> {
+    pub(crate) fn change(self, catalog: &Catalog, here: &Settings) -> anyhow::Result<Change> {
         let names = component_names(catalog, std::slice::from_ref(&self.component))?;
         if self.servers.servers.is_empty() {
             bail!(
@@ -276,7 +253,7 @@ impl RemoveArgs {
             image_spec: None,
             source: ChannelArgs::default(),
             just_import: false,
-            settings: self.exec.into(),
+            settings: self.exec.settings(here),
             target_line: None,
         })
     }
@@ -305,7 +282,7 @@ fn servers_selection(names: Vec<String>) -> ServerSelection {
 /// plan / update / install / remove, through the library's one run: the
 /// datacenter lock, the plan made under it and again after the prompt
 /// (fenced plans), the question or `-y`, imports, execution.
-async fn run_change(g: &GlobalOpts, mut change: Change, plan_only: bool) -> CmdResult {
+pub(crate) async fn run_change(g: &Settings, mut change: Change, plan_only: bool) -> CmdResult {
     let out = g.output();
     let catalog = g.load_catalog()?;
     let apis = g.apis()?;
@@ -313,7 +290,7 @@ async fn run_change(g: &GlobalOpts, mut change: Change, plan_only: bool) -> CmdR
     // (sdcadm's rule), or with --source dc only in the datacenter IMGAPI.
     let latest = change.choice == ImageChoice::Latest;
     let want = if latest { Want::Latest } else { Want::Lookup };
-    let updates = updates_client(&apis, &change.source, want).await?;
+    let updates = updates_client(g, &apis, &change.source, want).await?;
     let updates_imgapi = updates.as_ref().map(|u| &u.client);
     if latest {
         let names = match &change.request.components {
@@ -339,7 +316,7 @@ async fn run_change(g: &GlobalOpts, mut change: Change, plan_only: bool) -> CmdR
     let asked_dry_run = change.settings.dry_run || plan_only;
     change.settings.dry_run |= plan_only || change.just_import;
     // What servers took before: read once, before planning.
-    let durations = super::history::store(g).durations().await;
+    let durations = g.history_store().durations().await;
     // sdcadm and gz-tools as this headnode's disk has them (sdcadm
     // changes them without telling CNAPI), read at every plan.
     let disk = agentsadm_flows::ondisk::HeadnodeDisk {
@@ -380,28 +357,25 @@ async fn run_change(g: &GlobalOpts, mut change: Change, plan_only: bool) -> CmdR
     )
     .with_display(execution.display());
     let reporter = execution.reporter();
-    let mut run = Run::new(&apis, &catalog, &change.settings, &reporter, operation);
+    let mut run = recorded(
+        Run::new(&apis, &catalog, &change.settings, &reporter, operation),
+        g,
+    );
     run.durations = Some(&durations);
-    match run.go(&planner, &operator, interrupted()).await {
-        Ok(RunOutcome::DryRun(plan)) if change.just_import && !asked_dry_run => {
-            just_import(out, &apis, &plan).await
-        }
-        Ok(RunOutcome::DryRun(plan)) => {
-            if out.json {
-                out.json(&json!({"plan": plan, "executed": false, "exit_status": 0}));
-            } else if !plan_only {
-                out.line(crate::execution::DRY_RUN_NOTE);
-            }
-            Ok(exit(0))
-        }
-        Ok(RunOutcome::Empty(plan)) => show_empty(g, &plan),
-        Ok(RunOutcome::Declined(_)) => {
-            out.line("Nothing was changed.");
-            Ok(exit(1))
-        }
-        Ok(RunOutcome::Executed { planned, report }) => Ok(exit(executed(out, &planned, &report))),
-        Err(e) => Err(run_error(e)),
+    let outcome = run
+        .go(&planner, &operator, interrupted())
+        .await
+        .map_err(run_error)?;
+    if let RunOutcome::DryRun(plan) = &outcome
+        && change.just_import
+        && !asked_dry_run
+    {
+        return just_import(out, &apis, plan).await;
     }
+    Ok(ExitCode::from(match ended(out, outcome, !plan_only) {
+        Ok((planned, report)) => executed(out, &planned, &report),
+        Err(status) => status,
+    }))
 }
 
 /// `--just-import`: the images the plan needs, into the datacenter IMGAPI
@@ -428,29 +402,7 @@ async fn just_import(out: Output, apis: &agentsadm_api::Apis, plan: &Plan) -> Cm
             names.join(", ")
         ));
     }
-    Ok(exit(0))
-}
-
-/// How an executed run of a [`Plan`] ended (update, install, remove,
-/// revert, disable, enable): the result document, or the summary and the
-/// history line; its exit status.
-pub(super) fn executed(out: Output, planned: &Plan, report: &ExecReport) -> u8 {
-    let status = report.exit_status(planned);
-    if out.json {
-        out.json(&json!({
-            "plan": planned,
-            "executed": true,
-            "result": report,
-            "summary": report.summary(planned),
-            "exit_status": status,
-        }));
-    } else if !out.quiet || status != 0 {
-        println!("\n{}", report.render(planned).trim_end());
-        if let Some(line) = super::history::recorded_line(report) {
-            out.line(line);
-        }
-    }
-    status
+    Ok(ExitCode::SUCCESS)
 }
 
 /// A plan of update, install, remove or revert as the operator sees it:
@@ -458,8 +410,8 @@ pub(super) fn executed(out: Output, planned: &Plan, report: &ExecReport) -> u8 {
 /// confirmation; otherwise whether it changed since shown, `head` (the
 /// target line) and the plan, at most [`DEFAULT_MAX_SERVERS`] servers
 /// unless `-v`. Whether text was shown.
-pub(super) fn show_plan_text(
-    g: &GlobalOpts,
+pub(crate) fn show_plan_text(
+    g: &Settings,
     settings: &RunSettings,
     plan: &Plan,
     shown: Shown,
@@ -498,7 +450,7 @@ pub(super) fn show_plan_text(
 /// nothing. In `--json`, a plan shown because the run stops without a
 /// confirmation has its warnings on stderr.
 fn show_plan(
-    g: &GlobalOpts,
+    g: &Settings,
     change: &Change,
     catalog: &Catalog,
     durations: &Durations,
@@ -537,93 +489,10 @@ fn show_plan(
     }
 }
 
-/// An empty plan (already shown): exit 0, or 2 when something blocking was
-/// skipped.
-fn show_empty(g: &GlobalOpts, plan: &Plan) -> CmdResult {
-    let out = g.output();
-    let partial = if plan.has_blocking_skips() {
-        EXIT_PARTIAL
-    } else {
-        0
-    };
-    if out.json {
-        out.json(&json!({"plan": plan, "executed": false, "exit_status": partial}));
-    }
-    Ok(exit(partial))
-}
-
-pub async fn run_plan(g: &GlobalOpts, a: PlanArgs) -> CmdResult {
-    let catalog = g.load_catalog()?;
-    let change = match a.command {
-        PlanCommand::Update(u) => u.change(&catalog)?,
-        PlanCommand::Install(i) => i.change(&catalog)?,
-        PlanCommand::Remove(r) => r.change(&catalog)?,
-    };
-    run_change(g, change, true).await
-}
-
-pub async fn run_update(g: &GlobalOpts, a: UpdateArgs) -> CmdResult {
-    let named = a.components.clone();
-    let change = match a.change(&g.load_catalog()?) {
-        Ok(c) => c,
-        Err(e) => return Err(server_hint(g, e, &named).await),
-    };
-    run_change(g, change, false).await
-}
-
-/// `update vm-agent cn0001`: sdcadm users name servers after the
-/// component. When the unknown "component" is a server CNAPI knows, say
-/// to select it with `-s` (one CNAPI lookup, on this error path only).
-async fn server_hint(g: &GlobalOpts, e: anyhow::Error, named: &[String]) -> anyhow::Error {
-    let Some(agentsadm_types::catalog::CatalogError::Unknown { name, .. }) = e.downcast_ref()
-    else {
-        return e;
-    };
-    let Ok(apis) = g.apis() else { return e };
-    let filter = agentsadm_api::cnapi::ServerListFilter {
-        hostname: name.parse::<uuid::Uuid>().is_err().then(|| name.clone()),
-        uuids: name.parse().into_iter().collect(),
-        ..Default::default()
-    };
-    match apis.cnapi.list_servers(&filter).await {
-        Ok(found) if !found.is_empty() => {
-            let components: Vec<&str> = named
-                .iter()
-                .map(|c| c.as_str())
-                .filter(|c| {
-                    let component = c.split('@').next().unwrap_or(c);
-                    component != name
-                        && g.load_catalog()
-                            .is_ok_and(|cat| cat.get(component).is_some())
-                })
-                .collect();
-            anyhow::anyhow!(
-                "unknown component {name:?}: {name} is a server; select servers with -s: agentsadm update {} -s {name}",
-                if components.is_empty() {
-                    "COMPONENT".to_string()
-                } else {
-                    components.join(" ")
-                }
-            )
-        }
-        _ => e,
-    }
-}
-
-pub async fn run_install(g: &GlobalOpts, a: InstallArgs) -> CmdResult {
-    let change = a.change(&g.load_catalog()?)?;
-    run_change(g, change, false).await
-}
-
-pub async fn run_remove(g: &GlobalOpts, a: RemoveArgs) -> CmdResult {
-    let change = a.change(&g.load_catalog()?)?;
-    run_change(g, change, false).await
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use clap::Parser;
+    use clap::{Parser, Subcommand};
     use std::time::Duration;
 
     #[derive(Parser, Debug)]
@@ -645,7 +514,7 @@ mod tests {
                 .chain(args.iter().copied()),
         )?;
         match t.c {
-            C::Update(u) => u.change(&Catalog::builtin()),
+            C::Update(u) => u.change(&Catalog::builtin(), &Settings::offline()),
             _ => unreachable!(),
         }
     }
@@ -653,7 +522,7 @@ mod tests {
     #[test]
     fn update_arguments() {
         let c = update(&[
-            "vm-agent", "-s", "cn1,cn2", "-s", "cn3", "-x", "cn4", "--latest", "-y", "-j", "5",
+            "vm-agent", "-s", "cn1,cn2", "-s", "cn3", "-x", "cn4", "--latest", "-y", "-J", "5",
         ])
         .unwrap();
         assert_eq!(
@@ -720,7 +589,7 @@ mod tests {
         assert!(e(&["vm-agent@"]).contains("needs an image"));
         let t = T::try_parse_from(["t", "install", "dockerlogger@1.2.0", "--all-servers"]).unwrap();
         let C::Install(i) = t.c else { unreachable!() };
-        let c = i.change(&Catalog::builtin()).unwrap();
+        let c = i.change(&Catalog::builtin(), &Settings::offline()).unwrap();
         assert_eq!(c.image_spec, Some(("dockerlogger".into(), "1.2.0".into())));
     }
 
@@ -729,7 +598,7 @@ mod tests {
         let msg = |args: &[&str]| update(args).unwrap_err().to_string();
         let e = msg(&["vm-agent", "--task-timeout", "banana"]);
         assert!(e.contains("not a duration") && e.contains("90s, 5m"), "{e}");
-        let e = msg(&["vm-agent", "-j", "0"]);
+        let e = msg(&["vm-agent", "-J", "0"]);
         assert!(e.contains("at least 1"), "{e}");
         let e = msg(&["vm-agent", "-s", ""]);
         assert!(e.contains("empty server name"), "{e}");
@@ -749,7 +618,7 @@ mod tests {
         let t = T::try_parse_from(["t", "install", "dockerlogger"]).unwrap();
         let C::Install(i) = t.c else { unreachable!() };
         assert!(
-            i.change(&Catalog::builtin())
+            i.change(&Catalog::builtin(), &Settings::offline())
                 .unwrap_err()
                 .to_string()
                 .contains("--all-servers")
@@ -757,7 +626,7 @@ mod tests {
         let t = T::try_parse_from(["t", "remove", "dockerlogger"]).unwrap();
         let C::Remove(r) = t.c else { unreachable!() };
         assert!(
-            r.change(&Catalog::builtin())
+            r.change(&Catalog::builtin(), &Settings::offline())
                 .unwrap_err()
                 .to_string()
                 .contains("-s SERVERS")

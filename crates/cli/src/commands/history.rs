@@ -11,13 +11,12 @@ use anyhow::Context;
 use clap::Args;
 use serde_json::json;
 
-use super::exit;
-use super::timeline::wrap;
+use std::process::ExitCode;
+
 use crate::CmdResult;
-use crate::GlobalOpts;
-use agentsadm_orchestrate::history::{
-    HistoryEntry, HistoryStore, LocalHistory, SapiHistory, ServerRecord,
-};
+use crate::pictures::timeline::wrap;
+use crate::settings::Settings;
+use agentsadm_orchestrate::history::{HistoryEntry, ServerRecord};
 use agentsadm_orchestrate::report::fmt_duration;
 use agentsadm_types::output::{TableOptions, table, table_with};
 
@@ -34,7 +33,7 @@ pub struct HistoryArgs {
     #[arg(long, value_name = "WHEN", value_parser = since)]
     pub since: Option<SystemTime>,
     #[command(flatten)]
-    pub table: super::list::TableArgs,
+    pub table: crate::args::TableArgs,
     /// With RUN: also write its timeline as an SVG picture to FILE (for a
     /// ticket or a wiki; self-contained).
     #[arg(long, value_name = "FILE", requires = "run")]
@@ -64,40 +63,22 @@ fn since(s: &str) -> Result<SystemTime, String> {
     }
 }
 
-/// The history as this command line reaches it: this headnode's journals
-/// and, when its URL is known, SAPI's copy.
-pub(crate) fn store(g: &GlobalOpts) -> HistoryStore {
-    HistoryStore {
-        local: LocalHistory::default_dir().map(LocalHistory::new),
-        sapi: g.apis().ok().map(|a| SapiHistory::new(a.sapi)),
-    }
-}
-
-/// `Recorded as run 1f0c2a9e (agentsadm history 1f0c2a9e; undo with
-/// agentsadm revert 1f0c2a9e).` after a run's summary.
-pub(crate) fn recorded_line(report: &agentsadm_orchestrate::report::ExecReport) -> Option<String> {
-    let id = report.run?.to_string();
-    let short = &id[..8];
-    Some(format!(
-        "Recorded as run {short} (agentsadm history {short}; put it back with agentsadm revert {short})."
-    ))
-}
-
-pub async fn run_history(g: &GlobalOpts, a: HistoryArgs) -> CmdResult {
+pub async fn run(g: &Settings, a: HistoryArgs) -> CmdResult {
     let out = g.output();
-    let listing = store(g).list().await;
+    let listing = g.history_store().list().await;
     if let Some(e) = &listing.sapi_error {
         out.warn(format!("{e}; showing this headnode's runs only"));
     }
     if let Some(run) = &a.run {
         let entry = agentsadm_orchestrate::history::find_in(listing.entries, run)?;
         if let Some(file) = &a.svg {
-            let picture = super::timeline::svg(&entry).ok_or_else(|| {
+            let picture = crate::pictures::timeline::svg(&entry).ok_or_else(|| {
                 anyhow::anyhow!(
                     "run {run} has no timeline to draw: no server's start was recorded (no server step, or recorded by an older agentsadm)"
                 )
             })?;
-            std::fs::write(file, picture)
+            tokio::fs::write(file, picture)
+                .await
                 .with_context(|| format!("cannot write the picture to {}", file.display()))?;
         }
         if out.json {
@@ -105,13 +86,13 @@ pub async fn run_history(g: &GlobalOpts, a: HistoryArgs) -> CmdResult {
         } else {
             out.line(render_run(&entry).trim_end());
             if a.racks {
-                match super::racks::run_map(&entry) {
+                match crate::pictures::racks::run_map(&entry) {
                     Some(map) => out.line(format!("\n{}", map.trim_end())),
                     None => out.line("\nNo server ran in this run: no rack map."),
                 }
             }
         }
-        return Ok(exit(0));
+        return Ok(ExitCode::SUCCESS);
     }
     let mut entries: Vec<HistoryEntry> = listing
         .entries
@@ -134,7 +115,7 @@ pub async fn run_history(g: &GlobalOpts, a: HistoryArgs) -> CmdResult {
         let text = render_list(&entries, &a.table.options(&[])).map_err(anyhow::Error::msg)?;
         out.line(text.trim_end());
     }
-    Ok(exit(0))
+    Ok(ExitCode::SUCCESS)
 }
 
 /// The list, one run a line, newest first (unless `--sort` says), with
@@ -263,7 +244,7 @@ pub fn render_run(e: &HistoryEntry) -> String {
         e.plan.servers,
         e.servers.len()
     ));
-    if let Some(picture) = super::timeline::timeline(e) {
+    if let Some(picture) = crate::pictures::timeline::timeline(e) {
         out.push('\n');
         out.push_str(&picture);
     }
@@ -469,7 +450,7 @@ mod tests {
             halted: Some("interrupted (Ctrl-C): no further servers were started".into()),
             ..HistoryEntry::default()
         };
-        let text = render_run(&e) + "\n" + &super::super::racks::run_map(&e).unwrap();
+        let text = render_run(&e) + "\n" + &crate::pictures::racks::run_map(&e).unwrap();
         assert!(
             text.lines().all(|l| l.chars().count() <= RUN_WIDTH),
             "{text}"

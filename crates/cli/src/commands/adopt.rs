@@ -6,17 +6,17 @@
 use clap::Args;
 use serde_json::json;
 
-use super::RunArgs;
-use super::ServersArg;
-use super::exit;
+use std::process::ExitCode;
+
 use crate::CmdResult;
-use crate::GlobalOpts;
-use crate::execution::CliOperator;
-use crate::execution::Execution;
-use crate::execution::interrupted;
-use crate::execution::run_error;
+use crate::args::{RunArgs, ServersArg};
+use crate::execution::{CliOperator, Execution, ended, interrupted, recorded, run_error};
+use crate::settings::Settings;
+use agentsadm_api::SapiClient;
+use agentsadm_flows::headnode;
+use agentsadm_gz::session::GzSettings;
 use agentsadm_orchestrate::adopt::{AdoptPlan, AdoptPlanner, AdoptReport};
-use agentsadm_orchestrate::run::{Run, RunOutcome, RunSettings, Shown};
+use agentsadm_orchestrate::run::{Run, RunOutcome, Shown};
 use agentsadm_types::output::Output;
 
 #[derive(Args, Debug)]
@@ -34,14 +34,14 @@ pub struct AdoptArgs {
     pub root: std::path::PathBuf,
 }
 
-pub async fn run_adopt(g: &GlobalOpts, a: AdoptArgs) -> CmdResult {
+pub async fn run(g: &Settings, a: AdoptArgs) -> CmdResult {
     if a.local {
-        return crate::flows::run_adopt_local(g, a).await;
+        return run_local(g, a).await;
     }
     let out = g.output();
     let catalog = g.load_catalog()?;
     let apis = g.apis()?;
-    let settings = a.run.settings(None);
+    let settings = a.run.settings(None, g);
     let planner = AdoptPlanner {
         apis: &apis,
         catalog: &catalog,
@@ -50,16 +50,16 @@ pub async fn run_adopt(g: &GlobalOpts, a: AdoptArgs) -> CmdResult {
     let operator = adopt_operator(out);
     let execution = Execution::new(g, "adopt");
     let reporter = execution.reporter();
-    let run = Run::new(&apis, &catalog, &settings, &reporter, "adopt");
+    let run = recorded(Run::new(&apis, &catalog, &settings, &reporter, "adopt"), g);
     let outcome = run
         .go(&planner, &operator, interrupted())
         .await
         .map_err(run_error)?;
-    Ok(exit(adopt_outcome(out, outcome)))
+    Ok(ExitCode::from(adopt_outcome(out, outcome)))
 }
 
 /// The run's operator for adoption: the plan as lines, "Adopt?".
-pub(crate) fn adopt_operator<'a>(out: Output) -> CliOperator<'a, AdoptPlan> {
+fn adopt_operator<'a>(out: Output) -> CliOperator<'a, AdoptPlan> {
     CliOperator::new(
         out,
         move |plan: &AdoptPlan, shown| {
@@ -76,8 +76,8 @@ pub(crate) fn adopt_operator<'a>(out: Output) -> CliOperator<'a, AdoptPlan> {
 }
 
 /// Print how an adoption run ended; its exit status.
-pub(crate) fn adopt_outcome(out: Output, outcome: RunOutcome<AdoptPlan>) -> u8 {
-    let (plan, report) = match crate::execution::unless_executed(out, outcome) {
+fn adopt_outcome(out: Output, outcome: RunOutcome<AdoptPlan>) -> u8 {
+    let (plan, report) = match ended(out, outcome, true) {
         Ok((planned, report)) => (planned, AdoptReport::from_exec(&report)),
         Err(status) => return status,
     };
@@ -99,7 +99,35 @@ pub(crate) fn adopt_outcome(out: Output, outcome: RunOutcome<AdoptPlan>) -> u8 {
     status
 }
 
-/// The settings of `adopt` (for `--local` too).
-pub(crate) fn settings(run: RunArgs) -> RunSettings {
-    run.settings(None)
+/// `agentsadm adopt --local`: adopt what this GZ has installed, through
+/// the same run as every changing command, on SAPI alone (CNAPI does not
+/// exist yet during headnode setup).
+async fn run_local(g: &Settings, a: AdoptArgs) -> CmdResult {
+    let out = g.output();
+    let catalog = g.load_catalog()?;
+    let sapi_url = g.sapi_url()?;
+    let sapi = SapiClient::new(sapi_url, agentsadm_api::ApiConfig::default())?;
+    let platform = agentsadm_gz::session::platform_for_command_line(&a.root, &Default::default());
+    let mut gz = GzSettings::new(&a.root, platform);
+    gz.catalog = catalog.clone();
+    gz.no_sapi = true;
+    gz.no_cnapi = true;
+    let planner = headnode::LocalAdoptPlanner {
+        sapi: &sapi,
+        catalog: &catalog,
+        settings: gz,
+    };
+    let settings = a.run.settings(None, g);
+    let operator = adopt_operator(out);
+    let execution = Execution::new(g, "adopt");
+    let reporter = execution.reporter();
+    let run = recorded(
+        Run::sapi_only(&sapi, &catalog, &settings, &reporter, "adopt --local"),
+        g,
+    );
+    let outcome = run
+        .go(&planner, &operator, interrupted())
+        .await
+        .map_err(run_error)?;
+    Ok(ExitCode::from(adopt_outcome(out, outcome)))
 }

@@ -11,6 +11,8 @@ use agentsadm_orchestrate::history::{HistoryEntry, ServerRecord};
 use agentsadm_orchestrate::report::fmt_duration;
 
 /// The widest line of the picture: an 80-column terminal shows it whole.
+// Only the tests read it; the pictures are drawn to fit it.
+#[cfg_attr(not(test), allow(dead_code))]
 pub const PICTURE_WIDTH: usize = 80;
 
 /// Columns of the time axis.
