@@ -12,12 +12,12 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 use std::process::Command;
 
-#[path = "architecture/tests_shape.rs"]
-mod tests_shape;
 /// The command line's own shape (one module per command, settings
 /// resolved once, nothing blocking in a command).
 #[path = "architecture/cli.rs"]
 mod cli;
+#[path = "architecture/tests_shape.rs"]
+mod tests_shape;
 
 /// Every crate of the workspace with the crates it may depend on (directly).
 /// Product layers first, bottom up; then the two beside the product.

@@ -54,7 +54,7 @@ pub fn masks() -> Vec<(String, &'static str)> {
             (r"\b\d+(\.\d+)?(ms|s)\b", "[DURATION]"),
             // Seconds in --json documents.
             (
-                r#""(elapsed|elapsed_s|started_s|took_s|gates_s|p50|p90|max)": [0-9.]+"#,
+                r#""(elapsed|elapsed_s|started_s|took_s|gates_s|gate_s|p50|p90|max)": [0-9.]+"#,
                 r#""$1": [SECONDS]"#,
             ),
             (

@@ -9,7 +9,7 @@
 use std::sync::Mutex;
 use std::time::Duration;
 
-use agentsadm_orchestrate::execute::{ExecOptions, Executor};
+use agentsadm_orchestrate::execute::ExecOptions;
 use agentsadm_orchestrate::report::{ExecEvent, ExecReport, Reporter, StepStatus};
 use agentsadm_plan::{Gate, Operation, Plan, RolloutPolicy};
 use agentsadm_sim::fake::FakeDc;
@@ -87,7 +87,7 @@ async fn run(fake: &FakeDc, plan: &Plan) -> (ExecReport, Vec<String>, Duration) 
     let timeline = Timeline::new();
     let options = ExecOptions::default();
     let began = tokio::time::Instant::now();
-    let report = Executor::new(fake, fake, &timeline, &options)
+    let report = crate::sim_common::executor(fake, fake, &timeline, &options)
         .execute(crate::sim_common::yes(plan), std::future::pending())
         .await
         .expect("executes");
