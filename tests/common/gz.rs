@@ -377,6 +377,22 @@ impl Apis {
                 .collect();
             Json(serde_json::Value::Array(list))
         }
+        // ListInstances?service_uuid= (what a fresh adoption reads).
+        async fn list_inst(
+            State(s): State<S>,
+            axum::extract::Query(q): axum::extract::Query<BTreeMap<String, String>>,
+        ) -> Json<serde_json::Value> {
+            let mut g = s.lock().unwrap();
+            g.calls.push("GET /instances".to_string());
+            let want = q.get("service_uuid");
+            let list = g
+                .instances
+                .values()
+                .filter(|i| want.is_none_or(|w| i["service_uuid"] == w.as_str()))
+                .cloned()
+                .collect();
+            Json(serde_json::Value::Array(list))
+        }
         async fn get_inst(State(s): State<S>, P(id): P<String>) -> axum::response::Response {
             use axum::response::IntoResponse;
             let mut g = s.lock().unwrap();
@@ -461,7 +477,7 @@ impl Apis {
         }
         let app = Router::new()
             .route("/services", get(services))
-            .route("/instances", post(post_inst))
+            .route("/instances", post(post_inst).get(list_inst))
             .route(
                 "/instances/{id}",
                 get(get_inst).put(put_inst).delete(del_inst),

@@ -131,3 +131,66 @@ async fn missing_api_urls_are_refused_up_front() {
         r.warnings
     );
 }
+
+/// A reboot after an install's SAPI write and before its commit: the
+/// rollback takes the instance file, so the next install keeps a new UUID.
+/// The record the first one left (same service, same server) goes; another
+/// server's instance of that service stays. (The harness's cn-setup-reboot
+/// found config-agent with two instances for one server.)
+#[tokio::test]
+async fn a_fresh_install_replaces_the_record_an_interrupted_one_left() {
+    let imgapi = ImgapiStandIn::start().await.unwrap();
+    let apis = Apis::start().await;
+    let svc = apis.add_service("vm-agent");
+    let srv = TestServer::new(false);
+    let env = apis.env(&imgapi.url());
+    let v1 = image("vm-agent", "1.0.0");
+    let tools = image("gz-tools", "1.0.0");
+    for i in [&v1, &tools] {
+        imgapi.publish(i);
+    }
+    let left = "0badc0de-0000-4000-8000-000000000001";
+    let other = "0badc0de-0000-4000-8000-000000000002";
+    let other_server = "0badc0de-0000-4000-8000-0000000000ff";
+    {
+        let mut st = apis.state.lock().unwrap();
+        for (uuid, server) in [
+            (left, srv.uuid.to_string()),
+            (other, other_server.to_string()),
+        ] {
+            st.instances.insert(
+                uuid.to_string(),
+                serde_json::json!({
+                    "uuid": uuid, "service_uuid": svc.as_str(), "type": "agent",
+                    "params": {"server_uuid": server, "image_uuid": v1.manifest.uuid.to_string()}
+                }),
+            );
+        }
+    }
+    ok(&srv
+        .gz(
+            &[
+                "install",
+                &v1.manifest.uuid.to_string(),
+                &tools.manifest.uuid.to_string(),
+            ],
+            &env,
+        )
+        .await);
+    let instance = srv.instance("vm-agent").unwrap();
+    let st = apis.state.lock().unwrap();
+    let this_server: Vec<&String> = st
+        .instances
+        .iter()
+        .filter(|(_, i)| i["params"]["server_uuid"] == srv.uuid.to_string().as_str())
+        .map(|(u, _)| u)
+        .collect();
+    assert_eq!(
+        this_server,
+        vec![&instance.to_string()],
+        "{:?}",
+        st.instances
+    );
+    assert!(st.instances.contains_key(other), "{:?}", st.instances);
+    assert!(st.calls.contains(&format!("DELETE /instances/{left}")));
+}

@@ -24,6 +24,7 @@ use agentsadm_api::sapi::object;
 use agentsadm_types::ids::ImageUuid;
 use agentsadm_types::ids::InstanceUuid;
 use agentsadm_types::ids::ServerUuid;
+use agentsadm_types::ids::ServiceUuid;
 
 /// What adoption did.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -106,6 +107,23 @@ pub async fn adopt(
             recorded: recorded.to_string(),
         }),
         Rule::Create => {
+            // A new record for this server: an instance of the service that
+            // already names this server under another UUID is what an
+            // install cut short left (a reboot after its SAPI write: the
+            // rollback took its instance file, so the next install kept a
+            // new UUID). One agent per server: it goes first, so a crash
+            // between the two leaves no record (the next run creates it)
+            // rather than two.
+            for stale in left_behind(sapi, svc.uuid, server, instance)
+                .await
+                .map_err(inst_err)?
+            {
+                match sapi.delete_instance(stale).await {
+                    Ok(()) => {}
+                    Err(e) if e.is_not_found() => {}
+                    Err(err) => return Err(inst_err(err)),
+                }
+            }
             sapi.create_instance(&CreateInstance {
                 uuid: Some(instance),
                 service_uuid: Some(svc.uuid),
@@ -118,6 +136,24 @@ pub async fn adopt(
             Ok(Adoption::Created)
         }
     }
+}
+
+/// The instances of `service` other than `instance` whose
+/// `params.server_uuid` names `server` (SAPI filters by service only).
+async fn left_behind(
+    sapi: &SapiClient,
+    service: ServiceUuid,
+    server: ServerUuid,
+    instance: InstanceUuid,
+) -> Result<Vec<InstanceUuid>, ApiError> {
+    Ok(sapi
+        .list_service_instances(service)
+        .await?
+        .into_iter()
+        .filter(|i| i.service_uuid == service && i.uuid != instance)
+        .filter(|i| i.server_uuid() == Some(server))
+        .map(|i| i.uuid)
+        .collect())
 }
 
 /// Delete the instance (after `gz remove`); a missing one is fine.
