@@ -343,17 +343,7 @@ pub(crate) async fn run_change(g: &Settings, mut change: Change, plan_only: bool
     let operator = CliOperator::new(
         out,
         |plan: &Plan, shown| show_plan(g, &change, &catalog, &durations, plan, shown),
-        |plan: &Plan| {
-            Ok(if plan.needs_explicit_yes() {
-                format!(
-                    "This plan needs an explicit yes: {}. Proceed?",
-                    agentsadm_plan::ExplicitYes::clauses(plan.explicit_yes())
-                )
-                .into()
-            } else {
-                "Proceed?".into()
-            })
-        },
+        crate::execution::proceed_question,
     )
     .with_display(execution.display());
     let reporter = execution.reporter();

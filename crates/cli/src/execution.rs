@@ -361,6 +361,21 @@ pub(crate) fn thousands(n: usize) -> String {
     out
 }
 
+/// The question before a change plan runs: a plain "Proceed?", or the
+/// clauses that need an explicit yes named first (update, install,
+/// remove, check --fix and revert all ask it).
+pub(crate) fn proceed_question(plan: &Plan) -> Result<Cow<'static, str>, AskError> {
+    Ok(if plan.needs_explicit_yes() {
+        format!(
+            "This plan needs an explicit yes: {}. Proceed?",
+            agentsadm_plan::ExplicitYes::clauses(plan.explicit_yes())
+        )
+        .into()
+    } else {
+        "Proceed?".into()
+    })
+}
+
 /// Ask a yes/no question on the terminal (no by default).
 pub(crate) async fn confirm(question: &str) -> anyhow::Result<bool> {
     let question = question.to_string();

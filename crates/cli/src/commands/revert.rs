@@ -61,17 +61,7 @@ pub async fn run(g: &Settings, a: RevertArgs) -> CmdResult {
     let operator = CliOperator::new(
         out,
         |plan: &Plan, shown| show_plan(g, &settings, plan, shown),
-        |plan: &Plan| {
-            Ok(if plan.needs_explicit_yes() {
-                format!(
-                    "This plan needs an explicit yes: {}. Proceed?",
-                    agentsadm_plan::ExplicitYes::clauses(plan.explicit_yes())
-                )
-                .into()
-            } else {
-                "Proceed?".into()
-            })
-        },
+        crate::execution::proceed_question,
     );
     let execution = Execution::new(g, "revert");
     let reporter = execution.reporter();
