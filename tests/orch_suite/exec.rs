@@ -1,5 +1,7 @@
-//! Executor tests against the fake datacenter, with tokio's paused clock:
+//! Execution tests against the fake datacenter, with tokio's paused clock:
 //! sleeps advance virtual time, so timings are exact and tests are instant.
+//! Plans are carried out through the run the binary goes through (the
+//! lock, `-y`, the history entry), with a scripted operator.
 //!
 //! Includes the convergence test: plan, execute, gather again, re-plan,
 //! and the plan must be empty.
@@ -19,6 +21,7 @@ use agentsadm_orchestrate::outlier::OutlierPolicy;
 use agentsadm_orchestrate::report::ExecReport;
 use agentsadm_orchestrate::report::ServerStatus;
 use agentsadm_orchestrate::report::StepStatus;
+use agentsadm_orchestrate::run::RunError;
 use agentsadm_plan::ImageRef;
 use agentsadm_plan::Operation;
 use agentsadm_plan::Plan;
@@ -44,12 +47,10 @@ fn plan_with(
     fake.plan(req, images, rollout)
 }
 
+/// `plan` carried out with `-y` through the run, as the binary does.
 async fn run(fake: &FakeDc, plan: &Plan, options: &ExecOptions) -> ExecReport {
     let reporter = RecordingReporter::default();
-    crate::sim_common::executor(fake, fake, &reporter, options)
-        .execute(crate::sim_common::yes(plan), std::future::pending())
-        .await
-        .expect("execute")
+    crate::sim_common::run_yes(fake, plan, options, &reporter).await
 }
 
 /// A fake datacenter with `n` CNs and `component` published at 2.0.0.
@@ -312,10 +313,7 @@ async fn outliers_are_warned_once_and_stragglers_abandoned() {
 
     let reporter = RecordingReporter::default();
     let options = ExecOptions::default();
-    let report = crate::sim_common::executor(&fake, &fake, &reporter, &options)
-        .execute(crate::sim_common::yes(&p), std::future::pending())
-        .await
-        .unwrap();
+    let report = crate::sim_common::run_yes(&fake, &p, &options, &reporter).await;
     // Median 10 s: threshold max(30 s, 40 s) = 40 s; cn004 runs 1000 s.
     assert_eq!(report.outliers.len(), 1);
     assert_eq!(report.outliers[0].hostname, "cn004");
@@ -381,13 +379,19 @@ async fn an_interrupted_run_run_again_finishes_the_job() {
     let p = plan_with(&fake, &req, &imgs, two);
     let options = ExecOptions::default();
     let reporter = RecordingReporter::default();
-    let report = crate::sim_common::executor(&fake, &fake, &reporter, &options)
-        .execute(
-            crate::sim_common::yes(&p),
-            tokio::time::sleep(Duration::from_millis(2500)),
+    let catalog = fake.dc().catalog.clone();
+    let report = crate::sim_common::executed(
+        crate::sim_common::run_on(
+            &fake,
+            &catalog,
+            &p,
+            &crate::sim_common::yes_with(&options),
+            &reporter,
+            &crate::sim_common::Scripted::yes(),
+            crate::sim_common::interrupt_after(Duration::from_millis(2500)),
         )
-        .await
-        .unwrap();
+        .await,
+    );
     assert!(report.interrupted);
     let c = report.counts();
     assert_eq!((c.succeeded, c.interrupted, c.not_started), (4, 2, 4));
@@ -443,11 +447,27 @@ async fn a_failed_service_change_touches_no_server() {
     );
     let reporter = RecordingReporter::default();
     let options = ExecOptions::default();
-    let err = crate::sim_common::executor(&fake, &FailingStore, &reporter, &options)
-        .execute(crate::sim_common::yes(&p), std::future::pending())
-        .await
-        .unwrap_err();
-    assert!(matches!(err, ExecError::ServiceChange { .. }));
+    let failing = crate::sim_common::FakeWith {
+        fake: &fake,
+        transport: &fake,
+        store: &FailingStore,
+    };
+    let catalog = fake.dc().catalog.clone();
+    let err = crate::sim_common::run_on(
+        failing,
+        &catalog,
+        &p,
+        &crate::sim_common::yes_with(&options),
+        &reporter,
+        &crate::sim_common::Scripted::yes(),
+        std::future::pending(),
+    )
+    .await
+    .unwrap_err();
+    assert!(matches!(
+        err,
+        RunError::Exec(ExecError::ServiceChange { .. })
+    ));
     assert!(err.to_string().contains("no server was touched"));
     assert!(fake.steps_run().is_empty());
 }
@@ -552,10 +572,7 @@ async fn command_line_progress_handles_every_event() {
             straggler_timeout: Some(Duration::from_secs(90)),
             ..Default::default()
         };
-        let report = crate::sim_common::executor(&fake, &fake, &progress, &options)
-            .execute(crate::sim_common::yes(&p), std::future::pending())
-            .await
-            .unwrap();
+        let report = crate::sim_common::run_yes(&fake, &p, &options, &progress).await;
         assert_eq!(report.counts().failed, 1);
         assert_eq!(report.counts().timed_out, 1);
         assert_eq!(report.outliers.len(), 1);
@@ -605,10 +622,7 @@ async fn a_server_with_history_is_flagged_against_itself_in_a_small_run() {
     let mut options = ExecOptions::default();
     options.known.add_history(&history);
     let reporter = RecordingReporter::default();
-    let report = crate::sim_common::executor(&fake, &fake, &reporter, &options)
-        .execute(crate::sim_common::yes(&p), std::future::pending())
-        .await
-        .unwrap();
+    let report = crate::sim_common::run_yes(&fake, &p, &options, &reporter).await;
     assert_eq!(report.outliers.len(), 1, "{:?}", report.outliers);
     let o = &report.outliers[0];
     assert_eq!(o.hostname, "cn002");
@@ -724,7 +738,10 @@ async fn a_small_rollout_judges_slow_servers_against_what_is_known() {
     assert!(o.elapsed > Duration::from_secs(40) && o.elapsed <= Duration::from_secs(42));
     assert_eq!(o.compared_with(), "it took 10.0s in earlier runs");
 
-    // Nothing known: no judgement (the plan says so, see plan::).
+    // Given nothing, a run still knows the catalog's times, as the binary
+    // does. (Nothing known at all, no judgement, cannot happen in a run:
+    // baseline::tests::a_hung_server_is_an_outlier_against_its_baseline
+    // keeps that case.)
     let (fake, targets) = setup(3, &["vm-agent"]);
     fake.faults().latency = Duration::from_secs(10);
     fake.faults().slow.insert(cn2, 30.0);
@@ -734,5 +751,6 @@ async fn a_small_rollout_judges_slow_servers_against_what_is_known() {
         &images(&fake, &targets),
     );
     let report = run(&fake, &p, &ExecOptions::default()).await;
-    assert!(report.outliers.is_empty());
+    assert_eq!(report.outliers.len(), 1, "{:?}", report.outliers);
+    assert_eq!(report.outliers[0].basis, OutlierBasis::Catalog);
 }

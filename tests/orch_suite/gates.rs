@@ -16,17 +16,18 @@ use agentsadm_sim::fake::FakeDc;
 use agentsadm_sim::testkit::{ExampleDc, request};
 use agentsadm_types::ids::ServerUuid;
 
-/// Each step's start and end, at the paused clock's seconds since the
-/// run began: `"3 start cn-agent"`, `"13 done cn-agent ok"`.
+/// Each step's start and end, at the paused clock's seconds since
+/// execution began (after the run took the lock): `"3 start cn-agent"`,
+/// `"13 done cn-agent ok"`.
 struct Timeline {
-    began: tokio::time::Instant,
+    began: Mutex<Option<tokio::time::Instant>>,
     lines: Mutex<Vec<String>>,
 }
 
 impl Timeline {
     fn new() -> Timeline {
         Timeline {
-            began: tokio::time::Instant::now(),
+            began: Mutex::new(None),
             lines: Mutex::new(Vec::new()),
         }
     }
@@ -43,7 +44,13 @@ impl Timeline {
 
 impl Reporter for Timeline {
     fn event(&self, event: &ExecEvent<'_>) {
-        let at = self.began.elapsed().as_secs_f64().round();
+        if let ExecEvent::Started { .. } = event {
+            *self.began.lock().unwrap() = Some(tokio::time::Instant::now());
+        }
+        let Some(began) = *self.began.lock().unwrap() else {
+            return;
+        };
+        let at = began.elapsed().as_secs_f64().round();
         let line = match event {
             ExecEvent::StepStarted { step, .. } => format!("{at} start {}", step.component),
             ExecEvent::StepFinished { step, failure, .. } => format!(
@@ -86,12 +93,9 @@ fn setup(components: &[&str]) -> (FakeDc, Plan, ServerUuid) {
 async fn run(fake: &FakeDc, plan: &Plan) -> (ExecReport, Vec<String>, Duration) {
     let timeline = Timeline::new();
     let options = ExecOptions::default();
-    let began = tokio::time::Instant::now();
-    let report = crate::sim_common::executor(fake, fake, &timeline, &options)
-        .execute(crate::sim_common::yes(plan), std::future::pending())
-        .await
-        .expect("executes");
-    (report, timeline.lines(), began.elapsed())
+    let report = crate::sim_common::run_yes(fake, plan, &options, &timeline).await;
+    let took = report.elapsed;
+    (report, timeline.lines(), took)
 }
 
 /// Four agents, 1 s installs, 10 s gates: config-agent (core-second)

@@ -2,13 +2,14 @@
 //! with their CNAPI task ids, a terminal run keeps waiting for them until a
 //! second interrupt, servers that finish while it waits are counted as
 //! they ended (not "interrupted"), and task ids reach `--json`. A step that
-//! runs into the task timeout names its task. Fake datacenter, paused clock.
+//! runs into the task timeout names its task. Fake datacenter, paused clock,
+//! through the run with a scripted operator.
 
 use std::time::Duration;
 
 use agentsadm_orchestrate::execute::ExecOptions;
 
-use agentsadm_orchestrate::execute::RunGate;
+use crate::sim_common::Scripted;
 use agentsadm_orchestrate::report::ExecEvent;
 use agentsadm_orchestrate::report::ExecReport;
 use agentsadm_orchestrate::report::InFlight;
@@ -23,7 +24,6 @@ use agentsadm_plan::plan;
 use agentsadm_sim::fake::FakeDc;
 use agentsadm_sim::testkit::ExampleDc;
 use agentsadm_sim::testkit::request;
-use futures::future::LocalBoxFuture;
 use std::sync::Mutex;
 
 /// `n` CNs, vm-agent published at 2.0.0, and the plan to update it.
@@ -59,27 +59,6 @@ fn update_plan_with(n: usize, concurrency: usize) -> (FakeDc, Plan) {
     (fake, p)
 }
 
-/// Keeps waiting after the first interrupt until `second` has passed (the
-/// operator's second Ctrl-C), as a terminal run does.
-struct KeepsWaiting {
-    second: Option<Duration>,
-}
-
-impl RunGate for KeepsWaiting {
-    async fn canary_passed(&self, _: &[String], _: usize) -> bool {
-        true
-    }
-    fn keep_waiting(&self, _in_flight: &[InFlight]) -> Option<LocalBoxFuture<'_, ()>> {
-        let second = self.second;
-        Some(Box::pin(async move {
-            match second {
-                Some(d) => tokio::time::sleep(d).await,
-                None => std::future::pending().await,
-            }
-        }))
-    }
-}
-
 /// Keeps the interrupt events' servers in flight.
 #[derive(Default)]
 struct Interrupts {
@@ -104,22 +83,29 @@ impl Reporter for Interrupts {
     }
 }
 
+/// `p` carried out with `-y` through the run, interrupted `interrupt_at`
+/// after execution began, `operator` deciding whether to keep waiting.
 async fn run_interrupted(
     fake: &FakeDc,
     p: &Plan,
     options: &ExecOptions,
     interrupt_at: Duration,
-    gate: &KeepsWaiting,
+    operator: &Scripted,
     reporter: &Interrupts,
 ) -> ExecReport {
-    crate::sim_common::executor(fake, fake, reporter, options)
-        .execute_gated(
-            crate::sim_common::yes(p),
-            tokio::time::sleep(interrupt_at),
-            gate,
+    let catalog = fake.dc().catalog.clone();
+    crate::sim_common::executed(
+        crate::sim_common::run_on(
+            fake,
+            &catalog,
+            p,
+            &crate::sim_common::yes_with(options),
+            reporter,
+            operator,
+            crate::sim_common::interrupt_after(interrupt_at),
         )
-        .await
-        .expect("execute")
+        .await,
+    )
 }
 
 #[tokio::test(start_paused = true)]
@@ -129,13 +115,14 @@ async fn servers_that_finish_while_waiting_are_not_called_interrupted() {
     fake.faults().latency = Duration::from_secs(1);
     let options = ExecOptions::default();
     let reporter = Interrupts::default();
-    let gate = KeepsWaiting { second: None };
+    // At a terminal: keeps waiting until they finish.
+    let operator = Scripted::yes().keeps_waiting(None);
     let report = run_interrupted(
         &fake,
         &p,
         &options,
         Duration::from_millis(2500),
-        &gate,
+        &operator,
         &reporter,
     )
     .await;
@@ -183,15 +170,14 @@ async fn a_second_interrupt_stops_waiting_and_names_the_tasks_left_running() {
     fake.faults().latency = Duration::from_secs(1);
     let options = ExecOptions::default();
     let reporter = Interrupts::default();
-    let gate = KeepsWaiting {
-        second: Some(Duration::from_secs(5)),
-    };
+    // At a terminal: a second Ctrl-C 5 s after the first.
+    let operator = Scripted::yes().keeps_waiting(Some(Duration::from_secs(5)));
     let report = run_interrupted(
         &fake,
         &p,
         &options,
         Duration::from_secs(2),
-        &gate,
+        &operator,
         &reporter,
     )
     .await;
@@ -242,13 +228,15 @@ async fn without_a_terminal_the_first_interrupt_stops_waiting() {
     fake.faults().hang.insert(cn2);
     fake.faults().latency = Duration::from_secs(1);
     let reporter = Interrupts::default();
-    let report = crate::sim_common::executor(&fake, &fake, &reporter, &ExecOptions::default())
-        .execute(
-            crate::sim_common::yes(&p),
-            tokio::time::sleep(Duration::from_secs(2)),
-        )
-        .await
-        .unwrap();
+    let report = run_interrupted(
+        &fake,
+        &p,
+        &ExecOptions::default(),
+        Duration::from_secs(2),
+        &Scripted::yes(),
+        &reporter,
+    )
+    .await;
     let seen = reporter.seen.lock().unwrap().clone();
     assert_eq!(seen.len(), 1);
     assert!(!seen[0].1, "not waiting");
@@ -266,10 +254,7 @@ async fn a_timed_out_step_names_its_task() {
         task_timeout: Duration::from_secs(60),
         ..Default::default()
     };
-    let report = crate::sim_common::executor(&fake, &fake, &Interrupts::default(), &options)
-        .execute(crate::sim_common::yes(&p), std::future::pending())
-        .await
-        .unwrap();
+    let report = crate::sim_common::run_yes(&fake, &p, &options, &Interrupts::default()).await;
     let o = &report.servers[&cn1];
     assert_eq!(o.status, ServerStatus::TimedOut);
     let task = o.tasks[0].task;

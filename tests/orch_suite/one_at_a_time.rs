@@ -17,7 +17,6 @@ use std::time::Duration;
 
 use agentsadm_api::Apis;
 use agentsadm_api::sapi::{Update, UpdateAction, object};
-use agentsadm_orchestrate::guard::Hold;
 use agentsadm_orchestrate::images::ImageChoice;
 use agentsadm_orchestrate::lock::{self, LockBoard, LockError};
 use agentsadm_orchestrate::report::{
@@ -542,35 +541,14 @@ async fn held_work_notices_a_lock_lost_between_refreshes() {
     dc.shutdown().await;
 }
 
-/// A lock that is lost the moment `lose` is set (a colleague's
-/// `--break-lock` while a step of this run is on a server).
-#[derive(Default)]
-struct BreakableFence {
-    lost: std::sync::atomic::AtomicBool,
-}
-
-impl agentsadm_orchestrate::guard::Fence for BreakableFence {
-    fn confirm<'a>(&'a self, _what: &'a str) -> futures::future::BoxFuture<'a, Hold> {
-        Box::pin(async move {
-            if self.is_lost() {
-                Hold::Lost
-            } else {
-                Hold::Held
-            }
-        })
-    }
-
-    fn is_lost(&self) -> bool {
-        self.lost.load(Ordering::SeqCst)
-    }
-}
-
-/// The fake datacenter's transport, except that the first step breaks the
-/// lock while it runs and then fails as a step does when the new holder's
-/// own step removes the package it checks (`gz health`: not installed).
+/// The fake datacenter's transport, except that a colleague breaks the
+/// lock while the first step runs (which takes a second, longer than a
+/// confirmation of the lock stands), and that step then fails as a step
+/// does when the new holder's own step removes the package it checks
+/// (`gz health`: not installed).
 struct BrokenDuringStep<'a> {
     inner: &'a agentsadm_sim::fake::FakeDc,
-    fence: &'a BreakableFence,
+    broke: std::sync::atomic::AtomicBool,
 }
 
 impl agentsadm_orchestrate::transport::Transport for BrokenDuringStep<'_> {
@@ -580,9 +558,11 @@ impl agentsadm_orchestrate::transport::Transport for BrokenDuringStep<'_> {
         step: &'a agentsadm_plan::Step,
     ) -> futures::future::BoxFuture<'a, Result<StepDone, StepFailure>> {
         Box::pin(async move {
-            if self.fence.lost.swap(true, Ordering::SeqCst) {
+            if self.broke.swap(true, Ordering::SeqCst) {
                 return self.inner.run(server, step).await;
             }
+            crate::sim_common::break_lock(self.inner);
+            tokio::time::sleep(Duration::from_secs(1)).await;
             Err(StepFailure::new(
                 FailureStage::Execute,
                 format!("{} is not installed on server {server}", step.component),
@@ -597,9 +577,8 @@ impl agentsadm_orchestrate::transport::Transport for BrokenDuringStep<'_> {
 /// `a_colleagues_break_lock_mid_run...` on a loaded machine). How it ended
 /// is not known: the server is `unknown`, not failed, and the run reports
 /// the loss and that the server may since have been changed.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test(start_paused = true)]
 async fn a_step_failing_after_the_lock_was_broken_is_not_the_servers_failure() {
-    use agentsadm_orchestrate::guard::NoProbe;
     use agentsadm_plan::{ComponentSelection, PlanningInput, Request, ServerSelection, plan};
     use agentsadm_sim::fake::FakeDc;
     use agentsadm_sim::testkit::ExampleDc;
@@ -629,16 +608,27 @@ async fn a_step_failing_after_the_lock_was_broken_is_not_the_servers_failure() {
         durations: None,
     })
     .unwrap();
-    let fence = BreakableFence::default();
     let transport = BrokenDuringStep {
         inner: &fake,
-        fence: &fence,
+        broke: Default::default(),
     };
-    let report = crate::sim_common::executor(&transport, &fake, &NullReporter, &exec_options())
-        .with_guard(&fence, &NoProbe)
-        .execute(crate::sim_common::yes(&p), std::future::pending())
-        .await
-        .unwrap();
+    let datacenter = crate::sim_common::FakeWith {
+        fake: &fake,
+        transport: &transport,
+        store: &fake,
+    };
+    let report = crate::sim_common::executed(
+        crate::sim_common::run_on(
+            datacenter,
+            &catalog,
+            &p,
+            &crate::sim_common::yes_with(&exec_options()),
+            &NullReporter,
+            &crate::sim_common::Scripted::yes(),
+            std::future::pending(),
+        )
+        .await,
+    );
     let text = report.render(&p);
     let c = report.counts();
     assert_eq!(c.failed, 0, "{text}");

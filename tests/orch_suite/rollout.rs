@@ -1,22 +1,23 @@
 //! Safe rollouts on the fake datacenter (issue 14): the failure budget,
 //! the canary wave, rack-aware batches and a lost lock, each checked from
-//! the executor's start/finish events, with tokio's paused clock.
+//! the executor's start/finish events, with tokio's paused clock, through
+//! the run with a scripted operator.
 
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use agentsadm_orchestrate::execute::ExecOptions;
 
 use agentsadm_orchestrate::execute::FailureBudget;
 
-use agentsadm_orchestrate::execute::RunGate;
-
 use agentsadm_orchestrate::execute::default_canary;
 
 use agentsadm_orchestrate::execute::pick_canaries;
+use agentsadm_orchestrate::report::ExecEvent;
 use agentsadm_orchestrate::report::ExecReport;
 use agentsadm_orchestrate::report::Halted;
+use agentsadm_orchestrate::report::Reporter;
+use agentsadm_orchestrate::run::RunSettings;
 use agentsadm_plan::Operation;
 use agentsadm_plan::Plan;
 use agentsadm_plan::Request;
@@ -25,6 +26,8 @@ use agentsadm_sim::fake::FakeDc;
 use agentsadm_sim::recording::RecordingReporter;
 use agentsadm_sim::testkit::ExampleDc;
 use agentsadm_sim::testkit::request;
+
+use crate::sim_common::Scripted;
 
 /// `n` CNs with vm-agent 2.0.0 published, and the update plan for all.
 fn setup(n: usize, racks: impl Fn(usize) -> Option<String>) -> (FakeDc, Request, Plan) {
@@ -78,47 +81,68 @@ fn fail(fake: &FakeDc, hostname: &str) {
     );
 }
 
-struct Gate {
-    /// `lock_lost` answers true from this call on.
-    lost_after: usize,
-    calls: AtomicUsize,
-    continue_after_canary: bool,
-    asked: AtomicBool,
-}
-
-impl Gate {
-    fn new(lost_after: usize, continue_after_canary: bool) -> Gate {
-        Gate {
-            lost_after,
-            calls: AtomicUsize::new(0),
-            continue_after_canary,
-            asked: AtomicBool::new(false),
-        }
-    }
-}
-
-impl RunGate for Gate {
-    fn lock_lost(&self) -> bool {
-        self.calls.fetch_add(1, Ordering::SeqCst) >= self.lost_after
-    }
-    async fn canary_passed(&self, _canaries: &[String], _remaining: usize) -> bool {
-        self.asked.store(true, Ordering::SeqCst);
-        self.continue_after_canary
-    }
-}
-
+/// `p` carried out through the run, as the binary does: with `-y` when
+/// `operator` is a script, else after its answer at the terminal.
 async fn run(
     fake: &FakeDc,
     p: &Plan,
     options: &ExecOptions,
-    gate: &Gate,
+    operator: &Scripted,
 ) -> (ExecReport, Vec<String>) {
     let reporter = RecordingReporter::default();
-    let report = crate::sim_common::executor(fake, fake, &reporter, options)
-        .execute_gated(crate::sim_common::yes(p), std::future::pending(), gate)
-        .await
-        .expect("execute");
+    let report = run_reporting(fake, p, options, operator, &reporter).await;
     (report, reporter.lines())
+}
+
+async fn run_reporting(
+    fake: &FakeDc,
+    p: &Plan,
+    options: &ExecOptions,
+    operator: &Scripted,
+    reporter: &dyn Reporter,
+) -> ExecReport {
+    let catalog = fake.dc().catalog.clone();
+    let settings = RunSettings {
+        yes: !operator.interactive,
+        options: options.clone(),
+        ..RunSettings::default()
+    };
+    crate::sim_common::executed(
+        crate::sim_common::run_on(
+            fake,
+            &catalog,
+            p,
+            &settings,
+            reporter,
+            operator,
+            std::future::pending(),
+        )
+        .await,
+    )
+}
+
+/// Whether the operator was asked about the canary wave.
+fn asked(operator: &Scripted) -> bool {
+    !operator.canaries.lock().unwrap().is_empty()
+}
+
+/// Passes events on to `inner`; once `hostname` finished, a colleague
+/// breaks the datacenter lock in `fake`.
+struct BreaksTheLockAfter<'a> {
+    fake: &'a FakeDc,
+    hostname: &'a str,
+    inner: RecordingReporter,
+}
+
+impl Reporter for BreaksTheLockAfter<'_> {
+    fn event(&self, event: &ExecEvent<'_>) {
+        self.inner.event(event);
+        if let ExecEvent::ServerFinished { outcome, .. } = event
+            && outcome.hostname == self.hostname
+        {
+            crate::sim_common::break_lock(self.fake);
+        }
+    }
 }
 
 fn starts(lines: &[String]) -> Vec<&str> {
@@ -145,7 +169,7 @@ async fn budget_halts_at_n_plus_one() {
         },
     );
     let options = ExecOptions::default();
-    let (report, lines) = run(&fake, &p, &options, &Gate::new(usize::MAX, true)).await;
+    let (report, lines) = run(&fake, &p, &options, &Scripted::yes()).await;
     // Servers run one at a time: the fourth failure halts the run, and the
     // fourth server is the last to start.
     assert_eq!(starts(&lines), ["cn001", "cn002", "cn003", "cn004"]);
@@ -189,7 +213,7 @@ async fn budget_lets_servers_in_flight_finish() {
         },
     );
     let options = ExecOptions::default();
-    let (report, lines) = run(&fake, &p, &options, &Gate::new(usize::MAX, true)).await;
+    let (report, lines) = run(&fake, &p, &options, &Scripted::yes()).await;
     // 5% of 61 is 3. The first five fail together: the first three
     // failures each let a new server start (three more failing servers),
     // the fourth halts the run; the servers in flight still finish.
@@ -232,10 +256,10 @@ async fn canary_failure_stops_at_the_canary() {
         },
     );
     let options = ExecOptions::default();
-    let gate = Gate::new(usize::MAX, true);
-    let (report, lines) = run(&fake, &p, &options, &gate).await;
+    let operator = Scripted::yes();
+    let (report, lines) = run(&fake, &p, &options, &operator).await;
     assert_eq!(starts(&lines), ["cn001"]);
-    assert!(!gate.asked.load(Ordering::SeqCst));
+    assert!(!asked(&operator));
     let canary = report.canary.as_ref().unwrap();
     assert_eq!(
         (canary.servers.as_slice(), canary.passed),
@@ -268,9 +292,9 @@ async fn canary_passes_then_the_rest_follow_and_replan_is_empty() {
         },
     );
     let options = ExecOptions::default();
-    let gate = Gate::new(usize::MAX, true);
-    let (report, lines) = run(&fake, &p, &options, &gate).await;
-    assert!(gate.asked.load(Ordering::SeqCst));
+    let operator = Scripted::yes();
+    let (report, lines) = run(&fake, &p, &options, &operator).await;
+    assert!(asked(&operator));
     // The canary finishes before any other server starts.
     let first_done = lines
         .iter()
@@ -306,7 +330,10 @@ async fn a_declined_canary_starts_nothing_else() {
         },
     );
     let options = ExecOptions::default();
-    let (report, lines) = run(&fake, &p, &options, &Gate::new(usize::MAX, false)).await;
+    // At a terminal: yes to the plan, no after the canary wave.
+    let operator = Scripted::at_terminal(&[true]).canary(false);
+    let (report, lines) = run(&fake, &p, &options, &operator).await;
+    assert!(asked(&operator));
     assert_eq!(starts(&lines).len(), 1);
     assert_eq!(report.halted, Some(Halted::Declined));
     assert_eq!(report.exit_status(&p), 2);
@@ -349,7 +376,7 @@ async fn canaries_come_from_different_racks() {
         },
     );
     let options = ExecOptions::default();
-    let (report, lines) = run(&fake, &p, &options, &Gate::new(usize::MAX, true)).await;
+    let (report, lines) = run(&fake, &p, &options, &Scripted::yes()).await;
     assert_eq!(&starts(&lines)[..3], ["cn001", "cn011", "cn021"]);
     assert_eq!(report.canary.unwrap().servers, ["cn001", "cn011", "cn021"]);
     assert_eq!(pick_canaries(&[None, None, Some("a")], 2), [0, 2]);
@@ -378,7 +405,7 @@ async fn rack_limit_never_exceeded() {
         },
     );
     let options = ExecOptions::default();
-    let (report, lines) = run(&fake, &p, &options, &Gate::new(usize::MAX, true)).await;
+    let (report, lines) = run(&fake, &p, &options, &Scripted::yes()).await;
     assert!(report.all_succeeded(), "{}", report.render(&p));
     let rack = |host: &str| {
         host.strip_prefix("cn")
@@ -431,8 +458,19 @@ async fn a_broken_lock_stops_new_starts() {
         },
     );
     let options = ExecOptions::default();
-    // Checked once before anything, then before each start: lost at the 5th.
-    let (report, lines) = run(&fake, &p, &options, &Gate::new(4, true)).await;
+    // cn002 takes 10 s: cn003 runs while it does, and once cn003 is done a
+    // colleague breaks the lock (`--break-lock`: a held record of a later
+    // generation). The next start confirms the lock, finds it lost and
+    // starts nothing more; cn002, running, finishes.
+    let cn2 = fake.dc().server_named("cn002");
+    fake.faults().slow.insert(cn2, 10.0);
+    let breaks = BreaksTheLockAfter {
+        fake: &fake,
+        hostname: "cn003",
+        inner: RecordingReporter::default(),
+    };
+    let report = run_reporting(&fake, &p, &options, &Scripted::yes(), &breaks).await;
+    let lines = breaks.inner.lines();
     assert_eq!(starts(&lines).len(), 3);
     assert_eq!(report.halted, Some(Halted::LockLost));
     assert_eq!(report.counts().succeeded, 3);
@@ -457,7 +495,7 @@ async fn unhealthy_canary_reverted_rollout_halted_rest_untouched_sapi_unchanged(
         },
     );
     let options = ExecOptions::default();
-    let (report, lines) = run(&fake, &p, &options, &Gate::new(usize::MAX, true)).await;
+    let (report, lines) = run(&fake, &p, &options, &Scripted::yes()).await;
     // Caught at the canary; nothing else started.
     assert_eq!(starts(&lines), ["cn001"]);
     assert_eq!(
@@ -517,7 +555,7 @@ async fn unhealthy_servers_count_against_the_budget() {
         },
     );
     let options = ExecOptions::default();
-    let (report, lines) = run(&fake, &p, &options, &Gate::new(usize::MAX, true)).await;
+    let (report, lines) = run(&fake, &p, &options, &Scripted::yes()).await;
     assert_eq!(starts(&lines), ["cn001", "cn002", "cn003"]);
     assert_eq!(
         report.halted,

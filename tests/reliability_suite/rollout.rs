@@ -27,14 +27,11 @@ use agentsadm_types::ids::InstanceUuid;
 
 use agentsadm_orchestrate::execute::ExecOptions;
 use agentsadm_orchestrate::images::ImageChoice;
-use agentsadm_orchestrate::records::ApiRecords;
 use agentsadm_orchestrate::report::ExecReport;
 use agentsadm_orchestrate::report::NullReporter;
 use agentsadm_orchestrate::report::ServerStatus;
 use agentsadm_orchestrate::report::StepStatus;
 use agentsadm_orchestrate::session::Session;
-use agentsadm_orchestrate::store::SapiIntentStore;
-use agentsadm_orchestrate::transport::CnapiTransport;
 use agentsadm_orchestrate::transport::CnapiTransportConfig;
 use agentsadm_plan::ComponentSelection;
 use agentsadm_plan::Operation;
@@ -288,26 +285,38 @@ async fn rollout_of_500_servers_with_faults_converges_on_the_second_run() {
     // 5xx bursts from CNAPI and SAPI, alternately, while the run lasts.
     let running = AtomicBool::new(true);
     let run = async {
-        // The executor and the CNAPI transport under the bursts, built
-        // here as the run builds them but without the run's lock: through
-        // `Run`, a SAPI burst that outlasts the lock's confirmation stops
-        // the run from starting more servers (an outage, as it should), so
-        // the transport's own retries would not be what is measured.
-        let transport = CnapiTransport::new(
-            session.apis.cnapi.clone(),
-            session.catalog.clone(),
-            transport(),
-        )
-        .with_sapi(session.apis.sapi.clone())
-        .with_imgapi(session.apis.imgapi.clone());
-        let store = SapiIntentStore::new(session.apis.sapi.clone());
-        let records = ApiRecords::new(session.apis);
-        let options = exec_options();
-        let r = crate::sim_common::executor(&transport, &store, &NullReporter, &options)
-            .with_records(&records)
-            .execute(crate::sim_common::yes(plan), std::future::pending())
-            .await
-            .expect("the run starts");
+        // Through the run, with the simulator's APIs carrying the steps,
+        // but the lock held in memory and no API probed after a failure:
+        // through SAPI's lock, a SAPI burst that outlasts the lock's
+        // confirmation stops the run from starting more servers (an
+        // outage, as it should), so the transport's own retries would not
+        // be what is measured.
+        let lock = agentsadm_sim::fake::FakeDc::new(agentsadm_sim::testkit::ExampleDc::empty());
+        let datacenter = crate::sim_common::LockInMemory {
+            apis: agentsadm_orchestrate::datacenter::ApiDatacenter {
+                sapi: &session.apis.sapi,
+                cnapi: Some(&session.apis.cnapi),
+                imgapi: Some(&session.apis.imgapi),
+            },
+            lock: &lock,
+        };
+        let settings = crate::sim_common::yes_with(&exec_options());
+        let mut run = agentsadm_orchestrate::run::Run::on(
+            agentsadm_orchestrate::datacenter::RunOn::Lent(&datacenter),
+            session.catalog,
+            &settings,
+            &NullReporter,
+            "update",
+        );
+        run.transport = transport();
+        let r = crate::sim_common::executed(
+            run.go(
+                &crate::sim_common::Made(plan),
+                &crate::sim_common::Scripted::yes(),
+                std::future::pending(),
+            )
+            .await,
+        );
         running.store(false, Ordering::Relaxed);
         r
     };
@@ -571,11 +580,23 @@ async fn execute_steps_start_after_the_servers_cn_agent_tasks() {
         inner: &fake,
         events: Default::default(),
     };
-    let report =
-        crate::sim_common::executor(&recording, &fake, &NullReporter, &ExecOptions::default())
-            .execute(crate::sim_common::yes(&p), std::future::pending())
-            .await
-            .unwrap();
+    let datacenter = crate::sim_common::FakeWith {
+        fake: &fake,
+        transport: &recording,
+        store: &fake,
+    };
+    let report = crate::sim_common::executed(
+        crate::sim_common::run_on(
+            datacenter,
+            &catalog,
+            &p,
+            &crate::sim_common::yes_with(&ExecOptions::default()),
+            &NullReporter,
+            &crate::sim_common::Scripted::yes(),
+            std::future::pending(),
+        )
+        .await,
+    );
     assert!(report.all_succeeded(), "{}", report.render(&p));
     let events = recording.events.into_inner().unwrap();
     for server in p.servers().keys() {

@@ -13,6 +13,10 @@
 //! - A successful step changes the server's CNAPI record the way the real
 //!   installer's report would, so re-gathering intent and reality after a
 //!   run and re-planning shows what converged.
+//!
+//! It is also a whole [`Datacenter`] for the orchestrator's one run
+//! (`Run::on`): tests and benchmarks drive a run on it as the binary
+//! drives one on the APIs, lock and questions included.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Mutex, MutexGuard};
@@ -22,11 +26,16 @@ use futures::future::BoxFuture;
 
 use super::testkit::ExampleDc;
 use super::testkit::instance_uuid;
+use agentsadm_orchestrate::datacenter::{
+    CarrierSettings, Carriers, Datacenter, DatacenterError, Part,
+};
+use agentsadm_orchestrate::guard::NoProbe;
 use agentsadm_orchestrate::lock::LockBoard;
 use agentsadm_orchestrate::lock::LockError;
 use agentsadm_orchestrate::lock::LockRecord;
 use agentsadm_orchestrate::lock::LockStore;
 use agentsadm_orchestrate::lock::board::GENERATION_KEY;
+use agentsadm_orchestrate::records::NoRecords;
 use agentsadm_orchestrate::report::FailureStage;
 use agentsadm_orchestrate::store::IntentStore;
 use agentsadm_orchestrate::store::IntentWriteError;
@@ -465,6 +474,46 @@ impl LockStore for FakeDc {
                 m.insert(GENERATION_KEY.to_string(), generation.into());
             });
             Ok(())
+        })
+    }
+}
+
+/// The fake datacenter as a run sees it: the lock in its `sdc`
+/// metadata, steps on its servers, intent in its SAPI. It has no SAPI of
+/// the real kind (nothing to move out of `sdc`, no history copy), no
+/// IMGAPI (its images are all there: a plan that imports fails), no
+/// record changes and never an outage.
+impl Datacenter for FakeDc {
+    fn lock_store(&self) -> BoxFuture<'_, Result<Part<'_, dyn LockStore + '_>, LockError>> {
+        Box::pin(async move { Ok(Part::Lent(self as &dyn LockStore)) })
+    }
+
+    fn sapi(&self) -> Option<&agentsadm_api::SapiClient> {
+        None
+    }
+
+    fn import<'a>(
+        &'a self,
+        images: &'a [agentsadm_plan::ImageRef],
+    ) -> BoxFuture<'a, Result<(), DatacenterError>> {
+        Box::pin(async move {
+            if images.iter().any(|i| i.import_from.is_some()) {
+                return Err(DatacenterError::MissingApi { api: "IMGAPI" });
+            }
+            Ok(())
+        })
+    }
+
+    fn carriers<'a>(
+        &'a self,
+        _plan: &Plan,
+        _settings: &CarrierSettings<'_>,
+    ) -> Result<Carriers<'a>, DatacenterError> {
+        Ok(Carriers {
+            transport: Part::Lent(self),
+            store: Part::Lent(self),
+            records: Part::Made(Box::new(NoRecords)),
+            probe: Part::Made(Box::new(NoProbe)),
         })
     }
 }

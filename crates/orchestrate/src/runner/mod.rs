@@ -2,6 +2,7 @@
 //! plan made again under it, the question, execution, history, and the
 //! move of agentsadm's own SAPI services out of `sdc` that every run makes.
 
+pub mod datacenter;
 pub mod fence;
 pub mod history;
 pub mod lock;

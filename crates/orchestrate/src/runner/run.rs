@@ -21,24 +21,19 @@ use std::future::Future;
 
 use futures::future::LocalBoxFuture;
 
-use crate::carriers::guard::{ApiPings, Fence, Hold};
-use crate::carriers::images::{self, ImageError};
-use crate::carriers::records::ApiRecords;
-use crate::carriers::store::SapiIntentStore;
-use crate::carriers::transport::{
-    CnapiTransport, CnapiTransportConfig, StepDone, StepFailure, Transport,
-};
+use crate::carriers::guard::{Fence, Hold};
+use crate::carriers::images::ImageError;
+use crate::carriers::transport::CnapiTransportConfig;
 use crate::executor::execute::{ExecError, ExecOptions, Executor, RunGate};
+use crate::runner::datacenter::{ApiDatacenter, CarrierSettings, DatacenterError, RunOn};
 use crate::runner::fence::{Fenced, fence};
 use crate::runner::history::{HistorySettings, Recorder, RecordingTee, SapiHistory};
 use crate::runner::lock::LockFence;
 use crate::runner::lock::holding;
-use crate::runner::lock::{self, LockError, LockOptions, SapiLockStore};
+use crate::runner::lock::{self, LockError, LockOptions};
 use crate::vocabulary::confirm::{AgreesInAdvance, Confirmed};
 use crate::vocabulary::report::{ExecReport, InFlight, Outage, Reporter};
 use agentsadm_api::Apis;
-use agentsadm_api::CnapiClient;
-use agentsadm_api::ImgapiClient;
 use agentsadm_api::SapiClient;
 use agentsadm_plan::timing::Durations;
 use agentsadm_plan::{ExplicitYes, Plan, PlanOptions, RolloutPolicy, TransportMode};
@@ -172,6 +167,15 @@ pub enum RunError<E: std::error::Error + 'static> {
     Exec(#[from] ExecError),
 }
 
+impl<E: std::error::Error + 'static> From<DatacenterError> for RunError<E> {
+    fn from(e: DatacenterError) -> Self {
+        match e {
+            DatacenterError::MissingApi { api } => RunError::MissingApi { api },
+            DatacenterError::Image(e) => RunError::Image(e),
+        }
+    }
+}
+
 /// How a run ended (without an error).
 // One value per run, moved once: its size does not matter.
 #[allow(clippy::large_enum_variant)]
@@ -187,15 +191,12 @@ pub enum RunOutcome<P> {
     Executed { planned: P, report: ExecReport },
 }
 
-/// One run against a datacenter's APIs.
+/// One run against a datacenter.
 pub struct Run<'a> {
-    /// Where the lock and intent live.
-    pub sapi: &'a SapiClient,
-    /// How steps reach servers and CNAPI records are written (`None`
-    /// before CNAPI exists: headnode setup's local adoption).
-    pub cnapi: Option<&'a CnapiClient>,
-    /// Where images are imported (`None`: a plan that imports fails).
-    pub imgapi: Option<&'a ImgapiClient>,
+    /// What the run reads and changes: the datacenter's APIs
+    /// ([`ApiDatacenter`]), or a test's fake one
+    /// ([`crate::datacenter::Datacenter`]).
+    pub datacenter: RunOn<'a>,
     pub catalog: &'a Catalog,
     pub settings: &'a RunSettings,
     pub reporter: &'a dyn Reporter,
@@ -205,7 +206,11 @@ pub struct Run<'a> {
     pub operation: String,
     /// The lock's timing (tests shorten the settle interval).
     pub lock: LockOptions,
-    /// Where the run is recorded ([`crate::history`]); `None`: not at all.
+    /// Where the run is recorded ([`crate::history`]); `None`: not at
+    /// all. The caller says where (the command line resolves the
+    /// headnode's journal directory and its command line once, in its
+    /// settings); by default only the datacenter's copy in SAPI
+    /// ([`HistorySettings::datacenter_only`]).
     pub history: Option<HistorySettings>,
     /// What servers took in earlier runs, as the history had it when the
     /// plan was made ([`crate::history::HistoryStore::durations`], the same
@@ -223,10 +228,18 @@ impl<'a> Run<'a> {
         reporter: &'a dyn Reporter,
         operation: impl Into<String>,
     ) -> Run<'a> {
-        let mut run = Run::sapi_only(&apis.sapi, catalog, settings, reporter, operation);
-        run.cnapi = Some(&apis.cnapi);
-        run.imgapi = Some(&apis.imgapi);
-        run
+        let datacenter = ApiDatacenter {
+            sapi: &apis.sapi,
+            cnapi: Some(&apis.cnapi),
+            imgapi: Some(&apis.imgapi),
+        };
+        Run::on(
+            RunOn::Apis(datacenter),
+            catalog,
+            settings,
+            reporter,
+            operation,
+        )
     }
 
     /// A run with only SAPI (headnode setup, before CNAPI and IMGAPI run):
@@ -238,10 +251,31 @@ impl<'a> Run<'a> {
         reporter: &'a dyn Reporter,
         operation: impl Into<String>,
     ) -> Run<'a> {
-        Run {
+        let datacenter = ApiDatacenter {
             sapi,
             cnapi: None,
             imgapi: None,
+        };
+        Run::on(
+            RunOn::Apis(datacenter),
+            catalog,
+            settings,
+            reporter,
+            operation,
+        )
+    }
+
+    /// A run on `datacenter` (the APIs, or a test's fake datacenter) with
+    /// the transport and lock settings `settings` imply.
+    pub fn on(
+        datacenter: RunOn<'a>,
+        catalog: &'a Catalog,
+        settings: &'a RunSettings,
+        reporter: &'a dyn Reporter,
+        operation: impl Into<String>,
+    ) -> Run<'a> {
+        Run {
+            datacenter,
             catalog,
             settings,
             reporter,
@@ -257,7 +291,7 @@ impl<'a> Run<'a> {
                 sdcadm: settings.sdcadm_lock.clone(),
                 ..LockOptions::default()
             },
-            history: Some(HistorySettings::default_for_process()),
+            history: Some(HistorySettings::datacenter_only()),
             durations: None,
         }
     }
@@ -273,8 +307,8 @@ impl<'a> Run<'a> {
         note: impl Fn(&str),
         work: impl Future<Output = T>,
     ) -> Result<T, LockError> {
-        let store = SapiLockStore::new(self.sapi.clone()).await?;
-        holding::hold(&store, &self.operation, &self.lock, lost, note, work).await
+        let store = self.datacenter.lock_store().await?;
+        holding::hold(&*store, &self.operation, &self.lock, lost, note, work).await
     }
 
     /// Plan, confirm under the lock, execute. See the module documentation.
@@ -295,16 +329,18 @@ impl<'a> Run<'a> {
             operator.show(&planned, Shown::Plan);
             return Ok(RunOutcome::DryRun(planned));
         }
-        let store = SapiLockStore::new(self.sapi.clone()).await?;
-        lock::check_free(&store, &self.lock).await?;
+        let store = self.datacenter.lock_store().await?;
+        lock::check_free(&*store, &self.lock).await?;
         let unlocked = planner.plan().await.map_err(RunError::Plan)?;
         if unlocked.plan().is_empty() {
             // Nothing to change, but records of earlier versions still
             // move out of `sdc` (under the locks) on this run.
-            crate::runner::shape::move_when_idle(&store, self.sapi, &self.lock, |m| {
-                operator.note(m)
-            })
-            .await;
+            if let Some(sapi) = self.datacenter.sapi() {
+                crate::runner::shape::move_when_idle(&*store, sapi, &self.lock, |m| {
+                    operator.note(m)
+                })
+                .await;
+            }
             log_skips(unlocked.plan());
             operator.show(&unlocked, Shown::Unlocked);
             return Ok(RunOutcome::Empty(unlocked));
@@ -321,7 +357,7 @@ impl<'a> Run<'a> {
         }
         drop(unlocked);
         let owner = lock::this_owner();
-        let dc_lock = lock::acquire(&store, &owner, &self.operation, &self.lock).await?;
+        let dc_lock = lock::acquire(&*store, &owner, &self.operation, &self.lock).await?;
         holding::log_acquired(&owner, &self.operation, &dc_lock);
         for old in &dc_lock.broke {
             operator.note(&format!(
@@ -331,7 +367,9 @@ impl<'a> Run<'a> {
         }
         // Records of earlier versions move out of `sdc` before the plan
         // is made again under the lock (issue 29).
-        crate::runner::shape::move_and_note(self.sapi, |m| operator.note(m)).await;
+        if let Some(sapi) = self.datacenter.sapi() {
+            crate::runner::shape::move_and_note(sapi, |m| operator.note(m)).await;
+        }
         let fence = LockFence::new(&dc_lock);
         let work = self.locked(planner, operator, &fence, cancel);
         let mut outcome =
@@ -462,7 +500,7 @@ impl<'a> Run<'a> {
                 let (tx, rx) = std::sync::mpsc::channel::<String>();
                 let recorder = Recorder::begin(
                     settings,
-                    Some(SapiHistory::new(self.sapi.clone())),
+                    self.datacenter.sapi().map(|s| SapiHistory::new(s.clone())),
                     plan,
                     &self.operation,
                     plan.reverts().map(|r| r.run),
@@ -538,32 +576,15 @@ impl<'a> Run<'a> {
                 plan.imports().len()
             ));
         }
-        if !plan.imports().is_empty() {
-            let imgapi = self.imgapi.ok_or(RunError::MissingApi { api: "IMGAPI" })?;
-            images::import(imgapi, plan.imports()).await?;
-        }
-        let store = SapiIntentStore::new(self.sapi.clone());
-        let (transport, records): (Box<dyn Transport>, ApiRecords) = match self.cnapi {
-            Some(cnapi) => (
-                Box::new({
-                    let transport = CnapiTransport::new(
-                        cnapi.clone(),
-                        self.catalog.clone(),
-                        self.transport.clone(),
-                    )
-                    .with_sapi(self.sapi.clone());
-                    match self.imgapi {
-                        Some(imgapi) => transport.with_imgapi(imgapi.clone()),
-                        None => transport,
-                    }
-                }),
-                ApiRecords::new_with(self.sapi, cnapi),
-            ),
-            None if plan.servers().is_empty() => {
-                (Box::new(NoCnapi), ApiRecords::sapi_only(self.sapi))
-            }
-            None => return Err(RunError::MissingApi { api: "CNAPI" }),
-        };
+        self.datacenter.import(plan.imports()).await?;
+        let carriers = self.datacenter.carriers(
+            plan,
+            &CarrierSettings {
+                catalog: self.catalog,
+                transport: self.transport.clone(),
+                probe_bound: self.settings.options.probe_bound,
+            },
+        )?;
         let tee;
         let reporter: &dyn Reporter = match recorder {
             Some(recorder) => {
@@ -575,12 +596,6 @@ impl<'a> Run<'a> {
             }
             None => self.reporter,
         };
-        let probe = ApiPings {
-            sapi: self.sapi.clone(),
-            cnapi: self.cnapi.cloned(),
-            imgapi: self.imgapi.cloned(),
-            bound: self.settings.options.probe_bound,
-        };
         // Slow servers are judged against their own earlier runs (the
         // history the plan was scheduled from), and before the run has a
         // median the others against the catalog's expected times (and
@@ -590,9 +605,9 @@ impl<'a> Run<'a> {
         if let Some(durations) = self.durations {
             options.known.add_history(durations);
         }
-        let executor = Executor::new(transport.as_ref(), &store, reporter, &options)
-            .with_records(&records)
-            .with_guard(gate.fence, &probe);
+        let executor = Executor::new(&*carriers.transport, &*carriers.store, reporter, &options)
+            .with_records(&*carriers.records)
+            .with_guard(gate.fence, &*carriers.probe);
         Ok(executor.execute_gated(confirmed, cancel, gate).await?)
     }
 }
@@ -689,24 +704,5 @@ impl<O: Operator<P> + Sync, P> RunGate for Gate<'_, O, P> {
 
     fn keep_waiting(&self, in_flight: &[InFlight]) -> Option<LocalBoxFuture<'_, ()>> {
         self.operator.keep_waiting(in_flight)
-    }
-}
-
-/// No way to reach servers (a SAPI-only run); never used with a plan that
-/// has server steps.
-struct NoCnapi;
-
-impl Transport for NoCnapi {
-    fn run<'a>(
-        &'a self,
-        _: agentsadm_types::ids::ServerUuid,
-        _: &'a agentsadm_plan::Step,
-    ) -> futures::future::BoxFuture<'a, Result<StepDone, StepFailure>> {
-        Box::pin(async {
-            Err(StepFailure::new(
-                crate::vocabulary::report::FailureStage::Execute,
-                "this run has no CNAPI to reach servers through".to_string(),
-            ))
-        })
     }
 }

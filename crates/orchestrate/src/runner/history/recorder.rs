@@ -42,14 +42,15 @@ pub struct HistorySettings {
 }
 
 impl HistorySettings {
-    /// The default: the headnode's directory and SAPI, this process's
-    /// command line.
-    pub fn default_for_process() -> HistorySettings {
-        let args: Vec<String> = std::env::args().collect();
+    /// Only the datacenter's copy in SAPI, with no command line: a run's
+    /// default until its caller says more (the command line adds the
+    /// headnode's journal directory and the command, resolved once in its
+    /// settings). Nothing here reads the environment or a file.
+    pub fn datacenter_only() -> HistorySettings {
         HistorySettings {
-            local: LocalHistory::default_dir().map(LocalHistory::new),
+            local: None,
             mirror: true,
-            command: command_line(&args),
+            command: String::new(),
             mirror_every: MIRROR_EVERY,
         }
     }
