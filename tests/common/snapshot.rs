@@ -8,7 +8,8 @@
 //!   derived from names).
 //! - [`masked_snapshot!`]`(name, text)`: with [`masks`] applied, for
 //!   output of a run against the simulator: times, durations, random
-//!   UUIDs, run ids, who and where, timeline bars, seconds in `--json`.
+//!   UUIDs, run ids, who and where (temporary and simulator paths),
+//!   timeline bars, seconds in `--json`.
 //!   Nothing else is masked.
 //!
 //! Both are macros so that insta files the snapshot beside the calling
@@ -45,6 +46,16 @@ pub fn masks() -> Vec<(String, &'static str)> {
     if !tmp.is_empty() && tmp != "/tmp" {
         masks.push((format!(r"{tmp}/[^\s'\x22)]+"), "[PATH]"));
     }
+    // The simulator's server directories (its default_temp_base:
+    // $AGENTSADM_SIM_TMPDIR, else /dev/shm), named where a message names a
+    // server's root.
+    if let Some(dir) = std::env::var_os("AGENTSADM_SIM_TMPDIR") {
+        let dir = dir.to_string_lossy().trim_end_matches('/').to_string();
+        if !dir.is_empty() {
+            masks.push((format!(r"{dir}/[^\s'\x22)]+"), "[PATH]"));
+        }
+    }
+    masks.push((r"/dev/shm/[^\s'\x22)]+".to_string(), "[PATH]"));
     masks.extend(
         [
             (r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?Z", "[TIME]"),

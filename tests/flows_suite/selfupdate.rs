@@ -75,6 +75,30 @@ fn ok(run: &Run) -> String {
     run.stdout.trim().to_string()
 }
 
+/// What `run` printed, as [`crate::snapshot::command_text`] shows it (the
+/// command line is `what`), masked, is the snapshot `name`; it exited
+/// `code`.
+fn snap(name: &str, what: &[&str], run: &Run, code: i32) {
+    let text = crate::snapshot::command_text(
+        (
+            run.code.unwrap_or(-1),
+            run.stdout.clone(),
+            run.stderr.clone(),
+        ),
+        what,
+        code,
+    );
+    crate::snapshot::masked_snapshot!(name, text);
+}
+
+/// [`snap`] of a [`self_update`] run with `args`.
+fn snap_self(name: &str, args: &[&str], run: &Run, code: i32) {
+    let mut what = vec!["self-update"];
+    what.extend_from_slice(args);
+    what.extend(["--root", "ROOT"]);
+    snap(name, &what, run, code);
+}
+
 fn refused(run: &Run) -> String {
     assert_eq!(
         run.code,
@@ -214,12 +238,8 @@ async fn a_release_validates_in_imgapi_and_installs_with_gz_install() {
     assert!(String::from_utf8_lossy(&version.stdout).starts_with("agentsadm "));
     // And self-update takes the file on a headnode.
     let hn = dc.headnode().root;
-    let line = ok(&self_update(&dc, &hn, &[tarball.to_str().unwrap()]).await);
-    assert!(line.starts_with("Updated agentsadm 1.0.0-"), "{line}");
-    assert!(
-        line.contains("1.4.0-master-20260512T101500Z-g1a2b3c4"),
-        "{line}"
-    );
+    let run = self_update(&dc, &hn, &[tarball.to_str().unwrap()]).await;
+    snap_self("selfupdate_from_a_file", &["FILE"], &run, 0);
     assert_eq!(
         std::fs::read(hn.join(BIN)).unwrap(),
         std::fs::read(bin).unwrap()
@@ -241,25 +261,22 @@ async fn self_update_latest_from_the_updates_server_then_rollback() {
 
     // -n: says what it would do, changes nothing.
     let (state, files) = (dc_state(&dc).await, snapshot(&hn));
-    let line = ok(&self_update(&dc, &hn, &["-n", "--latest", "-C", "dev"]).await);
-    assert!(
-        line.starts_with(&format!(
-            "Would update agentsadm {} to {}",
-            v1.version, v2.version
-        )),
-        "{line}"
+    let args = ["-n", "--latest", "-C", "dev"];
+    snap_self(
+        "selfupdate_latest_dry_run",
+        &args,
+        &self_update(&dc, &hn, &args).await,
+        0,
     );
     assert_same_state(&state, &dc_state(&dc).await, "-n");
     assert_same(&files, &snapshot(&hn), "-n");
 
-    let line = ok(&self_update(&dc, &hn, &["--latest", "-C", "dev"]).await);
-    assert_eq!(line.lines().count(), 1, "{line}");
-    assert!(
-        line.starts_with(&format!(
-            "Updated agentsadm {} to {}",
-            v1.version, v2.version
-        )),
-        "{line}"
+    let args = ["--latest", "-C", "dev"];
+    snap_self(
+        "selfupdate_latest",
+        &args,
+        &self_update(&dc, &hn, &args).await,
+        0,
     );
     assert_eq!(runs(&hn), format!("agentsadm {}", v2.version));
     assert!(
@@ -267,21 +284,24 @@ async fn self_update_latest_from_the_updates_server_then_rollback() {
         "imported into the DC"
     );
     assert_new_servers_get(&dc, &hn, &v2);
-    let list = agentsadm(&["list", "agentsadm"], &dc_env(&dc)).await;
-    assert!(ok(&list).contains(&v2.version), "{}", list.stdout);
+    let args = ["list", "agentsadm"];
+    snap(
+        "selfupdate_list_after",
+        &args,
+        &agentsadm(&args, &dc_env(&dc)).await,
+        0,
+    );
 
     // Nothing newer in the channel.
     let line = ok(&self_update(&dc, &hn, &["--latest", "-C", "dev"]).await);
     assert_eq!(line, format!("agentsadm {} is up to date.", v2.version));
 
     // --rollback: the previous copy, and new servers get it again.
-    let line = ok(&self_update(&dc, &hn, &["--rollback"]).await);
-    assert!(
-        line.starts_with(&format!(
-            "Rolled agentsadm back from {} to {}",
-            v2.version, v1.version
-        )),
-        "{line}"
+    snap_self(
+        "selfupdate_rollback",
+        &["--rollback"],
+        &self_update(&dc, &hn, &["--rollback"]).await,
+        0,
     );
     assert_eq!(runs(&hn), format!("agentsadm {}", v1.version));
     assert_new_servers_get(&dc, &hn, &v1);
@@ -296,15 +316,22 @@ async fn refused_self_updates_change_nothing() {
     let outside = tempfile::tempdir().unwrap();
     std::fs::write(outside.path().join("sentinel"), "untouched").unwrap();
     // The same semver, built a year earlier: older.
+    // Fixed UUIDs: a build's version and short id derive from its UUID,
+    // and the snapshots show them.
+    let fixed = |u: &str| Some(u.parse().expect("a UUID"));
     let mut earlier = BuildOptions::new("1.0.0");
     earlier.stamp = "20250101T000000Z".into();
+    earlier.uuid = fixed("0e1de500-0000-4000-8000-000000000100");
     let older = dc
         .publish_component("agentsadm", &earlier, PublishTarget::Dc)
         .unwrap();
     let major = dc
         .publish_component(
             "agentsadm",
-            &BuildOptions::new("2.0.0"),
+            &BuildOptions {
+                uuid: fixed("2a1a0200-0000-4000-8000-000000000200"),
+                ..BuildOptions::new("2.0.0")
+            },
             PublishTarget::Updates {
                 channels: vec!["staging".into()],
             },
@@ -318,33 +345,32 @@ async fn refused_self_updates_change_nothing() {
     let (older_id, major_id) = (older.uuid.to_string(), major.uuid.to_string());
     // A directory that is no global zone at all (no sysinfo).
     let nowhere = tempfile::tempdir().unwrap();
+    // Each refusal is one line saying why and what to do (never gz's
+    // --server-uuid hint: self-update has no such option).
     let cases: Vec<(Vec<&str>, &Path, &str)> = vec![
-        (vec![older_id.as_str()], &hn, "--allow-downgrade"),
+        (vec![older_id.as_str()], &hn, "downgrade"),
         (
             vec![major_id.as_str(), "-C", "staging"],
             &hn,
-            "--allow-major-update",
+            "major_update",
         ),
-        (vec![vm_agent.as_str()], &hn, "not an agentsadm image"),
-        (vec!["--latest", "-C", "dev"], &cn, "is not one"),
+        (vec![vm_agent.as_str()], &hn, "not_agentsadm"),
+        (vec!["--latest", "-C", "dev"], &cn, "not_the_headnode"),
         (
             vec!["--latest", "-C", "dev"],
             nowhere.path(),
-            "self-update runs in a headnode's global zone, and",
+            "not_a_global_zone",
         ),
-        (
-            vec!["no-such-version"],
-            &hn,
-            "cannot find the agentsadm image",
-        ),
+        (vec!["no-such-version"], &hn, "no_such_version"),
     ];
     for (args, root, why) in cases {
         let (state, files, images) = (dc_state(&dc).await, snapshot(root), dc_images(&dc).await);
-        let err = refused(&self_update(&dc, root, &args).await);
-        assert!(err.contains(why), "{args:?}: {err}");
-        assert_eq!(err.lines().count(), 1, "{err}");
-        // gz's hint; self-update has no such option.
-        assert!(!err.contains("--server-uuid"), "{err}");
+        snap_self(
+            &format!("selfupdate_refused_{why}"),
+            &args,
+            &self_update(&dc, root, &args).await,
+            1,
+        );
         assert_same_state(&state, &dc_state(&dc).await, why);
         assert_same(&files, &snapshot(root), why);
         assert_eq!(images, dc_images(&dc).await, "{why}");
@@ -354,31 +380,33 @@ async fn refused_self_updates_change_nothing() {
         );
     }
     // --latest stays within the major version, and says what it left out.
-    let run = self_update(&dc, &hn, &["-n", "--latest", "-C", "staging"]).await;
-    let line = ok(&run);
-    let want = format!(
-        "agentsadm {} is up to date: nothing newer in channel staging of the updates server {}",
-        v1.version,
-        dc.urls().updates
+    // (Its note on stderr, which a command that succeeded does not show,
+    // is checked apart.)
+    let args = ["-n", "--latest", "-C", "staging"];
+    let run = self_update(&dc, &hn, &args).await;
+    snap_self("selfupdate_latest_within_major", &args, &run, 0);
+    crate::snapshot::masked_snapshot!("selfupdate_latest_within_major_note", run.stderr);
+    let args = ["-n", "--latest", "-C", "staging", "--allow-major-update"];
+    snap_self(
+        "selfupdate_major_allowed_dry_run",
+        &args,
+        &self_update(&dc, &hn, &args).await,
+        0,
     );
-    assert!(line.starts_with(&want), "{line}");
-    assert!(
-        run.stderr.contains("--allow-major-update"),
-        "{}",
-        run.stderr
+    let args = ["-n", &older_id, "--allow-downgrade"];
+    snap_self(
+        "selfupdate_downgrade_allowed_dry_run",
+        &args,
+        &self_update(&dc, &hn, &args).await,
+        0,
     );
-    let line = ok(&self_update(
-        &dc,
-        &hn,
-        &["-n", "--latest", "-C", "staging", "--allow-major-update"],
-    )
-    .await);
-    assert!(line.contains(&major.version), "{line}");
-    let line = ok(&self_update(&dc, &hn, &["-n", &older_id, "--allow-downgrade"]).await);
-    assert!(line.contains(&older.version), "{line}");
     // Nothing kept yet to roll back to.
-    let err = refused(&self_update(&dc, &hn, &["--rollback"]).await);
-    assert!(err.contains("no previous agentsadm is kept"), "{err}");
+    snap_self(
+        "selfupdate_refused_nothing_kept",
+        &["--rollback"],
+        &self_update(&dc, &hn, &["--rollback"]).await,
+        1,
+    );
     assert_eq!(runs(&hn), format!("agentsadm {}", v1.version));
     dc.shutdown().await;
 }
@@ -416,6 +444,7 @@ async fn kill_self_update_with(
     let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
     let marker = format!("test checkpoint {point} reached");
     let mut seen = Vec::new();
+    // The checkpoint's line among whatever the run printed before it.
     let reached = tokio::time::timeout(Duration::from_secs(60), async {
         while let Ok(Some(line)) = lines.next_line().await {
             if line.contains(&marker) {
@@ -498,7 +527,9 @@ async fn sigkill_during_self_update_leaves_a_binary_that_runs() {
                 || now == format!("agentsadm {}", v2.version),
             "{point}: {now}"
         );
-        // The same command again finishes the job.
+        // The same command again finishes the job. What it says depends
+        // on where the kill landed (an update, or finishing one): it
+        // names v2, looked for in it.
         let line = ok(&self_update(&dc, &hn, &["--latest", "-C", "dev"]).await);
         assert!(line.contains(&v2.version), "{point}: {line}");
         assert_finished_once(&dc, &hn, &v1, &v2, point).await;
@@ -531,6 +562,7 @@ async fn sigkill_during_self_update_from_a_file_is_finished_by_the_same_command(
         let (v1, _) = images_of(&dc);
         let versions = [v1.version.clone(), v3.manifest.version.clone()];
         kill_self_update_with(&dc, &hn, &[file], point, &versions).await;
+        // What the rerun says depends on where the kill landed.
         let line = ok(&self_update(&dc, &hn, &[file]).await);
         assert!(line.contains(&v3.manifest.version), "{point}: {line}");
         assert_finished_once(&dc, &hn, &v1, &v3.manifest, point).await;
@@ -556,19 +588,21 @@ async fn a_rollback_killed_after_its_swap_is_finished_never_undone() {
     assert_eq!(runs(&hn), format!("agentsadm {}", v1.version));
     // The same command again finishes the rollback: v1 stays, and new
     // servers get v1, not the build the operator rolled back from.
-    let line = ok(&self_update(&dc, &hn, &["--rollback"]).await);
-    assert!(
-        line.starts_with(&format!(
-            "Rolled agentsadm back from {} to {}",
-            v2.version, v1.version
-        )),
-        "{line}"
+    snap_self(
+        "selfupdate_rollback_finished",
+        &["--rollback"],
+        &self_update(&dc, &hn, &["--rollback"]).await,
+        0,
     );
     assert_eq!(runs(&hn), format!("agentsadm {}", v1.version));
     assert_new_servers_get(&dc, &hn, &v1);
     // Finished: a later --rollback is a new one (back to v2).
-    let line = ok(&self_update(&dc, &hn, &["--rollback"]).await);
-    assert!(line.contains(&format!("to {}", v2.version)), "{line}");
+    snap_self(
+        "selfupdate_rollback_again",
+        &["--rollback"],
+        &self_update(&dc, &hn, &["--rollback"]).await,
+        0,
+    );
     dc.shutdown().await;
 }
 
@@ -603,13 +637,13 @@ async fn update_agentsadm_rolls_out_to_every_server_and_converges() {
     }
     assert_eq!(dc.default_image("agentsadm"), Some(v2.uuid));
     // Planned again: nothing left to do.
-    let run = agentsadm(
-        &["update", "agentsadm", "--latest", "-C", "dev", "-n"],
-        &env,
-    )
-    .await;
-    assert_eq!(run.code, Some(0), "{}", run.stderr);
-    assert!(run.stdout.contains("Nothing to do."), "{}", run.stdout);
+    let args = ["update", "agentsadm", "--latest", "-C", "dev", "-n"];
+    snap(
+        "selfupdate_update_agentsadm_again",
+        &args,
+        &agentsadm(&args, &env).await,
+        0,
+    );
     dc.shutdown().await;
 }
 
@@ -645,17 +679,15 @@ async fn self_update_honours_holds_on_agentsadm() {
         let run = agentsadm(&hold, &env).await;
         assert_eq!(run.code, Some(0), "{}", run.stderr);
         let (state, files) = (dc_state(&dc).await, snapshot(&hn));
+        // The hold, its reason, and what lets it move; -n says the same.
         for args in [
             &["--latest", "-C", "dev"][..],
             &["-n", "--latest", "-C", "dev"],
         ] {
             let err = refused(&self_update(&dc, &hn, args).await);
-            assert!(
-                err.contains(&format!("agentsadm is held {scope} by "))
-                    && err.contains("case 9")
-                    && err.contains("'agentsadm release agentsadm'")
-                    && err.contains("--ignore-holds"),
-                "{err}"
+            crate::snapshot::masked_snapshot!(
+                format!("selfupdate_held_{}", scope.replace([' ', '-'], "_")),
+                err
             );
         }
         assert_same_state(&state, &dc_state(&dc).await, scope);
@@ -671,11 +703,20 @@ async fn self_update_honours_holds_on_agentsadm() {
     // Held again: --ignore-holds moves it, and a rollback is held too.
     let run = agentsadm(&["hold", "agentsadm", "-y"], &env).await;
     assert_eq!(run.code, Some(0), "{}", run.stderr);
-    let line = ok(&self_update(&dc, &hn, &["--latest", "-C", "dev", "--ignore-holds"]).await);
-    assert!(line.starts_with("Updated agentsadm"), "{line}");
+    let args = ["--latest", "-C", "dev", "--ignore-holds"];
+    snap_self(
+        "selfupdate_ignore_holds",
+        &args,
+        &self_update(&dc, &hn, &args).await,
+        0,
+    );
     assert_eq!(runs(&hn), format!("agentsadm {}", v2.version));
-    let err = refused(&self_update(&dc, &hn, &["--rollback"]).await);
-    assert!(err.contains("agentsadm is held datacenter-wide"), "{err}");
+    snap_self(
+        "selfupdate_rollback_held",
+        &["--rollback"],
+        &self_update(&dc, &hn, &["--rollback"]).await,
+        1,
+    );
     assert_eq!(runs(&hn), format!("agentsadm {}", v2.version));
     dc.shutdown().await;
 }
@@ -718,25 +759,34 @@ async fn a_self_update_is_in_history_and_revert_names_its_undo() {
         "{run}"
     );
     let id = run["id"].as_str().unwrap().to_string();
-    // The text forms read it too: the list, and the run itself.
-    for args in [&["history"][..], &["history", &id[..8]]] {
-        let text = ok(&agentsadm(args, &env).await);
-        assert!(text.contains("self-update"), "{args:?}: {text}");
-    }
-    let shown = ok(&agentsadm(&["history", &id[..8]], &env).await);
-    assert!(
-        shown.contains("agentsadm") && shown.contains(&v2.uuid.to_string()[..8]),
-        "{shown}"
+    // The text forms read it too: the list, and the run itself (the
+    // headnode's agentsadm from v1 to v2).
+    snap(
+        "selfupdate_history_list",
+        &["history"],
+        &agentsadm(&["history"], &env).await,
+        0,
+    );
+    snap(
+        "selfupdate_history_run",
+        &["history", "RUN"],
+        &agentsadm(&["history", &id[..8]], &env).await,
+        0,
     );
     let (state, files) = (dc_state(&dc).await, snapshot(&hn));
-    for args in [&["revert", &id[..8], "-n"][..], &["revert", &id[..8], "-y"]] {
-        let out = agentsadm(args, &env).await;
-        assert_eq!(out.code, Some(1), "{} {}", out.stdout, out.stderr);
-        assert!(
-            out.stderr.contains("was a self-update")
-                && out.stderr.contains("'agentsadm self-update --rollback'"),
-            "{}",
-            out.stderr
+    // Refused, naming what undoes it; -n and -y alike.
+    for (args, flag) in [
+        (&["revert", &id[..8], "-n"][..], "-n"),
+        (&["revert", &id[..8], "-y"], "-y"),
+    ] {
+        snap(
+            &format!(
+                "selfupdate_revert_names_its_undo_{}",
+                flag.trim_start_matches('-')
+            ),
+            &["revert", "RUN", flag],
+            &agentsadm(args, &env).await,
+            1,
         );
     }
     assert_same_state(&state, &dc_state(&dc).await, "revert");

@@ -196,3 +196,23 @@ async fn what_runs_and_history_read() {
     .await;
     dc.shutdown().await;
 }
+
+/// The masks (tests/common/snapshot.rs) on what differs between two runs
+/// of one story: each kind of value once, masked, beside words that stay.
+#[test]
+fn the_masks_hide_what_differs_between_runs() {
+    let tmp = std::env::temp_dir().join("agentsadm-x/logs/20261202T041031Z-4242-update.log");
+    let sample = [
+        "server root /dev/shm/agentsadm-sim-3712-6022a803/servers/cn0001 (sim)".to_string(),
+        format!("log: {}", tmp.display()),
+        "started 2026-12-02T04:10:31.456Z, ended 2026-12-02T04:10:35Z".to_string(),
+        "took 1m02s; canary in 3.3s; gate 341ms".to_string(),
+        "from http://127.0.0.1:38781?channel=release".to_string(),
+        "image 039c5097-a7f4-4b39-9ff6-dce47dd2de6e (039c5097)".to_string(),
+        "Recorded as run c1663b92 (agentsadm history c1663b92)".to_string(),
+        r#"  "elapsed_s": 12.5,"#.to_string(),
+        "vm-agent  12     0       1".to_string(),
+    ]
+    .join("\n");
+    crate::snapshot::masked_snapshot!("masks_on_a_sample", sample);
+}
