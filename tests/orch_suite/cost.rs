@@ -5,6 +5,7 @@
 //! read of its own (a confirmation stands for a short window), and every
 //! instance as it must stand afterwards.
 
+use std::collections::BTreeMap;
 use std::sync::Mutex;
 
 use agentsadm_orchestrate::images::ImageChoice;
@@ -17,11 +18,14 @@ use agentsadm_sim::{CallCount, SeedSpec, SimApi, SimConfig, SimDc};
 
 use crate::flows_common::{Script, exec_options, instance_of, transport};
 
+/// CNAPI's requests by route (`GET /servers`...).
+type Routes = BTreeMap<String, u64>;
+
 /// The clients' SAPI and CNAPI requests while the executor ran (from its
-/// start to its end event).
+/// start to its end event), and CNAPI's by route.
 struct Counting<'d> {
     dc: &'d SimDc,
-    at: Mutex<Vec<(CallCount, CallCount)>>,
+    at: Mutex<Vec<(CallCount, CallCount, Routes)>>,
 }
 
 impl Reporter for Counting<'_> {
@@ -30,18 +34,29 @@ impl Reporter for Counting<'_> {
             let now = (
                 self.dc.client_calls(SimApi::Sapi),
                 self.dc.client_calls(SimApi::Cnapi),
+                self.dc.client_routes(SimApi::Cnapi),
             );
             self.at.lock().unwrap().push(now);
         }
     }
 }
 
+/// The requests of each route made between `before` and `after`.
+fn routes_between(before: &Routes, after: &Routes) -> Routes {
+    after
+        .iter()
+        .map(|(route, n)| (route.clone(), n - before.get(route).copied().unwrap_or(0)))
+        .filter(|(_, n)| *n > 0)
+        .collect()
+}
+
 /// `update vm-agent firewaller -y -J 8` on eight compute nodes: vm-agent's
 /// postinstall re-adopts its instance bare (SAPI replaces the object),
 /// firewaller's adopts only a missing one. Each server step makes one SAPI
-/// write (main: two, before and after the step), the lock is read a few
-/// times for the whole run (main: twice per server), and afterwards every
-/// instance names its server and the image it runs.
+/// write (main: two, before and after the step) and four CNAPI requests
+/// (one server read, not two), the lock is read a few times for the whole
+/// run (main: twice per server), and afterwards every instance names its
+/// server and the image it runs.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_step_costs_one_sapi_write_and_no_lock_read_of_its_own() {
     let dc = SimDc::start(
@@ -107,10 +122,10 @@ async fn a_step_costs_one_sapi_write_and_no_lock_read_of_its_own() {
     let servers = planned.servers().len();
     assert_eq!(steps, 2 * servers, "{planned}");
     let at = counting.at.lock().unwrap().clone();
-    let [(sapi0, _), (sapi1, _)] = at[..] else {
+    let [(sapi0, cnapi0, routes0), (sapi1, cnapi1, routes1)] = &at[..] else {
         panic!("a start and an end: {at:?}")
     };
-    let sapi = sapi1 - sapi0;
+    let sapi = *sapi1 - *sapi0;
     assert_eq!(
         sapi.writes as usize, steps,
         "one SAPI write per server step"
@@ -118,6 +133,28 @@ async fn a_step_costs_one_sapi_write_and_no_lock_read_of_its_own() {
     assert!(
         (sapi.reads as usize) < servers,
         "the lock is not read per server or step: {sapi:?} for {servers} servers"
+    );
+    // CNAPI, per step through cn-agent: the server read before the task
+    // (server.agents against the plan; it also gives the execute mode),
+    // install-agent, the task's wait and the `gz health` execute. The
+    // check reuses its step's read (main: a second read per step).
+    let cnapi = *cnapi1 - *cnapi0;
+    let routes = routes_between(routes0, routes1);
+    let per_step = |route: &str| routes.get(route).copied().unwrap_or(0) as usize;
+    for route in [
+        "GET /servers",
+        "POST /servers/:id/install-agent",
+        "POST /servers/:id/execute",
+    ] {
+        assert_eq!(per_step(route), steps, "{route} once per step: {routes:#?}");
+    }
+    // A task waits in 5 s chunks: one each, unless the machine is slow.
+    let waits = per_step("GET /tasks/:id/wait");
+    assert!(waits >= steps, "{routes:#?}");
+    assert_eq!(
+        (cnapi.reads + cnapi.writes) as usize,
+        3 * steps + waits,
+        "nothing else asked of CNAPI: {routes:#?}"
     );
     for s in dc.servers().into_iter().filter(|s| !s.headnode) {
         for c in components {

@@ -139,11 +139,13 @@ pub(crate) struct ApiInfo {
 /// [`ClientCalls`].
 pub const SERVER_USER_AGENT: &str = "agentsadm-sim-server";
 
-/// Requests a simulated API answered from clients, by kind.
+/// Requests a simulated API answered from clients, by kind, and by route
+/// (method and path, identifiers masked: `GET /servers/:id`).
 #[derive(Debug, Default)]
 pub struct ClientCalls {
     reads: AtomicU64,
     writes: AtomicU64,
+    routes: std::sync::Mutex<std::collections::BTreeMap<String, u64>>,
 }
 
 /// A snapshot of [`ClientCalls`].
@@ -162,6 +164,45 @@ impl ClientCalls {
             writes: self.writes.load(Ordering::Relaxed),
         }
     }
+
+    /// How many requests each route had so far.
+    pub(crate) fn routes(&self) -> std::collections::BTreeMap<String, u64> {
+        self.routes
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    fn record(&self, method: &Method, path: &str) {
+        let counter = if matches!(*method, Method::GET | Method::HEAD) {
+            &self.reads
+        } else {
+            &self.writes
+        };
+        counter.fetch_add(1, Ordering::Relaxed);
+        let route = format!("{method} {}", route_of(path));
+        *self
+            .routes
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .entry(route)
+            .or_default() += 1;
+    }
+}
+
+/// `path` with its identifiers (UUIDs, task ids: any segment with a digit)
+/// masked as `:id`, so that one route counts once whatever it names.
+fn route_of(path: &str) -> String {
+    path.split('/')
+        .map(|seg| {
+            if seg.bytes().any(|b| b.is_ascii_digit()) {
+                ":id"
+            } else {
+                seg
+            }
+        })
+        .collect::<Vec<_>>()
+        .join("/")
 }
 
 impl std::ops::Sub for CallCount {
@@ -222,12 +263,7 @@ pub(crate) async fn api_layer(
         .get(header::USER_AGENT)
         .is_some_and(|v| v.as_bytes() == SERVER_USER_AGENT.as_bytes());
     if !from_server {
-        let counter = if changes {
-            &info.calls.writes
-        } else {
-            &info.calls.reads
-        };
-        counter.fetch_add(1, Ordering::Relaxed);
+        info.calls.record(req.method(), req.uri().path());
     }
     let request_id = req
         .headers()

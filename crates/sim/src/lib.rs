@@ -813,6 +813,17 @@ impl SimDc {
         }
     }
 
+    /// The requests clients made of `api` so far, by route (method and
+    /// path, identifiers masked: `GET /servers/:id`).
+    pub fn client_routes(&self, api: SimApi) -> std::collections::BTreeMap<String, u64> {
+        match api {
+            SimApi::Imgapi => self.core.imgapi.info.calls.routes(),
+            SimApi::Updates => self.core.updates.info.calls.routes(),
+            SimApi::Sapi => self.core.sapi.info.calls.routes(),
+            SimApi::Cnapi => self.core.cnapi.info.calls.routes(),
+        }
+    }
+
     /// Requests served that could have changed state (for tests).
     pub fn mutation_count(&self) -> u64 {
         self.core.mutations.load(Ordering::Relaxed)

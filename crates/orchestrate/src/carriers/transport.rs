@@ -70,6 +70,7 @@ use agentsadm_plan::Step;
 mod bootstrap;
 mod health;
 mod probe;
+mod step_reads;
 mod uninstall;
 use crate::carriers::execmode::ExecuteModes;
 use crate::carriers::guard::{Fence, Unfenced, fenced};
@@ -88,6 +89,7 @@ use agentsadm_api::cnapi::CnapiClient;
 use agentsadm_api::cnapi::ExecuteAnswer;
 use agentsadm_api::cnapi::ExecuteMode;
 use agentsadm_api::cnapi::ExecuteRequest;
+use agentsadm_api::cnapi::Server;
 use agentsadm_api::compat;
 use agentsadm_api::remote::AgentsReport;
 use agentsadm_api::remote::GzResult;
@@ -100,6 +102,7 @@ use agentsadm_types::ids::ImageUuid;
 use agentsadm_types::ids::InstanceUuid;
 use agentsadm_types::ids::ServerUuid;
 use agentsadm_types::ids::TaskId;
+use step_reads::StepReads;
 
 /// How often a `gz health` check whose request failed quickly is asked
 /// again (within its bound), and the pause before the first retry (growing
@@ -300,6 +303,8 @@ pub struct CnapiTransport {
     tasks: TaskLedger,
     modes: ExecuteModes,
     peers: TaskPeers,
+    /// The server records steps read, for their own health checks.
+    reads: StepReads,
     /// Where the bootstrap reads an agentsadm image's manifest.
     imgapi: Option<ImgapiClient>,
 }
@@ -320,6 +325,7 @@ impl CnapiTransport {
             tasks: TaskLedger::default(),
             modes: ExecuteModes::default(),
             peers: TaskPeers::default(),
+            reads: StepReads::default(),
             imgapi: None,
         }
     }
@@ -376,6 +382,7 @@ impl CnapiTransport {
         fence: &dyn Fence,
     ) -> Result<StepDone, StepFailure> {
         let self_replacing = step.order == OrderClass::CoreLast;
+        self.reads.starting(server, step);
         match (step.transport, &step.action) {
             (_, Action::Disable { .. } | Action::Enable) => {
                 let mark = match &step.action {
@@ -623,6 +630,7 @@ impl CnapiTransport {
             .list_server(server)
             .await
             .map_err(|e| StepFailure::api(stage, &e))?;
+        self.reads.read(server, step, &record);
         let package = self.package_name(&step.component);
         Ok(record
             .map(|r| r.reported_agents().0)
@@ -762,6 +770,21 @@ impl CnapiTransport {
             .list_server(server)
             .await
             .map_err(|e| StepFailure::api(FailureStage::Execute, &e))?;
+        self.execute_on(server, step, record, request, bound, fence)
+            .await
+    }
+
+    /// [`Self::execute_request`] to a server whose CNAPI `record` (with its
+    /// agents: the execute mode) was read just before.
+    async fn execute_on(
+        &self,
+        server: ServerUuid,
+        step: &Step,
+        record: Option<Server>,
+        request: ExecuteRequest,
+        bound: Duration,
+        fence: Option<&dyn Fence>,
+    ) -> Result<ExecuteAnswer, StepFailure> {
         let mode = self.mode_for(server, record.as_ref(), bound).await?;
         if let Some(fence) = fence {
             fenced(fence, server, step).await?;

@@ -36,14 +36,24 @@ impl CnapiTransport {
         let bound = self.config.health_bound();
         let deadline = tokio::time::Instant::now() + bound;
         let mut attempt = 0u32;
+        // The first request goes in the mode of the record the step read
+        // before its task ([`super::step_reads`]); a retry reads again.
+        let mut known = self.reads.take(server, step);
         let checked = loop {
             let left = deadline.saturating_duration_since(tokio::time::Instant::now());
             let request =
                 agentsadm_api::remote::gz_execute_request(&args, self.config.execute_env.clone());
-            match self
-                .execute_request(server, step, request, left, None)
-                .await
-            {
+            let sent = match known.take() {
+                Some(record) => {
+                    self.execute_on(server, step, record, request, left, None)
+                        .await
+                }
+                None => {
+                    self.execute_request(server, step, request, left, None)
+                        .await
+                }
+            };
+            match sent {
                 Ok(answer) => break self.gz_outcome(step, &answer),
                 Err(e)
                     if e.stage == FailureStage::Execute
