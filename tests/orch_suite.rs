@@ -11,6 +11,9 @@
 //! - `agentsadm_bootstrap`: the bootstrap script killed at each checkpoint
 //!   and run again; the strict execute (old, current and no agentsadm);
 //! - `agree`: `list` and `check` agree after every kind of run (sim);
+//! - `bare_readoption`: an instance re-adopted bare outside any run is
+//!   drift when agentsadm had recorded more for it, its marks still count
+//!   (the service's ledger), and `check --fix` writes it back whole (sim);
 //! - `list`: the rows of `agentsadm list` and its summary (pure);
 //! - `adopt_sapi`: adoption against SAPI's real re-create rules (sim);
 //! - `cnapi_real`: the transport against a CNAPI and cn-agent that behave
@@ -71,6 +74,8 @@ mod agentsadm_bootstrap;
 mod agentsadm_first;
 #[path = "orch_suite/agree.rs"]
 mod agree;
+#[path = "orch_suite/bare_readoption.rs"]
+mod bare_readoption;
 #[path = "common/cli.rs"]
 mod cli_common;
 #[path = "orch_suite/cnapi_real.rs"]

@@ -51,6 +51,7 @@ fn find(
         images: &images,
         selection,
         changed_by_sdcadm: &BTreeMap::new(),
+        written_by_agentsadm: &BTreeMap::new(),
     })
 }
 

@@ -224,6 +224,7 @@ fn check_fix_never_restarts_marlin_agent() {
         images: &images,
         selection: None,
         changed_by_sdcadm: &BTreeMap::new(),
+        written_by_agentsadm: &BTreeMap::new(),
     });
     let upgrade = |component: &str, image: &agentsadm_plan::ImageRef| Finding {
         kind: FindingKind::WrongImage,

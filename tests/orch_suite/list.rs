@@ -49,6 +49,7 @@ fn list_states() {
         images: &images,
         selection: None,
         changed_by_sdcadm: &BTreeMap::new(),
+        written_by_agentsadm: &BTreeMap::new(),
     });
     for r in rows.iter().filter(|r| r.state != "ok") {
         let kinds: Vec<&str> = findings

@@ -36,6 +36,7 @@ use agentsadm_orchestrate::execute::DEFAULT_CONCURRENCY;
 use agentsadm_orchestrate::gather;
 use agentsadm_orchestrate::gather::Answers;
 use agentsadm_orchestrate::gather::GatherError;
+use agentsadm_orchestrate::history::{HistoryEntry, HistoryStore};
 use agentsadm_orchestrate::records::RecordStatus;
 use agentsadm_orchestrate::report::ExecReport;
 use agentsadm_orchestrate::run::Planner;
@@ -71,6 +72,10 @@ pub struct CheckConfig {
     pub execute_env: BTreeMap<String, String>,
     /// Servers asked at once.
     pub concurrency: usize,
+    /// agentsadm's run history, which says where it wrote instances'
+    /// params (`None`: not read, and a bare instance is never taken for
+    /// one that lost them; marks the services' ledgers keep still are).
+    pub history: Option<HistoryStore>,
 }
 
 impl Default for CheckConfig {
@@ -79,6 +84,7 @@ impl Default for CheckConfig {
             live_timeout: Duration::from_secs(60),
             execute_env: BTreeMap::new(),
             concurrency: DEFAULT_CONCURRENCY,
+            history: None,
         }
     }
 }
@@ -277,6 +283,10 @@ pub async fn check(
         changed_by_sdcadm = changed_in_reports(&answers.servers, &live, catalog);
     }
     let images = lookup_images(apis, &answers, &live).await?;
+    let written = match &config.history {
+        Some(history) => written_by_agentsadm(&history.list().await.entries),
+        None => BTreeMap::new(),
+    };
     let (survey, mut findings) = drift::find(&DriftInput {
         catalog,
         servers: &answers.servers,
@@ -286,6 +296,7 @@ pub async fn check(
         images: &images,
         selection: selection.as_ref(),
         changed_by_sdcadm: &changed_by_sdcadm,
+        written_by_agentsadm: &written,
     });
     // What an excluded server shows is neither reported nor repaired.
     findings.retain(|f| f.server.is_none_or(|s| !excluded.contains(&s)));
@@ -300,6 +311,39 @@ pub async fn check(
         servers_checked,
         live_requested: request.live,
     })
+}
+
+/// Where agentsadm wrote instances' params, from its run history (oldest
+/// run first): a component it installed or upgraded on a server to the
+/// end (its record was written after the step), unless a later run of it
+/// removed the component there.
+pub fn written_by_agentsadm(
+    entries: &[HistoryEntry],
+) -> BTreeMap<ServerUuid, BTreeSet<ComponentName>> {
+    let mut out: BTreeMap<ServerUuid, BTreeSet<ComponentName>> = BTreeMap::new();
+    for server in entries.iter().flat_map(|e| &e.servers) {
+        let Some(uuid) = server.server else {
+            continue;
+        };
+        for step in server.steps.iter().filter(|s| s.changed()) {
+            let Ok(component) = ComponentName::new(&step.component) else {
+                continue;
+            };
+            match step.action.as_str() {
+                "install" | "upgrade" => {
+                    out.entry(uuid).or_default().insert(component);
+                }
+                "remove" => {
+                    if let Some(c) = out.get_mut(&uuid) {
+                        c.remove(&component);
+                    }
+                }
+                _ => {}
+            }
+        }
+    }
+    out.retain(|_, c| !c.is_empty());
+    out
 }
 
 /// What sdcadm changed behind agentsadm, as the servers' own reports show

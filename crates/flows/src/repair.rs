@@ -30,6 +30,7 @@ use agentsadm_orchestrate::run::Planned;
 use agentsadm_plan::Action;
 use agentsadm_plan::ImageRef;
 use agentsadm_plan::IntentChange;
+use agentsadm_plan::MarkKey;
 use agentsadm_plan::Operation;
 use agentsadm_plan::Plan;
 use agentsadm_plan::PlanBuilder;
@@ -477,6 +478,25 @@ fn record_fix(
                 instance: *instance,
                 image: *image,
             })),
+        Fix::Restore {
+            instance,
+            service,
+            image,
+            hold,
+            disabled,
+        } => {
+            let marks = [(MarkKey::Hold, hold), (MarkKey::Disabled, disabled)]
+                .into_iter()
+                .filter_map(|(k, m)| m.clone().map(|m| (k, m)))
+                .collect();
+            r.updates.push(instance_change(IntentChange::Restore {
+                component: component.clone(),
+                service: *service,
+                instance: *instance,
+                image: *image,
+                marks,
+            }));
+        }
         Fix::AdoptInstance {
             instance,
             service,

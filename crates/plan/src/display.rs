@@ -189,6 +189,7 @@ fn server_lines(sp: &crate::ServerPlan, grouped: bool) -> Vec<String> {
                 instance,
                 key,
                 mark,
+                ..
             } => match mark {
                 Some(m) => format!(
                     "~ SAPI instance{} of {component}: params.{} {}",

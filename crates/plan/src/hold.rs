@@ -72,6 +72,7 @@ pub(super) fn plan_hold(
             hostname: Some(state.hostname.clone()),
             change: IntentChange::Mark {
                 component: c.name.clone(),
+                service: instance.service,
                 instance: instance.uuid,
                 key: MarkKey::Hold,
                 mark: mark.cloned(),

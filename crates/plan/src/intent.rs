@@ -17,8 +17,9 @@ use std::collections::BTreeMap;
 
 use serde::Serialize;
 
-use crate::marks::{DISABLED_PARAM, HOLD_PARAM, Holds, Mark};
+use crate::marks::{DISABLED_PARAM, HOLD_PARAM, Holds, LedgerMark, Mark, ledger_marks};
 use crate::reality::Reality;
+use crate::types::MarkKey;
 use agentsadm_types::catalog::Catalog;
 use agentsadm_types::component::ComponentName;
 use agentsadm_types::ids::ImageUuid;
@@ -112,6 +113,13 @@ pub struct Intent {
     /// (`params.agentsadm_disabled` on the instance).
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     pub disabled: BTreeMap<ServerUuid, BTreeMap<ComponentName, Mark>>,
+    /// The per-server marks the service's ledger keeps for an instance
+    /// that no longer carries them (a bare re-adoption erased them), by
+    /// server then component. They count as marks all the same (in
+    /// `holds` and `disabled`); `check` reports them and `--fix` writes
+    /// them back.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub lost_marks: BTreeMap<ServerUuid, BTreeMap<ComponentName, Vec<MarkKey>>>,
 }
 
 static NO_INTENT: Intent = Intent {
@@ -125,6 +133,7 @@ static NO_INTENT: Intent = Intent {
         servers: BTreeMap::new(),
     },
     disabled: BTreeMap::new(),
+    lost_marks: BTreeMap::new(),
 };
 
 impl Intent {
@@ -151,6 +160,7 @@ impl Intent {
             .collect();
         sorted.sort_by_key(|s| s.uuid);
         let mut by_uuid: BTreeMap<ServiceUuid, ComponentName> = BTreeMap::new();
+        let mut ledger: BTreeMap<ComponentName, Vec<LedgerMark>> = BTreeMap::new();
         for s in sorted {
             let Some(c) = catalog.get(&s.name) else {
                 continue;
@@ -162,6 +172,7 @@ impl Intent {
             if let Some(mark) = Mark::from_params(s.params.as_ref(), HOLD_PARAM) {
                 intent.holds.services.insert(c.name.clone(), mark);
             }
+            ledger.insert(c.name.clone(), ledger_marks(s.params.as_ref()));
             intent.services.insert(
                 c.name.clone(),
                 AgentService {
@@ -252,7 +263,49 @@ impl Intent {
                 }
             }
         }
+        intent.apply_ledger(ledger);
         intent
+    }
+
+    /// The ledger's per-server marks that the instance they name lost:
+    /// counted as marks, and listed in `lost_marks`. A mark the instance
+    /// still carries is read from the instance (it may be newer).
+    fn apply_ledger(&mut self, ledger: BTreeMap<ComponentName, Vec<LedgerMark>>) {
+        for (component, marks) in ledger {
+            for lm in marks {
+                let Some(kept) = self.instance(&lm.server, &component).map(|i| i.uuid) else {
+                    continue;
+                };
+                if lm.instance != Some(kept) {
+                    continue;
+                }
+                let (key, table) = if lm.param == HOLD_PARAM {
+                    (MarkKey::Hold, &mut self.holds.servers)
+                } else {
+                    (MarkKey::Disabled, &mut self.disabled)
+                };
+                let per = table.entry(lm.server).or_default();
+                if per.contains_key(&component) {
+                    continue;
+                }
+                per.insert(component.clone(), lm.mark);
+                self.lost_marks
+                    .entry(lm.server)
+                    .or_default()
+                    .entry(component.clone())
+                    .or_default()
+                    .push(key);
+            }
+        }
+    }
+
+    /// The marks the ledger keeps that the instance of `component` on
+    /// `server` lost.
+    pub fn lost_marks(&self, server: &ServerUuid, component: &str) -> &[MarkKey] {
+        self.lost_marks
+            .get(server)
+            .and_then(|m| m.get(component))
+            .map_or(&[], Vec::as_slice)
     }
 
     /// Whether the component has a SAPI service.

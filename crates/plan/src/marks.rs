@@ -17,12 +17,26 @@
 //! SAPI is hostile input: a mark that is not an object still counts (the
 //! safe reading of "someone marked this"), with its fields unknown; every
 //! field is bounded.
+//!
+//! The second copy (the *ledger*): an agent's postinstall, CNAPI's
+//! install-agent path or another tool re-adopts an instance bare (`POST
+//! /instances` with only its UUID: real SAPI replaces the whole object),
+//! which erases a per-server mark for good. So every per-server mark is
+//! also kept on the component's service, which no re-adoption touches, as
+//! `params["agentsadm_hold:<server uuid>"]` (or `agentsadm_disabled:`):
+//! the mark with the instance UUID it was put on. One key per server and
+//! mark, so that setting one is a merge and clearing one a delete (no
+//! read-modify-write), and a service's `params.image_uuid`, which sdcadm
+//! reads, is left alone. A ledger mark counts only for the instance it
+//! names (the one a re-adoption keeps): a server set up again gets new
+//! instances, and an old mark never comes back on them.
 
 use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
 use agentsadm_types::component::ComponentName;
+use agentsadm_types::ids::InstanceUuid;
 use agentsadm_types::ids::ServerUuid;
 
 /// The params key of a hold.
@@ -32,6 +46,78 @@ pub const DISABLED_PARAM: &str = "agentsadm_disabled";
 
 /// The longest `by`, `at` or `reason` kept from SAPI, in characters.
 const FIELD_MAX: usize = 200;
+
+/// The separator between a mark's params key and the server UUID in a
+/// ledger key (`agentsadm_hold:<server>`).
+const LEDGER_SEPARATOR: char = ':';
+
+/// The ledger key of a per-server mark on the component's service.
+pub fn ledger_key(param: &str, server: ServerUuid) -> String {
+    format!("{param}{LEDGER_SEPARATOR}{server}")
+}
+
+/// The ledger value: the mark and the instance it was put on.
+pub fn ledger_value(mark: &Mark, instance: InstanceUuid) -> serde_json::Value {
+    let mut v = mark.to_value();
+    if let Some(o) = v.as_object_mut() {
+        o.insert(
+            "instance".into(),
+            serde_json::Value::String(instance.to_string()),
+        );
+    }
+    v
+}
+
+/// One per-server mark as the service's ledger keeps it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LedgerMark {
+    /// [`HOLD_PARAM`] or [`DISABLED_PARAM`].
+    pub param: &'static str,
+    pub server: ServerUuid,
+    /// The instance it was put on (`None`: unreadable, so it counts for
+    /// no instance).
+    pub instance: Option<InstanceUuid>,
+    pub mark: Mark,
+}
+
+/// The per-server marks a service's params keep (hostile input: keys
+/// that do not parse, and values that are no mark, are left out).
+pub fn ledger_marks(
+    params: Option<&serde_json::Map<String, serde_json::Value>>,
+) -> Vec<LedgerMark> {
+    let Some(params) = params else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    for (key, value) in params {
+        let Some((param, server)) = key.split_once(LEDGER_SEPARATOR) else {
+            continue;
+        };
+        let param = match param {
+            HOLD_PARAM => HOLD_PARAM,
+            DISABLED_PARAM => DISABLED_PARAM,
+            _ => continue,
+        };
+        let Ok(server) = server.parse::<ServerUuid>() else {
+            continue;
+        };
+        let one = serde_json::Map::from_iter([(param.to_string(), value.clone())]);
+        let Some(mark) = Mark::from_params(Some(&one), param) else {
+            continue;
+        };
+        let instance = value
+            .get("instance")
+            .and_then(|v| v.as_str())
+            .and_then(|s| s.parse().ok());
+        out.push(LedgerMark {
+            param,
+            server,
+            instance,
+            mark,
+        });
+    }
+    out
+}
 
 /// Who marked, when and why.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
@@ -154,5 +240,38 @@ mod tests {
         let m = Mark::from_params(Some(&long), HOLD_PARAM).unwrap();
         assert_eq!(m.by.len(), FIELD_MAX);
         assert_eq!(Mark::from_params(None, HOLD_PARAM), None);
+    }
+
+    #[test]
+    fn the_ledger_keeps_marks_by_server_and_instance() {
+        let server: ServerUuid = "44454c4c-4800-1034-804a-b2c04f354d31".parse().unwrap();
+        let instance: InstanceUuid = "04a3fd8b-da16-4f8d-a003-06dc52f0a1e3".parse().unwrap();
+        let mark = Mark {
+            by: "alice".into(),
+            at: "t".into(),
+            reason: Some("case 7".into()),
+        };
+        let p = params(json!({
+            "image_uuid": "fd5f189c-c26a-46a6-bd1a-b0e0150edf8f",
+            "agentsadm_hold": {"by": "bob", "at": "t"},
+            (ledger_key(HOLD_PARAM, server)): ledger_value(&mark, instance),
+            "agentsadm_disabled:not-a-uuid": {"by": "x"},
+            "agentsadm_other:44454c4c-4800-1034-804a-b2c04f354d31": {"by": "x"},
+            (ledger_key(DISABLED_PARAM, server)): null,
+        }));
+        let ledger = ledger_marks(Some(&p));
+        assert_eq!(
+            ledger,
+            vec![LedgerMark {
+                param: HOLD_PARAM,
+                server,
+                instance: Some(instance),
+                mark,
+            }]
+        );
+        assert_eq!(
+            ledger_key(DISABLED_PARAM, server),
+            "agentsadm_disabled:44454c4c-4800-1034-804a-b2c04f354d31"
+        );
     }
 }

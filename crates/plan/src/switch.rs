@@ -69,6 +69,7 @@ pub(super) fn plan_switch(
         };
         let change = IntentChange::Mark {
             component: c.name.clone(),
+            service: instance.service,
             instance: instance.uuid,
             key: MarkKey::Disabled,
             mark: mark.cloned(),

@@ -289,6 +289,11 @@ pub enum IntentChange {
     /// `params.agentsadm_hold`).
     Mark {
         component: ComponentName,
+        /// The component's service, which keeps the mark's second copy
+        /// (the ledger, [`crate::marks`]). Not shown: the plan's JSON
+        /// names the instance.
+        #[serde(skip)]
+        service: ServiceUuid,
         instance: InstanceUuid,
         key: MarkKey,
         #[serde(skip_serializing_if = "Option::is_none")]

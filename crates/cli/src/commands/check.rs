@@ -66,6 +66,9 @@ pub async fn run(g: &Settings, a: CheckArgs) -> CmdResult {
     let settings = a.run.settings(None, g);
     let config = CheckConfig {
         concurrency: settings.rollout.concurrency,
+        // Where agentsadm wrote instances' params: a bare instance there
+        // lost them (an agentsshar-era one did not).
+        history: Some(g.history_store()),
         ..CheckConfig::default()
     };
     if !a.fix {

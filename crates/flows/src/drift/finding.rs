@@ -66,11 +66,17 @@ pub enum FindingKind {
     /// What CNAPI lists for the server cannot be used (a malformed entry,
     /// a component listed twice): the server is set aside.
     UnusableServerAgents,
+    /// The instance lost what agentsadm recorded on it: it was re-adopted
+    /// bare outside any agentsadm run (an agent's postinstall, CNAPI's
+    /// install-agent path, another tool), so it no longer says which
+    /// image the server runs, or a mark the service's ledger keeps is
+    /// gone from it.
+    InstanceParamsErased,
 }
 
 impl FindingKind {
     /// Every kind, in report order.
-    pub const ALL: [FindingKind; 15] = [
+    pub const ALL: [FindingKind; 16] = [
         FindingKind::MissingInstall,
         FindingKind::WrongImage,
         FindingKind::InstalledWithoutInstance,
@@ -86,6 +92,7 @@ impl FindingKind {
         FindingKind::DisabledWithoutIntent,
         FindingKind::InstanceNamesOtherServer,
         FindingKind::UnusableServerAgents,
+        FindingKind::InstanceParamsErased,
     ];
 
     pub fn as_str(&self) -> &'static str {
@@ -105,6 +112,7 @@ impl FindingKind {
             FindingKind::DisabledWithoutIntent => "disabled-without-intent",
             FindingKind::InstanceNamesOtherServer => "instance-names-other-server",
             FindingKind::UnusableServerAgents => "unusable-server-agents",
+            FindingKind::InstanceParamsErased => "instance-params-erased",
         }
     }
 
@@ -151,6 +159,17 @@ pub enum Fix {
         instance: InstanceUuid,
         service: ServiceUuid,
         image: ImageUuid,
+    },
+    /// Write the instance whole, in one write: `params.server_uuid`,
+    /// `params.image_uuid` and the marks agentsadm keeps for it.
+    Restore {
+        instance: InstanceUuid,
+        service: ServiceUuid,
+        image: ImageUuid,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        hold: Option<agentsadm_plan::Mark>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        disabled: Option<agentsadm_plan::Mark>,
     },
     /// Delete the SAPI instance (only the record: SAPI never touches a
     /// server for agent instances).
@@ -221,6 +240,26 @@ impl Fix {
                 short(image),
                 short(instance)
             ),
+            Fix::Restore {
+                instance,
+                image,
+                hold,
+                disabled,
+                ..
+            } => {
+                let mut s = format!(
+                    "write SAPI instance {} whole in one write: params.server_uuid, params.image_uuid {}",
+                    short(instance),
+                    short(image)
+                );
+                if hold.is_some() {
+                    s.push_str(", the hold");
+                }
+                if disabled.is_some() {
+                    s.push_str(", the disabled mark");
+                }
+                s
+            }
             Fix::DeleteInstance { instance } => {
                 format!("delete SAPI instance {}", short(instance))
             }

@@ -67,6 +67,13 @@ pub struct DriftInput<'a> {
     /// what runs there is what sdcadm put in place, so a wrong image is
     /// recorded in SAPI rather than SAPI's image put back over it.
     pub changed_by_sdcadm: &'a BTreeMap<ServerUuid, BTreeSet<ComponentName>>,
+    /// The components whose instance agentsadm has written on each
+    /// server, as its run history shows (a completed install or upgrade
+    /// of it there): an instance of one of them that the server reports
+    /// with no params at all lost them (`instance-params-erased`); any
+    /// other such bare instance is as the agent's own postinstall made it
+    /// (an agentsshar-era server), not drift.
+    pub written_by_agentsadm: &'a BTreeMap<ServerUuid, BTreeSet<ComponentName>>,
 }
 
 /// Intent and reality as the finder saw them (for repair planning).

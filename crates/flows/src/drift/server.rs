@@ -124,6 +124,7 @@ pub(super) fn server_findings(
         };
         let c = ComponentOnServer {
             input,
+            intent,
             state,
             name,
             service,
@@ -142,30 +143,88 @@ pub(super) fn server_findings(
 #[derive(Clone, Copy)]
 struct ComponentOnServer<'a> {
     input: &'a DriftInput<'a>,
+    intent: &'a agentsadm_plan::intent::Intent,
     state: &'a ServerState,
     name: &'a str,
     service: &'a AgentService,
 }
 
 impl ComponentOnServer<'_> {
-    /// The hold on the component here as SAPI has it: the instance's,
-    /// else the service's (datacenter-wide).
-    fn hold(self, inst: &InstanceIntent) -> Option<agentsadm_plan::Mark> {
-        use agentsadm_plan::marks::HOLD_PARAM;
-        let params = self
-            .input
-            .instances
-            .iter()
-            .find(|x| x.uuid == inst.uuid)
-            .and_then(|x| x.params.as_ref());
-        agentsadm_plan::Mark::from_params(params, HOLD_PARAM).or_else(|| {
-            let svc = self
-                .input
-                .services
-                .iter()
-                .find(|s| s.uuid == self.service.uuid)?;
-            agentsadm_plan::Mark::from_params(svc.params.as_ref(), HOLD_PARAM)
-        })
+    /// The hold on the component here as SAPI has it: the instance's (or
+    /// the ledger's copy of it), else the service's (datacenter-wide).
+    fn hold(self, _inst: &InstanceIntent) -> Option<agentsadm_plan::Mark> {
+        self.intent
+            .holds
+            .get(&self.state.uuid, self.name)
+            .map(|(_, m)| m.clone())
+    }
+
+    /// The instance lost what agentsadm recorded on it (see
+    /// [`FindingKind::InstanceParamsErased`]): written back whole, with
+    /// the image the instance named, else the one the server runs (what
+    /// another tool put there is recorded, never reinstalled over), and
+    /// the marks agentsadm keeps for it.
+    fn erased(self, i: &Installed, inst: &InstanceIntent, out: &mut Vec<Finding>) {
+        let ComponentOnServer {
+            intent,
+            state,
+            name,
+            service,
+            ..
+        } = self;
+        let lost = intent.lost_marks(&state.uuid, name);
+        let hold = intent
+            .holds
+            .servers
+            .get(&state.uuid)
+            .and_then(|h| h.get(name))
+            .cloned();
+        let disabled = intent.disabled(&state.uuid, name).cloned();
+        let mut gone: Vec<String> = Vec::new();
+        if inst.link == InstanceLink::Reported && inst.image.is_none() {
+            gone.push(format!(
+                "params.server_uuid and params.image_uuid (the server runs {})",
+                version_label(i)
+            ));
+        }
+        for key in lost {
+            let (what, mark) = match key {
+                agentsadm_plan::MarkKey::Hold => ("the hold", hold.as_ref()),
+                agentsadm_plan::MarkKey::Disabled => ("the disabled mark", disabled.as_ref()),
+            };
+            gone.push(match mark {
+                Some(m) => format!("{what} ({})", m.describe()),
+                None => what.to_string(),
+            });
+        }
+        let details = format!(
+            "SAPI instance {} lost what agentsadm recorded on it: {}; it was re-adopted bare outside agentsadm (an agent's postinstall, CNAPI's install-agent or another tool replaces the whole record)",
+            inst.uuid,
+            gone.join(", ")
+        );
+        let fix = match inst.image.or(i.image).or(service.default_image) {
+            Some(image) => Fix::Restore {
+                instance: inst.uuid,
+                service: service.uuid,
+                image,
+                hold,
+                disabled,
+            },
+            None => Fix::Manual {
+                hint: format!(
+                    "neither the server nor SAPI names an image: record it with 'agentsadm update {name} -s {} --image UUID'",
+                    state.hostname
+                ),
+            },
+        };
+        out.push(finding(
+            FindingKind::InstanceParamsErased,
+            state,
+            name,
+            Some(inst.uuid),
+            details,
+            fix,
+        ));
     }
 
     /// An instance's params set right: the image it, the server or the
@@ -218,6 +277,7 @@ impl ComponentOnServer<'_> {
             state,
             name,
             service,
+            ..
         } = self;
         let target = inst.image.or(service.default_image);
         let details = format!(
@@ -358,10 +418,26 @@ impl ComponentOnServer<'_> {
         // in server.agents is how the vm-agent and net-agent
         // postinstalls adopt themselves in every real datacenter:
         // it is this server's instance, not drift (an update sets
-        // its params).
+        // its params) -- unless agentsadm recorded more for it: its
+        // history shows it wrote the instance's params there, or the
+        // service's ledger keeps a mark the instance lost.
         let bare_but_reported = inst.link == InstanceLink::Reported && inst.image.is_none();
         if let InstanceLink::Misfiled { named } = inst.link {
             self.misfiled(i, inst, named, out);
+            return;
+        }
+        let written = self
+            .input
+            .written_by_agentsadm
+            .get(&state.uuid)
+            .is_some_and(|c| c.contains(name));
+        if (bare_but_reported && written) || !self.intent.lost_marks(&state.uuid, name).is_empty() {
+            self.erased(i, inst, out);
+            if let Some(target) = inst.image
+                && i.image != Some(target)
+            {
+                self.wrong_image(i, inst, target, out);
+            }
             return;
         }
         if !inst.has_params() && !bare_but_reported {
@@ -470,6 +546,7 @@ impl ComponentOnServer<'_> {
             state,
             name,
             service,
+            ..
         } = self;
         let kind = input.catalog.get(name).map(|c| c.kind);
         let (how, back) = match kind {

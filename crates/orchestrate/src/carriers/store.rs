@@ -216,27 +216,84 @@ impl SapiIntentStore {
             }
             IntentChange::DeleteInstance { instance, .. } => self.delete(*instance).await,
             IntentChange::Mark {
+                component,
+                service,
                 instance,
                 key,
                 mark,
-                ..
             } => {
-                let value = mark.as_ref().map(|m| m.to_value()).unwrap_or_default();
-                let mut update =
-                    Update::params(agentsadm_api::sapi::object([(key.param(), value)]));
-                if mark.is_none() {
-                    update.action = Some(agentsadm_api::sapi::UpdateAction::Delete);
+                // Two copies: the instance's, which planners and sdcadm
+                // users read, and the service's ledger, which a bare
+                // re-adoption of the instance cannot erase. A mark is set
+                // in the ledger first and cleared there last, so that a
+                // write that fails half way leaves the mark counting (a
+                // failed release is said and can be run again; a lost
+                // instance copy is a `check` finding).
+                match mark {
+                    Some(m) => {
+                        self.write_ledger(component, *service, server, *instance, *key, Some(m))
+                            .await?;
+                        self.write_instance_mark(*instance, *key, Some(m)).await
+                    }
+                    None => {
+                        self.write_instance_mark(*instance, *key, None).await?;
+                        self.write_ledger(component, *service, server, *instance, *key, None)
+                            .await
+                    }
                 }
-                self.sapi
-                    .update_instance(*instance, &update)
-                    .await
-                    .map(|_| ())
-                    .map_err(|err| IntentWriteError::Api {
-                        what: format!("set params.{} on instance {instance}", key.param()),
-                        err: Box::new(err),
-                    })
             }
         }
+    }
+
+    /// Set or clear one mark in the instance's params.
+    async fn write_instance_mark(
+        &self,
+        instance: InstanceUuid,
+        key: agentsadm_plan::MarkKey,
+        mark: Option<&agentsadm_plan::Mark>,
+    ) -> Result<(), IntentWriteError> {
+        let value = mark.map(|m| m.to_value()).unwrap_or_default();
+        let mut update = Update::params(agentsadm_api::sapi::object([(key.param(), value)]));
+        if mark.is_none() {
+            update.action = Some(agentsadm_api::sapi::UpdateAction::Delete);
+        }
+        self.sapi
+            .update_instance(instance, &update)
+            .await
+            .map(|_| ())
+            .map_err(|err| IntentWriteError::Api {
+                what: format!("set params.{} on instance {instance}", key.param()),
+                err: Box::new(err),
+            })
+    }
+
+    /// Set or clear the service's copy of a per-server mark (one key: a
+    /// merge or a delete, the service's other params left as they are).
+    async fn write_ledger(
+        &self,
+        component: &agentsadm_types::component::ComponentName,
+        service: ServiceUuid,
+        server: ServerUuid,
+        instance: InstanceUuid,
+        key: agentsadm_plan::MarkKey,
+        mark: Option<&agentsadm_plan::Mark>,
+    ) -> Result<(), IntentWriteError> {
+        let ledger_key = agentsadm_plan::marks::ledger_key(key.param(), server);
+        let value = mark
+            .map(|m| agentsadm_plan::marks::ledger_value(m, instance))
+            .unwrap_or_default();
+        let mut update = Update::params(object([(ledger_key.as_str(), value)]));
+        if mark.is_none() {
+            update.action = Some(agentsadm_api::sapi::UpdateAction::Delete);
+        }
+        self.sapi
+            .update_service(service, &update)
+            .await
+            .map(|_| ())
+            .map_err(|err| IntentWriteError::Api {
+                what: format!("set params.{ledger_key} on service {component}"),
+                err: Box::new(err),
+            })
     }
 
     /// Merge `params` into the instance (a merge keeps what others wrote;

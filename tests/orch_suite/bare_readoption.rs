@@ -1,0 +1,195 @@
+//! A bare re-adoption outside any agentsadm run: an agent's postinstall
+//! run by another tool (sdcadm, cn-agent's own install task, CNAPI's
+//! install-agent path) posts its instance again with nothing but its UUID,
+//! and SAPI replaces the whole record. The harness's `bare-adoption` check
+//! found that `check` then said "No drift found" and the marks were lost
+//! for good. Now:
+//!
+//! - the marks survive: each per-server mark has a second copy on the
+//!   component's service (the ledger), which plans and `check` read;
+//! - `check` reports the instance (text and --json) when agentsadm had
+//!   recorded more for it (its history shows it wrote the instance there,
+//!   or the ledger keeps a mark), and only then: a bare instance agentsadm
+//!   never wrote (an agentsshar-era server's) is not drift;
+//! - `check --fix` writes the instance back whole (server, the image the
+//!   server runs, the marks).
+
+use std::path::Path;
+
+use serde_json::{Map, Value};
+
+use agentsadm_api::sapi::CreateInstance;
+use agentsadm_sim::{SeedSpec, SimConfig, SimDc};
+use agentsadm_types::ids::InstanceUuid;
+
+async fn sim() -> SimDc {
+    let dc = SimDc::start(
+        SimConfig::default()
+            .servers(2)
+            .populate(SeedSpec::with_newer()),
+    )
+    .await
+    .expect("simulator starts");
+    for cn in dc.servers() {
+        dc.gz_report(cn.uuid).await.unwrap();
+    }
+    dc
+}
+
+/// The instance `host` reports for `component`, and the image it runs.
+fn reported(dc: &SimDc, host: &str, component: &str) -> (InstanceUuid, String) {
+    let cn = dc.server(host).unwrap();
+    let agent = dc
+        .server_agents(cn.uuid)
+        .into_iter()
+        .find(|a| a.name == component)
+        .unwrap_or_else(|| panic!("{host} reports no {component}"));
+    (
+        agent.uuid.expect("an instance uuid"),
+        agent.image_uuid.map(|u| u.to_string()).unwrap_or_default(),
+    )
+}
+
+async fn params(dc: &SimDc, instance: InstanceUuid) -> Map<String, Value> {
+    let got = dc.apis().sapi.get_instance(instance).await.unwrap();
+    got.params.unwrap_or_default()
+}
+
+/// Post the instance again with only its UUID, as a postinstall does.
+async fn readopt_bare(dc: &SimDc, host: &str, component: &str) -> InstanceUuid {
+    let (instance, _) = reported(dc, host, component);
+    let sapi = &dc.apis().sapi;
+    let service = sapi.get_instance(instance).await.unwrap().service_uuid;
+    sapi.create_instance(&CreateInstance {
+        uuid: Some(instance),
+        service_uuid: Some(service),
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    assert!(
+        params(dc, instance).await.is_empty(),
+        "{host} {component}: the re-adoption replaced the whole record"
+    );
+    instance
+}
+
+/// The binary on `dc` with its own state, run by operator alice (the
+/// marks name who made them).
+fn cli(dc: &SimDc, state: &Path) -> crate::cli_common::Agentsadm {
+    crate::cli_common::agentsadm(dc)
+        .state(state)
+        .env("SUDO_USER", "alice")
+}
+
+async fn ok(dc: &SimDc, state: &Path, args: &[&str]) -> String {
+    let (code, out, err) = cli(dc, state).run(args).await;
+    assert_eq!(code, 0, "agentsadm {}: {out}{err}", args.join(" "));
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bare_readoption_is_drift_and_check_fix_writes_the_record_back_whole() {
+    let dc = sim().await;
+    let state = tempfile::tempdir().unwrap();
+    let s = state.path();
+    let (_, before) = reported(&dc, "cn0001", "vm-agent");
+    ok(&dc, s, &["update", "vm-agent", "--latest", "-y"]).await;
+    ok(
+        &dc,
+        s,
+        &[
+            "hold", "vm-agent", "-s", "cn0001", "--reason", "case 7", "-y",
+        ],
+    )
+    .await;
+    ok(
+        &dc,
+        s,
+        &[
+            "disable", "vm-agent", "-s", "cn0001", "--reason", "RFD 58", "-y",
+        ],
+    )
+    .await;
+    ok(&dc, s, &["check"]).await;
+
+    // Outside any run: cn0001's vm-agent, which agentsadm wrote, and
+    // cn0002's net-agent, which it never did (as every agentsshar-era
+    // instance is).
+    let vm = readopt_bare(&dc, "cn0001", "vm-agent").await;
+    readopt_bare(&dc, "cn0002", "net-agent").await;
+
+    let cli = cli(&dc, s);
+    crate::snapshot::command_snapshot!(cli, "bare_readoption_check", &["check"], 2);
+    crate::snapshot::command_snapshot!(cli, "bare_readoption_check_json", &["check", "--json"], 2);
+
+    // The hold still holds: a bulk plan leaves cn0001 where it is.
+    let out = ok(&dc, s, &["plan", "update", "vm-agent", "--image", &before]).await;
+    assert!(out.contains("held on this server by"), "{out}");
+
+    ok(&dc, s, &["check", "--fix", "-y"]).await;
+    let (_, runs) = reported(&dc, "cn0001", "vm-agent");
+    let p = params(&dc, vm).await;
+    let cn1 = dc.server("cn0001").unwrap().uuid.to_string();
+    assert_eq!(p.get("server_uuid").and_then(Value::as_str), Some(&*cn1));
+    assert_eq!(p.get("image_uuid").and_then(Value::as_str), Some(&*runs));
+    for mark in ["agentsadm_hold", "agentsadm_disabled"] {
+        let by = p.get(mark).and_then(|m| m.get("reason"));
+        assert!(by.is_some(), "{mark} written back: {p:?}");
+    }
+    ok(&dc, s, &["check"]).await;
+
+    // Released and enabled: both copies of each mark are gone.
+    ok(&dc, s, &["release", "vm-agent", "-s", "cn0001", "-y"]).await;
+    ok(&dc, s, &["enable", "vm-agent", "-s", "cn0001", "-y"]).await;
+    let service = dc.apis().sapi.get_instance(vm).await.unwrap().service_uuid;
+    let svc = dc.apis().sapi.get_service(service).await.unwrap();
+    let ledger: Vec<&String> = svc
+        .params
+        .iter()
+        .flat_map(|p| p.keys())
+        .filter(|k| k.contains(&cn1))
+        .collect();
+    assert!(ledger.is_empty(), "ledger keys left: {ledger:?}");
+    let p = params(&dc, vm).await;
+    assert!(
+        !p.contains_key("agentsadm_hold") && !p.contains_key("agentsadm_disabled"),
+        "{p:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_mark_lost_to_a_bare_readoption_still_holds_and_is_written_back() {
+    let dc = sim().await;
+    let state = tempfile::tempdir().unwrap();
+    let s = state.path();
+    // No agentsadm run has written cn0001's net-agent: only the marks.
+    ok(
+        &dc,
+        s,
+        &[
+            "hold",
+            "net-agent",
+            "-s",
+            "cn0001",
+            "--reason",
+            "case 9",
+            "-y",
+        ],
+    )
+    .await;
+    let net = readopt_bare(&dc, "cn0001", "net-agent").await;
+    let (code, out, err) = cli(&dc, s).run(&["check"]).await;
+    assert_eq!(code, 2, "{out}{err}");
+    assert!(
+        out.contains("instance-params-erased") && out.contains("the hold (by "),
+        "{out}"
+    );
+    let out = ok(&dc, s, &["plan", "update", "net-agent", "--latest"]).await;
+    assert!(out.contains("held on this server by"), "{out}");
+    ok(&dc, s, &["check", "--fix", "-y"]).await;
+    let p = params(&dc, net).await;
+    assert!(p.contains_key("agentsadm_hold"), "{p:?}");
+    assert!(p.contains_key("image_uuid"), "{p:?}");
+    ok(&dc, s, &["check"]).await;
+}
