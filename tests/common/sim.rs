@@ -367,6 +367,6 @@ pub fn break_lock(fake: &FakeDc) {
 /// An interrupt (Ctrl-C) `after` the run starts executing: the clock
 /// starts when the executor first waits on it, not when this is made
 /// (the run takes the lock first).
-pub fn interrupt_after(after: Duration) -> impl Future<Output = ()> {
-    async move { tokio::time::sleep(after).await }
+pub async fn interrupt_after(after: Duration) {
+    tokio::time::sleep(after).await
 }
