@@ -20,7 +20,7 @@
 //!   as the real ones (execute modes, Ur, removals, lost task results);
 //! - `cost`: one SAPI write per server step and no lock read of its own,
 //!   the records as they must stand (sim);
-//! - `exec`: the executor, outliers, stragglers and the lock on the fake
+//! - `exec`: execution, outliers, stragglers and the lock on the fake
 //!   datacenter, with a paused clock;
 //! - `fence`: a plan changed between the prompt and execution is shown
 //!   and asked about again, never executed unconfirmed, through the one

@@ -337,7 +337,7 @@ pub async fn run_yes(
     reporter: &dyn Reporter,
 ) -> ExecReport {
     let catalog = fake.dc().catalog.clone();
-    executed(
+    let report = executed(
         run_on(
             fake,
             &catalog,
@@ -348,7 +348,16 @@ pub async fn run_yes(
             std::future::pending(),
         )
         .await,
-    )
+    );
+    // The run went through the datacenter lock: it handed out a
+    // generation, and released its record at the end.
+    assert!(
+        fake.lock_metadata()
+            .contains_key(agentsadm_orchestrate::lock::board::GENERATION_KEY),
+        "the run took no lock"
+    );
+    assert!(fake.lock_record().is_none(), "the run kept its lock");
+    report
 }
 
 /// A colleague's `--break-lock` in `fake` while a run holds its lock: a
@@ -367,6 +376,6 @@ pub fn break_lock(fake: &FakeDc) {
 /// An interrupt (Ctrl-C) `after` the run starts executing: the clock
 /// starts when the executor first waits on it, not when this is made
 /// (the run takes the lock first).
-pub fn interrupt_after(after: Duration) -> impl Future<Output = ()> {
-    async move { tokio::time::sleep(after).await }
+pub async fn interrupt_after(after: Duration) {
+    tokio::time::sleep(after).await
 }

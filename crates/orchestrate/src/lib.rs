@@ -29,7 +29,9 @@
 //!    metadata), the plan made again under it, the question (or `-y`),
 //!    the plan made again after the answer ([`fence`]), imports,
 //!    execution, the report, and the [`history`] entry; [`shape`] moves
-//!    agentsadm's own SAPI services out of `sdc` on the way.
+//!    agentsadm's own SAPI services out of `sdc` on the way;
+//!    [`datacenter`] is what a run works on (the APIs, or a test's fake
+//!    datacenter, which then goes through the same run).
 //! 5. commands: the planners of the commands: [`session`] gathers,
 //!    resolves and plans `update`, `install` and `remove`; [`adopt`],
 //!    [`marks`] (`disable`/`enable`, `hold`/`release`) and [`revert`]
