@@ -170,6 +170,10 @@ async fn what_runs_and_history_read() {
 /// of one story: each kind of value once, masked, beside words that stay.
 #[test]
 fn the_masks_hide_what_differs_between_runs() {
+    let operator = ["SUDO_USER", "LOGNAME", "USER"]
+        .iter()
+        .find_map(|v| std::env::var(v).ok().filter(|v| !v.is_empty()))
+        .unwrap_or_else(|| "root".to_string());
     let tmp = std::env::temp_dir().join("agentsadm-x/logs/20261202T041031Z-4242-update.log");
     let sample = [
         "server root /dev/shm/agentsadm-sim-3712-6022a803/servers/cn0001 (sim)".to_string(),
@@ -181,6 +185,8 @@ fn the_masks_hide_what_differs_between_runs() {
         "Recorded as run c1663b92 (agentsadm history c1663b92)".to_string(),
         r#"  "elapsed_s": 12.5,"#.to_string(),
         "vm-agent  12     0       1".to_string(),
+        format!("held on this server by {operator} at 2026-12-02T04:10:31Z: case 4711"),
+        format!(r#"  "user": "{operator}","#),
     ]
     .join("\n");
     crate::snapshot::masked_snapshot!("masks_on_a_sample", sample);
