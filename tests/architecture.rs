@@ -927,3 +927,58 @@ fn only_the_run_builds_an_executor() {
         "an executor built outside the run (no lock, no history): {doors:?}"
     );
 }
+
+/// The platform a run drives is chosen in one place (issue 31): only the
+/// choice (`gz/src/session/platform.rs`: SmartOS in the server's build
+/// whatever `--root` says) names the rooted fake, and only the session
+/// builds it from that choice (`session/mod.rs`) or takes its defaults
+/// for it (`health.rs`). `list`'s read of the headnode's own disk chose
+/// the fake for any root but `/` (flows/src/ondisk.rs) before it asked
+/// the choice; the simulator and the dev crate choose their own.
+#[test]
+fn the_platform_is_chosen_in_one_place() {
+    const CHOICE: &[&str] = &[
+        "crates/gz/src/session/platform.rs",
+        "crates/gz/src/session/mod.rs",
+        "crates/gz/src/health.rs",
+    ];
+    let mut files = Vec::new();
+    rust_files(&root().join("crates"), &mut files);
+    files.sort();
+    let mut elsewhere = Vec::new();
+    for file in files {
+        let rel = file
+            .strip_prefix(root())
+            .expect("under the root")
+            .to_string_lossy()
+            .replace('\\', "/");
+        let product = LAYERS
+            .iter()
+            .map(|(name, _)| *name)
+            .filter(|n| !matches!(*n, "sim" | "dev" | "platform"))
+            .any(|n| rel.starts_with(&format!("crates/{n}/src/")));
+        if !product || CHOICE.contains(&rel.as_str()) {
+            continue;
+        }
+        let text = std::fs::read_to_string(&file).expect("readable");
+        let body = match text.find("#[cfg(test)]") {
+            Some(i) => &text[..i],
+            None => &text[..],
+        };
+        let code = code_only(body);
+        if [
+            "PlatformKind::Rooted",
+            "Rooted::new(",
+            "Rooted::with_faults(",
+        ]
+        .iter()
+        .any(|name| code.contains(name))
+        {
+            elsewhere.push(rel);
+        }
+    }
+    assert!(
+        elsewhere.is_empty(),
+        "the rooted (fake SMF) platform chosen outside the platform choice: {elsewhere:?}"
+    );
+}

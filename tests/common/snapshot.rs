@@ -8,7 +8,8 @@
 //!   derived from names).
 //! - [`masked_snapshot!`]`(name, text)`: with [`masks`] applied, for
 //!   output of a run against the simulator: times, durations, random
-//!   UUIDs, run ids, who and where (temporary and simulator paths),
+//!   UUIDs, run ids, who (the operator, user@host) and where (temporary
+//!   and simulator paths),
 //!   timeline bars, seconds in `--json`.
 //!   Nothing else is masked.
 //!
@@ -33,9 +34,21 @@ pub fn masks() -> Vec<(String, &'static str)> {
         .find_map(|v| std::env::var(v).ok())
         .unwrap_or_else(|| "root".to_string());
     let host = agentsadm_types::log::hostname();
+    // Who made a change, as marks, holds and history name them: the
+    // operator the command line resolves (SUDO_USER, LOGNAME, USER, else
+    // root), whoever runs the tests.
+    let operator = ["SUDO_USER", "LOGNAME", "USER"]
+        .iter()
+        .find_map(|v| std::env::var(v).ok().filter(|v| !v.is_empty()))
+        .unwrap_or_else(|| "root".to_string());
     let mut masks: Vec<(String, &'static str)> = vec![
         (format!(r"\b{user}@{host}(:\d+)?"), "[WHO]"),
         (format!(r"\({host}\)"), "([HOST])"),
+        (format!(r"\bby {operator} at\b"), "by [OPERATOR] at"),
+        (
+            format!(r#""user": "{operator}""#),
+            r#""user": "[OPERATOR]""#,
+        ),
     ];
     // Run logs and state directories of the tests, wherever temporary
     // files go on this machine.

@@ -19,7 +19,8 @@
 //! sdcadm replaced gz-tools, the compute nodes that still show the
 //! headnode's old image are named as unconfirmed ([`Overlay::unconfirmed`]).
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::Path;
 
 use futures::future::BoxFuture;
 
@@ -31,7 +32,7 @@ use agentsadm_api::remote::AgentsReport;
 use agentsadm_gz::session::GzSession;
 use agentsadm_gz::session::GzSettings;
 use agentsadm_gz::session::Knob;
-use agentsadm_gz::session::PlatformKind;
+use agentsadm_gz::session::platform_for_command_line;
 use agentsadm_orchestrate::gather::ServersOverlay;
 use agentsadm_types::catalog::Catalog;
 use agentsadm_types::catalog::ComponentKind;
@@ -49,10 +50,10 @@ pub fn headnode_settings(catalog: &Catalog, apis: &Apis) -> GzSettings {
     let root = Knob::HeadnodeRoot
         .from_process()
         .unwrap_or_else(|| "/".to_string());
-    let platform = match root.as_str() {
-        "/" => PlatformKind::SmartOs,
-        _ => PlatformKind::Rooted,
-    };
+    // Chosen where every command line's platform is: SmartOS in the
+    // server's build whatever the root; the test build's rooted directory
+    // is the fake.
+    let platform = platform_for_command_line(Path::new(&root), &BTreeMap::new());
     let mut settings = GzSettings::new(root, platform);
     settings.catalog = catalog.clone();
     settings.no_sapi = true;

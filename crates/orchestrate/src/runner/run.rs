@@ -691,9 +691,12 @@ impl<O: Operator<P> + Sync, P> RunGate for Gate<'_, O, P> {
             .canary_passed(canaries, remaining, self.yes)
             .await;
         let answer: Result<bool, AskError> = Ok(go_on);
+        // The question as the operator was asked it ("1 server", as the
+        // terminal says it).
+        let servers = if remaining == 1 { "server" } else { "servers" };
         log_answer(
             &format!(
-                "canary passed on {}: continue with {remaining} servers{}",
+                "canary passed on {}: continue with {remaining} {servers}{}",
                 canaries.join(", "),
                 if self.yes { " (-y)" } else { "" }
             ),
