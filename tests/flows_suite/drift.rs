@@ -152,6 +152,7 @@ fn summary(findings: &[Finding]) -> Vec<(String, String, FindingKind, &'static s
                 Fix::AdoptInstance { .. } => "adopt-instance",
                 Fix::SetParams { .. } => "set-params",
                 Fix::Restore { .. } => "restore",
+                Fix::KeepMark { .. } => "keep-mark",
                 Fix::DeleteInstance { .. } => "delete-instance",
                 Fix::SetServiceDefault { .. } => "set-service-default",
                 Fix::PostLiveReport => "post-live-report",
@@ -219,6 +220,9 @@ fn every_kind_is_found_with_its_fix() {
         k("cn004", "net-agent", StaleCnapiReport, "post-live-report"),
         k("cn004", "smartlogin", DisabledWithoutIntent, "manual"),
         k("cn004", "vm-agent", RunningWhereDisabled, "disable"),
+        // Its disabled mark, written straight into the instance, has no
+        // second copy on the service.
+        k("cn004", "vm-agent", MarkKeptOnce, "keep-mark"),
         k(
             "cn005",
             "vm-agent",
@@ -276,6 +280,7 @@ fn every_kind_is_found_with_its_fix() {
         "unmanaged-component",
         "running-where-disabled",
         "disabled-without-intent",
+        "mark-kept-once",
     ]
     .map(String::from)
     .into();
@@ -519,6 +524,29 @@ fn apply(
                 }
                 IntentChange::DeleteInstance { instance, .. } => {
                     assert!(dc.sapi_delete_instance(*instance));
+                }
+                // Both copies of a mark: the service's, and the
+                // instance's (the same value again).
+                IntentChange::Mark {
+                    component,
+                    instance,
+                    key,
+                    mark: Some(mark),
+                    ..
+                } => {
+                    let service = dc
+                        .services
+                        .iter_mut()
+                        .find(|s| s.name == component.as_str())
+                        .unwrap();
+                    service.params.get_or_insert_with(Default::default).insert(
+                        agentsadm_plan::marks::ledger_key(key.param(), server.unwrap()),
+                        agentsadm_plan::marks::ledger_value(mark, *instance),
+                    );
+                    assert!(dc.sapi_merge_params(
+                        *instance,
+                        agentsadm_api::sapi::object([(key.param(), mark.to_value())])
+                    ));
                 }
                 other => panic!("not a SAPI-only repair: {other:?}"),
             },
