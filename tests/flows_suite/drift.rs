@@ -151,6 +151,8 @@ fn summary(findings: &[Finding]) -> Vec<(String, String, FindingKind, &'static s
                 Fix::Upgrade { .. } => "upgrade",
                 Fix::AdoptInstance { .. } => "adopt-instance",
                 Fix::SetParams { .. } => "set-params",
+                Fix::Restore { .. } => "restore",
+                Fix::KeepMark { .. } => "keep-mark",
                 Fix::DeleteInstance { .. } => "delete-instance",
                 Fix::SetServiceDefault { .. } => "set-service-default",
                 Fix::PostLiveReport => "post-live-report",
@@ -218,6 +220,9 @@ fn every_kind_is_found_with_its_fix() {
         k("cn004", "net-agent", StaleCnapiReport, "post-live-report"),
         k("cn004", "smartlogin", DisabledWithoutIntent, "manual"),
         k("cn004", "vm-agent", RunningWhereDisabled, "disable"),
+        // Its disabled mark, written straight into the instance, has no
+        // second copy on the service.
+        k("cn004", "vm-agent", MarkKeptOnce, "keep-mark"),
         k(
             "cn005",
             "vm-agent",
@@ -244,9 +249,11 @@ fn every_kind_is_found_with_its_fix() {
     sorted_got.sort();
     assert_eq!(sorted_got, sorted_expected, "{got:#?}");
     // Every kind appears in this scenario, but the two about servers'
-    // reports that contradict SAPI or themselves (flows_suite records).
+    // reports that contradict SAPI or themselves (flows_suite records),
+    // and instance-params-erased, which needs the run history
+    // (a_bare_instance_is_drift_only_where_agentsadm_recorded_more).
     let kinds: BTreeSet<FindingKind> = findings.iter().map(|f| f.kind).collect();
-    assert_eq!(kinds.len(), FindingKind::ALL.len() - 2);
+    assert_eq!(kinds.len(), FindingKind::ALL.len() - 3);
     assert!(drift::has_drift(&findings));
 
     snapshot!("flows_check", drift::render(&findings, 6));
@@ -273,6 +280,7 @@ fn every_kind_is_found_with_its_fix() {
         "unmanaged-component",
         "running-where-disabled",
         "disabled-without-intent",
+        "mark-kept-once",
     ]
     .map(String::from)
     .into();
@@ -291,6 +299,130 @@ fn every_kind_is_found_with_its_fix() {
     let first = &json.as_array().unwrap()[0];
     assert_eq!(first["kind"], "instance-for-missing-server");
     assert_eq!(first["fix"]["action"], "delete-instance");
+}
+
+/// A bare instance (no params, as a postinstall's re-adoption leaves it)
+/// is drift only where agentsadm recorded more for it: its history shows
+/// it wrote that instance (`written_by_agentsadm`), or the service's
+/// ledger keeps a mark for that very instance. Each is written back
+/// whole in one SAPI write.
+#[test]
+fn a_bare_instance_is_drift_only_where_agentsadm_recorded_more() {
+    use agentsadm_plan::marks::{HOLD_PARAM, ledger_key, ledger_value};
+    let mut dc = ExampleDc::new(3);
+    let (cn1, cn2, cn3) = (
+        dc.server_named("cn001"),
+        dc.server_named("cn002"),
+        dc.server_named("cn003"),
+    );
+    // Bare everywhere; agentsadm wrote cn001's vm-agent only.
+    for cn in [cn1, cn2, cn3] {
+        dc.make_legacy(cn, "vm-agent");
+    }
+    // A hold on cn002's net-agent that its instance (params kept) lost,
+    // and one on cn003's net-agent put on an instance it no longer has.
+    let hold = agentsadm_plan::Mark {
+        by: "alice".into(),
+        at: "t".into(),
+        reason: Some("case 7".into()),
+    };
+    let net = dc
+        .services
+        .iter_mut()
+        .find(|s| s.name == "net-agent")
+        .unwrap();
+    let params = net.params.get_or_insert_with(Default::default);
+    params.insert(
+        ledger_key(HOLD_PARAM, cn2),
+        ledger_value(&hold, instance_uuid(cn2, "net-agent")),
+    );
+    params.insert(
+        ledger_key(HOLD_PARAM, cn3),
+        ledger_value(&hold, inst("an instance set up before")),
+    );
+    let written = BTreeMap::from([(cn1, BTreeSet::from(["vm-agent".parse().unwrap()]))]);
+    let servers = dc.server_list();
+    let instances = dc.instance_list();
+    let images = images(&dc);
+    let (survey, findings) = drift::find(&DriftInput {
+        catalog: &dc.catalog,
+        servers: &servers,
+        services: &dc.services,
+        instances: &instances,
+        live: &BTreeMap::new(),
+        images: &images,
+        selection: None,
+        changed_by_sdcadm: &BTreeMap::new(),
+        written_by_agentsadm: &written,
+    });
+    assert_eq!(
+        summary(&findings),
+        vec![
+            (
+                "cn001".to_string(),
+                "vm-agent".to_string(),
+                FindingKind::InstanceParamsErased,
+                "restore"
+            ),
+            (
+                "cn002".to_string(),
+                "net-agent".to_string(),
+                FindingKind::InstanceParamsErased,
+                "restore"
+            ),
+        ],
+        "{findings:#?}"
+    );
+    // The lost hold still holds.
+    assert!(survey.intent.holds.get(&cn2, "net-agent").is_some());
+    assert!(survey.intent.holds.get(&cn3, "net-agent").is_none());
+    let runs = dc.installed(cn1, "vm-agent").unwrap().image_uuid.unwrap();
+    assert!(
+        findings[0]
+            .details
+            .contains("params.server_uuid and params.image_uuid"),
+        "{}",
+        findings[0].details
+    );
+    assert!(
+        findings[1]
+            .details
+            .contains("the hold (by alice at t: case 7)")
+            && !findings[1].details.contains("params.server_uuid"),
+        "{}",
+        findings[1].details
+    );
+    let plan = repair::plan_repairs(&dc.catalog, &survey, &BTreeMap::new(), &findings);
+    let writes: Vec<_> = plan.plan.records().iter().collect();
+    assert_eq!(writes.len(), 2, "one write per instance: {writes:#?}");
+    assert_eq!(plan.plan.step_count(), 0);
+    match writes[0] {
+        RecordChange::Instance {
+            server: Some(s),
+            change:
+                IntentChange::Restore {
+                    instance,
+                    image,
+                    marks,
+                    ..
+                },
+            ..
+        } => {
+            assert_eq!(
+                (*s, *instance, *image),
+                (cn1, instance_uuid(cn1, "vm-agent"), runs)
+            );
+            assert!(marks.is_empty());
+        }
+        other => panic!("a restore of cn001's vm-agent: {other:#?}"),
+    }
+    match writes[1] {
+        RecordChange::Instance {
+            change: IntentChange::Restore { marks, .. },
+            ..
+        } => assert_eq!(marks, &vec![(agentsadm_plan::MarkKey::Hold, hold)]),
+        other => panic!("a restore of cn002's net-agent: {other:#?}"),
+    }
 }
 
 #[test]
@@ -392,6 +524,29 @@ fn apply(
                 }
                 IntentChange::DeleteInstance { instance, .. } => {
                     assert!(dc.sapi_delete_instance(*instance));
+                }
+                // Both copies of a mark: the service's, and the
+                // instance's (the same value again).
+                IntentChange::Mark {
+                    component,
+                    instance,
+                    key,
+                    mark: Some(mark),
+                    ..
+                } => {
+                    let service = dc
+                        .services
+                        .iter_mut()
+                        .find(|s| s.name == component.as_str())
+                        .unwrap();
+                    service.params.get_or_insert_with(Default::default).insert(
+                        agentsadm_plan::marks::ledger_key(key.param(), server.unwrap()),
+                        agentsadm_plan::marks::ledger_value(mark, *instance),
+                    );
+                    assert!(dc.sapi_merge_params(
+                        *instance,
+                        agentsadm_api::sapi::object([(key.param(), mark.to_value())])
+                    ));
                 }
                 other => panic!("not a SAPI-only repair: {other:?}"),
             },

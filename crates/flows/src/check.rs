@@ -598,4 +598,48 @@ mod tests {
         assert!(parse_last_json::<AgentsReport>(&format!("note\n{doc}\n")).is_some());
         assert!(parse_last_json::<AgentsReport>("nothing").is_none());
     }
+
+    #[test]
+    fn the_history_says_where_agentsadm_wrote_an_instance() {
+        use agentsadm_orchestrate::history::{ServerRecord, StepRecord};
+        let cn1: ServerUuid = "44454c4c-4800-1034-804a-b2c04f354d31".parse().unwrap();
+        let cn2: ServerUuid = "44454c4c-4800-1034-804a-b2c04f354d32".parse().unwrap();
+        let step = |component: &str, action: &str, status: &str| StepRecord {
+            component: component.into(),
+            action: action.into(),
+            status: status.into(),
+            ..StepRecord::default()
+        };
+        let run = |server: ServerUuid, steps: Vec<StepRecord>| HistoryEntry {
+            servers: vec![ServerRecord {
+                server: Some(server),
+                steps,
+                ..ServerRecord::default()
+            }],
+            ..HistoryEntry::default()
+        };
+        let entries = [
+            run(
+                cn1,
+                vec![
+                    step("vm-agent", "upgrade", "done"),
+                    step("net-agent", "install", "done"),
+                    step("cmon-agent", "upgrade", "failed"),
+                ],
+            ),
+            run(cn2, vec![step("vm-agent", "upgrade", "not-run")]),
+            // Removed by a later run: whatever instance it has now is
+            // another tool's.
+            run(cn1, vec![step("net-agent", "remove", "done")]),
+        ];
+        let written = written_by_agentsadm(&entries);
+        let names = |s: &ServerUuid| -> Vec<String> {
+            written
+                .get(s)
+                .map(|c| c.iter().map(|c| c.to_string()).collect())
+                .unwrap_or_default()
+        };
+        assert_eq!(names(&cn1), vec!["vm-agent".to_string()]);
+        assert!(!written.contains_key(&cn2));
+    }
 }

@@ -497,6 +497,18 @@ fn record_fix(
                 marks,
             }));
         }
+        Fix::KeepMark {
+            instance,
+            service,
+            key,
+            mark,
+        } => r.updates.push(instance_change(IntentChange::Mark {
+            component: component.clone(),
+            service: *service,
+            instance: *instance,
+            key: *key,
+            mark: Some(mark.clone()),
+        })),
         Fix::AdoptInstance {
             instance,
             service,

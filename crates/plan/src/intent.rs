@@ -120,6 +120,11 @@ pub struct Intent {
     /// them back.
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     pub lost_marks: BTreeMap<ServerUuid, BTreeMap<ComponentName, Vec<MarkKey>>>,
+    /// The per-server marks only the instance keeps (no ledger copy for
+    /// it: written by an agentsadm before it kept two, or by hand), by
+    /// server then component: a bare re-adoption would erase them.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub single_copy: BTreeMap<ServerUuid, BTreeMap<ComponentName, Vec<MarkKey>>>,
 }
 
 static NO_INTENT: Intent = Intent {
@@ -134,6 +139,7 @@ static NO_INTENT: Intent = Intent {
     },
     disabled: BTreeMap::new(),
     lost_marks: BTreeMap::new(),
+    single_copy: BTreeMap::new(),
 };
 
 impl Intent {
@@ -271,6 +277,10 @@ impl Intent {
     /// counted as marks, and listed in `lost_marks`. A mark the instance
     /// still carries is read from the instance (it may be newer).
     fn apply_ledger(&mut self, ledger: BTreeMap<ComponentName, Vec<LedgerMark>>) {
+        // The (server, component, mark) the ledger keeps for the kept
+        // instance.
+        let mut kept_twice: std::collections::BTreeSet<(ServerUuid, ComponentName, MarkKey)> =
+            std::collections::BTreeSet::new();
         for (component, marks) in ledger {
             for lm in marks {
                 let Some(kept) = self.instance(&lm.server, &component).map(|i| i.uuid) else {
@@ -284,6 +294,7 @@ impl Intent {
                 } else {
                     (MarkKey::Disabled, &mut self.disabled)
                 };
+                kept_twice.insert((lm.server, component.clone(), key));
                 let per = table.entry(lm.server).or_default();
                 if per.contains_key(&component) {
                     continue;
@@ -297,6 +308,32 @@ impl Intent {
                     .push(key);
             }
         }
+        for (key, table) in [
+            (MarkKey::Hold, &self.holds.servers),
+            (MarkKey::Disabled, &self.disabled),
+        ] {
+            for (server, marks) in table {
+                for component in marks.keys() {
+                    if !kept_twice.contains(&(*server, component.clone(), key)) {
+                        self.single_copy
+                            .entry(*server)
+                            .or_default()
+                            .entry(component.clone())
+                            .or_default()
+                            .push(key);
+                    }
+                }
+            }
+        }
+    }
+
+    /// The marks only the instance of `component` on `server` keeps (no
+    /// second copy on the service).
+    pub fn single_copy(&self, server: &ServerUuid, component: &str) -> &[MarkKey] {
+        self.single_copy
+            .get(server)
+            .and_then(|m| m.get(component))
+            .map_or(&[], Vec::as_slice)
     }
 
     /// The marks the ledger keeps that the instance of `component` on

@@ -312,7 +312,7 @@ pub enum IntentChange {
 }
 
 /// Which mark an [`IntentChange::Mark`] writes.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum MarkKey {
     Disabled,

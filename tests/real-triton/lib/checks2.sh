@@ -229,16 +229,24 @@ check_intent_marks() {
 # --- bare-adoption: a postinstall's bare adoption that no agentsadm run
 # follows (an install by another tool: sdcadm, cn-agent's own task) leaves S1's
 # vm-agent instance without server_uuid and image_uuid, which server.agents
-# still knows: `check` reports it and `check --fix` writes them back ---
+# still knows, and without the disabled mark and the hold agentsadm set
+# (their second copy is on the service): `check` reports it and `check --fix`
+# writes it back whole ---
 check_bare_adoption() {
   load_servers
-  local rc1 rc2 after
+  local rc1 rc2 after hold off
+  aa disable vm-agent -y -s "$S1" --reason bare-adoption --task-timeout 3m > "$1/disable.out" 2>&1
+  aa hold vm-agent -s "$S1" --reason bare-adoption "${HOLD_Y[@]}" > "$1/hold.out" 2>&1
   python3 "$RT_LIB/ur/readopt.py" "$SAPI_URL" "http://127.0.0.1:$CNAPI_PORT" "$S1" vm-agent > "$1/readopt.out" 2>&1
   aa check -s "$S1" > "$1/check.out" 2>&1; rc1=$?
   aa check --fix -y -s "$S1" > "$1/check-fix.out" 2>&1; rc2=$?
   after=$(param vm-agent "$S1" image_uuid)
-  echo "$(cat "$1/readopt.out"); check exit $rc1 ($(grep -m1 -E 'drift|Drift' "$1/check.out")); check --fix exit $rc2; instance image_uuid after it: $after (server.agents: $(agents "$S1" | tr ' ' '\n' | grep '^vm-agent@'))"
-  [ "$rc1" != 0 ] && [ "$rc2" = 0 ] && [ "$after" != "[]" ] && [ "$after" != "[None]" ]
+  hold=$(param vm-agent "$S1" agentsadm_hold | grep -c "'reason': 'bare-adoption'")
+  off=$(param vm-agent "$S1" agentsadm_disabled | grep -c "'reason': 'bare-adoption'")
+  aa release vm-agent -s "$S1" "${HOLD_Y[@]}" > "$1/release.out" 2>&1
+  aa enable vm-agent -y -s "$S1" --task-timeout 3m > "$1/enable.out" 2>&1
+  echo "$(cat "$1/readopt.out"); check exit $rc1 ($(grep -m1 -oE 'drift|Drift|instance-params-erased [^:]*' "$1/check.out")); check --fix exit $rc2; instance image_uuid after it: $after (server.agents: $(agents "$S1" | tr ' ' '\n' | grep '^vm-agent@')); hold kept $hold, disabled mark kept $off"
+  [ "$rc1" != 0 ] && [ "$rc2" = 0 ] && [ "$after" != "[]" ] && [ "$after" != "[None]" ] && [ "$hold" = 1 ] && [ "$off" = 1 ]
 }
 
 # --- cn-setup-reboot: the server reboots in the middle of CNAPI's server-setup

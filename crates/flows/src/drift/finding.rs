@@ -72,11 +72,15 @@ pub enum FindingKind {
     /// image the server runs, or a mark the service's ledger keeps is
     /// gone from it.
     InstanceParamsErased,
+    /// A per-server mark (hold, disabled) only the instance keeps: its
+    /// second copy on the service is missing (written by an agentsadm
+    /// before it kept two), so a bare re-adoption would erase it.
+    MarkKeptOnce,
 }
 
 impl FindingKind {
     /// Every kind, in report order.
-    pub const ALL: [FindingKind; 16] = [
+    pub const ALL: [FindingKind; 17] = [
         FindingKind::MissingInstall,
         FindingKind::WrongImage,
         FindingKind::InstalledWithoutInstance,
@@ -93,6 +97,7 @@ impl FindingKind {
         FindingKind::InstanceNamesOtherServer,
         FindingKind::UnusableServerAgents,
         FindingKind::InstanceParamsErased,
+        FindingKind::MarkKeptOnce,
     ];
 
     pub fn as_str(&self) -> &'static str {
@@ -113,6 +118,7 @@ impl FindingKind {
             FindingKind::InstanceNamesOtherServer => "instance-names-other-server",
             FindingKind::UnusableServerAgents => "unusable-server-agents",
             FindingKind::InstanceParamsErased => "instance-params-erased",
+            FindingKind::MarkKeptOnce => "mark-kept-once",
         }
     }
 
@@ -170,6 +176,14 @@ pub enum Fix {
         hold: Option<agentsadm_plan::Mark>,
         #[serde(skip_serializing_if = "Option::is_none")]
         disabled: Option<agentsadm_plan::Mark>,
+    },
+    /// Write the mark's second copy on the service (and the instance's
+    /// again: the same value).
+    KeepMark {
+        instance: InstanceUuid,
+        service: ServiceUuid,
+        key: agentsadm_plan::MarkKey,
+        mark: agentsadm_plan::Mark,
     },
     /// Delete the SAPI instance (only the record: SAPI never touches a
     /// server for agent instances).
@@ -260,6 +274,11 @@ impl Fix {
                 }
                 s
             }
+            Fix::KeepMark { key, .. } => format!(
+                "copy params.{} to the service (params.{}:SERVER), where no re-adoption erases it",
+                key.param(),
+                key.param()
+            ),
             Fix::DeleteInstance { instance } => {
                 format!("delete SAPI instance {}", short(instance))
             }

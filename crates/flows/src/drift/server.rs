@@ -227,6 +227,52 @@ impl ComponentOnServer<'_> {
         ));
     }
 
+    /// Each mark only the instance keeps: copied to the service.
+    fn kept_once(self, inst: &InstanceIntent, out: &mut Vec<Finding>) {
+        let ComponentOnServer {
+            intent,
+            state,
+            name,
+            service,
+            ..
+        } = self;
+        for key in intent.single_copy(&state.uuid, name) {
+            let (what, mark) = match key {
+                agentsadm_plan::MarkKey::Hold => (
+                    "hold",
+                    intent
+                        .holds
+                        .servers
+                        .get(&state.uuid)
+                        .and_then(|h| h.get(name)),
+                ),
+                agentsadm_plan::MarkKey::Disabled => {
+                    ("disabled mark", intent.disabled(&state.uuid, name))
+                }
+            };
+            let Some(mark) = mark else {
+                continue;
+            };
+            out.push(finding(
+                FindingKind::MarkKeptOnce,
+                state,
+                name,
+                Some(inst.uuid),
+                format!(
+                    "the {what} ({}) is kept only on SAPI instance {}: a bare re-adoption of it (an agent's postinstall) would erase it for good",
+                    mark.describe(),
+                    inst.uuid
+                ),
+                Fix::KeepMark {
+                    instance: inst.uuid,
+                    service: service.uuid,
+                    key: *key,
+                    mark: mark.clone(),
+                },
+            ));
+        }
+    }
+
     /// An instance's params set right: the image it, the server or the
     /// service names, in that order; with none known, what to do by hand.
     fn set_params_fix(self, i: &Installed, inst: &InstanceIntent) -> Fix {
@@ -433,6 +479,7 @@ impl ComponentOnServer<'_> {
             .is_some_and(|c| c.contains(name));
         if (bare_but_reported && written) || !self.intent.lost_marks(&state.uuid, name).is_empty() {
             self.erased(i, inst, out);
+            self.kept_once(inst, out);
             if let Some(target) = inst.image
                 && i.image != Some(target)
             {
@@ -440,6 +487,7 @@ impl ComponentOnServer<'_> {
             }
             return;
         }
+        self.kept_once(inst, out);
         if !inst.has_params() && !bare_but_reported {
             let missing = match (inst.link, inst.image) {
                 (InstanceLink::Reported, None) => "params.server_uuid and params.image_uuid",
