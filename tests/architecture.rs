@@ -894,10 +894,27 @@ fn the_path_scanner_resolves_groups_and_super_and_skips_tests() {
 /// the executor itself build one on the fake datacenter.)
 #[test]
 fn only_the_run_builds_an_executor() {
+    let doors: Vec<String> = product_code(&[])
+        .into_iter()
+        .filter(|(rel, code)| {
+            code.contains("Executor::new(") && rel != "crates/orchestrate/src/runner/run.rs"
+        })
+        .map(|(rel, _)| rel)
+        .collect();
+    assert!(
+        doors.is_empty(),
+        "an executor built outside the run (no lock, no history): {doors:?}"
+    );
+}
+
+/// Each product source file (the crates but the simulator's and dev's,
+/// and `also_skip`) as its path from the root and its code: before its
+/// `#[cfg(test)]` part, comments and the insides of literals blanked.
+fn product_code(also_skip: &[&str]) -> Vec<(String, String)> {
     let mut files = Vec::new();
     rust_files(&root().join("crates"), &mut files);
     files.sort();
-    let mut doors = Vec::new();
+    let mut out = Vec::new();
     for file in files {
         let rel = file
             .strip_prefix(root())
@@ -907,7 +924,7 @@ fn only_the_run_builds_an_executor() {
         let product = LAYERS
             .iter()
             .map(|(name, _)| *name)
-            .filter(|n| !matches!(*n, "sim" | "dev"))
+            .filter(|n| !matches!(*n, "sim" | "dev") && !also_skip.contains(n))
             .any(|n| rel.starts_with(&format!("crates/{n}/src/")));
         if !product {
             continue;
@@ -917,15 +934,9 @@ fn only_the_run_builds_an_executor() {
             Some(i) => &text[..i],
             None => &text[..],
         };
-        let code = code_only(body);
-        if code.contains("Executor::new(") && rel != "crates/orchestrate/src/runner/run.rs" {
-            doors.push(rel);
-        }
+        out.push((rel, code_only(body)));
     }
-    assert!(
-        doors.is_empty(),
-        "an executor built outside the run (no lock, no history): {doors:?}"
-    );
+    out
 }
 
 /// The platform a run drives is chosen in one place (issue 31): only the
@@ -942,41 +953,21 @@ fn the_platform_is_chosen_in_one_place() {
         "crates/gz/src/session/mod.rs",
         "crates/gz/src/health.rs",
     ];
-    let mut files = Vec::new();
-    rust_files(&root().join("crates"), &mut files);
-    files.sort();
-    let mut elsewhere = Vec::new();
-    for file in files {
-        let rel = file
-            .strip_prefix(root())
-            .expect("under the root")
-            .to_string_lossy()
-            .replace('\\', "/");
-        let product = LAYERS
-            .iter()
-            .map(|(name, _)| *name)
-            .filter(|n| !matches!(*n, "sim" | "dev" | "platform"))
-            .any(|n| rel.starts_with(&format!("crates/{n}/src/")));
-        if !product || CHOICE.contains(&rel.as_str()) {
-            continue;
-        }
-        let text = std::fs::read_to_string(&file).expect("readable");
-        let body = match text.find("#[cfg(test)]") {
-            Some(i) => &text[..i],
-            None => &text[..],
-        };
-        let code = code_only(body);
-        if [
-            "PlatformKind::Rooted",
-            "Rooted::new(",
-            "Rooted::with_faults(",
-        ]
-        .iter()
-        .any(|name| code.contains(name))
-        {
-            elsewhere.push(rel);
-        }
-    }
+    // The platform crate defines the fake; it chooses nothing.
+    let elsewhere: Vec<String> = product_code(&["platform"])
+        .into_iter()
+        .filter(|(rel, code)| {
+            !CHOICE.contains(&rel.as_str())
+                && [
+                    "PlatformKind::Rooted",
+                    "Rooted::new(",
+                    "Rooted::with_faults(",
+                ]
+                .iter()
+                .any(|name| code.contains(name))
+        })
+        .map(|(rel, _)| rel)
+        .collect();
     assert!(
         elsewhere.is_empty(),
         "the rooted (fake SMF) platform chosen outside the platform choice: {elsewhere:?}"

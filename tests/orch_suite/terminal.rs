@@ -33,10 +33,16 @@ impl Tmux {
         let tmux = Tmux {
             socket: socket.display().to_string(),
         };
+        // The pane stays on screen after the command ends. Set in the
+        // server's own configuration, read before the command starts: set
+        // after `new-session`, a command that ended first (a short `list`
+        // on a loaded machine) had closed the window ("no such window").
+        let conf = script.with_file_name(format!("tmux-{name}.conf"));
+        std::fs::write(&conf, "set-option -g remain-on-exit on\n").expect("tmux.conf written");
         let cmd = format!("sh {}", script.display());
         tmux.run(&[
             "-f",
-            "/dev/null",
+            conf.to_str().expect("a UTF-8 path"),
             "new-session",
             "-d",
             "-s",
@@ -47,7 +53,6 @@ impl Tmux {
             &rows.to_string(),
             &cmd,
         ]);
-        tmux.run(&["set-option", "-t", "t", "remain-on-exit", "on"]);
         tmux
     }
 
