@@ -10,22 +10,16 @@
 //! (ungated_s + gate)`, goal <= 1.3 (about 4 when each gate was waited
 //! for before the next install).
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use serde_json::json;
 
 use agentsadm_orchestrate::execute::ExecOptions;
-use agentsadm_orchestrate::images::ImageChoice;
 use agentsadm_orchestrate::report::NullReporter;
-use agentsadm_orchestrate::run::{Run, RunOutcome, RunSettings};
-use agentsadm_orchestrate::session::{RequestPlanner, Session};
-use agentsadm_plan::{
-    ComponentSelection, HealthFlags, Operation, PlanOptions, Request, RolloutPolicy,
-    ServerSelection, TransportMode,
-};
+use agentsadm_plan::{HealthFlags, RolloutPolicy, ServerSelection};
 use agentsadm_sim::{LatencySpec, SeedSpec, SimConfig, SimDc};
-use agentsadm_types::component::ComponentName;
 
+use super::SimUpdate;
 use super::rollout::round3;
 
 /// Options of `agentsadm bench gate`.
@@ -66,28 +60,14 @@ async fn measure(latency: Duration, min_healthy: Duration) -> anyhow::Result<f64
         .into_iter()
         .find(|s| !s.headnode)
         .ok_or_else(|| anyhow::anyhow!("the simulator has no compute node"))?;
-    let apis = dc.apis();
-    let catalog = dc.catalog().clone();
-    let names: Vec<ComponentName> = AGENTS.iter().map(|s| s.parse()).collect::<Result<_, _>>()?;
-    let session = Session {
-        apis: &apis,
-        catalog: &catalog,
-        updates: None,
-    };
-    let request = Request {
-        operation: Operation::Update,
-        components: ComponentSelection::Named(names),
+    let update = SimUpdate {
+        components: AGENTS.iter().map(|s| s.parse()).collect::<Result<_, _>>()?,
         servers: ServerSelection::Named(vec![cn.hostname.clone()]),
-        exclude: Vec::new(),
-    };
-    let rollout = RolloutPolicy {
-        concurrency: 1,
-        canary: Some(0),
-        ..RolloutPolicy::default()
-    };
-    let settings = RunSettings {
-        yes: true,
-        rollout,
+        rollout: RolloutPolicy {
+            concurrency: 1,
+            canary: Some(0),
+            ..RolloutPolicy::default()
+        },
         options: ExecOptions {
             health: Some(HealthFlags {
                 min_healthy,
@@ -95,55 +75,19 @@ async fn measure(latency: Duration, min_healthy: Duration) -> anyhow::Result<f64
             }),
             ..Default::default()
         },
-        ..RunSettings::default()
+        // The whole run is timed, the lock's acquisition included.
+        settle: Some(Duration::from_millis(20)),
     };
-    let mut run = Run::new(&apis, &catalog, &settings, &NullReporter, "update");
-    run.transport.confirm_poll = (Duration::from_millis(5), Duration::from_millis(50));
-    run.lock.settle = Duration::from_millis(20);
-    if let Some(h) = run.history.as_mut() {
-        h.local = None;
-    }
-    let planner = RequestPlanner {
-        session,
-        request,
-        choice: ImageChoice::Latest,
-        options: PlanOptions {
-            transport: TransportMode::Auto,
-            ignore_holds: false,
-            rollout,
-        },
-        durations: None,
-        overlay: None,
-    };
-    let t = Instant::now();
-    let outcome = run
-        .go(
-            &planner,
-            &super::rollout::Unattended,
-            std::future::pending(),
-        )
-        .await?;
-    let wall = t.elapsed().as_secs_f64();
+    let ran = update.run(&dc, &NullReporter, "gate").await;
     dc.shutdown().await;
-    match outcome {
-        RunOutcome::Executed {
-            report,
-            planned: plan,
-        } => {
-            anyhow::ensure!(
-                report.all_succeeded(),
-                "benchmark gate run did not succeed:\n{}",
-                report.render(&plan)
-            );
-            let steps = plan.step_count();
-            anyhow::ensure!(
-                steps == AGENTS.len(),
-                "planned {steps} steps, not 4:\n{plan}"
-            );
-        }
-        other => anyhow::bail!("benchmark gate run did not run: {other:?}"),
-    }
-    Ok(wall)
+    let ran = ran?;
+    let steps = ran.plan.step_count();
+    anyhow::ensure!(
+        steps == AGENTS.len(),
+        "planned {steps} steps, not 4:\n{}",
+        ran.plan
+    );
+    Ok(ran.wall_s)
 }
 
 /// Run the benchmark and return the JSON object it prints.

@@ -231,6 +231,101 @@ pub fn machine() -> Value {
     })
 }
 
+/// `agentsadm update COMPONENTS -y` on the simulator as the binary runs it
+/// (the datacenter lock, the plan made again under it, execution, the
+/// history entry in SAPI only: no journal in the developer's home), for
+/// the benchmarks that time a rollout through the one run (`bench
+/// rollout` on the simulator, `bench gate`). The transport waits for a
+/// new cn-agent's report in 5-50 ms pauses (the simulated one restarts
+/// at once).
+pub(crate) struct SimUpdate {
+    pub components: Vec<agentsadm_types::component::ComponentName>,
+    pub servers: agentsadm_plan::ServerSelection,
+    pub rollout: agentsadm_plan::RolloutPolicy,
+    pub options: agentsadm_orchestrate::execute::ExecOptions,
+    /// The lock's settle pause, when not the binary's (a benchmark timing
+    /// the whole run, lock included, shortens it).
+    pub settle: Option<std::time::Duration>,
+}
+
+/// What a [`SimUpdate`] ran: its plan, and how long
+/// [`agentsadm_orchestrate::run::Run::go`] took in all, in seconds.
+pub(crate) struct SimUpdated {
+    pub plan: agentsadm_plan::Plan,
+    pub wall_s: f64,
+}
+
+impl SimUpdate {
+    /// Run it on `dc`, reporting to `reporter`; a run that did not execute
+    /// or did not succeed everywhere fails the benchmark (`what` names it).
+    pub(crate) async fn run(
+        &self,
+        dc: &agentsadm_sim::SimDc,
+        reporter: &dyn agentsadm_orchestrate::report::Reporter,
+        what: &str,
+    ) -> anyhow::Result<SimUpdated> {
+        use agentsadm_orchestrate::images::ImageChoice;
+        use agentsadm_orchestrate::run::{Run, RunOutcome, RunSettings};
+        use agentsadm_orchestrate::session::{RequestPlanner, Session};
+        use agentsadm_plan::{ComponentSelection, Operation, Request};
+
+        let apis = dc.apis();
+        let catalog = dc.catalog().clone();
+        let settings = RunSettings {
+            yes: true,
+            rollout: self.rollout,
+            options: self.options.clone(),
+            ..RunSettings::default()
+        };
+        let mut run = Run::new(&apis, &catalog, &settings, reporter, "update");
+        run.transport.confirm_poll = (
+            std::time::Duration::from_millis(5),
+            std::time::Duration::from_millis(50),
+        );
+        if let Some(settle) = self.settle {
+            run.lock.settle = settle;
+        }
+        if let Some(h) = run.history.as_mut() {
+            h.local = None;
+        }
+        let planner = RequestPlanner {
+            session: Session {
+                apis: &apis,
+                catalog: &catalog,
+                updates: None,
+            },
+            request: Request {
+                operation: Operation::Update,
+                components: ComponentSelection::Named(self.components.clone()),
+                servers: self.servers.clone(),
+                exclude: Vec::new(),
+            },
+            choice: ImageChoice::Latest,
+            options: settings.plan_options(),
+            durations: None,
+            overlay: None,
+        };
+        let t = Instant::now();
+        let outcome = run
+            .go(&planner, &rollout::Unattended, std::future::pending())
+            .await?;
+        let wall_s = t.elapsed().as_secs_f64();
+        let RunOutcome::Executed {
+            planned: plan,
+            report,
+        } = outcome
+        else {
+            anyhow::bail!("benchmark {what} did not run: {outcome:?}");
+        };
+        anyhow::ensure!(
+            report.all_succeeded(),
+            "benchmark {what} did not succeed everywhere:\n{}",
+            report.render(&plan)
+        );
+        Ok(SimUpdated { plan, wall_s })
+    }
+}
+
 /// The 1-minute load average (Linux), for the table's footnote: other work
 /// on the machine skews absolute times, less so the ratios.
 pub fn load_average() -> Option<f64> {

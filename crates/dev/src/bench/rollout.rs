@@ -66,15 +66,13 @@ use agentsadm_orchestrate::execute::ExecOptions;
 use agentsadm_orchestrate::execute::Executor;
 use agentsadm_orchestrate::report::ExecReport;
 use agentsadm_orchestrate::report::NullReporter;
-use agentsadm_orchestrate::run::{AskError, Operator, Run, RunOutcome, RunSettings, Shown};
+use agentsadm_orchestrate::run::{AskError, Operator, Shown};
 use agentsadm_plan::ComponentSelection;
 use agentsadm_plan::Operation;
 use agentsadm_plan::Plan;
-use agentsadm_plan::PlanOptions;
 use agentsadm_plan::Request;
 use agentsadm_plan::RolloutPolicy;
 use agentsadm_plan::ServerSelection;
-use agentsadm_plan::TransportMode;
 use agentsadm_sim::fake::FakeDc;
 use agentsadm_sim::testkit::ExampleDc;
 use agentsadm_types::ids::ServerUuid;
@@ -163,9 +161,10 @@ pub struct ModeResult {
 /// Where a server's time went in the 20-wide run on the simulator, the
 /// median over servers in milliseconds: its step's install (from its
 /// start to cn-agent's task done: the server read, the lock's
-/// confirmation, install-agent, the task wait), its `gz health` gate (a
-/// server read and an execute), and the SAPI writes after the steps (the
-/// rollout slot is free then), against the injected install latency.
+/// confirmation, install-agent, the task wait), its `gz health` gate (an
+/// execute, in the mode the step's server read gave), and the SAPI writes
+/// after the steps (the rollout slot is free then), against the injected
+/// install latency.
 #[derive(Clone, Copy, Debug, Default, Serialize)]
 pub struct StepTimes {
     pub install_ms: f64,
@@ -372,8 +371,6 @@ async fn measure_sim(
     latency: Duration,
     components: Option<&[&str]>,
 ) -> anyhow::Result<ModeResult> {
-    use agentsadm_orchestrate::images::ImageChoice;
-    use agentsadm_orchestrate::session::{RequestPlanner, Session};
     use agentsadm_sim::GzLayout;
     use agentsadm_sim::LatencySpec;
     use agentsadm_sim::SeedSpec;
@@ -413,74 +410,33 @@ async fn measure_sim(
         p?;
     }
     let servers = servers.len();
-    let apis = dc.apis();
-    let catalog = dc.catalog().clone();
     let names: Vec<ComponentName> = match components {
         Some(c) => c.iter().map(|s| s.parse()).collect::<Result<_, _>>()?,
-        None => catalog
+        None => dc
+            .catalog()
             .default_set(false)
             .iter()
             .map(|c| c.name.clone())
             .collect(),
     };
-    let session = Session {
-        apis: &apis,
-        catalog: &catalog,
-        updates: None,
-    };
-    let request = Request {
-        operation: Operation::Update,
-        components: ComponentSelection::Named(names.clone()),
+    let update = super::SimUpdate {
+        components: names.clone(),
         servers: ServerSelection::All,
-        exclude: Vec::new(),
-    };
-    let rollout = RolloutPolicy {
-        concurrency,
-        ..RolloutPolicy::default()
-    };
-    let planned = session
-        .plan(
-            &request,
-            ImageChoice::Latest,
-            PlanOptions {
-                transport: TransportMode::Auto,
-                ignore_holds: false,
-                rollout,
-            },
-        )
-        .await?;
-    check_plan(&planned.plan, servers)?;
-    let settings = RunSettings {
-        yes: true,
-        rollout,
+        rollout: RolloutPolicy {
+            concurrency,
+            ..RolloutPolicy::default()
+        },
         options: ExecOptions {
             parallel_within_server: components.is_some(),
             ..Default::default()
         },
-        ..RunSettings::default()
-    };
-    // `agentsadm update -y` as the binary runs it, timed from here: the
-    // lock, the plan made again under it, execution and the history entry
-    // (in SAPI only: no journals in the developer's home).
-    let timing = Timing::default();
-    let mut run = Run::new(&apis, &catalog, &settings, &timing, "update");
-    run.transport.confirm_poll = (Duration::from_millis(5), Duration::from_millis(50));
-    // The lock as the binary holds it (settle 500 ms: a confirmation
-    // stands 250 ms). With a 20 ms settle here, as before, each stood
-    // 10 ms, shorter than a SAPI read on a loaded machine: every turn and
-    // step read the lock, about 2 reads per step. The rollout is timed
-    // from the executor's start to its end, so the settle pauses of the
-    // lock's acquisition are not in it.
-    if let Some(h) = run.history.as_mut() {
-        h.local = None;
-    }
-    let planner = RequestPlanner {
-        session,
-        request,
-        choice: ImageChoice::Latest,
-        options: settings.plan_options(),
-        durations: None,
-        overlay: None,
+        // The lock as the binary holds it (settle 500 ms: a confirmation
+        // stands 250 ms). With a 20 ms settle here, as before, each stood
+        // 10 ms, shorter than a SAPI read on a loaded machine: every turn
+        // and step read the lock, about 2 reads per step. The rollout is
+        // timed from the executor's start to its end, so the settle
+        // pauses of the lock's acquisition are not in it.
+        settle: None,
     };
     // The run takes the datacenter lock and confirms it as the binary
     // does: its reads are part of what a step costs.
@@ -491,29 +447,18 @@ async fn measure_sim(
             dc.client_calls(SimApi::Cnapi),
         )
     };
+    let timing = Timing::default();
     let before = calls();
-    let t = Instant::now();
-    let report = match run
-        .go(&planner, &Unattended, std::future::pending())
-        .await?
-    {
-        RunOutcome::Executed { report, .. } => report,
-        other => anyhow::bail!("benchmark rollout did not run: {other:?}"),
-    };
-    let wall = timing
-        .executed_s()
-        .unwrap_or_else(|| t.elapsed().as_secs_f64());
+    let ran = update.run(&dc, &timing, "rollout").await;
     let after = calls();
     dc.shutdown().await;
+    let ran = ran?;
+    check_plan(&ran.plan, servers)?;
+    let wall = timing.executed_s().unwrap_or(ran.wall_s);
     let per_step = PerStep::new(
-        planned.plan.step_count(),
+        ran.plan.step_count(),
         after.0 - before.0,
         after.1 - before.1,
-    );
-    anyhow::ensure!(
-        report.all_succeeded(),
-        "benchmark rollout did not succeed everywhere:\n{}",
-        report.render(&planned.plan)
     );
     let mut r = result(mode, servers, concurrency, names.len(), latency, wall);
     r.per_step = Some(per_step);
