@@ -283,10 +283,7 @@ pub async fn check(
         changed_by_sdcadm = changed_in_reports(&answers.servers, &live, catalog);
     }
     let images = lookup_images(apis, &answers, &live).await?;
-    let written = match &config.history {
-        Some(history) => written_by_agentsadm(&history.list().await.entries),
-        None => BTreeMap::new(),
-    };
+    let written = written_in(config.history.as_ref()).await;
     let (survey, mut findings) = drift::find(&DriftInput {
         catalog,
         servers: &answers.servers,
@@ -311,6 +308,16 @@ pub async fn check(
         servers_checked,
         live_requested: request.live,
     })
+}
+
+/// [`written_by_agentsadm`] from `history`, when it is read.
+async fn written_in(
+    history: Option<&HistoryStore>,
+) -> BTreeMap<ServerUuid, BTreeSet<ComponentName>> {
+    match history {
+        Some(history) => written_by_agentsadm(&history.list().await.entries),
+        None => BTreeMap::new(),
+    }
 }
 
 /// Where agentsadm wrote instances' params, from its run history (oldest

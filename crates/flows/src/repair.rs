@@ -478,37 +478,10 @@ fn record_fix(
                 instance: *instance,
                 image: *image,
             })),
-        Fix::Restore {
-            instance,
-            service,
-            image,
-            hold,
-            disabled,
-        } => {
-            let marks = [(MarkKey::Hold, hold), (MarkKey::Disabled, disabled)]
-                .into_iter()
-                .filter_map(|(k, m)| m.clone().map(|m| (k, m)))
-                .collect();
-            r.updates.push(instance_change(IntentChange::Restore {
-                component: component.clone(),
-                service: *service,
-                instance: *instance,
-                image: *image,
-                marks,
-            }));
+        Fix::Restore { .. } | Fix::KeepMark { .. } => {
+            r.updates
+                .extend(mark_write(&component, &f.fix).map(instance_change));
         }
-        Fix::KeepMark {
-            instance,
-            service,
-            key,
-            mark,
-        } => r.updates.push(instance_change(IntentChange::Mark {
-            component: component.clone(),
-            service: *service,
-            instance: *instance,
-            key: *key,
-            mark: Some(mark.clone()),
-        })),
         Fix::AdoptInstance {
             instance,
             service,
@@ -621,5 +594,41 @@ fn server_fix(f: &Finding, catalog: &Catalog, survey: &Survey, b: &mut PlanBuild
             true
         }
         _ => false,
+    }
+}
+
+/// The one instance write of a [`Fix::Restore`] (the instance whole) or a
+/// [`Fix::KeepMark`] (both copies of a mark).
+fn mark_write(component: &ComponentName, fix: &Fix) -> Option<IntentChange> {
+    match fix {
+        Fix::Restore {
+            instance,
+            service,
+            image,
+            hold,
+            disabled,
+        } => Some(IntentChange::Restore {
+            component: component.clone(),
+            service: *service,
+            instance: *instance,
+            image: *image,
+            marks: [(MarkKey::Hold, hold), (MarkKey::Disabled, disabled)]
+                .into_iter()
+                .filter_map(|(k, m)| m.clone().map(|m| (k, m)))
+                .collect(),
+        }),
+        Fix::KeepMark {
+            instance,
+            service,
+            key,
+            mark,
+        } => Some(IntentChange::Mark {
+            component: component.clone(),
+            service: *service,
+            instance: *instance,
+            key: *key,
+            mark: Some(mark.clone()),
+        }),
+        _ => None,
     }
 }

@@ -166,7 +166,6 @@ impl Intent {
             .collect();
         sorted.sort_by_key(|s| s.uuid);
         let mut by_uuid: BTreeMap<ServiceUuid, ComponentName> = BTreeMap::new();
-        let mut ledger: BTreeMap<ComponentName, Vec<LedgerMark>> = BTreeMap::new();
         for s in sorted {
             let Some(c) = catalog.get(&s.name) else {
                 continue;
@@ -178,7 +177,6 @@ impl Intent {
             if let Some(mark) = Mark::from_params(s.params.as_ref(), HOLD_PARAM) {
                 intent.holds.services.insert(c.name.clone(), mark);
             }
-            ledger.insert(c.name.clone(), ledger_marks(s.params.as_ref()));
             intent.services.insert(
                 c.name.clone(),
                 AgentService {
@@ -269,14 +267,23 @@ impl Intent {
                 }
             }
         }
-        intent.apply_ledger(ledger);
+        intent.apply_ledger(services);
         intent
     }
 
     /// The ledger's per-server marks that the instance they name lost:
     /// counted as marks, and listed in `lost_marks`. A mark the instance
     /// still carries is read from the instance (it may be newer).
-    fn apply_ledger(&mut self, ledger: BTreeMap<ComponentName, Vec<LedgerMark>>) {
+    fn apply_ledger(&mut self, services: &[Service]) {
+        // Each managed component's ledger, from the service kept for it.
+        let ledger: BTreeMap<ComponentName, Vec<LedgerMark>> = self
+            .services
+            .iter()
+            .filter_map(|(name, kept)| {
+                let s = services.iter().find(|s| s.uuid == kept.uuid)?;
+                Some((name.clone(), ledger_marks(s.params.as_ref())))
+            })
+            .collect();
         // The (server, component, mark) the ledger keeps for the kept
         // instance.
         let mut kept_twice: std::collections::BTreeSet<(ServerUuid, ComponentName, MarkKey)> =

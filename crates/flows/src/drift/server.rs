@@ -152,7 +152,7 @@ struct ComponentOnServer<'a> {
 impl ComponentOnServer<'_> {
     /// The hold on the component here as SAPI has it: the instance's (or
     /// the ledger's copy of it), else the service's (datacenter-wide).
-    fn hold(self, _inst: &InstanceIntent) -> Option<agentsadm_plan::Mark> {
+    fn hold(self) -> Option<agentsadm_plan::Mark> {
         self.intent
             .holds
             .get(&self.state.uuid, self.name)
@@ -529,7 +529,7 @@ impl ComponentOnServer<'_> {
             .changed_by_sdcadm
             .get(&state.uuid)
             .is_some_and(|changed| changed.contains(name));
-        let (details, fix) = if let Some(mark) = self.hold(inst) {
+        let (details, fix) = if let Some(mark) = self.hold() {
             // agentsadm changes no held server, so something else did
             // (sdcadm ignores holds): said as such, left to the operator.
             (
