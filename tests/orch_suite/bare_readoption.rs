@@ -193,3 +193,42 @@ async fn a_mark_lost_to_a_bare_readoption_still_holds_and_is_written_back() {
     assert!(p.contains_key("image_uuid"), "{p:?}");
     ok(&dc, s, &["check"]).await;
 }
+
+/// Every service param key that names `server` (the ledger's copies).
+async fn ledger_keys_naming(dc: &SimDc, server: &str) -> Vec<String> {
+    let mut keys = Vec::new();
+    for svc in dc.apis().sapi.list_agent_services().await.unwrap() {
+        keys.extend(
+            svc.params
+                .iter()
+                .flat_map(|p| p.keys())
+                .filter(|k| k.contains(server))
+                .map(|k| format!("{}: {k}", svc.name)),
+        );
+    }
+    keys
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_delete_takes_the_services_copies_of_its_marks_with_it() {
+    let dc = sim().await;
+    let state = tempfile::tempdir().unwrap();
+    let s = state.path();
+    ok(&dc, s, &["hold", "vm-agent", "-s", "cn0001", "-y"]).await;
+    ok(&dc, s, &["disable", "net-agent", "-s", "cn0001", "-y"]).await;
+    ok(&dc, s, &["hold", "vm-agent", "-s", "cn0002", "-y"]).await;
+    let cn1 = dc.server("cn0001").unwrap().uuid.to_string();
+    let cn2 = dc.server("cn0002").unwrap().uuid.to_string();
+    assert_eq!(ledger_keys_naming(&dc, &cn1).await.len(), 2);
+
+    let out = ok(&dc, s, &["server", "delete", "cn0001", "-n"]).await;
+    assert!(
+        out.contains("the copy of params.agentsadm_hold kept on SAPI service vm-agent")
+            && out.contains("the copy of params.agentsadm_disabled kept on SAPI service net-agent"),
+        "{out}"
+    );
+    ok(&dc, s, &["server", "delete", "cn0001", "-y"]).await;
+    // Nothing names the deleted server; the other server's hold is kept.
+    assert_eq!(ledger_keys_naming(&dc, &cn1).await, Vec::<String>::new());
+    assert_eq!(ledger_keys_naming(&dc, &cn2).await.len(), 1);
+}

@@ -40,7 +40,7 @@ use agentsadm_orchestrate::records::RecordStatus;
 use agentsadm_orchestrate::report::ExecReport;
 use agentsadm_orchestrate::run::{Planned, Planner};
 use agentsadm_plan::{
-    IntentChange, Operation, Plan, PlanBuilder, RecordChange, RolloutPolicy, ServerCall,
+    IntentChange, MarkKey, Operation, Plan, PlanBuilder, RecordChange, RolloutPolicy, ServerCall,
 };
 use agentsadm_types::ids::InstanceUuid;
 use agentsadm_types::ids::JobUuid;
@@ -85,6 +85,15 @@ pub struct ReportedElsewhere {
     pub owner: Option<ServerUuid>,
 }
 
+/// A service's copy of one of the server's marks ([`agentsadm_plan::marks`]).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct MarkCopy {
+    pub service: ComponentName,
+    #[serde(skip)]
+    pub service_uuid: agentsadm_types::ids::ServiceUuid,
+    pub key: MarkKey,
+}
+
 /// What will be done: the view operators read (and `--json` shows), and
 /// the [`Plan`] that carries it out. Pure output of [`plan_cleanup`].
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
@@ -99,6 +108,10 @@ pub struct CleanupPlan {
     /// Reported UUIDs that are left alone.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub left_alone: Vec<ReportedElsewhere>,
+    /// The services' copies of the server's marks (hold, disabled), which
+    /// nothing else would clear once its instances are gone.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub mark_copies: Vec<MarkCopy>,
     /// The deletions and the CNAPI call, as the executor runs them.
     #[serde(skip)]
     pub plan: Plan,
@@ -137,6 +150,14 @@ impl CleanupPlan {
                 i.uuid,
                 i.service,
                 i.via.join(" and ")
+            );
+        }
+        for m in &self.mark_copies {
+            let _ = writeln!(
+                out,
+                "  - the copy of params.{} kept on SAPI service {}",
+                m.key.param(),
+                m.service
             );
         }
         for r in &self.left_alone {
@@ -310,10 +331,30 @@ pub fn plan_cleanup(
         }
     }
     found.sort_by(|a, b| a.service.cmp(&b.service).then_with(|| a.uuid.cmp(&b.uuid)));
+    let mut mark_copies: Vec<MarkCopy> = services
+        .iter()
+        .flat_map(|s| {
+            agentsadm_plan::marks::ledger_marks(s.params.as_ref())
+                .into_iter()
+                .filter(|m| m.server == server)
+                .map(move |m| MarkCopy {
+                    service: ComponentName::new(s.name.as_str()).unwrap_or_else(|_| {
+                        ComponentName::new(s.uuid.to_string()).expect("a UUID is a component name")
+                    }),
+                    service_uuid: s.uuid,
+                    key: if m.param == agentsadm_plan::marks::HOLD_PARAM {
+                        MarkKey::Hold
+                    } else {
+                        MarkKey::Disabled
+                    },
+                })
+        })
+        .collect();
+    mark_copies.sort_by(|a, b| a.service.cmp(&b.service).then(a.key.cmp(&b.key)));
     left_alone.sort_by(|a, b| a.component.cmp(&b.component));
 
     match (action, record) {
-        (ServerAction::Delete, None) if found.is_empty() => {
+        (ServerAction::Delete, None) if found.is_empty() && mark_copies.is_empty() => {
             return Err(CleanupError::UnknownServer {
                 name: server.to_string(),
             });
@@ -346,6 +387,7 @@ pub fn plan_cleanup(
         hostname.as_deref(),
         record.is_some(),
         &found,
+        &mark_copies,
     );
     Ok(CleanupPlan {
         action,
@@ -354,6 +396,7 @@ pub fn plan_cleanup(
         in_cnapi: record.is_some(),
         instances: found,
         left_alone,
+        mark_copies,
         plan,
     })
 }
@@ -366,6 +409,7 @@ fn closed_plan(
     hostname: Option<&str>,
     in_cnapi: bool,
     instances: &[CleanupInstance],
+    mark_copies: &[MarkCopy],
 ) -> Plan {
     let catalog = agentsadm_types::catalog::Catalog::builtin();
     let (operation, call) = match action {
@@ -381,6 +425,19 @@ fn closed_plan(
             change: IntentChange::DeleteInstance {
                 component: i.service.clone(),
                 instance: i.uuid,
+            },
+        });
+    }
+    // Cleared after the instances are deleted (a mark counts until the
+    // last of its copies is gone), before the server's CNAPI call.
+    for m in mark_copies {
+        b.record(RecordChange::Instance {
+            server: Some(server),
+            hostname: hostname.map(str::to_string),
+            change: IntentChange::ForgetMark {
+                component: m.service.clone(),
+                service: m.service_uuid,
+                key: m.key,
             },
         });
     }
@@ -692,6 +749,17 @@ impl CleanupReport {
                             reason: reason.clone(),
                         },
                     };
+                }
+                RecordChange::Instance {
+                    change: IntentChange::ForgetMark { component, key, .. },
+                    ..
+                } => {
+                    if let RecordStatus::Failed { message } = &r.status {
+                        warnings.push(format!(
+                            "the copy of params.{} kept on SAPI service {component} was not deleted ({message}); run the command again",
+                            key.param()
+                        ));
+                    }
                 }
                 _ => {}
             }

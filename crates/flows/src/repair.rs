@@ -302,6 +302,12 @@ fn sapi_line(r: &RecordChange) -> String {
         IntentChange::AdoptInstalled { component, .. } => {
             format!("+ instance of {component}{on}")
         }
+        IntentChange::ForgetMark { component, key, .. } => {
+            format!(
+                "- service {component}: the copy of params.{}{on}",
+                key.param()
+            )
+        }
     }
 }
 

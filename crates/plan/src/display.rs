@@ -203,6 +203,10 @@ fn server_lines(sp: &crate::ServerPlan, grouped: bool) -> Vec<String> {
                     key.param()
                 ),
             },
+            IntentChange::ForgetMark { component, key, .. } => format!(
+                "- SAPI service {component}: params.{}:<server> (the mark's second copy)",
+                key.param()
+            ),
             IntentChange::Restore {
                 component,
                 instance,
@@ -400,6 +404,21 @@ pub fn record_line(r: &RecordChange) -> String {
             &instance.to_string()[..8]
         ),
         RecordChange::Instance {
+            server,
+            hostname,
+            change: IntentChange::ForgetMark { component, key, .. },
+        } => {
+            let of = match (hostname, server) {
+                (Some(h), _) => h.clone(),
+                (None, Some(s)) => s.to_string(),
+                (None, None) => "the server".to_string(),
+            };
+            format!(
+                "- SAPI service {component}: the copy of {of}'s params.{}",
+                key.param()
+            )
+        }
+        RecordChange::Instance {
             hostname, change, ..
         } => {
             let on = hostname
@@ -418,6 +437,8 @@ pub fn record_line(r: &RecordChange) -> String {
                     ("~", format!(": image_uuid {}", short(image)))
                 }
                 IntentChange::Mark { key, .. } => ("~", format!(": params.{}", key.param())),
+                // Rendered by the arm above; kept total rather than panicking.
+                IntentChange::ForgetMark { key, .. } => ("-", format!(": params.{}", key.param())),
                 IntentChange::Restore { image, .. } => (
                     "~",
                     format!(": params written again, image_uuid {}", short(image)),
@@ -432,7 +453,9 @@ pub fn record_line(r: &RecordChange) -> String {
                 | IntentChange::Restore { instance, .. } => {
                     format!(" {}", &instance.to_string()[..8])
                 }
-                IntentChange::AdoptInstalled { .. } => String::new(),
+                IntentChange::AdoptInstalled { .. } | IntentChange::ForgetMark { .. } => {
+                    String::new()
+                }
             };
             format!(
                 "{mark} SAPI instance{instance} of {}{on}{what}",

@@ -299,6 +299,15 @@ pub enum IntentChange {
         #[serde(skip_serializing_if = "Option::is_none")]
         mark: Option<Mark>,
     },
+    /// `server delete|factory-reset`: clear the service's second copy
+    /// of a per-server mark ([`crate::marks`]): the server's instances
+    /// are deleted, so nothing else would ever clear it.
+    ForgetMark {
+        component: ComponentName,
+        #[serde(skip)]
+        service: ServiceUuid,
+        key: MarkKey,
+    },
     /// After a step by cn-agent (never in a plan: the executor makes it
     /// from [`Step::record`]): the instance's params whole, in one write:
     /// server, the image it runs now, and its marks.
@@ -348,6 +357,7 @@ impl IntentChange {
             | IntentChange::DeleteInstance { component, .. }
             | IntentChange::DeleteReplaced { component, .. }
             | IntentChange::Mark { component, .. }
+            | IntentChange::ForgetMark { component, .. }
             | IntentChange::Restore { component, .. } => component,
         }
     }
@@ -455,7 +465,10 @@ impl RecordChange {
             RecordChange::ServiceDefault { .. } | RecordChange::ServiceMark { .. } => 2,
             RecordChange::AdoptInstance { .. } => 3,
             RecordChange::Instance {
-                change: IntentChange::DeleteInstance { .. } | IntentChange::DeleteReplaced { .. },
+                change:
+                    IntentChange::DeleteInstance { .. }
+                    | IntentChange::DeleteReplaced { .. }
+                    | IntentChange::ForgetMark { .. },
                 ..
             } => 4,
             RecordChange::Instance { .. } => 3,

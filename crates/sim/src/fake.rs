@@ -362,6 +362,8 @@ impl FakeDc {
                     }
                 }
             }
+            // The fake keeps marks on instances only (no service ledger).
+            IntentChange::ForgetMark { .. } => {}
         }
         Ok(())
     }

@@ -215,6 +215,11 @@ impl SapiIntentStore {
                 self.delete(*instance).await
             }
             IntentChange::DeleteInstance { instance, .. } => self.delete(*instance).await,
+            IntentChange::ForgetMark {
+                component,
+                service,
+                key,
+            } => self.clear_ledger(component, *service, server, *key).await,
             IntentChange::Mark {
                 component,
                 service,
@@ -292,6 +297,28 @@ impl SapiIntentStore {
             .map(|_| ())
             .map_err(|err| IntentWriteError::Api {
                 what: format!("set params.{ledger_key} on service {component}"),
+                err: Box::new(err),
+            })
+    }
+
+    /// Delete the service's copy of the server's mark (server delete and
+    /// factory reset: the instance it was put on is gone with the server).
+    async fn clear_ledger(
+        &self,
+        component: &agentsadm_types::component::ComponentName,
+        service: ServiceUuid,
+        server: ServerUuid,
+        key: agentsadm_plan::MarkKey,
+    ) -> Result<(), IntentWriteError> {
+        let ledger_key = agentsadm_plan::marks::ledger_key(key.param(), server);
+        let mut update = Update::params(object([(ledger_key.as_str(), serde_json::Value::Null)]));
+        update.action = Some(agentsadm_api::sapi::UpdateAction::Delete);
+        self.sapi
+            .update_service(service, &update)
+            .await
+            .map(|_| ())
+            .map_err(|err| IntentWriteError::Api {
+                what: format!("delete params.{ledger_key} on service {component}"),
                 err: Box::new(err),
             })
     }
