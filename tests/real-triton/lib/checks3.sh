@@ -1,7 +1,7 @@
 # shellcheck shell=bash
 # Sourced by run.sh after checks2.sh: the real sdcadm beside agentsadm.
 # shellcheck disable=SC2034 # read by run.sh
-RT_CHECKS=("${RT_CHECKS[@]}" sdcadm)
+RT_CHECKS=("${RT_CHECKS[@]}" cn-setup-postinstall sdcadm)
 
 # --- sdcadm: the real sdcadm 1.39 (its lib/cli, unedited; lib/sdcadm/in-ns.sh)
 # on the datacenter agentsadm keeps: the real CNAPI, SAPI (full mode, on
@@ -72,4 +72,42 @@ PY
   echo "servers through Ur ${#ur[@]}; check-health: $health; experimental avail exit $avail; update -n ${upd[*]}; insts: $insts"
   [[ $health == *"unhealthy: none;"* ]] && [[ $health != "0 rows"* ]] && [ "$avail" = 0 ] &&
     [[ "${upd[*]}" != *crash* ]] && [[ $insts == *"listed twice: none" ]] && [[ $insts != "0 instances"* ]]
+}
+
+# --- cn-setup-postinstall: a setup that fails in an agent's own postinstall.
+# A new server set up as a Triton global zone in a directory (the stand-in's
+# rooted mode: the images' lifecycle scripts run, unlike the mockcloud
+# layout's), with SAPI's vm-agent image one whose postinstall exits 1. CNAPI's
+# server-setup job fails at the agents step; the server's agent-setup.log
+# names vm-agent and its postinstall; the failed install leaves nothing
+# behind (no transaction journal, no vm-agent in the zone, no SAPI instance);
+# with the good image back a second setup succeeds and installs it ---
+check_cn_setup_postinstall() {
+  load_servers
+  local u svc good bad job job2 log g left inst img
+  u=$(new_unsetup_server) || { echo "no new mock server"; return 1; }
+  echo "S7=$u" >> "$RT_RUN/servers"
+  stand_in "$u" rooted
+  g="$RT_UR/$u/gz"
+  aa sim publish --to "$IMGAPI_URL" --version 1.3.0 --stamp 20260304T000000Z \
+    --hook 'postinstall=echo "vm-agent postinstall: cannot write its config" >&2; exit 1' vm-agent > "$1/publish.out" 2>&1
+  bad=$(image_of vm-agent 1.3.0) || { echo "the image with a failing postinstall was not published ($1/publish.out)"; return 1; }
+  svc=$(json "$SAPI_URL/services?name=vm-agent&type=agent" 'd[0]["uuid"]')
+  good=$(json "$SAPI_URL/services/$svc" 'd["params"]["image_uuid"]')
+  put "$SAPI_URL/services/$svc" "{\"action\":\"update\",\"params\":{\"image_uuid\":\"$bad\"}}"
+  read -r -a job < <(setup_job "$u")
+  cp "$RT_UR/var-$u/upper/log/agent-setup.log" "$1/agent-setup.log" 2> /dev/null
+  # the installer's error line: the agent, then the step (hook:postinstall)
+  log=$(grep -m1 -o 'error: vm-agent: hook:postinstall failed[^;]*' "$1/agent-setup.log" 2> /dev/null | head -c 200)
+  left="journal $(find "$g/opt/smartdc/agents/.agentsadm/journal" -mindepth 1 2> /dev/null | wc -l)"
+  left+=", vm-agent in the zone: $(cat "$g/opt/smartdc/agents/lib/node_modules/vm-agent/image_uuid" 2> /dev/null || echo none)"
+  left+=", SAPI vm-agent instances $(instances vm-agent "$u")"
+  put "$SAPI_URL/services/$svc" "{\"action\":\"update\",\"params\":{\"image_uuid\":\"$good\"}}"
+  read -r -a job2 < <(setup_job "$u")
+  img=$(cat "$g/opt/smartdc/agents/lib/node_modules/vm-agent/image_uuid" 2> /dev/null)
+  inst=$(param vm-agent "$u" image_uuid)
+  echo "job ${job[1]} at ${job[2]}; agent-setup.log: ${log:-no line naming vm-agent and postinstall}; after it: $left; second setup: job ${job2[1]}, vm-agent in the zone ${img:-none} (good $good), SAPI vm-agent image_uuid $inst"
+  [ "${job[1]}" = failed ] && [[ ${job[2]} == cnapi.execute_agentsetup_script* ]] && [ -n "$log" ] &&
+    [ "$left" = "journal 0, vm-agent in the zone: none, SAPI vm-agent instances 0" ] &&
+    [ "${job2[1]}" = succeeded ] && [ "$img" = "$good" ] && [ "$inst" = "['$good']" ]
 }

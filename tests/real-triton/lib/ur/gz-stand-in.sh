@@ -12,6 +12,9 @@
 #   readopt         as real, but before each `gz install` the server's vm-agent
 #                   instance is adopted again bare in SAPI, as vm-agent's and
 #                   net-agent's postinstalls do (ur/readopt.py)
+#   rooted          every `gz` command acts on a Triton global zone in a
+#                   directory ($STATE/gz, smartdc layout, rooted platform):
+#                   the images' lifecycle scripts run, SMF is a file
 #   reboot-mid-setup  once: `gz setup` runs the real installer, stopped at its
 #                   `after-adopt` test checkpoint (the first fresh install has
 #                   written its SAPI instance and not committed), and there the
@@ -48,6 +51,19 @@ while [ $# -gt 0 ]; do
   esac
 done
 gz=("$AGENTSADM" "${api[@]}" gz --layout mockcloud --root "$MOCKCLOUD" --server-uuid "$SERVER" "${args[@]}")
+if [ "$mode" = rooted ]; then
+  # A Triton global zone in a directory ($STATE/gz): the smartdc layout on the
+  # rooted platform, where the images' lifecycle scripts run for real and SMF
+  # is a file of its own. Made, not set up, on first use.
+  G="$STATE/gz"
+  if [ ! -f "$G/sysinfo.json" ]; then
+    mkdir -p "$G/opt/smartdc/agents/.agentsadm" "$G/var/svc"
+    echo '{"services": {}}' > "$G/var/svc/smf-state.json"
+    printf '{"UUID": "%s", "Hostname": "rooted-%s", "Boot Parameters": {"headnode": "false"}, "Setup": "false", "System Type": "SunOS"}\n' \
+      "$SERVER" "${SERVER:0:8}" > "$G/sysinfo.json"
+  fi
+  gz=("$AGENTSADM" "${api[@]}" gz --root "$G" --server-uuid "$SERVER" "${args[@]}")
+fi
 if [ "$mode" = reboot-mid-setup ] && [ "${args[0]:-}" = setup ]; then
   echo real > "$STATE/mode"
   # The installer stops at its own test checkpoint right after the first
