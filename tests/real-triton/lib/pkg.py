@@ -48,7 +48,9 @@ elif role == "designation":
 elif role == "wf":
     # the node-workflow API and runner from npm, plus its moray backend
     pkg = {"name": "rt-workflow", "version": "0.0.0", "private": True,
-           "dependencies": {"wf": "1.2.2"}}
+           "dependencies": {"wf": "1.2.2", "wf-moray-backend": "1.3.2"}}
+    # the moray backend asks for wf 1.2.0, which npm no longer has
+    overrides["wf"] = "1.2.2"
 elif role == "sapi":
     # its own moray client: SAPI starts in proto mode (its local store) and
     # the harness then switches it to full mode on moray, as a new headnode's

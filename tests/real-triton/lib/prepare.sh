@@ -66,7 +66,15 @@ if [ ! -f "$RT_SRC/.prepared" ]; then
   # The few source edits (fixed SmartOS paths, one Node >= 14 incompatibility):
   # each is listed, and checked, in edits.py.
   python3 "$RT_LIB/edits.py" "$RT_SRC"
-  touch "$RT_SRC/.prepared" "$RT_SRC/.prepared-sapi-moray"
+  touch "$RT_SRC/.prepared" "$RT_SRC/.prepared-sapi-moray" "$RT_SRC/.prepared-wf-moray"
+fi
+# node-workflow's moray backend: a root prepared before it gets it here
+if [ ! -f "$RT_SRC/.prepared-wf-moray" ]; then
+  python3 "$RT_LIB/pkg.py" "$RT_SRC/wf" wf "$S"
+  echo "prepare: npm install in wf (its moray backend)"
+  (cd "$RT_SRC/wf" && npm install --ignore-scripts --no-audit --no-fund > "$RT_LOGS/npm-wf.log" 2>&1) ||
+    { echo "prepare: npm install failed in wf (see $RT_LOGS/npm-wf.log)" >&2; exit 1; }
+  touch "$RT_SRC/.prepared-wf-moray"
 fi
 # SAPI with its real moray client (full mode): a root prepared when SAPI had a
 # stand-in for it gets the client here
