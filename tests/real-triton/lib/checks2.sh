@@ -37,6 +37,8 @@ check_api_refusals() {
     "sapi-unknown-instance|sapi|GET|/instances/$none|"
     "sapi-instance-no-service|sapi|POST|/instances|{}"
     "sapi-unknown-service-update|sapi|PUT|/services/$none|{\"action\":\"update\",\"params\":{}}"
+    "sapi-mode-missing|sapi|POST|/mode|"
+    "sapi-mode-proto|sapi|POST|/mode?mode=proto|"
     "imgapi-method|imgapi|PATCH|/images|"
     "imgapi-unknown-image|imgapi|GET|/images/$none|"
     "imgapi-bad-action|imgapi|POST|/images/$img?action=bogus|"
