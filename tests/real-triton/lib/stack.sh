@@ -34,6 +34,12 @@ rabbit() {  # rabbit start|stop: Debian's rabbitmq-server, loopback, state under
   # accepts only when its own limit is 0 too.
   printf 'listeners.tcp.1 = 127.0.0.1:%s\nchannel_max = 0\nloopback_users.guest = true\n' "$AMQP_PORT" > "$R/rabbitmq.conf"
   echo '[].' > "$R/plugins"
+  # The node's Erlang cookie, written once before anything starts: the server
+  # and rabbitmqctl each create a missing one, and the server then read a
+  # half-written one once ("Too short cookie string", the stack did not start).
+  if [ ! -s "$R/.erlang.cookie" ]; then
+    (umask 077; tr -dc A-Z < /dev/urandom | head -c 20 > "$R/.erlang.cookie")
+  fi
   (
     export HOME="$R" RABBITMQ_NODENAME="rt$RT_PORT@localhost" RABBITMQ_MNESIA_BASE="$R/mnesia" \
       RABBITMQ_LOG_BASE="$R/log" RABBITMQ_CONFIG_FILE="$R/rabbitmq.conf" RABBITMQ_ENABLED_PLUGINS_FILE="$R/plugins" \
