@@ -31,7 +31,9 @@ check_sdcadm() {
   for u in $(json "http://127.0.0.1:$CNAPI_PORT/servers" '" ".join(sorted(s["uuid"] for s in d))'); do
     [ -n "$(ur_pid "$u" 2> /dev/null)" ] && ur+=("$u")
   done
-  sdcadm_run "$1" check-health check-health -j $(printf -- '-s %s ' "${ur[@]}"); rc=$?
+  local only=()  # sdcadm takes one -s per server
+  for u in "${ur[@]}"; do only+=(-s "$u"); done
+  sdcadm_run "$1" check-health check-health -j "${only[@]}"; rc=$?
   health=$(python3 - "$1/check-health.out" "$rc" <<'PY'
 import json, sys
 try:
