@@ -29,6 +29,8 @@ source "$RT_LIB/stack.sh"
 source "$RT_LIB/checks.sh"
 # shellcheck source=lib/checks2.sh
 source "$RT_LIB/checks2.sh"
+# shellcheck source=lib/checks3.sh
+source "$RT_LIB/checks3.sh"
 trap stack_down EXIT
 t0=$(date +%s)
 stack_up 3 || { echo "the stack did not come up (logs: $RT_LOGS)"; exit 1; }
@@ -49,4 +51,10 @@ for c in "$@"; do
   fi
 done
 echo "$passed passed, $failed failed ($(($(date +%s) - t0)) s)"
+# RT_HOLD=1 keeps the stack up after the checks, for working on one by hand
+# (source lib/env.sh with the same RT_ROOT and RT_PORT), until $RT_ROOT/hold goes.
+if [ "${RT_HOLD:-0}" = 1 ]; then
+  touch "$RT_ROOT/hold"; echo "stack held: rm $RT_ROOT/hold to stop it"
+  while [ -e "$RT_ROOT/hold" ]; do sleep 2; done
+fi
 [ "$failed" = 0 ]

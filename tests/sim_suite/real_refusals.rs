@@ -127,3 +127,41 @@ async fn cnapi_setup_and_reset_refuse_bad_parameters_and_methods_as_the_real_one
         );
     }
 }
+
+/// SAPI's SetMode (POST /mode) as the real SAPI 2.1.3 answers it (the
+/// harness's api-refusals check, sapi-mode-*): no `mode` is restify's
+/// MissingParameter, a mode other than `full` is InvalidArgument, both 409;
+/// `full` is 204 and GET /mode then says "full".
+#[tokio::test]
+async fn sapi_set_mode_refuses_as_the_real_one() {
+    let dc = small_dc(1).await;
+    let mode = format!("{}/mode", dc.urls().sapi);
+    let cases = [
+        (
+            mode.clone(),
+            "MissingParameter",
+            "missing \"mode\" parameter",
+        ),
+        (
+            format!("{mode}?mode="),
+            "MissingParameter",
+            "missing \"mode\" parameter",
+        ),
+        (
+            format!("{mode}?mode=proto"),
+            "InvalidArgument",
+            "invalid mode: proto",
+        ),
+    ];
+    for (url, code, message) in cases {
+        let r = raw(Method::POST, &url, &[], None).await.unwrap();
+        assert_eq!(r.status, 409, "{url}: {}", r.text);
+        assert_eq!(r.json(), json!({"code": code, "message": message}), "{url}");
+    }
+    let full = raw(Method::POST, &format!("{mode}?mode=full"), &[], None)
+        .await
+        .unwrap();
+    assert_eq!(full.status, 204, "{}", full.text);
+    let now = raw(Method::GET, &mode, &[], None).await.unwrap();
+    assert_eq!(now.json(), json!("full"));
+}

@@ -89,6 +89,30 @@ checks_init() (
   # both sides start alike: the simulator's datacenter copied into the real IMGAPI and SAPI
   if [ "$RT_SAPI" = real ]; then
     python3 "$RT_LIB/fill-real.py" "$SIM_IMGAPI_URL" "$SIM_SAPI_URL" "$REAL_IMGAPI_URL" "$REAL_SAPI_URL" > "$RT_LOGS/fill-real.log"
+    # A new headnode's SAPI starts in proto mode (its local store) and its
+    # setup ends by switching it to full mode: its objects move into moray,
+    # and sdcadm's update procedures refuse a SAPI in proto mode.
+    # In full mode SAPI reads its own zone's instance back from moray (the
+    # sdc application's sapi service), which a headnode's setup has created
+    # by then: the same here (its zonename, lib/bin/zonename).
+    local app svc
+    app=$(json "$REAL_SAPI_URL/applications?name=sdc" 'd[0]["uuid"]')
+    svc=$(json "$REAL_SAPI_URL/services?name=sapi&application_uuid=$app" 'd[0]["uuid"] if d else ""')
+    if [ -z "$svc" ]; then
+      svc=$(curl -sf -X POST -H 'Content-Type: application/json' \
+        -d "{\"name\":\"sapi\",\"application_uuid\":\"$app\",\"type\":\"vm\",\"params\":{}}" \
+        "$REAL_SAPI_URL/services" | python3 -c 'import json,sys; print(json.load(sys.stdin)["uuid"])')
+    fi
+    curl -sf -X POST -H 'Content-Type: application/json' \
+      -d "{\"uuid\":\"$RT_ZONE\",\"service_uuid\":\"$svc\",\"params\":{\"alias\":\"sapi0\"}}" \
+      "$REAL_SAPI_URL/instances" > /dev/null
+    curl -sf -X POST "$REAL_SAPI_URL/mode?mode=full" > /dev/null
+    local i mode=
+    for ((i = 0; i < 60; i++)); do
+      mode=$(curl -sf "$REAL_SAPI_URL/mode") && [ "$mode" = '"full"' ] && break
+      sleep 1
+    done
+    [ "$mode" = '"full"' ] || { echo "SAPI did not switch to full mode (GET /mode: $mode; see $RT_LOGS/sapi.log)" >&2; exit 1; }
   fi
   # ur-agent must see S1 as SunOS too, with the stand-in fresh
   ur_stop "${ALL[0]}"; RT_FRESH_OPT=1 ur_start "${ALL[0]}"

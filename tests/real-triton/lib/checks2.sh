@@ -37,6 +37,8 @@ check_api_refusals() {
     "sapi-unknown-instance|sapi|GET|/instances/$none|"
     "sapi-instance-no-service|sapi|POST|/instances|{}"
     "sapi-unknown-service-update|sapi|PUT|/services/$none|{\"action\":\"update\",\"params\":{}}"
+    "sapi-mode-missing|sapi|POST|/mode|"
+    "sapi-mode-proto|sapi|POST|/mode?mode=proto|"
     "imgapi-method|imgapi|PATCH|/images|"
     "imgapi-unknown-image|imgapi|GET|/images/$none|"
     "imgapi-bad-action|imgapi|POST|/images/$img?action=bogus|"
@@ -251,12 +253,14 @@ check_bare_adoption() {
 
 # --- cn-setup-reboot: the server reboots in the middle of CNAPI's server-setup
 # job (the stand-in's reboot-mid-setup mode: the installer and ur-agent die
-# once some agents are in). The real job does not fail: CNAPI waits for Ur's
-# answer with setting_up true. The operator cancels the job; a second setup
-# rolls back the interrupted install and sets the server up right ---
+# at the installer's after-adopt checkpoint, the first install's SAPI record
+# written and not committed). The real job does not fail: CNAPI waits for
+# Ur's answer with setting_up true. The operator cancels the job; a second
+# setup rolls back the interrupted install and sets the server up right,
+# with one SAPI instance per agent (not the interrupted one's and another) ---
 check_cn_setup_reboot() {
   load_servers
-  local u job1 i st su job2 right cancel rolled
+  local u job1 i st su job2 right cancel rolled recorded at
   u=$(new_unsetup_server) || { echo "no new mock server"; return 1; }
   echo "S6=$u" >> "$RT_RUN/servers"
   stand_in "$u" reboot-mid-setup
@@ -267,6 +271,9 @@ check_cn_setup_reboot() {
     sleep 1
   done
   sleep 45  # Ur's answer never comes: the job keeps waiting
+  # what the interrupted install had already recorded in SAPI for this server
+  # (the reboot came after its adoption): each such component, with its count
+  recorded=$(for a in $(default_set); do n=$(instances "$a" "$u"); [ "${n:-0}" = 0 ] || echo "$a:$n"; done | paste -sd' ')
   read -r -a job1 < <(job_of server-setup "$u")
   su=$(json "http://127.0.0.1:$CNAPI_PORT/servers/$u" '(d["setup"], d.get("setting_up"))')
   cancel=$(curl -s -o /dev/null -w '%{http_code}' -X POST "http://127.0.0.1:$WF_PORT/jobs/${job1[0]}/cancel")
@@ -276,6 +283,8 @@ check_cn_setup_reboot() {
   right=$(set_up_right "$u")
   cp "$RT_UR/var-$u/upper/log/agent-setup.log" "$1/agent-setup.log" 2> /dev/null
   rolled=$(grep -c 'interrupted' "$1/agent-setup.log" 2> /dev/null)
-  echo "reboots $(ur_boots "$u"); first job ${job1[1]} 45 s after the reboot, CNAPI (setup, setting_up) $su; cancel $cancel -> $st; second setup: job ${job2[1]} (${job2[2]}), $right; agent-setup.log lines naming an interrupted install: ${rolled:-0}"
-  [ "${job1[1]}" = running ] && [ "$su" = "(False, True)" ] && [ "${job2[1]}" = succeeded ] && [ "$right" = ok ] && [ "${rolled:-0}" -ge 1 ]
+  at=$(grep -c 'reboot mid-setup: .*at after-adopt: 1' "$RT_UR/$u/calls.log" 2> /dev/null)
+  echo "reboots $(ur_boots "$u"); reboot at the installer's after-adopt checkpoint: ${at:-0}; SAPI records of the interrupted install: ${recorded:-none}; first job ${job1[1]} 45 s after the reboot, CNAPI (setup, setting_up) $su; cancel $cancel -> $st; second setup: job ${job2[1]} (${job2[2]}), $right; agent-setup.log lines naming an interrupted install: ${rolled:-0}"
+  [ "${at:-0}" = 1 ] && [ -n "$recorded" ] && [ "${job1[1]}" = running ] && [ "$su" = "(False, True)" ] &&
+    [ "${job2[1]}" = succeeded ] && [ "$right" = ok ] && [ "${rolled:-0}" -ge 1 ]
 }

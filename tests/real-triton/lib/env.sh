@@ -34,7 +34,7 @@ export CNAPI_URL="http://127.0.0.1:$CNAPI_PROXY" SAPI_URL="http://127.0.0.1:$SAP
 export IMGAPI_URL="http://127.0.0.1:$IMGAPI_PORT" UPDATES_URL="http://127.0.0.1:$UPDATES_PORT"
 export XDG_STATE_HOME="$RT_ROOT/state"
 # Names the Triton services resolve through binder on a headnode, and fixed ports.
-export RT_HOSTS="cnapi.$RT_DC.$RT_DNS=127.0.0.1:$CNAPI_PORT,sapi.$RT_DC.$RT_DNS=127.0.0.1:$SAPI_PORT,imgapi.$RT_DC.$RT_DNS=127.0.0.1:$IMGAPI_PORT,napi.$RT_DC.$RT_DNS=127.0.0.1:$STUB_PORT,vmapi.$RT_DC.$RT_DNS=127.0.0.1:$STUB_PORT,assets.$RT_DC.$RT_DNS=127.0.0.1:$ASSETS_PORT"
+export RT_HOSTS="cnapi.$RT_DC.$RT_DNS=127.0.0.1:$CNAPI_PORT,sapi.$RT_DC.$RT_DNS=127.0.0.1:$SAPI_PORT,imgapi.$RT_DC.$RT_DNS=127.0.0.1:$IMGAPI_PORT,napi.$RT_DC.$RT_DNS=127.0.0.1:$STUB_PORT,vmapi.$RT_DC.$RT_DNS=127.0.0.1:$STUB_PORT,assets.$RT_DC.$RT_DNS=127.0.0.1:$ASSETS_PORT,papi.$RT_DC.$RT_DNS=127.0.0.1:$STUB_PORT,workflow.$RT_DC.$RT_DNS=127.0.0.1:$WF_PORT"
 export RT_PORTS="8881=$CNAPI_METRICS"
 # shellcheck disable=SC2034 # used by stack.sh
 RT_NODE=(node --require "$RT_LIB/node/preload.js")  # every Triton service runs as RT_NODE

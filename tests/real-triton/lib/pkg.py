@@ -3,7 +3,7 @@
 on Linux and Node 20, without GitHub: native addons -> the stand-ins in
 node/standins, git dependencies -> the local clones beside it, SmartOS-only
 dependencies dropped. Usage: pkg.py REPO_DIR ROLE STANDINS_DIR
-(ROLE: moray | cnapi | cn-agent | designation | wf | sapi | imgapi). Idempotent."""
+(ROLE: moray | cnapi | cn-agent | designation | wf | sapi | imgapi | sdcadm). Idempotent."""
 import json
 import os
 import sys
@@ -48,10 +48,13 @@ elif role == "designation":
 elif role == "wf":
     # the node-workflow API and runner from npm, plus its moray backend
     pkg = {"name": "rt-workflow", "version": "0.0.0", "private": True,
-           "dependencies": {"wf": "1.2.2"}}
+           "dependencies": {"wf": "1.2.2", "wf-moray-backend": "1.3.2"}}
+    # the moray backend asks for wf 1.2.0, which npm no longer has
+    overrides["wf"] = "1.2.2"
 elif role == "sapi":
-    # proto mode keeps SAPI's objects in its local store: no moray client
-    deps["moray"] = stand_in("moray-none")
+    # its own moray client: SAPI starts in proto mode (its local store) and
+    # the harness then switches it to full mode on moray, as a new headnode's
+    # setup does
     deps["triton-metrics"] = stand_in("triton-metrics")
 elif role == "imgapi":
     # dc mode on the local database and storage: no moray, UFDS, Manta,
@@ -61,6 +64,12 @@ elif role == "imgapi":
         deps[name] = stand_in(name)
     deps["moray"] = stand_in("moray-none")
     pkg.pop("optionalDependencies", None)
+elif role == "sdcadm":
+    # the schemas clone; cueball (binder's DNS) and fs-ext (qlocker's native
+    # flock, from a git host) become stand-ins
+    deps["joyent-schemas"] = sibling("schemas")
+    deps["cueball"] = stand_in("cueball")
+    overrides["fs-ext"] = stand_in("fs-ext")
 else:
     sys.exit("pkg.py: unknown role " + role)
 

@@ -34,6 +34,12 @@ rabbit() {  # rabbit start|stop: Debian's rabbitmq-server, loopback, state under
   # accepts only when its own limit is 0 too.
   printf 'listeners.tcp.1 = 127.0.0.1:%s\nchannel_max = 0\nloopback_users.guest = true\n' "$AMQP_PORT" > "$R/rabbitmq.conf"
   echo '[].' > "$R/plugins"
+  # The node's Erlang cookie, written once before anything starts: the server
+  # and rabbitmqctl each create a missing one, and the server then read a
+  # half-written one once ("Too short cookie string", the stack did not start).
+  if [ ! -s "$R/.erlang.cookie" ]; then
+    (umask 077; tr -dc A-Z < /dev/urandom | head -c 20 > "$R/.erlang.cookie")
+  fi
   (
     export HOME="$R" RABBITMQ_NODENAME="rt$RT_PORT@localhost" RABBITMQ_MNESIA_BASE="$R/mnesia" \
       RABBITMQ_LOG_BASE="$R/log" RABBITMQ_CONFIG_FILE="$R/rabbitmq.conf" RABBITMQ_ENABLED_PLUGINS_FILE="$R/plugins" \
@@ -135,7 +141,14 @@ stack_up() (  # stack_up N_SERVERS (a subshell: the first failure stops it)
   printf '{"port":%s,"bindip":"127.0.0.1","monitorPort":%s,"bunyan":{"level":"info"},"server_uuid":"rt","datacenter":"rt","standalone":{"url":"tcp://moray@127.0.0.1:%s/moray","pg":{"maxConnections":15,"maxIdleTime":120000,"connectTimeout":3000,"checkInterval":30000}}}\n' \
     "$MORAY_PORT" $((MORAY_PORT + 1)) "$PG_PORT" > "$RT_RUN/moray.json"
   (cd "$RT_SRC/moray" && bg moray "${RT_NODE[@]}" main.js -f "$RT_RUN/moray.json"); wait_port "$MORAY_PORT"
-  bg wf "${RT_NODE[@]}" "$RT_LIB/node/wfapi.js"; wait_port "$WF_PORT"
+  # node-workflow: on moray, its API and its runner as two processes (a
+  # workflow zone's two services); RT_WF_BACKEND=memory: one process
+  if [ "${RT_WF_BACKEND:-moray}" = memory ]; then
+    bg wf "${RT_NODE[@]}" "$RT_LIB/node/wfapi.js" both; wait_port "$WF_PORT"
+  else
+    bg wf "${RT_NODE[@]}" "$RT_LIB/node/wfapi.js" api; wait_port "$WF_PORT"
+    bg wf-runner "${RT_NODE[@]}" "$RT_LIB/node/wfapi.js" runner
+  fi
   bg stubs node "$RT_LIB/node/stubs.js"; wait_port "$STUB_PORT"
   assets_tree
   bg assets python3 -m http.server --bind 127.0.0.1 --directory "$RT_ROOT/assets" "$ASSETS_PORT"; wait_port "$ASSETS_PORT"

@@ -232,15 +232,24 @@ async fn get_mode() -> Response {
     json_response(STYLE, StatusCode::OK, &json!("full"))
 }
 
+/// SetMode as SAPI 2.1.3 answers it (the simulator is always in full
+/// mode): no `mode`, or an empty one, is restify's MissingParameter; a mode
+/// other than `full` is InvalidArgument (the harness's api-refusals check).
 async fn set_mode(RawQuery(rq): RawQuery) -> Response {
     let q = parse_query(rq.as_deref());
     match query_get(&q, "mode") {
         Some("full") => empty(StatusCode::NO_CONTENT),
-        other => rest_error(
+        None | Some("") => rest_error(
+            STYLE,
+            StatusCode::CONFLICT,
+            "MissingParameter",
+            "missing \"mode\" parameter".to_string(),
+        ),
+        Some(other) => rest_error(
             STYLE,
             StatusCode::CONFLICT,
             "InvalidArgument",
-            format!("invalid mode: {}", other.unwrap_or("")),
+            format!("invalid mode: {other}"),
         ),
     }
 }

@@ -1,7 +1,7 @@
 // Loaded with `node -r` into every Triton service the harness runs, so that the
 // services' own sources stay unedited. Three host seams of a SmartOS zone, mapped
 // onto this Linux machine:
-//  - tools: SmartOS-only binaries (mdata-get, zonename, uname -v) become the
+//  - tools: SmartOS-only binaries (mdata-get, mdata-delete, zonename, uname -v) become the
 //    stand-ins in ../bin (RT_BIN), whatever absolute path the service spawns;
 //  - names: an API's DNS name (e.g. cnapi.<dc>.<dns_domain>, which cn-agent
 //    builds itself) goes to the loopback port given in RT_HOSTS
@@ -16,7 +16,7 @@ var net = require('net');
 var path = require('path');
 
 var BIN = process.env.RT_BIN || path.join(__dirname, '..', 'bin');
-var TOOLS = { 'mdata-get': 1, 'zonename': 1, 'uname': 1 };
+var TOOLS = { 'mdata-get': 1, 'mdata-delete': 1, 'zonename': 1, 'uname': 1 };
 
 function tool(file) {
     if (typeof (file) !== 'string') { return file; }

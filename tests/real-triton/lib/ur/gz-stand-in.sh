@@ -12,10 +12,14 @@
 #   readopt         as real, but before each `gz install` the server's vm-agent
 #                   instance is adopted again bare in SAPI, as vm-agent's and
 #                   net-agent's postinstalls do (ur/readopt.py)
-#   reboot-mid-setup  once: `gz setup` runs the real installer and, when two
-#                   agents are in and another one's install is under way (its
-#                   journal), the server "reboots": the installer and
-#                   ur-agent are killed (SIGKILL); the mode goes back to real
+#   rooted          every `gz` command acts on a Triton global zone in a
+#                   directory ($STATE/gz, smartdc layout, rooted platform):
+#                   the images' lifecycle scripts run, SMF is a file
+#   reboot-mid-setup  once: `gz setup` runs the real installer, stopped at its
+#                   `after-adopt` test checkpoint (the first fresh install has
+#                   written its SAPI instance and not committed), and there the
+#                   server "reboots": the installer and ur-agent are killed
+#                   (SIGKILL); the mode goes back to real
 # The bootstrap packs this same file as an agentsadm image (run.sh).
 # shellcheck source=/dev/null # written by in-ns.sh
 . /opt/smartdc/.rt/env
@@ -47,23 +51,40 @@ while [ $# -gt 0 ]; do
   esac
 done
 gz=("$AGENTSADM" "${api[@]}" gz --layout mockcloud --root "$MOCKCLOUD" --server-uuid "$SERVER" "${args[@]}")
+if [ "$mode" = rooted ]; then
+  # A Triton global zone in a directory ($STATE/gz): the smartdc layout on the
+  # rooted platform, where the images' lifecycle scripts run for real and SMF
+  # is a file of its own. Made, not set up, on first use.
+  G="$STATE/gz"
+  if [ ! -f "$G/sysinfo.json" ]; then
+    mkdir -p "$G/opt/smartdc/agents/.agentsadm" "$G/var/svc"
+    echo '{"services": {}}' > "$G/var/svc/smf-state.json"
+    printf '{"UUID": "%s", "Hostname": "rooted-%s", "Boot Parameters": {"headnode": "false"}, "Setup": "false", "System Type": "SunOS"}\n' \
+      "$SERVER" "${SERVER:0:8}" > "$G/sysinfo.json"
+  fi
+  gz=("$AGENTSADM" "${api[@]}" gz --root "$G" --server-uuid "$SERVER" "${args[@]}")
+fi
 if [ "$mode" = reboot-mid-setup ] && [ "${args[0]:-}" = setup ]; then
   echo real > "$STATE/mode"
-  agents() { find "$MOCKCLOUD/servers/$SERVER/agents" -mindepth 1 -maxdepth 1 2> /dev/null | wc -l; }
-  before=$(agents)
-  "${gz[@]}" & installer=$!
-  for _ in $(seq 1 2400); do
-    # two agents in and a transaction open (its journal): the reboot lands mid-install
-    [ "$(agents)" -ge $((before + 2)) ] && [ -n "$(ls -A "$MOCKCLOUD/servers/$SERVER/.agentsadm/journal" 2> /dev/null)" ] && break
+  # The installer stops at its own test checkpoint right after the first
+  # fresh install recorded its SAPI instance and before that install commits
+  # (AGENTSADM_TEST_CRASH_AT=wait:after-adopt), so the reboot lands inside an
+  # install every time, at the point where a rollback leaves a SAPI record
+  # behind. Its stderr still reaches agentsetup.sh's log.
+  log="$STATE/reboot-setup.stderr"; : > "$log"
+  AGENTSADM_TEST_CRASH_AT=wait:after-adopt "${gz[@]}" 2> >(tee -a "$log" >&2) & installer=$!
+  for _ in $(seq 1 6000); do
+    grep -q 'checkpoint after-adopt reached' "$log" && break
     kill -0 "$installer" 2> /dev/null || break
-    sleep 0.05
+    sleep 0.1
   done
+  where=$(grep -c 'checkpoint after-adopt reached' "$log")
   # the reboot: the installer and ur-agent (the ancestor running ur-run.js) die at once
   p=$$
   while [ "$p" -gt 1 ] && ! grep -q ur-run.js "/proc/$p/cmdline" 2> /dev/null; do
     p=$(awk '{print $4}' "/proc/$p/stat")
   done
-  echo "$(date -u +%FT%T.%3NZ) reboot mid-setup: installer $installer, ur-agent $p" >> "$STATE/calls.log"
+  echo "$(date -u +%FT%T.%3NZ) reboot mid-setup: installer $installer (at after-adopt: $where), ur-agent $p" >> "$STATE/calls.log"
   kill -9 "$installer" "$p" 2> /dev/null
   exit 113
 fi

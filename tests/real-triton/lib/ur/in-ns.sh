@@ -24,10 +24,12 @@ L="$RT_UR/lib-$U"; rm -rf "$L/work"; mkdir -p "$L/upper/sdc" "$L/work"
 printf 'load_sdc_config() {\n    CONFIG_imgapi_domain=127.0.0.1:%s\n    CONFIG_datacenter_name=%s\n}\n' "$IMGAPI_PORT" "$RT_DC" > "$L/upper/sdc/config.sh"
 mount -t overlay "rt-$U" -o "lowerdir=/usr/lib,upperdir=$L/upper,workdir=$L/work" /usr/lib
 # /var is the server's own (setup state, /var/tmp, logs: what CNAPI's setup
-# and factory-reset jobs write), and /usr/sbin/zfs answers the factory reset.
+# and factory-reset jobs write), /usr/sbin/zfs answers the factory reset and
+# /usr/sbin/svcs sdcadm's health checks (ur/svcs).
 V="$RT_UR/var-$U"; rm -rf "$V/work"; mkdir -p "$V/upper" "$V/work"
 mount -t overlay "rt-var-$U" -o "lowerdir=/var,upperdir=$V/upper,workdir=$V/work" /var
 Z="$RT_UR/sbin-$U"; rm -rf "$Z/work"; mkdir -p "$Z/upper" "$Z/work"
 install -m 755 "$RT_LIB/ur/zfs" "$Z/upper/zfs"
+install -m 755 "$RT_LIB/ur/svcs" "$Z/upper/svcs"  # what sdcadm check-health asks Ur to run
 mount -t overlay "rt-sbin-$U" -o "lowerdir=/usr/sbin,upperdir=$Z/upper,workdir=$Z/work" /usr/sbin
 exec "$@"
