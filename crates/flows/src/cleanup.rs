@@ -331,26 +331,7 @@ pub fn plan_cleanup(
         }
     }
     found.sort_by(|a, b| a.service.cmp(&b.service).then_with(|| a.uuid.cmp(&b.uuid)));
-    let mut mark_copies: Vec<MarkCopy> = services
-        .iter()
-        .flat_map(|s| {
-            agentsadm_plan::marks::ledger_marks(s.params.as_ref())
-                .into_iter()
-                .filter(|m| m.server == server)
-                .map(move |m| MarkCopy {
-                    service: ComponentName::new(s.name.as_str()).unwrap_or_else(|_| {
-                        ComponentName::new(s.uuid.to_string()).expect("a UUID is a component name")
-                    }),
-                    service_uuid: s.uuid,
-                    key: if m.param == agentsadm_plan::marks::HOLD_PARAM {
-                        MarkKey::Hold
-                    } else {
-                        MarkKey::Disabled
-                    },
-                })
-        })
-        .collect();
-    mark_copies.sort_by(|a, b| a.service.cmp(&b.service).then(a.key.cmp(&b.key)));
+    let mark_copies = mark_copies(services, server);
     left_alone.sort_by(|a, b| a.component.cmp(&b.component));
 
     match (action, record) {
@@ -399,6 +380,32 @@ pub fn plan_cleanup(
         mark_copies,
         plan,
     })
+}
+
+/// The services' copies of `server`'s marks (hostile input: what does not
+/// parse is left out by [`agentsadm_plan::marks::ledger_marks`]).
+fn mark_copies(services: &[Service], server: ServerUuid) -> Vec<MarkCopy> {
+    let mut copies: Vec<MarkCopy> = services
+        .iter()
+        .flat_map(|s| {
+            agentsadm_plan::marks::ledger_marks(s.params.as_ref())
+                .into_iter()
+                .filter(|m| m.server == server)
+                .map(move |m| MarkCopy {
+                    service: ComponentName::new(s.name.as_str()).unwrap_or_else(|_| {
+                        ComponentName::new(s.uuid.to_string()).expect("a UUID is a component name")
+                    }),
+                    service_uuid: s.uuid,
+                    key: if m.param == agentsadm_plan::marks::HOLD_PARAM {
+                        MarkKey::Hold
+                    } else {
+                        MarkKey::Disabled
+                    },
+                })
+        })
+        .collect();
+    copies.sort_by(|a, b| a.service.cmp(&b.service).then(a.key.cmp(&b.key)));
+    copies
 }
 
 /// The record changes: every instance deleted, then (only once they all

@@ -222,6 +222,25 @@ fn server_lines(sp: &crate::ServerPlan, grouped: bool) -> Vec<String> {
     lines
 }
 
+/// A service's copy of a server's mark, cleared (server delete, factory
+/// reset).
+fn forget_mark_line(
+    server: Option<agentsadm_types::ids::ServerUuid>,
+    hostname: Option<&str>,
+    component: &agentsadm_types::component::ComponentName,
+    key: crate::MarkKey,
+) -> String {
+    let of = match (hostname, server) {
+        (Some(h), _) => h.to_string(),
+        (None, Some(s)) => s.to_string(),
+        (None, None) => "the server".to_string(),
+    };
+    format!(
+        "- SAPI service {component}: the copy of {of}'s params.{}",
+        key.param()
+    )
+}
+
 /// The line of one step: `+` install, `~` upgrade, `-` remove, `!`
 /// disable, `^` enable, with its transport (and the `gz disable` that
 /// follows an install of a component disabled there).
@@ -407,17 +426,7 @@ pub fn record_line(r: &RecordChange) -> String {
             server,
             hostname,
             change: IntentChange::ForgetMark { component, key, .. },
-        } => {
-            let of = match (hostname, server) {
-                (Some(h), _) => h.clone(),
-                (None, Some(s)) => s.to_string(),
-                (None, None) => "the server".to_string(),
-            };
-            format!(
-                "- SAPI service {component}: the copy of {of}'s params.{}",
-                key.param()
-            )
-        }
+        } => forget_mark_line(*server, hostname.as_deref(), component, *key),
         RecordChange::Instance {
             hostname, change, ..
         } => {
