@@ -219,7 +219,12 @@ impl SapiIntentStore {
                 component,
                 service,
                 key,
-            } => self.clear_ledger(component, *service, server, *key).await,
+            } => {
+                // Server delete and factory reset: the instance the mark
+                // was put on is gone with the server.
+                self.write_ledger(component, *service, server, *key, None)
+                    .await
+            }
             IntentChange::Mark {
                 component,
                 service,
@@ -236,13 +241,13 @@ impl SapiIntentStore {
                 // instance copy is a `check` finding).
                 match mark {
                     Some(m) => {
-                        self.write_ledger(component, *service, server, *instance, *key, Some(m))
+                        self.write_ledger(component, *service, server, *key, Some((m, *instance)))
                             .await?;
                         self.write_instance_mark(*instance, *key, Some(m)).await
                     }
                     None => {
                         self.write_instance_mark(*instance, *key, None).await?;
-                        self.write_ledger(component, *service, server, *instance, *key, None)
+                        self.write_ledger(component, *service, server, *key, None)
                             .await
                     }
                 }
@@ -272,53 +277,32 @@ impl SapiIntentStore {
             })
     }
 
-    /// Set or clear the service's copy of a per-server mark (one key: a
-    /// merge or a delete, the service's other params left as they are).
+    /// Set (with the instance it is put on) or clear the service's copy of
+    /// a per-server mark (one key: a merge or a delete, the service's
+    /// other params left as they are).
     async fn write_ledger(
         &self,
         component: &agentsadm_types::component::ComponentName,
         service: ServiceUuid,
         server: ServerUuid,
-        instance: InstanceUuid,
         key: agentsadm_plan::MarkKey,
-        mark: Option<&agentsadm_plan::Mark>,
+        mark: Option<(&agentsadm_plan::Mark, InstanceUuid)>,
     ) -> Result<(), IntentWriteError> {
         let ledger_key = agentsadm_plan::marks::ledger_key(key.param(), server);
         let value = mark
-            .map(|m| agentsadm_plan::marks::ledger_value(m, instance))
+            .map(|(m, instance)| agentsadm_plan::marks::ledger_value(m, instance))
             .unwrap_or_default();
         let mut update = Update::params(object([(ledger_key.as_str(), value)]));
         if mark.is_none() {
             update.action = Some(agentsadm_api::sapi::UpdateAction::Delete);
         }
+        let verb = if mark.is_some() { "set" } else { "delete" };
         self.sapi
             .update_service(service, &update)
             .await
             .map(|_| ())
             .map_err(|err| IntentWriteError::Api {
-                what: format!("set params.{ledger_key} on service {component}"),
-                err: Box::new(err),
-            })
-    }
-
-    /// Delete the service's copy of the server's mark (server delete and
-    /// factory reset: the instance it was put on is gone with the server).
-    async fn clear_ledger(
-        &self,
-        component: &agentsadm_types::component::ComponentName,
-        service: ServiceUuid,
-        server: ServerUuid,
-        key: agentsadm_plan::MarkKey,
-    ) -> Result<(), IntentWriteError> {
-        let ledger_key = agentsadm_plan::marks::ledger_key(key.param(), server);
-        let mut update = Update::params(object([(ledger_key.as_str(), serde_json::Value::Null)]));
-        update.action = Some(agentsadm_api::sapi::UpdateAction::Delete);
-        self.sapi
-            .update_service(service, &update)
-            .await
-            .map(|_| ())
-            .map_err(|err| IntentWriteError::Api {
-                what: format!("delete params.{ledger_key} on service {component}"),
+                what: format!("{verb} params.{ledger_key} on service {component}"),
                 err: Box::new(err),
             })
     }
