@@ -311,12 +311,19 @@ check_factory_reset() {  # SAPI agent instances gone, then CNAPI's server-factor
   echo "agentsadm exit $rc; SAPI instances left for S2: $n; job ${job[0]} ${job[1]} (${job[2]}); server rebooted: $(($(ur_boots "$S2") - b0))"
   [ "$rc" = 0 ] && [ "$n" = 0 ] && [ "${job[1]}" = succeeded ] && [ "$(ur_boots "$S2")" -gt "$b0" ]
 }
-check_server_delete() {  # the server's SAPI agent instances go, then its CNAPI record (DELETE 200)
+marks_kept_for() {  # marks_kept_for UUID: the agent services' params keys naming the server (marks' second copies)
+  json "$SAPI_URL/services?type=agent" "sum(1 for s in d for k in (s.get(\"params\") or {}) if k.endswith(\":$1\"))"
+}
+check_server_delete() {  # the server's SAPI agent instances and the services' copies of its marks go, then its CNAPI record (DELETE 200)
   load_servers
-  local rc n code from del
+  local rc n code from del kept left held
+  held=$(agents "$S3" | tr ' ' '\n' | grep -o '^vm-agent' || echo cn-agent)
+  aa hold "$held" -s "$S3" --reason real-triton "${HOLD_Y[@]}" > "$1/hold.out" 2>&1 || { echo "hold $held: exit $?"; return 1; }
+  kept=$(marks_kept_for "$S3")
   from=$(calls_mark)
   aa server delete "$S3" -y > "$1/run.out" 2>&1; rc=$?
   n=$(for a in vm-agent cn-agent; do instances "$a" "$S3"; done | paste -sd+ | bc)
+  left=$(marks_kept_for "$S3")
   del=$(tail -n +"$((from + 1))" "$RT_LOGS/cnapi-calls.jsonl" | python3 -c '
 import json, sys
 print(" ".join(str(e.get("status")) for e in map(json.loads, sys.stdin) if e["method"] == "DELETE" and e["url"].startswith("/servers/" + sys.argv[1])) or "none")' "$S3")
@@ -324,8 +331,8 @@ print(" ".join(str(e.get("status")) for e in map(json.loads, sys.stdin) if e["me
   code=$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$CNAPI_PORT/servers/$S3")
   # The mock cn-agent still heartbeats for S3, so CNAPI registers it again (as a
   # real cn-agent left running would): reported, not judged.
-  echo "agentsadm exit $rc; SAPI instances left for S3: $n; CNAPI ServerDelete answered $del; GET 5 s later: $code"
-  [ "$rc" = 0 ] && [ "$n" = 0 ] && [ "$del" = 200 ]
+  echo "agentsadm exit $rc; SAPI instances left for S3: $n; $held's hold copies on services before/after: $kept/$left; CNAPI ServerDelete answered $del; GET 5 s later: $code"
+  [ "$rc" = 0 ] && [ "$n" = 0 ] && [ "$kept" = 1 ] && [ "$left" = 0 ] && [ "$del" = 200 ]
 }
 
 # --- CN setup through CNAPI's own server-setup job (real node-workflow runner,
