@@ -48,7 +48,7 @@ fn placeholder(name: &str) -> Option<Vec<String>> {
         // files and folders
         "RT_LIB" | "RT_ROOT" | "RT_HOME" | "d" | "out" => "/tmp/rt",
         "AGENTSADM" => "agentsadm",
-        "component" | "c" => "vm-agent",
+        "component" | "c" | "held" => "vm-agent",
         "version" => "1.0.0",
         // `-y` for hold and release where the build has it (checks.sh
         // asks the binary); the line must parse without it too
