@@ -215,13 +215,13 @@ impl SapiIntentStore {
                 self.delete(*instance).await
             }
             IntentChange::DeleteInstance { instance, .. } => self.delete(*instance).await,
+            // Server delete and factory reset: the instance the mark was
+            // put on is gone with the server.
             IntentChange::ForgetMark {
                 component,
                 service,
                 key,
             } => {
-                // Server delete and factory reset: the instance the mark
-                // was put on is gone with the server.
                 self.write_ledger(component, *service, server, *key, None)
                     .await
             }
@@ -232,25 +232,37 @@ impl SapiIntentStore {
                 key,
                 mark,
             } => {
-                // Two copies: the instance's, which planners and sdcadm
-                // users read, and the service's ledger, which a bare
-                // re-adoption of the instance cannot erase. A mark is set
-                // in the ledger first and cleared there last, so that a
-                // write that fails half way leaves the mark counting (a
-                // failed release is said and can be run again; a lost
-                // instance copy is a `check` finding).
-                match mark {
-                    Some(m) => {
-                        self.write_ledger(component, *service, server, *key, Some((m, *instance)))
-                            .await?;
-                        self.write_instance_mark(*instance, *key, Some(m)).await
-                    }
-                    None => {
-                        self.write_instance_mark(*instance, *key, None).await?;
-                        self.write_ledger(component, *service, server, *key, None)
-                            .await
-                    }
-                }
+                self.write_mark(component, *service, server, *instance, *key, mark.as_ref())
+                    .await
+            }
+        }
+    }
+
+    /// Set or clear a per-server mark's two copies: the instance's, which
+    /// planners and sdcadm users read, and the service's ledger, which a
+    /// bare re-adoption of the instance cannot erase. A mark is set in the
+    /// ledger first and cleared there last, so that a write that fails half
+    /// way leaves the mark counting (a failed release is said and can be
+    /// run again; a lost instance copy is a `check` finding).
+    async fn write_mark(
+        &self,
+        component: &agentsadm_types::component::ComponentName,
+        service: ServiceUuid,
+        server: ServerUuid,
+        instance: InstanceUuid,
+        key: agentsadm_plan::MarkKey,
+        mark: Option<&agentsadm_plan::Mark>,
+    ) -> Result<(), IntentWriteError> {
+        match mark {
+            Some(m) => {
+                self.write_ledger(component, service, server, key, Some((m, instance)))
+                    .await?;
+                self.write_instance_mark(instance, key, Some(m)).await
+            }
+            None => {
+                self.write_instance_mark(instance, key, None).await?;
+                self.write_ledger(component, service, server, key, None)
+                    .await
             }
         }
     }
