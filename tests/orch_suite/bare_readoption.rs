@@ -19,22 +19,10 @@ use std::path::Path;
 use serde_json::{Map, Value};
 
 use agentsadm_api::sapi::CreateInstance;
-use agentsadm_sim::{SeedSpec, SimConfig, SimDc};
+use agentsadm_sim::SimDc;
 use agentsadm_types::ids::InstanceUuid;
 
-async fn sim() -> SimDc {
-    let dc = SimDc::start(
-        SimConfig::default()
-            .servers(2)
-            .populate(SeedSpec::with_newer()),
-    )
-    .await
-    .expect("simulator starts");
-    for cn in dc.servers() {
-        dc.gz_report(cn.uuid).await.unwrap();
-    }
-    dc
-}
+use crate::records_kept::sim;
 
 /// The instance `host` reports for `component`, and the image it runs.
 fn reported(dc: &SimDc, host: &str, component: &str) -> (InstanceUuid, String) {

@@ -21,7 +21,9 @@ async fn cli(dc: &SimDc, state: &Path, args: &[&str]) -> (i32, String, String) {
         .await
 }
 
-async fn sim() -> SimDc {
+/// Two servers with a newer image of each component, each server's
+/// report in CNAPI (also bare_readoption's datacenter).
+pub(crate) async fn sim() -> SimDc {
     let dc = SimDc::start(
         SimConfig::default()
             .servers(2)
