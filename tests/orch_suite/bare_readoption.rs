@@ -220,3 +220,82 @@ async fn a_server_delete_takes_the_services_copies_of_its_marks_with_it() {
     assert_eq!(ledger_keys_naming(&dc, &cn1).await, Vec::<String>::new());
     assert_eq!(ledger_keys_naming(&dc, &cn2).await.len(), 1);
 }
+
+/// What an agentsadm from before the ledger left: marks on the instance
+/// only (its params written whole, as that version wrote them).
+async fn mark_the_old_way(dc: &SimDc, host: &str, component: &str, reason: &str) -> InstanceUuid {
+    let (instance, image) = reported(dc, host, component);
+    let server = dc.server(host).unwrap().uuid.to_string();
+    let mark = serde_json::json!({"by": "bob", "at": "2026-11-20T10:00:00Z", "reason": reason});
+    let update = agentsadm_api::sapi::Update::params(agentsadm_api::sapi::object([
+        ("server_uuid", Value::String(server)),
+        ("image_uuid", Value::String(image)),
+        ("agentsadm_hold", mark.clone()),
+        ("agentsadm_disabled", mark),
+    ]));
+    dc.apis()
+        .sapi
+        .update_instance(instance, &update)
+        .await
+        .unwrap();
+    instance
+}
+
+/// After an upgrade of agentsadm, marks its earlier version kept once do
+/// not turn `check` red (main: exit 2, mark-kept-once, until one `check
+/// --fix`): check says they are copied by the next changing run, which
+/// copies them under the lock; then a bare re-adoption cannot lose them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn marks_an_earlier_agentsadm_kept_once_are_copied_by_the_next_changing_run() {
+    let dc = sim().await;
+    let state = tempfile::tempdir().unwrap();
+    let s = state.path();
+    mark_the_old_way(&dc, "cn0001", "vm-agent", "case 3").await;
+    let cn1 = dc.server("cn0001").unwrap().uuid.to_string();
+    assert_eq!(ledger_keys_naming(&dc, &cn1).await, Vec::<String>::new());
+
+    let out = ok(&dc, s, &["check"]).await;
+    assert!(
+        out.contains("i mark-kept-once vm-agent: the hold (by bob")
+            && out.contains("the next changing run copies it"),
+        "{out}"
+    );
+
+    // Any changing run (here of another component) makes the copies.
+    let (code, out, err) = cli(&dc, s)
+        .run(&["update", "net-agent", "--latest", "-y"])
+        .await;
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(
+        format!("{out}{err}").contains("copied 2 per-server marks kept only on SAPI instances"),
+        "{out}{err}"
+    );
+    let mut keys = ledger_keys_naming(&dc, &cn1).await;
+    keys.sort();
+    assert_eq!(
+        keys,
+        [
+            format!("vm-agent: agentsadm_disabled:{cn1}"),
+            format!("vm-agent: agentsadm_hold:{cn1}"),
+        ]
+    );
+    let out = ok(&dc, s, &["check"]).await;
+    assert!(!out.contains("mark-kept-once"), "{out}");
+
+    // Now a bare re-adoption loses nothing for good.
+    let vm = readopt_bare(&dc, "cn0001", "vm-agent").await;
+    ok(&dc, s, &["check", "--fix", "-y"]).await;
+    let p = params(&dc, vm).await;
+    let reason = |m: &str| p.get(m).and_then(|v| v.get("reason")).cloned();
+    assert_eq!(
+        reason("agentsadm_hold"),
+        Some(Value::from("case 3")),
+        "{p:?}"
+    );
+    assert_eq!(
+        reason("agentsadm_disabled"),
+        Some(Value::from("case 3")),
+        "{p:?}"
+    );
+}
+

@@ -38,6 +38,8 @@ use serde::{Deserialize, Serialize};
 use agentsadm_types::component::ComponentName;
 use agentsadm_types::ids::InstanceUuid;
 use agentsadm_types::ids::ServerUuid;
+use agentsadm_types::ids::ServiceUuid;
+use agentsadm_types::sapi::{Instance, Service};
 
 /// The params key of a hold.
 pub const HOLD_PARAM: &str = "agentsadm_hold";
@@ -115,6 +117,82 @@ pub fn ledger_marks(
             instance,
             mark,
         });
+    }
+    out
+}
+
+/// A per-server mark only its instance keeps: the ledger copy that an
+/// agentsadm from before the ledger never wrote (or a mark put on the
+/// instance by hand).
+#[derive(Clone, Debug, PartialEq)]
+pub struct MissingCopy {
+    /// The component's service, where the copy goes.
+    pub service: ServiceUuid,
+    /// The service's name, for what the run says.
+    pub service_name: String,
+    pub server: ServerUuid,
+    pub instance: InstanceUuid,
+    /// [`HOLD_PARAM`] or [`DISABLED_PARAM`].
+    pub param: &'static str,
+    pub mark: Mark,
+}
+
+impl MissingCopy {
+    /// The service params key ([`ledger_key`]).
+    pub fn key(&self) -> String {
+        ledger_key(self.param, self.server)
+    }
+
+    /// The service params value ([`ledger_value`]).
+    pub fn value(&self) -> serde_json::Value {
+        ledger_value(&self.mark, self.instance)
+    }
+}
+
+/// The ledger copies missing for the per-server marks SAPI's instances
+/// carry: what agentsadm migrates itself, under the datacenter lock, when
+/// a run moves records (the run's record move), so that an operator who
+/// upgrades agentsadm owes it nothing.
+///
+/// Only an instance that names its server (`params.server_uuid`) and is
+/// the only one of its service there is copied from: with two, which one
+/// is the server's takes the servers' reports, so `check` (which reads
+/// them) reports the mark and `check --fix` copies the one it keeps. A
+/// copy that names another instance (the server was set up again) is
+/// stale and is replaced, as `check --fix` would.
+pub fn missing_copies(services: &[Service], instances: &[Instance]) -> Vec<MissingCopy> {
+    let mut out = Vec::new();
+    for service in services.iter().filter(|s| s.is_agent()) {
+        let kept: Vec<LedgerMark> = ledger_marks(service.params.as_ref());
+        let mut by_server: BTreeMap<ServerUuid, Vec<&Instance>> = BTreeMap::new();
+        for inst in instances.iter().filter(|i| i.service_uuid == service.uuid) {
+            if let Some(server) = inst.server_uuid() {
+                by_server.entry(server).or_default().push(inst);
+            }
+        }
+        for (server, here) in by_server {
+            let [inst] = here.as_slice() else {
+                continue;
+            };
+            for param in [HOLD_PARAM, DISABLED_PARAM] {
+                let Some(mark) = Mark::from_params(inst.params.as_ref(), param) else {
+                    continue;
+                };
+                let copied = kept.iter().any(|lm| {
+                    lm.param == param && lm.server == server && lm.instance == Some(inst.uuid)
+                });
+                if !copied {
+                    out.push(MissingCopy {
+                        service: service.uuid,
+                        service_name: service.name.clone(),
+                        server,
+                        instance: inst.uuid,
+                        param,
+                        mark,
+                    });
+                }
+            }
+        }
     }
     out
 }
@@ -273,5 +351,99 @@ mod tests {
             ledger_key(DISABLED_PARAM, server),
             "agentsadm_disabled:44454c4c-4800-1034-804a-b2c04f354d31"
         );
+    }
+
+    fn service(uuid: &str, params: serde_json::Value) -> Service {
+        serde_json::from_value(json!({
+            "uuid": uuid, "name": "vm-agent", "type": "agent",
+            "application_uuid": "5ea1a5a6-7c38-4b5c-8b5f-b7f1a5d0e001",
+            "params": params,
+        }))
+        .unwrap()
+    }
+
+    fn instance(uuid: &str, service: &str, params: serde_json::Value) -> Instance {
+        serde_json::from_value(json!({
+            "uuid": uuid, "service_uuid": service, "type": "agent", "params": params,
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn the_copies_missing_are_the_marks_only_one_instance_of_its_server_keeps() {
+        let svc = "5e000000-0000-4000-8000-000000000001";
+        let (cn1, cn2, cn3) = (
+            "44454c4c-4800-1034-804a-000000000001",
+            "44454c4c-4800-1034-804a-000000000002",
+            "44454c4c-4800-1034-804a-000000000003",
+        );
+        let (i1, i2, i3a, i3b, old) = (
+            "1a000000-0000-4000-8000-000000000001",
+            "1a000000-0000-4000-8000-000000000002",
+            "1a000000-0000-4000-8000-00000000003a",
+            "1a000000-0000-4000-8000-00000000003b",
+            "1a000000-0000-4000-8000-0000000000ff",
+        );
+        let hold = json!({"by": "alice", "at": "t", "reason": "case 7"});
+        let mark = Mark::from_params(Some(&params(json!({HOLD_PARAM: hold.clone()}))), HOLD_PARAM)
+            .unwrap();
+        let cn2_uuid: ServerUuid = cn2.parse().unwrap();
+        let cn1_uuid: ServerUuid = cn1.parse().unwrap();
+        // cn1: a hold and a disable on the instance, the hold already
+        // copied; cn2: a hold whose copy names an instance of before the
+        // server was set up again; cn3: two instances (check's to judge).
+        let services = [service(
+            svc,
+            json!({
+                (ledger_key(HOLD_PARAM, cn1_uuid)): ledger_value(&mark, i1.parse().unwrap()),
+                (ledger_key(HOLD_PARAM, cn2_uuid)): ledger_value(&mark, old.parse().unwrap()),
+            }),
+        )];
+        let instances = [
+            instance(
+                i1,
+                svc,
+                json!({"server_uuid": cn1, HOLD_PARAM: hold.clone(), DISABLED_PARAM: hold.clone()}),
+            ),
+            instance(
+                i2,
+                svc,
+                json!({"server_uuid": cn2, HOLD_PARAM: hold.clone()}),
+            ),
+            instance(
+                i3a,
+                svc,
+                json!({"server_uuid": cn3, HOLD_PARAM: hold.clone()}),
+            ),
+            instance(i3b, svc, json!({"server_uuid": cn3})),
+            // Bare, and a mark on an instance that names no server.
+            instance("1a000000-0000-4000-8000-000000000004", svc, json!({})),
+            instance(
+                "1a000000-0000-4000-8000-000000000005",
+                svc,
+                json!({HOLD_PARAM: hold.clone()}),
+            ),
+        ];
+        let got: Vec<(String, InstanceUuid)> = missing_copies(&services, &instances)
+            .iter()
+            .map(|c| (c.key(), c.instance))
+            .collect();
+        assert_eq!(
+            got,
+            vec![
+                (ledger_key(DISABLED_PARAM, cn1_uuid), i1.parse().unwrap()),
+                (ledger_key(HOLD_PARAM, cn2_uuid), i2.parse().unwrap()),
+            ]
+        );
+        let c = &missing_copies(&services, &instances)[1];
+        assert_eq!(c.value(), ledger_value(&mark, i2.parse().unwrap()));
+        assert_eq!(c.service_name, "vm-agent");
+        // Once copied, nothing is missing.
+        let mut copied = services[0].params.clone().unwrap();
+        for c in missing_copies(&services, &instances) {
+            copied.insert(c.key(), c.value());
+        }
+        let services = [service(svc, serde_json::Value::Object(copied))];
+        assert_eq!(missing_copies(&services, &instances), vec![]);
     }
 }

@@ -75,6 +75,9 @@ pub enum FindingKind {
     /// A per-server mark (hold, disabled) only the instance keeps: its
     /// second copy on the service is missing (written by an agentsadm
     /// before it kept two), so a bare re-adoption would erase it.
+    /// Informational: the copy is a migration agentsadm owes itself, which
+    /// the next changing run makes under the lock (`crate::drift` says why
+    /// in [`FindingKind::is_informational`]).
     MarkKeptOnce,
 }
 
@@ -123,8 +126,20 @@ impl FindingKind {
     }
 
     /// Informational kinds never make `check` exit 2.
+    ///
+    /// A mark kept once is one of them: the mark holds (plans read it from
+    /// the instance) and nothing is wrong with the datacenter; only its
+    /// spare copy is missing, because an earlier agentsadm did not keep
+    /// one. Every run that changes anything copies such marks under the
+    /// lock before its plan is made again (the orchestrator's
+    /// `runner::ledger`), and `check --fix` copies them now. Making it
+    /// drift would turn `check` red on every datacenter with marks the
+    /// day agentsadm is upgraded, for a migration agentsadm owes itself.
     pub fn is_informational(&self) -> bool {
-        *self == FindingKind::UnmanagedComponent
+        matches!(
+            self,
+            FindingKind::UnmanagedComponent | FindingKind::MarkKeptOnce
+        )
     }
 }
 

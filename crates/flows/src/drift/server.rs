@@ -259,7 +259,7 @@ impl ComponentOnServer<'_> {
                 name,
                 Some(inst.uuid),
                 format!(
-                    "the {what} ({}) is kept only on SAPI instance {}: a bare re-adoption of it (an agent's postinstall) would erase it for good",
+                    "the {what} ({}) is kept only on SAPI instance {} (an earlier agentsadm, or a hand edit, kept no copy on the service): the next changing run copies it to the service under the lock, where a bare re-adoption (an agent's postinstall) cannot erase it",
                     mark.describe(),
                     inst.uuid
                 ),

@@ -437,10 +437,21 @@ impl Mover<'_> {
     }
 }
 
-/// Move (module docs) and say through `note` what was moved, or why not:
-/// the run goes on either way (the old shape troubles sdcadm, not
-/// agentsadm, which reads agent services of every application).
+/// The record move every run makes under the lock: move (module docs),
+/// then copy the per-server marks an earlier agentsadm kept only on
+/// instances to their services ([`crate::runner::ledger`]), and say
+/// through `note` what was done, or why not: the run goes on either way
+/// (the old shape troubles sdcadm, not agentsadm, which reads agent
+/// services of every application; a mark kept once still holds). The
+/// copies come after the move, so that they land on the services where
+/// they stay.
 pub async fn move_and_note(sapi: &SapiClient, note: impl Fn(&str)) -> Option<MoveReport> {
+    let moved = move_only(sapi, &note).await;
+    crate::runner::ledger::copy_and_note(sapi, &note).await;
+    moved
+}
+
+async fn move_only(sapi: &SapiClient, note: impl Fn(&str)) -> Option<MoveReport> {
     match move_out_of_sdc(sapi, MoveOptions::default()).await {
         Ok(r) if r.is_empty() => Some(r),
         Ok(r) => {
@@ -462,9 +473,10 @@ pub async fn move_and_note(sapi: &SapiClient, note: impl Fn(&str)) -> Option<Mov
     }
 }
 
-/// For a run with nothing to change: when records need moving (one
-/// read), move them holding the datacenter lock (and sdcadm's, on a
-/// headnode) as a changing run would. Failing to is a warning.
+/// For a run with nothing to change: when records need moving or marks
+/// need their second copy (a few reads), do it holding the datacenter
+/// lock (and sdcadm's, on a headnode) as a changing run would. Failing
+/// to is a warning.
 pub async fn move_when_idle(
     store: &dyn crate::runner::lock::LockStore,
     sapi: &SapiClient,
@@ -472,22 +484,31 @@ pub async fn move_when_idle(
     note: impl Fn(&str),
 ) {
     let chain = agentsadm_types::error::error_chain;
-    match needs_move(sapi).await {
-        Ok(left) if left.is_empty() => return,
-        Ok(_) => {}
+    let to_move = match needs_move(sapi).await {
+        Ok(left) => !left.is_empty(),
         Err(e) => {
             note(&format!(
                 "warning: cannot tell whether SAPI services need moving out of the sdc application: {}",
                 chain(&e)
             ));
-            return;
+            false
         }
+    };
+    let to_copy = match crate::runner::ledger::missing(sapi).await {
+        Ok(copies) => !copies.is_empty(),
+        Err(e) => {
+            note(&format!("warning: {}", chain(&e)));
+            false
+        }
+    };
+    if !to_move && !to_copy {
+        return;
     }
     let lost = std::sync::atomic::AtomicBool::new(false);
     let work = move_and_note(sapi, &note);
     if let Err(e) = crate::runner::lock::hold(
         store,
-        "move records out of sdc",
+        "move records of earlier agentsadm versions",
         options,
         &lost,
         &note,
@@ -496,7 +517,7 @@ pub async fn move_when_idle(
     .await
     {
         note(&format!(
-            "warning: SAPI services left in the sdc application were not moved: {}; the next changing run moves them",
+            "warning: agentsadm's records of earlier versions were not moved (services left in the sdc application, marks kept once): {}; the next changing run moves them",
             chain(&e)
         ));
     }

@@ -1,0 +1,102 @@
+//! The second copies of per-server marks that agentsadm owes itself.
+//!
+//! Since the ledger (`agentsadm_plan::marks`), every per-server hold and
+//! disabled mark is kept on the instance and on the component's service.
+//! Marks an earlier agentsadm put on instances have no service copy, so a
+//! bare re-adoption would still erase them. Copying them is a migration of
+//! agentsadm's own records, like the move out of `sdc` ([`crate::shape`]),
+//! and it is made at the same moment: by every run that moves records,
+//! under the datacenter lock, before the plan is made again. An operator
+//! who upgrades agentsadm does nothing for it; `check` meanwhile reports
+//! such a mark as informational, and `check --fix` copies it at once.
+//!
+//! Cost: two SAPI reads per run (services and instances), and one write
+//! per missing copy, once: a merge of one params key, as `hold` makes.
+
+use agentsadm_api::sapi::{Update, object};
+use agentsadm_api::{ApiError, SapiClient};
+use agentsadm_plan::marks::{MissingCopy, missing_copies};
+
+/// Why the copies were not all made. SAPI keeps those that were; the
+/// next changing run (or `check --fix`) makes the rest.
+#[derive(Debug, thiserror::Error)]
+pub enum CopyError {
+    #[error("cannot read the agent {what} from SAPI to copy per-server marks to their services")]
+    Read {
+        what: &'static str,
+        #[source]
+        err: Box<ApiError>,
+    },
+    #[error(
+        "cannot copy params.{key} of SAPI instance {instance} to service {service} ({copied} copied before it)"
+    )]
+    Write {
+        key: String,
+        instance: String,
+        service: String,
+        copied: usize,
+        #[source]
+        err: Box<ApiError>,
+    },
+}
+
+/// The copies missing now (two reads).
+pub async fn missing(sapi: &SapiClient) -> Result<Vec<MissingCopy>, CopyError> {
+    let services = sapi
+        .list_agent_services()
+        .await
+        .map_err(|err| CopyError::Read {
+            what: "services",
+            err: Box::new(err),
+        })?;
+    let instances = sapi
+        .list_agent_instances()
+        .await
+        .map_err(|err| CopyError::Read {
+            what: "instances",
+            err: Box::new(err),
+        })?;
+    Ok(missing_copies(&services, &instances))
+}
+
+/// Write each of `copies` on its service (one merge each). Returns the
+/// copies made.
+pub async fn copy(sapi: &SapiClient, copies: &[MissingCopy]) -> Result<usize, CopyError> {
+    for (done, c) in copies.iter().enumerate() {
+        let key = c.key();
+        let update = Update::params(object([(key.as_str(), c.value())]));
+        sapi.update_service(c.service, &update)
+            .await
+            .map_err(|err| CopyError::Write {
+                key: c.param.to_string(),
+                instance: c.instance.to_string(),
+                service: c.service_name.clone(),
+                copied: done,
+                err: Box::new(err),
+            })?;
+    }
+    Ok(copies.len())
+}
+
+/// Copy what is missing and say through `note` what was copied, or why
+/// not: the run goes on either way (the marks still hold from the
+/// instance; only a bare re-adoption before the copy is made would lose
+/// them).
+pub async fn copy_and_note(sapi: &SapiClient, note: impl Fn(&str)) {
+    let result = async {
+        let copies = missing(sapi).await?;
+        copy(sapi, &copies).await
+    }
+    .await;
+    match result {
+        Ok(0) => {}
+        Ok(n) => note(&format!(
+            "copied {} kept only on SAPI instances to their services, where no re-adoption erases them (marks written by an earlier agentsadm)",
+            agentsadm_types::output::plural(n, "per-server mark", "per-server marks")
+        )),
+        Err(e) => note(&format!(
+            "warning: {}; the marks still hold, and the next changing run (or check --fix) copies them",
+            agentsadm_types::error::error_chain(&e)
+        )),
+    }
+}
