@@ -1,7 +1,8 @@
 //! The command line is organised by command (issue 31), and stays so:
 //! one module per command under `crates/cli/src/commands/`, none using
 //! another (what they share lives beside that directory); the environment
-//! read only where settings are resolved (`settings.rs`, `lib.rs`); and no
+//! read only where settings are resolved (`settings.rs`, `lib.rs`), and
+//! never in the orchestrator, which they hand it to; and no
 //! blocking process, file or sleep call in a command's code (they run on
 //! the async runtime: files through `spawn_blocking` or `tokio::fs`,
 //! processes through `tokio::process`).
@@ -109,6 +110,32 @@ fn the_environment_is_read_only_where_settings_are_resolved() {
         readers.is_empty(),
         "environment read outside settings: {readers:?}"
     );
+}
+
+/// The orchestrator reads no environment (issue 31): what a run needs
+/// from outside (the history's directories, the operator, the login the
+/// lock names its owner by) the command line's settings resolve and hand
+/// in. `lock::this_owner()` read `USER`/`LOGNAME` inside the lock until
+/// this session.
+#[test]
+fn the_orchestrator_reads_no_environment() {
+    let src = root().join("crates/orchestrate/src");
+    let readers: Vec<String> = code_under(&src)
+        .into_iter()
+        .filter(|(_, code)| code.contains("env::var"))
+        .map(|(file, _)| {
+            file.strip_prefix(&src)
+                .expect("under src")
+                .display()
+                .to_string()
+        })
+        .collect();
+    assert!(
+        readers.is_empty(),
+        "environment read in the orchestrator (resolve it in crates/cli/src/settings.rs and pass it in): {readers:?}"
+    );
+    // The scanner sees the orchestrator at all.
+    assert!(code_under(&src).len() >= 20);
 }
 
 #[test]

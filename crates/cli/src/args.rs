@@ -182,6 +182,7 @@ impl RunArgs {
             ignore_holds,
             options,
             sdcadm_lock: here.sdcadm_lock(self.sdcadm_lock_wait),
+            login: here.login.clone(),
         }
     }
 }

@@ -18,7 +18,7 @@ use anyhow::Context;
 use agentsadm_api::{ApiConfig, Apis};
 use agentsadm_orchestrate::history::recorder::{MIRROR_EVERY, command_line};
 use agentsadm_orchestrate::history::{HistorySettings, HistoryStore, LocalHistory, SapiHistory};
-use agentsadm_orchestrate::lock::SdcadmLockOptions;
+use agentsadm_orchestrate::lock::{Login, SdcadmLockOptions};
 use agentsadm_types::catalog::Catalog;
 
 use crate::GlobalOpts;
@@ -59,6 +59,10 @@ pub struct Settings {
     pub log_dir: Option<PathBuf>,
     /// Who is asking: the operator behind sudo, else the login name.
     pub operator: String,
+    /// The login name this process runs as (`USER`, else `LOGNAME`, else
+    /// root), which the lock and the history name their owner by
+    /// (`user@host:pid`): the orchestrator reads no environment.
+    pub login: Login,
     /// The command line, for the history.
     argv: Vec<String>,
 }
@@ -189,6 +193,14 @@ impl Settings {
             .iter()
             .find_map(|v| var(v))
             .unwrap_or_else(|| "root".into());
+        // The process's own login, not the operator behind sudo: the
+        // lock's owner string says which process holds it, where.
+        let login = Login(
+            ["USER", "LOGNAME"]
+                .iter()
+                .find_map(|v| var(v))
+                .unwrap_or_else(|| "root".into()),
+        );
         let progress = ProgressMode::detect(
             global.json,
             global.quiet,
@@ -205,6 +217,7 @@ impl Settings {
             history_dir,
             log_dir,
             operator,
+            login,
             argv,
             global,
         }
@@ -225,6 +238,7 @@ impl Settings {
             history_dir: None,
             log_dir: None,
             operator: "root".to_string(),
+            login: Login::default(),
             argv: Vec::new(),
         }
     }

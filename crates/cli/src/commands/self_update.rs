@@ -143,6 +143,7 @@ pub async fn run(g: &Settings, a: SelfUpdateArgs) -> CmdResult {
     let run_settings = RunSettings {
         break_lock: a.break_lock,
         sdcadm_lock: g.sdcadm_lock(a.sdcadm_lock_wait),
+        login: g.login.clone(),
         ..RunSettings::default()
     };
     let catalog = g.load_catalog()?;
@@ -190,6 +191,7 @@ async fn begin_history(g: &Settings, apis: &agentsadm_api::Apis, note: &dyn Fn(&
         &empty,
         agentsadm_orchestrate::revert::SELF_UPDATE,
         None,
+        g.login.owner(),
         move |m| {
             let _ = tx.send(m.to_string());
         },

@@ -59,6 +59,9 @@ pub struct RunSettings {
     pub options: ExecOptions,
     /// On a headnode: sdcadm's lock, held with the datacenter lock.
     pub sdcadm_lock: Option<crate::runner::lock::SdcadmLockOptions>,
+    /// Who runs it, as the lock and the history name them (resolved by
+    /// the command line).
+    pub login: crate::runner::lock::Login,
 }
 
 impl crate::vocabulary::confirm::sealed::Sealed for RunSettings {}
@@ -289,6 +292,7 @@ impl<'a> Run<'a> {
             lock: LockOptions {
                 break_lock: settings.break_lock,
                 sdcadm: settings.sdcadm_lock.clone(),
+                login: settings.login.clone(),
                 ..LockOptions::default()
             },
             history: Some(HistorySettings::datacenter_only()),
@@ -356,7 +360,7 @@ impl<'a> Run<'a> {
             });
         }
         drop(unlocked);
-        let owner = lock::this_owner();
+        let owner = self.lock.login.owner();
         let dc_lock = lock::acquire(&*store, &owner, &self.operation, &self.lock).await?;
         holding::log_acquired(&owner, &self.operation, &dc_lock);
         for old in &dc_lock.broke {
@@ -504,6 +508,7 @@ impl<'a> Run<'a> {
                     plan,
                     &self.operation,
                     plan.reverts().map(|r| r.run),
+                    self.lock.login.owner(),
                     move |m| {
                         let _ = tx.send(m.to_string());
                     },

@@ -131,16 +131,18 @@ struct Timeline {
 impl Recorder {
     /// Begin the entry of a confirmed plan: settle runs that died before
     /// they ended, make room, write the first line, and send it (and any
-    /// runs SAPI missed) to SAPI. `warn` receives what could not be done.
+    /// runs SAPI missed) to SAPI. `owner` is who runs it, as the lock
+    /// names them ([`crate::lock::Login::owner`]). `warn` receives what
+    /// could not be done.
     pub async fn begin(
         settings: &HistorySettings,
         sapi: Option<SapiHistory>,
         plan: &Plan,
         operation: &str,
         reverts: Option<RunId>,
+        owner: String,
         warn: impl Fn(&str) + Send + Sync + 'static,
     ) -> Recorder {
-        let owner = crate::runner::lock::this_owner();
         let id = RunId::new_v4();
         let entry = HistoryEntry {
             id: Some(id),

@@ -29,7 +29,7 @@ pub async fn hold<T>(
     note: impl Fn(&str),
     work: impl Future<Output = T>,
 ) -> Result<T, LockError> {
-    let owner = crate::runner::lock::this_owner();
+    let owner = options.login.owner();
     let dc_lock = crate::runner::lock::acquire(store, &owner, operation, options).await?;
     log_acquired(&owner, operation, &dc_lock);
     for old in &dc_lock.broke {

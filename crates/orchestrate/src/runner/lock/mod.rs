@@ -174,6 +174,8 @@ pub struct LockOptions {
     /// On a headnode: hold sdcadm's lock too, for as long as this one
     /// ([`sdcadm`]); `None` elsewhere.
     pub sdcadm: Option<SdcadmLockOptions>,
+    /// Who takes it.
+    pub login: Login,
 }
 
 impl Default for LockOptions {
@@ -188,20 +190,37 @@ impl Default for LockOptions {
             release_attempts: 6,
             release_backoff: Duration::from_secs(1),
             sdcadm: None,
+            login: Login::default(),
         }
     }
 }
 
-/// Who we are: `user@host:pid`.
-pub fn this_owner() -> String {
-    let user = std::env::var("USER")
-        .or_else(|_| std::env::var("LOGNAME"))
-        .unwrap_or_else(|_| "root".to_string());
-    format!(
-        "{user}@{}:{}",
-        agentsadm_types::log::hostname(),
-        std::process::id()
-    )
+/// The login name this process runs as, which the lock and the history
+/// name their owner by. The command line resolves it (`USER`, else
+/// `LOGNAME`: its settings) and hands it in, because the orchestrator reads
+/// no environment (`tests/architecture`); a caller that names no one (a
+/// test, a benchmark) is `root`, as the command line is when neither
+/// variable is set.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Login(pub String);
+
+impl Default for Login {
+    fn default() -> Self {
+        Login("root".to_string())
+    }
+}
+
+impl Login {
+    /// Who we are on the lock: `user@host:pid` (the host and pid tell
+    /// whether the holder still runs: [`owner_alive`]).
+    pub fn owner(&self) -> String {
+        format!(
+            "{}@{}:{}",
+            self.0,
+            agentsadm_types::log::hostname(),
+            std::process::id()
+        )
+    }
 }
 
 /// Whether a lock owner's process exists, when it runs on this host (the
