@@ -299,3 +299,28 @@ async fn marks_an_earlier_agentsadm_kept_once_are_copied_by_the_next_changing_ru
     );
 }
 
+/// An instance that reached SAPI by `adopt` (not by a step) is in the run
+/// history too (main: it was not, so its bare re-adoption was flagged only
+/// when it carried a mark): after the adoption, a bare re-adoption is
+/// drift; before it, the same bare instance is how agents adopt
+/// themselves, and is not.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_instance_adopt_wrote_is_drift_when_re_adopted_bare() {
+    let dc = sim().await;
+    let state = tempfile::tempdir().unwrap();
+    let s = state.path();
+    let vm = readopt_bare(&dc, "cn0001", "vm-agent").await;
+    ok(&dc, s, &["check"]).await;
+
+    ok(&dc, s, &["adopt", "-y"]).await;
+    let p = params(&dc, vm).await;
+    assert!(p.contains_key("image_uuid"), "adopt completed it: {p:?}");
+    ok(&dc, s, &["check"]).await;
+
+    readopt_bare(&dc, "cn0001", "vm-agent").await;
+    let (code, out, err) = cli(&dc, s).run(&["check"]).await;
+    assert_eq!(code, 2, "{out}{err}");
+    assert!(out.contains("instance-params-erased vm-agent"), "{out}");
+    ok(&dc, s, &["check", "--fix", "-y"]).await;
+    assert!(params(&dc, vm).await.contains_key("image_uuid"));
+}

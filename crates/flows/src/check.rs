@@ -322,13 +322,28 @@ async fn written_in(
 
 /// Where agentsadm wrote instances' params, from its run history (oldest
 /// run first): a component it installed or upgraded on a server to the
-/// end (its record was written after the step), unless a later run of it
-/// removed the component there.
+/// end (its record was written after the step), or whose instance a run
+/// adopted, completed or restored (`adopt`, `check --fix`), unless a
+/// later run of it removed the component there.
 pub fn written_by_agentsadm(
     entries: &[HistoryEntry],
 ) -> BTreeMap<ServerUuid, BTreeSet<ComponentName>> {
     let mut out: BTreeMap<ServerUuid, BTreeSet<ComponentName>> = BTreeMap::new();
-    for server in entries.iter().flat_map(|e| &e.servers) {
+    for entry in entries {
+        steps_written(entry, &mut out);
+        for w in &entry.params_written {
+            if let Ok(component) = ComponentName::new(&w.component) {
+                out.entry(w.server).or_default().insert(component);
+            }
+        }
+    }
+    out.retain(|_, c| !c.is_empty());
+    out
+}
+
+/// [`written_by_agentsadm`] for one run's steps.
+fn steps_written(entry: &HistoryEntry, out: &mut BTreeMap<ServerUuid, BTreeSet<ComponentName>>) {
+    for server in &entry.servers {
         let Some(uuid) = server.server else {
             continue;
         };
@@ -349,8 +364,6 @@ pub fn written_by_agentsadm(
             }
         }
     }
-    out.retain(|_, c| !c.is_empty());
-    out
 }
 
 /// What sdcadm changed behind agentsadm, as the servers' own reports show
@@ -648,5 +661,27 @@ mod tests {
         };
         assert_eq!(names(&cn1), vec!["vm-agent".to_string()]);
         assert!(!written.contains_key(&cn2));
+
+        // An adoption (`adopt`, `check --fix`) wrote params with no step;
+        // a later removal still ends it.
+        let adopted = |server: ServerUuid, component: &str| HistoryEntry {
+            params_written: vec![agentsadm_orchestrate::history::ParamsWritten {
+                server,
+                component: component.into(),
+            }],
+            ..HistoryEntry::default()
+        };
+        let entries = [
+            adopted(cn2, "vm-agent"),
+            adopted(cn2, "net-agent"),
+            run(cn2, vec![step("net-agent", "remove", "done")]),
+        ];
+        let written = written_by_agentsadm(&entries);
+        assert_eq!(
+            written
+                .get(&cn2)
+                .map(|c| c.iter().map(|c| c.to_string()).collect::<Vec<_>>()),
+            Some(vec!["vm-agent".to_string()])
+        );
     }
 }

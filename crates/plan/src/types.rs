@@ -502,6 +502,28 @@ impl RecordChange {
         }
     }
 
+    /// The server and component whose instance this change writes
+    /// agentsadm's params on (`server_uuid`, `image_uuid`): an adoption,
+    /// a completion or a restore. What `check`'s history rule counts, with
+    /// the steps, as "agentsadm recorded more for it".
+    pub fn writes_params(&self) -> Option<(ServerUuid, &ComponentName)> {
+        match self {
+            RecordChange::AdoptInstance {
+                server, component, ..
+            } => Some((*server, component)),
+            RecordChange::Instance {
+                server: Some(server),
+                change:
+                    IntentChange::UpdateInstance { component, .. }
+                    | IntentChange::CreateInstance { component, .. }
+                    | IntentChange::AdoptInstalled { component, .. }
+                    | IntentChange::Restore { component, .. },
+                ..
+            } => Some((*server, component)),
+            _ => None,
+        }
+    }
+
     /// Whether the change writes SAPI (else CNAPI).
     pub fn is_sapi(&self) -> bool {
         !matches!(

@@ -235,6 +235,20 @@ pub struct HistoryEntry {
     /// count as changed as much as a server an install changed.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub record_servers: Vec<ServerUuid>,
+    /// Instances whose params this run wrote with no step (`adopt`, `check
+    /// --fix`'s adoptions, completions and restores): `check`'s history
+    /// rule counts them as the steps' installs, so a bare re-adoption of
+    /// one is drift as it is for an instance a step wrote. Absent from
+    /// entries of earlier versions.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub params_written: Vec<ParamsWritten>,
+}
+
+/// A server's component whose instance a run wrote agentsadm's params on.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct ParamsWritten {
+    pub server: ServerUuid,
+    pub component: String,
 }
 
 fn is_zero(n: &usize) -> bool {
@@ -444,6 +458,17 @@ pub fn finish_from_report(entry: &mut HistoryEntry, plan: &Plan, report: &ExecRe
         .filter_map(|r| r.change.server())
         .collect();
     entry.record_servers = record_servers.into_iter().collect();
+    let written: std::collections::BTreeSet<ParamsWritten> = report
+        .records
+        .iter()
+        .filter(made)
+        .filter_map(|r| r.change.writes_params())
+        .map(|(server, component)| ParamsWritten {
+            server,
+            component: component.to_string(),
+        })
+        .collect();
+    entry.params_written = written.into_iter().collect();
     entry.exit_status = Some(report.exit_status(plan));
     entry.halted = report.halted.as_ref().map(ToString::to_string);
     entry.halt_reason = report.halted.as_ref().and_then(|h| {

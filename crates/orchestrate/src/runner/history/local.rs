@@ -67,6 +67,8 @@ pub struct End {
     pub records_failed: usize,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub record_servers: Vec<agentsadm_types::ids::ServerUuid>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub params_written: Vec<super::entry::ParamsWritten>,
 }
 
 fn is_zero(n: &usize) -> bool {
@@ -97,6 +99,7 @@ impl End {
             records_made: entry.records_made,
             records_failed: entry.records_failed,
             record_servers: entry.record_servers.clone(),
+            params_written: entry.params_written.clone(),
         }
     }
 
@@ -111,6 +114,7 @@ impl End {
         entry.records_made = self.records_made;
         entry.records_failed = self.records_failed;
         entry.record_servers = self.record_servers;
+        entry.params_written = self.params_written;
         for c in &mut entry.plan.service_changes {
             c.put_back = self.put_back.contains(&c.component);
         }
