@@ -324,3 +324,41 @@ async fn an_instance_adopt_wrote_is_drift_when_re_adopted_bare() {
     ok(&dc, s, &["check", "--fix", "-y"]).await;
     assert!(params(&dc, vm).await.contains_key("image_uuid"));
 }
+
+/// An update through `agentsadm gz` (execute) of an instance that lost
+/// its marks to a bare re-adoption writes them back in the step's one
+/// write (main: server and image only; the next check --fix restored
+/// them).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_execute_update_writes_back_the_marks_the_instance_lost() {
+    let dc = sim().await;
+    let state = tempfile::tempdir().unwrap();
+    let s = state.path();
+    ok(
+        &dc,
+        s,
+        &[
+            "disable", "vm-agent", "-s", "cn0001", "--reason", "RFD 58", "-y",
+        ],
+    )
+    .await;
+    let vm = readopt_bare(&dc, "cn0001", "vm-agent").await;
+    ok(
+        &dc,
+        s,
+        &[
+            "update",
+            "vm-agent",
+            "--latest",
+            "--transport",
+            "execute",
+            "-y",
+        ],
+    )
+    .await;
+    let p = params(&dc, vm).await;
+    let reason = p.get("agentsadm_disabled").and_then(|m| m.get("reason"));
+    assert_eq!(reason, Some(&Value::from("RFD 58")), "{p:?}");
+    assert!(p.contains_key("image_uuid"), "{p:?}");
+    ok(&dc, s, &["check"]).await;
+}

@@ -483,6 +483,9 @@ fn record_fix(
                 service: *service,
                 instance: *instance,
                 image: *image,
+                // An instance whose marks were lost is an erased one,
+                // whose fix is a restore.
+                marks: Vec::new(),
             })),
         Fix::Restore { .. } | Fix::KeepMark { .. } => {
             r.updates

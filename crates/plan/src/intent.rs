@@ -352,6 +352,21 @@ impl Intent {
             .map_or(&[], Vec::as_slice)
     }
 
+    /// The marks (with their values) the ledger keeps that the instance of
+    /// `component` on `server` lost.
+    pub fn lost_mark_values(&self, server: &ServerUuid, component: &str) -> Vec<(MarkKey, Mark)> {
+        self.lost_marks(server, component)
+            .iter()
+            .filter_map(|key| {
+                let mark = match key {
+                    MarkKey::Hold => self.holds.servers.get(server)?.get(component),
+                    MarkKey::Disabled => self.disabled(server, component),
+                };
+                mark.map(|m| (*key, m.clone()))
+            })
+            .collect()
+    }
+
     /// Whether the component has a SAPI service.
     pub fn is_managed(&self, component: &str) -> bool {
         self.services.contains_key(component)

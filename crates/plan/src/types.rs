@@ -255,6 +255,11 @@ pub enum IntentChange {
         service: ServiceUuid,
         instance: InstanceUuid,
         image: ImageUuid,
+        /// The marks the instance lost to a bare re-adoption, which the
+        /// service's ledger keeps, written back in the same write (empty:
+        /// the instance's own marks stand, and a merge keeps them).
+        #[serde(skip_serializing_if = "Vec::is_empty")]
+        marks: Vec<(MarkKey, Mark)>,
     },
     /// Before the steps: create the instance the server already reports
     /// (installed but never adopted), with params.

@@ -317,6 +317,10 @@ pub(super) fn instance_target(
             service: i.service,
             instance: i.uuid,
             image: target.uuid,
+            // Whatever carries the step (cn-agent's write after it is
+            // whole already), the one write names the marks the instance
+            // lost, so that the step leaves no work to `check --fix`.
+            marks: input.intent.lost_mark_values(&server, &c.name),
         }),
         None => {
             // Installed but never adopted: adopt the UUID the server keeps.

@@ -298,14 +298,12 @@ impl FakeDc {
                 service,
                 instance,
                 image,
+                marks,
                 ..
             } => {
-                if !dc.sapi_merge_params(*instance, instance_params(server, *image)) {
-                    dc.sapi_put_instance(
-                        *instance,
-                        *service,
-                        Some(instance_params(server, *image)),
-                    );
+                let params = agentsadm_orchestrate::store::restored_params(server, *image, marks);
+                if !dc.sapi_merge_params(*instance, params.clone()) {
+                    dc.sapi_put_instance(*instance, *service, Some(params));
                 }
             }
             IntentChange::Restore {

@@ -141,9 +141,10 @@ impl SapiIntentStore {
                 service,
                 instance,
                 image,
+                marks,
                 ..
             } => {
-                self.update_or_create(*service, *instance, instance_params(server, *image))
+                self.update_or_create(*service, *instance, restored_params(server, *image, marks))
                     .await
             }
             IntentChange::Restore {

@@ -717,6 +717,8 @@ impl Executor<'_> {
                     service: *service,
                     instance: *instance,
                     image: previous,
+                    // The marks it wrote before stay (a merge).
+                    marks: Vec::new(),
                 },
                 _ => continue,
             };
