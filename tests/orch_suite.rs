@@ -12,8 +12,10 @@
 //!   and run again; the strict execute (old, current and no agentsadm);
 //! - `agree`: `list` and `check` agree after every kind of run (sim);
 //! - `bare_readoption`: an instance re-adopted bare outside any run is
-//!   drift when agentsadm had recorded more for it, its marks still count
-//!   (the service's ledger), and `check --fix` writes it back whole (sim);
+//!   drift when agentsadm had recorded more for it (a step, `adopt`), its
+//!   marks still count (the service's ledger), `check --fix` and an
+//!   execute update write it back whole, and marks an earlier agentsadm
+//!   kept once are copied by the next changing run (sim);
 //! - `list`: the rows of `agentsadm list` and its summary (pure);
 //! - `adopt_sapi`: adoption against SAPI's real re-create rules (sim);
 //! - `cnapi_real`: the transport against a CNAPI and cn-agent that behave
