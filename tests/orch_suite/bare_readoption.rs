@@ -362,3 +362,29 @@ async fn an_execute_update_writes_back_the_marks_the_instance_lost() {
     assert!(p.contains_key("image_uuid"), "{p:?}");
     ok(&dc, s, &["check"]).await;
 }
+
+/// A run with nothing to change copies them too (holding the lock, as it
+/// moves records left in `sdc`), and so does `check --fix`, whose plan
+/// made again under the lock then has nothing left to write.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idle_run_and_check_fix_copy_marks_kept_once() {
+    let dc = sim().await;
+    let state = tempfile::tempdir().unwrap();
+    let s = state.path();
+    let cn1 = dc.server("cn0001").unwrap().uuid.to_string();
+    let cn2 = dc.server("cn0002").unwrap().uuid.to_string();
+    mark_the_old_way(&dc, "cn0001", "vm-agent", "case 4").await;
+    let (code, out, err) = cli(&dc, s).run(&["adopt", "-y"]).await;
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(
+        format!("{out}{err}").contains("copied 2 per-server marks"),
+        "{out}{err}"
+    );
+    assert_eq!(ledger_keys_naming(&dc, &cn1).await.len(), 2);
+
+    mark_the_old_way(&dc, "cn0002", "net-agent", "case 5").await;
+    ok(&dc, s, &["check", "--fix", "-y"]).await;
+    assert_eq!(ledger_keys_naming(&dc, &cn2).await.len(), 2);
+    let out = ok(&dc, s, &["check"]).await;
+    assert!(!out.contains("mark-kept-once"), "{out}");
+}
