@@ -331,9 +331,11 @@ pub fn written_by_agentsadm(
     let mut out: BTreeMap<ServerUuid, BTreeSet<ComponentName>> = BTreeMap::new();
     for entry in entries {
         steps_written(entry, &mut out);
-        for w in &entry.params_written {
-            if let Ok(component) = ComponentName::new(&w.component) {
-                out.entry(w.server).or_default().insert(component);
+        for (server, components) in &entry.params_written {
+            for component in components {
+                if let Ok(component) = ComponentName::new(component) {
+                    out.entry(*server).or_default().insert(component);
+                }
             }
         }
     }
@@ -665,10 +667,7 @@ mod tests {
         // An adoption (`adopt`, `check --fix`) wrote params with no step;
         // a later removal still ends it.
         let adopted = |server: ServerUuid, component: &str| HistoryEntry {
-            params_written: vec![agentsadm_orchestrate::history::ParamsWritten {
-                server,
-                component: component.into(),
-            }],
+            params_written: [(server, vec![component.to_string()])].into(),
             ..HistoryEntry::default()
         };
         let entries = [

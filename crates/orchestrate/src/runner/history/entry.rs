@@ -6,6 +6,7 @@
 //! access can write: every field has a default, and an entry that does not
 //! parse is left out, never trusted half-way.
 
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
@@ -239,16 +240,11 @@ pub struct HistoryEntry {
     /// --fix`'s adoptions, completions and restores): `check`'s history
     /// rule counts them as the steps' installs, so a bare re-adoption of
     /// one is drift as it is for an instance a step wrote. Absent from
-    /// entries of earlier versions.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub params_written: Vec<ParamsWritten>,
-}
-
-/// A server's component whose instance a run wrote agentsadm's params on.
-#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
-pub struct ParamsWritten {
-    pub server: ServerUuid,
-    pub component: String,
+    /// entries of earlier versions. By server, its components: a map
+    /// rather than pairs, because SAPI's copy of the history is bounded
+    /// in bytes (an `adopt` of a whole datacenter names every server).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub params_written: BTreeMap<ServerUuid, Vec<String>>,
 }
 
 fn is_zero(n: &usize) -> bool {
@@ -458,17 +454,22 @@ pub fn finish_from_report(entry: &mut HistoryEntry, plan: &Plan, report: &ExecRe
         .filter_map(|r| r.change.server())
         .collect();
     entry.record_servers = record_servers.into_iter().collect();
-    let written: std::collections::BTreeSet<ParamsWritten> = report
+    let mut written: BTreeMap<ServerUuid, std::collections::BTreeSet<String>> = BTreeMap::new();
+    for (server, component) in report
         .records
         .iter()
         .filter(made)
         .filter_map(|r| r.change.writes_params())
-        .map(|(server, component)| ParamsWritten {
-            server,
-            component: component.to_string(),
-        })
+    {
+        written
+            .entry(server)
+            .or_default()
+            .insert(component.to_string());
+    }
+    entry.params_written = written
+        .into_iter()
+        .map(|(server, components)| (server, components.into_iter().collect()))
         .collect();
-    entry.params_written = written.into_iter().collect();
     entry.exit_status = Some(report.exit_status(plan));
     entry.halted = report.halted.as_ref().map(ToString::to_string);
     entry.halt_reason = report.halted.as_ref().and_then(|h| {

@@ -67,8 +67,8 @@ pub struct End {
     pub records_failed: usize,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub record_servers: Vec<agentsadm_types::ids::ServerUuid>,
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub params_written: Vec<super::entry::ParamsWritten>,
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub params_written: std::collections::BTreeMap<agentsadm_types::ids::ServerUuid, Vec<String>>,
 }
 
 fn is_zero(n: &usize) -> bool {

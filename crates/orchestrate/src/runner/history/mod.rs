@@ -22,7 +22,7 @@ pub mod recorder;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-pub use entry::{HistoryEntry, ParamsWritten, RunStatus, ServerRecord, StepRecord};
+pub use entry::{HistoryEntry, RunStatus, ServerRecord, StepRecord};
 pub use local::LocalHistory;
 pub use mirror::SapiHistory;
 pub use recorder::{HistorySettings, Recorder, RecordingTee};
