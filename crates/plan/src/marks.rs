@@ -162,7 +162,12 @@ impl MissingCopy {
 /// stale and is replaced, as `check --fix` would.
 pub fn missing_copies(services: &[Service], instances: &[Instance]) -> Vec<MissingCopy> {
     let mut out = Vec::new();
-    for service in services.iter().filter(|s| s.is_agent()) {
+    // As Intent::build reads them: the list was asked for agents, and a
+    // service whose type SAPI leaves out is taken for one.
+    for service in services
+        .iter()
+        .filter(|s| s.is_agent() || s.service_type.is_none())
+    {
         let kept: Vec<LedgerMark> = ledger_marks(service.params.as_ref());
         let mut by_server: BTreeMap<ServerUuid, Vec<&Instance>> = BTreeMap::new();
         for inst in instances.iter().filter(|i| i.service_uuid == service.uuid) {
