@@ -388,3 +388,30 @@ async fn an_idle_run_and_check_fix_copy_marks_kept_once() {
     let out = ok(&dc, s, &["check"]).await;
     assert!(!out.contains("mark-kept-once"), "{out}");
 }
+
+/// A mark on an instance whose server CNAPI no longer knows (deleted
+/// behind agentsadm) is not copied: the copy would outlive the orphan
+/// instance, which `check --fix` deletes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_mark_of_a_server_cnapi_no_longer_knows_is_not_copied() {
+    let dc = sim().await;
+    let state = tempfile::tempdir().unwrap();
+    let s = state.path();
+    let instance = mark_the_old_way(&dc, "cn0001", "vm-agent", "case 6").await;
+    let gone = "930896af-bf8c-48d4-885c-6573a94b1853";
+    let update = agentsadm_api::sapi::Update::params(agentsadm_api::sapi::object([(
+        "server_uuid",
+        Value::from(gone),
+    )]));
+    dc.apis()
+        .sapi
+        .update_instance(instance, &update)
+        .await
+        .unwrap();
+    mark_the_old_way(&dc, "cn0002", "net-agent", "case 6").await;
+    let cn2 = dc.server("cn0002").unwrap().uuid.to_string();
+    let (code, out, err) = cli(&dc, s).run(&["adopt", "-y"]).await;
+    assert_eq!(code, 0, "{out}{err}");
+    assert_eq!(ledger_keys_naming(&dc, gone).await, Vec::<String>::new());
+    assert_eq!(ledger_keys_naming(&dc, &cn2).await.len(), 2);
+}

@@ -114,7 +114,7 @@ pub async fn run(g: &Settings, a: SelfUpdateArgs) -> CmdResult {
     // service self-update sets is the moved one.
     let lost = std::sync::atomic::AtomicBool::new(false);
     let work = async {
-        agentsadm_orchestrate::shape::move_and_note(&apis.sapi, note).await;
+        agentsadm_orchestrate::shape::move_and_note(&apis.sapi, Some(&apis.cnapi), note).await;
         // A history entry like every changing run's ('agentsadm history';
         // 'revert' names what undoes it); a killed run's is ended as
         // interrupted by the next run.

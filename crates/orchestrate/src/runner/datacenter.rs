@@ -90,6 +90,14 @@ pub trait Datacenter: Sync {
     /// where the run's [`crate::history::HistorySettings`] say.
     fn sapi(&self) -> Option<&SapiClient>;
 
+    /// The CNAPI of a real datacenter, for what the record move asks it:
+    /// whether the servers that marks kept once name still exist
+    /// ([`crate::runner::ledger`]). `None`: no CNAPI (a fake datacenter,
+    /// headnode setup before CNAPI exists).
+    fn cnapi(&self) -> Option<&CnapiClient> {
+        None
+    }
+
     /// Import `images` into the datacenter's IMGAPI (those with a source).
     fn import<'a>(&'a self, images: &'a [ImageRef]) -> BoxFuture<'a, Result<(), DatacenterError>>;
 
@@ -109,6 +117,10 @@ impl<T: Datacenter + ?Sized> Datacenter for &T {
 
     fn sapi(&self) -> Option<&SapiClient> {
         (**self).sapi()
+    }
+
+    fn cnapi(&self) -> Option<&CnapiClient> {
+        (**self).cnapi()
     }
 
     fn import<'a>(&'a self, images: &'a [ImageRef]) -> BoxFuture<'a, Result<(), DatacenterError>> {
@@ -165,6 +177,10 @@ impl Datacenter for ApiDatacenter<'_> {
 
     fn sapi(&self) -> Option<&SapiClient> {
         Some(self.sapi)
+    }
+
+    fn cnapi(&self) -> Option<&CnapiClient> {
+        self.cnapi
     }
 
     fn import<'a>(&'a self, images: &'a [ImageRef]) -> BoxFuture<'a, Result<(), DatacenterError>> {

@@ -10,11 +10,20 @@
 //! who upgrades agentsadm does nothing for it; `check` meanwhile reports
 //! such a mark as informational, and `check --fix` copies it at once.
 //!
-//! Cost: two SAPI reads per run (services and instances), and one write
-//! per missing copy, once: a merge of one params key, as `hold` makes.
+//! Only marks of servers CNAPI still knows are copied: a copy for a
+//! server deleted behind agentsadm would stay on the service for good
+//! (nothing clears it but `server delete` of that server), while its
+//! orphan instance is `check --fix`'s to delete.
+//!
+//! Cost: two SAPI reads per run (services and instances); when copies are
+//! missing, one CNAPI read of their servers and one write per copy, once:
+//! a merge of one params key, as `hold` makes.
 
+use std::collections::BTreeSet;
+
+use agentsadm_api::cnapi::ServerListFilter;
 use agentsadm_api::sapi::{Update, object};
-use agentsadm_api::{ApiError, SapiClient};
+use agentsadm_api::{ApiError, CnapiClient, SapiClient};
 use agentsadm_plan::marks::{MissingCopy, missing_copies};
 
 /// Why the copies were not all made. SAPI keeps those that were; the
@@ -24,6 +33,11 @@ pub enum CopyError {
     #[error("cannot read the agent {what} from SAPI to copy per-server marks to their services")]
     Read {
         what: &'static str,
+        #[source]
+        err: Box<ApiError>,
+    },
+    #[error("cannot read from CNAPI the servers that per-server marks kept once name")]
+    Servers {
         #[source]
         err: Box<ApiError>,
     },
@@ -78,13 +92,42 @@ pub async fn copy(sapi: &SapiClient, copies: &[MissingCopy]) -> Result<usize, Co
     Ok(copies.len())
 }
 
+/// Of `copies`, those whose server CNAPI knows (one read, of their
+/// servers only).
+pub async fn of_known_servers(
+    cnapi: &CnapiClient,
+    mut copies: Vec<MissingCopy>,
+) -> Result<Vec<MissingCopy>, CopyError> {
+    if copies.is_empty() {
+        return Ok(copies);
+    }
+    let asked: BTreeSet<_> = copies.iter().map(|c| c.server).collect();
+    let filter = ServerListFilter {
+        uuids: asked.into_iter().collect(),
+        ..ServerListFilter::default()
+    };
+    let known: BTreeSet<_> = cnapi
+        .list_servers(&filter)
+        .await
+        .map_err(|err| CopyError::Servers { err: Box::new(err) })?
+        .into_iter()
+        .map(|s| s.uuid)
+        .collect();
+    copies.retain(|c| known.contains(&c.server));
+    Ok(copies)
+}
+
 /// Copy what is missing and say through `note` what was copied, or why
 /// not: the run goes on either way (the marks still hold from the
 /// instance; only a bare re-adoption before the copy is made would lose
-/// them).
-pub async fn copy_and_note(sapi: &SapiClient, note: impl Fn(&str)) {
+/// them). Without CNAPI (headnode setup, before any mark can exist)
+/// nothing is copied.
+pub async fn copy_and_note(sapi: &SapiClient, cnapi: Option<&CnapiClient>, note: impl Fn(&str)) {
+    let Some(cnapi) = cnapi else {
+        return;
+    };
     let result = async {
-        let copies = missing(sapi).await?;
+        let copies = of_known_servers(cnapi, missing(sapi).await?).await?;
         copy(sapi, &copies).await
     }
     .await;

@@ -340,7 +340,8 @@ impl<'a> Run<'a> {
             // Nothing to change, but records of earlier versions still
             // move out of `sdc` (under the locks) on this run.
             if let Some(sapi) = self.datacenter.sapi() {
-                crate::runner::shape::move_when_idle(&*store, sapi, &self.lock, |m| {
+                let cnapi = self.datacenter.cnapi();
+                crate::runner::shape::move_when_idle(&*store, sapi, cnapi, &self.lock, |m| {
                     operator.note(m)
                 })
                 .await;
@@ -372,7 +373,8 @@ impl<'a> Run<'a> {
         // Records of earlier versions move out of `sdc` before the plan
         // is made again under the lock (issue 29).
         if let Some(sapi) = self.datacenter.sapi() {
-            crate::runner::shape::move_and_note(sapi, |m| operator.note(m)).await;
+            let cnapi = self.datacenter.cnapi();
+            crate::runner::shape::move_and_note(sapi, cnapi, |m| operator.note(m)).await;
         }
         let fence = LockFence::new(&dc_lock);
         let work = self.locked(planner, operator, &fence, cancel);

@@ -445,9 +445,13 @@ impl Mover<'_> {
 /// services of every application; a mark kept once still holds). The
 /// copies come after the move, so that they land on the services where
 /// they stay.
-pub async fn move_and_note(sapi: &SapiClient, note: impl Fn(&str)) -> Option<MoveReport> {
+pub async fn move_and_note(
+    sapi: &SapiClient,
+    cnapi: Option<&agentsadm_api::CnapiClient>,
+    note: impl Fn(&str),
+) -> Option<MoveReport> {
     let moved = move_only(sapi, &note).await;
-    crate::runner::ledger::copy_and_note(sapi, &note).await;
+    crate::runner::ledger::copy_and_note(sapi, cnapi, &note).await;
     moved
 }
 
@@ -480,6 +484,7 @@ async fn move_only(sapi: &SapiClient, note: impl Fn(&str)) -> Option<MoveReport>
 pub async fn move_when_idle(
     store: &dyn crate::runner::lock::LockStore,
     sapi: &SapiClient,
+    cnapi: Option<&agentsadm_api::CnapiClient>,
     options: &crate::runner::lock::LockOptions,
     note: impl Fn(&str),
 ) {
@@ -494,18 +499,26 @@ pub async fn move_when_idle(
             false
         }
     };
-    let to_copy = match crate::runner::ledger::missing(sapi).await {
-        Ok(copies) => !copies.is_empty(),
-        Err(e) => {
-            note(&format!("warning: {}", chain(&e)));
-            false
+    // Marks of servers CNAPI no longer knows are never copied: they take
+    // no lock either.
+    let to_copy = match cnapi {
+        None => Ok(false),
+        Some(cnapi) => async {
+            let copies = crate::runner::ledger::missing(sapi).await?;
+            crate::runner::ledger::of_known_servers(cnapi, copies).await
         }
+        .await
+        .map(|copies| !copies.is_empty()),
     };
+    let to_copy = to_copy.unwrap_or_else(|e| {
+        note(&format!("warning: {}", chain(&e)));
+        false
+    });
     if !to_move && !to_copy {
         return;
     }
     let lost = std::sync::atomic::AtomicBool::new(false);
-    let work = move_and_note(sapi, &note);
+    let work = move_and_note(sapi, cnapi, &note);
     if let Err(e) = crate::runner::lock::hold(
         store,
         "move records of earlier agentsadm versions",
