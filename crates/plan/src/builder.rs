@@ -214,6 +214,7 @@ impl<'c> PlanBuilder<'c> {
                 rack: state.rack.clone(),
                 steps: Vec::new(),
                 intent: Vec::new(),
+                execute_together: false,
             })
     }
 
@@ -840,6 +841,71 @@ mod tests {
             line(&serial),
             "  expected finish: about 1m39s after the start (from the recorded installs of all 3 servers; longest expected first)"
         );
+    }
+
+    /// A headnode updating sdcadm, dockerlogger and gz-tools through
+    /// execute, each recorded at 11 s (its installer gate inside). An
+    /// agentsadm that parses `--expect` (0.3.0) gets them in one `gz
+    /// install`: one group, and about 11 s expected. A 0.2.0 copy gets one
+    /// execute each, which queue on the server's lock: 33 s, where the
+    /// plan used to claim they overlap.
+    #[test]
+    fn execute_steps_share_one_gz_install_where_the_copy_parses_it() {
+        let catalog = Catalog::builtin();
+        let components = ["dockerlogger", "gz-tools", "sdcadm"];
+        let plan = |agentsadm: &str| {
+            let mut agents: Vec<serde_json::Value> = components
+                .iter()
+                .enumerate()
+                .map(|(i, c)| {
+                    json!({"name": c, "version": "1.0.0",
+                           "image_uuid": ImageUuid::from_u128(100 + i as u128)})
+                })
+                .collect();
+            agents.push(json!({"name": "agentsadm", "version": agentsadm}));
+            let server: Server = serde_json::from_value(json!({
+                "uuid": "5e000000-0000-4000-8000-000000000000",
+                "hostname": "headnode", "headnode": true,
+                "setup": true, "status": "running", "agents": agents
+            }))
+            .unwrap();
+            let r = Reality::from_servers(&catalog, &[server]);
+            let s = r.servers.values().next().unwrap();
+            let samples = components.iter().map(|c| crate::timing::Sample {
+                server: s.uuid,
+                component: (*c).into(),
+                elapsed: std::time::Duration::from_secs(11),
+                outcome: crate::timing::SampleOutcome::Completed,
+            });
+            let durations = Durations::from_samples(samples);
+            let mut b = PlanBuilder::new(Operation::Update, &catalog, Intent::none());
+            for c in components {
+                let action = upgrade(&s.components[c]);
+                b.step(
+                    s,
+                    true,
+                    catalog.get(c).unwrap(),
+                    action,
+                    TransportKind::Execute,
+                );
+            }
+            b.durations(Some(&durations));
+            b.finish(&RolloutPolicy::default())
+        };
+        let finish = |p: &Plan| p.rollout().expected_finish.map(|d| d.as_secs());
+        let new = plan("0.3.0");
+        let sp = new.servers().values().next().unwrap();
+        assert!(
+            sp.steps.iter().all(|st| st.gate == Gate::Installer),
+            "{new}"
+        );
+        assert_eq!(sp.execute_groups(), [vec![0, 1, 2]], "{new}");
+        assert_eq!(finish(&new), Some(11));
+        let old = plan("0.2.0");
+        let sp = old.servers().values().next().unwrap();
+        assert!(sp.execute_groups().is_empty(), "{old}");
+        assert_eq!(sp.steps.len(), 3, "no agentsadm step just to share: {old}");
+        assert_eq!(finish(&old), Some(33));
     }
 
     fn history(secs: &[(usize, u64)]) -> Durations {

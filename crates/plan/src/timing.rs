@@ -27,6 +27,7 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+use crate::request::TransportKind;
 use crate::types::{Gate, ServerPlan};
 use agentsadm_types::catalog::OrderClass;
 use agentsadm_types::ids::ServerUuid;
@@ -212,14 +213,18 @@ impl Durations {
     }
 
     /// How long a server's steps should take: its batches one after the
-    /// other, each as long as its longest install (the parallel-safe
-    /// components of a batch run at once), and the `gz health` gates
-    /// overlapping the installs after them, as the executor runs them: a
-    /// batch starts once the one before it installed, except after a
-    /// core-first component, whose gate is waited for. A step's install
-    /// is its recorded time less its gate's ([`Durations::with_gates`];
-    /// without gate times, each step's whole time, one batch after the
-    /// other). `None` without an estimate for any step; steps without one
+    /// other, and the `gz health` gates overlapping the installs after
+    /// them, as the executor runs them: a batch starts once the one before
+    /// it installed, except after a core-first component, whose gate is
+    /// waited for. Within a batch the cn-agent tasks run at once (as long
+    /// as the longest), then the steps through `agentsadm gz`: those that
+    /// share one `gz install` ([`ServerPlan::execute_groups`]) as long as
+    /// the longest of them (the installer runs them at once, their gates
+    /// overlapping), each other one after the other (each run holds the
+    /// server's lock, its gate inside it). A step's install is its
+    /// recorded time less its `gz health` gate's
+    /// ([`Durations::with_gates`]; without gate times, each step's whole
+    /// time). `None` without an estimate for any step; steps without one
     /// count as the batch's others. The flag says whether every step's
     /// estimate is the server's own.
     pub fn server_expected(
@@ -232,27 +237,40 @@ impl Durations {
         let (mut installed, mut end) = (Duration::ZERO, Duration::ZERO);
         let mut any = false;
         let mut all_own = true;
+        let together: Vec<usize> = plan.execute_groups().into_iter().flatten().collect();
+        let mut at = 0;
         for batch in plan.batches() {
-            let mut parts = Vec::new();
-            for step in batch {
+            // The longest cn-agent task, the execute steps one after the
+            // other, the longest of those sharing one execute.
+            let (mut tasks, mut alone, mut shared) =
+                (Duration::ZERO, Duration::ZERO, Duration::ZERO);
+            let mut gates = Vec::new();
+            for (k, step) in batch.iter().enumerate() {
                 let gate = match step.gate {
                     Gate::GzHealth => self.gates.get(step.component.as_str()).copied(),
                     _ => None,
                 };
-                match self.expected(server, &step.component) {
-                    Some(e) => {
-                        any = true;
-                        all_own &= e.source == Source::Own;
-                        let gate = gate.unwrap_or_default().min(e.duration);
-                        parts.push((e.duration - gate, gate));
-                    }
-                    None => all_own = false,
+                let Some(e) = self.expected(server, &step.component) else {
+                    all_own = false;
+                    continue;
+                };
+                any = true;
+                all_own &= e.source == Source::Own;
+                let gate = gate.unwrap_or_default().min(e.duration);
+                let install = e.duration - gate;
+                gates.push(gate);
+                if together.contains(&(at + k)) {
+                    shared = shared.max(install);
+                } else if batch.len() > 1 && step.transport != TransportKind::InstallAgent {
+                    alone += install;
+                } else {
+                    tasks = tasks.max(install);
                 }
             }
-            let longest = parts.iter().map(|p| p.0).max().unwrap_or_default();
-            installed += longest;
-            for (_, gate) in &parts {
-                end = end.max(installed + *gate);
+            at += batch.len();
+            installed += tasks + shared + alone;
+            for gate in gates {
+                end = end.max(installed + gate);
             }
             if batch.iter().any(|st| st.order == OrderClass::CoreFirst) {
                 installed = installed.max(end);
