@@ -290,6 +290,7 @@ fn median(v: &[Duration]) -> Duration {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use agentsadm_types::ids::ImageUuid;
 
     fn s(server: u128, component: &str, secs: u64) -> Sample {
         Sample {
@@ -372,6 +373,89 @@ mod tests {
         );
         assert_eq!(e(1, "cn-agent"), None);
         assert!(Durations::default().is_empty());
+    }
+
+    /// An upgrade of what `installed` names to a 2.0.0 image.
+    fn upgrade(installed: &crate::reality::Installed) -> crate::Action {
+        crate::Action::Upgrade {
+            from: installed.into(),
+            to: crate::ImageRef {
+                uuid: ImageUuid::from_u128(7),
+                name: "x".into(),
+                version: "2.0.0".into(),
+                import_from: None,
+            },
+        }
+    }
+
+    /// A headnode updating sdcadm, dockerlogger and gz-tools through
+    /// execute, each recorded at 11 s (its installer gate inside). An
+    /// agentsadm that parses `--expect` (0.3.0) gets them in one `gz
+    /// install`: one group, and about 11 s expected. A 0.2.0 copy gets one
+    /// execute each, which queue on the server's lock: 33 s, where the
+    /// plan used to claim they overlap.
+    #[test]
+    fn execute_steps_share_one_gz_install_where_the_copy_parses_it() {
+        let catalog = agentsadm_types::catalog::Catalog::builtin();
+        let components = ["dockerlogger", "gz-tools", "sdcadm"];
+        let plan = |agentsadm: &str| {
+            let mut agents: Vec<serde_json::Value> = components
+                .iter()
+                .enumerate()
+                .map(|(i, c)| {
+                    serde_json::json!({"name": c, "version": "1.0.0",
+                           "image_uuid": ImageUuid::from_u128(100 + i as u128)})
+                })
+                .collect();
+            agents.push(serde_json::json!({"name": "agentsadm", "version": agentsadm}));
+            let server: agentsadm_types::cnapi::Server =
+                serde_json::from_value(serde_json::json!({
+                    "uuid": "5e000000-0000-4000-8000-000000000000",
+                    "hostname": "headnode", "headnode": true,
+                    "setup": true, "status": "running", "agents": agents
+                }))
+                .unwrap();
+            let r = crate::reality::Reality::from_servers(&catalog, &[server]);
+            let s = r.servers.values().next().unwrap();
+            let samples = components.iter().map(|c| Sample {
+                server: s.uuid,
+                component: (*c).into(),
+                elapsed: std::time::Duration::from_secs(11),
+                outcome: SampleOutcome::Completed,
+            });
+            let durations = Durations::from_samples(samples);
+            let mut b = crate::PlanBuilder::new(
+                crate::Operation::Update,
+                &catalog,
+                crate::intent::Intent::none(),
+            );
+            for c in components {
+                let action = upgrade(&s.components[c]);
+                b.step(
+                    s,
+                    true,
+                    catalog.get(c).unwrap(),
+                    action,
+                    crate::TransportKind::Execute,
+                );
+            }
+            b.durations(Some(&durations));
+            b.finish(&crate::RolloutPolicy::default())
+        };
+        let finish = |p: &crate::Plan| p.rollout().expected_finish.map(|d| d.as_secs());
+        let new = plan("0.3.0");
+        let sp = new.servers().values().next().unwrap();
+        assert!(
+            sp.steps.iter().all(|st| st.gate == Gate::Installer),
+            "{new}"
+        );
+        assert_eq!(sp.execute_groups(), [vec![0, 1, 2]], "{new}");
+        assert_eq!(finish(&new), Some(11));
+        let old = plan("0.2.0");
+        let sp = old.servers().values().next().unwrap();
+        assert!(sp.execute_groups().is_empty(), "{old}");
+        assert_eq!(sp.steps.len(), 3, "no agentsadm step just to share: {old}");
+        assert_eq!(finish(&old), Some(33));
     }
 
     #[test]
