@@ -168,3 +168,120 @@ impl CnapiTransport {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use agentsadm_api::ApiConfig;
+    use agentsadm_api::cnapi::CnapiClient;
+    use agentsadm_api::remote::{ComponentAction, ComponentResult, FailureStep, GzResult};
+    use agentsadm_plan::{Action, Gate, TransportKind};
+    use agentsadm_types::catalog::{Catalog, OrderClass};
+    use agentsadm_types::component::ComponentName;
+    use agentsadm_types::ids::InstanceUuid;
+
+    fn step(component: &'static str) -> Step {
+        Step {
+            component: ComponentName::from_static(component),
+            order: OrderClass::ParallelSafe,
+            action: Action::Enable,
+            transport: TransportKind::Execute,
+            gate: Gate::Installer,
+            keep_off: None,
+            needs_agentsadm: None,
+            needed_by: Vec::new(),
+            record: None,
+        }
+    }
+
+    fn answer(result: &GzResult, exit_status: i32) -> ExecuteAnswer {
+        ExecuteAnswer {
+            exit_status,
+            stdout: serde_json::to_string(result).unwrap(),
+            ..ExecuteAnswer::default()
+        }
+    }
+
+    fn failure(component: Option<&'static str>, step: FailureStep, message: &str) -> GzFailure {
+        GzFailure {
+            component: component.map(ComponentName::from_static),
+            step,
+            message: message.into(),
+        }
+    }
+
+    /// One run of sdcadm, dockerlogger, gz-tools and cmon-agent: sdcadm
+    /// completed, dockerlogger's gate failed (the run's error), gz-tools
+    /// failed too (a warning), cmon-agent is not listed at all. Each
+    /// member gets its own outcome; a failure of the whole run before any
+    /// component is every member's.
+    #[test]
+    fn each_member_reads_its_own_outcome_from_the_one_result() {
+        let t = CnapiTransport::new(
+            CnapiClient::new("http://127.0.0.1:1", ApiConfig::default()).unwrap(),
+            Catalog::builtin(),
+            Default::default(),
+        );
+        let instance = InstanceUuid::from_u128(9);
+        let gz_tools = failure(Some("gz-tools"), FailureStep::Swap, "disk full");
+        let result = GzResult {
+            server_uuid: ServerUuid::from_u128(1),
+            components: vec![ComponentResult {
+                name: ComponentName::from_static("sdcadm"),
+                action: ComponentAction::Upgraded,
+                from_image: None,
+                image_uuid: None,
+                version: None,
+                instance_uuid: Some(instance),
+                elapsed_ms: 1,
+            }],
+            error: Some(failure(
+                Some("dockerlogger"),
+                FailureStep::Unhealthy,
+                "svc:/smartdc/dockerlogger:default is maintenance; rolled back",
+            )),
+            warnings: vec!["a note".into(), gz_tools.also_failed()],
+        };
+        let a = answer(&result, 1);
+        let out = |c| t.member_outcome(&step(c), &a);
+        assert_eq!(out("sdcadm").unwrap().instance, Some(instance));
+        let docker = out("dockerlogger").unwrap_err();
+        assert!(docker.is_unhealthy(), "{docker:?}");
+        let tools = out("gz-tools").unwrap_err();
+        assert_eq!(
+            tools.stage,
+            FailureStage::GzStep {
+                step: FailureStep::Swap
+            }
+        );
+        assert_eq!(tools.message, "disk full");
+        let cmon = out("cmon-agent").unwrap_err();
+        assert_eq!(cmon.stage, FailureStage::Gz);
+        assert!(
+            cmon.message.contains("stopped at dockerlogger"),
+            "{}",
+            cmon.message
+        );
+
+        let whole = GzResult {
+            components: Vec::new(),
+            error: Some(failure(
+                None,
+                FailureStep::Lock,
+                "another run holds the lock",
+            )),
+            warnings: Vec::new(),
+            ..result
+        };
+        let a = answer(&whole, 1);
+        for c in ["sdcadm", "dockerlogger"] {
+            let f = t.member_outcome(&step(c), &a).unwrap_err();
+            assert_eq!(
+                f.stage,
+                FailureStage::GzStep {
+                    step: FailureStep::Lock
+                }
+            );
+        }
+    }
+}
