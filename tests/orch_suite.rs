@@ -29,6 +29,8 @@
 //!   run (`check --fix`, `adopt`, `server delete`); a held lock first;
 //! - `gates`: health gates that overlap the next installs on a server,
 //!   and what a failing one stops and reverts (fake, paused clock);
+//! - `gz_together`: one server's execute-carried installs in one `gz
+//!   install`, their installer gates overlapping (fake, paused clock);
 //! - `history`: every run recorded (journal and SAPI), seen from another
 //!   session, a run killed mid-rollout, plans scheduled from history;
 //! - `readme_tasks`: every command of the README's operator tasks, as
@@ -92,6 +94,8 @@ mod fence;
 mod flows_common;
 #[path = "orch_suite/gates.rs"]
 mod gates;
+#[path = "orch_suite/gz_together.rs"]
+mod gz_together;
 #[path = "orch_suite/halt.rs"]
 mod halt;
 #[path = "orch_suite/history.rs"]

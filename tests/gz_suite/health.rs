@@ -175,6 +175,105 @@ async fn expect_current_refuses_a_server_that_changed_since_the_plan() {
     assert_eq!(r.components[0].action, ComponentAction::Upgraded);
 }
 
+/// `--expect NAME=IMAGE|none` (issue 35: one server's components in one
+/// run, each with the image its plan saw): each component is held to its
+/// own; one that changed since the plan is refused and the others go on;
+/// an expectation for a component the run does not install, or one that
+/// does not parse, changes nothing.
+#[tokio::test]
+async fn expect_per_component_holds_each_to_its_own_plan() {
+    let srv = TestServer::new(false);
+    let dir = tempfile::tempdir().unwrap();
+    let net1 = image("net-agent", "1.0.0");
+    let net2 = image("net-agent", "1.1.0");
+    let vm1 = image("vm-agent", "1.0.0");
+    let (fn1, fn2, fv1) = (
+        write_image(&net1, dir.path()),
+        write_image(&net2, dir.path()),
+        write_image(&vm1, dir.path()),
+    );
+    ok(&srv.gz_offline(&["install", arg(&fn1)]).await);
+    let at_net1 = snapshot(srv.root());
+    let net1_uuid = net1.manifest.uuid.to_string();
+    let expect = |name: &str, image: &str| format!("{name}={image}");
+    // Bad input: no change.
+    for bad in [
+        vec!["--expect", "vm-agent"],
+        vec!["--expect", "vm-agent=latest"],
+        vec!["--expect", "../x=none"],
+    ] {
+        let mut argv = vec!["install", arg(&fn2), arg(&fv1)];
+        argv.extend(bad.iter().copied());
+        let out = srv.gz_offline(&argv).await;
+        assert_ne!(out.exit_status, 0, "{bad:?}: {}", out.stderr);
+        assert!(out.stderr.contains("NAME=IMAGE_UUID"), "{}", out.stderr);
+        assert_same(&at_net1, &snapshot(srv.root()), "after bad input");
+    }
+    // An expectation for a component not in the run: refused, no change.
+    let out = srv
+        .gz_offline(&[
+            "install",
+            arg(&fn2),
+            "--expect",
+            &expect("cmon-agent", "none"),
+        ])
+        .await;
+    let err = result(&out).error.expect("refused");
+    assert_eq!(err.step, FailureStep::Resolve);
+    assert!(
+        err.message.contains("--expect names cmon-agent"),
+        "{}",
+        err.message
+    );
+    assert_same(&at_net1, &snapshot(srv.root()), "after the refusal");
+    // net-agent changed since the plan (it saw nothing there): net-agent
+    // refused and left as it was, vm-agent (as planned) installed.
+    let out = srv
+        .gz_offline(&[
+            "install",
+            arg(&fn2),
+            arg(&fv1),
+            "--expect",
+            &expect("net-agent", "none"),
+            "--expect",
+            &expect("vm-agent", "none"),
+        ])
+        .await;
+    let r = result(&out);
+    let err = r.error.clone().expect("net-agent refused");
+    assert_eq!(err.step, FailureStep::ExpectCurrent);
+    assert_eq!(err.component.as_deref(), Some("net-agent"));
+    let done: Vec<&str> = r.components.iter().map(|c| c.name.as_str()).collect();
+    assert_eq!(done, ["vm-agent"]);
+    let removed = srv.gz_offline(&["remove", "vm-agent"]).await;
+    ok(&removed);
+    // Each as its plan saw it: both change, in one run.
+    let r = ok(&srv
+        .gz_offline(&[
+            "install",
+            arg(&fn2),
+            arg(&fv1),
+            "--expect",
+            &expect("net-agent", &net1_uuid),
+            "--expect",
+            &expect("vm-agent", "none"),
+        ])
+        .await);
+    let mut done: Vec<(&str, ComponentAction)> = r
+        .components
+        .iter()
+        .map(|c| (c.name.as_str(), c.action))
+        .collect();
+    done.sort_by_key(|d| d.0);
+    assert_eq!(
+        done,
+        [
+            ("net-agent", ComponentAction::Upgraded),
+            ("vm-agent", ComponentAction::Installed)
+        ]
+    );
+}
+
 #[tokio::test]
 async fn gz_health_reports_an_installed_component() {
     let srv = TestServer::new(false);

@@ -171,3 +171,102 @@ async fn a_step_costs_one_sapi_write_and_no_lock_read_of_its_own() {
     }
     dc.shutdown().await;
 }
+
+/// `update sdcadm gz-tools` on the headnode, whose agentsadm parses
+/// `--expect` (issue 35): both go in one `gz install` through the real
+/// installer, one CNAPI execute for the two steps (one each before),
+/// and each is recorded on its own: its SAPI instance names the server
+/// and the image the server now runs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_headnodes_execute_steps_share_one_execute() {
+    let dc = SimDc::start(
+        SimConfig::default()
+            .servers(1)
+            .populate(SeedSpec::with_newer()),
+    )
+    .await
+    .expect("simulator starts");
+    let components = ["sdcadm", "gz-tools"];
+    let hn = dc
+        .servers()
+        .into_iter()
+        .find(|s| s.headnode)
+        .expect("a headnode");
+    let apis = dc.apis();
+    let settings = agentsadm_orchestrate::run::RunSettings {
+        yes: true,
+        options: exec_options(),
+        ..Default::default()
+    };
+    let planner = RequestPlanner {
+        session: Session {
+            apis: &apis,
+            catalog: dc.catalog(),
+            updates: None,
+        },
+        request: request(Operation::Update, &components, &[hn.hostname.as_str()]),
+        choice: ImageChoice::Latest,
+        options: PlanOptions {
+            transport: TransportMode::Auto,
+            ignore_holds: false,
+            rollout: settings.rollout,
+        },
+        durations: None,
+        overlay: None,
+    };
+    let counting = Counting {
+        dc: &dc,
+        at: Mutex::new(Vec::new()),
+    };
+    let mut run = Run::new(&apis, dc.catalog(), &settings, &counting, "update");
+    run.transport = transport();
+    run.history = None;
+    let operator = Script::new(&[], false, |_: &agentsadm_plan::Plan| Vec::<String>::new());
+    let outcome = run
+        .go(&planner, &operator, std::future::pending())
+        .await
+        .expect("the run");
+    let RunOutcome::Executed { planned, report } = outcome else {
+        panic!("executed: {outcome:?}")
+    };
+    assert_eq!(
+        report.exit_status(&planned),
+        0,
+        "{}",
+        report.render(&planned)
+    );
+    assert_eq!(planned.step_count(), 2, "{planned}");
+    assert_eq!(
+        planned.servers()[&hn.uuid].execute_groups(),
+        [vec![0, 1]],
+        "{planned}"
+    );
+    let at = counting.at.lock().unwrap().clone();
+    let [(_, _, routes0), (_, _, routes1)] = &at[..] else {
+        panic!("a start and an end: {at:?}")
+    };
+    let routes = routes_between(routes0, routes1);
+    assert_eq!(
+        routes.get("POST /servers/:id/execute").copied(),
+        Some(1),
+        "{routes:#?}"
+    );
+    for c in components {
+        let runs = dc
+            .server_agents(hn.uuid)
+            .into_iter()
+            .find(|a| a.name == c)
+            .and_then(|a| a.image_uuid);
+        let target = planned.servers()[&hn.uuid]
+            .steps
+            .iter()
+            .find(|st| st.component == c)
+            .and_then(|st| st.action.target())
+            .map(|t| t.uuid);
+        assert_eq!(runs, target, "{c}");
+        let inst = instance_of(&dc, hn.uuid, c).await.expect("an instance");
+        assert_eq!(inst.server_uuid(), Some(hn.uuid), "{c}");
+        assert_eq!(inst.image_uuid(), runs, "{c}");
+    }
+    dc.shutdown().await;
+}

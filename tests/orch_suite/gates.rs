@@ -19,13 +19,13 @@ use agentsadm_types::ids::ServerUuid;
 /// Each step's start and end, at the paused clock's seconds since
 /// execution began (after the run took the lock): `"3 start cn-agent"`,
 /// `"13 done cn-agent ok"`.
-struct Timeline {
+pub(crate) struct Timeline {
     began: Mutex<Option<tokio::time::Instant>>,
     lines: Mutex<Vec<String>>,
 }
 
 impl Timeline {
-    fn new() -> Timeline {
+    pub(crate) fn new() -> Timeline {
         Timeline {
             began: Mutex::new(None),
             lines: Mutex::new(Vec::new()),
@@ -34,7 +34,7 @@ impl Timeline {
 
     /// The lines by time, and by text within one instant (steps that
     /// start or end together are in no particular order).
-    fn lines(&self) -> Vec<String> {
+    pub(crate) fn lines(&self) -> Vec<String> {
         let mut lines = self.lines.lock().unwrap().clone();
         let at = |l: &String| -> f64 { l.split(' ').next().unwrap().parse().unwrap() };
         lines.sort_by(|a, b| at(a).total_cmp(&at(b)).then_with(|| a.cmp(b)));
@@ -90,7 +90,7 @@ fn setup(components: &[&str]) -> (FakeDc, Plan, ServerUuid) {
     (fake, plan, cn001)
 }
 
-async fn run(fake: &FakeDc, plan: &Plan) -> (ExecReport, Vec<String>, Duration) {
+pub(crate) async fn run(fake: &FakeDc, plan: &Plan) -> (ExecReport, Vec<String>, Duration) {
     let timeline = Timeline::new();
     let options = ExecOptions::default();
     let report = crate::sim_common::run_yes(fake, plan, &options, &timeline).await;

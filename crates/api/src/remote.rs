@@ -346,9 +346,51 @@ pub struct GzResult {
     pub warnings: Vec<String>,
 }
 
+impl GzFailure {
+    /// How a run that installs several components together says that one
+    /// more failed besides its `error` (one of [`GzResult::warnings`]): the
+    /// orchestrator, which sent them in one run, reads each component's
+    /// failure back from it ([`GzFailure::from_also_failed`]).
+    pub fn also_failed(&self) -> String {
+        format!(
+            "{} also failed at {}: {}",
+            self.component.as_deref().unwrap_or("?"),
+            self.step,
+            self.message
+        )
+    }
+
+    /// The failure a warning made by [`GzFailure::also_failed`] states, if
+    /// it is one (any other warning: `None`).
+    pub fn from_also_failed(warning: &str) -> Option<GzFailure> {
+        let (name, rest) = warning.split_once(" also failed at ")?;
+        let (step, message) = rest.split_once(": ")?;
+        Some(GzFailure {
+            component: Some(ComponentName::new(name).ok()?),
+            step: FailureStep::parse(step),
+            message: message.to_string(),
+        })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_second_failure_of_a_run_reads_back_from_its_warning() {
+        let f = GzFailure {
+            component: Some(ComponentName::from_static("dockerlogger")),
+            step: FailureStep::Unhealthy,
+            message: "svc:/smartdc/dockerlogger:default is maintenance: rolled back".into(),
+        };
+        assert_eq!(GzFailure::from_also_failed(&f.also_failed()), Some(f));
+        assert_eq!(GzFailure::from_also_failed("journal recovered"), None);
+        assert_eq!(
+            GzFailure::from_also_failed("../x also failed at swap: no"),
+            None
+        );
+    }
 
     #[test]
     fn a_remote_report_or_result_with_a_hostile_name_is_refused_at_decode() {

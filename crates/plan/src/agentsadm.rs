@@ -105,6 +105,8 @@ pub(crate) fn first(plan: &mut Plan, supply: &Supply<'_>) -> (Vec<Skip>, Vec<Str
         let installed = supply.copies.get(uuid).and_then(Option::as_ref);
         let execute = supply.execute.get(uuid).copied().unwrap_or(false);
         let unmet = server(sp, supply, installed, execute);
+        sp.execute_together = execute
+            && runs_the_steps(sp, supply, installed).parses(&GzUse::InstallTogether.needs());
         if unmet.is_empty() {
             continue;
         }
@@ -145,6 +147,26 @@ pub(crate) fn first(plan: &mut Plan, supply: &Supply<'_>) -> (Vec<Skip>, Vec<Str
         sp.intent.retain(|c| !dropped.contains(c.component()));
     }
     (skips, ungated.into_iter().collect())
+}
+
+/// The copy that runs a server's steps after the plan's own agentsadm step
+/// (the one it installs; none after a removal), else the one there now.
+fn runs_the_steps(sp: &ServerPlan, supply: &Supply<'_>, installed: Option<&Installed>) -> Copy {
+    match sp
+        .steps
+        .iter()
+        .find(|st| st.component == supply.component.name)
+    {
+        Some(own) => match own.action.target() {
+            Some(t) => Copy::of(Some(&Installed {
+                version: ComponentVersion::reported(&t.version).unwrap_or_default(),
+                image: Some(t.uuid),
+                instance: None,
+            })),
+            None => Copy::None,
+        },
+        None => Copy::of(installed),
+    }
 }
 
 /// One server: fix the transport of the plan's own agentsadm step, or add

@@ -214,6 +214,7 @@ impl<'c> PlanBuilder<'c> {
                 rack: state.rack.clone(),
                 steps: Vec::new(),
                 intent: Vec::new(),
+                execute_together: false,
             })
     }
 

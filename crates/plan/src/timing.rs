@@ -27,6 +27,7 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+use crate::request::TransportKind;
 use crate::types::{Gate, ServerPlan};
 use agentsadm_types::catalog::OrderClass;
 use agentsadm_types::ids::ServerUuid;
@@ -212,14 +213,18 @@ impl Durations {
     }
 
     /// How long a server's steps should take: its batches one after the
-    /// other, each as long as its longest install (the parallel-safe
-    /// components of a batch run at once), and the `gz health` gates
-    /// overlapping the installs after them, as the executor runs them: a
-    /// batch starts once the one before it installed, except after a
-    /// core-first component, whose gate is waited for. A step's install
-    /// is its recorded time less its gate's ([`Durations::with_gates`];
-    /// without gate times, each step's whole time, one batch after the
-    /// other). `None` without an estimate for any step; steps without one
+    /// other, and the `gz health` gates overlapping the installs after
+    /// them, as the executor runs them: a batch starts once the one before
+    /// it installed, except after a core-first component, whose gate is
+    /// waited for. Within a batch the cn-agent tasks run at once (as long
+    /// as the longest), then the steps through `agentsadm gz`: those that
+    /// share one `gz install` ([`ServerPlan::execute_groups`]) as long as
+    /// the longest of them (the installer runs them at once, their gates
+    /// overlapping), each other one after the other (each run holds the
+    /// server's lock, its gate inside it). A step's install is its
+    /// recorded time less its `gz health` gate's
+    /// ([`Durations::with_gates`]; without gate times, each step's whole
+    /// time). `None` without an estimate for any step; steps without one
     /// count as the batch's others. The flag says whether every step's
     /// estimate is the server's own.
     pub fn server_expected(
@@ -232,27 +237,40 @@ impl Durations {
         let (mut installed, mut end) = (Duration::ZERO, Duration::ZERO);
         let mut any = false;
         let mut all_own = true;
+        let together: Vec<usize> = plan.execute_groups().into_iter().flatten().collect();
+        let mut at = 0;
         for batch in plan.batches() {
-            let mut parts = Vec::new();
-            for step in batch {
+            // The longest cn-agent task, the execute steps one after the
+            // other, the longest of those sharing one execute.
+            let (mut tasks, mut alone, mut shared) =
+                (Duration::ZERO, Duration::ZERO, Duration::ZERO);
+            let mut gates = Vec::new();
+            for (k, step) in batch.iter().enumerate() {
                 let gate = match step.gate {
                     Gate::GzHealth => self.gates.get(step.component.as_str()).copied(),
                     _ => None,
                 };
-                match self.expected(server, &step.component) {
-                    Some(e) => {
-                        any = true;
-                        all_own &= e.source == Source::Own;
-                        let gate = gate.unwrap_or_default().min(e.duration);
-                        parts.push((e.duration - gate, gate));
-                    }
-                    None => all_own = false,
+                let Some(e) = self.expected(server, &step.component) else {
+                    all_own = false;
+                    continue;
+                };
+                any = true;
+                all_own &= e.source == Source::Own;
+                let gate = gate.unwrap_or_default().min(e.duration);
+                let install = e.duration - gate;
+                gates.push(gate);
+                if together.contains(&(at + k)) {
+                    shared = shared.max(install);
+                } else if batch.len() > 1 && step.transport != TransportKind::InstallAgent {
+                    alone += install;
+                } else {
+                    tasks = tasks.max(install);
                 }
             }
-            let longest = parts.iter().map(|p| p.0).max().unwrap_or_default();
-            installed += longest;
-            for (_, gate) in &parts {
-                end = end.max(installed + *gate);
+            at += batch.len();
+            installed += tasks + shared + alone;
+            for gate in gates {
+                end = end.max(installed + gate);
             }
             if batch.iter().any(|st| st.order == OrderClass::CoreFirst) {
                 installed = installed.max(end);
@@ -272,6 +290,7 @@ fn median(v: &[Duration]) -> Duration {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use agentsadm_types::ids::ImageUuid;
 
     fn s(server: u128, component: &str, secs: u64) -> Sample {
         Sample {
@@ -354,6 +373,89 @@ mod tests {
         );
         assert_eq!(e(1, "cn-agent"), None);
         assert!(Durations::default().is_empty());
+    }
+
+    /// An upgrade of what `installed` names to a 2.0.0 image.
+    fn upgrade(installed: &crate::reality::Installed) -> crate::Action {
+        crate::Action::Upgrade {
+            from: installed.into(),
+            to: crate::ImageRef {
+                uuid: ImageUuid::from_u128(7),
+                name: "x".into(),
+                version: "2.0.0".into(),
+                import_from: None,
+            },
+        }
+    }
+
+    /// A headnode updating sdcadm, dockerlogger and gz-tools through
+    /// execute, each recorded at 11 s (its installer gate inside). An
+    /// agentsadm that parses `--expect` (0.3.0) gets them in one `gz
+    /// install`: one group, and about 11 s expected. A 0.2.0 copy gets one
+    /// execute each, which queue on the server's lock: 33 s, where the
+    /// plan used to claim they overlap.
+    #[test]
+    fn execute_steps_share_one_gz_install_where_the_copy_parses_it() {
+        let catalog = agentsadm_types::catalog::Catalog::builtin();
+        let components = ["dockerlogger", "gz-tools", "sdcadm"];
+        let plan = |agentsadm: &str| {
+            let mut agents: Vec<serde_json::Value> = components
+                .iter()
+                .enumerate()
+                .map(|(i, c)| {
+                    serde_json::json!({"name": c, "version": "1.0.0",
+                           "image_uuid": ImageUuid::from_u128(100 + i as u128)})
+                })
+                .collect();
+            agents.push(serde_json::json!({"name": "agentsadm", "version": agentsadm}));
+            let server: agentsadm_types::cnapi::Server =
+                serde_json::from_value(serde_json::json!({
+                    "uuid": "5e000000-0000-4000-8000-000000000000",
+                    "hostname": "headnode", "headnode": true,
+                    "setup": true, "status": "running", "agents": agents
+                }))
+                .unwrap();
+            let r = crate::reality::Reality::from_servers(&catalog, &[server]);
+            let s = r.servers.values().next().unwrap();
+            let samples = components.iter().map(|c| Sample {
+                server: s.uuid,
+                component: (*c).into(),
+                elapsed: std::time::Duration::from_secs(11),
+                outcome: SampleOutcome::Completed,
+            });
+            let durations = Durations::from_samples(samples);
+            let mut b = crate::PlanBuilder::new(
+                crate::Operation::Update,
+                &catalog,
+                crate::intent::Intent::none(),
+            );
+            for c in components {
+                let action = upgrade(&s.components[c]);
+                b.step(
+                    s,
+                    true,
+                    catalog.get(c).unwrap(),
+                    action,
+                    crate::TransportKind::Execute,
+                );
+            }
+            b.durations(Some(&durations));
+            b.finish(&crate::RolloutPolicy::default())
+        };
+        let finish = |p: &crate::Plan| p.rollout().expected_finish.map(|d| d.as_secs());
+        let new = plan("0.3.0");
+        let sp = new.servers().values().next().unwrap();
+        assert!(
+            sp.steps.iter().all(|st| st.gate == Gate::Installer),
+            "{new}"
+        );
+        assert_eq!(sp.execute_groups(), [vec![0, 1, 2]], "{new}");
+        assert_eq!(finish(&new), Some(11));
+        let old = plan("0.2.0");
+        let sp = old.servers().values().next().unwrap();
+        assert!(sp.execute_groups().is_empty(), "{old}");
+        assert_eq!(sp.steps.len(), 3, "no agentsadm step just to share: {old}");
+        assert_eq!(finish(&old), Some(33));
     }
 
     #[test]

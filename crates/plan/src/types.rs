@@ -549,9 +549,56 @@ pub struct ServerPlan {
     /// Sorted by order class, then component name.
     pub steps: Vec<Step>,
     pub intent: Vec<IntentChange>,
+    /// The agentsadm that runs this server's execute steps parses `gz
+    /// install` of several components with each one's expectation
+    /// ([`agentsadm_types::compat::GzUse::InstallTogether`]): its
+    /// [`ServerPlan::execute_together`] groups share one execute. Set by
+    /// the agentsadm rule ([`crate::agentsadm`]), which knows the copy.
+    #[serde(skip)]
+    pub execute_together: bool,
+}
+
+/// Whether `step` may share one `gz install` with others of its batch: an
+/// install or upgrade through execute whose image before is known (its
+/// own `--expect`), gated in the installer, with nothing sent after it
+/// (no `gz disable` to keep it off, not the self-replacing cn-agent).
+fn shares_execute(step: &Step) -> bool {
+    step.transport == TransportKind::Execute
+        && step.gate == Gate::Installer
+        && step.action.target().is_some()
+        && step.expect_current().is_some()
+        && step.keep_off.is_none()
+        && step.order == OrderClass::ParallelSafe
 }
 
 impl ServerPlan {
+    /// The steps (their places in [`ServerPlan::steps`]) that go to the
+    /// server in one `gz install A B ...`, one CNAPI execute each group:
+    /// two or more [`shares_execute`] steps of one parallel-safe batch.
+    /// The installer runs a parallel-safe group at once, each component in
+    /// its own transaction with its own health gate, so their gates
+    /// overlap, where one execute per step queues on the server's lock
+    /// and gates one after the other. Empty unless
+    /// [`ServerPlan::execute_together`]. Order between batches is kept:
+    /// a group never spans two.
+    pub fn execute_groups(&self) -> Vec<Vec<usize>> {
+        if !self.execute_together {
+            return Vec::new();
+        }
+        let mut out = Vec::new();
+        let mut at = 0;
+        for batch in self.batches() {
+            let group: Vec<usize> = (at..at + batch.len())
+                .filter(|&i| shares_execute(&self.steps[i]))
+                .collect();
+            at += batch.len();
+            if group.len() > 1 {
+                out.push(group);
+            }
+        }
+        out
+    }
+
     /// Steps grouped into batches that run one after the other: each core
     /// component alone, all parallel-safe components together.
     pub fn batches(&self) -> Vec<&[Step]> {

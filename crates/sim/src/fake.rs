@@ -84,6 +84,14 @@ pub struct Faults {
     /// How long each `gz health` gate takes (a tokio sleep, like
     /// `latency`).
     pub gate: Duration,
+    /// How long the installer's own gate takes inside a step through
+    /// execute (plan gate `installer`), on top of `latency`; one run of
+    /// several components gates them at once (default: none).
+    pub installer_gate: Duration,
+    /// Steps through execute on one server wait for each other, as each
+    /// real `gz install` run holds the server's lock for its whole length
+    /// (default off: the fake's older tests run them at once).
+    pub one_run_per_server: bool,
 }
 
 impl Faults {
@@ -105,6 +113,11 @@ pub struct FakeDc {
     /// The lock keys, as the `sdc` application's metadata holds them.
     lock: Mutex<serde_json::Map<String, serde_json::Value>>,
     steps_run: Mutex<Vec<(ServerUuid, String)>>,
+    /// Each request through execute: its server and the components it
+    /// carried (several for a `gz install A B`).
+    executes: Mutex<Vec<(ServerUuid, Vec<String>)>>,
+    /// Each server's installer lock ([`Faults::one_run_per_server`]).
+    server_locks: Mutex<BTreeMap<ServerUuid, std::sync::Arc<tokio::sync::Mutex<()>>>>,
     /// Every step is one task, numbered from 1 in start order.
     tasks: TaskLedger,
     next_task: std::sync::atomic::AtomicU64,
@@ -117,6 +130,8 @@ impl FakeDc {
             faults: Mutex::new(Faults::default()),
             lock: Mutex::new(serde_json::Map::new()),
             steps_run: Mutex::new(Vec::new()),
+            executes: Mutex::new(Vec::new()),
+            server_locks: Mutex::new(BTreeMap::new()),
             tasks: TaskLedger::default(),
             next_task: std::sync::atomic::AtomicU64::new(1),
         }
@@ -177,6 +192,99 @@ impl FakeDc {
         self.steps_run.lock().map(|v| v.clone()).unwrap_or_default()
     }
 
+    /// Every request that went through execute, in start order: its
+    /// server and the components it carried.
+    pub fn executes(&self) -> Vec<(ServerUuid, Vec<String>)> {
+        self.executes.lock().map(|v| v.clone()).unwrap_or_default()
+    }
+
+    /// Wait for `server`'s installer lock when `steps` go through execute
+    /// and the fake models it; count the request.
+    async fn execute_begins(
+        &self,
+        server: ServerUuid,
+        steps: &[&Step],
+    ) -> Option<tokio::sync::OwnedMutexGuard<()>> {
+        if steps
+            .iter()
+            .any(|st| st.transport != agentsadm_plan::TransportKind::Execute)
+        {
+            return None;
+        }
+        let lock = self.faults().one_run_per_server.then(|| {
+            let mut locks = self.server_locks.lock().unwrap_or_else(|e| e.into_inner());
+            locks.entry(server).or_default().clone()
+        });
+        let guard = match lock {
+            Some(l) => Some(l.lock_owned().await),
+            None => None,
+        };
+        if let Ok(mut v) = self.executes.lock() {
+            v.push((
+                server,
+                steps.iter().map(|st| st.component.to_string()).collect(),
+            ));
+        }
+        guard
+    }
+
+    /// Several steps in one run of the installer: one lock, one latency,
+    /// one installer gate for all (they gate at once); then each member
+    /// ends on its own (a failure or an unhealthy build is that member's).
+    async fn run_together_steps(
+        &self,
+        server: ServerUuid,
+        steps: &[&Step],
+        fence: &dyn agentsadm_orchestrate::guard::Fence,
+    ) -> Vec<Result<StepDone, StepFailure>> {
+        if let Some(first) = steps.first()
+            && let Err(f) = agentsadm_orchestrate::guard::fenced(fence, server, first).await
+        {
+            return steps.iter().map(|_| Err(f.clone())).collect();
+        }
+        let ids: Vec<TaskId> = steps
+            .iter()
+            .map(|st| {
+                let id = FakeDc::task_id(
+                    self.next_task
+                        .fetch_add(1, std::sync::atomic::Ordering::SeqCst),
+                );
+                self.tasks.started(server, &st.component, id);
+                id
+            })
+            .collect();
+        let _lock = self.execute_begins(server, steps).await;
+        let (delay, hang) = steps
+            .iter()
+            .map(|st| self.timing(server, st))
+            .fold((Duration::ZERO, false), |(d, h), (d2, h2)| {
+                (d.max(d2), h || h2)
+            });
+        if hang {
+            std::future::pending::<()>().await;
+        }
+        if !delay.is_zero() {
+            tokio::time::sleep(delay).await;
+        }
+        let out = steps.iter().map(|st| self.settle(server, st)).collect();
+        for id in ids {
+            self.tasks.ended(server, id);
+        }
+        out
+    }
+
+    /// How long `step` takes on `server`, and whether it hangs.
+    fn timing(&self, server: ServerUuid, step: &Step) -> (Duration, bool) {
+        let f = self.faults();
+        let factor = f.slow.get(&server).copied().unwrap_or(1.0);
+        let gate = if step.gate == Gate::Installer {
+            f.installer_gate
+        } else {
+            Duration::ZERO
+        };
+        (f.latency.mul_f64(factor) + gate, f.hang.contains(&server))
+    }
+
     /// The holder's lock record as stored.
     pub fn lock_record(&self) -> Option<LockRecord> {
         LockBoard::from_metadata(&self.lock_metadata())
@@ -217,9 +325,22 @@ impl FakeDc {
     }
 
     async fn run_task(&self, server: ServerUuid, step: &Step) -> Result<StepDone, StepFailure> {
-        let (delay, fail, hang, unhealthy) = {
+        let _lock = self.execute_begins(server, &[step]).await;
+        let (delay, hang) = self.timing(server, step);
+        if hang {
+            std::future::pending::<()>().await;
+        }
+        if !delay.is_zero() {
+            tokio::time::sleep(delay).await;
+        }
+        self.settle(server, step)
+    }
+
+    /// How `step` ends on `server` once its time is over: the faults, else
+    /// the server's record changed as the installer's report would.
+    fn settle(&self, server: ServerUuid, step: &Step) -> Result<StepDone, StepFailure> {
+        let (fail, unhealthy) = {
             let f = self.faults();
-            let factor = f.slow.get(&server).copied().unwrap_or(1.0);
             let fail = f
                 .fail
                 .get(&server)
@@ -227,19 +348,8 @@ impl FakeDc {
                 .map(|(_, m)| m.clone());
             // Only the installer's own gate is inside the step.
             let unhealthy = f.unhealthy_build(server, step) && step.gate == Gate::Installer;
-            (
-                f.latency.mul_f64(factor),
-                fail,
-                f.hang.contains(&server),
-                unhealthy,
-            )
+            (fail, unhealthy)
         };
-        if hang {
-            std::future::pending::<()>().await;
-        }
-        if !delay.is_zero() {
-            tokio::time::sleep(delay).await;
-        }
         if let Some(message) = fail {
             return Err(StepFailure::new(agent_install_failure(), message));
         }
@@ -381,6 +491,15 @@ impl Transport for FakeDc {
         step: &'a Step,
     ) -> BoxFuture<'a, Result<StepDone, StepFailure>> {
         Box::pin(self.run_step(server, step))
+    }
+
+    fn run_together<'a>(
+        &'a self,
+        server: ServerUuid,
+        steps: &'a [&'a Step],
+        fence: &'a dyn agentsadm_orchestrate::guard::Fence,
+    ) -> BoxFuture<'a, Vec<Result<StepDone, StepFailure>>> {
+        Box::pin(self.run_together_steps(server, steps, fence))
     }
 
     fn check_health<'a>(

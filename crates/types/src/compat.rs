@@ -13,8 +13,9 @@
 //!   step first on a server whose copy is older (or unknown); the
 //!   simulator's execute refuses a word newer than the server's copy
 //!   ([`first_unknown`]), as that copy's own parser would.
-//! - The builders ([`install_args`], [`remove_args`], [`health_args`],
-//!   [`report_args`], [`record_args`]) are what the transport sends; a test
+//! - The builders ([`install_args`], [`install_together_args`],
+//!   [`remove_args`], [`health_args`], [`report_args`], [`record_args`])
+//!   are what the transport sends; a test
 //!   pins each one's words to its [`GzUse`] and to the table.
 //!
 //! How the dates come out: `gz install|remove|report --json` are as old as
@@ -49,6 +50,14 @@ pub const FIRST_VERSIONED: Version = Version::new(0, 1, 0);
 /// across upgrades, issue 25).
 pub const SWITCHES: Version = Version::new(0, 2, 0);
 
+/// The first release whose `gz install` takes `--expect NAME=IMAGE|none`
+/// per component (issue 35: one server's execute-carried components in one
+/// `gz install A B`, their gates overlapping inside the installer). Dated
+/// ahead of the crate version on purpose: until a release says 0.3.0, no
+/// server's copy counts as parsing it, and the orchestrator sends each
+/// component alone, as before.
+pub const TOGETHER: Version = Version::new(0, 3, 0);
+
 /// One word of a command line (a subcommand of `gz`, or a flag) and the
 /// first agentsadm that parses it.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -60,7 +69,7 @@ pub struct Word {
 }
 
 /// Every word the orchestrator sends, dated (module docs).
-pub static WORDS: [Word; 15] = [
+pub static WORDS: [Word; 16] = [
     Word {
         word: "gz",
         since: BASELINE,
@@ -136,6 +145,11 @@ pub static WORDS: [Word; 15] = [
         since: SWITCHES,
         introduced: "6b99f00 2026-11-26",
     },
+    Word {
+        word: "--expect",
+        since: TOGETHER,
+        introduced: "batch 2026-12-02",
+    },
 ];
 
 /// The first agentsadm that parses `word`, if the table dates it.
@@ -149,6 +163,10 @@ pub enum GzUse {
     /// An execute step's install or upgrade: `gz install IMAGE --json
     /// --inside-cn-agent [--expect-current X] [health flags]`.
     Install,
+    /// Several execute steps of one server in one command: `gz install
+    /// IMAGE... --json --inside-cn-agent --expect NAME=X... [health flags]`
+    /// ([`install_together_args`]).
+    InstallTogether,
     /// An execute step's removal: `gz remove NAME --json --inside-cn-agent`.
     Remove,
     /// The health gate after cn-agent's task: `gz health NAME --json
@@ -177,6 +195,15 @@ impl GzUse {
                 "--json",
                 "--inside-cn-agent",
                 "--expect-current",
+                "--min-healthy",
+                "--health-timeout",
+            ],
+            GzUse::InstallTogether => &[
+                "gz",
+                "install",
+                "--json",
+                "--inside-cn-agent",
+                "--expect",
                 "--min-healthy",
                 "--health-timeout",
             ],
@@ -216,6 +243,7 @@ impl GzUse {
     pub fn as_str(&self) -> &'static str {
         match self {
             GzUse::Install => "gz install",
+            GzUse::InstallTogether => "gz install (several)",
             GzUse::Remove => "gz remove",
             GzUse::Health => "gz health",
             GzUse::Report => "gz report",
@@ -310,6 +338,29 @@ pub fn install_args(
     args
 }
 
+/// [`GzUse::InstallTogether`]: install or upgrade several components in
+/// one run, each `(component, image, expect_current)`: the installer runs
+/// the parallel-safe ones at once, their health gates overlapping, each in
+/// its own transaction. Every component states what the server must have
+/// now (`--expect NAME=IMAGE|none`); one whose expectation the plan does
+/// not know is not sent together (the caller's rule).
+pub fn install_together_args(
+    members: &[(&str, ImageUuid, Option<ImageUuid>)],
+    health: &[String],
+) -> Vec<String> {
+    let mut args: Vec<String> = vec!["gz".into(), "install".into()];
+    args.extend(members.iter().map(|(_, image, _)| image.to_string()));
+    args.extend(["--json".into(), "--inside-cn-agent".into()]);
+    for (name, _, expected) in members {
+        let now = expected
+            .map(|i| i.to_string())
+            .unwrap_or_else(|| "none".into());
+        args.extend(["--expect".into(), format!("{name}={now}")]);
+    }
+    args.extend(health.iter().cloned());
+    args
+}
+
 /// [`GzUse::Remove`]: remove `component`.
 pub fn remove_args(component: &str) -> Vec<String> {
     vec![
@@ -390,6 +441,16 @@ mod tests {
             ),
             (GzUse::Install, install_args(image, Some(None), &[])),
             (GzUse::Install, install_args(image, None, &health())),
+            (
+                GzUse::InstallTogether,
+                install_together_args(
+                    &[
+                        ("sdcadm", image, Some(image)),
+                        ("dockerlogger", image, None),
+                    ],
+                    &health(),
+                ),
+            ),
             (GzUse::Remove, remove_args("vm-agent")),
             (GzUse::Health, health_args("vm-agent", &health())),
             (GzUse::Health, health_args("vm-agent", &[])),
@@ -404,6 +465,7 @@ mod tests {
         }
         for kind in [
             GzUse::Install,
+            GzUse::InstallTogether,
             GzUse::Remove,
             GzUse::Health,
             GzUse::Report,
@@ -426,6 +488,25 @@ mod tests {
         assert_eq!(GzUse::Record.needs(), BASELINE);
         // `gz disable|enable` came with 0.2.0.
         assert_eq!(GzUse::Switch.needs(), SWITCHES);
+        // Several components with their own expectations: 0.3.0; a 0.2.0
+        // copy refuses the whole line (clap), so it is never sent one.
+        assert_eq!(GzUse::InstallTogether.needs(), TOGETHER);
+        let image = ImageUuid::from_u128(1);
+        let together = install_together_args(
+            &[("sdcadm", image, Some(image)), ("gz-tools", image, None)],
+            &[],
+        );
+        let v020 = VersionKey::of("0.2.0-master-20261126T072930Z-g3df32ef").unwrap();
+        let v030 = VersionKey::of("0.3.0-master-20261202T072930Z-g3df32ef").unwrap();
+        assert_eq!(first_unknown(&together, Some(&v020)), Some("--expect"));
+        assert_eq!(first_unknown(&together, Some(&v030)), None);
+        assert_eq!(
+            together[2..4],
+            [image.to_string(), image.to_string()],
+            "the images are the operands, in order"
+        );
+        assert!(together.contains(&format!("sdcadm={image}")));
+        assert!(together.contains(&"gz-tools=none".to_string()));
         let on = switch_args("net-agent", None);
         let off = switch_args(
             "net-agent",

@@ -77,9 +77,20 @@ def calls(state):
     return {"hooks": hooks, "installer": own}
 
 
+def package(call):
+    """The package whose hook made `call` (a line of calls()), from the
+    hook's path; the whole caller when the path names none."""
+    by = call.split(": ", 1)[0]
+    m = re.search(r"node_modules/([^/]+)/npm/", by) or re.search(r"/([^/]+)/npm/", by)
+    return m.group(1) if m else by
+
+
 def known(line, removed):
     """Why a difference is expected, or None; `removed` names the packages
     removed so far. Each is a choice agentsadm made on purpose."""
+    if line.startswith("hook calls interleave:"):
+        return ("agentsadm runs the parallel-safe packages of one command at once (apm one "
+                "after the other), so their hooks interleave")
     if line.endswith("uuid -v4 -> 0"):
         return "agentsadm writes the instance UUID file before the hooks run, so the postinstall finds it"
     for name in removed:
@@ -104,7 +115,13 @@ def diff(a, b, removed):
     lines += [f"hook call only with apm: {c}" for c in ha if c not in hb]
     lines += [f"hook call only with agentsadm: {c}" for c in hb if c not in ha]
     both = [c for c in ha if c in hb]
-    if both != [c for c in hb if c in ha]:
+    other = [c for c in hb if c in ha]
+    if both != other and all(
+        [c for c in both if package(c) == p] == [c for c in other if package(c) == p]
+        for p in {package(c) for c in both}
+    ):
+        lines.append("hook calls interleave: each package's in the same order")
+    elif both != other:
         lines.append("hook calls in another order:")
         lines += [f"  apm       {c}" for c in ha]
         lines += [f"  agentsadm {c}" for c in hb]

@@ -3,7 +3,8 @@
 # config-agent, vm-agent, net-agent, cn-agent, built from the public sources
 # as each Makefile's release target lays them out) installed, upgraded and
 # removed with apm (agents_core's bin/apm.js) on one server root and with
-# `agentsadm gz` on another, 14 steps. After each step it compares the trees
+# `agentsadm gz` on another, 16 steps (the last two install four agents in
+# one command each side). After each step it compares the trees
 # under /opt/smartdc/agents, the SMF services the hooks left, and the
 # commands each package hook ran; it prints each tool's time per step.
 # Differences agentsadm makes on purpose are printed as `known:` (compare.py).
@@ -165,7 +166,12 @@ run() {
 STEPS=("install agents_core 1" "install config-agent 1" "install vm-agent 1" "install net-agent 1"
   "install cn-agent 1" "install agents_core 2" "install config-agent 2" "install vm-agent 2"
   "install net-agent 2" "install cn-agent 2" "remove vm-agent" "remove net-agent" "remove cn-agent"
-  "remove config-agent")
+  "remove config-agent"
+  # Four agents in one command each side (issue 35): apm installs them one
+  # after the other; agentsadm runs the parallel-safe ones at once, their
+  # health gates overlapping.
+  "install config-agent+vm-agent+net-agent+cn-agent 1"
+  "install config-agent+vm-agent+net-agent+cn-agent 2")
 mkdir -p "$WORK/steps"
 alike=0 n=0 tapm=0 tadm=0 removed=""
 printf '%-4s %-26s %9s %11s %9s  %s\n' step what apm_s agentsadm_s own_calls result
@@ -177,9 +183,11 @@ for step in "${STEPS[@]}"; do
   for side in apm agentsadm; do
     rm -f "$WORK/$side/state/calls.log"
     if [ "$verb" = install ]; then
-      what="${PKG[$name-$v]}"
-      [ "$side" = apm ] && run apm "$out-apm" node "$WORK/apm-src/bin/apm.js" install "$what"
-      [ "$side" = agentsadm ] && run agentsadm "$out-agentsadm" "$AGENTSADM" gz install --no-sapi --no-cnapi "${EXTRA[@]}" "$what"
+      what=()
+      IFS=+ read -r -a names <<< "$name"
+      for one in "${names[@]}"; do what+=("${PKG[$one-$v]}"); done
+      [ "$side" = apm ] && run apm "$out-apm" node "$WORK/apm-src/bin/apm.js" install "${what[@]}"
+      [ "$side" = agentsadm ] && run agentsadm "$out-agentsadm" "$AGENTSADM" gz install --no-sapi --no-cnapi "${EXTRA[@]}" "${what[@]}"
     else
       [ "$side" = apm ] && run apm "$out-apm" node "$WORK/apm-src/bin/apm.js" uninstall "$name"
       [ "$side" = agentsadm ] && run agentsadm "$out-agentsadm" "$AGENTSADM" gz remove --no-sapi --no-cnapi "${EXTRA[@]}" "$name"

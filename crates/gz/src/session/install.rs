@@ -96,6 +96,23 @@ impl GzSession {
             }
         };
         let components: Vec<&Component> = plan.iter().map(|(c, _)| c).collect();
+        // An expectation for a component this run does not install is a
+        // caller's mistake (a wrong image for it, most likely): nothing runs.
+        if let Some(name) = self
+            .settings
+            .expect_each
+            .keys()
+            .find(|n| !components.iter().any(|c| c.name == **n))
+        {
+            result.error = Some(refusal(
+                Some(name),
+                Step::Resolve,
+                format!(
+                    "--expect names {name}, but none of the images given is {name}; nothing changed"
+                ),
+            ));
+            return result;
+        }
         if self.handoff("install", &components, &mut result).await {
             return result;
         }
@@ -174,12 +191,7 @@ impl GzSession {
                         if result.error.is_none() {
                             result.error = Some(f);
                         } else {
-                            result.warnings.push(format!(
-                                "{} also failed at {}: {}",
-                                f.component.as_deref().unwrap_or("?"),
-                                f.step,
-                                f.message
-                            ));
+                            result.warnings.push(f.also_failed());
                         }
                         failed = true;
                     }
@@ -311,7 +323,8 @@ impl GzSession {
         current: Option<&Footprint>,
         target: agentsadm_types::ids::ImageUuid,
     ) -> Result<(), GzFailure> {
-        let Some(expected) = self.settings.expect_current else {
+        let each = self.settings.expect_each.get(&c.name).copied();
+        let Some(expected) = each.or(self.settings.expect_current) else {
             return Ok(());
         };
         let installed = current.and_then(|f| f.image_uuid);

@@ -211,6 +211,10 @@ pub struct GzSettings {
     /// before the run (`Some(None)`: none installed), else the install is
     /// refused as changed since the plan.
     pub expect_current: Option<Option<ImageUuid>>,
+    /// `--expect NAME=IMAGE|none`: the same per component, over
+    /// `expect_current` (the orchestrator sends one server's components in
+    /// one run, each with the image its plan saw).
+    pub expect_each: BTreeMap<ComponentName, Option<ImageUuid>>,
 }
 
 impl GzSettings {
@@ -244,6 +248,7 @@ impl GzSettings {
             job_argv: None,
             health: Some(super::health::HealthGate::for_platform(platform)),
             expect_current: None,
+            expect_each: BTreeMap::new(),
         }
     }
 
@@ -439,6 +444,11 @@ impl GzSession {
     /// `--expect-current` for this run's installs.
     pub fn set_expect_current(&mut self, expect: Option<Option<ImageUuid>>) {
         self.settings.expect_current = expect;
+    }
+
+    /// `--expect NAME=IMAGE|none` for this run's installs, per component.
+    pub fn set_expect_each(&mut self, each: BTreeMap<ComponentName, Option<ImageUuid>>) {
+        self.settings.expect_each = each;
     }
 
     pub fn server(&self) -> ServerUuid {

@@ -71,6 +71,7 @@ mod bootstrap;
 mod health;
 mod probe;
 mod step_reads;
+mod together;
 mod uninstall;
 use crate::carriers::execmode::ExecuteModes;
 use crate::carriers::guard::{Fence, Unfenced, fenced};
@@ -154,6 +155,23 @@ pub trait Transport: Send + Sync {
             fenced(fence, server, step).await?;
             self.run(server, step).await
         })
+    }
+
+    /// Several steps of one server sent together (the plan's
+    /// [`agentsadm_plan::ServerPlan::execute_groups`]: installs through
+    /// execute that share one `gz install A B ...`), under the run's lock
+    /// like [`Transport::run_fenced`]: each step's result, in the order
+    /// given. A transport without such a request runs each on its own, at
+    /// once (what the executor did before it sent groups).
+    fn run_together<'a>(
+        &'a self,
+        server: ServerUuid,
+        steps: &'a [&'a Step],
+        fence: &'a dyn Fence,
+    ) -> BoxFuture<'a, Vec<Result<StepDone, StepFailure>>> {
+        Box::pin(futures::future::join_all(
+            steps.iter().map(|st| self.run_fenced(server, st, fence)),
+        ))
     }
 
     /// The health check after `step` installed (plan gate `gz health`):
@@ -817,12 +835,7 @@ impl CnapiTransport {
         match parse_gz_result(&result.stdout) {
             Some(gz) => {
                 if let Some(err) = gz.error {
-                    let stage = match err.step {
-                        FailureStep::Unhealthy => FailureStage::Unhealthy,
-                        FailureStep::ExpectCurrent => FailureStage::Changed,
-                        step => FailureStage::GzStep { step },
-                    };
-                    return Err(StepFailure::new(stage, err.message));
+                    return Err(StepFailure::new(stage_of(err.step), err.message));
                 }
                 if result.exit_status != 0 {
                     return Err(StepFailure::new(
@@ -852,6 +865,15 @@ impl CnapiTransport {
                 ),
             )),
         }
+    }
+}
+
+/// The stage of a step the installer failed at `step`.
+fn stage_of(step: FailureStep) -> FailureStage {
+    match step {
+        FailureStep::Unhealthy => FailureStage::Unhealthy,
+        FailureStep::ExpectCurrent => FailureStage::Changed,
+        step => FailureStage::GzStep { step },
     }
 }
 
@@ -915,6 +937,15 @@ impl Transport for CnapiTransport {
         fence: &'a dyn Fence,
     ) -> BoxFuture<'a, Result<StepDone, StepFailure>> {
         Box::pin(self.run_step(server, step, fence))
+    }
+
+    fn run_together<'a>(
+        &'a self,
+        server: ServerUuid,
+        steps: &'a [&'a Step],
+        fence: &'a dyn Fence,
+    ) -> BoxFuture<'a, Vec<Result<StepDone, StepFailure>>> {
+        Box::pin(self.install_together(server, steps, fence))
     }
 
     fn check_health<'a>(

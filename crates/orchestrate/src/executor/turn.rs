@@ -1,5 +1,7 @@
 //! One server's turn: its SAPI instance targets, its steps batch by batch
-//! (core components alone, the parallel-safe set concurrently), each
+//! (core components alone, the parallel-safe set concurrently; the
+//! execute-carried installs of a batch in one `gz install` where the plan
+//! groups them, `carriers/transport/together.rs`), each
 //! install bounded by the task timeout, the health gates after installs
 //! through cn-agent overlapping the next batches' installs
 //! ([`crate::executor::gate`] decides what a gate leads to), then the
@@ -109,6 +111,23 @@ fn phases(sp: &ServerPlan, together: bool) -> Vec<Phase> {
                 });
                 group += 1;
             }
+        }
+    }
+    out
+}
+
+/// A phase's steps as they go to the server: each group of `shared` (the
+/// plan's execute groups) whose members are all in the phase as one
+/// request, every other step alone.
+fn sharing(phase: &[usize], shared: &[Vec<usize>]) -> Vec<Vec<usize>> {
+    let mut out: Vec<Vec<usize>> = shared
+        .iter()
+        .filter(|g| g.iter().all(|i| phase.contains(i)))
+        .cloned()
+        .collect();
+    for &i in phase {
+        if !out.iter().any(|g| g.contains(&i)) {
+            out.push(vec![i]);
         }
     }
     out
@@ -376,23 +395,33 @@ impl Executor<'_> {
         };
         let mut gates: FuturesUnordered<BoxFuture<'_, Stage>> = FuturesUnordered::new();
         let mut group = None;
+        // Steps that go in one `gz install` (carriers/transport/together.rs).
+        let shared = if self.options.parallel_within_server {
+            sp.execute_groups()
+        } else {
+            Vec::new()
+        };
         for phase in phases(sp, self.options.parallel_within_server) {
             if st.stopped && group != Some(phase.group) {
                 continue;
             }
             group = Some(phase.group);
-            let mut installs: FuturesUnordered<_> = phase
-                .steps
-                .iter()
-                .map(|&i| self.install(server, sp, i))
-                .collect();
+            let mut installs: FuturesUnordered<BoxFuture<'_, Vec<Stage>>> = FuturesUnordered::new();
+            for members in sharing(&phase.steps, &shared) {
+                installs.push(match members[..] {
+                    [i] => Box::pin(async move { vec![self.install(server, sp, i).await] }),
+                    _ => Box::pin(self.install_together(server, sp, members)),
+                });
+            }
             while !installs.is_empty() {
-                let stage = tokio::select! {
-                    Some(stage) = installs.next() => stage,
-                    Some(stage) = gates.next(), if !gates.is_empty() => stage,
+                let stages = tokio::select! {
+                    Some(stages) = installs.next() => stages,
+                    Some(stage) = gates.next(), if !gates.is_empty() => vec![stage],
                 };
-                if let Some(next) = self.take(server, sp, stage, &mut st, false) {
-                    gates.push(next);
+                for stage in stages {
+                    if let Some(next) = self.take(server, sp, stage, &mut st, false) {
+                        gates.push(next);
+                    }
                 }
             }
             // No install runs on the server now: the reverts waiting go.
@@ -514,6 +543,47 @@ impl Executor<'_> {
             Err(_) => Err((self.timed_out(server, step), true)),
         };
         Stage::Ended(i, self.finish(server, sp, step, started, ran, None).await)
+    }
+
+    /// The steps at `members` of `sp` (one of its
+    /// [`ServerPlan::execute_groups`]) in one request, bounded by one
+    /// task timeout (they run at once on the server: the longest member's
+    /// time, not the sum). Each member then ends as its own step: its
+    /// progress line, result and failure (a failed gate was rolled back
+    /// by the installer, for that member only).
+    async fn install_together(
+        &self,
+        server: ServerUuid,
+        sp: &ServerPlan,
+        members: Vec<usize>,
+    ) -> Vec<Stage> {
+        let steps: Vec<&Step> = members.iter().map(|&i| &sp.steps[i]).collect();
+        for step in &steps {
+            self.reporter.event(&ExecEvent::StepStarted {
+                server,
+                hostname: &sp.hostname,
+                step,
+            });
+        }
+        let started = Instant::now();
+        let run = self.transport.run_together(server, &steps, self.fence);
+        let ran: Vec<Result<StepDone, (StepFailure, bool)>> =
+            match tokio::time::timeout(self.options.task_timeout, run).await {
+                Ok(results) => results
+                    .into_iter()
+                    .map(|r| r.map_err(|f| (f, false)))
+                    .collect(),
+                Err(_) => steps
+                    .iter()
+                    .map(|st| Err((self.timed_out(server, st), true)))
+                    .collect(),
+            };
+        let mut out = Vec::new();
+        for ((i, step), ran) in members.into_iter().zip(steps).zip(ran) {
+            let run = self.finish(server, sp, step, started, ran, None).await;
+            out.push(Stage::Ended(i, run));
+        }
+        out
     }
 
     /// The gate of `sp.steps[i]`, installed as `done`.

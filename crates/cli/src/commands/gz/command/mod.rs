@@ -163,6 +163,27 @@ pub struct ExpectCurrentError {
     input: String,
 }
 
+/// `--expect NAME=IMAGE_UUID|none`: one component's expectation.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ExpectOne(pub ComponentName, pub Option<ImageUuid>);
+
+/// An `--expect` that is not `NAME=IMAGE_UUID|none`.
+#[derive(Debug, thiserror::Error)]
+#[error("{input:?} is not NAME=IMAGE_UUID or NAME=none (e.g. vm-agent=none)")]
+pub struct ExpectOneError {
+    input: String,
+}
+
+fn parse_expect_one(s: &str) -> Result<ExpectOne, ExpectOneError> {
+    let bad = || ExpectOneError {
+        input: s.to_string(),
+    };
+    let (name, image) = s.split_once('=').ok_or_else(bad)?;
+    let name = ComponentName::new(name).map_err(|_| bad())?;
+    let ExpectCurrent(image) = parse_expect_current(image).map_err(|_| bad())?;
+    Ok(ExpectOne(name, image))
+}
+
 fn parse_expect_current(s: &str) -> Result<ExpectCurrent, ExpectCurrentError> {
     if s == "none" {
         return Ok(ExpectCurrent(None));
@@ -190,6 +211,10 @@ pub enum GzCommand {
         /// passes the image its plan saw.
         #[arg(long, value_name = "IMAGE_UUID|none", value_parser = parse_expect_current)]
         expect_current: Option<ExpectCurrent>,
+        /// The same for one component, `NAME=IMAGE_UUID|none` (repeat it
+        /// per component; over `--expect-current` for that component).
+        #[arg(long, value_name = "NAME=IMAGE_UUID|none", value_parser = parse_expect_one)]
+        expect: Vec<ExpectOne>,
     },
     /// Check that an installed component's services are online and stay
     /// online (`--min-healthy`); exit 1 (step `unhealthy`) if not.
@@ -522,6 +547,7 @@ async fn execute(
             images,
             force,
             expect_current,
+            expect,
         } => {
             let mut sources = Vec::new();
             for i in &images {
@@ -544,6 +570,7 @@ async fn execute(
             }
             session.set_force(force);
             session.set_expect_current(expect_current.map(|e| e.0));
+            session.set_expect_each(expect.into_iter().map(|e| (e.0, e.1)).collect());
             session.install(&sources).await
         }
         GzCommand::Remove { names } => session.remove(&names).await,
