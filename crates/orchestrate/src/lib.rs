@@ -55,7 +55,7 @@ mod vocabulary;
 pub use carriers::{execmode, gather, guard, images, records, recover, store, transport};
 pub use commands::{adopt, marks, revert, session};
 pub use executor::{baseline, execute, waves};
-pub use runner::{datacenter, fence, history, lock, run, shape};
+pub use runner::{datacenter, fence, history, ledger, lock, run, shape};
 pub use vocabulary::{confirm, outcomes, outlier, report, reporters, summary};
 
 pub use agentsadm_plan::intent::Intent;

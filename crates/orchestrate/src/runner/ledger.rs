@@ -15,9 +15,19 @@
 //! (nothing clears it but `server delete` of that server), while its
 //! orphan instance is `check --fix`'s to delete.
 //!
-//! Cost: two SAPI reads per run (services and instances); when copies are
-//! missing, one CNAPI read of their servers and one write per copy, once:
-//! a merge of one params key, as `hold` makes.
+//! Cost: the migration is owed once per datacenter, so once it is done
+//! it is written down ([`COPIED`] on agentsadm's own application) and a
+//! run reads only that application (SAPI's ListApplications, milliseconds)
+//! instead of every agent instance (ListInstances has no paging: 0.26-0.37
+//! s for 12,013 instances, docs/triton/apis.md §2.10, on the SAPI that
+//! answers every zone's config-agent). Until then: two SAPI reads per run
+//! (services and instances); when copies are missing, one CNAPI read of
+//! their servers and one write per copy: a merge of one params key, as
+//! `hold` makes; then one write of [`COPIED`].
+//!
+//! A mark put on an instance after that by hand, or by an older agentsadm
+//! put back on the headnode, has no copy until `check --fix`: `check`
+//! still reports it (informational), from its own reads.
 
 use std::collections::BTreeSet;
 
@@ -25,6 +35,7 @@ use agentsadm_api::cnapi::ServerListFilter;
 use agentsadm_api::sapi::{Update, object};
 use agentsadm_api::{ApiError, CnapiClient, SapiClient};
 use agentsadm_plan::marks::{MissingCopy, missing_copies};
+use agentsadm_types::sapi::Application;
 
 /// Why the copies were not all made. SAPI keeps those that were; the
 /// next changing run (or `check --fix`) makes the rest.
@@ -42,6 +53,14 @@ pub enum CopyError {
         err: Box<ApiError>,
     },
     #[error(
+        "cannot write params.{COPIED} of SAPI application {application}: every copy is made, and the next run reads the instances again"
+    )]
+    Done {
+        application: String,
+        #[source]
+        err: Box<ApiError>,
+    },
+    #[error(
         "cannot copy params.{key} of SAPI instance {instance} to service {service} ({copied} copied before it)"
     )]
     Write {
@@ -54,8 +73,35 @@ pub enum CopyError {
     },
 }
 
-/// The copies missing now (two reads).
+/// The params key of agentsadm's own application that says every mark
+/// kept once has been copied (module docs): its value is the agentsadm
+/// version that finished the migration.
+pub const COPIED: &str = "agentsadm_marks_copied";
+
+/// agentsadm's own application, and whether it says the migration is
+/// done (one cheap read).
+async fn own(sapi: &SapiClient) -> Result<(Option<Application>, bool), CopyError> {
+    let own = sapi
+        .own_application()
+        .await
+        .map_err(|err| CopyError::Read {
+            what: "application",
+            err: Box::new(err),
+        })?;
+    let done = own.as_ref().is_some_and(|a| a.params.contains_key(COPIED));
+    Ok((own, done))
+}
+
+/// The copies missing now: none once the migration is written down (one
+/// read), else two more reads.
 pub async fn missing(sapi: &SapiClient) -> Result<Vec<MissingCopy>, CopyError> {
+    if own(sapi).await?.1 {
+        return Ok(Vec::new());
+    }
+    missing_read(sapi).await
+}
+
+async fn missing_read(sapi: &SapiClient) -> Result<Vec<MissingCopy>, CopyError> {
     let services = sapi
         .list_agent_services()
         .await
@@ -90,6 +136,24 @@ pub async fn copy(sapi: &SapiClient, copies: &[MissingCopy]) -> Result<usize, Co
             })?;
     }
     Ok(copies.len())
+}
+
+/// Write down that the migration is done (a merge of one params key of
+/// agentsadm's own application; sdcadm reads only `sdc`'s). Without
+/// that application (no component of its own recorded yet) nothing is
+/// written and the next run reads again.
+async fn write_done(sapi: &SapiClient, app: &Application) -> Result<(), CopyError> {
+    let update = Update::params(object([(
+        COPIED,
+        serde_json::Value::from(env!("CARGO_PKG_VERSION")),
+    )]));
+    sapi.update_application(app.uuid, &update)
+        .await
+        .map(|_| ())
+        .map_err(|err| CopyError::Done {
+            application: app.name.clone(),
+            err: Box::new(err),
+        })
 }
 
 /// Of `copies`, those whose server CNAPI knows (one read, of their
@@ -127,8 +191,16 @@ pub async fn copy_and_note(sapi: &SapiClient, cnapi: Option<&CnapiClient>, note:
         return;
     };
     let result = async {
-        let copies = of_known_servers(cnapi, missing(sapi).await?).await?;
-        copy(sapi, &copies).await
+        let (own_app, done) = own(sapi).await?;
+        if done {
+            return Ok::<usize, CopyError>(0);
+        }
+        let copies = of_known_servers(cnapi, missing_read(sapi).await?).await?;
+        let made = copy(sapi, &copies).await?;
+        if let Some(app) = own_app {
+            write_done(sapi, &app).await?;
+        }
+        Ok(made)
     }
     .await;
     match result {
