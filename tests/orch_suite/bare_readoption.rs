@@ -308,6 +308,128 @@ async fn the_marks_are_copied_once_and_later_runs_read_no_instances_for_it() {
     );
 }
 
+/// After an upgrade of agentsadm, marks its earlier version kept once do
+/// not turn `check` red (main: exit 2, mark-kept-once, until one `check
+/// --fix`): check says they are copied by the next changing run, which
+/// copies them under the lock; then a bare re-adoption cannot lose them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn marks_an_earlier_agentsadm_kept_once_are_copied_by_the_next_changing_run() {
+    let dc = sim().await;
+    let state = tempfile::tempdir().unwrap();
+    let s = state.path();
+    mark_the_old_way(&dc, "cn0001", "vm-agent", "case 3").await;
+    let cn1 = dc.server("cn0001").unwrap().uuid.to_string();
+    assert_eq!(ledger_keys_naming(&dc, &cn1).await, Vec::<String>::new());
+
+    let out = ok(&dc, s, &["check"]).await;
+    assert!(
+        out.contains("i mark-kept-once vm-agent: the hold (by bob")
+            && out.contains("the next changing run does it under the lock"),
+        "{out}"
+    );
+
+    // Any changing run (here of another component) makes the copies.
+    let (code, out, err) = cli(&dc, s)
+        .run(&["update", "net-agent", "--latest", "-y"])
+        .await;
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(
+        format!("{out}{err}").contains("copied 2 per-server marks kept only on SAPI instances"),
+        "{out}{err}"
+    );
+    let mut keys = ledger_keys_naming(&dc, &cn1).await;
+    keys.sort();
+    assert_eq!(
+        keys,
+        [
+            format!("vm-agent: agentsadm_disabled:{cn1}"),
+            format!("vm-agent: agentsadm_hold:{cn1}"),
+        ]
+    );
+    let out = ok(&dc, s, &["check"]).await;
+    assert!(!out.contains("mark-kept-once"), "{out}");
+
+    // Now a bare re-adoption loses nothing for good.
+    let vm = readopt_bare(&dc, "cn0001", "vm-agent").await;
+    ok(&dc, s, &["check", "--fix", "-y"]).await;
+    let p = params(&dc, vm).await;
+    let reason = |m: &str| p.get(m).and_then(|v| v.get("reason")).cloned();
+    assert_eq!(
+        reason("agentsadm_hold"),
+        Some(Value::from("case 3")),
+        "{p:?}"
+    );
+    assert_eq!(
+        reason("agentsadm_disabled"),
+        Some(Value::from("case 3")),
+        "{p:?}"
+    );
+}
+
+/// An instance that reached SAPI by `adopt` (not by a step) is in the run
+/// history too (main: it was not, so its bare re-adoption was flagged only
+/// when it carried a mark): after the adoption, a bare re-adoption is
+/// drift; before it, the same bare instance is how agents adopt
+/// themselves, and is not.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_instance_adopt_wrote_is_drift_when_re_adopted_bare() {
+    let dc = sim().await;
+    let state = tempfile::tempdir().unwrap();
+    let s = state.path();
+    let vm = readopt_bare(&dc, "cn0001", "vm-agent").await;
+    ok(&dc, s, &["check"]).await;
+
+    ok(&dc, s, &["adopt", "-y"]).await;
+    let p = params(&dc, vm).await;
+    assert!(p.contains_key("image_uuid"), "adopt completed it: {p:?}");
+    ok(&dc, s, &["check"]).await;
+
+    readopt_bare(&dc, "cn0001", "vm-agent").await;
+    let (code, out, err) = cli(&dc, s).run(&["check"]).await;
+    assert_eq!(code, 2, "{out}{err}");
+    assert!(out.contains("instance-params-erased vm-agent"), "{out}");
+    ok(&dc, s, &["check", "--fix", "-y"]).await;
+    assert!(params(&dc, vm).await.contains_key("image_uuid"));
+}
+
+/// An update through `agentsadm gz` (execute) of an instance that lost
+/// its marks to a bare re-adoption writes them back in the step's one
+/// write (main: server and image only; the next check --fix restored
+/// them).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_execute_update_writes_back_the_marks_the_instance_lost() {
+    let dc = sim().await;
+    let state = tempfile::tempdir().unwrap();
+    let s = state.path();
+    ok(
+        &dc,
+        s,
+        &[
+            "disable", "vm-agent", "-s", "cn0001", "--reason", "RFD 58", "-y",
+        ],
+    )
+    .await;
+    let vm = readopt_bare(&dc, "cn0001", "vm-agent").await;
+    ok(
+        &dc,
+        s,
+        &[
+            "update",
+            "vm-agent",
+            "--latest",
+            "--transport",
+            "execute",
+            "-y",
+        ],
+    )
+    .await;
+    let p = params(&dc, vm).await;
+    let reason = p.get("agentsadm_disabled").and_then(|m| m.get("reason"));
+    assert_eq!(reason, Some(&Value::from("RFD 58")), "{p:?}");
+    assert!(p.contains_key("image_uuid"), "{p:?}");
+    ok(&dc, s, &["check"]).await;
+}
+
 /// A run with nothing to change copies them too (holding the lock, as it
 /// moves records left in `sdc`), and so does `check --fix`, whose plan
 /// made again under the lock then has nothing left to write.

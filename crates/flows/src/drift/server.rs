@@ -259,7 +259,7 @@ impl ComponentOnServer<'_> {
                 name,
                 Some(inst.uuid),
                 format!(
-                    "the {what} ({}) is kept only on SAPI instance {} (an earlier agentsadm, or a hand edit, kept no copy on the service): the next changing run copies it to the service under the lock, where a bare re-adoption (an agent's postinstall) cannot erase it",
+                    "the {what} ({}) is kept only on SAPI instance {} (an earlier agentsadm, or a hand edit, kept no copy on the service): check --fix copies it to the service, where a bare re-adoption (an agent's postinstall) cannot erase it; after an upgrade from an earlier agentsadm the next changing run does it under the lock",
                     mark.describe(),
                     inst.uuid
                 ),
