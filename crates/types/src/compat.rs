@@ -52,10 +52,9 @@ pub const SWITCHES: Version = Version::new(0, 2, 0);
 
 /// The first release whose `gz install` takes `--expect NAME=IMAGE|none`
 /// per component (issue 35: one server's execute-carried components in one
-/// `gz install A B`, their gates overlapping inside the installer). Dated
-/// ahead of the crate version on purpose: until a release says 0.3.0, no
-/// server's copy counts as parsing it, and the orchestrator sends each
-/// component alone, as before.
+/// `gz install A B`, their gates overlapping inside the installer). A
+/// server whose copy is older gets each component alone, as before: no
+/// agentsadm step is added only to group.
 pub const TOGETHER: Version = Version::new(0, 3, 0);
 
 /// One word of a command line (a subcommand of `gz`, or a flag) and the
@@ -148,7 +147,7 @@ pub static WORDS: [Word; 16] = [
     Word {
         word: "--expect",
         since: TOGETHER,
-        introduced: "batch 2026-12-02",
+        introduced: "3a3fa7a 2026-12-02",
     },
 ];
 
