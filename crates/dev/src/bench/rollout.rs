@@ -164,9 +164,11 @@ pub struct ModeResult {
     pub times: Option<StepTimes>,
     /// The whole process's CPU time (user + system, every thread: the
     /// orchestrator and the simulated datacenter alike) while the executor
-    /// ran, per server step, in milliseconds. Unlike the wall time it
-    /// hardly moves with the machine's load, and at `concurrency /
-    /// latency` steps a second it says how many cores the run needs.
+    /// ran, per server step, in milliseconds. It moves far less with the
+    /// machine's load than the wall time does (main's code at load 4-12:
+    /// 3.4-5.3 ms where wall_over_ideal_20 was 1.4-2.8), and at
+    /// `concurrency / latency` steps a second it says how many cores the
+    /// run needs.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub cpu_ms_per_step: Option<f64>,
 }
