@@ -326,6 +326,25 @@ impl SimUpdate {
     }
 }
 
+/// The CPU time (user + system) this process has used so far, all its
+/// threads together: what a benchmark's work cost whatever else the
+/// machine runs, where its wall time is not.
+pub fn process_cpu() -> Option<std::time::Duration> {
+    let mut usage = std::mem::MaybeUninit::<libc::rusage>::uninit();
+    // SAFETY: `usage` is a valid out-pointer for one rusage.
+    let rc = unsafe { libc::getrusage(libc::RUSAGE_SELF, usage.as_mut_ptr()) };
+    if rc != 0 {
+        return None;
+    }
+    // SAFETY: getrusage returned 0, so it filled `usage`.
+    let usage = unsafe { usage.assume_init() };
+    let tv = |t: libc::timeval| {
+        std::time::Duration::from_secs(t.tv_sec.max(0) as u64)
+            + std::time::Duration::from_micros(t.tv_usec.max(0) as u64)
+    };
+    Some(tv(usage.ru_utime) + tv(usage.ru_stime))
+}
+
 /// The 1-minute load average (Linux), for the table's footnote: other work
 /// on the machine skews absolute times, less so the ratios.
 pub fn load_average() -> Option<f64> {

@@ -91,6 +91,9 @@ pub struct RolloutBenchArgs {
     /// What the orchestrator runs against.
     #[arg(long, value_enum, default_value_t = Backend::Sim)]
     pub backend: Backend,
+    /// Only the 20-wide one-component run (to profile or time it alone).
+    #[arg(long)]
+    pub only_20: bool,
 }
 
 /// What `bench rollout` runs against.
@@ -125,6 +128,9 @@ impl RolloutBenchArgs {
             "--backend".into(),
             self.backend.as_str().into(),
         ]
+        .into_iter()
+        .chain(self.only_20.then(|| "--only-20".to_string()))
+        .collect()
     }
 }
 
@@ -135,6 +141,7 @@ impl Default for RolloutBenchArgs {
             shar_servers: 200,
             latency_ms: 50,
             backend: Backend::Sim,
+            only_20: false,
         }
     }
 }
@@ -155,6 +162,15 @@ pub struct ModeResult {
     /// Where a server's time went (the simulator only).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub times: Option<StepTimes>,
+    /// The whole process's CPU time (user + system, every thread: the
+    /// orchestrator and the simulated datacenter alike) while the executor
+    /// ran, per server step, in milliseconds. It moves far less with the
+    /// machine's load than the wall time does (main's code at load 4-12:
+    /// 3.4-5.3 ms where wall_over_ideal_20 was 1.4-2.8), and at
+    /// `concurrency / latency` steps a second it says how many cores the
+    /// run needs.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cpu_ms_per_step: Option<f64>,
 }
 
 /// Where a server's time went in the 20-wide run on the simulator, the
@@ -183,6 +199,8 @@ struct TimingMarks {
     /// The executor's start and end (the rollout itself: not the lock's
     /// acquisition nor the plan made again under it).
     executed: (Option<Instant>, Option<Instant>),
+    /// The process's CPU time at those two moments.
+    cpu: (Option<Duration>, Option<Duration>),
     started: std::collections::BTreeMap<ServerUuid, Instant>,
     steps_ended: std::collections::BTreeMap<ServerUuid, Instant>,
     install: Vec<f64>,
@@ -198,8 +216,14 @@ impl agentsadm_orchestrate::report::Reporter for Timing {
         let mut m = self.at.lock().unwrap_or_else(|e| e.into_inner());
         let ms = |d: Duration| d.as_secs_f64() * 1000.0;
         match event {
-            ExecEvent::Started { .. } => m.executed.0 = Some(now),
-            ExecEvent::Finished(_) => m.executed.1 = Some(now),
+            ExecEvent::Started { .. } => {
+                m.executed.0 = Some(now);
+                m.cpu.0 = super::process_cpu();
+            }
+            ExecEvent::Finished(_) => {
+                m.executed.1 = Some(now);
+                m.cpu.1 = super::process_cpu();
+            }
             ExecEvent::ServerStarted { server, .. } => {
                 m.started.insert(*server, now);
             }
@@ -235,6 +259,15 @@ impl Timing {
             return None;
         };
         Some((b - a).as_secs_f64())
+    }
+
+    /// The process's CPU time while the executor ran.
+    fn executed_cpu(&self) -> Option<Duration> {
+        let m = self.at.lock().unwrap_or_else(|e| e.into_inner());
+        let (Some(a), Some(b)) = m.cpu else {
+            return None;
+        };
+        Some(b.saturating_sub(a))
     }
 
     fn times(&self) -> StepTimes {
@@ -355,6 +388,7 @@ fn result(
         servers_per_s: round3(servers as f64 / wall),
         per_step: None,
         times: None,
+        cpu_ms_per_step: None,
     }
 }
 
@@ -457,6 +491,9 @@ async fn measure_sim(
         after.1 - before.1,
     );
     let mut r = result(mode, servers, concurrency, names.len(), latency, wall);
+    r.cpu_ms_per_step = timing
+        .executed_cpu()
+        .map(|c| round3(c.as_secs_f64() * 1000.0 / per_step.steps.max(1) as f64));
     r.per_step = Some(per_step);
     r.times = Some(timing.times());
     Ok(r)
@@ -693,9 +730,21 @@ pub async fn run(args: &RolloutBenchArgs) -> anyhow::Result<serde_json::Value> {
     let one = ["vm-agent"];
     let b = args.backend;
     let wide = measure(b, "one-component", args.servers, 20, latency, Some(&one)).await?;
+    let ratio = |a: f64, b: f64| if b > 0.0 { round3(a / b) } else { 0.0 };
+    if args.only_20 {
+        return Ok(json!({
+            "backend": b.as_str(),
+            "latency_ms": args.latency_ms,
+            "modes": [wide],
+            "wall_over_ideal_20": ratio(wide.wall_s, wide.ideal_s),
+            "cpu_ms_per_step_20": wide.cpu_ms_per_step,
+            "cnapi_calls_per_step": wide.per_step.map(|p| p.cnapi_calls),
+            "times_20": wide.times,
+            "load_average": super::load_average(),
+        }));
+    }
     let narrow = measure(b, "one-component", args.servers, 5, latency, Some(&one)).await?;
     let shar = measure(b, "shar-style", args.shar_servers, 5, latency, None).await?;
-    let ratio = |a: f64, b: f64| if b > 0.0 { round3(a / b) } else { 0.0 };
     // With the simulator, its own per-install work (HTTP, unpacking, SAPI
     // adoption, CNAPI report, on the same cores) is part of the wall time;
     // the fake transport's 20-wide run in the same process separates the
@@ -717,6 +766,7 @@ pub async fn run(args: &RolloutBenchArgs) -> anyhow::Result<serde_json::Value> {
         "latency_ms": args.latency_ms,
         "modes": [wide, narrow, shar],
         "wall_over_ideal_20": ratio(wide.wall_s, wide.ideal_s),
+        "cpu_ms_per_step_20": wide.cpu_ms_per_step,
         "sapi_writes_per_step": wide.per_step.map(|p| p.sapi_writes),
         "sapi_reads_per_step": wide.per_step.map(|p| p.sapi_reads),
         "cnapi_calls_per_step": wide.per_step.map(|p| p.cnapi_calls),
