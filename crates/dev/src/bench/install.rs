@@ -14,7 +14,7 @@
 //!   into place;
 //! - `bare_tar`: `tar -xzf` of a local copy of the same file.
 //!
-//! The same three paths are then timed on a realistic shape: cn-agent's
+//! The same three paths are timed on a realistic shape: cn-agent's
 //! tree (`--shape`, 9,300 files in 1,060 directories, median 0.9 KB, from a
 //! real image) with deterministic synthetic contents (JavaScript-like text
 //! that gzip shrinks about as much as real code) and a `--node-mb` binary
@@ -22,8 +22,38 @@
 //! on tmpfs (`realistic_tmpfs`, `/dev/shm`), where per-file costs are not
 //! hidden behind the disk.
 //!
-//! Before each timed path, `sync` writes back what earlier paths left
-//! dirty, so no path pays for another's writeback.
+//! Each path's figures are the medians of its wall time and of its CPU
+//! time (`*_cpu_s`, user + system, and `*_sys_s`, system alone: this
+//! process's threads and its waited-for children, so the loopback IMGAPI's
+//! serving is charged to every path alike). The CPU figures change much
+//! less than the wall times with the load other processes put on the
+//! machine; `cpu_speedup_vs_cn_agent` and `cpu_ratio_vs_bare_tar` are the
+//! ratios of the CPU medians.
+//!
+//! Every timed run starts from the same disk state, whichever path ran
+//! before it:
+//! - Before each timed path, `sync` writes back what earlier paths left
+//!   dirty, so no path pays for another's writeback.
+//! - Nothing is deleted between timed runs: each path of each run gets a
+//!   fresh directory. On ext4 without a journal (the root filesystem of
+//!   the machines this is run on), creating a file skips, one lookup each,
+//!   every inode of its block group freed in the last 60 s (360 s while
+//!   its inode table block is dirty): 10,000 files created right after
+//!   10,000 were deleted cost 1.86 s of system time instead of 0.21 s.
+//!   Removing the previous run's tree before each run would charge that to
+//!   whichever path comes next.
+//! - The disk trees are not removed at the end either (that would slow the
+//!   next `bench install` the same way): their files are truncated (which
+//!   frees the blocks, not the inodes) and the trees moved into
+//!   `<dir>/agentsadm-bench-install.trash/` (about 70 MB a run), whose
+//!   trees a later run removes once they are [`TRASH_AGE_S`] old. Runs made
+//!   one after the other remove nothing.
+//! - The disk run goes first, and waits (untimed, after a `sync`) until the
+//!   trees a run removed from the same directory are [`FREED_WINDOW_S`] old
+//!   (noted in `<dir>/agentsadm-bench-install.freed`);
+//!   `waited_for_freed_inodes_s` says how long. Other processes' deletions
+//!   in the same block groups are not seen: on a shared machine the disk
+//!   figures vary for that reason, and the `*_sys_s` figures show it.
 //!
 //! The output is one JSON object of times and ratios; no goal is checked
 //! here (machines are shared and noisy).
@@ -137,80 +167,311 @@ async fn measure(args: &InstallBenchArgs, work: &Path) -> anyhow::Result<serde_j
     spec.hooks = Hooks::default();
     let image = imagebuild::build(&spec);
     let imgapi = ImgapiStandIn::start().await?;
-    imgapi.publish(&image);
-    let times = compare(&image, &spec.package, work, args.runs, &imgapi).await?;
     let mut out = json!({ "image_mb": args.image_mb });
-    times.write(&mut out);
 
-    // The realistic shape, on disk and on tmpfs.
+    // The realistic shape, on disk first (see the module docs: nothing of
+    // this run has freed inodes yet), then the single file, then tmpfs.
     let realistic = realistic_image(args, &spec.package);
     let disk = if Path::new(DISK_DIR).is_dir() {
         PathBuf::from(DISK_DIR)
     } else {
         std::env::temp_dir()
     };
-    for (key, base) in [("realistic", Some(disk)), ("realistic_tmpfs", tmpfs_dir())] {
-        let result = match (&realistic, base) {
-            (Err(e), _) => json!({ "error": format!("{e:#}") }),
-            (Ok(_), None) => json!({
-                "error": format!("no tmpfs at {TMPFS_DIR} on this machine; only the disk run was measured")
-            }),
-            (Ok((img, files)), Some(base)) => {
-                match run_realistic(img, *files, &spec.package, &base, args.runs, &imgapi).await {
-                    Ok(v) => v,
-                    Err(e) => json!({ "error": format!("{e:#}") }),
-                }
-            }
-        };
-        out[key] = result;
-    }
+    out["realistic"] =
+        realistic_phase(&realistic, Some(disk), true, &spec.package, args, &imgapi).await;
+
+    imgapi.publish(&image);
+    let times = compare(&image, &spec.package, work, args.runs, &imgapi).await?;
+    times.write(&mut out);
+
+    out["realistic_tmpfs"] =
+        realistic_phase(&realistic, tmpfs_dir(), false, &spec.package, args, &imgapi).await;
     Ok(out)
+}
+
+/// One realistic run's object, or the error that stopped it.
+async fn realistic_phase(
+    realistic: &anyhow::Result<(BuiltImage, u64)>,
+    base: Option<PathBuf>,
+    on_disk: bool,
+    package: &str,
+    args: &InstallBenchArgs,
+    imgapi: &ImgapiStandIn,
+) -> serde_json::Value {
+    match (realistic, base) {
+        (Err(e), _) => json!({ "error": format!("{e:#}") }),
+        (Ok(_), None) => json!({
+            "error": format!("no tmpfs at {TMPFS_DIR} on this machine; only the disk run was measured")
+        }),
+        (Ok((img, files)), Some(base)) => {
+            let realistic = Realistic {
+                image: img,
+                files: *files,
+                package,
+                base: &base,
+                on_disk,
+            };
+            match run_realistic(&realistic, args.runs, imgapi).await {
+                Ok(v) => v,
+                Err(e) => json!({ "error": format!("{e:#}") }),
+            }
+        }
+    }
 }
 
 /// Medians of the three paths.
 struct Times {
-    agentsadm: f64,
-    cn_agent: f64,
-    bare: f64,
+    agentsadm: Median,
+    cn_agent: Median,
+    bare: Median,
+}
+
+/// One path's medians over its runs: wall time, and CPU time (user +
+/// system, and system alone) of this process and its children, which
+/// the load of other processes on the machine changes much less than
+/// the wall time.
+struct Median {
+    wall: f64,
+    cpu: f64,
+    sys: f64,
 }
 
 impl Times {
     /// The timing keys of every run's object.
     fn write(&self, out: &mut serde_json::Value) {
-        out["agentsadm_s"] = json!(round(self.agentsadm));
-        out["cn_agent_path_s"] = json!(round(self.cn_agent));
-        out["bare_tar_s"] = json!(round(self.bare));
-        out["speedup_vs_cn_agent"] = json!(round(self.cn_agent / self.agentsadm));
-        out["ratio_vs_bare_tar"] = json!(round(self.agentsadm / self.bare));
+        out["agentsadm_s"] = json!(round(self.agentsadm.wall));
+        out["cn_agent_path_s"] = json!(round(self.cn_agent.wall));
+        out["bare_tar_s"] = json!(round(self.bare.wall));
+        out["speedup_vs_cn_agent"] = json!(round(self.cn_agent.wall / self.agentsadm.wall));
+        out["ratio_vs_bare_tar"] = json!(round(self.agentsadm.wall / self.bare.wall));
+        for (key, m) in [
+            ("agentsadm", &self.agentsadm),
+            ("cn_agent_path", &self.cn_agent),
+            ("bare_tar", &self.bare),
+        ] {
+            out[format!("{key}_cpu_s")] = json!(round(m.cpu));
+            out[format!("{key}_sys_s")] = json!(round(m.sys));
+        }
+        out["cpu_speedup_vs_cn_agent"] = json!(round(self.cn_agent.cpu / self.agentsadm.cpu));
+        out["cpu_ratio_vs_bare_tar"] = json!(round(self.agentsadm.cpu / self.bare.cpu));
     }
+}
+
+/// One timed run of a path.
+#[derive(Clone, Copy, Debug, Default)]
+struct Sample {
+    wall: Duration,
+    /// User + system CPU seconds.
+    cpu: f64,
+    /// System CPU seconds (the kernel's share: file creation, the
+    /// filesystem's allocators).
+    sys: f64,
+}
+
+/// CPU seconds (user, system) used so far by this process (every thread)
+/// and by its children that were waited for.
+fn cpu_used() -> (f64, f64) {
+    let mut user = 0.0;
+    let mut sys = 0.0;
+    for who in [libc::RUSAGE_SELF, libc::RUSAGE_CHILDREN] {
+        let mut ru = std::mem::MaybeUninit::<libc::rusage>::uninit();
+        // SAFETY: `ru` is a valid out-pointer for getrusage(2).
+        if unsafe { libc::getrusage(who, ru.as_mut_ptr()) } != 0 {
+            continue;
+        }
+        // SAFETY: getrusage returned 0, so it filled `ru`.
+        let ru = unsafe { ru.assume_init() };
+        let secs = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
+        user += secs(ru.ru_utime);
+        sys += secs(ru.ru_stime);
+    }
+    (user, sys)
+}
+
+/// Time `f`, in wall and CPU time. The CPU time is the whole process's
+/// and its children's (the benchmark runs nothing else meanwhile; the
+/// loopback IMGAPI's serving is charged to every path alike).
+async fn timed<F, T>(f: F) -> anyhow::Result<(Sample, T)>
+where
+    F: std::future::Future<Output = anyhow::Result<T>>,
+{
+    let (u0, s0) = cpu_used();
+    let t = Instant::now();
+    let out = f.await?;
+    let wall = t.elapsed();
+    let (u1, s1) = cpu_used();
+    let sample = Sample {
+        wall,
+        cpu: (u1 - u0) + (s1 - s0),
+        sys: s1 - s0,
+    };
+    Ok((sample, out))
+}
+
+/// One realistic run: the image and where it is installed.
+struct Realistic<'a> {
+    image: &'a BuiltImage,
+    files: u64,
+    package: &'a str,
+    base: &'a Path,
+    /// On a disk filesystem, whose freed inodes the next run must wait
+    /// out ([`wait_out_freed_inodes`]).
+    on_disk: bool,
 }
 
 /// The realistic image in a fresh directory under `base`.
 async fn run_realistic(
-    image: &BuiltImage,
-    files: u64,
-    package: &str,
-    base: &Path,
+    r: &Realistic<'_>,
     runs: usize,
     imgapi: &ImgapiStandIn,
 ) -> anyhow::Result<serde_json::Value> {
-    imgapi.publish(image);
-    let work = base.join(format!(
+    imgapi.publish(r.image);
+    let waited = if r.on_disk && r.files >= FREED_MIN_FILES {
+        wait_out_freed_inodes(r.base).await
+    } else {
+        0.0
+    };
+    let work = r.base.join(format!(
         "agentsadm-bench-install-{}-{:08x}",
         std::process::id(),
         rand::random::<u32>()
     ));
     std::fs::create_dir_all(&work).with_context(|| format!("create {}", work.display()))?;
-    let times = compare(image, package, &work, runs, imgapi).await;
-    let _ = std::fs::remove_dir_all(&work);
+    let times = compare(r.image, r.package, &work, runs, imgapi).await;
+    if r.on_disk && r.files >= FREED_MIN_FILES {
+        // Every path of every run made a tree of `files` files.
+        put_aside(r.base, &work, r.files * 3 * runs as u64);
+    } else {
+        let _ = std::fs::remove_dir_all(&work);
+    }
     let times = times?;
     let mut out = json!({
-        "image_mb": round(image.file.len() as f64 / 1e6),
-        "files": files,
-        "dir": base.display().to_string(),
+        "image_mb": round(r.image.file.len() as f64 / 1e6),
+        "files": r.files,
+        "dir": r.base.display().to_string(),
+        "waited_for_freed_inodes_s": round(waited),
     });
     times.write(&mut out);
     Ok(out)
+}
+
+/// Where disk runs' trees wait, in the disk directory, until they are
+/// [`TRASH_AGE_S`] old and a later run removes them.
+const TRASH_DIR: &str = "agentsadm-bench-install.trash";
+
+/// Age (seconds) at which a put-aside tree is removed: runs made one after
+/// the other within it remove nothing, so none of them waits.
+const TRASH_AGE_S: u64 = 600;
+
+/// Where a run notes when it last removed put-aside trees, and how many
+/// files they held (`<unix seconds> <files>`), in the disk directory.
+const FREED_MARK: &str = "agentsadm-bench-install.freed";
+
+/// How long after a removal the next disk run waits: ext4 without a
+/// journal skips every inode freed in the last 60 s while it looks for a
+/// free one, and in the last 360 s while the freed inode's table block is
+/// not written back. A run's own file creations dirty table blocks next
+/// to the freed inodes again after the `sync`, and a 65 s wait was not
+/// seen to be enough, so the longer window is waited out.
+const FREED_WINDOW_S: u64 = 360;
+
+/// Runs with fewer files than this neither wait nor put trees aside:
+/// their trees are too small to slow anything (the tests' shapes).
+const FREED_MIN_FILES: u64 = 1_000;
+
+/// Wait, untimed, until the trees an earlier run removed from `base` are
+/// [`FREED_WINDOW_S`] old, and write everything back first. Returns the
+/// seconds waited.
+async fn wait_out_freed_inodes(base: &Path) -> f64 {
+    settle();
+    let Ok(text) = std::fs::read_to_string(base.join(FREED_MARK)) else {
+        return 0.0;
+    };
+    let mut fields = text.split_whitespace().map(str::parse::<u64>);
+    let (Some(Ok(at)), Some(Ok(files))) = (fields.next(), fields.next()) else {
+        return 0.0;
+    };
+    let now = unix_now();
+    if files < FREED_MIN_FILES || now >= at + FREED_WINDOW_S {
+        return 0.0;
+    }
+    // A clock set back must not make it wait longer than the window.
+    let wait = (at + FREED_WINDOW_S - now).min(FREED_WINDOW_S);
+    eprintln!(
+        "bench install: waiting {wait} s, untimed: {files} files were removed from {} at {at}, and the filesystem skips recently freed inodes",
+        base.display()
+    );
+    tokio::time::sleep(Duration::from_secs(wait)).await;
+    settle();
+    wait as f64
+}
+
+/// Move a disk run's `work` directory (`files` files in its trees) into
+/// [`TRASH_DIR`] instead of removing it, after emptying its files, then
+/// remove the put-aside trees that are [`TRASH_AGE_S`] old (and note it
+/// for the next run). Falls back to removing `work`.
+fn put_aside(base: &Path, work: &Path, files: u64) {
+    let trash = base.join(TRASH_DIR);
+    empty_files(work);
+    let dest = trash.join(format!(
+        "{}-{files}-{}-{:08x}",
+        unix_now(),
+        std::process::id(),
+        rand::random::<u32>()
+    ));
+    let moved = std::fs::create_dir_all(&trash).and_then(|()| std::fs::rename(work, &dest));
+    if moved.is_err() {
+        let _ = std::fs::remove_dir_all(work);
+        record_freed(base, files);
+    }
+    let Ok(entries) = std::fs::read_dir(&trash) else {
+        return;
+    };
+    let now = unix_now();
+    let mut freed = 0;
+    for e in entries.flatten() {
+        let name = e.file_name().to_string_lossy().into_owned();
+        let mut f = name.split('-').map(str::parse::<u64>);
+        let (Some(Ok(at)), Some(Ok(n))) = (f.next(), f.next()) else {
+            continue;
+        };
+        if now >= at + TRASH_AGE_S && std::fs::remove_dir_all(e.path()).is_ok() {
+            freed += n;
+        }
+    }
+    if freed > 0 {
+        record_freed(base, freed);
+    }
+}
+
+/// Truncate every regular file under `dir` (not following links): their
+/// blocks are freed at once (a run's trees hold about 1 GB), while their
+/// inodes, which are what slows the next run when freed, stay in use.
+fn empty_files(dir: &Path) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for e in entries.flatten() {
+        let Ok(kind) = e.file_type() else { continue };
+        if kind.is_dir() {
+            empty_files(&e.path());
+        } else if kind.is_file()
+            && let Ok(f) = std::fs::OpenOptions::new().write(true).open(e.path())
+        {
+            let _ = f.set_len(0);
+        }
+    }
+}
+
+/// Note that `files` files were just removed from `base`.
+fn record_freed(base: &Path, files: u64) {
+    let _ = std::fs::write(base.join(FREED_MARK), format!("{} {files}\n", unix_now()));
+}
+
+fn unix_now() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
 }
 
 /// `/dev/shm` when it is a tmpfs.
@@ -259,26 +520,21 @@ async fn compare(
 
         let dir = work.join(format!("cn-{i}"));
         settle();
-        cn_agent.push(time_cn_agent(
-            &dir,
-            &imgapi.url(),
-            uuid,
-            &expected_sha1,
-            package,
-        )?);
+        cn_agent.push(time_cn_agent(&dir, &imgapi.url(), uuid, &expected_sha1, package).await?);
 
         let dir = work.join(format!("bare-{i}"));
         std::fs::create_dir_all(&dir)?;
         settle();
-        let t = Instant::now();
-        run_ok(
-            Command::new("tar")
-                .arg("-xzf")
-                .arg(&local)
-                .arg("-C")
-                .arg(&dir),
-        )?;
-        bare.push(t.elapsed());
+        let tar = async {
+            run_ok(
+                Command::new("tar")
+                    .arg("-xzf")
+                    .arg(&local)
+                    .arg("-C")
+                    .arg(&dir),
+            )
+        };
+        bare.push(timed(tar).await?.0);
     }
     Ok(Times {
         agentsadm: median(&mut agentsadm),
@@ -539,7 +795,7 @@ async fn time_agentsadm(
     root: &Path,
     imgapi: &str,
     uuid: agentsadm_types::ids::ImageUuid,
-) -> anyhow::Result<Duration> {
+) -> anyhow::Result<Sample> {
     std::fs::create_dir_all(root)?;
     let sys = Sysinfo {
         uuid: ServerUuid::new_v4(),
@@ -554,72 +810,75 @@ async fn time_agentsadm(
     settings.no_sapi = true;
     settings.no_cnapi = true;
     settings.imgapi_url = Some(imgapi.to_string());
-    let t = Instant::now();
-    let mut session = GzSession::open(settings, true).await?;
-    let result = session.install(&[ImageSource::Imgapi(uuid)]).await;
-    let elapsed = t.elapsed();
+    let install = async {
+        let mut session = GzSession::open(settings, true).await?;
+        Ok(session.install(&[ImageSource::Imgapi(uuid)]).await)
+    };
+    let (sample, result) = timed(install).await?;
     if let Some(e) = result.error {
         bail!("agentsadm install failed at {}: {}", e.step, e.message);
     }
-    Ok(elapsed)
+    Ok(sample)
 }
 
 /// cn-agent's `getAgentImage` + apm install, as the commands it runs.
-fn time_cn_agent(
+async fn time_cn_agent(
     dir: &Path,
     imgapi: &str,
     uuid: agentsadm_types::ids::ImageUuid,
     sha1: &str,
     package: &str,
-) -> anyhow::Result<Duration> {
+) -> anyhow::Result<Sample> {
     let installdir = dir.join("node_modules");
     std::fs::create_dir_all(&installdir)?;
     let file = dir.join(format!("{uuid}.file"));
     let tgz: PathBuf = dir.join(format!("{uuid}.tar.gz"));
     let unpack = dir.join("apm-tmp/package");
-    let t = Instant::now();
-    run_ok(
-        Command::new("curl")
-            .args(["-f", "-sS", "-o"])
-            .arg(dir.join("manifest.json"))
-            .arg(format!("{imgapi}/images/{uuid}")),
-    )?;
-    run_ok(
-        Command::new("curl")
-            .args(["-f", "-sS", "-o"])
-            .arg(&file)
-            .arg(format!("{imgapi}/images/{uuid}/file")),
-    )?;
-    let out = run_ok(Command::new("openssl").arg("sha1").arg(&file))?;
-    let text = String::from_utf8_lossy(&out.stdout);
-    let got = text.split(' ').nth(1).map(str::trim).unwrap_or_default();
-    if got != sha1 {
-        bail!("cn-agent path: sha1 {got} != {sha1}");
-    }
-    std::fs::rename(&file, &tgz)?;
-    let out = run_ok(
-        Command::new("tar")
-            .arg("-ztf")
-            .arg(&tgz)
-            .arg(format!("{package}/image_uuid")),
-    )?;
-    if String::from_utf8_lossy(&out.stdout).trim() != format!("{package}/image_uuid") {
-        bail!("cn-agent path: {package}/image_uuid not in the tarball");
-    }
-    std::fs::create_dir_all(&unpack)?;
-    run_ok(
-        Command::new("tar")
-            .arg("-zxf")
-            .arg(&tgz)
-            .arg("-C")
-            .arg(&unpack),
-    )?;
-    run_ok(
-        Command::new("mv")
-            .arg(unpack.join(package))
-            .arg(installdir.join(package)),
-    )?;
-    Ok(t.elapsed())
+    let path = async {
+        run_ok(
+            Command::new("curl")
+                .args(["-f", "-sS", "-o"])
+                .arg(dir.join("manifest.json"))
+                .arg(format!("{imgapi}/images/{uuid}")),
+        )?;
+        run_ok(
+            Command::new("curl")
+                .args(["-f", "-sS", "-o"])
+                .arg(&file)
+                .arg(format!("{imgapi}/images/{uuid}/file")),
+        )?;
+        let out = run_ok(Command::new("openssl").arg("sha1").arg(&file))?;
+        let text = String::from_utf8_lossy(&out.stdout);
+        let got = text.split(' ').nth(1).map(str::trim).unwrap_or_default();
+        if got != sha1 {
+            bail!("cn-agent path: sha1 {got} != {sha1}");
+        }
+        std::fs::rename(&file, &tgz)?;
+        let out = run_ok(
+            Command::new("tar")
+                .arg("-ztf")
+                .arg(&tgz)
+                .arg(format!("{package}/image_uuid")),
+        )?;
+        if String::from_utf8_lossy(&out.stdout).trim() != format!("{package}/image_uuid") {
+            bail!("cn-agent path: {package}/image_uuid not in the tarball");
+        }
+        std::fs::create_dir_all(&unpack)?;
+        run_ok(
+            Command::new("tar")
+                .arg("-zxf")
+                .arg(&tgz)
+                .arg("-C")
+                .arg(&unpack),
+        )?;
+        run_ok(
+            Command::new("mv")
+                .arg(unpack.join(package))
+                .arg(installdir.join(package)),
+        )?;
+        Ok(())
+    };
+    Ok(timed(path).await?.0)
 }
 
 fn run_ok(cmd: &mut Command) -> anyhow::Result<std::process::Output> {
@@ -634,9 +893,19 @@ fn run_ok(cmd: &mut Command) -> anyhow::Result<std::process::Output> {
     Ok(out)
 }
 
-fn median(v: &mut [Duration]) -> f64 {
-    v.sort();
-    v[v.len() / 2].as_secs_f64()
+/// The median of each figure over `v`'s runs (taken separately).
+fn median(v: &mut [Sample]) -> Median {
+    let mid = v.len() / 2;
+    v.sort_by_key(|s| s.wall);
+    let wall = v[mid].wall.as_secs_f64();
+    v.sort_by(|a, b| a.cpu.total_cmp(&b.cpu));
+    let cpu = v[mid].cpu;
+    v.sort_by(|a, b| a.sys.total_cmp(&b.sys));
+    Median {
+        wall,
+        cpu,
+        sys: v[mid].sys,
+    }
 }
 
 fn round(x: f64) -> f64 {
@@ -652,6 +921,46 @@ mod tests {
         let mut enc = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
         std::io::Write::write_all(&mut enc, data).unwrap();
         data.len() as f64 / enc.finish().unwrap().len() as f64
+    }
+
+    #[test]
+    fn a_disk_run_puts_its_trees_aside_and_removes_only_old_ones() {
+        let base = tempfile::tempdir().unwrap();
+        let base = base.path();
+        let old = base.join(TRASH_DIR).join("0-5000-1-00000000");
+        std::fs::create_dir_all(old.join("d")).unwrap();
+        let work = base.join("work");
+        std::fs::create_dir_all(work.join("t/node/bin")).unwrap();
+        std::fs::write(work.join("t/a.js"), b"x").unwrap();
+        std::fs::write(work.join("t/node/bin/node"), vec![7u8; 1 << 16]).unwrap();
+
+        put_aside(base, &work, 3_000);
+
+        assert!(!work.exists() && !old.exists());
+        let kept: Vec<_> = std::fs::read_dir(base.join(TRASH_DIR))
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .collect();
+        assert_eq!(kept.len(), 1, "{kept:?}");
+        let name = kept[0].file_name().unwrap().to_string_lossy().into_owned();
+        assert!(name.split('-').nth(1) == Some("3000"), "{name}");
+        for f in ["t/a.js", "t/node/bin/node"] {
+            assert_eq!(std::fs::metadata(kept[0].join(f)).unwrap().len(), 0, "{f}");
+        }
+        let mark = std::fs::read_to_string(base.join(FREED_MARK)).unwrap();
+        assert_eq!(mark.split_whitespace().nth(1), Some("5000"), "{mark}");
+    }
+
+    #[test]
+    fn each_figure_is_its_own_median() {
+        let s = |w: u64, cpu: f64, sys: f64| Sample {
+            wall: Duration::from_millis(w),
+            cpu,
+            sys,
+        };
+        let mut v = [s(300, 0.1, 0.9), s(100, 0.3, 0.2), s(200, 0.2, 0.5)];
+        let m = median(&mut v);
+        assert_eq!((m.wall, m.cpu, m.sys), (0.2, 0.2, 0.5));
     }
 
     #[test]
