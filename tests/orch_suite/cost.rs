@@ -50,6 +50,68 @@ fn routes_between(before: &Routes, after: &Routes) -> Routes {
         .collect()
 }
 
+/// `update <components> -y` on `hosts` (every server if empty) through
+/// a run on the simulator, with `rollout`, and the lock's settle pause in
+/// seconds if given. Returns the plan executed (which exited 0) and the
+/// clients' requests counted at the executor's start and end.
+async fn counted_update(
+    dc: &SimDc,
+    components: &[&str],
+    hosts: &[&str],
+    rollout: RolloutPolicy,
+    settle_s: Option<u64>,
+) -> (agentsadm_plan::Plan, Vec<(CallCount, CallCount, Routes)>) {
+    let apis = dc.apis();
+    let settings = agentsadm_orchestrate::run::RunSettings {
+        yes: true,
+        rollout,
+        options: exec_options(),
+        ..Default::default()
+    };
+    let planner = RequestPlanner {
+        session: Session {
+            apis: &apis,
+            catalog: dc.catalog(),
+            updates: None,
+        },
+        request: request(Operation::Update, components, hosts),
+        choice: ImageChoice::Latest,
+        options: PlanOptions {
+            transport: TransportMode::Auto,
+            ignore_holds: false,
+            rollout: settings.rollout,
+        },
+        durations: None,
+        overlay: None,
+    };
+    let counting = Counting {
+        dc,
+        at: Mutex::new(Vec::new()),
+    };
+    let mut run = Run::new(&apis, dc.catalog(), &settings, &counting, "update");
+    run.transport = transport();
+    run.history = None;
+    if let Some(s) = settle_s {
+        run.lock.settle = std::time::Duration::from_secs(s);
+    }
+    let operator = Script::new(&[], false, |_: &agentsadm_plan::Plan| Vec::<String>::new());
+    let outcome = run
+        .go(&planner, &operator, std::future::pending())
+        .await
+        .expect("the run");
+    let RunOutcome::Executed { planned, report } = outcome else {
+        panic!("executed: {outcome:?}")
+    };
+    assert_eq!(
+        report.exit_status(&planned),
+        0,
+        "{}",
+        report.render(&planned)
+    );
+    let at = counting.at.lock().unwrap().clone();
+    (planned, at)
+}
+
 /// `update vm-agent firewaller -y -J 8` on eight compute nodes: vm-agent's
 /// postinstall re-adopts its instance bare (SAPI replaces the object),
 /// firewaller's adopts only a missing one. Each server step makes one SAPI
@@ -67,61 +129,17 @@ async fn a_step_costs_one_sapi_write_and_no_lock_read_of_its_own() {
     .await
     .expect("simulator starts");
     let components = ["vm-agent", "firewaller"];
-    let apis = dc.apis();
-    let settings = agentsadm_orchestrate::run::RunSettings {
-        yes: true,
-        rollout: RolloutPolicy {
-            concurrency: 8,
-            canary: Some(0),
-            ..RolloutPolicy::default()
-        },
-        options: exec_options(),
-        ..Default::default()
+    let rollout = RolloutPolicy {
+        concurrency: 8,
+        canary: Some(0),
+        ..RolloutPolicy::default()
     };
-    let planner = RequestPlanner {
-        session: Session {
-            apis: &apis,
-            catalog: dc.catalog(),
-            updates: None,
-        },
-        request: request(Operation::Update, &components, &[]),
-        choice: ImageChoice::Latest,
-        options: PlanOptions {
-            transport: TransportMode::Auto,
-            ignore_holds: false,
-            rollout: settings.rollout,
-        },
-        durations: None,
-        overlay: None,
-    };
-    let counting = Counting {
-        dc: &dc,
-        at: Mutex::new(Vec::new()),
-    };
-    let mut run = Run::new(&apis, dc.catalog(), &settings, &counting, "update");
-    run.transport = transport();
-    run.history = None;
     // A window of 2 s (half the settle pause): the whole execution, even
     // on a loaded machine, is a few windows, however many steps it has.
-    run.lock.settle = std::time::Duration::from_secs(4);
-    let operator = Script::new(&[], false, |_: &agentsadm_plan::Plan| Vec::<String>::new());
-    let outcome = run
-        .go(&planner, &operator, std::future::pending())
-        .await
-        .expect("the run");
-    let RunOutcome::Executed { planned, report } = outcome else {
-        panic!("executed: {outcome:?}")
-    };
-    assert_eq!(
-        report.exit_status(&planned),
-        0,
-        "{}",
-        report.render(&planned)
-    );
+    let (planned, at) = counted_update(&dc, &components, &[], rollout, Some(4)).await;
     let steps = planned.step_count();
     let servers = planned.servers().len();
     assert_eq!(steps, 2 * servers, "{planned}");
-    let at = counting.at.lock().unwrap().clone();
     let [(sapi0, cnapi0, routes0), (sapi1, cnapi1, routes1)] = &at[..] else {
         panic!("a start and an end: {at:?}")
     };
@@ -192,56 +210,15 @@ async fn a_headnodes_execute_steps_share_one_execute() {
         .into_iter()
         .find(|s| s.headnode)
         .expect("a headnode");
-    let apis = dc.apis();
-    let settings = agentsadm_orchestrate::run::RunSettings {
-        yes: true,
-        options: exec_options(),
-        ..Default::default()
-    };
-    let planner = RequestPlanner {
-        session: Session {
-            apis: &apis,
-            catalog: dc.catalog(),
-            updates: None,
-        },
-        request: request(Operation::Update, &components, &[hn.hostname.as_str()]),
-        choice: ImageChoice::Latest,
-        options: PlanOptions {
-            transport: TransportMode::Auto,
-            ignore_holds: false,
-            rollout: settings.rollout,
-        },
-        durations: None,
-        overlay: None,
-    };
-    let counting = Counting {
-        dc: &dc,
-        at: Mutex::new(Vec::new()),
-    };
-    let mut run = Run::new(&apis, dc.catalog(), &settings, &counting, "update");
-    run.transport = transport();
-    run.history = None;
-    let operator = Script::new(&[], false, |_: &agentsadm_plan::Plan| Vec::<String>::new());
-    let outcome = run
-        .go(&planner, &operator, std::future::pending())
-        .await
-        .expect("the run");
-    let RunOutcome::Executed { planned, report } = outcome else {
-        panic!("executed: {outcome:?}")
-    };
-    assert_eq!(
-        report.exit_status(&planned),
-        0,
-        "{}",
-        report.render(&planned)
-    );
+    let hosts = [hn.hostname.as_str()];
+    let (planned, at) =
+        counted_update(&dc, &components, &hosts, RolloutPolicy::default(), None).await;
     assert_eq!(planned.step_count(), 2, "{planned}");
     assert_eq!(
         planned.servers()[&hn.uuid].execute_groups(),
         [vec![0, 1]],
         "{planned}"
     );
-    let at = counting.at.lock().unwrap().clone();
     let [(_, _, routes0), (_, _, routes1)] = &at[..] else {
         panic!("a start and an end: {at:?}")
     };
