@@ -194,6 +194,11 @@ async fn expect_per_component_holds_each_to_its_own_plan() {
     );
     ok(&srv.gz_offline(&["install", arg(&fn1)]).await);
     let at_net1 = snapshot(srv.root());
+    // Outside the root: the images' directory, and where `../x` would
+    // lead from the root.
+    let images_before = snapshot(dir.path());
+    let beside = srv.root().join("..").join("x");
+    let beside_before = beside.exists();
     let net1_uuid = net1.manifest.uuid.to_string();
     let expect = |name: &str, image: &str| format!("{name}={image}");
     // Bad input: no change.
@@ -208,6 +213,8 @@ async fn expect_per_component_holds_each_to_its_own_plan() {
         assert_ne!(out.exit_status, 0, "{bad:?}: {}", out.stderr);
         assert!(out.stderr.contains("NAME=IMAGE_UUID"), "{}", out.stderr);
         assert_same(&at_net1, &snapshot(srv.root()), "after bad input");
+        assert_same(&images_before, &snapshot(dir.path()), "outside the root");
+        assert_eq!(beside.exists(), beside_before, "{}", beside.display());
     }
     // An expectation for a component not in the run: refused, no change.
     let out = srv
@@ -226,6 +233,7 @@ async fn expect_per_component_holds_each_to_its_own_plan() {
         err.message
     );
     assert_same(&at_net1, &snapshot(srv.root()), "after the refusal");
+    assert_same(&images_before, &snapshot(dir.path()), "outside the root");
     // net-agent changed since the plan (it saw nothing there): net-agent
     // refused and left as it was, vm-agent (as planned) installed.
     let out = srv
