@@ -78,16 +78,21 @@ pub enum CopyError {
 /// version that finished the migration.
 pub const COPIED: &str = "agentsadm_marks_copied";
 
+/// The error of a failed SAPI read of `what`.
+fn read_error(what: &'static str) -> impl FnOnce(ApiError) -> CopyError {
+    move |err| CopyError::Read {
+        what,
+        err: Box::new(err),
+    }
+}
+
 /// agentsadm's own application, and whether it says the migration is
 /// done (one cheap read).
 async fn own(sapi: &SapiClient) -> Result<(Option<Application>, bool), CopyError> {
     let own = sapi
         .own_application()
         .await
-        .map_err(|err| CopyError::Read {
-            what: "application",
-            err: Box::new(err),
-        })?;
+        .map_err(read_error("application"))?;
     let done = own.as_ref().is_some_and(|a| a.params.contains_key(COPIED));
     Ok((own, done))
 }
@@ -105,17 +110,11 @@ async fn missing_read(sapi: &SapiClient) -> Result<Vec<MissingCopy>, CopyError> 
     let services = sapi
         .list_agent_services()
         .await
-        .map_err(|err| CopyError::Read {
-            what: "services",
-            err: Box::new(err),
-        })?;
+        .map_err(read_error("services"))?;
     let instances = sapi
         .list_agent_instances()
         .await
-        .map_err(|err| CopyError::Read {
-            what: "instances",
-            err: Box::new(err),
-        })?;
+        .map_err(read_error("instances"))?;
     Ok(missing_copies(&services, &instances))
 }
 
