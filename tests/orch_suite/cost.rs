@@ -205,11 +205,7 @@ async fn a_headnodes_execute_steps_share_one_execute() {
     .await
     .expect("simulator starts");
     let components = ["sdcadm", "gz-tools"];
-    let hn = dc
-        .servers()
-        .into_iter()
-        .find(|s| s.headnode)
-        .expect("a headnode");
+    let hn = dc.headnode();
     let hosts = [hn.hostname.as_str()];
     let (planned, at) =
         counted_update(&dc, &components, &hosts, RolloutPolicy::default(), None).await;
