@@ -17,7 +17,9 @@
 //!
 //! An API that stops answering pauses the rollout: no server starts, the
 //! servers in flight are waited for (none is failed or slow for it), a
-//! server whose turn the outage cut starts again, and the APIs are asked
+//! server whose turn the outage cut starts again (a server cut more than
+//! [`MAX_RESTARTS`] times ends unknown instead, and the run goes on: each
+//! of those outages passed), and the APIs are asked
 //! on each tick until all answer (the run carries on) or
 //! [`crate::execute::ExecOptions::outage_wait`] has passed (the run
 //! stops, naming the API). Slow servers are reported only once the APIs
@@ -476,7 +478,8 @@ impl Executor<'_> {
     }
 
     /// A server's turn ended. One an outage cut starts again once the API
-    /// answers (the run pauses); any other is recorded.
+    /// answers (the run pauses), up to [`MAX_RESTARTS`] times; any other
+    /// is recorded.
     async fn turn_ended<'p>(
         &self,
         plan: &'p Plan,
@@ -500,6 +503,23 @@ impl Executor<'_> {
             }
             return Flow::Go;
         }
+        // Cut once too often by an API that answered again each time (a
+        // pause ends only then): the server's own bad luck, not the
+        // outage of the run. It ends unknown and the run waits for the
+        // API as for any cut turn; a canary still stops the run (its wave
+        // cannot pass).
+        let cut_too_often = matches!(lost, Some(FailureStage::ApiLost { .. }))
+            && report.halted.is_none()
+            && !report.interrupted
+            && (w.open || !w.canaries.contains(&uuid));
+        let mut outcome = outcome;
+        if cut_too_often && let Some(f) = outcome.failure.as_mut() {
+            f.message = format!(
+                "{}; its turn was cut {} times by an API that stopped answering: run the same command again to finish or confirm",
+                f.message,
+                MAX_RESTARTS + 1
+            );
+        }
         self.reporter.event(&ExecEvent::ServerFinished {
             server: uuid,
             outcome: &outcome,
@@ -508,6 +528,10 @@ impl Executor<'_> {
         let hostname = outcome.hostname.clone();
         report.servers.insert(uuid, outcome);
         match lost {
+            Some(FailureStage::ApiLost { api }) if cut_too_often => {
+                self.pause(w, api, &format!("during the turn of {hostname}"));
+                Flow::Go
+            }
             Some(FailureStage::ApiLost { api }) => {
                 self.outage(report, api, &format!("during the turn of {hostname}"));
                 Flow::Stop
