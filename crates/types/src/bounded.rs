@@ -90,6 +90,11 @@ fn kind_of(ft: std::fs::FileType) -> Option<&'static str> {
 /// Open `path` for reading if it is a regular file (not through a link);
 /// `None` when nothing is there.
 pub fn open_regular(path: &Path) -> Result<Option<File>, FileError> {
+    Ok(open_regular_sized(path)?.map(|(file, _)| file))
+}
+
+/// [`open_regular`], with the file's size as its open descriptor saw it.
+fn open_regular_sized(path: &Path) -> Result<Option<(File, u64)>, FileError> {
     let io_err = |err| FileError::Io {
         path: path.to_path_buf(),
         err,
@@ -124,7 +129,7 @@ pub fn open_regular(path: &Path) -> Result<Option<File>, FileError> {
     if let Some(kind) = kind_of(md.file_type()) {
         return Err(not_regular(kind));
     }
-    Ok(Some(file))
+    Ok(Some((file, md.len())))
 }
 
 /// Absent: nothing there, or a path through something that is not a
@@ -136,10 +141,14 @@ fn is_absent(e: &io::Error) -> bool {
 /// Read the whole regular file at `path`, at most `limit` bytes; `None`
 /// when nothing is there.
 pub fn read(path: &Path, limit: u64) -> Result<Option<Vec<u8>>, FileError> {
-    let Some(file) = open_regular(path)? else {
+    let Some((file, len)) = open_regular_sized(path)? else {
         return Ok(None);
     };
-    let mut out = Vec::new();
+    // Sized from the open file: one read and the one that finds the end,
+    // where growing from nothing took several (the installer and the
+    // report read many small files per step). The bound still holds if the
+    // file grows meanwhile.
+    let mut out = Vec::with_capacity(usize::try_from(len.min(limit)).unwrap_or(0) + 1);
     file.take(limit.saturating_add(1))
         .read_to_end(&mut out)
         .map_err(|err| FileError::Io {
