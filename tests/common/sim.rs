@@ -360,6 +360,71 @@ pub async fn run_yes(
     report
 }
 
+/// `plan` carried out on `fake` with `-y` and `options` through the run,
+/// its steps carried by `transport` (a wrapper around the fake's own that
+/// injects what the test is about).
+pub async fn run_through(
+    fake: &FakeDc,
+    transport: &dyn Transport,
+    plan: &Plan,
+    options: &ExecOptions,
+) -> ExecReport {
+    let catalog = fake.dc().catalog.clone();
+    let datacenter = FakeWith {
+        fake,
+        transport,
+        store: fake,
+    };
+    executed(
+        run_on(
+            datacenter,
+            &catalog,
+            plan,
+            &yes_with(options),
+            &agentsadm_orchestrate::report::NullReporter,
+            &Scripted::yes(),
+            std::future::pending(),
+        )
+        .await,
+    )
+}
+
+/// A fake datacenter of `cns` compute nodes with net-agent 2.0.0
+/// published, and the plan that updates net-agent everywhere one server at
+/// a time, with no canary wave.
+pub fn net_agent_one_at_a_time(cns: usize) -> (FakeDc, Plan) {
+    use agentsadm_plan::{
+        ComponentSelection, Operation, PlanOptions, PlanningInput, Request, ServerSelection,
+        TransportMode, plan,
+    };
+    let mut dc = agentsadm_sim::testkit::ExampleDc::new(cns);
+    let target = dc.publish("net-agent", "2.0.0");
+    let images = dc.images_with_targets(&[target]);
+    let fake = FakeDc::new(dc);
+    let (intent, reality) = fake.snapshot();
+    let catalog = fake.dc().catalog.clone();
+    let request = Request {
+        operation: Operation::Update,
+        components: ComponentSelection::Named(vec!["net-agent".parse().unwrap()]),
+        servers: ServerSelection::All,
+        exclude: Vec::new(),
+    };
+    let mut options: PlanOptions = TransportMode::Auto.into();
+    options.rollout.concurrency = 1;
+    options.rollout.canary = Some(0);
+    let p = plan(&PlanningInput {
+        catalog: &catalog,
+        intent: &intent,
+        reality: &reality,
+        request: &request,
+        options,
+        images: &images,
+        durations: None,
+    })
+    .unwrap();
+    (fake, p)
+}
+
 /// A colleague's `--break-lock` in `fake` while a run holds its lock: a
 /// held record of a later generation beside the run's.
 pub fn break_lock(fake: &FakeDc) {

@@ -19,9 +19,7 @@ use agentsadm_api::Apis;
 use agentsadm_api::sapi::{Update, UpdateAction, object};
 use agentsadm_orchestrate::images::ImageChoice;
 use agentsadm_orchestrate::lock::{self, LockBoard, LockError};
-use agentsadm_orchestrate::report::{
-    ExecEvent, ExecReport, FailureStage, NullReporter, Reporter, ServerStatus,
-};
+use agentsadm_orchestrate::report::{ExecEvent, ExecReport, FailureStage, Reporter, ServerStatus};
 use agentsadm_orchestrate::run::{Run, RunError, RunOutcome, RunSettings};
 use agentsadm_orchestrate::session::{RequestPlanner, Session};
 use agentsadm_orchestrate::transport::{StepDone, StepFailure};
@@ -579,56 +577,12 @@ impl agentsadm_orchestrate::transport::Transport for BrokenDuringStep<'_> {
 /// the loss and that the server may since have been changed.
 #[tokio::test(start_paused = true)]
 async fn a_step_failing_after_the_lock_was_broken_is_not_the_servers_failure() {
-    use agentsadm_plan::{ComponentSelection, PlanningInput, Request, ServerSelection, plan};
-    use agentsadm_sim::fake::FakeDc;
-    use agentsadm_sim::testkit::ExampleDc;
-
-    let mut dc = ExampleDc::new(3);
-    let target = dc.publish("net-agent", "2.0.0");
-    let images = dc.images_with_targets(&[target]);
-    let fake = FakeDc::new(dc);
-    let (intent, reality) = fake.snapshot();
-    let catalog = fake.dc().catalog.clone();
-    let request = Request {
-        operation: Operation::Update,
-        components: ComponentSelection::Named(vec!["net-agent".parse().unwrap()]),
-        servers: ServerSelection::All,
-        exclude: Vec::new(),
-    };
-    let mut options: PlanOptions = TransportMode::Auto.into();
-    options.rollout.concurrency = 1;
-    options.rollout.canary = Some(0);
-    let p = plan(&PlanningInput {
-        catalog: &catalog,
-        intent: &intent,
-        reality: &reality,
-        request: &request,
-        options,
-        images: &images,
-        durations: None,
-    })
-    .unwrap();
+    let (fake, p) = crate::sim_common::net_agent_one_at_a_time(3);
     let transport = BrokenDuringStep {
         inner: &fake,
         broke: Default::default(),
     };
-    let datacenter = crate::sim_common::FakeWith {
-        fake: &fake,
-        transport: &transport,
-        store: &fake,
-    };
-    let report = crate::sim_common::executed(
-        crate::sim_common::run_on(
-            datacenter,
-            &catalog,
-            &p,
-            &crate::sim_common::yes_with(&exec_options()),
-            &NullReporter,
-            &crate::sim_common::Scripted::yes(),
-            std::future::pending(),
-        )
-        .await,
-    );
+    let report = crate::sim_common::run_through(&fake, &transport, &p, &exec_options()).await;
     let text = report.render(&p);
     let c = report.counts();
     assert_eq!(c.failed, 0, "{text}");

@@ -560,36 +560,7 @@ impl agentsadm_orchestrate::transport::Transport for CutEveryTime<'_> {
 /// servers four times, and the run stopped with 400 servers not started.
 #[tokio::test(start_paused = true)]
 async fn a_server_cut_by_outages_again_and_again_ends_unknown_and_the_run_goes_on() {
-    use agentsadm_plan::{ComponentSelection, Operation, PlanOptions, PlanningInput, Request};
-    use agentsadm_plan::{ServerSelection, TransportMode, plan};
-    use agentsadm_sim::fake::FakeDc;
-    use agentsadm_sim::testkit::ExampleDc;
-
-    let mut dc = ExampleDc::new(4);
-    let target = dc.publish("net-agent", "2.0.0");
-    let images = dc.images_with_targets(&[target]);
-    let fake = FakeDc::new(dc);
-    let (intent, reality) = fake.snapshot();
-    let catalog = fake.dc().catalog.clone();
-    let request = Request {
-        operation: Operation::Update,
-        components: ComponentSelection::Named(vec!["net-agent".parse().unwrap()]),
-        servers: ServerSelection::All,
-        exclude: Vec::new(),
-    };
-    let mut options: PlanOptions = TransportMode::Auto.into();
-    options.rollout.concurrency = 1;
-    options.rollout.canary = Some(0);
-    let p = plan(&PlanningInput {
-        catalog: &catalog,
-        intent: &intent,
-        reality: &reality,
-        request: &request,
-        options,
-        images: &images,
-        durations: None,
-    })
-    .unwrap();
+    let (fake, p) = crate::sim_common::net_agent_one_at_a_time(4);
     let cut = p
         .rollout()
         .order()
@@ -601,23 +572,8 @@ async fn a_server_cut_by_outages_again_and_again_ends_unknown_and_the_run_goes_o
         cut,
         tries: AtomicUsize::new(0),
     };
-    let datacenter = crate::sim_common::FakeWith {
-        fake: &fake,
-        transport: &transport,
-        store: &fake,
-    };
-    let report = crate::sim_common::executed(
-        crate::sim_common::run_on(
-            datacenter,
-            &catalog,
-            &p,
-            &crate::sim_common::yes_with(&crate::flows_common::exec_options()),
-            &agentsadm_orchestrate::report::NullReporter,
-            &crate::sim_common::Scripted::yes(),
-            std::future::pending(),
-        )
-        .await,
-    );
+    let options = crate::flows_common::exec_options();
+    let report = crate::sim_common::run_through(&fake, &transport, &p, &options).await;
     let text = report.render(&p);
     assert_eq!(
         transport.tries.load(Ordering::SeqCst),

@@ -597,23 +597,8 @@ async fn execute_steps_start_after_the_servers_cn_agent_tasks() {
         inner: &fake,
         events: Default::default(),
     };
-    let datacenter = crate::sim_common::FakeWith {
-        fake: &fake,
-        transport: &recording,
-        store: &fake,
-    };
-    let report = crate::sim_common::executed(
-        crate::sim_common::run_on(
-            datacenter,
-            &catalog,
-            &p,
-            &crate::sim_common::yes_with(&ExecOptions::default()),
-            &NullReporter,
-            &crate::sim_common::Scripted::yes(),
-            std::future::pending(),
-        )
-        .await,
-    );
+    let report =
+        crate::sim_common::run_through(&fake, &recording, &p, &ExecOptions::default()).await;
     assert!(report.all_succeeded(), "{}", report.render(&p));
     let events = recording.events.into_inner().unwrap();
     for server in p.servers().keys() {
