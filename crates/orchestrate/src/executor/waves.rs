@@ -485,19 +485,28 @@ impl Executor<'_> {
         plan: &'p Plan,
         w: &mut Waves<'p>,
         uuid: ServerUuid,
-        outcome: ServerOutcome,
+        mut outcome: ServerOutcome,
         report: &mut ExecReport,
         gate: &impl RunGate,
     ) -> Flow {
         let lost = outcome.failure.as_ref().map(|f| f.stage.clone());
-        if let Some(FailureStage::ApiLost { api }) = lost
-            && report.halted.is_none()
-            && !report.interrupted
+        let noticed = format!("during the turn of {}", outcome.hostname);
+        // The API the run waits for, when an outage cut this turn and the
+        // run is neither halted nor interrupted.
+        let waits_for = match lost {
+            Some(FailureStage::ApiLost { api })
+                if report.halted.is_none() && !report.interrupted =>
+            {
+                Some(api)
+            }
+            _ => None,
+        };
+        if let Some(api) = waits_for
             && w.restarts.get(&uuid).copied().unwrap_or(0) < MAX_RESTARTS
             && let Some(sp) = plan.servers().get(&uuid)
         {
             w.restart_later(uuid, sp);
-            self.pause(w, api, &format!("during the turn of {}", outcome.hostname));
+            self.pause(w, api, &noticed);
             if let Some(p) = w.pause.as_mut() {
                 p.restarted.push(outcome.hostname.clone());
             }
@@ -508,12 +517,10 @@ impl Executor<'_> {
         // outage of the run. It ends unknown and the run waits for the
         // API as for any cut turn; a canary still stops the run (its wave
         // cannot pass).
-        let cut_too_often = matches!(lost, Some(FailureStage::ApiLost { .. }))
-            && report.halted.is_none()
-            && !report.interrupted
-            && (w.open || !w.canaries.contains(&uuid));
-        let mut outcome = outcome;
-        if cut_too_often && let Some(f) = outcome.failure.as_mut() {
+        let cut_too_often = waits_for.filter(|_| w.open || !w.canaries.contains(&uuid));
+        if cut_too_often.is_some()
+            && let Some(f) = outcome.failure.as_mut()
+        {
             f.message = format!(
                 "{}; its turn was cut {} times by an API that stopped answering: run the same command again to finish or confirm",
                 f.message,
@@ -525,15 +532,14 @@ impl Executor<'_> {
             outcome: &outcome,
         });
         w.finished(plan, uuid, &outcome, report, gate).await;
-        let hostname = outcome.hostname.clone();
         report.servers.insert(uuid, outcome);
         match lost {
-            Some(FailureStage::ApiLost { api }) if cut_too_often => {
-                self.pause(w, api, &format!("during the turn of {hostname}"));
-                Flow::Go
-            }
             Some(FailureStage::ApiLost { api }) => {
-                self.outage(report, api, &format!("during the turn of {hostname}"));
+                if let Some(api) = cut_too_often {
+                    self.pause(w, api, &noticed);
+                    return Flow::Go;
+                }
+                self.outage(report, api, &noticed);
                 Flow::Stop
             }
             Some(FailureStage::LockLost) => {
