@@ -16,12 +16,17 @@ use std::time::Duration;
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 
+use agentsadm_orchestrate::outcomes::FailureStage;
 use agentsadm_orchestrate::outlier::OutlierPolicy;
 use agentsadm_orchestrate::report::{ExecEvent, Halted, Reporter, ServerStatus};
 use agentsadm_orchestrate::run::RunOutcome;
-use agentsadm_plan::FailureBudget;
+use agentsadm_orchestrate::transport::{StepDone, StepFailure, Transport};
+use agentsadm_plan::{FailureBudget, Step};
 use agentsadm_sim::SimDc;
+use agentsadm_sim::fake::FakeDc;
 use agentsadm_sim::faults::{LatencySpec, OutageKind, SimApi};
+use agentsadm_types::ids::ServerUuid;
+use futures::future::BoxFuture;
 use tokio::io::AsyncBufReadExt;
 
 use crate::one_at_a_time::{Progress, all_on, lock_board, publish, records, settings, sim, update};
@@ -521,30 +526,24 @@ async fn the_binary_says_an_outage_once_and_carries_on() {
 /// as a call that met a CNAPI outage does (its gateway's 503), while the
 /// API answers every ping.
 struct CutEveryTime<'a> {
-    inner: &'a agentsadm_sim::fake::FakeDc,
-    cut: agentsadm_types::ids::ServerUuid,
+    inner: &'a FakeDc,
+    cut: ServerUuid,
     tries: AtomicUsize,
 }
 
-impl agentsadm_orchestrate::transport::Transport for CutEveryTime<'_> {
+impl Transport for CutEveryTime<'_> {
     fn run<'a>(
         &'a self,
-        server: agentsadm_types::ids::ServerUuid,
-        step: &'a agentsadm_plan::Step,
-    ) -> futures::future::BoxFuture<
-        'a,
-        Result<
-            agentsadm_orchestrate::transport::StepDone,
-            agentsadm_orchestrate::transport::StepFailure,
-        >,
-    > {
+        server: ServerUuid,
+        step: &'a Step,
+    ) -> BoxFuture<'a, Result<StepDone, StepFailure>> {
         Box::pin(async move {
             if server != self.cut {
                 return self.inner.run(server, step).await;
             }
             self.tries.fetch_add(1, Ordering::SeqCst);
-            let mut f = agentsadm_orchestrate::transport::StepFailure::new(
-                agentsadm_orchestrate::outcomes::FailureStage::InstallAgent,
+            let mut f = StepFailure::new(
+                FailureStage::InstallAgent,
                 "CNAPI answered 503 Service Unavailable",
             );
             f.outage = Some(agentsadm_api::Api::Cnapi);

@@ -442,10 +442,10 @@ async fn rollout_of_500_servers_with_faults_converges_on_the_second_run() {
     // Faults cleared: the same request plans exactly the unconverged servers.
     faults.clear();
     // A step that timed out (or a turn cut too often) on a server that is
-    // not hung gave up on work
-    // still running there (late because the installer's own API calls
-    // met the 5xx bursts, which hit the last few servers of a run hard):
-    // once it ends, the server may run the targets after all.
+    // not hung gave up on work still running there (late because the
+    // installer's own API calls met the 5xx bursts, which hit the last few
+    // servers of a run hard): once it ends, the server may run the targets
+    // after all.
     let mut settled_late = BTreeSet::new();
     for (u, o) in &report.servers {
         if matches!(o.status, ServerStatus::TimedOut | ServerStatus::Unknown) && !hung.contains(u) {
