@@ -17,7 +17,8 @@
 //! - SAPI says the flag is on, read at most [`FLAG_TTL`] ago (SAPI's
 //!   `sdc` application metadata, under the `cnapi` service's, under each
 //!   `cnapi` instance's, with mustache's truthiness; on only when every
-//!   CNAPI instance renders it on; anything unreadable counts as off);
+//!   CNAPI instance renders it on; anything unreadable counts as off, and
+//!   so does the flag for other requests while one reads it);
 //! - the running CNAPI was seen doing it: the last answer to an execute
 //!   came through cn-agent ([`ExecuteAnswer::path`]: only cn-agent's answer
 //!   has `signal`), and CNAPI has not failed a request since (a dropped
@@ -140,7 +141,10 @@ pub struct ExecuteModes {
     sapi: Option<SapiClient>,
     /// A flag given instead of SAPI (tests, callers that know it).
     fixed: Option<bool>,
-    flag: Arc<tokio::sync::Mutex<Option<FlagReading>>>,
+    /// The last reading (held only to look at it or replace it).
+    flag: Arc<Mutex<Option<FlagReading>>>,
+    /// Held while one request reads the flag from SAPI.
+    reading: Arc<tokio::sync::Mutex<()>>,
     /// The running CNAPI's flag as its answers showed it; `None` before
     /// the first answer and after CNAPI failed a request.
     seen: Arc<Mutex<Option<bool>>>,
@@ -164,7 +168,20 @@ impl ExecuteModes {
         }
     }
 
-    /// SAPI's flag: off without a SAPI to ask, or when SAPI cannot say.
+    /// A reading of SAPI's flag taken less than [`FLAG_TTL`] ago.
+    fn fresh(&self) -> Option<bool> {
+        let last = *self.flag.lock().unwrap_or_else(|e| e.into_inner());
+        last.filter(|r| r.at.elapsed() < FLAG_TTL).map(|r| r.on)
+    }
+
+    /// SAPI's flag: off without a SAPI to ask, or when SAPI cannot say,
+    /// and while another request is reading it. That reading lists the
+    /// `cnapi` instances, which the real SAPI answers by reading every
+    /// instance it stores (0.31 s at 12,000, docs/triton/apis.md §2.10):
+    /// waited for, it held up every execute of the servers in flight
+    /// (in a rollout of fast steps, the whole first wave's health checks).
+    /// Off is what anything unknown counts as: Ur, no `timeout`, safe
+    /// whichever way CNAPI runs the command.
     pub async fn flag(&self) -> bool {
         if let Some(on) = self.fixed {
             return on;
@@ -172,11 +189,15 @@ impl ExecuteModes {
         let Some(sapi) = &self.sapi else {
             return false;
         };
-        let mut reading = self.flag.lock().await;
-        if let Some(r) = *reading
-            && r.at.elapsed() < FLAG_TTL
-        {
-            return r.on;
+        if let Some(on) = self.fresh() {
+            return on;
+        }
+        let Ok(_reading) = self.reading.try_lock() else {
+            return false;
+        };
+        // Another request may have finished its reading just before.
+        if let Some(on) = self.fresh() {
+            return on;
         }
         let on = match read_cn_agent_flag(sapi).await {
             Ok(on) => on,
@@ -188,7 +209,7 @@ impl ExecuteModes {
                 false
             }
         };
-        *reading = Some(FlagReading {
+        *self.flag.lock().unwrap_or_else(|e| e.into_inner()) = Some(FlagReading {
             on,
             at: Instant::now(),
         });
@@ -321,5 +342,37 @@ mod tests {
         let off = ExecuteModes::fixed(false);
         off.answered(&new, &answer(ExecuteMode::CnAgent));
         assert_eq!(off.decide(&new).await, Decision::sure(ExecuteMode::Ur));
+    }
+
+    #[tokio::test]
+    async fn a_decision_does_not_wait_for_another_requests_reading_of_the_flag() {
+        // A SAPI that takes connections and never answers: the first
+        // reading waits on it.
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        let silent = tokio::spawn(async move {
+            let mut held = Vec::new();
+            while let Ok((conn, _)) = listener.accept().await {
+                held.push(conn);
+            }
+        });
+        let sapi = SapiClient::new(&url, agentsadm_api::ApiConfig::default()).unwrap();
+        let modes = ExecuteModes::from_sapi(sapi);
+        let first = {
+            let modes = modes.clone();
+            tokio::spawn(async move { modes.flag().await })
+        };
+        while modes.reading.try_lock().is_ok() {
+            tokio::task::yield_now().await;
+        }
+        // The servers in flight meanwhile: Ur, at once, without a probe.
+        let decided =
+            tokio::time::timeout(Duration::from_secs(10), modes.decide(&server("2.15.0")))
+                .await
+                .expect("a decision waited for another request's reading of SAPI");
+        assert_eq!(decided, Decision::sure(ExecuteMode::Ur));
+        assert!(!first.is_finished());
+        first.abort();
+        silent.abort();
     }
 }
