@@ -37,7 +37,9 @@ mod sim_common;
 // The test harness starts tests in the order of their names, two at a
 // time: the 500-server rollout, about 70 s while the rest take about 75 s
 // together, is named to come first and run beside the others, not after
-// most of them (the binary took 92 s, 73 s this way).
+// most of them (with one run's measured times: 92 s in the old order, 73 s
+// in this one; `bench all`'s disk run varies more than that on a shared
+// machine).
 #[path = "reliability_suite/at_scale.rs"]
 mod at_scale;
 #[path = "reliability_suite/cli_bad_input.rs"]
