@@ -5,7 +5,7 @@
 //! README shows that does not work (a renamed flag, a wrong example) fails
 //! here.
 
-use agentsadm_sim::{SeedSpec, SimConfig, SimDc};
+use agentsadm_sim::{SapiTiming, SeedSpec, SimConfig, SimDc};
 
 use crate::readme_common::{code_lines, readme, words};
 
@@ -44,10 +44,13 @@ fn command_lines_split_as_a_shell_splits_them() {
 async fn every_operator_task_in_the_readme_runs_as_written() {
     let commands = task_commands();
     assert!(commands.len() >= 20, "{commands:?}");
+    // Each command is only to exit 0, one after another: without SAPI's
+    // latency model (21 ms a write), which none of them is about.
     let dc = SimDc::start(
         SimConfig::default()
             .servers(3)
-            .populate(SeedSpec::with_newer()),
+            .populate(SeedSpec::with_newer())
+            .sapi_timing(SapiTiming::off()),
     )
     .await
     .expect("simulator starts");
