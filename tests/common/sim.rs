@@ -37,6 +37,21 @@ pub async fn small_dc(cns: usize) -> SimDc {
         .expect("simulator starts")
 }
 
+/// A datacenter of a headnode and `cns` compute nodes, seeded with
+/// `seed`, whose SAPI answers without the real one's latency model (21 ms
+/// a write, one after another): for tests of the records a sequence of
+/// commands leaves, never of how long SAPI takes.
+pub async fn records_dc(cns: usize, seed: agentsadm_sim::SeedSpec) -> SimDc {
+    SimDc::start(
+        SimConfig::default()
+            .servers(cns)
+            .populate(seed)
+            .sapi_timing(agentsadm_sim::SapiTiming::off()),
+    )
+    .await
+    .expect("simulator starts")
+}
+
 /// A raw HTTP answer.
 #[derive(Debug)]
 pub struct Raw {

@@ -7,7 +7,7 @@
 
 use std::path::Path;
 
-use agentsadm_sim::{SapiTiming, SeedSpec, SimConfig, SimDc};
+use agentsadm_sim::{SeedSpec, SimConfig, SimDc};
 
 async fn cli(dc: &SimDc, state: &Path, args: &[&str]) -> (i32, String, String) {
     crate::cli_common::agentsadm(dc)
@@ -83,14 +83,7 @@ fn version(dc: &SimDc, host: &str, component: &str) -> String {
 async fn disabled_net_agent_and_held_vm_agent_through_update_all_latest() {
     // Thirteen commands one after another, checked on the records and the
     // SMF states they leave: without SAPI's latency model (21 ms a write).
-    let dc = SimDc::start(
-        SimConfig::default()
-            .servers(3)
-            .populate(SeedSpec::with_newer())
-            .sapi_timing(SapiTiming::off()),
-    )
-    .await
-    .expect("simulator starts");
+    let dc = crate::sim_common::records_dc(3, SeedSpec::with_newer()).await;
     let state = tempfile::tempdir().unwrap();
     let s = state.path();
     // Mock servers are written on first use: make them all now.

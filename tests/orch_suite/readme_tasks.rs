@@ -5,7 +5,7 @@
 //! README shows that does not work (a renamed flag, a wrong example) fails
 //! here.
 
-use agentsadm_sim::{SapiTiming, SeedSpec, SimConfig, SimDc};
+use agentsadm_sim::SeedSpec;
 
 use crate::readme_common::{code_lines, readme, words};
 
@@ -46,14 +46,7 @@ async fn every_operator_task_in_the_readme_runs_as_written() {
     assert!(commands.len() >= 20, "{commands:?}");
     // Each command is only to exit 0, one after another: without SAPI's
     // latency model (21 ms a write), which none of them is about.
-    let dc = SimDc::start(
-        SimConfig::default()
-            .servers(3)
-            .populate(SeedSpec::with_newer())
-            .sapi_timing(SapiTiming::off()),
-    )
-    .await
-    .expect("simulator starts");
+    let dc = crate::sim_common::records_dc(3, SeedSpec::with_newer()).await;
     let state = tempfile::tempdir().unwrap();
     // Relative paths (`--svg run.svg`) land in the test's own directory.
     let cli = crate::cli_common::agentsadm(&dc)

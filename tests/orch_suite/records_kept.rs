@@ -12,7 +12,7 @@ use std::path::Path;
 use serde_json::{Map, Value};
 
 use agentsadm_api::sapi::{Update, object};
-use agentsadm_sim::{SapiTiming, SeedSpec, SimConfig, SimDc};
+use agentsadm_sim::{SeedSpec, SimDc};
 
 async fn cli(dc: &SimDc, state: &Path, args: &[&str]) -> (i32, String, String) {
     crate::cli_common::agentsadm(dc)
@@ -27,14 +27,7 @@ async fn cli(dc: &SimDc, state: &Path, args: &[&str]) -> (i32, String, String) {
 /// takes: without its latency model (21 ms a write), as shape's SAPI-heavy
 /// loop.
 pub(crate) async fn sim() -> SimDc {
-    let dc = SimDc::start(
-        SimConfig::default()
-            .servers(2)
-            .populate(SeedSpec::with_newer())
-            .sapi_timing(SapiTiming::off()),
-    )
-    .await
-    .expect("simulator starts");
+    let dc = crate::sim_common::records_dc(2, SeedSpec::with_newer()).await;
     for cn in dc.servers() {
         dc.gz_report(cn.uuid).await.unwrap();
     }

@@ -14,7 +14,7 @@ use agentsadm_api::sapi::{
     CreateInstance, CreateService, OWN_APPLICATION, OWN_SERVICES, ServiceType,
 };
 use agentsadm_orchestrate::shape::{MOVING_KEY, MoveOptions, ShapeError, move_out_of_sdc};
-use agentsadm_sim::{SapiTiming, SimConfig, SimDc};
+use agentsadm_sim::{SimConfig, SimDc};
 
 /// Per own service: its params (journal aside) and its instances (UUID to
 /// params and metadata); and the application each service is in.
@@ -163,14 +163,7 @@ async fn a_move_killed_after_any_write_is_finished_by_the_next_run() {
     // (1,440 writes) one after another, so without the real SAPI's latency
     // model (21 ms a write: 30 s of waiting), which the records moved do
     // not depend on.
-    let dc = SimDc::start(
-        SimConfig::default()
-            .servers(1)
-            .populate(Default::default())
-            .sapi_timing(SapiTiming::off()),
-    )
-    .await
-    .expect("simulator starts");
+    let dc = crate::sim_common::records_dc(1, Default::default()).await;
     let sapi = &dc.apis().sapi;
     let want = snapshot(sapi).await;
     let mut stops = 0;
